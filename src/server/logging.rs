@@ -2,6 +2,8 @@
 //! filtered by `log.level` (or `RUST_LOG` when set) and shaped by
 //! `log.format` (`text` or `json`). Nothing else configures tracing.
 
+use std::io::IsTerminal as _;
+
 use anyhow::{anyhow, Context as _};
 use tracing_subscriber::EnvFilter;
 
@@ -19,6 +21,7 @@ pub fn init(log: &LogConfig) -> anyhow::Result<()> {
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let installed = match log.format.as_str() {
         "json" => builder.json().try_init(),

@@ -83,9 +83,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Config { command } => match command {
             ConfigCmd::Show { json: true } => {
-                println!("{}", serde_json::to_string_pretty(&loaded.to_json())?);
+                print_stdout(&(serde_json::to_string_pretty(&loaded.to_json())? + "\n"))?;
             }
-            ConfigCmd::Show { json: false } => print!("{}", loaded.to_text()),
+            ConfigCmd::Show { json: false } => print_stdout(&loaded.to_text())?,
             ConfigCmd::Check => println!("configuration ok"),
         },
         Command::Repo {
@@ -97,4 +97,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Healthcheck => healthcheck::check(&loaded.config)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Write command output; a reader that went away (`| head`) is not an error.
+fn print_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }
