@@ -189,7 +189,12 @@ fn flag_overrides_env() {
     let setup = Setup::new("[http]\nlisten = \"127.0.0.1:8000\"\n")
         .env("GIT_COLLAB_HTTP__LISTEN", "127.0.0.1:8001")
         .env("GIT_COLLAB_MAX_RELEASE_SIZE", "1GB");
-    let show = setup.show(&["--http-listen", "127.0.0.1:8002", "--max-release-size", "2k"]);
+    let show = setup.show(&[
+        "--http-listen",
+        "127.0.0.1:8002",
+        "--max-release-size",
+        "2k",
+    ]);
     assert_eq!(
         entry(&show, "http.listen"),
         (&Value::from("127.0.0.1:8002"), "flag --http-listen")
@@ -222,12 +227,15 @@ fn config_file_from_env_variable() {
 #[test]
 fn derived_paths_follow_state_dir_from_any_layer() {
     let file_layer = Setup::new("state_dir = \"/srv/from-file\"\n");
-    let env_layer = Setup::new("state_dir = \"/srv/from-file\"\n")
-        .env("GIT_COLLAB_STATE_DIR", "/srv/from-env");
+    let env_layer =
+        Setup::new("state_dir = \"/srv/from-file\"\n").env("GIT_COLLAB_STATE_DIR", "/srv/from-env");
     for (show, dir) in [
         (file_layer.show(&[]), "/srv/from-file"),
         (env_layer.show(&[]), "/srv/from-env"),
-        (env_layer.show(&["--state-dir", "/srv/from-flag"]), "/srv/from-flag"),
+        (
+            env_layer.show(&["--state-dir", "/srv/from-flag"]),
+            "/srv/from-flag",
+        ),
     ] {
         for (key, path) in [
             ("repos_dir", format!("{dir}/repos")),
@@ -350,7 +358,9 @@ fn bad_value_in_each_layer_names_its_source() {
 
     let err = Setup::new("").check_error(&["--log-format", "xml"]);
     assert!(
-        err.starts_with("error: log.format = \"xml\" from flag --log-format: expected text or json"),
+        err.starts_with(
+            "error: log.format = \"xml\" from flag --log-format: expected text or json"
+        ),
         "{err}"
     );
 
@@ -377,7 +387,10 @@ fn bad_value_in_each_layer_names_its_source() {
 #[test]
 fn client_variables_do_not_break_the_server() {
     let setup = Setup::new("")
-        .env("GIT_COLLAB_SSH_COMMAND", "ssh -i /tmp/key -o StrictHostKeyChecking=no")
+        .env(
+            "GIT_COLLAB_SSH_COMMAND",
+            "ssh -i /tmp/key -o StrictHostKeyChecking=no",
+        )
         .env("GIT_COLLAB_REQUIRE_CONTAINER_TESTS", "1")
         .env("GIT_COLLAB_WHATEVER__NESTED", "[not toml");
     let out = setup.run(&["config", "check"]);
@@ -411,7 +424,11 @@ fn show_text_is_aligned_with_sources() {
             .iter()
             .find(|l| l.starts_with(&format!("{key} ")))
             .unwrap_or_else(|| panic!("no {key} in {text}"));
-        let fields: Vec<&str> = line.split("  ").map(str::trim).filter(|f| !f.is_empty()).collect();
+        let fields: Vec<&str> = line
+            .split("  ")
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+            .collect();
         assert_eq!(fields, [key, value, source], "{line}");
         assert_eq!(line.rfind(source), Some(source_column), "{text}");
     }
@@ -443,13 +460,18 @@ fn healthcheck_asks_readyz() {
     let setup = Setup::new("").env("GIT_COLLAB_HTTP__LISTEN", &addr);
     let out = setup.run(&["healthcheck"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(server.join().unwrap().starts_with("GET /readyz HTTP/1.0\r\n"));
+    assert!(server
+        .join()
+        .unwrap()
+        .starts_with("GET /readyz HTTP/1.0\r\n"));
 
     let (addr, server) = http_once("HTTP/1.1 503 Service Unavailable\r\n\r\n");
     let out = Setup::new("").run(&["--http-listen", &addr, "healthcheck"]);
     server.join().unwrap();
     assert_eq!(
         one_line_error(&out),
-        format!("error: healthcheck: http://{addr}/readyz answered HTTP/1.1 503 Service Unavailable")
+        format!(
+            "error: healthcheck: http://{addr}/readyz answered HTTP/1.1 503 Service Unavailable"
+        )
     );
 }

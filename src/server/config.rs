@@ -122,11 +122,13 @@ impl ServerConfig {
     }
 
     /// Release artifacts live under the state directory so the volume keeps them.
+    #[allow(dead_code)] // Contract for the releases and serve code (other branches).
     pub fn releases_dir(&self) -> PathBuf {
         self.state_dir.join("releases")
     }
 
     /// Server-managed git hooks (`core.hooksPath` for every served repo).
+    #[allow(dead_code)] // Contract for the serve code (another branch).
     pub fn hooks_dir(&self) -> PathBuf {
         self.state_dir.join("hooks")
     }
@@ -238,7 +240,10 @@ pub fn misspelled_env_vars(env: &BTreeMap<String, OsString>) -> Vec<(String, Str
 
 /// `ssh.listen` -> `GIT_COLLAB_SSH__LISTEN`.
 pub fn env_name(key: &str) -> String {
-    format!("{ENV_PREFIX}{}", key.replace('.', "__").to_ascii_uppercase())
+    format!(
+        "{ENV_PREFIX}{}",
+        key.replace('.', "__").to_ascii_uppercase()
+    )
 }
 
 /// `ssh.listen` -> `--ssh-listen`.
@@ -417,16 +422,13 @@ fn env_layers(env: &BTreeMap<String, OsString>) -> anyhow::Result<Vec<Layer>> {
                 bail!("{key} from {source}: {direct} is set too; set only one of them");
             }
             let path = PathBuf::from(raw);
-            let contents = std::fs::read_to_string(&path).with_context(|| {
-                format!("{key} from {source}: cannot read {}", path.display())
-            })?;
+            let contents = std::fs::read_to_string(&path)
+                .with_context(|| format!("{key} from {source}: cannot read {}", path.display()))?;
             // Secret files usually end with a newline that is not part of the value.
             contents.trim_end_matches(['\n', '\r']).to_string()
         } else {
             raw.to_str()
-                .ok_or_else(|| {
-                    anyhow!("{key} = {raw:?} from {source}: not valid UTF-8")
-                })?
+                .ok_or_else(|| anyhow!("{key} = {raw:?} from {source}: not valid UTF-8"))?
                 .to_string()
         };
         layers.push(Layer::single(source, key, Value::from(text)));
@@ -570,8 +572,10 @@ impl Given {
             Value::String(_, text) => {
                 // An env value may also be a TOML array: ["ssh-ed25519 …", "…"].
                 if text.trim_start().starts_with('[') {
-                    let parsed: toml::Table = toml::from_str(&format!("keys = {text}"))
-                        .map_err(|e| self.error(format!("invalid list: {}", one_line(e.message()))))?;
+                    let parsed: toml::Table =
+                        toml::from_str(&format!("keys = {text}")).map_err(|e| {
+                            self.error(format!("invalid list: {}", one_line(e.message())))
+                        })?;
                     let list = Value::serialize(&parsed["keys"])?;
                     return Given {
                         key: self.key,
@@ -619,7 +623,10 @@ impl Given {
             }
             if let Err(problem) = ssh_key::PublicKey::from_openssh(line) {
                 if self.is_secret() {
-                    bail!("{at} from {}: not an OpenSSH public key ({problem})", self.source);
+                    bail!(
+                        "{at} from {}: not an OpenSSH public key ({problem})",
+                        self.source
+                    );
                 }
                 bail!(
                     "{at} = {line:?} from {}: not an OpenSSH public key ({problem})",
@@ -687,9 +694,8 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
         initial_admin_keys: r.required("initial_admin_keys").admin_keys()?,
         ssh: SshConfig {
             listen: r.required("ssh.listen").socket_addr()?,
-            host_key: r.path_or_derived("ssh.host_key", || {
-                state_dir.join("ssh_host_ed25519_key")
-            })?,
+            host_key: r
+                .path_or_derived("ssh.host_key", || state_dir.join("ssh_host_ed25519_key"))?,
             authorized_keys: r
                 .path_or_derived("ssh.authorized_keys", || state_dir.join("authorized_keys"))?,
         },
@@ -711,7 +717,11 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
 
 /// Join a multi-line message so every error stays on one line.
 fn one_line(message: &str) -> String {
-    let lines: Vec<&str> = message.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let lines: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
     lines.join("; ")
 }
 
@@ -762,8 +772,7 @@ pub fn validate_log_level(text: &str) -> Result<(), String> {
     let expected = "expected trace, debug, info, warn, error, off or a filter like info,russh=warn";
     for directive in text.split(',') {
         let directive = directive.trim();
-        if !directive.contains('=') && !LEVELS.contains(&directive.to_ascii_lowercase().as_str())
-        {
+        if !directive.contains('=') && !LEVELS.contains(&directive.to_ascii_lowercase().as_str()) {
             return Err(expected.to_string());
         }
     }
@@ -803,7 +812,8 @@ impl LoadedConfig {
         let map: serde_json::Map<String, serde_json::Value> = KEYS
             .iter()
             .map(|key| {
-                let entry = serde_json::json!({"value": self.value(key), "source": self.source(key)});
+                let entry =
+                    serde_json::json!({"value": self.value(key), "source": self.source(key)});
                 (key.to_string(), entry)
             })
             .collect();
@@ -857,7 +867,7 @@ impl LoadedConfig {
                 let bytes = c.max_release_size;
                 let human = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")]
                     .iter()
-                    .find(|(shift, _)| bytes >= 1 << shift && bytes % (1 << shift) == 0)
+                    .find(|(shift, _)| bytes >= 1 << shift && bytes.is_multiple_of(1 << shift))
                     .map(|(shift, unit)| format!(" ({} {unit})", bytes >> shift))
                     .unwrap_or_default();
                 vec![format!("{bytes}{human}")]
@@ -1054,7 +1064,10 @@ mod tests {
         let c = &loaded.config;
         assert_eq!(c.repos_dir, PathBuf::from("/srv/gc/repos"));
         assert_eq!(c.collab_db_path(), PathBuf::from("/srv/gc/repos/collab.db"));
-        assert_eq!(c.ssh.host_key, PathBuf::from("/srv/gc/ssh_host_ed25519_key"));
+        assert_eq!(
+            c.ssh.host_key,
+            PathBuf::from("/srv/gc/ssh_host_ed25519_key")
+        );
         assert_eq!(
             c.ssh.authorized_keys,
             PathBuf::from("/srv/gc/authorized_keys")
@@ -1069,7 +1082,10 @@ mod tests {
         let c = &loaded.config;
         assert_eq!(c.collab_db_path(), PathBuf::from("/data/repos/collab.db"));
         assert_eq!(c.ssh.host_key, PathBuf::from("/keys/host"));
-        assert_eq!(loaded.sources["ssh.host_key"], "env GIT_COLLAB_SSH__HOST_KEY");
+        assert_eq!(
+            loaded.sources["ssh.host_key"],
+            "env GIT_COLLAB_SSH__HOST_KEY"
+        );
         assert_eq!(loaded.sources["ssh.authorized_keys"], "derived");
     }
 
@@ -1114,7 +1130,10 @@ mod tests {
             e.starts_with("initial_admin_keys line 2 from env GIT_COLLAB_INITIAL_ADMIN_KEYS_FILE: not an OpenSSH public key"),
             "{e}"
         );
-        assert!(!e.contains("hunter2"), "a secret file's content is not echoed: {e}");
+        assert!(
+            !e.contains("hunter2"),
+            "a secret file's content is not echoed: {e}"
+        );
         let e = err(load_env(&[
             ("GIT_COLLAB_SITE_TITLE", "a"),
             ("GIT_COLLAB_SITE_TITLE_FILE", keys.to_str().unwrap()),
@@ -1191,8 +1210,14 @@ mod tests {
         for (text, expected) in [
             ("max_release_size = -1\n", "max_release_size = -1 from file"),
             ("site_title = 3\n", "site_title = 3 from file"),
-            ("[log]\nlevel = [\"info\"]\n", "log.level = [\"info\"] from file"),
-            ("initial_admin_keys = [1]\n", "initial_admin_keys = [1] from file"),
+            (
+                "[log]\nlevel = [\"info\"]\n",
+                "log.level = [\"info\"] from file",
+            ),
+            (
+                "initial_admin_keys = [1]\n",
+                "initial_admin_keys = [1] from file",
+            ),
         ] {
             std::fs::write(&file, text).unwrap();
             let e = err(load_from(&flags, &env(&[]), &no_system_file()));

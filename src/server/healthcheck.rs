@@ -97,9 +97,15 @@ mod tests {
 
     #[test]
     fn wildcard_listen_is_reached_on_loopback() {
-        assert_eq!(target("0.0.0.0:8080").unwrap(), "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(
+            target("0.0.0.0:8080").unwrap(),
+            "127.0.0.1:8080".parse().unwrap()
+        );
         assert_eq!(target("[::]:8080").unwrap(), "[::1]:8080".parse().unwrap());
-        assert_eq!(target("10.0.0.1:80").unwrap(), "10.0.0.1:80".parse().unwrap());
+        assert_eq!(
+            target("10.0.0.1:80").unwrap(),
+            "10.0.0.1:80".parse().unwrap()
+        );
     }
 
     #[test]
@@ -115,15 +121,28 @@ mod tests {
         let (listen, server) = serve_once("HTTP/1.1 503 Service Unavailable\r\n\r\n");
         let e = format!("{:#}", check(&config(&listen)).unwrap_err());
         server.join().unwrap();
-        assert!(e.ends_with("/readyz answered HTTP/1.1 503 Service Unavailable"), "{e}");
+        assert!(
+            e.ends_with("/readyz answered HTTP/1.1 503 Service Unavailable"),
+            "{e}"
+        );
     }
 
     #[test]
     fn nothing_listening_fails() {
         // Bind then drop to get a port that is (almost certainly) closed.
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let e = format!("{:#}", check(&config(&format!("127.0.0.1:{port}"))).unwrap_err());
-        assert!(e.starts_with("healthcheck: cannot connect to 127.0.0.1:"), "{e}");
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let e = format!(
+            "{:#}",
+            check(&config(&format!("127.0.0.1:{port}"))).unwrap_err()
+        );
+        assert!(
+            e.starts_with("healthcheck: cannot connect to 127.0.0.1:"),
+            "{e}"
+        );
         assert!(!e.contains('\n'));
     }
 }

@@ -15,7 +15,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "git-collab-server", version, about = "Self-hosted SSH-first forge server")]
+#[command(
+    name = "git-collab-server",
+    version,
+    about = "Self-hosted SSH-first forge server"
+)]
 struct Cli {
     #[command(flatten)]
     flags: config::ConfigFlags,
@@ -103,7 +107,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn print_stdout(text: &str) -> anyhow::Result<()> {
     use std::io::Write as _;
     let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
     }
