@@ -1,10 +1,27 @@
 //! Server configuration: the resolved `ServerConfig` and how it is layered
-//! (built-in defaults < TOML file < `GIT_COLLAB_*` environment < CLI flags).
+//! (built-in defaults < TOML file < `GIT_COLLAB_*` environment < CLI flags,
+//! SPEC §3.1).
 //!
-//! OWNER: server-config helper. The struct below is the shared contract; its
-//! field names and meanings come from SPEC §3.1 and must not change.
+//! Each layer becomes a figment provider named after where it came from
+//! (`default`, `file /etc/git-collab/server.toml`, `env GIT_COLLAB_SSH__LISTEN`,
+//! `flag --ssh-listen`); figment merges them and remembers which provider set
+//! each key, which is what `config show` prints and every error names. Keys
+//! are then converted and validated one by one here, so an error says
+//! `ssh.listen = "nope" from env GIT_COLLAB_SSH__LISTEN: invalid socket address`.
+//! Derived defaults (`repos_dir`, `ssh.host_key`, …) follow the final
+//! `state_dir`, whichever layer set it. Nothing here writes to disk.
+//!
+//! The struct field names are the contract the rest of the server uses.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context as _};
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
 
 /// The effective configuration after every layer has been applied and every
 /// derived default (`repos_dir`, `collab_db`, `ssh.host_key`, …) resolved.
@@ -44,6 +61,35 @@ pub struct LogConfig {
     pub format: String,
 }
 
+/// Built-in default of `state_dir`.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/git-collab";
+/// The configuration file read when neither `--config` nor
+/// `$GIT_COLLAB_CONFIG` names one, if it exists.
+pub const SYSTEM_CONFIG_FILE: &str = "/etc/git-collab/server.toml";
+/// Prefix of every environment variable the server reads.
+pub const ENV_PREFIX: &str = "GIT_COLLAB_";
+/// Names the configuration file; not a key itself.
+pub const CONFIG_ENV: &str = "GIT_COLLAB_CONFIG";
+
+/// Every configuration key, dotted, in the order of SPEC §3.1.
+pub const KEYS: [&str; 12] = [
+    "state_dir",
+    "repos_dir",
+    "collab_db",
+    "site_title",
+    "max_release_size",
+    "initial_admin_keys",
+    "ssh.listen",
+    "ssh.host_key",
+    "ssh.authorized_keys",
+    "http.listen",
+    "log.level",
+    "log.format",
+];
+
+/// Top-level TOML tables; every other known key is a top-level scalar.
+const SECTIONS: [&str; 3] = ["ssh", "http", "log"];
+
 impl ServerConfig {
     /// Embedded defaults for a given state directory (SPEC §3.1).
     pub fn with_state_dir(state_dir: PathBuf) -> Self {
@@ -76,11 +122,13 @@ impl ServerConfig {
     }
 
     /// Release artifacts live under the state directory so the volume keeps them.
+    #[allow(dead_code)] // Contract for the releases and serve code (other branches).
     pub fn releases_dir(&self) -> PathBuf {
         self.state_dir.join("releases")
     }
 
     /// Server-managed git hooks (`core.hooksPath` for every served repo).
+    #[allow(dead_code)] // Contract for the serve code (another branch).
     pub fn hooks_dir(&self) -> PathBuf {
         self.state_dir.join("hooks")
     }
@@ -89,90 +137,1166 @@ impl ServerConfig {
 /// Configuration flags shared by every subcommand that needs the
 /// configuration. Every field is optional: an unset flag does not override
 /// lower layers. Flag names mirror the keys (`ssh.listen` -> `--ssh-listen`).
-#[derive(Debug, Clone, Default, clap::Args, serde::Serialize)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct ConfigFlags {
     /// Configuration file (TOML). Default: $GIT_COLLAB_CONFIG, else
     /// /etc/git-collab/server.toml when it exists.
     #[arg(long, global = true, value_name = "PATH")]
-    #[serde(skip)]
     pub config: Option<PathBuf>,
+    /// State directory [default: /var/lib/git-collab].
     #[arg(long, global = true, value_name = "DIR")]
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<PathBuf>,
+    /// Bare repositories [default: {state_dir}/repos].
     #[arg(long, global = true, value_name = "DIR")]
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub repos_dir: Option<PathBuf>,
+    /// Server database [default: {repos_dir}/collab.db].
     #[arg(long, global = true, value_name = "PATH")]
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub collab_db: Option<PathBuf>,
-    #[arg(long, global = true)]
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Title of the web UI [default: git-collab].
+    #[arg(long, global = true, value_name = "TEXT")]
     pub site_title: Option<String>,
-    #[arg(long, global = true, value_name = "BYTES")]
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Largest release artifact, in bytes or with a unit (100MiB, 5M)
+    /// [default: 100MiB].
+    #[arg(long, global = true, value_name = "BYTES", value_parser = parse_size)]
     pub max_release_size: Option<u64>,
+    /// SSH listen address [default: 0.0.0.0:2222].
     #[arg(long, global = true, value_name = "ADDR")]
-    #[serde(skip)]
     pub ssh_listen: Option<String>,
+    /// SSH host key, generated on first start [default: {state_dir}/ssh_host_ed25519_key].
     #[arg(long, global = true, value_name = "PATH")]
-    #[serde(skip)]
     pub ssh_host_key: Option<PathBuf>,
+    /// Admitted keys, re-read when it changes [default: {state_dir}/authorized_keys].
     #[arg(long, global = true, value_name = "PATH")]
-    #[serde(skip)]
     pub ssh_authorized_keys: Option<PathBuf>,
+    /// HTTP listen address [default: 0.0.0.0:8080].
     #[arg(long, global = true, value_name = "ADDR")]
-    #[serde(skip)]
     pub http_listen: Option<String>,
-    #[arg(long, global = true)]
-    #[serde(skip)]
+    /// Log level or filter, e.g. debug or info,russh=warn [default: info].
+    #[arg(long, global = true, value_name = "LEVEL")]
     pub log_level: Option<String>,
+    /// Log line format [default: text].
     #[arg(long, global = true, value_name = "text|json")]
-    #[serde(skip)]
     pub log_format: Option<String>,
 }
 
 /// The effective configuration and, for every key, the layer that set it
-/// (`default`, `file <path>`, `env GIT_COLLAB_...`, `flag --...`).
+/// (`default`, `derived`, `file <path>`, `env GIT_COLLAB_...`, `flag --...`).
 #[derive(Debug, Clone)]
 pub struct LoadedConfig {
     pub config: ServerConfig,
     /// Dotted key (`ssh.listen`) -> layer description.
-    pub sources: std::collections::BTreeMap<String, String>,
+    pub sources: BTreeMap<String, String>,
 }
 
-/// Resolve the layers. Errors name the key, the bad value and the layer.
-///
-/// PLACEHOLDER (server-config helper replaces the body with figment layering
-/// of defaults < TOML < env < flags, `_FILE` indirection, derived defaults).
+/// Resolve the layers from the process environment and the system file.
+/// Errors name the key, the bad value and the layer.
 pub fn load(flags: &ConfigFlags) -> anyhow::Result<LoadedConfig> {
-    let state_dir = flags
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/var/lib/git-collab"));
-    let mut config = ServerConfig::with_state_dir(state_dir);
-    if let Some(v) = &flags.repos_dir {
-        config.repos_dir = v.clone();
+    load_from(flags, &process_env(), Path::new(SYSTEM_CONFIG_FILE))
+}
+
+/// `GIT_COLLAB_*` variables of this process. Names that are not UTF-8 cannot
+/// be ours and are skipped; values stay raw so a bad one is reported by key.
+pub fn process_env() -> BTreeMap<String, OsString> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value)))
+        .filter(|(name, _)| name.starts_with(ENV_PREFIX))
+        .collect()
+}
+
+/// `load` with the environment and the fallback file given explicitly
+/// (tests use this; `load` passes the real ones).
+pub fn load_from(
+    flags: &ConfigFlags,
+    env: &BTreeMap<String, OsString>,
+    system_file: &Path,
+) -> anyhow::Result<LoadedConfig> {
+    let mut figment = Figment::new().merge(Layer::new("default".into(), default_values()));
+    if let Some(file) = config_file(flags, env, system_file)? {
+        figment = figment.merge(file_layer(&file)?);
     }
-    if let Some(v) = &flags.collab_db {
-        config.collab_db = Some(v.clone());
+    for layer in env_layers(env)? {
+        figment = figment.merge(layer);
     }
-    if let Some(v) = &flags.ssh_listen {
-        config.ssh.listen = v.clone();
+    for layer in flag_layers(flags)? {
+        figment = figment.merge(layer);
     }
-    if let Some(v) = &flags.http_listen {
-        config.http.listen = v.clone();
+    resolve(&figment)
+}
+
+/// Environment variables that look like a mistyped key: a single `_` where
+/// the nesting needs `__` (`GIT_COLLAB_SSH_LISTEN`). They are ignored (other
+/// `GIT_COLLAB_*` variables belong to the client), so the caller warns.
+pub fn misspelled_env_vars(env: &BTreeMap<String, OsString>) -> Vec<(String, String)> {
+    env.keys()
+        .filter_map(|name| {
+            let rest = name.strip_prefix(ENV_PREFIX)?.to_ascii_lowercase();
+            let rest = rest.strip_suffix("_file").unwrap_or(&rest);
+            KEYS.iter()
+                .find(|key| key.contains('.') && key.replace('.', "_") == rest)
+                .map(|key| (name.clone(), env_name(key)))
+        })
+        .collect()
+}
+
+/// `ssh.listen` -> `GIT_COLLAB_SSH__LISTEN`.
+pub fn env_name(key: &str) -> String {
+    format!(
+        "{ENV_PREFIX}{}",
+        key.replace('.', "__").to_ascii_uppercase()
+    )
+}
+
+/// `ssh.listen` -> `--ssh-listen`.
+pub fn flag_name(key: &str) -> String {
+    format!("--{}", key.replace(['.', '_'], "-"))
+}
+
+/// One configuration layer: a figment provider whose name is the source
+/// `config show` prints (`env GIT_COLLAB_SSH__LISTEN`).
+struct Layer {
+    name: String,
+    values: Dict,
+}
+
+impl Layer {
+    fn new(name: String, values: Dict) -> Self {
+        Layer { name, values }
     }
-    if let Some(v) = &flags.ssh_authorized_keys {
-        config.ssh.authorized_keys = v.clone();
+
+    fn single(name: String, key: &str, value: Value) -> Self {
+        let mut values = Dict::new();
+        insert_dotted(&mut values, key, value);
+        Layer { name, values }
     }
-    if let Some(v) = &flags.ssh_host_key {
-        config.ssh.host_key = v.clone();
+}
+
+impl Provider for Layer {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(self.name.clone())
     }
-    if let Some(v) = flags.max_release_size {
-        config.max_release_size = v;
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Ok(Profile::Default.collect(self.values.clone()))
     }
+}
+
+fn insert_dotted(dict: &mut Dict, key: &str, value: Value) {
+    match key.split_once('.') {
+        None => {
+            dict.insert(key.into(), value);
+        }
+        Some((section, rest)) => {
+            let entry = dict
+                .entry(section.into())
+                .or_insert_with(|| Value::from(Dict::new()));
+            if let Value::Dict(_, inner) = entry {
+                insert_dotted(inner, rest, value);
+            }
+        }
+    }
+}
+
+/// Built-in defaults. Keys derived from `state_dir` are absent on purpose:
+/// they are filled in after the final `state_dir` is known.
+fn default_values() -> Dict {
+    let defaults = ServerConfig::with_state_dir(PathBuf::from(DEFAULT_STATE_DIR));
+    let mut dict = Dict::new();
+    let mut put = |key: &str, value: Value| insert_dotted(&mut dict, key, value);
+    put("state_dir", Value::from(DEFAULT_STATE_DIR));
+    put("site_title", Value::from(defaults.site_title));
+    put("max_release_size", Value::from(defaults.max_release_size));
+    put("initial_admin_keys", Value::from(Vec::<Value>::new()));
+    put("ssh.listen", Value::from(defaults.ssh.listen));
+    put("http.listen", Value::from(defaults.http.listen));
+    put("log.level", Value::from(defaults.log.level));
+    put("log.format", Value::from(defaults.log.format));
+    dict
+}
+
+/// Which file to read: `--config`, else `$GIT_COLLAB_CONFIG` (empty means
+/// unset), else the system file when it exists. A named file must exist.
+fn config_file(
+    flags: &ConfigFlags,
+    env: &BTreeMap<String, OsString>,
+    system_file: &Path,
+) -> anyhow::Result<Option<PathBuf>> {
+    let (path, named_by) = if let Some(path) = &flags.config {
+        (path.clone(), "flag --config")
+    } else if let Some(path) = env.get(CONFIG_ENV).filter(|v| !v.is_empty()) {
+        (PathBuf::from(path), "env GIT_COLLAB_CONFIG")
+    } else if system_file.exists() {
+        return Ok(Some(system_file.to_path_buf()));
+    } else {
+        return Ok(None);
+    };
+    if !path.is_file() {
+        bail!(
+            "config file {} from {named_by}: {}",
+            path.display(),
+            if path.exists() {
+                "not a regular file"
+            } else {
+                "no such file"
+            }
+        );
+    }
+    Ok(Some(path))
+}
+
+/// Parse the TOML file, rejecting unknown keys, into a layer.
+fn file_layer(path: &Path) -> anyhow::Result<Layer> {
+    let name = format!("file {}", path.display());
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("config file {}: cannot read", path.display()))?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| {
+        // toml's Display spans several lines with a source excerpt; keep one.
+        let at = e
+            .span()
+            .map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!(" line {line} column {column}")
+            })
+            .unwrap_or_default();
+        anyhow!(
+            "config file {}{at}: invalid TOML: {}",
+            path.display(),
+            one_line(e.message())
+        )
+    })?;
+    check_file_keys(&table, &name)?;
+    let values = match Value::serialize(&table)? {
+        Value::Dict(_, dict) => dict,
+        _ => unreachable!("a TOML table serializes to a dict"),
+    };
+    Ok(Layer::new(name, values))
+}
+
+fn check_file_keys(table: &toml::Table, source: &str) -> anyhow::Result<()> {
+    let unknown = |key: &str| {
+        anyhow!(
+            "{key} from {source}: unknown key (known keys: {})",
+            KEYS.join(", ")
+        )
+    };
+    for (name, value) in table {
+        if SECTIONS.contains(&name.as_str()) {
+            let toml::Value::Table(section) = value else {
+                bail!("{name} = {value} from {source}: expected a table ([{name}])");
+            };
+            for inner in section.keys() {
+                let key = format!("{name}.{inner}");
+                if !KEYS.contains(&key.as_str()) {
+                    return Err(unknown(&key));
+                }
+            }
+        } else if !KEYS.contains(&name.as_str()) {
+            return Err(unknown(name));
+        }
+    }
+    Ok(())
+}
+
+/// One layer per `GIT_COLLAB_<KEY>` or `GIT_COLLAB_<KEY>_FILE` variable whose
+/// key is known; every other `GIT_COLLAB_*` variable is left to the client.
+/// Values are taken verbatim (no TOML-ish parsing), so `12345` stays a string.
+fn env_layers(env: &BTreeMap<String, OsString>) -> anyhow::Result<Vec<Layer>> {
+    let mut layers = Vec::new();
+    for (name, raw) in env {
+        let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
+        let rest = rest.to_ascii_lowercase();
+        let (key, from_file) = match rest.strip_suffix("_file") {
+            Some(stem) => (stem.replace("__", "."), true),
+            None => (rest.replace("__", "."), false),
+        };
+        let Some(key) = KEYS.iter().find(|k| **k == key) else {
+            continue;
+        };
+        let source = format!("env {name}");
+        let text = if from_file {
+            let direct = env_name(key);
+            if env.contains_key(&direct) {
+                bail!("{key} from {source}: {direct} is set too; set only one of them");
+            }
+            let path = PathBuf::from(raw);
+            let contents = std::fs::read_to_string(&path)
+                .with_context(|| format!("{key} from {source}: cannot read {}", path.display()))?;
+            // Secret files usually end with a newline that is not part of the value.
+            contents.trim_end_matches(['\n', '\r']).to_string()
+        } else {
+            raw.to_str()
+                .ok_or_else(|| anyhow!("{key} = {raw:?} from {source}: not valid UTF-8"))?
+                .to_string()
+        };
+        layers.push(Layer::single(source, key, Value::from(text)));
+    }
+    Ok(layers)
+}
+
+/// One layer per flag that was given.
+fn flag_layers(flags: &ConfigFlags) -> anyhow::Result<Vec<Layer>> {
+    fn path(key: &str, path: &Path) -> anyhow::Result<Value> {
+        path.to_str().map(Value::from).ok_or_else(|| {
+            anyhow!(
+                "{key} = {path:?} from flag {}: not valid UTF-8",
+                flag_name(key)
+            )
+        })
+    }
+    let mut given: Vec<(&str, Value)> = Vec::new();
+    let paths = [
+        ("state_dir", &flags.state_dir),
+        ("repos_dir", &flags.repos_dir),
+        ("collab_db", &flags.collab_db),
+        ("ssh.host_key", &flags.ssh_host_key),
+        ("ssh.authorized_keys", &flags.ssh_authorized_keys),
+    ];
+    for (key, value) in paths {
+        if let Some(value) = value {
+            given.push((key, path(key, value)?));
+        }
+    }
+    let texts = [
+        ("site_title", &flags.site_title),
+        ("ssh.listen", &flags.ssh_listen),
+        ("http.listen", &flags.http_listen),
+        ("log.level", &flags.log_level),
+        ("log.format", &flags.log_format),
+    ];
+    for (key, value) in texts {
+        if let Some(value) = value {
+            given.push((key, Value::from(value.as_str())));
+        }
+    }
+    if let Some(size) = flags.max_release_size {
+        given.push(("max_release_size", Value::from(size)));
+    }
+    Ok(given
+        .into_iter()
+        .map(|(key, value)| Layer::single(format!("flag {}", flag_name(key)), key, value))
+        .collect())
+}
+
+/// Reads keys out of the merged figment, recording where each came from.
+struct Resolver<'a> {
+    figment: &'a Figment,
+    sources: BTreeMap<String, String>,
+}
+
+/// A value as given, with its layer, for conversion and error messages.
+struct Given {
+    key: &'static str,
+    value: Value,
+    source: String,
+}
+
+impl Given {
+    /// Values read through `_FILE` are secrets by intent: never echo them.
+    fn is_secret(&self) -> bool {
+        self.source.starts_with("env ") && self.source.ends_with("_FILE")
+    }
+
+    fn error(&self, problem: impl std::fmt::Display) -> anyhow::Error {
+        if self.is_secret() {
+            anyhow!("{} from {}: {problem}", self.key, self.source)
+        } else {
+            let shown = serde_json::to_string(&self.value).unwrap_or_else(|_| "?".into());
+            anyhow!("{} = {shown} from {}: {problem}", self.key, self.source)
+        }
+    }
+
+    fn text(&self) -> anyhow::Result<&str> {
+        self.value
+            .as_str()
+            .ok_or_else(|| self.error(format!("expected a string, found {}", kind(&self.value))))
+    }
+
+    fn non_empty_text(&self) -> anyhow::Result<&str> {
+        let text = self.text()?;
+        if text.trim().is_empty() {
+            return Err(self.error("must not be empty"));
+        }
+        Ok(text)
+    }
+
+    fn path(&self) -> anyhow::Result<PathBuf> {
+        self.non_empty_text().map(PathBuf::from)
+    }
+
+    fn socket_addr(&self) -> anyhow::Result<String> {
+        let text = self.text()?;
+        text.parse::<SocketAddr>().map_err(|_| {
+            self.error("invalid socket address (expected IP:PORT, e.g. 0.0.0.0:2222 or [::]:2222)")
+        })?;
+        Ok(text.to_string())
+    }
+
+    fn size(&self) -> anyhow::Result<u64> {
+        match &self.value {
+            // TOML integers arrive signed, flags unsigned.
+            Value::Num(_, num) => num
+                .to_i128()
+                .or_else(|| num.to_u128().and_then(|n| i128::try_from(n).ok()))
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or_else(|| self.error("expected a whole number of bytes")),
+            Value::String(_, text) => parse_size(text).map_err(|problem| self.error(problem)),
+            other => Err(self.error(format!(
+                "expected a number of bytes or a size like \"100MiB\", found {}",
+                kind(other)
+            ))),
+        }
+    }
+
+    fn log_level(&self) -> anyhow::Result<String> {
+        let text = self.non_empty_text()?.trim();
+        validate_log_level(text).map_err(|problem| self.error(problem))?;
+        Ok(text.to_string())
+    }
+
+    fn log_format(&self) -> anyhow::Result<String> {
+        match self.text()? {
+            format @ ("text" | "json") => Ok(format.to_string()),
+            _ => Err(self.error("expected text or json")),
+        }
+    }
+
+    /// A list of strings, or one string holding one key per line. Blank
+    /// lines and `#` comments are skipped; every other line must be an
+    /// OpenSSH public key.
+    fn admin_keys(&self) -> anyhow::Result<Vec<String>> {
+        let mut entries: Vec<(String, &str)> = Vec::new();
+        match &self.value {
+            Value::String(_, text) => {
+                // An env value may also be a TOML array: ["ssh-ed25519 …", "…"].
+                if text.trim_start().starts_with('[') {
+                    let parsed: toml::Table =
+                        toml::from_str(&format!("keys = {text}")).map_err(|e| {
+                            self.error(format!("invalid list: {}", one_line(e.message())))
+                        })?;
+                    let list = Value::serialize(&parsed["keys"])?;
+                    return Given {
+                        key: self.key,
+                        value: list,
+                        source: self.source.clone(),
+                    }
+                    .admin_keys();
+                }
+                for (n, line) in text.lines().enumerate() {
+                    entries.push((format!("line {}", n + 1), line));
+                }
+            }
+            Value::Array(_, items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let line = item.as_str().ok_or_else(|| {
+                        self.error(format!(
+                            "entry {} is {}, expected a string",
+                            i + 1,
+                            kind(item)
+                        ))
+                    })?;
+                    entries.push((format!("entry {}", i + 1), line));
+                }
+            }
+            other => {
+                return Err(self.error(format!(
+                    "expected a list of OpenSSH public keys, found {}",
+                    kind(other)
+                )))
+            }
+        }
+        let mut keys = Vec::new();
+        for (position, line) in entries {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let at = format!("{} {position}", self.key);
+            if line.starts_with("-----BEGIN") {
+                // Never echo what looks like private key material.
+                bail!(
+                    "{at} from {}: looks like a private key; give the public key (.pub) line",
+                    self.source
+                );
+            }
+            if let Err(problem) = ssh_key::PublicKey::from_openssh(line) {
+                if self.is_secret() {
+                    bail!(
+                        "{at} from {}: not an OpenSSH public key ({problem})",
+                        self.source
+                    );
+                }
+                bail!(
+                    "{at} = {line:?} from {}: not an OpenSSH public key ({problem})",
+                    self.source
+                );
+            }
+            keys.push(line.to_string());
+        }
+        Ok(keys)
+    }
+}
+
+impl Resolver<'_> {
+    /// The winning value of `key`, if any layer set it.
+    fn given(&mut self, key: &'static str) -> Option<Given> {
+        let value = self.figment.find_value(key).ok()?;
+        let source = self
+            .figment
+            .find_metadata(key)
+            .map_or_else(|| "unknown".to_string(), |m| m.name.to_string());
+        self.sources.insert(key.to_string(), source.clone());
+        Some(Given { key, value, source })
+    }
+
+    /// A key every layer stack has (the defaults layer sets it).
+    fn required(&mut self, key: &'static str) -> Given {
+        self.given(key)
+            .unwrap_or_else(|| panic!("the defaults layer sets {key}"))
+    }
+
+    /// A path derived from another one unless a layer set it.
+    fn path_or_derived(
+        &mut self,
+        key: &'static str,
+        derive: impl FnOnce() -> PathBuf,
+    ) -> anyhow::Result<PathBuf> {
+        match self.given(key) {
+            Some(given) => given.path(),
+            None => {
+                self.sources.insert(key.to_string(), "derived".into());
+                Ok(derive())
+            }
+        }
+    }
+}
+
+fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
+    let mut r = Resolver {
+        figment,
+        sources: BTreeMap::new(),
+    };
+    let state_dir = r.required("state_dir").path()?;
+    let repos_dir = r.path_or_derived("repos_dir", || state_dir.join("repos"))?;
+    let collab_db = match r.given("collab_db") {
+        Some(given) => Some(given.path()?),
+        None => {
+            r.sources.insert("collab_db".into(), "derived".into());
+            None
+        }
+    };
+    let config = ServerConfig {
+        collab_db,
+        site_title: r.required("site_title").text()?.to_string(),
+        max_release_size: r.required("max_release_size").size()?,
+        initial_admin_keys: r.required("initial_admin_keys").admin_keys()?,
+        ssh: SshConfig {
+            listen: r.required("ssh.listen").socket_addr()?,
+            host_key: r
+                .path_or_derived("ssh.host_key", || state_dir.join("ssh_host_ed25519_key"))?,
+            authorized_keys: r
+                .path_or_derived("ssh.authorized_keys", || state_dir.join("authorized_keys"))?,
+        },
+        http: HttpConfig {
+            listen: r.required("http.listen").socket_addr()?,
+        },
+        log: LogConfig {
+            level: r.required("log.level").log_level()?,
+            format: r.required("log.format").log_format()?,
+        },
+        repos_dir,
+        state_dir,
+    };
     Ok(LoadedConfig {
         config,
-        sources: Default::default(),
+        sources: r.sources,
     })
+}
+
+/// Join a multi-line message so every error stays on one line.
+fn one_line(message: &str) -> String {
+    let lines: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines.join("; ")
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::String(..) => "a string",
+        Value::Char(..) => "a character",
+        Value::Bool(..) => "a boolean",
+        Value::Num(..) => "a number",
+        Value::Empty(..) => "nothing",
+        Value::Dict(..) => "a table",
+        Value::Array(..) => "a list",
+    }
+}
+
+/// Bytes, or a number with a unit: K/M/G/T and KiB/MiB/GiB/TiB are powers
+/// of 1024, KB/MB/GB/TB powers of 1000 (case-insensitive), B is bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let digits_end = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    let (digits, unit) = trimmed.split_at(digits_end);
+    let expected = "expected bytes or a size like 100MiB, 5M or 1GB";
+    let count: u64 = digits.parse().map_err(|_| expected.to_string())?;
+    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return Err(format!("unknown unit {:?}; {expected}", unit.trim())),
+    };
+    count
+        .checked_mul(multiplier)
+        .ok_or_else(|| "too large".to_string())
+}
+
+/// `log.level` is a level (`info`) or a tracing filter with directives
+/// (`info,russh=warn`). A lone word that is not a level would silently be
+/// read as a target name, so it is refused.
+pub fn validate_log_level(text: &str) -> Result<(), String> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    let expected = "expected trace, debug, info, warn, error, off or a filter like info,russh=warn";
+    for directive in text.split(',') {
+        let directive = directive.trim();
+        if !directive.contains('=') && !LEVELS.contains(&directive.to_ascii_lowercase().as_str()) {
+            return Err(expected.to_string());
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(text).map_err(|e| format!("{e}; {expected}"))?;
+    Ok(())
+}
+
+impl LoadedConfig {
+    /// The effective value of `key` as `config show` prints it (paths as
+    /// strings, `collab_db` resolved, sizes in bytes).
+    pub fn value(&self, key: &str) -> serde_json::Value {
+        use serde_json::json;
+        let c = &self.config;
+        match key {
+            "state_dir" => json!(c.state_dir),
+            "repos_dir" => json!(c.repos_dir),
+            "collab_db" => json!(c.collab_db_path()),
+            "site_title" => json!(c.site_title),
+            "max_release_size" => json!(c.max_release_size),
+            "initial_admin_keys" => json!(c.initial_admin_keys),
+            "ssh.listen" => json!(c.ssh.listen),
+            "ssh.host_key" => json!(c.ssh.host_key),
+            "ssh.authorized_keys" => json!(c.ssh.authorized_keys),
+            "http.listen" => json!(c.http.listen),
+            "log.level" => json!(c.log.level),
+            "log.format" => json!(c.log.format),
+            other => unreachable!("not a configuration key: {other}"),
+        }
+    }
+
+    fn source(&self, key: &str) -> &str {
+        self.sources.get(key).map_or("default", String::as_str)
+    }
+
+    /// `{"key": {"value": …, "source": "…"}}` for every key.
+    pub fn to_json(&self) -> serde_json::Value {
+        let map: serde_json::Map<String, serde_json::Value> = KEYS
+            .iter()
+            .map(|key| {
+                let entry =
+                    serde_json::json!({"value": self.value(key), "source": self.source(key)});
+                (key.to_string(), entry)
+            })
+            .collect();
+        serde_json::Value::Object(map)
+    }
+
+    /// Aligned `key  value  source` lines. Admin keys are shown one per
+    /// line as algorithm, fingerprint and comment; `--json` has them whole.
+    pub fn to_text(&self) -> String {
+        let rows: Vec<(&str, Vec<String>, &str)> = KEYS
+            .iter()
+            .map(|key| (*key, self.display_lines(key), self.source(key)))
+            .collect();
+        let key_width = KEYS.iter().map(|k| k.len()).max().unwrap_or(0);
+        let value_width = rows
+            .iter()
+            .flat_map(|(_, lines, _)| lines.iter().map(|l| l.chars().count()))
+            .max()
+            .unwrap_or(0);
+        let mut out = String::new();
+        for (key, lines, source) in rows {
+            for (i, line) in lines.iter().enumerate() {
+                let (key, source) = if i == 0 { (key, source) } else { ("", "") };
+                let row = format!("{key:key_width$}  {line:value_width$}  {source}");
+                let _ = writeln!(out, "{}", row.trim_end());
+            }
+        }
+        out
+    }
+
+    fn display_lines(&self, key: &str) -> Vec<String> {
+        let c = &self.config;
+        match key {
+            "initial_admin_keys" if c.initial_admin_keys.is_empty() => vec!["(none)".into()],
+            "initial_admin_keys" => c
+                .initial_admin_keys
+                .iter()
+                .map(|line| match ssh_key::PublicKey::from_openssh(line) {
+                    Ok(key) => format!(
+                        "{} {} {}",
+                        key.algorithm(),
+                        key.fingerprint(ssh_key::HashAlg::Sha256),
+                        key.comment()
+                    )
+                    .trim_end()
+                    .to_string(),
+                    Err(_) => line.clone(),
+                })
+                .collect(),
+            "max_release_size" => {
+                let bytes = c.max_release_size;
+                let human = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")]
+                    .iter()
+                    .find(|(shift, _)| bytes >= 1 << shift && bytes.is_multiple_of(1 << shift))
+                    .map(|(shift, unit)| format!(" ({} {unit})", bytes >> shift))
+                    .unwrap_or_default();
+                vec![format!("{bytes}{human}")]
+            }
+            _ => match self.value(key) {
+                serde_json::Value::String(s) => vec![s],
+                other => vec![other.to_string()],
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY_A: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILEXSjUnGogtRj3PpAaQ1+yOYFJ8HXBEED0TpDEXkZal alice@example";
+    const KEY_B: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAYQ5/h7Rqxnp1qc329nGsA4A2Dg3dVDahkMcEyV6Tdd bob";
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, OsString> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect()
+    }
+
+    fn no_system_file() -> PathBuf {
+        PathBuf::from("/nonexistent/git-collab/server.toml")
+    }
+
+    fn load_env(pairs: &[(&str, &str)]) -> anyhow::Result<LoadedConfig> {
+        load_from(&ConfigFlags::default(), &env(pairs), &no_system_file())
+    }
+
+    fn err(result: anyhow::Result<LoadedConfig>) -> String {
+        format!("{:#}", result.expect_err("expected an error"))
+    }
+
+    #[test]
+    fn defaults_match_the_spec_table() {
+        let loaded = load_env(&[]).unwrap();
+        assert_eq!(
+            loaded.config,
+            ServerConfig::with_state_dir(PathBuf::from("/var/lib/git-collab"))
+        );
+        assert_eq!(
+            loaded.config.collab_db_path(),
+            PathBuf::from("/var/lib/git-collab/repos/collab.db")
+        );
+        assert_eq!(loaded.sources["state_dir"], "default");
+        assert_eq!(loaded.sources["repos_dir"], "derived");
+        assert_eq!(loaded.sources["collab_db"], "derived");
+        assert_eq!(loaded.sources["ssh.host_key"], "derived");
+        assert_eq!(loaded.sources.len(), KEYS.len());
+    }
+
+    #[test]
+    fn layers_override_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("server.toml");
+        std::fs::write(
+            &file,
+            "site_title = \"from file\"\n[ssh]\nlisten = \"127.0.0.1:1\"\n[http]\nlisten = \"127.0.0.1:2\"\n[log]\nformat = \"json\"\n",
+        )
+        .unwrap();
+        let flags = ConfigFlags {
+            config: Some(file.clone()),
+            http_listen: Some("127.0.0.1:3".into()),
+            ..Default::default()
+        };
+        let env = env(&[
+            ("GIT_COLLAB_SSH__LISTEN", "127.0.0.1:4"),
+            ("GIT_COLLAB_HTTP__LISTEN", "127.0.0.1:5"),
+        ]);
+        let loaded = load_from(&flags, &env, &no_system_file()).unwrap();
+        let c = &loaded.config;
+        assert_eq!(c.site_title, "from file");
+        assert_eq!(c.log.format, "json");
+        assert_eq!(c.ssh.listen, "127.0.0.1:4");
+        assert_eq!(c.http.listen, "127.0.0.1:3");
+        assert_eq!(c.log.level, "info");
+        let s = &loaded.sources;
+        assert_eq!(s["site_title"], format!("file {}", file.display()));
+        assert_eq!(s["ssh.listen"], "env GIT_COLLAB_SSH__LISTEN");
+        assert_eq!(s["http.listen"], "flag --http-listen");
+        assert_eq!(s["log.level"], "default");
+    }
+
+    #[test]
+    fn system_file_is_used_only_when_nothing_else_names_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let system = dir.path().join("system.toml");
+        std::fs::write(&system, "site_title = \"system\"\n").unwrap();
+        let other = dir.path().join("other.toml");
+        std::fs::write(&other, "site_title = \"other\"\n").unwrap();
+        let flags = ConfigFlags::default();
+        let loaded = load_from(&flags, &env(&[]), &system).unwrap();
+        assert_eq!(loaded.config.site_title, "system");
+        let via_env = env(&[("GIT_COLLAB_CONFIG", other.to_str().unwrap())]);
+        let loaded = load_from(&flags, &via_env, &system).unwrap();
+        assert_eq!(loaded.config.site_title, "other");
+        // An empty GIT_COLLAB_CONFIG counts as unset.
+        let loaded = load_from(&flags, &env(&[("GIT_COLLAB_CONFIG", "")]), &system).unwrap();
+        assert_eq!(loaded.config.site_title, "system");
+    }
+
+    #[test]
+    fn named_but_missing_file_is_an_error() {
+        let flags = ConfigFlags {
+            config: Some("/nonexistent/a.toml".into()),
+            ..Default::default()
+        };
+        let e = err(load_from(&flags, &env(&[]), &no_system_file()));
+        assert_eq!(
+            e,
+            "config file /nonexistent/a.toml from flag --config: no such file"
+        );
+        let e = err(load_env(&[("GIT_COLLAB_CONFIG", "/nonexistent/b.toml")]));
+        assert_eq!(
+            e,
+            "config file /nonexistent/b.toml from env GIT_COLLAB_CONFIG: no such file"
+        );
+    }
+
+    #[test]
+    fn unknown_and_misplaced_file_keys_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("server.toml");
+        let flags = ConfigFlags {
+            config: Some(file.clone()),
+            ..Default::default()
+        };
+        for (text, problem) in [
+            ("[ssh]\nlisen = \"x\"\n", "ssh.lisen from file"),
+            ("titel = \"x\"\n", "titel from file"),
+            ("listen = \"x\"\n", "listen from file"),
+            ("ssh = \"x\"\n", "ssh = \"x\" from file"),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let e = err(load_from(&flags, &env(&[]), &no_system_file()));
+            assert!(e.starts_with(problem), "{text:?}: {e}");
+        }
+        std::fs::write(&file, "[ssh]\nlisen = \"x\"\n").unwrap();
+        let e = err(load_from(&flags, &env(&[]), &no_system_file()));
+        assert!(e.contains("unknown key"), "{e}");
+    }
+
+    #[test]
+    fn invalid_toml_is_one_line_with_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("server.toml");
+        std::fs::write(&file, "site_title = \"ok\"\nstate_dir = \n").unwrap();
+        let flags = ConfigFlags {
+            config: Some(file.clone()),
+            ..Default::default()
+        };
+        let e = err(load_from(&flags, &env(&[]), &no_system_file()));
+        assert!(!e.contains('\n'), "{e}");
+        assert!(
+            e.starts_with(&format!("config file {} line 2", file.display())),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn env_nesting_and_client_variables() {
+        let loaded = load_env(&[
+            ("GIT_COLLAB_SSH__LISTEN", "0.0.0.0:22"),
+            ("GIT_COLLAB_SSH_COMMAND", "ssh -o StrictHostKeyChecking=no"),
+            ("GIT_COLLAB_REQUIRE_CONTAINER_TESTS", "1"),
+            ("GIT_COLLAB_SOMETHING__ELSE", "[broken"),
+        ])
+        .unwrap();
+        assert_eq!(loaded.config.ssh.listen, "0.0.0.0:22");
+    }
+
+    #[test]
+    fn numeric_env_values_stay_strings() {
+        let loaded = load_env(&[
+            ("GIT_COLLAB_SITE_TITLE", "12345"),
+            ("GIT_COLLAB_STATE_DIR", "2024"),
+            ("GIT_COLLAB_LOG__LEVEL", "debug"),
+        ])
+        .unwrap();
+        assert_eq!(loaded.config.site_title, "12345");
+        assert_eq!(loaded.config.state_dir, PathBuf::from("2024"));
+    }
+
+    #[test]
+    fn derived_paths_follow_the_final_state_dir() {
+        let loaded = load_env(&[("GIT_COLLAB_STATE_DIR", "/srv/gc")]).unwrap();
+        let c = &loaded.config;
+        assert_eq!(c.repos_dir, PathBuf::from("/srv/gc/repos"));
+        assert_eq!(c.collab_db_path(), PathBuf::from("/srv/gc/repos/collab.db"));
+        assert_eq!(
+            c.ssh.host_key,
+            PathBuf::from("/srv/gc/ssh_host_ed25519_key")
+        );
+        assert_eq!(
+            c.ssh.authorized_keys,
+            PathBuf::from("/srv/gc/authorized_keys")
+        );
+        // Explicit values win over derivation; collab_db follows repos_dir.
+        let loaded = load_env(&[
+            ("GIT_COLLAB_STATE_DIR", "/srv/gc"),
+            ("GIT_COLLAB_REPOS_DIR", "/data/repos"),
+            ("GIT_COLLAB_SSH__HOST_KEY", "/keys/host"),
+        ])
+        .unwrap();
+        let c = &loaded.config;
+        assert_eq!(c.collab_db_path(), PathBuf::from("/data/repos/collab.db"));
+        assert_eq!(c.ssh.host_key, PathBuf::from("/keys/host"));
+        assert_eq!(
+            loaded.sources["ssh.host_key"],
+            "env GIT_COLLAB_SSH__HOST_KEY"
+        );
+        assert_eq!(loaded.sources["ssh.authorized_keys"], "derived");
+    }
+
+    #[test]
+    fn file_indirection_reads_keys_one_per_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys");
+        std::fs::write(&keys, format!("# admins\n{KEY_A}\n\n  {KEY_B}  \n")).unwrap();
+        let title = dir.path().join("title");
+        std::fs::write(&title, "Secret Forge\n").unwrap();
+        let loaded = load_env(&[
+            ("GIT_COLLAB_INITIAL_ADMIN_KEYS_FILE", keys.to_str().unwrap()),
+            ("GIT_COLLAB_SITE_TITLE_FILE", title.to_str().unwrap()),
+        ])
+        .unwrap();
+        assert_eq!(loaded.config.initial_admin_keys, vec![KEY_A, KEY_B]);
+        assert_eq!(loaded.config.site_title, "Secret Forge");
+        assert_eq!(
+            loaded.sources["initial_admin_keys"],
+            "env GIT_COLLAB_INITIAL_ADMIN_KEYS_FILE"
+        );
+    }
+
+    #[test]
+    fn file_indirection_errors() {
+        let e = err(load_env(&[(
+            "GIT_COLLAB_INITIAL_ADMIN_KEYS_FILE",
+            "/nonexistent/keys",
+        )]));
+        assert!(
+            e.starts_with("initial_admin_keys from env GIT_COLLAB_INITIAL_ADMIN_KEYS_FILE: cannot read /nonexistent/keys"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys");
+        std::fs::write(&keys, format!("{KEY_A}\nhunter2\n")).unwrap();
+        let e = err(load_env(&[(
+            "GIT_COLLAB_INITIAL_ADMIN_KEYS_FILE",
+            keys.to_str().unwrap(),
+        )]));
+        assert!(
+            e.starts_with("initial_admin_keys line 2 from env GIT_COLLAB_INITIAL_ADMIN_KEYS_FILE: not an OpenSSH public key"),
+            "{e}"
+        );
+        assert!(
+            !e.contains("hunter2"),
+            "a secret file's content is not echoed: {e}"
+        );
+        let e = err(load_env(&[
+            ("GIT_COLLAB_SITE_TITLE", "a"),
+            ("GIT_COLLAB_SITE_TITLE_FILE", keys.to_str().unwrap()),
+        ]));
+        assert!(e.contains("set only one of them"), "{e}");
+    }
+
+    #[test]
+    fn admin_keys_forms() {
+        let loaded = load_env(&[("GIT_COLLAB_INITIAL_ADMIN_KEYS", KEY_A)]).unwrap();
+        assert_eq!(loaded.config.initial_admin_keys, vec![KEY_A]);
+        let list = format!("[\"{KEY_A}\", \"{KEY_B}\"]");
+        let loaded = load_env(&[("GIT_COLLAB_INITIAL_ADMIN_KEYS", &list)]).unwrap();
+        assert_eq!(loaded.config.initial_admin_keys, vec![KEY_A, KEY_B]);
+        let loaded = load_env(&[("GIT_COLLAB_INITIAL_ADMIN_KEYS", "")]).unwrap();
+        assert!(loaded.config.initial_admin_keys.is_empty());
+        let e = err(load_env(&[(
+            "GIT_COLLAB_INITIAL_ADMIN_KEYS",
+            "ssh-ed25519 notbase64 x",
+        )]));
+        assert!(
+            e.starts_with("initial_admin_keys line 1 = \"ssh-ed25519 notbase64 x\" from env GIT_COLLAB_INITIAL_ADMIN_KEYS: not an OpenSSH public key"),
+            "{e}"
+        );
+        let e = err(load_env(&[(
+            "GIT_COLLAB_INITIAL_ADMIN_KEYS",
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n",
+        )]));
+        assert!(e.contains("looks like a private key"), "{e}");
+        assert!(!e.contains("b3Bl"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_key_value_and_layer() {
+        for (pairs, expected) in [
+            (
+                vec![("GIT_COLLAB_SSH__LISTEN", "nope")],
+                "ssh.listen = \"nope\" from env GIT_COLLAB_SSH__LISTEN: invalid socket address",
+            ),
+            (
+                vec![("GIT_COLLAB_HTTP__LISTEN", "12345")],
+                "http.listen = \"12345\" from env GIT_COLLAB_HTTP__LISTEN: invalid socket address",
+            ),
+            (
+                vec![("GIT_COLLAB_LOG__FORMAT", "xml")],
+                "log.format = \"xml\" from env GIT_COLLAB_LOG__FORMAT: expected text or json",
+            ),
+            (
+                vec![("GIT_COLLAB_LOG__LEVEL", "loud")],
+                "log.level = \"loud\" from env GIT_COLLAB_LOG__LEVEL: expected trace",
+            ),
+            (
+                vec![("GIT_COLLAB_MAX_RELEASE_SIZE", "5X")],
+                "max_release_size = \"5X\" from env GIT_COLLAB_MAX_RELEASE_SIZE: unknown unit",
+            ),
+            (
+                vec![("GIT_COLLAB_STATE_DIR", "")],
+                "state_dir = \"\" from env GIT_COLLAB_STATE_DIR: must not be empty",
+            ),
+        ] {
+            let e = err(load_env(&pairs));
+            assert!(e.starts_with(expected), "{pairs:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn bad_file_values_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("server.toml");
+        let flags = ConfigFlags {
+            config: Some(file.clone()),
+            ..Default::default()
+        };
+        for (text, expected) in [
+            ("max_release_size = -1\n", "max_release_size = -1 from file"),
+            ("site_title = 3\n", "site_title = 3 from file"),
+            (
+                "[log]\nlevel = [\"info\"]\n",
+                "log.level = [\"info\"] from file",
+            ),
+            (
+                "initial_admin_keys = [1]\n",
+                "initial_admin_keys = [1] from file",
+            ),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let e = err(load_from(&flags, &env(&[]), &no_system_file()));
+            assert!(e.starts_with(expected), "{text:?}: {e}");
+            assert!(e.contains(&file.display().to_string()), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_bad_lower_layer_value_is_overridden() {
+        let loaded = load_from(
+            &ConfigFlags {
+                ssh_listen: Some("127.0.0.1:9".into()),
+                ..Default::default()
+            },
+            &env(&[("GIT_COLLAB_SSH__LISTEN", "nope")]),
+            &no_system_file(),
+        )
+        .unwrap();
+        assert_eq!(loaded.config.ssh.listen, "127.0.0.1:9");
+        assert_eq!(loaded.sources["ssh.listen"], "flag --ssh-listen");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("104857600"), Ok(104857600));
+        assert_eq!(parse_size("100MiB"), Ok(100 << 20));
+        assert_eq!(parse_size("5M"), Ok(5 << 20));
+        assert_eq!(parse_size("5 m"), Ok(5 << 20));
+        assert_eq!(parse_size("1GB"), Ok(1_000_000_000));
+        assert_eq!(parse_size("2k"), Ok(2048));
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("1.5G").is_err());
+        assert!(parse_size("99999999999T").is_err());
+        let loaded = load_env(&[("GIT_COLLAB_MAX_RELEASE_SIZE", "5M")]).unwrap();
+        assert_eq!(loaded.config.max_release_size, 5 << 20);
+    }
+
+    #[test]
+    fn misspelled_nesting_is_reported() {
+        let vars = env(&[
+            ("GIT_COLLAB_SSH_LISTEN", "x"),
+            ("GIT_COLLAB_SSH_COMMAND", "ssh"),
+            ("GIT_COLLAB_LOG_LEVEL_FILE", "/x"),
+        ]);
+        assert_eq!(
+            misspelled_env_vars(&vars),
+            vec![
+                (
+                    "GIT_COLLAB_LOG_LEVEL_FILE".to_string(),
+                    "GIT_COLLAB_LOG__LEVEL".to_string()
+                ),
+                (
+                    "GIT_COLLAB_SSH_LISTEN".to_string(),
+                    "GIT_COLLAB_SSH__LISTEN".to_string()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn show_renders_every_key() {
+        let loaded = load_env(&[("GIT_COLLAB_INITIAL_ADMIN_KEYS", KEY_A)]).unwrap();
+        let json = loaded.to_json();
+        assert_eq!(json.as_object().unwrap().len(), KEYS.len());
+        assert_eq!(
+            json["collab_db"]["value"],
+            "/var/lib/git-collab/repos/collab.db"
+        );
+        assert_eq!(json["max_release_size"]["value"], 104857600);
+        assert_eq!(json["initial_admin_keys"]["value"][0], KEY_A);
+        let text = loaded.to_text();
+        assert!(text.contains("104857600 (100 MiB)"), "{text}");
+        assert!(text.contains("SHA256:"), "{text}");
+        // Sources line up in one column.
+        let column = text.lines().next().unwrap().find("default").unwrap();
+        for line in text.lines() {
+            let source = line.trim_end().rsplit("  ").next().unwrap();
+            assert_eq!(line.rfind(source).unwrap(), column, "{text}");
+        }
+    }
 }

@@ -6,6 +6,8 @@
 
 mod app;
 mod config;
+mod healthcheck;
+mod logging;
 mod repos;
 
 use std::process::ExitCode;
@@ -13,7 +15,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "git-collab-server", version, about = "Self-hosted SSH-first forge server")]
+#[command(
+    name = "git-collab-server",
+    version,
+    about = "Self-hosted SSH-first forge server"
+)]
 struct Cli {
     #[command(flatten)]
     flags: config::ConfigFlags,
@@ -43,6 +49,7 @@ enum Command {
 enum ConfigCmd {
     /// Print the effective configuration and the layer that set each key.
     Show {
+        /// Print {"key": {"value": ..., "source": "..."}} instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -69,16 +76,20 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let loaded = config::load(&cli.flags)?;
+    logging::init(&loaded.config.log)?;
+    for (name, meant) in config::misspelled_env_vars(&config::process_env()) {
+        tracing::warn!("{name} is not a server setting and is ignored; did you mean {meant}?");
+    }
     match cli.command {
         Command::Serve => {
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(app::serve(loaded.config))?;
         }
         Command::Config { command } => match command {
-            ConfigCmd::Show { json } => {
-                let _ = json;
-                println!("{:#?}", loaded.config);
+            ConfigCmd::Show { json: true } => {
+                print_stdout(&(serde_json::to_string_pretty(&loaded.to_json())? + "\n"))?;
             }
+            ConfigCmd::Show { json: false } => print_stdout(&loaded.to_text())?,
             ConfigCmd::Check => println!("configuration ok"),
         },
         Command::Repo {
@@ -87,7 +98,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let path = repos::create_repo(&loaded.config, &name)?;
             println!("created {}", path.display());
         }
-        Command::Healthcheck => anyhow::bail!("healthcheck: not implemented yet"),
+        Command::Healthcheck => healthcheck::check(&loaded.config)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Write command output; a reader that went away (`| head`) is not an error.
+fn print_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }
