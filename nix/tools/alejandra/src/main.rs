@@ -78,7 +78,11 @@ fn main() -> ExitCode {
         match format_file(file, !args.check) {
             Ok(true) => {
                 changed += 1;
-                let verb = if args.check { "needs formatting" } else { "formatted" };
+                let verb = if args.check {
+                    "needs formatting"
+                } else {
+                    "formatted"
+                };
                 println!("{}: {verb}", file.display());
             }
             Ok(false) => {}
@@ -89,7 +93,11 @@ fn main() -> ExitCode {
         }
     }
     if !args.quiet {
-        println!("alejandra {}: {} file(s), {changed} changed or to change, {failed} failed", alejandra::version::VERSION, files.len());
+        println!(
+            "alejandra {}: {} file(s), {changed} changed or to change, {failed} failed",
+            alejandra::version::VERSION,
+            files.len()
+        );
     }
     if failed > 0 {
         ExitCode::from(1)
