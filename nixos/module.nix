@@ -39,10 +39,17 @@
 
   isUnder = dir: path: path == dir || lib.hasPrefix "${lib.removeSuffix "/" dir}/" path;
   stateDirIsManaged = isUnder "/var/lib" cfg.stateDir && cfg.stateDir != "/var/lib";
-  # Paths the server writes that StateDirectory= does not already cover.
+  # Paths the server writes that StateDirectory= does not already cover
+  # (SQLite writes its journal beside collab_db, hence the directory).
+  collabDbDir = lib.mapNullable dirOf cfg.settings.collab_db;
   extraWritablePaths =
     lib.optional (!stateDirIsManaged) cfg.stateDir
-    ++ lib.optional (!(isUnder cfg.stateDir cfg.settings.repos_dir)) cfg.settings.repos_dir;
+    ++ lib.optional (!(isUnder cfg.stateDir cfg.settings.repos_dir)) cfg.settings.repos_dir
+    ++ lib.optional (collabDbDir
+      != null
+      && !(isUnder cfg.stateDir collabDbDir)
+      && !(isUnder cfg.settings.repos_dir collabDbDir))
+    collabDbDir;
 
   # TOML has no null: an unset optional key means "the server's own default".
   renderedSettings = lib.filterAttrsRecursive (_: v: v != null) cfg.settings;

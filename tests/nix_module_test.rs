@@ -471,7 +471,8 @@ fn a_state_dir_outside_var_lib_and_custom_accounts_are_supported() {
         &lib,
         &enabled(
             r#"stateDir = "/srv/git-collab"; user = "forge"; group = "forge";
-               settings.repos_dir = "/data/repos";"#,
+               settings.repos_dir = "/data/repos";
+               settings.collab_db = "/data/db/collab.db";"#,
         ),
     );
     let unit = service_config(&result);
@@ -479,7 +480,7 @@ fn a_state_dir_outside_var_lib_and_custom_accounts_are_supported() {
     assert_eq!(unit["WorkingDirectory"], "/srv/git-collab");
     assert_eq!(
         unit["ReadWritePaths"],
-        json!(["/srv/git-collab", "/data/repos"])
+        json!(["/srv/git-collab", "/data/repos", "/data/db"])
     );
     assert_eq!(unit["User"], "forge");
     assert_eq!(unit["Group"], "forge");
@@ -494,8 +495,14 @@ fn a_state_dir_outside_var_lib_and_custom_accounts_are_supported() {
     assert_eq!(result["groups"], json!({}));
 
     // Under /var/lib, systemd manages the directory.
-    let nested = eval(&lib, &enabled(r#"stateDir = "/var/lib/forge/main";"#));
+    let nested = eval(
+        &lib,
+        &enabled(
+            r#"stateDir = "/var/lib/forge/main"; settings.collab_db = "/var/lib/forge/main/db/collab.db";"#,
+        ),
+    );
     assert_eq!(service_config(&nested)["StateDirectory"], "forge/main");
+    assert!(service_config(&nested).get("ReadWritePaths").is_none());
     assert_eq!(nested["tmpfiles"], json!({}));
 }
 
