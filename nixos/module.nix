@@ -42,14 +42,11 @@
   # Paths the server writes that StateDirectory= does not already cover
   # (SQLite writes its journal beside collab_db, hence the directory).
   collabDbDir = lib.mapNullable dirOf cfg.settings.collab_db;
+  collabDbDirIsCovered = collabDbDir == null || lib.any (dir: isUnder dir collabDbDir) [cfg.stateDir cfg.settings.repos_dir];
   extraWritablePaths =
     lib.optional (!stateDirIsManaged) cfg.stateDir
     ++ lib.optional (!(isUnder cfg.stateDir cfg.settings.repos_dir)) cfg.settings.repos_dir
-    ++ lib.optional (collabDbDir
-      != null
-      && !(isUnder cfg.stateDir collabDbDir)
-      && !(isUnder cfg.settings.repos_dir collabDbDir))
-    collabDbDir;
+    ++ lib.optional (!collabDbDirIsCovered) collabDbDir;
 
   # TOML has no null: an unset optional key means "the server's own default".
   renderedSettings = lib.filterAttrsRecursive (_: v: v != null) cfg.settings;
