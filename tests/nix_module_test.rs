@@ -533,3 +533,41 @@ fn a_disabled_module_defines_nothing() {
     assert_eq!(result["users"], json!({}));
     assert_eq!(result["firewallTCPPorts"], json!([]));
 }
+
+/// The nodes of the NixOS VM test (nixos/tests/git-collab.nix) are valid
+/// configurations of this module and say what the VM test relies on.
+#[test]
+fn vm_test_nodes_evaluate_against_the_module() {
+    let Some(lib) = nixpkgs_lib() else { return };
+    let vm_test = Path::new(env!("CARGO_MANIFEST_DIR")).join("nixos/tests/git-collab.nix");
+    let node = |name: &str| {
+        eval(
+            &lib,
+            &format!(
+                "{{ lib, ... }}: {{ imports = [ (import \"{}\" {{ inherit lib; }}).nodes.{name} ]; }}",
+                vm_test.display()
+            ),
+        )
+    };
+
+    let server = node("server");
+    let unit = service_config(&server);
+    // The test script provisions the secrets, then starts the unit itself.
+    assert_eq!(server["service"]["wantedBy"], json!([]));
+    assert_eq!(unit["EnvironmentFile"], "/run/git-collab-secrets/env");
+    assert_eq!(
+        server["settings"]["ssh"]["authorized_keys"],
+        "/run/git-collab/authorized_keys"
+    );
+    assert_eq!(server["settings"]["site_title"], "VM forge");
+    assert_eq!(server["firewallTCPPorts"], json!([2222, 8080]));
+    assert_eq!(unit["PrivateUsers"], true);
+
+    let lowport = node("lowport");
+    assert_eq!(lowport["service"]["wantedBy"], json!(["multi-user.target"]));
+    assert_eq!(
+        service_config(&lowport)["AmbientCapabilities"],
+        json!(["CAP_NET_BIND_SERVICE"])
+    );
+    assert_eq!(lowport["firewallTCPPorts"], json!([22, 80]));
+}

@@ -47,6 +47,8 @@
 in {
   git = mkPackage "git";
   coreutils = mkPackage "coreutils";
+  curl = mkPackage "curl";
+  openssh = mkPackage "openssh";
   git-collab = mkPackage "git-collab";
 
   writeText = mkTextFile;
