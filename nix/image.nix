@@ -1,0 +1,57 @@
+# OCI image of git-collab-server built with dockerTools: the same contract as
+# docker/Dockerfile (entrypoint, command, ports, volume, non-root user, git,
+# health check), so either image can be swapped for the other.
+#   nix build .#image && docker load < result
+{
+  dockerTools,
+  fakeNss,
+  git,
+  git-collab,
+}: let
+  uid = "10001";
+  stateDir = "/var/lib/git-collab";
+  # git and the server look the running user up by uid.
+  nss = fakeNss.override {
+    extraPasswdLines = ["git-collab:x:${uid}:${uid}:git-collab forge:${stateDir}:/bin/false"];
+    extraGroupLines = ["git-collab:x:${uid}:"];
+  };
+in
+  dockerTools.buildLayeredImage {
+    name = "git-collab";
+    tag = git-collab.version;
+    contents = [git-collab git nss];
+    # The volume mount point must belong to the server user, and git wants a
+    # writable /tmp.
+    fakeRootCommands = ''
+      mkdir -p .${stateDir} tmp
+      chown ${uid}:${uid} .${stateDir}
+      chmod 0750 .${stateDir}
+      chmod 1777 tmp
+    '';
+    config = {
+      Entrypoint = ["git-collab-server"];
+      Cmd = ["serve"];
+      User = "${uid}:${uid}";
+      WorkingDir = stateDir;
+      Env = ["PATH=/bin" "HOME=${stateDir}"];
+      ExposedPorts = {
+        "2222/tcp" = {};
+        "8080/tcp" = {};
+      };
+      Volumes = {${stateDir} = {};};
+      StopSignal = "SIGTERM";
+      # Durations in nanoseconds, as in the image config JSON.
+      Healthcheck = {
+        Test = ["CMD" "git-collab-server" "healthcheck"];
+        Interval = 30000000000;
+        Timeout = 5000000000;
+        StartPeriod = 10000000000;
+        Retries = 3;
+      };
+      Labels = {
+        "org.opencontainers.image.title" = "git-collab";
+        "org.opencontainers.image.description" = git-collab.meta.description;
+        "org.opencontainers.image.version" = git-collab.version;
+      };
+    };
+  }

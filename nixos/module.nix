@@ -1,0 +1,335 @@
+# NixOS module for git-collab-server: services.git-collab.
+#
+# Owns the service's options, the rendered configuration file
+# /etc/git-collab/server.toml, the hardened systemd unit, the service
+# account and the firewall ports. Secrets never enter the Nix store: they
+# come through `environmentFile` (GIT_COLLAB_* variables, or *_FILE paths).
+# See docs/deploy-nixos.md for a complete example.
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}: let
+  inherit (lib) mkOption types;
+
+  cfg = config.services.git-collab;
+  settingsFormat = pkgs.formats.toml {};
+
+  defaultUser = "git-collab";
+  configPath = "/etc/git-collab/server.toml";
+  # Declarative authorizedKeys are installed here at every start. The runtime
+  # directory disappears when the unit stops, so a key removed from the
+  # configuration can never linger in a stale file.
+  runtimeAuthorizedKeys = "/run/git-collab/authorized_keys";
+
+  # "0.0.0.0:2222", "[::]:2222", "127.0.0.1:8080" -> { host; port; }
+  parseListen = listen: let
+    m = builtins.match "(.*):([0-9]+)" listen;
+  in {
+    host = lib.removeSuffix "]" (lib.removePrefix "[" (builtins.elemAt m 0));
+    port = lib.toInt (builtins.elemAt m 1);
+  };
+  listenType = types.strMatching "(.*):([0-9]+)";
+  isLoopback = host: host == "localhost" || host == "::1" || lib.hasPrefix "127." host;
+
+  listeners = map parseListen [cfg.settings.ssh.listen cfg.settings.http.listen];
+  needsPrivilegedPort = lib.any (l: l.port < 1024) listeners;
+  firewallPorts = lib.unique (map (l: l.port) (lib.filter (l: !(isLoopback l.host)) listeners));
+
+  isUnder = dir: path: path == dir || lib.hasPrefix "${lib.removeSuffix "/" dir}/" path;
+  stateDirIsManaged = isUnder "/var/lib" cfg.stateDir && cfg.stateDir != "/var/lib";
+  # Paths the server writes that StateDirectory= does not already cover
+  # (SQLite writes its journal beside collab_db, hence the directory).
+  collabDbDir = lib.mapNullable dirOf cfg.settings.collab_db;
+  collabDbDirIsCovered = collabDbDir == null || lib.any (dir: isUnder dir collabDbDir) [cfg.stateDir cfg.settings.repos_dir];
+  extraWritablePaths =
+    lib.optional (!stateDirIsManaged) cfg.stateDir
+    ++ lib.optional (!(isUnder cfg.stateDir cfg.settings.repos_dir)) cfg.settings.repos_dir
+    ++ lib.optional (!collabDbDirIsCovered) collabDbDir;
+
+  # TOML has no null: an unset optional key means "the server's own default".
+  renderedSettings = lib.filterAttrsRecursive (_: v: v != null) cfg.settings;
+  configFile = settingsFormat.generate "git-collab-server.toml" renderedSettings;
+
+  authorizedKeysFile =
+    pkgs.writeText "git-collab-authorized-keys"
+    (lib.concatMapStrings (key: "${key}\n") cfg.authorizedKeys);
+
+  # systemd expands % specifiers and $VARIABLES even inside quotes.
+  escapeExecArg = arg: lib.replaceStrings ["%" "$"] ["%%" "$$"] (lib.escapeShellArg arg);
+  serverExe = lib.getExe' cfg.package "git-collab-server";
+in {
+  options.services.git-collab = {
+    enable = lib.mkEnableOption "git-collab-server, the self-hosted SSH-first code forge";
+
+    package = lib.mkPackageOption pkgs "git-collab" {};
+
+    stateDir = mkOption {
+      type = types.strMatching "/.+";
+      default = "/var/lib/git-collab";
+      description = ''
+        Directory holding repositories, collab.db, the SSH host key,
+        authorized_keys and release files. Under /var/lib it is created with
+        systemd's StateDirectory=; elsewhere with a tmpfiles rule.
+      '';
+    };
+
+    user = mkOption {
+      type = types.str;
+      default = defaultUser;
+      description = "User account the server runs as (created when left at the default).";
+    };
+
+    group = mkOption {
+      type = types.str;
+      default = defaultUser;
+      description = "Group the server runs as (created when left at the default).";
+    };
+
+    openFirewall = mkOption {
+      type = types.bool;
+      default = false;
+      description = ''
+        Open the TCP ports of `settings.ssh.listen` and `settings.http.listen`
+        in the firewall (listeners bound to a loopback address are skipped).
+      '';
+    };
+
+    authorizedKeys = mkOption {
+      type = types.listOf types.singleLineStr;
+      default = [];
+      example = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBcj4k9wDn1l3jG4Ew5Ws8vgM4Yh2b1H9XoGSQqzM1Ko alice@laptop"];
+      description = ''
+        OpenSSH public key lines admitted to the server (not admins: use
+        `settings.initial_admin_keys` for those). Public keys are not secret,
+        so they are written to the Nix store and installed at every start as
+        ${runtimeAuthorizedKeys}, which `settings.ssh.authorized_keys` then
+        points to: the admitted set is exactly this list. When the list is
+        empty the server keeps its own mutable file,
+        `{stateDir}/authorized_keys`.
+      '';
+    };
+
+    environmentFile = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "/run/secrets/git-collab.env";
+      description = ''
+        Absolute path of an environment file (systemd EnvironmentFile=) read
+        at start, for secrets and per-host overrides that must stay out of
+        the Nix store, e.g.
+        `GIT_COLLAB_INITIAL_ADMIN_KEYS_FILE=/run/secrets/git-collab-admins`.
+        Environment variables override the configuration file.
+      '';
+    };
+
+    extraArgs = mkOption {
+      type = types.listOf types.str;
+      default = [];
+      example = ["--log-level" "debug"];
+      description = "Extra command-line arguments for `git-collab-server serve`.";
+    };
+
+    settings = mkOption {
+      default = {};
+      description = ''
+        Configuration rendered to ${configPath} (see SPEC §3.1). Keys not
+        declared here are passed through unchanged; the server rejects keys
+        it does not know.
+      '';
+      type = types.submodule {
+        freeformType = settingsFormat.type;
+        options = {
+          state_dir = mkOption {
+            type = types.str;
+            default = cfg.stateDir;
+            defaultText = lib.literalExpression "config.services.git-collab.stateDir";
+            description = "Follows `services.git-collab.stateDir`; set that instead.";
+          };
+          repos_dir = mkOption {
+            type = types.str;
+            default = "${cfg.stateDir}/repos";
+            defaultText = lib.literalExpression ''"''${config.services.git-collab.stateDir}/repos"'';
+            description = "Directory of the bare repositories.";
+          };
+          collab_db = mkOption {
+            type = types.nullOr types.str;
+            default = null;
+            description = "SQLite database of server state; null means `{repos_dir}/collab.db`.";
+          };
+          site_title = mkOption {
+            type = types.str;
+            default = "git-collab";
+            description = "Title shown by the web UI.";
+          };
+          max_release_size = mkOption {
+            type = types.ints.positive;
+            default = 100 * 1024 * 1024;
+            description = "Largest release file accepted, in bytes.";
+          };
+          initial_admin_keys = mkOption {
+            type = types.listOf types.singleLineStr;
+            default = [];
+            description = ''
+              OpenSSH public key lines admitted and granted admin. To keep
+              them out of the store, set
+              `GIT_COLLAB_INITIAL_ADMIN_KEYS_FILE` in `environmentFile`.
+            '';
+          };
+          ssh = {
+            listen = mkOption {
+              type = listenType;
+              default = "0.0.0.0:2222";
+              description = "SSH listen address, `host:port`. A port below 1024 grants CAP_NET_BIND_SERVICE.";
+            };
+            host_key = mkOption {
+              type = types.nullOr types.str;
+              default = null;
+              description = "SSH host key; null means `{state_dir}/ssh_host_ed25519_key`, generated on first start.";
+            };
+            authorized_keys = mkOption {
+              type = types.nullOr types.str;
+              default = null;
+              defaultText = lib.literalMD "`${runtimeAuthorizedKeys}` when `authorizedKeys` is set, else null";
+              description = "authorized_keys file; null means `{state_dir}/authorized_keys`.";
+            };
+          };
+          http.listen = mkOption {
+            type = listenType;
+            default = "0.0.0.0:8080";
+            description = "HTTP listen address, `host:port`.";
+          };
+          log = {
+            level = mkOption {
+              type = types.enum ["trace" "debug" "info" "warn" "error"];
+              default = "info";
+              description = "Log level.";
+            };
+            format = mkOption {
+              type = types.enum ["text" "json"];
+              default = "text";
+              description = "Log format.";
+            };
+          };
+        };
+      };
+    };
+  };
+
+  config = lib.mkIf cfg.enable {
+    assertions = [
+      {
+        assertion = cfg.environmentFile == null || (lib.hasPrefix "/" cfg.environmentFile && !(lib.hasPrefix "${builtins.storeDir}/" cfg.environmentFile));
+        message = "services.git-collab.environmentFile must be an absolute path outside the Nix store (it holds secrets), got ${toString cfg.environmentFile}.";
+      }
+      {
+        assertion = cfg.settings.state_dir == cfg.stateDir;
+        message = "services.git-collab.settings.state_dir must equal services.git-collab.stateDir (the unit's state directory); set stateDir instead.";
+      }
+      {
+        assertion = lib.all (l: l.port >= 1 && l.port <= 65535) listeners;
+        message = "services.git-collab.settings: ssh.listen and http.listen need a port between 1 and 65535.";
+      }
+    ];
+
+    services.git-collab.settings.ssh.authorized_keys =
+      lib.mkIf (cfg.authorizedKeys != []) (lib.mkDefault runtimeAuthorizedKeys);
+
+    environment.etc."git-collab/server.toml".source = configFile;
+    # For `sudo -u git-collab git-collab-server repo create NAME` on the host.
+    environment.systemPackages = [cfg.package];
+
+    users.users = lib.mkIf (cfg.user == defaultUser) {
+      ${defaultUser} = {
+        isSystemUser = true;
+        inherit (cfg) group;
+        home = cfg.stateDir;
+        description = "git-collab forge server";
+      };
+    };
+    users.groups = lib.mkIf (cfg.group == defaultUser) {${defaultUser} = {};};
+
+    systemd.tmpfiles.settings."10-git-collab" = lib.mkIf (!stateDirIsManaged) {
+      ${cfg.stateDir}.d = {
+        inherit (cfg) user group;
+        mode = "0750";
+      };
+    };
+
+    networking.firewall.allowedTCPPorts = lib.mkIf cfg.openFirewall firewallPorts;
+
+    systemd.services.git-collab = {
+      description = "git-collab forge server";
+      wantedBy = ["multi-user.target"];
+      after = ["network.target"];
+      # The server spawns git upload-pack / receive-pack.
+      path = [pkgs.git];
+      restartTriggers = [configFile] ++ lib.optional (cfg.authorizedKeys != []) authorizedKeysFile;
+
+      serviceConfig =
+        {
+          Type = "exec";
+          User = cfg.user;
+          Group = cfg.group;
+          ExecStart = lib.concatStringsSep " " ([serverExe "--config" configPath "serve"] ++ map escapeExecArg cfg.extraArgs);
+          Restart = "on-failure";
+          RestartSec = "5s";
+          WorkingDirectory = cfg.stateDir;
+          RuntimeDirectory = "git-collab";
+          RuntimeDirectoryMode = "0750";
+          UMask = "0077";
+
+          # Hardening: the server needs its state directory, outbound nothing,
+          # and inbound TCP only.
+          ProtectSystem = "strict";
+          ProtectHome = true;
+          PrivateTmp = true;
+          PrivateDevices = true;
+          PrivateMounts = true;
+          # A user namespace would drop the capability to bind a low port.
+          PrivateUsers = !needsPrivilegedPort;
+          NoNewPrivileges = true;
+          ProtectKernelTunables = true;
+          ProtectKernelModules = true;
+          ProtectKernelLogs = true;
+          ProtectControlGroups = true;
+          ProtectClock = true;
+          ProtectHostname = true;
+          ProtectProc = "invisible";
+          ProcSubset = "pid";
+          RestrictAddressFamilies = ["AF_INET" "AF_INET6" "AF_UNIX"];
+          RestrictNamespaces = true;
+          RestrictRealtime = true;
+          RestrictSUIDSGID = true;
+          LockPersonality = true;
+          MemoryDenyWriteExecute = true;
+          RemoveIPC = true;
+          DevicePolicy = "closed";
+          SystemCallArchitectures = "native";
+          SystemCallFilter = ["@system-service" "~@privileged" "~@resources"];
+          SystemCallErrorNumber = "EPERM";
+          CapabilityBoundingSet =
+            if needsPrivilegedPort
+            then ["CAP_NET_BIND_SERVICE"]
+            else [""];
+        }
+        // lib.optionalAttrs needsPrivilegedPort {
+          AmbientCapabilities = ["CAP_NET_BIND_SERVICE"];
+        }
+        // lib.optionalAttrs stateDirIsManaged {
+          StateDirectory = lib.removePrefix "/var/lib/" cfg.stateDir;
+          StateDirectoryMode = "0750";
+        }
+        // lib.optionalAttrs (extraWritablePaths != []) {
+          ReadWritePaths = extraWritablePaths;
+        }
+        // lib.optionalAttrs (cfg.environmentFile != null) {
+          EnvironmentFile = cfg.environmentFile;
+        }
+        // lib.optionalAttrs (cfg.authorizedKeys != []) {
+          ExecStartPre = "${pkgs.coreutils}/bin/install -m 0600 ${authorizedKeysFile} ${cfg.settings.ssh.authorized_keys}";
+        };
+    };
+  };
+}
