@@ -12,11 +12,11 @@
 #                      alejandra crate on crates.io is the formatter's library
 #                      only, so a small command around it lives in this repo
 #   statix             not on crates.io (the crate named `statix` there is an
-#                      unrelated HTTP server); built from a checkout of
-#                      oppiliappan/statix given as $STATIX_SRC, or used from
-#                      PATH / the cache. Without one the statix step is
-#                      skipped with a notice, or fails when
-#                      GIT_COLLAB_REQUIRE_STATIX=1.
+#                      unrelated HTTP server); used from PATH when an
+#                      operator installed it (e.g. from nixpkgs). Without
+#                      it the statix step is skipped with a notice, or
+#                      fails when GIT_COLLAB_REQUIRE_STATIX=1; `nix flake
+#                      check` runs it (checks.nix-lint).
 # Module evaluation needs the nixpkgs lib (nix-community/nixpkgs.lib, in no
 # registry): $NIXPKGS_LIB, else $GIT_COLLAB_CI_CACHE/nixpkgs-lib. Without it
 # that step is skipped with a notice.
@@ -54,10 +54,6 @@ alejandra --version
 
 # The Nix linter prints "statix 0.5.x"; anything else named statix is not it.
 is_statix_linter() { statix --version 2>/dev/null | grep -Eq '^statix 0\.[0-9]+\.[0-9]+$'; }
-if ! is_statix_linter && [ -n "${STATIX_SRC:-}" ]; then
-  cargo install --locked --path "$STATIX_SRC/bin" --root "$tools" \
-    --target-dir "$cache/build/statix"
-fi
 have_statix=no
 if is_statix_linter; then
   have_statix=yes
@@ -83,11 +79,11 @@ if [ "$have_statix" = yes ]; then
   for f in "${nix_files[@]}"; do statix check "$f"; done
   echo "statix: clean"
 elif [ "${GIT_COLLAB_REQUIRE_STATIX:-0}" = 1 ]; then
-  echo "error: statix (the Nix linter) is not installed; set STATIX_SRC to a checkout of oppiliappan/statix" >&2
+  echo "error: statix (the Nix linter) is not installed" >&2
   exit 1
 else
   echo "SKIPPED: statix (the Nix linter) is not on crates.io and none is installed;"
-  echo "         set STATIX_SRC to a checkout of oppiliappan/statix, or run 'nix flake check' (checks.nix-lint)."
+  echo "         run 'nix flake check' (checks.nix-lint) where nixpkgs is reachable."
 fi
 
 step "deadnix --fail"
