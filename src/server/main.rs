@@ -5,15 +5,26 @@
 //! This file only parses flags and dispatches; it owns no behaviour.
 
 mod app;
+mod authz;
 mod config;
+mod governance;
+mod http;
+mod identity;
 mod repos;
+mod setup;
+mod shutdown;
+mod ssh;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "git-collab-server", version, about = "Self-hosted SSH-first forge server")]
+#[command(
+    name = "git-collab-server",
+    version,
+    about = "Self-hosted SSH-first forge server"
+)]
 struct Cli {
     #[command(flatten)]
     flags: config::ConfigFlags,
@@ -37,6 +48,9 @@ enum Command {
     },
     /// Exit 0 when the local server answers /readyz (for container health checks).
     Healthcheck,
+    /// Internal: the server's git hooks run this (`hook pre-receive`).
+    #[command(hide = true)]
+    Hook { name: String },
 }
 
 #[derive(Subcommand)]
@@ -68,6 +82,10 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Hooks run inside `git receive-pack` and need no configuration.
+    if let Command::Hook { name } = &cli.command {
+        return Ok(ExitCode::from(governance::hook::run(name)));
+    }
     let loaded = config::load(&cli.flags)?;
     match cli.command {
         Command::Serve => {
@@ -88,6 +106,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("created {}", path.display());
         }
         Command::Healthcheck => anyhow::bail!("healthcheck: not implemented yet"),
+        Command::Hook { .. } => unreachable!("handled above"),
     }
     Ok(ExitCode::SUCCESS)
 }
