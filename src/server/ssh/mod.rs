@@ -12,7 +12,7 @@ pub mod git;
 pub mod session;
 pub mod tokens;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,6 +121,8 @@ pub struct Connection {
     identity: Option<Identity>,
     channels: HashMap<ChannelId, Channel<Msg>>,
     envs: HashMap<ChannelId, ChannelEnv>,
+    /// Channels that asked for a pty: their shell or exec gets the hint.
+    ptys: HashSet<ChannelId>,
 }
 
 impl Connection {
@@ -131,6 +133,7 @@ impl Connection {
             identity: None,
             channels: HashMap::new(),
             envs: HashMap::new(),
+            ptys: HashSet::new(),
         }
     }
 
@@ -138,6 +141,7 @@ impl Connection {
     fn reply_on(&mut self, id: ChannelId, message: &'static str) {
         if let Some(channel) = self.channels.remove(&id) {
             self.envs.remove(&id);
+            self.ptys.remove(&id);
             tokio::spawn(reply_and_close(channel, message, 1));
         }
     }
@@ -195,6 +199,7 @@ impl russh::server::Handler for Connection {
     async fn channel_close(&mut self, id: ChannelId, _s: &mut Session) -> Result<(), Self::Error> {
         self.channels.remove(&id);
         self.envs.remove(&id);
+        self.ptys.remove(&id);
         Ok(())
     }
 
@@ -220,6 +225,11 @@ impl russh::server::Handler for Connection {
         data: &[u8],
         session: &mut Session,
     ) -> Result<(), Self::Error> {
+        if self.ptys.contains(&id) {
+            session.channel_success(id)?;
+            self.reply_on(id, SHELL_HINT);
+            return Ok(());
+        }
         let (Some(identity), Some(channel)) = (self.identity.clone(), self.channels.remove(&id))
         else {
             session.channel_failure(id)?;
@@ -278,8 +288,12 @@ impl russh::server::Handler for Connection {
         _modes: &[(russh::Pty, u32)],
         session: &mut Session,
     ) -> Result<(), Self::Error> {
+        // No terminal is ever served; the shell or exec that follows gets
+        // the hint (answering now would make OpenSSH report a failed exec).
         session.channel_success(id)?;
-        self.reply_on(id, SHELL_HINT);
+        if self.channels.contains_key(&id) {
+            self.ptys.insert(id);
+        }
         Ok(())
     }
 
