@@ -29,7 +29,9 @@ fn governance_toml(admin: &Path, bob: Option<&Path>) -> String {
     }
     text.push_str("\n[[grants]]\nrepos = [\"**\"]\nto = [\"alice\"]\naccess = \"rewind\"\n");
     if bob.is_some() {
-        text.push_str("\n[[grants]]\nrepos = [\"team/*\"]\nto = [\"@agents\"]\naccess = \"write\"\n");
+        text.push_str(
+            "\n[[grants]]\nrepos = [\"team/*\"]\nto = [\"@agents\"]\naccess = \"write\"\n",
+        );
     }
     text
 }
@@ -58,7 +60,11 @@ fn governed() -> Gov {
         clone,
     };
     let out = push_conf(&g, &governance_toml(&g.admin, Some(&g.bob)));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     g
 }
 
@@ -84,13 +90,21 @@ fn grants_decide_access_and_unenrolled_keys_are_closed() {
     assert_eq!(h.ssh_exec("collab-repo create 'team/app'").code, 0);
     assert_eq!(h.ssh_exec("collab-repo create 'other'").code, 0);
     // bob has no rewind, so no creation.
-    assert_eq!(h.ssh_exec_as(&g.bob, "collab-repo create 'team/new'", b"").code, 1);
+    assert_eq!(
+        h.ssh_exec_as(&g.bob, "collab-repo create 'team/new'", b"")
+            .code,
+        1
+    );
 
     // bob writes team/* ...
     let clone = h.clone_as(&g.bob, "team/app", "bob-app");
     h.commit_file(&clone, "f", b"1", "one");
     let push = h.git_as(&g.bob, &clone, &["push", "origin", "HEAD:main"]);
-    assert!(push.status.success(), "{}", String::from_utf8_lossy(&push.stderr));
+    assert!(
+        push.status.success(),
+        "{}",
+        String::from_utf8_lossy(&push.stderr)
+    );
     // ... but may not rewind it ...
     h.git(&clone, &["commit", "-q", "--amend", "-m", "rewritten"]);
     let forced = h.git_as(&g.bob, &clone, &["push", "-f", "origin", "HEAD:main"]);
@@ -141,7 +155,10 @@ fn a_bad_governance_push_is_rejected_and_changes_nothing() {
         h.git(&g.clone, &["reset", "-q", "--hard", "HEAD~1"]);
     }
     assert_eq!(h.ls_remote_as(&g.admin, "_governance").stdout, before);
-    assert_eq!(h.ssh_exec_as(&g.bob, "collab-whoami", b"").json()["principal"], "bob");
+    assert_eq!(
+        h.ssh_exec_as(&g.bob, "collab-whoami", b"").json()["principal"],
+        "bob"
+    );
     assert_eq!(h.ssh_exec("collab-whoami").json()["principal"], "alice");
 }
 
@@ -150,7 +167,11 @@ fn a_good_governance_push_applies_at_once() {
     let g = governed();
     // Drop bob: his key is no longer admitted at all.
     let out = push_conf(&g, &governance_toml(&g.admin, None));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let bob = g.h.ssh_exec_as(&g.bob, "collab-whoami", b"");
     assert_eq!(bob.code, 255, "{bob:?}");
     // And governance survives a restart.
@@ -163,10 +184,17 @@ fn a_good_governance_push_applies_at_once() {
 fn only_admins_see_the_governance_repo_before_bootstrap() {
     let h = ServerHarness::start();
     let user = h.authorized_key("user");
-    assert_eq!(h.ssh_exec_as(&user, "collab-repo create '_governance'", b"").code, 1);
+    assert_eq!(
+        h.ssh_exec_as(&user, "collab-repo create '_governance'", b"")
+            .code,
+        1
+    );
     assert_eq!(h.ssh_exec("collab-repo create '_governance'").code, 0);
     let out = h.ssh_exec_as(&user, "git-receive-pack '_governance'", b"");
     assert_eq!(out.stderr, NOT_FOUND);
     // An empty governance repository does not activate governance.
-    assert_eq!(h.ssh_exec_as(&user, "collab-whoami", b"").json()["regime"], "ungoverned");
+    assert_eq!(
+        h.ssh_exec_as(&user, "collab-whoami", b"").json()["regime"],
+        "ungoverned"
+    );
 }

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod client;
+
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -168,6 +170,9 @@ impl ServerHarness {
             ])
             .args(&self.options.args)
             .arg("serve")
+            // The server's working directory is the test's own, so a stray
+            // file created by a command would show up there.
+            .current_dir(self.tmp.path())
             .envs(self.options.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
