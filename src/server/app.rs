@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use crate::config::ServerConfig;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
-use crate::shutdown::{self, Stop, WorkTracker};
+use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
 
 /// How long running commands may take to finish after a stop signal. Below
 /// the 10 s a container runtime waits before it kills.
@@ -28,6 +28,7 @@ pub struct App {
     pub work: WorkTracker,
     /// Set once shutdown starts: no new commands.
     pub stopping: Stop,
+    stop: StopTrigger,
     // The leases helper adds its service here (e.g. `pub leases: LeaseService`)
     // and builds it in `App::new`.
 }
@@ -36,17 +37,21 @@ impl App {
     /// Build the shared state. Reads governance once; authorized_keys is
     /// read lazily on first use.
     pub fn new(config: ServerConfig) -> App {
-        Self::with_stop(config, shutdown::stop_pair().1)
-    }
-
-    fn with_stop(config: ServerConfig, stopping: Stop) -> App {
+        let (stop, stopping) = shutdown::stop_pair();
         App {
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
             work: WorkTracker::default(),
             stopping,
+            stop,
         }
+    }
+
+    /// Start shutting down: listeners stop accepting, new commands are
+    /// refused.
+    pub fn begin_shutdown(&self) {
+        self.stop.trigger();
     }
 }
 
@@ -100,8 +105,8 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let ssh_addr = ssh_listener.local_addr()?;
     let http_addr = http_listener.local_addr()?;
 
-    let (trigger, stopping) = shutdown::stop_pair();
-    let app = Arc::new(App::with_stop(config, stopping.clone()));
+    let app = Arc::new(App::new(config));
+    let stopping = app.stopping.clone();
 
     if app.authorized_keys.current().is_empty()
         && !matches!(
@@ -142,7 +147,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         }
     }
     tracing::info!("stopping: no new connections, waiting for running commands");
-    trigger.trigger();
+    app.begin_shutdown();
     // `ssh::serve` stops accepting, lets running commands finish (bounded by
     // DRAIN_LIMIT), then disconnects whoever is left.
     match tokio::time::timeout(DRAIN_LIMIT + Duration::from_secs(2), ssh).await {

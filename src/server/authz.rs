@@ -197,6 +197,7 @@ pub fn can_create_repo(_app: &App, caller: &Caller, name: &str) -> bool {
 }
 
 /// Whether anonymous HTTP may read this repository.
+#[allow(dead_code)] // the web UI and smart-HTTP call it
 pub fn anonymous_can_read(app: &App, entry: &RepoEntry) -> bool {
     if entry.is_governance() {
         return false;

@@ -23,7 +23,7 @@ pub const ADMIN_OPTION: &str = "environment=\"GIT_COLLAB_ROLE=admin\"";
 pub struct Identity {
     /// `SHA256:…`, as `ssh-keygen -lf` prints it.
     pub fingerprint: String,
-    /// The key itself (OpenSSH line without comment via `key.to_openssh()`).
+    /// The key itself.
     pub key: PublicKey,
     /// Marked admin in authorized_keys.
     pub admin: bool,
@@ -38,7 +38,6 @@ pub fn fingerprint(key: &PublicKey) -> String {
 #[derive(Debug, Clone)]
 pub struct AuthorizedKey {
     pub options: String,
-    pub key: PublicKey,
     pub fingerprint: String,
     pub admin: bool,
 }
@@ -79,7 +78,6 @@ pub fn parse_authorized_line(line: &str) -> Option<AuthorizedKey> {
     let fingerprint = fingerprint(&key);
     Some(AuthorizedKey {
         options,
-        key,
         fingerprint,
         admin,
     })

@@ -268,10 +268,10 @@ pub fn list_repos(repos_dir: &Path) -> Vec<RepoEntry> {
     }
     names
         .into_iter()
-        .filter_map(|name| {
+        .map(|name| {
             let path = root.join(&name);
             let policy = RepoPolicy::load(&path);
-            Some(RepoEntry { name, path, policy })
+            RepoEntry { name, path, policy }
         })
         .collect()
 }

@@ -10,10 +10,14 @@ use super::session::{json_line, reply_and_close, ExecContext, RepoCmd};
 use crate::authz;
 use crate::repos::{self, CreateError};
 
-/// `collab-whoami` -> `{"principal", "regime", "name", "fingerprint", "admin"}`.
+/// `collab-whoami` -> `{"principal", "regime", "name", "fingerprint",
+/// "admin", "key"}`; `key` is the OpenSSH line to enroll in governance.
 pub async fn whoami(ctx: &ExecContext, channel: Channel<Msg>) {
     let caller = &ctx.caller;
+    let mut key = caller.identity.key.clone();
+    key.set_comment("");
     let reply = json!({
+        "key": key.to_openssh().ok(),
         "principal": caller.principal(),
         "regime": caller.regime.as_str(),
         "name": caller.name(),
