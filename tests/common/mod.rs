@@ -303,8 +303,8 @@ impl ServerHarness {
         f.write_all(line.as_bytes()).unwrap();
     }
 
-    /// ssh options shared by every client invocation.
-    fn ssh_options(&self, key: &Path) -> Vec<String> {
+    /// ssh options shared by every client invocation (includes `-p PORT`).
+    pub fn ssh_options(&self, key: &Path) -> Vec<String> {
         vec![
             "-F".into(),
             "/dev/null".into(),

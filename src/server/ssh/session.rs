@@ -15,8 +15,8 @@ use std::sync::Arc;
 use russh::server::Msg;
 use russh::Channel;
 
-#[allow(unused_imports)] // re-exported for verbs that quote or report token errors
-pub use super::tokens::{shell_quote, shell_tokens, TokenError};
+#[allow(unused_imports)] // re-exported for verbs that report token errors
+pub use super::tokens::{shell_tokens, TokenError};
 use crate::app::App;
 use crate::authz::{Caller, NotFound};
 
@@ -210,6 +210,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ssh::tokens::shell_quote;
     use proptest::prelude::*;
 
     fn git(service: GitService, repo: &str) -> Option<ExecCommand> {

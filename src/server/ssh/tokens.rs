@@ -103,6 +103,7 @@ pub fn shell_tokens(input: &str) -> Result<Vec<String>, TokenError> {
 }
 
 /// Single-quote `s` for a POSIX shell (and for `shell_tokens`).
+#[cfg(test)]
 pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
