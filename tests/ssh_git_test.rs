@@ -217,3 +217,60 @@ fn sigterm_stops_cleanly_and_state_survives() {
     let refs = h.ls_remote_as(&h.ssh_client_key(), "r");
     assert!(refs.stdout.contains(&head), "{refs:?}");
 }
+
+#[test]
+fn sigterm_lets_a_running_command_finish() {
+    use std::io::{Read as _, Write as _};
+    let mut h = ServerHarness::start();
+    h.create_repo("r");
+    let a = h.clone_repo("r", "a");
+    h.commit_file(&a, "f", b"1", "one");
+    h.ssh_push(&a, &["HEAD:main"]);
+
+    // A fetch that has read the ref advertisement and now waits for us.
+    let mut ssh = std::process::Command::new("ssh")
+        .args(h.ssh_options(&h.ssh_client_key()))
+        .args(["git@127.0.0.1", "git-upload-pack 'r'"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = ssh.stdout.take().unwrap();
+    let mut advertisement = Vec::new();
+    loop {
+        let mut len = [0u8; 4];
+        stdout.read_exact(&mut len).unwrap();
+        let len = usize::from_str_radix(std::str::from_utf8(&len).unwrap(), 16).unwrap();
+        if len == 0 {
+            break;
+        }
+        let mut line = vec![0u8; len - 4];
+        stdout.read_exact(&mut line).unwrap();
+        advertisement.extend_from_slice(&line);
+    }
+    assert!(String::from_utf8_lossy(&advertisement).contains("refs/heads/main"));
+
+    h.terminate();
+    h.wait_for_log("stopping");
+    // New connections are no longer accepted...
+    assert_eq!(h.ssh_exec("collab-whoami").code, 255);
+    // ... but the running command finishes normally.
+    let mut stdin = ssh.stdin.take().unwrap();
+    stdin.write_all(b"0000").unwrap();
+    drop(stdin);
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).unwrap();
+    let status = ssh.wait().unwrap();
+    assert!(
+        status.success(),
+        "fetch ended with {status}; log:\n{}",
+        h.log()
+    );
+    let exit = h.wait_exit();
+    assert!(
+        exit.success(),
+        "server exited with {exit}; log:\n{}",
+        h.log()
+    );
+}

@@ -13,9 +13,10 @@ use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
 use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
 
-/// How long running commands may take to finish after a stop signal. Below
-/// the 10 s a container runtime waits before it kills.
-pub const DRAIN_LIMIT: Duration = Duration::from_secs(8);
+/// How long running commands may take to finish after a stop signal. With
+/// the session close-out after it, shutdown stays below the 10 s a container
+/// runtime waits before it kills.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(7);
 
 /// State shared by every connection and request.
 pub struct App {
@@ -150,12 +151,12 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     app.begin_shutdown();
     // `ssh::serve` stops accepting, lets running commands finish (bounded by
     // DRAIN_LIMIT), then disconnects whoever is left.
-    match tokio::time::timeout(DRAIN_LIMIT + Duration::from_secs(2), ssh).await {
+    match tokio::time::timeout(DRAIN_LIMIT + Duration::from_secs(3), ssh).await {
         Ok(Ok(Err(e))) => tracing::warn!("ssh listener: {e:#}"),
         Ok(_) => {}
         Err(_) => tracing::warn!("ssh sessions did not close in time"),
     }
-    let _ = tokio::time::timeout(Duration::from_secs(2), http).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
     tracing::info!("stopped");
     Ok(())
 }

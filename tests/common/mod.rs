@@ -214,11 +214,37 @@ impl ServerHarness {
 
     /// Send SIGTERM and wait for the process to exit.
     pub fn stop(&mut self) -> ExitStatus {
-        let mut child = self.child.take().expect("server is running");
+        self.terminate();
+        self.wait_exit()
+    }
+
+    /// Send SIGTERM without waiting.
+    pub fn terminate(&self) {
+        let pid = self.child.as_ref().expect("server is running").id();
+        // SAFETY: plain kill(2) on the child we spawned and still own.
         unsafe {
-            libc::kill(child.id() as i32, libc::SIGTERM);
+            libc::kill(pid as i32, libc::SIGTERM);
         }
+    }
+
+    /// Wait for the server process to exit (after `terminate`).
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("server is running");
         child.wait().expect("wait for server")
+    }
+
+    /// Wait until the server's log contains `needle` (hang guard: panics
+    /// after START_LIMIT).
+    pub fn wait_for_log(&self, needle: &str) {
+        let start = std::time::Instant::now();
+        while !self.log().contains(needle) {
+            assert!(
+                start.elapsed() < START_LIMIT,
+                "{needle:?} never logged:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Stop (SIGTERM) and start again on the same state directory. The

@@ -105,12 +105,19 @@ pub async fn serve(
             app.work.in_flight()
         );
     }
-    disconnect_all.trigger();
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        while sessions.join_next().await.is_some() {}
-    })
-    .await;
+    // A finished command's last messages (exit status, close) are queued,
+    // not yet sent: let clients hang up by themselves first.
+    if !all_closed(&mut sessions, Duration::from_secs(1)).await {
+        disconnect_all.trigger();
+        all_closed(&mut sessions, Duration::from_secs(1)).await;
+    }
     Ok(())
+}
+
+/// Wait up to `limit` for every session task to end.
+async fn all_closed(sessions: &mut JoinSet<()>, limit: Duration) -> bool {
+    let wait = async { while sessions.join_next().await.is_some() {} };
+    tokio::time::timeout(limit, wait).await.is_ok()
 }
 
 /// One SSH connection.
