@@ -1,13 +1,162 @@
-//! The running server: shared state (`App`) and `serve`, which starts the SSH
-//! and HTTP listeners and stops them cleanly on SIGTERM/SIGINT.
-//!
-//! OWNER: server-ssh helper. `serve` is the contract main.rs calls.
+//! The running server: shared state (`App`) and `serve`, which prepares the
+//! state directory, starts the SSH and HTTP listeners and stops them cleanly
+//! on SIGTERM/SIGINT (stop accepting, let in-flight commands finish for a
+//! bounded time, exit 0).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
 
 use crate::config::ServerConfig;
+use crate::governance::Governance;
+use crate::identity::AuthorizedKeys;
+use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
+
+/// How long running commands may take to finish after a stop signal. With
+/// the session close-out after it, shutdown stays below the 10 s a container
+/// runtime waits before it kills.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(7);
+
+/// State shared by every connection and request.
+pub struct App {
+    pub config: Arc<ServerConfig>,
+    /// The live `ssh.authorized_keys` (re-read when it changes).
+    pub authorized_keys: AuthorizedKeys,
+    /// The live governance state (`_governance.git`).
+    pub governance: Governance,
+    /// In-flight exec commands, for a clean shutdown.
+    pub work: WorkTracker,
+    /// Set once shutdown starts: no new commands.
+    pub stopping: Stop,
+    stop: StopTrigger,
+    // The leases helper adds its service here (e.g. `pub leases: LeaseService`)
+    // and builds it in `App::new`.
+}
+
+impl App {
+    /// Build the shared state. Reads governance once; authorized_keys is
+    /// read lazily on first use.
+    pub fn new(config: ServerConfig) -> App {
+        let (stop, stopping) = shutdown::stop_pair();
+        App {
+            authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
+            governance: Governance::load(&config.repos_dir),
+            config: Arc::new(config),
+            work: WorkTracker::default(),
+            stopping,
+            stop,
+        }
+    }
+
+    /// Start shutting down: listeners stop accepting, new commands are
+    /// refused.
+    pub fn begin_shutdown(&self) {
+        self.stop.trigger();
+    }
+}
+
+/// Make every path absolute: git runs hooks from inside the repository, so
+/// a relative hooks path (from a relative `--state-dir`) would miss.
+fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> {
+    for path in [
+        &mut config.state_dir,
+        &mut config.repos_dir,
+        &mut config.ssh.host_key,
+        &mut config.ssh.authorized_keys,
+    ] {
+        *path =
+            std::path::absolute(&*path).with_context(|| format!("resolving {}", path.display()))?;
+    }
+    if let Some(db) = config.collab_db.as_mut() {
+        *db = std::path::absolute(&*db).with_context(|| format!("resolving {}", db.display()))?;
+    }
+    Ok(config)
+}
+
+fn init_logging(config: &ServerConfig) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&config.log.level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let _ = if config.log.format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
 
 /// Run the server until SIGTERM or SIGINT. Prepares the state directory
 /// (host key, authorized_keys, initial admin keys, hooks) first.
 pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
-    let _ = config;
-    anyhow::bail!("serve: not implemented yet")
+    init_logging(&config);
+    let config = absolute_paths(config)?;
+    let prepared = crate::setup::prepare(&config)?;
+
+    let ssh_listener = tokio::net::TcpListener::bind(&config.ssh.listen)
+        .await
+        .with_context(|| format!("ssh.listen: cannot listen on {}", config.ssh.listen))?;
+    let http_listener = tokio::net::TcpListener::bind(&config.http.listen)
+        .await
+        .with_context(|| format!("http.listen: cannot listen on {}", config.http.listen))?;
+    let ssh_addr = ssh_listener.local_addr()?;
+    let http_addr = http_listener.local_addr()?;
+
+    let app = Arc::new(App::new(config));
+    let stopping = app.stopping.clone();
+
+    if app.authorized_keys.current().is_empty()
+        && !matches!(
+            app.governance.state().as_ref(),
+            crate::governance::GovState::Active(_)
+        )
+    {
+        eprintln!(
+            "warning: no key is admitted: add one to {} or set initial_admin_keys",
+            app.authorized_keys.path().display()
+        );
+    }
+
+    let mut ssh = tokio::spawn(crate::ssh::serve(
+        app.clone(),
+        prepared.host_key,
+        ssh_listener,
+        stopping.clone(),
+    ));
+    let http = tokio::spawn(crate::http::serve(
+        app.clone(),
+        http_listener,
+        stopping.clone().wait(),
+    ));
+    eprintln!("listening ssh={ssh_addr} http={http_addr}");
+    tracing::info!("listening ssh={ssh_addr} http={http_addr}");
+
+    tokio::select! {
+        _ = shutdown::signal() => {}
+        r = &mut ssh => {
+            // The SSH listener only returns early on a fatal accept error.
+            let reason = match r {
+                Ok(Err(e)) => format!("{e:#}"),
+                Ok(Ok(())) => "no reason".to_string(),
+                Err(e) => e.to_string(),
+            };
+            anyhow::bail!("ssh listener stopped: {reason}");
+        }
+    }
+    tracing::info!("stopping: no new connections, waiting for running commands");
+    app.begin_shutdown();
+    // `ssh::serve` stops accepting, lets running commands finish (bounded by
+    // DRAIN_LIMIT), then disconnects whoever is left.
+    match tokio::time::timeout(DRAIN_LIMIT + Duration::from_secs(3), ssh).await {
+        Ok(Ok(Err(e))) => tracing::warn!("ssh listener: {e:#}"),
+        Ok(_) => {}
+        Err(_) => tracing::warn!("ssh sessions did not close in time"),
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
+    tracing::info!("stopped");
+    Ok(())
 }

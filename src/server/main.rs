@@ -5,10 +5,17 @@
 //! This file only parses flags and dispatches; it owns no behaviour.
 
 mod app;
+mod authz;
 mod config;
+mod governance;
 mod healthcheck;
+mod http;
+mod identity;
 mod logging;
 mod repos;
+mod setup;
+mod shutdown;
+mod ssh;
 
 use std::process::ExitCode;
 
@@ -43,6 +50,9 @@ enum Command {
     },
     /// Exit 0 when the local server answers /readyz (for container health checks).
     Healthcheck,
+    /// Internal: the server's git hooks run this (`hook pre-receive`).
+    #[command(hide = true)]
+    Hook { name: String },
 }
 
 #[derive(Subcommand)]
@@ -75,6 +85,10 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Hooks run inside `git receive-pack` and need no configuration.
+    if let Command::Hook { name } = &cli.command {
+        return Ok(ExitCode::from(governance::hook::run(name)));
+    }
     let loaded = config::load(&cli.flags)?;
     logging::init(&loaded.config.log)?;
     for (name, meant) in config::misspelled_env_vars(&config::process_env()) {
@@ -99,6 +113,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("created {}", path.display());
         }
         Command::Healthcheck => healthcheck::check(&loaded.config)?,
+        Command::Hook { .. } => unreachable!("handled above"),
     }
     Ok(ExitCode::SUCCESS)
 }

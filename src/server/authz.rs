@@ -1,0 +1,278 @@
+//! THE access decision. Every verb, over SSH and HTTP, asks this module what
+//! a caller may do with a repository; nothing else compares principals with
+//! policies or grants.
+//!
+//! Levels are ordered, Read < Write < Rewind (gitolite's R / RW / RW+):
+//! Read clones and fetches; Write fast-forwards and creates refs (and takes
+//! leases); Rewind rewrites or deletes refs and administers.
+//!
+//! The regime of a caller is fixed per command from the live governance
+//! state: `Ungoverned` (per-repo `collab-policy.toml`, admins rewind
+//! everywhere), `Governed { name, .. }` (grants in `governance.toml`), or
+//! `Closed` (governance is active and the key is not enrolled: nothing).
+//! Unknown and unauthorized repositories look the same to callers:
+//! `authorize` returns the one `NotFound` for both.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::app::App;
+use crate::governance::conf::GovernanceConf;
+use crate::governance::GovState;
+use crate::identity::Identity;
+use crate::repos::RepoEntry;
+
+/// An access level. `Ord`: a higher level includes every lower one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    Read,
+    Write,
+    Rewind,
+}
+
+impl Access {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Read => "read",
+            Access::Write => "write",
+            Access::Rewind => "rewind",
+        }
+    }
+}
+
+/// Which rules apply to a caller.
+#[derive(Debug, Clone)]
+pub enum Regime {
+    /// No governance: per-repository policy files; `admin` keys (marked in
+    /// authorized_keys) rewind every repository.
+    Ungoverned { admin: bool },
+    /// Governance is active and the key is enrolled as `name`.
+    Governed {
+        name: String,
+        conf: Arc<GovernanceConf>,
+    },
+    /// Governance is active (or broken) and the key is not enrolled.
+    Closed,
+}
+
+impl Regime {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Regime::Ungoverned { .. } => "ungoverned",
+            Regime::Governed { .. } => "governed",
+            Regime::Closed => "closed",
+        }
+    }
+}
+
+/// An authenticated caller: the key that completed authentication and the
+/// regime that applies to it right now.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub identity: Identity,
+    pub regime: Regime,
+}
+
+impl Caller {
+    /// The principal: the governed name, else the key's `SHA256:` fingerprint.
+    /// This is also the lease holder string.
+    pub fn principal(&self) -> &str {
+        match &self.regime {
+            Regime::Governed { name, .. } => name,
+            _ => &self.identity.fingerprint,
+        }
+    }
+
+    /// The governed name, if any.
+    pub fn name(&self) -> Option<&str> {
+        match &self.regime {
+            Regime::Governed { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a key that proved ownership may log in at all: listed in
+/// authorized_keys, or enrolled through governance.
+pub fn is_admitted(app: &App, fingerprint: &str) -> bool {
+    if app.authorized_keys.lookup(fingerprint).is_some() {
+        return true;
+    }
+    match app.governance.state().as_ref() {
+        GovState::Active(conf) => conf.principal_for_fingerprint(fingerprint).is_some(),
+        _ => false,
+    }
+}
+
+/// Fix the regime for `identity` from the live governance state. Admin
+/// status is re-read from authorized_keys so a demotion applies at once.
+pub fn caller_for(app: &App, mut identity: Identity) -> Caller {
+    identity.admin = app
+        .authorized_keys
+        .lookup(&identity.fingerprint)
+        .is_some_and(|k| k.admin);
+    let regime = match app.governance.state().as_ref() {
+        GovState::Inactive => Regime::Ungoverned {
+            admin: identity.admin,
+        },
+        GovState::Active(conf) => match conf.principal_for_fingerprint(&identity.fingerprint) {
+            Some(name) => Regime::Governed {
+                name: name.to_string(),
+                conf: conf.clone(),
+            },
+            None => Regime::Closed,
+        },
+        GovState::Broken(_) => Regime::Closed,
+    };
+    Caller { identity, regime }
+}
+
+/// The caller's level on an existing repository; `None` = no access at all.
+pub fn repo_access(_app: &App, caller: &Caller, entry: &RepoEntry) -> Option<Access> {
+    let access = match &caller.regime {
+        Regime::Closed => None,
+        Regime::Ungoverned { admin: true } => Some(Access::Rewind),
+        Regime::Ungoverned { admin: false } => {
+            let p = caller.principal();
+            let policy = &entry.policy;
+            if policy.allows_rewind(p) {
+                Some(Access::Rewind)
+            } else if policy.allows_write(p) {
+                Some(Access::Write)
+            } else if policy.allows_read(p) {
+                Some(Access::Read)
+            } else {
+                None
+            }
+        }
+        Regime::Governed { name, conf } => conf.access(name, entry.short_name()),
+    };
+    if entry.is_governance() {
+        // Pushing governance is administration: only Rewind may write it,
+        // and in the ungoverned regime only admins may see it at all.
+        return match (&caller.regime, access) {
+            (Regime::Ungoverned { admin: false }, _) => None,
+            (_, Some(Access::Write)) => Some(Access::Read),
+            (_, a) => a,
+        };
+    }
+    access
+}
+
+/// The one reply for a repository that is missing or not visible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotFound;
+
+impl NotFound {
+    /// The exact stderr line, shared by every verb.
+    pub const MESSAGE: &'static str = "error: repository not found";
+}
+
+/// Resolve `requested` and require `needed` on it. A repository the caller
+/// cannot see, and one that does not exist, give the same `NotFound`.
+pub fn authorize(
+    app: &App,
+    caller: &Caller,
+    requested: &str,
+    needed: Access,
+) -> Result<(RepoEntry, Access), NotFound> {
+    let entry = crate::repos::find_repo(&app.config.repos_dir, requested).ok_or(NotFound)?;
+    match repo_access(app, caller, &entry) {
+        Some(level) if level >= needed => Ok((entry, level)),
+        _ => Err(NotFound),
+    }
+}
+
+/// Whether the caller may create the repository `name` (short or full
+/// name): admins when ungoverned, Rewind on the name when governed.
+pub fn can_create_repo(_app: &App, caller: &Caller, name: &str) -> bool {
+    let short = name.strip_suffix(".git").unwrap_or(name);
+    match &caller.regime {
+        Regime::Ungoverned { admin } => *admin,
+        Regime::Governed { name, conf } => conf.allows_repo(name, short, Access::Rewind),
+        Regime::Closed => false,
+    }
+}
+
+/// Whether anonymous HTTP may read this repository.
+#[allow(dead_code)] // the web UI and smart-HTTP call it
+pub fn anonymous_can_read(app: &App, entry: &RepoEntry) -> bool {
+    if entry.is_governance() {
+        return false;
+    }
+    match app.governance.state().as_ref() {
+        GovState::Inactive => entry.policy.public && entry.policy.broken.is_none(),
+        GovState::Active(conf) => conf.is_public(entry.short_name()),
+        GovState::Broken(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repos::RepoPolicy;
+
+    fn entry(name: &str, policy: RepoPolicy) -> RepoEntry {
+        RepoEntry {
+            name: name.into(),
+            path: "/nonexistent".into(),
+            policy,
+        }
+    }
+
+    fn caller(regime: Regime) -> Caller {
+        let key = russh::keys::ssh_key::PublicKey::from_openssh(
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICtQ/RYc3WhAmSKhGYkTZDTD1K+ATpny91Oy682hu+Dg",
+        )
+        .unwrap();
+        Caller {
+            identity: Identity {
+                fingerprint: crate::identity::fingerprint(&key),
+                key,
+                admin: false,
+            },
+            regime,
+        }
+    }
+
+    fn app() -> (tempfile::TempDir, App) {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = crate::config::ServerConfig::with_state_dir(tmp.path().to_path_buf());
+        let app = App::new(config);
+        (tmp, app)
+    }
+
+    #[test]
+    fn levels_are_ordered() {
+        assert!(Access::Read < Access::Write && Access::Write < Access::Rewind);
+    }
+
+    #[test]
+    fn ungoverned_defaults_and_policy() {
+        let (_t, app) = app();
+        let user = caller(Regime::Ungoverned { admin: false });
+        let admin = caller(Regime::Ungoverned { admin: true });
+        let r = entry("r.git", RepoPolicy::default());
+        assert_eq!(repo_access(&app, &user, &r), Some(Access::Write));
+        assert_eq!(repo_access(&app, &admin, &r), Some(Access::Rewind));
+        let private = entry(
+            "p.git",
+            RepoPolicy::parse("read = []\nwrite = []\n").unwrap(),
+        );
+        assert_eq!(repo_access(&app, &user, &private), None);
+        let fp = user.identity.fingerprint.clone();
+        let mine = entry(
+            "m.git",
+            RepoPolicy::parse(&format!("read = []\nwrite = []\nrewind = [\"{fp}\"]\n")).unwrap(),
+        );
+        assert_eq!(repo_access(&app, &user, &mine), Some(Access::Rewind));
+        let gov = entry("_governance.git", RepoPolicy::default());
+        assert_eq!(repo_access(&app, &user, &gov), None);
+        assert_eq!(repo_access(&app, &admin, &gov), Some(Access::Rewind));
+        assert_eq!(repo_access(&app, &caller(Regime::Closed), &r), None);
+        assert!(!anonymous_can_read(&app, &r));
+        assert!(can_create_repo(&app, &admin, "x") && !can_create_repo(&app, &user, "x"));
+    }
+}

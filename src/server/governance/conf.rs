@@ -1,0 +1,343 @@
+//! `governance.toml`: the file in `_governance.git` that names principals
+//! (with their keys), groups, and grants of read/write/rewind on repository
+//! globs. Parsing is also validation: a `GovernanceConf` that exists is one
+//! the server can apply.
+//!
+//! ```toml
+//! public = ["docs/*"]              # repos anonymous HTTP may read
+//!
+//! [principals.alice]
+//! keys = ["ssh-ed25519 AAAA… alice@laptop"]
+//! [principals.bot-1]
+//! keys = ["ssh-ed25519 AAAA… bot-1"]
+//!
+//! [groups]
+//! agents = ["bot-1"]
+//!
+//! [[grants]]
+//! repos = ["**"]                   # `*` stays in one segment, `**` crosses `/`
+//! to = ["alice"]                   # principal, `@group`, or `*` (every principal)
+//! access = "rewind"                # read | write | rewind
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+use russh::keys::ssh_key::PublicKey;
+use serde::Deserialize;
+
+pub use crate::authz::Access;
+
+/// The name of the file at the governance branch's root.
+pub const CONF_FILE: &str = "governance.toml";
+
+/// The governance repository's short name, as grants spell it.
+pub const GOVERNANCE_SHORT_NAME: &str = "_governance";
+
+/// Why a governance file was refused. The message is shown to the pusher.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{CONF_FILE}: {0}")]
+pub struct GovernanceError(pub String);
+
+fn invalid(msg: impl Into<String>) -> GovernanceError {
+    GovernanceError(msg.into())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConf {
+    #[serde(default)]
+    public: Vec<String>,
+    #[serde(default)]
+    principals: BTreeMap<String, RawPrincipal>,
+    #[serde(default)]
+    groups: BTreeMap<String, Vec<String>>,
+    #[serde(default)]
+    grants: Vec<RawGrant>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrincipal {
+    keys: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGrant {
+    repos: Vec<String>,
+    to: Vec<String>,
+    access: Access,
+}
+
+#[derive(Debug, Clone)]
+enum Subject {
+    Everyone,
+    Principal(String),
+    Group(String),
+}
+
+#[derive(Debug, Clone)]
+struct Grant {
+    repos: GlobSet,
+    to: Vec<Subject>,
+    access: Access,
+}
+
+/// A validated governance file.
+#[derive(Debug, Clone)]
+pub struct GovernanceConf {
+    /// Fingerprint -> principal name.
+    by_fingerprint: HashMap<String, String>,
+    principals: BTreeSet<String>,
+    groups: BTreeMap<String, BTreeSet<String>>,
+    grants: Vec<Grant>,
+    public: GlobSet,
+}
+
+fn valid_ident(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Compile repository globs; a trailing `.git` is ignored so `app` and
+/// `app.git` mean the same repository.
+fn compile_globs(patterns: &[String], context: &str) -> Result<GlobSet, GovernanceError> {
+    let mut set = GlobSetBuilder::new();
+    for pattern in patterns {
+        let p = pattern.strip_suffix(".git").unwrap_or(pattern);
+        let p = p.strip_prefix('/').unwrap_or(p);
+        if p.is_empty() {
+            return Err(invalid(format!("{context}: empty repository pattern")));
+        }
+        let glob: Glob = GlobBuilder::new(p)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| invalid(format!("{context}: bad pattern {pattern:?}: {}", e.kind())))?;
+        set.add(glob);
+    }
+    set.build().map_err(|e| invalid(format!("{context}: {e}")))
+}
+
+impl GovernanceConf {
+    /// Parse and validate a governance file.
+    pub fn parse(text: &str) -> Result<GovernanceConf, GovernanceError> {
+        let raw: RawConf = toml::from_str(text).map_err(|e| invalid(e.to_string().trim_end()))?;
+
+        let mut by_fingerprint = HashMap::new();
+        let mut principals = BTreeSet::new();
+        for (name, p) in &raw.principals {
+            if !valid_ident(name) {
+                return Err(invalid(format!(
+                    "principals.{name}: a principal name uses only letters, digits, '.', '_' and '-' (at most 64)"
+                )));
+            }
+            if p.keys.is_empty() {
+                return Err(invalid(format!("principals.{name}.keys: no key given")));
+            }
+            for (i, line) in p.keys.iter().enumerate() {
+                let key = PublicKey::from_openssh(line.trim()).map_err(|e| {
+                    invalid(format!(
+                        "principals.{name}.keys[{i}]: not an OpenSSH public key ({e})"
+                    ))
+                })?;
+                let fp = crate::identity::fingerprint(&key);
+                if let Some(other) = by_fingerprint.insert(fp.clone(), name.clone()) {
+                    return Err(invalid(format!(
+                        "principals.{name}.keys[{i}]: key {fp} already belongs to principal {other}"
+                    )));
+                }
+            }
+            principals.insert(name.clone());
+        }
+
+        let mut groups = BTreeMap::new();
+        for (group, members) in &raw.groups {
+            if !valid_ident(group) {
+                return Err(invalid(format!("groups.{group}: bad group name")));
+            }
+            let mut set = BTreeSet::new();
+            for m in members {
+                if !principals.contains(m) {
+                    return Err(invalid(format!("groups.{group}: unknown principal {m:?}")));
+                }
+                set.insert(m.clone());
+            }
+            groups.insert(group.clone(), set);
+        }
+
+        let mut grants = Vec::new();
+        for (i, g) in raw.grants.iter().enumerate() {
+            let ctx = format!("grants[{i}]");
+            if g.repos.is_empty() {
+                return Err(invalid(format!("{ctx}.repos: no repository pattern")));
+            }
+            if g.to.is_empty() {
+                return Err(invalid(format!("{ctx}.to: nobody to grant to")));
+            }
+            let repos = compile_globs(&g.repos, &format!("{ctx}.repos"))?;
+            let mut to = Vec::new();
+            for who in &g.to {
+                let subject = if who == "*" {
+                    Subject::Everyone
+                } else if let Some(group) = who.strip_prefix('@') {
+                    if !groups.contains_key(group) {
+                        return Err(invalid(format!("{ctx}.to: unknown group {who:?}")));
+                    }
+                    Subject::Group(group.to_string())
+                } else if principals.contains(who) {
+                    Subject::Principal(who.clone())
+                } else {
+                    return Err(invalid(format!("{ctx}.to: unknown principal {who:?}")));
+                };
+                to.push(subject);
+            }
+            grants.push(Grant {
+                repos,
+                to,
+                access: g.access,
+            });
+        }
+        let public = compile_globs(&raw.public, "public")?;
+        Ok(GovernanceConf {
+            by_fingerprint,
+            principals,
+            groups,
+            grants,
+            public,
+        })
+    }
+
+    /// The principal a key is enrolled as.
+    pub fn principal_for_fingerprint(&self, fingerprint: &str) -> Option<&str> {
+        self.by_fingerprint.get(fingerprint).map(String::as_str)
+    }
+
+    /// Every principal name.
+    pub fn principals(&self) -> impl Iterator<Item = &str> {
+        self.principals.iter().map(String::as_str)
+    }
+
+    fn subject_matches(&self, subject: &Subject, principal: &str) -> bool {
+        match subject {
+            Subject::Everyone => self.principals.contains(principal),
+            Subject::Principal(p) => p == principal,
+            Subject::Group(g) => self.groups.get(g).is_some_and(|m| m.contains(principal)),
+        }
+    }
+
+    /// The highest level granted to `principal` on the repository `repo`
+    /// (its short name, without `.git`).
+    pub fn access(&self, principal: &str, repo: &str) -> Option<Access> {
+        self.grants
+            .iter()
+            .filter(|g| g.repos.is_match(repo))
+            .filter(|g| g.to.iter().any(|s| self.subject_matches(s, principal)))
+            .map(|g| g.access)
+            .max()
+    }
+
+    /// Whether `principal` holds at least `needed` on `repo`.
+    pub fn allows_repo(&self, principal: &str, repo: &str, needed: Access) -> bool {
+        self.access(principal, repo).is_some_and(|a| a >= needed)
+    }
+
+    /// Whether anonymous HTTP may read `repo` (short name).
+    pub fn is_public(&self, repo: &str) -> bool {
+        repo != GOVERNANCE_SHORT_NAME && self.public.is_match(repo)
+    }
+
+    /// Refuse a file that would take governance away from the key pushing
+    /// it: that key must stay enrolled with rewind on `_governance`.
+    pub fn check_keeps_admin(&self, pusher_fingerprint: &str) -> Result<(), GovernanceError> {
+        let ok = self
+            .principal_for_fingerprint(pusher_fingerprint)
+            .is_some_and(|name| self.allows_repo(name, GOVERNANCE_SHORT_NAME, Access::Rewind));
+        if ok {
+            Ok(())
+        } else {
+            Err(invalid(format!(
+                "this file would lock you out: your key {pusher_fingerprint} must belong to a principal with rewind access to {GOVERNANCE_SHORT_NAME}"
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALICE: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICtQ/RYc3WhAmSKhGYkTZDTD1K+ATpny91Oy682hu+Dg alice";
+    const BOB: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIN3QmJ0vwcw0ie88/iXLtsBJjbfPedY+frkLSCrD/NGf bob";
+
+    fn conf(extra: &str) -> String {
+        format!(
+            "public = [\"docs/*\"]\n\
+             [principals.alice]\nkeys = [\"{ALICE}\"]\n\
+             [principals.bob]\nkeys = [\"{BOB}\"]\n\
+             [groups]\nagents = [\"bob\"]\n\
+             [[grants]]\nrepos = [\"**\"]\nto = [\"alice\"]\naccess = \"rewind\"\n\
+             [[grants]]\nrepos = [\"team/*\"]\nto = [\"@agents\"]\naccess = \"write\"\n\
+             [[grants]]\nrepos = [\"open\"]\nto = [\"*\"]\naccess = \"read\"\n{extra}"
+        )
+    }
+
+    #[test]
+    fn grants_resolve_by_glob_and_group() {
+        let c = GovernanceConf::parse(&conf("")).unwrap();
+        let alice_fp = crate::identity::fingerprint(&PublicKey::from_openssh(ALICE).unwrap());
+        assert_eq!(c.principal_for_fingerprint(&alice_fp), Some("alice"));
+        assert_eq!(c.access("alice", "anything/deep"), Some(Access::Rewind));
+        assert_eq!(c.access("bob", "team/app"), Some(Access::Write));
+        assert_eq!(c.access("bob", "team/app/deeper"), None);
+        assert_eq!(c.access("bob", "open"), Some(Access::Read));
+        assert_eq!(c.access("bob", "other"), None);
+        assert_eq!(c.access("mallory", "open"), None);
+        assert!(c.is_public("docs/site") && !c.is_public("docs") && !c.is_public("_governance"));
+        assert!(c.check_keeps_admin(&alice_fp).is_ok());
+        assert!(c.check_keeps_admin("SHA256:nobody").is_err());
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_a_reason() {
+        let cases = [
+            (
+                "[principals.x]\nkeys = [\"nope\"]\n",
+                "principals.x.keys[0]",
+            ),
+            ("[groups]\ng = [\"ghost\"]\n", "unknown principal"),
+            (
+                "[[grants]]\nrepos=[\"a\"]\nto=[\"@none\"]\naccess=\"read\"\n",
+                "unknown group",
+            ),
+            (
+                "[[grants]]\nrepos=[\"a\"]\nto=[\"ghost\"]\naccess=\"read\"\n",
+                "unknown principal",
+            ),
+            (
+                "[[grants]]\nrepos=[\"a\"]\nto=[\"*\"]\naccess=\"admin\"\n",
+                "unknown variant",
+            ),
+            (
+                "[[grants]]\nrepos=[\"a[\"]\nto=[\"*\"]\naccess=\"read\"\n",
+                "bad pattern",
+            ),
+            ("colour = 1\n", "unknown field"),
+            ("[principals.x\n", "TOML parse error"),
+        ];
+        for (text, needle) in cases {
+            let err = GovernanceConf::parse(text).unwrap_err().to_string();
+            assert!(err.contains(needle), "{text:?}: {err}");
+        }
+        let dup =
+            format!("[principals.a]\nkeys = [\"{ALICE}\"]\n[principals.b]\nkeys = [\"{ALICE}\"]\n");
+        assert!(GovernanceConf::parse(&dup)
+            .unwrap_err()
+            .0
+            .contains("already belongs"));
+    }
+}

@@ -1,0 +1,227 @@
+//! First-start and every-start preparation of the state directory: the
+//! directories, the SSH host key (generated once), the authorized_keys file
+//! (created empty), `initial_admin_keys` merged into it and marked admin, and
+//! the server hooks directory whose `pre-receive` runs this binary.
+//!
+//! Nothing here serves requests; `app::serve` calls `prepare` once.
+
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::Path;
+
+use anyhow::{bail, Context as _};
+use russh::keys::ssh_key::{LineEnding, PublicKey};
+use russh::keys::{Algorithm, PrivateKey};
+
+use crate::config::ServerConfig;
+use crate::identity::{parse_authorized_line, ADMIN_OPTION};
+
+/// What `prepare` hands to the server.
+pub struct Prepared {
+    pub host_key: PrivateKey,
+}
+
+/// Create or check everything the server needs on disk.
+pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
+    for dir in [&config.state_dir, &config.repos_dir] {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let host_key = load_or_generate_host_key(&config.ssh.host_key)?;
+    ensure_authorized_keys(&config.ssh.authorized_keys)?;
+    merge_admin_keys(&config.ssh.authorized_keys, &config.initial_admin_keys)?;
+    write_hooks(&config.hooks_dir())?;
+    Ok(Prepared { host_key })
+}
+
+/// Read the Ed25519 host key, or generate it (mode 0600) on first start.
+pub fn load_or_generate_host_key(path: &Path) -> anyhow::Result<PrivateKey> {
+    if path.exists() {
+        return russh::keys::load_secret_key(path, None)
+            .with_context(|| format!("ssh.host_key: cannot read {}", path.display()));
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    let key = PrivateKey::random(&mut rand::rng(), Algorithm::Ed25519)
+        .context("generating the host key")?;
+    let pem = key
+        .to_openssh(LineEnding::LF)
+        .context("encoding the host key")?;
+    write_new_file(path, pem.as_bytes(), 0o600)
+        .with_context(|| format!("ssh.host_key: writing {}", path.display()))?;
+    tracing::info!(
+        "generated host key {} ({})",
+        path.display(),
+        key.public_key().fingerprint(russh::keys::HashAlg::Sha256)
+    );
+    Ok(key)
+}
+
+/// Write a file that must not exist yet, with `mode`, durably.
+fn write_new_file(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+/// Replace a file atomically (temp file beside it, then rename).
+fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp-{}", rand::random::<u32>()));
+    let result = write_new_file(&tmp, bytes, mode).and_then(|()| std::fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn ensure_authorized_keys(path: &Path) -> anyhow::Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    write_new_file(
+        path,
+        b"# git-collab-server: one OpenSSH public key per line.\n",
+        0o600,
+    )
+    .with_context(|| format!("ssh.authorized_keys: creating {}", path.display()))
+}
+
+/// Merge `initial_admin_keys` into the authorized_keys file: a key already
+/// there gains the admin option, a new one is appended with it. A line that
+/// does not parse is an error that names it.
+pub fn merge_admin_keys(path: &Path, admin_keys: &[String]) -> anyhow::Result<()> {
+    let mut wanted: Vec<(PublicKey, String)> = Vec::new();
+    for (i, entry) in admin_keys.iter().enumerate() {
+        for line in entry.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let key = PublicKey::from_openssh(line).map_err(|e| {
+                anyhow::anyhow!(
+                    "initial_admin_keys[{i}]: {line:?} is not an OpenSSH public key line ({e})"
+                )
+            })?;
+            wanted.push((key, line.to_string()));
+        }
+    }
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("ssh.authorized_keys: reading {}", path.display()))?;
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let mut changed = false;
+    for (key, line) in wanted {
+        let fp = crate::identity::fingerprint(&key);
+        let mut found = false;
+        for existing in lines.iter_mut() {
+            let Some(parsed) = parse_authorized_line(existing) else {
+                continue;
+            };
+            if parsed.fingerprint != fp {
+                continue;
+            }
+            found = true;
+            if !parsed.admin {
+                let rest = existing.trim()[parsed.options.len()..]
+                    .trim_start()
+                    .to_string();
+                let options = if parsed.options.is_empty() {
+                    ADMIN_OPTION.to_string()
+                } else {
+                    format!("{},{ADMIN_OPTION}", parsed.options)
+                };
+                *existing = format!("{options} {rest}");
+                changed = true;
+            }
+        }
+        if !found {
+            lines.push(format!("{ADMIN_OPTION} {line}"));
+            changed = true;
+        }
+    }
+    if changed {
+        let mode = std::fs::metadata(path)
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or(0o600);
+        let mut out = lines.join("\n");
+        out.push('\n');
+        replace_file(path, out.as_bytes(), mode)
+            .with_context(|| format!("ssh.authorized_keys: writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Write the server hooks. They are rewritten at every start so they always
+/// run the binary that is serving.
+pub fn write_hooks(hooks_dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(hooks_dir)
+        .with_context(|| format!("creating {}", hooks_dir.display()))?;
+    let exe = std::env::current_exe().context("locating the server binary")?;
+    let Some(exe) = exe.to_str() else {
+        bail!("the server binary path {} is not UTF-8", exe.display());
+    };
+    let quoted = format!("'{}'", exe.replace('\'', "'\\''"));
+    let script = format!(
+        "#!/bin/sh\n# Written by git-collab-server at start; edits are overwritten.\nexec {quoted} hook pre-receive\n"
+    );
+    let path = hooks_dir.join("pre-receive");
+    replace_file(&path, script.as_bytes(), 0o755)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICtQ/RYc3WhAmSKhGYkTZDTD1K+ATpny91Oy682hu+Dg admin";
+    const OTHER: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIN3QmJ0vwcw0ie88/iXLtsBJjbfPedY+frkLSCrD/NGf bob";
+
+    #[test]
+    fn prepare_creates_state_and_keeps_host_key() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = ServerConfig::with_state_dir(tmp.path().join("state"));
+        let first = prepare(&config).unwrap();
+        let second = prepare(&config).unwrap();
+        assert_eq!(
+            first.host_key.public_key().key_data(),
+            second.host_key.public_key().key_data()
+        );
+        let mode = std::fs::metadata(&config.ssh.host_key)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(config.ssh.authorized_keys.is_file());
+        assert!(config.hooks_dir().join("pre-receive").is_file());
+        assert!(config.repos_dir.is_dir());
+    }
+
+    #[test]
+    fn admin_keys_are_merged_and_marked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("authorized_keys");
+        std::fs::write(&path, format!("{OTHER}\n{KEY}\n")).unwrap();
+        merge_admin_keys(&path, &[KEY.to_string()]).unwrap();
+        merge_admin_keys(&path, &[KEY.to_string(), OTHER.to_string()]).unwrap();
+        let (keys, bad) =
+            crate::identity::parse_authorized_keys(&std::fs::read_to_string(&path).unwrap());
+        assert!(bad.is_empty());
+        assert_eq!(keys.len(), 2);
+        assert!(keys.values().all(|k| k.admin));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+
+        let err = merge_admin_keys(&path, &["ssh-ed25519 garbage".into()]).unwrap_err();
+        assert!(err.to_string().contains("initial_admin_keys[0]"), "{err}");
+    }
+}

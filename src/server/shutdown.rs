@@ -1,0 +1,131 @@
+//! Clean shutdown: the signal that starts it (SIGTERM or SIGINT), a flag the
+//! listeners and verbs watch, and a count of in-flight work so the server can
+//! let running commands finish (for a bounded time) before it exits.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+/// Resolves on the first SIGTERM or SIGINT.
+pub async fn signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("cannot listen for SIGTERM: {e}");
+            std::future::pending::<()>().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// A one-way "stop now" flag: cheap to clone and to wait on.
+#[derive(Debug, Clone)]
+pub struct Stop {
+    rx: watch::Receiver<bool>,
+}
+
+/// The trigger side of `Stop`.
+#[derive(Debug)]
+pub struct StopTrigger {
+    tx: watch::Sender<bool>,
+}
+
+pub fn stop_pair() -> (StopTrigger, Stop) {
+    let (tx, rx) = watch::channel(false);
+    (StopTrigger { tx }, Stop { rx })
+}
+
+impl StopTrigger {
+    pub fn trigger(&self) {
+        let _ = self.tx.send(true);
+    }
+}
+
+impl Stop {
+    pub fn is_stopped(&self) -> bool {
+        *self.rx.borrow()
+    }
+
+    /// Resolves once the trigger fires (or is dropped).
+    pub async fn wait(mut self) {
+        let _ = self.rx.wait_for(|stopped| *stopped).await;
+    }
+}
+
+/// Counts in-flight units of work (one per running exec command).
+#[derive(Debug)]
+pub struct WorkTracker {
+    count: watch::Sender<usize>,
+}
+
+/// Held while a unit of work runs; dropping it marks the work done.
+#[derive(Debug)]
+pub struct WorkGuard {
+    count: watch::Sender<usize>,
+}
+
+impl Default for WorkTracker {
+    fn default() -> Self {
+        WorkTracker {
+            count: watch::channel(0).0,
+        }
+    }
+}
+
+impl WorkTracker {
+    pub fn track(&self) -> WorkGuard {
+        self.count.send_modify(|n| *n += 1);
+        WorkGuard {
+            count: self.count.clone(),
+        }
+    }
+
+    pub fn in_flight(&self) -> usize {
+        *self.count.borrow()
+    }
+
+    /// Wait until no work is in flight, or `limit` passes. Returns whether
+    /// everything finished.
+    pub async fn wait_idle(&self, limit: Duration) -> bool {
+        let mut rx = self.count.subscribe();
+        let idle = tokio::time::timeout(limit, rx.wait_for(|n| *n == 0)).await;
+        idle.is_ok()
+    }
+}
+
+impl Drop for WorkGuard {
+    fn drop(&mut self) {
+        self.count.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn waits_for_guards() {
+        let t = WorkTracker::default();
+        assert!(t.wait_idle(Duration::from_millis(1)).await);
+        let g = t.track();
+        assert_eq!(t.in_flight(), 1);
+        assert!(!t.wait_idle(Duration::from_millis(10)).await);
+        drop(g);
+        assert!(t.wait_idle(Duration::from_secs(5)).await);
+    }
+
+    #[tokio::test]
+    async fn stop_fires_once_triggered() {
+        let (trigger, stop) = stop_pair();
+        assert!(!stop.is_stopped());
+        let waiter = tokio::spawn(stop.clone().wait());
+        trigger.trigger();
+        waiter.await.unwrap();
+        assert!(stop.is_stopped());
+    }
+}

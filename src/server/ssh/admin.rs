@@ -1,0 +1,89 @@
+//! The identity and administration verbs: `collab-whoami` (who the server
+//! thinks you are) and `collab-repo create|list` (repositories). Access
+//! decisions are `authz`'s; this module only formats replies.
+
+use russh::server::Msg;
+use russh::Channel;
+use serde_json::json;
+
+use super::session::{json_line, reply_and_close, ExecContext, RepoCmd};
+use crate::authz;
+use crate::repos::{self, CreateError};
+
+/// `collab-whoami` -> `{"principal", "regime", "name", "fingerprint",
+/// "admin", "key"}`; `key` is the OpenSSH line to enroll in governance.
+pub async fn whoami(ctx: &ExecContext, channel: Channel<Msg>) {
+    let caller = &ctx.caller;
+    let mut key = caller.identity.key.clone();
+    key.set_comment("");
+    let reply = json!({
+        "key": key.to_openssh().ok(),
+        "principal": caller.principal(),
+        "regime": caller.regime.as_str(),
+        "name": caller.name(),
+        "fingerprint": caller.identity.fingerprint,
+        "admin": caller.identity.admin,
+    });
+    reply_and_close(channel, &json_line(&reply), 0).await
+}
+
+/// `collab-repo create '<name>'` (needs Rewind on the name) and
+/// `collab-repo list` (the repositories the caller can read).
+pub async fn repo(ctx: &ExecContext, channel: Channel<Msg>, cmd: RepoCmd) {
+    match cmd {
+        RepoCmd::Create { name } => create(ctx, channel, &name).await,
+        RepoCmd::List => list(ctx, channel).await,
+    }
+}
+
+async fn create(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
+    if let Err(e) = repos::normalize_repo_name(name) {
+        return reply_and_close(channel, &format!("error: invalid repository name: {e}"), 1).await;
+    }
+    // Refused before looking at the disk, so it says nothing about whether
+    // the repository exists.
+    if !authz::can_create_repo(&ctx.app, &ctx.caller, name) {
+        return reply_and_close(
+            channel,
+            "error: permission denied: creating repositories needs rewind access",
+            1,
+        )
+        .await;
+    }
+    let repos_dir = ctx.app.config.repos_dir.clone();
+    let owned = name.to_string();
+    let result = tokio::task::spawn_blocking(move || repos::create_repo_in(&repos_dir, &owned))
+        .await
+        .unwrap_or_else(|e| Err(CreateError::Io(anyhow::anyhow!("{e}"))));
+    match result {
+        Ok((created, _path)) => {
+            tracing::info!(
+                principal = ctx.caller.principal(),
+                repo = created,
+                "repository created"
+            );
+            let reply = json!({ "status": "created", "repo": created });
+            reply_and_close(channel, &json_line(&reply), 0).await
+        }
+        Err(CreateError::Io(e)) => {
+            tracing::error!("creating repository {name}: {e:#}");
+            reply_and_close(channel, "error: internal error", 1).await
+        }
+        Err(e) => reply_and_close(channel, &format!("error: {e}"), 1).await,
+    }
+}
+
+async fn list(ctx: &ExecContext, channel: Channel<Msg>) {
+    let repos_dir = ctx.app.config.repos_dir.clone();
+    let entries = tokio::task::spawn_blocking(move || repos::list_repos(&repos_dir))
+        .await
+        .unwrap_or_default();
+    let visible: Vec<_> = entries
+        .iter()
+        .filter_map(|entry| {
+            authz::repo_access(&ctx.app, &ctx.caller, entry)
+                .map(|level| json!({ "name": entry.name, "access": level.as_str() }))
+        })
+        .collect();
+    reply_and_close(channel, &json_line(&json!({ "repos": visible })), 0).await
+}

@@ -1,0 +1,166 @@
+//! `git-upload-pack` and `git-receive-pack`: authorize, then run
+//! `git upload-pack|receive-pack <dir>` with its stdin and stdout streamed
+//! over the SSH channel in both directions with backpressure, its stderr sent
+//! as extended data, and its exit status forwarded.
+//!
+//! Backpressure: output goes through `ChannelWriteHalf::make_writer`, which
+//! waits for the client's window; input is written to the child from its own
+//! task, which drains the channel until it closes (an undrained channel
+//! stalls the whole connection). Without Rewind, receive-pack refuses
+//! non-fast-forward updates and deletions (`receive.denyNonFastForwards`,
+//! `receive.denyDeletes` on the command line, above any repository config).
+
+use std::process::Stdio;
+
+use russh::server::Msg;
+use russh::{Channel, ChannelMsg};
+use tokio::io::{AsyncWriteExt as _, BufReader};
+use tokio::process::Command;
+
+use super::session::{reply_and_close, ExecContext, GitService, NOT_FOUND};
+use crate::authz::{self, Access};
+use crate::governance::{ENV_FINGERPRINT, ENV_REPO};
+
+/// Copy buffer: one SSH packet's worth.
+const CHUNK: usize = 32 * 1024;
+
+/// Only `version=N` style values are passed on to git.
+fn sane_git_protocol(value: &str) -> bool {
+    value.len() <= 128
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'=' | b':' | b'.' | b'_' | b'-'))
+}
+
+/// Serve one git transport request on `channel`.
+pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, requested: &str) {
+    let needed = match service {
+        GitService::UploadPack => Access::Read,
+        GitService::ReceivePack => Access::Write,
+    };
+    let (entry, level) = match authz::authorize(&ctx.app, &ctx.caller, requested, needed) {
+        Ok(found) => found,
+        Err(_) => return reply_and_close(channel, NOT_FOUND, 1).await,
+    };
+
+    let mut cmd = Command::new("git");
+    // A clean git environment: nothing from the server's own GIT_* variables.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("GIT_") {
+            cmd.env_remove(&key);
+        }
+    }
+    match service {
+        GitService::UploadPack => {
+            cmd.args(["-c", "uploadpack.allowFilter=true"]);
+        }
+        GitService::ReceivePack => {
+            let hooks = ctx.app.config.hooks_dir();
+            cmd.arg("-c")
+                .arg(format!("core.hooksPath={}", hooks.display()));
+            if level < Access::Rewind {
+                cmd.args([
+                    "-c",
+                    "receive.denyNonFastForwards=true",
+                    "-c",
+                    "receive.denyDeletes=true",
+                ]);
+            }
+            cmd.env(ENV_FINGERPRINT, &ctx.caller.identity.fingerprint);
+        }
+    }
+    cmd.arg(service.subcommand())
+        .arg(&entry.path)
+        .env(ENV_REPO, &entry.name)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(protocol) = ctx
+        .env
+        .git_protocol
+        .as_deref()
+        .filter(|p| sane_git_protocol(p))
+    {
+        cmd.env("GIT_PROTOCOL", protocol);
+    }
+
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("cannot run git {}: {e}", service.subcommand());
+            return reply_and_close(channel, "error: internal error", 1).await;
+        }
+    };
+    let (mut stdin, stdout, stderr) =
+        match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
+            (Some(i), Some(o), Some(e)) => (Some(i), o, e),
+            _ => return reply_and_close(channel, "error: internal error", 1).await,
+        };
+
+    let (mut rx, tx) = channel.split();
+    // Client -> child stdin, in its own task; keeps draining after the child
+    // stops reading so the session never blocks on this channel.
+    tokio::spawn(async move {
+        while let Some(msg) = rx.wait().await {
+            match msg {
+                ChannelMsg::Data { data } => {
+                    if let Some(w) = stdin.as_mut() {
+                        if w.write_all(&data).await.is_err() {
+                            stdin = None;
+                        }
+                    }
+                }
+                ChannelMsg::Eof => stdin = None,
+                ChannelMsg::Close => break,
+                _ => {}
+            }
+        }
+    });
+
+    let mut out = tx.make_writer();
+    let mut err = tx.make_writer_ext(Some(1));
+    let mut stdout = BufReader::with_capacity(CHUNK, stdout);
+    let mut stderr = BufReader::with_capacity(CHUNK, stderr);
+    let (a, b) = tokio::join!(
+        tokio::io::copy_buf(&mut stdout, &mut out),
+        tokio::io::copy_buf(&mut stderr, &mut err)
+    );
+    if let Err(e) = a.and(b) {
+        // The client went away; kill_on_drop reaps git.
+        tracing::info!("git {} for {}: {e}", service.subcommand(), entry.name);
+        return;
+    }
+    // Never shutdown() the writers: that sends EOF before the exit status.
+    let _ = out.flush().await;
+    let _ = err.flush().await;
+    let code = match child.wait().await {
+        Ok(status) => status.code().unwrap_or(255) as u32,
+        Err(_) => 255,
+    };
+    if service == GitService::ReceivePack && entry.is_governance() {
+        ctx.app.governance.reload();
+    }
+    tracing::info!(
+        principal = ctx.caller.principal(),
+        repo = entry.name,
+        "git {} exited {code}",
+        service.subcommand()
+    );
+    let _ = tx.exit_status(code).await;
+    let _ = tx.eof().await;
+    let _ = tx.close().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_protocol_values_pass() {
+        assert!(sane_git_protocol("version=2"));
+        assert!(sane_git_protocol("version=2:object-format=sha1"));
+        assert!(!sane_git_protocol("version=2\n"));
+        assert!(!sane_git_protocol("$(id)"));
+    }
+}

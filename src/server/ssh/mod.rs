@@ -1,0 +1,317 @@
+//! The SSH server (russh): the accept loop with clean shutdown, and the
+//! per-connection `Connection` handler.
+//!
+//! Authentication is public key only. `auth_publickey_offered` (key not yet
+//! proven) only answers whether a key would be admitted; the identity is
+//! bound in `auth_publickey`, after russh has verified the signature, and
+//! only to that key (GHSA-pchf-49fh-w34r: never to a key merely offered).
+//! Exec requests go to `session::run_exec`; shells and ptys get a hint.
+
+pub mod admin;
+pub mod git;
+pub mod session;
+pub mod tokens;
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use russh::keys::PrivateKey;
+use russh::server::{Auth, ChannelOpenHandle, Msg, PublicKeyOffer, Session, VerifiedPublicKey};
+use russh::{Channel, ChannelId, Disconnect, MethodKind, MethodSet, SshId};
+use tokio::task::JoinSet;
+
+use crate::app::{App, DRAIN_LIMIT};
+use crate::authz;
+use crate::identity::{fingerprint, Identity};
+use crate::shutdown::{stop_pair, Stop};
+use session::{reply_and_close, ChannelEnv, ExecContext};
+
+/// The one-line answer to a shell or pty request.
+pub const SHELL_HINT: &str = "error: git-collab-server has no shell; use git over ssh, or a verb such as `ssh HOST collab-whoami`";
+
+fn russh_config(host_key: PrivateKey) -> russh::server::Config {
+    russh::server::Config {
+        server_id: SshId::Standard("SSH-2.0-git-collab".into()),
+        keys: vec![host_key],
+        methods: MethodSet::from(&[MethodKind::PublicKey][..]),
+        auth_rejection_time: Duration::from_secs(1),
+        // OpenSSH probes "none" first; don't make every login wait for it.
+        auth_rejection_time_initial: Some(Duration::from_secs(0)),
+        inactivity_timeout: Some(Duration::from_secs(3600)),
+        nodelay: true,
+        ..Default::default()
+    }
+}
+
+/// Accept SSH connections until `stopping` fires; then stop accepting, let
+/// running commands finish (at most `DRAIN_LIMIT`) and disconnect the rest.
+pub async fn serve(
+    app: Arc<App>,
+    host_key: PrivateKey,
+    listener: tokio::net::TcpListener,
+    stopping: Stop,
+) -> anyhow::Result<()> {
+    let config = Arc::new(russh_config(host_key));
+    let (disconnect_all, disconnecting) = stop_pair();
+    let mut sessions = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stopping.clone().wait() => break,
+            Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
+            accepted = listener.accept() => {
+                let (socket, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of descriptors and the like: back off, keep serving.
+                        tracing::warn!("ssh accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let handler = Connection::new(app.clone(), peer);
+                let config = config.clone();
+                let disconnecting = disconnecting.clone();
+                sessions.spawn(async move {
+                    let session = match russh::server::run_stream(config, socket, handler).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tracing::debug!("ssh handshake with {peer}: {e:#}");
+                            return;
+                        }
+                    };
+                    let handle = session.handle();
+                    tokio::select! {
+                        result = session => {
+                            if let Err(e) = result {
+                                tracing::debug!("ssh session with {peer}: {e:#}");
+                            }
+                        }
+                        _ = disconnecting.wait() => {
+                            let _ = handle
+                                .disconnect(Disconnect::ByApplication, "server shutting down".into(), String::new())
+                                .await;
+                        }
+                    }
+                });
+            }
+        }
+    }
+    drop(listener);
+    if !app.work.wait_idle(DRAIN_LIMIT).await {
+        tracing::warn!(
+            "{} commands still running; disconnecting",
+            app.work.in_flight()
+        );
+    }
+    // A finished command's last messages (exit status, close) are queued,
+    // not yet sent: let clients hang up by themselves first.
+    if !all_closed(&mut sessions, Duration::from_secs(1)).await {
+        disconnect_all.trigger();
+        all_closed(&mut sessions, Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
+/// Wait up to `limit` for every session task to end.
+async fn all_closed(sessions: &mut JoinSet<()>, limit: Duration) -> bool {
+    let wait = async { while sessions.join_next().await.is_some() {} };
+    tokio::time::timeout(limit, wait).await.is_ok()
+}
+
+/// One SSH connection.
+pub struct Connection {
+    app: Arc<App>,
+    peer: SocketAddr,
+    /// Set only by `auth_publickey`, from the key whose signature verified.
+    identity: Option<Identity>,
+    channels: HashMap<ChannelId, Channel<Msg>>,
+    envs: HashMap<ChannelId, ChannelEnv>,
+    /// Channels that asked for a pty: their shell or exec gets the hint.
+    ptys: HashSet<ChannelId>,
+}
+
+impl Connection {
+    fn new(app: Arc<App>, peer: SocketAddr) -> Self {
+        Connection {
+            app,
+            peer,
+            identity: None,
+            channels: HashMap::new(),
+            envs: HashMap::new(),
+            ptys: HashSet::new(),
+        }
+    }
+
+    /// Take the channel out of the map and answer on it in the background.
+    fn reply_on(&mut self, id: ChannelId, message: &'static str) {
+        if let Some(channel) = self.channels.remove(&id) {
+            self.envs.remove(&id);
+            self.ptys.remove(&id);
+            tokio::spawn(reply_and_close(channel, message, 1));
+        }
+    }
+}
+
+impl russh::server::Handler for Connection {
+    type Error = anyhow::Error;
+
+    async fn auth_publickey_offered(
+        &mut self,
+        _user: &str,
+        offer: PublicKeyOffer<'_>,
+    ) -> Result<Auth, Self::Error> {
+        // Ownership is not proven here: answer the probe, bind nothing.
+        if authz::is_admitted(&self.app, &fingerprint(offer.public_key)) {
+            Ok(Auth::Accept)
+        } else {
+            Ok(Auth::reject())
+        }
+    }
+
+    async fn auth_publickey(
+        &mut self,
+        _user: &str,
+        key: VerifiedPublicKey<'_>,
+    ) -> Result<Auth, Self::Error> {
+        let fp = fingerprint(key.public_key);
+        if !authz::is_admitted(&self.app, &fp) {
+            tracing::info!(peer = %self.peer, key = fp, "key refused");
+            return Ok(Auth::reject());
+        }
+        tracing::debug!(peer = %self.peer, key = fp, "authenticated");
+        self.identity = Some(Identity {
+            fingerprint: fp,
+            key: key.public_key.clone(),
+            admin: false,
+        });
+        Ok(Auth::Accept)
+    }
+
+    async fn channel_open_session(
+        &mut self,
+        channel: Channel<Msg>,
+        reply: ChannelOpenHandle,
+        _session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        if self.identity.is_none() {
+            return Ok(()); // dropping `reply` rejects
+        }
+        self.channels.insert(channel.id(), channel);
+        reply.accept().await;
+        Ok(())
+    }
+
+    async fn channel_close(&mut self, id: ChannelId, _s: &mut Session) -> Result<(), Self::Error> {
+        self.channels.remove(&id);
+        self.envs.remove(&id);
+        self.ptys.remove(&id);
+        Ok(())
+    }
+
+    async fn env_request(
+        &mut self,
+        id: ChannelId,
+        name: &str,
+        value: &str,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        if name == "GIT_PROTOCOL" && self.channels.contains_key(&id) {
+            self.envs.entry(id).or_default().git_protocol = Some(value.to_string());
+            session.channel_success(id)?;
+        } else {
+            session.channel_failure(id)?;
+        }
+        Ok(())
+    }
+
+    async fn exec_request(
+        &mut self,
+        id: ChannelId,
+        data: &[u8],
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        if self.ptys.contains(&id) {
+            session.channel_success(id)?;
+            self.reply_on(id, SHELL_HINT);
+            return Ok(());
+        }
+        let (Some(identity), Some(channel)) = (self.identity.clone(), self.channels.remove(&id))
+        else {
+            session.channel_failure(id)?;
+            return Ok(());
+        };
+        // Accept the request and answer on the channel: a refused exec
+        // request shows the user nothing but "exec request failed".
+        session.channel_success(id)?;
+        let env = self.envs.remove(&id).unwrap_or_default();
+        let app = self.app.clone();
+        if app.stopping.is_stopped() {
+            tokio::spawn(reply_and_close(
+                channel,
+                "error: the server is shutting down",
+                1,
+            ));
+            return Ok(());
+        }
+        if !authz::is_admitted(&app, &identity.fingerprint) {
+            tokio::spawn(reply_and_close(
+                channel,
+                "error: this key is no longer admitted",
+                1,
+            ));
+            return Ok(());
+        }
+        let guard = app.work.track();
+        let raw = data.to_vec();
+        tokio::spawn(async move {
+            let caller = authz::caller_for(&app, identity);
+            session::run_exec(ExecContext { app, caller, env }, channel, raw).await;
+            drop(guard);
+        });
+        Ok(())
+    }
+
+    async fn shell_request(
+        &mut self,
+        id: ChannelId,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        session.channel_success(id)?;
+        self.reply_on(id, SHELL_HINT);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn pty_request(
+        &mut self,
+        id: ChannelId,
+        _term: &str,
+        _cols: u32,
+        _rows: u32,
+        _pw: u32,
+        _ph: u32,
+        _modes: &[(russh::Pty, u32)],
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        // No terminal is ever served; the shell or exec that follows gets
+        // the hint (answering now would make OpenSSH report a failed exec).
+        session.channel_success(id)?;
+        if self.channels.contains_key(&id) {
+            self.ptys.insert(id);
+        }
+        Ok(())
+    }
+
+    async fn subsystem_request(
+        &mut self,
+        id: ChannelId,
+        _name: &str,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        session.channel_success(id)?;
+        self.reply_on(id, "error: unknown command");
+        Ok(())
+    }
+}

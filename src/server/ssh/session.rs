@@ -1,0 +1,300 @@
+//! Every SSH exec request is parsed, authorized and dispatched here.
+//!
+//! `parse_exec_command` turns the command line (split by `shell_tokens`, no
+//! shell ever runs) into an `ExecCommand`; `run_exec` fixes the caller's
+//! regime, dispatches to the verb's module (`git`, `admin`, …) and makes sure
+//! every path ends in exactly one reply. Replies go through `reply_and_close`:
+//! success is one JSON object on stdout, an error is one `error: …` line on
+//! stderr; exit 0 success, 1 error (4 is reserved for lease conflicts).
+//!
+//! Adding a verb: a variant in `ExecCommand`, an arm in `parse_exec_command`
+//! and `usage`, an arm in `dispatch`, and a module for the work.
+
+use std::sync::Arc;
+
+use russh::server::Msg;
+use russh::Channel;
+
+#[allow(unused_imports)] // re-exported for verbs that report token errors
+pub use super::tokens::{shell_tokens, TokenError};
+use crate::app::App;
+use crate::authz::{Caller, NotFound};
+
+/// The reply for an unknown or invisible repository, identical for every verb.
+pub const NOT_FOUND: &str = NotFound::MESSAGE;
+
+/// Which git transport service to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitService {
+    UploadPack,
+    ReceivePack,
+}
+
+impl GitService {
+    /// The `git` subcommand.
+    pub fn subcommand(self) -> &'static str {
+        match self {
+            GitService::UploadPack => "upload-pack",
+            GitService::ReceivePack => "receive-pack",
+        }
+    }
+}
+
+/// `collab-repo` subcommands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RepoCmd {
+    Create { name: String },
+    List,
+}
+
+/// A parsed exec request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecCommand {
+    /// `git-upload-pack '<repo>'`, `git-receive-pack '<repo>'` (or `git upload-pack …`).
+    Git { service: GitService, repo: String },
+    /// `collab-whoami`
+    Whoami,
+    /// `collab-repo create '<name>'`, `collab-repo list`
+    Repo(RepoCmd),
+}
+
+impl ExecCommand {
+    /// The repository the command names, if any.
+    pub fn repo(&self) -> Option<&str> {
+        match self {
+            ExecCommand::Git { repo, .. } => Some(repo),
+            ExecCommand::Repo(RepoCmd::Create { name }) => Some(name),
+            ExecCommand::Whoami | ExecCommand::Repo(RepoCmd::List) => None,
+        }
+    }
+
+    /// The verb, for logs.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            ExecCommand::Git {
+                service: GitService::UploadPack,
+                ..
+            } => "git-upload-pack",
+            ExecCommand::Git {
+                service: GitService::ReceivePack,
+                ..
+            } => "git-receive-pack",
+            ExecCommand::Whoami => "collab-whoami",
+            ExecCommand::Repo(RepoCmd::Create { .. }) => "collab-repo create",
+            ExecCommand::Repo(RepoCmd::List) => "collab-repo list",
+        }
+    }
+}
+
+/// Parse an exec command line. `None` for anything that is not exactly one
+/// known verb with its arguments (unknown verb, missing or extra arguments,
+/// empty arguments, bad quoting).
+pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
+    let tokens = shell_tokens(command).ok()?;
+    let args: Vec<&str> = tokens.iter().map(String::as_str).collect();
+    let git = |service, repo: &str| {
+        Some(ExecCommand::Git {
+            service,
+            repo: repo.to_string(),
+        })
+    };
+    match args.as_slice() {
+        ["git-upload-pack", repo] | ["git", "upload-pack", repo] => {
+            git(GitService::UploadPack, repo)
+        }
+        ["git-receive-pack", repo] | ["git", "receive-pack", repo] => {
+            git(GitService::ReceivePack, repo)
+        }
+        ["collab-whoami"] => Some(ExecCommand::Whoami),
+        ["collab-repo", "create", name] => Some(ExecCommand::Repo(RepoCmd::Create {
+            name: name.to_string(),
+        })),
+        ["collab-repo", "list"] => Some(ExecCommand::Repo(RepoCmd::List)),
+        _ => None,
+    }
+}
+
+/// The usage line of a known verb, shown when its arguments are wrong.
+pub fn usage(tokens: &[String]) -> Option<&'static str> {
+    let first = tokens.first()?.as_str();
+    let second = tokens.get(1).map(String::as_str);
+    Some(match (first, second) {
+        ("git-upload-pack", _) | ("git", Some("upload-pack")) => "git-upload-pack '<repo>'",
+        ("git-receive-pack", _) | ("git", Some("receive-pack")) => "git-receive-pack '<repo>'",
+        ("collab-whoami", _) => "collab-whoami",
+        ("collab-repo", _) => "collab-repo create '<name>' | collab-repo list",
+        _ => return None,
+    })
+}
+
+/// The environment a client set on its channel (only `GIT_PROTOCOL` is
+/// accepted).
+#[derive(Debug, Clone, Default)]
+pub struct ChannelEnv {
+    pub git_protocol: Option<String>,
+}
+
+/// Everything a verb needs besides its channel.
+pub struct ExecContext {
+    pub app: Arc<App>,
+    pub caller: Caller,
+    pub env: ChannelEnv,
+}
+
+/// Send one reply and end the channel: `message` goes to stderr when it is an
+/// `error: …` line, else to stdout; a newline is added; then the exit status,
+/// EOF and close. The read half is dropped first so the session never waits
+/// on a reader that is not there.
+pub async fn reply_and_close(channel: Channel<Msg>, message: &str, exit_code: u32) {
+    let (read, write) = channel.split();
+    drop(read);
+    let mut line = message.trim_end_matches('\n').to_string();
+    line.push('\n');
+    let sent = if message.starts_with("error:") {
+        write.extended_data_bytes(1, line.into_bytes()).await
+    } else {
+        write.data_bytes(line.into_bytes()).await
+    };
+    if sent.is_err() {
+        return;
+    }
+    let _ = write.exit_status(exit_code).await;
+    let _ = write.eof().await;
+    let _ = write.close().await;
+}
+
+/// Serialize a reply object (one line of JSON).
+pub fn json_line(value: &serde_json::Value) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "{}".to_string())
+}
+
+/// Run one exec request to completion: parse, dispatch, reply.
+pub async fn run_exec(ctx: ExecContext, channel: Channel<Msg>, raw: Vec<u8>) {
+    let Ok(line) = String::from_utf8(raw) else {
+        return reply_and_close(channel, "error: invalid command: not UTF-8", 1).await;
+    };
+    let command = match parse_exec_command(&line) {
+        Some(c) => c,
+        None => {
+            let message = match shell_tokens(&line) {
+                Err(e) => format!("error: invalid command: {e}"),
+                Ok(tokens) => match usage(&tokens) {
+                    Some(u) => format!("error: usage: {u}"),
+                    None => "error: unknown command".to_string(),
+                },
+            };
+            tracing::info!(
+                principal = ctx.caller.principal(),
+                "refused exec request: {message}"
+            );
+            return reply_and_close(channel, &message, 1).await;
+        }
+    };
+    tracing::info!(
+        principal = ctx.caller.principal(),
+        verb = command.verb(),
+        repo = command.repo().unwrap_or(""),
+        "exec"
+    );
+    dispatch(ctx, channel, command).await;
+}
+
+async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand) {
+    match command {
+        ExecCommand::Git { service, repo } => super::git::run(&ctx, channel, service, &repo).await,
+        ExecCommand::Whoami => super::admin::whoami(&ctx, channel).await,
+        ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ssh::tokens::shell_quote;
+    use proptest::prelude::*;
+
+    fn git(service: GitService, repo: &str) -> Option<ExecCommand> {
+        Some(ExecCommand::Git {
+            service,
+            repo: repo.into(),
+        })
+    }
+
+    #[test]
+    fn parses_git_verbs() {
+        use GitService::*;
+        assert_eq!(
+            parse_exec_command("git-upload-pack 'r.git'"),
+            git(UploadPack, "r.git")
+        );
+        assert_eq!(
+            parse_exec_command("git-upload-pack '/r.git'"),
+            git(UploadPack, "/r.git")
+        );
+        assert_eq!(
+            parse_exec_command("git upload-pack 'a/b'"),
+            git(UploadPack, "a/b")
+        );
+        assert_eq!(
+            parse_exec_command("git-receive-pack r"),
+            git(ReceivePack, "r")
+        );
+        assert_eq!(
+            parse_exec_command("git receive-pack \"r\""),
+            git(ReceivePack, "r")
+        );
+    }
+
+    #[test]
+    fn parses_collab_verbs() {
+        assert_eq!(
+            parse_exec_command("collab-whoami"),
+            Some(ExecCommand::Whoami)
+        );
+        assert_eq!(
+            parse_exec_command("collab-repo create 'x/y'"),
+            Some(ExecCommand::Repo(RepoCmd::Create { name: "x/y".into() }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-repo list"),
+            Some(ExecCommand::Repo(RepoCmd::List))
+        );
+    }
+
+    #[test]
+    fn rejects_everything_else() {
+        for bad in [
+            "",
+            "ls",
+            "git-upload-pack",
+            "git-upload-pack ''",
+            "git-upload-pack 'r.git' extra",
+            "git-upload-pack 'r.git'; touch x",
+            "git-upload-pack 'r.git",
+            "git-upload-pack 'r\0.git'",
+            "git upload-archive 'r'",
+            "collab-whoami now",
+            "collab-repo create",
+            "collab-repo delete 'r'",
+            "sh -c 'id'",
+        ] {
+            assert_eq!(parse_exec_command(bad), None, "{bad:?}");
+        }
+        let tokens = shell_tokens("collab-repo create").unwrap();
+        assert!(usage(&tokens).is_some());
+        assert!(usage(&shell_tokens("rm -rf").unwrap()).is_none());
+    }
+
+    proptest! {
+        #[test]
+        fn parse_never_panics(s in "\\PC{0,80}|[ '\"\\\\a-z\\-\\x00-\\x1f]{0,64}") {
+            let _ = parse_exec_command(&s);
+        }
+
+        #[test]
+        fn quoted_repo_names_round_trip(repo in "[^\\p{Cc}]{1,40}") {
+            let line = format!("git-receive-pack {}", shell_quote(&repo));
+            prop_assert_eq!(parse_exec_command(&line), git(GitService::ReceivePack, &repo));
+        }
+    }
+}
