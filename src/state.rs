@@ -433,3 +433,256 @@ fn misplaced_event(v: &Verified, why: &str) -> DroppedEvent {
 fn author_fingerprint(key_line: &str) -> Option<String> {
     sign::parse_public_key(key_line).ok().map(|k| sign::fingerprint(&k))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{IssueClose, IssueComment, IssueLabel, IssueOpen};
+    use crate::sign::SigningKey;
+    use chrono::TimeZone;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        key: SigningKey,
+        other: SigningKey,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let key = SigningKey::generate(&dir.path().join("a"), "a", false).unwrap();
+        let other = SigningKey::generate(&dir.path().join("b"), "b", false).unwrap();
+        Fixture {
+            _dir: dir,
+            key,
+            other,
+        }
+    }
+
+    fn oid(n: u8) -> Oid {
+        Oid::from_bytes(&[n; 20]).unwrap()
+    }
+
+    fn event(key: &SigningKey, secs: i64, action: Action) -> Content {
+        let ev = Event::new(
+            Author {
+                name: "n".into(),
+                key: key.public_key_line(),
+            },
+            Utc.timestamp_opt(1_800_000_000 + secs, 0).unwrap(),
+            action,
+        );
+        let json = ev.to_canonical_json();
+        let sig = sign::encode_signature(&key.sign(&json)).into_bytes();
+        Content::Event { json, sig }
+    }
+
+    fn commit(n: u8, parents: &[u8], content: Content) -> DagCommit {
+        DagCommit {
+            oid: oid(n),
+            parents: parents.iter().map(|&p| oid(p)).collect(),
+            content,
+        }
+    }
+
+    fn open(key: &SigningKey) -> DagCommit {
+        commit(
+            1,
+            &[],
+            event(
+                key,
+                0,
+                Action::IssueOpen(IssueOpen {
+                    title: "T".into(),
+                    body: "B".into(),
+                    labels: vec!["z".into(), "a".into(), "a".into()],
+                    nonce: "1".into(),
+                }),
+            ),
+        )
+    }
+
+    fn root() -> String {
+        oid(1).to_string()
+    }
+
+    fn close() -> Action {
+        Action::IssueClose(IssueClose { reason: None })
+    }
+
+    #[test]
+    fn linear_history_folds_in_order() {
+        let f = fixture();
+        let dag = vec![
+            open(&f.key),
+            commit(2, &[1], event(&f.key, 1, Action::IssueComment(IssueComment { body: "c".into() }))),
+            commit(
+                3,
+                &[2],
+                event(
+                    &f.key,
+                    2,
+                    Action::IssueLabel(IssueLabel {
+                        add: vec!["bug".into()],
+                        remove: vec!["z".into()],
+                    }),
+                ),
+            ),
+            commit(4, &[3], event(&f.key, 3, close())),
+        ];
+        let (state, dropped) = replay(&root(), &dag, None);
+        let s = state.unwrap();
+        assert!(dropped.is_empty(), "{dropped:?}");
+        assert_eq!(s.title, "T");
+        assert_eq!(s.labels, vec!["a", "bug"]);
+        assert_eq!(s.comments.len(), 1);
+        assert_eq!(s.comments[0].id, oid(2).to_string());
+        assert_eq!(s.status, IssueStatus::Closed);
+        assert_eq!(s.updated_at - s.created_at, chrono::Duration::seconds(3));
+    }
+
+    #[test]
+    fn concurrent_events_apply_in_at_order() {
+        let f = fixture();
+        // A reopen and a close are siblings below a close: the later `at`
+        // wins, whatever order the commits come in.
+        for (reopen_at, close_at, want) in [(6, 5, IssueStatus::Open), (5, 6, IssueStatus::Closed)] {
+            let mut dag = vec![
+                open(&f.key),
+                commit(2, &[1], event(&f.key, 1, close())),
+                commit(3, &[2], event(&f.key, reopen_at, Action::IssueReopen)),
+                commit(4, &[2], event(&f.key, close_at, close())),
+            ];
+            for _ in 0..2 {
+                let (state, dropped) = replay(&root(), &dag, None);
+                assert!(dropped.is_empty());
+                assert_eq!(state.unwrap().status, want, "reopen at {reopen_at}, close at {close_at}");
+                dag.swap(2, 3);
+            }
+        }
+    }
+
+    #[test]
+    fn equal_times_break_ties_by_commit_id() {
+        let f = fixture();
+        let title = |t: &str| {
+            Action::IssueEdit(crate::event::IssueEdit {
+                title: Some(t.into()),
+                body: None,
+            })
+        };
+        let dag = vec![
+            open(&f.key),
+            commit(9, &[1], event(&f.key, 5, title("from 9"))),
+            commit(7, &[1], event(&f.key, 5, title("from 7"))),
+        ];
+        let (state, _) = replay(&root(), &dag, None);
+        assert_eq!(state.unwrap().title, "from 9", "higher oid applies last");
+    }
+
+    #[test]
+    fn causality_beats_timestamps() {
+        let f = fixture();
+        // The reopen is a child of the close but claims an earlier time (a
+        // skewed clock): it still applies after its parent.
+        let dag = vec![
+            open(&f.key),
+            commit(2, &[1], event(&f.key, 10, close())),
+            commit(3, &[2], event(&f.key, 1, Action::IssueReopen)),
+        ];
+        let (state, _) = replay(&root(), &dag, None);
+        assert_eq!(state.unwrap().status, IssueStatus::Open);
+    }
+
+    #[test]
+    fn merges_add_nothing_and_join_branches() {
+        let f = fixture();
+        let dag = vec![
+            open(&f.key),
+            commit(2, &[1], event(&f.key, 1, Action::IssueComment(IssueComment { body: "x".into() }))),
+            commit(3, &[1], event(&f.key, 2, Action::IssueComment(IssueComment { body: "y".into() }))),
+            commit(4, &[2, 3], Content::Merge),
+            commit(5, &[4], event(&f.key, 0, close())),
+        ];
+        let (state, dropped) = replay(&root(), &dag, None);
+        assert!(dropped.is_empty());
+        let s = state.unwrap();
+        let bodies: Vec<&str> = s.comments.iter().map(|c| c.body.as_str()).collect();
+        assert_eq!(bodies, vec!["x", "y"]);
+        assert_eq!(s.status, IssueStatus::Closed);
+    }
+
+    #[test]
+    fn tampered_and_untrusted_events_are_dropped_and_reported() {
+        let f = fixture();
+        let Content::Event { json, sig } = event(&f.key, 1, close()) else { unreachable!() };
+        let tampered = Content::Event {
+            json: String::from_utf8(json.clone()).unwrap().replace("close", "reopen").into_bytes(),
+            sig: sig.clone(),
+        };
+        let truncated = Content::Event {
+            json: json.clone(),
+            sig: sig[..20].to_vec(),
+        };
+        let dag = vec![
+            open(&f.key),
+            commit(2, &[1], tampered),
+            commit(3, &[2], truncated),
+            commit(4, &[3], event(&f.other, 2, close())),
+            commit(5, &[4], Content::Malformed("event.json is missing".into())),
+        ];
+        let (state, dropped) = replay(&root(), &dag, None);
+        assert_eq!(state.unwrap().status, IssueStatus::Closed, "other key counts without allowlist");
+        let reasons: Vec<_> = dropped.iter().map(|d| (d.commit.clone(), d.reason.clone())).collect();
+        assert_eq!(
+            reasons,
+            vec![
+                (oid(2).to_string(), DropReason::BadSignature),
+                (oid(3).to_string(), DropReason::BadSignature),
+                (oid(5).to_string(), DropReason::Malformed),
+            ]
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trusted_keys");
+        std::fs::write(&path, format!("{}\n", f.key.public_key_line())).unwrap();
+        let trust = TrustList::load_path(&path).unwrap().unwrap();
+        let (state, dropped) = replay(&root(), &dag, Some(&trust));
+        assert_eq!(state.unwrap().status, IssueStatus::Open);
+        assert!(dropped
+            .iter()
+            .any(|d| d.commit == oid(4).to_string() && d.reason == DropReason::Untrusted));
+    }
+
+    #[test]
+    fn dropped_root_makes_the_issue_invalid() {
+        let f = fixture();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trusted_keys");
+        std::fs::write(&path, format!("{}\n", f.other.public_key_line())).unwrap();
+        let trust = TrustList::load_path(&path).unwrap().unwrap();
+        let dag = vec![open(&f.key), commit(2, &[1], event(&f.other, 1, close()))];
+        let (state, dropped) = replay(&root(), &dag, Some(&trust));
+        assert!(state.unwrap_err().contains("root event dropped"));
+        assert_eq!(dropped.len(), 1);
+    }
+
+    #[test]
+    fn open_below_root_and_foreign_roots_are_misplaced() {
+        let f = fixture();
+        let mut second_open = open(&f.key);
+        second_open.oid = oid(2);
+        second_open.parents = vec![oid(1)];
+        let mut foreign = open(&f.other);
+        foreign.oid = oid(3);
+        let dag = vec![
+            open(&f.key),
+            second_open,
+            foreign,
+            commit(4, &[3], event(&f.other, 1, close())),
+        ];
+        let (state, dropped) = replay(&root(), &dag, None);
+        assert_eq!(state.unwrap().status, IssueStatus::Open);
+        assert_eq!(dropped.len(), 3);
+        assert!(dropped.iter().all(|d| d.reason == DropReason::Misplaced));
+    }
+}
