@@ -152,6 +152,53 @@ impl Clone {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Runs git with `input` on stdin; returns trimmed stdout.
+    pub fn git_stdin(&self, args: &[&str], input: &[u8]) -> String {
+        use std::io::Write;
+        let mut cmd = Command::new("git");
+        cmd.args(args);
+        self.env(&mut cmd);
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    /// Raw bytes of `<rev>:<path>`.
+    pub fn blob(&self, rev: &str, path: &str) -> Vec<u8> {
+        let mut cmd = Command::new("git");
+        cmd.args(["cat-file", "blob", &format!("{rev}:{path}")]);
+        self.env(&mut cmd);
+        let out = cmd.output().unwrap();
+        assert!(out.status.success());
+        out.stdout
+    }
+
+    /// Writes an event commit by hand (git plumbing, no git-collab) with
+    /// the given bytes, as a child of `parent`; returns its id.
+    pub fn forge_event(&self, parent: &str, json: &[u8], sig: &[u8]) -> String {
+        let json_blob = self.git_stdin(&["hash-object", "-w", "--stdin"], json);
+        let sig_blob = self.git_stdin(&["hash-object", "-w", "--stdin"], sig);
+        let tree = self.git_stdin(
+            &["mktree"],
+            format!("100644 blob {json_blob}\tevent.json\n100644 blob {sig_blob}\tevent.sig\n")
+                .as_bytes(),
+        );
+        self.git(&["commit-tree", &tree, "-p", parent, "-m", "forged"])
+            .trim()
+            .to_string()
+    }
+
     /// `git for-each-ref` over every ref: a snapshot to compare before and
     /// after a failing command.
     pub fn refs(&self) -> String {
