@@ -27,11 +27,18 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
+            // clap's message spans lines (details, usage, hint); keep what
+            // comes before the usage, on one line.
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
+            let message: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
             eprintln!(
                 "error: {} (see --help)",
-                first.trim_start_matches("error: ")
+                message.join(" ").trim_start_matches("error: ")
             );
             return ExitCode::FAILURE;
         }

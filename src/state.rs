@@ -31,7 +31,8 @@ pub enum IssueStatus {
 
 impl std::fmt::Display for IssueStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+        // `pad` so that width specifiers (`{:<6}`) apply.
+        f.pad(match self {
             IssueStatus::Open => "open",
             IssueStatus::Closed => "closed",
         })

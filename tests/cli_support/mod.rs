@@ -106,6 +106,24 @@ impl Clone {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Runs `git-collab` with `input` on stdin, asserts success, returns stdout.
+    pub fn ok_stdin(&self, args: &[&str], input: &str) -> String {
+        use std::io::Write;
+        let mut cmd = Command::new(BIN);
+        cmd.args(args);
+        self.env(&mut cmd);
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     /// Runs `git-collab`, asserts exit status 1 with one `error:` line, and
     /// returns that line.
     pub fn fails(&self, args: &[&str]) -> String {
