@@ -372,7 +372,9 @@ fn apply(s: &mut IssueState, v: &Verified) -> Result<(), ()> {
             s.status = IssueStatus::Open;
             s.closed_reason = None;
         }
-        Action::IssueOpen(_) | Action::Unknown => return Err(()),
+        // A second open, another family's event (patch.*) or an unknown
+        // type does not belong below an issue's root.
+        _ => return Err(()),
     }
     s.updated_at = s.updated_at.max(ev.at);
     Ok(())
