@@ -135,7 +135,7 @@ fn config() -> Result<git2::Config> {
 }
 
 fn init(repo: &Repository) -> Result<ExitCode> {
-    let dir = repo.path().join("collab");
+    let dir = trust::collab_dir(repo);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut config = repo.config()?;
     let remotes = repo.remotes()?;

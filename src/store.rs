@@ -211,3 +211,81 @@ fn commit_name(name: &str) -> String {
         trimmed.to_string()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Action, Author, IssueComment};
+    use chrono::{TimeZone, Utc};
+
+    fn setup() -> (tempfile::TempDir, Repository, SigningKey) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path().join("r.git")).unwrap();
+        let key = SigningKey::generate(&dir.path().join("k"), "k", false).unwrap();
+        (dir, repo, key)
+    }
+
+    fn comment(key: &SigningKey, body: &str, secs: i64) -> Event {
+        Event::new(
+            Author {
+                name: "A <evil>\nname".into(),
+                key: key.public_key_line(),
+            },
+            Utc.timestamp_opt(1_800_000_000 + secs, 0).unwrap(),
+            Action::IssueComment(IssueComment { body: body.into() }),
+        )
+    }
+
+    #[test]
+    fn events_round_trip_through_a_bare_repository() {
+        let (_dir, repo, key) = setup();
+        let ev = comment(&key, "one", 0);
+        let root = create_dag(&repo, &ev, &key, |id| format!("refs/collab/test/{id}")).unwrap();
+        let name = format!("refs/collab/test/{root}");
+        let second = append_event(&repo, &name, &comment(&key, "two", 1), &key).unwrap();
+        assert_eq!(ref_tip(&repo, &name).unwrap(), Some(second));
+        let dag = read_dag(&repo, second).unwrap();
+        assert_eq!(dag.len(), 2);
+        let first = dag.iter().find(|c| c.oid == root).unwrap();
+        let Content::Event { json, sig } = &first.content else {
+            panic!("an event")
+        };
+        assert_eq!(json, &ev.to_canonical_json());
+        assert!(sign::verify(&key.public_key_line(), json, sig).is_ok());
+        assert!(repo.head().is_err(), "HEAD stays unborn");
+    }
+
+    #[test]
+    fn merges_are_deterministic_and_hold_no_event() {
+        let (_dir, repo, key) = setup();
+        let root = write_event_commit(&repo, &[], &comment(&key, "r", 0), &key).unwrap();
+        let a = write_event_commit(&repo, &[root], &comment(&key, "a", 1), &key).unwrap();
+        let b = write_event_commit(&repo, &[root], &comment(&key, "b", 2), &key).unwrap();
+        let m1 = write_merge_commit(&repo, &[a, b]).unwrap();
+        let m2 = write_merge_commit(&repo, &[b, a]).unwrap();
+        assert_eq!(m1, m2, "the same heads give the same merge");
+        let dag = read_dag(&repo, m1).unwrap();
+        let merge = dag.iter().find(|c| c.oid == m1).unwrap();
+        assert_eq!(merge.content, Content::Merge);
+        assert_eq!(dag.len(), 4);
+    }
+
+    #[test]
+    fn compare_and_swap_fails_on_a_moved_ref_and_changes_nothing() {
+        let (_dir, repo, key) = setup();
+        let root = write_event_commit(&repo, &[], &comment(&key, "r", 0), &key).unwrap();
+        let next = write_event_commit(&repo, &[root], &comment(&key, "n", 1), &key).unwrap();
+        compare_and_swap(&repo, "refs/collab/x", None, root, "t").unwrap();
+        assert!(matches!(
+            compare_and_swap(&repo, "refs/collab/x", None, next, "t"),
+            Err(Error::Concurrent { .. })
+        ));
+        assert!(matches!(
+            compare_and_swap(&repo, "refs/collab/x", Some(next), next, "t"),
+            Err(Error::Concurrent { .. })
+        ));
+        assert_eq!(ref_tip(&repo, "refs/collab/x").unwrap(), Some(root));
+        compare_and_swap(&repo, "refs/collab/x", Some(root), next, "t").unwrap();
+        assert_eq!(ref_tip(&repo, "refs/collab/x").unwrap(), Some(next));
+    }
+}

@@ -31,9 +31,15 @@ pub struct TrustList {
 }
 
 /// Where the allowlist lives for `repo` (`$GIT_DIR/collab/trusted_keys`;
-/// for a bare repository, `$GIT_DIR` is the repository itself).
+/// for a bare repository, `$GIT_DIR` is the repository itself; linked
+/// worktrees share their main repository's file).
 pub fn trust_path(repo: &git2::Repository) -> PathBuf {
-    repo.path().join("collab").join("trusted_keys")
+    collab_dir(repo).join("trusted_keys")
+}
+
+/// `$GIT_DIR/collab`: git-collab's per-repository directory.
+pub fn collab_dir(repo: &git2::Repository) -> PathBuf {
+    repo.commondir().join("collab")
 }
 
 impl TrustList {
