@@ -282,4 +282,27 @@ mod tests {
         let back = Event::from_canonical_json(&ev.to_canonical_json()).unwrap();
         assert_eq!(back.at, ev.at);
     }
+
+    proptest::proptest! {
+        /// Any comment or label event, whatever its strings hold, encodes
+        /// to canonical bytes that decode back to the same event.
+        #[test]
+        fn any_event_round_trips_canonically(
+            name in ".*",
+            body in ".*",
+            labels in proptest::collection::vec("[^ ,]+", 0..4),
+            millis in 0i64..4_000_000_000_000,
+        ) {
+            let at = Utc.timestamp_millis_opt(millis).unwrap();
+            let who = Author { name, key: "ssh-ed25519 AAAA".into() };
+            for action in [
+                Action::IssueComment(IssueComment { body: body.clone() }),
+                Action::IssueLabel(IssueLabel { add: labels.clone(), remove: vec![body.clone()] }),
+            ] {
+                let ev = Event::new(who.clone(), at, action);
+                let bytes = ev.to_canonical_json();
+                proptest::prop_assert_eq!(Event::from_canonical_json(&bytes), Ok(ev));
+            }
+        }
+    }
 }
