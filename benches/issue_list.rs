@@ -6,8 +6,10 @@
 //! object backend and then one pack (as a repository looks after `git gc`).
 //! Then times, each as the median of a few runs:
 //! - the baseline `git for-each-ref refs/collab/issues`;
-//! - `state::list_issues` in process (what the web UI calls);
-//! - `git-collab issue list --all --json` (the CLI, end to end);
+//! - `state::list_issues` in process (what the web UI calls), with a cold
+//!   and a warm replay cache;
+//! - `git-collab issue list --all --json` (the CLI, end to end), likewise;
+//! - `verify::verify`, which always replays and verifies everything;
 //! - `IssueState::from_ref` of one issue (an issue page).
 //!
 //! Prints a markdown table; with `GIT_COLLAB_BENCH_DOCS=docs/benchmarks.md`
@@ -22,7 +24,7 @@ use chrono::{TimeZone, Utc};
 use git2::Repository;
 use git_collab::event::{Action, Author, Event, IssueClose, IssueComment, IssueLabel, IssueOpen};
 use git_collab::sign::SigningKey;
-use git_collab::{refs, state, store};
+use git_collab::{cache, refs, state, store};
 
 fn env_count(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -136,21 +138,38 @@ fn main() {
     assert_eq!(out.stdout.iter().filter(|&&b| b == b'\n').count(), issues);
 
     let repo = Repository::open(&git_dir).unwrap();
-    let (t_list, listed) = time(runs, || state::list_issues(&repo).unwrap());
+    let cache_file = cache::cache_path(&repo);
+    let drop_cache = || {
+        let _ = std::fs::remove_file(&cache_file);
+    };
+    let (t_list_cold, listed) = time(runs, || {
+        drop_cache();
+        state::list_issues(&repo).unwrap()
+    });
     assert_eq!(listed.len(), issues);
-    assert!(listed.iter().all(|i| i.comments.len() + 1 < events || events < 3));
+    let (t_list_warm, warm) = time(runs, || state::list_issues(&repo).unwrap());
+    assert_eq!(warm, listed, "the cache returns what replay computed");
 
     let cli = env!("CARGO_BIN_EXE_git-collab");
-    let (t_cli, out) = time(runs, || {
-        Command::new(cli)
+    let list_cli = || {
+        let out = Command::new(cli)
             .args(["issue", "list", "--all", "--json"])
             .env("GIT_DIR", &git_dir)
             .output()
-            .unwrap()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    let (t_cli_cold, out) = time(runs, || {
+        drop_cache();
+        list_cli()
     });
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(rows.as_array().unwrap().len(), issues);
+    let (t_cli_warm, warm_out) = time(runs, list_cli);
+    assert_eq!(warm_out, out);
+    let (t_verify, report) = time(1, || git_collab::verify::verify(&repo).unwrap());
+    assert!(report.ok);
 
     let one = &listed[issues / 2].id;
     let (t_show, shown) = time(runs.max(20), || {
@@ -177,17 +196,26 @@ fn main() {
          | operation | time | per issue |\n\
          |---|---:|---:|\n\
          | baseline: `git for-each-ref refs/collab/issues/*` | {} | {} |\n\
-         | `state::list_issues` (in process) | {} | {} |\n\
-         | `git-collab issue list --all --json` (CLI, end to end) | {} | {} |\n\
+         | `state::list_issues`, cold cache (every signature verified) | {} | {} |\n\
+         | `state::list_issues`, warm cache (no ref moved) | {} | {} |\n\
+         | `git-collab issue list --all --json`, cold cache (CLI, end to end) | {} | {} |\n\
+         | `git-collab issue list --all --json`, warm cache | {} | {} |\n\
+         | `git-collab verify` equivalent (`verify::verify`, never cached; 1 run) | {} | {} |\n\
          | `resolve_issue_ref` + `IssueState::from_ref`, one issue | {} | - |\n\
          | building the repository (not a measurement of git-collab) | {} | {} |\n",
         issues * events,
         fmt(t_refs),
         per(t_refs),
-        fmt(t_list),
-        per(t_list),
-        fmt(t_cli),
-        per(t_cli),
+        fmt(t_list_cold),
+        per(t_list_cold),
+        fmt(t_list_warm),
+        per(t_list_warm),
+        fmt(t_cli_cold),
+        per(t_cli_cold),
+        fmt(t_cli_warm),
+        per(t_cli_warm),
+        fmt(t_verify),
+        per(t_verify),
         fmt(t_show),
         fmt(build_time),
         per(build_time),

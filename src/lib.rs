@@ -17,10 +17,12 @@
 //! - [`store`]: writing event commits and reading a DAG's commits (git2).
 //! - [`trust`]: the `$GIT_DIR/collab/trusted_keys` allowlist.
 //! - [`state`]: replay, `IssueState`, `resolve_issue_ref`, `list_issues`.
+//! - [`cache`]: the disk cache of replayed issues used by `list_issues`.
 //! - [`issue`]: the issue operations (open, comment, edit, label, close, reopen).
 //! - [`sync`]: fetch, join and push `refs/collab/*` through a git remote.
 //! - [`verify`]: report every dropped event and invalid issue.
 
+pub mod cache;
 pub mod error;
 pub mod event;
 pub mod issue;

@@ -153,13 +153,25 @@ pub fn fingerprint(key: &PublicKey) -> String {
 /// Verifies `event.sig` contents `sig_text` over `message` for the public
 /// key line `key_line`.
 pub fn verify(key_line: &str, message: &[u8], sig_text: &[u8]) -> Result<(), VerifyError> {
+    verify_with(&verifying_key(key_line)?, message, sig_text)
+}
+
+/// Parses an author key line into an Ed25519 verifying key (worth caching:
+/// decoding the curve point is a good part of a verification's cost).
+pub fn verifying_key(key_line: &str) -> Result<ed25519_dalek::VerifyingKey, VerifyError> {
     let key = PublicKey::from_openssh(key_line).map_err(|_| VerifyError::BadKey)?;
     let public = key.key_data().ed25519().ok_or(VerifyError::NotEd25519)?;
-    let verifying =
-        ed25519_dalek::VerifyingKey::from_bytes(&public.0).map_err(|_| VerifyError::BadKey)?;
+    ed25519_dalek::VerifyingKey::from_bytes(&public.0).map_err(|_| VerifyError::BadKey)
+}
+
+/// Verifies `event.sig` contents `sig_text` over `message` with `key`.
+pub fn verify_with(
+    key: &ed25519_dalek::VerifyingKey,
+    message: &[u8],
+    sig_text: &[u8],
+) -> Result<(), VerifyError> {
     let sig = decode_signature(sig_text).ok_or(VerifyError::Malformed)?;
-    verifying
-        .verify(message, &ed25519_dalek::Signature::from_bytes(&sig))
+    key.verify(message, &ed25519_dalek::Signature::from_bytes(&sig))
         .map_err(|_| VerifyError::Mismatch)
 }
 

@@ -7,12 +7,13 @@
 //! resolving an id prefix to an issue ref, and listing every issue.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use chrono::{DateTime, Utc};
 use git2::{Oid, Repository};
 use serde::{Deserialize, Serialize};
 
+use crate::cache;
 use crate::error::{Error, Result};
 pub use crate::event::Author;
 use crate::event::{Action, DecodeError, Event};
@@ -72,7 +73,7 @@ pub struct IssueState {
 }
 
 /// Why an event was not applied.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DropReason {
     /// The commit has no (or a broken) `event.json`/`event.sig`.
@@ -90,7 +91,7 @@ pub enum DropReason {
 }
 
 /// An event that replay dropped, with why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DroppedEvent {
     /// The event commit's id.
     pub commit: String,
@@ -141,10 +142,19 @@ pub fn replay_ref(
     full_id: &str,
     trust: Option<&TrustList>,
 ) -> Result<IssueReplay> {
+    replay_ref_with(repo, ref_name, full_id, &mut Checker::new(trust))
+}
+
+fn replay_ref_with(
+    repo: &Repository,
+    ref_name: &str,
+    full_id: &str,
+    checker: &mut Checker,
+) -> Result<IssueReplay> {
     let tip = store::ref_tip(repo, ref_name)?
         .ok_or_else(|| Error::IssueNotFound(full_id.to_string()))?;
     let dag = store::read_dag(repo, tip)?;
-    let (state, dropped) = replay(full_id, &dag, trust);
+    let (state, dropped) = replay_with(full_id, &dag, checker);
     Ok(IssueReplay {
         id: full_id.to_string(),
         ref_name: ref_name.to_string(),
@@ -158,22 +168,104 @@ pub fn replay_ref(
     })
 }
 
-/// Replays every issue of `repo`, valid or not (for `verify`).
+/// Replays every issue of `repo`, valid or not, in id order, verifying
+/// every event (no cache: this is what `verify` runs).
 pub fn replay_all(repo: &Repository) -> Result<Vec<IssueReplay>> {
     let trust = TrustList::load(repo)?;
-    issue_refs(repo)?
-        .into_iter()
-        .map(|(name, id)| replay_ref(repo, &name, &id, trust.as_ref()))
-        .collect()
+    let refs = issue_refs(repo)?;
+    replay_many(repo, trust.as_ref(), &refs)
+}
+
+/// Replays the given issue refs. Many refs are split over a few threads,
+/// each with its own handle on the repository.
+fn replay_many(
+    repo: &Repository,
+    trust: Option<&TrustList>,
+    refs: &[(String, String)],
+) -> Result<Vec<IssueReplay>> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(8)
+        .min(refs.len() / 64)
+        .max(1);
+    let run = |repo: &Repository, chunk: &[(String, String)]| -> Result<Vec<IssueReplay>> {
+        let mut checker = Checker::new(trust);
+        chunk
+            .iter()
+            .map(|(name, id)| replay_ref_with(repo, name, id, &mut checker))
+            .collect()
+    };
+    if threads == 1 {
+        return run(repo, refs);
+    }
+    let git_dir = repo.path().to_path_buf();
+    let chunk_len = refs.len().div_ceil(threads);
+    let results: Vec<Result<Vec<IssueReplay>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = refs
+            .chunks(chunk_len)
+            .map(|chunk| {
+                let git_dir = &git_dir;
+                scope.spawn(move || run(&Repository::open(git_dir)?, chunk))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("replay thread panicked"))
+            .collect()
+    });
+    let mut all = Vec::with_capacity(refs.len());
+    for part in results {
+        all.extend(part?);
+    }
+    Ok(all)
 }
 
 /// Every valid issue of `repo`, newest first (ties by id). Invalid issues
 /// (root dropped) are left out; `verify` reports them.
+///
+/// Issues whose ref tip (and the allowlist) did not change since the last
+/// call are taken from the disk cache (`cache::cache_path`); the others are
+/// replayed and the cache is updated.
 pub fn list_issues(repo: &Repository) -> Result<Vec<IssueState>> {
-    let mut issues: Vec<IssueState> = replay_all(repo)?
-        .into_iter()
-        .filter_map(|r| r.state.ok())
+    let trust = TrustList::load(repo)?;
+    let key = cache::fingerprint(repo);
+    let mut cached = cache::load(repo, &key);
+    let mut entries = BTreeMap::new();
+    let mut stale = Vec::new();
+    for reference in repo.references_glob(refs::ISSUES_GLOB)? {
+        let reference = reference?;
+        let Ok(name) = reference.name() else { continue };
+        let Some(id) = refs::issue_id_of(name) else {
+            continue;
+        };
+        let tip = reference.target().map(|t| t.to_string());
+        match cached.remove(id) {
+            Some(entry) if Some(&entry.tip) == tip.as_ref() => {
+                entries.insert(id.to_string(), entry);
+            }
+            _ => stale.push((name.to_string(), id.to_string())),
+        }
+    }
+    let changed = !stale.is_empty() || !cached.is_empty();
+    for replay in replay_many(repo, trust.as_ref(), &stale)? {
+        entries.insert(
+            replay.id.clone(),
+            cache::Entry {
+                tip: replay.tip.to_string(),
+                state: replay.state,
+                dropped: replay.dropped,
+                events: replay.events,
+            },
+        );
+    }
+    let mut issues: Vec<IssueState> = entries
+        .values()
+        .filter_map(|e| e.state.as_ref().ok().cloned())
         .collect();
+    if changed {
+        cache::save(repo, &key, entries);
+    }
     issues.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
     Ok(issues)
 }
@@ -213,6 +305,40 @@ pub fn resolve_issue_ref(repo: &Repository, id_or_prefix: &str) -> Result<(Strin
     }
 }
 
+/// Verifies events for one or more replays, remembering what it learnt
+/// about each author key line (parsed key, allowlist decision): a DAG
+/// usually has few authors and many events.
+pub struct Checker<'a> {
+    trust: Option<&'a TrustList>,
+    keys: HashMap<String, (Result<ed25519_dalek::VerifyingKey, VerifyError>, bool)>,
+}
+
+impl<'a> Checker<'a> {
+    /// A checker applying `trust` (`None`: no allowlist, trust every valid
+    /// signature).
+    pub fn new(trust: Option<&'a TrustList>) -> Checker<'a> {
+        Checker {
+            trust,
+            keys: HashMap::new(),
+        }
+    }
+
+    /// Verifies the signature; on success tells whether the key is trusted.
+    fn verify(&mut self, key_line: &str, json: &[u8], sig: &[u8]) -> Result<bool, VerifyError> {
+        let trust = self.trust;
+        let (key, trusted) = self
+            .keys
+            .entry(key_line.to_string())
+            .or_insert_with(|| {
+                let trusted = trust.is_none_or(|t| t.allows(key_line));
+                (sign::verifying_key(key_line), trusted)
+            });
+        let key = key.as_ref().map_err(|e| e.clone())?;
+        sign::verify_with(key, json, sig)?;
+        Ok(*trusted)
+    }
+}
+
 /// A verified event, ready to apply.
 struct Verified {
     oid: Oid,
@@ -231,6 +357,15 @@ pub fn replay(
     dag: &[DagCommit],
     trust: Option<&TrustList>,
 ) -> (Result<IssueState, String>, Vec<DroppedEvent>) {
+    replay_with(root_id, dag, &mut Checker::new(trust))
+}
+
+/// [`replay`] with a [`Checker`] shared across DAGs.
+pub fn replay_with(
+    root_id: &str,
+    dag: &[DagCommit],
+    checker: &mut Checker,
+) -> (Result<IssueState, String>, Vec<DroppedEvent>) {
     let mut dropped = Vec::new();
     let index: HashMap<Oid, usize> = dag.iter().enumerate().map(|(i, c)| (c.oid, i)).collect();
     let mut children: Vec<Vec<usize>> = vec![Vec::new(); dag.len()];
@@ -247,7 +382,7 @@ pub fn replay(
     // Verify every commit once; `None` means it applies nothing.
     let verified: Vec<Option<Verified>> = dag
         .iter()
-        .map(|c| check(c, trust).map_err(|d| dropped.push(d)).ok().flatten())
+        .map(|c| check(c, checker).map_err(|d| dropped.push(d)).ok().flatten())
         .collect();
     let key = |i: usize| -> ReadyKey {
         match &verified[i] {
@@ -389,7 +524,7 @@ fn normalize_labels(labels: impl IntoIterator<Item = String>) -> Vec<String> {
 
 /// Verifies one commit: `Ok(None)` for a structural merge, `Ok(Some)` for a
 /// valid trusted event, `Err` for a dropped one.
-fn check(commit: &DagCommit, trust: Option<&TrustList>) -> Result<Option<Verified>, DroppedEvent> {
+fn check(commit: &DagCommit, checker: &mut Checker) -> Result<Option<Verified>, DroppedEvent> {
     let drop = |kind: Option<&Event>, reason, detail: String| DroppedEvent {
         commit: commit.oid.to_string(),
         kind: kind.map(|e| e.action.kind().to_string()),
@@ -405,17 +540,15 @@ fn check(commit: &DagCommit, trust: Option<&TrustList>) -> Result<Option<Verifie
     let event = Event::from_canonical_json(json).map_err(|e: DecodeError| {
         drop(None, DropReason::BadEvent, e.to_string())
     })?;
-    sign::verify(&event.author.key, json, sig).map_err(|e: VerifyError| {
-        drop(Some(&event), DropReason::BadSignature, e.to_string())
-    })?;
-    if let Some(trust) = trust {
-        if !trust.allows(&event.author.key) {
-            return Err(drop(
-                Some(&event),
-                DropReason::Untrusted,
-                "author key is not in the trust allowlist".into(),
-            ));
-        }
+    let trusted = checker
+        .verify(&event.author.key, json, sig)
+        .map_err(|e: VerifyError| drop(Some(&event), DropReason::BadSignature, e.to_string()))?;
+    if !trusted {
+        return Err(drop(
+            Some(&event),
+            DropReason::Untrusted,
+            "author key is not in the trust allowlist".into(),
+        ));
     }
     Ok(Some(Verified {
         oid: commit.oid,
