@@ -1,1 +1,468 @@
-fn main() {}
+//! `git-collab`: the client CLI (also `git collab ...`). This file turns the
+//! parsed command line (`cli.rs`) into library calls and prints the result
+//! as text or `--json`. Every failure is one `error: ...` line on stderr and
+//! exit status 1.
+
+mod cli;
+
+use std::io::{IsTerminal, Read};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use git2::Repository;
+use serde::Serialize;
+
+use cli::{Cli, Command, IssueCmd, KeyCmd, TrustCmd};
+use git_collab::issue::{self, short_id, Identity, Written};
+use git_collab::state::{self, IssueState, IssueStatus};
+use git_collab::{refs, sign, sync, trust, verify};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // clap's message spans lines (details, usage, hint); keep what
+            // comes before the usage, on one line.
+            let text = e.to_string();
+            let message: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            eprintln!(
+                "error: {} (see --help)",
+                message.join(" ").trim_start_matches("error: ")
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            let message = format!("{e:#}").replace('\n', " ");
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Init => init(&open_repo()?),
+        Command::Key { cmd } => key(cmd),
+        Command::Trust { cmd } => trust_cmd(&open_repo()?, cmd),
+        Command::Issue { cmd } => issue_cmd(&open_repo()?, cmd),
+        Command::Sync { remote } => {
+            let repo = open_repo()?;
+            let report = sync::sync(&repo, &remote)?;
+            println!(
+                "synced with {remote}: {} new, {} fast-forwarded, {} merged{}",
+                report.created.len(),
+                report.fast_forwarded.len(),
+                report.merged.len(),
+                if report.retried {
+                    " (remote moved; retried)"
+                } else {
+                    ""
+                }
+            );
+            for name in &report.diverged {
+                eprintln!("warning: {name} diverged from {remote} and was left as it is");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Verify { out } => {
+            let report = verify::verify(&open_repo()?)?;
+            if out.json {
+                print_json(&report)?;
+            } else {
+                for p in &report.dropped {
+                    println!(
+                        "dropped {} in issue {}: {} ({}{})",
+                        short_id(&p.event.commit),
+                        short_id(&p.issue),
+                        p.event.detail,
+                        p.event.kind.as_deref().unwrap_or("unreadable event"),
+                        p.event
+                            .author_fingerprint
+                            .as_deref()
+                            .map(|f| format!(", key {f}"))
+                            .unwrap_or_default()
+                    );
+                }
+                for i in &report.invalid_issues {
+                    println!("invalid issue {}: {}", short_id(&i.issue), i.reason);
+                }
+                println!(
+                    "{}: {} issues, {} events, {} dropped, {} invalid issues",
+                    if report.ok { "ok" } else { "FAILED" },
+                    report.issues,
+                    report.events,
+                    report.dropped.len(),
+                    report.invalid_issues.len()
+                );
+            }
+            Ok(if report.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+    }
+}
+
+/// Opens the repository git would use here (honours GIT_DIR).
+fn open_repo() -> Result<Repository> {
+    Repository::open_from_env().map_err(|e| match e.code() {
+        git2::ErrorCode::NotFound => anyhow::anyhow!("not a git repository (or any parent)"),
+        _ => e.into(),
+    })
+}
+
+/// The config of the current repository if there is one, else the user's.
+fn config() -> Result<git2::Config> {
+    match Repository::open_from_env() {
+        Ok(repo) => Ok(repo.config()?),
+        Err(_) => Ok(git2::Config::open_default()?),
+    }
+}
+
+fn init(repo: &Repository) -> Result<ExitCode> {
+    let dir = trust::collab_dir(repo);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut config = repo.config()?;
+    let remotes = repo.remotes()?;
+    for remote in remotes.iter().flatten().flatten() {
+        let key = format!("remote.{remote}.fetch");
+        // Replaces an earlier collab refspec, or adds one.
+        config.set_multivar(&key, r"^\+refs/collab/", &refs::tracking_refspec(remote))?;
+        println!("remote {remote}: fetches refs/collab/* into {}", refs::tracking_prefix(remote));
+    }
+    println!("collab directory: {}", dir.display());
+    let trust_file = trust::trust_path(repo);
+    if trust_file.exists() {
+        println!("trust allowlist: {} (active)", trust_file.display());
+    } else {
+        println!("trust allowlist: none (every validly signed event counts)");
+    }
+    match sign::key_path(&config) {
+        Ok(path) if path.exists() => println!("signing key: {}", path.display()),
+        _ => println!("signing key: none yet; run `git-collab key generate`"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Serialize)]
+struct KeyJson {
+    path: String,
+    public_key: String,
+    fingerprint: String,
+}
+
+fn key(cmd: KeyCmd) -> Result<ExitCode> {
+    let config = config()?;
+    let path = sign::key_path(&config)?;
+    let (key, out) = match cmd {
+        KeyCmd::Generate { force, out } => {
+            let comment = config
+                .get_string("user.email")
+                .or_else(|_| config.get_string("user.name"))
+                .unwrap_or_else(|_| "git-collab".into());
+            let key = sign::SigningKey::generate(&path, &comment, force)?;
+            if !out.json {
+                println!("wrote {}", path.display());
+            }
+            (key, out)
+        }
+        KeyCmd::Show { out } => (sign::SigningKey::load(&path)?, out),
+    };
+    if out.json {
+        print_json(&KeyJson {
+            path: path.display().to_string(),
+            public_key: key.public_key_line(),
+            fingerprint: key.fingerprint(),
+        })?;
+    } else {
+        println!("{}", key.public_key_line());
+        println!("{}", key.fingerprint());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Serialize)]
+struct TrustJson<'a> {
+    allowlist: bool,
+    keys: Vec<TrustKeyJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct TrustKeyJson<'a> {
+    fingerprint: &'a str,
+    key: &'a str,
+}
+
+fn trust_cmd(repo: &Repository, cmd: TrustCmd) -> Result<ExitCode> {
+    match cmd {
+        TrustCmd::Add { key } => {
+            let existed = trust::trust_path(repo).exists();
+            let added = trust::add(repo, &key)?;
+            if added.is_empty() {
+                println!("already trusted");
+            }
+            for k in &added {
+                println!("trusted {}", k.fingerprint);
+            }
+            if !existed && !added.is_empty() {
+                println!(
+                    "note: the allowlist is now active; events signed by other keys are ignored"
+                );
+            }
+        }
+        TrustCmd::List { out } => {
+            let list = trust::TrustList::load(repo)?;
+            let keys = list.as_ref().map(|l| l.keys()).unwrap_or_default();
+            if out.json {
+                print_json(&TrustJson {
+                    allowlist: list.is_some(),
+                    keys: keys
+                        .iter()
+                        .map(|k| TrustKeyJson {
+                            fingerprint: &k.fingerprint,
+                            key: &k.key,
+                        })
+                        .collect(),
+                })?;
+            } else if list.is_none() {
+                println!("no allowlist: every validly signed event counts");
+            } else {
+                for k in keys {
+                    println!("{}  {}", k.fingerprint, k.key);
+                }
+            }
+        }
+        TrustCmd::Remove { key } => {
+            for k in trust::remove(repo, &key)? {
+                println!("removed {}", k.fingerprint);
+            }
+            if trust::TrustList::load(repo)?.is_some_and(|l| l.keys().is_empty()) {
+                println!(
+                    "note: the allowlist is empty, so no event counts; delete {} to trust every signature",
+                    trust::trust_path(repo).display()
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One row of `issue list --json`.
+#[derive(Serialize)]
+struct IssueSummary<'a> {
+    id: &'a str,
+    title: &'a str,
+    status: IssueStatus,
+    author: &'a state::Author,
+    created_at: chrono::DateTime<chrono::Utc>,
+    updated_at: chrono::DateTime<chrono::Utc>,
+    labels: &'a [String],
+    comments: usize,
+}
+
+#[derive(Serialize)]
+struct WrittenJson<'a> {
+    issue: &'a str,
+    event: String,
+}
+
+fn issue_cmd(repo: &Repository, cmd: IssueCmd) -> Result<ExitCode> {
+    let identity = || -> Result<Identity> { Ok(Identity::load(&repo.config()?)?) };
+    let (verb, written, json) = match cmd {
+        IssueCmd::List {
+            all,
+            closed,
+            labels,
+            out,
+        } => {
+            let issues: Vec<IssueState> = state::list_issues(repo)?
+                .into_iter()
+                .filter(|i| {
+                    all || (closed == (i.status == IssueStatus::Closed))
+                })
+                .filter(|i| labels.iter().all(|l| i.labels.contains(l)))
+                .collect();
+            if out.json {
+                let rows: Vec<IssueSummary> = issues
+                    .iter()
+                    .map(|i| IssueSummary {
+                        id: &i.id,
+                        title: &i.title,
+                        status: i.status,
+                        author: &i.author,
+                        created_at: i.created_at,
+                        updated_at: i.updated_at,
+                        labels: &i.labels,
+                        comments: i.comments.len(),
+                    })
+                    .collect();
+                print_json(&rows)?;
+            } else {
+                for i in &issues {
+                    println!("{}", list_line(i));
+                }
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        IssueCmd::Show { id, out } => {
+            let (ref_name, full_id) = state::resolve_issue_ref(repo, &id)?;
+            let issue = IssueState::from_ref(repo, &ref_name, &full_id)?;
+            if out.json {
+                print_json(&issue)?;
+            } else {
+                print_issue(&issue);
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        IssueCmd::Open {
+            title,
+            body,
+            labels,
+            out,
+        } => {
+            let body = text_arg(body)?;
+            (
+                "opened",
+                issue::open(repo, &identity()?, &title, &body, &labels)?,
+                out.json,
+            )
+        }
+        IssueCmd::Comment { id, message, out } => {
+            let message = text_arg(message)?;
+            (
+                "commented on",
+                issue::comment(repo, &identity()?, &id, &message)?,
+                out.json,
+            )
+        }
+        IssueCmd::Edit {
+            id,
+            title,
+            body,
+            out,
+        } => {
+            let body = body.map(text_arg).transpose()?;
+            (
+                "edited",
+                issue::edit(repo, &identity()?, &id, title.as_deref(), body.as_deref())?,
+                out.json,
+            )
+        }
+        IssueCmd::Label {
+            id,
+            add,
+            remove,
+            out,
+        } => {
+            if add.is_empty() && remove.is_empty() {
+                bail!("nothing to do: give --add or --remove");
+            }
+            (
+                "labelled",
+                issue::label(repo, &identity()?, &id, &add, &remove)?,
+                out.json,
+            )
+        }
+        IssueCmd::Close { id, reason, out } => (
+            "closed",
+            issue::close(repo, &identity()?, &id, reason.as_deref())?,
+            out.json,
+        ),
+        IssueCmd::Reopen { id, out } => (
+            "reopened",
+            issue::reopen(repo, &identity()?, &id)?,
+            out.json,
+        ),
+    };
+    report_written(verb, &written, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report_written(verb: &str, written: &Written, json: bool) -> Result<()> {
+    if json {
+        print_json(&WrittenJson {
+            issue: &written.issue,
+            event: written.event.to_string(),
+        })
+    } else {
+        println!("{verb} {}", short_id(&written.issue));
+        Ok(())
+    }
+}
+
+fn list_line(i: &IssueState) -> String {
+    let labels = if i.labels.is_empty() {
+        String::new()
+    } else {
+        format!("  [{}]", i.labels.join(", "))
+    };
+    format!("{}  {:<6}  {}{}", short_id(&i.id), i.status, i.title, labels)
+}
+
+fn print_issue(i: &IssueState) {
+    println!("{} {}", short_id(&i.id), i.title);
+    println!(
+        "status: {}{}",
+        i.status,
+        i.closed_reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    );
+    println!("author: {}", i.author.name);
+    println!("created: {}", i.created_at.to_rfc3339());
+    println!("updated: {}", i.updated_at.to_rfc3339());
+    if !i.labels.is_empty() {
+        println!("labels: {}", i.labels.join(", "));
+    }
+    if !i.body.is_empty() {
+        println!();
+        println!("{}", i.body.trim_end());
+    }
+    for c in &i.comments {
+        println!();
+        println!(
+            "--- {} {} at {}",
+            short_id(&c.id),
+            c.author.name,
+            c.at.to_rfc3339()
+        );
+        println!("{}", c.body.trim_end());
+    }
+}
+
+/// A text argument, where `-` means "read standard input".
+fn text_arg(value: String) -> Result<String> {
+    if value != "-" {
+        return Ok(value);
+    }
+    let mut stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprintln!("reading text from stdin; end with Ctrl-D");
+    }
+    let mut text = String::new();
+    stdin
+        .read_to_string(&mut text)
+        .context("reading standard input")?;
+    Ok(text)
+}
+
+fn print_json<T: Serialize>(value: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}

@@ -1,0 +1,251 @@
+//! Benchmark: materializing every issue of a large repository.
+//!
+//! Builds a bare repository with `BENCH_ISSUES` issues (default 10,000) of
+//! `BENCH_EVENTS` events each (default 10: one open, then comments, labels
+//! and a close), written straight through the `store` API into an in-memory
+//! object backend and then one pack (as a repository looks after `git gc`).
+//! Then times, each as the median of a few runs:
+//! - the baseline `git for-each-ref refs/collab/issues`;
+//! - `state::list_issues` in process (what the web UI calls), with a cold
+//!   and a warm replay cache;
+//! - `git-collab issue list --all --json` (the CLI, end to end), likewise;
+//! - `verify::verify`, which always replays and verifies everything;
+//! - `IssueState::from_ref` of one issue (an issue page).
+//!
+//! Prints a markdown table; with `GIT_COLLAB_BENCH_DOCS=docs/benchmarks.md`
+//! it also replaces that file's "## Issue list" section with the results.
+//! Run: `cargo bench --bench issue_list` (release profile).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use chrono::{TimeZone, Utc};
+use git2::Repository;
+use git_collab::event::{Action, Author, Event, IssueClose, IssueComment, IssueLabel, IssueOpen};
+use git_collab::sign::SigningKey;
+use git_collab::{cache, refs, state, store};
+
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn median(mut runs: Vec<Duration>) -> Duration {
+    runs.sort();
+    runs[runs.len() / 2]
+}
+
+fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
+    let mut times = Vec::new();
+    let mut last = None;
+    for _ in 0..runs {
+        let start = Instant::now();
+        last = Some(f());
+        times.push(start.elapsed());
+    }
+    (median(times), last.expect("at least one run"))
+}
+
+fn build(repo: &Repository, key: &SigningKey, issues: usize, events: usize) {
+    let author = Author {
+        name: "bench".into(),
+        key: key.public_key_line(),
+    };
+    let odb = repo.odb().unwrap();
+    let mempack = odb.add_new_mempack_backend(1000).unwrap();
+    let base = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+    for i in 0..issues {
+        let at = |k: usize| base + chrono::Duration::seconds((i * events + k) as i64);
+        let open = Event::new(
+            author.clone(),
+            at(0),
+            Action::IssueOpen(IssueOpen {
+                title: format!("Issue number {i}"),
+                body: format!("Body of issue {i}.\n\nSome more text to make it realistic."),
+                labels: vec!["bench".into()],
+                nonce: format!("{i:032x}"),
+            }),
+        );
+        let root = store::write_event_commit(repo, &[], &open, key).unwrap();
+        let mut tip = root;
+        for k in 1..events {
+            let action = if k == events - 1 && i % 2 == 0 {
+                Action::IssueClose(IssueClose { reason: None })
+            } else if k % 3 == 0 {
+                Action::IssueLabel(IssueLabel {
+                    add: vec![format!("l{k}")],
+                    remove: vec![],
+                })
+            } else {
+                Action::IssueComment(IssueComment {
+                    body: format!("Comment {k} on issue {i}."),
+                })
+            };
+            let event = Event::new(author.clone(), at(k), action);
+            tip = store::write_event_commit(repo, &[tip], &event, key).unwrap();
+        }
+        store::compare_and_swap(repo, &refs::issue_ref(&root.to_string()), None, tip, "bench")
+            .unwrap();
+    }
+    let mut buf = git2::Buf::new();
+    mempack.dump(repo, &mut buf).unwrap();
+    let mut writer = odb.packwriter().unwrap();
+    std::io::Write::write_all(&mut writer, &buf).unwrap();
+    writer.commit().unwrap();
+    mempack.reset().unwrap();
+}
+
+fn git(git_dir: &Path, args: &[&str]) -> std::process::Output {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn fmt(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1000.0;
+    if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1000.0)
+    } else {
+        format!("{ms:.1} ms")
+    }
+}
+
+fn main() {
+    let issues = env_count("BENCH_ISSUES", 10_000);
+    let events = env_count("BENCH_EVENTS", 10).max(1);
+    let runs = env_count("BENCH_RUNS", 3).max(1);
+    let tmp = tempfile::tempdir().unwrap();
+    let key = SigningKey::generate(&tmp.path().join("key"), "bench", false).unwrap();
+    let git_dir = tmp.path().join("bench.git");
+    let repo = Repository::init_bare(&git_dir).unwrap();
+
+    eprintln!("building {issues} issues x {events} events ...");
+    let start = Instant::now();
+    build(&repo, &key, issues, events);
+    git(&git_dir, &["pack-refs", "--all"]);
+    let build_time = start.elapsed();
+    eprintln!("built in {}", fmt(build_time));
+
+    let (t_refs, out) = time(runs.max(5), || git(&git_dir, &["for-each-ref", refs::ISSUES_GLOB]));
+    assert_eq!(out.stdout.iter().filter(|&&b| b == b'\n').count(), issues);
+
+    let repo = Repository::open(&git_dir).unwrap();
+    let cache_file = cache::cache_path(&repo);
+    let drop_cache = || {
+        let _ = std::fs::remove_file(&cache_file);
+    };
+    let (t_list_cold, listed) = time(runs, || {
+        drop_cache();
+        state::list_issues(&repo).unwrap()
+    });
+    assert_eq!(listed.len(), issues);
+    let (t_list_warm, warm) = time(runs, || state::list_issues(&repo).unwrap());
+    assert_eq!(warm, listed, "the cache returns what replay computed");
+
+    let cli = env!("CARGO_BIN_EXE_git-collab");
+    let list_cli = || {
+        let out = Command::new(cli)
+            .args(["issue", "list", "--all", "--json"])
+            .env("GIT_DIR", &git_dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    let (t_cli_cold, out) = time(runs, || {
+        drop_cache();
+        list_cli()
+    });
+    let rows: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), issues);
+    let (t_cli_warm, warm_out) = time(runs, list_cli);
+    assert_eq!(warm_out, out);
+    let (t_verify, report) = time(1, || git_collab::verify::verify(&repo).unwrap());
+    assert!(report.ok);
+
+    let one = &listed[issues / 2].id;
+    let (t_show, shown) = time(runs.max(20), || {
+        let (name, id) = state::resolve_issue_ref(&repo, one).unwrap();
+        state::IssueState::from_ref(&repo, &name, &id).unwrap()
+    });
+    assert_eq!(&shown.id, one);
+
+    let per = |d: Duration| format!("{:.1} µs", d.as_secs_f64() * 1e6 / issues as f64);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let table = format!(
+        "{issues} issues x {events} events ({} event commits), one pack, packed refs; \
+         median of {runs} runs (5 for for-each-ref, 20 for one issue); release build; \
+         {cpu}, {cores} cores available (shared with other jobs).\n\n\
+         | operation | time | per issue |\n\
+         |---|---:|---:|\n\
+         | baseline: `git for-each-ref refs/collab/issues/*` | {} | {} |\n\
+         | `state::list_issues`, cold cache (every signature verified) | {} | {} |\n\
+         | `state::list_issues`, warm cache (no ref moved) | {} | {} |\n\
+         | `git-collab issue list --all --json`, cold cache (CLI, end to end) | {} | {} |\n\
+         | `git-collab issue list --all --json`, warm cache | {} | {} |\n\
+         | `git-collab verify` equivalent (`verify::verify`, never cached; 1 run) | {} | {} |\n\
+         | `resolve_issue_ref` + `IssueState::from_ref`, one issue | {} | - |\n\
+         | building the repository (not a measurement of git-collab) | {} | {} |\n",
+        issues * events,
+        fmt(t_refs),
+        per(t_refs),
+        fmt(t_list_cold),
+        per(t_list_cold),
+        fmt(t_list_warm),
+        per(t_list_warm),
+        fmt(t_cli_cold),
+        per(t_cli_cold),
+        fmt(t_cli_warm),
+        per(t_cli_warm),
+        fmt(t_verify),
+        per(t_verify),
+        fmt(t_show),
+        fmt(build_time),
+        per(build_time),
+    );
+    println!("{table}");
+
+    if let Ok(path) = std::env::var("GIT_COLLAB_BENCH_DOCS") {
+        write_section(Path::new(&path), &table);
+        eprintln!("wrote the \"## Issue list\" section of {path}");
+    }
+}
+
+/// Replaces (or appends) the "## Issue list" section of the markdown file.
+fn write_section(path: &Path, table: &str) {
+    const HEADING: &str = "## Issue list";
+    let old = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".into());
+    let section = format!(
+        "{HEADING}\n\nMeasured by `benches/issue_list.rs` \
+         (`GIT_COLLAB_BENCH_DOCS=docs/benchmarks.md cargo bench --bench issue_list`).\n\n{table}"
+    );
+    let new = match old.find(HEADING) {
+        Some(start) => {
+            let after = start + HEADING.len();
+            let end = old[after..]
+                .find("\n## ")
+                .map(|i| after + i + 1)
+                .unwrap_or(old.len());
+            format!("{}{section}\n{}", &old[..start], &old[end..])
+        }
+        None => format!("{}\n{section}", old.trim_end_matches('\n').to_string() + "\n"),
+    };
+    std::fs::write(path, new.trim_end().to_string() + "\n").unwrap();
+}

@@ -1,0 +1,165 @@
+//! `git-collab sync`: exchange `refs/collab/*` with a git remote. The
+//! remote's collab refs are fetched into `refs/collab-remotes/<remote>/`
+//! with the `git` CLI (so the user's ssh setup and `GIT_SSH_COMMAND`
+//! apply); each DAG is then fast-forwarded or joined with a structural
+//! merge commit; finally `refs/collab/*` is pushed back, never forced. If
+//! the remote moved in between (push rejected), the whole round is retried
+//! once.
+
+use std::path::Path;
+use std::process::Command;
+
+use git2::{Oid, Repository};
+
+use crate::error::{Error, Result};
+use crate::refs;
+use crate::store;
+
+/// What one sync did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Local refs created from the remote.
+    pub created: Vec<String>,
+    /// Local refs fast-forwarded to the remote's tip.
+    pub fast_forwarded: Vec<String>,
+    /// Local DAGs joined with the remote's by a structural merge commit.
+    pub merged: Vec<String>,
+    /// Diverged refs that are not event DAGs (never merged, left as they are).
+    pub diverged: Vec<String>,
+    /// True if the first push was rejected because the remote moved, and
+    /// the round was run again.
+    pub retried: bool,
+}
+
+/// Syncs the collab refs of `repo` with `remote` (a configured remote name).
+pub fn sync(repo: &Repository, remote: &str) -> Result<SyncReport> {
+    if remote.is_empty() || remote.starts_with('-') || remote.contains(['/', '\\', ' ', '*']) {
+        return Err(Error::Sync(format!("invalid remote name '{remote}'")));
+    }
+    repo.find_remote(remote).map_err(|e| match e.code() {
+        git2::ErrorCode::NotFound => Error::Sync(format!("no remote named '{remote}'")),
+        _ => e.into(),
+    })?;
+    let mut report = SyncReport::default();
+    for attempt in 0..2 {
+        fetch(repo.path(), remote)?;
+        integrate(repo, remote, &mut report)?;
+        match push(repo.path(), remote)? {
+            Pushed::Done => return Ok(report),
+            Pushed::RemoteMoved(_) if attempt == 0 => report.retried = true,
+            Pushed::RemoteMoved(detail) => {
+                return Err(Error::Sync(format!(
+                    "push to '{remote}' rejected twice (the remote keeps moving): {detail}; run sync again"
+                )))
+            }
+        }
+    }
+    unreachable!("the loop returns on its second attempt")
+}
+
+/// Fetches the remote's collab refs into the tracking namespace.
+fn fetch(git_dir: &Path, remote: &str) -> Result<()> {
+    let out = git(git_dir)
+        .args(["fetch", "--quiet", "--no-tags", "--prune", "--no-write-fetch-head", remote])
+        .arg(refs::tracking_refspec(remote))
+        .output()
+        .map_err(|e| Error::Sync(format!("cannot run git: {e}")))?;
+    if !out.status.success() {
+        return Err(Error::Sync(format!(
+            "git fetch {remote} failed: {}",
+            last_line(&out.stderr)
+        )));
+    }
+    Ok(())
+}
+
+/// Brings every tracking ref of `remote` into the local collab refs.
+fn integrate(repo: &Repository, remote: &str, report: &mut SyncReport) -> Result<()> {
+    let prefix = refs::tracking_prefix(remote);
+    let mut tracking: Vec<(String, Oid)> = Vec::new();
+    for r in repo.references_glob(&format!("{prefix}*"))? {
+        let r = r?;
+        if let (Ok(name), Some(oid)) = (r.name(), r.target()) {
+            tracking.push((name.to_string(), oid));
+        }
+    }
+    for (name, theirs) in tracking {
+        let Some(local) = refs::local_for_tracking(remote, &name) else {
+            continue;
+        };
+        let ours = store::ref_tip(repo, &local)?;
+        match ours {
+            None => {
+                store::compare_and_swap(repo, &local, None, theirs, "sync: create")?;
+                report.created.push(local);
+            }
+            Some(ours) if ours == theirs || repo.graph_descendant_of(ours, theirs)? => {}
+            Some(ours) if repo.graph_descendant_of(theirs, ours)? => {
+                store::compare_and_swap(repo, &local, Some(ours), theirs, "sync: fast-forward")?;
+                report.fast_forwarded.push(local);
+            }
+            Some(ours) if refs::is_dag_ref(&local) => {
+                let merge = store::write_merge_commit(repo, &[ours, theirs])?;
+                store::compare_and_swap(repo, &local, Some(ours), merge, "sync: merge")?;
+                report.merged.push(local);
+            }
+            Some(_) => report.diverged.push(local),
+        }
+    }
+    Ok(())
+}
+
+enum Pushed {
+    Done,
+    /// Rejected because the remote has commits we lack; carries git's words.
+    RemoteMoved(String),
+}
+
+fn push(git_dir: &Path, remote: &str) -> Result<Pushed> {
+    let out = git(git_dir)
+        .args(["push", "--porcelain", "--quiet", remote])
+        .arg(refs::push_refspec())
+        .output()
+        .map_err(|e| Error::Sync(format!("cannot run git: {e}")))?;
+    if out.status.success() {
+        return Ok(Pushed::Done);
+    }
+    // Porcelain lines: "<flag>\t<from>:<to>\t<summary>"; "!" is rejected.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let moved = stdout.lines().find(|l| {
+        l.starts_with('!')
+            && ["non-fast-forward", "fetch first", "stale info"]
+                .iter()
+                .any(|w| l.contains(w))
+    });
+    match moved {
+        Some(line) => Ok(Pushed::RemoteMoved(line.replace('\t', " "))),
+        None => {
+            let why = stdout
+                .lines()
+                .find(|l| l.starts_with('!'))
+                .map(|l| l.replace('\t', " "))
+                .unwrap_or_else(|| last_line(&out.stderr));
+            Err(Error::Sync(format!("git push {remote} failed: {why}")))
+        }
+    }
+}
+
+fn git(git_dir: &Path) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.arg("--git-dir").arg(git_dir);
+    // A git-collab run from a hook or alias must not inherit another
+    // repository's location.
+    cmd.env_remove("GIT_DIR").env_remove("GIT_WORK_TREE");
+    cmd
+}
+
+fn last_line(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("(no output)")
+        .to_string()
+}
