@@ -6,6 +6,11 @@
 
 mod app;
 mod config;
+// Called by the collab-lease SSH verb once the SSH server lands.
+#[allow(dead_code)]
+mod lease_service;
+#[allow(dead_code)]
+mod leases;
 mod repos;
 
 use std::process::ExitCode;
@@ -13,7 +18,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "git-collab-server", version, about = "Self-hosted SSH-first forge server")]
+#[command(
+    name = "git-collab-server",
+    version,
+    about = "Self-hosted SSH-first forge server"
+)]
 struct Cli {
     #[command(flatten)]
     flags: config::ConfigFlags,
