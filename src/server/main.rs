@@ -12,6 +12,11 @@ mod healthcheck;
 mod http;
 mod identity;
 mod logging;
+// Called by the collab-lease SSH verb once the SSH server lands.
+#[allow(dead_code)]
+mod lease_service;
+#[allow(dead_code)]
+mod leases;
 mod repos;
 mod setup;
 mod shutdown;
