@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use crate::config::ServerConfig;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
+use crate::lease_service::LeaseService;
 use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
 
 /// How long running commands may take to finish after a stop signal. With
@@ -30,23 +31,31 @@ pub struct App {
     /// Set once shutdown starts: no new commands.
     pub stopping: Stop,
     stop: StopTrigger,
-    // The leases helper adds its service here (e.g. `pub leases: LeaseService`)
-    // and builds it in `App::new`.
+    /// The lease store (`collab.db`), one writer thread behind it.
+    pub leases: LeaseService,
 }
 
 impl App {
-    /// Build the shared state. Reads governance once; authorized_keys is
-    /// read lazily on first use.
-    pub fn new(config: ServerConfig) -> App {
+    /// Build the shared state. Reads governance once and opens the lease
+    /// database (creating it); authorized_keys is read lazily on first use.
+    pub fn new(config: ServerConfig) -> anyhow::Result<App> {
         let (stop, stopping) = shutdown::stop_pair();
-        App {
+        let db_path = config.collab_db_path();
+        if let Some(dir) = db_path.parent() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("collab_db: creating {}", dir.display()))?;
+        }
+        let leases = LeaseService::open(&db_path)
+            .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
+        Ok(App {
+            leases,
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
             work: WorkTracker::default(),
             stopping,
             stop,
-        }
+        })
     }
 
     /// Start shutting down: listeners stop accepting, new commands are
@@ -74,26 +83,9 @@ fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> {
     Ok(config)
 }
 
-fn init_logging(config: &ServerConfig) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&config.log.level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    let _ = if config.log.format == "json" {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
-}
-
 /// Run the server until SIGTERM or SIGINT. Prepares the state directory
 /// (host key, authorized_keys, initial admin keys, hooks) first.
 pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
-    init_logging(&config);
     let config = absolute_paths(config)?;
     let prepared = crate::setup::prepare(&config)?;
 
@@ -106,7 +98,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let ssh_addr = ssh_listener.local_addr()?;
     let http_addr = http_listener.local_addr()?;
 
-    let app = Arc::new(App::new(config));
+    let app = Arc::new(App::new(config)?);
     let stopping = app.stopping.clone();
 
     if app.authorized_keys.current().is_empty()

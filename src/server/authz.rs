@@ -240,7 +240,7 @@ mod tests {
     fn app() -> (tempfile::TempDir, App) {
         let tmp = tempfile::tempdir().unwrap();
         let config = crate::config::ServerConfig::with_state_dir(tmp.path().to_path_buf());
-        let app = App::new(config);
+        let app = App::new(config).unwrap();
         (tmp, app)
     }
 

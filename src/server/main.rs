@@ -11,12 +11,9 @@ mod governance;
 mod healthcheck;
 mod http;
 mod identity;
-mod logging;
-// Called by the collab-lease SSH verb once the SSH server lands.
-#[allow(dead_code)]
 mod lease_service;
-#[allow(dead_code)]
 mod leases;
+mod logging;
 mod repos;
 mod setup;
 mod shutdown;
