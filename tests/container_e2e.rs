@@ -16,7 +16,7 @@ use std::process::{Command, Output};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use tempfile::TempDir;
 use testcontainers::bollard::models::{HostConfig, PortBinding};
 use testcontainers::core::logs::LogFrame;
@@ -593,28 +593,21 @@ fn run_ok(command: &mut Command) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// The issue with this title in `git-collab issue list --json` (an array, or
-/// an object holding one under "issues"): its full id.
+/// The full id of the issue with this title in `git-collab issue list
+/// --json` (an array of issue summaries).
 fn issue_id_by_title(list_json: &str, title: &str) -> String {
     let list: Value = serde_json::from_str(list_json.trim())
         .unwrap_or_else(|e| panic!("issue list --json is not JSON ({e}): {list_json}"));
-    let issues = list
+    let issue = list
         .as_array()
-        .or_else(|| list.get("issues").and_then(Value::as_array))
-        .unwrap_or_else(|| panic!("issue list --json has no list of issues: {list_json}"));
-    let issue = issues
+        .unwrap_or_else(|| panic!("issue list --json is not an array: {list_json}"))
         .iter()
         .find(|issue| issue["title"] == title)
         .unwrap_or_else(|| panic!("no issue titled {title:?} in {list_json}"));
-    let id = issue["id"]
+    issue["id"]
         .as_str()
         .expect("issue id is a string")
-        .to_string();
-    assert!(
-        id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit()),
-        "issue id should be 40 hex: {id}"
-    );
-    id
+        .to_string()
 }
 
 /// The lease on `issue` in a `collab-lease list` reply.
@@ -646,7 +639,7 @@ async fn image_runs_non_root_with_read_only_root_and_writable_volume() {
         entrypoint.last().and_then(Value::as_str),
         Some("git-collab-server")
     );
-    assert_eq!(config["Cmd"], serde_json::json!(["serve"]));
+    assert_eq!(config["Cmd"], json!(["serve"]));
     assert!(
         config["Volumes"].get(STATE_DIR).is_some(),
         "no VOLUME {STATE_DIR}: {config}"
@@ -660,7 +653,7 @@ async fn image_runs_non_root_with_read_only_root_and_writable_volume() {
     // Podman drops HEALTHCHECK unless the image is built in docker format.
     assert_eq!(
         engine.healthcheck,
-        serde_json::json!(["CMD", "git-collab-server", "healthcheck"]),
+        json!(["CMD", "git-collab-server", "healthcheck"]),
         "image config: {config}"
     );
 
@@ -787,8 +780,21 @@ async fn push_clone_issue_and_lease_survive_a_restart() {
     // Open an issue with the CLI and sync it to the server.
     admin.collab(&clone, &["key", "generate"]);
     let title = "Container issue: lease me";
-    admin.collab(&clone, &["issue", "open", "-t", title]);
-    let issue = issue_id_by_title(&admin.collab(&clone, &["issue", "list", "--json"]), title);
+    let opened: Value =
+        serde_json::from_str(&admin.collab(&clone, &["issue", "open", "-t", title, "--json"]))
+            .expect("issue open --json prints JSON");
+    let issue = opened["issue"]
+        .as_str()
+        .expect("issue open --json: issue")
+        .to_string();
+    assert!(
+        issue.len() == 40 && issue.bytes().all(|b| b.is_ascii_hexdigit()),
+        "an issue id is 40 hex: {issue}"
+    );
+    assert_eq!(
+        issue_id_by_title(&admin.collab(&clone, &["issue", "list", "--json"]), title),
+        issue
+    );
     admin.collab(&clone, &["sync", "origin"]);
     let issue_ref = format!("refs/collab/issues/{issue}");
     let remote_refs = admin.git(&clone, &["ls-remote", "origin", "refs/collab/*"]);
@@ -921,17 +927,17 @@ async fn mounted_config_file_and_env_overrides_take_effect() {
     assert_eq!(shown.code, 0, "config show: {}", shown.stderr);
     let shown: Value = serde_json::from_str(shown.stdout.trim())
         .unwrap_or_else(|e| panic!("config show --json is not JSON ({e}): {}", shown.stdout));
+    // env beats file; file beats the default; untouched keys stay default.
+    let file_layer = "file /etc/git-collab/server.toml";
+    let (title, source) = config_entry(&shown, "site_title");
     assert_eq!(
-        *config_value(&shown, "site_title"),
-        "Title from the env",
-        "{shown}"
+        (title, source),
+        (&json!("Title from the env"), "env GIT_COLLAB_SITE_TITLE")
     );
-    assert_eq!(
-        *config_value(&shown, "max_release_size"),
-        4242424,
-        "{shown}"
-    );
-    assert_eq!(*config_value(&shown, "state_dir"), STATE_DIR, "{shown}");
+    let (size, source) = config_entry(&shown, "max_release_size");
+    assert_eq!((size, source), (&json!(4242424), file_layer));
+    let (state_dir, source) = config_entry(&shown, "state_dir");
+    assert_eq!((state_dir, source), (&json!(STATE_DIR), "default"));
 
     let (status, page) = http_get(server.http_port, "/").expect("GET /");
     assert_eq!(status, 200, "{page}");
@@ -973,12 +979,11 @@ async fn mounted_config_file_and_env_overrides_take_effect() {
     assert_eq!(server.stop().await, 0, "exit code after SIGTERM");
 }
 
-/// A key of `config show --json`: either the plain value, or `{value, source}`;
-/// the configuration itself may sit under "config".
-fn config_value<'a>(shown: &'a Value, key: &str) -> &'a Value {
-    let config = shown.get("config").unwrap_or(shown);
-    let entry = config
-        .get(key)
-        .unwrap_or_else(|| panic!("config show --json has no {key}: {shown}"));
-    entry.get("value").unwrap_or(entry)
+/// One key of `config show --json`: `{"<key>": {"value": …, "source": …}}`.
+fn config_entry<'a>(shown: &'a Value, key: &str) -> (&'a Value, &'a str) {
+    let entry = &shown[key];
+    let source = entry["source"]
+        .as_str()
+        .unwrap_or_else(|| panic!("config show --json has no source for {key}: {shown}"));
+    (&entry["value"], source)
 }
