@@ -34,8 +34,14 @@ context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
 cp "$binary" "$context/git-collab-server"
 
+# The commit the binary came from, so a stale image can be recognised.
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || revision="$revision-dirty"
+
 log "podman build --target prebuilt -t $IMAGE"
-podman build --format docker --target prebuilt -f docker/Dockerfile -t "$IMAGE" "$context" >&2
+podman build --format docker --target prebuilt -f docker/Dockerfile \
+    --build-arg "REVISION=$revision" \
+    -t "$IMAGE" "$context" >&2
 
 size=$(podman image inspect --format '{{.Size}}' "$IMAGE")
 log "built $IMAGE: $((size / 1000 / 1000)) MB ($size bytes; binary $(stat -c %s "$binary") bytes)"

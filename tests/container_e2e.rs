@@ -131,7 +131,13 @@ fn discover_engine() -> Result<Engine, String> {
             healthcheck = libpod["Healthcheck"]["Test"].clone();
         }
     }
-    eprintln!("container e2e: engine {docker_host}, image {image}");
+    eprintln!(
+        "container e2e: engine {docker_host}, image {image} (created {}, revision {})",
+        image_inspect["Created"].as_str().unwrap_or("?"),
+        image_inspect["Config"]["Labels"]["org.opencontainers.image.revision"]
+            .as_str()
+            .unwrap_or("?"),
+    );
     Ok(Engine {
         docker_host,
         image_name,
