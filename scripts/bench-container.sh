@@ -26,8 +26,8 @@ work=$(mktemp -d)
 container=""
 volume=""
 cleanup() {
-    [ -n "$container" ] && "$ENGINE" rm -f -t 0 "$container" >/dev/null 2>&1 || true
-    [ -n "$volume" ] && "$ENGINE" volume rm -f "$volume" >/dev/null 2>&1 || true
+    if [ -n "$container" ]; then "$ENGINE" rm -f -t 0 "$container" >/dev/null 2>&1 || true; fi
+    if [ -n "$volume" ]; then "$ENGINE" volume rm -f "$volume" >/dev/null 2>&1 || true; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -37,15 +37,21 @@ admin_key=$(cat "$work/key.pub")
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
-# Starts a container on $volume, prints milliseconds until /readyz is 200.
-boot_ms() {
+# Starts a container on $volume; sets $container and $elapsed_ms (from
+# `run` to /readyz answering 200).
+boot() {
     local start port
     start=$(now_ms)
-    container=$("$ENGINE" run -d --read-only --tmpfs /tmp \
+    # Podman without systemd complains that it cannot schedule health checks;
+    # keep stderr for when the run itself fails.
+    if ! container=$("$ENGINE" run -d --read-only --tmpfs /tmp \
         -p 127.0.0.1::8080 -p 127.0.0.1::2222 \
         -v "$volume:/var/lib/git-collab" \
         -e GIT_COLLAB_INITIAL_ADMIN_KEYS="$admin_key" \
-        "$IMAGE" 2>/dev/null)
+        "$IMAGE" 2>"$work/run.err"); then
+        cat "$work/run.err" >&2
+        die "$ENGINE run failed"
+    fi
     port=$("$ENGINE" port "$container" 8080/tcp | head -n1 | sed 's/.*://')
     until curl -fsS -o /dev/null "http://127.0.0.1:$port/readyz" 2>/dev/null; do
         if [ $(( $(now_ms) - start )) -gt $(( DEADLINE_S * 1000 )) ]; then
@@ -54,12 +60,14 @@ boot_ms() {
         fi
         sleep 0.02
     done
-    echo $(( $(now_ms) - start ))
+    elapsed_ms=$(( $(now_ms) - start ))
 }
 
 stop_container() {
-    "$ENGINE" stop -t 30 "$container" >/dev/null
-    "$ENGINE" rm "$container" >/dev/null
+    if ! { "$ENGINE" stop -t 30 "$container" && "$ENGINE" rm "$container"; } >/dev/null 2>"$work/stop.err"; then
+        cat "$work/stop.err" >&2
+        die "stopping $container failed"
+    fi
     container=""
 }
 
@@ -73,9 +81,9 @@ again=()
 stop=()
 for round in $(seq 1 "$ROUNDS"); do
     volume="git-collab-bench-$$-$round"
-    first+=("$(boot_ms)")
+    boot; first+=("$elapsed_ms")
     t=$(now_ms); stop_container; stop+=($(( $(now_ms) - t )))
-    again+=("$(boot_ms)")
+    boot; again+=("$elapsed_ms")
     stop_container
     "$ENGINE" volume rm -f "$volume" >/dev/null
     volume=""
@@ -85,6 +93,7 @@ done
 size=$("$ENGINE" image inspect --format '{{.Size}}' "$IMAGE")
 base_size=$("$ENGINE" image inspect --format '{{.Size}}' docker.io/library/debian:bookworm-slim 2>/dev/null || echo 0)
 binary_size=$("$ENGINE" run --rm --entrypoint stat "$IMAGE" -c %s /usr/local/bin/git-collab-server 2>/dev/null)
+[ -n "$binary_size" ] || binary_size=0
 engine_version=$("$ENGINE" version --format '{{.Client.Version}}' 2>/dev/null || echo '?')
 
 cat <<MD
