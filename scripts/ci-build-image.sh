@@ -39,9 +39,11 @@ revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD 2>/dev/null || revision="$revision-dirty"
 
 log "podman build --target prebuilt -t $IMAGE"
-podman build --format docker --target prebuilt -f docker/Dockerfile \
-    --build-arg "REVISION=$revision" \
-    -t "$IMAGE" "$context" >&2
+podman build --format docker --target prebuilt -f docker/Dockerfile -t "$IMAGE" "$context" >&2
+# A separate step with the value spelled out: podman 4.3's layer cache ignores
+# build-arg values and --label, and would keep a stale revision.
+printf 'FROM %s\nLABEL org.opencontainers.image.revision="%s"\n' "$IMAGE" "$revision" |
+    podman build --format docker -t "$IMAGE" -f - "$context" >/dev/null
 
 size=$(podman image inspect --format '{{.Size}}' "$IMAGE")
 log "built $IMAGE: $((size / 1000 / 1000)) MB ($size bytes; binary $(stat -c %s "$binary") bytes)"
