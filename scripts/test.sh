@@ -15,4 +15,4 @@ if [ "$(id -u)" = 0 ] || [ -n "${DOCKER_HOST:-}" ]; then
     trap 'bash scripts/ci-podman-setup.sh --stop >/dev/null 2>&1 || true' EXIT
 fi
 
-cargo nextest run --all-targets --locked --no-fail-fast "$@"
+cargo nextest run --lib --bins --tests --locked --no-fail-fast "$@"
