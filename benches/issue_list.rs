@@ -172,10 +172,13 @@ fn main() {
     assert!(report.ok);
 
     let one = &listed[issues / 2].id;
-    let (t_show, shown) = time(runs.max(20), || {
-        let (name, id) = state::resolve_issue_ref(&repo, one).unwrap();
+    let show = |id: &str| {
+        let (name, id) = state::resolve_issue_ref(&repo, id).unwrap();
         state::IssueState::from_ref(&repo, &name, &id).unwrap()
-    });
+    };
+    let (t_show, shown) = time(runs.max(20), || show(one));
+    assert_eq!(&shown.id, one);
+    let (t_show_prefix, shown) = time(runs.max(20), || show(&one[..8]));
     assert_eq!(&shown.id, one);
 
     let per = |d: Duration| format!("{:.1} µs", d.as_secs_f64() * 1e6 / issues as f64);
@@ -201,7 +204,8 @@ fn main() {
          | `git-collab issue list --all --json`, cold cache (CLI, end to end) | {} | {} |\n\
          | `git-collab issue list --all --json`, warm cache | {} | {} |\n\
          | `git-collab verify` equivalent (`verify::verify`, never cached; 1 run) | {} | {} |\n\
-         | `resolve_issue_ref` + `IssueState::from_ref`, one issue | {} | - |\n\
+         | `resolve_issue_ref` + `IssueState::from_ref`, one issue by full id | {} | - |\n\
+         | the same by an 8-hex prefix (scans the issue refs) | {} | - |\n\
          | building the repository (not a measurement of git-collab) | {} | {} |\n",
         issues * events,
         fmt(t_refs),
@@ -217,6 +221,7 @@ fn main() {
         fmt(t_verify),
         per(t_verify),
         fmt(t_show),
+        fmt(t_show_prefix),
         fmt(build_time),
         per(build_time),
     );
