@@ -87,8 +87,14 @@ fn build(repo: &Repository, key: &SigningKey, issues: usize, events: usize) {
             let event = Event::new(author.clone(), at(k), action);
             tip = store::write_event_commit(repo, &[tip], &event, key).unwrap();
         }
-        store::compare_and_swap(repo, &refs::issue_ref(&root.to_string()), None, tip, "bench")
-            .unwrap();
+        store::compare_and_swap(
+            repo,
+            &refs::issue_ref(&root.to_string()),
+            None,
+            tip,
+            "bench",
+        )
+        .unwrap();
     }
     let mut buf = git2::Buf::new();
     mempack.dump(repo, &mut buf).unwrap();
@@ -105,7 +111,11 @@ fn git(git_dir: &Path, args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out
 }
 
@@ -134,7 +144,9 @@ fn main() {
     let build_time = start.elapsed();
     eprintln!("built in {}", fmt(build_time));
 
-    let (t_refs, out) = time(runs.max(5), || git(&git_dir, &["for-each-ref", refs::ISSUES_GLOB]));
+    let (t_refs, out) = time(runs.max(5), || {
+        git(&git_dir, &["for-each-ref", refs::ISSUES_GLOB])
+    });
     assert_eq!(out.stdout.iter().filter(|&&b| b == b'\n').count(), issues);
 
     let repo = Repository::open(&git_dir).unwrap();
@@ -157,7 +169,11 @@ fn main() {
             .env("GIT_DIR", &git_dir)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         out.stdout
     };
     let (t_cli_cold, out) = time(runs, || {
@@ -191,7 +207,9 @@ fn main() {
                 .map(|m| m.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let table = format!(
         "{issues} issues x {events} events ({} event commits), one pack, packed refs; \
          median of {runs} runs (5 for for-each-ref, 20 for one issue); release build; \
@@ -250,7 +268,10 @@ fn write_section(path: &Path, table: &str) {
                 .unwrap_or(old.len());
             format!("{}{section}\n{}", &old[..start], &old[end..])
         }
-        None => format!("{}\n{section}", old.trim_end_matches('\n').to_string() + "\n"),
+        None => format!(
+            "{}\n{section}",
+            old.trim_end_matches('\n').to_string() + "\n"
+        ),
     };
     std::fs::write(path, new.trim_end().to_string() + "\n").unwrap();
 }

@@ -104,7 +104,11 @@ mod tests {
         entries.get_mut(&a).unwrap().state.as_mut().unwrap().title = "from cache".into();
         save(&repo, &key, entries);
         let titles = |repo: &Repository| -> Vec<String> {
-            let mut t: Vec<String> = list_issues(repo).unwrap().into_iter().map(|i| i.title).collect();
+            let mut t: Vec<String> = list_issues(repo)
+                .unwrap()
+                .into_iter()
+                .map(|i| i.title)
+                .collect();
             t.sort();
             t
         };
@@ -120,7 +124,11 @@ mod tests {
         save(&repo, &key, entries);
         assert_eq!(titles(&repo), vec!["first", "stale"]);
         std::fs::create_dir_all(trust::collab_dir(&repo)).unwrap();
-        std::fs::write(trust::trust_path(&repo), format!("{}\n", who.key.public_key_line())).unwrap();
+        std::fs::write(
+            trust::trust_path(&repo),
+            format!("{}\n", who.key.public_key_line()),
+        )
+        .unwrap();
         assert_eq!(titles(&repo), vec!["first", "second"]);
 
         // A corrupt cache is rebuilt.

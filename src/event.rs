@@ -212,8 +212,9 @@ mod tests {
 
     #[test]
     fn canonical_json_sorts_keys_and_has_no_whitespace() {
-        let v: Value = serde_json::from_str(r#"{ "b": 1, "a": {"z": [ 3, {"y":1,"x":2} ], "c": "é \" \n"} }"#)
-            .unwrap();
+        let v: Value =
+            serde_json::from_str(r#"{ "b": 1, "a": {"z": [ 3, {"y":1,"x":2} ], "c": "é \" \n"} }"#)
+                .unwrap();
         let bytes = canonical_json(&v);
         assert_eq!(
             String::from_utf8(bytes).unwrap(),
@@ -247,7 +248,11 @@ mod tests {
         let reopen = Event::new(author(), at(), Action::IssueReopen);
         let text = String::from_utf8(reopen.to_canonical_json()).unwrap();
         assert!(text.ends_with(r#""type":"issue.reopen"}"#), "{text}");
-        let close = Event::new(author(), at(), Action::IssueClose(IssueClose { reason: None }));
+        let close = Event::new(
+            author(),
+            at(),
+            Action::IssueClose(IssueClose { reason: None }),
+        );
         let text = String::from_utf8(close.to_canonical_json()).unwrap();
         assert!(!text.contains("reason"), "{text}");
         assert_eq!(Event::from_canonical_json(text.as_bytes()).unwrap(), close);

@@ -110,7 +110,9 @@ pub fn edit(
     body: Option<&str>,
 ) -> Result<Written> {
     if title.is_none() && body.is_none() {
-        return Err(Error::Invalid("nothing to edit: give a title or a body".into()));
+        return Err(Error::Invalid(
+            "nothing to edit: give a title or a body".into(),
+        ));
     }
     if let Some(t) = title {
         check_title(t)?;
@@ -229,7 +231,11 @@ fn check_title(title: &str) -> Result<()> {
 }
 
 fn check_label(label: &str) -> Result<()> {
-    if label.is_empty() || label.chars().any(|c| c.is_whitespace() || c.is_control() || c == ',') {
+    if label.is_empty()
+        || label
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == ',')
+    {
         return Err(Error::Invalid(format!(
             "invalid label '{label}': labels are non-empty, without spaces or commas"
         )));

@@ -143,7 +143,10 @@ fn init(repo: &Repository) -> Result<ExitCode> {
         let key = format!("remote.{remote}.fetch");
         // Replaces an earlier collab refspec, or adds one.
         config.set_multivar(&key, r"^\+refs/collab/", &refs::tracking_refspec(remote))?;
-        println!("remote {remote}: fetches refs/collab/* into {}", refs::tracking_prefix(remote));
+        println!(
+            "remote {remote}: fetches refs/collab/* into {}",
+            refs::tracking_prefix(remote)
+        );
     }
     println!("collab directory: {}", dir.display());
     let trust_file = trust::trust_path(repo);
@@ -292,9 +295,7 @@ fn issue_cmd(repo: &Repository, cmd: IssueCmd) -> Result<ExitCode> {
         } => {
             let issues: Vec<IssueState> = state::list_issues(repo)?
                 .into_iter()
-                .filter(|i| {
-                    all || (closed == (i.status == IssueStatus::Closed))
-                })
+                .filter(|i| all || (closed == (i.status == IssueStatus::Closed)))
                 .filter(|i| labels.iter().all(|l| i.labels.contains(l)))
                 .collect();
             if out.json {
@@ -411,7 +412,13 @@ fn list_line(i: &IssueState) -> String {
     } else {
         format!("  [{}]", i.labels.join(", "))
     };
-    format!("{}  {:<6}  {}{}", short_id(&i.id), i.status, i.title, labels)
+    format!(
+        "{}  {:<6}  {}{}",
+        short_id(&i.id),
+        i.status,
+        i.title,
+        labels
+    )
 }
 
 fn print_issue(i: &IssueState) {

@@ -76,9 +76,7 @@ impl SigningKey {
             reason,
         };
         if !force && path.exists() {
-            return Err(key_err(
-                "already exists (use --force to replace it)".into(),
-            ));
+            return Err(key_err("already exists (use --force to replace it)".into()));
         }
         let mut private = PrivateKey::random(&mut rand::rng(), Algorithm::Ed25519)
             .map_err(|e| key_err(e.to_string()))?;
@@ -177,7 +175,10 @@ pub fn verify_with(
 
 /// The text stored in `event.sig`: base64 of the raw signature plus `\n`.
 pub fn encode_signature(sig: &[u8; 64]) -> String {
-    format!("{}\n", base64::engine::general_purpose::STANDARD.encode(sig))
+    format!(
+        "{}\n",
+        base64::engine::general_purpose::STANDARD.encode(sig)
+    )
 }
 
 /// Reads `event.sig` contents; trailing whitespace is ignored.
@@ -269,7 +270,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let k = key(dir.path());
         let sig = encode_signature(&k.sign(b"hello"));
-        assert_eq!(verify(&k.public_key_line(), b"hello", sig.as_bytes()), Ok(()));
+        assert_eq!(
+            verify(&k.public_key_line(), b"hello", sig.as_bytes()),
+            Ok(())
+        );
     }
 
     #[test]

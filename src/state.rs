@@ -151,8 +151,8 @@ fn replay_ref_with(
     full_id: &str,
     checker: &mut Checker,
 ) -> Result<IssueReplay> {
-    let tip = store::ref_tip(repo, ref_name)?
-        .ok_or_else(|| Error::IssueNotFound(full_id.to_string()))?;
+    let tip =
+        store::ref_tip(repo, ref_name)?.ok_or_else(|| Error::IssueNotFound(full_id.to_string()))?;
     let dag = store::read_dag(repo, tip)?;
     let (state, dropped) = replay_with(full_id, &dag, checker);
     Ok(IssueReplay {
@@ -341,13 +341,10 @@ impl<'a> Checker<'a> {
     /// Verifies the signature; on success tells whether the key is trusted.
     fn verify(&mut self, key_line: &str, json: &[u8], sig: &[u8]) -> Result<bool, VerifyError> {
         let trust = self.trust;
-        let (key, trusted) = self
-            .keys
-            .entry(key_line.to_string())
-            .or_insert_with(|| {
-                let trusted = trust.is_none_or(|t| t.allows(key_line));
-                (sign::verifying_key(key_line), trusted)
-            });
+        let (key, trusted) = self.keys.entry(key_line.to_string()).or_insert_with(|| {
+            let trusted = trust.is_none_or(|t| t.allows(key_line));
+            (sign::verifying_key(key_line), trusted)
+        });
         let key = key.as_ref().map_err(|e| e.clone())?;
         sign::verify_with(key, json, sig)?;
         Ok(*trusted)
@@ -397,7 +394,12 @@ pub fn replay_with(
     // Verify every commit once; `None` means it applies nothing.
     let verified: Vec<Option<Verified>> = dag
         .iter()
-        .map(|c| check(c, checker).map_err(|d| dropped.push(d)).ok().flatten())
+        .map(|c| {
+            check(c, checker)
+                .map_err(|d| dropped.push(d))
+                .ok()
+                .flatten()
+        })
         .collect();
     let key = |i: usize| -> ReadyKey {
         match &verified[i] {
@@ -417,7 +419,11 @@ pub fn replay_with(
     while let Some((_, i)) = ready.pop() {
         let commit = &dag[i];
         let is_root = commit.oid.to_string() == root_id;
-        rooted[i] = is_root || commit.parents.iter().any(|p| index.get(p).is_some_and(|&pi| rooted[pi]));
+        rooted[i] = is_root
+            || commit
+                .parents
+                .iter()
+                .any(|p| index.get(p).is_some_and(|&pi| rooted[pi]));
         for &child in &children[i] {
             waiting[child] -= 1;
             if waiting[child] == 0 {
@@ -481,7 +487,9 @@ pub fn replay_with(
     dropped.sort_by(|a, b| a.commit.cmp(&b.commit));
     let state = match state {
         Some(s) => Ok(s),
-        None => Err(root_problem.unwrap_or_else(|| format!("root commit {root_id} is not in the DAG"))),
+        None => {
+            Err(root_problem.unwrap_or_else(|| format!("root commit {root_id} is not in the DAG")))
+        }
     };
     (state, dropped)
 }
@@ -552,9 +560,8 @@ fn check(commit: &DagCommit, checker: &mut Checker) -> Result<Option<Verified>, 
         Content::Malformed(why) => return Err(drop(None, DropReason::Malformed, why.clone())),
         Content::Event { json, sig } => (json, sig),
     };
-    let event = Event::from_canonical_json(json).map_err(|e: DecodeError| {
-        drop(None, DropReason::BadEvent, e.to_string())
-    })?;
+    let event = Event::from_canonical_json(json)
+        .map_err(|e: DecodeError| drop(None, DropReason::BadEvent, e.to_string()))?;
     let trusted = checker
         .verify(&event.author.key, json, sig)
         .map_err(|e: VerifyError| drop(Some(&event), DropReason::BadSignature, e.to_string()))?;
@@ -582,7 +589,9 @@ fn misplaced_event(v: &Verified, why: &str) -> DroppedEvent {
 }
 
 fn author_fingerprint(key_line: &str) -> Option<String> {
-    sign::parse_public_key(key_line).ok().map(|k| sign::fingerprint(&k))
+    sign::parse_public_key(key_line)
+        .ok()
+        .map(|k| sign::fingerprint(&k))
 }
 
 #[cfg(test)]
@@ -665,7 +674,15 @@ mod tests {
         let f = fixture();
         let dag = vec![
             open(&f.key),
-            commit(2, &[1], event(&f.key, 1, Action::IssueComment(IssueComment { body: "c".into() }))),
+            commit(
+                2,
+                &[1],
+                event(
+                    &f.key,
+                    1,
+                    Action::IssueComment(IssueComment { body: "c".into() }),
+                ),
+            ),
             commit(
                 3,
                 &[2],
@@ -696,7 +713,8 @@ mod tests {
         let f = fixture();
         // A reopen and a close are siblings below a close: the later `at`
         // wins, whatever order the commits come in.
-        for (reopen_at, close_at, want) in [(6, 5, IssueStatus::Open), (5, 6, IssueStatus::Closed)] {
+        for (reopen_at, close_at, want) in [(6, 5, IssueStatus::Open), (5, 6, IssueStatus::Closed)]
+        {
             let mut dag = vec![
                 open(&f.key),
                 commit(2, &[1], event(&f.key, 1, close())),
@@ -706,7 +724,11 @@ mod tests {
             for _ in 0..2 {
                 let (state, dropped) = replay(&root(), &dag, None);
                 assert!(dropped.is_empty());
-                assert_eq!(state.unwrap().status, want, "reopen at {reopen_at}, close at {close_at}");
+                assert_eq!(
+                    state.unwrap().status,
+                    want,
+                    "reopen at {reopen_at}, close at {close_at}"
+                );
                 dag.swap(2, 3);
             }
         }
@@ -749,8 +771,24 @@ mod tests {
         let f = fixture();
         let dag = vec![
             open(&f.key),
-            commit(2, &[1], event(&f.key, 1, Action::IssueComment(IssueComment { body: "x".into() }))),
-            commit(3, &[1], event(&f.key, 2, Action::IssueComment(IssueComment { body: "y".into() }))),
+            commit(
+                2,
+                &[1],
+                event(
+                    &f.key,
+                    1,
+                    Action::IssueComment(IssueComment { body: "x".into() }),
+                ),
+            ),
+            commit(
+                3,
+                &[1],
+                event(
+                    &f.key,
+                    2,
+                    Action::IssueComment(IssueComment { body: "y".into() }),
+                ),
+            ),
             commit(4, &[2, 3], Content::Merge),
             commit(5, &[4], event(&f.key, 0, close())),
         ];
@@ -765,9 +803,14 @@ mod tests {
     #[test]
     fn tampered_and_untrusted_events_are_dropped_and_reported() {
         let f = fixture();
-        let Content::Event { json, sig } = event(&f.key, 1, close()) else { unreachable!() };
+        let Content::Event { json, sig } = event(&f.key, 1, close()) else {
+            unreachable!()
+        };
         let tampered = Content::Event {
-            json: String::from_utf8(json.clone()).unwrap().replace("close", "reopen").into_bytes(),
+            json: String::from_utf8(json.clone())
+                .unwrap()
+                .replace("close", "reopen")
+                .into_bytes(),
             sig: sig.clone(),
         };
         let truncated = Content::Event {
@@ -782,8 +825,15 @@ mod tests {
             commit(5, &[4], Content::Malformed("event.json is missing".into())),
         ];
         let (state, dropped) = replay(&root(), &dag, None);
-        assert_eq!(state.unwrap().status, IssueStatus::Closed, "other key counts without allowlist");
-        let reasons: Vec<_> = dropped.iter().map(|d| (d.commit.clone(), d.reason.clone())).collect();
+        assert_eq!(
+            state.unwrap().status,
+            IssueStatus::Closed,
+            "other key counts without allowlist"
+        );
+        let reasons: Vec<_> = dropped
+            .iter()
+            .map(|d| (d.commit.clone(), d.reason.clone()))
+            .collect();
         assert_eq!(
             reasons,
             vec![

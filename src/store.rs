@@ -146,7 +146,8 @@ pub fn append_event(
     event: &Event,
     key: &SigningKey,
 ) -> Result<Oid> {
-    let tip = ref_tip(repo, ref_name)?.ok_or_else(|| Error::Invalid(format!("{ref_name} does not exist")))?;
+    let tip = ref_tip(repo, ref_name)?
+        .ok_or_else(|| Error::Invalid(format!("{ref_name} does not exist")))?;
     let oid = write_event_commit(repo, &[tip], event, key)?;
     compare_and_swap(repo, ref_name, Some(tip), oid, event.action.kind())?;
     Ok(oid)
@@ -161,7 +162,13 @@ pub fn create_dag(
     ref_for: impl Fn(&str) -> String,
 ) -> Result<Oid> {
     let oid = write_event_commit(repo, &[], event, key)?;
-    compare_and_swap(repo, &ref_for(&oid.to_string()), None, oid, event.action.kind())?;
+    compare_and_swap(
+        repo,
+        &ref_for(&oid.to_string()),
+        None,
+        oid,
+        event.action.kind(),
+    )?;
     Ok(oid)
 }
 

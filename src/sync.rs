@@ -60,7 +60,14 @@ pub fn sync(repo: &Repository, remote: &str) -> Result<SyncReport> {
 /// Fetches the remote's collab refs into the tracking namespace.
 fn fetch(git_dir: &Path, remote: &str) -> Result<()> {
     let out = git(git_dir)
-        .args(["fetch", "--quiet", "--no-tags", "--prune", "--no-write-fetch-head", remote])
+        .args([
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--prune",
+            "--no-write-fetch-head",
+            remote,
+        ])
         .arg(refs::tracking_refspec(remote))
         .output()
         .map_err(|e| Error::Sync(format!("cannot run git: {e}")))?;

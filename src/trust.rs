@@ -192,7 +192,10 @@ fn keys_from_input(input: &str) -> Result<Vec<PublicKey>> {
             })
             .collect::<Result<_>>()?;
         if keys.is_empty() {
-            return Err(Error::PublicKey(format!("{}: no key found", path.display())));
+            return Err(Error::PublicKey(format!(
+                "{}: no key found",
+                path.display()
+            )));
         }
         return Ok(keys);
     }
@@ -252,8 +255,7 @@ fn append(path: &Path, text: &str) -> Result<()> {
         .append(true)
         .open(path)
         .map_err(|e| Error::io(path, e))?;
-    f.write_all(text.as_bytes())
-        .map_err(|e| Error::io(path, e))
+    f.write_all(text.as_bytes()).map_err(|e| Error::io(path, e))
 }
 
 /// Rewrites the file through a temporary file and a rename, so a failure
@@ -272,15 +274,15 @@ fn replace(path: &Path, text: &str) -> Result<()> {
 mod tests {
     use super::*;
 
-    const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl";
+    const KEY: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl";
 
     #[test]
     fn parses_lines_with_options_and_comments() {
         assert!(parse_authorized_line(KEY).is_some());
         assert!(parse_authorized_line(&format!("{KEY} alice@example")).is_some());
         assert!(
-            parse_authorized_line(&format!("no-pty,command=\"echo hi there\" {KEY} a b"))
-                .is_some()
+            parse_authorized_line(&format!("no-pty,command=\"echo hi there\" {KEY} a b")).is_some()
         );
         assert!(parse_authorized_line("# comment").is_none());
         assert!(parse_authorized_line("garbage").is_none());

@@ -12,7 +12,10 @@ use serde_json::{json, Value};
 fn issue_lifecycle_and_json_shapes() {
     let w = World::new();
     let a = w.clone("a");
-    let id = a.open("Crash on start", &["-b", "It crashes.", "-l", "bug", "-l", "p1"]);
+    let id = a.open(
+        "Crash on start",
+        &["-b", "It crashes.", "-l", "bug", "-l", "p1"],
+    );
     assert_eq!(id.len(), 40);
     let other = a.open("Second", &[]);
 
@@ -20,11 +23,25 @@ fn issue_lifecycle_and_json_shapes() {
     let rows = list.as_array().unwrap();
     assert_eq!(rows.len(), 2);
     let row = rows.iter().find(|r| r["id"] == id.as_str()).unwrap();
-    let mut keys: Vec<&str> = row.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    let mut keys: Vec<&str> = row
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
     keys.sort();
     assert_eq!(
         keys,
-        vec!["author", "comments", "created_at", "id", "labels", "status", "title", "updated_at"]
+        vec![
+            "author",
+            "comments",
+            "created_at",
+            "id",
+            "labels",
+            "status",
+            "title",
+            "updated_at"
+        ]
     );
     assert_eq!(row["labels"], json!(["bug", "p1"]));
     assert_eq!(row["status"], "open");
@@ -37,21 +54,45 @@ fn issue_lifecycle_and_json_shapes() {
         "{human}"
     );
 
-    a.ok_stdin(&["issue", "comment", &id[..5], "-m", "-"], "from stdin\nline two\n");
-    a.ok(&["issue", "edit", &id, "-t", "Crash on start-up", "-b", "Details."]);
+    a.ok_stdin(
+        &["issue", "comment", &id[..5], "-m", "-"],
+        "from stdin\nline two\n",
+    );
+    a.ok(&[
+        "issue",
+        "edit",
+        &id,
+        "-t",
+        "Crash on start-up",
+        "-b",
+        "Details.",
+    ]);
     a.ok(&["issue", "label", &id, "--add", "ui", "--remove", "p1"]);
     let closed = a.json(&["issue", "close", &id, "-r", "duplicate", "--json"]);
     assert_eq!(closed["issue"], id.as_str());
     assert_eq!(closed["event"].as_str().unwrap().len(), 40);
 
     let show = a.json(&["issue", "show", &id, "--json"]);
-    let mut keys: Vec<&str> = show.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    let mut keys: Vec<&str> = show
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
     keys.sort();
     assert_eq!(
         keys,
         vec![
-            "author", "body", "closed_reason", "comments", "created_at", "id", "labels", "status",
-            "title", "updated_at"
+            "author",
+            "body",
+            "closed_reason",
+            "comments",
+            "created_at",
+            "id",
+            "labels",
+            "status",
+            "title",
+            "updated_at"
         ]
     );
     assert_eq!(show["title"], "Crash on start-up");
@@ -73,17 +114,25 @@ fn issue_lifecycle_and_json_shapes() {
             .collect()
     };
     assert_eq!(ids(&["issue", "list", "--json"]), vec![other.clone()]);
-    assert_eq!(ids(&["issue", "list", "--closed", "--json"]), vec![id.clone()]);
+    assert_eq!(
+        ids(&["issue", "list", "--closed", "--json"]),
+        vec![id.clone()]
+    );
     assert_eq!(ids(&["issue", "list", "--all", "--json"]).len(), 2);
     assert_eq!(
         ids(&["issue", "list", "--all", "--label", "ui", "--json"]),
         vec![id.clone()]
     );
-    assert!(ids(&["issue", "list", "--all", "--label", "ui", "--label", "p1", "--json"]).is_empty());
+    assert!(
+        ids(&["issue", "list", "--all", "--label", "ui", "--label", "p1", "--json"]).is_empty()
+    );
 
     a.ok(&["issue", "reopen", &id]);
     let text = a.ok(&["issue", "show", &id]);
-    assert!(text.starts_with(&format!("{} Crash on start-up\nstatus: open\n", &id[..8])), "{text}");
+    assert!(
+        text.starts_with(&format!("{} Crash on start-up\nstatus: open\n", &id[..8])),
+        "{text}"
+    );
     assert!(text.contains("from stdin"), "{text}");
 }
 
@@ -94,15 +143,17 @@ fn unknown_ambiguous_and_invalid_ids_are_clear_errors() {
     // Open issues through the library (fast) until two ids share their
     // first four hex digits.
     let repo = git2::Repository::open(&a.dir).unwrap();
-    let key = git_collab::sign::SigningKey::load(&a.home.join(".config/git-collab/signing_key"))
-        .unwrap();
+    let key =
+        git_collab::sign::SigningKey::load(&a.home.join(".config/git-collab/signing_key")).unwrap();
     let who = git_collab::issue::Identity {
         key,
         name: "a".into(),
     };
     let mut seen = std::collections::HashMap::new();
     let (first, second) = loop {
-        let id = git_collab::issue::open(&repo, &who, "t", "", &[]).unwrap().issue;
+        let id = git_collab::issue::open(&repo, &who, "t", "", &[])
+            .unwrap()
+            .issue;
         if let Some(prev) = seen.insert(id[..4].to_string(), id.clone()) {
             break (prev, id);
         }
@@ -110,11 +161,19 @@ fn unknown_ambiguous_and_invalid_ids_are_clear_errors() {
     };
     let prefix = &first[..4];
     let err = a.fails(&["issue", "show", prefix]);
-    assert!(err.starts_with(&format!("error: issue id '{prefix}' is ambiguous; candidates: ")), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "error: issue id '{prefix}' is ambiguous; candidates: "
+        )),
+        "{err}"
+    );
     assert!(err.contains(&first) && err.contains(&second), "{err}");
 
     // A longer prefix that tells them apart resolves (upper case too).
-    let n = (0..40).find(|&i| first.as_bytes()[i] != second.as_bytes()[i]).unwrap() + 1;
+    let n = (0..40)
+        .find(|&i| first.as_bytes()[i] != second.as_bytes()[i])
+        .unwrap()
+        + 1;
     let unique = first[..n.max(4)].to_ascii_uppercase();
     let shown = a.json(&["issue", "show", &unique, "--json"]);
     assert_eq!(shown["id"], first.as_str());
@@ -150,18 +209,31 @@ fn failing_commands_leave_no_half_written_ref() {
         (vec!["issue", "close", &id], "already closed"),
         (vec!["issue", "open", "-t", "  "], "title is empty"),
         (vec!["issue", "open", "-t", "two\nlines"], "one line"),
-        (vec!["issue", "open", "-t", "x", "-l", "has space"], "invalid label"),
-        (vec!["issue", "comment", &id, "-m", ""], "comment body is empty"),
+        (
+            vec!["issue", "open", "-t", "x", "-l", "has space"],
+            "invalid label",
+        ),
+        (
+            vec!["issue", "comment", &id, "-m", ""],
+            "comment body is empty",
+        ),
         (vec!["issue", "edit", &id], "nothing to edit"),
         (vec!["issue", "label", &id], "give --add or --remove"),
-        (vec!["issue", "label", &id, "--remove", "absent"], "already as requested"),
+        (
+            vec!["issue", "label", &id, "--remove", "absent"],
+            "already as requested",
+        ),
         (vec!["issue", "open"], "--title"),
     ] {
         let err = a.fails(&args);
         assert!(err.contains(want), "{args:?}: {err}");
         assert_eq!(a.refs(), before, "{args:?} changed a ref");
     }
-    assert_eq!(a.git(&["count-objects"]), objects_before, "nothing was written");
+    assert_eq!(
+        a.git(&["count-objects"]),
+        objects_before,
+        "nothing was written"
+    );
 
     // Without a signing key nothing can be written.
     std::fs::remove_file(a.home.join(".config/git-collab/signing_key")).unwrap();
@@ -195,8 +267,8 @@ fn compare_and_swap_refuses_a_moved_ref() {
     let name = git_collab::refs::issue_ref(&id);
     let tip = git_collab::store::ref_tip(&repo, &name).unwrap().unwrap();
     let root = git2::Oid::from_str(&id).unwrap();
-    let err = git_collab::store::compare_and_swap(&repo, &name, Some(root), root, "stale")
-        .unwrap_err();
+    let err =
+        git_collab::store::compare_and_swap(&repo, &name, Some(root), root, "stale").unwrap_err();
     assert!(matches!(err, git_collab::Error::Concurrent { .. }), "{err}");
     let err = git_collab::store::compare_and_swap(&repo, &name, None, root, "exists").unwrap_err();
     assert!(matches!(err, git_collab::Error::Concurrent { .. }), "{err}");
@@ -216,7 +288,10 @@ fn key_generate_and_show() {
     }
     let shown = a.json(&["key", "show", "--json"]);
     assert_eq!(shown["path"], path.to_str().unwrap());
-    assert!(shown["fingerprint"].as_str().unwrap().starts_with("SHA256:"));
+    assert!(shown["fingerprint"]
+        .as_str()
+        .unwrap()
+        .starts_with("SHA256:"));
 
     // ssh-keygen agrees on the fingerprint.
     let keygen = std::process::Command::new("ssh-keygen")
@@ -226,7 +301,10 @@ fn key_generate_and_show() {
     if let Ok(out) = keygen {
         if out.status.success() {
             let text = String::from_utf8(out.stdout).unwrap();
-            assert!(text.contains(shown["fingerprint"].as_str().unwrap()), "{text}");
+            assert!(
+                text.contains(shown["fingerprint"].as_str().unwrap()),
+                "{text}"
+            );
         }
     }
 
@@ -234,7 +312,10 @@ fn key_generate_and_show() {
     assert!(err.contains("already exists (use --force"), "{err}");
     assert_eq!(a.json(&["key", "show", "--json"]), shown);
     a.ok(&["key", "generate", "--force"]);
-    assert_ne!(a.json(&["key", "show", "--json"])["public_key"], shown["public_key"]);
+    assert_ne!(
+        a.json(&["key", "show", "--json"])["public_key"],
+        shown["public_key"]
+    );
 
     // collab.signingKey names another key file.
     let other = w.tmp.path().join("agent_key");
@@ -261,7 +342,11 @@ fn runs_as_a_git_subcommand() {
         format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap()),
     );
     let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(list[0]["id"], id.as_str());
 }

@@ -11,7 +11,8 @@ use serde_json::Value;
 /// `issue list --all --json` plus `issue show --json` of every issue.
 fn snapshot(c: &Clone) -> String {
     let list = c.ok(&["issue", "list", "--all", "--json"]);
-    let ids: Vec<String> = serde_json::from_str::<Value>(&list).unwrap()
+    let ids: Vec<String> = serde_json::from_str::<Value>(&list)
+        .unwrap()
         .as_array()
         .unwrap()
         .iter()
@@ -58,7 +59,11 @@ fn diverge(a: &Clone, b: &Clone) -> (String, String, String) {
 
 fn assert_merged(a: &Clone, b: &Clone, x: &str, za: &str, yb: &str) {
     let snap_a = snapshot(a);
-    assert_eq!(snap_a, snapshot(b), "both clones materialize the same state");
+    assert_eq!(
+        snap_a,
+        snapshot(b),
+        "both clones materialize the same state"
+    );
     let issue = show(a, x);
     assert_eq!(comment_bodies(&issue), vec!["from a", "from b"]);
     assert_eq!(issue["labels"], serde_json::json!(["bug", "ui"]));
@@ -79,7 +84,10 @@ fn concurrent_changes_converge_when_a_syncs_first() {
     let (x, za, yb) = diverge(&a, &b);
     a.ok(&["sync"]);
     let out = b.ok(&["sync"]);
-    assert!(out.contains("1 merged"), "b joins the two histories of X: {out}");
+    assert!(
+        out.contains("1 merged"),
+        "b joins the two histories of X: {out}"
+    );
     a.ok(&["sync"]);
     assert_merged(&a, &b, &x, &za, &yb);
 }
@@ -96,7 +104,11 @@ fn concurrent_changes_converge_when_b_syncs_first() {
 
     // The bare remote itself materializes the same list.
     let bare = w.collab_bare(&["issue", "list", "--all", "--json"]);
-    assert!(bare.status.success(), "{}", String::from_utf8_lossy(&bare.stderr));
+    assert!(
+        bare.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bare.stderr)
+    );
     assert_eq!(
         String::from_utf8(bare.stdout).unwrap(),
         a.ok(&["issue", "list", "--all", "--json"])
@@ -113,7 +125,10 @@ fn repeated_divergence_keeps_converging() {
     a.ok(&["issue", "edit", &x, "-t", "Renamed in a"]);
     b.ok(&["sync"]);
     let out = a.ok(&["sync"]);
-    assert!(out.contains("1 merged"), "a joins its edit with b's merge: {out}");
+    assert!(
+        out.contains("1 merged"),
+        "a joins its edit with b's merge: {out}"
+    );
     b.ok(&["sync"]);
     assert_eq!(snapshot(&a), snapshot(&b));
     let issue = show(&a, &x);
@@ -163,8 +178,11 @@ fn sync_retries_once_when_the_remote_moves_during_the_round() {
     );
     let wrapper = bin.join("git");
     std::fs::write(&wrapper, script).unwrap();
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
 
     let mut cmd = std::process::Command::new(cli_support::BIN);
     cmd.arg("sync");
@@ -175,9 +193,16 @@ fn sync_retries_once_when_the_remote_moves_during_the_round() {
     );
     let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(marker.exists(), "the wrapper raced b's sync");
-    assert!(stdout.contains("retried"), "a's first push was rejected: {stdout}");
+    assert!(
+        stdout.contains("retried"),
+        "a's first push was rejected: {stdout}"
+    );
 
     b.ok(&["sync"]);
     assert_eq!(snapshot(&a), snapshot(&b));
