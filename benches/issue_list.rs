@@ -257,7 +257,15 @@ fn write_section(path: &Path, table: &str) {
     let old = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".into());
     let section = format!(
         "{HEADING}\n\nMeasured by `benches/issue_list.rs` \
-         (`GIT_COLLAB_BENCH_DOCS=docs/benchmarks.md cargo bench --bench issue_list`).\n\n{table}"
+         (`GIT_COLLAB_BENCH_DOCS=docs/benchmarks.md cargo bench --bench issue_list`; \
+         `BENCH_ISSUES`, `BENCH_EVENTS` and `BENCH_RUNS` override the counts).\n\n{table}\n\
+         A cold listing verifies one Ed25519 signature per event and re-checks that each \
+         `event.json` is canonical, on as many threads as there are cores; that is the \
+         price of a record anyone can check. The replay cache \
+         (`$GIT_DIR/collab/cache/issues-v1.json`, keyed by each issue ref's tip and the \
+         allowlist) then limits the work to the issues whose ref moved, so a warm listing \
+         costs about reading the cache file. The machine was shared with other builds \
+         while measuring, so absolute times are noisy.\n"
     );
     let new = match old.find(HEADING) {
         Some(start) => {
