@@ -313,18 +313,17 @@ fn run_group(
     ops: &[&Op],
     now: impl FnOnce() -> i64,
 ) -> rusqlite::Result<Vec<anyhow::Result<Outcome>>> {
-    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     // Read the clock once the write lock is ours: that is when the group happens.
     let now = now();
     let mut outcomes = Vec::with_capacity(ops.len());
     for op in ops {
-        let savepoint = tx.savepoint()?;
-        let outcome = op.run(&savepoint, now);
-        match outcome {
-            Ok(_) => savepoint.commit()?,
-            // Rolls back to the savepoint and releases it.
-            Err(_) => savepoint.finish()?,
+        run_cached(&tx, "SAVEPOINT lease_op")?;
+        let outcome = op.run(&tx, now);
+        if outcome.is_err() {
+            run_cached(&tx, "ROLLBACK TO lease_op")?;
         }
+        run_cached(&tx, "RELEASE lease_op")?;
         if tx.is_autocommit() {
             // Some errors (disk full, I/O) end the whole transaction.
             return Err(match outcome {
@@ -339,6 +338,14 @@ fn run_group(
     }
     tx.commit()?;
     Ok(outcomes)
+}
+
+/// Run a statement without parameters or rows through the statement cache.
+/// Every operation pays for its SAVEPOINT and RELEASE; parsing them each
+/// time (as `rusqlite::Savepoint` does) cost as much as the lease logic.
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
 }
 
 impl Op {
