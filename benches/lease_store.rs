@@ -140,7 +140,7 @@ fn sequential(scenario: &mut Scenario, slice: Duration) -> anyhow::Result<()> {
     let now = chrono::Utc::now().timestamp();
     let start = Instant::now();
     while start.elapsed() < slice {
-        let issue = format!("{:08x}", scenario.ops);
+        let issue = issue_id(0, scenario.ops);
         let sent = Instant::now();
         let outcome = leases::acquire(&conn, "bench/raw", &issue, "bench", TTL, now)?;
         scenario.latencies.push(sent.elapsed());
@@ -172,7 +172,7 @@ async fn through_service(
                 let holder = format!("caller-{caller}");
                 let mut latencies = Vec::new();
                 while start.elapsed() < slice {
-                    let issue = format!("{caller:04x}{:08x}", first_issue + latencies.len() as u64);
+                    let issue = issue_id(caller, first_issue + latencies.len() as u64);
                     let sent = Instant::now();
                     let outcome = service
                         .acquire("bench/service", &issue, &holder, TTL)
@@ -197,6 +197,14 @@ async fn through_service(
     Ok(())
 }
 
+/// A distinct issue id shaped like a real one: 40 hex digits, scattered over
+/// the key space (sequential keys would let every write hit the same pages).
+fn issue_id(caller: usize, n: u64) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{caller}/{n}"));
+    hex::encode(&digest[..20])
+}
+
 fn render(results: &[Scenario], secs: u64) -> String {
     let baseline = results.first().map(Scenario::ops_per_sec).unwrap_or(0.0);
     let ms = |d: Option<Duration>| {
@@ -208,8 +216,8 @@ fn render(results: &[Scenario], secs: u64) -> String {
         "Durable lease acquires per second on one SQLite file (WAL, `synchronous=FULL`), \
          {secs} s per scenario in {ROUNDS} interleaved rounds, measured in one run of \
          `cargo bench --bench lease_store` on {} (SQLite {}, {} CPUs, a disk shared with \
-         other builds). Every acquire is a new tenure on a distinct issue and is counted \
-         once its reply arrived, i.e. once it is durable.\n\n",
+         other builds). Every acquire is a new tenure on a distinct issue (random-looking \
+         40-hex ids) and is counted once its reply arrived, i.e. once it is durable.\n\n",
         chrono::Utc::now().format("%Y-%m-%d"),
         rusqlite::version(),
         std::thread::available_parallelism()

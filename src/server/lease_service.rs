@@ -319,22 +319,17 @@ fn run_group(
     let mut outcomes = Vec::with_capacity(ops.len());
     for op in ops {
         run_cached(&tx, "SAVEPOINT lease_op")?;
-        let outcome = op.run(&tx, now);
-        if outcome.is_err() {
-            run_cached(&tx, "ROLLBACK TO lease_op")?;
+        match op.run(&tx, now) {
+            Ok(outcome) => outcomes.push(Ok(outcome)),
+            // Some errors (disk full, I/O) make SQLite abandon the whole
+            // transaction, and with it what the earlier operations did.
+            Err(e) if tx.is_autocommit() => return Err(e),
+            Err(e) => {
+                run_cached(&tx, "ROLLBACK TO lease_op")?;
+                outcomes.push(Err(anyhow::Error::new(e).context(op.to_string())));
+            }
         }
         run_cached(&tx, "RELEASE lease_op")?;
-        if tx.is_autocommit() {
-            // Some errors (disk full, I/O) end the whole transaction.
-            return Err(match outcome {
-                Err(e) => e,
-                Ok(_) => rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
-                    Some("the group's transaction was rolled back".into()),
-                ),
-            });
-        }
-        outcomes.push(outcome.map_err(|e| anyhow::Error::new(e).context(op.to_string())));
     }
     tx.commit()?;
     Ok(outcomes)
