@@ -313,32 +313,34 @@ fn run_group(
     ops: &[&Op],
     now: impl FnOnce() -> i64,
 ) -> rusqlite::Result<Vec<anyhow::Result<Outcome>>> {
-    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     // Read the clock once the write lock is ours: that is when the group happens.
     let now = now();
     let mut outcomes = Vec::with_capacity(ops.len());
     for op in ops {
-        let savepoint = tx.savepoint()?;
-        let outcome = op.run(&savepoint, now);
-        match outcome {
-            Ok(_) => savepoint.commit()?,
-            // Rolls back to the savepoint and releases it.
-            Err(_) => savepoint.finish()?,
+        run_cached(&tx, "SAVEPOINT lease_op")?;
+        match op.run(&tx, now) {
+            Ok(outcome) => outcomes.push(Ok(outcome)),
+            // Some errors (disk full, I/O) make SQLite abandon the whole
+            // transaction, and with it what the earlier operations did.
+            Err(e) if tx.is_autocommit() => return Err(e),
+            Err(e) => {
+                run_cached(&tx, "ROLLBACK TO lease_op")?;
+                outcomes.push(Err(anyhow::Error::new(e).context(op.to_string())));
+            }
         }
-        if tx.is_autocommit() {
-            // Some errors (disk full, I/O) end the whole transaction.
-            return Err(match outcome {
-                Err(e) => e,
-                Ok(_) => rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
-                    Some("the group's transaction was rolled back".into()),
-                ),
-            });
-        }
-        outcomes.push(outcome.map_err(|e| anyhow::Error::new(e).context(op.to_string())));
+        run_cached(&tx, "RELEASE lease_op")?;
     }
     tx.commit()?;
     Ok(outcomes)
+}
+
+/// Run a statement without parameters or rows through the statement cache.
+/// Every operation pays for its SAVEPOINT and RELEASE; parsing them each
+/// time (as `rusqlite::Savepoint` does) cost as much as the lease logic.
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
 }
 
 impl Op {

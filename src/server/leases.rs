@@ -84,6 +84,8 @@ pub struct InvalidTtl(pub i64);
 /// Version 1: `leases` holds tenures (live, or expired and not yet reaped);
 /// `lease_tokens` holds each issue's last token handed out and is never
 /// deleted from. The CHECKs make a malformed write fail instead of storing it.
+/// WITHOUT ROWID: the composite key is the table's only B-tree, so a write
+/// touches half the pages (and a COMMIT syncs half the bytes).
 const SCHEMA_V1: &str = "
 CREATE TABLE leases (
     repo        TEXT    NOT NULL,
@@ -93,13 +95,13 @@ CREATE TABLE leases (
     acquired_at INTEGER NOT NULL,
     expires_at  INTEGER,
     PRIMARY KEY (repo, issue_id)
-);
+) WITHOUT ROWID;
 CREATE TABLE lease_tokens (
     repo       TEXT    NOT NULL,
     issue_id   TEXT    NOT NULL,
     last_token INTEGER NOT NULL CHECK (last_token > 0),
     PRIMARY KEY (repo, issue_id)
-);
+) WITHOUT ROWID;
 PRAGMA user_version = 1;
 ";
 
@@ -119,6 +121,9 @@ pub fn open(path: &Path) -> rusqlite::Result<Connection> {
         )));
     }
     conn.pragma_update(None, "synchronous", "FULL")?;
+    // The writer opens a SAVEPOINT per operation; its sub-journal in memory
+    // instead of a temp file nearly halves what a savepoint costs.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     init_schema(&conn)?;
     Ok(conn)
 }
@@ -216,12 +221,14 @@ pub fn acquire_in(
         }),
         None => {
             let token = next_token(conn, repo, issue_id)?;
-            conn.execute(
+            conn.prepare_cached(
                 "INSERT OR REPLACE INTO leases
                      (repo, issue_id, holder, token, acquired_at, expires_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                rusqlite::params![repo, issue_id, holder, token, now, expires_at],
-            )?;
+            )?
+            .execute(rusqlite::params![
+                repo, issue_id, holder, token, now, expires_at
+            ])?;
             Ok(Acquire::Acquired { token, expires_at })
         }
     }
@@ -267,10 +274,8 @@ pub fn release_in(
         }
     }
     // The token's high-water mark stays in lease_tokens.
-    conn.execute(
-        "DELETE FROM leases WHERE repo = ?1 AND issue_id = ?2",
-        [repo, issue_id],
-    )?;
+    conn.prepare_cached("DELETE FROM leases WHERE repo = ?1 AND issue_id = ?2")?
+        .execute([repo, issue_id])?;
     Ok(Release::Released)
 }
 
@@ -284,10 +289,8 @@ pub fn current_in(
     match row(conn, repo, issue_id)? {
         Some(lease) if lease.live(now) => Ok(Some(lease)),
         Some(_) => {
-            conn.execute(
-                "DELETE FROM leases WHERE repo = ?1 AND issue_id = ?2",
-                [repo, issue_id],
-            )?;
+            conn.prepare_cached("DELETE FROM leases WHERE repo = ?1 AND issue_id = ?2")?
+                .execute([repo, issue_id])?;
             Ok(None)
         }
         None => Ok(None),
@@ -296,10 +299,10 @@ pub fn current_in(
 
 /// `list` without its own transaction: the caller must be inside one.
 pub fn list_in(conn: &Connection, repo: &str, now: i64) -> rusqlite::Result<Vec<Lease>> {
-    conn.execute(
+    conn.prepare_cached(
         "DELETE FROM leases WHERE repo = ?1 AND expires_at IS NOT NULL AND expires_at <= ?2",
-        rusqlite::params![repo, now],
-    )?;
+    )?
+    .execute(rusqlite::params![repo, now])?;
     let mut stmt = conn.prepare_cached(
         "SELECT repo, issue_id, holder, token, acquired_at, expires_at
          FROM leases WHERE repo = ?1 ORDER BY acquired_at, issue_id",
@@ -354,10 +357,8 @@ fn set_expiry(
     issue_id: &str,
     expires_at: Option<i64>,
 ) -> rusqlite::Result<()> {
-    conn.execute(
-        "UPDATE leases SET expires_at = ?3 WHERE repo = ?1 AND issue_id = ?2",
-        rusqlite::params![repo, issue_id, expires_at],
-    )?;
+    conn.prepare_cached("UPDATE leases SET expires_at = ?3 WHERE repo = ?1 AND issue_id = ?2")?
+        .execute(rusqlite::params![repo, issue_id, expires_at])?;
     Ok(())
 }
 
