@@ -331,10 +331,11 @@ fn main() {
         "## SSH transport\n\n\
          `cargo bench --bench ssh_transport` ({profile} build), {}. Medians of {runs} \
          pushes/clones and {rtt_runs} round trips; same OpenSSH client, loopback, one machine \
-         ({} CPUs). sshd runs `git-upload-pack`/`git-receive-pack` through the login shell; \
-         sshd runs with the account's `~/.bashrc` masked, so shell start-up files do not count. \
-         git-collab-server runs `git upload-pack|receive-pack` under russh. Ratio above 1 means \
-         git-collab-server is slower.\n\n{table}",
+         ({} CPUs, shared with other work, so treat the ratios as rough). OpenSSH sshd runs \
+         `git-upload-pack`/`git-receive-pack` through the account's shell, with its \
+         `~/.bashrc` masked so shell start-up files do not count; git-collab-server runs \
+         `git upload-pack|receive-pack` under russh. A ratio above 1 means git-collab-server \
+         is slower.\n\n{table}",
         git,
         std::thread::available_parallelism()
             .map(|n| n.get())
