@@ -181,6 +181,11 @@ fn main() {
     let runs = env_usize("BENCH_RUNS", 3).max(1);
     let rtt_runs = env_usize("BENCH_RTT_RUNS", 20).max(1);
 
+    // Other work on the machine skews everything: record how busy it was.
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into());
     let h = ServerHarness::start();
     let key = h.ssh_client_key();
     let sshd = Sshd::start(&h.temp_dir().join("sshd"), &key);
@@ -331,10 +336,12 @@ fn main() {
         "## SSH transport\n\n\
          `cargo bench --bench ssh_transport` ({profile} build), {}. Medians of {runs} \
          pushes/clones and {rtt_runs} round trips; same OpenSSH client, loopback, one machine \
-         ({} CPUs). sshd runs `git-upload-pack`/`git-receive-pack` through the login shell; \
-         sshd runs with the account's `~/.bashrc` masked, so shell start-up files do not count. \
-         git-collab-server runs `git upload-pack|receive-pack` under russh. Ratio above 1 means \
-         git-collab-server is slower.\n\n{table}",
+         ({} CPUs, load average {load} at start: shared with other work, so treat the ratios as \
+         rough). OpenSSH sshd runs \
+         `git-upload-pack`/`git-receive-pack` through the account's shell, with its \
+         `~/.bashrc` masked so shell start-up files do not count; git-collab-server runs \
+         `git upload-pack|receive-pack` under russh. A ratio above 1 means git-collab-server \
+         is slower.\n\n{table}",
         git,
         std::thread::available_parallelism()
             .map(|n| n.get())
