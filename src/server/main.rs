@@ -24,7 +24,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "git-collab-server", version, about = "Self-hosted SSH-first forge server")]
+#[command(
+    name = "git-collab-server",
+    version,
+    about = "Self-hosted SSH-first forge server"
+)]
 struct Cli {
     #[command(flatten)]
     flags: config::ConfigFlags,
