@@ -286,7 +286,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Git { service, repo } => super::git::run(&ctx, channel, service, &repo).await,
         ExecCommand::Whoami => super::admin::whoami(&ctx, channel).await,
         ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
-        ExecCommand::Lease(_) => reply_and_close(channel, "error: unknown command", 1).await,
+        ExecCommand::Lease(cmd) => super::lease::run(&ctx, channel, cmd).await,
     }
 }
 
