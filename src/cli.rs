@@ -180,7 +180,7 @@ pub enum IssueCmd {
         /// Issue id or unique prefix (4+ hex digits).
         id: String,
         /// Lease length in seconds (renew before it runs out).
-        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=git_collab::lease::MAX_TTL_SECS))]
         ttl: Option<u64>,
         #[command(flatten)]
         remote: RemoteFlag,
@@ -202,7 +202,7 @@ pub enum IssueCmd {
         /// Issue id or unique prefix (4+ hex digits).
         id: String,
         /// New lease length in seconds, from now.
-        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=git_collab::lease::MAX_TTL_SECS))]
         ttl: u64,
         #[command(flatten)]
         remote: RemoteFlag,

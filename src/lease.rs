@@ -17,6 +17,10 @@ use crate::remote_ssh::{self, quote_arg, RemoteInput, RemoteOutput, SshRemote};
 /// The exit status of a lease conflict.
 pub const EXIT_CONFLICT: i32 = 4;
 
+/// The longest TTL the server accepts (ten years); longer is what an
+/// open-ended claim is for.
+pub const MAX_TTL_SECS: u64 = 10 * 365 * 24 * 60 * 60;
+
 /// What the user asked the server to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseOp {

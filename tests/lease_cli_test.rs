@@ -240,10 +240,15 @@ fn claim_against_repo_without_issue_fails_cleanly() {
         out.stderr,
         "error: invalid issue id 'not-hex': expected 4 to 40 hex digits\n"
     );
-    let out = f.run(&key, &["issue", "claim", f.short(), "--ttl", "0"]);
-    assert_eq!(out.code, 1, "{out:?}");
-    assert!(out.stderr.starts_with("error: "), "{out:?}");
-    assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
+    for ttl in ["0", "-5", "315360001", "soon"] {
+        let out = f.run(&key, &["issue", "claim", f.short(), "--ttl", ttl]);
+        assert_eq!(out.code, 1, "{out:?}");
+        assert!(out.stderr.starts_with("error: "), "{out:?}");
+        assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
+    }
+    // The longest TTL the client accepts, the server accepts too.
+    let v = f.json(&key, &["issue", "claim", f.short(), "--ttl", "315360000"]);
+    assert_eq!(v["status"], "acquired");
 }
 
 #[test]

@@ -70,9 +70,9 @@ pub enum LeaseCmd {
     },
 }
 
-/// The longest lease TTL accepted: ten years. Longer is an assignment, which
-/// is what leaving out `--ttl` means.
-pub const MAX_LEASE_TTL_SECS: i64 = 10 * 365 * 24 * 60 * 60;
+/// The longest lease TTL accepted (ten years; shared with the client).
+/// Longer is an assignment, which is what leaving out `--ttl` means.
+pub const MAX_LEASE_TTL_SECS: i64 = git_collab::lease::MAX_TTL_SECS as i64;
 
 /// `--ttl <secs>`: decimal digits only, `1..=MAX_LEASE_TTL_SECS`.
 fn parse_ttl(value: &str) -> Option<i64> {
