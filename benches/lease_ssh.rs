@@ -301,7 +301,9 @@ fn main() {
          authentication every time, as `git-collab issue claim` does; \"shared \
          connection\" reuses one OpenSSH ControlMaster connection, so only the exec \
          channel and the verb's own work remain. An acquire and a release each start or \
-         end a tenure and are answered only after their write is durable (fsync). \
+         end a tenure and are answered only after their write is durable (fsync); an \
+         acquire also replays the issue's signed events from git to check that it is \
+         open, which release and list skip. \
          \"vs sshd `true`\" is the row's time divided by OpenSSH's `ssh host true` in the \
          same mode.\n\n{table}",
         std::thread::available_parallelism()
