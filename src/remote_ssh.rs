@@ -488,12 +488,19 @@ mod tests {
         let config = repo.config().unwrap();
         let mut local = config.open_level(git2::ConfigLevel::Local).unwrap();
         local.set_str("core.sshCommand", "ssh -i /k").unwrap();
-        let chosen = ssh_command(&repo.config().unwrap());
-        // The environment wins when the test runs under an ssh override.
-        if std::env::var("GIT_COLLAB_SSH_COMMAND").is_err()
-            && std::env::var("GIT_SSH_COMMAND").is_err()
-        {
-            assert_eq!(chosen, "ssh -i /k");
-        }
+        // The environment still wins over core.sshCommand (the tests may
+        // run under GIT_SSH_COMMAND): the same rule, with the real values.
+        assert_eq!(
+            ssh_command(&repo.config().unwrap()),
+            choose_ssh_command(
+                std::env::var("GIT_COLLAB_SSH_COMMAND").ok(),
+                std::env::var("GIT_SSH_COMMAND").ok(),
+                Some("ssh -i /k".into())
+            )
+        );
+        assert_eq!(
+            ssh_remote(&repo, "origin").unwrap().ssh_command,
+            ssh_command(&repo.config().unwrap())
+        );
     }
 }
