@@ -1,6 +1,7 @@
 //! The `git-collab` command line, as clap derive types. Parsing only: every
 //! command is run by `main.rs`. `IssueCmd` is a plain enum so later
-//! subcommands (`claim`, `unclaim`, `renew`, `claims`) are one variant each.
+//! subcommands are one variant each; `claim`, `unclaim`, `renew` and
+//! `claims` talk to the server (`git_collab::lease`).
 
 use clap::{Args, Parser, Subcommand};
 
@@ -172,6 +173,57 @@ pub enum IssueCmd {
         #[command(flatten)]
         out: JsonFlag,
     },
+    /// Claim an issue on the server: with --ttl a lease that expires unless
+    /// renewed, without it an open-ended assignment. Exit 4 if someone else
+    /// holds it.
+    Claim {
+        /// Issue id or unique prefix (4+ hex digits).
+        id: String,
+        /// Lease length in seconds (renew before it runs out).
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=git_collab::lease::MAX_TTL_SECS))]
+        ttl: Option<u64>,
+        #[command(flatten)]
+        remote: RemoteFlag,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Give up your claim on an issue (succeeds if you hold none). Exit 4 if
+    /// someone else holds it.
+    Unclaim {
+        /// Issue id or unique prefix (4+ hex digits).
+        id: String,
+        #[command(flatten)]
+        remote: RemoteFlag,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Extend your claim to SECS from now. Exit 4 if you do not hold it.
+    Renew {
+        /// Issue id or unique prefix (4+ hex digits).
+        id: String,
+        /// New lease length in seconds, from now.
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=git_collab::lease::MAX_TTL_SECS))]
+        ttl: u64,
+        #[command(flatten)]
+        remote: RemoteFlag,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// List the live claims on the server's copy of this repository.
+    Claims {
+        #[command(flatten)]
+        remote: RemoteFlag,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+}
+
+/// `--remote`: the git remote whose server holds the claims.
+#[derive(Debug, Clone, Args)]
+pub struct RemoteFlag {
+    /// The git remote (an ssh URL) of the server.
+    #[arg(long, default_value = "origin")]
+    pub remote: String,
 }
 
 /// `--json`: print one JSON document instead of text.

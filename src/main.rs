@@ -1,7 +1,8 @@
 //! `git-collab`: the client CLI (also `git collab ...`). This file turns the
 //! parsed command line (`cli.rs`) into library calls and prints the result
 //! as text or `--json`. Every failure is one `error: ...` line on stderr and
-//! exit status 1.
+//! exit status 1; the claim commands pass the server's exit status through
+//! (4 = the issue is claimed by someone else).
 
 mod cli;
 
@@ -15,6 +16,7 @@ use serde::Serialize;
 
 use cli::{Cli, Command, IssueCmd, KeyCmd, TrustCmd};
 use git_collab::issue::{self, short_id, Identity, Written};
+use git_collab::lease::{self, LeaseOp};
 use git_collab::state::{self, IssueState, IssueStatus};
 use git_collab::{refs, sign, sync, trust, verify};
 
@@ -287,6 +289,41 @@ struct WrittenJson<'a> {
 fn issue_cmd(repo: &Repository, cmd: IssueCmd) -> Result<ExitCode> {
     let identity = || -> Result<Identity> { Ok(Identity::load(&repo.config()?)?) };
     let (verb, written, json) = match cmd {
+        IssueCmd::Claim {
+            id,
+            ttl,
+            remote,
+            out,
+        } => {
+            let op = LeaseOp::Claim {
+                issue: id,
+                ttl_secs: ttl,
+            };
+            return lease_cmd(repo, &remote.remote, &op, out.json);
+        }
+        IssueCmd::Unclaim { id, remote, out } => {
+            return lease_cmd(
+                repo,
+                &remote.remote,
+                &LeaseOp::Unclaim { issue: id },
+                out.json,
+            )
+        }
+        IssueCmd::Renew {
+            id,
+            ttl,
+            remote,
+            out,
+        } => {
+            let op = LeaseOp::Renew {
+                issue: id,
+                ttl_secs: ttl,
+            };
+            return lease_cmd(repo, &remote.remote, &op, out.json);
+        }
+        IssueCmd::Claims { remote, out } => {
+            return lease_cmd(repo, &remote.remote, &LeaseOp::Claims, out.json)
+        }
         IssueCmd::List {
             all,
             closed,
@@ -392,6 +429,16 @@ fn issue_cmd(repo: &Repository, cmd: IssueCmd) -> Result<ExitCode> {
     };
     report_written(verb, &written, json)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Run a lease command on the server behind `remote` and print its answer;
+/// the exit status is the server's (0, 1, or 4 for a lease conflict).
+fn lease_cmd(repo: &Repository, remote: &str, op: &LeaseOp, json: bool) -> Result<ExitCode> {
+    let out = lease::run(repo, remote, op)?;
+    let shown = lease::render(op, &out, json);
+    print!("{}", shown.stdout);
+    eprint!("{}", shown.stderr);
+    Ok(ExitCode::from(u8::try_from(shown.code).unwrap_or(1)))
 }
 
 fn report_written(verb: &str, written: &Written, json: bool) -> Result<()> {

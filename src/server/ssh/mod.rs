@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod git;
+pub mod lease;
 pub mod session;
 pub mod tokens;
 
@@ -70,6 +71,12 @@ pub async fn serve(
                         continue;
                     }
                 };
+                // `Config::nodelay` is applied only by russh's own accept
+                // loop; without it a reply's last small packets wait for a
+                // delayed ACK (~40 ms per command on a shared connection).
+                if let Err(e) = socket.set_nodelay(config.nodelay) {
+                    tracing::debug!("ssh set_nodelay for {peer}: {e}");
+                }
                 let handler = Connection::new(app.clone(), peer);
                 let config = config.clone();
                 let disconnecting = disconnecting.clone();

@@ -1,0 +1,105 @@
+//! Racing acquirers over real SSH: sixteen `ssh … collab-lease acquire`
+//! processes, each with its own key, started together on one free issue.
+//! Exactly one gets `acquired`; the other fifteen exit 4 naming the winner.
+//! Repeated on fresh issues, with and without a TTL.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Barrier;
+
+use common::{fingerprint, ServerHarness, SshOutput};
+
+const RACERS: usize = 16;
+const ROUNDS: usize = 3;
+
+#[test]
+fn sixteen_concurrent_acquirers_exactly_one_wins() {
+    let h = ServerHarness::start();
+    h.create_repo("r");
+    let clone = h.clone_repo("r", "work");
+    let issues: Vec<String> = (0..ROUNDS)
+        .map(|round| {
+            let opened = h.open_issue(&clone, &format!("Race {round}"));
+            opened.rsplit(' ').next().unwrap().to_string()
+        })
+        .collect();
+    assert!(h
+        .ssh_push(&clone, &["refs/collab/*:refs/collab/*"])
+        .status
+        .success());
+    let keys: Vec<(PathBuf, String)> = (0..RACERS)
+        .map(|i| {
+            let key = h.authorized_key(&format!("racer{i}"));
+            let fp = fingerprint(&key);
+            (key, fp)
+        })
+        .collect();
+
+    for (round, issue) in issues.iter().enumerate() {
+        let ttl = if round % 2 == 0 { "" } else { " --ttl 600" };
+        let cmd = format!("collab-lease acquire 'r.git' '{issue}'{ttl}");
+        let start = Barrier::new(RACERS);
+        let replies: Vec<(String, SshOutput)> = std::thread::scope(|s| {
+            let racers: Vec<_> = keys
+                .iter()
+                .map(|(key, fp)| {
+                    let (h, cmd, start) = (&h, &cmd, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        (fp.clone(), h.ssh_exec_as(key, cmd, b""))
+                    })
+                })
+                .collect();
+            racers.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+
+        let mut winners = Vec::new();
+        let mut named: BTreeMap<String, usize> = BTreeMap::new();
+        let mut full_ids = Vec::new();
+        for (fp, out) in &replies {
+            assert!(out.stderr.is_empty(), "round {round}: {out:?}");
+            let v = out.json();
+            full_ids.push(v["issue"].as_str().unwrap().to_string());
+            match out.code {
+                0 => {
+                    assert_eq!(v["status"], "acquired", "{out:?}");
+                    assert_eq!(v["holder"], fp.as_str());
+                    assert_eq!(v["token"], 1);
+                    winners.push(fp.clone());
+                }
+                4 => {
+                    assert_eq!(v["status"], "held", "{out:?}");
+                    *named
+                        .entry(v["holder"].as_str().unwrap().to_string())
+                        .or_default() += 1;
+                }
+                other => panic!("round {round}: unexpected exit {other}: {out:?}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: exactly one winner");
+        let winner = &winners[0];
+        assert_eq!(
+            named,
+            BTreeMap::from([(winner.clone(), RACERS - 1)]),
+            "round {round}: all fifteen losers name the winner"
+        );
+        full_ids.dedup();
+        assert_eq!(full_ids.len(), 1, "every reply names the same full id");
+
+        // The store agrees: one live lease on the issue, the winner's.
+        let list = h.ssh_exec("collab-lease list 'r.git'").json();
+        let rows: Vec<_> = list["leases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["issue"] == full_ids[0].as_str())
+            .collect();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0]["holder"], winner.as_str());
+        assert_eq!(rows[0]["token"], 1);
+    }
+    let all = h.ssh_exec("collab-lease list 'r.git'").json();
+    assert_eq!(all["leases"].as_array().unwrap().len(), ROUNDS);
+}
