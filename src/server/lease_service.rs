@@ -48,6 +48,7 @@ pub struct LeaseService {
 }
 
 /// How much work the writer has committed, for benchmarks and tests.
+#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriterStats {
     /// Transactions attempted (each carries one group).
@@ -59,6 +60,7 @@ pub struct WriterStats {
 struct Inner {
     queue: Option<mpsc::Sender<Job>>,
     writer: Option<JoinHandle<()>>,
+    #[cfg_attr(not(test), allow(dead_code))]
     counters: Arc<Counters>,
 }
 
@@ -241,6 +243,7 @@ impl LeaseService {
         }
     }
 
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn stats(&self) -> WriterStats {
         WriterStats {
             groups: self.inner.counters.groups.load(Ordering::Relaxed),
