@@ -69,7 +69,11 @@ pub(crate) fn save(repo: &Repository, key: &(String, String), issues: BTreeMap<S
         issues,
     };
     let Some(dir) = path.parent() else { return };
-    let tmp = dir.join(format!(".issues-v1.json.{}", std::process::id()));
+    // Unique per process and per call: threads of one server may save at
+    // the same time, and each must rename a file it alone wrote.
+    static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".issues-v1.json.{}.{n}", std::process::id()));
     let written = std::fs::create_dir_all(dir)
         .and_then(|_| std::fs::write(&tmp, serde_json::to_vec(&file).unwrap_or_default()))
         .and_then(|_| std::fs::rename(&tmp, &path));

@@ -291,10 +291,25 @@ pub fn resolve_issue_ref(repo: &Repository, id_or_prefix: &str) -> Result<(Strin
     if prefix.len() < 4 || prefix.len() > 40 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(Error::InvalidIssueId(id_or_prefix.to_string()));
     }
-    let mut matches: Vec<(String, String)> = issue_refs(repo)?
-        .into_iter()
-        .filter(|(_, id)| id.starts_with(&prefix))
-        .collect();
+    if refs::is_full_hex_id(&prefix) {
+        // A full id needs no scan of every issue ref.
+        let name = refs::issue_ref(&prefix);
+        return match repo.find_reference(&name) {
+            Ok(_) => Ok((name, prefix)),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {
+                Err(Error::IssueNotFound(id_or_prefix.to_string()))
+            }
+            Err(e) => Err(e.into()),
+        };
+    }
+    let mut matches = Vec::new();
+    for reference in repo.references_glob(&format!("{}*", refs::issue_ref(&prefix)))? {
+        let reference = reference?;
+        if let Some(id) = reference.name().ok().and_then(refs::issue_id_of) {
+            matches.push((reference.name()?.to_string(), id.to_string()));
+        }
+    }
+    matches.sort_by(|a, b| a.1.cmp(&b.1));
     match matches.len() {
         0 => Err(Error::IssueNotFound(id_or_prefix.to_string())),
         1 => Ok(matches.remove(0)),

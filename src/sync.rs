@@ -44,6 +44,11 @@ pub fn sync(repo: &Repository, remote: &str) -> Result<SyncReport> {
     for attempt in 0..2 {
         fetch(repo.path(), remote)?;
         integrate(repo, remote, &mut report)?;
+        if !has_collab_refs(repo)? {
+            // Nothing here and nothing there: `git push` would fail on a
+            // refspec that matches no ref.
+            return Ok(report);
+        }
         match push(repo.path(), remote)? {
             Pushed::Done => return Ok(report),
             Pushed::RemoteMoved(_) if attempt == 0 => report.retried = true,
@@ -55,6 +60,13 @@ pub fn sync(repo: &Repository, remote: &str) -> Result<SyncReport> {
         }
     }
     unreachable!("the loop returns on its second attempt")
+}
+
+fn has_collab_refs(repo: &Repository) -> Result<bool> {
+    Ok(repo
+        .references_glob(&format!("{}*", refs::COLLAB_PREFIX))?
+        .next()
+        .is_some())
 }
 
 /// Fetches the remote's collab refs into the tracking namespace.
@@ -74,7 +86,7 @@ fn fetch(git_dir: &Path, remote: &str) -> Result<()> {
     if !out.status.success() {
         return Err(Error::Sync(format!(
             "git fetch {remote} failed: {}",
-            last_line(&out.stderr)
+            git_error(&out.stderr)
         )));
     }
     Ok(())
@@ -146,7 +158,7 @@ fn push(git_dir: &Path, remote: &str) -> Result<Pushed> {
                 .lines()
                 .find(|l| l.starts_with('!'))
                 .map(|l| l.replace('\t', " "))
-                .unwrap_or_else(|| last_line(&out.stderr));
+                .unwrap_or_else(|| git_error(&out.stderr));
             Err(Error::Sync(format!("git push {remote} failed: {why}")))
         }
     }
@@ -161,12 +173,22 @@ fn git(git_dir: &Path) -> Command {
     cmd
 }
 
-fn last_line(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes)
+/// The most telling line of git's stderr: its first `fatal:` or `error:`
+/// line (without the prefix), else its last line.
+fn git_error(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let lines: Vec<&str> = text
         .lines()
-        .rev()
         .map(str::trim)
-        .find(|l| !l.is_empty())
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines
+        .iter()
+        .find_map(|l| {
+            l.strip_prefix("fatal: ")
+                .or_else(|| l.strip_prefix("error: "))
+        })
+        .or(lines.last().copied())
         .unwrap_or("(no output)")
         .to_string()
 }

@@ -210,11 +210,28 @@ fn sync_retries_once_when_the_remote_moves_during_the_round() {
 }
 
 #[test]
-fn sync_with_an_unknown_remote_is_a_clear_error() {
+fn sync_with_an_unknown_or_broken_remote_is_a_clear_error() {
     let w = World::new();
     let a = w.clone("a");
     let err = a.fails(&["sync", "nope"]);
     assert_eq!(err, "error: no remote named 'nope'");
+    a.git(&["remote", "add", "gone", "/nonexistent/repo.git"]);
+    let err = a.fails(&["sync", "gone"]);
+    assert!(err.starts_with("error: git fetch gone failed: "), "{err}");
+    assert!(err.contains("/nonexistent/repo.git"), "{err}");
+}
+
+#[test]
+fn sync_with_nothing_on_either_side_succeeds() {
+    let w = World::new();
+    let a = w.clone("a");
+    let out = a.ok(&["sync"]);
+    assert!(out.contains("0 new, 0 fast-forwarded, 0 merged"), "{out}");
+    assert!(a
+        .json(&["issue", "list", "--json"])
+        .as_array()
+        .unwrap()
+        .is_empty());
 }
 
 fn which_git() -> String {
