@@ -19,18 +19,26 @@
 //! - [`state`]: replay, `IssueState`, `resolve_issue_ref`, `list_issues`.
 //! - [`cache`]: the disk cache of replayed issues used by `list_issues`.
 //! - [`issue`]: the issue operations (open, comment, edit, label, close, reopen).
+//! - [`patch`]: patch state (revisions, reviews, comments) and operations.
+//! - [`timeline`]: a patch's events as one ordered stream.
+//! - [`diff`]: a revision against its base, and interdiffs of revisions.
+//! - [`merge_scan`]: finds patches merged by plain git; run at sync.
 //! - [`sync`]: fetch, join and push `refs/collab/*` through a git remote.
 //! - [`verify`]: report every dropped event and invalid issue.
 
 pub mod cache;
+pub mod diff;
 pub mod error;
 pub mod event;
 pub mod issue;
+pub mod merge_scan;
+pub mod patch;
 pub mod refs;
 pub mod sign;
 pub mod state;
 pub mod store;
 pub mod sync;
+pub mod timeline;
 pub mod trust;
 pub mod verify;
 
