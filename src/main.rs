@@ -20,6 +20,12 @@ use git_collab::state::{self, IssueState, IssueStatus};
 use git_collab::{refs, sign, sync, trust, verify};
 
 fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`git-collab patch diff ID | head`), as
+    // git does, instead of panicking in `println!`.
+    // SAFETY: resetting a signal disposition before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
@@ -90,7 +96,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             for m in &report.merges_unrecorded {
                 eprintln!(
-                    "warning: patch {} is merged in {} but no signing key is set up to record it",
+                    "warning: patch {} is merged in {} but no trusted signing key is set up to record it",
                     short_id(&m.patch),
                     short_id(&m.commit)
                 );

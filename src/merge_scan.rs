@@ -22,6 +22,7 @@ use crate::issue::Identity;
 use crate::patch::{self, PatchState, PatchStatus};
 use crate::refs;
 use crate::store;
+use crate::trust::TrustList;
 
 /// How many commits of one branch the trailer search reads at most.
 const TRAILER_WALK_LIMIT: usize = 10_000;
@@ -109,14 +110,24 @@ pub fn scan(repo: &Repository, remote: Option<&str>) -> Result<Vec<FoundMerge>> 
     Ok(found)
 }
 
-/// Records each found merge as a `patch.merge` event signed by `who`.
-/// A patch that is no longer open (recorded meanwhile) is skipped. Returns
-/// the merges recorded.
+/// Records each found merge as a `patch.merge` event signed by `who`, and
+/// returns `(recorded, unrecorded)`. Nothing is recorded without a key, or
+/// with a key the allowlist does not trust (its events would be dropped,
+/// and every later sync would write another). A patch that is no longer
+/// open (recorded meanwhile) is skipped.
 pub fn record(
     repo: &Repository,
-    who: &Identity,
+    who: Option<&Identity>,
     found: Vec<FoundMerge>,
-) -> Result<Vec<FoundMerge>> {
+) -> Result<(Vec<FoundMerge>, Vec<FoundMerge>)> {
+    let trusted = match (who, TrustList::load(repo)?) {
+        (Some(who), Some(list)) => list.allows(&who.key.public_key_line()).then_some(who),
+        (who, None) => who,
+        (None, Some(_)) => None,
+    };
+    let Some(who) = trusted else {
+        return Ok((Vec::new(), found));
+    };
     let mut recorded = Vec::new();
     for f in found {
         let commit = Oid::from_str(&f.commit)?;
@@ -126,7 +137,7 @@ pub fn record(
             Err(e) => return Err(e),
         }
     }
-    Ok(recorded)
+    Ok((recorded, Vec::new()))
 }
 
 /// The oldest commit of `tip`'s first-parent history that contains `head`

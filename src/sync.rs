@@ -45,7 +45,7 @@ pub struct SyncReport {
     pub pinned: Vec<String>,
     /// Patches the merge scan found merged and recorded (`patch.merge`).
     pub patches_merged: Vec<FoundMerge>,
-    /// Patches found merged but not recorded: no signing key was given.
+    /// Patches found merged but not recorded: no (trusted) signing key.
     pub merges_unrecorded: Vec<FoundMerge>,
 }
 
@@ -72,12 +72,9 @@ pub fn sync_as(repo: &Repository, remote: &str, who: Option<&Identity>) -> Resul
         integrate(repo, remote, &mut report)?;
         report.pinned.extend(patch::pin_revisions(repo)?);
         let found = merge_scan::scan(repo, Some(remote))?;
-        match who {
-            Some(who) => report
-                .patches_merged
-                .extend(merge_scan::record(repo, who, found)?),
-            None => report.merges_unrecorded = found,
-        }
+        let (recorded, unrecorded) = merge_scan::record(repo, who, found)?;
+        report.patches_merged.extend(recorded);
+        report.merges_unrecorded = unrecorded;
         if !has_collab_refs(repo)? {
             // Nothing here and nothing there: `git push` would fail on a
             // refspec that matches no ref.

@@ -299,3 +299,50 @@ fn patches_merged_by_plain_git_are_found_at_sync() {
     assert_eq!(merged_entries, 1, "one merge is recorded once");
     assert_eq!(show(&b, &four)["status"], "open");
 }
+
+#[test]
+fn without_a_trusted_key_sync_reports_merges_but_records_nothing() {
+    let w = World::new();
+    let (a, b) = two_clones(&w);
+    b.git(&["checkout", "-q", "-b", "one"]);
+    commit(&b, "one.txt", "1\n", "One");
+    let one = create(&b, "One");
+    b.ok(&["sync"]);
+    a.ok(&["sync"]);
+    b.git(&["checkout", "-q", "main"]);
+    b.git(&["merge", "-q", "--no-ff", "-m", "Merge one", "one"]);
+    b.git(&["push", "-q", "origin", "main"]);
+
+    // a trusts only b: a merge record signed by a would be dropped (and
+    // written again at every sync), so none is written.
+    a.ok(&["trust", "add", &b.public_key()]);
+    let before = a.refs();
+    let out = a.collab(&["sync"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("warning: patch {} is merged in", &one[..8]))
+            && stderr.contains("no trusted signing key"),
+        "{stderr}"
+    );
+    assert_eq!(show(&a, &one)["status"], "open");
+    let collab_refs = |r: String| -> Vec<String> {
+        r.lines()
+            .filter(|l| l.contains("refs/collab/"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        collab_refs(a.refs()),
+        collab_refs(before),
+        "no event was written"
+    );
+
+    // b's sync records the merge, and a trusts b.
+    assert!(b
+        .ok(&["sync"])
+        .contains(&format!("patch {} merged in", &one[..8])));
+    a.ok(&["sync"]);
+    assert_eq!(show(&a, &one)["status"], "merged");
+    assert_eq!(show(&a, &one)["merge"]["author"]["name"], "b");
+}
