@@ -279,7 +279,7 @@ fn patches_merged_by_plain_git_are_found_at_sync() {
     let merge_three = rev(&b, "HEAD");
     let out = b.ok(&["sync"]);
     assert!(
-        out.contains(&format!("(found on refs/heads/main)")) && out.contains(&three[..8]),
+        out.contains("(found on refs/heads/main)") && out.contains(&three[..8]),
         "{out}"
     );
     assert!(
