@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod git;
+pub mod lease;
 pub mod session;
 pub mod tokens;
 
