@@ -25,6 +25,7 @@
 //! - [`merge_scan`]: finds patches merged by plain git; run at sync.
 //! - [`sync`]: fetch, join and push `refs/collab/*` through a git remote.
 //! - [`verify`]: report every dropped event and invalid issue.
+//! - [`remote_ssh`]: run a server exec verb through the user's `ssh`.
 
 pub mod cache;
 pub mod diff;
@@ -34,6 +35,7 @@ pub mod issue;
 pub mod merge_scan;
 pub mod patch;
 pub mod refs;
+pub mod remote_ssh;
 pub mod sign;
 pub mod state;
 pub mod store;
