@@ -87,27 +87,51 @@ pub fn fork_point(repo: &Repository, state: &PatchState, r: &Revision) -> Result
     })
 }
 
-/// Revision `rev` (default: the latest) against its base.
-pub fn revision_diff(
-    repo: &Repository,
+/// The trees a revision diff compares: the base commit's and the head's.
+pub struct RevisionSides<'r> {
+    pub revision: u32,
+    pub base_commit: Oid,
+    pub head: Oid,
+    pub old: Tree<'r>,
+    pub new: Tree<'r>,
+}
+
+/// The trees an interdiff compares: revision `from` (replayed onto the
+/// base of `to` when `rebased`) and revision `to`.
+pub struct InterdiffSides<'r> {
+    pub from: u32,
+    pub to: u32,
+    pub rebased: bool,
+    pub conflicts: Vec<String>,
+    pub old: Tree<'r>,
+    pub new: Tree<'r>,
+}
+
+/// What the diff of revision `rev` (default: the latest) compares.
+pub fn revision_sides<'r>(
+    repo: &'r Repository,
     state: &PatchState,
     rev: Option<u32>,
-) -> Result<RevisionDiff> {
+) -> Result<RevisionSides<'r>> {
     let r = state.revision(rev)?;
     let head = patch::present_commit(repo, &r.head, r.n)?;
     let base = fork_point(repo, state, r)?;
-    let diff = diff_trees(repo, &tree_of(repo, base)?, &tree_of(repo, head)?)?;
-    Ok(RevisionDiff {
+    Ok(RevisionSides {
         revision: r.n,
-        base_commit: base.to_string(),
-        head: head.to_string(),
-        diff,
+        base_commit: base,
+        head,
+        old: tree_of(repo, base)?,
+        new: tree_of(repo, head)?,
     })
 }
 
-/// What the author changed from revision `from` to revision `to`, leaving
-/// out what moving to a newer base brought in.
-pub fn interdiff(repo: &Repository, state: &PatchState, from: u32, to: u32) -> Result<Interdiff> {
+/// What the interdiff from revision `from` to revision `to` compares.
+pub fn interdiff_sides<'r>(
+    repo: &'r Repository,
+    state: &PatchState,
+    from: u32,
+    to: u32,
+) -> Result<InterdiffSides<'r>> {
     let (ra, rb) = (state.revision(Some(from))?, state.revision(Some(to))?);
     let head_a = patch::present_commit(repo, &ra.head, ra.n)?;
     let head_b = patch::present_commit(repo, &rb.head, rb.n)?;
@@ -117,13 +141,41 @@ pub fn interdiff(repo: &Repository, state: &PatchState, from: u32, to: u32) -> R
     } else {
         replay_onto(repo, fork_a, head_a, fork_b)?
     };
-    let diff = diff_trees(repo, &old, &tree_of(repo, head_b)?)?;
-    Ok(Interdiff {
+    Ok(InterdiffSides {
         from,
         to,
         rebased: fork_a != fork_b,
         conflicts,
-        diff,
+        old,
+        new: tree_of(repo, head_b)?,
+    })
+}
+
+/// Revision `rev` (default: the latest) against its base.
+pub fn revision_diff(
+    repo: &Repository,
+    state: &PatchState,
+    rev: Option<u32>,
+) -> Result<RevisionDiff> {
+    let sides = revision_sides(repo, state, rev)?;
+    Ok(RevisionDiff {
+        revision: sides.revision,
+        base_commit: sides.base_commit.to_string(),
+        head: sides.head.to_string(),
+        diff: diff_trees(repo, &sides.old, &sides.new)?,
+    })
+}
+
+/// What the author changed from revision `from` to revision `to`, leaving
+/// out what moving to a newer base brought in.
+pub fn interdiff(repo: &Repository, state: &PatchState, from: u32, to: u32) -> Result<Interdiff> {
+    let sides = interdiff_sides(repo, state, from, to)?;
+    Ok(Interdiff {
+        from,
+        to,
+        rebased: sides.rebased,
+        diff: diff_trees(repo, &sides.old, &sides.new)?,
+        conflicts: sides.conflicts,
     })
 }
 
@@ -174,12 +226,18 @@ fn tree_of(repo: &Repository, commit: Oid) -> Result<Tree<'_>> {
     Ok(repo.find_commit(commit)?.tree()?)
 }
 
-/// Diffs two trees (renames detected) into text and a file summary.
-pub fn diff_trees(repo: &Repository, old: &Tree, new: &Tree) -> Result<TreeDiff> {
+/// The git2 diff of two trees, 3 lines of context, renames detected.
+pub fn tree_diff<'r>(repo: &'r Repository, old: &Tree, new: &Tree) -> Result<git2::Diff<'r>> {
     let mut opts = DiffOptions::new();
     opts.context_lines(3);
     let mut diff = repo.diff_tree_to_tree(Some(old), Some(new), Some(&mut opts))?;
     diff.find_similar(Some(DiffFindOptions::new().renames(true)))?;
+    Ok(diff)
+}
+
+/// Diffs two trees (renames detected) into text and a file summary.
+pub fn diff_trees(repo: &Repository, old: &Tree, new: &Tree) -> Result<TreeDiff> {
+    let diff = tree_diff(repo, old, new)?;
     let mut files = Vec::new();
     for (i, delta) in diff.deltas().enumerate() {
         let path = |f: git2::DiffFile| f.path().map(|p| p.to_string_lossy().into_owned());

@@ -424,32 +424,40 @@ pub fn list_patches(repo: &Repository) -> Result<Vec<PatchState>> {
 /// Resolves a full id or a unique prefix of 4+ hex digits to
 /// `(ref name, full id)`.
 pub fn resolve_patch_ref(repo: &Repository, id_or_prefix: &str) -> Result<(String, String)> {
-    let prefix = id_or_prefix.trim().to_ascii_lowercase();
-    if prefix.len() < 4 || prefix.len() > 40 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+    let Some(mut matches) = matching_patch_ids(repo, id_or_prefix)? else {
         return Err(Error::Invalid(format!(
             "invalid patch id '{id_or_prefix}': expected 4 to 40 hex digits"
         )));
+    };
+    match matches.len() {
+        0 => Err(Error::Invalid(format!("no patch matches '{id_or_prefix}'"))),
+        1 => {
+            let id = matches.remove(0);
+            Ok((refs::patch_ref(&id), id))
+        }
+        _ => Err(Error::Invalid(format!(
+            "patch id '{id_or_prefix}' is ambiguous; candidates: {}",
+            matches.join(", ")
+        ))),
+    }
+}
+
+/// The full ids of the patches whose id starts with `id_or_prefix`, sorted;
+/// `None` when it is not 4 to 40 hex digits.
+pub fn matching_patch_ids(repo: &Repository, id_or_prefix: &str) -> Result<Option<Vec<String>>> {
+    let prefix = id_or_prefix.trim().to_ascii_lowercase();
+    if prefix.len() < 4 || prefix.len() > 40 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(None);
     }
     let mut matches = Vec::new();
     for reference in repo.references_glob(&format!("{}*", refs::patch_ref(&prefix)))? {
         let reference = reference?;
         if let Some(id) = reference.name().ok().and_then(refs::patch_id_of) {
-            matches.push((refs::patch_ref(id), id.to_string()));
+            matches.push(id.to_string());
         }
     }
-    matches.sort_by(|a, b| a.1.cmp(&b.1));
-    match matches.len() {
-        0 => Err(Error::Invalid(format!("no patch matches '{id_or_prefix}'"))),
-        1 => Ok(matches.remove(0)),
-        _ => Err(Error::Invalid(format!(
-            "patch id '{id_or_prefix}' is ambiguous; candidates: {}",
-            matches
-                .into_iter()
-                .map(|(_, id)| id)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
-    }
+    matches.sort();
+    Ok(Some(matches))
 }
 
 /// What a write produced.

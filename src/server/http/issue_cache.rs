@@ -76,7 +76,10 @@ fn refs_digest(repo: &Repository) -> anyhow::Result<[u8; 32]> {
     for reference in repo.references_glob(refs::ISSUES_GLOB)? {
         let reference = reference?;
         let Ok(name) = reference.name() else { continue };
-        let target = reference.target().map(|o| o.to_string()).unwrap_or_default();
+        let target = reference
+            .target()
+            .map(|o| o.to_string())
+            .unwrap_or_default();
         tips.push((name.to_string(), target));
     }
     // libgit2 lists loose refs before packed ones: order must not matter.

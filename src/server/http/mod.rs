@@ -90,9 +90,14 @@ pub fn router(app: Arc<App>, ssh_port: u16) -> Router {
         .route("/{repo}/-/log/{*rest}", get(repo::commit::log))
         .route("/{repo}/-/issues", get(repo::issues::list))
         .route("/{repo}/-/issues/{id}", get(repo::issues::detail))
+        .route("/{repo}/-/patches", get(repo::patches::list))
+        .route("/{repo}/-/patches/{id}", get(repo::patches::detail))
         .route("/{repo}/info/refs", get(git_http::info_refs))
         .route("/{repo}/git-upload-pack", post(git_http::upload_pack_post))
-        .route("/{repo}/git-receive-pack", post(git_http::receive_pack_post))
+        .route(
+            "/{repo}/git-receive-pack",
+            post(git_http::receive_pack_post),
+        )
         .fallback(fallback)
         .layer(middleware::from_fn(common_headers))
         .with_state(state)
@@ -108,8 +113,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     // The rewrite must run before routing, so it wraps the router instead of
     // being one of its layers.
-    let service =
-        tower::util::MapRequestLayer::new(rewrite_request).layer(router(app, ssh_port));
+    let service = tower::util::MapRequestLayer::new(rewrite_request).layer(router(app, ssh_port));
     axum::serve(listener, service.into_make_service())
         .with_graceful_shutdown(shutdown)
         .await?;

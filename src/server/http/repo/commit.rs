@@ -41,22 +41,23 @@ struct CommitPage {
     truncated: bool,
 }
 
-struct FileDiff {
-    path: String,
+/// One file of a rendered diff (also used by the patches pages).
+pub(super) struct FileDiff {
+    pub(super) path: String,
     /// The old path of a rename or copy, else empty.
-    old_path: String,
+    pub(super) old_path: String,
     /// `added`, `deleted`, `modified`, `renamed`, ...
-    status: &'static str,
-    binary: bool,
-    lines: Vec<DiffLine>,
+    pub(super) status: &'static str,
+    pub(super) binary: bool,
+    pub(super) lines: Vec<DiffLine>,
 }
 
-struct DiffLine {
+pub(super) struct DiffLine {
     /// `add`, `del`, `ctx` or `hunk`: the CSS class.
-    kind: &'static str,
+    pub(super) kind: &'static str,
     /// The `+`/`-`/space column.
-    sign: char,
-    text: String,
+    pub(super) sign: char,
+    pub(super) text: String,
 }
 
 #[derive(Template)]
@@ -79,7 +80,10 @@ pub struct LogQuery {
     page: Option<usize>,
 }
 
-pub async fn commit(State(st): State<AppState>, Path((repo, oid)): Path<(String, String)>) -> Response {
+pub async fn commit(
+    State(st): State<AppState>,
+    Path((repo, oid)): Path<(String, String)>,
+) -> Response {
     let app = st.app.clone();
     view::blocking(&app, move || commit_page(&st, &repo, &oid)).await
 }
@@ -107,7 +111,10 @@ pub async fn log(
     Query(query): Query<LogQuery>,
 ) -> Response {
     let app = st.app.clone();
-    view::blocking(&app, move || log_page(&st, &repo, &rest, query.page.unwrap_or(1))).await
+    view::blocking(&app, move || {
+        log_page(&st, &repo, &rest, query.page.unwrap_or(1))
+    })
+    .await
 }
 
 fn log_page(st: &AppState, requested: &str, rest: &str, page: usize) -> PageResult {
@@ -121,7 +128,9 @@ fn log_page(st: &AppState, requested: &str, rest: &str, page: usize) -> PageResu
     let has_more = commits.len() > LOG_PAGE;
     commits.truncate(LOG_PAGE);
     if commits.is_empty() && page > 1 {
-        return Err(PageError::Missing("There are no commits on this page.".into()));
+        return Err(PageError::Missing(
+            "There are no commits on this page.".into(),
+        ));
     }
     let nav = super::nav(st, &ctx, "log")?;
     let view = LogPage {
@@ -222,7 +231,7 @@ fn status_word(delta: Delta) -> &'static str {
 
 /// Every file of `diff` with its lines, stopping after `MAX_DIFF_LINES`
 /// lines in all; `true` when something was left out.
-fn collect_files(diff: &git2::Diff) -> anyhow::Result<(Vec<FileDiff>, bool)> {
+pub(super) fn collect_files(diff: &git2::Diff) -> anyhow::Result<(Vec<FileDiff>, bool)> {
     let path_of = |f: git2::DiffFile| {
         f.path()
             .map(|p| p.to_string_lossy().into_owned())
@@ -236,7 +245,11 @@ fn collect_files(diff: &git2::Diff) -> anyhow::Result<(Vec<FileDiff>, bool)> {
         let old = path_of(delta.old_file());
         let status = delta.status();
         let mut file = FileDiff {
-            path: if status == Delta::Deleted { old.clone() } else { new },
+            path: if status == Delta::Deleted {
+                old.clone()
+            } else {
+                new
+            },
             old_path: if matches!(status, Delta::Renamed | Delta::Copied) {
                 old
             } else {

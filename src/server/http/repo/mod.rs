@@ -1,6 +1,6 @@
 //! Pages inside one repository, one file per page family: `summary` (the
 //! repository's front page), `tree` (directories, files, raw bytes),
-//! `commit` (a commit with its diff, and the log), `issues`.
+//! `commit` (a commit with its diff, and the log), `issues`, `patches`.
 //!
 //! What they share lives here: [`open`] (the visibility check, then the git
 //! repository), [`RepoNav`] (the fields `repo_base.html` needs), resolving
@@ -8,6 +8,7 @@
 
 pub mod commit;
 pub mod issues;
+pub mod patches;
 pub mod summary;
 pub mod tree;
 
@@ -75,10 +76,9 @@ pub fn nav_with_issues(
     }
 }
 
-/// Open patches, for the navigation badge. The patches pages own this
-/// count; until they provide it the badge is not shown (0).
-pub fn open_patch_count(_git: &Repository) -> usize {
-    0
+/// Open patches, for the navigation badge (through the patches snapshot).
+pub fn open_patch_count(git: &Repository) -> usize {
+    patches::open_count(git)
 }
 
 /// The repository's `description` file, unless it is git's placeholder.
@@ -147,8 +147,8 @@ fn resolve_rev(git: &Repository, rev: &str, allow_id: bool) -> Option<Oid> {
         return peel("HEAD");
     }
     if git2::Reference::is_valid_name(&format!("refs/heads/{rev}")) {
-        if let Some(oid) = peel(&format!("refs/heads/{rev}"))
-            .or_else(|| peel(&format!("refs/tags/{rev}")))
+        if let Some(oid) =
+            peel(&format!("refs/heads/{rev}")).or_else(|| peel(&format!("refs/tags/{rev}")))
         {
             return Some(oid);
         }
