@@ -97,3 +97,44 @@ fn refs_digest(repo: &Repository) -> anyhow::Result<[u8; 32]> {
     }
     Ok(hasher.finalize().into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use git_collab::issue::{self, Identity};
+    use git_collab::sign::SigningKey;
+
+    #[test]
+    fn reuses_a_snapshot_until_an_issue_ref_or_the_allowlist_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path().join("r.git")).unwrap();
+        let who = Identity {
+            key: SigningKey::generate(&dir.path().join("k"), "k", false).unwrap(),
+            name: "n".into(),
+        };
+        let a = issue::open(&repo, &who, "first", "", &[]).unwrap().issue;
+        issue::open(&repo, &who, "second", "", &[]).unwrap();
+        let cache = IssueCache::default();
+
+        let one = cache.snapshot(&repo).unwrap();
+        assert_eq!((one.open, one.closed, one.issues.len()), (2, 0, 2));
+        let again = cache.snapshot(&repo).unwrap();
+        assert!(Arc::ptr_eq(&one, &again), "unchanged refs must reuse the snapshot");
+
+        issue::close(&repo, &who, &a, None).unwrap();
+        let moved = cache.snapshot(&repo).unwrap();
+        assert!(!Arc::ptr_eq(&one, &moved));
+        assert_eq!((moved.open, moved.closed), (1, 1));
+
+        // An allowlist without the author's key drops every issue.
+        let other = SigningKey::generate(&dir.path().join("other"), "other", false).unwrap();
+        std::fs::create_dir_all(git_collab::trust::collab_dir(&repo)).unwrap();
+        std::fs::write(
+            git_collab::trust::trust_path(&repo),
+            format!("{}\n", other.public_key_line()),
+        )
+        .unwrap();
+        let trusted = cache.snapshot(&repo).unwrap();
+        assert!(trusted.issues.is_empty());
+    }
+}
