@@ -91,8 +91,14 @@ fn build(repo: &Repository, key: &SigningKey, issues: usize, events: usize) -> A
             let event = Event::new(author.clone(), at(k), action);
             tip = store::write_event_commit(repo, &[tip], &event, key).unwrap();
         }
-        store::compare_and_swap(repo, &refs::issue_ref(&root.to_string()), None, tip, "bench")
-            .unwrap();
+        store::compare_and_swap(
+            repo,
+            &refs::issue_ref(&root.to_string()),
+            None,
+            tip,
+            "bench",
+        )
+        .unwrap();
     }
     let mut buf = git2::Buf::new();
     mempack.dump(repo, &mut buf).unwrap();
@@ -129,7 +135,12 @@ impl Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_git-collab-server"))
             .arg("--state-dir")
             .arg(state_dir)
-            .args(["--ssh-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+            .args([
+                "--ssh-listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+            ])
             .args(["--log-level", "warn", "serve"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -251,19 +262,43 @@ fn main() {
     let server = Server::start(&state_dir);
     server.page(list, &open_count);
     let warm_runs = runs.max(20);
-    let t_warm = median((0..warm_runs).map(|_| server.page(list, &open_count)).collect());
+    let t_warm = median(
+        (0..warm_runs)
+            .map(|_| server.page(list, &open_count))
+            .collect(),
+    );
     // A page in the middle of the whole list (page 100 of 200 for 10,000).
     let middle = (issues / 50 / 2).max(1);
     let t_middle = median(
         (0..warm_runs)
-            .map(|_| server.page(&format!("{list}?state=all&page={middle}"), &format!("page {middle}")))
+            .map(|_| {
+                server.page(
+                    &format!("{list}?state=all&page={middle}"),
+                    &format!("page {middle}"),
+                )
+            })
             .collect(),
     );
-    let one_ref = git(&git_dir, &["for-each-ref", "--count=1", "--format=%(refname)", refs::ISSUES_GLOB]);
-    let one_ref = String::from_utf8(one_ref.stdout).unwrap().trim().to_string();
+    let one_ref = git(
+        &git_dir,
+        &[
+            "for-each-ref",
+            "--count=1",
+            "--format=%(refname)",
+            refs::ISSUES_GLOB,
+        ],
+    );
+    let one_ref = String::from_utf8(one_ref.stdout)
+        .unwrap()
+        .trim()
+        .to_string();
     let one_id = refs::issue_id_of(&one_ref).unwrap().to_string();
     let detail = format!("{list}/{}", &one_id[..8]);
-    let t_detail = median((0..warm_runs).map(|_| server.page(&detail, "Body of issue")).collect());
+    let t_detail = median(
+        (0..warm_runs)
+            .map(|_| server.page(&detail, "Body of issue"))
+            .collect(),
+    );
 
     // One new event on one issue: that issue alone is replayed again.
     let mut after_event = Vec::new();
@@ -356,7 +391,10 @@ fn write_section(path: &Path, table: &str) {
                 .unwrap_or(old.len());
             format!("{}{section}\n{}", &old[..start], &old[end..])
         }
-        None => format!("{}\n{section}", old.trim_end_matches('\n').to_string() + "\n"),
+        None => format!(
+            "{}\n{section}",
+            old.trim_end_matches('\n').to_string() + "\n"
+        ),
     };
     std::fs::write(path, new.trim_end().to_string() + "\n").unwrap();
 }

@@ -109,9 +109,18 @@ fn screenshot(browser: &Path, url: &str, name: &str, width: u32, height: u32) ->
         ],
         url,
     );
-    let png = std::fs::read(&path).unwrap_or_else(|e| panic!("no screenshot {}: {e}", path.display()));
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{} is not a PNG", path.display());
-    assert!(png.len() > 5_000, "{} is suspiciously small", path.display());
+    let png =
+        std::fs::read(&path).unwrap_or_else(|e| panic!("no screenshot {}: {e}", path.display()));
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{} is not a PNG",
+        path.display()
+    );
+    assert!(
+        png.len() > 5_000,
+        "{} is suspiciously small",
+        path.display()
+    );
     path
 }
 
@@ -142,7 +151,11 @@ fn repository_issues_and_issue_pages_render_in_chromium() {
     let Some(browser) = chromium() else { return };
     let h = ServerHarness::start();
     let (clone, _, _) = web_support::public_repo_with_content(&h, "browse");
-    std::fs::write(h.repos_dir().join("browse.git/description"), "Browsed by Chromium\n").unwrap();
+    std::fs::write(
+        h.repos_dir().join("browse.git/description"),
+        "Browsed by Chromium\n",
+    )
+    .unwrap();
     let hostile = web_support::open_issue(
         &h,
         &clone,
@@ -151,7 +164,17 @@ fn repository_issues_and_issue_pages_render_in_chromium() {
         &["security"],
     );
     let claimed = web_support::open_issue(&h, &clone, "Render the issues page", "", &["web", "ui"]);
-    web_support::collab(&h, &clone, &["issue", "comment", &claimed[..8], "-m", "Working on it, see `issues.rs`."]);
+    web_support::collab(
+        &h,
+        &clone,
+        &[
+            "issue",
+            "comment",
+            &claimed[..8],
+            "-m",
+            "Working on it, see `issues.rs`.",
+        ],
+    );
     web_support::push_collab(&h, &clone);
     let out = h.ssh_exec(&format!("collab-lease acquire browse {claimed} --ttl 3600"));
     assert!(out.success(), "{out:?}");
@@ -164,27 +187,63 @@ fn repository_issues_and_issue_pages_render_in_chromium() {
     assert!(dom.contains("<title>browse · git-collab</title>"), "{dom}");
     assert!(text.contains("Browsed by Chromium"), "{text}");
     assert!(text.contains("Demo project"), "{text}");
-    assert!(text.contains("<script>alert('readme')</script>"), "raw HTML shown as text: {text}");
-    assert!(!dom.contains("<script"), "a script element reached the DOM: {dom}");
-    assert!(text.contains(&format!("ssh://git@127.0.0.1:{}/browse.git", h.ssh_port())), "{text}");
+    assert!(
+        text.contains("<script>alert('readme')</script>"),
+        "raw HTML shown as text: {text}"
+    );
+    assert!(
+        !dom.contains("<script"),
+        "a script element reached the DOM: {dom}"
+    );
+    assert!(
+        text.contains(&format!("ssh://git@127.0.0.1:{}/browse.git", h.ssh_port())),
+        "{text}"
+    );
     assert!(text.contains("Change main.rs: <em>escaped</em>"), "{text}");
-    screenshot(&browser, &format!("{base}/browse"), "web-summary", 1200, 900);
+    screenshot(
+        &browser,
+        &format!("{base}/browse"),
+        "web-summary",
+        1200,
+        900,
+    );
 
     // The issues page: both issues, the claim, the labels; the hostile
     // title is text and did not run (the title is unchanged).
     let dom = dump_dom(&browser, &format!("{base}/browse/-/issues"));
     let text = visible_text(&dom);
-    assert!(dom.contains("<title>Issues · browse · git-collab</title>"), "{dom}");
-    assert!(text.contains("<script>document.title='pwned'</script>"), "{text}");
+    assert!(
+        dom.contains("<title>Issues · browse · git-collab</title>"),
+        "{dom}"
+    );
+    assert!(
+        text.contains("<script>document.title='pwned'</script>"),
+        "{text}"
+    );
     assert!(!dom.contains("<script"), "{dom}");
     assert!(text.contains("Render the issues page"), "{text}");
     assert!(text.contains(&format!("claimed by {holder}")), "{text}");
     assert!(text.contains("2 open"), "{text}");
     for label in ["security", "web", "ui"] {
-        assert!(dom.contains(&format!(">{label}</a>")), "label {label}: {dom}");
+        assert!(
+            dom.contains(&format!(">{label}</a>")),
+            "label {label}: {dom}"
+        );
     }
-    screenshot(&browser, &format!("{base}/browse/-/issues"), "web-issues", 1200, 900);
-    screenshot(&browser, &format!("{base}/browse/-/issues"), "web-issues-phone", 390, 844);
+    screenshot(
+        &browser,
+        &format!("{base}/browse/-/issues"),
+        "web-issues",
+        1200,
+        900,
+    );
+    screenshot(
+        &browser,
+        &format!("{base}/browse/-/issues"),
+        "web-issues-phone",
+        390,
+        844,
+    );
 
     // The issue page, by prefix: comments, claim, labels.
     let url = format!("{base}/browse/-/issues/{}", &claimed[..8]);
@@ -203,7 +262,10 @@ fn repository_issues_and_issue_pages_render_in_chromium() {
     assert!(!dom.contains("<script"), "{dom}");
     assert!(!dom.contains("<b>nothing</b>"), "{dom}");
     assert!(text.contains("<b>nothing</b> runs"), "{text}");
-    assert!(dom.contains("&lt;script&gt;document.title='pwned'&lt;/script&gt; · Issue"), "{dom}");
+    assert!(
+        dom.contains("&lt;script&gt;document.title='pwned'&lt;/script&gt; · Issue"),
+        "{dom}"
+    );
 
     // A file with line numbers, on a phone.
     let url = format!("{base}/browse/-/blob/main/src/main.rs");

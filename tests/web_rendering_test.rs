@@ -23,7 +23,11 @@ fn list_row(page: &str, id: &str) -> String {
 
 fn acquire(h: &ServerHarness, key: &Path, repo: &str, issue: &str, ttl: Option<u64>) {
     let ttl = ttl.map(|t| format!(" --ttl {t}")).unwrap_or_default();
-    let out = h.ssh_exec_as(key, &format!("collab-lease acquire '{repo}' '{issue}'{ttl}"), b"");
+    let out = h.ssh_exec_as(
+        key,
+        &format!("collab-lease acquire '{repo}' '{issue}'{ttl}"),
+        b"",
+    );
     assert!(out.success(), "{out:?}");
     assert_eq!(out.json()["status"], "acquired", "{out:?}");
 }
@@ -56,7 +60,9 @@ fn live_claims_show_on_the_list_and_the_issue_page() {
     assert_eq!(list.status, 200);
     let page = list.text();
     assert!(
-        list_row(&page, &mine).contains(&format!("<span class=\"claim\">claimed by {admin_fp}</span>")),
+        list_row(&page, &mine).contains(&format!(
+            "<span class=\"claim\">claimed by {admin_fp}</span>"
+        )),
         "{page}"
     );
     assert!(
@@ -67,19 +73,31 @@ fn live_claims_show_on_the_list_and_the_issue_page() {
     assert_eq!(page.matches("claimed by").count(), 2, "{page}");
 
     let detail = get(&h, &format!("/claims/-/issues/{}", &mine[..8])).text();
-    assert!(detail.contains(&format!("claimed by {admin_fp}")), "{detail}");
+    assert!(
+        detail.contains(&format!("claimed by {admin_fp}")),
+        "{detail}"
+    );
     assert!(detail.contains("no expiry"), "{detail}");
     let detail = get(&h, &format!("/claims/-/issues/{agents}")).text();
-    assert!(detail.contains(&format!("claimed by {agent_fp}")), "{detail}");
+    assert!(
+        detail.contains(&format!("claimed by {agent_fp}")),
+        "{detail}"
+    );
     assert!(detail.contains("until 20"), "{detail}");
     let detail = get(&h, &format!("/claims/-/issues/{}", &free[..8])).text();
     assert!(!detail.contains("claimed by"), "{detail}");
 
     // Released: gone from both pages.
-    let out = h.ssh_exec_as(&agent, &format!("collab-lease release claims {agents}"), b"");
+    let out = h.ssh_exec_as(
+        &agent,
+        &format!("collab-lease release claims {agents}"),
+        b"",
+    );
     assert!(out.success(), "{out:?}");
     assert!(!list_row(&get(&h, "/claims/-/issues").text(), &agents).contains("claimed by"));
-    assert!(!get(&h, &format!("/claims/-/issues/{agents}")).text().contains("claimed by"));
+    assert!(!get(&h, &format!("/claims/-/issues/{agents}"))
+        .text()
+        .contains("claimed by"));
 }
 
 #[test]
@@ -94,7 +112,10 @@ fn an_expired_claim_does_not_show() {
     // not a timing assertion).
     let start = Instant::now();
     while !live_leases(&h, "expiry").is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(60), "the lease never expired");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the lease never expired"
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
 
@@ -113,7 +134,9 @@ fn a_claim_on_a_closed_issue_does_not_show() {
     let issue = web_support::open_issue(&h, &clone, "Claimed then closed", "", &[]);
     web_support::push_collab(&h, &clone);
     acquire(&h, &h.ssh_client_key(), "closing", &issue, None);
-    assert!(get(&h, &format!("/closing/-/issues/{issue}")).text().contains("claimed by"));
+    assert!(get(&h, &format!("/closing/-/issues/{issue}"))
+        .text()
+        .contains("claimed by"));
 
     web_support::collab(&h, &clone, &["issue", "close", &issue[..8]]);
     web_support::push_collab(&h, &clone);
@@ -126,6 +149,9 @@ fn a_claim_on_a_closed_issue_does_not_show() {
     assert!(list_row(&all, &issue).contains("state closed"), "{all}");
     assert!(!all.contains("claimed by"), "{all}");
     let detail = get(&h, &format!("/closing/-/issues/{issue}")).text();
-    assert!(detail.contains("<span class=\"state closed\">closed</span>"), "{detail}");
+    assert!(
+        detail.contains("<span class=\"state closed\">closed</span>"),
+        "{detail}"
+    );
     assert!(!detail.contains("claimed by"), "{detail}");
 }

@@ -131,7 +131,9 @@ mod tests {
         let text = render();
         assert!(text.contains("# TYPE git_collab_ssh_sessions_total counter\n"));
         assert!(text.contains("git_collab_ssh_verbs_total{verb=\"test-verb\",outcome=\"ok\"} 2\n"));
-        assert!(text.contains("git_collab_lease_operations_total{op=\"test-op\",outcome=\"held\"} 1\n"));
+        assert!(
+            text.contains("git_collab_lease_operations_total{op=\"test-op\",outcome=\"held\"} 1\n")
+        );
         assert!(text.contains("git_collab_http_requests_total{status=\"418\"} 1\n"));
         assert!(text.contains("{verb=\"odd\\\"verb\",outcome=\"a\\\\b\"}"));
         // Every sample line is `name{labels} value` or `name value`.

@@ -35,7 +35,15 @@ impl Http {
 /// `curl` one request (no redirects followed) and parse the answer.
 pub fn request(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Http {
     let mut cmd = Command::new("curl");
-    cmd.args(["-s", "-S", "-i", "--http1.1", "--path-as-is", "--max-time", "120"]);
+    cmd.args([
+        "-s",
+        "-S",
+        "-i",
+        "--http1.1",
+        "--path-as-is",
+        "--max-time",
+        "120",
+    ]);
     if method == "HEAD" {
         cmd.arg("-I");
     } else {
@@ -114,9 +122,17 @@ pub fn collab(h: &ServerHarness, clone: &Path, args: &[&str]) -> String {
             .args(["key", "generate"])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-    let out = h.client_command(cli, &key, clone).args(args).output().unwrap();
+    let out = h
+        .client_command(cli, &key, clone)
+        .args(args)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "git-collab {args:?}: {}",
@@ -126,7 +142,13 @@ pub fn collab(h: &ServerHarness, clone: &Path, args: &[&str]) -> String {
 }
 
 /// Open an issue; returns its full id.
-pub fn open_issue(h: &ServerHarness, clone: &Path, title: &str, body: &str, labels: &[&str]) -> String {
+pub fn open_issue(
+    h: &ServerHarness,
+    clone: &Path,
+    title: &str,
+    body: &str,
+    labels: &[&str],
+) -> String {
     let mut args = vec!["issue", "open", "-t", title, "-b", body, "--json"];
     for l in labels {
         args.extend(["--label", l]);

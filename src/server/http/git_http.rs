@@ -87,7 +87,12 @@ fn upload_pack(entry: &RepoEntry, headers: &HeaderMap, advertise: bool) -> Comma
             cmd.env_remove(&key);
         }
     }
-    cmd.args(["-c", "uploadpack.allowFilter=true", "upload-pack", "--stateless-rpc"]);
+    cmd.args([
+        "-c",
+        "uploadpack.allowFilter=true",
+        "upload-pack",
+        "--stateless-rpc",
+    ]);
     if advertise {
         cmd.arg("--advertise-refs");
     }

@@ -19,7 +19,11 @@ pub async fn readyz(State(app): State<Arc<App>>) -> Response {
     let checked = tokio::task::spawn_blocking(move || ready(&app)).await;
     match checked {
         Ok(Ok(())) => (StatusCode::OK, "ready\n").into_response(),
-        Ok(Err(why)) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response(),
+        Ok(Err(why)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        )
+            .into_response(),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "not ready: check failed\n").into_response(),
     }
 }
@@ -42,7 +46,10 @@ fn ready(app: &App) -> Result<(), &'static str> {
 
 pub async fn metrics() -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         crate::metrics::render(),
     )
         .into_response()

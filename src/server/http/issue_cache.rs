@@ -35,6 +35,10 @@ pub struct IssueSnapshot {
 #[derive(Default)]
 pub struct IssueCache {
     repos: Mutex<HashMap<PathBuf, Arc<IssueSnapshot>>>,
+    /// One lock per repository being replayed, so that concurrent requests
+    /// for a stale repository wait for one replay instead of each running
+    /// their own.
+    replaying: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
 }
 
 impl IssueCache {
@@ -42,8 +46,20 @@ impl IssueCache {
     pub fn snapshot(&self, repo: &Repository) -> anyhow::Result<Arc<IssueSnapshot>> {
         let key = refs_digest(repo)?;
         let path = repo.path().to_path_buf();
-        if let Some(hit) = self.lock().get(&path).filter(|s| s.key == key) {
-            return Ok(hit.clone());
+        if let Some(hit) = self.cached(&path, &key) {
+            return Ok(hit);
+        }
+        let turn = self
+            .replaying
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(path.clone())
+            .or_default()
+            .clone();
+        let _turn = turn.lock().unwrap_or_else(|e| e.into_inner());
+        // Whoever held the lock before may have just replayed this state.
+        if let Some(hit) = self.cached(&path, &key) {
+            return Ok(hit);
         }
         let issues = state::list_issues(repo)?;
         let open = issues
@@ -64,6 +80,10 @@ impl IssueCache {
         Ok(snapshot)
     }
 
+    fn cached(&self, path: &std::path::Path, key: &[u8; 32]) -> Option<Arc<IssueSnapshot>> {
+        self.lock().get(path).filter(|s| s.key == *key).cloned()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<IssueSnapshot>>> {
         self.repos.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -76,7 +96,10 @@ fn refs_digest(repo: &Repository) -> anyhow::Result<[u8; 32]> {
     for reference in repo.references_glob(refs::ISSUES_GLOB)? {
         let reference = reference?;
         let Ok(name) = reference.name() else { continue };
-        let target = reference.target().map(|o| o.to_string()).unwrap_or_default();
+        let target = reference
+            .target()
+            .map(|o| o.to_string())
+            .unwrap_or_default();
         tips.push((name.to_string(), target));
     }
     // libgit2 lists loose refs before packed ones: order must not matter.
@@ -119,7 +142,10 @@ mod tests {
         let one = cache.snapshot(&repo).unwrap();
         assert_eq!((one.open, one.closed, one.issues.len()), (2, 0, 2));
         let again = cache.snapshot(&repo).unwrap();
-        assert!(Arc::ptr_eq(&one, &again), "unchanged refs must reuse the snapshot");
+        assert!(
+            Arc::ptr_eq(&one, &again),
+            "unchanged refs must reuse the snapshot"
+        );
 
         issue::close(&repo, &who, &a, None).unwrap();
         let moved = cache.snapshot(&repo).unwrap();

@@ -16,7 +16,8 @@ pub struct LinkBase {
 
 /// Render `source` to HTML that is safe to embed as is.
 pub fn render(source: &str, base: Option<&LinkBase>) -> String {
-    let options = Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
+    let options =
+        Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
     let events = Parser::new_ext(source, options).map(|event| match event {
         // Raw HTML, block or inline, becomes text: escaped on output.
         Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
@@ -77,9 +78,7 @@ fn safe_url<'a>(url: CowStr<'a>, base: Option<&str>) -> CowStr<'a> {
         return CowStr::Borrowed("#");
     }
     match base {
-        Some(prefix)
-            if !url.starts_with('/') && !url.starts_with('#') && !url.starts_with('?') =>
-        {
+        Some(prefix) if !url.starts_with('/') && !url.starts_with('#') && !url.starts_with('?') => {
             let relative = url.strip_prefix("./").unwrap_or(&url);
             CowStr::Boxed(format!("{prefix}{relative}").into_boxed_str())
         }
@@ -100,7 +99,10 @@ mod tests {
         assert!(out.contains("<h1>Hi</h1>"), "{out}");
         assert!(!out.contains("<script"), "{out}");
         assert!(!out.contains("<b "), "{out}");
-        assert!(out.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{out}");
+        assert!(
+            out.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -115,7 +117,12 @@ mod tests {
             "<javascript:alert(1)>",
         ] {
             let out = render(src, None).to_ascii_lowercase();
-            for attr in ["href=\"javascript", "src=\"javascript", "href=\"data", "<script"] {
+            for attr in [
+                "href=\"javascript",
+                "src=\"javascript",
+                "href=\"data",
+                "<script",
+            ] {
                 assert!(!out.contains(attr), "{src} -> {out}");
             }
         }
@@ -130,7 +137,10 @@ mod tests {
             links: "/r/-/blob/main/".into(),
             images: "/r/-/raw/main/".into(),
         };
-        let out = render("[doc](docs/a.md) ![logo](./logo.png) [top](#x) [abs](/y)", Some(&base));
+        let out = render(
+            "[doc](docs/a.md) ![logo](./logo.png) [top](#x) [abs](/y)",
+            Some(&base),
+        );
         assert!(out.contains("href=\"/r/-/blob/main/docs/a.md\""), "{out}");
         assert!(out.contains("src=\"/r/-/raw/main/logo.png\""), "{out}");
         assert!(out.contains("href=\"#x\""), "{out}");

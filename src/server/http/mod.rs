@@ -92,7 +92,10 @@ pub fn router(app: Arc<App>, ssh_port: u16) -> Router {
         .route("/{repo}/-/issues/{id}", get(repo::issues::detail))
         .route("/{repo}/info/refs", get(git_http::info_refs))
         .route("/{repo}/git-upload-pack", post(git_http::upload_pack_post))
-        .route("/{repo}/git-receive-pack", post(git_http::receive_pack_post))
+        .route(
+            "/{repo}/git-receive-pack",
+            post(git_http::receive_pack_post),
+        )
         .fallback(fallback)
         .layer(middleware::from_fn(common_headers))
         .with_state(state)
@@ -108,8 +111,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     // The rewrite must run before routing, so it wraps the router instead of
     // being one of its layers.
-    let service =
-        tower::util::MapRequestLayer::new(rewrite_request).layer(router(app, ssh_port));
+    let service = tower::util::MapRequestLayer::new(rewrite_request).layer(router(app, ssh_port));
     axum::serve(listener, service.into_make_service())
         .with_graceful_shutdown(shutdown)
         .await?;

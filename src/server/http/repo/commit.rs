@@ -79,7 +79,10 @@ pub struct LogQuery {
     page: Option<usize>,
 }
 
-pub async fn commit(State(st): State<AppState>, Path((repo, oid)): Path<(String, String)>) -> Response {
+pub async fn commit(
+    State(st): State<AppState>,
+    Path((repo, oid)): Path<(String, String)>,
+) -> Response {
     let app = st.app.clone();
     view::blocking(&app, move || commit_page(&st, &repo, &oid)).await
 }
@@ -107,7 +110,10 @@ pub async fn log(
     Query(query): Query<LogQuery>,
 ) -> Response {
     let app = st.app.clone();
-    view::blocking(&app, move || log_page(&st, &repo, &rest, query.page.unwrap_or(1))).await
+    view::blocking(&app, move || {
+        log_page(&st, &repo, &rest, query.page.unwrap_or(1))
+    })
+    .await
 }
 
 fn log_page(st: &AppState, requested: &str, rest: &str, page: usize) -> PageResult {
@@ -121,7 +127,9 @@ fn log_page(st: &AppState, requested: &str, rest: &str, page: usize) -> PageResu
     let has_more = commits.len() > LOG_PAGE;
     commits.truncate(LOG_PAGE);
     if commits.is_empty() && page > 1 {
-        return Err(PageError::Missing("There are no commits on this page.".into()));
+        return Err(PageError::Missing(
+            "There are no commits on this page.".into(),
+        ));
     }
     let nav = super::nav(st, &ctx, "log")?;
     let view = LogPage {
@@ -236,7 +244,11 @@ fn collect_files(diff: &git2::Diff) -> anyhow::Result<(Vec<FileDiff>, bool)> {
         let old = path_of(delta.old_file());
         let status = delta.status();
         let mut file = FileDiff {
-            path: if status == Delta::Deleted { old.clone() } else { new },
+            path: if status == Delta::Deleted {
+                old.clone()
+            } else {
+                new
+            },
             old_path: if matches!(status, Delta::Renamed | Delta::Copied) {
                 old
             } else {

@@ -177,7 +177,10 @@ async fn blocking<T: Send + 'static>(
 /// logged and shows no claims rather than no page.
 async fn claims(st: &AppState, canonical: &str) -> HashMap<String, Lease> {
     match st.app.leases.list(canonical).await {
-        Ok(leases) => leases.into_iter().map(|l| (l.issue_id.clone(), l)).collect(),
+        Ok(leases) => leases
+            .into_iter()
+            .map(|l| (l.issue_id.clone(), l))
+            .collect(),
         Err(e) => {
             tracing::warn!("issues page: reading leases of {canonical}: {e:#}");
             HashMap::new()
@@ -232,7 +235,9 @@ async fn list_page(st: &AppState, repo: String, query: ListQuery) -> Result<Resp
             author: i.author.name.clone(),
             created: view::fmt_time(i.created_at),
             comments: i.comments.len(),
-            claimed_by: claim_of(i, &claims).map(|l| l.holder.clone()).unwrap_or_default(),
+            claimed_by: claim_of(i, &claims)
+                .map(|l| l.holder.clone())
+                .unwrap_or_default(),
         })
         .collect();
 
@@ -270,8 +275,16 @@ async fn list_page(st: &AppState, repo: String, query: ListQuery) -> Result<Resp
         filters,
         issues,
         matching: matching.len(),
-        prev_url: if page > 1 { url(filter, page - 1) } else { String::new() },
-        next_url: if page < pages { url(filter, page + 1) } else { String::new() },
+        prev_url: if page > 1 {
+            url(filter, page - 1)
+        } else {
+            String::new()
+        },
+        next_url: if page < pages {
+            url(filter, page + 1)
+        } else {
+            String::new()
+        },
         page,
         label,
     };
@@ -314,7 +327,9 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
         .issues
         .iter()
         .find(|i| i.id == full_id)
-        .ok_or_else(|| PageError::Missing("This issue cannot be shown: its history is invalid.".into()))?;
+        .ok_or_else(|| {
+            PageError::Missing("This issue cannot be shown: its history is invalid.".into())
+        })?;
     let claims = claims(st, &loaded.canonical).await;
     let claim = claim_of(issue, &claims);
     let view = IssueDetailView {

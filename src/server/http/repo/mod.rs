@@ -147,8 +147,8 @@ fn resolve_rev(git: &Repository, rev: &str, allow_id: bool) -> Option<Oid> {
         return peel("HEAD");
     }
     if git2::Reference::is_valid_name(&format!("refs/heads/{rev}")) {
-        if let Some(oid) = peel(&format!("refs/heads/{rev}"))
-            .or_else(|| peel(&format!("refs/tags/{rev}")))
+        if let Some(oid) =
+            peel(&format!("refs/heads/{rev}")).or_else(|| peel(&format!("refs/tags/{rev}")))
         {
             return Some(oid);
         }

@@ -131,7 +131,10 @@ fn render_readme(
         return Ok(Readme {
             name: name.to_string(),
             html: None,
-            text: format!("{name} is too large to show here ({}).", view::fmt_size(blob.size() as u64)),
+            text: format!(
+                "{name} is too large to show here ({}).",
+                view::fmt_size(blob.size() as u64)
+            ),
         });
     }
     let text = String::from_utf8_lossy(blob.content()).into_owned();
@@ -148,7 +151,11 @@ fn render_readme(
         format!("{}/", view::url_path(dir))
     };
     let base = LinkBase {
-        links: format!("/{}/-/blob/{}/{dir_prefix}", ctx.name(), view::url_path(rev)),
+        links: format!(
+            "/{}/-/blob/{}/{dir_prefix}",
+            ctx.name(),
+            view::url_path(rev)
+        ),
         images: format!("/{}/-/raw/{}/{dir_prefix}", ctx.name(), view::url_path(rev)),
     };
     Ok(Readme {

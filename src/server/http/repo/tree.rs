@@ -87,17 +87,26 @@ pub async fn tree_default(State(st): State<AppState>, Path(repo): Path<String>) 
     .await
 }
 
-pub async fn tree(State(st): State<AppState>, Path((repo, rest)): Path<(String, String)>) -> Response {
+pub async fn tree(
+    State(st): State<AppState>,
+    Path((repo, rest)): Path<(String, String)>,
+) -> Response {
     let app = st.app.clone();
     view::blocking(&app, move || tree_page(&st, &repo, &rest)).await
 }
 
-pub async fn blob(State(st): State<AppState>, Path((repo, rest)): Path<(String, String)>) -> Response {
+pub async fn blob(
+    State(st): State<AppState>,
+    Path((repo, rest)): Path<(String, String)>,
+) -> Response {
     let app = st.app.clone();
     view::blocking(&app, move || blob_page(&st, &repo, &rest)).await
 }
 
-pub async fn raw(State(st): State<AppState>, Path((repo, rest)): Path<(String, String)>) -> Response {
+pub async fn raw(
+    State(st): State<AppState>,
+    Path((repo, rest)): Path<(String, String)>,
+) -> Response {
     let app = st.app.clone();
     view::blocking(&app, move || raw_bytes(&st, &repo, &rest)).await
 }
@@ -187,7 +196,11 @@ fn tree_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
         })
         .collect();
     // Directories first, then by name (git's tree order is by bytes).
-    entries.sort_by(|a, b| (a.kind != "tree").cmp(&(b.kind != "tree")).then(a.name.cmp(&b.name)));
+    entries.sort_by(|a, b| {
+        (a.kind != "tree")
+            .cmp(&(b.kind != "tree"))
+            .then(a.name.cmp(&b.name))
+    });
     let readme = find_readme(&ctx, &tree, &at.rev, &at.path)?;
     let nav = super::nav(st, &ctx, "tree")?;
     let parent = (!at.path.is_empty()).then(|| {
