@@ -35,6 +35,10 @@ pub struct IssueSnapshot {
 #[derive(Default)]
 pub struct IssueCache {
     repos: Mutex<HashMap<PathBuf, Arc<IssueSnapshot>>>,
+    /// One lock per repository being replayed, so that concurrent requests
+    /// for a stale repository wait for one replay instead of each running
+    /// their own.
+    replaying: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
 }
 
 impl IssueCache {
@@ -42,8 +46,20 @@ impl IssueCache {
     pub fn snapshot(&self, repo: &Repository) -> anyhow::Result<Arc<IssueSnapshot>> {
         let key = refs_digest(repo)?;
         let path = repo.path().to_path_buf();
-        if let Some(hit) = self.lock().get(&path).filter(|s| s.key == key) {
-            return Ok(hit.clone());
+        if let Some(hit) = self.cached(&path, &key) {
+            return Ok(hit);
+        }
+        let turn = self
+            .replaying
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(path.clone())
+            .or_default()
+            .clone();
+        let _turn = turn.lock().unwrap_or_else(|e| e.into_inner());
+        // Whoever held the lock before may have just replayed this state.
+        if let Some(hit) = self.cached(&path, &key) {
+            return Ok(hit);
         }
         let issues = state::list_issues(repo)?;
         let open = issues
@@ -62,6 +78,10 @@ impl IssueCache {
         }
         repos.insert(path, snapshot.clone());
         Ok(snapshot)
+    }
+
+    fn cached(&self, path: &std::path::Path, key: &[u8; 32]) -> Option<Arc<IssueSnapshot>> {
+        self.lock().get(path).filter(|s| s.key == *key).cloned()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<IssueSnapshot>>> {
@@ -99,4 +119,48 @@ fn refs_digest(repo: &Repository) -> anyhow::Result<[u8; 32]> {
         Err(_) => hasher.update(b"no trust\n"),
     }
     Ok(hasher.finalize().into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use git_collab::issue::{self, Identity};
+    use git_collab::sign::SigningKey;
+
+    #[test]
+    fn reuses_a_snapshot_until_an_issue_ref_or_the_allowlist_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path().join("r.git")).unwrap();
+        let who = Identity {
+            key: SigningKey::generate(&dir.path().join("k"), "k", false).unwrap(),
+            name: "n".into(),
+        };
+        let a = issue::open(&repo, &who, "first", "", &[]).unwrap().issue;
+        issue::open(&repo, &who, "second", "", &[]).unwrap();
+        let cache = IssueCache::default();
+
+        let one = cache.snapshot(&repo).unwrap();
+        assert_eq!((one.open, one.closed, one.issues.len()), (2, 0, 2));
+        let again = cache.snapshot(&repo).unwrap();
+        assert!(
+            Arc::ptr_eq(&one, &again),
+            "unchanged refs must reuse the snapshot"
+        );
+
+        issue::close(&repo, &who, &a, None).unwrap();
+        let moved = cache.snapshot(&repo).unwrap();
+        assert!(!Arc::ptr_eq(&one, &moved));
+        assert_eq!((moved.open, moved.closed), (1, 1));
+
+        // An allowlist without the author's key drops every issue.
+        let other = SigningKey::generate(&dir.path().join("other"), "other", false).unwrap();
+        std::fs::create_dir_all(git_collab::trust::collab_dir(&repo)).unwrap();
+        std::fs::write(
+            git_collab::trust::trust_path(&repo),
+            format!("{}\n", other.public_key_line()),
+        )
+        .unwrap();
+        let trusted = cache.snapshot(&repo).unwrap();
+        assert!(trusted.issues.is_empty());
+    }
 }

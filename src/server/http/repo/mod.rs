@@ -225,7 +225,8 @@ pub fn commits(
     limit: usize,
 ) -> anyhow::Result<Vec<CommitRow>> {
     let mut walk = git.revwalk()?;
-    walk.set_sorting(git2::Sort::TIME)?;
+    // Like `git log`: parents after children, then newest first.
+    walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::TIME)?;
     walk.push(from)?;
     let mut rows = Vec::with_capacity(limit);
     for oid in walk.skip(skip).take(limit) {
