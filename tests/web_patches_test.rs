@@ -2,11 +2,16 @@
 //! with the real `git-collab` CLI (two revisions across a rebase, votes,
 //! comments) and pushed over SSH, pages fetched with `curl`. Covers the
 //! list and its filters, the detail page (revisions, votes, timeline, the
-//! revision diff and the interdiff), escaping, 404s, and a private
-//! repository answering like a missing one.
+//! revision diff and the interdiff), escaping, 404s, a private
+//! repository answering like a missing one, and the detail page as headless
+//! Chromium builds it (skipped without Chromium unless
+//! `GIT_COLLAB_REQUIRE_BROWSER_TESTS=1`).
 
 mod common;
 mod web_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use common::ServerHarness;
 use web_support::{collab, get};
@@ -262,6 +267,93 @@ fn a_private_repositorys_patches_answer_like_a_missing_repository() {
             (private.status, &private.body),
             (missing.status, &missing.body),
             "{route}"
+        );
+    }
+}
+
+/// Headless Chromium, or `None` (after saying why) when the test skips.
+fn chromium() -> Option<PathBuf> {
+    let found = [
+        std::env::var_os("CHROMIUM").map(PathBuf::from),
+        Some("/usr/bin/chromium".into()),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|p| p.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var("GIT_COLLAB_REQUIRE_BROWSER_TESTS").as_deref() != Ok("1"),
+            "GIT_COLLAB_REQUIRE_BROWSER_TESTS=1 but no Chromium"
+        );
+        eprintln!("skipping: Chromium is not installed");
+    }
+    found
+}
+
+/// Runs headless Chromium on `url` with `extra` arguments; returns stdout.
+fn chromium_run(browser: &Path, extra: &[String], url: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(extra)
+        .arg(url)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .expect("run chromium");
+    assert!(out.status.success(), "chromium on {url}: {:?}", out.status);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_patch_page_renders_in_chromium() {
+    let Some(browser) = chromium() else { return };
+    let h = ServerHarness::start();
+    let (_clone, id, _) = repo_with_patches(&h);
+    let url = format!("{}/forge/-/patches/{}?from=1&to=2", h.http_url(), &id[..8]);
+    let dom = chromium_run(&browser, &["--dump-dom".into()], &url);
+    // The hostile title is text in the DOM, never an element.
+    assert!(
+        dom.contains("&lt;script&gt;alert('t')&lt;/script&gt; Add lib"),
+        "{dom}"
+    );
+    assert_eq!(dom.matches("<script").count(), 0, "{dom}");
+    assert!(dom.contains("Interdiff: revision 1 → revision 2"), "{dom}");
+    assert!(
+        dom.contains("<select name=\"from\">"),
+        "the interdiff form needs no JavaScript: {dom}"
+    );
+    assert!(dom.contains("<pre>pub fn v2() {}</pre>"), "{dom}");
+
+    let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join("test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    for (name, size) in [("patch-desktop", "1280,1600"), ("patch-phone", "390,1400")] {
+        let png = artifacts.join(format!("{name}.png"));
+        let _ = std::fs::remove_file(&png);
+        chromium_run(
+            &browser,
+            &[
+                format!("--screenshot={}", png.display()),
+                format!("--window-size={size}"),
+            ],
+            &url,
+        );
+        let bytes = std::fs::read(&png).unwrap();
+        assert!(
+            bytes.starts_with(b"\x89PNG") && bytes.len() > 5_000,
+            "{}",
+            png.display()
         );
     }
 }
