@@ -8,6 +8,28 @@
 //! shells out to `git` for fetch and push. See `docs/data-model.md` for the
 //! on-disk format.
 //!
+//! # Reading issues (server, web UI)
+//!
+//! ```no_run
+//! use git_collab::state::{self, IssueState, IssueStatus};
+//!
+//! let repo = git2::Repository::open("/srv/repos/demo.git")?; // bare is fine
+//! let (ref_name, full_id) = state::resolve_issue_ref(&repo, "4f2a")?; // 4+ hex
+//! let issue = IssueState::from_ref(&repo, &ref_name, &full_id)?;
+//! assert!(issue.status == IssueStatus::Open || issue.status == IssueStatus::Closed);
+//! for issue in state::list_issues(&repo)? {
+//!     println!("{} {} {:?}", &issue.id[..8], issue.title, issue.labels);
+//! }
+//! // Every dropped event and invalid issue, for auditing:
+//! let report = git_collab::verify::verify(&repo)?;
+//! # Ok::<(), git_collab::Error>(())
+//! ```
+//!
+//! Replay is a pure function of an issue ref's tip and the allowlist
+//! (`$GIT_DIR/collab/trusted_keys`), so a materialized [`state::IssueState`]
+//! may be cached by tip id; `list_issues` already does so on disk
+//! ([`cache`]).
+//!
 //! # Layout
 //!
 //! - [`error`]: the library's [`Error`] enum.
