@@ -1,7 +1,7 @@
 //! `git_collab`: the collab record kept in git, shared by the `git-collab`
 //! CLI and the `git-collab-server`.
 //!
-//! Issues (and later patches) are DAGs of signed event commits under
+//! Issues and patches are DAGs of signed event commits under
 //! `refs/collab/*`; everything shown about them is derived by replaying
 //! those DAGs ([`state::list_issues`], [`state::IssueState::from_ref`]).
 //! The library never listens on the network and uses no async runtime; it
@@ -29,6 +29,22 @@
 //! (`$GIT_DIR/collab/trusted_keys`), so a materialized [`state::IssueState`]
 //! may be cached by tip id; `list_issues` already does so on disk
 //! ([`cache`]).
+//!
+//! # Reading patches
+//!
+//! ```no_run
+//! use git_collab::{diff, patch};
+//!
+//! let repo = git2::Repository::open("/srv/repos/demo.git")?;
+//! for p in patch::list_patches(&repo)? {
+//!     println!("{} {} ({} revisions)", &p.id[..8], p.title, p.revisions.len());
+//! }
+//! let p = patch::PatchState::load(&repo, "9c1e")?; // revisions, reviews, timeline
+//! let latest = diff::revision_diff(&repo, &p, None)?; // against its base
+//! let since_first = diff::interdiff(&repo, &p, 1, p.latest().n)?; // rebase left out
+//! print!("{}{}", latest.diff.text, since_first.diff.text);
+//! # Ok::<(), git_collab::Error>(())
+//! ```
 //!
 //! # Layout
 //!
