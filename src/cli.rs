@@ -2,6 +2,7 @@
 //! command is run by `main.rs`. `IssueCmd` is a plain enum so later
 //! subcommands are one variant each; `claim`, `unclaim`, `renew` and
 //! `claims` talk to the server (`git_collab::lease`).
+//! `PatchCmd` is run by `patch_cmd.rs`.
 
 use clap::{Args, Parser, Subcommand};
 
@@ -33,6 +34,11 @@ pub enum Command {
     Issue {
         #[command(subcommand)]
         cmd: IssueCmd,
+    },
+    /// Propose, review and merge patches (Gerrit-style revisions and votes).
+    Patch {
+        #[command(subcommand)]
+        cmd: PatchCmd,
     },
     /// Fetch the remote's refs/collab/*, join diverged histories, push back.
     Sync {
@@ -224,6 +230,149 @@ pub struct RemoteFlag {
     /// The git remote (an ssh URL) of the server.
     #[arg(long, default_value = "origin")]
     pub remote: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PatchCmd {
+    /// Propose a commit (and its history since the base) for a base branch.
+    Create {
+        /// The branch the patch targets (default: the remote's default
+        /// branch, else init.defaultBranch, else main).
+        #[arg(long)]
+        base: Option<String>,
+        /// The commit to propose.
+        #[arg(long, default_value = "HEAD")]
+        head: String,
+        /// One-line title (default: the head commit's subject).
+        #[arg(short, long)]
+        title: Option<String>,
+        /// Description (`-` reads it from stdin; default: the head commit's body).
+        #[arg(short, long)]
+        body: Option<String>,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// List patches (open ones unless --all).
+    List {
+        /// Open, merged and closed patches.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Show a patch: revisions, votes, comments and its timeline.
+    Show {
+        /// Patch id or unique prefix (4+ hex digits).
+        id: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Push a new revision.
+    Revise {
+        /// Patch id or unique prefix.
+        id: String,
+        /// The commit the patch now proposes.
+        #[arg(long, default_value = "HEAD")]
+        head: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Print a revision's diff against its base.
+    Diff {
+        /// Patch id or unique prefix.
+        id: String,
+        /// Revision number (default: the latest).
+        #[arg(long)]
+        rev: Option<u32>,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Print what changed from revision A to revision B, leaving out what a
+    /// rebase onto a newer base brought in.
+    Interdiff {
+        /// Patch id or unique prefix.
+        id: String,
+        /// The older revision number.
+        from: u32,
+        /// The newer revision number.
+        to: u32,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Vote on a revision; a later vote of yours on it replaces this one.
+    Review {
+        /// Patch id or unique prefix.
+        id: String,
+        #[command(flatten)]
+        verdict: VerdictFlags,
+        /// What you have to say (`-` reads it from stdin).
+        #[arg(short, long = "message", default_value = "")]
+        message: String,
+        /// Revision number (default: the latest).
+        #[arg(long)]
+        rev: Option<u32>,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Comment on a patch, or inline on a file of a revision.
+    Comment {
+        /// Patch id or unique prefix.
+        id: String,
+        /// The comment (`-` reads it from stdin).
+        #[arg(short, long = "message")]
+        message: String,
+        /// A file of the revision (inline comment).
+        #[arg(long)]
+        path: Option<String>,
+        /// A line of that file (1-based).
+        #[arg(long, requires = "path")]
+        line: Option<u32>,
+        /// Revision number (default: the latest when --path is given).
+        #[arg(long)]
+        rev: Option<u32>,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Check a revision out on the local branch patch/<id>.
+    Checkout {
+        /// Patch id or unique prefix.
+        id: String,
+        /// Revision number (default: the latest).
+        #[arg(long)]
+        rev: Option<u32>,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Close a patch without merging it.
+    Close {
+        /// Patch id or unique prefix.
+        id: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Merge the latest revision into the local base branch (fast-forward,
+    /// else a merge commit) and record it; push the branch yourself.
+    Merge {
+        /// Patch id or unique prefix.
+        id: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+}
+
+/// Exactly one review verdict.
+#[derive(Debug, Clone, Copy, Args)]
+#[group(required = true, multiple = false)]
+pub struct VerdictFlags {
+    /// Approve the revision.
+    #[arg(long)]
+    pub approve: bool,
+    /// Ask for changes.
+    #[arg(long)]
+    pub request_changes: bool,
+    /// Neither: a review comment.
+    #[arg(long)]
+    pub comment: bool,
 }
 
 /// `--json`: print one JSON document instead of text.

@@ -52,6 +52,18 @@ pub enum Action {
     IssueClose(IssueClose),
     #[serde(rename = "issue.reopen")]
     IssueReopen,
+    #[serde(rename = "patch.open")]
+    PatchOpen(PatchOpen),
+    #[serde(rename = "patch.revise")]
+    PatchRevise(PatchRevise),
+    #[serde(rename = "patch.review")]
+    PatchReview(PatchReview),
+    #[serde(rename = "patch.comment")]
+    PatchComment(PatchComment),
+    #[serde(rename = "patch.close")]
+    PatchClose,
+    #[serde(rename = "patch.merge")]
+    PatchMerge(PatchMerge),
     /// A `type` this version does not know (written by a newer client).
     #[serde(other)]
     Unknown,
@@ -96,6 +108,87 @@ pub struct IssueClose {
     pub reason: Option<String>,
 }
 
+/// The root event of a patch DAG; it is also revision 1.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PatchOpen {
+    pub title: String,
+    pub body: String,
+    /// The branch name the patch proposes to change (`main`).
+    pub base: String,
+    /// Revision 1's head commit (40 hex).
+    pub head: String,
+    /// The base-branch commit the revision starts from (the merge base of
+    /// `head` and the base branch when it was made). Recorded so that diffs
+    /// stay the same after the base moves or the patch is merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_commit: Option<String>,
+    /// Random hex, as in [`IssueOpen::nonce`].
+    pub nonce: String,
+}
+
+/// A new revision: the patch now proposes `head`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PatchRevise {
+    pub head: String,
+    /// As in [`PatchOpen::base_commit`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_commit: Option<String>,
+}
+
+/// A reviewer's vote on one revision. A later vote by the same key on the
+/// same revision replaces the earlier one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PatchReview {
+    /// The revision voted on, by the id of the event that made it (the
+    /// patch id for revision 1): revision numbers can shift when
+    /// concurrent revisions meet, event ids cannot.
+    pub revision: String,
+    pub verdict: Verdict,
+    pub body: String,
+}
+
+/// A review verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Approve,
+    RequestChanges,
+    Comment,
+}
+
+impl Verdict {
+    /// The wire name (`approve`, `request_changes`, `comment`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Approve => "approve",
+            Verdict::RequestChanges => "request_changes",
+            Verdict::Comment => "comment",
+        }
+    }
+}
+
+/// A comment on a patch; with `path` (and `line`) it is an inline comment
+/// on a revision's file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PatchComment {
+    pub body: String,
+    /// The revision commented on, by event id (see [`PatchReview::revision`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// 1-based line in the revision's version of `path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+}
+
+/// The patch landed on its base branch in `commit` (the commit of the base
+/// branch that brought it in).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PatchMerge {
+    pub commit: String,
+}
+
 impl Action {
     /// The wire name of this event type (`issue.open`, ...).
     pub fn kind(&self) -> &'static str {
@@ -106,6 +199,12 @@ impl Action {
             Action::IssueLabel(_) => "issue.label",
             Action::IssueClose(_) => "issue.close",
             Action::IssueReopen => "issue.reopen",
+            Action::PatchOpen(_) => "patch.open",
+            Action::PatchRevise(_) => "patch.revise",
+            Action::PatchReview(_) => "patch.review",
+            Action::PatchComment(_) => "patch.comment",
+            Action::PatchClose => "patch.close",
+            Action::PatchMerge(_) => "patch.merge",
             Action::Unknown => "unknown",
         }
     }
@@ -274,9 +373,52 @@ mod tests {
 
     #[test]
     fn unknown_types_decode_as_unknown() {
-        let bytes = br#"{"at":"2026-01-02T03:04:05.000Z","author":{"key":"k","name":"n"},"head":"abc","type":"patch.revise"}"#;
+        let bytes = br#"{"at":"2026-01-02T03:04:05.000Z","author":{"key":"k","name":"n"},"head":"abc","type":"future.thing"}"#;
         let ev = Event::from_canonical_json(bytes).unwrap();
         assert_eq!(ev.action, Action::Unknown);
+    }
+
+    #[test]
+    fn patch_events_have_their_documented_wire_form() {
+        let review = Event::new(
+            author(),
+            at(),
+            Action::PatchReview(PatchReview {
+                revision: "ab".into(),
+                verdict: Verdict::RequestChanges,
+                body: "b".into(),
+            }),
+        );
+        let text = String::from_utf8(review.to_canonical_json()).unwrap();
+        assert!(
+            text.ends_with(
+                r#""body":"b","revision":"ab","type":"patch.review","verdict":"request_changes"}"#
+            ),
+            "{text}"
+        );
+        let comment = Event::new(
+            author(),
+            at(),
+            Action::PatchComment(PatchComment {
+                body: "c".into(),
+                revision: None,
+                path: Some("src/a.rs".into()),
+                line: Some(7),
+            }),
+        );
+        let text = String::from_utf8(comment.to_canonical_json()).unwrap();
+        assert!(
+            text.contains(r#""line":7,"path":"src/a.rs","type":"patch.comment""#),
+            "{text}"
+        );
+        assert!(!text.contains("revision"), "{text}");
+        for ev in [
+            review,
+            comment,
+            Event::new(author(), at(), Action::PatchClose),
+        ] {
+            assert_eq!(Event::from_canonical_json(&ev.to_canonical_json()), Ok(ev));
+        }
     }
 
     #[test]

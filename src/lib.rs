@@ -1,7 +1,7 @@
 //! `git_collab`: the collab record kept in git, shared by the `git-collab`
 //! CLI and the `git-collab-server`.
 //!
-//! Issues (and later patches) are DAGs of signed event commits under
+//! Issues and patches are DAGs of signed event commits under
 //! `refs/collab/*`; everything shown about them is derived by replaying
 //! those DAGs ([`state::list_issues`], [`state::IssueState::from_ref`]).
 //! The library never listens on the network and uses no async runtime; it
@@ -30,6 +30,22 @@
 //! may be cached by tip id; `list_issues` already does so on disk
 //! ([`cache`]).
 //!
+//! # Reading patches
+//!
+//! ```no_run
+//! use git_collab::{diff, patch};
+//!
+//! let repo = git2::Repository::open("/srv/repos/demo.git")?;
+//! for p in patch::list_patches(&repo)? {
+//!     println!("{} {} ({} revisions)", &p.id[..8], p.title, p.revisions.len());
+//! }
+//! let p = patch::PatchState::load(&repo, "9c1e")?; // revisions, reviews, timeline
+//! let latest = diff::revision_diff(&repo, &p, None)?; // against its base
+//! let since_first = diff::interdiff(&repo, &p, 1, p.latest().n)?; // rebase left out
+//! print!("{}{}", latest.diff.text, since_first.diff.text);
+//! # Ok::<(), git_collab::Error>(())
+//! ```
+//!
 //! # Layout
 //!
 //! - [`error`]: the library's [`Error`] enum.
@@ -41,22 +57,30 @@
 //! - [`state`]: replay, `IssueState`, `resolve_issue_ref`, `list_issues`.
 //! - [`cache`]: the disk cache of replayed issues used by `list_issues`.
 //! - [`issue`]: the issue operations (open, comment, edit, label, close, reopen).
+//! - [`patch`]: patch state (revisions, reviews, comments) and operations.
+//! - [`timeline`]: a patch's events as one ordered stream.
+//! - [`diff`]: a revision against its base, and interdiffs of revisions.
+//! - [`merge_scan`]: finds patches merged by plain git; run at sync.
 //! - [`sync`]: fetch, join and push `refs/collab/*` through a git remote.
 //! - [`verify`]: report every dropped event and invalid issue.
 //! - [`remote_ssh`]: run a server exec verb through the user's `ssh`.
 //! - [`lease`]: the client side of `collab-lease` (issue claims).
 
 pub mod cache;
+pub mod diff;
 pub mod error;
 pub mod event;
 pub mod issue;
 pub mod lease;
+pub mod merge_scan;
+pub mod patch;
 pub mod refs;
 pub mod remote_ssh;
 pub mod sign;
 pub mod state;
 pub mod store;
 pub mod sync;
+pub mod timeline;
 pub mod trust;
 pub mod verify;
 

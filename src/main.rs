@@ -5,6 +5,7 @@
 //! (4 = the issue is claimed by someone else).
 
 mod cli;
+mod patch_cmd;
 
 use std::io::{IsTerminal, Read};
 use std::process::ExitCode;
@@ -21,6 +22,12 @@ use git_collab::state::{self, IssueState, IssueStatus};
 use git_collab::{refs, sign, sync, trust, verify};
 
 fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`git-collab patch diff ID | head`), as
+    // git does, instead of panicking in `println!`.
+    // SAFETY: resetting a signal disposition before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
@@ -61,9 +68,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Key { cmd } => key(cmd),
         Command::Trust { cmd } => trust_cmd(&open_repo()?, cmd),
         Command::Issue { cmd } => issue_cmd(&open_repo()?, cmd),
+        Command::Patch { cmd } => patch_cmd::run(&open_repo()?, cmd),
         Command::Sync { remote } => {
             let repo = open_repo()?;
-            let report = sync::sync(&repo, &remote)?;
+            // The merge scan records merges with the signing key, if any.
+            let who = Identity::load(&repo.config()?).ok();
+            let report = sync::sync_as(&repo, &remote, who.as_ref())?;
             println!(
                 "synced with {remote}: {} new, {} fast-forwarded, {} merged{}",
                 report.created.len(),
@@ -77,6 +87,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             for name in &report.diverged {
                 eprintln!("warning: {name} diverged from {remote} and was left as it is");
+            }
+            for m in &report.patches_merged {
+                println!(
+                    "patch {} merged in {} (found on {})",
+                    short_id(&m.patch),
+                    short_id(&m.commit),
+                    m.branch
+                );
+            }
+            for m in &report.merges_unrecorded {
+                eprintln!(
+                    "warning: patch {} is merged in {} but no trusted signing key is set up to record it",
+                    short_id(&m.patch),
+                    short_id(&m.commit)
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

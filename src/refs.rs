@@ -17,6 +17,63 @@ pub const COLLAB_GLOB: &str = "refs/collab/*";
 /// `refs/collab/*` never pushes them back and replay never lists them.
 pub const TRACKING_ROOT: &str = "refs/collab-remotes/";
 
+/// Patch revision pins: `refs/collab/revisions/<patch id>/<n>`.
+pub const REVISIONS_PREFIX: &str = "refs/collab/revisions/";
+/// Glob matching every patch ref.
+pub const PATCHES_GLOB: &str = "refs/collab/patches/*";
+/// Local branches made by `git-collab patch checkout` live under
+/// `refs/heads/patch/`.
+pub const PATCH_BRANCH_PREFIX: &str = "patch/";
+
+/// The ref holding the DAG of patch `full_id`.
+pub fn patch_ref(full_id: &str) -> String {
+    format!("{PATCHES_PREFIX}{full_id}")
+}
+
+/// The patch id of a patch ref, if `name` is one.
+pub fn patch_id_of(name: &str) -> Option<&str> {
+    let id = name.strip_prefix(PATCHES_PREFIX)?;
+    is_full_hex_id(id).then_some(id)
+}
+
+/// The pin keeping revision `n` of patch `patch_id` reachable.
+pub fn revision_ref(patch_id: &str, n: u32) -> String {
+    format!("{REVISIONS_PREFIX}{patch_id}/{n}")
+}
+
+/// Glob matching every revision pin of `patch_id`.
+pub fn revisions_glob(patch_id: &str) -> String {
+    format!("{REVISIONS_PREFIX}{patch_id}/*")
+}
+
+/// `(patch id, n)` of a revision pin, if `name` is one.
+pub fn revision_of(name: &str) -> Option<(&str, u32)> {
+    let (id, n) = name.strip_prefix(REVISIONS_PREFIX)?.split_once('/')?;
+    let n: u32 = n.parse().ok().filter(|n| *n > 0)?;
+    is_full_hex_id(id).then_some((id, n))
+}
+
+/// A local branch, `refs/heads/<branch>`.
+pub fn branch_ref(branch: &str) -> String {
+    format!("refs/heads/{branch}")
+}
+
+/// The remote-tracking branch `refs/remotes/<remote>/<branch>`.
+pub fn remote_branch_ref(remote: &str, branch: &str) -> String {
+    format!("refs/remotes/{remote}/{branch}")
+}
+
+/// The fetch refspec sync uses to update the remote's branches (as a plain
+/// `git fetch <remote>` does), so the merge scan sees merges made there.
+pub fn remote_branches_refspec(remote: &str) -> String {
+    format!("+refs/heads/*:refs/remotes/{remote}/*")
+}
+
+/// The local branch `git-collab patch checkout` makes for a patch.
+pub fn patch_branch(short_id: &str) -> String {
+    format!("{PATCH_BRANCH_PREFIX}{short_id}")
+}
+
 /// The ref holding the DAG of issue `full_id`.
 pub fn issue_ref(full_id: &str) -> String {
     format!("{ISSUES_PREFIX}{full_id}")
@@ -93,6 +150,17 @@ mod tests {
             tracking_refspec("origin"),
             "+refs/collab/*:refs/collab-remotes/origin/*"
         );
+    }
+
+    #[test]
+    fn patch_and_revision_refs_round_trip() {
+        assert_eq!(patch_id_of(&patch_ref(ID)), Some(ID));
+        assert_eq!(patch_id_of(&issue_ref(ID)), None);
+        assert_eq!(revision_of(&revision_ref(ID, 12)), Some((ID, 12)));
+        assert_eq!(revision_of(&format!("{REVISIONS_PREFIX}{ID}/0")), None);
+        assert_eq!(revision_of(&format!("{REVISIONS_PREFIX}{ID}/x")), None);
+        assert_eq!(revision_of(&format!("{REVISIONS_PREFIX}abc/1")), None);
+        assert!(revision_ref(ID, 3).starts_with(&revisions_glob(ID).replace('*', "")));
     }
 
     #[test]

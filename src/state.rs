@@ -352,9 +352,108 @@ impl<'a> Checker<'a> {
 }
 
 /// A verified event, ready to apply.
-struct Verified {
-    oid: Oid,
-    event: Event,
+#[derive(Clone, Debug)]
+pub struct Verified {
+    /// The event commit's id.
+    pub oid: Oid,
+    pub event: Event,
+}
+
+impl Verified {
+    /// Reports this event as dropped because it does not belong where it
+    /// is (`why` says where that is).
+    pub fn misplaced(&self, why: &str) -> DroppedEvent {
+        misplaced_event(self, why)
+    }
+}
+
+/// The verified events of one DAG in replay order, for folds of object
+/// types other than issues (see `patch::PatchState`).
+#[derive(Debug)]
+pub struct OrderedEvents {
+    /// The root event, or why the DAG has no usable root.
+    pub root: Result<Verified, String>,
+    /// Every other verified event descended from the root, in replay order.
+    pub events: Vec<Verified>,
+    /// Events dropped by verification or for not descending from the root.
+    pub dropped: Vec<DroppedEvent>,
+}
+
+/// Verifies the commits of one DAG and puts the valid ones in replay order
+/// (topological; concurrent events by `(at, commit id)`), exactly as
+/// [`replay`] does for issues, without interpreting any event.
+pub fn ordered_events(root_id: &str, dag: &[DagCommit], checker: &mut Checker) -> OrderedEvents {
+    let mut dropped = Vec::new();
+    let index: HashMap<Oid, usize> = dag.iter().enumerate().map(|(i, c)| (c.oid, i)).collect();
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); dag.len()];
+    let mut waiting: Vec<usize> = vec![0; dag.len()];
+    for (i, c) in dag.iter().enumerate() {
+        for p in &c.parents {
+            if let Some(&pi) = index.get(p) {
+                children[pi].push(i);
+                waiting[i] += 1;
+            }
+        }
+    }
+    let mut verified: Vec<Option<Verified>> = dag
+        .iter()
+        .map(|c| {
+            check(c, checker)
+                .map_err(|d| dropped.push(d))
+                .ok()
+                .flatten()
+        })
+        .collect();
+    let key = |verified: &[Option<Verified>], i: usize| -> ReadyKey {
+        match &verified[i] {
+            Some(v) => Reverse((1, v.event.at, v.oid)),
+            None => Reverse((0, DateTime::<Utc>::MIN_UTC, dag[i].oid)),
+        }
+    };
+    let mut ready: BinaryHeap<(ReadyKey, usize)> = (0..dag.len())
+        .filter(|&i| waiting[i] == 0)
+        .map(|i| (key(&verified, i), i))
+        .collect();
+    let mut rooted = vec![false; dag.len()];
+    let mut root: Option<Result<Verified, String>> = None;
+    let mut events = Vec::new();
+    while let Some((_, i)) = ready.pop() {
+        let commit = &dag[i];
+        let is_root = commit.oid.to_string() == root_id;
+        rooted[i] = is_root
+            || commit
+                .parents
+                .iter()
+                .any(|p| index.get(p).is_some_and(|&pi| rooted[pi]));
+        for &child in &children[i] {
+            waiting[child] -= 1;
+            if waiting[child] == 0 {
+                ready.push((key(&verified, child), child));
+            }
+        }
+        let Some(v) = verified[i].take() else {
+            if is_root {
+                root = Some(Err(dropped
+                    .iter()
+                    .find(|d: &&DroppedEvent| d.commit == root_id)
+                    .map(|d| format!("root event dropped: {}", d.detail))
+                    .unwrap_or_else(|| "root commit holds no event".into())));
+            }
+            continue;
+        };
+        if is_root {
+            root = Some(Ok(v));
+        } else if rooted[i] {
+            events.push(v);
+        } else {
+            dropped.push(v.misplaced("not descended from the root"));
+        }
+    }
+    OrderedEvents {
+        root: root.unwrap_or_else(|| Err(format!("root commit {root_id} is not in the DAG"))),
+        events,
+        dropped,
+    }
 }
 
 /// Orders ready commits: commits that apply nothing (merges, dropped

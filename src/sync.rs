@@ -5,6 +5,13 @@
 //! merge commit; finally `refs/collab/*` is pushed back, never forced. If
 //! the remote moved in between (push rejected), the whole round is retried
 //! once.
+//!
+//! Patches ride along: the fetch also updates the remote's branches
+//! (`refs/remotes/<remote>/*`, as `git fetch` does); revision pins
+//! (`refs/collab/revisions/...`) are create-only, so a pin that differs
+//! from the remote's takes the remote's value and `patch::pin_revisions`
+//! re-pins any revision head left without one; then the merge scan records
+//! patches merged by plain git (when a signing key is at hand).
 
 use std::path::Path;
 use std::process::Command;
@@ -12,6 +19,9 @@ use std::process::Command;
 use git2::{Oid, Repository};
 
 use crate::error::{Error, Result};
+use crate::issue::Identity;
+use crate::merge_scan::{self, FoundMerge};
+use crate::patch;
 use crate::refs;
 use crate::store;
 
@@ -29,10 +39,26 @@ pub struct SyncReport {
     /// True if the first push was rejected because the remote moved, and
     /// the round was run again.
     pub retried: bool,
+    /// Revision pins that differed from the remote's and took its value.
+    pub repinned: Vec<String>,
+    /// Revision pins created for revision heads that had none.
+    pub pinned: Vec<String>,
+    /// Patches the merge scan found merged and recorded (`patch.merge`).
+    pub patches_merged: Vec<FoundMerge>,
+    /// Patches found merged but not recorded: no (trusted) signing key.
+    pub merges_unrecorded: Vec<FoundMerge>,
 }
 
 /// Syncs the collab refs of `repo` with `remote` (a configured remote name).
+/// Merges found by the merge scan are reported but not recorded; see
+/// [`sync_as`].
 pub fn sync(repo: &Repository, remote: &str) -> Result<SyncReport> {
+    sync_as(repo, remote, None)
+}
+
+/// [`sync`], recording the merges the merge scan finds as `patch.merge`
+/// events signed by `who` (when given) before pushing.
+pub fn sync_as(repo: &Repository, remote: &str, who: Option<&Identity>) -> Result<SyncReport> {
     if remote.is_empty() || remote.starts_with('-') || remote.contains(['/', '\\', ' ', '*']) {
         return Err(Error::Sync(format!("invalid remote name '{remote}'")));
     }
@@ -44,6 +70,11 @@ pub fn sync(repo: &Repository, remote: &str) -> Result<SyncReport> {
     for attempt in 0..2 {
         fetch(repo.path(), remote)?;
         integrate(repo, remote, &mut report)?;
+        report.pinned.extend(patch::pin_revisions(repo)?);
+        let found = merge_scan::scan(repo, Some(remote))?;
+        let (recorded, unrecorded) = merge_scan::record(repo, who, found)?;
+        report.patches_merged.extend(recorded);
+        report.merges_unrecorded = unrecorded;
         if !has_collab_refs(repo)? {
             // Nothing here and nothing there: `git push` would fail on a
             // refspec that matches no ref.
@@ -81,6 +112,7 @@ fn fetch(git_dir: &Path, remote: &str) -> Result<()> {
             remote,
         ])
         .arg(refs::tracking_refspec(remote))
+        .arg(refs::remote_branches_refspec(remote))
         .output()
         .map_err(|e| Error::Sync(format!("cannot run git: {e}")))?;
     if !out.status.success() {
@@ -111,6 +143,12 @@ fn integrate(repo: &Repository, remote: &str, report: &mut SyncReport) -> Result
             None => {
                 store::compare_and_swap(repo, &local, None, theirs, "sync: create")?;
                 report.created.push(local);
+            }
+            // Revision pins never move: the remote's stands, and a head of
+            // ours left unpinned is pinned anew by `patch::pin_revisions`.
+            Some(ours) if ours != theirs && refs::revision_of(&local).is_some() => {
+                store::compare_and_swap(repo, &local, Some(ours), theirs, "sync: remote pin")?;
+                report.repinned.push(local);
             }
             Some(ours) if ours == theirs || repo.graph_descendant_of(ours, theirs)? => {}
             Some(ours) if repo.graph_descendant_of(theirs, ours)? => {

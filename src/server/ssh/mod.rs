@@ -82,7 +82,10 @@ pub async fn serve(
                 let disconnecting = disconnecting.clone();
                 sessions.spawn(async move {
                     let session = match russh::server::run_stream(config, socket, handler).await {
-                        Ok(s) => s,
+                        Ok(s) => {
+                            crate::metrics::ssh_session_opened();
+                            s
+                        }
                         Err(e) => {
                             tracing::debug!("ssh handshake with {peer}: {e:#}");
                             return;

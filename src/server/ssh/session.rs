@@ -278,7 +278,9 @@ pub async fn run_exec(ctx: ExecContext, channel: Channel<Msg>, raw: Vec<u8>) {
         repo = command.repo().unwrap_or(""),
         "exec"
     );
+    let verb = command.verb();
     dispatch(ctx, channel, command).await;
+    crate::metrics::verb_finished(verb, "completed");
 }
 
 async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand) {

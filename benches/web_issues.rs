@@ -1,0 +1,400 @@
+//! Benchmark: the web issues page of a repository with many issues.
+//!
+//! Builds a bare repository with `BENCH_ISSUES` issues (default 10,000) of
+//! `BENCH_EVENTS` events each (default 10), written through the `store` API
+//! into one pack with packed refs (as `benches/issue_list.rs` does), inside
+//! the state directory of a real `git-collab-server` (release build), made
+//! public. Then times, against `git for-each-ref refs/collab/issues` on the
+//! same repository:
+//! - `GET /big/-/issues` cold: a fresh server process and no replay cache
+//!   on disk (every event verified and replayed);
+//! - the same after a restart, with the library's disk cache present;
+//! - warm: the server's in-memory snapshot (no issue ref moved);
+//! - warm, a page in the middle of the list, and one issue page;
+//! - after one new event on one issue (one issue replayed again).
+//!
+//! Each request is timed from connect to the last byte of the answer
+//! (HTTP/1.0 over loopback). Prints a markdown table; with
+//! `GIT_COLLAB_BENCH_DOCS=docs/benchmarks.md` it also replaces that file's
+//! "## Web issues page" section. Run: `cargo bench --bench web_issues`.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::{TimeZone, Utc};
+use git2::Repository;
+use git_collab::event::{Action, Author, Event, IssueClose, IssueComment, IssueLabel, IssueOpen};
+use git_collab::sign::SigningKey;
+use git_collab::{cache, refs, store};
+
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn median(mut runs: Vec<Duration>) -> Duration {
+    runs.sort();
+    runs[runs.len() / 2]
+}
+
+fn fmt(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1000.0;
+    if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1000.0)
+    } else {
+        format!("{ms:.1} ms")
+    }
+}
+
+/// `issues` issues of `events` events, one pack (same shape as the
+/// `issue_list` benchmark). Returns the author for later events.
+fn build(repo: &Repository, key: &SigningKey, issues: usize, events: usize) -> Author {
+    let author = Author {
+        name: "bench".into(),
+        key: key.public_key_line(),
+    };
+    let odb = repo.odb().unwrap();
+    let mempack = odb.add_new_mempack_backend(1000).unwrap();
+    let base = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+    for i in 0..issues {
+        let at = |k: usize| base + chrono::Duration::seconds((i * events + k) as i64);
+        let open = Event::new(
+            author.clone(),
+            at(0),
+            Action::IssueOpen(IssueOpen {
+                title: format!("Issue number {i}"),
+                body: format!("Body of issue {i}.\n\nSome more text to make it realistic."),
+                labels: vec!["bench".into()],
+                nonce: format!("{i:032x}"),
+            }),
+        );
+        let root = store::write_event_commit(repo, &[], &open, key).unwrap();
+        let mut tip = root;
+        for k in 1..events {
+            let action = if k == events - 1 && i % 2 == 0 {
+                Action::IssueClose(IssueClose { reason: None })
+            } else if k % 3 == 0 {
+                Action::IssueLabel(IssueLabel {
+                    add: vec![format!("l{k}")],
+                    remove: vec![],
+                })
+            } else {
+                Action::IssueComment(IssueComment {
+                    body: format!("Comment {k} on issue {i}."),
+                })
+            };
+            let event = Event::new(author.clone(), at(k), action);
+            tip = store::write_event_commit(repo, &[tip], &event, key).unwrap();
+        }
+        store::compare_and_swap(
+            repo,
+            &refs::issue_ref(&root.to_string()),
+            None,
+            tip,
+            "bench",
+        )
+        .unwrap();
+    }
+    let mut buf = git2::Buf::new();
+    mempack.dump(repo, &mut buf).unwrap();
+    let mut writer = odb.packwriter().unwrap();
+    writer.write_all(&buf).unwrap();
+    writer.commit().unwrap();
+    mempack.reset().unwrap();
+    author
+}
+
+fn git(git_dir: &Path, args: &[&str]) -> std::process::Output {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A running `git-collab-server` on ephemeral loopback ports.
+struct Server {
+    child: Child,
+    http: SocketAddr,
+}
+
+impl Server {
+    fn start(state_dir: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_git-collab-server"))
+            .arg("--state-dir")
+            .arg(state_dir)
+            .args([
+                "--ssh-listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--log-level", "warn", "serve"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start git-collab-server");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let http = loop {
+            let line = lines
+                .next()
+                .expect("the server exited before listening")
+                .unwrap();
+            if let Some(rest) = line.strip_prefix("listening ") {
+                let http = rest.split_whitespace().nth(1).unwrap();
+                break http.trim_start_matches("http=").parse().unwrap();
+            }
+        };
+        // Keep draining stderr so the server never blocks on it; warnings
+        // and errors (the log level) are worth seeing.
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                eprintln!("server: {line}");
+            }
+        });
+        Server { child, http }
+    }
+
+    /// `GET path`: (status, body, time from connect to the last byte).
+    fn get(&self, path: &str) -> (u16, String, Duration) {
+        let start = Instant::now();
+        let mut stream = std::net::TcpStream::connect(self.http).unwrap();
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: bench\r\n\r\n").unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).unwrap();
+        let elapsed = start.elapsed();
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body, elapsed)
+    }
+
+    /// `get`, asserting a 200 whose body contains `needle`.
+    fn page(&self, path: &str, needle: &str) -> Duration {
+        let (status, body, elapsed) = self.get(path);
+        assert_eq!(status, 200, "GET {path}: {body}");
+        assert!(body.contains(needle), "GET {path} lacks {needle:?}");
+        elapsed
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn main() {
+    let issues = env_count("BENCH_ISSUES", 10_000);
+    let events = env_count("BENCH_EVENTS", 10).max(1);
+    let runs = env_count("BENCH_RUNS", 3).max(1);
+    let tmp = tempfile::tempdir().unwrap();
+    let state_dir = tmp.path().join("state");
+    let git_dir: PathBuf = state_dir.join("repos").join("big.git");
+    std::fs::create_dir_all(&git_dir).unwrap();
+    let key = SigningKey::generate(&tmp.path().join("key"), "bench", false).unwrap();
+    let repo = Repository::init_bare(&git_dir).unwrap();
+    std::fs::write(git_dir.join("collab-policy.toml"), "public = true\n").unwrap();
+
+    eprintln!("building {issues} issues x {events} events ...");
+    let start = Instant::now();
+    let author = build(&repo, &key, issues, events);
+    git(&git_dir, &["pack-refs", "--all"]);
+    // A fresh handle: the build's in-memory object backend must not catch
+    // the events written later.
+    drop(repo);
+    let repo = Repository::open(&git_dir).unwrap();
+    eprintln!("built in {}", fmt(start.elapsed()));
+
+    let mut times = Vec::new();
+    for _ in 0..runs.max(5) {
+        let start = Instant::now();
+        let out = git(&git_dir, &["for-each-ref", refs::ISSUES_GLOB]);
+        times.push(start.elapsed());
+        assert_eq!(out.stdout.iter().filter(|&&b| b == b'\n').count(), issues);
+    }
+    let t_refs = median(times);
+
+    let cache_file = cache::cache_path(&repo);
+    let open_count = format!("{} open", issues - issues.div_ceil(2));
+    let list = "/big/-/issues";
+
+    // Cold: new process, no disk cache.
+    let mut cold = Vec::new();
+    for _ in 0..runs {
+        let _ = std::fs::remove_file(&cache_file);
+        let server = Server::start(&state_dir);
+        cold.push(server.page(list, &open_count));
+    }
+    let t_cold = median(cold);
+    assert!(cache_file.exists(), "the page wrote the disk cache");
+
+    // Restarted: new process, disk cache present.
+    let mut restarted = Vec::new();
+    for _ in 0..runs {
+        let server = Server::start(&state_dir);
+        restarted.push(server.page(list, &open_count));
+    }
+    let t_restart = median(restarted);
+
+    // Warm: one process, nothing changed between requests.
+    let server = Server::start(&state_dir);
+    server.page(list, &open_count);
+    let warm_runs = runs.max(20);
+    let t_warm = median(
+        (0..warm_runs)
+            .map(|_| server.page(list, &open_count))
+            .collect(),
+    );
+    // A page in the middle of the whole list (page 100 of 200 for 10,000).
+    let middle = (issues / 50 / 2).max(1);
+    let t_middle = median(
+        (0..warm_runs)
+            .map(|_| {
+                server.page(
+                    &format!("{list}?state=all&page={middle}"),
+                    &format!("page {middle}"),
+                )
+            })
+            .collect(),
+    );
+    let one_ref = git(
+        &git_dir,
+        &[
+            "for-each-ref",
+            "--count=1",
+            "--format=%(refname)",
+            refs::ISSUES_GLOB,
+        ],
+    );
+    let one_ref = String::from_utf8(one_ref.stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    let one_id = refs::issue_id_of(&one_ref).unwrap().to_string();
+    let detail = format!("{list}/{}", &one_id[..8]);
+    let t_detail = median(
+        (0..warm_runs)
+            .map(|_| server.page(&detail, "Body of issue"))
+            .collect(),
+    );
+
+    // One new event on one issue: that issue alone is replayed again.
+    let mut after_event = Vec::new();
+    for n in 0..runs {
+        let event = Event::new(
+            author.clone(),
+            Utc::now(),
+            Action::IssueComment(IssueComment {
+                body: format!("A new comment {n}."),
+            }),
+        );
+        store::append_event(&repo, &one_ref, &event, &key).unwrap();
+        after_event.push(server.page(list, &open_count));
+    }
+    let t_after_event = median(after_event);
+    drop(server);
+
+    let per = |d: Duration| format!("{:.1} µs", d.as_secs_f64() * 1e6 / issues as f64);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let ratio = |d: Duration| format!("{:.1}x", d.as_secs_f64() / t_refs.as_secs_f64());
+    let table = format!(
+        "{issues} issues x {events} events, one pack, packed refs, in a public repository of a \
+         running `git-collab-server` (release build); each page timed from connect to last byte \
+         over loopback HTTP/1.0; median of {runs} runs ({warm_runs} for warm pages, 5 for \
+         for-each-ref); {cpu}, {cores} cores available (shared with other jobs). The list shows \
+         50 issues a page; the \"vs\" column is the time over `git for-each-ref`'s.\n\n\
+         | operation | time | per issue | vs for-each-ref |\n\
+         |---|---:|---:|---:|\n\
+         | baseline: `git for-each-ref refs/collab/issues/*` | {} | {} | 1.0x |\n\
+         | issues page, cold: new server, no replay cache (every event verified) | {} | {} | {} |\n\
+         | issues page after a restart (library's disk cache present) | {} | {} | {} |\n\
+         | issues page, warm (in-memory snapshot, no ref moved) | {} | {} | {} |\n\
+         | issues page {middle} of all (`?state=all&page={middle}`), warm | {} | {} | {} |\n\
+         | issues page after one new event on one issue | {} | {} | {} |\n\
+         | one issue page (`/-/issues/<prefix>`), warm | {} | - | {} |\n",
+        fmt(t_refs),
+        per(t_refs),
+        fmt(t_cold),
+        per(t_cold),
+        ratio(t_cold),
+        fmt(t_restart),
+        per(t_restart),
+        ratio(t_restart),
+        fmt(t_warm),
+        per(t_warm),
+        ratio(t_warm),
+        fmt(t_middle),
+        per(t_middle),
+        ratio(t_middle),
+        fmt(t_after_event),
+        per(t_after_event),
+        ratio(t_after_event),
+        fmt(t_detail),
+        ratio(t_detail),
+    );
+    println!("{table}");
+
+    if let Ok(path) = std::env::var("GIT_COLLAB_BENCH_DOCS") {
+        write_section(Path::new(&path), &table);
+        eprintln!("wrote the \"## Web issues page\" section of {path}");
+    }
+}
+
+/// Replaces (or appends) the "## Web issues page" section of the markdown
+/// file.
+fn write_section(path: &Path, table: &str) {
+    const HEADING: &str = "## Web issues page";
+    let old = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".into());
+    let section = format!(
+        "{HEADING}\n\nMeasured by `benches/web_issues.rs` \
+         (`GIT_COLLAB_BENCH_DOCS=docs/benchmarks.md cargo bench --bench web_issues`).\n\n{table}"
+    );
+    let new = match old.find(HEADING) {
+        Some(start) => {
+            let after = start + HEADING.len();
+            let end = old[after..]
+                .find("\n## ")
+                .map(|i| after + i + 1)
+                .unwrap_or(old.len());
+            format!("{}{section}\n{}", &old[..start], &old[end..])
+        }
+        None => format!(
+            "{}\n{section}",
+            old.trim_end_matches('\n').to_string() + "\n"
+        ),
+    };
+    std::fs::write(path, new.trim_end().to_string() + "\n").unwrap();
+}

@@ -1,0 +1,331 @@
+//! `git-collab patch ...`: runs the parsed `PatchCmd` (`cli.rs`) through
+//! the library (`git_collab::patch`, `diff`) and prints text or `--json`
+//! (shapes in docs/patches.md). Errors propagate to `main`, which prints
+//! one `error: ...` line.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use git2::Repository;
+use serde::Serialize;
+
+use crate::cli::{PatchCmd, VerdictFlags};
+use crate::{print_json, text_arg};
+use git_collab::diff;
+use git_collab::event::{Author, Verdict};
+use git_collab::issue::{short_id, Identity};
+use git_collab::patch::{self, MergeKind, NewPatch, PatchState, PatchStatus, Written};
+
+/// One row of `patch list --json`.
+#[derive(Serialize)]
+struct PatchSummary<'a> {
+    id: &'a str,
+    title: &'a str,
+    status: PatchStatus,
+    author: &'a Author,
+    base: &'a str,
+    /// Number of revisions.
+    revisions: usize,
+    /// The latest revision's head.
+    head: &'a str,
+    created_at: chrono::DateTime<chrono::Utc>,
+    updated_at: chrono::DateTime<chrono::Utc>,
+    /// Current votes on the latest revision.
+    approvals: usize,
+    changes_requested: usize,
+}
+
+#[derive(Serialize)]
+struct WrittenJson<'a> {
+    patch: &'a str,
+    event: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    revision: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct MergedJson<'a> {
+    patch: &'a str,
+    event: String,
+    branch: &'a str,
+    commit: String,
+    kind: MergeKind,
+}
+
+pub fn run(repo: &Repository, cmd: PatchCmd) -> Result<ExitCode> {
+    let identity = || -> Result<Identity> { Ok(Identity::load(&repo.config()?)?) };
+    let (text, written, json) = match cmd {
+        PatchCmd::List { all, out } => {
+            let patches: Vec<PatchState> = patch::list_patches(repo)?
+                .into_iter()
+                .filter(|p| all || p.status == PatchStatus::Open)
+                .collect();
+            if out.json {
+                print_json(&patches.iter().map(summary).collect::<Vec<_>>())?;
+            } else {
+                for p in &patches {
+                    println!("{}", list_line(p));
+                }
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        PatchCmd::Show { id, out } => {
+            let p = PatchState::load(repo, &id)?;
+            if out.json {
+                print_json(&p)?;
+            } else {
+                print_patch(&p);
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        PatchCmd::Diff { id, rev, out } => {
+            let p = PatchState::load(repo, &id)?;
+            let d = diff::revision_diff(repo, &p, rev)?;
+            if out.json {
+                print_json(&d)?;
+            } else {
+                print!("{}", d.diff.text);
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        PatchCmd::Interdiff { id, from, to, out } => {
+            let p = PatchState::load(repo, &id)?;
+            let d = diff::interdiff(repo, &p, from, to)?;
+            if out.json {
+                print_json(&d)?;
+            } else {
+                // Notes go to stderr so stdout stays a diff.
+                if d.rebased {
+                    eprintln!(
+                        "note: revision {from} was replayed onto revision {to}'s base before comparing"
+                    );
+                }
+                if !d.conflicts.is_empty() {
+                    eprintln!(
+                        "note: that replay conflicted in {}; those files are compared as revision {from} has them",
+                        d.conflicts.join(", ")
+                    );
+                }
+                print!("{}", d.diff.text);
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        PatchCmd::Checkout { id, rev, out } => {
+            let c = patch::checkout(repo, &id, rev)?;
+            if out.json {
+                print_json(&c)?;
+            } else {
+                println!(
+                    "switched to branch {} at revision {} ({})",
+                    c.branch,
+                    c.revision,
+                    short_id(&c.head)
+                );
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        PatchCmd::Merge { id, out } => {
+            let m = patch::merge(repo, &identity()?, &id)?;
+            if out.json {
+                print_json(&MergedJson {
+                    patch: &m.written.patch,
+                    event: m.written.event.to_string(),
+                    branch: &m.branch,
+                    commit: m.commit.to_string(),
+                    kind: m.kind,
+                })?;
+            } else {
+                let how = match m.kind {
+                    MergeKind::FastForward => "fast-forward".to_string(),
+                    MergeKind::MergeCommit => {
+                        format!("merge commit {}", short_id(&m.commit.to_string()))
+                    }
+                    MergeKind::AlreadyMerged => {
+                        format!("already there, in {}", short_id(&m.commit.to_string()))
+                    }
+                };
+                println!(
+                    "merged patch {} into {} ({how}); push {} to publish it",
+                    short_id(&m.written.patch),
+                    m.branch,
+                    m.branch
+                );
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        PatchCmd::Create {
+            base,
+            head,
+            title,
+            body,
+            out,
+        } => {
+            let body = body.map(text_arg).transpose()?;
+            let new = NewPatch {
+                base: base.as_deref(),
+                head: Some(&head),
+                title: title.as_deref(),
+                body: body.as_deref(),
+            };
+            let w = patch::create(repo, &identity()?, &new)?;
+            ("created patch", w, out.json)
+        }
+        PatchCmd::Revise { id, head, out } => (
+            "revised",
+            patch::revise(repo, &identity()?, &id, Some(&head))?,
+            out.json,
+        ),
+        PatchCmd::Review {
+            id,
+            verdict,
+            message,
+            rev,
+            out,
+        } => {
+            let message = text_arg(message)?;
+            let verdict = verdict_of(verdict);
+            let verb = match verdict {
+                Verdict::Approve => "approved",
+                Verdict::RequestChanges => "requested changes on",
+                Verdict::Comment => "reviewed",
+            };
+            (
+                verb,
+                patch::review(repo, &identity()?, &id, rev, verdict, &message)?,
+                out.json,
+            )
+        }
+        PatchCmd::Comment {
+            id,
+            message,
+            path,
+            line,
+            rev,
+            out,
+        } => {
+            let message = text_arg(message)?;
+            (
+                "commented on",
+                patch::comment(
+                    repo,
+                    &identity()?,
+                    &id,
+                    &message,
+                    rev,
+                    path.as_deref(),
+                    line,
+                )?,
+                out.json,
+            )
+        }
+        PatchCmd::Close { id, out } => ("closed", patch::close(repo, &identity()?, &id)?, out.json),
+    };
+    report_written(text, &written, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn verdict_of(flags: VerdictFlags) -> Verdict {
+    if flags.approve {
+        Verdict::Approve
+    } else if flags.request_changes {
+        Verdict::RequestChanges
+    } else {
+        Verdict::Comment
+    }
+}
+
+fn report_written(verb: &str, w: &Written, json: bool) -> Result<()> {
+    if json {
+        return print_json(&WrittenJson {
+            patch: &w.patch,
+            event: w.event.to_string(),
+            revision: w.revision,
+        });
+    }
+    match w.revision {
+        Some(n) => println!("{verb} {} (revision {n})", short_id(&w.patch)),
+        None => println!("{verb} {}", short_id(&w.patch)),
+    }
+    Ok(())
+}
+
+fn summary(p: &PatchState) -> PatchSummary<'_> {
+    let latest = p.latest();
+    let count = |v: Verdict| p.reviews_of(latest.n).filter(|r| r.verdict == v).count();
+    PatchSummary {
+        id: &p.id,
+        title: &p.title,
+        status: p.status,
+        author: &p.author,
+        base: &p.base,
+        revisions: p.revisions.len(),
+        head: &latest.head,
+        created_at: p.created_at,
+        updated_at: p.updated_at,
+        approvals: count(Verdict::Approve),
+        changes_requested: count(Verdict::RequestChanges),
+    }
+}
+
+fn list_line(p: &PatchState) -> String {
+    let s = summary(p);
+    let mut votes = String::new();
+    if s.approvals > 0 {
+        votes.push_str(&format!("  +{}", s.approvals));
+    }
+    if s.changes_requested > 0 {
+        votes.push_str(&format!("  -{}", s.changes_requested));
+    }
+    format!(
+        "{}  {:<6}  r{}  {} -> {}{votes}",
+        short_id(&p.id),
+        p.status,
+        s.revisions,
+        p.title,
+        p.base
+    )
+}
+
+fn print_patch(p: &PatchState) {
+    println!("{} {}", short_id(&p.id), p.title);
+    println!("status: {}", p.status);
+    if let Some(m) = &p.merge {
+        println!("merged in: {} (recorded by {})", m.commit, m.author.name);
+    }
+    println!("base: {}", p.base);
+    println!("author: {}", p.author.name);
+    println!("created: {}", p.created_at.to_rfc3339());
+    println!("updated: {}", p.updated_at.to_rfc3339());
+    if !p.body.is_empty() {
+        println!();
+        println!("{}", p.body.trim_end());
+    }
+    println!();
+    println!("revisions:");
+    for r in &p.revisions {
+        let votes: Vec<String> = p
+            .reviews_of(r.n)
+            .map(|v| format!("{} {}", v.author.name, v.verdict.as_str()))
+            .collect();
+        println!(
+            "  {:>2}  {}  {}  {}{}",
+            r.n,
+            short_id(&r.head),
+            r.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            r.author.name,
+            if votes.is_empty() {
+                String::new()
+            } else {
+                format!("  [{}]", votes.join(", "))
+            }
+        );
+    }
+    println!();
+    println!("timeline:");
+    for entry in &p.timeline {
+        println!("  {}", entry.headline());
+        for line in entry.body().trim_end().lines() {
+            println!("    {line}");
+        }
+    }
+}
