@@ -17,6 +17,14 @@ pub const COLLAB_GLOB: &str = "refs/collab/*";
 /// `refs/collab/*` never pushes them back and replay never lists them.
 pub const TRACKING_ROOT: &str = "refs/collab-remotes/";
 
+/// Git tags, which releases attach to.
+pub const TAGS_PREFIX: &str = "refs/tags/";
+
+/// The ref of tag `name`: `refs/tags/<name>`.
+pub fn tag_ref(name: &str) -> String {
+    format!("{TAGS_PREFIX}{name}")
+}
+
 /// The ref holding the DAG of issue `full_id`.
 pub fn issue_ref(full_id: &str) -> String {
     format!("{ISSUES_PREFIX}{full_id}")

@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod git;
+pub mod release;
 pub mod session;
 pub mod tokens;
 

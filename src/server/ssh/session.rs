@@ -47,6 +47,29 @@ pub enum RepoCmd {
     List,
 }
 
+/// `collab-release` subcommands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseCmd {
+    Create {
+        repo: String,
+        tag: String,
+        file: String,
+    },
+    List {
+        repo: String,
+    },
+    Download {
+        repo: String,
+        tag: String,
+        file: String,
+    },
+    Delete {
+        repo: String,
+        tag: String,
+        file: Option<String>,
+    },
+}
+
 /// A parsed exec request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecCommand {
@@ -56,6 +79,9 @@ pub enum ExecCommand {
     Whoami,
     /// `collab-repo create '<name>'`, `collab-repo list`
     Repo(RepoCmd),
+    /// `collab-release create|download '<repo>' '<tag>' '<file>'`,
+    /// `list '<repo>'`, `delete '<repo>' '<tag>' ['<file>']`
+    Release(ReleaseCmd),
 }
 
 impl ExecCommand {
@@ -64,6 +90,12 @@ impl ExecCommand {
         match self {
             ExecCommand::Git { repo, .. } => Some(repo),
             ExecCommand::Repo(RepoCmd::Create { name }) => Some(name),
+            ExecCommand::Release(
+                ReleaseCmd::Create { repo, .. }
+                | ReleaseCmd::List { repo }
+                | ReleaseCmd::Download { repo, .. }
+                | ReleaseCmd::Delete { repo, .. },
+            ) => Some(repo),
             ExecCommand::Whoami | ExecCommand::Repo(RepoCmd::List) => None,
         }
     }
@@ -82,6 +114,10 @@ impl ExecCommand {
             ExecCommand::Whoami => "collab-whoami",
             ExecCommand::Repo(RepoCmd::Create { .. }) => "collab-repo create",
             ExecCommand::Repo(RepoCmd::List) => "collab-repo list",
+            ExecCommand::Release(ReleaseCmd::Create { .. }) => "collab-release create",
+            ExecCommand::Release(ReleaseCmd::List { .. }) => "collab-release list",
+            ExecCommand::Release(ReleaseCmd::Download { .. }) => "collab-release download",
+            ExecCommand::Release(ReleaseCmd::Delete { .. }) => "collab-release delete",
         }
     }
 }
@@ -110,6 +146,30 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
             name: name.to_string(),
         })),
         ["collab-repo", "list"] => Some(ExecCommand::Repo(RepoCmd::List)),
+        ["collab-release", "create", repo, tag, file] => {
+            Some(ExecCommand::Release(ReleaseCmd::Create {
+                repo: repo.to_string(),
+                tag: tag.to_string(),
+                file: file.to_string(),
+            }))
+        }
+        ["collab-release", "list", repo] => Some(ExecCommand::Release(ReleaseCmd::List {
+            repo: repo.to_string(),
+        })),
+        ["collab-release", "download", repo, tag, file] => {
+            Some(ExecCommand::Release(ReleaseCmd::Download {
+                repo: repo.to_string(),
+                tag: tag.to_string(),
+                file: file.to_string(),
+            }))
+        }
+        ["collab-release", "delete", repo, tag, rest @ ..] if rest.len() <= 1 => {
+            Some(ExecCommand::Release(ReleaseCmd::Delete {
+                repo: repo.to_string(),
+                tag: tag.to_string(),
+                file: rest.first().map(|f| f.to_string()),
+            }))
+        }
         _ => None,
     }
 }
@@ -123,6 +183,9 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
         ("git-receive-pack", _) | ("git", Some("receive-pack")) => "git-receive-pack '<repo>'",
         ("collab-whoami", _) => "collab-whoami",
         ("collab-repo", _) => "collab-repo create '<name>' | collab-repo list",
+        ("collab-release", _) => {
+            "collab-release create|download '<repo>' '<tag>' '<file>' | list '<repo>' | delete '<repo>' '<tag>' ['<file>']"
+        }
         _ => return None,
     })
 }
@@ -204,6 +267,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Git { service, repo } => super::git::run(&ctx, channel, service, &repo).await,
         ExecCommand::Whoami => super::admin::whoami(&ctx, channel).await,
         ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
+        ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
     }
 }
 
@@ -262,6 +326,52 @@ mod tests {
     }
 
     #[test]
+    fn parses_release_verbs() {
+        let s = |v: &str| v.to_string();
+        assert_eq!(
+            parse_exec_command("collab-release create 'team/app' 'v1.0' 'app.tar.gz'"),
+            Some(ExecCommand::Release(ReleaseCmd::Create {
+                repo: s("team/app"),
+                tag: s("v1.0"),
+                file: s("app.tar.gz"),
+            }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-release list r"),
+            Some(ExecCommand::Release(ReleaseCmd::List { repo: s("r") }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-release download 'r' \"v 1\" f"),
+            Some(ExecCommand::Release(ReleaseCmd::Download {
+                repo: s("r"),
+                tag: s("v 1"),
+                file: s("f"),
+            }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-release delete 'r' 'v1'"),
+            Some(ExecCommand::Release(ReleaseCmd::Delete {
+                repo: s("r"),
+                tag: s("v1"),
+                file: None,
+            }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-release delete 'r' 'v1' 'f'"),
+            Some(ExecCommand::Release(ReleaseCmd::Delete {
+                repo: s("r"),
+                tag: s("v1"),
+                file: Some(s("f")),
+            }))
+        );
+        let parsed = parse_exec_command("collab-release create 'r' 'v1' 'f'").unwrap();
+        assert_eq!(
+            (parsed.verb(), parsed.repo()),
+            ("collab-release create", Some("r"))
+        );
+    }
+
+    #[test]
     fn rejects_everything_else() {
         for bad in [
             "",
@@ -276,12 +386,24 @@ mod tests {
             "collab-whoami now",
             "collab-repo create",
             "collab-repo delete 'r'",
+            "collab-release",
+            "collab-release create 'r' 'v1'",
+            "collab-release create 'r' 'v1' ''",
+            "collab-release create 'r' 'v1' 'f' 'g'",
+            "collab-release list",
+            "collab-release list 'r' 'v1'",
+            "collab-release delete 'r'",
+            "collab-release delete 'r' 'v1' 'f' 'g'",
+            "collab-release download 'r' 'v1'",
+            "collab-release upload 'r' 'v1' 'f'",
             "sh -c 'id'",
         ] {
             assert_eq!(parse_exec_command(bad), None, "{bad:?}");
         }
         let tokens = shell_tokens("collab-repo create").unwrap();
         assert!(usage(&tokens).is_some());
+        let tokens = shell_tokens("collab-release create 'r'").unwrap();
+        assert!(usage(&tokens).unwrap().starts_with("collab-release create"));
         assert!(usage(&shell_tokens("rm -rf").unwrap()).is_none());
     }
 
