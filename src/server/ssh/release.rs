@@ -191,15 +191,17 @@ async fn create(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &str,
         }
     };
     if !complete {
+        let received = upload.size();
+        // Dropping the upload removes what it wrote; log once that is done.
+        let _ = tokio::task::spawn_blocking(move || drop(upload)).await;
         tracing::info!(
             principal = ctx.caller.principal(),
             repo = entry.name,
             tag,
             file,
-            received = upload.size(),
-            "release upload aborted: the connection closed before EOF"
+            received,
+            "release upload aborted: the connection closed before EOF; nothing stored"
         );
-        let _ = tokio::task::spawn_blocking(move || drop(upload)).await;
         return;
     }
     let uploader = ctx.caller.principal().to_string();
