@@ -21,12 +21,14 @@
 //! - [`issue`]: the issue operations (open, comment, edit, label, close, reopen).
 //! - [`sync`]: fetch, join and push `refs/collab/*` through a git remote.
 //! - [`verify`]: report every dropped event and invalid issue.
+//! - [`remote_ssh`]: run a server exec verb through the user's `ssh`.
 
 pub mod cache;
 pub mod error;
 pub mod event;
 pub mod issue;
 pub mod refs;
+pub mod remote_ssh;
 pub mod sign;
 pub mod state;
 pub mod store;

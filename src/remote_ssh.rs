@@ -1,0 +1,499 @@
+//! How the client reaches the server's exec verbs (`collab-lease`,
+//! `collab-release`, ...): it reads the SSH address of a git remote and runs
+//! one command there with the user's own `ssh`, the way git does.
+//!
+//! This module owns remote URL parsing ([`parse_ssh_remote`]: `ssh://` URLs
+//! and scp-like `user@host:path`), choosing the ssh command
+//! (`GIT_COLLAB_SSH_COMMAND` > `GIT_SSH_COMMAND` > git config
+//! `core.sshCommand` > `ssh`), and running it ([`run_remote`]) through
+//! `sh -c` with the arguments appended, exactly as git runs
+//! `GIT_SSH_COMMAND`, so the user's keys, agent, `~/.ssh/config` and wrapper
+//! scripts apply. It knows nothing of any verb: callers build the remote
+//! command (quoting arguments with [`quote_arg`]) and interpret the reply.
+
+use std::fs::File;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+use git2::Repository;
+
+/// The ssh command used when nothing else is configured.
+pub const DEFAULT_SSH_COMMAND: &str = "ssh";
+
+/// Everything that can stop a remote command from running.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The named remote is not configured.
+    #[error("no remote named '{0}'")]
+    NoRemote(String),
+    /// The remote has no URL.
+    #[error("remote '{0}' has no url")]
+    NoUrl(String),
+    /// The remote's URL is not an SSH URL (https, a local path, ...).
+    #[error("remote '{remote}' is not an ssh remote ({url}); server commands need ssh")]
+    NotSsh { remote: String, url: String },
+    /// An SSH URL that cannot be used.
+    #[error("invalid ssh url '{url}': {reason}")]
+    BadUrl { url: String, reason: String },
+    /// Reading the repository's configuration failed.
+    #[error("git: {}", .0.message())]
+    Git(#[from] git2::Error),
+    /// The ssh command could not be started or waited for.
+    #[error("cannot run ssh ({command}): {source}")]
+    Spawn {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Where a remote's server is and how to reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshRemote {
+    /// Login name, if the URL gives one (`git@...`).
+    pub user: Option<String>,
+    /// Host name or address (IPv6 without brackets).
+    pub host: String,
+    /// Port, if the URL gives one (only `ssh://` URLs can).
+    pub port: Option<u16>,
+    /// The repository as the server names it: the URL path without its
+    /// leading `/` (`team/app.git`).
+    pub path: String,
+    /// The shell command that runs ssh (see [`ssh_command`]).
+    pub ssh_command: String,
+}
+
+impl SshRemote {
+    /// `user@host` or `host`: the destination argument of ssh.
+    pub fn destination(&self) -> String {
+        match &self.user {
+            Some(user) => format!("{user}@{}", self.host),
+            None => self.host.clone(),
+        }
+    }
+
+    /// The arguments appended to the ssh command for `remote_cmd`.
+    pub fn ssh_args(&self, remote_cmd: &str) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(port) = self.port {
+            args.push("-p".to_string());
+            args.push(port.to_string());
+        }
+        args.push(self.destination());
+        args.push(remote_cmd.to_string());
+        args
+    }
+}
+
+/// What the remote command produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// The exit status the server sent (ssh exits with it); 255 is ssh's own
+    /// failure (connection, authentication); -1 if ssh died by a signal.
+    pub code: i32,
+}
+
+impl RemoteOutput {
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+
+    pub fn success(&self) -> bool {
+        self.code == 0
+    }
+}
+
+/// What to feed the remote command on stdin.
+#[derive(Debug)]
+pub enum RemoteInput<'a> {
+    /// Nothing (`/dev/null`).
+    Empty,
+    /// These bytes, then EOF.
+    Bytes(&'a [u8]),
+    /// A file's contents, streamed (release uploads).
+    File(File),
+}
+
+/// Parse a remote URL into an [`SshRemote`] that uses the default ssh
+/// command. Accepts `ssh://[user@]host[:port]/path` (also `git+ssh://` and
+/// `ssh+git://`) and scp-like `[user@]host:path`. Anything else (https,
+/// file paths, `host:` without a path) is refused.
+pub fn parse_ssh_remote(url: &str) -> Result<SshRemote, Error> {
+    let bad = |reason: &str| Error::BadUrl {
+        url: url.to_string(),
+        reason: reason.to_string(),
+    };
+    let (user, host, port, path) = if let Some((scheme, _)) = url.split_once("://") {
+        if !matches!(scheme, "ssh" | "git+ssh" | "ssh+git") {
+            return Err(bad("not an ssh url"));
+        }
+        let parsed = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+        let host = match parsed.host() {
+            Some(url::Host::Ipv6(addr)) => addr.to_string(),
+            Some(host) => host.to_string(),
+            None => return Err(bad("no host")),
+        };
+        let user = match parsed.username() {
+            "" => None,
+            u => Some(percent_decode(u).ok_or_else(|| bad("user is not UTF-8"))?),
+        };
+        let path = percent_decode(parsed.path()).ok_or_else(|| bad("path is not UTF-8"))?;
+        (user, host, parsed.port(), path)
+    } else {
+        // scp-like: `[user@]host:path`. As in git, a `/` before the first
+        // `:` makes it a local path, and so does no `:` at all.
+        let split = match (url.find('['), url.find(':')) {
+            // `[::1]:path`, `user@[::1]:path`: the host's colons are bracketed.
+            (Some(open), Some(colon)) if open < colon => url[open..]
+                .find("]:")
+                .map(|close| (&url[..open + close + 1], &url[open + close + 2..])),
+            _ => url.split_once(':'),
+        };
+        let Some((login, path)) = split else {
+            return Err(bad("not an ssh url"));
+        };
+        if login.contains('/') || login.is_empty() {
+            return Err(bad("not an ssh url"));
+        }
+        let (user, host) = match login.rsplit_once('@') {
+            Some((user, host)) => (Some(user.to_string()), host),
+            None => (None, login),
+        };
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        (user, host.to_string(), None, path.to_string())
+    };
+    let path = path.strip_prefix('/').unwrap_or(&path).to_string();
+    if path.is_empty() {
+        return Err(bad("no repository path"));
+    }
+    // Host names and addresses (IPv6 without brackets) only: nothing ssh
+    // could read as an option or a second argument.
+    if host.is_empty()
+        || !host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':'))
+    {
+        return Err(bad("not a host name or address"));
+    }
+    // A host or user starting with '-' would be read by ssh as an option
+    // (CVE-2017-1000117); control characters have no business in either.
+    for (what, value) in [("host", Some(host.as_str())), ("user", user.as_deref())] {
+        let Some(value) = value else { continue };
+        if value.is_empty() || value.starts_with('-') {
+            return Err(bad(&format!("{what} may not be empty or start with '-'")));
+        }
+        if value.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(bad(&format!(
+                "{what} contains whitespace or control characters"
+            )));
+        }
+    }
+    if path.chars().any(char::is_control) {
+        return Err(bad("path contains control characters"));
+    }
+    Ok(SshRemote {
+        user,
+        host,
+        port,
+        path,
+        ssh_command: DEFAULT_SSH_COMMAND.to_string(),
+    })
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(|c| c.into_owned())
+}
+
+/// The SSH remote behind the git remote `remote_name` of `repo`, with the
+/// ssh command resolved from the environment and `repo`'s git config.
+pub fn ssh_remote(repo: &Repository, remote_name: &str) -> Result<SshRemote, Error> {
+    let remote = repo.find_remote(remote_name).map_err(|e| match e.code() {
+        git2::ErrorCode::NotFound | git2::ErrorCode::InvalidSpec => {
+            Error::NoRemote(remote_name.to_string())
+        }
+        _ => Error::Git(e),
+    })?;
+    let url = remote.url()?;
+    if url.is_empty() {
+        return Err(Error::NoUrl(remote_name.to_string()));
+    }
+    let mut ssh = parse_ssh_remote(url).map_err(|e| match e {
+        Error::BadUrl { reason, .. } if reason == "not an ssh url" => Error::NotSsh {
+            remote: remote_name.to_string(),
+            url: url.to_string(),
+        },
+        other => other,
+    })?;
+    ssh.ssh_command = ssh_command(&repo.config()?);
+    Ok(ssh)
+}
+
+/// The ssh command: `GIT_COLLAB_SSH_COMMAND`, else `GIT_SSH_COMMAND`, else
+/// git config `core.sshCommand`, else `ssh`. Empty values count as unset.
+pub fn ssh_command(config: &git2::Config) -> String {
+    choose_ssh_command(
+        std::env::var("GIT_COLLAB_SSH_COMMAND").ok(),
+        std::env::var("GIT_SSH_COMMAND").ok(),
+        config.get_string("core.sshCommand").ok(),
+    )
+}
+
+/// The precedence rule of [`ssh_command`], without the environment.
+pub fn choose_ssh_command(
+    collab_env: Option<String>,
+    git_env: Option<String>,
+    core_ssh_command: Option<String>,
+) -> String {
+    [collab_env, git_env, core_ssh_command]
+        .into_iter()
+        .flatten()
+        .find(|c| !c.trim().is_empty())
+        .unwrap_or_else(|| DEFAULT_SSH_COMMAND.to_string())
+}
+
+/// Quote one argument of a remote command for the server's tokenizer (and
+/// any POSIX shell): `'it'\''s'`.
+pub fn quote_arg(arg: &str) -> String {
+    format!("'{}'", arg.replace('\'', "'\\''"))
+}
+
+/// Run `remote_cmd` on the server with `remote.ssh_command`, feeding
+/// `stdin`, and collect its output and exit status. Like git, the command
+/// runs as `sh -c '<ssh_command> "$@"' <ssh_command> [-p PORT] DEST CMD`, so
+/// a configured command may carry its own options and quoting.
+pub fn run_remote(
+    remote: &SshRemote,
+    remote_cmd: &str,
+    stdin: RemoteInput<'_>,
+) -> Result<RemoteOutput, Error> {
+    let spawn_error = |source| Error::Spawn {
+        command: remote.ssh_command.clone(),
+        source,
+    };
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("{} \"$@\"", remote.ssh_command))
+        .arg(&remote.ssh_command)
+        .args(remote.ssh_args(remote_cmd))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut bytes = None;
+    match stdin {
+        RemoteInput::Empty => {
+            cmd.stdin(Stdio::null());
+        }
+        RemoteInput::File(file) => {
+            cmd.stdin(Stdio::from(file));
+        }
+        RemoteInput::Bytes(b) => {
+            cmd.stdin(Stdio::piped());
+            bytes = Some(b);
+        }
+    }
+    let mut child = cmd.spawn().map_err(spawn_error)?;
+    let output = std::thread::scope(|scope| {
+        if let (Some(data), Some(mut input)) = (bytes, child.stdin.take()) {
+            // Written from its own thread while the output is read, so a
+            // large input cannot deadlock against a full output pipe. A
+            // server that stops reading early is not an error here: its
+            // reply says what happened.
+            scope.spawn(move || {
+                let _ = input.write_all(data);
+            });
+        }
+        child.wait_with_output()
+    })
+    .map_err(spawn_error)?;
+    Ok(RemoteOutput {
+        stdout: output.stdout,
+        stderr: output.stderr,
+        code: output.status.code().unwrap_or(-1),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remote(user: Option<&str>, host: &str, port: Option<u16>, path: &str) -> SshRemote {
+        SshRemote {
+            user: user.map(str::to_string),
+            host: host.to_string(),
+            port,
+            path: path.to_string(),
+            ssh_command: DEFAULT_SSH_COMMAND.to_string(),
+        }
+    }
+
+    #[test]
+    fn parses_ssh_urls() {
+        assert_eq!(
+            parse_ssh_remote("ssh://git@example.com:2222/team/app.git").unwrap(),
+            remote(Some("git"), "example.com", Some(2222), "team/app.git")
+        );
+        assert_eq!(
+            parse_ssh_remote("ssh://example.com/app").unwrap(),
+            remote(None, "example.com", None, "app")
+        );
+        assert_eq!(
+            parse_ssh_remote("git+ssh://git@127.0.0.1:22/r.git").unwrap(),
+            remote(Some("git"), "127.0.0.1", Some(22), "r.git")
+        );
+        assert_eq!(
+            parse_ssh_remote("ssh://git@[::1]:2222/r.git").unwrap(),
+            remote(Some("git"), "::1", Some(2222), "r.git")
+        );
+        assert_eq!(
+            parse_ssh_remote("ssh://git@example.com/my%20repo.git").unwrap(),
+            remote(Some("git"), "example.com", None, "my repo.git")
+        );
+    }
+
+    #[test]
+    fn parses_scp_like_urls() {
+        assert_eq!(
+            parse_ssh_remote("git@example.com:team/app.git").unwrap(),
+            remote(Some("git"), "example.com", None, "team/app.git")
+        );
+        assert_eq!(
+            parse_ssh_remote("example.com:/app.git").unwrap(),
+            remote(None, "example.com", None, "app.git")
+        );
+        assert_eq!(
+            parse_ssh_remote("git@[::1]:r.git").unwrap(),
+            remote(Some("git"), "::1", None, "r.git")
+        );
+    }
+
+    #[test]
+    fn refuses_what_is_not_ssh() {
+        for url in [
+            "https://example.com/app.git",
+            "file:///srv/app.git",
+            "/srv/app.git",
+            "./app.git",
+            "../x:y",
+            "app.git",
+            "git@example.com:",
+            "ssh://example.com",
+            "ssh://example.com/",
+            "ssh://-oProxyCommand=touch%20x/app",
+            "-oProxyCommand=x:app",
+            "ssh://-u@example.com/app",
+            "ssh://git@exa%0Amples.com/app",
+            "git@host:a\nb",
+        ] {
+            assert!(parse_ssh_remote(url).is_err(), "{url:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn ssh_args_carry_port_and_destination() {
+        let r = remote(Some("git"), "h", Some(2222), "r.git");
+        assert_eq!(
+            r.ssh_args("collab-whoami"),
+            ["-p", "2222", "git@h", "collab-whoami"]
+        );
+        let r = remote(None, "h", None, "r.git");
+        assert_eq!(r.ssh_args("x"), ["h", "x"]);
+    }
+
+    #[test]
+    fn ssh_command_precedence() {
+        let s = |v: &str| Some(v.to_string());
+        assert_eq!(choose_ssh_command(s("a"), s("b"), s("c")), "a");
+        assert_eq!(choose_ssh_command(None, s("b"), s("c")), "b");
+        assert_eq!(choose_ssh_command(s(""), s(" "), s("c")), "c");
+        assert_eq!(choose_ssh_command(None, None, None), "ssh");
+    }
+
+    #[test]
+    fn quote_arg_survives_a_shell() {
+        let arg = "it's a \"test\" $HOME `x`";
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf %s {}", quote_arg(arg)))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), arg);
+    }
+
+    /// A stand-in for ssh, run the way git runs GIT_SSH_COMMAND: prints its
+    /// arguments one per line, then its stdin, then exits 3.
+    const FAKE_SSH: &str = "f() { printf '<%s>\\n' \"$@\"; cat; echo oops >&2; exit 3; }; f";
+
+    #[test]
+    fn run_remote_passes_arguments_stdin_and_exit_code() {
+        let mut r = remote(Some("git"), "example.com", Some(2222), "r.git");
+        r.ssh_command = FAKE_SSH.to_string();
+        let out = run_remote(
+            &r,
+            "collab-lease list 'r.git'",
+            RemoteInput::Bytes(b"input"),
+        )
+        .unwrap();
+        assert_eq!(
+            out.stdout_text(),
+            "<-p>\n<2222>\n<git@example.com>\n<collab-lease list 'r.git'>\ninput"
+        );
+        assert_eq!(out.stderr_text(), "oops\n");
+        assert_eq!(out.code, 3);
+        assert!(!out.success());
+    }
+
+    #[test]
+    fn run_remote_streams_a_file_and_large_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blob");
+        let big = vec![b'x'; 4 << 20];
+        std::fs::write(&path, &big).unwrap();
+        let mut r = remote(None, "h", None, "r.git");
+        r.ssh_command = "f() { wc -c; }; f".to_string();
+        let file = File::open(&path).unwrap();
+        let out = run_remote(&r, "x", RemoteInput::File(file)).unwrap();
+        assert_eq!(out.stdout_text().trim(), (4 << 20).to_string());
+        // Bytes larger than a pipe buffer, echoed back: no deadlock.
+        r.ssh_command = "f() { cat; }; f".to_string();
+        let out = run_remote(&r, "x", RemoteInput::Bytes(&big)).unwrap();
+        assert_eq!(out.stdout.len(), big.len());
+        assert!(out.success());
+    }
+
+    #[test]
+    fn ssh_remote_reads_the_remote_and_core_ssh_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        repo.remote("origin", "ssh://git@127.0.0.1:2222/r.git")
+            .unwrap();
+        repo.remote("web", "https://example.com/r.git").unwrap();
+        let found = ssh_remote(&repo, "origin").unwrap();
+        assert_eq!((found.port, found.path.as_str()), (Some(2222), "r.git"));
+        assert!(matches!(
+            ssh_remote(&repo, "web"),
+            Err(Error::NotSsh { .. })
+        ));
+        assert!(matches!(ssh_remote(&repo, "nope"), Err(Error::NoRemote(_))));
+        let config = repo.config().unwrap();
+        let mut local = config.open_level(git2::ConfigLevel::Local).unwrap();
+        local.set_str("core.sshCommand", "ssh -i /k").unwrap();
+        let chosen = ssh_command(&repo.config().unwrap());
+        // The environment wins when the test runs under an ssh override.
+        if std::env::var("GIT_COLLAB_SSH_COMMAND").is_err()
+            && std::env::var("GIT_SSH_COMMAND").is_err()
+        {
+            assert_eq!(chosen, "ssh -i /k");
+        }
+    }
+}
