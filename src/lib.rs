@@ -21,6 +21,7 @@
 //! - [`issue`]: the issue operations (open, comment, edit, label, close, reopen).
 //! - [`sync`]: fetch, join and push `refs/collab/*` through a git remote.
 //! - [`verify`]: report every dropped event and invalid issue.
+//! - [`release`]: client side of `collab-release` (release files on the server).
 //! - [`remote_ssh`]: run a server exec verb through the user's `ssh`.
 
 pub mod cache;
@@ -28,6 +29,7 @@ pub mod error;
 pub mod event;
 pub mod issue;
 pub mod refs;
+pub mod release;
 pub mod remote_ssh;
 pub mod sign;
 pub mod state;

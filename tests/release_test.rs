@@ -373,3 +373,207 @@ fn a_client_killed_mid_upload_leaves_nothing() {
     let list = h.ssh_exec("collab-release list app").json();
     assert_eq!(list["releases"], serde_json::json!([]));
 }
+
+/// Run the `git-collab` CLI as `key` in `dir`.
+fn cli(h: &ServerHarness, key: &Path, dir: &Path, args: &[&str]) -> common::SshOutput {
+    let out = h
+        .client_command(env!("CARGO_BIN_EXE_git-collab"), key, dir)
+        .args(args)
+        .output()
+        .expect("run git-collab");
+    common::SshOutput {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        code: out.status.code().unwrap_or(-1),
+    }
+}
+
+#[test]
+fn cli_uploads_lists_downloads_and_deletes() {
+    let h = ServerHarness::start();
+    repo_with_tag(&h, "v1.0");
+    let key = h.ssh_client_key();
+    let work = h.temp_dir().join("work");
+    let big = payload(500_000);
+    std::fs::write(work.join("app.bin"), &big).unwrap();
+    std::fs::write(
+        work.join("SHA256SUMS"),
+        format!("{}  app.bin\n", sha256(&big)),
+    )
+    .unwrap();
+
+    let created = cli(
+        &h,
+        &key,
+        &work,
+        &[
+            "release",
+            "create",
+            "v1.0",
+            "app.bin",
+            "SHA256SUMS",
+            "--json",
+        ],
+    );
+    assert_eq!(created.code, 0, "{created:?}");
+    let created = created.json();
+    assert_eq!(created["repo"], "app.git");
+    assert_eq!(created["files"][0]["name"], "app.bin");
+    assert_eq!(created["files"][0]["sha256"], sha256(&big));
+    assert_eq!(created["files"][1]["name"], "SHA256SUMS");
+
+    let listed = cli(&h, &key, &work, &["release", "list", "--json"]);
+    assert_eq!(listed.code, 0, "{listed:?}");
+    let listed = listed.json();
+    assert_eq!(listed["releases"][0]["tag"], "v1.0");
+    assert_eq!(listed["releases"][0]["files"].as_array().unwrap().len(), 2);
+    let text = cli(&h, &key, &work, &["release", "list"]);
+    assert!(
+        text.stdout
+            .contains(&format!("app.bin  500000 bytes  sha256 {}", sha256(&big))),
+        "{text:?}"
+    );
+
+    // Everything, into a new directory.
+    let all = cli(
+        &h,
+        &key,
+        &work,
+        &["release", "download", "v1.0", "-o", "out", "--json"],
+    );
+    assert_eq!(all.code, 0, "{all:?}");
+    assert_eq!(all.json()["files"].as_array().unwrap().len(), 2);
+    assert!(std::fs::read(work.join("out/app.bin")).unwrap() == big);
+    assert_eq!(
+        std::fs::read_to_string(work.join("out/SHA256SUMS")).unwrap(),
+        format!("{}  app.bin\n", sha256(&big))
+    );
+    // One file, into the current directory of another checkout.
+    let other = h.temp_dir().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let one = cli(
+        &h,
+        &key,
+        &work,
+        &[
+            "release",
+            "download",
+            "v1.0",
+            "SHA256SUMS",
+            "-o",
+            other.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(one.code, 0, "{one:?}");
+    assert!(one.stdout.contains("verified"), "{one:?}");
+    assert_eq!(entries_under(&other), ["SHA256SUMS"]);
+
+    // All or none: a clash on the second file takes the first one back out.
+    std::fs::write(work.join("new.bin"), b"new").unwrap();
+    let clash = cli(
+        &h,
+        &key,
+        &work,
+        &["release", "create", "v1.0", "new.bin", "app.bin"],
+    );
+    assert_eq!(
+        (clash.code, clash.stderr.as_str()),
+        (
+            1,
+            "error: release v1.0 already has a file app.bin; delete it first\n"
+        )
+    );
+    let names: Vec<String> = cli(&h, &key, &work, &["release", "list", "--json"]).json()
+        ["releases"][0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["SHA256SUMS", "app.bin"]);
+
+    let deleted = cli(&h, &key, &work, &["release", "delete", "v1.0", "app.bin"]);
+    assert_eq!(
+        (deleted.code, deleted.stdout.as_str()),
+        (0, "deleted app.bin from v1.0\n")
+    );
+    let deleted = cli(&h, &key, &work, &["release", "delete", "v1.0", "--json"]);
+    assert_eq!(deleted.code, 0, "{deleted:?}");
+    assert_eq!(deleted.json()["files"], serde_json::json!(["SHA256SUMS"]));
+    let empty = cli(&h, &key, &work, &["release", "list"]);
+    assert_eq!(empty.stdout, "no releases\n");
+    let missing = cli(&h, &key, &work, &["release", "download", "v1.0"]);
+    assert_eq!(
+        (missing.code, missing.stderr.as_str()),
+        (1, "error: no release v1.0\n")
+    );
+    assert_eq!(entries_under(&releases_dir(&h)), Vec::<String>::new());
+}
+
+#[test]
+fn cli_refusals_are_one_line() {
+    let h = ServerHarness::start();
+    repo_with_tag(&h, "v1");
+    let work = h.temp_dir().join("work");
+    std::fs::write(work.join("a.bin"), b"a").unwrap();
+    // bob can push but not rewind: the repository is "not found" to him.
+    let bob = h.authorized_key("bob");
+    let refused = cli(&h, &bob, &work, &["release", "create", "v1", "a.bin"]);
+    assert_eq!((refused.code, refused.stderr.as_str()), (1, NOT_FOUND));
+    let unknown_tag = cli(
+        &h,
+        &h.ssh_client_key(),
+        &work,
+        &["release", "create", "v2", "a.bin"],
+    );
+    assert_eq!(
+        (unknown_tag.code, unknown_tag.stderr.as_str()),
+        (1, "error: no tag v2 in app.git\n")
+    );
+    std::fs::write(work.join(".hidden"), b"h").unwrap();
+    let bad_name = cli(
+        &h,
+        &h.ssh_client_key(),
+        &work,
+        &["release", "create", "v1", ".hidden"],
+    );
+    assert_eq!(bad_name.code, 1);
+    assert!(
+        bad_name
+            .stderr
+            .starts_with("error: cannot upload .hidden: its name is not a valid release file name"),
+        "{bad_name:?}"
+    );
+    let no_remote = cli(
+        &h,
+        &h.ssh_client_key(),
+        &work,
+        &["release", "list", "--remote", "nope"],
+    );
+    assert_eq!(
+        (no_remote.code, no_remote.stderr.as_str()),
+        (1, "error: no remote named 'nope'\n")
+    );
+    assert_eq!(entries_under(&releases_dir(&h)), Vec::<String>::new());
+}
+
+#[test]
+fn cli_download_refuses_bytes_that_do_not_match_the_checksum() {
+    let h = ServerHarness::start();
+    repo_with_tag(&h, "v1");
+    let key = h.ssh_client_key();
+    let work = h.temp_dir().join("work");
+    std::fs::write(work.join("a.bin"), b"original").unwrap();
+    let created = cli(&h, &key, &work, &["release", "create", "v1", "a.bin"]);
+    assert_eq!(created.code, 0, "{created:?}");
+    // The stored bytes rot on the server (same size, other content).
+    std::fs::write(releases_dir(&h).join("app.git/v1/a.bin"), b"tampered").unwrap();
+    let got = cli(&h, &key, &work, &["release", "download", "v1", "-o", "out"]);
+    assert_eq!(got.code, 1, "{got:?}");
+    assert!(
+        got.stderr.starts_with("error: a.bin: checksum mismatch"),
+        "{got:?}"
+    );
+    // Nothing half-written is left behind.
+    assert_eq!(entries_under(&work.join("out")), Vec::<String>::new());
+}

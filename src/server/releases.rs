@@ -35,7 +35,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-/// Longest file name or encoded tag, in bytes (one path segment).
+/// Longest encoded tag, in bytes (one path segment).
 const MAX_SEGMENT: usize = 255;
 
 /// Prefix of temporary files (data being uploaded, metadata being written).
@@ -89,7 +89,7 @@ impl Release {
 /// mistake and its message is safe to show; `Io` is logged, not shown.
 #[derive(Debug, thiserror::Error)]
 pub enum ReleaseError {
-    #[error("invalid file name '{0}': use letters, digits, '.', '_', '-' and '+', not starting with '.' or '-', at most 255 bytes")]
+    #[error("invalid file name '{0}': {rule}", rule = git_collab::release::FILE_NAME_RULE)]
     FileName(String),
     #[error("invalid tag name '{0}'")]
     TagName(String),
@@ -105,15 +105,8 @@ pub enum ReleaseError {
     Io(#[from] io::Error),
 }
 
-/// Whether `name` may be a release file name: one safe path segment.
-pub fn valid_file_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_SEGMENT
-        && !name.starts_with(['.', '-'])
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+'))
-}
+/// The file name rule is the client's too: one place decides it.
+pub use git_collab::release::valid_file_name;
 
 /// Whether `tag` is a name git accepts under `refs/tags/`.
 pub fn valid_tag_name(tag: &str) -> bool {
