@@ -15,6 +15,7 @@
 //! `max_release_size` bytes, leaves nothing on disk (`releases::Upload`
 //! cleans up when dropped). Access is `authz`'s; storage is `releases`'.
 
+use chrono::SubsecRound as _;
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
 use serde_json::json;
@@ -159,7 +160,9 @@ async fn create(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &str,
     while let Some(msg) = channel.wait().await {
         match msg {
             ChannelMsg::Data { data } => {
-                if chunks.send(data).await.is_err() {
+                // A closed queue means the writer stopped with an error.
+                let queued = chunks.send(data).await;
+                if queued.is_err() {
                     break;
                 }
             }
@@ -205,7 +208,7 @@ async fn create(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &str,
         return;
     }
     let uploader = ctx.caller.principal().to_string();
-    match blocking(move || upload.finish(&uploader, chrono::Utc::now())).await {
+    match blocking(move || upload.finish(&uploader, chrono::Utc::now().trunc_subsecs(0))).await {
         Ok(record) => {
             tracing::info!(
                 principal = ctx.caller.principal(),
