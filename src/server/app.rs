@@ -122,6 +122,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let http = tokio::spawn(crate::http::serve(
         app.clone(),
         http_listener,
+        ssh_addr.port(),
         stopping.clone().wait(),
     ));
     eprintln!("listening ssh={ssh_addr} http={http_addr}");

@@ -14,6 +14,7 @@ mod identity;
 mod lease_service;
 mod leases;
 mod logging;
+mod metrics;
 mod releases;
 mod repos;
 mod setup;

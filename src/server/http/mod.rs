@@ -1,24 +1,104 @@
-//! The HTTP side of the server (read-only). For now only the probes:
-//! `/livez` (the process is up) and `/readyz` (repos_dir is readable). The
-//! web UI and smart-HTTP clone are built on this router later; every page
-//! must ask `authz` before it shows a repository.
+//! The HTTP side of the server, read-only: the web UI (askama templates, one
+//! stylesheet, no JavaScript), smart-HTTP clone and fetch, the probes
+//! (`/livez`, `/readyz`) and `/metrics`.
+//!
+//! Routing. Repository names may contain `/` (`team/app`), so before routing
+//! [`canonical_path`] rewrites the request path so that the repository name
+//! is ONE percent-encoded segment: `/team/app/-/issues` becomes
+//! `/team%2Fapp/-/issues` (everything after the first `/-/` is the page),
+//! `/team/app.git/info/refs` becomes `/team%2Fapp.git/info/refs`, and any
+//! other path is a summary page. Routes are then ordinary axum routes,
+//! `/{repo}/-/issues/{id}`, and `Path` hands handlers the decoded name. A
+//! repository with a `-` segment in its name is therefore not reachable
+//! over HTTP.
+//!
+//! Access. Anonymous HTTP sees only repositories that
+//! `authz::anonymous_can_read` allows; [`visible_repo`] is the one place
+//! this module asks, and a repository it refuses gets exactly the same
+//! answer as one that does not exist ([`not_found`], or the smart-HTTP
+//! equivalent). Every page is a GET; nothing here writes to a repository
+//! except the replay cache the library keeps beside it.
+//!
+//! Adding a page family: a file under `repo/`, a `Template` struct whose
+//! template extends `repo_base.html` (fields from [`repo::RepoNav`]), and
+//! one `.route(...)` line below.
+
+mod git_http;
+mod health;
+mod index;
+pub mod issue_cache;
+mod markdown;
+pub mod repo;
+mod view;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::get;
-use axum::Router;
+use axum::extract::{FromRef, Request};
+use axum::http::{header, HeaderValue, StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Router, ServiceExt as _};
+use tower::Layer as _;
 
 use crate::app::App;
+use crate::repos::RepoEntry;
+use issue_cache::IssueCache;
 
-/// The router with every HTTP route.
-pub fn router(app: Arc<App>) -> Router {
+/// The state every handler can extract: `State<AppState>`, or just
+/// `State<Arc<App>>` (through `FromRef`).
+#[derive(Clone)]
+pub struct AppState {
+    pub app: Arc<App>,
+    /// Replayed issues per repository, kept while no issue ref moves.
+    pub issues: Arc<IssueCache>,
+    /// The port the SSH listener is bound to, for SSH clone URLs.
+    pub ssh_port: u16,
+}
+
+impl FromRef<AppState> for Arc<App> {
+    fn from_ref(state: &AppState) -> Arc<App> {
+        state.app.clone()
+    }
+}
+
+/// The stylesheet, compiled in.
+const STYLE_CSS: &str = include_str!("static/style.css");
+
+/// Every route. Paths are as [`canonical_path`] leaves them. `ssh_port`
+/// is where the SSH listener is bound (for clone URLs).
+pub fn router(app: Arc<App>, ssh_port: u16) -> Router {
+    let state = AppState {
+        app,
+        issues: Arc::new(IssueCache::default()),
+        ssh_port,
+    };
     Router::new()
-        .route("/livez", get(livez))
-        .route("/readyz", get(readyz))
-        .with_state(app)
+        .route("/", get(index::index))
+        .route("/-/static/style.css", get(style_css))
+        .route("/livez", get(health::livez))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/{repo}", get(repo::summary::summary))
+        .route("/{repo}/-/tree", get(repo::tree::tree_default))
+        .route("/{repo}/-/tree/{*rest}", get(repo::tree::tree))
+        .route("/{repo}/-/blob/{*rest}", get(repo::tree::blob))
+        .route("/{repo}/-/raw/{*rest}", get(repo::tree::raw))
+        .route("/{repo}/-/commit/{oid}", get(repo::commit::commit))
+        .route("/{repo}/-/log", get(repo::commit::log_default))
+        .route("/{repo}/-/log/{*rest}", get(repo::commit::log))
+        .route("/{repo}/-/issues", get(repo::issues::list))
+        .route("/{repo}/-/issues/{id}", get(repo::issues::detail))
+        .route("/{repo}/info/refs", get(git_http::info_refs))
+        .route("/{repo}/git-upload-pack", post(git_http::upload_pack_post))
+        .route(
+            "/{repo}/git-receive-pack",
+            post(git_http::receive_pack_post),
+        )
+        .fallback(fallback)
+        .layer(middleware::from_fn(common_headers))
+        .with_state(state)
 }
 
 /// Serve HTTP on `listener` until `shutdown` resolves; in-flight requests
@@ -26,21 +106,149 @@ pub fn router(app: Arc<App>) -> Router {
 pub async fn serve(
     app: Arc<App>,
     listener: tokio::net::TcpListener,
+    ssh_port: u16,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, router(app))
+    // The rewrite must run before routing, so it wraps the router instead of
+    // being one of its layers.
+    let service = tower::util::MapRequestLayer::new(rewrite_request).layer(router(app, ssh_port));
+    axum::serve(listener, service.into_make_service())
         .with_graceful_shutdown(shutdown)
         .await?;
     Ok(())
 }
 
-async fn livez() -> &'static str {
-    "ok"
+fn rewrite_request(mut request: Request) -> Request {
+    if let Some(path) = canonical_path(request.uri().path()) {
+        let rebuilt = match request.uri().query() {
+            Some(q) => format!("{path}?{q}"),
+            None => path,
+        };
+        if let Ok(uri) = rebuilt.parse::<Uri>() {
+            *request.uri_mut() = uri;
+        }
+    }
+    request
 }
 
-async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, &'static str) {
-    match std::fs::read_dir(&app.config.repos_dir) {
-        Ok(_) => (StatusCode::OK, "ready"),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "repos_dir is not readable"),
+/// Git's smart-HTTP endpoints, relative to the repository.
+const GIT_SUFFIXES: [&str; 3] = ["/info/refs", "/git-upload-pack", "/git-receive-pack"];
+
+/// The routed form of a raw request path, with the repository name folded
+/// into one segment; `None` when the path is already in routed form.
+pub fn canonical_path(path: &str) -> Option<String> {
+    if path == "/" || path.starts_with("/-/") || !path.starts_with('/') {
+        return None;
+    }
+    let fold = |repo: &str| repo.trim_matches('/').replace('/', "%2F");
+    let routed = if let Some(at) = path.find("/-/") {
+        format!("/{}{}", fold(&path[..at]), &path[at..])
+    } else if let Some(suffix) = GIT_SUFFIXES.iter().find(|s| path.ends_with(*s)) {
+        format!("/{}{suffix}", fold(&path[..path.len() - suffix.len()]))
+    } else {
+        let trimmed = path.trim_end_matches('/');
+        let trimmed = trimmed.strip_suffix("/-").unwrap_or(trimmed);
+        format!("/{}", fold(trimmed))
+    };
+    (routed != path).then_some(routed)
+}
+
+/// `ssh://git@HOST[:PORT]/NAME` for a repository, `HOST` as the client
+/// named this server.
+pub fn ssh_clone_url(st: &AppState, headers: &axum::http::HeaderMap, repo: &RepoEntry) -> String {
+    let host = view::request_host(headers);
+    match st.ssh_port {
+        22 => format!("ssh://git@{host}/{}", repo.name),
+        port => format!("ssh://git@{host}:{port}/{}", repo.name),
+    }
+}
+
+/// The repository `requested` if anonymous HTTP may read it. `None` for a
+/// missing repository and for one it may not see alike.
+pub fn visible_repo(app: &App, requested: &str) -> Option<RepoEntry> {
+    let entry = crate::repos::find_repo(&app.config.repos_dir, requested)?;
+    crate::authz::anonymous_can_read(app, &entry).then_some(entry)
+}
+
+/// The one "not found" page: for a missing repository, a repository the
+/// caller may not see, and any unknown path. It names nothing from the
+/// request, so it cannot tell those cases apart.
+pub fn not_found(app: &App) -> Response {
+    view::error_page(
+        app,
+        StatusCode::NOT_FOUND,
+        "Not found",
+        "There is nothing here, or you are not allowed to see it.",
+    )
+}
+
+async fn fallback(axum::extract::State(app): axum::extract::State<Arc<App>>) -> Response {
+    not_found(&app)
+}
+
+async fn style_css() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        STYLE_CSS,
+    )
+        .into_response()
+}
+
+/// Count every response and add the headers every response carries: no
+/// script may run on any page (the UI needs none), no MIME sniffing, no
+/// framing.
+async fn common_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    crate::metrics::http_request(response.status().as_u16());
+    let headers = response.headers_mut();
+    headers
+        .entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(HeaderValue::from_static(
+            "default-src 'none'; style-src 'self'; img-src 'self' https: data:; \
+             base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+        ));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::canonical_path;
+
+    #[test]
+    fn folds_the_repository_name_into_one_segment() {
+        let cases = [
+            ("/", None),
+            ("/-/static/style.css", None),
+            ("/livez", None),
+            ("/r", None),
+            ("/r/", Some("/r")),
+            ("/team/app", Some("/team%2Fapp")),
+            ("/team/app/", Some("/team%2Fapp")),
+            ("/team/app/-/issues", Some("/team%2Fapp/-/issues")),
+            ("/r/-/issues/abcd", None),
+            (
+                "/a/b/c/-/tree/main/src/-/x.rs",
+                Some("/a%2Fb%2Fc/-/tree/main/src/-/x.rs"),
+            ),
+            ("/team/app.git/info/refs", Some("/team%2Fapp.git/info/refs")),
+            ("/r.git/git-upload-pack", None),
+            ("/t/r/git-receive-pack", Some("/t%2Fr/git-receive-pack")),
+            ("/t/r/-", Some("/t%2Fr")),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(canonical_path(raw).as_deref(), want, "{raw}");
+        }
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod git;
+pub mod lease;
 pub mod release;
 pub mod session;
 pub mod tokens;
@@ -76,7 +77,10 @@ pub async fn serve(
                 let disconnecting = disconnecting.clone();
                 sessions.spawn(async move {
                     let session = match russh::server::run_stream(config, socket, handler).await {
-                        Ok(s) => s,
+                        Ok(s) => {
+                            crate::metrics::ssh_session_opened();
+                            s
+                        }
                         Err(e) => {
                             tracing::debug!("ssh handshake with {peer}: {e:#}");
                             return;

@@ -47,6 +47,42 @@ pub enum RepoCmd {
     List,
 }
 
+/// `collab-lease` subcommands (see `super::lease`). `ttl_secs` is a positive
+/// number of seconds, at most [`MAX_LEASE_TTL_SECS`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseCmd {
+    Acquire {
+        repo: String,
+        issue: String,
+        ttl_secs: Option<i64>,
+    },
+    Renew {
+        repo: String,
+        issue: String,
+        ttl_secs: i64,
+    },
+    Release {
+        repo: String,
+        issue: String,
+    },
+    List {
+        repo: String,
+    },
+}
+
+/// The longest lease TTL accepted: ten years. Longer is an assignment, which
+/// is what leaving out `--ttl` means.
+pub const MAX_LEASE_TTL_SECS: i64 = 10 * 365 * 24 * 60 * 60;
+
+/// `--ttl <secs>`: decimal digits only, `1..=MAX_LEASE_TTL_SECS`.
+fn parse_ttl(value: &str) -> Option<i64> {
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let ttl: i64 = value.parse().ok()?;
+    (1..=MAX_LEASE_TTL_SECS).contains(&ttl).then_some(ttl)
+}
+
 /// `collab-release` subcommands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReleaseCmd {
@@ -79,6 +115,8 @@ pub enum ExecCommand {
     Whoami,
     /// `collab-repo create '<name>'`, `collab-repo list`
     Repo(RepoCmd),
+    /// `collab-lease acquire|renew|release|list …`
+    Lease(LeaseCmd),
     /// `collab-release create|download '<repo>' '<tag>' '<file>'`,
     /// `list '<repo>'`, `delete '<repo>' '<tag>' ['<file>']`
     Release(ReleaseCmd),
@@ -90,6 +128,12 @@ impl ExecCommand {
         match self {
             ExecCommand::Git { repo, .. } => Some(repo),
             ExecCommand::Repo(RepoCmd::Create { name }) => Some(name),
+            ExecCommand::Lease(
+                LeaseCmd::Acquire { repo, .. }
+                | LeaseCmd::Renew { repo, .. }
+                | LeaseCmd::Release { repo, .. }
+                | LeaseCmd::List { repo },
+            ) => Some(repo),
             ExecCommand::Release(
                 ReleaseCmd::Create { repo, .. }
                 | ReleaseCmd::List { repo }
@@ -114,6 +158,10 @@ impl ExecCommand {
             ExecCommand::Whoami => "collab-whoami",
             ExecCommand::Repo(RepoCmd::Create { .. }) => "collab-repo create",
             ExecCommand::Repo(RepoCmd::List) => "collab-repo list",
+            ExecCommand::Lease(LeaseCmd::Acquire { .. }) => "collab-lease acquire",
+            ExecCommand::Lease(LeaseCmd::Renew { .. }) => "collab-lease renew",
+            ExecCommand::Lease(LeaseCmd::Release { .. }) => "collab-lease release",
+            ExecCommand::Lease(LeaseCmd::List { .. }) => "collab-lease list",
             ExecCommand::Release(ReleaseCmd::Create { .. }) => "collab-release create",
             ExecCommand::Release(ReleaseCmd::List { .. }) => "collab-release list",
             ExecCommand::Release(ReleaseCmd::Download { .. }) => "collab-release download",
@@ -146,6 +194,7 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
             name: name.to_string(),
         })),
         ["collab-repo", "list"] => Some(ExecCommand::Repo(RepoCmd::List)),
+        ["collab-lease", sub, rest @ ..] => parse_lease(sub, rest).map(ExecCommand::Lease),
         ["collab-release", "create", repo, tag, file] => {
             Some(ExecCommand::Release(ReleaseCmd::Create {
                 repo: repo.to_string(),
@@ -174,6 +223,34 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
     }
 }
 
+/// `collab-lease <sub> <args…>` after the verb.
+fn parse_lease(sub: &str, args: &[&str]) -> Option<LeaseCmd> {
+    let owned = |s: &str| s.to_string();
+    Some(match (sub, args) {
+        ("acquire", [repo, issue]) => LeaseCmd::Acquire {
+            repo: owned(repo),
+            issue: owned(issue),
+            ttl_secs: None,
+        },
+        ("acquire", [repo, issue, "--ttl", ttl]) => LeaseCmd::Acquire {
+            repo: owned(repo),
+            issue: owned(issue),
+            ttl_secs: Some(parse_ttl(ttl)?),
+        },
+        ("renew", [repo, issue, "--ttl", ttl]) => LeaseCmd::Renew {
+            repo: owned(repo),
+            issue: owned(issue),
+            ttl_secs: parse_ttl(ttl)?,
+        },
+        ("release", [repo, issue]) => LeaseCmd::Release {
+            repo: owned(repo),
+            issue: owned(issue),
+        },
+        ("list", [repo]) => LeaseCmd::List { repo: owned(repo) },
+        _ => return None,
+    })
+}
+
 /// The usage line of a known verb, shown when its arguments are wrong.
 pub fn usage(tokens: &[String]) -> Option<&'static str> {
     let first = tokens.first()?.as_str();
@@ -183,6 +260,11 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
         ("git-receive-pack", _) | ("git", Some("receive-pack")) => "git-receive-pack '<repo>'",
         ("collab-whoami", _) => "collab-whoami",
         ("collab-repo", _) => "collab-repo create '<name>' | collab-repo list",
+        ("collab-lease", _) => {
+            "collab-lease acquire '<repo>' '<issue>' [--ttl <secs>] | \
+             collab-lease renew '<repo>' '<issue>' --ttl <secs> | \
+             collab-lease release '<repo>' '<issue>' | collab-lease list '<repo>'"
+        }
         ("collab-release", _) => {
             "collab-release create|download '<repo>' '<tag>' '<file>' | list '<repo>' | delete '<repo>' '<tag>' ['<file>']"
         }
@@ -259,7 +341,9 @@ pub async fn run_exec(ctx: ExecContext, channel: Channel<Msg>, raw: Vec<u8>) {
         repo = command.repo().unwrap_or(""),
         "exec"
     );
+    let verb = command.verb();
     dispatch(ctx, channel, command).await;
+    crate::metrics::verb_finished(verb, "completed");
 }
 
 async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand) {
@@ -267,6 +351,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Git { service, repo } => super::git::run(&ctx, channel, service, &repo).await,
         ExecCommand::Whoami => super::admin::whoami(&ctx, channel).await,
         ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
+        ExecCommand::Lease(cmd) => super::lease::run(&ctx, channel, cmd).await,
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
     }
 }
@@ -407,7 +492,136 @@ mod tests {
         assert!(usage(&shell_tokens("rm -rf").unwrap()).is_none());
     }
 
+    fn lease(cmd: LeaseCmd) -> Option<ExecCommand> {
+        Some(ExecCommand::Lease(cmd))
+    }
+
+    #[test]
+    fn parse_lease_acquire() {
+        assert_eq!(
+            parse_exec_command("collab-lease acquire 'r.git' 'a1b2c3d4'"),
+            lease(LeaseCmd::Acquire {
+                repo: "r.git".into(),
+                issue: "a1b2c3d4".into(),
+                ttl_secs: None
+            })
+        );
+        assert_eq!(
+            parse_exec_command("collab-lease acquire \"team/r\" a1b2"),
+            lease(LeaseCmd::Acquire {
+                repo: "team/r".into(),
+                issue: "a1b2".into(),
+                ttl_secs: None
+            })
+        );
+    }
+
+    #[test]
+    fn parse_lease_acquire_with_ttl() {
+        let cmd = parse_exec_command("collab-lease acquire 'r.git' 'a1b2c3d4' --ttl 300");
+        assert_eq!(
+            cmd,
+            lease(LeaseCmd::Acquire {
+                repo: "r.git".into(),
+                issue: "a1b2c3d4".into(),
+                ttl_secs: Some(300)
+            })
+        );
+        assert_eq!(cmd.unwrap().repo(), Some("r.git"));
+        assert!(parse_exec_command(&format!(
+            "collab-lease acquire r i --ttl {MAX_LEASE_TTL_SECS}"
+        ))
+        .is_some());
+    }
+
+    #[test]
+    fn parse_lease_renew_requires_ttl() {
+        assert_eq!(
+            parse_exec_command("collab-lease renew 'r.git' 'a1b2c3d4' --ttl 300"),
+            lease(LeaseCmd::Renew {
+                repo: "r.git".into(),
+                issue: "a1b2c3d4".into(),
+                ttl_secs: 300
+            })
+        );
+        assert_eq!(
+            parse_exec_command("collab-lease renew 'r.git' 'a1b2c3d4'"),
+            None
+        );
+    }
+
+    #[test]
+    fn parse_lease_release() {
+        assert_eq!(
+            parse_exec_command("collab-lease release 'r.git' 'a1b2c3d4'"),
+            lease(LeaseCmd::Release {
+                repo: "r.git".into(),
+                issue: "a1b2c3d4".into()
+            })
+        );
+    }
+
+    #[test]
+    fn parse_lease_list() {
+        let cmd = parse_exec_command("collab-lease list 'r.git'");
+        assert_eq!(
+            cmd,
+            lease(LeaseCmd::List {
+                repo: "r.git".into()
+            })
+        );
+        assert_eq!(cmd.unwrap().verb(), "collab-lease list");
+    }
+
+    #[test]
+    fn parse_lease_rejects_bad_commands() {
+        for bad in [
+            "collab-lease",
+            "collab-lease steal 'r.git' 'a1b2'",
+            "collab-lease ACQUIRE 'r.git' 'a1b2'",
+            "collab-lease acquire '' 'a1b2'",
+            "collab-lease acquire 'r.git' ''",
+            "collab-lease acquire 'r.git'",
+            "collab-lease acquire 'r.git' 'a1b2' --ttl",
+            "collab-lease acquire 'r.git' 'a1b2' --ttl abc",
+            "collab-lease acquire 'r.git' 'a1b2' --ttl 0",
+            "collab-lease acquire 'r.git' 'a1b2' --ttl -5",
+            "collab-lease acquire 'r.git' 'a1b2' --ttl +5",
+            "collab-lease acquire 'r.git' 'a1b2' --ttl 1.5",
+            "collab-lease acquire 'r.git' 'a1b2' --ttl ''",
+            "collab-lease acquire 'r.git' 'a1b2' --ttl 99999999999999999999",
+            "collab-lease acquire 'r.git' 'a1b2' --ttl 315360001",
+            "collab-lease acquire 'r.git' 'a1b2' --ttl 300 extra",
+            "collab-lease acquire 'r.git' 'a1b2' extra",
+            "collab-lease acquire 'r.git' 'a1b2' --TTL 300",
+            "collab-lease acquire 'r.git' 'a1b2' --ttl 300 --ttl 300",
+            "collab-lease renew 'r.git' 'a1b2' --ttl 0",
+            "collab-lease renew 'r.git' 'a1b2' --ttl",
+            "collab-lease release 'r.git'",
+            "collab-lease release 'r.git' 'a1b2' --ttl 300",
+            "collab-lease list",
+            "collab-lease list ''",
+            "collab-lease list 'r.git' 'a1b2'",
+            "collab-lease list 'r.git",
+            "collab-lease acquire 'r.git' 'a1b2",
+            "collab-lease acquire 'r.git' a1b2\x01",
+        ] {
+            assert_eq!(parse_exec_command(bad), None, "{bad:?}");
+        }
+        let tokens = shell_tokens("collab-lease renew r i").unwrap();
+        assert!(usage(&tokens).unwrap().contains("collab-lease renew"));
+    }
+
     proptest! {
+        #[test]
+        fn lease_args_round_trip(repo in "[^\\p{Cc}]{1,30}", issue in "[^\\p{Cc}]{1,30}", ttl in 1i64..=MAX_LEASE_TTL_SECS) {
+            let line = format!("collab-lease acquire {} {} --ttl {ttl}", shell_quote(&repo), shell_quote(&issue));
+            prop_assert_eq!(
+                parse_exec_command(&line),
+                lease(LeaseCmd::Acquire { repo: repo.clone(), issue: issue.clone(), ttl_secs: Some(ttl) })
+            );
+        }
+
         #[test]
         fn parse_never_panics(s in "\\PC{0,80}|[ '\"\\\\a-z\\-\\x00-\\x1f]{0,64}") {
             let _ = parse_exec_command(&s);

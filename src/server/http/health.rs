@@ -1,0 +1,56 @@
+//! Probes and metrics: `/livez` (the process answers), `/readyz` (collab.db
+//! opens and answers a query, repos_dir is readable) and `/metrics`
+//! (Prometheus text from `crate::metrics`).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use rusqlite::{Connection, OpenFlags};
+
+use crate::app::App;
+
+pub async fn livez() -> &'static str {
+    "ok"
+}
+
+pub async fn readyz(State(app): State<Arc<App>>) -> Response {
+    let checked = tokio::task::spawn_blocking(move || ready(&app)).await;
+    match checked {
+        Ok(Ok(())) => (StatusCode::OK, "ready\n").into_response(),
+        Ok(Err(why)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        )
+            .into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "not ready: check failed\n").into_response(),
+    }
+}
+
+/// What `/readyz` checks; the error names the failing part (not the path:
+/// the probe is anonymous).
+fn ready(app: &App) -> Result<(), &'static str> {
+    std::fs::read_dir(&app.config.repos_dir).map_err(|_| "repos_dir is not readable")?;
+    let db = Connection::open_with_flags(
+        app.config.collab_db_path(),
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|_| "collab_db does not open")?;
+    db.query_row("SELECT count(*) FROM sqlite_master", [], |row| {
+        row.get::<_, i64>(0)
+    })
+    .map_err(|_| "collab_db does not answer")?;
+    Ok(())
+}
+
+pub async fn metrics() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::metrics::render(),
+    )
+        .into_response()
+}

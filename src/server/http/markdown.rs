@@ -1,0 +1,149 @@
+//! Markdown to HTML for READMEs, issue bodies and comments (pulldown-cmark),
+//! made safe for a page anyone can write into: raw HTML is shown as text,
+//! never passed through, and link and image targets with a scheme other
+//! than http, https or mailto (`javascript:`, `data:`, ...) are dropped.
+//! Relative targets can be pointed into the repository ([`LinkBase`]).
+
+use pulldown_cmark::{html, CowStr, Event, Options, Parser, Tag};
+
+/// Where relative link and image targets of a document point.
+pub struct LinkBase {
+    /// Prefix for relative links, e.g. `/r/-/blob/main/docs/`.
+    pub links: String,
+    /// Prefix for relative images, e.g. `/r/-/raw/main/docs/`.
+    pub images: String,
+}
+
+/// Render `source` to HTML that is safe to embed as is.
+pub fn render(source: &str, base: Option<&LinkBase>) -> String {
+    let options =
+        Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
+    let events = Parser::new_ext(source, options).map(|event| match event {
+        // Raw HTML, block or inline, becomes text: escaped on output.
+        Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
+        Event::Start(Tag::Link {
+            link_type,
+            dest_url,
+            title,
+            id,
+        }) => Event::Start(Tag::Link {
+            link_type,
+            dest_url: safe_url(dest_url, base.map(|b| b.links.as_str())),
+            title,
+            id,
+        }),
+        Event::Start(Tag::Image {
+            link_type,
+            dest_url,
+            title,
+            id,
+        }) => Event::Start(Tag::Image {
+            link_type,
+            dest_url: safe_url(dest_url, base.map(|b| b.images.as_str())),
+            title,
+            id,
+        }),
+        other => other,
+    });
+    let mut out = String::with_capacity(source.len() * 3 / 2);
+    html::push_html(&mut out, events);
+    out
+}
+
+/// `url` if its scheme is harmless, rebased when relative; `#` otherwise.
+fn safe_url<'a>(url: CowStr<'a>, base: Option<&str>) -> CowStr<'a> {
+    // Browsers ignore tabs and newlines inside URLs ("java\tscript:"), so
+    // judge the URL with every whitespace and control character removed.
+    let squeezed: String = url
+        .chars()
+        .filter(|c| !c.is_whitespace() && !c.is_control())
+        .collect();
+    let scheme_end = squeezed.find(':');
+    let first_delimiter = squeezed.find(['/', '?', '#']);
+    let has_scheme = match (scheme_end, first_delimiter) {
+        (Some(colon), Some(delim)) => colon < delim,
+        (Some(_), None) => true,
+        _ => false,
+    };
+    if has_scheme {
+        let scheme = squeezed[..scheme_end.unwrap_or(0)].to_ascii_lowercase();
+        return if matches!(scheme.as_str(), "http" | "https" | "mailto") {
+            url
+        } else {
+            CowStr::Borrowed("#")
+        };
+    }
+    if squeezed.len() != url.len() {
+        // Control characters in a relative URL: not worth guessing.
+        return CowStr::Borrowed("#");
+    }
+    match base {
+        Some(prefix) if !url.starts_with('/') && !url.starts_with('#') && !url.starts_with('?') => {
+            let relative = url.strip_prefix("./").unwrap_or(&url);
+            CowStr::Boxed(format!("{prefix}{relative}").into_boxed_str())
+        }
+        _ => url,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_html_is_escaped_not_passed_through() {
+        let out = render(
+            "# Hi\n\n<script>alert(1)</script>\n\ntext <b onclick=\"x()\">bold</b>\n",
+            None,
+        );
+        assert!(out.contains("<h1>Hi</h1>"), "{out}");
+        assert!(!out.contains("<script"), "{out}");
+        assert!(!out.contains("<b "), "{out}");
+        assert!(
+            out.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn dangerous_link_schemes_are_dropped() {
+        for src in [
+            "[x](javascript:alert(1))",
+            "[x](JavaScript:alert(1))",
+            "[x](<java\tscript:alert(1)>)",
+            "[x](&#106;avascript:alert(1))",
+            "[x](data:text/html,<script>alert(1)</script>)",
+            "![x](javascript:alert(1))",
+            "<javascript:alert(1)>",
+        ] {
+            let out = render(src, None).to_ascii_lowercase();
+            for attr in [
+                "href=\"javascript",
+                "src=\"javascript",
+                "href=\"data",
+                "<script",
+            ] {
+                assert!(!out.contains(attr), "{src} -> {out}");
+            }
+        }
+        let out = render("[a](https://example.org/x) [m](mailto:a@b.c)", None);
+        assert!(out.contains("href=\"https://example.org/x\""), "{out}");
+        assert!(out.contains("href=\"mailto:a@b.c\""), "{out}");
+    }
+
+    #[test]
+    fn relative_targets_are_rebased() {
+        let base = LinkBase {
+            links: "/r/-/blob/main/".into(),
+            images: "/r/-/raw/main/".into(),
+        };
+        let out = render(
+            "[doc](docs/a.md) ![logo](./logo.png) [top](#x) [abs](/y)",
+            Some(&base),
+        );
+        assert!(out.contains("href=\"/r/-/blob/main/docs/a.md\""), "{out}");
+        assert!(out.contains("src=\"/r/-/raw/main/logo.png\""), "{out}");
+        assert!(out.contains("href=\"#x\""), "{out}");
+        assert!(out.contains("href=\"/y\""), "{out}");
+    }
+}

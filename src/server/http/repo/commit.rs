@@ -1,0 +1,300 @@
+//! History: `/{repo}/-/commit/{oid}` (message, author, parents and the diff
+//! against the first parent, with renames found and large diffs cut) and
+//! `/{repo}/-/log/{ref}?page=N` (50 commits a page).
+
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use git2::{Delta, DiffFindOptions, DiffOptions, ObjectType};
+use serde::Deserialize;
+
+use super::CommitRow;
+use crate::http::view::{self, PageError, PageResult};
+use crate::http::AppState;
+
+/// Commits per log page.
+pub const LOG_PAGE: usize = 50;
+/// Diff lines shown on a commit page, all files together.
+const MAX_DIFF_LINES: usize = 10_000;
+
+#[derive(Template)]
+#[template(path = "commit.html")]
+struct CommitPage {
+    site_title: String,
+    repo_name: String,
+    active_section: &'static str,
+    open_patches: usize,
+    open_issues: usize,
+    id: String,
+    short: String,
+    summary: String,
+    /// The message after the summary line.
+    body: String,
+    author: String,
+    authored: String,
+    committer: String,
+    parents: Vec<(String, String)>,
+    files: Vec<FileDiff>,
+    additions: usize,
+    deletions: usize,
+    truncated: bool,
+}
+
+struct FileDiff {
+    path: String,
+    /// The old path of a rename or copy, else empty.
+    old_path: String,
+    /// `added`, `deleted`, `modified`, `renamed`, ...
+    status: &'static str,
+    binary: bool,
+    lines: Vec<DiffLine>,
+}
+
+struct DiffLine {
+    /// `add`, `del`, `ctx` or `hunk`: the CSS class.
+    kind: &'static str,
+    /// The `+`/`-`/space column.
+    sign: char,
+    text: String,
+}
+
+#[derive(Template)]
+#[template(path = "log.html")]
+struct LogPage {
+    site_title: String,
+    repo_name: String,
+    active_section: &'static str,
+    open_patches: usize,
+    open_issues: usize,
+    rev: String,
+    rev_url: String,
+    commits: Vec<CommitRow>,
+    page: usize,
+    has_more: bool,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LogQuery {
+    page: Option<usize>,
+}
+
+pub async fn commit(
+    State(st): State<AppState>,
+    Path((repo, oid)): Path<(String, String)>,
+) -> Response {
+    let app = st.app.clone();
+    view::blocking(&app, move || commit_page(&st, &repo, &oid)).await
+}
+
+pub async fn log_default(State(st): State<AppState>, Path(repo): Path<String>) -> Response {
+    let app = st.app.clone();
+    view::blocking(&app, move || {
+        let ctx = super::open(&st.app, &repo)?;
+        match super::default_branch(&ctx.git) {
+            Some((branch, _)) => Ok(Redirect::to(&format!(
+                "/{}/-/log/{}",
+                ctx.name(),
+                view::url_path(&branch)
+            ))
+            .into_response()),
+            None => Err(PageError::Missing("This repository is empty.".into())),
+        }
+    })
+    .await
+}
+
+pub async fn log(
+    State(st): State<AppState>,
+    Path((repo, rest)): Path<(String, String)>,
+    Query(query): Query<LogQuery>,
+) -> Response {
+    let app = st.app.clone();
+    view::blocking(&app, move || {
+        log_page(&st, &repo, &rest, query.page.unwrap_or(1))
+    })
+    .await
+}
+
+fn log_page(st: &AppState, requested: &str, rest: &str, page: usize) -> PageResult {
+    let ctx = super::open(&st.app, requested)?;
+    let at = super::resolve_rev_path(&ctx.git, rest)
+        .filter(|at| at.path.is_empty())
+        .ok_or_else(|| PageError::Missing("No such branch, tag or commit.".into()))?;
+    let page = page.max(1);
+    let skip = (page - 1).saturating_mul(LOG_PAGE);
+    let mut commits = super::commits(&ctx.git, at.commit, skip, LOG_PAGE + 1)?;
+    let has_more = commits.len() > LOG_PAGE;
+    commits.truncate(LOG_PAGE);
+    if commits.is_empty() && page > 1 {
+        return Err(PageError::Missing(
+            "There are no commits on this page.".into(),
+        ));
+    }
+    let nav = super::nav(st, &ctx, "log")?;
+    let view = LogPage {
+        site_title: nav.site_title,
+        repo_name: nav.repo_name,
+        active_section: nav.active_section,
+        open_patches: nav.open_patches,
+        open_issues: nav.open_issues,
+        rev_url: view::url_path(&at.rev),
+        rev: at.rev,
+        commits,
+        page,
+        has_more,
+    };
+    Ok(view::render(StatusCode::OK, &view))
+}
+
+fn commit_page(st: &AppState, requested: &str, oid: &str) -> PageResult {
+    let ctx = super::open(&st.app, requested)?;
+    let missing = || PageError::Missing("No such commit.".into());
+    if !(4..=40).contains(&oid.len()) || !oid.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(missing());
+    }
+    let commit = ctx
+        .git
+        .find_object_by_prefix(oid, Some(ObjectType::Commit))
+        .ok()
+        .and_then(|o| o.into_commit().ok())
+        .ok_or_else(missing)?;
+    let message = commit.message_bytes();
+    let message = String::from_utf8_lossy(message);
+    let (summary, body) = match message.split_once('\n') {
+        Some((first, rest)) => (first.to_string(), rest.trim_matches('\n').to_string()),
+        None => (message.trim().to_string(), String::new()),
+    };
+    let parents = commit
+        .parent_ids()
+        .map(|p| {
+            let id = p.to_string();
+            (view::short_id(&id), id)
+        })
+        .collect();
+
+    let new_tree = commit.tree()?;
+    let old_tree = match commit.parent(0) {
+        Ok(parent) => Some(parent.tree()?),
+        Err(_) => None,
+    };
+    let mut options = DiffOptions::new();
+    options.context_lines(3);
+    let mut diff =
+        ctx.git
+            .diff_tree_to_tree(old_tree.as_ref(), Some(&new_tree), Some(&mut options))?;
+    diff.find_similar(Some(DiffFindOptions::new().renames(true)))?;
+    let stats = diff.stats()?;
+    let (files, truncated) = collect_files(&diff)?;
+
+    let author = commit.author();
+    let committer = commit.committer();
+    let nav = super::nav(st, &ctx, "log")?;
+    let id = commit.id().to_string();
+    let page = CommitPage {
+        site_title: nav.site_title,
+        repo_name: nav.repo_name,
+        active_section: nav.active_section,
+        open_patches: nav.open_patches,
+        open_issues: nav.open_issues,
+        short: view::short_id(&id),
+        id,
+        summary,
+        body,
+        author: format!(
+            "{} <{}>",
+            String::from_utf8_lossy(author.name_bytes()),
+            String::from_utf8_lossy(author.email_bytes())
+        ),
+        authored: view::fmt_git_time(author.when()),
+        committer: String::from_utf8_lossy(committer.name_bytes()).into_owned(),
+        parents,
+        files,
+        additions: stats.insertions(),
+        deletions: stats.deletions(),
+        truncated,
+    };
+    Ok(view::render(StatusCode::OK, &page))
+}
+
+fn status_word(delta: Delta) -> &'static str {
+    match delta {
+        Delta::Added => "added",
+        Delta::Deleted => "deleted",
+        Delta::Renamed => "renamed",
+        Delta::Copied => "copied",
+        Delta::Typechange => "type changed",
+        _ => "modified",
+    }
+}
+
+/// Every file of `diff` with its lines, stopping after `MAX_DIFF_LINES`
+/// lines in all; `true` when something was left out.
+fn collect_files(diff: &git2::Diff) -> anyhow::Result<(Vec<FileDiff>, bool)> {
+    let path_of = |f: git2::DiffFile| {
+        f.path()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let mut files = Vec::new();
+    let mut shown = 0usize;
+    let mut truncated = false;
+    for (index, delta) in diff.deltas().enumerate() {
+        let new = path_of(delta.new_file());
+        let old = path_of(delta.old_file());
+        let status = delta.status();
+        let mut file = FileDiff {
+            path: if status == Delta::Deleted {
+                old.clone()
+            } else {
+                new
+            },
+            old_path: if matches!(status, Delta::Renamed | Delta::Copied) {
+                old
+            } else {
+                String::new()
+            },
+            status: status_word(status),
+            binary: delta.flags().is_binary(),
+            lines: Vec::new(),
+        };
+        let patch = if file.binary || truncated {
+            None
+        } else {
+            git2::Patch::from_diff(diff, index)?
+        };
+        if let Some(patch) = patch {
+            file.binary = patch.delta().flags().is_binary();
+            'hunks: for h in 0..patch.num_hunks() {
+                let (hunk, count) = patch.hunk(h)?;
+                let header = String::from_utf8_lossy(hunk.header());
+                file.lines.push(DiffLine {
+                    kind: "hunk",
+                    sign: ' ',
+                    text: header.trim_end().to_string(),
+                });
+                for l in 0..count {
+                    if shown >= MAX_DIFF_LINES {
+                        truncated = true;
+                        break 'hunks;
+                    }
+                    let line = patch.line_in_hunk(h, l)?;
+                    let (kind, sign) = match line.origin() {
+                        '+' => ("add", '+'),
+                        '-' => ("del", '-'),
+                        ' ' => ("ctx", ' '),
+                        // "\ No newline at end of file" markers.
+                        _ => continue,
+                    };
+                    shown += 1;
+                    let text = String::from_utf8_lossy(line.content())
+                        .trim_end_matches(['\n', '\r'])
+                        .to_string();
+                    file.lines.push(DiffLine { kind, sign, text });
+                }
+            }
+        }
+        files.push(file);
+    }
+    Ok((files, truncated))
+}

@@ -1,0 +1,236 @@
+//! Pages inside one repository, one file per page family: `summary` (the
+//! repository's front page), `tree` (directories, files, raw bytes),
+//! `commit` (a commit with its diff, and the log), `issues`.
+//!
+//! What they share lives here: [`open`] (the visibility check, then the git
+//! repository), [`RepoNav`] (the fields `repo_base.html` needs), resolving
+//! `<ref>/<path>` URL tails, and small git helpers.
+
+pub mod commit;
+pub mod issues;
+pub mod summary;
+pub mod tree;
+
+use std::path::Path;
+
+use git2::{ObjectType, Oid, Repository};
+
+use super::view::PageError;
+use super::AppState;
+use crate::app::App;
+use crate::repos::RepoEntry;
+
+/// A visible repository, opened.
+pub struct RepoCtx {
+    pub entry: RepoEntry,
+    pub git: Repository,
+}
+
+impl RepoCtx {
+    /// The name shown and used in links (without `.git`).
+    pub fn name(&self) -> &str {
+        self.entry.short_name()
+    }
+}
+
+/// Open `requested` if anonymous HTTP may read it; otherwise the generic
+/// not-found, whether it exists or not.
+pub fn open(app: &App, requested: &str) -> Result<RepoCtx, PageError> {
+    let entry = super::visible_repo(app, requested).ok_or(PageError::NoRepo)?;
+    let git = Repository::open_bare(&entry.path)?;
+    Ok(RepoCtx { entry, git })
+}
+
+/// What `repo_base.html` shows around every repository page. A page struct
+/// whose template extends `repo_base.html` has these five fields.
+pub struct RepoNav {
+    pub site_title: String,
+    pub repo_name: String,
+    /// `summary`, `tree`, `log`, `issues`, `patches` or `releases`.
+    pub active_section: &'static str,
+    pub open_patches: usize,
+    pub open_issues: usize,
+}
+
+/// The navigation fields for a page of `ctx` in `section`. Counting open
+/// issues goes through the issue cache (cheap while no issue ref moved).
+pub fn nav(st: &AppState, ctx: &RepoCtx, section: &'static str) -> Result<RepoNav, PageError> {
+    let issues = st.issues.snapshot(&ctx.git)?;
+    Ok(nav_with_issues(st, ctx, section, issues.open))
+}
+
+/// `nav` for a page that already holds the issue snapshot.
+pub fn nav_with_issues(
+    st: &AppState,
+    ctx: &RepoCtx,
+    section: &'static str,
+    open_issues: usize,
+) -> RepoNav {
+    RepoNav {
+        site_title: st.app.config.site_title.clone(),
+        repo_name: ctx.name().to_string(),
+        active_section: section,
+        open_patches: open_patch_count(&ctx.git),
+        open_issues,
+    }
+}
+
+/// Open patches, for the navigation badge. The patches pages own this
+/// count; until they provide it the badge is not shown (0).
+pub fn open_patch_count(_git: &Repository) -> usize {
+    0
+}
+
+/// The repository's `description` file, unless it is git's placeholder.
+pub fn description(repo_dir: &Path) -> String {
+    let text = std::fs::read_to_string(repo_dir.join("description")).unwrap_or_default();
+    let text = text.trim();
+    if text.starts_with("Unnamed repository;") {
+        String::new()
+    } else {
+        text.to_string()
+    }
+}
+
+/// The branch HEAD points at and its commit; `None` for an empty repository.
+pub fn default_branch(git: &Repository) -> Option<(String, Oid)> {
+    let head = git.head().ok()?;
+    let oid = head.peel_to_commit().ok()?.id();
+    let name = head
+        .shorthand()
+        .ok()
+        .map(str::to_string)
+        .unwrap_or_else(|| oid.to_string());
+    Some((name, oid))
+}
+
+/// A commit named at the start of a URL tail, and what follows it.
+pub struct RevPath {
+    /// The ref as written in the URL (`main`, `feature/x`, `v1.0`, an id).
+    pub rev: String,
+    pub commit: Oid,
+    /// The rest of the tail (a path inside the tree), without slashes at
+    /// either end; empty for the root.
+    pub path: String,
+}
+
+/// Split `tail` (`feature/x/src/main.rs`) into a revision and a path. The
+/// revision is the shortest leading run of segments that names a branch, a
+/// tag, `HEAD` or (one segment) a commit id of 4 to 40 hex digits. Branch
+/// names cannot overlap (`a` and `a/b` cannot both exist), so the first
+/// match is the only one among branches.
+pub fn resolve_rev_path(git: &Repository, tail: &str) -> Option<RevPath> {
+    let segments: Vec<&str> = tail.split('/').filter(|s| !s.is_empty()).collect();
+    for take in 1..=segments.len() {
+        let rev = segments[..take].join("/");
+        if let Some(commit) = resolve_rev(git, &rev, take == 1) {
+            return Some(RevPath {
+                rev,
+                commit,
+                path: segments[take..].join("/"),
+            });
+        }
+    }
+    None
+}
+
+/// A branch, tag, `HEAD` or (if `allow_id`) commit id prefix, peeled to a
+/// commit.
+fn resolve_rev(git: &Repository, rev: &str, allow_id: bool) -> Option<Oid> {
+    let peel = |name: &str| {
+        git.find_reference(name)
+            .ok()
+            .and_then(|r| r.peel_to_commit().ok())
+            .map(|c| c.id())
+    };
+    if rev == "HEAD" {
+        return peel("HEAD");
+    }
+    if git2::Reference::is_valid_name(&format!("refs/heads/{rev}")) {
+        if let Some(oid) =
+            peel(&format!("refs/heads/{rev}")).or_else(|| peel(&format!("refs/tags/{rev}")))
+        {
+            return Some(oid);
+        }
+    }
+    if allow_id && (4..=40).contains(&rev.len()) && rev.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return git
+            .find_object_by_prefix(rev, Some(ObjectType::Commit))
+            .ok()
+            .map(|o| o.id());
+    }
+    None
+}
+
+/// Branch names, most recently committed first.
+pub fn branches(git: &Repository, limit: usize) -> anyhow::Result<Vec<BranchRow>> {
+    let mut rows = Vec::new();
+    for branch in git.branches(Some(git2::BranchType::Local))? {
+        let (branch, _) = branch?;
+        let Ok(Some(name)) = branch.name().map(|n| n.map(str::to_string)) else {
+            continue;
+        };
+        let Ok(commit) = branch.get().peel_to_commit() else {
+            continue;
+        };
+        rows.push(BranchRow {
+            url: super::view::url_path(&name),
+            name,
+            time: commit.time().seconds(),
+            when: super::view::fmt_git_time(commit.time()),
+        });
+    }
+    rows.sort_by(|a, b| b.time.cmp(&a.time).then(a.name.cmp(&b.name)));
+    rows.truncate(limit);
+    Ok(rows)
+}
+
+/// One branch in a list.
+pub struct BranchRow {
+    pub name: String,
+    /// `name`, escaped for a URL path.
+    pub url: String,
+    time: i64,
+    pub when: String,
+}
+
+/// One commit in a list (summary page, log).
+pub struct CommitRow {
+    pub id: String,
+    pub short: String,
+    pub summary: String,
+    pub author: String,
+    pub when: String,
+}
+
+impl CommitRow {
+    pub fn of(commit: &git2::Commit) -> CommitRow {
+        let id = commit.id().to_string();
+        CommitRow {
+            short: super::view::short_id(&id),
+            id,
+            summary: commit.summary().ok().flatten().unwrap_or("").to_string(),
+            author: commit.author().name().unwrap_or("").to_string(),
+            when: super::view::fmt_git_time(commit.time()),
+        }
+    }
+}
+
+/// Up to `limit` commits reachable from `from`, newest first, after
+/// skipping `skip`.
+pub fn commits(
+    git: &Repository,
+    from: Oid,
+    skip: usize,
+    limit: usize,
+) -> anyhow::Result<Vec<CommitRow>> {
+    let mut walk = git.revwalk()?;
+    // Like `git log`: parents after children, then newest first.
+    walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::TIME)?;
+    walk.push(from)?;
+    let mut rows = Vec::with_capacity(limit);
+    for oid in walk.skip(skip).take(limit) {
+        rows.push(CommitRow::of(&git.find_commit(oid?)?));
+    }
+    Ok(rows)
+}

@@ -1,0 +1,166 @@
+//! `/{repo}`: the repository's front page: description, clone URLs (SSH and
+//! HTTP), branches, recent commits and the README of the default branch,
+//! rendered from Markdown with raw HTML escaped.
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use git2::{ObjectType, Repository, Tree};
+
+use super::{BranchRow, CommitRow, RepoCtx};
+use crate::http::markdown::{self, LinkBase};
+use crate::http::view::{self, PageResult};
+use crate::http::AppState;
+
+/// Recent commits shown on the summary page.
+const RECENT_COMMITS: usize = 10;
+/// Branches shown on the summary page.
+const MAX_BRANCHES: usize = 20;
+/// A README bigger than this is linked, not rendered.
+pub const MAX_README: usize = 512 * 1024;
+
+#[derive(Template)]
+#[template(path = "summary.html")]
+struct SummaryPage {
+    site_title: String,
+    repo_name: String,
+    active_section: &'static str,
+    open_patches: usize,
+    open_issues: usize,
+    description: String,
+    ssh_url: String,
+    http_url: String,
+    default_branch: String,
+    branches: Vec<BranchRow>,
+    commits: Vec<CommitRow>,
+    readme: Option<Readme>,
+}
+
+/// A rendered README.
+pub struct Readme {
+    pub name: String,
+    /// Safe HTML (Markdown rendered with raw HTML escaped), or `None` for a
+    /// plain-text README shown in `text`.
+    pub html: Option<String>,
+    pub text: String,
+}
+
+pub async fn summary(
+    State(st): State<AppState>,
+    Path(repo): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let app = st.app.clone();
+    view::blocking(&app, move || page(&st, &repo, &headers)).await
+}
+
+fn page(st: &AppState, requested: &str, headers: &HeaderMap) -> PageResult {
+    let ctx = super::open(&st.app, requested)?;
+    let nav = super::nav(st, &ctx, "summary")?;
+    let head = super::default_branch(&ctx.git);
+    let (commits, readme) = match &head {
+        Some((branch, oid)) => {
+            let tree = ctx.git.find_commit(*oid)?.tree()?;
+            let readme = find_readme(&ctx, &tree, branch, "")?;
+            (super::commits(&ctx.git, *oid, 0, RECENT_COMMITS)?, readme)
+        }
+        None => (Vec::new(), None),
+    };
+    let page = SummaryPage {
+        site_title: nav.site_title,
+        repo_name: nav.repo_name,
+        active_section: nav.active_section,
+        open_patches: nav.open_patches,
+        open_issues: nav.open_issues,
+        description: super::description(&ctx.entry.path),
+        ssh_url: crate::http::ssh_clone_url(st, headers, &ctx.entry),
+        http_url: format!("{}/{}", view::request_origin(headers), ctx.entry.name),
+        default_branch: head.map(|(b, _)| b).unwrap_or_default(),
+        branches: super::branches(&ctx.git, MAX_BRANCHES)?,
+        commits,
+        readme,
+    };
+    Ok(view::render(StatusCode::OK, &page))
+}
+
+/// The README in `tree` (the directory `dir` of `rev`), if any: the first
+/// entry named `README*` (case-insensitive), Markdown preferred.
+pub fn find_readme(
+    ctx: &RepoCtx,
+    tree: &Tree,
+    rev: &str,
+    dir: &str,
+) -> anyhow::Result<Option<Readme>> {
+    let mut candidates: Vec<(u8, String, git2::Oid)> = tree
+        .iter()
+        .filter(|e| e.kind() == Some(ObjectType::Blob))
+        .filter_map(|e| {
+            let name = e.name().ok()?.to_string();
+            let lower = name.to_ascii_lowercase();
+            if !lower.starts_with("readme") {
+                return None;
+            }
+            let rank = if is_markdown(&lower) { 0 } else { 1 };
+            Some((rank, name, e.id()))
+        })
+        .collect();
+    candidates.sort();
+    let Some((_, name, oid)) = candidates.into_iter().next() else {
+        return Ok(None);
+    };
+    Ok(Some(render_readme(ctx, &ctx.git, oid, &name, rev, dir)?))
+}
+
+fn is_markdown(lower_name: &str) -> bool {
+    [".md", ".markdown", ".mdown", ".mkd"]
+        .iter()
+        .any(|ext| lower_name.ends_with(ext))
+}
+
+fn render_readme(
+    ctx: &RepoCtx,
+    git: &Repository,
+    oid: git2::Oid,
+    name: &str,
+    rev: &str,
+    dir: &str,
+) -> anyhow::Result<Readme> {
+    let blob = git.find_blob(oid)?;
+    if blob.size() > MAX_README || blob.is_binary() {
+        return Ok(Readme {
+            name: name.to_string(),
+            html: None,
+            text: format!(
+                "{name} is too large to show here ({}).",
+                view::fmt_size(blob.size() as u64)
+            ),
+        });
+    }
+    let text = String::from_utf8_lossy(blob.content()).into_owned();
+    if !is_markdown(&name.to_ascii_lowercase()) {
+        return Ok(Readme {
+            name: name.to_string(),
+            html: None,
+            text,
+        });
+    }
+    let dir_prefix = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{}/", view::url_path(dir))
+    };
+    let base = LinkBase {
+        links: format!(
+            "/{}/-/blob/{}/{dir_prefix}",
+            ctx.name(),
+            view::url_path(rev)
+        ),
+        images: format!("/{}/-/raw/{}/{dir_prefix}", ctx.name(), view::url_path(rev)),
+    };
+    Ok(Readme {
+        name: name.to_string(),
+        html: Some(markdown::render(&text, Some(&base))),
+        text: String::new(),
+    })
+}

@@ -1,0 +1,222 @@
+//! Small pieces shared by every page: rendering a template into a response,
+//! the error page, running git work off the async threads, and formatting
+//! (short ids, times, sizes, URL path segments).
+
+use std::sync::Arc;
+
+use askama::Template;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use chrono::{DateTime, TimeZone as _, Utc};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+use crate::app::App;
+
+/// Why a page could not be shown.
+#[derive(Debug)]
+pub enum PageError {
+    /// The repository is missing or not visible: the one generic 404.
+    NoRepo,
+    /// Something inside a visible repository is missing (a ref, a path, an
+    /// issue): a 404 that says what.
+    Missing(String),
+    /// A bug or an I/O failure: logged, and a bare 500 for the client.
+    Internal(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for PageError {
+    fn from(e: E) -> Self {
+        PageError::Internal(e.into())
+    }
+}
+
+pub type PageResult = Result<Response, PageError>;
+
+impl PageError {
+    pub fn into_response(self, app: &App) -> Response {
+        match self {
+            PageError::NoRepo => super::not_found(app),
+            PageError::Missing(what) => error_page(app, StatusCode::NOT_FOUND, "Not found", &what),
+            PageError::Internal(e) => {
+                tracing::error!("web page failed: {e:#}");
+                error_page(
+                    app,
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Server error",
+                    "Something went wrong; the error was logged.",
+                )
+            }
+        }
+    }
+}
+
+/// Run blocking git work on the blocking pool and turn its outcome into a
+/// response.
+pub async fn blocking<F>(app: &Arc<App>, work: F) -> Response
+where
+    F: FnOnce() -> PageResult + Send + 'static,
+{
+    match tokio::task::spawn_blocking(work).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => e.into_response(app),
+        Err(join) => PageError::Internal(anyhow::anyhow!("page task: {join}")).into_response(app),
+    }
+}
+
+/// Render `template` with `status`; a render failure is a logged 500.
+pub fn render(status: StatusCode, template: &impl Template) -> Response {
+    match template.render() {
+        Ok(body) => (status, Html(body)).into_response(),
+        Err(e) => {
+            tracing::error!("template failed: {e}");
+            (StatusCode::INTERNAL_SERVER_ERROR, "template error").into_response()
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage<'a> {
+    site_title: &'a str,
+    heading: &'a str,
+    message: &'a str,
+}
+
+/// A page with a heading and one message line.
+pub fn error_page(app: &App, status: StatusCode, heading: &str, message: &str) -> Response {
+    render(
+        status,
+        &ErrorPage {
+            site_title: &app.config.site_title,
+            heading,
+            message,
+        },
+    )
+}
+
+/// The first 8 hex digits of an id, as the CLI shows it.
+pub fn short_id(id: &str) -> String {
+    id.chars().take(8).collect()
+}
+
+/// `2026-12-03 10:15 UTC`.
+pub fn fmt_time(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+/// A git signature time, shown in UTC.
+pub fn fmt_git_time(time: git2::Time) -> String {
+    Utc.timestamp_opt(time.seconds(), 0)
+        .single()
+        .map(fmt_time)
+        .unwrap_or_default()
+}
+
+/// `1.2 KiB`.
+pub fn fmt_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// Characters left as they are in a URL path segment.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// A `/`-separated path (a ref name, a file path) as a URL path: each
+/// segment percent-encoded, the slashes kept.
+pub fn url_path(path: &str) -> String {
+    path.split('/')
+        .map(|s| utf8_percent_encode(s, SEGMENT).to_string())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// One query-string value, percent-encoded.
+pub fn url_query(value: &str) -> String {
+    utf8_percent_encode(value, SEGMENT).to_string()
+}
+
+/// The host name the client used (from `Host`, without the port), for
+/// clone URLs; `localhost` when absent or odd.
+pub fn request_host(headers: &HeaderMap) -> String {
+    let raw = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    let host = if raw.starts_with('[') {
+        // [::1]:8080
+        raw.split_inclusive(']').next().unwrap_or(raw)
+    } else {
+        raw.rsplit_once(':').map(|(h, _)| h).unwrap_or(raw)
+    };
+    let ok = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'[' | b']' | b':'));
+    if ok {
+        host.to_string()
+    } else {
+        "localhost".to_string()
+    }
+}
+
+/// The `scheme://host[:port]` the client used, for the HTTP clone URL.
+pub fn request_origin(headers: &HeaderMap) -> String {
+    let scheme = match headers
+        .get("x-forwarded-proto")
+        .and_then(|h| h.to_str().ok())
+    {
+        Some("https") => "https",
+        _ => "http",
+    };
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'[' | b']' | b':'))
+        })
+        .unwrap_or("localhost");
+    format!("{scheme}://{host}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(short_id("0123456789abcdef"), "01234567");
+        assert_eq!(fmt_size(10), "10 B");
+        assert_eq!(fmt_size(1536), "1.5 KiB");
+        assert_eq!(fmt_size(3 * 1024 * 1024), "3.0 MiB");
+        assert_eq!(url_path("feature/a b#?"), "feature/a%20b%23%3F");
+        assert_eq!(url_query("a&b=c"), "a%26b%3Dc");
+    }
+
+    #[test]
+    fn host_from_headers() {
+        let mut h = HeaderMap::new();
+        assert_eq!(request_host(&h), "localhost");
+        h.insert("host", "example.org:8080".parse().unwrap());
+        assert_eq!(request_host(&h), "example.org");
+        assert_eq!(request_origin(&h), "http://example.org:8080");
+        h.insert("host", "[::1]:8080".parse().unwrap());
+        assert_eq!(request_host(&h), "[::1]");
+        h.insert("host", "evil\"<x>".parse().unwrap());
+        assert_eq!(request_host(&h), "localhost");
+        assert_eq!(request_origin(&h), "http://localhost");
+    }
+}

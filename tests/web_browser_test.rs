@@ -1,0 +1,275 @@
+//! The web UI in a real browser: headless Chromium loads the repository,
+//! issues and issue pages of a running `git-collab-server`; the test reads
+//! what the browser built (`--dump-dom`) and saves screenshots, desktop and
+//! phone sized, under `target/test-artifacts/`.
+//!
+//! Hostile content (a README and an issue title carrying `<script>`) must
+//! arrive in the DOM as text, never as an element. Without Chromium the
+//! tests skip with a message, unless `GIT_COLLAB_REQUIRE_BROWSER_TESTS=1`.
+
+mod common;
+mod web_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{fingerprint, ServerHarness};
+
+/// Hang guard for one browser run (not a performance assertion).
+const BROWSER_LIMIT: Duration = Duration::from_secs(120);
+
+/// The Chromium binary, or `None` (after saying why) when the test should
+/// skip.
+fn chromium() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("CHROMIUM").map(PathBuf::from),
+        Some(PathBuf::from("/usr/bin/chromium")),
+        Some(PathBuf::from("/usr/bin/chromium-browser")),
+    ];
+    let found = candidates.into_iter().flatten().find(|p| p.is_file());
+    if found.is_none() {
+        let required = std::env::var("GIT_COLLAB_REQUIRE_BROWSER_TESTS").as_deref() == Ok("1");
+        assert!(
+            !required,
+            "GIT_COLLAB_REQUIRE_BROWSER_TESTS=1 but no Chromium at /usr/bin/chromium (or $CHROMIUM)"
+        );
+        eprintln!("skipping: Chromium is not installed (apt-get install chromium); set GIT_COLLAB_REQUIRE_BROWSER_TESTS=1 to make this a failure");
+    }
+    found
+}
+
+fn artifacts_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target dir")
+        .join("test-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Run headless Chromium with `extra` arguments on `url`; returns stdout.
+fn run_chromium(browser: &Path, extra: &[String], url: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let mut child = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(extra)
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromium");
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut out).unwrap();
+        out
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > BROWSER_LIMIT {
+            let _ = child.kill();
+            panic!("chromium did not finish loading {url}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "chromium failed on {url}: {status}");
+    reader.join().unwrap()
+}
+
+/// The DOM Chromium built for `url`.
+fn dump_dom(browser: &Path, url: &str) -> String {
+    run_chromium(browser, &["--dump-dom".to_string()], url)
+}
+
+/// Save a screenshot of `url` at `width`x`height` as `name`.png.
+fn screenshot(browser: &Path, url: &str, name: &str, width: u32, height: u32) -> PathBuf {
+    let path = artifacts_dir().join(format!("{name}.png"));
+    let _ = std::fs::remove_file(&path);
+    run_chromium(
+        browser,
+        &[
+            format!("--screenshot={}", path.display()),
+            format!("--window-size={width},{height}"),
+            "--hide-scrollbars".to_string(),
+        ],
+        url,
+    );
+    let png =
+        std::fs::read(&path).unwrap_or_else(|e| panic!("no screenshot {}: {e}", path.display()));
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{} is not a PNG",
+        path.display()
+    );
+    assert!(
+        png.len() > 5_000,
+        "{} is suspiciously small",
+        path.display()
+    );
+    path
+}
+
+/// Text of the DOM with the tags removed (to check what a reader sees).
+fn visible_text(dom: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in dom.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    let out = out
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&nbsp;", " ")
+        .replace("&amp;", "&");
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn repository_issues_and_issue_pages_render_in_chromium() {
+    let Some(browser) = chromium() else { return };
+    let h = ServerHarness::start();
+    let (clone, _, _) = web_support::public_repo_with_content(&h, "browse");
+    std::fs::write(
+        h.repos_dir().join("browse.git/description"),
+        "Browsed by Chromium\n",
+    )
+    .unwrap();
+    let hostile = web_support::open_issue(
+        &h,
+        &clone,
+        "<script>document.title='pwned'</script>",
+        "Steps:\n\n1. open the page\n2. <b>nothing</b> runs",
+        &["security"],
+    );
+    let claimed = web_support::open_issue(&h, &clone, "Render the issues page", "", &["web", "ui"]);
+    web_support::collab(
+        &h,
+        &clone,
+        &[
+            "issue",
+            "comment",
+            &claimed[..8],
+            "-m",
+            "Working on it, see `issues.rs`.",
+        ],
+    );
+    web_support::push_collab(&h, &clone);
+    let out = h.ssh_exec(&format!("collab-lease acquire browse {claimed} --ttl 3600"));
+    assert!(out.success(), "{out:?}");
+    let holder = fingerprint(&h.ssh_client_key());
+    let base = h.http_url();
+
+    // The repository page.
+    let dom = dump_dom(&browser, &format!("{base}/browse"));
+    let text = visible_text(&dom);
+    assert!(dom.contains("<title>browse · git-collab</title>"), "{dom}");
+    assert!(text.contains("Browsed by Chromium"), "{text}");
+    assert!(text.contains("Demo project"), "{text}");
+    assert!(
+        text.contains("<script>alert('readme')</script>"),
+        "raw HTML shown as text: {text}"
+    );
+    assert!(
+        !dom.contains("<script"),
+        "a script element reached the DOM: {dom}"
+    );
+    assert!(
+        text.contains(&format!("ssh://git@127.0.0.1:{}/browse.git", h.ssh_port())),
+        "{text}"
+    );
+    assert!(text.contains("Change main.rs: <em>escaped</em>"), "{text}");
+    screenshot(
+        &browser,
+        &format!("{base}/browse"),
+        "web-summary",
+        1200,
+        900,
+    );
+
+    // The issues page: both issues, the claim, the labels; the hostile
+    // title is text and did not run (the title is unchanged).
+    let dom = dump_dom(&browser, &format!("{base}/browse/-/issues"));
+    let text = visible_text(&dom);
+    assert!(
+        dom.contains("<title>Issues · browse · git-collab</title>"),
+        "{dom}"
+    );
+    assert!(
+        text.contains("<script>document.title='pwned'</script>"),
+        "{text}"
+    );
+    assert!(!dom.contains("<script"), "{dom}");
+    assert!(text.contains("Render the issues page"), "{text}");
+    assert!(text.contains(&format!("claimed by {holder}")), "{text}");
+    assert!(text.contains("2 open"), "{text}");
+    for label in ["security", "web", "ui"] {
+        assert!(
+            dom.contains(&format!(">{label}</a>")),
+            "label {label}: {dom}"
+        );
+    }
+    screenshot(
+        &browser,
+        &format!("{base}/browse/-/issues"),
+        "web-issues",
+        1200,
+        900,
+    );
+    screenshot(
+        &browser,
+        &format!("{base}/browse/-/issues"),
+        "web-issues-phone",
+        390,
+        844,
+    );
+
+    // The issue page, by prefix: comments, claim, labels.
+    let url = format!("{base}/browse/-/issues/{}", &claimed[..8]);
+    let dom = dump_dom(&browser, &url);
+    let text = visible_text(&dom);
+    assert!(text.contains("Render the issues page"), "{text}");
+    assert!(text.contains(&format!("claimed by {holder}")), "{text}");
+    assert!(text.contains("Working on it, see issues.rs."), "{text}");
+    assert!(dom.contains("<code>issues.rs</code>"), "{dom}");
+    assert!(text.contains("open"), "{text}");
+    screenshot(&browser, &url, "web-issue-detail", 1200, 900);
+
+    // The hostile issue's own page.
+    let dom = dump_dom(&browser, &format!("{base}/browse/-/issues/{hostile}"));
+    let text = visible_text(&dom);
+    assert!(!dom.contains("<script"), "{dom}");
+    assert!(!dom.contains("<b>nothing</b>"), "{dom}");
+    assert!(text.contains("<b>nothing</b> runs"), "{text}");
+    assert!(
+        dom.contains("&lt;script&gt;document.title='pwned'&lt;/script&gt; · Issue"),
+        "{dom}"
+    );
+
+    // A file with line numbers, on a phone.
+    let url = format!("{base}/browse/-/blob/main/src/main.rs");
+    let text = visible_text(&dump_dom(&browser, &url));
+    assert!(text.contains("let added_line = 42;"), "{text}");
+    screenshot(&browser, &url, "web-blob-phone", 390, 844);
+}
