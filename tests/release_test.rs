@@ -1,10 +1,12 @@
 //! `collab-release` over the real OpenSSH client against the real server:
 //! create, list, download and delete; the size limit; unknown tags; the
 //! not-found reply for callers without rewind; and a client killed in the
-//! middle of an upload. After every failure the releases directory under
-//! the state directory is checked for leftovers.
+//! middle of an upload; the `git-collab release` CLI; and the web page with
+//! its downloads. After every failure the releases directory under the state
+//! directory is checked for leftovers.
 
 mod common;
+mod web_support;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -576,4 +578,84 @@ fn cli_download_refuses_bytes_that_do_not_match_the_checksum() {
     );
     // Nothing half-written is left behind.
     assert_eq!(entries_under(&work.join("out")), Vec::<String>::new());
+}
+
+#[test]
+fn web_lists_releases_and_streams_downloads() {
+    let h = ServerHarness::start();
+    repo_with_tag(&h, "v1.0");
+    let work = h.temp_dir().join("work");
+    h.git(&work, &["tag", "release/2.0"]);
+    h.ssh_push(&work, &["refs/tags/release/2.0"]);
+    let tarball = payload(200_000);
+    let html = b"<script>alert(1)</script>".to_vec();
+    for (tag, name, bytes) in [
+        ("v1.0", "app.tar.gz", &tarball),
+        ("v1.0", "page.html", &html),
+        ("release/2.0", "NOTES.txt", &b"notes\n".to_vec()),
+    ] {
+        let out = h.ssh_exec_with_stdin(
+            &format!("collab-release create app '{tag}' '{name}'"),
+            bytes,
+        );
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+
+    // Private (the default): exactly the answer for a missing repository.
+    for path in ["/-/releases", "/-/releases/v1.0/app.tar.gz"] {
+        let private = web_support::get(&h, &format!("/app{path}"));
+        let missing = web_support::get(&h, &format!("/nope{path}"));
+        assert_eq!(private.status, 404, "{path}");
+        assert_eq!(
+            (private.status, private.body),
+            (missing.status, missing.body),
+            "{path}"
+        );
+    }
+
+    web_support::make_public(&h, "app");
+    let page = web_support::get(&h, "/app/-/releases");
+    assert_eq!(page.status, 200);
+    let text = page.text();
+    for needle in [
+        "href=\"/app/-/releases/v1.0/app.tar.gz\"",
+        "href=\"/app/-/releases/release/2.0/NOTES.txt\"",
+        "href=\"/app/-/tree/v1.0\"",
+        "195.3 KiB",
+        "title=\"200000 bytes\"",
+        &sha256(&tarball),
+    ] {
+        assert!(text.contains(needle), "{needle} not on the page:\n{text}");
+    }
+
+    let got = web_support::get(&h, "/app/-/releases/v1.0/app.tar.gz");
+    assert_eq!(got.status, 200);
+    assert_eq!(got.header("content-type"), Some("application/gzip"));
+    assert_eq!(got.header("content-length"), Some("200000"));
+    assert_eq!(
+        got.header("content-disposition"),
+        Some("attachment; filename=\"app.tar.gz\"")
+    );
+    assert!(got.body == tarball, "downloaded bytes differ");
+    // User content that a browser could run is served as inert bytes.
+    let page_html = web_support::get(&h, "/app/-/releases/v1.0/page.html");
+    assert_eq!(
+        page_html.header("content-type"),
+        Some("application/octet-stream")
+    );
+    assert_eq!(page_html.body, html);
+    let notes = web_support::get(&h, "/app/-/releases/release/2.0/NOTES.txt");
+    assert_eq!((notes.status, notes.text().as_str()), (200, "notes\n"));
+    assert_eq!(
+        notes.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    for missing in [
+        "/app/-/releases/v1.0/nope.bin",
+        "/app/-/releases/v9/app.tar.gz",
+        "/app/-/releases/v1.0/.app.tar.gz.meta",
+        "/app/-/releases/v1.0",
+    ] {
+        assert_eq!(web_support::get(&h, missing).status, 404, "{missing}");
+    }
 }
