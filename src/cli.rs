@@ -4,6 +4,8 @@
 //! `claims` talk to the server (`git_collab::lease`).
 //! `PatchCmd` is run by `patch_cmd.rs`.
 
+use std::path::PathBuf;
+
 use clap::{Args, Parser, Subcommand};
 
 /// Issues kept in git under refs/collab/*, signed with your SSH key and
@@ -45,6 +47,12 @@ pub enum Command {
         /// The git remote to sync with.
         #[arg(default_value = "origin")]
         remote: String,
+    },
+    /// Release files attached to git tags, kept on the server behind an ssh
+    /// remote (upload and delete need rewind access; list and download, read).
+    Release {
+        #[command(subcommand)]
+        cmd: ReleaseCmd,
     },
     /// Report events dropped by replay (bad or untrusted signatures,
     /// malformed events); exit 1 if there are any.
@@ -373,6 +381,53 @@ pub struct VerdictFlags {
     /// Neither: a review comment.
     #[arg(long)]
     pub comment: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReleaseCmd {
+    /// Upload files to the release of an existing tag (all or none).
+    Create {
+        /// The tag; it must exist on the server.
+        tag: String,
+        /// Files to upload, each stored under its own file name.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// The git remote whose server keeps the release.
+        #[arg(long, default_value = "origin")]
+        remote: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// List the releases with their files, sizes and SHA-256 checksums.
+    List {
+        #[arg(long, default_value = "origin")]
+        remote: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Download one file of a release, or all of them; checksums are verified.
+    Download {
+        tag: String,
+        /// One file; all files of the release when omitted.
+        file: Option<String>,
+        /// Directory to write into (created if missing; files are replaced).
+        #[arg(short = 'o', long = "output", default_value = ".")]
+        dir: PathBuf,
+        #[arg(long, default_value = "origin")]
+        remote: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Delete one file of a release, or the whole release.
+    Delete {
+        tag: String,
+        /// One file; the whole release when omitted.
+        file: Option<String>,
+        #[arg(long, default_value = "origin")]
+        remote: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
 }
 
 /// `--json`: print one JSON document instead of text.

@@ -63,6 +63,7 @@
 //! - [`merge_scan`]: finds patches merged by plain git; run at sync.
 //! - [`sync`]: fetch, join and push `refs/collab/*` through a git remote.
 //! - [`verify`]: report every dropped event and invalid issue.
+//! - [`release`]: client side of `collab-release` (release files on the server).
 //! - [`remote_ssh`]: run a server exec verb through the user's `ssh`.
 //! - [`lease`]: the client side of `collab-lease` (issue claims).
 
@@ -75,6 +76,7 @@ pub mod lease;
 pub mod merge_scan;
 pub mod patch;
 pub mod refs;
+pub mod release;
 pub mod remote_ssh;
 pub mod sign;
 pub mod state;

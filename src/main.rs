@@ -15,7 +15,7 @@ use clap::Parser;
 use git2::Repository;
 use serde::Serialize;
 
-use cli::{Cli, Command, IssueCmd, KeyCmd, TrustCmd};
+use cli::{Cli, Command, IssueCmd, KeyCmd, ReleaseCmd, TrustCmd};
 use git_collab::issue::{self, short_id, Identity, Written};
 use git_collab::lease::{self, LeaseOp};
 use git_collab::state::{self, IssueState, IssueStatus};
@@ -69,6 +69,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Trust { cmd } => trust_cmd(&open_repo()?, cmd),
         Command::Issue { cmd } => issue_cmd(&open_repo()?, cmd),
         Command::Patch { cmd } => patch_cmd::run(&open_repo()?, cmd),
+        Command::Release { cmd } => release_cmd(&open_repo()?, cmd),
         Command::Sync { remote } => {
             let repo = open_repo()?;
             // The merge scan records merges with the signing key, if any.
@@ -539,6 +540,87 @@ fn text_arg(value: String) -> Result<String> {
         .read_to_string(&mut text)
         .context("reading standard input")?;
     Ok(text)
+}
+
+fn release_cmd(repo: &Repository, cmd: ReleaseCmd) -> Result<ExitCode> {
+    use git_collab::release;
+    use git_collab::remote_ssh::ssh_remote;
+    match cmd {
+        ReleaseCmd::Create {
+            tag,
+            files,
+            remote,
+            out,
+        } => {
+            let created = release::create(&ssh_remote(repo, &remote)?, &tag, &files)?;
+            if out.json {
+                print_json(&created)?;
+            } else {
+                for f in &created.files {
+                    println!(
+                        "uploaded {} to {tag} ({} bytes, sha256 {})",
+                        f.name, f.size, f.sha256
+                    );
+                }
+            }
+        }
+        ReleaseCmd::List { remote, out } => {
+            let listing = release::list(&ssh_remote(repo, &remote)?)?;
+            if out.json {
+                print_json(&listing)?;
+            } else if listing.releases.is_empty() {
+                println!("no releases");
+            } else {
+                for r in &listing.releases {
+                    let created = r
+                        .created_at
+                        .map(|t| t.format(" %Y-%m-%d %H:%M UTC").to_string())
+                        .unwrap_or_default();
+                    println!("{}{created}", r.tag);
+                    for f in &r.files {
+                        println!("  {}  {} bytes  sha256 {}", f.name, f.size, f.sha256);
+                    }
+                }
+            }
+        }
+        ReleaseCmd::Download {
+            tag,
+            file,
+            dir,
+            remote,
+            out,
+        } => {
+            let got = release::download(&ssh_remote(repo, &remote)?, &tag, file.as_deref(), &dir)?;
+            if out.json {
+                print_json(&serde_json::json!({ "tag": tag, "files": got }))?;
+            } else {
+                for d in &got {
+                    println!(
+                        "downloaded {} ({} bytes, sha256 {} verified)",
+                        d.path.display(),
+                        d.size,
+                        d.sha256
+                    );
+                }
+            }
+        }
+        ReleaseCmd::Delete {
+            tag,
+            file,
+            remote,
+            out,
+        } => {
+            let deleted = release::delete(&ssh_remote(repo, &remote)?, &tag, file.as_deref())?;
+            if out.json {
+                print_json(&deleted)?;
+            } else {
+                for name in &deleted.files {
+                    println!("deleted {name} from {tag}");
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_json<T: Serialize>(value: &T) -> Result<()> {

@@ -74,6 +74,14 @@ pub fn patch_branch(short_id: &str) -> String {
     format!("{PATCH_BRANCH_PREFIX}{short_id}")
 }
 
+/// Git tags, which releases attach to.
+pub const TAGS_PREFIX: &str = "refs/tags/";
+
+/// The ref of tag `name`: `refs/tags/<name>`.
+pub fn tag_ref(name: &str) -> String {
+    format!("{TAGS_PREFIX}{name}")
+}
+
 /// The ref holding the DAG of issue `full_id`.
 pub fn issue_ref(full_id: &str) -> String {
     format!("{ISSUES_PREFIX}{full_id}")

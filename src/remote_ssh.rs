@@ -12,7 +12,7 @@
 //! command (quoting arguments with [`quote_arg`]) and interpret the reply.
 
 use std::fs::File;
-use std::io::Write as _;
+use std::io::{Read as _, Write};
 use std::process::{Command, Stdio};
 
 use git2::Repository;
@@ -45,6 +45,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The remote command's output could not be written where it was sent
+    /// ([`run_remote_into`]).
+    #[error("cannot write the output of the remote command: {0}")]
+    Output(#[source] std::io::Error),
 }
 
 /// Where a remote's server is and how to reach it.
@@ -278,6 +282,22 @@ pub fn run_remote(
     remote_cmd: &str,
     stdin: RemoteInput<'_>,
 ) -> Result<RemoteOutput, Error> {
+    let mut stdout = Vec::new();
+    let mut output = run_remote_into(remote, remote_cmd, stdin, &mut stdout)?;
+    output.stdout = stdout;
+    Ok(output)
+}
+
+/// [`run_remote`], with the command's stdout copied into `stdout` as it
+/// arrives instead of collected (a release download goes straight to its
+/// file, whatever its size); the returned `stdout` is empty. If writing
+/// fails, ssh is killed and the error is [`Error::Output`].
+pub fn run_remote_into(
+    remote: &SshRemote,
+    remote_cmd: &str,
+    stdin: RemoteInput<'_>,
+    stdout: &mut dyn Write,
+) -> Result<RemoteOutput, Error> {
     let spawn_error = |source| Error::Spawn {
         command: remote.ssh_command.clone(),
         source,
@@ -303,7 +323,11 @@ pub fn run_remote(
         }
     }
     let mut child = cmd.spawn().map_err(spawn_error)?;
-    let output = std::thread::scope(|scope| {
+    let (mut out_pipe, mut err_pipe) = match (child.stdout.take(), child.stderr.take()) {
+        (Some(o), Some(e)) => (o, e),
+        _ => unreachable!("stdout and stderr are piped"),
+    };
+    let (copied, status, stderr) = std::thread::scope(|scope| {
         if let (Some(data), Some(mut input)) = (bytes, child.stdin.take()) {
             // Written from its own thread while the output is read, so a
             // large input cannot deadlock against a full output pipe. A
@@ -313,13 +337,25 @@ pub fn run_remote(
                 let _ = input.write_all(data);
             });
         }
-        child.wait_with_output()
-    })
-    .map_err(spawn_error)?;
+        let stderr = scope.spawn(move || {
+            let mut buf = Vec::new();
+            let _ = err_pipe.read_to_end(&mut buf);
+            buf
+        });
+        let copied = std::io::copy(&mut out_pipe, stdout).and_then(|_| stdout.flush());
+        if copied.is_err() {
+            let _ = child.kill();
+        }
+        drop(out_pipe);
+        let status = child.wait();
+        (copied, status, stderr.join().unwrap_or_default())
+    });
+    let status = status.map_err(spawn_error)?;
+    copied.map_err(Error::Output)?;
     Ok(RemoteOutput {
-        stdout: output.stdout,
-        stderr: output.stderr,
-        code: output.status.code().unwrap_or(-1),
+        stdout: Vec::new(),
+        stderr,
+        code: status.code().unwrap_or(-1),
     })
 }
 
@@ -469,6 +505,32 @@ mod tests {
         let out = run_remote(&r, "x", RemoteInput::Bytes(&big)).unwrap();
         assert_eq!(out.stdout.len(), big.len());
         assert!(out.success());
+    }
+
+    #[test]
+    fn run_remote_into_streams_stdout_to_a_writer() {
+        let big: Vec<u8> = (0..(3 << 20)).map(|i| (i % 251) as u8).collect();
+        let mut r = remote(None, "h", None, "r.git");
+        r.ssh_command = "f() { cat; echo done >&2; }; f".to_string();
+        let mut sink = Vec::new();
+        let out = run_remote_into(&r, "x", RemoteInput::Bytes(&big), &mut sink).unwrap();
+        assert!(sink == big, "stdout differs");
+        assert!(out.stdout.is_empty());
+        assert_eq!((out.stderr_text().as_str(), out.code), ("done\n", 0));
+
+        /// A writer that is always full.
+        struct Full;
+        impl Write for Full {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("disk full"))
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        r.ssh_command = "f() { yes; }; f".to_string();
+        let err = run_remote_into(&r, "x", RemoteInput::Empty, &mut Full).unwrap_err();
+        assert!(matches!(err, Error::Output(_)), "{err}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod lease_service;
 mod leases;
 mod logging;
 mod metrics;
+mod releases;
 mod repos;
 mod setup;
 mod shutdown;

@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod git;
 pub mod lease;
+pub mod release;
 pub mod session;
 pub mod tokens;
 

@@ -83,6 +83,29 @@ fn parse_ttl(value: &str) -> Option<i64> {
     (1..=MAX_LEASE_TTL_SECS).contains(&ttl).then_some(ttl)
 }
 
+/// `collab-release` subcommands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseCmd {
+    Create {
+        repo: String,
+        tag: String,
+        file: String,
+    },
+    List {
+        repo: String,
+    },
+    Download {
+        repo: String,
+        tag: String,
+        file: String,
+    },
+    Delete {
+        repo: String,
+        tag: String,
+        file: Option<String>,
+    },
+}
+
 /// A parsed exec request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecCommand {
@@ -94,6 +117,9 @@ pub enum ExecCommand {
     Repo(RepoCmd),
     /// `collab-lease acquire|renew|release|list …`
     Lease(LeaseCmd),
+    /// `collab-release create|download '<repo>' '<tag>' '<file>'`,
+    /// `list '<repo>'`, `delete '<repo>' '<tag>' ['<file>']`
+    Release(ReleaseCmd),
 }
 
 impl ExecCommand {
@@ -107,6 +133,12 @@ impl ExecCommand {
                 | LeaseCmd::Renew { repo, .. }
                 | LeaseCmd::Release { repo, .. }
                 | LeaseCmd::List { repo },
+            ) => Some(repo),
+            ExecCommand::Release(
+                ReleaseCmd::Create { repo, .. }
+                | ReleaseCmd::List { repo }
+                | ReleaseCmd::Download { repo, .. }
+                | ReleaseCmd::Delete { repo, .. },
             ) => Some(repo),
             ExecCommand::Whoami | ExecCommand::Repo(RepoCmd::List) => None,
         }
@@ -130,6 +162,10 @@ impl ExecCommand {
             ExecCommand::Lease(LeaseCmd::Renew { .. }) => "collab-lease renew",
             ExecCommand::Lease(LeaseCmd::Release { .. }) => "collab-lease release",
             ExecCommand::Lease(LeaseCmd::List { .. }) => "collab-lease list",
+            ExecCommand::Release(ReleaseCmd::Create { .. }) => "collab-release create",
+            ExecCommand::Release(ReleaseCmd::List { .. }) => "collab-release list",
+            ExecCommand::Release(ReleaseCmd::Download { .. }) => "collab-release download",
+            ExecCommand::Release(ReleaseCmd::Delete { .. }) => "collab-release delete",
         }
     }
 }
@@ -159,6 +195,30 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
         })),
         ["collab-repo", "list"] => Some(ExecCommand::Repo(RepoCmd::List)),
         ["collab-lease", sub, rest @ ..] => parse_lease(sub, rest).map(ExecCommand::Lease),
+        ["collab-release", "create", repo, tag, file] => {
+            Some(ExecCommand::Release(ReleaseCmd::Create {
+                repo: repo.to_string(),
+                tag: tag.to_string(),
+                file: file.to_string(),
+            }))
+        }
+        ["collab-release", "list", repo] => Some(ExecCommand::Release(ReleaseCmd::List {
+            repo: repo.to_string(),
+        })),
+        ["collab-release", "download", repo, tag, file] => {
+            Some(ExecCommand::Release(ReleaseCmd::Download {
+                repo: repo.to_string(),
+                tag: tag.to_string(),
+                file: file.to_string(),
+            }))
+        }
+        ["collab-release", "delete", repo, tag, rest @ ..] if rest.len() <= 1 => {
+            Some(ExecCommand::Release(ReleaseCmd::Delete {
+                repo: repo.to_string(),
+                tag: tag.to_string(),
+                file: rest.first().map(|f| f.to_string()),
+            }))
+        }
         _ => None,
     }
 }
@@ -204,6 +264,9 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
             "collab-lease acquire '<repo>' '<issue>' [--ttl <secs>] | \
              collab-lease renew '<repo>' '<issue>' --ttl <secs> | \
              collab-lease release '<repo>' '<issue>' | collab-lease list '<repo>'"
+        }
+        ("collab-release", _) => {
+            "collab-release create|download '<repo>' '<tag>' '<file>' | list '<repo>' | delete '<repo>' '<tag>' ['<file>']"
         }
         _ => return None,
     })
@@ -289,6 +352,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Whoami => super::admin::whoami(&ctx, channel).await,
         ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
         ExecCommand::Lease(cmd) => super::lease::run(&ctx, channel, cmd).await,
+        ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
     }
 }
 
@@ -347,6 +411,52 @@ mod tests {
     }
 
     #[test]
+    fn parses_release_verbs() {
+        let s = |v: &str| v.to_string();
+        assert_eq!(
+            parse_exec_command("collab-release create 'team/app' 'v1.0' 'app.tar.gz'"),
+            Some(ExecCommand::Release(ReleaseCmd::Create {
+                repo: s("team/app"),
+                tag: s("v1.0"),
+                file: s("app.tar.gz"),
+            }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-release list r"),
+            Some(ExecCommand::Release(ReleaseCmd::List { repo: s("r") }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-release download 'r' \"v 1\" f"),
+            Some(ExecCommand::Release(ReleaseCmd::Download {
+                repo: s("r"),
+                tag: s("v 1"),
+                file: s("f"),
+            }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-release delete 'r' 'v1'"),
+            Some(ExecCommand::Release(ReleaseCmd::Delete {
+                repo: s("r"),
+                tag: s("v1"),
+                file: None,
+            }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-release delete 'r' 'v1' 'f'"),
+            Some(ExecCommand::Release(ReleaseCmd::Delete {
+                repo: s("r"),
+                tag: s("v1"),
+                file: Some(s("f")),
+            }))
+        );
+        let parsed = parse_exec_command("collab-release create 'r' 'v1' 'f'").unwrap();
+        assert_eq!(
+            (parsed.verb(), parsed.repo()),
+            ("collab-release create", Some("r"))
+        );
+    }
+
+    #[test]
     fn rejects_everything_else() {
         for bad in [
             "",
@@ -361,12 +471,24 @@ mod tests {
             "collab-whoami now",
             "collab-repo create",
             "collab-repo delete 'r'",
+            "collab-release",
+            "collab-release create 'r' 'v1'",
+            "collab-release create 'r' 'v1' ''",
+            "collab-release create 'r' 'v1' 'f' 'g'",
+            "collab-release list",
+            "collab-release list 'r' 'v1'",
+            "collab-release delete 'r'",
+            "collab-release delete 'r' 'v1' 'f' 'g'",
+            "collab-release download 'r' 'v1'",
+            "collab-release upload 'r' 'v1' 'f'",
             "sh -c 'id'",
         ] {
             assert_eq!(parse_exec_command(bad), None, "{bad:?}");
         }
         let tokens = shell_tokens("collab-repo create").unwrap();
         assert!(usage(&tokens).is_some());
+        let tokens = shell_tokens("collab-release create 'r'").unwrap();
+        assert!(usage(&tokens).unwrap().starts_with("collab-release create"));
         assert!(usage(&shell_tokens("rm -rf").unwrap()).is_none());
     }
 

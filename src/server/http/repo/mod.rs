@@ -1,6 +1,6 @@
 //! Pages inside one repository, one file per page family: `summary` (the
 //! repository's front page), `tree` (directories, files, raw bytes),
-//! `commit` (a commit with its diff, and the log), `issues`, `patches`.
+//! `commit` (a commit with its diff, and the log), `issues`, `patches`, `releases`.
 //!
 //! What they share lives here: [`open`] (the visibility check, then the git
 //! repository), [`RepoNav`] (the fields `repo_base.html` needs), resolving
@@ -9,6 +9,7 @@
 pub mod commit;
 pub mod issues;
 pub mod patches;
+pub mod releases;
 pub mod summary;
 pub mod tree;
 
