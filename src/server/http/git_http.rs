@@ -214,11 +214,8 @@ pub async fn upload_pack_post(
             }
         }
         if let Some(decoder) = gunzip {
-            match decoder.finish() {
-                Ok(rest) => {
-                    let _ = stdin.write_all(&rest).await;
-                }
-                Err(_) => return,
+            if let Ok(rest) = decoder.finish() {
+                let _ = stdin.write_all(&rest).await;
             }
         }
         // Dropping stdin closes it: upload-pack sees the end of the request.
