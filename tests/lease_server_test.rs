@@ -572,3 +572,44 @@ fn governed_holder_is_the_principal_name() {
     let v = ok_json(&lease(&f.h, &admin, "list 'r.git'"));
     assert_eq!(v["leases"][0]["holder"], "bob");
 }
+
+/// `/metrics` counts lease operations and exec verbs by outcome.
+#[test]
+fn lease_outcomes_are_counted_in_metrics() {
+    let f = setup();
+    let first = f.h.ssh_client_key();
+    let second = f.h.authorized_key("second");
+    ok_json(&lease(
+        &f.h,
+        &first,
+        &format!("acquire 'r.git' '{}'", f.issue),
+    ));
+    held_json(&lease(
+        &f.h,
+        &second,
+        &format!("acquire 'r.git' '{}'", f.issue),
+    ));
+    let text = http_get_text(&f.h.http_url(), "/metrics");
+    for line in [
+        "git_collab_lease_operations_total{op=\"acquire\",outcome=\"ok\"} 1\n",
+        "git_collab_lease_operations_total{op=\"acquire\",outcome=\"conflict\"} 1\n",
+        "git_collab_ssh_verbs_total{verb=\"collab-lease acquire\",outcome=\"conflict\"} 1\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+}
+
+/// A plain HTTP/1.0 GET against the harness's web listener.
+fn http_get_text(base: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = base.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the web listener");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(
+        response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
+        "{response}"
+    );
+    response
+}

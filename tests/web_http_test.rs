@@ -709,9 +709,7 @@ fn probes_metrics_static_and_unknown_paths() {
     );
     assert!(text.contains("git_collab_ssh_sessions_total 1\n"), "{text}");
     assert!(
-        text.contains(
-            "git_collab_ssh_verbs_total{verb=\"collab-whoami\",outcome=\"completed\"} 1\n"
-        ),
+        text.contains("git_collab_ssh_verbs_total{verb=\"collab-whoami\",outcome=\"ok\"} 1\n"),
         "{text}"
     );
     assert!(

@@ -31,12 +31,21 @@ pub fn verb_finished(verb: &str, outcome: &str) {
 
 /// A lease operation (`acquire`, `renew`, `release`, `list`) finished with
 /// `outcome` (`acquired`, `held`, `error`, ...).
-#[allow(dead_code)] // called by the lease verbs
 pub fn lease_op(op: &str, outcome: &str) {
     bump(&LEASE_OPS, (op.to_string(), outcome.to_string()));
 }
 
 /// The HTTP server answered a request with `status`.
+/// The outcome label of an exec verb's exit status: 0 ok, 4 conflict (a
+/// lease held by someone else), anything else error.
+pub fn outcome_of_exit(code: u32) -> &'static str {
+    match code {
+        0 => "ok",
+        4 => "conflict",
+        _ => "error",
+    }
+}
+
 pub fn http_request(status: u16) {
     bump(&HTTP_REQUESTS, status);
 }

@@ -147,6 +147,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
         "git {} exited {code}",
         service.subcommand()
     );
+    super::session::note_exit_status(code);
     let _ = tx.exit_status(code).await;
     let _ = tx.eof().await;
     let _ = tx.close().await;

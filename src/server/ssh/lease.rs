@@ -49,7 +49,14 @@ fn ok(value: Value) -> Reply {
 
 /// Serve one `collab-lease` command on `channel`.
 pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: LeaseCmd) {
+    let op = match cmd {
+        LeaseCmd::Acquire { .. } => "acquire",
+        LeaseCmd::Renew { .. } => "renew",
+        LeaseCmd::Release { .. } => "release",
+        LeaseCmd::List { .. } => "list",
+    };
     let (message, code) = answer(ctx, cmd).await;
+    crate::metrics::lease_op(op, crate::metrics::outcome_of_exit(code));
     reply_and_close(channel, &message, code).await
 }
 

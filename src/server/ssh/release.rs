@@ -319,6 +319,7 @@ async fn download(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &st
             );
             let line = b"error: internal error\n".to_vec();
             let _ = tx.extended_data_bytes(1, line).await;
+            super::session::note_exit_status(1);
             let _ = tx.exit_status(1).await;
             let _ = tx.eof().await;
             let _ = tx.close().await;
@@ -331,6 +332,7 @@ async fn download(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &st
     }
     // Never shutdown() the writer: that sends EOF before the exit status.
     let _ = out.flush().await;
+    super::session::note_exit_status(0);
     let _ = tx.exit_status(0).await;
     let _ = tx.eof().await;
     let _ = tx.close().await;

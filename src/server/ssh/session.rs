@@ -303,6 +303,7 @@ pub async fn reply_and_close(channel: Channel<Msg>, message: &str, exit_code: u3
     if sent.is_err() {
         return;
     }
+    note_exit_status(exit_code);
     let _ = write.exit_status(exit_code).await;
     let _ = write.eof().await;
     let _ = write.close().await;
@@ -342,8 +343,25 @@ pub async fn run_exec(ctx: ExecContext, channel: Channel<Msg>, raw: Vec<u8>) {
         "exec"
     );
     let verb = command.verb();
-    dispatch(ctx, channel, command).await;
-    crate::metrics::verb_finished(verb, "completed");
+    let status = EXIT_STATUS
+        .scope(std::cell::Cell::new(None), async {
+            dispatch(ctx, channel, command).await;
+            EXIT_STATUS.with(|status| status.get())
+        })
+        .await;
+    // No exit status sent means the client went away first.
+    let outcome = status.map_or("disconnected", crate::metrics::outcome_of_exit);
+    crate::metrics::verb_finished(verb, outcome);
+}
+
+tokio::task_local! {
+    /// The exit status the running verb sent, for the verbs-by-outcome metric.
+    static EXIT_STATUS: std::cell::Cell<Option<u32>>;
+}
+
+/// Record the exit status a verb sends (called next to every `exit_status`).
+pub fn note_exit_status(code: u32) {
+    let _ = EXIT_STATUS.try_with(|status| status.set(Some(code)));
 }
 
 async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand) {
