@@ -833,6 +833,27 @@ async fn push_clone_issue_and_lease_survive_a_restart() {
     assert_eq!(lease["token"], 1, "{listed}");
     assert_eq!(lease["expires_at"], expires_at, "{listed}");
 
+    // A new repository is private: anonymous HTTP sees nothing. The operator
+    // publishes it with a policy file in the repository on the volume.
+    let (status, page) = http_get(server.http_port, "/demo/-/issues").expect("GET issues page");
+    assert_eq!(
+        status, 404,
+        "a private repository must look missing:\n{page}"
+    );
+    let published = exec(
+        &server.container,
+        &[
+            "sh",
+            "-c",
+            "printf 'public = true\\n' > /var/lib/git-collab/repos/demo.git/collab-policy.toml",
+        ],
+    )
+    .await;
+    assert_eq!(
+        published.code, 0,
+        "{}{}",
+        published.stdout, published.stderr
+    );
     let (status, page) = http_get(server.http_port, "/demo/-/issues").expect("GET issues page");
     assert_eq!(status, 200, "{page}");
     let page = html_text(&page);
