@@ -34,8 +34,9 @@ pub struct IssueSnapshot {
     trust: [u8; 32],
     /// Issue id -> the tip its state was replayed from (invalid issues too).
     tips: HashMap<String, String>,
-    /// Newest first (ties by id), as `list_issues` returns them.
-    pub issues: Vec<IssueState>,
+    /// Newest first (ties by id), as `list_issues` returns them. Shared, so
+    /// that an update reuses unchanged issues without copying them.
+    pub issues: Vec<Arc<IssueState>>,
     pub open: usize,
     pub closed: usize,
 }
@@ -45,7 +46,7 @@ impl IssueSnapshot {
         key: [u8; 32],
         trust: [u8; 32],
         tips: HashMap<String, String>,
-        mut issues: Vec<IssueState>,
+        mut issues: Vec<Arc<IssueState>>,
     ) -> Self {
         issues.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
         let open = issues
@@ -127,7 +128,10 @@ impl IssueCache {
 /// tips recorded are those read before: if a ref moved in between, the next
 /// request sees a different tip and replays that issue again.
 fn full(repo: &Repository, now: RefsNow) -> anyhow::Result<IssueSnapshot> {
-    let issues = state::list_issues(repo)?;
+    let issues = state::list_issues(repo)?
+        .into_iter()
+        .map(Arc::new)
+        .collect();
     let tips = now.refs.into_iter().map(|(_, id, tip)| (id, tip)).collect();
     Ok(IssueSnapshot::new(now.key, now.trust, tips, issues))
 }
@@ -136,7 +140,7 @@ fn full(repo: &Repository, now: RefsNow) -> anyhow::Result<IssueSnapshot> {
 /// others replayed (same allowlist).
 fn update(repo: &Repository, old: &IssueSnapshot, now: RefsNow) -> anyhow::Result<IssueSnapshot> {
     let trust = TrustList::load(repo)?;
-    let mut kept: HashMap<&str, &IssueState> =
+    let mut kept: HashMap<&str, &Arc<IssueState>> =
         old.issues.iter().map(|i| (i.id.as_str(), i)).collect();
     let mut issues = Vec::with_capacity(now.refs.len());
     let mut tips = HashMap::with_capacity(now.refs.len());
@@ -147,7 +151,7 @@ fn update(repo: &Repository, old: &IssueSnapshot, now: RefsNow) -> anyhow::Resul
                 issues.push(state.clone());
             }
         } else if let Ok(state) = state::replay_ref(repo, &name, &id, trust.as_ref())?.state {
-            issues.push(state);
+            issues.push(Arc::new(state));
         }
         tips.insert(id, tip);
     }
@@ -227,19 +231,26 @@ mod tests {
         let moved = cache.snapshot(&repo).unwrap();
         assert!(!Arc::ptr_eq(&one, &moved));
         assert_eq!((moved.open, moved.closed), (1, 1));
-        assert_eq!(moved.issues, state::list_issues(&repo).unwrap());
+        let full = |repo: &Repository| -> Vec<Arc<IssueState>> {
+            state::list_issues(repo)
+                .unwrap()
+                .into_iter()
+                .map(Arc::new)
+                .collect()
+        };
+        assert_eq!(moved.issues, full(&repo));
         let c = issue::open(&repo, &who, "third", "", &[]).unwrap().issue;
         issue::comment(&repo, &who, &c, "hello").unwrap();
         let added = cache.snapshot(&repo).unwrap();
         assert_eq!(added.issues.len(), 3);
-        assert_eq!(added.issues, state::list_issues(&repo).unwrap());
+        assert_eq!(added.issues, full(&repo));
         repo.find_reference(&refs::issue_ref(&a))
             .unwrap()
             .delete()
             .unwrap();
         let deleted = cache.snapshot(&repo).unwrap();
         assert_eq!((deleted.open, deleted.closed), (2, 0));
-        assert_eq!(deleted.issues, state::list_issues(&repo).unwrap());
+        assert_eq!(deleted.issues, full(&repo));
 
         // An allowlist without the author's key drops every issue.
         let other = SigningKey::generate(&dir.path().join("other"), "other", false).unwrap();
