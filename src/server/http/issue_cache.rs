@@ -1,20 +1,24 @@
 //! Replayed issues kept in memory per repository, so that showing an issues
 //! page does not verify and replay unchanged issues on every request.
 //!
-//! A snapshot is keyed by a digest of every issue ref with its tip and of
-//! the allowlist file: replay is a pure function of those, so while the
-//! digest is unchanged the snapshot is exact. Computing the digest reads the
-//! refs only (no object), about what `git for-each-ref` costs. When it
-//! changed, `state::list_issues` runs, which itself re-replays only the
-//! issues whose tip moved (the library's disk cache).
+//! Replay is a pure function of an issue's DAG (named by its ref's tip) and
+//! of the allowlist. A snapshot records every issue ref's tip and a digest
+//! of all of them plus the allowlist file:
+//! - digest unchanged: the snapshot is exact and is served as is (the cost
+//!   is reading the refs, about what `git for-each-ref` costs);
+//! - some tips moved, allowlist unchanged: only the issues whose tip moved
+//!   (or that are new) are replayed; the rest are reused;
+//! - no snapshot yet, or the allowlist changed: `state::list_issues` runs,
+//!   which itself replays only what its disk cache does not have.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use git2::Repository;
 use git_collab::refs;
 use git_collab::state::{self, IssueState, IssueStatus};
+use git_collab::trust::{self, TrustList};
 use sha2::{Digest, Sha256};
 
 /// Most repositories kept; past that the cache starts over (a page is then
@@ -24,11 +28,40 @@ const MAX_REPOS: usize = 64;
 /// Every valid issue of one repository at one state of its refs.
 #[derive(Debug)]
 pub struct IssueSnapshot {
+    /// Digest of every issue ref's tip and of the allowlist.
     key: [u8; 32],
-    /// Newest first, as `list_issues` returns them.
-    pub issues: Vec<IssueState>,
+    /// Digest of the allowlist alone.
+    trust: [u8; 32],
+    /// Issue id -> the tip its state was replayed from (invalid issues too).
+    tips: HashMap<String, String>,
+    /// Newest first (ties by id), as `list_issues` returns them. Shared, so
+    /// that an update reuses unchanged issues without copying them.
+    pub issues: Vec<Arc<IssueState>>,
     pub open: usize,
     pub closed: usize,
+}
+
+impl IssueSnapshot {
+    fn new(
+        key: [u8; 32],
+        trust: [u8; 32],
+        tips: HashMap<String, String>,
+        mut issues: Vec<Arc<IssueState>>,
+    ) -> Self {
+        issues.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+        let open = issues
+            .iter()
+            .filter(|i| i.status == IssueStatus::Open)
+            .count();
+        IssueSnapshot {
+            key,
+            trust,
+            tips,
+            closed: issues.len() - open,
+            open,
+            issues,
+        }
+    }
 }
 
 /// The per-repository snapshots.
@@ -41,12 +74,20 @@ pub struct IssueCache {
     replaying: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
 }
 
+/// The issue refs and the allowlist as they are now.
+struct RefsNow {
+    /// `(ref name, issue id, tip)`, sorted.
+    refs: Vec<(String, String, String)>,
+    key: [u8; 32],
+    trust: [u8; 32],
+}
+
 impl IssueCache {
     /// The issues of `repo` as its refs are now. Blocking (git and disk).
     pub fn snapshot(&self, repo: &Repository) -> anyhow::Result<Arc<IssueSnapshot>> {
-        let key = refs_digest(repo)?;
+        let now = read_refs(repo)?;
         let path = repo.path().to_path_buf();
-        if let Some(hit) = self.cached(&path, &key) {
+        if let Some(hit) = self.cached(&path, &now.key) {
             return Ok(hit);
         }
         let turn = self
@@ -58,19 +99,13 @@ impl IssueCache {
             .clone();
         let _turn = turn.lock().unwrap_or_else(|e| e.into_inner());
         // Whoever held the lock before may have just replayed this state.
-        if let Some(hit) = self.cached(&path, &key) {
+        if let Some(hit) = self.cached(&path, &now.key) {
             return Ok(hit);
         }
-        let issues = state::list_issues(repo)?;
-        let open = issues
-            .iter()
-            .filter(|i| i.status == IssueStatus::Open)
-            .count();
-        let snapshot = Arc::new(IssueSnapshot {
-            key,
-            closed: issues.len() - open,
-            open,
-            issues,
+        let previous = self.lock().get(&path).cloned();
+        let snapshot = Arc::new(match previous {
+            Some(old) if old.trust == now.trust => update(repo, &old, now)?,
+            _ => full(repo, now)?,
         });
         let mut repos = self.lock();
         if repos.len() >= MAX_REPOS && !repos.contains_key(&path) {
@@ -80,7 +115,7 @@ impl IssueCache {
         Ok(snapshot)
     }
 
-    fn cached(&self, path: &std::path::Path, key: &[u8; 32]) -> Option<Arc<IssueSnapshot>> {
+    fn cached(&self, path: &Path, key: &[u8; 32]) -> Option<Arc<IssueSnapshot>> {
         self.lock().get(path).filter(|s| s.key == *key).cloned()
     }
 
@@ -89,36 +124,79 @@ impl IssueCache {
     }
 }
 
-/// Digest of every `refs/collab/issues/*` ref with its target, and of the
-/// allowlist: what a replay depends on.
-fn refs_digest(repo: &Repository) -> anyhow::Result<[u8; 32]> {
-    let mut tips = Vec::new();
+/// A snapshot from scratch, through the library (and its disk cache). The
+/// tips recorded are those read before: if a ref moved in between, the next
+/// request sees a different tip and replays that issue again.
+fn full(repo: &Repository, now: RefsNow) -> anyhow::Result<IssueSnapshot> {
+    let issues = state::list_issues(repo)?
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let tips = now.refs.into_iter().map(|(_, id, tip)| (id, tip)).collect();
+    Ok(IssueSnapshot::new(now.key, now.trust, tips, issues))
+}
+
+/// `old` brought up to date: issues whose tip did not move are reused, the
+/// others replayed (same allowlist).
+fn update(repo: &Repository, old: &IssueSnapshot, now: RefsNow) -> anyhow::Result<IssueSnapshot> {
+    let trust = TrustList::load(repo)?;
+    let mut kept: HashMap<&str, &Arc<IssueState>> =
+        old.issues.iter().map(|i| (i.id.as_str(), i)).collect();
+    let mut issues = Vec::with_capacity(now.refs.len());
+    let mut tips = HashMap::with_capacity(now.refs.len());
+    for (name, id, tip) in now.refs {
+        if old.tips.get(&id) == Some(&tip) {
+            // Unchanged; an invalid issue stays out of the list.
+            if let Some(state) = kept.remove(id.as_str()) {
+                issues.push(state.clone());
+            }
+        } else if let Ok(state) = state::replay_ref(repo, &name, &id, trust.as_ref())?.state {
+            issues.push(Arc::new(state));
+        }
+        tips.insert(id, tip);
+    }
+    Ok(IssueSnapshot::new(now.key, now.trust, tips, issues))
+}
+
+/// Every `refs/collab/issues/*` ref with its tip, and the digests.
+fn read_refs(repo: &Repository) -> anyhow::Result<RefsNow> {
+    let mut refs = Vec::new();
     for reference in repo.references_glob(refs::ISSUES_GLOB)? {
         let reference = reference?;
         let Ok(name) = reference.name() else { continue };
-        let target = reference
+        let Some(id) = refs::issue_id_of(name) else {
+            continue;
+        };
+        let tip = reference
             .target()
             .map(|o| o.to_string())
             .unwrap_or_default();
-        tips.push((name.to_string(), target));
+        refs.push((name.to_string(), id.to_string(), tip));
     }
     // libgit2 lists loose refs before packed ones: order must not matter.
-    tips.sort_unstable();
-    let mut hasher = Sha256::new();
-    for (name, target) in &tips {
-        hasher.update(name.as_bytes());
-        hasher.update(b" ");
-        hasher.update(target.as_bytes());
-        hasher.update(b"\n");
-    }
-    match std::fs::read(git_collab::trust::trust_path(repo)) {
+    refs.sort_unstable();
+    let mut trust = Sha256::new();
+    match std::fs::read(trust::trust_path(repo)) {
         Ok(bytes) => {
-            hasher.update(b"trust\n");
-            hasher.update(&bytes);
+            trust.update(b"trust\n");
+            trust.update(&bytes);
         }
-        Err(_) => hasher.update(b"no trust\n"),
+        Err(_) => trust.update(b"no trust\n"),
     }
-    Ok(hasher.finalize().into())
+    let trust: [u8; 32] = trust.finalize().into();
+    let mut key = Sha256::new();
+    for (name, _, tip) in &refs {
+        key.update(name.as_bytes());
+        key.update(b" ");
+        key.update(tip.as_bytes());
+        key.update(b"\n");
+    }
+    key.update(trust);
+    Ok(RefsNow {
+        refs,
+        key: key.finalize().into(),
+        trust,
+    })
 }
 
 #[cfg(test)]
@@ -147,10 +225,32 @@ mod tests {
             "unchanged refs must reuse the snapshot"
         );
 
+        // Moved, new and deleted refs: the incremental update agrees with a
+        // full replay.
         issue::close(&repo, &who, &a, None).unwrap();
         let moved = cache.snapshot(&repo).unwrap();
         assert!(!Arc::ptr_eq(&one, &moved));
         assert_eq!((moved.open, moved.closed), (1, 1));
+        let full = |repo: &Repository| -> Vec<Arc<IssueState>> {
+            state::list_issues(repo)
+                .unwrap()
+                .into_iter()
+                .map(Arc::new)
+                .collect()
+        };
+        assert_eq!(moved.issues, full(&repo));
+        let c = issue::open(&repo, &who, "third", "", &[]).unwrap().issue;
+        issue::comment(&repo, &who, &c, "hello").unwrap();
+        let added = cache.snapshot(&repo).unwrap();
+        assert_eq!(added.issues.len(), 3);
+        assert_eq!(added.issues, full(&repo));
+        repo.find_reference(&refs::issue_ref(&a))
+            .unwrap()
+            .delete()
+            .unwrap();
+        let deleted = cache.snapshot(&repo).unwrap();
+        assert_eq!((deleted.open, deleted.closed), (2, 0));
+        assert_eq!(deleted.issues, full(&repo));
 
         // An allowlist without the author's key drops every issue.
         let other = SigningKey::generate(&dir.path().join("other"), "other", false).unwrap();

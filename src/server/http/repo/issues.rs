@@ -217,6 +217,7 @@ async fn list_page(st: &AppState, repo: String, query: ListQuery) -> Result<Resp
         .snapshot
         .issues
         .iter()
+        .map(|i| i.as_ref())
         .filter(|i| filter.admits(i.status))
         .filter(|i| label.is_empty() || i.labels.contains(&label))
         .collect();
