@@ -219,7 +219,7 @@ async fn list_page(st: &AppState, repo: String, query: ListQuery) -> Result<Resp
         .iter()
         .map(|i| i.as_ref())
         .filter(|i| filter.admits(i.status))
-        .filter(|i| label.is_empty() || i.labels.iter().any(|l| *l == label))
+        .filter(|i| label.is_empty() || i.labels.contains(&label))
         .collect();
     let pages = matching.len().div_ceil(ISSUES_PAGE).max(1);
     let page = query.page.unwrap_or(1).clamp(1, pages);
