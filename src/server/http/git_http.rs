@@ -213,10 +213,10 @@ pub async fn upload_pack_post(
                 return;
             }
         }
-        if let Some(decoder) = gunzip {
-            if let Ok(rest) = decoder.finish() {
-                let _ = stdin.write_all(&rest).await;
-            }
+        // A corrupt gzip stream ends the request early; upload-pack then
+        // reports the truncated request itself.
+        if let Some(Ok(rest)) = gunzip.map(|d| d.finish()) {
+            let _ = stdin.write_all(&rest).await;
         }
         // Dropping stdin closes it: upload-pack sees the end of the request.
     });
