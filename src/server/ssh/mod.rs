@@ -16,6 +16,7 @@ pub mod tokens;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +32,9 @@ use crate::shutdown::{stop_pair, Stop};
 use session::{reply_and_close, ChannelEnv, ExecContext};
 
 /// The one-line answer to a shell or pty request.
+/// How long a connection may take to authenticate (OpenSSH's LoginGraceTime).
+const LOGIN_GRACE: Duration = Duration::from_secs(120);
+
 pub const SHELL_HINT: &str = "error: git-collab-server has no shell; use git over ssh, or a verb such as `ssh HOST collab-whoami`";
 
 fn russh_config(host_key: PrivateKey) -> russh::server::Config {
@@ -78,21 +82,37 @@ pub async fn serve(
                 if let Err(e) = socket.set_nodelay(config.nodelay) {
                     tracing::debug!("ssh set_nodelay for {peer}: {e}");
                 }
-                let handler = Connection::new(app.clone(), peer);
+                let authenticated = Arc::new(AtomicBool::new(false));
+                let handler = Connection::new(app.clone(), peer, authenticated.clone());
                 let config = config.clone();
                 let disconnecting = disconnecting.clone();
                 sessions.spawn(async move {
-                    let session = match russh::server::run_stream(config, socket, handler).await {
-                        Ok(s) => {
+                    let started = tokio::time::Instant::now();
+                    let stream = russh::server::run_stream(config, socket, handler);
+                    let session = match tokio::time::timeout(LOGIN_GRACE, stream).await {
+                        Ok(Ok(s)) => {
                             crate::metrics::ssh_session_opened();
                             s
                         }
-                        Err(e) => {
+                        Ok(Err(e)) => {
                             tracing::debug!("ssh handshake with {peer}: {e:#}");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::info!("ssh: {peer} sent no version line in time");
                             return;
                         }
                     };
                     let handle = session.handle();
+                    // Like OpenSSH's LoginGraceTime: a connection that has not
+                    // authenticated in time is dropped, so silent or stalled
+                    // clients cannot pile up.
+                    let grace = async {
+                        tokio::time::sleep_until(started + LOGIN_GRACE).await;
+                        if authenticated.load(Ordering::Acquire) {
+                            std::future::pending::<()>().await;
+                        }
+                    };
                     tokio::select! {
                         result = session => {
                             if let Err(e) = result {
@@ -102,6 +122,12 @@ pub async fn serve(
                         _ = disconnecting.wait() => {
                             let _ = handle
                                 .disconnect(Disconnect::ByApplication, "server shutting down".into(), String::new())
+                                .await;
+                        }
+                        _ = grace => {
+                            tracing::info!("ssh: {peer} did not authenticate in time");
+                            let _ = handle
+                                .disconnect(Disconnect::ByApplication, "authentication timed out".into(), String::new())
                                 .await;
                         }
                     }
@@ -137,6 +163,8 @@ pub struct Connection {
     peer: SocketAddr,
     /// Set only by `auth_publickey`, from the key whose signature verified.
     identity: Option<Identity>,
+    /// Raised with `identity`; the accept loop's login grace timer reads it.
+    authenticated: Arc<AtomicBool>,
     channels: HashMap<ChannelId, Channel<Msg>>,
     envs: HashMap<ChannelId, ChannelEnv>,
     /// Channels that asked for a pty: their shell or exec gets the hint.
@@ -144,11 +172,12 @@ pub struct Connection {
 }
 
 impl Connection {
-    fn new(app: Arc<App>, peer: SocketAddr) -> Self {
+    fn new(app: Arc<App>, peer: SocketAddr, authenticated: Arc<AtomicBool>) -> Self {
         Connection {
             app,
             peer,
             identity: None,
+            authenticated,
             channels: HashMap::new(),
             envs: HashMap::new(),
             ptys: HashSet::new(),
@@ -197,6 +226,7 @@ impl russh::server::Handler for Connection {
             key: key.public_key.clone(),
             admin: false,
         });
+        self.authenticated.store(true, Ordering::Release);
         Ok(Auth::Accept)
     }
 
