@@ -76,10 +76,21 @@ summary() {
     printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {printf "%d / %d / %d", a[1], a[int((NR+1)/2)], a[NR]}'
 }
 
+# median of the arguments.
+median() {
+    printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+}
+
+BASE_IMAGE=docker.io/library/debian:bookworm-slim
 first=()
 again=()
 stop=()
+baseline=()
 for round in $(seq 1 "$ROUNDS"); do
+    # Baseline, same run: the engine's own cost to start and finish a
+    # container of the base image that does nothing.
+    t=$(now_ms); "$ENGINE" run --rm --read-only "$BASE_IMAGE" true >/dev/null 2>&1 || die "baseline run failed"
+    baseline+=($(( $(now_ms) - t )))
     volume="git-collab-bench-$$-$round"
     boot; first+=("$elapsed_ms")
     t=$(now_ms); stop_container; stop+=($(( $(now_ms) - t )))
@@ -91,7 +102,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 size=$("$ENGINE" image inspect --format '{{.Size}}' "$IMAGE")
-base_size=$("$ENGINE" image inspect --format '{{.Size}}' docker.io/library/debian:bookworm-slim 2>/dev/null || echo 0)
+base_size=$("$ENGINE" image inspect --format '{{.Size}}' "$BASE_IMAGE" 2>/dev/null || echo 0)
 binary_size=$("$ENGINE" run --rm --entrypoint stat "$IMAGE" -c %s /usr/local/bin/git-collab-server 2>/dev/null)
 [ -n "$binary_size" ] || binary_size=0
 engine_version=$("$ENGINE" version --format '{{.Client.Version}}' 2>/dev/null || echo '?')
@@ -110,4 +121,6 @@ from \`$ENGINE run\` to the first \`GET /readyz\` answering 200, polled every 20
 | first boot on a fresh volume, ms (min / median / max of $ROUNDS) | $(summary "${first[@]}") |
 | restart on an existing volume, ms (min / median / max) | $(summary "${again[@]}") |
 | stop with SIGTERM, ms (min / median / max) | $(summary "${stop[@]}") |
+| baseline: \`$ENGINE run --rm $BASE_IMAGE true\`, ms (min / median / max) | $(summary "${baseline[@]}") |
+| first boot to /readyz vs baseline (medians) | $(awk -v a="$(median "${first[@]}")" -v b="$(median "${baseline[@]}")" 'BEGIN {printf "%.2fx", a / b}') |
 MD
