@@ -16,27 +16,17 @@
 //! it also replaces that file's "## Issue list" section with the results.
 //! Run: `cargo bench --bench issue_list` (release profile).
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use chrono::{TimeZone, Utc};
 use git2::Repository;
-use git_collab::event::{Action, Author, Event, IssueClose, IssueComment, IssueLabel, IssueOpen};
 use git_collab::sign::SigningKey;
-use git_collab::{cache, refs, state, store};
-
-fn env_count(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut runs: Vec<Duration>) -> Duration {
-    runs.sort();
-    runs[runs.len() / 2]
-}
+use git_collab::{cache, refs, state};
+use support::{build, env_usize, fmt, git, median, write_section};
 
 fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
     let mut times = Vec::new();
@@ -49,89 +39,10 @@ fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
     (median(times), last.expect("at least one run"))
 }
 
-fn build(repo: &Repository, key: &SigningKey, issues: usize, events: usize) {
-    let author = Author {
-        name: "bench".into(),
-        key: key.public_key_line(),
-    };
-    let odb = repo.odb().unwrap();
-    let mempack = odb.add_new_mempack_backend(1000).unwrap();
-    let base = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
-    for i in 0..issues {
-        let at = |k: usize| base + chrono::Duration::seconds((i * events + k) as i64);
-        let open = Event::new(
-            author.clone(),
-            at(0),
-            Action::IssueOpen(IssueOpen {
-                title: format!("Issue number {i}"),
-                body: format!("Body of issue {i}.\n\nSome more text to make it realistic."),
-                labels: vec!["bench".into()],
-                nonce: format!("{i:032x}"),
-            }),
-        );
-        let root = store::write_event_commit(repo, &[], &open, key).unwrap();
-        let mut tip = root;
-        for k in 1..events {
-            let action = if k == events - 1 && i % 2 == 0 {
-                Action::IssueClose(IssueClose { reason: None })
-            } else if k % 3 == 0 {
-                Action::IssueLabel(IssueLabel {
-                    add: vec![format!("l{k}")],
-                    remove: vec![],
-                })
-            } else {
-                Action::IssueComment(IssueComment {
-                    body: format!("Comment {k} on issue {i}."),
-                })
-            };
-            let event = Event::new(author.clone(), at(k), action);
-            tip = store::write_event_commit(repo, &[tip], &event, key).unwrap();
-        }
-        store::compare_and_swap(
-            repo,
-            &refs::issue_ref(&root.to_string()),
-            None,
-            tip,
-            "bench",
-        )
-        .unwrap();
-    }
-    let mut buf = git2::Buf::new();
-    mempack.dump(repo, &mut buf).unwrap();
-    let mut writer = odb.packwriter().unwrap();
-    std::io::Write::write_all(&mut writer, &buf).unwrap();
-    writer.commit().unwrap();
-    mempack.reset().unwrap();
-}
-
-fn git(git_dir: &Path, args: &[&str]) -> std::process::Output {
-    let out = Command::new("git")
-        .arg("--git-dir")
-        .arg(git_dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn fmt(d: Duration) -> String {
-    let ms = d.as_secs_f64() * 1000.0;
-    if ms >= 1000.0 {
-        format!("{:.2} s", ms / 1000.0)
-    } else {
-        format!("{ms:.1} ms")
-    }
-}
-
 fn main() {
-    let issues = env_count("BENCH_ISSUES", 10_000);
-    let events = env_count("BENCH_EVENTS", 10).max(1);
-    let runs = env_count("BENCH_RUNS", 3).max(1);
+    let issues = env_usize("BENCH_ISSUES", 10_000);
+    let events = env_usize("BENCH_EVENTS", 10).max(1);
+    let runs = env_usize("BENCH_RUNS", 3).max(1);
     let tmp = tempfile::tempdir().unwrap();
     let key = SigningKey::generate(&tmp.path().join("key"), "bench", false).unwrap();
     let git_dir = tmp.path().join("bench.git");
@@ -246,17 +157,14 @@ fn main() {
     println!("{table}");
 
     if let Ok(path) = std::env::var("GIT_COLLAB_BENCH_DOCS") {
-        write_section(Path::new(&path), &table);
-        eprintln!("wrote the \"## Issue list\" section of {path}");
+        write_section(Path::new(&path), &section(&table));
     }
 }
 
-/// Replaces (or appends) the "## Issue list" section of the markdown file.
-fn write_section(path: &Path, table: &str) {
-    const HEADING: &str = "## Issue list";
-    let old = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".into());
-    let section = format!(
-        "{HEADING}\n\nMeasured by `benches/issue_list.rs` \
+/// The "## Issue list" section of docs/benchmarks.md around `table`.
+fn section(table: &str) -> String {
+    format!(
+        "## Issue list\n\nMeasured by `benches/issue_list.rs` \
          (`GIT_COLLAB_BENCH_DOCS=docs/benchmarks.md cargo bench --bench issue_list`; \
          `BENCH_ISSUES`, `BENCH_EVENTS` and `BENCH_RUNS` override the counts).\n\n{table}\n\
          A cold listing verifies one Ed25519 signature per event and re-checks that each \
@@ -266,20 +174,5 @@ fn write_section(path: &Path, table: &str) {
          allowlist) then limits the work to the issues whose ref moved, so a warm listing \
          costs about reading the cache file. The machine was shared with other builds \
          while measuring, so absolute times are noisy.\n"
-    );
-    let new = match old.find(HEADING) {
-        Some(start) => {
-            let after = start + HEADING.len();
-            let end = old[after..]
-                .find("\n## ")
-                .map(|i| after + i + 1)
-                .unwrap_or(old.len());
-            format!("{}{section}\n{}", &old[..start], &old[end..])
-        }
-        None => format!(
-            "{}\n{section}",
-            old.trim_end_matches('\n').to_string() + "\n"
-        ),
-    };
-    std::fs::write(path, new.trim_end().to_string() + "\n").unwrap();
+    )
 }

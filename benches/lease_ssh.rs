@@ -16,132 +16,17 @@
 //!
 //! Run: `cargo bench --bench lease_ssh`.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+#[path = "support/mod.rs"]
+mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use common::{public_key_line, ServerHarness};
+use support::common::ServerHarness;
+use support::{env_usize, median, timed, write_section, Sshd};
 
 const SECTION: &str = "## Lease round trip";
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
-/// Run `cmd`, require exit 0, return how long it took.
-fn timed(cmd: &mut Command) -> Duration {
-    let start = Instant::now();
-    let out = cmd.output().expect("run");
-    let elapsed = start.elapsed();
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    elapsed
-}
-
-/// OpenSSH sshd on a loopback port with its own host key and
-/// authorized_keys (the same set-up as benches/ssh_transport.rs).
-struct Sshd {
-    child: Child,
-    port: u16,
-    user: String,
-}
-
-impl Sshd {
-    fn start(dir: &Path, client_key: &Path) -> Option<Sshd> {
-        let sshd = Path::new("/usr/sbin/sshd");
-        // SAFETY: geteuid has no preconditions.
-        if !sshd.exists() || unsafe { libc::geteuid() } != 0 {
-            eprintln!("sshd rows skipped: needs /usr/sbin/sshd and root");
-            return None;
-        }
-        std::fs::create_dir_all(dir).unwrap();
-        std::fs::create_dir_all("/run/sshd").ok();
-        let host_key = dir.join("host_key");
-        common::generate_key(&host_key, "sshd-host");
-        let auth = dir.join("authorized_keys");
-        std::fs::write(&auth, format!("{}\n", public_key_line(client_key))).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let config = dir.join("sshd_config");
-        std::fs::write(
-            &config,
-            format!(
-                "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\n\
-                 PidFile {}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
-                 PubkeyAuthentication yes\nUsePAM no\nStrictModes no\nPermitRootLogin yes\n\
-                 PrintMotd no\nPrintLastLog no\nUseDNS no\n",
-                host_key.display(),
-                auth.display(),
-                dir.join("sshd.pid").display()
-            ),
-        )
-        .unwrap();
-        // Mask ~/.bashrc (sourced for commands run by sshd) in a private
-        // mount namespace: shell start-up files are not what we measure.
-        let empty_rc = dir.join("empty_bashrc");
-        std::fs::write(&empty_rc, "").unwrap();
-        let bashrc =
-            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".bashrc");
-        let mut cmd = if bashrc.exists() && Path::new("/usr/bin/unshare").exists() {
-            let script = format!(
-                "mount --bind '{}' '{}' 2>/dev/null || echo 'warning: ~/.bashrc not masked' >&2; \
-                 exec /usr/sbin/sshd -D -f '{}'",
-                empty_rc.display(),
-                bashrc.display(),
-                config.display()
-            );
-            let mut c = Command::new("/usr/bin/unshare");
-            c.args(["-m", "sh", "-c", &script]);
-            c
-        } else {
-            let mut c = Command::new(sshd);
-            c.arg("-D").arg("-f").arg(&config);
-            c
-        };
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .ok()?;
-        let user = String::from_utf8(Command::new("id").arg("-un").output().ok()?.stdout)
-            .ok()?
-            .trim()
-            .to_string();
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(Sshd { child, port, user });
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("sshd did not start");
-        None
-    }
-}
-
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// How to reach one server with `ssh`: options and destination.
 struct Target {
@@ -349,36 +234,4 @@ fn render(fresh: &[(&'static str, Duration)], shared: &[(&'static str, Duration)
         }
     }
     table
-}
-
-/// Replace (or append) this benchmark's section of docs/benchmarks.md,
-/// leaving every other section as it is.
-fn write_section(path: &Path, section: &str) {
-    let existing = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".into());
-    let mut out = String::new();
-    let mut skipping = false;
-    let mut replaced = false;
-    for line in existing.lines() {
-        if line.starts_with("## ") {
-            skipping = line.trim() == SECTION;
-            if skipping {
-                out.push_str(section.trim_end());
-                out.push_str("\n\n");
-                replaced = true;
-            }
-        }
-        if !skipping {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    if !replaced {
-        if !out.ends_with("\n\n") {
-            out.push('\n');
-        }
-        out.push_str(section.trim_end());
-        out.push('\n');
-    }
-    std::fs::write(path, out.trim_end().to_string() + "\n").unwrap();
-    eprintln!("wrote {SECTION} in {}", path.display());
 }

@@ -13,6 +13,8 @@ mod lease_service;
 #[allow(dead_code, unused_imports)] // the modules' unit tests are compiled but not run here
 #[path = "../src/server/leases.rs"]
 mod leases;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -127,8 +129,7 @@ fn main() -> anyhow::Result<()> {
     let table = render(&scenarios, secs);
     println!("{table}");
     let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/benchmarks.md");
-    write_section(&doc, "## Lease store", &table)?;
-    println!("written to {}", doc.display());
+    support::write_section(&doc, &format!("## Lease store\n\n{table}"));
     Ok(())
 }
 
@@ -241,37 +242,4 @@ fn render(results: &[Scenario], secs: u64) -> String {
         ));
     }
     out
-}
-
-/// Replace the body of `heading` (up to the next `## ` heading) in `doc`,
-/// appending the section if it is missing; other sections are left alone.
-fn write_section(doc: &Path, heading: &str, body: &str) -> anyhow::Result<()> {
-    let old = match std::fs::read_to_string(doc) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "# Benchmarks\n".into(),
-        Err(e) => return Err(e.into()),
-    };
-    let section = format!("{heading}\n\n{body}");
-    let new = match old.lines().position(|l| l.trim_end() == heading) {
-        Some(start) => {
-            let lines: Vec<&str> = old.lines().collect();
-            let end = lines[start + 1..]
-                .iter()
-                .position(|l| l.starts_with("## "))
-                .map(|i| start + 1 + i)
-                .unwrap_or(lines.len());
-            let mut parts: Vec<String> = lines[..start].iter().map(|l| l.to_string()).collect();
-            parts.push(section.trim_end().to_string());
-            if end < lines.len() {
-                parts.push(String::new());
-                parts.extend(lines[end..].iter().map(|l| l.to_string()));
-            }
-            parts.join("\n") + "\n"
-        }
-        None => format!("{}\n\n{}", old.trim_end(), section),
-    };
-    let tmp = doc.with_extension("md.tmp");
-    std::fs::write(&tmp, new)?;
-    std::fs::rename(&tmp, doc)?;
-    Ok(())
 }

@@ -13,134 +13,15 @@
 //! Run: `cargo bench --bench ssh_transport` (BENCH_MB, BENCH_RUNS and
 //! BENCH_RTT_RUNS override the size and repetitions).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use common::{public_key_line, ServerHarness};
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
-fn run_ok(cmd: &mut Command) {
-    let out = cmd.output().expect("run");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn timed(cmd: &mut Command) -> Duration {
-    let start = Instant::now();
-    run_ok(cmd);
-    start.elapsed()
-}
-
-/// OpenSSH sshd on a loopback port with its own host key and authorized_keys.
-struct Sshd {
-    child: Child,
-    port: u16,
-    user: String,
-}
-
-impl Sshd {
-    fn start(dir: &Path, client_key: &Path) -> Option<Sshd> {
-        let sshd = Path::new("/usr/sbin/sshd");
-        if !sshd.exists() || unsafe { libc::geteuid() } != 0 {
-            eprintln!("sshd comparison skipped: needs /usr/sbin/sshd and root");
-            return None;
-        }
-        std::fs::create_dir_all(dir).unwrap();
-        std::fs::create_dir_all("/run/sshd").ok();
-        let host_key = dir.join("host_key");
-        common::generate_key(&host_key, "sshd-host");
-        let auth = dir.join("authorized_keys");
-        std::fs::write(&auth, format!("{}\n", public_key_line(client_key))).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let config = dir.join("sshd_config");
-        std::fs::write(
-            &config,
-            format!(
-                "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\n\
-                 PidFile {}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
-                 PubkeyAuthentication yes\nUsePAM no\nStrictModes no\nPermitRootLogin yes\n\
-                 AcceptEnv GIT_PROTOCOL\nPrintMotd no\nPrintLastLog no\nUseDNS no\n",
-                host_key.display(),
-                auth.display(),
-                dir.join("sshd.pid").display()
-            ),
-        )
-        .unwrap();
-        // bash sources ~/.bashrc for commands run by sshd; mask it in a
-        // private mount namespace so the account's shell start-up files
-        // (which may be slow on a dev machine) are not what we measure.
-        let empty_rc = dir.join("empty_bashrc");
-        std::fs::write(&empty_rc, "").unwrap();
-        let bashrc =
-            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".bashrc");
-        let script = format!(
-            "mount --bind '{}' '{}' 2>/dev/null || echo 'warning: ~/.bashrc not masked' >&2; exec /usr/sbin/sshd -D -f '{}'",
-            empty_rc.display(),
-            bashrc.display(),
-            config.display()
-        );
-        let child = if bashrc.exists() && Path::new("/usr/bin/unshare").exists() {
-            Command::new("/usr/bin/unshare")
-                .args(["-m", "sh", "-c", &script])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .spawn()
-                .ok()?
-        } else {
-            Command::new(sshd)
-                .arg("-D")
-                .arg("-f")
-                .arg(&config)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .ok()?
-        };
-        let user = String::from_utf8(Command::new("id").arg("-un").output().ok()?.stdout)
-            .ok()?
-            .trim()
-            .to_string();
-        // Wait until it accepts connections.
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(Sshd { child, port, user });
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("sshd did not start");
-        None
-    }
-}
-
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use support::common::ServerHarness;
+use support::{env_usize, median, run_ok, timed, write_section, Sshd};
 
 /// A local repository with `mb` MiB of incompressible data in one commit.
 fn make_source(h: &ServerHarness, mb: usize) -> PathBuf {
@@ -353,34 +234,4 @@ fn main() {
             .as_path(),
         &section,
     );
-}
-
-/// Replace (or append) the "## SSH transport" section of docs/benchmarks.md.
-fn write_section(path: &Path, section: &str) {
-    let existing = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".into());
-    let mut out = String::new();
-    let mut skipping = false;
-    let mut replaced = false;
-    for line in existing.lines() {
-        if line.starts_with("## ") {
-            skipping = line.trim() == "## SSH transport";
-            if skipping {
-                out.push_str(section);
-                out.push('\n');
-                replaced = true;
-            }
-        }
-        if !skipping {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    if !replaced {
-        if !out.ends_with("\n\n") {
-            out.push('\n');
-        }
-        out.push_str(section);
-    }
-    std::fs::write(path, out).unwrap();
-    eprintln!("wrote {}", path.display());
 }

@@ -18,111 +18,21 @@
 //! `GIT_COLLAB_BENCH_DOCS=docs/benchmarks.md` it also replaces that file's
 //! "## Web issues page" section. Run: `cargo bench --bench web_issues`.
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use chrono::{TimeZone, Utc};
+use chrono::Utc;
 use git2::Repository;
-use git_collab::event::{Action, Author, Event, IssueClose, IssueComment, IssueLabel, IssueOpen};
+use git_collab::event::{Action, Event, IssueComment};
 use git_collab::sign::SigningKey;
 use git_collab::{cache, refs, store};
-
-fn env_count(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut runs: Vec<Duration>) -> Duration {
-    runs.sort();
-    runs[runs.len() / 2]
-}
-
-fn fmt(d: Duration) -> String {
-    let ms = d.as_secs_f64() * 1000.0;
-    if ms >= 1000.0 {
-        format!("{:.2} s", ms / 1000.0)
-    } else {
-        format!("{ms:.1} ms")
-    }
-}
-
-/// `issues` issues of `events` events, one pack (same shape as the
-/// `issue_list` benchmark). Returns the author for later events.
-fn build(repo: &Repository, key: &SigningKey, issues: usize, events: usize) -> Author {
-    let author = Author {
-        name: "bench".into(),
-        key: key.public_key_line(),
-    };
-    let odb = repo.odb().unwrap();
-    let mempack = odb.add_new_mempack_backend(1000).unwrap();
-    let base = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
-    for i in 0..issues {
-        let at = |k: usize| base + chrono::Duration::seconds((i * events + k) as i64);
-        let open = Event::new(
-            author.clone(),
-            at(0),
-            Action::IssueOpen(IssueOpen {
-                title: format!("Issue number {i}"),
-                body: format!("Body of issue {i}.\n\nSome more text to make it realistic."),
-                labels: vec!["bench".into()],
-                nonce: format!("{i:032x}"),
-            }),
-        );
-        let root = store::write_event_commit(repo, &[], &open, key).unwrap();
-        let mut tip = root;
-        for k in 1..events {
-            let action = if k == events - 1 && i % 2 == 0 {
-                Action::IssueClose(IssueClose { reason: None })
-            } else if k % 3 == 0 {
-                Action::IssueLabel(IssueLabel {
-                    add: vec![format!("l{k}")],
-                    remove: vec![],
-                })
-            } else {
-                Action::IssueComment(IssueComment {
-                    body: format!("Comment {k} on issue {i}."),
-                })
-            };
-            let event = Event::new(author.clone(), at(k), action);
-            tip = store::write_event_commit(repo, &[tip], &event, key).unwrap();
-        }
-        store::compare_and_swap(
-            repo,
-            &refs::issue_ref(&root.to_string()),
-            None,
-            tip,
-            "bench",
-        )
-        .unwrap();
-    }
-    let mut buf = git2::Buf::new();
-    mempack.dump(repo, &mut buf).unwrap();
-    let mut writer = odb.packwriter().unwrap();
-    writer.write_all(&buf).unwrap();
-    writer.commit().unwrap();
-    mempack.reset().unwrap();
-    author
-}
-
-fn git(git_dir: &Path, args: &[&str]) -> std::process::Output {
-    let out = Command::new("git")
-        .arg("--git-dir")
-        .arg(git_dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+use support::{build, env_usize, fmt, git, median, write_section};
 
 /// A running `git-collab-server` on ephemeral loopback ports.
 struct Server {
@@ -206,9 +116,9 @@ impl Drop for Server {
 }
 
 fn main() {
-    let issues = env_count("BENCH_ISSUES", 10_000);
-    let events = env_count("BENCH_EVENTS", 10).max(1);
-    let runs = env_count("BENCH_RUNS", 3).max(1);
+    let issues = env_usize("BENCH_ISSUES", 10_000);
+    let events = env_usize("BENCH_EVENTS", 10).max(1);
+    let runs = env_usize("BENCH_RUNS", 3).max(1);
     let tmp = tempfile::tempdir().unwrap();
     let state_dir = tmp.path().join("state");
     let git_dir: PathBuf = state_dir.join("repos").join("big.git");
@@ -368,33 +278,11 @@ fn main() {
     println!("{table}");
 
     if let Ok(path) = std::env::var("GIT_COLLAB_BENCH_DOCS") {
-        write_section(Path::new(&path), &table);
-        eprintln!("wrote the \"## Web issues page\" section of {path}");
+        let section = format!(
+            "## Web issues page\n\nMeasured by `benches/web_issues.rs` \
+             (`GIT_COLLAB_BENCH_DOCS=docs/benchmarks.md cargo bench --bench web_issues`).\n\n\
+             {table}"
+        );
+        write_section(Path::new(&path), &section);
     }
-}
-
-/// Replaces (or appends) the "## Web issues page" section of the markdown
-/// file.
-fn write_section(path: &Path, table: &str) {
-    const HEADING: &str = "## Web issues page";
-    let old = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".into());
-    let section = format!(
-        "{HEADING}\n\nMeasured by `benches/web_issues.rs` \
-         (`GIT_COLLAB_BENCH_DOCS=docs/benchmarks.md cargo bench --bench web_issues`).\n\n{table}"
-    );
-    let new = match old.find(HEADING) {
-        Some(start) => {
-            let after = start + HEADING.len();
-            let end = old[after..]
-                .find("\n## ")
-                .map(|i| after + i + 1)
-                .unwrap_or(old.len());
-            format!("{}{section}\n{}", &old[..start], &old[end..])
-        }
-        None => format!(
-            "{}\n{section}",
-            old.trim_end_matches('\n').to_string() + "\n"
-        ),
-    };
-    std::fs::write(path, new.trim_end().to_string() + "\n").unwrap();
 }
