@@ -471,125 +471,52 @@ pub fn replay(
     replay_with(root_id, dag, &mut Checker::new(trust))
 }
 
-/// [`replay`] with a [`Checker`] shared across DAGs.
+/// [`replay`] with a [`Checker`] shared across DAGs: orders the DAG with
+/// [`ordered_events`], then folds the events into an [`IssueState`].
 pub fn replay_with(
     root_id: &str,
     dag: &[DagCommit],
     checker: &mut Checker,
 ) -> (Result<IssueState, String>, Vec<DroppedEvent>) {
-    let mut dropped = Vec::new();
-    let index: HashMap<Oid, usize> = dag.iter().enumerate().map(|(i, c)| (c.oid, i)).collect();
-    let mut children: Vec<Vec<usize>> = vec![Vec::new(); dag.len()];
-    let mut waiting: Vec<usize> = vec![0; dag.len()];
-    for (i, c) in dag.iter().enumerate() {
-        for p in &c.parents {
-            if let Some(&pi) = index.get(p) {
-                children[pi].push(i);
-                waiting[i] += 1;
-            }
-        }
-    }
-
-    // Verify every commit once; `None` means it applies nothing.
-    let verified: Vec<Option<Verified>> = dag
-        .iter()
-        .map(|c| {
-            check(c, checker)
-                .map_err(|d| dropped.push(d))
-                .ok()
-                .flatten()
-        })
-        .collect();
-    let key = |i: usize| -> ReadyKey {
-        match &verified[i] {
-            Some(v) => Reverse((1, v.event.at, v.oid)),
-            None => Reverse((0, DateTime::<Utc>::MIN_UTC, dag[i].oid)),
-        }
-    };
-
-    let mut ready: BinaryHeap<(ReadyKey, usize)> = (0..dag.len())
-        .filter(|&i| waiting[i] == 0)
-        .map(|i| (key(i), i))
-        .collect();
-    // Whether a commit has the issue's root among its ancestors (or is it).
-    let mut rooted = vec![false; dag.len()];
-    let mut state: Option<IssueState> = None;
-    let mut root_problem: Option<String> = None;
-    while let Some((_, i)) = ready.pop() {
-        let commit = &dag[i];
-        let is_root = commit.oid.to_string() == root_id;
-        rooted[i] = is_root
-            || commit
-                .parents
-                .iter()
-                .any(|p| index.get(p).is_some_and(|&pi| rooted[pi]));
-        for &child in &children[i] {
-            waiting[child] -= 1;
-            if waiting[child] == 0 {
-                ready.push((key(child), child));
-            }
-        }
-        let Some(v) = &verified[i] else {
-            if is_root {
-                root_problem = Some(
-                    dropped
-                        .iter()
-                        .find(|d| d.commit == root_id)
-                        .map(|d| format!("root event dropped: {}", d.detail))
-                        .unwrap_or_else(|| "root commit holds no event".into()),
-                );
-            }
-            continue;
-        };
-        let misplaced = |why: &str| misplaced_event(v, why);
-        if is_root {
-            match &v.event.action {
-                Action::IssueOpen(open) => {
-                    state = Some(IssueState {
-                        id: root_id.to_string(),
-                        title: open.title.clone(),
-                        body: open.body.clone(),
-                        author: v.event.author.clone(),
-                        created_at: v.event.at,
-                        updated_at: v.event.at,
-                        status: IssueStatus::Open,
-                        closed_reason: None,
-                        labels: normalize_labels(open.labels.iter().cloned()),
-                        comments: Vec::new(),
-                    });
-                }
-                other => {
-                    let why = format!("root event is {}, not issue.open", other.kind());
-                    dropped.push(misplaced(&why));
-                    root_problem = Some(why);
-                }
-            }
-            continue;
-        }
-        if !rooted[i] {
-            dropped.push(misplaced("not descended from the issue's root"));
-            continue;
-        }
-        let Some(s) = state.as_mut() else {
-            // The root was dropped; nothing can apply, and the issue is
-            // reported invalid as a whole.
-            continue;
-        };
-        if apply(s, v).is_err() {
-            let why = match v.event.action {
-                Action::IssueOpen(_) => "issue.open below the root".to_string(),
-                ref other => format!("{} is not an issue event", other.kind()),
+    let OrderedEvents {
+        root,
+        events,
+        mut dropped,
+    } = ordered_events(root_id, dag, checker);
+    let state = root.and_then(|root| match &root.event.action {
+        Action::IssueOpen(open) => {
+            let mut state = IssueState {
+                id: root_id.to_string(),
+                title: open.title.clone(),
+                body: open.body.clone(),
+                author: root.event.author.clone(),
+                created_at: root.event.at,
+                updated_at: root.event.at,
+                status: IssueStatus::Open,
+                closed_reason: None,
+                labels: normalize_labels(open.labels.iter().cloned()),
+                comments: Vec::new(),
             };
-            dropped.push(misplaced(&why));
+            for v in &events {
+                if apply(&mut state, v).is_err() {
+                    let why = match v.event.action {
+                        Action::IssueOpen(_) => "issue.open below the root".to_string(),
+                        ref other => format!("{} is not an issue event", other.kind()),
+                    };
+                    dropped.push(misplaced_event(v, &why));
+                }
+            }
+            Ok(state)
         }
-    }
+        // The root is not an issue: nothing can apply, and the issue is
+        // reported invalid as a whole.
+        other => {
+            let why = format!("root event is {}, not issue.open", other.kind());
+            dropped.push(misplaced_event(&root, &why));
+            Err(why)
+        }
+    });
     dropped.sort_by(|a, b| a.commit.cmp(&b.commit));
-    let state = match state {
-        Some(s) => Ok(s),
-        None => {
-            Err(root_problem.unwrap_or_else(|| format!("root commit {root_id} is not in the DAG")))
-        }
-    };
     (state, dropped)
 }
 
