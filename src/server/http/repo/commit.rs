@@ -5,7 +5,7 @@
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::Response;
 use git2::{Delta, DiffFindOptions, DiffOptions, ObjectType};
 use serde::Deserialize;
 
@@ -89,20 +89,7 @@ pub async fn commit(
 }
 
 pub async fn log_default(State(st): State<AppState>, Path(repo): Path<String>) -> Response {
-    let app = st.app.clone();
-    view::blocking(&app, move || {
-        let ctx = super::open(&st.app, &repo)?;
-        match super::default_branch(&ctx.git) {
-            Some((branch, _)) => Ok(Redirect::to(&format!(
-                "/{}/-/log/{}",
-                ctx.name(),
-                view::url_path(&branch)
-            ))
-            .into_response()),
-            None => Err(PageError::Missing("This repository is empty.".into())),
-        }
-    })
-    .await
+    super::to_default_branch(st, repo, "log").await
 }
 
 pub async fn log(

@@ -94,6 +94,29 @@ pub fn description(repo_dir: &Path) -> String {
 }
 
 /// The branch HEAD points at and its commit; `None` for an empty repository.
+/// Redirect `/{repo}/-/{section}` to the same section at the default branch.
+pub async fn to_default_branch(
+    st: AppState,
+    repo: String,
+    section: &'static str,
+) -> axum::response::Response {
+    use axum::response::{IntoResponse as _, Redirect};
+    let app = st.app.clone();
+    super::view::blocking(&app, move || {
+        let ctx = open(&st.app, &repo)?;
+        match default_branch(&ctx.git) {
+            Some((branch, _)) => Ok(Redirect::to(&format!(
+                "/{}/-/{section}/{}",
+                ctx.name(),
+                super::view::url_path(&branch)
+            ))
+            .into_response()),
+            None => Err(PageError::Missing("This repository is empty.".into())),
+        }
+    })
+    .await
+}
+
 pub fn default_branch(git: &Repository) -> Option<(String, Oid)> {
     let head = git.head().ok()?;
     let oid = head.peel_to_commit().ok()?.id();

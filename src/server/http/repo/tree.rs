@@ -71,20 +71,7 @@ struct BlobPage {
 }
 
 pub async fn tree_default(State(st): State<AppState>, Path(repo): Path<String>) -> Response {
-    let app = st.app.clone();
-    view::blocking(&app, move || {
-        let ctx = super::open(&st.app, &repo)?;
-        match super::default_branch(&ctx.git) {
-            Some((branch, _)) => Ok(Redirect::to(&format!(
-                "/{}/-/tree/{}",
-                ctx.name(),
-                view::url_path(&branch)
-            ))
-            .into_response()),
-            None => Err(PageError::Missing("This repository is empty.".into())),
-        }
-    })
-    .await
+    super::to_default_branch(st, repo, "tree").await
 }
 
 pub async fn tree(
