@@ -24,8 +24,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use git2::Repository;
-use git_collab::sign::SigningKey;
-use git_collab::{cache, refs, state};
+use git_collab::record::sign::SigningKey;
+use git_collab::record::{cache, refs, state};
 use support::{build, env_usize, fmt, git, median, write_section};
 
 fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
@@ -95,7 +95,7 @@ fn main() {
     assert_eq!(rows.as_array().unwrap().len(), issues);
     let (t_cli_warm, warm_out) = time(runs, list_cli);
     assert_eq!(warm_out, out);
-    let (t_verify, report) = time(1, || git_collab::verify::verify(&repo).unwrap());
+    let (t_verify, report) = time(1, || git_collab::record::verify::verify(&repo).unwrap());
     assert!(report.ok);
 
     let one = &listed[issues / 2].id;

@@ -8,18 +8,16 @@
 //! written to docs/benchmarks.md under "## Lease store".
 
 #[allow(dead_code, unused_imports)] // the modules' unit tests are compiled but not run here
-#[path = "../src/server/lease_service.rs"]
-mod lease_service;
-#[allow(dead_code, unused_imports)] // the modules' unit tests are compiled but not run here
-#[path = "../src/server/leases.rs"]
-mod leases;
+#[path = "../src/server/db/mod.rs"]
+mod db;
 #[path = "support/mod.rs"]
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use lease_service::LeaseService;
+use db::leases;
+use db::writer::LeaseService;
 
 const TTL: Option<i64> = Some(3600);
 

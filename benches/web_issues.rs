@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use git2::Repository;
-use git_collab::event::{Action, Event, IssueComment};
-use git_collab::sign::SigningKey;
-use git_collab::{cache, refs, store};
+use git_collab::record::event::{Action, Event, IssueComment};
+use git_collab::record::sign::SigningKey;
+use git_collab::record::{cache, refs, store};
 use support::{build, env_usize, fmt, git, median, write_section};
 
 /// A running `git-collab-server` on ephemeral loopback ports.

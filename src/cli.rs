@@ -1,7 +1,7 @@
 //! The `git-collab` command line, as clap derive types. Parsing only: every
 //! command is run by `main.rs`. `IssueCmd` is a plain enum so later
 //! subcommands are one variant each; `claim`, `unclaim`, `renew` and
-//! `claims` talk to the server (`git_collab::lease`).
+//! `claims` talk to the server (`git_collab::client::lease`).
 //! `PatchCmd` is run by `patch_cmd.rs`.
 
 use std::path::PathBuf;
@@ -194,7 +194,7 @@ pub enum IssueCmd {
         /// Issue id or unique prefix (4+ hex digits).
         id: String,
         /// Lease length in seconds (renew before it runs out).
-        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=git_collab::lease::MAX_TTL_SECS))]
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=git_collab::client::lease::MAX_TTL_SECS))]
         ttl: Option<u64>,
         #[command(flatten)]
         remote: RemoteFlag,
@@ -216,7 +216,7 @@ pub enum IssueCmd {
         /// Issue id or unique prefix (4+ hex digits).
         id: String,
         /// New lease length in seconds, from now.
-        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=git_collab::lease::MAX_TTL_SECS))]
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=git_collab::client::lease::MAX_TTL_SECS))]
         ttl: u64,
         #[command(flatten)]
         remote: RemoteFlag,

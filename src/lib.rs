@@ -3,7 +3,7 @@
 //!
 //! Issues and patches are DAGs of signed event commits under
 //! `refs/collab/*`; everything shown about them is derived by replaying
-//! those DAGs ([`state::list_issues`], [`state::IssueState::from_ref`]).
+//! those DAGs ([`record::state::list_issues`], [`record::state::IssueState::from_ref`]).
 //! The library never listens on the network and uses no async runtime; it
 //! shells out to `git` for fetch and push. See `docs/data-model.md` for the
 //! on-disk format.
@@ -11,7 +11,7 @@
 //! # Reading issues (server, web UI)
 //!
 //! ```no_run
-//! use git_collab::state::{self, IssueState, IssueStatus};
+//! use git_collab::record::state::{self, IssueState, IssueStatus};
 //!
 //! let repo = git2::Repository::open("/srv/repos/demo.git")?; // bare is fine
 //! let (ref_name, full_id) = state::resolve_issue_ref(&repo, "4f2a")?; // 4+ hex
@@ -21,19 +21,19 @@
 //!     println!("{} {} {:?}", &issue.id[..8], issue.title, issue.labels);
 //! }
 //! // Every dropped event and invalid issue, for auditing:
-//! let report = git_collab::verify::verify(&repo)?;
+//! let report = git_collab::record::verify::verify(&repo)?;
 //! # Ok::<(), git_collab::Error>(())
 //! ```
 //!
 //! Replay is a pure function of an issue ref's tip and the allowlist
-//! (`$GIT_DIR/collab/trusted_keys`), so a materialized [`state::IssueState`]
+//! (`$GIT_DIR/collab/trusted_keys`), so a materialized [`record::state::IssueState`]
 //! may be cached by tip id; `list_issues` already does so on disk
-//! ([`cache`]).
+//! ([`record::cache`]).
 //!
 //! # Reading patches
 //!
 //! ```no_run
-//! use git_collab::{diff, patch};
+//! use git_collab::record::{diff, patch};
 //!
 //! let repo = git2::Repository::open("/srv/repos/demo.git")?;
 //! for p in patch::list_patches(&repo)? {
@@ -48,42 +48,24 @@
 //!
 //! # Layout
 //!
+//! The tree shows the layers:
+//!
+//! - [`record`]: the git-native collab record, shared by client and server:
+//!   `refs` (the only place that spells `refs/collab/...`), `event`
+//!   (envelope, payloads, canonical JSON), `sign` (Ed25519, OpenSSH keys),
+//!   `store` (event commits, compare-and-swap on the ref), `trust` (the
+//!   allowlist), `state` and `patch` (replay of issue and patch DAGs),
+//!   `cache`, `timeline`, `diff`, `merge_scan`, `verify`.
+//! - [`client`]: what the `git-collab` CLI does on a user's clone and over
+//!   SSH: `issue` (local issue operations), `sync`, `lease`, `release`,
+//!   `remote_ssh` (running a server exec verb through the user's `ssh`).
 //! - [`error`]: the library's [`Error`] enum.
-//! - [`refs`]: the only place that spells `refs/collab/...` names.
-//! - [`event`]: the event envelope, payload types and canonical JSON.
-//! - [`sign`]: Ed25519 signing keys (OpenSSH format), sign and verify.
-//! - [`store`]: writing event commits and reading a DAG's commits (git2).
-//! - [`trust`]: the `$GIT_DIR/collab/trusted_keys` allowlist.
-//! - [`state`]: replay, `IssueState`, `resolve_issue_ref`, `list_issues`.
-//! - [`cache`]: the disk cache of replayed issues used by `list_issues`.
-//! - [`issue`]: the issue operations (open, comment, edit, label, close, reopen).
-//! - [`patch`]: patch state (revisions, reviews, comments) and operations.
-//! - [`timeline`]: a patch's events as one ordered stream.
-//! - [`diff`]: a revision against its base, and interdiffs of revisions.
-//! - [`merge_scan`]: finds patches merged by plain git; run at sync.
-//! - [`sync`]: fetch, join and push `refs/collab/*` through a git remote.
-//! - [`verify`]: report every dropped event and invalid issue.
-//! - [`release`]: client side of `collab-release` (release files on the server).
-//! - [`remote_ssh`]: run a server exec verb through the user's `ssh`.
-//! - [`lease`]: the client side of `collab-lease` (issue claims).
+//!
+//! The server's own state (the collab database: leases, and from phase 2
+//! issues and events) lives in the server binary, `src/server/db/`.
 
-pub mod cache;
-pub mod diff;
+pub mod client;
 pub mod error;
-pub mod event;
-pub mod issue;
-pub mod lease;
-pub mod merge_scan;
-pub mod patch;
-pub mod refs;
-pub mod release;
-pub mod remote_ssh;
-pub mod sign;
-pub mod state;
-pub mod store;
-pub mod sync;
-pub mod timeline;
-pub mod trust;
-pub mod verify;
+pub mod record;
 
 pub use error::{Error, Result};

@@ -16,10 +16,11 @@ use git2::Repository;
 use serde::Serialize;
 
 use cli::{Cli, Command, IssueCmd, KeyCmd, ReleaseCmd, TrustCmd};
-use git_collab::issue::{self, short_id, Identity, Written};
-use git_collab::lease::{self, LeaseOp};
-use git_collab::state::{self, IssueState, IssueStatus};
-use git_collab::{refs, sign, sync, trust, verify};
+use git_collab::client::issue::{self, short_id, Identity, Written};
+use git_collab::client::lease::{self, LeaseOp};
+use git_collab::client::sync;
+use git_collab::record::state::{self, IssueState, IssueStatus};
+use git_collab::record::{refs, sign, trust, verify};
 
 fn main() -> ExitCode {
     // Die quietly on a closed pipe (`git-collab patch diff ID | head`), as
@@ -543,8 +544,8 @@ fn text_arg(value: String) -> Result<String> {
 }
 
 fn release_cmd(repo: &Repository, cmd: ReleaseCmd) -> Result<ExitCode> {
-    use git_collab::release;
-    use git_collab::remote_ssh::ssh_remote;
+    use git_collab::client::release;
+    use git_collab::client::remote_ssh::ssh_remote;
     match cmd {
         ReleaseCmd::Create {
             tag,

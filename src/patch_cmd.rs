@@ -1,5 +1,5 @@
 //! `git-collab patch ...`: runs the parsed `PatchCmd` (`cli.rs`) through
-//! the library (`git_collab::patch`, `diff`) and prints text or `--json`
+//! the library (`git_collab::record::patch`, `diff`) and prints text or `--json`
 //! (shapes in docs/patches.md). Errors propagate to `main`, which prints
 //! one `error: ...` line.
 
@@ -11,10 +11,10 @@ use serde::Serialize;
 
 use crate::cli::{PatchCmd, VerdictFlags};
 use crate::{print_json, text_arg};
-use git_collab::diff;
-use git_collab::event::{Author, Verdict};
-use git_collab::issue::{short_id, Identity};
-use git_collab::patch::{self, MergeKind, NewPatch, PatchState, PatchStatus, Written};
+use git_collab::client::issue::{short_id, Identity};
+use git_collab::record::diff;
+use git_collab::record::event::{Author, Verdict};
+use git_collab::record::patch::{self, MergeKind, NewPatch, PatchState, PatchStatus, Written};
 
 /// One row of `patch list --json`.
 #[derive(Serialize)]

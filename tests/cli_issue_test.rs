@@ -144,14 +144,15 @@ fn unknown_ambiguous_and_invalid_ids_are_clear_errors() {
     // first four hex digits.
     let repo = git2::Repository::open(&a.dir).unwrap();
     let key =
-        git_collab::sign::SigningKey::load(&a.home.join(".config/git-collab/signing_key")).unwrap();
-    let who = git_collab::issue::Identity {
+        git_collab::record::sign::SigningKey::load(&a.home.join(".config/git-collab/signing_key"))
+            .unwrap();
+    let who = git_collab::client::issue::Identity {
         key,
         name: "a".into(),
     };
     let mut seen = std::collections::HashMap::new();
     let (first, second) = loop {
-        let id = git_collab::issue::open(&repo, &who, "t", "", &[])
+        let id = git_collab::client::issue::open(&repo, &who, "t", "", &[])
             .unwrap()
             .issue;
         if let Some(prev) = seen.insert(id[..4].to_string(), id.clone()) {
@@ -264,15 +265,21 @@ fn compare_and_swap_refuses_a_moved_ref() {
     let id = a.open("Raced", &[]);
     a.ok(&["issue", "comment", &id, "-m", "moves the tip"]);
     let repo = git2::Repository::open(&a.dir).unwrap();
-    let name = git_collab::refs::issue_ref(&id);
-    let tip = git_collab::store::ref_tip(&repo, &name).unwrap().unwrap();
+    let name = git_collab::record::refs::issue_ref(&id);
+    let tip = git_collab::record::store::ref_tip(&repo, &name)
+        .unwrap()
+        .unwrap();
     let root = git2::Oid::from_str(&id).unwrap();
-    let err =
-        git_collab::store::compare_and_swap(&repo, &name, Some(root), root, "stale").unwrap_err();
+    let err = git_collab::record::store::compare_and_swap(&repo, &name, Some(root), root, "stale")
+        .unwrap_err();
     assert!(matches!(err, git_collab::Error::Concurrent { .. }), "{err}");
-    let err = git_collab::store::compare_and_swap(&repo, &name, None, root, "exists").unwrap_err();
+    let err = git_collab::record::store::compare_and_swap(&repo, &name, None, root, "exists")
+        .unwrap_err();
     assert!(matches!(err, git_collab::Error::Concurrent { .. }), "{err}");
-    assert_eq!(git_collab::store::ref_tip(&repo, &name).unwrap(), Some(tip));
+    assert_eq!(
+        git_collab::record::store::ref_tip(&repo, &name).unwrap(),
+        Some(tip)
+    );
 }
 
 #[test]

@@ -17,9 +17,11 @@ use std::time::{Duration, Instant};
 
 use chrono::{TimeZone, Utc};
 use git2::Repository;
-use git_collab::event::{Action, Author, Event, IssueClose, IssueComment, IssueLabel, IssueOpen};
-use git_collab::sign::SigningKey;
-use git_collab::{refs, store};
+use git_collab::record::event::{
+    Action, Author, Event, IssueClose, IssueComment, IssueLabel, IssueOpen,
+};
+use git_collab::record::sign::SigningKey;
+use git_collab::record::{refs, store};
 
 /// The number in environment variable `name`, or `default` when it is unset
 /// or not a number.

@@ -9,9 +9,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::config::ServerConfig;
+use crate::db::writer::LeaseService;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
-use crate::lease_service::LeaseService;
 use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
 
 /// How long running commands may take to finish after a stop signal. With

@@ -7,12 +7,11 @@
 mod app;
 mod authz;
 mod config;
+mod db;
 mod governance;
 mod healthcheck;
 mod http;
 mod identity;
-mod lease_service;
-mod leases;
 mod logging;
 mod metrics;
 mod releases;

@@ -89,7 +89,7 @@ impl Release {
 /// mistake and its message is safe to show; `Io` is logged, not shown.
 #[derive(Debug, thiserror::Error)]
 pub enum ReleaseError {
-    #[error("invalid file name '{0}': {rule}", rule = git_collab::release::FILE_NAME_RULE)]
+    #[error("invalid file name '{0}': {rule}", rule = git_collab::client::release::FILE_NAME_RULE)]
     FileName(String),
     #[error("invalid tag name '{0}'")]
     TagName(String),
@@ -106,12 +106,12 @@ pub enum ReleaseError {
 }
 
 /// The file name rule is the client's too: one place decides it.
-pub use git_collab::release::valid_file_name;
+pub use git_collab::client::release::valid_file_name;
 
 /// Whether `tag` is a name git accepts under `refs/tags/`.
 pub fn valid_tag_name(tag: &str) -> bool {
     !tag.is_empty()
-        && git2::Reference::is_valid_name(&git_collab::refs::tag_ref(tag))
+        && git2::Reference::is_valid_name(&git_collab::record::refs::tag_ref(tag))
         && encode_tag(tag).len() <= MAX_SEGMENT
 }
 

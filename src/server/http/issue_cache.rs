@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use git2::Repository;
-use git_collab::refs;
-use git_collab::state::{self, IssueState, IssueStatus};
-use git_collab::trust::{self, TrustList};
+use git_collab::record::refs;
+use git_collab::record::state::{self, IssueState, IssueStatus};
+use git_collab::record::trust::{self, TrustList};
 use sha2::{Digest, Sha256};
 
 /// Most repositories kept; past that the cache starts over (a page is then
@@ -202,8 +202,8 @@ fn read_refs(repo: &Repository) -> anyhow::Result<RefsNow> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use git_collab::issue::{self, Identity};
-    use git_collab::sign::SigningKey;
+    use git_collab::client::issue::{self, Identity};
+    use git_collab::record::sign::SigningKey;
 
     #[test]
     fn reuses_a_snapshot_until_an_issue_ref_or_the_allowlist_changes() {
@@ -254,9 +254,9 @@ mod tests {
 
         // An allowlist without the author's key drops every issue.
         let other = SigningKey::generate(&dir.path().join("other"), "other", false).unwrap();
-        std::fs::create_dir_all(git_collab::trust::collab_dir(&repo)).unwrap();
+        std::fs::create_dir_all(git_collab::record::trust::collab_dir(&repo)).unwrap();
         std::fs::write(
-            git_collab::trust::trust_path(&repo),
+            git_collab::record::trust::trust_path(&repo),
             format!("{}\n", other.public_key_line()),
         )
         .unwrap();

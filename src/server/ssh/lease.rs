@@ -25,9 +25,9 @@ use serde_json::{json, Value};
 
 use super::session::{json_line, reply_and_close, ExecContext, LeaseCmd, NOT_FOUND};
 use crate::authz::{self, Access};
-use crate::leases::{Acquire, Lease, Release, Renew};
+use crate::db::leases::{Acquire, Lease, Release, Renew};
 use crate::repos::RepoEntry;
-use git_collab::state::{self, IssueState, IssueStatus};
+use git_collab::record::state::{self, IssueState, IssueStatus};
 
 /// Exit status of a lease conflict: held by someone else, or not yours.
 pub const EXIT_CONFLICT: u32 = 4;

@@ -93,7 +93,7 @@ async fn authorized(
 
 fn tag_exists(repo_dir: &std::path::Path, tag: &str) -> Result<bool, git2::Error> {
     let repo = git2::Repository::open_bare(repo_dir)?;
-    let found = match repo.find_reference(&git_collab::refs::tag_ref(tag)) {
+    let found = match repo.find_reference(&git_collab::record::refs::tag_ref(tag)) {
         Ok(_) => Ok(true),
         Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(false),
         Err(e) => Err(e),

@@ -72,7 +72,7 @@ pub enum LeaseCmd {
 
 /// The longest lease TTL accepted (ten years; shared with the client).
 /// Longer is an assignment, which is what leaving out `--ttl` means.
-pub const MAX_LEASE_TTL_SECS: i64 = git_collab::lease::MAX_TTL_SECS as i64;
+pub const MAX_LEASE_TTL_SECS: i64 = git_collab::client::lease::MAX_TTL_SECS as i64;
 
 /// `--ttl <secs>`: decimal digits only, `1..=MAX_LEASE_TTL_SECS`.
 fn parse_ttl(value: &str) -> Option<i64> {

@@ -17,15 +17,15 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use chrono::{TimeZone as _, Utc};
-use git_collab::state::{IssueState, IssueStatus};
+use git_collab::record::state::{IssueState, IssueStatus};
 use serde::Deserialize;
 
 use super::{RepoCtx, RepoNav};
+use crate::db::leases::Lease;
 use crate::http::issue_cache::IssueSnapshot;
 use crate::http::markdown;
 use crate::http::view::{self, PageError};
 use crate::http::AppState;
-use crate::leases::Lease;
 
 /// Issues per list page.
 pub const ISSUES_PAGE: usize = 50;
@@ -306,7 +306,7 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
     let st2 = st.clone();
     let (loaded, full_id) = blocking(move || {
         let ctx = super::open(&st2.app, &repo)?;
-        let full_id = match git_collab::state::resolve_issue_ref(&ctx.git, &id) {
+        let full_id = match git_collab::record::state::resolve_issue_ref(&ctx.git, &id) {
             Ok((_, full_id)) => full_id,
             Err(git_collab::Error::AmbiguousIssue { candidates, .. }) => {
                 let shown: Vec<String> = candidates.iter().map(|c| view::short_id(c)).collect();

@@ -5,9 +5,9 @@
 //! interdiff `?from=A&to=B`. A plain GET form picks the interdiff, so the
 //! page works without JavaScript.
 //!
-//! Patches are replayed by `git_collab::patch` and kept in a per-repository
+//! Patches are replayed by `git_collab::record::patch` and kept in a per-repository
 //! snapshot while no patch ref (and not the allowlist) changed, as issues
-//! are. Diffs come from `git_collab::diff` (which trees to compare) and are
+//! are. Diffs come from `git_collab::record::diff` (which trees to compare) and are
 //! rendered like the commit page's.
 
 use std::collections::HashMap;
@@ -19,10 +19,10 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use git2::Repository;
-use git_collab::diff;
-use git_collab::event::Verdict;
-use git_collab::patch::{self, PatchState, PatchStatus};
-use git_collab::refs;
+use git_collab::record::diff;
+use git_collab::record::event::Verdict;
+use git_collab::record::patch::{self, PatchState, PatchStatus};
+use git_collab::record::refs;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -108,7 +108,7 @@ fn refs_digest(repo: &Repository) -> anyhow::Result<[u8; 32]> {
     for (name, target) in &tips {
         hasher.update(format!("{name} {target}\n").as_bytes());
     }
-    match std::fs::read(git_collab::trust::trust_path(repo)) {
+    match std::fs::read(git_collab::record::trust::trust_path(repo)) {
         Ok(bytes) => {
             hasher.update(b"trust\n");
             hasher.update(&bytes);
@@ -536,8 +536,8 @@ fn unavailable<T>(notes: &mut Vec<String>, e: git_collab::Error) -> Result<Optio
     }
 }
 
-fn timeline_view(e: &git_collab::timeline::TimelineEntry) -> TimelineView {
-    use git_collab::timeline::TimelineItem as I;
+fn timeline_view(e: &git_collab::record::timeline::TimelineEntry) -> TimelineView {
+    use git_collab::record::timeline::TimelineItem as I;
     let (kind, what, commit) = match &e.item {
         I::Opened {
             revision,

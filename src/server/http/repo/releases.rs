@@ -110,7 +110,7 @@ fn list_page(st: &AppState, requested: &str) -> PageResult {
 
 fn tag_exists(ctx: &RepoCtx, tag: &str) -> bool {
     ctx.git
-        .find_reference(&git_collab::refs::tag_ref(tag))
+        .find_reference(&git_collab::record::refs::tag_ref(tag))
         .is_ok()
 }
 

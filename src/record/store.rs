@@ -8,8 +8,8 @@
 use git2::{Oid, Repository, Signature, Time};
 
 use crate::error::{Error, Result};
-use crate::event::Event;
-use crate::sign::{self, SigningKey};
+use crate::record::event::Event;
+use crate::record::sign::{self, SigningKey};
 
 /// File name of the event in an event commit's tree.
 pub const EVENT_FILE: &str = "event.json";
@@ -222,7 +222,7 @@ fn commit_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Action, Author, IssueComment};
+    use crate::record::event::{Action, Author, IssueComment};
     use chrono::{TimeZone, Utc};
 
     fn setup() -> (tempfile::TempDir, Repository, SigningKey) {

@@ -6,7 +6,7 @@ use git2::Repository;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::state::{self, DroppedEvent};
+use crate::record::state::{self, DroppedEvent};
 
 /// One dropped event, with the issue it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -46,7 +46,7 @@ pub fn verify(repo: &Repository) -> Result<VerifyReport> {
         ok: true,
         issues: replays.len(),
         events: replays.iter().map(|r| r.events).sum(),
-        allowlist: crate::trust::trust_path(repo).exists(),
+        allowlist: crate::record::trust::trust_path(repo).exists(),
         dropped: Vec::new(),
         invalid_issues: Vec::new(),
     };

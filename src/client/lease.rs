@@ -1,7 +1,7 @@
 //! The client side of `collab-lease`: `git-collab issue claim|unclaim|renew|
 //! claims`. Leases live on the server (in `collab.db`, never in git, so they
 //! need no sync); this module builds the remote command, runs it over the
-//! user's ssh with [`crate::remote_ssh`], and turns the server's JSON reply
+//! user's ssh with [`crate::client::remote_ssh`], and turns the server's JSON reply
 //! into the text the CLI prints. It makes no lease decision itself: the exit
 //! status is the server's (0 success, 1 error, 4 lease conflict).
 //!
@@ -11,8 +11,8 @@
 use git2::Repository;
 use serde::Deserialize;
 
-use crate::issue::short_id;
-use crate::remote_ssh::{self, quote_arg, RemoteInput, RemoteOutput, SshRemote};
+use crate::client::issue::short_id;
+use crate::client::remote_ssh::{self, quote_arg, RemoteInput, RemoteOutput, SshRemote};
 
 /// The exit status of a lease conflict.
 pub const EXIT_CONFLICT: i32 = 4;

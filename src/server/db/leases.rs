@@ -21,9 +21,6 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 
-/// The schema version this code reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
-
 /// How long a connection waits for another connection's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -81,30 +78,6 @@ pub enum Release {
 #[error("lease ttl must be a positive number of seconds, got {0}")]
 pub struct InvalidTtl(pub i64);
 
-/// Version 1: `leases` holds tenures (live, or expired and not yet reaped);
-/// `lease_tokens` holds each issue's last token handed out and is never
-/// deleted from. The CHECKs make a malformed write fail instead of storing it.
-/// WITHOUT ROWID: the composite key is the table's only B-tree, so a write
-/// touches half the pages (and a COMMIT syncs half the bytes).
-const SCHEMA_V1: &str = "
-CREATE TABLE leases (
-    repo        TEXT    NOT NULL,
-    issue_id    TEXT    NOT NULL,
-    holder      TEXT    NOT NULL CHECK (holder <> ''),
-    token       INTEGER NOT NULL CHECK (token > 0),
-    acquired_at INTEGER NOT NULL,
-    expires_at  INTEGER,
-    PRIMARY KEY (repo, issue_id)
-) WITHOUT ROWID;
-CREATE TABLE lease_tokens (
-    repo       TEXT    NOT NULL,
-    issue_id   TEXT    NOT NULL,
-    last_token INTEGER NOT NULL CHECK (last_token > 0),
-    PRIMARY KEY (repo, issue_id)
-) WITHOUT ROWID;
-PRAGMA user_version = 1;
-";
-
 /// Open (creating if needed) the lease database and ensure the schema.
 ///
 /// WAL lets readers run beside the writer; `synchronous=FULL` makes every
@@ -128,22 +101,10 @@ pub fn open(path: &Path) -> rusqlite::Result<Connection> {
     Ok(conn)
 }
 
-/// Create or check the schema on any connection (tests use in-memory ones).
-/// A database written by a newer server is refused rather than misread.
+/// Create or migrate the schema on any connection (tests use in-memory
+/// ones). See `migrations`.
 pub fn init_schema(conn: &Connection) -> rusqlite::Result<()> {
-    let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
-    let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    match version {
-        0 => tx.execute_batch(SCHEMA_V1)?,
-        SCHEMA_VERSION => {}
-        newer => {
-            return Err(failure(format!(
-                "lease database schema version {newer} is newer than this server understands \
-                 ({SCHEMA_VERSION})"
-            )))
-        }
-    }
-    tx.commit()
+    super::migrations::migrate(conn)
 }
 
 // The standalone forms (one transaction each) serve the unit tests and
@@ -746,6 +707,7 @@ mod tests {
 
     #[test]
     fn open_refuses_a_newer_schema() {
+        use super::super::migrations::SCHEMA_VERSION;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("collab.db");
         drop(open(&path).unwrap());

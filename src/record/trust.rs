@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use ssh_key::PublicKey;
 
 use crate::error::{Error, Result};
-use crate::sign;
+use crate::record::sign;
 
 /// One key in the allowlist.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,7 +18,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use crate::remote_ssh::{self, quote_arg, run_remote, run_remote_into, RemoteInput, SshRemote};
+use crate::client::remote_ssh::{
+    self, quote_arg, run_remote, run_remote_into, RemoteInput, SshRemote,
+};
 
 /// What a release file name may be, for messages.
 pub const FILE_NAME_RULE: &str =

@@ -22,16 +22,16 @@ use chrono::{DateTime, Utc};
 use git2::{Oid, Repository};
 use serde::{Deserialize, Serialize};
 
+use crate::client::issue::{short_id, Identity};
 use crate::error::{Error, Result};
-use crate::event::{
+use crate::record::event::{
     Action, Author, Event, PatchComment, PatchMerge, PatchOpen, PatchReview, PatchRevise, Verdict,
 };
-use crate::issue::{short_id, Identity};
-use crate::refs;
-use crate::state::{ordered_events, Checker, DroppedEvent, Verified};
-use crate::store;
-use crate::timeline::{TimelineEntry, TimelineItem};
-use crate::trust::TrustList;
+use crate::record::refs;
+use crate::record::state::{ordered_events, Checker, DroppedEvent, Verified};
+use crate::record::store;
+use crate::record::timeline::{TimelineEntry, TimelineItem};
+use crate::record::trust::TrustList;
 
 /// Where a patch stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -699,7 +699,7 @@ pub fn merge(repo: &Repository, who: &Identity, patch: &str) -> Result<Merged> {
         None => base_tip(repo, &state.base)?.1,
     };
     let (new_tip, commit, kind) = if base_tip == head || repo.graph_descendant_of(base_tip, head)? {
-        let commit = crate::merge_scan::merging_commit(repo, base_tip, head)?;
+        let commit = crate::record::merge_scan::merging_commit(repo, base_tip, head)?;
         (base_tip, commit, MergeKind::AlreadyMerged)
     } else if repo.graph_descendant_of(head, base_tip)? {
         (head, head, MergeKind::FastForward)
@@ -1067,8 +1067,8 @@ fn update_worktree(repo: &Repository, target: Oid) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sign::{self, SigningKey};
-    use crate::store::{Content, DagCommit};
+    use crate::record::sign::{self, SigningKey};
+    use crate::record::store::{Content, DagCommit};
     use chrono::TimeZone;
 
     fn key(dir: &std::path::Path, name: &str) -> SigningKey {
@@ -1233,7 +1233,7 @@ mod tests {
             &[],
             &k,
             0,
-            Action::IssueOpen(crate::event::IssueOpen {
+            Action::IssueOpen(crate::record::event::IssueOpen {
                 title: "t".into(),
                 body: String::new(),
                 labels: vec![],

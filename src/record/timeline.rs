@@ -8,7 +8,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::event::{Author, Verdict};
+use crate::record::event::{Author, Verdict};
 
 /// One entry of a patch timeline.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,14 +13,14 @@ use chrono::{DateTime, Utc};
 use git2::{Oid, Repository};
 use serde::{Deserialize, Serialize};
 
-use crate::cache;
 use crate::error::{Error, Result};
-pub use crate::event::Author;
-use crate::event::{Action, DecodeError, Event};
-use crate::refs;
-use crate::sign::{self, VerifyError};
-use crate::store::{self, Content, DagCommit};
-use crate::trust::TrustList;
+use crate::record::cache;
+pub use crate::record::event::Author;
+use crate::record::event::{Action, DecodeError, Event};
+use crate::record::refs;
+use crate::record::sign::{self, VerifyError};
+use crate::record::store::{self, Content, DagCommit};
+use crate::record::trust::TrustList;
 
 /// Open or closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -623,8 +623,8 @@ fn author_fingerprint(key_line: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{IssueClose, IssueComment, IssueLabel, IssueOpen};
-    use crate::sign::SigningKey;
+    use crate::record::event::{IssueClose, IssueComment, IssueLabel, IssueOpen};
+    use crate::record::sign::SigningKey;
     use chrono::TimeZone;
 
     struct Fixture {
@@ -764,7 +764,7 @@ mod tests {
     fn equal_times_break_ties_by_commit_id() {
         let f = fixture();
         let title = |t: &str| {
-            Action::IssueEdit(crate::event::IssueEdit {
+            Action::IssueEdit(crate::record::event::IssueEdit {
                 title: Some(t.into()),
                 body: None,
             })

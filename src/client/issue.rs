@@ -7,13 +7,13 @@ use chrono::Utc;
 use git2::{Oid, Repository};
 
 use crate::error::{Error, Result};
-use crate::event::{
+use crate::record::event::{
     Action, Author, Event, IssueClose, IssueComment, IssueEdit, IssueLabel, IssueOpen,
 };
-use crate::refs;
-use crate::sign::{self, SigningKey};
-use crate::state::{resolve_issue_ref, IssueState, IssueStatus};
-use crate::store;
+use crate::record::refs;
+use crate::record::sign::{self, SigningKey};
+use crate::record::state::{resolve_issue_ref, IssueState, IssueStatus};
+use crate::record::store;
 
 /// Who signs new events: the signing key and the display name.
 #[derive(Debug)]

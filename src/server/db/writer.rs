@@ -28,7 +28,7 @@ use anyhow::{anyhow, Context};
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::leases::{self, Acquire, Lease, Release, Renew};
+use crate::db::leases::{self, Acquire, Lease, Release, Renew};
 
 /// Most operations one transaction carries; bounds how long the first
 /// caller in a group waits behind the others.
@@ -111,7 +111,17 @@ enum Op {
     List {
         repo: String,
     },
+    /// Any other write (issues, events, ...): runs under its own SAVEPOINT
+    /// in the group like the lease operations; its typed result travels
+    /// back as `Any` and is answered only after COMMIT.
+    Write {
+        label: String,
+        run: WriteFn,
+    },
 }
+
+type AnyOutcome = Box<dyn std::any::Any + Send>;
+type WriteFn = Box<dyn FnOnce(&Connection, i64) -> anyhow::Result<AnyOutcome> + Send>;
 
 enum Outcome {
     Acquire(Acquire),
@@ -119,6 +129,7 @@ enum Outcome {
     Release(Release),
     Current(Option<Lease>),
     List(Vec<Lease>),
+    Write(AnyOutcome),
 }
 
 impl LeaseService {
@@ -243,6 +254,29 @@ impl LeaseService {
         }
     }
 
+    /// Run `f` on the writer thread inside the next group's transaction
+    /// (under its own SAVEPOINT, with the group's `now`), and return its
+    /// result once the group has committed. An `Err` from `f` rolls back
+    /// only what `f` wrote. This is how every non-lease write (issues,
+    /// events, ...) reaches `collab.db`: one writer, one fsync per group,
+    /// and no caller is answered before its write is durable.
+    pub async fn write<T, F>(&self, label: impl Into<String>, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, i64) -> anyhow::Result<T> + Send + 'static,
+    {
+        let op = Op::Write {
+            label: label.into(),
+            run: Box::new(move |conn, now| f(conn, now).map(|t| Box::new(t) as AnyOutcome)),
+        };
+        match self.call(op).await? {
+            Outcome::Write(any) => Ok(*any
+                .downcast::<T>()
+                .expect("the writer answers each op with its own outcome")),
+            _ => unreachable!("the writer answers each op with its own outcome"),
+        }
+    }
+
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn stats(&self) -> WriterStats {
         WriterStats {
@@ -286,15 +320,15 @@ fn run_writer(
     // Lease decisions never see time run backwards, even if the wall clock does.
     let mut last_now = i64::MIN;
     while jobs.blocking_recv_many(&mut group, MAX_GROUP) > 0 {
-        let ops: Vec<&Op> = group.iter().map(|job| &job.op).collect();
-        let outcomes = match run_group(&mut conn, &ops, || {
+        let mut ops: Vec<Op> = group.iter_mut().map(|job| job.op.take()).collect();
+        let outcomes = match run_group(&mut conn, &mut ops, || {
             last_now = last_now.max(clock());
             last_now
         }) {
             Ok(outcomes) => outcomes,
             Err(e) => ops
                 .iter()
-                .map(|op| Err(anyhow!("{op}: lease store transaction failed: {e}")))
+                .map(|op| Err(anyhow!("{op}: collab database transaction failed: {e}")))
                 .collect(),
         };
         counters.groups.fetch_add(1, Ordering::Relaxed);
@@ -313,29 +347,40 @@ fn run_writer(
 /// that made SQLite abandon it): nothing of the group was kept.
 fn run_group(
     conn: &mut Connection,
-    ops: &[&Op],
+    ops: &mut [Op],
     now: impl FnOnce() -> i64,
 ) -> rusqlite::Result<Vec<anyhow::Result<Outcome>>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     // Read the clock once the write lock is ours: that is when the group happens.
     let now = now();
     let mut outcomes = Vec::with_capacity(ops.len());
-    for op in ops {
+    for op in ops.iter_mut() {
         run_cached(&tx, "SAVEPOINT lease_op")?;
         match op.run(&tx, now) {
             Ok(outcome) => outcomes.push(Ok(outcome)),
-            // Some errors (disk full, I/O) make SQLite abandon the whole
-            // transaction, and with it what the earlier operations did.
-            Err(e) if tx.is_autocommit() => return Err(e),
             Err(e) => {
+                // Some errors (disk full, I/O) make SQLite abandon the whole
+                // transaction, and with it what the earlier operations did.
+                if tx.is_autocommit() {
+                    return Err(e
+                        .downcast::<rusqlite::Error>()
+                        .unwrap_or_else(|e| failure(format!("transaction abandoned: {e:#}"))));
+                }
                 run_cached(&tx, "ROLLBACK TO lease_op")?;
-                outcomes.push(Err(anyhow::Error::new(e).context(op.to_string())));
+                outcomes.push(Err(e.context(op.to_string())));
             }
         }
         run_cached(&tx, "RELEASE lease_op")?;
     }
     tx.commit()?;
     Ok(outcomes)
+}
+
+fn failure(message: String) -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+        Some(message),
+    )
 }
 
 /// Run a statement without parameters or rows through the statement cache.
@@ -347,7 +392,22 @@ fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 }
 
 impl Op {
-    fn run(&self, conn: &Connection, now: i64) -> rusqlite::Result<Outcome> {
+    /// Move the op out of its job, leaving a spent marker (the writer owns
+    /// each op once; `Write` closures can only run once).
+    fn take(&mut self) -> Op {
+        std::mem::replace(
+            self,
+            Op::List {
+                repo: String::new(),
+            },
+        )
+    }
+
+    fn run(&mut self, conn: &Connection, now: i64) -> anyhow::Result<Outcome> {
+        if let Op::Write { run, .. } = self {
+            let run = std::mem::replace(run, Box::new(|_, _| unreachable!("a write runs once")));
+            return Ok(Outcome::Write(run(conn, now)?));
+        }
         Ok(match self {
             Op::Acquire {
                 repo,
@@ -379,6 +439,7 @@ impl Op {
                 Outcome::Current(leases::current_in(conn, repo, issue_id, now)?)
             }
             Op::List { repo } => Outcome::List(leases::list_in(conn, repo, now)?),
+            Op::Write { .. } => unreachable!("handled above"),
         })
     }
 }
@@ -391,6 +452,7 @@ impl std::fmt::Display for Op {
             Op::Release { repo, issue_id, .. } => write!(f, "release lease on {repo}#{issue_id}"),
             Op::Current { repo, issue_id } => write!(f, "read lease on {repo}#{issue_id}"),
             Op::List { repo } => write!(f, "list leases of {repo}"),
+            Op::Write { label, .. } => f.write_str(label),
         }
     }
 }
@@ -733,5 +795,74 @@ mod tests {
         }
         let stats = service.stats();
         assert_eq!(stats.ops, TASKS * OPS as u64);
+    }
+
+    fn write_op(
+        label: &str,
+        f: impl FnOnce(&Connection, i64) -> anyhow::Result<i64> + Send + 'static,
+    ) -> Op {
+        Op::Write {
+            label: label.into(),
+            run: Box::new(move |conn, now| f(conn, now).map(|t| Box::new(t) as AnyOutcome)),
+        }
+    }
+
+    fn append_test_event(conn: &Connection, now: i64) -> anyhow::Result<i64> {
+        let event = crate::db::events::NewEvent {
+            kind: "test.event",
+            repo: None,
+            object_id: None,
+            actor: None,
+            payload: serde_json::json!({}),
+        };
+        Ok(crate::db::events::append(conn, &event, now)?)
+    }
+
+    fn written(outcome: anyhow::Result<Outcome>) -> anyhow::Result<i64> {
+        match outcome? {
+            Outcome::Write(any) => Ok(*any.downcast::<i64>().unwrap()),
+            _ => unreachable!(),
+        }
+    }
+
+    #[tokio::test]
+    async fn generic_writes_commit_with_the_group_and_a_failing_one_rolls_back_alone() {
+        let (clock, _) = fixed_clock(T0);
+        let conn = Connection::open_in_memory().unwrap();
+        leases::init_schema(&conn).unwrap();
+        let (service, open_gate) = paused(conn, clock);
+        let ok = service
+            .submit(write_op("append", append_test_event))
+            .await
+            .unwrap();
+        let bad = service
+            .submit(write_op("append then fail", |conn, now| {
+                append_test_event(conn, now)?;
+                anyhow::bail!("refused")
+            }))
+            .await
+            .unwrap();
+        let count = service
+            .submit(write_op("count", |conn, _| {
+                Ok(
+                    conn.query_row("SELECT COUNT(*) * 100 + MAX(seq) FROM events", [], |r| {
+                        r.get(0)
+                    })?,
+                )
+            }))
+            .await
+            .unwrap();
+        open_gate.send(()).unwrap();
+        assert_eq!(written(ok.await.unwrap()).unwrap(), 1);
+        let refused = written(bad.await.unwrap()).unwrap_err();
+        assert!(format!("{refused:#}").contains("refused"), "{refused:#}");
+        assert_eq!(
+            written(count.await.unwrap()).unwrap(),
+            101,
+            "one row, seq 1: the failed write left no row and no gap"
+        );
+        assert_eq!(service.stats().groups, 1, "all three rode one transaction");
+        // The typed front door returns the closure's value after COMMIT.
+        assert_eq!(service.write("append", append_test_event).await.unwrap(), 2);
     }
 }

@@ -14,7 +14,7 @@ use git2::{DiffFindOptions, DiffFormat, DiffOptions, Oid, Repository, Tree};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::patch::{self, PatchState, Revision};
+use crate::record::patch::{self, PatchState, Revision};
 
 /// The stage bits of an index entry's flags (libgit2's
 /// `GIT_INDEX_ENTRY_STAGEMASK`, which git2 does not export).

@@ -18,12 +18,12 @@ use std::process::Command;
 
 use git2::{Oid, Repository};
 
+use crate::client::issue::Identity;
 use crate::error::{Error, Result};
-use crate::issue::Identity;
-use crate::merge_scan::{self, FoundMerge};
-use crate::patch;
-use crate::refs;
-use crate::store;
+use crate::record::merge_scan::{self, FoundMerge};
+use crate::record::patch;
+use crate::record::refs;
+use crate::record::store;
 
 /// What one sync did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

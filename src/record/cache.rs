@@ -13,8 +13,8 @@ use git2::Repository;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::state::{DroppedEvent, IssueState};
-use crate::trust;
+use crate::record::state::{DroppedEvent, IssueState};
+use crate::record::trust;
 
 /// The replay of one issue at one tip.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -85,9 +85,9 @@ pub(crate) fn save(repo: &Repository, key: &(String, String), issues: BTreeMap<S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::issue::{self, Identity};
-    use crate::sign::SigningKey;
-    use crate::state::list_issues;
+    use crate::client::issue::{self, Identity};
+    use crate::record::sign::SigningKey;
+    use crate::record::state::list_issues;
 
     #[test]
     fn list_issues_reuses_entries_until_the_tip_or_the_allowlist_changes() {

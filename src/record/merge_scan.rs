@@ -17,12 +17,12 @@ use std::collections::BTreeMap;
 use git2::{Oid, Repository, Sort};
 use serde::Serialize;
 
+use crate::client::issue::Identity;
 use crate::error::{Error, Result};
-use crate::issue::Identity;
-use crate::patch::{self, PatchState, PatchStatus};
-use crate::refs;
-use crate::store;
-use crate::trust::TrustList;
+use crate::record::patch::{self, PatchState, PatchStatus};
+use crate::record::refs;
+use crate::record::store;
+use crate::record::trust::TrustList;
 
 /// How many commits of one branch the trailer search reads at most.
 const TRAILER_WALK_LIMIT: usize = 10_000;

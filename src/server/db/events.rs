@@ -1,0 +1,135 @@
+// Wired into the writes by the phase-2 work; until then only tests call it.
+#![allow(dead_code)]
+//! The append-only event log (`events`): one row per change, written in the
+//! same transaction as the change, so a change and its event commit or roll
+//! back together. Later readers (the event stream, webhooks, the work
+//! queue) read this table; `docs/events.md` documents every type.
+//!
+//! `seq` is global, gap-free and increasing in commit order: it comes from
+//! the `counters` row `'events'`, bumped inside the writing transaction.
+//! All writes go through the one writer thread (`writer`), so no two
+//! transactions ever hold the counter at once; a rolled-back write returns
+//! its number with it.
+
+use rusqlite::Connection;
+
+/// Version of the event JSON shapes; bumped when a payload changes
+/// incompatibly.
+pub const EVENT_SCHEMA_VERSION: i64 = 1;
+
+/// An event to append. `payload` is the type's JSON object.
+#[derive(Debug, Clone)]
+pub struct NewEvent<'a> {
+    pub kind: &'a str,
+    pub repo: Option<&'a str>,
+    pub object_id: Option<&'a str>,
+    pub actor: Option<&'a str>,
+    pub payload: serde_json::Value,
+}
+
+/// A stored event.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Event {
+    pub seq: i64,
+    /// Unix seconds.
+    pub at: i64,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub repo: Option<String>,
+    pub object_id: Option<String>,
+    pub actor: Option<String>,
+    pub payload: serde_json::Value,
+}
+
+/// Append `event` at `now` inside the caller's transaction; returns its seq.
+pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> rusqlite::Result<i64> {
+    let seq: i64 = conn
+        .prepare_cached(
+            "UPDATE counters SET value = value + 1 WHERE name = 'events' RETURNING value",
+        )?
+        .query_row([], |r| r.get(0))?;
+    conn.prepare_cached(
+        "INSERT INTO events (seq, at, type, repo, object_id, actor, payload)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(rusqlite::params![
+        seq,
+        now,
+        event.kind,
+        event.repo,
+        event.object_id,
+        event.actor,
+        event.payload.to_string(),
+    ])?;
+    Ok(seq)
+}
+
+/// Events with `seq > after`, oldest first, at most `limit`.
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn after(conn: &Connection, after: i64, limit: i64) -> rusqlite::Result<Vec<Event>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, at, type, repo, object_id, actor, payload FROM events
+         WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(rusqlite::params![after, limit], |r| {
+        let payload: String = r.get(6)?;
+        Ok(Event {
+            seq: r.get(0)?,
+            at: r.get(1)?,
+            kind: r.get(2)?,
+            repo: r.get(3)?,
+            object_id: r.get(4)?,
+            actor: r.get(5)?,
+            payload: serde_json::from_str(&payload).unwrap_or(serde_json::Value::Null),
+        })
+    })?;
+    rows.collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        super::super::migrations::migrate(&conn).unwrap();
+        conn
+    }
+
+    fn ev(kind: &str) -> NewEvent<'_> {
+        NewEvent {
+            kind,
+            repo: Some("team/app"),
+            object_id: Some("abcd"),
+            actor: Some("alice"),
+            payload: serde_json::json!({"n": 1}),
+        }
+    }
+
+    #[test]
+    fn seq_is_dense_and_a_rolled_back_append_gives_its_number_back() {
+        let conn = db();
+        assert_eq!(append(&conn, &ev("a"), 10).unwrap(), 1);
+        conn.execute_batch("SAVEPOINT s").unwrap();
+        assert_eq!(append(&conn, &ev("b"), 11).unwrap(), 2);
+        conn.execute_batch("ROLLBACK TO s; RELEASE s").unwrap();
+        assert_eq!(append(&conn, &ev("c"), 12).unwrap(), 2);
+        let all = after(&conn, 0, 10).unwrap();
+        assert_eq!(
+            all.iter()
+                .map(|e| (e.seq, e.kind.as_str()))
+                .collect::<Vec<_>>(),
+            vec![(1, "a"), (2, "c")]
+        );
+        assert_eq!(all[0].payload, serde_json::json!({"n": 1}));
+    }
+
+    #[test]
+    fn deleting_old_rows_never_reuses_a_seq() {
+        let conn = db();
+        append(&conn, &ev("a"), 10).unwrap();
+        append(&conn, &ev("b"), 11).unwrap();
+        conn.execute("DELETE FROM events", []).unwrap();
+        assert_eq!(append(&conn, &ev("c"), 12).unwrap(), 3);
+    }
+}
