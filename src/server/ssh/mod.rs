@@ -203,7 +203,7 @@ impl russh::server::Handler for Connection {
         offer: PublicKeyOffer<'_>,
     ) -> Result<Auth, Self::Error> {
         // Ownership is not proven here: answer the probe, bind nothing.
-        if authz::is_admitted(&self.app, &fingerprint(offer.public_key)) {
+        if authz::is_admitted(&self.app, &fingerprint(offer.public_key), self.peer.ip()) {
             Ok(Auth::Accept)
         } else {
             Ok(Auth::reject())
@@ -216,8 +216,8 @@ impl russh::server::Handler for Connection {
         key: VerifiedPublicKey<'_>,
     ) -> Result<Auth, Self::Error> {
         let fp = fingerprint(key.public_key);
-        if !authz::is_admitted(&self.app, &fp) {
-            tracing::info!(peer = %self.peer, key = fp, "key refused");
+        if let Err(why) = authz::admission(&self.app, &fp, self.peer.ip()) {
+            tracing::info!(peer = %self.peer, key = fp, "key refused: {why}");
             return Ok(Auth::reject());
         }
         tracing::debug!(peer = %self.peer, key = fp, "authenticated");
@@ -225,6 +225,7 @@ impl russh::server::Handler for Connection {
             fingerprint: fp,
             key: key.public_key.clone(),
             admin: false,
+            peer: self.peer.ip(),
         });
         self.authenticated.store(true, Ordering::Release);
         Ok(Auth::Accept)
@@ -296,7 +297,7 @@ impl russh::server::Handler for Connection {
             ));
             return Ok(());
         }
-        if !authz::is_admitted(&app, &identity.fingerprint) {
+        if !authz::is_admitted(&app, &identity.fingerprint, identity.peer) {
             tokio::spawn(reply_and_close(
                 channel,
                 "error: this key is no longer admitted",
