@@ -449,7 +449,11 @@ mod tests {
         let inner = repos.join("secret.git/refs/x");
         std::fs::create_dir_all(inner.join("objects")).unwrap();
         std::fs::create_dir_all(inner.join("refs")).unwrap();
-        std::fs::write(inner.join("HEAD"), "0000000000000000000000000000000000000000\n").unwrap();
+        std::fs::write(
+            inner.join("HEAD"),
+            "0000000000000000000000000000000000000000\n",
+        )
+        .unwrap();
         assert!(is_bare_repo(&inner));
         assert!(resolve_repo_path(&repos, "secret.git/refs/x").is_none());
         assert!(resolve_repo_path(&repos, "secret/refs/x").is_none());

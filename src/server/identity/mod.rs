@@ -168,12 +168,16 @@ pub fn admit(lines: Option<&KeyLines>, peer: IpAddr, now: i64) -> Admission {
     for key in &lines.usable {
         match key.options.admits(peer, now) {
             Ok(()) => return Admission::Admitted(key.clone()),
-            Err(Refused::From) => why.push(format!("line {}: from= does not match {peer}", key.line)),
+            Err(Refused::From) => {
+                why.push(format!("line {}: from= does not match {peer}", key.line))
+            }
             Err(Refused::Expired) => why.push(format!("line {}: expiry-time has passed", key.line)),
         }
     }
     for line in &lines.refused {
-        why.push(format!("line {line}: has an option the server cannot honour"));
+        why.push(format!(
+            "line {line}: has an option the server cannot honour"
+        ));
     }
     Admission::Refused(why.join("; "))
 }
@@ -259,6 +263,11 @@ impl AuthorizedKeys {
         snap.keys.clone()
     }
 
+    /// Whether the file has any line, usable or not, for this key.
+    pub fn is_listed(&self, fingerprint: &str) -> bool {
+        self.current().contains_key(fingerprint)
+    }
+
     /// Whether the file admits the key `fingerprint` for a client at
     /// `peer` at `now`.
     pub fn admit(&self, fingerprint: &str, peer: IpAddr, now: i64) -> Admission {
@@ -287,7 +296,11 @@ mod tests {
         let (keys, bad) = parse_authorized_keys(&format!("{KEY}\n\ngarbage\n{line}\n"));
         assert_eq!(keys.len(), 1);
         let lines = keys.values().next().unwrap();
-        assert_eq!(lines.usable.len(), 1, "the line with environment=A is refused");
+        assert_eq!(
+            lines.usable.len(),
+            1,
+            "the line with environment=A is refused"
+        );
         assert_eq!(lines.refused, vec![4]);
         assert_eq!(bad.iter().map(|b| b.0).collect::<Vec<_>>(), vec![3, 4]);
         assert!(bad[1].1.contains("environment"), "{bad:?}");
@@ -297,9 +310,8 @@ mod tests {
     fn a_key_is_admitted_by_any_line_that_admits_it_here_and_now() {
         let local: IpAddr = "127.0.0.1".parse().unwrap();
         let other: IpAddr = "10.0.0.1".parse().unwrap();
-        let text = format!(
-            "from=\"10.0.0.0/8\" {KEY}\n{ADMIN_OPTION},expiry-time=\"20000101Z\" {KEY}\n"
-        );
+        let text =
+            format!("from=\"10.0.0.0/8\" {KEY}\n{ADMIN_OPTION},expiry-time=\"20000101Z\" {KEY}\n");
         let (keys, bad) = parse_authorized_keys(&text);
         assert!(bad.is_empty(), "{bad:?}");
         let lines = keys.values().next();

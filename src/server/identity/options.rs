@@ -260,14 +260,25 @@ mod tests {
         assert!(!p.matches(ip("192.168.2.1")));
         assert!(p.matches(ip("::1")));
         assert!(!p.matches(ip("127.0.0.1")));
-        assert!(p.matches(ip("::ffff:10.0.0.1")), "v4-mapped peers match v4 patterns");
+        assert!(
+            p.matches(ip("::ffff:10.0.0.1")),
+            "v4-mapped peers match v4 patterns"
+        );
         let only_negated = AddressPatterns::parse("!127.0.0.1").unwrap();
-        assert!(!only_negated.matches(ip("10.0.0.1")), "no positive match admits nothing");
-        assert!(AddressPatterns::parse("10.0.0.1/8").is_err(), "host bits set");
+        assert!(
+            !only_negated.matches(ip("10.0.0.1")),
+            "no positive match admits nothing"
+        );
+        assert!(
+            AddressPatterns::parse("10.0.0.1/8").is_err(),
+            "host bits set"
+        );
         assert!(AddressPatterns::parse("10.0.0.0/33").is_err());
         assert!(AddressPatterns::parse("a,,b").is_err());
         assert!(AddressPatterns::parse("x y").is_err());
-        assert!(AddressPatterns::parse("127.0.0.?").unwrap().matches(ip("127.0.0.1")));
+        assert!(AddressPatterns::parse("127.0.0.?")
+            .unwrap()
+            .matches(ip("127.0.0.1")));
     }
 
     #[test]
@@ -282,7 +293,10 @@ mod tests {
         assert_eq!(o.admits(ip("10.0.0.1"), 0), Err(Refused::From));
         assert_eq!(o.admits(ip("127.0.0.1"), 4070908801), Err(Refused::Expired));
         assert_eq!(KeyOptions::parse("").unwrap(), KeyOptions::default());
-        assert!(KeyOptions::parse("NO-PTY").is_ok(), "names are case-insensitive");
+        assert!(
+            KeyOptions::parse("NO-PTY").is_ok(),
+            "names are case-insensitive"
+        );
         for bad in [
             "command=\"echo hi\"",
             "principals=\"a\"",

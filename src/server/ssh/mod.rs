@@ -203,10 +203,17 @@ impl russh::server::Handler for Connection {
         offer: PublicKeyOffer<'_>,
     ) -> Result<Auth, Self::Error> {
         // Ownership is not proven here: answer the probe, bind nothing.
-        if authz::is_admitted(&self.app, &fingerprint(offer.public_key), self.peer.ip()) {
-            Ok(Auth::Accept)
-        } else {
-            Ok(Auth::reject())
+        let fp = fingerprint(offer.public_key);
+        match authz::admission(&self.app, &fp, self.peer.ip()) {
+            Ok(()) => Ok(Auth::Accept),
+            Err(why) => {
+                // Only keys the file lists but refuses here are worth a
+                // line; strangers' probes are not logged.
+                if self.app.authorized_keys.is_listed(&fp) {
+                    tracing::info!(peer = %self.peer, key = fp, "key refused: {why}");
+                }
+                Ok(Auth::reject())
+            }
         }
     }
 
