@@ -285,7 +285,10 @@ fn file_indirection_reads_secret_files() {
     let out = setup.run(&["config", "show"]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains(&redacted), "{text}");
-    assert!(!text.contains("SHA256:") && !text.contains("AAAA"), "{text}");
+    assert!(
+        !text.contains("SHA256:") && !text.contains("AAAA"),
+        "{text}"
+    );
     assert!(!show.to_string().contains("AAAA"), "{show}");
 }
 

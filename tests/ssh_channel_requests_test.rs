@@ -50,7 +50,10 @@ async fn requests_wanting_a_reply_are_answered() {
         next_reply(&mut channel, "auth-agent-req").await,
         ChannelMsg::Failure
     ));
-    channel.set_env(true, "LD_PRELOAD", "/tmp/x.so").await.unwrap();
+    channel
+        .set_env(true, "LD_PRELOAD", "/tmp/x.so")
+        .await
+        .unwrap();
     assert!(matches!(
         next_reply(&mut channel, "env").await,
         ChannelMsg::Failure
@@ -135,8 +138,5 @@ fn openssh_x11_forwarding_is_refused_and_the_command_runs() {
         String::from_utf8_lossy(&out.stdout).contains("\"fingerprint\""),
         "{stderr}"
     );
-    assert!(
-        stderr.contains("X11 forwarding request failed"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("X11 forwarding request failed"), "{stderr}");
 }

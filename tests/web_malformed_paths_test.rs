@@ -60,7 +60,9 @@ fn encoded_dot_segments_and_nul_are_plain_404s() {
         "a 5xx was counted:\n{metrics}"
     );
     assert!(
-        metrics.contains(&format!("git_collab_http_requests_total{{status=\"404\"}} {asked}\n")),
+        metrics.contains(&format!(
+            "git_collab_http_requests_total{{status=\"404\"}} {asked}\n"
+        )),
         "{metrics}"
     );
 }

@@ -1225,12 +1225,24 @@ mod tests {
         assert_eq!(loaded.unwrap().config.site_title.len(), 64 * 1024);
         let over = dir.path().join("over");
         std::fs::write(&over, "x".repeat(MAX_SECRET_FILE_BYTES as usize + 1)).unwrap();
-        let e = err(load_env(&[("GIT_COLLAB_SITE_TITLE_FILE", over.to_str().unwrap())]));
-        assert!(e.ends_with("larger than 64 KiB (the limit for _FILE values)"), "{e}");
+        let e = err(load_env(&[(
+            "GIT_COLLAB_SITE_TITLE_FILE",
+            over.to_str().unwrap(),
+        )]));
+        assert!(
+            e.ends_with("larger than 64 KiB (the limit for _FILE values)"),
+            "{e}"
+        );
         let binary = dir.path().join("binary");
         std::fs::write(&binary, b"\xff\xfesecret").unwrap();
-        let e = err(load_env(&[("GIT_COLLAB_SITE_TITLE_FILE", binary.to_str().unwrap())]));
-        assert!(e.ends_with("not valid UTF-8") && !e.contains("secret"), "{e}");
+        let e = err(load_env(&[(
+            "GIT_COLLAB_SITE_TITLE_FILE",
+            binary.to_str().unwrap(),
+        )]));
+        assert!(
+            e.ends_with("not valid UTF-8") && !e.contains("secret"),
+            "{e}"
+        );
     }
 
     #[test]
