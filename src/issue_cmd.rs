@@ -314,7 +314,7 @@ fn server_cmd(remote: &SshRemote, cmd: IssueCmd) -> Result<ExitCode> {
                 (false, false) => StateFilter::Open,
             };
             return match server::list_all(remote, state, &labels)? {
-                Listed::Failed(reply) => Ok(pass_through(&reply)),
+                Listed::Failed(reply) => Ok(pass_through(&reply, out.json)),
                 Listed::All(rows) => {
                     if out.json {
                         print_json(&rows)?;
@@ -334,7 +334,7 @@ fn server_cmd(remote: &SshRemote, cmd: IssueCmd) -> Result<ExitCode> {
         IssueCmd::Show { id, out, .. } => {
             let reply = server::run(remote, &Request::Show { id }, None)?;
             if !reply.success() {
-                return Ok(pass_through(&reply));
+                return Ok(pass_through(&reply, out.json));
             }
             let value: Value = serde_json::from_slice(&reply.stdout)?;
             if out.json {
@@ -448,7 +448,7 @@ fn server_cmd(remote: &SshRemote, cmd: IssueCmd) -> Result<ExitCode> {
     };
     let reply = server::run(remote, &req, token)?;
     if !reply.success() {
-        return Ok(pass_through(&reply));
+        return Ok(pass_through(&reply, json));
     }
     let value: Value = serde_json::from_slice(&reply.stdout)?;
     if json {
@@ -485,8 +485,16 @@ fn written_verb(req: &Request) -> &'static str {
 
 /// A failed server reply shown as the server (or ssh) gave it, with its
 /// exit status: 1 for an error, 4 for a refused lease token, 255 for ssh.
-fn pass_through(reply: &RemoteOutput) -> ExitCode {
-    print!("{}", reply.stdout_text());
+/// A refused token's JSON reply is passed on with `--json`, else told in
+/// one line on stderr.
+fn pass_through(reply: &RemoteOutput, json: bool) -> ExitCode {
+    let fenced = (reply.code == server::EXIT_CONFLICT && !json)
+        .then(|| server::fenced_line(&reply.stdout))
+        .flatten();
+    match fenced {
+        Some(line) => eprintln!("{line}"),
+        None => print!("{}", reply.stdout_text()),
+    }
     eprint!("{}", reply.stderr_text());
     ExitCode::from(u8::try_from(reply.code).unwrap_or(1))
 }
@@ -543,11 +551,14 @@ fn link_lines(links: Option<&server::ServerLinks>) -> Vec<String> {
     .collect()
 }
 
-/// One link end as text: the server's `repo#id8` string as it is, or an
-/// object `{repo, id}` written that way.
+/// One link end as text: the server's `text` (`repo#id8`), else `{repo,
+/// id}` written that way, else a plain string as it is.
 fn link_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
+        Value::Object(o) if o.get("text").is_some_and(Value::is_string) => {
+            o["text"].as_str().unwrap_or_default().to_string()
+        }
         Value::Object(o) => {
             let id = o.get("id").and_then(Value::as_str).unwrap_or("?");
             match o.get("repo").and_then(Value::as_str) {

@@ -377,6 +377,30 @@ pub fn list_all(
     )))
 }
 
+/// The one line a refused `--lease-token` is told in, from the server's
+/// `{"status": "fenced", "issue", "holder", "token"}` reply.
+pub fn fenced_line(stdout: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(stdout).ok()?;
+    if v.get("status")?.as_str()? != "fenced" {
+        return None;
+    }
+    let issue = v.get("issue").and_then(Value::as_str).unwrap_or("?");
+    let issue = crate::client::issue::short_id(issue);
+    Some(
+        match (
+            v.get("holder").and_then(Value::as_str),
+            v.get("token").and_then(Value::as_i64),
+        ) {
+            (Some(holder), Some(token)) => format!(
+                "lease token refused: issue {issue} is held by {holder} with token {token}; nothing was written"
+            ),
+            _ => format!(
+                "lease token refused: issue {issue} has no live lease; nothing was written"
+            ),
+        },
+    )
+}
+
 /// The issue id a write reply names (`issue`, else `id`).
 pub fn written_issue(reply: &Value) -> Option<&str> {
     reply

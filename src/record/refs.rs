@@ -17,13 +17,6 @@ pub const COLLAB_GLOB: &str = "refs/collab/*";
 /// `refs/collab/*` never pushes them back and replay never lists them.
 pub const TRACKING_ROOT: &str = "refs/collab-remotes/";
 
-/// The server's signed, read-only export of the issues it holds:
-/// `refs/collab/export/issues/<issue id>` on a git-collab server. A clone
-/// keeps it only in its tracking namespace
-/// (`refs/collab-remotes/<remote>/export/...`), never under `refs/collab/`,
-/// so sync never joins or pushes it.
-pub const EXPORT_PREFIX: &str = "refs/collab/export/";
-
 /// Patch revision pins: `refs/collab/revisions/<patch id>/<n>`.
 pub const REVISIONS_PREFIX: &str = "refs/collab/revisions/";
 /// Glob matching every patch ref.
@@ -82,7 +75,10 @@ pub fn patch_branch(short_id: &str) -> String {
 }
 
 /// Signed, read-only export of the server's record (written by the server
-/// only): `refs/collab/export/...`.
+/// only): `refs/collab/export/...`, e.g. `refs/collab/export/issues/<issue
+/// id>`. A clone keeps it only in its tracking namespace
+/// (`refs/collab-remotes/<remote>/export/...`), never under `refs/collab/`,
+/// so sync never joins or pushes it.
 pub const EXPORT_PREFIX: &str = "refs/collab/export/";
 
 /// Git notes (`git notes`), e.g. `refs/notes/commits`.
