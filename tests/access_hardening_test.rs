@@ -76,26 +76,25 @@ fn per_ref_rules(h: &ServerHarness, writer: &Path, rewinder: &Path, tag: &str) {
     let deleting = format!("error: {tag_ref}: deleting a ref needs rewind access");
     refused(h, writer, &w, &[&format!(":{tag_ref}")], &deleting);
 
-    // The collab record: an issue DAG only grows.
-    h.open_issue(&w, "Keep me");
-    let issue_ref = String::from_utf8_lossy(
-        &h.git(
-            &w,
-            &["for-each-ref", "--format=%(refname)", "refs/collab/issues/"],
-        )
-        .stdout,
-    )
-    .trim()
-    .to_string();
-    assert!(issue_ref.starts_with("refs/collab/issues/"), "{issue_ref}");
-    accepted(h, writer, &w, &[&format!("{issue_ref}:{issue_ref}")]);
-    let issue_tip = h.rev_parse(&w, &issue_ref);
+    // The collab record: an issue DAG only grows. (The hook judges the
+    // ref, not the events in it, so plain commits stand in for a DAG.)
+    let issue_ref = format!("refs/collab/issues/{one}");
+    accepted(h, writer, &w, &[&format!("{one}:{issue_ref}")]);
+    accepted(h, writer, &w, &[&format!("{two}:{issue_ref}")]);
+    let issue_tip = two.clone();
     refused(
         h,
         writer,
         &w,
         &["--force", &format!("{unrelated}:{issue_ref}")],
         &format!("error: {issue_ref}: rewriting a collab record (its history only grows) needs rewind access"),
+    );
+    refused(
+        h,
+        writer,
+        &w,
+        &["--force", &format!("{one}:{issue_ref}")],
+        &format!("error: {issue_ref}: rewriting a collab record"),
     );
     refused(
         h,
@@ -151,7 +150,12 @@ fn per_ref_rules(h: &ServerHarness, writer: &Path, rewinder: &Path, tag: &str) {
         &["--force", &format!("{unrelated}:{tag_ref}")],
     );
     accepted(h, rewinder, &w, &["--force", "refs/notes/commits"]);
-    accepted(h, rewinder, &w, &["--force", &format!("{two}:{issue_ref}")]);
+    accepted(
+        h,
+        rewinder,
+        &w,
+        &["--force", &format!("{unrelated}:{issue_ref}")],
+    );
     accepted(
         h,
         rewinder,
