@@ -8,6 +8,7 @@ pub mod event;
 pub mod merge_scan;
 pub mod patch;
 pub mod refs;
+pub mod replay;
 pub mod sign;
 pub mod state;
 pub mod store;

@@ -74,6 +74,13 @@ pub fn patch_branch(short_id: &str) -> String {
     format!("{PATCH_BRANCH_PREFIX}{short_id}")
 }
 
+/// Signed, read-only export of the server's record (written by the server
+/// only): `refs/collab/export/...`.
+pub const EXPORT_PREFIX: &str = "refs/collab/export/";
+
+/// Git notes (`git notes`), e.g. `refs/notes/commits`.
+pub const NOTES_PREFIX: &str = "refs/notes/";
+
 /// Git tags, which releases attach to.
 pub const TAGS_PREFIX: &str = "refs/tags/";
 

@@ -6,7 +6,8 @@ use git2::Repository;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::record::state::{self, DroppedEvent};
+use crate::record::replay::DroppedEvent;
+use crate::record::state;
 
 /// One dropped event, with the issue it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
