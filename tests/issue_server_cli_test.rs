@@ -245,11 +245,11 @@ fn the_mode_is_detected_once_remembered_and_can_be_forced() {
     run_logged(&["issue", "list", "--all"]);
     let logged = std::fs::read_to_string(&log).unwrap();
     assert_eq!(
-        logged.matches("collab-whoami").count(),
+        logged.matches("--limit 1\n").count(),
         1,
         "detection runs once: {logged}"
     );
-    assert_eq!(logged.matches("collab-issue").count(), 3, "{logged}");
+    assert_eq!(logged.matches("collab-issue").count(), 4, "{logged}");
     assert_eq!(
         f.config("remote.origin.collabMode").as_deref(),
         Some("server")
