@@ -5,6 +5,8 @@
 //! group-commits every write and answers only after COMMIT.
 
 pub mod events;
+pub mod issues;
 pub mod leases;
 pub mod migrations;
+pub mod reads;
 pub mod writer;

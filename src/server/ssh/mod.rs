@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod git;
+pub mod issue;
 pub mod lease;
 pub mod release;
 pub mod session;

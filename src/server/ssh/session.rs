@@ -18,6 +18,7 @@ use russh::Channel;
 #[allow(unused_imports)] // re-exported for verbs that report token errors
 pub use super::tokens::{shell_tokens, TokenError};
 use crate::app::App;
+pub use super::issue::IssueCmd;
 use crate::authz::{Caller, NotFound};
 
 /// The reply for an unknown or invisible repository, identical for every verb.
@@ -120,6 +121,8 @@ pub enum ExecCommand {
     /// `collab-release create|download '<repo>' '<tag>' '<file>'`,
     /// `list '<repo>'`, `delete '<repo>' '<tag>' ['<file>']`
     Release(ReleaseCmd),
+    /// `collab-issue open|show|list|comment|edit|label|close|reopen|link|unlink …`
+    Issue(IssueCmd),
 }
 
 impl ExecCommand {
@@ -140,6 +143,7 @@ impl ExecCommand {
                 | ReleaseCmd::Download { repo, .. }
                 | ReleaseCmd::Delete { repo, .. },
             ) => Some(repo),
+            ExecCommand::Issue(cmd) => Some(cmd.repo()),
             ExecCommand::Whoami | ExecCommand::Repo(RepoCmd::List) => None,
         }
     }
@@ -166,6 +170,7 @@ impl ExecCommand {
             ExecCommand::Release(ReleaseCmd::List { .. }) => "collab-release list",
             ExecCommand::Release(ReleaseCmd::Download { .. }) => "collab-release download",
             ExecCommand::Release(ReleaseCmd::Delete { .. }) => "collab-release delete",
+            ExecCommand::Issue(cmd) => cmd.verb(),
         }
     }
 }
@@ -195,6 +200,7 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
         })),
         ["collab-repo", "list"] => Some(ExecCommand::Repo(RepoCmd::List)),
         ["collab-lease", sub, rest @ ..] => parse_lease(sub, rest).map(ExecCommand::Lease),
+        ["collab-issue", sub, rest @ ..] => super::issue::parse(sub, rest).map(ExecCommand::Issue),
         ["collab-release", "create", repo, tag, file] => {
             Some(ExecCommand::Release(ReleaseCmd::Create {
                 repo: repo.to_string(),
@@ -265,6 +271,7 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
              collab-lease renew '<repo>' '<issue>' --ttl <secs> | \
              collab-lease release '<repo>' '<issue>' | collab-lease list '<repo>'"
         }
+        ("collab-issue", _) => super::issue::USAGE,
         ("collab-release", _) => {
             "collab-release create|download '<repo>' '<tag>' '<file>' | list '<repo>' | delete '<repo>' '<tag>' ['<file>']"
         }
@@ -371,6 +378,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
         ExecCommand::Lease(cmd) => super::lease::run(&ctx, channel, cmd).await,
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
+        ExecCommand::Issue(cmd) => super::issue::run(&ctx, channel, cmd).await,
     }
 }
 
