@@ -194,7 +194,15 @@ pub struct LoadedConfig {
     pub config: ServerConfig,
     /// Dotted key (`ssh.listen`) -> layer description.
     pub sources: BTreeMap<String, String>,
+    /// Keys whose effective value was read through `GIT_COLLAB_<KEY>_FILE`
+    /// -> that file. `config show` prints these as redacted.
+    pub secret_files: BTreeMap<String, PathBuf>,
 }
+
+/// Largest file read through `GIT_COLLAB_<KEY>_FILE`. Secrets and key lists
+/// are small; anything larger (`/dev/zero`, a wrong path) is refused before
+/// it can fill memory.
+pub const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
 
 /// Resolve the layers from the process environment and the system file.
 /// Errors name the key, the bad value and the layer.
@@ -222,13 +230,23 @@ pub fn load_from(
     if let Some(file) = config_file(flags, env, system_file)? {
         figment = figment.merge(file_layer(&file)?);
     }
-    for layer in env_layers(env)? {
+    let mut file_layers = Vec::new();
+    for (layer, file) in env_layers(env)? {
+        if let Some((key, path)) = file {
+            file_layers.push((layer.name.clone(), key, path));
+        }
         figment = figment.merge(layer);
     }
     for layer in flag_layers(flags)? {
         figment = figment.merge(layer);
     }
-    resolve(&figment)
+    let mut loaded = resolve(&figment)?;
+    for (layer, key, path) in file_layers {
+        if loaded.sources.get(key) == Some(&layer) {
+            loaded.secret_files.insert(key.to_string(), path);
+        }
+    }
+    Ok(loaded)
 }
 
 /// Environment variables that look like a mistyped key: a single `_` where
@@ -410,7 +428,11 @@ fn check_file_keys(table: &toml::Table, source: &str) -> anyhow::Result<()> {
 /// One layer per `GIT_COLLAB_<KEY>` or `GIT_COLLAB_<KEY>_FILE` variable whose
 /// key is known; every other `GIT_COLLAB_*` variable is left to the client.
 /// Values are taken verbatim (no TOML-ish parsing), so `12345` stays a string.
-fn env_layers(env: &BTreeMap<String, OsString>) -> anyhow::Result<Vec<Layer>> {
+/// A layer read through `_FILE` comes with its key and the file's path.
+#[allow(clippy::type_complexity)]
+fn env_layers(
+    env: &BTreeMap<String, OsString>,
+) -> anyhow::Result<Vec<(Layer, Option<(&'static str, PathBuf)>)>> {
     let mut layers = Vec::new();
     for (name, raw) in env {
         let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
@@ -425,24 +447,44 @@ fn env_layers(env: &BTreeMap<String, OsString>) -> anyhow::Result<Vec<Layer>> {
             continue;
         };
         let source = format!("env {name}");
-        let text = if from_file {
+        let (text, file) = if from_file {
             let direct = env_name(key);
             if env.contains_key(&direct) {
                 bail!("{key} from {source}: {direct} is set too; set only one of them");
             }
             let path = PathBuf::from(raw);
-            let contents = std::fs::read_to_string(&path)
+            let contents = read_secret_file(&path)
                 .with_context(|| format!("{key} from {source}: cannot read {}", path.display()))?;
             // Secret files usually end with a newline that is not part of the value.
-            contents.trim_end_matches(['\n', '\r']).to_string()
+            let text = contents.trim_end_matches(['\n', '\r']).to_string();
+            (text, Some((*key, path)))
         } else {
-            raw.to_str()
+            let text = raw
+                .to_str()
                 .ok_or_else(|| anyhow!("{key} = {raw:?} from {source}: not valid UTF-8"))?
-                .to_string()
+                .to_string();
+            (text, None)
         };
-        layers.push(Layer::single(source, key, Value::from(text)));
+        layers.push((Layer::single(source, key, Value::from(text)), file));
     }
     Ok(layers)
+}
+
+/// The text of a `_FILE` file, at most [`MAX_SECRET_FILE_BYTES`]. Errors
+/// never quote the content.
+fn read_secret_file(path: &Path) -> anyhow::Result<String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_SECRET_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_SECRET_FILE_BYTES {
+        bail!(
+            "larger than {} KiB (the limit for _FILE values)",
+            MAX_SECRET_FILE_BYTES / 1024
+        );
+    }
+    String::from_utf8(bytes).map_err(|_| anyhow!("not valid UTF-8"))
 }
 
 /// One layer per flag that was given.
@@ -725,6 +767,7 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
     Ok(LoadedConfig {
         config,
         sources: r.sources,
+        secret_files: BTreeMap::new(),
     })
 }
 
@@ -821,13 +864,24 @@ impl LoadedConfig {
         self.sources.get(key).map_or("default", String::as_str)
     }
 
-    /// `{"key": {"value": …, "source": "…"}}` for every key.
+    /// What `config show` prints instead of a value read through `_FILE`.
+    fn redacted(&self, key: &str) -> Option<String> {
+        self.secret_files
+            .get(key)
+            .map(|path| format!("<redacted: from file {}>", path.display()))
+    }
+
+    /// `{"key": {"value": …, "source": "…"}}` for every key; a value read
+    /// through `_FILE` is replaced by `"<redacted: from file PATH>"`.
     pub fn to_json(&self) -> serde_json::Value {
         let map: serde_json::Map<String, serde_json::Value> = KEYS
             .iter()
             .map(|key| {
-                let entry =
-                    serde_json::json!({"value": self.value(key), "source": self.source(key)});
+                let value = match self.redacted(key) {
+                    Some(redacted) => serde_json::Value::String(redacted),
+                    None => self.value(key),
+                };
+                let entry = serde_json::json!({"value": value, "source": self.source(key)});
                 (key.to_string(), entry)
             })
             .collect();
@@ -859,6 +913,9 @@ impl LoadedConfig {
     }
 
     fn display_lines(&self, key: &str) -> Vec<String> {
+        if let Some(redacted) = self.redacted(key) {
+            return vec![redacted];
+        }
         let c = &self.config;
         match key {
             "initial_admin_keys" if c.initial_admin_keys.is_empty() => vec!["(none)".into()],
@@ -1124,6 +1181,85 @@ mod tests {
         assert_eq!(
             loaded.sources["initial_admin_keys"],
             "env GIT_COLLAB_INITIAL_ADMIN_KEYS_FILE"
+        );
+    }
+
+    #[test]
+    fn file_values_are_redacted_in_config_show() {
+        let dir = tempfile::tempdir().unwrap();
+        let title = dir.path().join("title");
+        std::fs::write(&title, "Secret Forge\n").unwrap();
+        let keys = dir.path().join("keys");
+        std::fs::write(&keys, format!("{KEY_A}\n")).unwrap();
+        let loaded = load_env(&[
+            ("GIT_COLLAB_SITE_TITLE_FILE", title.to_str().unwrap()),
+            ("GIT_COLLAB_INITIAL_ADMIN_KEYS_FILE", keys.to_str().unwrap()),
+            ("GIT_COLLAB_LOG__LEVEL", "debug"),
+        ])
+        .unwrap();
+        assert_eq!(loaded.config.site_title, "Secret Forge");
+        let json = loaded.to_json();
+        let shown = format!("<redacted: from file {}>", title.display());
+        assert_eq!(json["site_title"]["value"], shown.as_str());
+        assert_eq!(
+            json["site_title"]["source"],
+            "env GIT_COLLAB_SITE_TITLE_FILE"
+        );
+        assert_eq!(
+            json["initial_admin_keys"]["value"],
+            format!("<redacted: from file {}>", keys.display()).as_str()
+        );
+        assert_eq!(json["log.level"]["value"], "debug");
+        let text = loaded.to_text();
+        assert!(text.contains(&shown), "{text}");
+        for secret in ["Secret Forge", "AAAAC3Nz", "SHA256:"] {
+            assert!(!text.contains(secret), "{text}");
+            assert!(!json.to_string().contains(secret), "{json}");
+        }
+
+        // A flag overriding the file: the shown value is the flag's.
+        let flags = ConfigFlags {
+            state_dir: Some("/srv".into()),
+            site_title: Some("Open".into()),
+            ..ConfigFlags::default()
+        };
+        let env = env(&[("GIT_COLLAB_SITE_TITLE_FILE", title.to_str().unwrap())]);
+        let loaded = load_from(&flags, &env, &no_system_file()).unwrap();
+        assert_eq!(loaded.to_json()["site_title"]["value"], "Open");
+    }
+
+    #[test]
+    fn file_values_are_size_bounded() {
+        let e = err(load_env(&[("GIT_COLLAB_SITE_TITLE_FILE", "/dev/zero")]));
+        assert_eq!(
+            e,
+            "site_title from env GIT_COLLAB_SITE_TITLE_FILE: cannot read /dev/zero: \
+             larger than 64 KiB (the limit for _FILE values)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let at_limit = dir.path().join("at_limit");
+        std::fs::write(&at_limit, "x".repeat(MAX_SECRET_FILE_BYTES as usize)).unwrap();
+        let loaded = load_env(&[("GIT_COLLAB_SITE_TITLE_FILE", at_limit.to_str().unwrap())]);
+        assert_eq!(loaded.unwrap().config.site_title.len(), 64 * 1024);
+        let over = dir.path().join("over");
+        std::fs::write(&over, "x".repeat(MAX_SECRET_FILE_BYTES as usize + 1)).unwrap();
+        let e = err(load_env(&[(
+            "GIT_COLLAB_SITE_TITLE_FILE",
+            over.to_str().unwrap(),
+        )]));
+        assert!(
+            e.ends_with("larger than 64 KiB (the limit for _FILE values)"),
+            "{e}"
+        );
+        let binary = dir.path().join("binary");
+        std::fs::write(&binary, b"\xff\xfesecret").unwrap();
+        let e = err(load_env(&[(
+            "GIT_COLLAB_SITE_TITLE_FILE",
+            binary.to_str().unwrap(),
+        )]));
+        assert!(
+            e.ends_with("not valid UTF-8") && !e.contains("secret"),
+            "{e}"
         );
     }
 

@@ -10,6 +10,7 @@ mod config;
 mod db;
 mod governance;
 mod healthcheck;
+mod hooks;
 mod http;
 mod identity;
 mod logging;
@@ -90,7 +91,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // Hooks run inside `git receive-pack` and need no configuration.
     if let Command::Hook { name } = &cli.command {
-        return Ok(ExitCode::from(governance::hook::run(name)));
+        return Ok(ExitCode::from(hooks::run(name)));
     }
     let loaded = config::load(&cli.flags)?;
     logging::init(&loaded.config.log)?;
