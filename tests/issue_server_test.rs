@@ -244,7 +244,10 @@ fn read_only_principals_list_but_cannot_write_and_private_repos_look_missing() {
     {
         let a = h.ssh_exec_as(&user, secret, b"");
         let b = h.ssh_exec_as(&user, &missing, b"");
-        assert_eq!((a.code, &a.stdout, &a.stderr), (b.code, &b.stdout, &b.stderr));
+        assert_eq!(
+            (a.code, &a.stdout, &a.stderr),
+            (b.code, &b.stdout, &b.stderr)
+        );
         assert_eq!(a.stderr, NOT_FOUND, "{secret}");
     }
     // A link into a repository the caller cannot read is refused the same way.
@@ -256,7 +259,11 @@ fn read_only_principals_list_but_cannot_write_and_private_repos_look_missing() {
     assert_eq!(out.stderr, NOT_FOUND, "{out:?}");
     // ... while a link within reach is made.
     let other = open(&h, "work", "Other");
-    ok(h.ssh_exec_as(&user, &format!("collab-issue link work {mine} relates {other}"), b""));
+    ok(h.ssh_exec_as(
+        &user,
+        &format!("collab-issue link work {mine} relates {other}"),
+        b"",
+    ));
     let after = db_counts(&h);
     assert_eq!(after[3], 1, "one link: {after:?}");
     assert_eq!(&after[1..3], &before[1..3], "nothing else written");
@@ -297,7 +304,10 @@ fn hostile_input_is_refused_with_one_line_and_nothing_written() {
         ("collab-issue open r --title t --label ''".into(), vec![]),
         ("collab-issue open r --title t --label 'a b'".into(), vec![]),
         ("collab-issue open r --title t --label a,b".into(), vec![]),
-        (format!("collab-issue open r --title t{many_labels}"), vec![]),
+        (
+            format!("collab-issue open r --title t{many_labels}"),
+            vec![],
+        ),
         (
             "collab-issue open r --title t --body-stdin".into(),
             vec![b'x'; 1025],
@@ -321,7 +331,10 @@ fn hostile_input_is_refused_with_one_line_and_nothing_written() {
             b"esc \x1b[2J".to_vec(),
         ),
         (format!("collab-issue label r {id} --add 'x y'"), vec![]),
-        (format!("collab-issue label r {id} --add a --remove a"), vec![]),
+        (
+            format!("collab-issue label r {id} --add a --remove a"),
+            vec![],
+        ),
         (format!("collab-issue edit r {id} --title ''"), vec![]),
         (format!("collab-issue link r {id} blocks {id}"), vec![]),
         ("collab-issue comment r abc --body x".into(), vec![]),
@@ -339,7 +352,10 @@ fn hostile_input_is_refused_with_one_line_and_nothing_written() {
     }
     assert_eq!(db_counts(&h), before, "nothing was written");
     // The limit is exact: max_issue_body bytes are fine.
-    ok(h.ssh_exec_with_stdin(&format!("collab-issue comment r {id} --body-stdin"), &[b'z'; 1024]));
+    ok(h.ssh_exec_with_stdin(
+        &format!("collab-issue comment r {id} --body-stdin"),
+        &[b'z'; 1024],
+    ));
 }
 
 fn lease(h: &ServerHarness, key: &Path, cmd: &str) -> SshOutput {
@@ -352,10 +368,18 @@ fn lease_tokens_fence_writes_and_closing_ends_the_lease() {
     h.create_repo("r");
     let id = open(&h, "r", "Fenced work");
     let agent = h.authorized_key("agent");
-    let first = ok(lease(&h, &agent, &format!("collab-lease acquire r {id} --ttl 600")));
+    let first = ok(lease(
+        &h,
+        &agent,
+        &format!("collab-lease acquire r {id} --ttl 600"),
+    ));
     assert_eq!(first["token"], 1);
     ok(lease(&h, &agent, &format!("collab-lease release r {id}")));
-    let second = ok(lease(&h, &agent, &format!("collab-lease acquire r {}", &id[..8])));
+    let second = ok(lease(
+        &h,
+        &agent,
+        &format!("collab-lease acquire r {}", &id[..8]),
+    ));
     assert_eq!(second["token"], 2);
 
     // The stale token (1) is refused, naming the holder and the live token.

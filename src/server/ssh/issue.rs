@@ -114,7 +114,8 @@ pub enum IssueCmd {
 }
 
 /// The usage line shown when the arguments are wrong.
-pub const USAGE: &str = "collab-issue open '<repo>' --title T [--body B|--body-stdin] [--label L]... | \
+pub const USAGE: &str =
+    "collab-issue open '<repo>' --title T [--body B|--body-stdin] [--label L]... | \
      show '<repo>' '<id>' | \
      list '<repo>' [--state open|closed|all] [--label L]... [--limit N] [--after CURSOR] | \
      comment '<repo>' '<id>' --body B|--body-stdin | \
@@ -390,11 +391,7 @@ fn ok(value: Value) -> Reply {
 /// Serve one `collab-issue` command on `channel`.
 pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: IssueCmd) {
     let needed = cmd.needed_access();
-    let (app, caller, requested) = (
-        ctx.app.clone(),
-        ctx.caller.clone(),
-        cmd.repo().to_string(),
-    );
+    let (app, caller, requested) = (ctx.app.clone(), ctx.caller.clone(), cmd.repo().to_string());
     // Authorization reads policy files: blocking I/O.
     let authorized = tokio::task::spawn_blocking(move || {
         authz::authorize(&app, &caller, &requested, needed)
@@ -419,7 +416,12 @@ pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: IssueCmd) {
     let verb = cmd.verb();
     let (message, code) = answer(ctx, repo.clone(), cmd, body).await;
     if code == 0 && needed == Access::Write {
-        tracing::info!(principal = ctx.caller.principal(), repo, verb, "issue written");
+        tracing::info!(
+            principal = ctx.caller.principal(),
+            repo,
+            verb,
+            "issue written"
+        );
     }
     reply_and_close(channel, &message, code).await
 }
@@ -539,9 +541,15 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
             id, body, fence, ..
         } => {
             let body = body_of(Some(body)).unwrap_or_default();
-            write(ctx, &repo, "commented", actor, fence, max_body, move |c, w| {
-                issues::comment(c, w, &id, &body).map(|w| (w, json!({})))
-            })
+            write(
+                ctx,
+                &repo,
+                "commented",
+                actor,
+                fence,
+                max_body,
+                move |c, w| issues::comment(c, w, &id, &body).map(|w| (w, json!({}))),
+            )
             .await
         }
         IssueCmd::Edit {
@@ -564,9 +572,15 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
             fence,
             ..
         } => {
-            write(ctx, &repo, "labeled", actor, fence, max_body, move |c, w| {
-                issues::label(c, w, &id, &add, &remove).map(|w| (w, json!({})))
-            })
+            write(
+                ctx,
+                &repo,
+                "labeled",
+                actor,
+                fence,
+                max_body,
+                move |c, w| issues::label(c, w, &id, &add, &remove).map(|w| (w, json!({}))),
+            )
             .await
         }
         IssueCmd::Close {
@@ -579,9 +593,15 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
             .await
         }
         IssueCmd::Reopen { id, fence, .. } => {
-            write(ctx, &repo, "reopened", actor, fence, max_body, move |c, w| {
-                issues::reopen(c, w, &id).map(|w| (w, json!({})))
-            })
+            write(
+                ctx,
+                &repo,
+                "reopened",
+                actor,
+                fence,
+                max_body,
+                move |c, w| issues::reopen(c, w, &id).map(|w| (w, json!({}))),
+            )
             .await
         }
         IssueCmd::Link {
@@ -609,7 +629,10 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
                         repo: other_repo.clone(),
                         id: issues::resolve(c, &other_repo, &other_id).unwrap_or_default(),
                     };
-                    (w, json!({ "link": { "kind": kind.as_str(), "target": key_json(&target) } }))
+                    (
+                        w,
+                        json!({ "link": { "kind": kind.as_str(), "target": key_json(&target) } }),
+                    )
                 })
             })
             .await
@@ -900,7 +923,10 @@ mod tests {
 
     #[test]
     fn times_render_like_the_cli() {
-        assert_eq!(time_json(1_788_609_600_114), json!("2026-09-05T12:00:00.114Z"));
+        assert_eq!(
+            time_json(1_788_609_600_114),
+            json!("2026-09-05T12:00:00.114Z")
+        );
         assert_eq!(time_json(1_788_609_600_000), json!("2026-09-05T12:00:00Z"));
     }
 }

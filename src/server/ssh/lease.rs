@@ -252,10 +252,12 @@ fn held_issue(
         Err(IssueError::Sql(e)) => return Err(e.into()),
         Err(e) => return Ok(Some(Resolved::Refused(format!("error: {e}")))),
     };
-    Ok(issues::get(conn, repo, &full)?.map(|issue| match issue.status {
-        IssueStatus::Closed => Resolved::ClosedIssue(full),
-        IssueStatus::Open => Resolved::Issue(full),
-    }))
+    Ok(
+        issues::get(conn, repo, &full)?.map(|issue| match issue.status {
+            IssueStatus::Closed => Resolved::ClosedIssue(full),
+            IssueStatus::Open => Resolved::Issue(full),
+        }),
+    )
 }
 
 /// A renew or release of an id that is no longer in git: match it against

@@ -15,10 +15,10 @@ use std::sync::Arc;
 use russh::server::Msg;
 use russh::Channel;
 
+pub use super::issue::IssueCmd;
 #[allow(unused_imports)] // re-exported for verbs that report token errors
 pub use super::tokens::{shell_tokens, TokenError};
 use crate::app::App;
-pub use super::issue::IssueCmd;
 use crate::authz::{Caller, NotFound};
 
 /// The reply for an unknown or invisible repository, identical for every verb.
