@@ -37,6 +37,8 @@ pub struct App {
     pub leases: LeaseService,
     /// Read-only connections to `collab.db` that never wait for the writer.
     pub reads: ReadPool,
+    /// The server's Ed25519 signing key (`signing`).
+    pub signing_key: Arc<git_collab::record::sign::SigningKey>,
 }
 
 impl App {
@@ -51,9 +53,11 @@ impl App {
         }
         let leases = LeaseService::open(&db_path)
             .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
+        let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
         Ok(App {
             leases,
             reads: ReadPool::new(&db_path),
+            signing_key,
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
@@ -105,6 +109,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
 
     let app = Arc::new(App::new(config)?);
     let stopping = app.stopping.clone();
+    crate::events::spawn_background(&app);
 
     if app.authorized_keys.current().is_empty()
         && !matches!(

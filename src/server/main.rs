@@ -8,6 +8,7 @@ mod app;
 mod authz;
 mod config;
 mod db;
+mod events;
 mod governance;
 mod healthcheck;
 mod hooks;
@@ -19,6 +20,7 @@ mod releases;
 mod repos;
 mod setup;
 mod shutdown;
+mod signing;
 mod ssh;
 
 use std::process::ExitCode;
@@ -113,7 +115,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Repo {
             command: RepoCmd::Create { name },
         } => {
-            let path = repos::create_repo(&loaded.config, &name)?;
+            let (created, path) = repos::create_repo(&loaded.config, &name)?;
+            events::record_host_event(
+                &loaded.config,
+                &events::Recorded::repo_created(&created, events::HOST_ACTOR),
+            );
             println!("created {}", path.display());
         }
         Command::Healthcheck => healthcheck::check(&loaded.config)?,

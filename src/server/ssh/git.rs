@@ -154,6 +154,10 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
     if service == GitService::ReceivePack && entry.is_governance() {
         ctx.app.governance.reload();
     }
+    if service == GitService::ReceivePack {
+        // The hooks ran in other processes; their event rows are committed.
+        crate::events::refresh_head(&ctx.app).await;
+    }
     tracing::info!(
         principal = ctx.caller.principal(),
         repo = entry.name,
