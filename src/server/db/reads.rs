@@ -9,16 +9,12 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
 
 use anyhow::{anyhow, Context as _};
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 
 /// Most connections open at once; a read beyond that waits for one.
 pub const MAX_READERS: usize = 8;
-
-/// How long a reader waits for the writer's checkpoint (rare).
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Handle to the pool; cheap to clone.
 #[derive(Clone)]
@@ -117,13 +113,7 @@ impl ReadPool {
 }
 
 fn open_reader(path: &Path) -> anyhow::Result<Connection> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .with_context(|| format!("opening {} read-only", path.display()))?;
-    conn.busy_timeout(BUSY_TIMEOUT)?;
-    Ok(conn)
+    super::open_reader(path).with_context(|| format!("opening {} read-only", path.display()))
 }
 
 #[cfg(test)]
