@@ -188,7 +188,7 @@ fn every_issue_subcommand_goes_to_the_server() {
     );
     assert!(shown.contains("\nit crashes\nat start\n"), "{shown}");
     assert!(
-        shown.contains(" Test at ") && shown.ends_with("\nme too\n"),
+        shown.contains(&format!(" {me} at ")) && shown.ends_with("\nme too\n"),
         "{shown}"
     );
     let shown_other = f.ok(&["issue", "show", &other[..8]]);
@@ -264,6 +264,7 @@ fn the_mode_is_detected_once_remembered_and_can_be_forced() {
     );
 
     // --mode local: the DAGs of this clone, as with a plain git remote.
+    f.ok(&["key", "generate"]);
     let out = f.ok(&["issue", "--mode", "local", "open", "-t", "local one"]);
     assert!(out.starts_with("opened "), "{out}");
     assert_eq!(
