@@ -34,12 +34,15 @@ pub struct ServerConfig {
     pub site_title: String,
     /// Bytes.
     pub max_release_size: u64,
+    /// Largest issue body or comment, in bytes.
+    pub max_issue_body: u64,
     /// OpenSSH public key lines granted admin.
     pub initial_admin_keys: Vec<String>,
     pub ssh: SshConfig,
     pub http: HttpConfig,
     pub log: LogConfig,
     pub events: EventsConfig,
+    pub maintenance: MaintenanceConfig,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -87,6 +90,30 @@ impl Default for EventsConfig {
     }
 }
 
+/// When repositories are maintained (`maintenance`): after so many pushes,
+/// or once a pushed-to repository has been idle so long, and how many runs
+/// at once across the server.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct MaintenanceConfig {
+    /// Run after this many pushes to a repository (0: never on count).
+    pub after_pushes: u64,
+    /// Run once a repository pushed to since its last run has seen no push
+    /// for this many seconds (0: never on idleness).
+    pub idle_secs: u64,
+    /// Most runs at once across the server (at least 1).
+    pub concurrency: u64,
+}
+
+impl Default for MaintenanceConfig {
+    fn default() -> Self {
+        MaintenanceConfig {
+            after_pushes: 50,
+            idle_secs: 600,
+            concurrency: 1,
+        }
+    }
+}
+
 /// Built-in default of `state_dir`.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/git-collab";
 /// The configuration file read when neither `--config` nor
@@ -104,6 +131,7 @@ pub const KEYS: &[&str] = &[
     "collab_db",
     "site_title",
     "max_release_size",
+    "max_issue_body",
     "initial_admin_keys",
     "ssh.listen",
     "ssh.host_key",
@@ -115,10 +143,13 @@ pub const KEYS: &[&str] = &[
     "events.heartbeat_secs",
     "events.stall_timeout_secs",
     "events.max_watchers",
+    "maintenance.after_pushes",
+    "maintenance.idle_secs",
+    "maintenance.concurrency",
 ];
 
 /// Top-level TOML tables; every other known key is a top-level scalar.
-const SECTIONS: &[&str] = &["ssh", "http", "log", "events"];
+const SECTIONS: &[&str] = &["ssh", "http", "log", "events", "maintenance"];
 
 impl ServerConfig {
     /// Embedded defaults for a given state directory (SPEC §3.1).
@@ -128,6 +159,7 @@ impl ServerConfig {
             collab_db: None,
             site_title: "git-collab".into(),
             max_release_size: 100 * 1024 * 1024,
+            max_issue_body: 256 * 1024,
             initial_admin_keys: Vec::new(),
             ssh: SshConfig {
                 listen: "0.0.0.0:2222".into(),
@@ -142,6 +174,7 @@ impl ServerConfig {
                 format: "text".into(),
             },
             events: EventsConfig::default(),
+            maintenance: MaintenanceConfig::default(),
             state_dir,
         }
     }
@@ -197,6 +230,10 @@ pub struct ConfigFlags {
     /// [default: 100MiB].
     #[arg(long, global = true, value_name = "BYTES", value_parser = parse_size)]
     pub max_release_size: Option<u64>,
+    /// Largest issue body or comment, in bytes or with a unit (256KiB)
+    /// [default: 256KiB].
+    #[arg(long, global = true, value_name = "BYTES", value_parser = parse_size)]
+    pub max_issue_body: Option<u64>,
     /// SSH listen address [default: 0.0.0.0:2222].
     #[arg(long, global = true, value_name = "ADDR")]
     pub ssh_listen: Option<String>,
@@ -361,6 +398,7 @@ fn default_values() -> Dict {
     put("state_dir", Value::from(DEFAULT_STATE_DIR));
     put("site_title", Value::from(defaults.site_title));
     put("max_release_size", Value::from(defaults.max_release_size));
+    put("max_issue_body", Value::from(defaults.max_issue_body));
     put("initial_admin_keys", Value::from(Vec::<Value>::new()));
     put("ssh.listen", Value::from(defaults.ssh.listen));
     put("http.listen", Value::from(defaults.http.listen));
@@ -374,6 +412,16 @@ fn default_values() -> Dict {
         Value::from(events.stall_timeout_secs),
     );
     put("events.max_watchers", Value::from(events.max_watchers));
+    let maintenance = MaintenanceConfig::default();
+    put(
+        "maintenance.after_pushes",
+        Value::from(maintenance.after_pushes),
+    );
+    put("maintenance.idle_secs", Value::from(maintenance.idle_secs));
+    put(
+        "maintenance.concurrency",
+        Value::from(maintenance.concurrency),
+    );
     dict
 }
 
@@ -561,6 +609,9 @@ fn flag_layers(flags: &ConfigFlags) -> anyhow::Result<Vec<Layer>> {
     }
     if let Some(size) = flags.max_release_size {
         given.push(("max_release_size", Value::from(size)));
+    }
+    if let Some(size) = flags.max_issue_body {
+        given.push(("max_issue_body", Value::from(size)));
     }
     Ok(given
         .into_iter()
@@ -795,6 +846,7 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
         collab_db,
         site_title: r.required("site_title").text()?.to_string(),
         max_release_size: r.required("max_release_size").size()?,
+        max_issue_body: r.required("max_issue_body").size()?,
         initial_admin_keys: r.required("initial_admin_keys").admin_keys()?,
         ssh: SshConfig {
             listen: r.required("ssh.listen").socket_addr()?,
@@ -815,6 +867,11 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
             heartbeat_secs: r.required("events.heartbeat_secs").count(1, 3600)?,
             stall_timeout_secs: r.required("events.stall_timeout_secs").count(1, 3600)?,
             max_watchers: r.required("events.max_watchers").count(1, 100_000)?,
+        },
+        maintenance: MaintenanceConfig {
+            after_pushes: r.required("maintenance.after_pushes").count(0, 1_000_000)?,
+            idle_secs: r.required("maintenance.idle_secs").count(0, 604_800)?,
+            concurrency: r.required("maintenance.concurrency").count(1, 64)?,
         },
         repos_dir,
         state_dir,
@@ -903,6 +960,7 @@ impl LoadedConfig {
             "collab_db" => json!(c.collab_db_path()),
             "site_title" => json!(c.site_title),
             "max_release_size" => json!(c.max_release_size),
+            "max_issue_body" => json!(c.max_issue_body),
             "initial_admin_keys" => json!(c.initial_admin_keys),
             "ssh.listen" => json!(c.ssh.listen),
             "ssh.host_key" => json!(c.ssh.host_key),
@@ -914,6 +972,9 @@ impl LoadedConfig {
             "events.heartbeat_secs" => json!(c.events.heartbeat_secs),
             "events.stall_timeout_secs" => json!(c.events.stall_timeout_secs),
             "events.max_watchers" => json!(c.events.max_watchers),
+            "maintenance.after_pushes" => json!(c.maintenance.after_pushes),
+            "maintenance.idle_secs" => json!(c.maintenance.idle_secs),
+            "maintenance.concurrency" => json!(c.maintenance.concurrency),
             other => unreachable!("not a configuration key: {other}"),
         }
     }
@@ -992,8 +1053,12 @@ impl LoadedConfig {
                     Err(_) => line.clone(),
                 })
                 .collect(),
-            "max_release_size" => {
-                let bytes = c.max_release_size;
+            "max_release_size" | "max_issue_body" => {
+                let bytes = if key == "max_issue_body" {
+                    c.max_issue_body
+                } else {
+                    c.max_release_size
+                };
                 let human = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")]
                     .iter()
                     .find(|(shift, _)| bytes >= 1 << shift && bytes.is_multiple_of(1 << shift))
