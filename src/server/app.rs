@@ -12,6 +12,7 @@ use crate::config::ServerConfig;
 use crate::db::writer::LeaseService;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
+use crate::limits::{fds, Limits};
 use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
 
 /// How long running commands may take to finish after a stop signal. With
@@ -33,6 +34,8 @@ pub struct App {
     stop: StopTrigger,
     /// The lease store (`collab.db`), one writer thread behind it.
     pub leases: LeaseService,
+    /// Connection caps, git process gate, page semaphore.
+    pub limits: Limits,
 }
 
 impl App {
@@ -47,8 +50,10 @@ impl App {
         }
         let leases = LeaseService::open(&db_path)
             .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
+        let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
             leases,
+            limits,
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
@@ -87,6 +92,8 @@ fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> {
 /// (host key, authorized_keys, initial admin keys, hooks) first.
 pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let config = absolute_paths(config)?;
+    // Before any listener exists: the connection caps are fitted into it.
+    fds::raise_open_file_limit();
     let prepared = crate::setup::prepare(&config)?;
 
     let ssh_listener = tokio::net::TcpListener::bind(&config.ssh.listen)
@@ -100,6 +107,17 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
 
     let app = Arc::new(App::new(config)?);
     let stopping = app.stopping.clone();
+    let budget = &app.limits.budget;
+    if let Some(warning) = &budget.warning {
+        eprintln!("warning: {warning}");
+        tracing::warn!("{warning}");
+    }
+    tracing::info!(
+        open_files = budget.open_files,
+        http_max_connections = budget.http,
+        ssh_max_connections = budget.ssh,
+        "connection caps"
+    );
 
     if app.authorized_keys.current().is_empty()
         && !matches!(

@@ -9,8 +9,13 @@
 //! stalls the whole connection). Without Rewind, receive-pack refuses
 //! non-fast-forward updates and deletions (`receive.denyNonFastForwards`,
 //! `receive.denyDeletes` on the command line, above any repository config).
+//!
+//! Each git process takes a slot from the git process gate
+//! (`git.max_processes`, `git.max_processes_per_principal`) before it
+//! starts; without one the client gets a one-line `error: …` and exit 1.
 
 use std::process::Stdio;
+use std::time::Duration;
 
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
@@ -23,6 +28,10 @@ use crate::governance::{ENV_FINGERPRINT, ENV_REPO};
 
 /// Copy buffer: one SSH packet's worth.
 const CHUNK: usize = 32 * 1024;
+
+/// How long a request within its principal's share waits for a
+/// server-wide git process slot before it is refused.
+pub const PROCESS_QUEUE_WAIT: Duration = Duration::from_secs(10);
 
 /// Only `version=N` style values are passed on to git.
 fn sane_git_protocol(value: &str) -> bool {
@@ -41,6 +50,23 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
     let (entry, level) = match authz::authorize(&ctx.app, &ctx.caller, requested, needed) {
         Ok(found) => found,
         Err(_) => return reply_and_close(channel, NOT_FOUND, 1).await,
+    };
+    let principal = ctx.caller.principal().to_string();
+    let _slot = match ctx
+        .app
+        .limits
+        .git
+        .acquire(&principal, PROCESS_QUEUE_WAIT)
+        .await
+    {
+        Ok(slot) => slot,
+        Err(busy) => {
+            crate::limits::note_refusal("git_process", busy.label(), || {
+                format!("refused git {} for {principal}", service.subcommand())
+            });
+            let message = format!("error: {}", busy.message());
+            return reply_and_close(channel, &message, 1).await;
+        }
     };
 
     let mut cmd = Command::new("git");
