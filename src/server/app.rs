@@ -36,6 +36,8 @@ pub struct App {
     pub leases: LeaseService,
     /// Connection caps, git process gate, page semaphore.
     pub limits: Limits,
+    /// The server's Ed25519 signing key (`signing`).
+    pub signing_key: Arc<git_collab::record::sign::SigningKey>,
 }
 
 impl App {
@@ -50,9 +52,11 @@ impl App {
         }
         let leases = LeaseService::open(&db_path)
             .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
+        let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
         let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
             leases,
+            signing_key,
             limits,
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
@@ -72,7 +76,7 @@ impl App {
 
 /// Make every path absolute: git runs hooks from inside the repository, so
 /// a relative hooks path (from a relative `--state-dir`) would miss.
-fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> {
+pub fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> {
     for path in [
         &mut config.state_dir,
         &mut config.repos_dir,
@@ -118,6 +122,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         ssh_max_connections = budget.ssh,
         "connection caps"
     );
+    crate::events::spawn_background(&app);
 
     if app.authorized_keys.current().is_empty()
         && !matches!(

@@ -144,11 +144,16 @@ enum Found<'r> {
     Other,
 }
 
-/// What is at `at.path` in `at.commit`: `None` for a missing path.
+/// What is at `at.path` in `at.commit`: `None` for a missing path,
+/// including one no tree can hold (a `.` or `..` segment, a NUL byte): a
+/// malformed URL is an ordinary 404, never a logged server error.
 fn lookup<'r>(ctx: &'r RepoCtx, at: &RevPath) -> anyhow::Result<Option<Found<'r>>> {
     let tree = ctx.git.find_commit(at.commit)?.tree()?;
     if at.path.is_empty() {
         return Ok(Some(Found::Tree(tree)));
+    }
+    if !is_tree_path(&at.path) {
+        return Ok(None);
     }
     let entry = match tree.get_path(std::path::Path::new(&at.path)) {
         Ok(entry) => entry,
@@ -160,6 +165,14 @@ fn lookup<'r>(ctx: &'r RepoCtx, at: &RevPath) -> anyhow::Result<Option<Found<'r>
         Some(ObjectType::Blob) => Found::Blob(entry.id()),
         _ => Found::Other,
     }))
+}
+
+/// Whether `path` (segments joined by `/`, none empty) could name an entry
+/// of a git tree: git refuses `.` and `..` as entry names, and NUL cannot
+/// occur in one.
+fn is_tree_path(path: &str) -> bool {
+    path.split('/')
+        .all(|seg| !seg.is_empty() && seg != "." && seg != ".." && !seg.contains('\0'))
 }
 
 fn resolve(ctx: &RepoCtx, rest: &str) -> Result<RevPath, PageError> {
