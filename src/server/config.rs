@@ -796,7 +796,6 @@ impl Given {
         }
     }
 
-
     /// A resource limit: a whole number from 1 (0 would refuse everything)
     /// to 1000000.
     fn limit(&self) -> anyhow::Result<usize> {
