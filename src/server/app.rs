@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::config::ServerConfig;
+use crate::db::reads::ReadPool;
 use crate::db::writer::LeaseService;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
@@ -32,12 +33,17 @@ pub struct App {
     /// Set once shutdown starts: no new commands.
     pub stopping: Stop,
     stop: StopTrigger,
-    /// The lease store (`collab.db`), one writer thread behind it.
+    /// The collab database's single writer thread (`collab.db`): lease
+    /// operations and every other write (`write`) go through it.
     pub leases: LeaseService,
     /// Connection caps, git process gate, page semaphore.
     pub limits: Limits,
+    /// Read-only connections to `collab.db` that never wait for the writer.
+    pub reads: ReadPool,
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<git_collab::record::sign::SigningKey>,
+    /// Repository maintenance: push counts, single flight, the bound.
+    pub maintenance: Arc<crate::maintenance::Maintenance>,
 }
 
 impl App {
@@ -56,8 +62,10 @@ impl App {
         let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
             leases,
+            reads: ReadPool::new(&db_path),
             signing_key,
             limits,
+            maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
@@ -123,6 +131,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         "connection caps"
     );
     crate::events::spawn_background(&app);
+    tokio::spawn(app.maintenance.clone().idle_loop(stopping.clone().wait()));
 
     if app.authorized_keys.current().is_empty()
         && !matches!(

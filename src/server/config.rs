@@ -35,6 +35,8 @@ pub struct ServerConfig {
     pub site_title: String,
     /// Bytes.
     pub max_release_size: u64,
+    /// Largest issue body or comment, in bytes.
+    pub max_issue_body: u64,
     /// OpenSSH public key lines granted admin.
     pub initial_admin_keys: Vec<String>,
     pub ssh: SshConfig,
@@ -42,6 +44,7 @@ pub struct ServerConfig {
     pub git: GitConfig,
     pub log: LogConfig,
     pub events: EventsConfig,
+    pub maintenance: MaintenanceConfig,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -144,6 +147,30 @@ impl Default for EventsConfig {
     }
 }
 
+/// When repositories are maintained (`maintenance`): after so many pushes,
+/// or once a pushed-to repository has been idle so long, and how many runs
+/// at once across the server.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct MaintenanceConfig {
+    /// Run after this many pushes to a repository (0: never on count).
+    pub after_pushes: u64,
+    /// Run once a repository pushed to since its last run has seen no push
+    /// for this many seconds (0: never on idleness).
+    pub idle_secs: u64,
+    /// Most runs at once across the server (at least 1).
+    pub concurrency: u64,
+}
+
+impl Default for MaintenanceConfig {
+    fn default() -> Self {
+        MaintenanceConfig {
+            after_pushes: 50,
+            idle_secs: 600,
+            concurrency: 1,
+        }
+    }
+}
+
 /// Built-in default of `state_dir`.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/git-collab";
 /// The configuration file read when neither `--config` nor
@@ -162,6 +189,7 @@ pub const KEYS: &[&str] = &[
     "collab_db",
     "site_title",
     "max_release_size",
+    "max_issue_body",
     "initial_admin_keys",
     "ssh.listen",
     "ssh.host_key",
@@ -187,10 +215,13 @@ pub const KEYS: &[&str] = &[
     "events.heartbeat_secs",
     "events.stall_timeout_secs",
     "events.max_watchers",
+    "maintenance.after_pushes",
+    "maintenance.idle_secs",
+    "maintenance.concurrency",
 ];
 
 /// Top-level TOML tables; every other known key is a top-level scalar.
-const SECTIONS: &[&str] = &["ssh", "http", "git", "log", "events"];
+const SECTIONS: &[&str] = &["ssh", "http", "git", "log", "events", "maintenance"];
 
 impl ServerConfig {
     /// Embedded defaults for a given state directory (SPEC §3.1).
@@ -200,6 +231,7 @@ impl ServerConfig {
             collab_db: None,
             site_title: "git-collab".into(),
             max_release_size: 100 * 1024 * 1024,
+            max_issue_body: 256 * 1024,
             initial_admin_keys: Vec::new(),
             ssh: SshConfig {
                 listen: "0.0.0.0:2222".into(),
@@ -234,6 +266,7 @@ impl ServerConfig {
                 format: "text".into(),
             },
             events: EventsConfig::default(),
+            maintenance: MaintenanceConfig::default(),
             state_dir,
         }
     }
@@ -289,6 +322,10 @@ pub struct ConfigFlags {
     /// [default: 100MiB].
     #[arg(long, global = true, value_name = "BYTES", value_parser = parse_size)]
     pub max_release_size: Option<u64>,
+    /// Largest issue body or comment, in bytes or with a unit (256KiB)
+    /// [default: 256KiB].
+    #[arg(long, global = true, value_name = "BYTES", value_parser = parse_size)]
+    pub max_issue_body: Option<u64>,
     /// SSH listen address [default: 0.0.0.0:2222].
     #[arg(long, global = true, value_name = "ADDR")]
     pub ssh_listen: Option<String>,
@@ -453,6 +490,7 @@ fn default_values() -> Dict {
     put("state_dir", Value::from(DEFAULT_STATE_DIR));
     put("site_title", Value::from(defaults.site_title));
     put("max_release_size", Value::from(defaults.max_release_size));
+    put("max_issue_body", Value::from(defaults.max_issue_body));
     put("initial_admin_keys", Value::from(Vec::<Value>::new()));
     put("ssh.listen", Value::from(defaults.ssh.listen));
     put(
@@ -516,6 +554,16 @@ fn default_values() -> Dict {
         Value::from(events.stall_timeout_secs),
     );
     put("events.max_watchers", Value::from(events.max_watchers));
+    let maintenance = MaintenanceConfig::default();
+    put(
+        "maintenance.after_pushes",
+        Value::from(maintenance.after_pushes),
+    );
+    put("maintenance.idle_secs", Value::from(maintenance.idle_secs));
+    put(
+        "maintenance.concurrency",
+        Value::from(maintenance.concurrency),
+    );
     dict
 }
 
@@ -703,6 +751,9 @@ fn flag_layers(flags: &ConfigFlags) -> anyhow::Result<Vec<Layer>> {
     }
     if let Some(size) = flags.max_release_size {
         given.push(("max_release_size", Value::from(size)));
+    }
+    if let Some(size) = flags.max_issue_body {
+        given.push(("max_issue_body", Value::from(size)));
     }
     Ok(given
         .into_iter()
@@ -985,6 +1036,7 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
         collab_db,
         site_title: r.required("site_title").text()?.to_string(),
         max_release_size: r.required("max_release_size").size()?,
+        max_issue_body: r.required("max_issue_body").size()?,
         initial_admin_keys: r.required("initial_admin_keys").admin_keys()?,
         ssh: SshConfig {
             listen: r.required("ssh.listen").socket_addr()?,
@@ -1021,6 +1073,11 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
             heartbeat_secs: r.required("events.heartbeat_secs").count(1, 3600)?,
             stall_timeout_secs: r.required("events.stall_timeout_secs").count(1, 3600)?,
             max_watchers: r.required("events.max_watchers").count(1, 100_000)?,
+        },
+        maintenance: MaintenanceConfig {
+            after_pushes: r.required("maintenance.after_pushes").count(0, 1_000_000)?,
+            idle_secs: r.required("maintenance.idle_secs").count(0, 604_800)?,
+            concurrency: r.required("maintenance.concurrency").count(1, 64)?,
         },
         repos_dir,
         state_dir,
@@ -1200,6 +1257,7 @@ impl LoadedConfig {
             "collab_db" => json!(c.collab_db_path()),
             "site_title" => json!(c.site_title),
             "max_release_size" => json!(c.max_release_size),
+            "max_issue_body" => json!(c.max_issue_body),
             "initial_admin_keys" => json!(c.initial_admin_keys),
             "ssh.listen" => json!(c.ssh.listen),
             "ssh.host_key" => json!(c.ssh.host_key),
@@ -1225,6 +1283,9 @@ impl LoadedConfig {
             "events.heartbeat_secs" => json!(c.events.heartbeat_secs),
             "events.stall_timeout_secs" => json!(c.events.stall_timeout_secs),
             "events.max_watchers" => json!(c.events.max_watchers),
+            "maintenance.after_pushes" => json!(c.maintenance.after_pushes),
+            "maintenance.idle_secs" => json!(c.maintenance.idle_secs),
+            "maintenance.concurrency" => json!(c.maintenance.concurrency),
             other => unreachable!("not a configuration key: {other}"),
         }
     }
@@ -1304,6 +1365,7 @@ impl LoadedConfig {
                 })
                 .collect(),
             "max_release_size" => vec![fmt_bytes(c.max_release_size)],
+            "max_issue_body" => vec![fmt_bytes(c.max_issue_body)],
             "http.max_request_body" => vec![fmt_bytes(c.http.max_request_body)],
             "http.max_file_shown" => vec![fmt_bytes(c.http.max_file_shown)],
             "ssh.login_grace_time" => vec![fmt_duration(c.ssh.login_grace_time)],

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use russh::server::Msg;
 use russh::Channel;
 
+pub use super::issue::IssueCmd;
 #[allow(unused_imports)] // re-exported for verbs that report token errors
 pub use super::tokens::{shell_tokens, TokenError};
 use crate::app::App;
@@ -43,8 +44,14 @@ impl GitService {
 /// `collab-repo` subcommands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RepoCmd {
-    Create { name: String },
+    Create {
+        name: String,
+    },
     List,
+    /// Maintenance now (needs Rewind on the repository).
+    Gc {
+        name: String,
+    },
 }
 
 /// `collab-lease` subcommands (see `super::lease`). `ttl_secs` is a positive
@@ -170,13 +177,15 @@ pub enum ExecCommand {
     Git { service: GitService, repo: String },
     /// `collab-whoami`
     Whoami,
-    /// `collab-repo create '<name>'`, `collab-repo list`
+    /// `collab-repo create '<name>'`, `collab-repo list`, `collab-repo gc '<name>'`
     Repo(RepoCmd),
     /// `collab-lease acquire|renew|release|list …`
     Lease(LeaseCmd),
     /// `collab-release create|download '<repo>' '<tag>' '<file>'`,
     /// `list '<repo>'`, `delete '<repo>' '<tag>' ['<file>']`
     Release(ReleaseCmd),
+    /// `collab-issue open|show|list|comment|edit|label|close|reopen|link|unlink …`
+    Issue(IssueCmd),
     /// `collab-events watch …`
     Events(WatchCmd),
 }
@@ -186,7 +195,7 @@ impl ExecCommand {
     pub fn repo(&self) -> Option<&str> {
         match self {
             ExecCommand::Git { repo, .. } => Some(repo),
-            ExecCommand::Repo(RepoCmd::Create { name }) => Some(name),
+            ExecCommand::Repo(RepoCmd::Create { name } | RepoCmd::Gc { name }) => Some(name),
             ExecCommand::Lease(
                 LeaseCmd::Acquire { repo, .. }
                 | LeaseCmd::Renew { repo, .. }
@@ -199,6 +208,7 @@ impl ExecCommand {
                 | ReleaseCmd::Download { repo, .. }
                 | ReleaseCmd::Delete { repo, .. },
             ) => Some(repo),
+            ExecCommand::Issue(cmd) => Some(cmd.repo()),
             ExecCommand::Events(watch) => watch.repos.first().map(String::as_str),
             ExecCommand::Whoami | ExecCommand::Repo(RepoCmd::List) => None,
         }
@@ -218,6 +228,7 @@ impl ExecCommand {
             ExecCommand::Whoami => "collab-whoami",
             ExecCommand::Repo(RepoCmd::Create { .. }) => "collab-repo create",
             ExecCommand::Repo(RepoCmd::List) => "collab-repo list",
+            ExecCommand::Repo(RepoCmd::Gc { .. }) => "collab-repo gc",
             ExecCommand::Lease(LeaseCmd::Acquire { .. }) => "collab-lease acquire",
             ExecCommand::Lease(LeaseCmd::Renew { .. }) => "collab-lease renew",
             ExecCommand::Lease(LeaseCmd::Release { .. }) => "collab-lease release",
@@ -226,6 +237,7 @@ impl ExecCommand {
             ExecCommand::Release(ReleaseCmd::List { .. }) => "collab-release list",
             ExecCommand::Release(ReleaseCmd::Download { .. }) => "collab-release download",
             ExecCommand::Release(ReleaseCmd::Delete { .. }) => "collab-release delete",
+            ExecCommand::Issue(cmd) => cmd.verb(),
             ExecCommand::Events(_) => "collab-events watch",
         }
     }
@@ -255,7 +267,11 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
             name: name.to_string(),
         })),
         ["collab-repo", "list"] => Some(ExecCommand::Repo(RepoCmd::List)),
+        ["collab-repo", "gc", name] => Some(ExecCommand::Repo(RepoCmd::Gc {
+            name: name.to_string(),
+        })),
         ["collab-lease", sub, rest @ ..] => parse_lease(sub, rest).map(ExecCommand::Lease),
+        ["collab-issue", sub, rest @ ..] => super::issue::parse(sub, rest).map(ExecCommand::Issue),
         ["collab-events", "watch", rest @ ..] => parse_watch(rest).map(ExecCommand::Events),
         ["collab-release", "create", repo, tag, file] => {
             Some(ExecCommand::Release(ReleaseCmd::Create {
@@ -321,12 +337,15 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
         ("git-upload-pack", _) | ("git", Some("upload-pack")) => "git-upload-pack '<repo>'",
         ("git-receive-pack", _) | ("git", Some("receive-pack")) => "git-receive-pack '<repo>'",
         ("collab-whoami", _) => "collab-whoami",
-        ("collab-repo", _) => "collab-repo create '<name>' | collab-repo list",
+        ("collab-repo", _) => {
+            "collab-repo create '<name>' | collab-repo list | collab-repo gc '<repo>'"
+        }
         ("collab-lease", _) => {
             "collab-lease acquire '<repo>' '<issue>' [--ttl <secs>] | \
              collab-lease renew '<repo>' '<issue>' --ttl <secs> | \
              collab-lease release '<repo>' '<issue>' | collab-lease list '<repo>'"
         }
+        ("collab-issue", _) => super::issue::USAGE,
         ("collab-events", _) => {
             "collab-events watch ['<repo>'...] [--since <seq>] [--type <pattern>]... [--no-follow]"
         }
@@ -439,6 +458,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
         ExecCommand::Lease(cmd) => super::lease::run(&ctx, channel, cmd).await,
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
+        ExecCommand::Issue(cmd) => super::issue::run(&ctx, channel, cmd).await,
         ExecCommand::Events(cmd) => super::events::watch(&ctx, channel, cmd).await,
     }
 }
@@ -494,6 +514,12 @@ mod tests {
         assert_eq!(
             parse_exec_command("collab-repo list"),
             Some(ExecCommand::Repo(RepoCmd::List))
+        );
+        assert_eq!(
+            parse_exec_command("collab-repo gc 'team/app'"),
+            Some(ExecCommand::Repo(RepoCmd::Gc {
+                name: "team/app".into()
+            }))
         );
     }
 
