@@ -36,6 +36,8 @@ pub struct ServerConfig {
     pub max_release_size: u64,
     /// OpenSSH public key lines granted admin.
     pub initial_admin_keys: Vec<String>,
+    /// A push to a missing repository creates it, for callers who may create it.
+    pub push_to_create: bool,
     pub ssh: SshConfig,
     pub http: HttpConfig,
     pub log: LogConfig,
@@ -47,6 +49,12 @@ pub struct SshConfig {
     pub listen: String,
     pub host_key: PathBuf,
     pub authorized_keys: PathBuf,
+    /// Accept `ssh-rsa` (SHA-1) user signatures, refused by default as
+    /// OpenSSH >= 8.8 does.
+    pub allow_sha1_rsa: bool,
+    /// Also serve RSA and ECDSA host keys (generated beside `host_key`) for
+    /// clients that cannot verify Ed25519.
+    pub legacy_host_keys: bool,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -72,16 +80,19 @@ pub const ENV_PREFIX: &str = "GIT_COLLAB_";
 pub const CONFIG_ENV: &str = "GIT_COLLAB_CONFIG";
 
 /// Every configuration key, dotted, in the order of SPEC §3.1.
-pub const KEYS: [&str; 12] = [
+pub const KEYS: [&str; 15] = [
     "state_dir",
     "repos_dir",
     "collab_db",
     "site_title",
     "max_release_size",
     "initial_admin_keys",
+    "push_to_create",
     "ssh.listen",
     "ssh.host_key",
     "ssh.authorized_keys",
+    "ssh.allow_sha1_rsa",
+    "ssh.legacy_host_keys",
     "http.listen",
     "log.level",
     "log.format",
@@ -99,10 +110,13 @@ impl ServerConfig {
             site_title: "git-collab".into(),
             max_release_size: 100 * 1024 * 1024,
             initial_admin_keys: Vec::new(),
+            push_to_create: false,
             ssh: SshConfig {
                 listen: "0.0.0.0:2222".into(),
                 host_key: state_dir.join("ssh_host_ed25519_key"),
                 authorized_keys: state_dir.join("authorized_keys"),
+                allow_sha1_rsa: false,
+                legacy_host_keys: false,
             },
             http: HttpConfig {
                 listen: "0.0.0.0:8080".into(),
@@ -306,7 +320,16 @@ fn default_values() -> Dict {
     put("site_title", Value::from(defaults.site_title));
     put("max_release_size", Value::from(defaults.max_release_size));
     put("initial_admin_keys", Value::from(Vec::<Value>::new()));
+    put("push_to_create", Value::from(defaults.push_to_create));
     put("ssh.listen", Value::from(defaults.ssh.listen));
+    put(
+        "ssh.allow_sha1_rsa",
+        Value::from(defaults.ssh.allow_sha1_rsa),
+    );
+    put(
+        "ssh.legacy_host_keys",
+        Value::from(defaults.ssh.legacy_host_keys),
+    );
     put("http.listen", Value::from(defaults.http.listen));
     put("log.level", Value::from(defaults.log.level));
     put("log.format", Value::from(defaults.log.format));
@@ -550,6 +573,21 @@ impl Given {
         }
     }
 
+    /// `true`/`false`; from the environment also `1`/`0`, `yes`/`no`.
+    fn boolean(&self) -> anyhow::Result<bool> {
+        match &self.value {
+            Value::Bool(_, b) => Ok(*b),
+            Value::String(_, text) => match text.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" | "on" => Ok(true),
+                "false" | "0" | "no" | "off" => Ok(false),
+                _ => Err(self.error("expected true or false")),
+            },
+            Value::Num(_, num) if num.to_u128() == Some(1) => Ok(true),
+            Value::Num(_, num) if num.to_u128() == Some(0) => Ok(false),
+            other => Err(self.error(format!("expected true or false, found {}", kind(other)))),
+        }
+    }
+
     fn log_level(&self) -> anyhow::Result<String> {
         let text = self.non_empty_text()?.trim();
         validate_log_level(text).map_err(|problem| self.error(problem))?;
@@ -692,8 +730,11 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
         site_title: r.required("site_title").text()?.to_string(),
         max_release_size: r.required("max_release_size").size()?,
         initial_admin_keys: r.required("initial_admin_keys").admin_keys()?,
+        push_to_create: r.required("push_to_create").boolean()?,
         ssh: SshConfig {
             listen: r.required("ssh.listen").socket_addr()?,
+            allow_sha1_rsa: r.required("ssh.allow_sha1_rsa").boolean()?,
+            legacy_host_keys: r.required("ssh.legacy_host_keys").boolean()?,
             host_key: r
                 .path_or_derived("ssh.host_key", || state_dir.join("ssh_host_ed25519_key"))?,
             authorized_keys: r
@@ -793,7 +834,10 @@ impl LoadedConfig {
             "site_title" => json!(c.site_title),
             "max_release_size" => json!(c.max_release_size),
             "initial_admin_keys" => json!(c.initial_admin_keys),
+            "push_to_create" => json!(c.push_to_create),
             "ssh.listen" => json!(c.ssh.listen),
+            "ssh.allow_sha1_rsa" => json!(c.ssh.allow_sha1_rsa),
+            "ssh.legacy_host_keys" => json!(c.ssh.legacy_host_keys),
             "ssh.host_key" => json!(c.ssh.host_key),
             "ssh.authorized_keys" => json!(c.ssh.authorized_keys),
             "http.listen" => json!(c.http.listen),

@@ -15,6 +15,7 @@ mod identity;
 mod logging;
 mod metrics;
 mod releases;
+mod repo_admin;
 mod repos;
 mod setup;
 mod shutdown;

@@ -7,4 +7,5 @@
 pub mod events;
 pub mod leases;
 pub mod migrations;
+pub mod repos;
 pub mod writer;

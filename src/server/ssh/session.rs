@@ -28,6 +28,8 @@ pub const NOT_FOUND: &str = NotFound::MESSAGE;
 pub enum GitService {
     UploadPack,
     ReceivePack,
+    /// `git archive --remote` (readers).
+    UploadArchive,
 }
 
 impl GitService {
@@ -36,6 +38,7 @@ impl GitService {
         match self {
             GitService::UploadPack => "upload-pack",
             GitService::ReceivePack => "receive-pack",
+            GitService::UploadArchive => "upload-archive",
         }
     }
 }
@@ -43,8 +46,33 @@ impl GitService {
 /// `collab-repo` subcommands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RepoCmd {
-    Create { name: String },
+    Create {
+        name: String,
+    },
     List,
+    /// Show (`text: None`, Read) or set (Rewind) the description.
+    Describe {
+        repo: String,
+        text: Option<String>,
+    },
+    /// Show (`public: None`, Read) or set (Rewind) anonymous HTTP read.
+    Visibility {
+        repo: String,
+        public: Option<bool>,
+    },
+    SetHead {
+        repo: String,
+        branch: String,
+    },
+    Rename {
+        repo: String,
+        new_name: String,
+    },
+    /// `confirm` must repeat the repository's name.
+    Delete {
+        repo: String,
+        confirm: String,
+    },
 }
 
 /// `collab-lease` subcommands (see `super::lease`). `ttl_secs` is a positive
@@ -113,6 +141,8 @@ pub enum ExecCommand {
     Git { service: GitService, repo: String },
     /// `collab-whoami`
     Whoami,
+    /// `help`: the verbs available to the caller.
+    Help,
     /// `collab-repo create '<name>'`, `collab-repo list`
     Repo(RepoCmd),
     /// `collab-lease acquire|renew|release|list …`
@@ -128,6 +158,13 @@ impl ExecCommand {
         match self {
             ExecCommand::Git { repo, .. } => Some(repo),
             ExecCommand::Repo(RepoCmd::Create { name }) => Some(name),
+            ExecCommand::Repo(
+                RepoCmd::Describe { repo, .. }
+                | RepoCmd::Visibility { repo, .. }
+                | RepoCmd::SetHead { repo, .. }
+                | RepoCmd::Rename { repo, .. }
+                | RepoCmd::Delete { repo, .. },
+            ) => Some(repo),
             ExecCommand::Lease(
                 LeaseCmd::Acquire { repo, .. }
                 | LeaseCmd::Renew { repo, .. }
@@ -140,7 +177,7 @@ impl ExecCommand {
                 | ReleaseCmd::Download { repo, .. }
                 | ReleaseCmd::Delete { repo, .. },
             ) => Some(repo),
-            ExecCommand::Whoami | ExecCommand::Repo(RepoCmd::List) => None,
+            ExecCommand::Whoami | ExecCommand::Help | ExecCommand::Repo(RepoCmd::List) => None,
         }
     }
 
@@ -155,9 +192,19 @@ impl ExecCommand {
                 service: GitService::ReceivePack,
                 ..
             } => "git-receive-pack",
+            ExecCommand::Git {
+                service: GitService::UploadArchive,
+                ..
+            } => "git-upload-archive",
             ExecCommand::Whoami => "collab-whoami",
             ExecCommand::Repo(RepoCmd::Create { .. }) => "collab-repo create",
             ExecCommand::Repo(RepoCmd::List) => "collab-repo list",
+            ExecCommand::Repo(RepoCmd::Describe { .. }) => "collab-repo describe",
+            ExecCommand::Repo(RepoCmd::Visibility { .. }) => "collab-repo visibility",
+            ExecCommand::Repo(RepoCmd::SetHead { .. }) => "collab-repo set-head",
+            ExecCommand::Repo(RepoCmd::Rename { .. }) => "collab-repo rename",
+            ExecCommand::Repo(RepoCmd::Delete { .. }) => "collab-repo delete",
+            ExecCommand::Help => "help",
             ExecCommand::Lease(LeaseCmd::Acquire { .. }) => "collab-lease acquire",
             ExecCommand::Lease(LeaseCmd::Renew { .. }) => "collab-lease renew",
             ExecCommand::Lease(LeaseCmd::Release { .. }) => "collab-lease release",
@@ -189,11 +236,16 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
         ["git-receive-pack", repo] | ["git", "receive-pack", repo] => {
             git(GitService::ReceivePack, repo)
         }
+        ["git-upload-archive", repo] | ["git", "upload-archive", repo] => {
+            git(GitService::UploadArchive, repo)
+        }
         ["collab-whoami"] => Some(ExecCommand::Whoami),
         ["collab-repo", "create", name] => Some(ExecCommand::Repo(RepoCmd::Create {
             name: name.to_string(),
         })),
         ["collab-repo", "list"] => Some(ExecCommand::Repo(RepoCmd::List)),
+        ["collab-repo", sub, rest @ ..] => parse_repo_admin(sub, rest).map(ExecCommand::Repo),
+        ["help"] | ["collab-help"] => Some(ExecCommand::Help),
         ["collab-lease", sub, rest @ ..] => parse_lease(sub, rest).map(ExecCommand::Lease),
         ["collab-release", "create", repo, tag, file] => {
             Some(ExecCommand::Release(ReleaseCmd::Create {
@@ -221,6 +273,46 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
         }
         _ => None,
     }
+}
+
+/// `collab-repo <sub> <args…>` for the administration subcommands.
+fn parse_repo_admin(sub: &str, args: &[&str]) -> Option<RepoCmd> {
+    let owned = |s: &str| s.to_string();
+    Some(match (sub, args) {
+        ("describe", [repo]) => RepoCmd::Describe {
+            repo: owned(repo),
+            text: None,
+        },
+        ("describe", [repo, text]) => RepoCmd::Describe {
+            repo: owned(repo),
+            text: Some(owned(text)),
+        },
+        ("visibility", [repo]) => RepoCmd::Visibility {
+            repo: owned(repo),
+            public: None,
+        },
+        ("visibility", [repo, "public"]) => RepoCmd::Visibility {
+            repo: owned(repo),
+            public: Some(true),
+        },
+        ("visibility", [repo, "private"]) => RepoCmd::Visibility {
+            repo: owned(repo),
+            public: Some(false),
+        },
+        ("set-head", [repo, branch]) => RepoCmd::SetHead {
+            repo: owned(repo),
+            branch: owned(branch),
+        },
+        ("rename", [repo, new_name]) => RepoCmd::Rename {
+            repo: owned(repo),
+            new_name: owned(new_name),
+        },
+        ("delete", [repo, "--confirm", confirm]) => RepoCmd::Delete {
+            repo: owned(repo),
+            confirm: owned(confirm),
+        },
+        _ => return None,
+    })
 }
 
 /// `collab-lease <sub> <args…>` after the verb.
@@ -258,8 +350,15 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
     Some(match (first, second) {
         ("git-upload-pack", _) | ("git", Some("upload-pack")) => "git-upload-pack '<repo>'",
         ("git-receive-pack", _) | ("git", Some("receive-pack")) => "git-receive-pack '<repo>'",
+        ("git-upload-archive", _) | ("git", Some("upload-archive")) => {
+            "git-upload-archive '<repo>'"
+        }
         ("collab-whoami", _) => "collab-whoami",
-        ("collab-repo", _) => "collab-repo create '<name>' | collab-repo list",
+        ("collab-repo", _) => {
+            "collab-repo create '<name>' | list | describe '<repo>' ['<text>'] | \
+             visibility '<repo>' [public|private] | set-head '<repo>' '<branch>' | \
+             rename '<repo>' '<new-name>' | delete '<repo>' --confirm '<repo>'"
+        }
         ("collab-lease", _) => {
             "collab-lease acquire '<repo>' '<issue>' [--ttl <secs>] | \
              collab-lease renew '<repo>' '<issue>' --ttl <secs> | \
@@ -368,6 +467,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
     match command {
         ExecCommand::Git { service, repo } => super::git::run(&ctx, channel, service, &repo).await,
         ExecCommand::Whoami => super::admin::whoami(&ctx, channel).await,
+        ExecCommand::Help => super::admin::help(&ctx, channel).await,
         ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
         ExecCommand::Lease(cmd) => super::lease::run(&ctx, channel, cmd).await,
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
@@ -425,6 +525,44 @@ mod tests {
         assert_eq!(
             parse_exec_command("collab-repo list"),
             Some(ExecCommand::Repo(RepoCmd::List))
+        );
+        assert_eq!(parse_exec_command("help"), Some(ExecCommand::Help));
+        assert_eq!(
+            parse_exec_command("collab-repo describe r 'A forge'"),
+            Some(ExecCommand::Repo(RepoCmd::Describe {
+                repo: "r".into(),
+                text: Some("A forge".into())
+            }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-repo visibility r public"),
+            Some(ExecCommand::Repo(RepoCmd::Visibility {
+                repo: "r".into(),
+                public: Some(true)
+            }))
+        );
+        assert_eq!(parse_exec_command("collab-repo visibility r maybe"), None);
+        assert_eq!(
+            parse_exec_command("collab-repo delete r --confirm r"),
+            Some(ExecCommand::Repo(RepoCmd::Delete {
+                repo: "r".into(),
+                confirm: "r".into()
+            }))
+        );
+        assert_eq!(parse_exec_command("collab-repo delete r"), None);
+        assert_eq!(
+            parse_exec_command("collab-repo set-head r trunk"),
+            Some(ExecCommand::Repo(RepoCmd::SetHead {
+                repo: "r".into(),
+                branch: "trunk".into()
+            }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-repo rename r team/r2"),
+            Some(ExecCommand::Repo(RepoCmd::Rename {
+                repo: "r".into(),
+                new_name: "team/r2".into()
+            }))
         );
     }
 
