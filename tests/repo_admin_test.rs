@@ -367,3 +367,33 @@ fn a_refused_key_is_logged_with_its_fingerprint() {
     h.wait_for_log(&fp);
     assert!(h.log().contains("key refused"), "{}", h.log());
 }
+
+#[test]
+fn the_web_falls_back_to_an_existing_branch_when_head_dangles() {
+    let h = ServerHarness::start();
+    let path = h.create_repo("old");
+    std::fs::write(path.join("collab-policy.toml"), "public = true\n").unwrap();
+    let local = local_repo(&h, "old-local", "master");
+    h.git(&local, &["remote", "add", "origin", &h.repo_url("old.git")]);
+    h.ssh_push(&local, &["master"]);
+    // As a repository pushed before HEAD was repaired on push.
+    let out = std::process::Command::new("git")
+        .args(["symbolic-ref", "HEAD", "refs/heads/main"])
+        .current_dir(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let get = |p: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-w", "\n%{http_code} %{redirect_url}"])
+            .arg(format!("{}{p}", h.http_url()))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let summary = get("/old");
+    assert!(!summary.contains("This repository is empty"), "{summary}");
+    assert!(summary.contains("README.md"), "{summary}");
+    let tree = get("/old/-/tree");
+    assert!(tree.trim_end().ends_with("/old/-/tree/master"), "{tree}");
+}

@@ -173,9 +173,19 @@ pub struct ConfigFlags {
     /// [default: 100MiB].
     #[arg(long, global = true, value_name = "BYTES", value_parser = parse_size)]
     pub max_release_size: Option<u64>,
+    /// A push to a missing repository creates it, for callers who may
+    /// create it [default: false].
+    #[arg(long, global = true, value_name = "BOOL")]
+    pub push_to_create: Option<bool>,
     /// SSH listen address [default: 0.0.0.0:2222].
     #[arg(long, global = true, value_name = "ADDR")]
     pub ssh_listen: Option<String>,
+    /// Accept ssh-rsa (SHA-1) user signatures [default: false].
+    #[arg(long, global = true, value_name = "BOOL")]
+    pub ssh_allow_sha1_rsa: Option<bool>,
+    /// Also serve RSA and ECDSA host keys [default: false].
+    #[arg(long, global = true, value_name = "BOOL")]
+    pub ssh_legacy_host_keys: Option<bool>,
     /// SSH host key, generated on first start [default: {state_dir}/ssh_host_ed25519_key].
     #[arg(long, global = true, value_name = "PATH")]
     pub ssh_host_key: Option<PathBuf>,
@@ -496,6 +506,16 @@ fn flag_layers(flags: &ConfigFlags) -> anyhow::Result<Vec<Layer>> {
     }
     if let Some(size) = flags.max_release_size {
         given.push(("max_release_size", Value::from(size)));
+    }
+    let booleans = [
+        ("push_to_create", flags.push_to_create),
+        ("ssh.allow_sha1_rsa", flags.ssh_allow_sha1_rsa),
+        ("ssh.legacy_host_keys", flags.ssh_legacy_host_keys),
+    ];
+    for (key, value) in booleans {
+        if let Some(value) = value {
+            given.push((key, Value::from(value)));
+        }
     }
     Ok(given
         .into_iter()

@@ -8,7 +8,7 @@ use russh::server::Msg;
 use russh::Channel;
 use serde_json::json;
 
-use super::session::{json_line, reply_and_close, ExecContext, RepoCmd, NOT_FOUND};
+use super::session::{json_line, reply_and_close, ExecContext, RepoCmd};
 use crate::authz::{self, Access, Regime};
 use crate::repo_admin;
 use crate::repos::{self, CreateError, RepoEntry};
@@ -24,7 +24,7 @@ pub async fn whoami(ctx: &ExecContext, channel: Channel<Msg>) {
     let caller = &ctx.caller;
     let mut key = caller.identity.key.clone();
     key.set_comment("");
-    let reply = json!({
+    let mut reply = json!({
         "key": key.to_openssh().ok(),
         "principal": caller.principal(),
         "regime": caller.regime.as_str(),
@@ -32,6 +32,15 @@ pub async fn whoami(ctx: &ExecContext, channel: Channel<Msg>) {
         "fingerprint": caller.identity.fingerprint,
         "admin": caller.identity.admin,
     });
+    // A key the server knows (authorized_keys) that governance has not
+    // enrolled gets no repository access; say so, and how to fix it.
+    if matches!(caller.regime, Regime::Closed) {
+        reply["enrolled"] = json!(false);
+        reply["hint"] = json!(
+            "this key is admitted but not enrolled: ask a governance admin to add the `key` \
+             line to a principal in governance.toml (_governance.git)"
+        );
+    }
     reply_and_close(channel, &json_line(&reply), 0).await
 }
 
@@ -114,32 +123,16 @@ const REPO_VERBS: &[(&str, &str)] = &[
     ("collab-release list|download '<repo>' ...", "read"),
 ];
 
-/// Resolve `repo` with at least `needed`, or answer "not found".
+/// Resolve `repo` with at least `needed` (see `authorize_or_reply`).
 async fn resolve(
     ctx: &ExecContext,
     channel: Channel<Msg>,
     repo: &str,
     needed: Access,
 ) -> Option<(Channel<Msg>, RepoEntry)> {
-    match authz::authorize(&ctx.app, &ctx.caller, repo, needed) {
-        Ok((entry, _)) => Some((channel, entry)),
-        Err(_) => {
-            // A reader asking for more than read learns only that it may not.
-            if needed > Access::Read
-                && authz::authorize(&ctx.app, &ctx.caller, repo, Access::Read).is_ok()
-            {
-                reply_and_close(
-                    channel,
-                    "error: permission denied: this needs rewind access to the repository",
-                    1,
-                )
-                .await;
-            } else {
-                reply_and_close(channel, NOT_FOUND, 1).await;
-            }
-            None
-        }
-    }
+    super::session::authorize_or_reply(ctx, channel, repo, needed, "repository settings")
+        .await
+        .map(|(entry, channel)| (channel, entry))
 }
 
 async fn describe(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, text: Option<String>) {

@@ -408,6 +408,39 @@ pub async fn reply_and_close(channel: Channel<Msg>, message: &str, exit_code: u3
     let _ = write.close().await;
 }
 
+/// Resolve `repo` with at least `needed` for a verb, or reply and give the
+/// channel back as `None`. A caller who cannot read the repository gets
+/// the one not-found reply (existence stays secret); a reader who lacks the
+/// level learns only that: `error: permission denied: {what} need {level}
+/// access`.
+pub async fn authorize_or_reply(
+    ctx: &ExecContext,
+    channel: Channel<Msg>,
+    repo: &str,
+    needed: crate::authz::Access,
+    what: &str,
+) -> Option<(crate::repos::RepoEntry, Channel<Msg>)> {
+    use crate::authz::{authorize, Access};
+    match authorize(&ctx.app, &ctx.caller, repo, needed) {
+        Ok((entry, _)) => Some((entry, channel)),
+        Err(_)
+            if needed > Access::Read
+                && authorize(&ctx.app, &ctx.caller, repo, Access::Read).is_ok() =>
+        {
+            let message = format!(
+                "error: permission denied: {what} need {} access",
+                needed.as_str()
+            );
+            reply_and_close(channel, &message, 1).await;
+            None
+        }
+        Err(_) => {
+            reply_and_close(channel, NOT_FOUND, 1).await;
+            None
+        }
+    }
+}
+
 /// Serialize a reply object (one line of JSON).
 pub fn json_line(value: &serde_json::Value) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "{}".to_string())
