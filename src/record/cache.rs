@@ -13,7 +13,8 @@ use git2::Repository;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::record::state::{DroppedEvent, IssueState};
+use crate::record::replay::DroppedEvent;
+use crate::record::state::IssueState;
 use crate::record::trust;
 
 /// The replay of one issue at one tip.

@@ -5,9 +5,11 @@
 pub mod cache;
 pub mod diff;
 pub mod event;
+pub mod export;
 pub mod merge_scan;
 pub mod patch;
 pub mod refs;
+pub mod replay;
 pub mod sign;
 pub mod state;
 pub mod store;

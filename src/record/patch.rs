@@ -28,7 +28,7 @@ use crate::record::event::{
     Action, Author, Event, PatchComment, PatchMerge, PatchOpen, PatchReview, PatchRevise, Verdict,
 };
 use crate::record::refs;
-use crate::record::state::{ordered_events, Checker, DroppedEvent, Verified};
+use crate::record::replay::{self, Checker, DroppedEvent, Fold, Verified};
 use crate::record::store;
 use crate::record::timeline::{TimelineEntry, TimelineItem};
 use crate::record::trust::TrustList;
@@ -181,27 +181,17 @@ pub fn replay(
     dag: &[store::DagCommit],
     checker: &mut Checker,
 ) -> (Result<PatchState, String>, Vec<DroppedEvent>) {
-    let ordered = ordered_events(root_id, dag, checker);
-    let mut dropped = ordered.dropped;
-    let state = match ordered.root {
-        Err(why) => Err(why),
-        Ok(root) => match open_state(&root) {
-            Err(why) => {
-                dropped.push(root.misplaced(&why));
-                Err(why)
-            }
-            Ok(mut state) => {
-                for v in &ordered.events {
-                    if let Err(why) = apply(&mut state, v) {
-                        dropped.push(v.misplaced(&why));
-                    }
-                }
-                Ok(state)
-            }
-        },
-    };
-    dropped.sort_by(|a, b| a.commit.cmp(&b.commit));
-    (state, dropped)
+    replay::fold(root_id, dag, checker)
+}
+
+impl Fold for PatchState {
+    fn from_root(root: &Verified) -> Result<PatchState, String> {
+        open_state(root)
+    }
+
+    fn apply(&mut self, event: &Verified) -> Result<(), String> {
+        apply(self, event)
+    }
 }
 
 fn open_state(root: &Verified) -> Result<PatchState, String> {

@@ -1,13 +1,10 @@
-//! Replay: the materialized state of an issue is a pure function of its
-//! event DAG and the trust allowlist. Events are verified (signature over
-//! the exact `event.json` bytes, author key in the allowlist when there is
-//! one), put in a topological order where concurrent events go by
-//! `(at, commit id)`, and folded into an [`IssueState`]. Bad events are
-//! dropped and reported as [`DroppedEvent`]s, never applied. Also here:
-//! resolving an id prefix to an issue ref, and listing every issue.
+//! Issues as a replay of their DAG: the materialized state of an issue is
+//! a pure function of its event DAG and the trust allowlist, folded by the
+//! shared replay (`replay.rs`: verification, order, drops) through
+//! [`IssueState`]'s [`Fold`]. Also here: resolving an id prefix to an issue
+//! ref, and listing every issue.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use git2::{Oid, Repository};
@@ -15,10 +12,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::record::cache;
+use crate::record::event::Action;
 pub use crate::record::event::Author;
-use crate::record::event::{Action, DecodeError, Event};
 use crate::record::refs;
-use crate::record::sign::{self, VerifyError};
+use crate::record::replay::{self as fold_replay, Checker, Fold, Verified};
+pub use crate::record::replay::{DropReason, DroppedEvent};
 use crate::record::store::{self, Content, DagCommit};
 use crate::record::trust::TrustList;
 
@@ -70,39 +68,6 @@ pub struct IssueState {
     pub labels: Vec<String>,
     /// In replay order.
     pub comments: Vec<Comment>,
-}
-
-/// Why an event was not applied.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DropReason {
-    /// The commit has no (or a broken) `event.json`/`event.sig`.
-    Malformed,
-    /// `event.json` is not canonical JSON of a known event shape.
-    BadEvent,
-    /// The signature does not verify against `author.key`.
-    BadSignature,
-    /// The allowlist exists and does not list `author.key`.
-    Untrusted,
-    /// A valid event that does not belong where it is (an `issue.open`
-    /// below the root, a type that is not an issue event, a commit not
-    /// descended from the root).
-    Misplaced,
-}
-
-/// An event that replay dropped, with why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DroppedEvent {
-    /// The event commit's id.
-    pub commit: String,
-    /// The event type, when `event.json` could be read.
-    #[serde(rename = "type")]
-    pub kind: Option<String>,
-    /// The author key fingerprint, when `event.json` could be read.
-    pub author_fingerprint: Option<String>,
-    pub reason: DropReason,
-    /// A one-line human explanation.
-    pub detail: String,
 }
 
 /// The full outcome of replaying one issue DAG.
@@ -320,147 +285,6 @@ pub fn resolve_issue_ref(repo: &Repository, id_or_prefix: &str) -> Result<(Strin
     }
 }
 
-/// Verifies events for one or more replays, remembering what it learnt
-/// about each author key line (parsed key, allowlist decision): a DAG
-/// usually has few authors and many events.
-pub struct Checker<'a> {
-    trust: Option<&'a TrustList>,
-    keys: HashMap<String, (Result<ed25519_dalek::VerifyingKey, VerifyError>, bool)>,
-}
-
-impl<'a> Checker<'a> {
-    /// A checker applying `trust` (`None`: no allowlist, trust every valid
-    /// signature).
-    pub fn new(trust: Option<&'a TrustList>) -> Checker<'a> {
-        Checker {
-            trust,
-            keys: HashMap::new(),
-        }
-    }
-
-    /// Verifies the signature; on success tells whether the key is trusted.
-    fn verify(&mut self, key_line: &str, json: &[u8], sig: &[u8]) -> Result<bool, VerifyError> {
-        let trust = self.trust;
-        let (key, trusted) = self.keys.entry(key_line.to_string()).or_insert_with(|| {
-            let trusted = trust.is_none_or(|t| t.allows(key_line));
-            (sign::verifying_key(key_line), trusted)
-        });
-        let key = key.as_ref().map_err(|e| e.clone())?;
-        sign::verify_with(key, json, sig)?;
-        Ok(*trusted)
-    }
-}
-
-/// A verified event, ready to apply.
-#[derive(Clone, Debug)]
-pub struct Verified {
-    /// The event commit's id.
-    pub oid: Oid,
-    pub event: Event,
-}
-
-impl Verified {
-    /// Reports this event as dropped because it does not belong where it
-    /// is (`why` says where that is).
-    pub fn misplaced(&self, why: &str) -> DroppedEvent {
-        misplaced_event(self, why)
-    }
-}
-
-/// The verified events of one DAG in replay order, for folds of object
-/// types other than issues (see `patch::PatchState`).
-#[derive(Debug)]
-pub struct OrderedEvents {
-    /// The root event, or why the DAG has no usable root.
-    pub root: Result<Verified, String>,
-    /// Every other verified event descended from the root, in replay order.
-    pub events: Vec<Verified>,
-    /// Events dropped by verification or for not descending from the root.
-    pub dropped: Vec<DroppedEvent>,
-}
-
-/// Verifies the commits of one DAG and puts the valid ones in replay order
-/// (topological; concurrent events by `(at, commit id)`), exactly as
-/// [`replay`] does for issues, without interpreting any event.
-pub fn ordered_events(root_id: &str, dag: &[DagCommit], checker: &mut Checker) -> OrderedEvents {
-    let mut dropped = Vec::new();
-    let index: HashMap<Oid, usize> = dag.iter().enumerate().map(|(i, c)| (c.oid, i)).collect();
-    let mut children: Vec<Vec<usize>> = vec![Vec::new(); dag.len()];
-    let mut waiting: Vec<usize> = vec![0; dag.len()];
-    for (i, c) in dag.iter().enumerate() {
-        for p in &c.parents {
-            if let Some(&pi) = index.get(p) {
-                children[pi].push(i);
-                waiting[i] += 1;
-            }
-        }
-    }
-    let mut verified: Vec<Option<Verified>> = dag
-        .iter()
-        .map(|c| {
-            check(c, checker)
-                .map_err(|d| dropped.push(d))
-                .ok()
-                .flatten()
-        })
-        .collect();
-    let key = |verified: &[Option<Verified>], i: usize| -> ReadyKey {
-        match &verified[i] {
-            Some(v) => Reverse((1, v.event.at, v.oid)),
-            None => Reverse((0, DateTime::<Utc>::MIN_UTC, dag[i].oid)),
-        }
-    };
-    let mut ready: BinaryHeap<(ReadyKey, usize)> = (0..dag.len())
-        .filter(|&i| waiting[i] == 0)
-        .map(|i| (key(&verified, i), i))
-        .collect();
-    let mut rooted = vec![false; dag.len()];
-    let mut root: Option<Result<Verified, String>> = None;
-    let mut events = Vec::new();
-    while let Some((_, i)) = ready.pop() {
-        let commit = &dag[i];
-        let is_root = commit.oid.to_string() == root_id;
-        rooted[i] = is_root
-            || commit
-                .parents
-                .iter()
-                .any(|p| index.get(p).is_some_and(|&pi| rooted[pi]));
-        for &child in &children[i] {
-            waiting[child] -= 1;
-            if waiting[child] == 0 {
-                ready.push((key(&verified, child), child));
-            }
-        }
-        let Some(v) = verified[i].take() else {
-            if is_root {
-                root = Some(Err(dropped
-                    .iter()
-                    .find(|d: &&DroppedEvent| d.commit == root_id)
-                    .map(|d| format!("root event dropped: {}", d.detail))
-                    .unwrap_or_else(|| "root commit holds no event".into())));
-            }
-            continue;
-        };
-        if is_root {
-            root = Some(Ok(v));
-        } else if rooted[i] {
-            events.push(v);
-        } else {
-            dropped.push(v.misplaced("not descended from the root"));
-        }
-    }
-    OrderedEvents {
-        root: root.unwrap_or_else(|| Err(format!("root commit {root_id} is not in the DAG"))),
-        events,
-        dropped,
-    }
-}
-
-/// Orders ready commits: commits that apply nothing (merges, dropped
-/// events) first, so they never reorder the events after them; then events
-/// by `(at, oid)`.
-type ReadyKey = Reverse<(u8, DateTime<Utc>, Oid)>;
-
 /// The pure replay: verifies, orders and folds the commits of one DAG.
 /// Returns the state (or why the issue is invalid) and the dropped events.
 pub fn replay(
@@ -471,97 +295,82 @@ pub fn replay(
     replay_with(root_id, dag, &mut Checker::new(trust))
 }
 
-/// [`replay`] with a [`Checker`] shared across DAGs: orders the DAG with
-/// [`ordered_events`], then folds the events into an [`IssueState`].
+/// [`replay`] with a [`Checker`] shared across DAGs.
 pub fn replay_with(
     root_id: &str,
     dag: &[DagCommit],
     checker: &mut Checker,
 ) -> (Result<IssueState, String>, Vec<DroppedEvent>) {
-    let OrderedEvents {
-        root,
-        events,
-        mut dropped,
-    } = ordered_events(root_id, dag, checker);
-    let state = root.and_then(|root| match &root.event.action {
-        Action::IssueOpen(open) => {
-            let mut state = IssueState {
-                id: root_id.to_string(),
-                title: open.title.clone(),
-                body: open.body.clone(),
-                author: root.event.author.clone(),
-                created_at: root.event.at,
-                updated_at: root.event.at,
-                status: IssueStatus::Open,
-                closed_reason: None,
-                labels: normalize_labels(open.labels.iter().cloned()),
-                comments: Vec::new(),
-            };
-            for v in &events {
-                if apply(&mut state, v).is_err() {
-                    let why = match v.event.action {
-                        Action::IssueOpen(_) => "issue.open below the root".to_string(),
-                        ref other => format!("{} is not an issue event", other.kind()),
-                    };
-                    dropped.push(misplaced_event(v, &why));
-                }
-            }
-            Ok(state)
-        }
-        // The root is not an issue: nothing can apply, and the issue is
-        // reported invalid as a whole.
-        other => {
-            let why = format!("root event is {}, not issue.open", other.kind());
-            dropped.push(misplaced_event(&root, &why));
-            Err(why)
-        }
-    });
-    dropped.sort_by(|a, b| a.commit.cmp(&b.commit));
-    (state, dropped)
+    fold_replay::fold(root_id, dag, checker)
 }
 
-/// Applies one verified non-root event; `Err` if it is not an issue event
-/// that may appear below the root.
-fn apply(s: &mut IssueState, v: &Verified) -> Result<(), ()> {
-    let ev = &v.event;
-    match &ev.action {
-        Action::IssueComment(c) => s.comments.push(Comment {
-            id: v.oid.to_string(),
-            author: ev.author.clone(),
-            at: ev.at,
-            body: c.body.clone(),
-        }),
-        Action::IssueEdit(edit) => {
-            if let Some(title) = &edit.title {
-                s.title = title.clone();
-            }
-            if let Some(body) = &edit.body {
-                s.body = body.clone();
-            }
-        }
-        Action::IssueLabel(l) => {
-            let mut labels: Vec<String> = s
-                .labels
-                .drain(..)
-                .filter(|x| !l.remove.contains(x))
-                .collect();
-            labels.extend(l.add.iter().cloned());
-            s.labels = normalize_labels(labels);
-        }
-        Action::IssueClose(c) => {
-            s.status = IssueStatus::Closed;
-            s.closed_reason = c.reason.clone();
-        }
-        Action::IssueReopen => {
-            s.status = IssueStatus::Open;
-            s.closed_reason = None;
-        }
-        // A second open, another family's event (patch.*) or an unknown
-        // type does not belong below an issue's root.
-        _ => return Err(()),
+impl Fold for IssueState {
+    fn from_root(root: &Verified) -> Result<IssueState, String> {
+        let Action::IssueOpen(open) = &root.event.action else {
+            // The root is not an issue: nothing can apply, and the issue
+            // is reported invalid as a whole.
+            return Err(format!(
+                "root event is {}, not issue.open",
+                root.event.action.kind()
+            ));
+        };
+        Ok(IssueState {
+            id: root.oid.to_string(),
+            title: open.title.clone(),
+            body: open.body.clone(),
+            author: root.event.author.clone(),
+            created_at: root.event.at,
+            updated_at: root.event.at,
+            status: IssueStatus::Open,
+            closed_reason: None,
+            labels: normalize_labels(open.labels.iter().cloned()),
+            comments: Vec::new(),
+        })
     }
-    s.updated_at = s.updated_at.max(ev.at);
-    Ok(())
+
+    fn apply(&mut self, v: &Verified) -> Result<(), String> {
+        let s = self;
+        let ev = &v.event;
+        match &ev.action {
+            Action::IssueComment(c) => s.comments.push(Comment {
+                id: v.oid.to_string(),
+                author: ev.author.clone(),
+                at: ev.at,
+                body: c.body.clone(),
+            }),
+            Action::IssueEdit(edit) => {
+                if let Some(title) = &edit.title {
+                    s.title = title.clone();
+                }
+                if let Some(body) = &edit.body {
+                    s.body = body.clone();
+                }
+            }
+            Action::IssueLabel(l) => {
+                let mut labels: Vec<String> = s
+                    .labels
+                    .drain(..)
+                    .filter(|x| !l.remove.contains(x))
+                    .collect();
+                labels.extend(l.add.iter().cloned());
+                s.labels = normalize_labels(labels);
+            }
+            Action::IssueClose(c) => {
+                s.status = IssueStatus::Closed;
+                s.closed_reason = c.reason.clone();
+            }
+            Action::IssueReopen => {
+                s.status = IssueStatus::Open;
+                s.closed_reason = None;
+            }
+            // A second open, another family's event (patch.*) or an unknown
+            // type does not belong below an issue's root.
+            Action::IssueOpen(_) => return Err("issue.open below the root".to_string()),
+            other => return Err(format!("{} is not an issue event", other.kind())),
+        }
+        s.updated_at = s.updated_at.max(ev.at);
+        Ok(())
+    }
 }
 
 fn normalize_labels(labels: impl IntoIterator<Item = String>) -> Vec<String> {
@@ -571,59 +380,11 @@ fn normalize_labels(labels: impl IntoIterator<Item = String>) -> Vec<String> {
     out
 }
 
-/// Verifies one commit: `Ok(None)` for a structural merge, `Ok(Some)` for a
-/// valid trusted event, `Err` for a dropped one.
-fn check(commit: &DagCommit, checker: &mut Checker) -> Result<Option<Verified>, DroppedEvent> {
-    let drop = |kind: Option<&Event>, reason, detail: String| DroppedEvent {
-        commit: commit.oid.to_string(),
-        kind: kind.map(|e| e.action.kind().to_string()),
-        author_fingerprint: kind.and_then(|e| author_fingerprint(&e.author.key)),
-        reason,
-        detail,
-    };
-    let (json, sig) = match &commit.content {
-        Content::Merge => return Ok(None),
-        Content::Malformed(why) => return Err(drop(None, DropReason::Malformed, why.clone())),
-        Content::Event { json, sig } => (json, sig),
-    };
-    let event = Event::from_canonical_json(json)
-        .map_err(|e: DecodeError| drop(None, DropReason::BadEvent, e.to_string()))?;
-    let trusted = checker
-        .verify(&event.author.key, json, sig)
-        .map_err(|e: VerifyError| drop(Some(&event), DropReason::BadSignature, e.to_string()))?;
-    if !trusted {
-        return Err(drop(
-            Some(&event),
-            DropReason::Untrusted,
-            "author key is not in the trust allowlist".into(),
-        ));
-    }
-    Ok(Some(Verified {
-        oid: commit.oid,
-        event,
-    }))
-}
-
-fn misplaced_event(v: &Verified, why: &str) -> DroppedEvent {
-    DroppedEvent {
-        commit: v.oid.to_string(),
-        kind: Some(v.event.action.kind().to_string()),
-        author_fingerprint: author_fingerprint(&v.event.author.key),
-        reason: DropReason::Misplaced,
-        detail: why.to_string(),
-    }
-}
-
-fn author_fingerprint(key_line: &str) -> Option<String> {
-    sign::parse_public_key(key_line)
-        .ok()
-        .map(|k| sign::fingerprint(&k))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::event::{IssueClose, IssueComment, IssueLabel, IssueOpen};
+    use crate::record::event::{Event, IssueClose, IssueComment, IssueLabel, IssueOpen};
+    use crate::record::sign;
     use crate::record::sign::SigningKey;
     use chrono::TimeZone;
 

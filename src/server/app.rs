@@ -33,6 +33,8 @@ pub struct App {
     stop: StopTrigger,
     /// The lease store (`collab.db`), one writer thread behind it.
     pub leases: LeaseService,
+    /// The server's Ed25519 signing key (`signing`).
+    pub signing_key: Arc<git_collab::record::sign::SigningKey>,
 }
 
 impl App {
@@ -47,8 +49,10 @@ impl App {
         }
         let leases = LeaseService::open(&db_path)
             .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
+        let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
         Ok(App {
             leases,
+            signing_key,
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
@@ -67,7 +71,7 @@ impl App {
 
 /// Make every path absolute: git runs hooks from inside the repository, so
 /// a relative hooks path (from a relative `--state-dir`) would miss.
-fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> {
+pub fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> {
     for path in [
         &mut config.state_dir,
         &mut config.repos_dir,
@@ -100,6 +104,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
 
     let app = Arc::new(App::new(config)?);
     let stopping = app.stopping.clone();
+    crate::events::spawn_background(&app);
 
     if app.authorized_keys.current().is_empty()
         && !matches!(

@@ -188,7 +188,7 @@ pub fn normalize_repo_name(requested: &str) -> Result<String, NameError> {
 }
 
 /// Whether a directory looks like a bare git repository.
-fn is_bare_repo(dir: &Path) -> bool {
+pub fn is_bare_repo(dir: &Path) -> bool {
     dir.join("HEAD").is_file() && dir.join("objects").is_dir() && dir.join("refs").is_dir()
 }
 
@@ -293,8 +293,8 @@ pub enum CreateError {
 /// `repos_dir`, with `HEAD` on `main`; errors if the name is invalid or the
 /// repository exists. The repository is built in a scratch directory beside
 /// the target and renamed into place, so a failure leaves nothing behind.
-pub fn create_repo(config: &ServerConfig, name: &str) -> anyhow::Result<PathBuf> {
-    Ok(create_repo_in(&config.repos_dir, name).map(|(_, path)| path)?)
+pub fn create_repo(config: &ServerConfig, name: &str) -> anyhow::Result<(String, PathBuf)> {
+    Ok(create_repo_in(&config.repos_dir, name)?)
 }
 
 /// `create_repo` on a bare `repos_dir`; returns the canonical name and path.

@@ -20,6 +20,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
+use serde_json::json;
+
+use super::events::{self, NewEvent};
 
 /// How long a connection waits for another connection's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -176,9 +179,10 @@ pub fn acquire_in(
     now: i64,
 ) -> rusqlite::Result<Acquire> {
     let expires_at = expiry(now, ttl_secs)?;
-    match row(conn, repo, issue_id)?.filter(|l| l.live(now)) {
+    match live_row(conn, repo, issue_id, now)? {
         Some(live) if live.holder == holder => {
             set_expiry(conn, repo, issue_id, expires_at)?;
+            record_renewed(conn, &live, expires_at, now)?;
             Ok(Acquire::Acquired {
                 token: live.token,
                 expires_at,
@@ -198,6 +202,15 @@ pub fn acquire_in(
             .execute(rusqlite::params![
                 repo, issue_id, holder, token, now, expires_at
             ])?;
+            record(
+                conn,
+                "lease.acquired",
+                repo,
+                issue_id,
+                Some(holder),
+                json!({ "holder": holder, "token": token, "acquired_at": now, "expires_at": expires_at }),
+                now,
+            )?;
             Ok(Acquire::Acquired { token, expires_at })
         }
     }
@@ -213,9 +226,10 @@ pub fn renew_in(
     now: i64,
 ) -> rusqlite::Result<Renew> {
     let expires_at = expiry(now, ttl_secs)?;
-    match row(conn, repo, issue_id)?.filter(|l| l.live(now)) {
+    match live_row(conn, repo, issue_id, now)? {
         Some(live) if live.holder == holder => {
             set_expiry(conn, repo, issue_id, expires_at)?;
+            record_renewed(conn, &live, expires_at, now)?;
             Ok(Renew::Renewed {
                 token: live.token,
                 expires_at,
@@ -235,16 +249,27 @@ pub fn release_in(
     holder: &str,
     now: i64,
 ) -> rusqlite::Result<Release> {
-    if let Some(live) = row(conn, repo, issue_id)?.filter(|l| l.live(now)) {
-        if live.holder != holder {
-            return Ok(Release::NotHolder {
-                holder: live.holder,
-            });
-        }
+    let Some(live) = live_row(conn, repo, issue_id, now)? else {
+        // Nothing live to release (an expired tenure was just ended, with
+        // its event, by `live_row`): idempotent success.
+        return Ok(Release::Released);
+    };
+    if live.holder != holder {
+        return Ok(Release::NotHolder {
+            holder: live.holder,
+        });
     }
     // The token's high-water mark stays in lease_tokens.
-    conn.prepare_cached("DELETE FROM leases WHERE repo = ?1 AND issue_id = ?2")?
-        .execute([repo, issue_id])?;
+    delete_row(conn, repo, issue_id)?;
+    record(
+        conn,
+        "lease.released",
+        repo,
+        issue_id,
+        Some(holder),
+        json!({ "holder": holder, "token": live.token }),
+        now,
+    )?;
     Ok(Release::Released)
 }
 
@@ -255,23 +280,21 @@ pub fn current_in(
     issue_id: &str,
     now: i64,
 ) -> rusqlite::Result<Option<Lease>> {
-    match row(conn, repo, issue_id)? {
-        Some(lease) if lease.live(now) => Ok(Some(lease)),
-        Some(_) => {
-            conn.prepare_cached("DELETE FROM leases WHERE repo = ?1 AND issue_id = ?2")?
-                .execute([repo, issue_id])?;
-            Ok(None)
-        }
-        None => Ok(None),
-    }
+    live_row(conn, repo, issue_id, now)
 }
 
 /// `list` without its own transaction: the caller must be inside one.
 pub fn list_in(conn: &Connection, repo: &str, now: i64) -> rusqlite::Result<Vec<Lease>> {
-    conn.prepare_cached(
-        "DELETE FROM leases WHERE repo = ?1 AND expires_at IS NOT NULL AND expires_at <= ?2",
-    )?
-    .execute(rusqlite::params![repo, now])?;
+    let ended: Vec<Lease> = conn
+        .prepare_cached(
+            "DELETE FROM leases WHERE repo = ?1 AND expires_at IS NOT NULL AND expires_at <= ?2
+             RETURNING repo, issue_id, holder, token, acquired_at, expires_at",
+        )?
+        .query_map(rusqlite::params![repo, now], lease_from_row)?
+        .collect::<rusqlite::Result<_>>()?;
+    for lease in &ended {
+        record_expired(conn, lease, now)?;
+    }
     let mut stmt = conn.prepare_cached(
         "SELECT repo, issue_id, holder, token, acquired_at, expires_at
          FROM leases WHERE repo = ?1 ORDER BY acquired_at, issue_id",
@@ -308,6 +331,83 @@ fn row(conn: &Connection, repo: &str, issue_id: &str) -> rusqlite::Result<Option
     )?
     .query_row([repo, issue_id], lease_from_row)
     .optional()
+}
+
+/// The issue's live lease. An expired row found on the way is removed
+/// and its `lease.expired` event appended: its tenure ended at
+/// `expires_at`, whoever notices.
+fn live_row(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    now: i64,
+) -> rusqlite::Result<Option<Lease>> {
+    match row(conn, repo, issue_id)? {
+        Some(lease) if lease.live(now) => Ok(Some(lease)),
+        Some(expired) => {
+            delete_row(conn, repo, issue_id)?;
+            record_expired(conn, &expired, now)?;
+            Ok(None)
+        }
+        None => Ok(None),
+    }
+}
+
+fn delete_row(conn: &Connection, repo: &str, issue_id: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM leases WHERE repo = ?1 AND issue_id = ?2")?
+        .execute([repo, issue_id])?;
+    Ok(())
+}
+
+/// Append a `lease.*` event for `(repo, issue_id)` in the caller's
+/// transaction (docs/events.md has every shape).
+fn record(
+    conn: &Connection,
+    kind: &str,
+    repo: &str,
+    issue_id: &str,
+    actor: Option<&str>,
+    payload: serde_json::Value,
+    now: i64,
+) -> rusqlite::Result<()> {
+    let event = NewEvent {
+        kind,
+        repo: Some(repo),
+        object_id: Some(issue_id),
+        actor,
+        payload,
+    };
+    events::append(conn, &event, now).map(drop)
+}
+
+fn record_renewed(
+    conn: &Connection,
+    live: &Lease,
+    expires_at: Option<i64>,
+    now: i64,
+) -> rusqlite::Result<()> {
+    record(
+        conn,
+        "lease.renewed",
+        &live.repo,
+        &live.issue_id,
+        Some(&live.holder),
+        json!({ "holder": live.holder, "token": live.token, "expires_at": expires_at }),
+        now,
+    )
+}
+
+/// The tenure ended by its TTL; nobody acted, so there is no actor.
+fn record_expired(conn: &Connection, lease: &Lease, now: i64) -> rusqlite::Result<()> {
+    record(
+        conn,
+        "lease.expired",
+        &lease.repo,
+        &lease.issue_id,
+        None,
+        json!({ "holder": lease.holder, "token": lease.token, "expires_at": lease.expires_at }),
+        now,
+    )
 }
 
 fn lease_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Lease> {
@@ -717,6 +817,99 @@ mod tests {
             .unwrap();
         let err = open(&path).unwrap_err();
         assert!(err.to_string().contains("newer"), "{err}");
+    }
+
+    /// (type, object, actor, payload) of every event so far.
+    fn events_of(conn: &Connection) -> Vec<(String, String, Option<String>, serde_json::Value)> {
+        events::after(conn, 0, 1000)
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.kind, e.object_id.unwrap(), e.actor, e.payload))
+            .collect()
+    }
+
+    fn kinds(conn: &Connection) -> Vec<String> {
+        events_of(conn).into_iter().map(|e| e.0).collect()
+    }
+
+    #[test]
+    fn every_tenure_change_appends_its_event() {
+        let conn = db();
+        acquire(&conn, REPO, ISSUE, "alice", Some(60), T0).unwrap();
+        // Idempotent re-acquire moves the expiry: a renewal.
+        acquire(&conn, REPO, ISSUE, "alice", Some(60), T0 + 1).unwrap();
+        renew(&conn, REPO, ISSUE, "alice", Some(60), T0 + 2).unwrap();
+        // Refusals change nothing and record nothing.
+        acquire(&conn, REPO, ISSUE, "bob", Some(60), T0 + 3).unwrap();
+        renew(&conn, REPO, ISSUE, "bob", Some(60), T0 + 3).unwrap();
+        release(&conn, REPO, ISSUE, "bob", T0 + 3).unwrap();
+        release(&conn, REPO, ISSUE, "alice", T0 + 4).unwrap();
+        // Releasing nothing is idempotent and silent.
+        release(&conn, REPO, ISSUE, "alice", T0 + 5).unwrap();
+        assert_eq!(
+            kinds(&conn),
+            [
+                "lease.acquired",
+                "lease.renewed",
+                "lease.renewed",
+                "lease.released"
+            ]
+        );
+        let all = events_of(&conn);
+        assert_eq!(
+            all[0],
+            (
+                "lease.acquired".into(),
+                ISSUE.into(),
+                Some("alice".into()),
+                json!({"holder": "alice", "token": 1, "acquired_at": T0, "expires_at": T0 + 60})
+            )
+        );
+        assert_eq!(
+            all[2].3,
+            json!({"holder": "alice", "token": 1, "expires_at": T0 + 62})
+        );
+        assert_eq!(all[3].3, json!({"holder": "alice", "token": 1}));
+    }
+
+    #[test]
+    fn an_expiry_is_recorded_once_by_whoever_notices_it() {
+        let conn = db();
+        acquire(&conn, REPO, "01", "alice", Some(10), T0).unwrap();
+        acquire(&conn, REPO, "02", "alice", Some(10), T0).unwrap();
+        acquire(&conn, REPO, "03", "alice", Some(10), T0).unwrap();
+        // A takeover ends 01's tenure first.
+        acquire(&conn, REPO, "01", "bob", None, T0 + 10).unwrap();
+        // A read of 02 notices it; a list notices 03; nothing twice.
+        assert_eq!(current(&conn, REPO, "02", T0 + 10).unwrap(), None);
+        assert_eq!(list(&conn, REPO, T0 + 11).unwrap().len(), 1);
+        assert_eq!(list(&conn, REPO, T0 + 12).unwrap().len(), 1);
+        let all = events_of(&conn);
+        let tail: Vec<_> = all[3..]
+            .iter()
+            .map(|(kind, issue, actor, _)| (kind.as_str(), issue.as_str(), actor.as_deref()))
+            .collect();
+        assert_eq!(
+            tail,
+            [
+                ("lease.expired", "01", None),
+                ("lease.acquired", "01", Some("bob")),
+                ("lease.expired", "02", None),
+                ("lease.expired", "03", None),
+            ]
+        );
+        assert_eq!(
+            all[3].3,
+            json!({"holder": "alice", "token": 1, "expires_at": T0 + 10})
+        );
+    }
+
+    #[test]
+    fn a_failed_operation_leaves_no_event() {
+        let conn = db();
+        assert!(acquire(&conn, REPO, ISSUE, "", None, T0).is_err());
+        assert!(acquire(&conn, REPO, ISSUE, "a", Some(0), T0).is_err());
+        assert!(kinds(&conn).is_empty());
     }
 
     #[test]
