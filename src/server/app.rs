@@ -35,6 +35,8 @@ pub struct App {
     pub leases: LeaseService,
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<git_collab::record::sign::SigningKey>,
+    /// Repository maintenance: push counts, single flight, the bound.
+    pub maintenance: Arc<crate::maintenance::Maintenance>,
 }
 
 impl App {
@@ -53,6 +55,7 @@ impl App {
         Ok(App {
             leases,
             signing_key,
+            maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
@@ -105,6 +108,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let app = Arc::new(App::new(config)?);
     let stopping = app.stopping.clone();
     crate::events::spawn_background(&app);
+    tokio::spawn(app.maintenance.clone().idle_loop(stopping.clone().wait()));
 
     if app.authorized_keys.current().is_empty()
         && !matches!(

@@ -1,6 +1,6 @@
 //! The identity and administration verbs: `collab-whoami` (who the server
 //! thinks you are), `help` (the verbs open to you) and `collab-repo
-//! create|list|describe|visibility|set-head|rename|delete`. Access
+//! create|list|gc|describe|visibility|set-head|rename|delete`. Access
 //! decisions are `authz`'s, the disk work `repo_admin`'s and the database
 //! side `db::repos`'; this module checks arguments and formats replies.
 
@@ -58,6 +58,7 @@ pub async fn repo(ctx: &ExecContext, channel: Channel<Msg>, cmd: RepoCmd) {
         RepoCmd::SetHead { repo, branch } => set_head(ctx, channel, &repo, &branch).await,
         RepoCmd::Rename { repo, new_name } => rename(ctx, channel, &repo, &new_name).await,
         RepoCmd::Delete { repo, confirm } => delete(ctx, channel, &repo, &confirm).await,
+        RepoCmd::Gc { name } => gc(ctx, channel, &name).await,
     }
 }
 
@@ -104,6 +105,7 @@ const REPO_VERBS: &[(&str, &str)] = &[
         "write; rewind to delete or rewrite refs",
     ),
     ("collab-repo list", "read"),
+    ("collab-repo gc '<repo>'", "rewind"),
     (
         "collab-repo describe '<repo>' ['<text>']",
         "read; rewind to set",
@@ -126,14 +128,16 @@ const REPO_VERBS: &[(&str, &str)] = &[
     ("collab-release list|download '<repo>' ...", "read"),
 ];
 
-/// Resolve `repo` with at least `needed` (see `authorize_or_reply`).
+/// Resolve `repo` with at least `needed` for `what_needs` (see
+/// `authorize_or_reply`).
 async fn resolve(
     ctx: &ExecContext,
     channel: Channel<Msg>,
     repo: &str,
     needed: Access,
+    what_needs: &str,
 ) -> Option<(Channel<Msg>, RepoEntry)> {
-    super::session::authorize_or_reply(ctx, channel, repo, needed, "repository settings")
+    super::session::authorize_or_reply(ctx, channel, repo, needed, what_needs)
         .await
         .map(|(entry, channel)| (channel, entry))
 }
@@ -144,7 +148,9 @@ async fn describe(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, text: Op
     } else {
         Access::Read
     };
-    let Some((channel, entry)) = resolve(ctx, channel, repo, needed).await else {
+    let Some((channel, entry)) =
+        resolve(ctx, channel, repo, needed, "repository settings need").await
+    else {
         return;
     };
     if let Some(text) = text {
@@ -170,7 +176,9 @@ async fn visibility(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, public
     } else {
         Access::Read
     };
-    let Some((channel, entry)) = resolve(ctx, channel, repo, needed).await else {
+    let Some((channel, entry)) =
+        resolve(ctx, channel, repo, needed, "repository settings need").await
+    else {
         return;
     };
     if let Some(public) = public {
@@ -209,7 +217,15 @@ async fn visibility(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, public
 }
 
 async fn set_head(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, branch: &str) {
-    let Some((channel, entry)) = resolve(ctx, channel, repo, Access::Rewind).await else {
+    let Some((channel, entry)) = resolve(
+        ctx,
+        channel,
+        repo,
+        Access::Rewind,
+        "repository settings need",
+    )
+    .await
+    else {
         return;
     };
     let branch = branch
@@ -230,7 +246,15 @@ async fn set_head(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, branch: 
 }
 
 async fn rename(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, new_name: &str) {
-    let Some((channel, entry)) = resolve(ctx, channel, repo, Access::Rewind).await else {
+    let Some((channel, entry)) = resolve(
+        ctx,
+        channel,
+        repo,
+        Access::Rewind,
+        "repository settings need",
+    )
+    .await
+    else {
         return;
     };
     if entry.is_governance() {
@@ -297,7 +321,15 @@ async fn rename(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, new_name: 
 }
 
 async fn delete(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, confirm: &str) {
-    let Some((channel, entry)) = resolve(ctx, channel, repo, Access::Rewind).await else {
+    let Some((channel, entry)) = resolve(
+        ctx,
+        channel,
+        repo,
+        Access::Rewind,
+        "repository settings need",
+    )
+    .await
+    else {
         return;
     };
     let same = |a: &str| {
@@ -395,6 +427,35 @@ async fn record_settings(ctx: &ExecContext, repo: &str, payload: serde_json::Val
         .await
     {
         tracing::error!(repo, "recording a settings change: {e:#}");
+    }
+}
+
+/// `collab-repo gc '<repo>'`: run maintenance now and wait for it (after a
+/// run or backup in progress on the repository). Needs Rewind; a reader is
+/// told so, anyone else gets "not found".
+async fn gc(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
+    let Some((channel, entry)) =
+        resolve(ctx, channel, name, Access::Rewind, "collab-repo gc needs").await
+    else {
+        return;
+    };
+    let public = authz::anonymous_can_read(&ctx.app, &entry);
+    match ctx
+        .app
+        .maintenance
+        .run_now(&entry.path, &entry.name, public)
+        .await
+    {
+        Ok(report) => {
+            let mut reply = serde_json::to_value(&report).unwrap_or_default();
+            reply["status"] = json!("done");
+            reply["repo"] = json!(entry.name);
+            reply_and_close(channel, &json_line(&reply), 0).await
+        }
+        Err(e) => {
+            tracing::error!(repo = entry.name, "collab-repo gc: {e:#}");
+            reply_and_close(channel, "error: maintenance failed", 1).await
+        }
     }
 }
 

@@ -82,7 +82,7 @@ async fn authorized(
     repo: &str,
     needed: Access,
 ) -> Option<(RepoEntry, Channel<Msg>)> {
-    super::session::authorize_or_reply(ctx, channel, repo, needed, "releases").await
+    super::session::authorize_or_reply(ctx, channel, repo, needed, "releases need").await
 }
 
 fn tag_exists(repo_dir: &std::path::Path, tag: &str) -> Result<bool, git2::Error> {

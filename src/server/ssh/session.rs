@@ -73,6 +73,10 @@ pub enum RepoCmd {
         repo: String,
         confirm: String,
     },
+    /// Maintenance now (needs Rewind on the repository).
+    Gc {
+        name: String,
+    },
 }
 
 /// `collab-lease` subcommands (see `super::lease`). `ttl_secs` is a positive
@@ -200,7 +204,7 @@ pub enum ExecCommand {
     Whoami,
     /// `help`: the verbs available to the caller.
     Help,
-    /// `collab-repo create '<name>'`, `collab-repo list`
+    /// `collab-repo create|list|gc|describe|visibility|set-head|rename|delete`
     Repo(RepoCmd),
     /// `collab-lease acquire|renew|release|list …`
     Lease(LeaseCmd),
@@ -216,7 +220,7 @@ impl ExecCommand {
     pub fn repo(&self) -> Option<&str> {
         match self {
             ExecCommand::Git { repo, .. } => Some(repo),
-            ExecCommand::Repo(RepoCmd::Create { name }) => Some(name),
+            ExecCommand::Repo(RepoCmd::Create { name } | RepoCmd::Gc { name }) => Some(name),
             ExecCommand::Repo(
                 RepoCmd::Describe { repo, .. }
                 | RepoCmd::Visibility { repo, .. }
@@ -265,6 +269,7 @@ impl ExecCommand {
             ExecCommand::Repo(RepoCmd::Rename { .. }) => "collab-repo rename",
             ExecCommand::Repo(RepoCmd::Delete { .. }) => "collab-repo delete",
             ExecCommand::Help => "help",
+            ExecCommand::Repo(RepoCmd::Gc { .. }) => "collab-repo gc",
             ExecCommand::Lease(LeaseCmd::Acquire { .. }) => "collab-lease acquire",
             ExecCommand::Lease(LeaseCmd::Renew { .. }) => "collab-lease renew",
             ExecCommand::Lease(LeaseCmd::Release { .. }) => "collab-lease release",
@@ -305,6 +310,9 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
             name: name.to_string(),
         })),
         ["collab-repo", "list"] => Some(ExecCommand::Repo(RepoCmd::List)),
+        ["collab-repo", "gc", name] => Some(ExecCommand::Repo(RepoCmd::Gc {
+            name: name.to_string(),
+        })),
         ["collab-repo", sub, rest @ ..] => parse_repo_admin(sub, rest).map(ExecCommand::Repo),
         ["help"] | ["collab-help"] => Some(ExecCommand::Help),
         ["collab-lease", sub, rest @ ..] => parse_lease(sub, rest).map(ExecCommand::Lease),
@@ -417,7 +425,7 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
         }
         ("collab-whoami", _) => "collab-whoami",
         ("collab-repo", _) => {
-            "collab-repo create '<name>' | list | describe '<repo>' ['<text>'] | \
+            "collab-repo create '<name>' | list | gc '<repo>' | describe '<repo>' ['<text>'] | \
              visibility '<repo>' [public|private] | set-head '<repo>' '<branch>' | \
              rename '<repo>' '<new-name>' | delete '<repo>' --confirm '<repo>'"
         }
@@ -479,14 +487,14 @@ pub async fn reply_and_close(channel: Channel<Msg>, message: &str, exit_code: u3
 /// Resolve `repo` with at least `needed` for a verb, or reply and give the
 /// channel back as `None`. A caller who cannot read the repository gets
 /// the one not-found reply (existence stays secret); a reader who lacks the
-/// level learns only that: `error: permission denied: {what} need {level}
-/// access`.
+/// level learns only that: `error: permission denied: {what_needs} {level}
+/// access` (`what_needs` like "releases need").
 pub async fn authorize_or_reply(
     ctx: &ExecContext,
     channel: Channel<Msg>,
     repo: &str,
     needed: crate::authz::Access,
-    what: &str,
+    what_needs: &str,
 ) -> Option<(crate::repos::RepoEntry, Channel<Msg>)> {
     use crate::authz::{authorize, Access};
     match authorize(&ctx.app, &ctx.caller, repo, needed) {
@@ -496,7 +504,7 @@ pub async fn authorize_or_reply(
                 && authorize(&ctx.app, &ctx.caller, repo, Access::Read).is_ok() =>
         {
             let message = format!(
-                "error: permission denied: {what} need {} access",
+                "error: permission denied: {what_needs} {} access",
                 needed.as_str()
             );
             reply_and_close(channel, &message, 1).await;
@@ -664,6 +672,12 @@ mod tests {
             Some(ExecCommand::Repo(RepoCmd::Rename {
                 repo: "r".into(),
                 new_name: "team/r2".into()
+            }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-repo gc 'team/app'"),
+            Some(ExecCommand::Repo(RepoCmd::Gc {
+                name: "team/app".into()
             }))
         );
     }
