@@ -224,8 +224,11 @@ pub enum IssueCmd {
     Link {
         /// Issue id or unique prefix.
         id: String,
+        /// `blocks` (this issue blocks the other) or `relates`.
         #[arg(value_parser = ["blocks", "relates"])]
         kind: String,
+        /// The other issue: an id or prefix here, or `repo#id` in another
+        /// repository of the same server.
         other: String,
         #[command(flatten)]
         fence: FenceFlag,
@@ -236,8 +239,11 @@ pub enum IssueCmd {
     Unlink {
         /// Issue id or unique prefix.
         id: String,
+        /// `blocks` (this issue blocks the other) or `relates`.
         #[arg(value_parser = ["blocks", "relates"])]
         kind: String,
+        /// The other issue: an id or prefix here, or `repo#id` in another
+        /// repository of the same server.
         other: String,
         #[command(flatten)]
         fence: FenceFlag,

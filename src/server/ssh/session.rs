@@ -739,7 +739,6 @@ mod tests {
             "git-upload-pack 'r.git'; touch x",
             "git-upload-pack 'r.git",
             "git-upload-pack 'r\0.git'",
-            "git upload-archive 'r'",
             "collab-whoami now",
             "collab-repo create",
             "collab-repo delete 'r'",
