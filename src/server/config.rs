@@ -34,6 +34,8 @@ pub struct ServerConfig {
     pub site_title: String,
     /// Bytes.
     pub max_release_size: u64,
+    /// Largest issue body or comment, in bytes.
+    pub max_issue_body: u64,
     /// OpenSSH public key lines granted admin.
     pub initial_admin_keys: Vec<String>,
     /// A push to a missing repository creates it, for callers who may create it.
@@ -137,6 +139,7 @@ pub const KEYS: &[&str] = &[
     "collab_db",
     "site_title",
     "max_release_size",
+    "max_issue_body",
     "initial_admin_keys",
     "push_to_create",
     "ssh.listen",
@@ -167,6 +170,7 @@ impl ServerConfig {
             collab_db: None,
             site_title: "git-collab".into(),
             max_release_size: 100 * 1024 * 1024,
+            max_issue_body: 256 * 1024,
             initial_admin_keys: Vec::new(),
             push_to_create: false,
             ssh: SshConfig {
@@ -244,6 +248,10 @@ pub struct ConfigFlags {
     /// create it [default: false].
     #[arg(long, global = true, value_name = "BOOL")]
     pub push_to_create: Option<bool>,
+    /// Largest issue body or comment, in bytes or with a unit (256KiB)
+    /// [default: 256KiB].
+    #[arg(long, global = true, value_name = "BYTES", value_parser = parse_size)]
+    pub max_issue_body: Option<u64>,
     /// SSH listen address [default: 0.0.0.0:2222].
     #[arg(long, global = true, value_name = "ADDR")]
     pub ssh_listen: Option<String>,
@@ -414,6 +422,7 @@ fn default_values() -> Dict {
     put("state_dir", Value::from(DEFAULT_STATE_DIR));
     put("site_title", Value::from(defaults.site_title));
     put("max_release_size", Value::from(defaults.max_release_size));
+    put("max_issue_body", Value::from(defaults.max_issue_body));
     put("initial_admin_keys", Value::from(Vec::<Value>::new()));
     put("push_to_create", Value::from(defaults.push_to_create));
     put("ssh.listen", Value::from(defaults.ssh.listen));
@@ -643,6 +652,9 @@ fn flag_layers(flags: &ConfigFlags) -> anyhow::Result<Vec<Layer>> {
         if let Some(value) = value {
             given.push((key, Value::from(value)));
         }
+    }
+    if let Some(size) = flags.max_issue_body {
+        given.push(("max_issue_body", Value::from(size)));
     }
     Ok(given
         .into_iter()
@@ -892,6 +904,7 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
         collab_db,
         site_title: r.required("site_title").text()?.to_string(),
         max_release_size: r.required("max_release_size").size()?,
+        max_issue_body: r.required("max_issue_body").size()?,
         initial_admin_keys: r.required("initial_admin_keys").admin_keys()?,
         push_to_create: r.required("push_to_create").boolean()?,
         ssh: SshConfig {
@@ -1008,6 +1021,7 @@ impl LoadedConfig {
             "collab_db" => json!(c.collab_db_path()),
             "site_title" => json!(c.site_title),
             "max_release_size" => json!(c.max_release_size),
+            "max_issue_body" => json!(c.max_issue_body),
             "initial_admin_keys" => json!(c.initial_admin_keys),
             "push_to_create" => json!(c.push_to_create),
             "ssh.listen" => json!(c.ssh.listen),
@@ -1103,8 +1117,12 @@ impl LoadedConfig {
                     Err(_) => line.clone(),
                 })
                 .collect(),
-            "max_release_size" => {
-                let bytes = c.max_release_size;
+            "max_release_size" | "max_issue_body" => {
+                let bytes = if key == "max_issue_body" {
+                    c.max_issue_body
+                } else {
+                    c.max_release_size
+                };
                 let human = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")]
                     .iter()
                     .find(|(shift, _)| bytes >= 1 << shift && bytes.is_multiple_of(1 << shift))
