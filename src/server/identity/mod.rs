@@ -263,11 +263,6 @@ impl AuthorizedKeys {
         snap.keys.clone()
     }
 
-    /// Whether the file has any line, usable or not, for this key.
-    pub fn is_listed(&self, fingerprint: &str) -> bool {
-        self.current().contains_key(fingerprint)
-    }
-
     /// Whether the file admits the key `fingerprint` for a client at
     /// `peer` at `now`.
     pub fn admit(&self, fingerprint: &str, peer: IpAddr, now: i64) -> Admission {
