@@ -35,6 +35,8 @@ pub struct App {
     pub leases: LeaseService,
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<git_collab::record::sign::SigningKey>,
+    /// Webhook delivery (HTTP client, SSRF guard).
+    pub webhooks: crate::webhooks::Webhooks,
 }
 
 impl App {
@@ -50,9 +52,11 @@ impl App {
         let leases = LeaseService::open(&db_path)
             .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
         let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
+        let webhooks = crate::webhooks::Webhooks::new(&config.webhooks)?;
         Ok(App {
             leases,
             signing_key,
+            webhooks,
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
@@ -105,6 +109,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let app = Arc::new(App::new(config)?);
     let stopping = app.stopping.clone();
     crate::events::spawn_background(&app);
+    crate::webhooks::spawn(app.clone());
 
     if app.authorized_keys.current().is_empty()
         && !matches!(

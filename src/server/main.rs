@@ -22,6 +22,7 @@ mod setup;
 mod shutdown;
 mod signing;
 mod ssh;
+mod webhooks;
 
 use std::process::ExitCode;
 

@@ -174,7 +174,8 @@ pub fn append_from_other_process(
 /// `append_from_other_process` for one event of a host command; a failure
 /// is a warning on stderr and does not undo the change.
 pub fn record_host_event(config: &crate::config::ServerConfig, event: &Recorded) {
-    if let Err(e) = append_from_other_process(&config.collab_db_path(), std::slice::from_ref(event)) {
+    if let Err(e) = append_from_other_process(&config.collab_db_path(), std::slice::from_ref(event))
+    {
         eprintln!("warning: could not record the {} event: {e}", event.kind);
     }
 }
@@ -229,7 +230,8 @@ async fn prune(app: &App) {
         let pruned = app
             .leases
             .write("prune events", move |conn, now| {
-                Ok(events::prune_before(conn, now - keep, PRUNE_BATCH)?)
+                let logged = crate::db::webhooks::prune_attempts(conn, now - keep, PRUNE_BATCH)?;
+                Ok(events::prune_before(conn, now - keep, PRUNE_BATCH)?.max(logged))
             })
             .await;
         match pruned {
@@ -246,7 +248,7 @@ async fn prune(app: &App) {
         }
     }
     if total > 0 {
-        tracing::info!("pruned {total} events older than the retention");
+        tracing::info!("pruned {total} events (and delivery log rows) older than the retention");
     }
 }
 

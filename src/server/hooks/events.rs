@@ -56,8 +56,16 @@ mod tests {
         };
         let a = git2::Oid::from_str("1111111111111111111111111111111111111111").unwrap();
         let updates = vec![
-            RefUpdate { old: None, new: Some(a), refname: "refs/heads/main".into() },
-            RefUpdate { old: Some(a), new: None, refname: "refs/tags/v1".into() },
+            RefUpdate {
+                old: None,
+                new: Some(a),
+                refname: "refs/heads/main".into(),
+            },
+            RefUpdate {
+                old: Some(a),
+                new: None,
+                refname: "refs/tags/v1".into(),
+            },
         ];
         let events = ref_events(&ctx, &updates);
         assert_eq!(events.len(), 2);

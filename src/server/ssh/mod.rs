@@ -16,6 +16,7 @@ pub mod lease;
 pub mod release;
 pub mod session;
 pub mod tokens;
+pub mod webhook;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
