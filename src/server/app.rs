@@ -37,6 +37,8 @@ pub struct App {
     pub signing_key: Arc<git_collab::record::sign::SigningKey>,
     /// Webhook delivery (HTTP client, SSRF guard).
     pub webhooks: crate::webhooks::Webhooks,
+    /// Repository maintenance: push counts, single flight, the bound.
+    pub maintenance: Arc<crate::maintenance::Maintenance>,
 }
 
 impl App {
@@ -57,6 +59,7 @@ impl App {
             leases,
             signing_key,
             webhooks,
+            maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
@@ -75,7 +78,7 @@ impl App {
 
 /// Make every path absolute: git runs hooks from inside the repository, so
 /// a relative hooks path (from a relative `--state-dir`) would miss.
-fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> {
+pub fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> {
     for path in [
         &mut config.state_dir,
         &mut config.repos_dir,
@@ -110,6 +113,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let stopping = app.stopping.clone();
     crate::events::spawn_background(&app);
     crate::webhooks::spawn(app.clone());
+    tokio::spawn(app.maintenance.clone().idle_loop(stopping.clone().wait()));
 
     if app.authorized_keys.current().is_empty()
         && !matches!(

@@ -41,6 +41,7 @@ pub struct ServerConfig {
     pub log: LogConfig,
     pub events: EventsConfig,
     pub webhooks: WebhooksConfig,
+    pub maintenance: MaintenanceConfig,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -119,6 +120,30 @@ impl Default for WebhooksConfig {
     }
 }
 
+/// When repositories are maintained (`maintenance`): after so many pushes,
+/// or once a pushed-to repository has been idle so long, and how many runs
+/// at once across the server.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct MaintenanceConfig {
+    /// Run after this many pushes to a repository (0: never on count).
+    pub after_pushes: u64,
+    /// Run once a repository pushed to since its last run has seen no push
+    /// for this many seconds (0: never on idleness).
+    pub idle_secs: u64,
+    /// Most runs at once across the server (at least 1).
+    pub concurrency: u64,
+}
+
+impl Default for MaintenanceConfig {
+    fn default() -> Self {
+        MaintenanceConfig {
+            after_pushes: 50,
+            idle_secs: 600,
+            concurrency: 1,
+        }
+    }
+}
+
 /// A webhook subscription declared in the server configuration.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -171,10 +196,13 @@ pub const KEYS: &[&str] = &[
     "webhooks.retry_max_secs",
     "webhooks.disable_after_secs",
     "webhooks.subscriptions",
+    "maintenance.after_pushes",
+    "maintenance.idle_secs",
+    "maintenance.concurrency",
 ];
 
 /// Top-level TOML tables; every other known key is a top-level scalar.
-const SECTIONS: &[&str] = &["ssh", "http", "log", "events", "webhooks"];
+const SECTIONS: &[&str] = &["ssh", "http", "log", "events", "webhooks", "maintenance"];
 
 impl ServerConfig {
     /// Embedded defaults for a given state directory (SPEC §3.1).
@@ -199,6 +227,7 @@ impl ServerConfig {
             },
             events: EventsConfig::default(),
             webhooks: WebhooksConfig::default(),
+            maintenance: MaintenanceConfig::default(),
             state_dir,
         }
     }
@@ -447,6 +476,16 @@ fn default_values() -> Dict {
         Value::from(hooks.disable_after_secs),
     );
     put("webhooks.subscriptions", Value::from(Vec::<Value>::new()));
+    let maintenance = MaintenanceConfig::default();
+    put(
+        "maintenance.after_pushes",
+        Value::from(maintenance.after_pushes),
+    );
+    put("maintenance.idle_secs", Value::from(maintenance.idle_secs));
+    put(
+        "maintenance.concurrency",
+        Value::from(maintenance.concurrency),
+    );
     dict
 }
 
@@ -968,6 +1007,11 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
                 .count(10, 365 * 86_400)?,
             subscriptions: r.required("webhooks.subscriptions").declared_webhooks()?,
         },
+        maintenance: MaintenanceConfig {
+            after_pushes: r.required("maintenance.after_pushes").count(0, 1_000_000)?,
+            idle_secs: r.required("maintenance.idle_secs").count(0, 604_800)?,
+            concurrency: r.required("maintenance.concurrency").count(1, 64)?,
+        },
         repos_dir,
         state_dir,
     };
@@ -1072,6 +1116,9 @@ impl LoadedConfig {
             "webhooks.retry_max_secs" => json!(c.webhooks.retry_max_secs),
             "webhooks.disable_after_secs" => json!(c.webhooks.disable_after_secs),
             "webhooks.subscriptions" => json!(c.webhooks.subscriptions),
+            "maintenance.after_pushes" => json!(c.maintenance.after_pushes),
+            "maintenance.idle_secs" => json!(c.maintenance.idle_secs),
+            "maintenance.concurrency" => json!(c.maintenance.concurrency),
             other => unreachable!("not a configuration key: {other}"),
         }
     }

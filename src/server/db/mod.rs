@@ -8,6 +8,7 @@
 pub mod events;
 pub mod leases;
 pub mod migrations;
+pub mod snapshot;
 pub mod webhooks;
 pub mod writer;
 

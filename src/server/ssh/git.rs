@@ -64,6 +64,9 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
             let hooks = ctx.app.config.hooks_dir();
             cmd.arg("-c")
                 .arg(format!("core.hooksPath={}", hooks.display()));
+            // Repacking is the server's maintenance (single-flight, under
+            // the repository's lock), never a `gc --auto` after a push.
+            cmd.args(["-c", "receive.autogc=false"]);
             if level < Access::Rewind {
                 cmd.args([
                     "-c",
@@ -157,6 +160,13 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
     if service == GitService::ReceivePack {
         // The hooks ran in other processes; their event rows are committed.
         crate::events::refresh_head(&ctx.app).await;
+    }
+    if service == GitService::ReceivePack && code == 0 {
+        // The push is in: count it towards the repository's next maintenance.
+        let public = crate::authz::anonymous_can_read(&ctx.app, &entry);
+        ctx.app
+            .maintenance
+            .push_finished(&entry.path, &entry.name, public);
     }
     tracing::info!(
         principal = ctx.caller.principal(),
