@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::config::ServerConfig;
+use crate::db::reads::ReadPool;
 use crate::db::writer::LeaseService;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
@@ -31,8 +32,11 @@ pub struct App {
     /// Set once shutdown starts: no new commands.
     pub stopping: Stop,
     stop: StopTrigger,
-    /// The lease store (`collab.db`), one writer thread behind it.
+    /// The collab database's single writer thread (`collab.db`): lease
+    /// operations and every other write (`write`) go through it.
     pub leases: LeaseService,
+    /// Read-only connections to `collab.db` that never wait for the writer.
+    pub reads: ReadPool,
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<git_collab::record::sign::SigningKey>,
     /// Webhook delivery (HTTP client, SSRF guard).
@@ -57,6 +61,7 @@ impl App {
         let webhooks = crate::webhooks::Webhooks::new(&config.webhooks)?;
         Ok(App {
             leases,
+            reads: ReadPool::new(&db_path),
             signing_key,
             webhooks,
             maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use russh::server::Msg;
 use russh::Channel;
 
+pub use super::issue::IssueCmd;
 #[allow(unused_imports)] // re-exported for verbs that report token errors
 pub use super::tokens::{shell_tokens, TokenError};
 use crate::app::App;
@@ -266,6 +267,8 @@ pub enum ExecCommand {
     /// `collab-release create|download '<repo>' '<tag>' '<file>'`,
     /// `list '<repo>'`, `delete '<repo>' '<tag>' ['<file>']`
     Release(ReleaseCmd),
+    /// `collab-issue open|show|list|comment|edit|label|close|reopen|link|unlink …`
+    Issue(IssueCmd),
     /// `collab-events watch …`
     Events(WatchCmd),
     /// `collab-hook add|list|remove|enable|test|deliveries|redeliver …`
@@ -290,6 +293,7 @@ impl ExecCommand {
                 | ReleaseCmd::Download { repo, .. }
                 | ReleaseCmd::Delete { repo, .. },
             ) => Some(repo),
+            ExecCommand::Issue(cmd) => Some(cmd.repo()),
             ExecCommand::Events(watch) => watch.repos.first().map(String::as_str),
             ExecCommand::Hook(_) => None,
             ExecCommand::Whoami | ExecCommand::Repo(RepoCmd::List) => None,
@@ -319,6 +323,7 @@ impl ExecCommand {
             ExecCommand::Release(ReleaseCmd::List { .. }) => "collab-release list",
             ExecCommand::Release(ReleaseCmd::Download { .. }) => "collab-release download",
             ExecCommand::Release(ReleaseCmd::Delete { .. }) => "collab-release delete",
+            ExecCommand::Issue(cmd) => cmd.verb(),
             ExecCommand::Events(_) => "collab-events watch",
             ExecCommand::Hook(HookCmd::Add { .. }) => "collab-hook add",
             ExecCommand::Hook(HookCmd::List) => "collab-hook list",
@@ -359,6 +364,7 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
             name: name.to_string(),
         })),
         ["collab-lease", sub, rest @ ..] => parse_lease(sub, rest).map(ExecCommand::Lease),
+        ["collab-issue", sub, rest @ ..] => super::issue::parse(sub, rest).map(ExecCommand::Issue),
         ["collab-events", "watch", rest @ ..] => parse_watch(rest).map(ExecCommand::Events),
         ["collab-hook", sub, rest @ ..] => parse_hook(sub, rest).map(ExecCommand::Hook),
         ["collab-release", "create", repo, tag, file] => {
@@ -438,6 +444,7 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
              remove '<id>' | enable '<id>' | test '<id>' | deliveries '<id>' [--limit <n>] | \
              redeliver '<webhook-id>'"
         }
+        ("collab-issue", _) => super::issue::USAGE,
         ("collab-events", _) => {
             "collab-events watch ['<repo>'...] [--since <seq>] [--type <pattern>]... [--no-follow]"
         }
@@ -550,6 +557,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
         ExecCommand::Lease(cmd) => super::lease::run(&ctx, channel, cmd).await,
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
+        ExecCommand::Issue(cmd) => super::issue::run(&ctx, channel, cmd).await,
         ExecCommand::Events(cmd) => super::events::watch(&ctx, channel, cmd).await,
         ExecCommand::Hook(cmd) => super::webhook::run(&ctx, channel, cmd).await,
     }
