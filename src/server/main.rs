@@ -15,6 +15,7 @@ mod healthcheck;
 mod hooks;
 mod http;
 mod identity;
+mod limits;
 mod logging;
 mod maintenance;
 mod metrics;
