@@ -21,14 +21,12 @@ use serde_json::Value;
 const LINE_LIMIT: Duration = Duration::from_secs(60);
 
 /// A running `ssh … collab-events watch …` with its stdout read line by line.
-#[allow(dead_code)] // `finish` and `stderr` serve the cut-off test
 struct Watcher {
     child: Child,
     lines: mpsc::Receiver<String>,
     stderr: std::thread::JoinHandle<String>,
 }
 
-#[allow(dead_code)]
 impl Watcher {
     fn start(h: &ServerHarness, key: &Path, args: &str) -> Watcher {
         let mut child = Command::new("ssh")
@@ -99,13 +97,7 @@ impl Watcher {
     fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-
-    /// Wait for ssh to exit; its exit code and stderr.
-    fn finish(mut self) -> (i32, String) {
-        let status = self.child.wait().expect("wait for ssh");
-        let stderr = self.stderr.join().unwrap();
-        (status.code().unwrap_or(-1), stderr)
+        drop(self.stderr);
     }
 }
 
@@ -336,4 +328,138 @@ fn whoami_publishes_the_server_signing_key() {
     let again = h.ssh_exec("collab-whoami").json()["server_key"].clone();
     assert_eq!(again, key.as_str(), "the key survives a restart");
     assert!(h.state_dir().join("collab_signing_key").is_file());
+}
+
+#[test]
+fn pushes_record_one_ref_updated_event_per_ref() {
+    let h = ServerHarness::start();
+    h.create_repo("r");
+    let key = h.ssh_client_key();
+    let watch = Watcher::start(&h, &key, "'r' --type 'ref.*'");
+    let clone = h.clone_repo("r", "work");
+    let first = h.commit_file(&clone, "a.txt", b"a", "first");
+    h.git(&clone, &["tag", "v1"]);
+    h.ssh_push(&clone, &["HEAD:refs/heads/main", "refs/tags/v1"]);
+    let second = h.commit_file(&clone, "a.txt", b"b", "second");
+    h.ssh_push(&clone, &["HEAD:refs/heads/main", ":refs/tags/v1"]);
+    let seen: Vec<Value> = (0..4).map(|_| watch.next_event()).collect();
+    watch.kill();
+    let zero = "0".repeat(40);
+    let moves: BTreeSet<(String, String, String)> = seen
+        .iter()
+        .map(|e| {
+            assert_eq!(e["type"], "ref.updated");
+            assert_eq!(e["repo"], "r.git");
+            assert_eq!(e["object_id"], e["payload"]["ref"]);
+            assert_eq!(e["actor"], e["payload"]["pusher"]);
+            let p = &e["payload"];
+            (
+                p["ref"].as_str().unwrap().to_string(),
+                p["old"].as_str().unwrap().to_string(),
+                p["new"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let s = |v: &str| v.to_string();
+    assert_eq!(
+        moves,
+        BTreeSet::from([
+            (s("refs/heads/main"), zero.clone(), first.clone()),
+            (s("refs/tags/v1"), zero.clone(), first.clone()),
+            (s("refs/heads/main"), first.clone(), second.clone()),
+            (s("refs/tags/v1"), first.clone(), zero.clone()),
+        ])
+    );
+}
+
+/// A watcher whose client stops reading is cut off with a last line that
+/// says where to resume, while another watcher keeps receiving everything.
+#[test]
+fn a_watcher_that_stops_reading_is_cut_off_while_others_keep_receiving() {
+    const TAGS: usize = 5000;
+    let h = ServerHarness::start_with(HarnessOptions {
+        env: vec![("GIT_COLLAB_EVENTS__STALL_TIMEOUT_SECS".into(), "2".into())],
+        ..Default::default()
+    });
+    h.create_repo("r");
+    let key = h.ssh_client_key();
+    let reader = Watcher::start(&h, &key, "'r' --type ref.updated");
+    // The stalled client: ssh runs, but nobody reads its stdout.
+    let mut stalled = Command::new("ssh")
+        .args(h.ssh_options(&key))
+        .arg("git@127.0.0.1")
+        .arg("collab-events watch 'r' --type ref.updated")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let both watchers start before the burst (their start is the head).
+    let probe = h.clone_repo("r", "probe");
+    h.commit_file(&probe, "p", b"p", "probe");
+    h.ssh_push(&probe, &["HEAD:refs/heads/probe"]);
+    assert_eq!(reader.next_event()["object_id"], "refs/heads/probe");
+
+    // One push of TAGS long tag names: several MiB of event lines, more
+    // than the stalled client's SSH window and pipe can hold.
+    let clone = h.clone_repo("r", "work");
+    let head = h.commit_file(&clone, "a.txt", b"a", "first");
+    let long = "x".repeat(180);
+    let mut script = String::new();
+    for i in 0..TAGS {
+        script.push_str(&format!("create refs/tags/t{i:05}-{long} {head}\n"));
+    }
+    let mut update = h
+        .git_command(&key, &clone)
+        .args(["update-ref", "--stdin"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(update.stdin.as_mut().unwrap(), script.as_bytes()).unwrap();
+    drop(update.stdin.take());
+    assert!(update.wait().unwrap().success());
+    h.ssh_push(&clone, &["--tags"]);
+
+    // The reading watcher gets every tag event, in order.
+    let got = reader.events_until(|e| {
+        e["object_id"]
+            .as_str()
+            .is_some_and(|r| r.starts_with(&format!("refs/tags/t{:05}-", TAGS - 1)))
+    });
+    assert_eq!(got.len(), TAGS);
+    let got_seqs = seqs(&got);
+    assert!(got_seqs.windows(2).all(|w| w[1] == w[0] + 1), "no gap");
+
+    // The stalled one was cut off; now read what it was sent.
+    h.wait_for_log("event watcher cut off");
+    let mut out = String::new();
+    stalled
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let mut err = String::new();
+    stalled
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = stalled.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.starts_with("error: too slow"), "{err}");
+    assert!(err.contains("resume with --since"), "{err}");
+    // Whole lines only count; they are a gap-free prefix after the probe.
+    let complete: Vec<Value> = out
+        .split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let stalled_seqs = seqs(&complete);
+    assert!(!stalled_seqs.is_empty());
+    assert!(stalled_seqs.len() < TAGS + 1, "it was cut before the end");
+    assert!(stalled_seqs.windows(2).all(|w| w[1] == w[0] + 1), "no gap");
+    assert_eq!(complete[0]["object_id"], "refs/heads/probe");
+    reader.kill();
 }

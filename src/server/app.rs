@@ -42,6 +42,8 @@ pub struct App {
     pub reads: ReadPool,
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<git_collab::record::sign::SigningKey>,
+    /// Webhook delivery (HTTP client, SSRF guard).
+    pub webhooks: crate::webhooks::Webhooks,
     /// Repository maintenance: push counts, single flight, the bound.
     pub maintenance: Arc<crate::maintenance::Maintenance>,
 }
@@ -59,11 +61,13 @@ impl App {
         let leases = LeaseService::open(&db_path)
             .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
         let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
+        let webhooks = crate::webhooks::Webhooks::new(&config.webhooks)?;
         let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
             leases,
             reads: ReadPool::new(&db_path),
             signing_key,
+            webhooks,
             limits,
             maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
@@ -131,6 +135,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         "connection caps"
     );
     crate::events::spawn_background(&app);
+    crate::webhooks::spawn(app.clone());
     tokio::spawn(app.maintenance.clone().idle_loop(stopping.clone().wait()));
 
     if app.authorized_keys.current().is_empty()

@@ -232,6 +232,71 @@ pub fn is_server_admin(_app: &App, caller: &Caller) -> bool {
     }
 }
 
+/// Whether the owner of a webhook subscription may read `repo` now (`None`:
+/// a server-wide event, for administrators only). Subscriptions declared by
+/// the operator (`config`, `governance` origins) see everything. `owner` is
+/// the principal that added it: a fingerprint when ungoverned (it must
+/// still be admitted), a governed name when governed.
+pub fn owner_can_read(app: &App, owner: &str, origin: &str, repo: Option<&str>) -> bool {
+    if origin != "ssh" {
+        return true;
+    }
+    match app.governance.state().as_ref() {
+        GovState::Inactive => {
+            let Some(key) = app.authorized_keys.lookup(owner) else {
+                return false;
+            };
+            match repo {
+                None => key.admin,
+                Some(repo) => {
+                    let Some(entry) = crate::repos::find_repo(&app.config.repos_dir, repo) else {
+                        return false;
+                    };
+                    if entry.is_governance() {
+                        return key.admin;
+                    }
+                    key.admin
+                        || entry.policy.allows_read(owner)
+                        || entry.policy.allows_write(owner)
+                        || entry.policy.allows_rewind(owner)
+                }
+            }
+        }
+        GovState::Active(conf) => {
+            let governance = crate::repos::GOVERNANCE_REPO.trim_end_matches(".git");
+            match repo {
+                None => conf.allows_repo(owner, governance, Access::Rewind),
+                Some(repo) => {
+                    let Some(entry) = crate::repos::find_repo(&app.config.repos_dir, repo) else {
+                        return false;
+                    };
+                    conf.allows_repo(owner, entry.short_name(), Access::Read)
+                }
+            }
+        }
+        GovState::Broken(_) => false,
+    }
+}
+
+/// Whether the caller may add a webhook for `glob` (`*` matches any run of
+/// characters, `/` included): server administrators always; others only
+/// when the glob matches at least one repository and they hold Rewind on
+/// every repository it matches.
+pub fn can_subscribe(app: &App, caller: &Caller, glob: &str) -> bool {
+    if is_server_admin(app, caller) {
+        return true;
+    }
+    let glob = glob.strip_suffix(".git").unwrap_or(glob);
+    let matching: Vec<RepoEntry> = crate::repos::list_repos(&app.config.repos_dir)
+        .into_iter()
+        .filter(|e| crate::events::filter::glob_match(glob, e.short_name()))
+        .collect();
+    !matching.is_empty()
+        && matching
+            .iter()
+            .all(|e| repo_access(app, caller, e) == Some(Access::Rewind))
+}
+
 /// Whether anonymous HTTP may read this repository.
 #[allow(dead_code)] // the web UI and smart-HTTP call it
 pub fn anonymous_can_read(app: &App, entry: &RepoEntry) -> bool {

@@ -46,6 +46,7 @@ pub struct ServerConfig {
     pub git: GitConfig,
     pub log: LogConfig,
     pub events: EventsConfig,
+    pub webhooks: WebhooksConfig,
     pub maintenance: MaintenanceConfig,
 }
 
@@ -155,6 +156,37 @@ impl Default for EventsConfig {
     }
 }
 
+/// Webhook delivery (`webhooks`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct WebhooksConfig {
+    /// Host names, IP addresses or CIDRs that may be delivered to although
+    /// they are loopback, private, link-local, … (the SSRF guard).
+    pub allowed_hosts: Vec<String>,
+    /// One HTTP attempt may take this long.
+    pub attempt_timeout_secs: u64,
+    /// The first retry waits about this long; each next one twice as long.
+    pub retry_base_secs: u64,
+    /// Retries never wait longer than this.
+    pub retry_max_secs: u64,
+    /// A subscription failing without a success for this long is disabled.
+    pub disable_after_secs: u64,
+    /// Subscriptions declared by the operator (`[[webhooks.subscriptions]]`).
+    pub subscriptions: Vec<DeclaredWebhook>,
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        WebhooksConfig {
+            allowed_hosts: Vec::new(),
+            attempt_timeout_secs: 10,
+            retry_base_secs: 5,
+            retry_max_secs: 3600,
+            disable_after_secs: 3 * 24 * 3600,
+            subscriptions: Vec::new(),
+        }
+    }
+}
+
 /// When repositories are maintained (`maintenance`): after so many pushes,
 /// or once a pushed-to repository has been idle so long, and how many runs
 /// at once across the server.
@@ -177,6 +209,24 @@ impl Default for MaintenanceConfig {
             concurrency: 1,
         }
     }
+}
+
+/// A webhook subscription declared in the server configuration.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DeclaredWebhook {
+    /// Unique among declared subscriptions; the subscription id is
+    /// `config-<name>`.
+    pub name: String,
+    /// Repository glob (`team/*`, `*`).
+    pub repo: String,
+    pub url: String,
+    /// Type patterns; none = every type.
+    #[serde(default)]
+    pub events: Vec<String>,
+    /// A file holding the `whsec_…` HMAC secret.
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
 }
 
 /// Built-in default of `state_dir`.
@@ -226,13 +276,27 @@ pub const KEYS: &[&str] = &[
     "events.heartbeat_secs",
     "events.stall_timeout_secs",
     "events.max_watchers",
+    "webhooks.allowed_hosts",
+    "webhooks.attempt_timeout_secs",
+    "webhooks.retry_base_secs",
+    "webhooks.retry_max_secs",
+    "webhooks.disable_after_secs",
+    "webhooks.subscriptions",
     "maintenance.after_pushes",
     "maintenance.idle_secs",
     "maintenance.concurrency",
 ];
 
 /// Top-level TOML tables; every other known key is a top-level scalar.
-const SECTIONS: &[&str] = &["ssh", "http", "git", "log", "events", "maintenance"];
+const SECTIONS: &[&str] = &[
+    "ssh",
+    "http",
+    "git",
+    "log",
+    "events",
+    "webhooks",
+    "maintenance",
+];
 
 impl ServerConfig {
     /// Embedded defaults for a given state directory (SPEC §3.1).
@@ -280,6 +344,7 @@ impl ServerConfig {
                 format: "text".into(),
             },
             events: EventsConfig::default(),
+            webhooks: WebhooksConfig::default(),
             maintenance: MaintenanceConfig::default(),
             state_dir,
         }
@@ -587,6 +652,22 @@ fn default_values() -> Dict {
         Value::from(events.stall_timeout_secs),
     );
     put("events.max_watchers", Value::from(events.max_watchers));
+    let hooks = WebhooksConfig::default();
+    put("webhooks.allowed_hosts", Value::from(Vec::<Value>::new()));
+    put(
+        "webhooks.attempt_timeout_secs",
+        Value::from(hooks.attempt_timeout_secs),
+    );
+    put(
+        "webhooks.retry_base_secs",
+        Value::from(hooks.retry_base_secs),
+    );
+    put("webhooks.retry_max_secs", Value::from(hooks.retry_max_secs));
+    put(
+        "webhooks.disable_after_secs",
+        Value::from(hooks.disable_after_secs),
+    );
+    put("webhooks.subscriptions", Value::from(Vec::<Value>::new()));
     let maintenance = MaintenanceConfig::default();
     put(
         "maintenance.after_pushes",
@@ -905,6 +986,75 @@ impl Given {
         }
     }
 
+    /// A list of strings: a TOML list, or (from env) a TOML list or a
+    /// comma-separated string.
+    fn string_list(&self) -> anyhow::Result<Vec<String>> {
+        let items = match &self.value {
+            Value::Array(_, items) => items.clone(),
+            Value::String(_, text) if text.trim_start().starts_with('[') => {
+                let parsed: toml::Table = toml::from_str(&format!("v = {text}"))
+                    .map_err(|e| self.error(format!("invalid list: {}", one_line(e.message()))))?;
+                match Value::serialize(&parsed["v"])? {
+                    Value::Array(_, items) => items,
+                    _ => return Err(self.error("expected a list")),
+                }
+            }
+            Value::String(_, text) => text
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(Value::from)
+                .collect(),
+            other => return Err(self.error(format!("expected a list, found {}", kind(other)))),
+        };
+        items
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| self.error(format!("expected strings, found {}", kind(item))))
+            })
+            .collect()
+    }
+
+    /// `[[webhooks.subscriptions]]`: a list of tables (or, from env, the
+    /// same as a TOML inline list).
+    fn declared_webhooks(&self) -> anyhow::Result<Vec<DeclaredWebhook>> {
+        let value = match &self.value {
+            Value::String(_, text) => {
+                let parsed: toml::Table = toml::from_str(&format!("v = {text}"))
+                    .map_err(|e| self.error(format!("invalid list: {}", one_line(e.message()))))?;
+                Value::serialize(&parsed["v"])?
+            }
+            other => other.clone(),
+        };
+        let declared: Vec<DeclaredWebhook> = value.deserialize().map_err(|e| {
+            self.error(format!(
+                "invalid subscription: {}",
+                one_line(&e.to_string())
+            ))
+        })?;
+        let mut names = std::collections::BTreeSet::new();
+        for hook in &declared {
+            let ok_name = !hook.name.is_empty()
+                && hook.name.len() <= 64
+                && hook
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'));
+            if !ok_name {
+                return Err(self.error(format!(
+                    "subscription name {:?}: use 1 to 64 of A-Z a-z 0-9 - _",
+                    hook.name
+                )));
+            }
+            if !names.insert(hook.name.clone()) {
+                return Err(self.error(format!("subscription name {:?} is used twice", hook.name)));
+            }
+        }
+        Ok(declared)
+    }
+
     /// A resource limit: a whole number from 1 (0 would refuse everything)
     /// to 1000000.
     fn limit(&self) -> anyhow::Result<usize> {
@@ -1135,6 +1285,16 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
             stall_timeout_secs: r.required("events.stall_timeout_secs").count(1, 3600)?,
             max_watchers: r.required("events.max_watchers").count(1, 100_000)?,
         },
+        webhooks: WebhooksConfig {
+            allowed_hosts: r.required("webhooks.allowed_hosts").string_list()?,
+            attempt_timeout_secs: r.required("webhooks.attempt_timeout_secs").count(1, 300)?,
+            retry_base_secs: r.required("webhooks.retry_base_secs").count(1, 3600)?,
+            retry_max_secs: r.required("webhooks.retry_max_secs").count(1, 86_400)?,
+            disable_after_secs: r
+                .required("webhooks.disable_after_secs")
+                .count(10, 365 * 86_400)?,
+            subscriptions: r.required("webhooks.subscriptions").declared_webhooks()?,
+        },
         maintenance: MaintenanceConfig {
             after_pushes: r.required("maintenance.after_pushes").count(0, 1_000_000)?,
             idle_secs: r.required("maintenance.idle_secs").count(0, 604_800)?,
@@ -1347,6 +1507,12 @@ impl LoadedConfig {
             "events.heartbeat_secs" => json!(c.events.heartbeat_secs),
             "events.stall_timeout_secs" => json!(c.events.stall_timeout_secs),
             "events.max_watchers" => json!(c.events.max_watchers),
+            "webhooks.allowed_hosts" => json!(c.webhooks.allowed_hosts),
+            "webhooks.attempt_timeout_secs" => json!(c.webhooks.attempt_timeout_secs),
+            "webhooks.retry_base_secs" => json!(c.webhooks.retry_base_secs),
+            "webhooks.retry_max_secs" => json!(c.webhooks.retry_max_secs),
+            "webhooks.disable_after_secs" => json!(c.webhooks.disable_after_secs),
+            "webhooks.subscriptions" => json!(c.webhooks.subscriptions),
             "maintenance.after_pushes" => json!(c.maintenance.after_pushes),
             "maintenance.idle_secs" => json!(c.maintenance.idle_secs),
             "maintenance.concurrency" => json!(c.maintenance.concurrency),

@@ -27,6 +27,7 @@ mod setup;
 mod shutdown;
 mod signing;
 mod ssh;
+mod webhooks;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

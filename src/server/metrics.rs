@@ -19,6 +19,21 @@ static LEASE_OPS: Mutex<BTreeMap<(String, String), u64>> = Mutex::new(BTreeMap::
 static HTTP_REQUESTS: Mutex<BTreeMap<u16, u64>> = Mutex::new(BTreeMap::new());
 static REFUSED: Mutex<BTreeMap<(&'static str, &'static str), u64>> = Mutex::new(BTreeMap::new());
 static WATCHERS: AtomicU64 = AtomicU64::new(0);
+static WEBHOOK_DELIVERIES: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+static WEBHOOK_QUEUE_DEPTH: AtomicU64 = AtomicU64::new(0);
+static WEBHOOK_OLDEST_AGE: AtomicU64 = AtomicU64::new(0);
+
+/// A webhook attempt ended with `outcome` (`delivered`, `failed`, `refused`).
+pub fn webhook_delivery(outcome: &str) {
+    bump(&WEBHOOK_DELIVERIES, outcome.to_string());
+}
+
+/// Events after the cursors of active subscriptions, and the age in seconds
+/// of the oldest of them (0 when none waits).
+pub fn set_webhook_backlog(depth: u64, oldest_age_secs: u64) {
+    WEBHOOK_QUEUE_DEPTH.store(depth, Ordering::Relaxed);
+    WEBHOOK_OLDEST_AGE.store(oldest_age_secs, Ordering::Relaxed);
+}
 
 /// The number of `collab-events watch` streams connected now.
 pub fn set_watchers(n: u64) {
@@ -152,6 +167,30 @@ pub fn render() -> String {
             "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
         );
     };
+    header(
+        &mut out,
+        "git_collab_webhook_deliveries_total",
+        "Webhook delivery attempts, by outcome (delivered, failed, refused).",
+    );
+    for (outcome, n) in snapshot(&WEBHOOK_DELIVERIES) {
+        let _ = writeln!(
+            out,
+            "git_collab_webhook_deliveries_total{{outcome=\"{}\"}} {n}",
+            label(&outcome)
+        );
+    }
+    gauge(
+        &mut out,
+        "git_collab_webhook_queue_depth",
+        "Events after the cursors of active webhook subscriptions (summed).",
+        WEBHOOK_QUEUE_DEPTH.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut out,
+        "git_collab_webhook_oldest_undelivered_seconds",
+        "Age of the oldest event not yet handled by an active subscription.",
+        WEBHOOK_OLDEST_AGE.load(Ordering::Relaxed),
+    );
     gauge(
         &mut out,
         "git_collab_event_watchers",

@@ -160,6 +160,47 @@ CREATE TABLE issue_exports (
 );
 ",
     },
+    // Version 5: webhooks. `webhooks` holds each subscription and its
+    // delivery state: `cursor` (every event up to it is handled, delivered
+    // or not matching), and for the event after it the retry state
+    // (`attempts`, `failing_since`, `next_attempt_at`). `webhook_attempts`
+    // is the delivery log, one row per HTTP attempt; `message_id` is the
+    // `webhook-id` header, stable per (event, subscription).
+    Step {
+        version: 5,
+        sql: "
+CREATE TABLE webhooks (
+    id              TEXT    NOT NULL PRIMARY KEY,
+    origin          TEXT    NOT NULL CHECK (origin IN ('ssh', 'config', 'governance')),
+    owner           TEXT    NOT NULL,
+    repo_glob       TEXT    NOT NULL,
+    url             TEXT    NOT NULL,
+    events          TEXT    NOT NULL,
+    secret          TEXT,
+    active          INTEGER NOT NULL,
+    disabled_reason TEXT,
+    created_at      INTEGER NOT NULL,
+    cursor          INTEGER NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    failing_since   INTEGER,
+    next_attempt_at INTEGER
+);
+CREATE TABLE webhook_attempts (
+    id          INTEGER NOT NULL PRIMARY KEY,
+    webhook_id  TEXT    NOT NULL,
+    message_id  TEXT    NOT NULL,
+    seq         INTEGER,
+    at          INTEGER NOT NULL,
+    status      INTEGER,
+    outcome     TEXT    NOT NULL,
+    latency_ms  INTEGER NOT NULL,
+    response    TEXT    NOT NULL
+);
+CREATE INDEX webhook_attempts_by_hook ON webhook_attempts (webhook_id, id);
+CREATE INDEX webhook_attempts_by_message ON webhook_attempts (message_id, id);
+CREATE INDEX webhook_attempts_at ON webhook_attempts (at);
+",
+    },
 ];
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).

@@ -13,6 +13,7 @@ pub mod migrations;
 pub mod reads;
 pub mod repos;
 pub mod snapshot;
+pub mod webhooks;
 pub mod writer;
 
 /// A read-only connection to `collab.db` for readers beside the writer

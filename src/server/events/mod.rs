@@ -78,6 +78,18 @@ impl Recorded {
         }
     }
 
+    /// `ref.updated {ref, old, new, pusher}`: one ref moved (or was created
+    /// or deleted: the all-zero id) by a push from `pusher`.
+    pub fn ref_updated(repo: &str, refname: &str, old: &str, new: &str, pusher: &str) -> Recorded {
+        Recorded {
+            kind: "ref.updated",
+            repo: Some(repo.to_string()),
+            object_id: Some(refname.to_string()),
+            actor: Some(pusher.to_string()),
+            payload: json!({ "ref": refname, "old": old, "new": new, "pusher": pusher }),
+        }
+    }
+
     /// `release.uploaded {tag, file, size, sha256}`: a release file stored.
     pub fn release_uploaded(repo: &str, tag: &str, file: &Value, actor: &str) -> Recorded {
         Recorded {
@@ -142,21 +154,28 @@ impl Recorded {
 /// (no SSH principal).
 pub const HOST_ACTOR: &str = "host";
 
-/// Append `event` from a process other than the server (the host CLI, a
-/// git hook): its own short IMMEDIATE transaction on its own connection.
-/// SQLite serializes it with the server's writer, so `seq` stays gap-free.
-/// A failure is reported on stderr and does not undo the change.
+/// Append `events` from a process other than the server (the host CLI, a
+/// git hook): one short IMMEDIATE transaction on its own connection, so
+/// they all commit together or not at all. SQLite serializes it with the
+/// server's writer, so `seq` stays gap-free and in commit order.
+pub fn append_from_other_process(
+    collab_db: &std::path::Path,
+    events: &[Recorded],
+) -> rusqlite::Result<()> {
+    let conn = crate::db::leases::open(collab_db)?;
+    let tx = rusqlite::Transaction::new_unchecked(&conn, rusqlite::TransactionBehavior::Immediate)?;
+    let now = Utc::now().timestamp();
+    for event in events {
+        event.append_in(&tx, now)?;
+    }
+    tx.commit()
+}
+
+/// `append_from_other_process` for one event of a host command; a failure
+/// is a warning on stderr and does not undo the change.
 pub fn record_host_event(config: &crate::config::ServerConfig, event: &Recorded) {
-    let path = config.collab_db_path();
-    let result = (|| -> rusqlite::Result<i64> {
-        let conn = crate::db::leases::open(&path)?;
-        let tx =
-            rusqlite::Transaction::new_unchecked(&conn, rusqlite::TransactionBehavior::Immediate)?;
-        let seq = event.append_in(&tx, Utc::now().timestamp())?;
-        tx.commit()?;
-        Ok(seq)
-    })();
-    if let Err(e) = result {
+    if let Err(e) = append_from_other_process(&config.collab_db_path(), std::slice::from_ref(event))
+    {
         eprintln!("warning: could not record the {} event: {e}", event.kind);
     }
 }
@@ -211,7 +230,8 @@ async fn prune(app: &App) {
         let pruned = app
             .leases
             .write("prune events", move |conn, now| {
-                Ok(events::prune_before(conn, now - keep, PRUNE_BATCH)?)
+                let logged = crate::db::webhooks::prune_attempts(conn, now - keep, PRUNE_BATCH)?;
+                Ok(events::prune_before(conn, now - keep, PRUNE_BATCH)?.max(logged))
             })
             .await;
         match pruned {
@@ -228,7 +248,7 @@ async fn prune(app: &App) {
         }
     }
     if total > 0 {
-        tracing::info!("pruned {total} events older than the retention");
+        tracing::info!("pruned {total} events (and delivery log rows) older than the retention");
     }
 }
 

@@ -17,12 +17,16 @@
 //! - `governance`: a push to `_governance.git` must keep a valid
 //!   `governance.toml` that still has an admin.
 //!
+//! `post-receive` runs after the refs moved; it records a `ref.updated`
+//! event per ref (`events`) and never refuses anything.
+//!
 //! To add a concern, write `hooks/<concern>.rs` with a [`Check`] and add it
 //! to [`PRE_RECEIVE`] (or to a new stage, with its script name in
 //! [`HOOK_NAMES`] so `setup` writes it).
 
 pub mod access;
 pub mod context;
+pub mod events;
 pub mod governance;
 pub mod updates;
 
@@ -33,7 +37,7 @@ pub use updates::RefUpdate;
 
 /// The hook scripts `setup` writes into the hooks dir, each running
 /// `git-collab-server hook <name>`.
-pub const HOOK_NAMES: &[&str] = &["pre-receive"];
+pub const HOOK_NAMES: &[&str] = &["pre-receive", "post-receive"];
 
 /// Why a check refused the push: one line per problem, each printed as
 /// `error: <line>` (git shows them to the pusher prefixed with `remote:`).
@@ -69,6 +73,12 @@ pub fn run(name: &str) -> u8 {
                 1
             }
         },
+        "post-receive" => {
+            if let Err(line) = post_receive() {
+                eprintln!("warning: {line}");
+            }
+            0
+        }
         // Unknown hooks do nothing: git only runs the scripts we wrote.
         _ => 0,
     }
@@ -83,6 +93,17 @@ fn pre_receive() -> Result<(), Refusal> {
         .map_err(|e| Refusal::one(format!("reading the hook input: {e}")))?;
     let updates = updates::parse(&input).map_err(Refusal::one)?;
     run_checks(PRE_RECEIVE, &ctx, &updates)
+}
+
+fn post_receive() -> Result<(), String> {
+    let ctx = HookContext::from_env()?;
+    let mut input = String::new();
+    std::io::stdin()
+        .take(MAX_INPUT)
+        .read_to_string(&mut input)
+        .map_err(|e| format!("reading the hook input: {e}"))?;
+    let updates = updates::parse(&input)?;
+    events::record(&ctx, &updates)
 }
 
 /// Run `checks` in order; the first refusal wins.

@@ -24,6 +24,7 @@ pub mod lease;
 pub mod release;
 pub mod session;
 pub mod tokens;
+pub mod webhook;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;

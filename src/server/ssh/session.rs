@@ -196,6 +196,89 @@ fn parse_watch(args: &[&str]) -> Option<WatchCmd> {
     Some(cmd)
 }
 
+/// `collab-hook` subcommands (see `super::webhook`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookCmd {
+    Add {
+        repo_glob: String,
+        url: String,
+        events: Vec<String>,
+        secret_stdin: bool,
+    },
+    List,
+    Remove {
+        id: String,
+    },
+    Enable {
+        id: String,
+    },
+    Test {
+        id: String,
+    },
+    Deliveries {
+        id: String,
+        limit: i64,
+    },
+    Redeliver {
+        message_id: String,
+    },
+}
+
+/// `collab-hook <sub> <args…>` after the verb.
+fn parse_hook(sub: &str, args: &[&str]) -> Option<HookCmd> {
+    let owned = |s: &str| s.to_string();
+    Some(match (sub, args) {
+        ("add", [glob, url, rest @ ..]) => {
+            let mut events = Vec::new();
+            let mut secret_stdin = false;
+            let mut rest = rest.iter();
+            while let Some(arg) = rest.next() {
+                match *arg {
+                    "--event" => {
+                        let p = rest.next()?;
+                        if !crate::events::filter::valid_pattern(p)
+                            || events.len() >= crate::events::filter::MAX_PATTERNS
+                        {
+                            return None;
+                        }
+                        events.push(owned(p));
+                    }
+                    "--secret-stdin" if !secret_stdin => secret_stdin = true,
+                    _ => return None,
+                }
+            }
+            HookCmd::Add {
+                repo_glob: owned(glob),
+                url: owned(url),
+                events,
+                secret_stdin,
+            }
+        }
+        ("list", []) => HookCmd::List,
+        ("remove", [id]) => HookCmd::Remove { id: owned(id) },
+        ("enable", [id]) => HookCmd::Enable { id: owned(id) },
+        ("test", [id]) => HookCmd::Test { id: owned(id) },
+        ("deliveries", [id]) => HookCmd::Deliveries {
+            id: owned(id),
+            limit: 50,
+        },
+        ("deliveries", [id, "--limit", n]) => {
+            let limit: i64 = n.parse().ok().filter(|n| (1..=1000).contains(n))?;
+            if !n.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            HookCmd::Deliveries {
+                id: owned(id),
+                limit,
+            }
+        }
+        ("redeliver", [message_id]) => HookCmd::Redeliver {
+            message_id: owned(message_id),
+        },
+        _ => return None,
+    })
+}
+
 /// A parsed exec request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecCommand {
@@ -216,6 +299,8 @@ pub enum ExecCommand {
     Issue(IssueCmd),
     /// `collab-events watch …`
     Events(WatchCmd),
+    /// `collab-hook add|list|remove|enable|test|deliveries|redeliver …`
+    Hook(HookCmd),
 }
 
 impl ExecCommand {
@@ -245,6 +330,7 @@ impl ExecCommand {
             ) => Some(repo),
             ExecCommand::Issue(cmd) => Some(cmd.repo()),
             ExecCommand::Events(watch) => watch.repos.first().map(String::as_str),
+            ExecCommand::Hook(_) => None,
             ExecCommand::Whoami | ExecCommand::Help | ExecCommand::Repo(RepoCmd::List) => None,
         }
     }
@@ -284,6 +370,13 @@ impl ExecCommand {
             ExecCommand::Release(ReleaseCmd::Delete { .. }) => "collab-release delete",
             ExecCommand::Issue(cmd) => cmd.verb(),
             ExecCommand::Events(_) => "collab-events watch",
+            ExecCommand::Hook(HookCmd::Add { .. }) => "collab-hook add",
+            ExecCommand::Hook(HookCmd::List) => "collab-hook list",
+            ExecCommand::Hook(HookCmd::Remove { .. }) => "collab-hook remove",
+            ExecCommand::Hook(HookCmd::Enable { .. }) => "collab-hook enable",
+            ExecCommand::Hook(HookCmd::Test { .. }) => "collab-hook test",
+            ExecCommand::Hook(HookCmd::Deliveries { .. }) => "collab-hook deliveries",
+            ExecCommand::Hook(HookCmd::Redeliver { .. }) => "collab-hook redeliver",
         }
     }
 }
@@ -323,6 +416,7 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
         ["collab-lease", sub, rest @ ..] => parse_lease(sub, rest).map(ExecCommand::Lease),
         ["collab-issue", sub, rest @ ..] => super::issue::parse(sub, rest).map(ExecCommand::Issue),
         ["collab-events", "watch", rest @ ..] => parse_watch(rest).map(ExecCommand::Events),
+        ["collab-hook", sub, rest @ ..] => parse_hook(sub, rest).map(ExecCommand::Hook),
         ["collab-release", "create", repo, tag, file] => {
             Some(ExecCommand::Release(ReleaseCmd::Create {
                 repo: repo.to_string(),
@@ -439,6 +533,11 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
             "collab-lease acquire '<repo>' '<issue>' [--ttl <secs>] | \
              collab-lease renew '<repo>' '<issue>' --ttl <secs> | \
              collab-lease release '<repo>' '<issue>' | collab-lease list '<repo>'"
+        }
+        ("collab-hook", _) => {
+            "collab-hook add '<repo-glob>' '<url>' [--event <pattern>]... [--secret-stdin] | list | \
+             remove '<id>' | enable '<id>' | test '<id>' | deliveries '<id>' [--limit <n>] | \
+             redeliver '<webhook-id>'"
         }
         ("collab-issue", _) => super::issue::USAGE,
         ("collab-events", _) => {
@@ -589,6 +688,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
         ExecCommand::Issue(cmd) => super::issue::run(&ctx, channel, cmd).await,
         ExecCommand::Events(cmd) => super::events::watch(&ctx, channel, cmd).await,
+        ExecCommand::Hook(cmd) => super::webhook::run(&ctx, channel, cmd).await,
     }
 }
 
@@ -812,6 +912,42 @@ mod tests {
         }
         let tokens = shell_tokens("collab-events watch --since").unwrap();
         assert!(usage(&tokens).unwrap().starts_with("collab-events watch"));
+    }
+
+    #[test]
+    fn parses_hook_verbs() {
+        let s = |v: &str| v.to_string();
+        assert_eq!(
+            parse_exec_command(
+                "collab-hook add 'team/*' 'https://x/h' --event 'lease.*' --event ref.updated --secret-stdin"
+            ),
+            Some(ExecCommand::Hook(HookCmd::Add {
+                repo_glob: s("team/*"),
+                url: s("https://x/h"),
+                events: vec![s("lease.*"), s("ref.updated")],
+                secret_stdin: true,
+            }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-hook deliveries wh1 --limit 5"),
+            Some(ExecCommand::Hook(HookCmd::Deliveries {
+                id: s("wh1"),
+                limit: 5
+            }))
+        );
+        for bad in [
+            "collab-hook",
+            "collab-hook add 'x'",
+            "collab-hook add x y --event",
+            "collab-hook add x y --secret-stdin --secret-stdin",
+            "collab-hook add x y --secret",
+            "collab-hook list x",
+            "collab-hook deliveries wh1 --limit 0",
+            "collab-hook deliveries wh1 --limit +5",
+            "collab-hook redeliver",
+        ] {
+            assert_eq!(parse_exec_command(bad), None, "{bad:?}");
+        }
     }
 
     fn lease(cmd: LeaseCmd) -> Option<ExecCommand> {

@@ -1,0 +1,430 @@
+//! `collab-hook`: webhook subscriptions over SSH.
+//!
+//! ```text
+//! collab-hook add '<repo-glob>' '<url>' [--event PATTERN]... [--secret-stdin]
+//! collab-hook list
+//! collab-hook remove|enable|test '<id>'
+//! collab-hook deliveries '<id>' [--limit N]
+//! collab-hook redeliver '<webhook-id>'
+//! ```
+//!
+//! Who may add: `authz::can_subscribe` (administrators for any glob; others
+//! for a glob whose every existing repository they can rewind). A
+//! subscription is visible to, and managed by, its owner and the server
+//! administrators; anyone else gets `error: webhook not found`, whether it
+//! exists or not. Subscriptions declared in the server configuration are
+//! listed but changed only there. Delivery is `webhooks`'.
+
+use russh::server::Msg;
+use russh::{Channel, ChannelMsg};
+use serde_json::{json, Value};
+
+use super::session::{json_line, reply_and_close, ExecContext, HookCmd};
+use crate::authz;
+use crate::db::webhooks::{self as store, Attempt, Webhook};
+use crate::webhooks::{self, message_id, AttemptResult};
+
+const NOT_FOUND: &str = "error: webhook not found";
+
+/// The largest secret read from stdin.
+const MAX_SECRET: usize = 4096;
+
+/// Run one `collab-hook` command.
+pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: HookCmd) {
+    let (line, code) = match cmd {
+        HookCmd::Add {
+            repo_glob,
+            url,
+            events,
+            secret_stdin,
+        } => {
+            let (channel, secret) = if secret_stdin {
+                match read_secret(channel).await {
+                    Some((channel, secret)) => (channel, Some(secret)),
+                    None => return,
+                }
+            } else {
+                (channel, None)
+            };
+            let (line, code) = add(ctx, repo_glob, url, events, secret).await;
+            return reply_and_close(channel, &line, code).await;
+        }
+        HookCmd::List => list(ctx).await,
+        HookCmd::Remove { id } => remove(ctx, &id).await,
+        HookCmd::Enable { id } => enable(ctx, &id).await,
+        HookCmd::Test { id } => test(ctx, &id).await,
+        HookCmd::Deliveries { id, limit } => deliveries(ctx, &id, limit).await,
+        HookCmd::Redeliver { message_id } => redeliver(ctx, &message_id).await,
+    };
+    reply_and_close(channel, &line, code).await
+}
+
+type Reply = (String, u32);
+
+fn ok(value: Value) -> Reply {
+    (json_line(&value), 0)
+}
+
+fn err(message: impl std::fmt::Display) -> Reply {
+    (format!("error: {message}"), 1)
+}
+
+fn internal(e: anyhow::Error) -> Reply {
+    tracing::error!("collab-hook: {e:#}");
+    ("error: internal error".to_string(), 1)
+}
+
+/// The subscription's public shape (never the secret itself).
+fn hook_json(hook: &Webhook) -> Value {
+    json!({
+        "id": hook.id,
+        "origin": hook.origin,
+        "owner": hook.owner,
+        "repo": hook.repo_glob,
+        "url": hook.url,
+        "events": hook.events,
+        "secret": hook.secret.is_some(),
+        "active": hook.active,
+        "disabled_reason": hook.disabled_reason,
+        "cursor": hook.cursor,
+        "attempts": hook.attempts,
+        "failing_since": hook.failing_since.map(crate::events::rfc3339),
+        "next_attempt_at": hook.next_attempt_at.map(crate::events::rfc3339),
+    })
+}
+
+fn attempt_json(attempt: &Attempt) -> Value {
+    json!({
+        "webhook_id": attempt.message_id,
+        "seq": attempt.seq,
+        "at": crate::events::rfc3339(attempt.at),
+        "status": attempt.status,
+        "outcome": attempt.outcome,
+        "latency_ms": attempt.latency_ms,
+        "response": attempt.response,
+    })
+}
+
+/// Read the secret: everything on stdin up to EOF (trimmed), bounded.
+async fn read_secret(mut channel: Channel<Msg>) -> Option<(Channel<Msg>, String)> {
+    let mut bytes = Vec::new();
+    while let Some(msg) = channel.wait().await {
+        match msg {
+            ChannelMsg::Data { data } => {
+                bytes.extend_from_slice(&data);
+                if bytes.len() > MAX_SECRET {
+                    reply_and_close(channel, "error: the secret is too long", 1).await;
+                    return None;
+                }
+            }
+            ChannelMsg::Eof => {
+                let text = String::from_utf8_lossy(&bytes).trim().to_string();
+                return Some((channel, text));
+            }
+            ChannelMsg::Close => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The subscription `id` if the caller may see it.
+async fn visible(ctx: &ExecContext, id: &str) -> Result<Webhook, Reply> {
+    let owned = id.to_string();
+    let hook = webhooks::read(&ctx.app, move |conn| store::get(conn, &owned))
+        .await
+        .map_err(internal)?;
+    match hook {
+        Some(h)
+            if h.owner == ctx.caller.principal()
+                || authz::is_server_admin(&ctx.app, &ctx.caller) =>
+        {
+            Ok(h)
+        }
+        _ => Err(err(NOT_FOUND.trim_start_matches("error: "))),
+    }
+}
+
+fn valid_glob(glob: &str) -> bool {
+    (1..=200).contains(&glob.len())
+        && glob
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b'*'))
+}
+
+async fn add(
+    ctx: &ExecContext,
+    repo_glob: String,
+    url: String,
+    events: Vec<String>,
+    secret: Option<String>,
+) -> Reply {
+    if !valid_glob(&repo_glob) {
+        return err("invalid repository glob: use A-Z a-z 0-9 . _ - / and *");
+    }
+    if let Some(secret) = &secret {
+        if let Err(e) = webhooks::sign::secret_key(secret) {
+            return err(format!("invalid secret: {e}"));
+        }
+    }
+    if !authz::can_subscribe(&ctx.app, &ctx.caller, &repo_glob) {
+        return err(
+            "permission denied: a webhook needs rewind access on every repository its glob matches",
+        );
+    }
+    if url.len() > 2048 {
+        return err("invalid URL: longer than 2048 bytes");
+    }
+    if let Err(e) = ctx.app.webhooks.vet_url(&url).await {
+        return err(e);
+    }
+    let id = format!("wh{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+    let hook = Webhook {
+        id: id.clone(),
+        origin: "ssh".into(),
+        owner: ctx.caller.principal().to_string(),
+        repo_glob,
+        url,
+        events,
+        secret,
+        active: true,
+        disabled_reason: None,
+        created_at: 0,
+        cursor: 0,
+        attempts: 0,
+        failing_since: None,
+        next_attempt_at: None,
+    };
+    let stored = ctx
+        .app
+        .leases
+        .write("add webhook", move |conn, now| {
+            // Delivery starts with the events after this moment.
+            let hook = Webhook {
+                created_at: now,
+                cursor: crate::db::events::head(conn)?,
+                ..hook
+            };
+            store::insert(conn, &hook)?;
+            Ok(hook)
+        })
+        .await;
+    match stored {
+        Ok(hook) => {
+            ctx.app.webhooks.poke();
+            tracing::info!(
+                principal = ctx.caller.principal(),
+                webhook = hook.id,
+                "webhook added"
+            );
+            ok(json!({ "status": "added", "webhook": hook_json(&hook) }))
+        }
+        Err(e) => internal(e),
+    }
+}
+
+async fn list(ctx: &ExecContext) -> Reply {
+    let hooks = match webhooks::read(&ctx.app, store::list).await {
+        Ok(h) => h,
+        Err(e) => return internal(e),
+    };
+    let admin = authz::is_server_admin(&ctx.app, &ctx.caller);
+    let shown: Vec<Value> = hooks
+        .iter()
+        .filter(|h| admin || h.owner == ctx.caller.principal())
+        .map(hook_json)
+        .collect();
+    ok(json!({ "webhooks": shown }))
+}
+
+async fn remove(ctx: &ExecContext, id: &str) -> Reply {
+    let hook = match visible(ctx, id).await {
+        Ok(h) => h,
+        Err(reply) => return reply,
+    };
+    if hook.origin != "ssh" {
+        return err(format!(
+            "webhook {id} is declared in the server {}; remove it there",
+            hook.origin
+        ));
+    }
+    let owned = id.to_string();
+    match ctx
+        .app
+        .leases
+        .write("remove webhook", move |conn, _| {
+            Ok(store::remove(conn, &owned)?)
+        })
+        .await
+    {
+        Ok(_) => {
+            ctx.app.webhooks.poke();
+            ok(json!({ "status": "removed", "id": id }))
+        }
+        Err(e) => internal(e),
+    }
+}
+
+async fn enable(ctx: &ExecContext, id: &str) -> Reply {
+    if let Err(reply) = visible(ctx, id).await {
+        return reply;
+    }
+    let owned = id.to_string();
+    match ctx
+        .app
+        .leases
+        .write("enable webhook", move |conn, _| {
+            Ok(store::enable(conn, &owned)?)
+        })
+        .await
+    {
+        Ok(_) => {
+            ctx.app.webhooks.poke();
+            ok(json!({ "status": "enabled", "id": id }))
+        }
+        Err(e) => internal(e),
+    }
+}
+
+/// Send once and log the attempt (out of the subscription's order: the
+/// cursor does not move).
+async fn send_and_log(
+    ctx: &ExecContext,
+    hook: &Webhook,
+    message: String,
+    seq: Option<i64>,
+    body: Vec<u8>,
+) -> Result<AttemptResult, Reply> {
+    let result = ctx
+        .app
+        .webhooks
+        .post(
+            &hook.url,
+            &message,
+            &body,
+            hook.secret.as_deref(),
+            &ctx.app.signing_key,
+        )
+        .await;
+    crate::metrics::webhook_delivery(result.outcome);
+    let attempt = Attempt {
+        id: 0,
+        webhook_id: hook.id.clone(),
+        message_id: message,
+        seq,
+        at: 0,
+        status: result.status.map(i64::from),
+        outcome: result.outcome.to_string(),
+        latency_ms: result.latency_ms,
+        response: result.response.clone(),
+    };
+    ctx.app
+        .leases
+        .write("log webhook attempt", move |conn, now| {
+            Ok(store::log_attempt(conn, &Attempt { at: now, ..attempt })?)
+        })
+        .await
+        .map_err(internal)?;
+    Ok(result)
+}
+
+fn result_json(message: &str, result: &AttemptResult) -> Value {
+    json!({
+        "webhook_id": message,
+        "outcome": result.outcome,
+        "status": result.status,
+        "latency_ms": result.latency_ms,
+        "response": result.response,
+    })
+}
+
+async fn test(ctx: &ExecContext, id: &str) -> Reply {
+    let hook = match visible(ctx, id).await {
+        Ok(h) => h,
+        Err(reply) => return reply,
+    };
+    let now = chrono::Utc::now().timestamp();
+    let message = format!("{}-test-{:08x}", hook.id, rand::random::<u32>());
+    let body = serde_json::to_vec(&json!({
+        "type": "webhook.test",
+        "timestamp": crate::events::rfc3339(now),
+        "data": { "subscription": hook.id, "by": ctx.caller.principal() },
+    }))
+    .unwrap_or_default();
+    match send_and_log(ctx, &hook, message.clone(), None, body).await {
+        Ok(result) => attempt_reply(&message, &result),
+        Err(reply) => reply,
+    }
+}
+
+async fn deliveries(ctx: &ExecContext, id: &str, limit: i64) -> Reply {
+    let hook = match visible(ctx, id).await {
+        Ok(h) => h,
+        Err(reply) => return reply,
+    };
+    let owned = hook.id.clone();
+    match webhooks::read(&ctx.app, move |conn| store::attempts(conn, &owned, limit)).await {
+        Ok(attempts) => {
+            let shown: Vec<Value> = attempts.iter().map(attempt_json).collect();
+            ok(json!({ "id": hook.id, "deliveries": shown }))
+        }
+        Err(e) => internal(e),
+    }
+}
+
+async fn redeliver(ctx: &ExecContext, message: &str) -> Reply {
+    // `<subscription>-<seq>`.
+    let Some((id, seq)) = message
+        .rsplit_once('-')
+        .and_then(|(id, seq)| Some((id, seq.parse::<i64>().ok()?)))
+    else {
+        return err("no such delivery");
+    };
+    let hook = match visible(ctx, id).await {
+        Ok(h) => h,
+        Err(_) => return err("no such delivery"),
+    };
+    let event = webhooks::read(&ctx.app, move |conn| {
+        Ok(crate::db::events::after(conn, seq - 1, 1)?
+            .into_iter()
+            .find(|e| e.seq == seq))
+    })
+    .await;
+    let event = match event {
+        Ok(Some(e)) => e,
+        Ok(None) => return err(format!("event {seq} is no longer kept")),
+        Err(e) => return internal(e),
+    };
+    if seq > hook.cursor + 1 {
+        return err("no such delivery: that event has not been delivered yet");
+    }
+    let message = message_id(&hook.id, seq);
+    match send_and_log(
+        ctx,
+        &hook,
+        message.clone(),
+        Some(seq),
+        webhooks::body(&event),
+    )
+    .await
+    {
+        Ok(result) => attempt_reply(&message, &result),
+        Err(reply) => reply,
+    }
+}
+
+/// A delivered attempt as JSON; any other as one error line.
+fn attempt_reply(message: &str, result: &AttemptResult) -> Reply {
+    if result.delivered() {
+        return ok(result_json(message, result));
+    }
+    err(format!(
+        "delivery {message} {}: {}{}",
+        result.outcome,
+        result
+            .status
+            .map(|s| format!("HTTP {s}: "))
+            .unwrap_or_default(),
+        result.response.lines().next().unwrap_or("")
+    ))
+}
