@@ -19,6 +19,7 @@ use cli::{Cli, Command, IssueCmd, KeyCmd, ReleaseCmd, TrustCmd};
 use git_collab::client::issue::{self, short_id, Identity, Written};
 use git_collab::client::lease::{self, LeaseOp};
 use git_collab::client::sync;
+use git_collab::client::terminal;
 use git_collab::record::state::{self, IssueState, IssueStatus};
 use git_collab::record::{refs, sign, trust, verify};
 
@@ -57,7 +58,8 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             let message = format!("{e:#}").replace('\n', " ");
-            eprintln!("error: {message}");
+            // Errors can quote a server's reply or an event's fields.
+            eprintln!("error: {}", terminal::line(&message));
             ExitCode::FAILURE
         }
     }
@@ -117,8 +119,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         "dropped {} in issue {}: {} ({}{})",
                         short_id(&p.event.commit),
                         short_id(&p.issue),
-                        p.event.detail,
-                        p.event.kind.as_deref().unwrap_or("unreadable event"),
+                        terminal::line(&p.event.detail),
+                        terminal::line(p.event.kind.as_deref().unwrap_or("unreadable event")),
                         p.event
                             .author_fingerprint
                             .as_deref()
@@ -127,7 +129,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     );
                 }
                 for i in &report.invalid_issues {
-                    println!("invalid issue {}: {}", short_id(&i.issue), i.reason);
+                    println!(
+                        "invalid issue {}: {}",
+                        short_id(&i.issue),
+                        terminal::line(&i.reason)
+                    );
                 }
                 println!(
                     "{}: {} issues, {} events, {} dropped, {} invalid issues",
@@ -463,8 +469,13 @@ fn issue_cmd(repo: &Repository, cmd: IssueCmd) -> Result<ExitCode> {
 fn lease_cmd(repo: &Repository, remote: &str, op: &LeaseOp, json: bool) -> Result<ExitCode> {
     let out = lease::run(repo, remote, op)?;
     let shown = lease::render(op, &out, json);
-    print!("{}", shown.stdout);
-    eprint!("{}", shown.stderr);
+    // What the server sent: shown, never acted on by the terminal.
+    if json {
+        print!("{}", terminal::json(&shown.stdout));
+    } else {
+        print!("{}", terminal::text(&shown.stdout));
+    }
+    eprint!("{}", terminal::text(&shown.stderr));
     Ok(ExitCode::from(u8::try_from(shown.code).unwrap_or(1)))
 }
 
@@ -480,50 +491,51 @@ fn report_written(verb: &str, written: &Written, json: bool) -> Result<()> {
     }
 }
 
+// Issue fields are other people's text: every one goes through `terminal`.
 fn list_line(i: &IssueState) -> String {
     let labels = if i.labels.is_empty() {
         String::new()
     } else {
-        format!("  [{}]", i.labels.join(", "))
+        format!("  [{}]", terminal::line(&i.labels.join(", ")))
     };
     format!(
         "{}  {:<6}  {}{}",
         short_id(&i.id),
         i.status,
-        i.title,
+        terminal::line(&i.title),
         labels
     )
 }
 
 fn print_issue(i: &IssueState) {
-    println!("{} {}", short_id(&i.id), i.title);
+    println!("{} {}", short_id(&i.id), terminal::line(&i.title));
     println!(
         "status: {}{}",
         i.status,
         i.closed_reason
             .as_deref()
-            .map(|r| format!(" ({r})"))
+            .map(|r| format!(" ({})", terminal::line(r)))
             .unwrap_or_default()
     );
-    println!("author: {}", i.author.name);
+    println!("author: {}", terminal::line(&i.author.name));
     println!("created: {}", i.created_at.to_rfc3339());
     println!("updated: {}", i.updated_at.to_rfc3339());
     if !i.labels.is_empty() {
-        println!("labels: {}", i.labels.join(", "));
+        println!("labels: {}", terminal::line(&i.labels.join(", ")));
     }
     if !i.body.is_empty() {
         println!();
-        println!("{}", i.body.trim_end());
+        println!("{}", terminal::text(i.body.trim_end()));
     }
     for c in &i.comments {
         println!();
         println!(
             "--- {} {} at {}",
             short_id(&c.id),
-            c.author.name,
+            terminal::line(&c.author.name),
             c.at.to_rfc3339()
         );
-        println!("{}", c.body.trim_end());
+        println!("{}", terminal::text(c.body.trim_end()));
     }
 }
 
@@ -577,9 +589,14 @@ fn release_cmd(repo: &Repository, cmd: ReleaseCmd) -> Result<ExitCode> {
                         .created_at
                         .map(|t| t.format(" %Y-%m-%d %H:%M UTC").to_string())
                         .unwrap_or_default();
-                    println!("{}{created}", r.tag);
+                    println!("{}{created}", terminal::line(&r.tag));
                     for f in &r.files {
-                        println!("  {}  {} bytes  sha256 {}", f.name, f.size, f.sha256);
+                        println!(
+                            "  {}  {} bytes  sha256 {}",
+                            terminal::line(&f.name),
+                            f.size,
+                            terminal::line(&f.sha256)
+                        );
                     }
                 }
             }
@@ -616,7 +633,7 @@ fn release_cmd(repo: &Repository, cmd: ReleaseCmd) -> Result<ExitCode> {
                 print_json(&deleted)?;
             } else {
                 for name in &deleted.files {
-                    println!("deleted {name} from {tag}");
+                    println!("deleted {} from {tag}", terminal::line(name));
                 }
             }
         }
@@ -624,7 +641,9 @@ fn release_cmd(repo: &Repository, cmd: ReleaseCmd) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--json` output: serde_json escapes C0 in strings but not DEL or C1.
 fn print_json<T: Serialize>(value: &T) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    let text = serde_json::to_string_pretty(value)?;
+    println!("{}", terminal::json(&text));
     Ok(())
 }
