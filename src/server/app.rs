@@ -12,6 +12,7 @@ use crate::config::ServerConfig;
 use crate::db::writer::LeaseService;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
+use crate::issue_replays::IssueReplays;
 use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
 
 /// How long running commands may take to finish after a stop signal. With
@@ -33,6 +34,8 @@ pub struct App {
     stop: StopTrigger,
     /// The lease store (`collab.db`), one writer thread behind it.
     pub leases: LeaseService,
+    /// One replay at a time per issue, and the last outcomes.
+    pub replays: IssueReplays,
 }
 
 impl App {
@@ -49,6 +52,7 @@ impl App {
             .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
         Ok(App {
             leases,
+            replays: IssueReplays::default(),
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
