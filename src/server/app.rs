@@ -36,6 +36,8 @@ pub struct App {
     pub leases: LeaseService,
     /// One replay at a time per issue, and the last outcomes.
     pub replays: IssueReplays,
+    /// The server's Ed25519 signing key (`signing`).
+    pub signing_key: Arc<git_collab::record::sign::SigningKey>,
 }
 
 impl App {
@@ -50,9 +52,11 @@ impl App {
         }
         let leases = LeaseService::open(&db_path)
             .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
+        let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
         Ok(App {
             leases,
             replays: IssueReplays::default(),
+            signing_key,
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
@@ -104,6 +108,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
 
     let app = Arc::new(App::new(config)?);
     let stopping = app.stopping.clone();
+    crate::events::spawn_background(&app);
 
     if app.authorized_keys.current().is_empty()
         && !matches!(

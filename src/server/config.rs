@@ -39,6 +39,7 @@ pub struct ServerConfig {
     pub ssh: SshConfig,
     pub http: HttpConfig,
     pub log: LogConfig,
+    pub events: EventsConfig,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -61,6 +62,31 @@ pub struct LogConfig {
     pub format: String,
 }
 
+/// The event stream (`collab-events watch`) and the event log's retention.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct EventsConfig {
+    /// Events older than this many days are pruned (at least 1).
+    pub retention_days: u64,
+    /// A watcher gets a heartbeat line after this many idle seconds.
+    pub heartbeat_secs: u64,
+    /// A watcher whose output has been blocked this long (its client stopped
+    /// reading) is cut off.
+    pub stall_timeout_secs: u64,
+    /// Most watchers connected at once; more are refused.
+    pub max_watchers: u64,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        EventsConfig {
+            retention_days: 30,
+            heartbeat_secs: 30,
+            stall_timeout_secs: 30,
+            max_watchers: 256,
+        }
+    }
+}
+
 /// Built-in default of `state_dir`.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/git-collab";
 /// The configuration file read when neither `--config` nor
@@ -72,7 +98,7 @@ pub const ENV_PREFIX: &str = "GIT_COLLAB_";
 pub const CONFIG_ENV: &str = "GIT_COLLAB_CONFIG";
 
 /// Every configuration key, dotted, in the order of SPEC §3.1.
-pub const KEYS: [&str; 12] = [
+pub const KEYS: &[&str] = &[
     "state_dir",
     "repos_dir",
     "collab_db",
@@ -85,10 +111,14 @@ pub const KEYS: [&str; 12] = [
     "http.listen",
     "log.level",
     "log.format",
+    "events.retention_days",
+    "events.heartbeat_secs",
+    "events.stall_timeout_secs",
+    "events.max_watchers",
 ];
 
 /// Top-level TOML tables; every other known key is a top-level scalar.
-const SECTIONS: [&str; 3] = ["ssh", "http", "log"];
+const SECTIONS: &[&str] = &["ssh", "http", "log", "events"];
 
 impl ServerConfig {
     /// Embedded defaults for a given state directory (SPEC §3.1).
@@ -111,6 +141,7 @@ impl ServerConfig {
                 level: "info".into(),
                 format: "text".into(),
             },
+            events: EventsConfig::default(),
             state_dir,
         }
     }
@@ -131,6 +162,13 @@ impl ServerConfig {
     #[allow(dead_code)] // Contract for the serve code (another branch).
     pub fn hooks_dir(&self) -> PathBuf {
         self.state_dir.join("hooks")
+    }
+
+    /// The server's Ed25519 signing key (OpenSSH format), generated on first
+    /// start: it signs webhook deliveries (`v1a,`) and is published as
+    /// `server_key` by `collab-whoami`.
+    pub fn signing_key_path(&self) -> PathBuf {
+        self.state_dir.join("collab_signing_key")
     }
 }
 
@@ -328,6 +366,14 @@ fn default_values() -> Dict {
     put("http.listen", Value::from(defaults.http.listen));
     put("log.level", Value::from(defaults.log.level));
     put("log.format", Value::from(defaults.log.format));
+    let events = EventsConfig::default();
+    put("events.retention_days", Value::from(events.retention_days));
+    put("events.heartbeat_secs", Value::from(events.heartbeat_secs));
+    put(
+        "events.stall_timeout_secs",
+        Value::from(events.stall_timeout_secs),
+    );
+    put("events.max_watchers", Value::from(events.max_watchers));
     dict
 }
 
@@ -592,6 +638,22 @@ impl Given {
         }
     }
 
+    /// A whole number in `min..=max` (TOML integer, or digits from env).
+    fn count(&self, min: u64, max: u64) -> anyhow::Result<u64> {
+        let n = match &self.value {
+            Value::Num(_, num) => num
+                .to_i128()
+                .or_else(|| num.to_u128().and_then(|n| i128::try_from(n).ok()))
+                .and_then(|n| u64::try_from(n).ok()),
+            Value::String(_, text) => text.trim().parse::<u64>().ok(),
+            _ => None,
+        };
+        match n {
+            Some(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(self.error(format!("expected a whole number from {min} to {max}"))),
+        }
+    }
+
     fn log_level(&self) -> anyhow::Result<String> {
         let text = self.non_empty_text()?.trim();
         validate_log_level(text).map_err(|problem| self.error(problem))?;
@@ -748,6 +810,12 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
             level: r.required("log.level").log_level()?,
             format: r.required("log.format").log_format()?,
         },
+        events: EventsConfig {
+            retention_days: r.required("events.retention_days").count(1, 36_500)?,
+            heartbeat_secs: r.required("events.heartbeat_secs").count(1, 3600)?,
+            stall_timeout_secs: r.required("events.stall_timeout_secs").count(1, 3600)?,
+            max_watchers: r.required("events.max_watchers").count(1, 100_000)?,
+        },
         repos_dir,
         state_dir,
     };
@@ -842,6 +910,10 @@ impl LoadedConfig {
             "http.listen" => json!(c.http.listen),
             "log.level" => json!(c.log.level),
             "log.format" => json!(c.log.format),
+            "events.retention_days" => json!(c.events.retention_days),
+            "events.heartbeat_secs" => json!(c.events.heartbeat_secs),
+            "events.stall_timeout_secs" => json!(c.events.stall_timeout_secs),
+            "events.max_watchers" => json!(c.events.max_watchers),
             other => unreachable!("not a configuration key: {other}"),
         }
     }

@@ -26,7 +26,7 @@ use std::thread::JoinHandle;
 
 use anyhow::{anyhow, Context};
 use rusqlite::{Connection, TransactionBehavior};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::db::leases::{self, Acquire, Lease, Release, Renew};
 
@@ -59,6 +59,10 @@ pub struct WriterStats {
 
 struct Inner {
     queue: Option<mpsc::Sender<Job>>,
+    /// The highest committed event `seq` known to this process: the writer
+    /// publishes it after every COMMIT, others (`publish_event_head`) after
+    /// writes made by other processes (git hooks, the host CLI).
+    event_head: watch::Sender<i64>,
     writer: Option<JoinHandle<()>>,
     #[cfg_attr(not(test), allow(dead_code))]
     counters: Arc<Counters>,
@@ -157,18 +161,22 @@ impl LeaseService {
         let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
         let counters = Arc::new(Counters::default());
         let writer_counters = Arc::clone(&counters);
+        let head = crate::db::events::head(&conn).context("reading the event log head")?;
+        let event_head = watch::Sender::new(head);
+        let writer_head = event_head.clone();
         let writer = std::thread::Builder::new()
             .name("lease-writer".into())
             .spawn(move || {
                 if let Some(gate) = gate {
                     let _ = gate.recv();
                 }
-                run_writer(conn, jobs, clock, &writer_counters);
+                run_writer(conn, jobs, clock, &writer_counters, &writer_head);
             })
             .context("cannot start the lease writer thread")?;
         Ok(LeaseService {
             inner: Arc::new(Inner {
                 queue: Some(queue),
+                event_head,
                 writer: Some(writer),
                 counters,
             }),
@@ -277,6 +285,18 @@ impl LeaseService {
         }
     }
 
+    /// Follow the highest committed event `seq` (see `Inner::event_head`).
+    /// Watchers wake on a change and read the rows from the table.
+    pub fn subscribe_event_head(&self) -> watch::Receiver<i64> {
+        self.inner.event_head.subscribe()
+    }
+
+    /// Raise the published event head to `seq` (never lowers it). For rows
+    /// committed by other processes.
+    pub fn publish_event_head(&self, seq: i64) {
+        publish_head(&self.inner.event_head, seq);
+    }
+
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn stats(&self) -> WriterStats {
         WriterStats {
@@ -301,6 +321,16 @@ impl LeaseService {
     }
 }
 
+fn publish_head(head: &watch::Sender<i64>, seq: i64) {
+    head.send_if_modified(|current| {
+        let raised = seq > *current;
+        if raised {
+            *current = seq;
+        }
+        raised
+    });
+}
+
 fn writer_stopped() -> anyhow::Error {
     anyhow!("the lease writer has stopped")
 }
@@ -315,6 +345,7 @@ fn run_writer(
     mut jobs: mpsc::Receiver<Job>,
     clock: Clock,
     counters: &Counters,
+    event_head: &watch::Sender<i64>,
 ) {
     let mut group = Vec::with_capacity(MAX_GROUP);
     // Lease decisions never see time run backwards, even if the wall clock does.
@@ -331,6 +362,11 @@ fn run_writer(
                 .map(|op| Err(anyhow!("{op}: collab database transaction failed: {e}")))
                 .collect(),
         };
+        // After COMMIT: whatever the group appended is visible to readers now.
+        match crate::db::events::head(&conn) {
+            Ok(seq) => publish_head(event_head, seq),
+            Err(e) => tracing::warn!("reading the event log head: {e}"),
+        }
         counters.groups.fetch_add(1, Ordering::Relaxed);
         counters
             .ops

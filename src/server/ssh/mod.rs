@@ -10,6 +10,7 @@
 //! wanted.
 
 pub mod admin;
+pub mod events;
 pub mod git;
 pub mod lease;
 pub mod release;
@@ -308,9 +309,16 @@ impl russh::server::Handler for Connection {
         }
         let guard = app.work.track();
         let raw = data.to_vec();
+        let handle = session.handle();
         tokio::spawn(async move {
             let caller = authz::caller_for(&app, identity);
-            session::run_exec(ExecContext { app, caller, env }, channel, raw).await;
+            let ctx = ExecContext {
+                app,
+                caller,
+                env,
+                session: handle,
+            };
+            session::run_exec(ctx, channel, raw).await;
             drop(guard);
         });
         Ok(())
