@@ -70,7 +70,7 @@ impl Mallory {
                 name: hostile("Mallory"),
                 key: self.key.public_key_line(),
             },
-            chrono::DateTime::from_timestamp(1_800_000_000 + self.at, 0).unwrap(),
+            chrono::DateTime::from_timestamp(1_700_000_000 + self.at, 0).unwrap(),
             action,
         )
     }

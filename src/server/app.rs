@@ -91,11 +91,27 @@ fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> {
     Ok(config)
 }
 
+/// How `serve` was asked to start (flags of `serve` itself, for one start
+/// only; never configuration).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServeOptions {
+    /// Start even though `collab.db` is missing or empty where the state
+    /// directory was used before (`serve --allow-empty-db`).
+    pub allow_empty_db: bool,
+}
+
 /// Run the server until SIGTERM or SIGINT. Prepares the state directory
-/// (host key, authorized_keys, initial admin keys, hooks) first.
-pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
+/// (host key, authorized_keys, initial admin keys, hooks) and checks
+/// `collab.db` (`db::guard`) first.
+pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Result<()> {
     let config = absolute_paths(config)?;
     let prepared = crate::setup::prepare(&config)?;
+    crate::db::guard::check_before_open(
+        &config.collab_db_path(),
+        &config.state_dir,
+        &config.repos_dir,
+        options.allow_empty_db,
+    )?;
 
     let ssh_listener = tokio::net::TcpListener::bind(&config.ssh.listen)
         .await
@@ -107,6 +123,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let http_addr = http_listener.local_addr()?;
 
     let app = Arc::new(App::new(config)?);
+    crate::db::guard::mark_state_dir(&app.config.state_dir)?;
     let stopping = app.stopping.clone();
     crate::events::spawn_background(&app);
 

@@ -6,6 +6,7 @@
 //! gives the read-only connections that read beside it.
 
 pub mod events;
+pub mod guard;
 pub mod leases;
 pub mod migrations;
 pub mod writer;
