@@ -18,12 +18,12 @@ use serde_json::Value;
 use crate::cli::{IssueCmd, IssueTarget};
 use crate::{print_json, text_arg};
 use git_collab::client::issue::{self, short_id, Identity, Written};
-use git_collab::client::terminal;
 use git_collab::client::lease::{self, LeaseOp};
 use git_collab::client::mode::{self, Mode};
 use git_collab::client::remote_ssh::{self, RemoteOutput, SshRemote};
 use git_collab::client::server_issue::{self as server, Listed, Request, StateFilter};
 use git_collab::client::sync;
+use git_collab::client::terminal;
 use git_collab::record::export;
 use git_collab::record::state::{self, Author, Comment, IssueState, IssueStatus};
 

@@ -126,6 +126,10 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     crate::db::guard::mark_state_dir(&app.config.state_dir)?;
     let stopping = app.stopping.clone();
     crate::events::spawn_background(&app);
+    tokio::spawn(crate::maintenance::sweep::run(
+        app.config.repos_dir.clone(),
+        app.stopping.clone(),
+    ));
 
     if app.authorized_keys.current().is_empty()
         && !matches!(
@@ -151,11 +155,14 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
         ssh_addr.port(),
         stopping.clone().wait(),
     ));
+    // Installed before the announcement: a SIGTERM right after it stops the
+    // server cleanly instead of killing it.
+    let stop_signal = shutdown::signal();
     eprintln!("listening ssh={ssh_addr} http={http_addr}");
     tracing::info!("listening ssh={ssh_addr} http={http_addr}");
 
     tokio::select! {
-        _ = shutdown::signal() => {}
+        _ = stop_signal => {}
         r = &mut ssh => {
             // The SSH listener only returns early on a fatal accept error.
             let reason = match r {

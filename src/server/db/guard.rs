@@ -100,7 +100,10 @@ pub fn quick_check(conn: &Connection) -> Result<(), String> {
         .and_then(|mut stmt| stmt.query_map([], |row| row.get(0))?.collect());
     match rows {
         Ok(rows) if rows.len() == 1 && rows[0] == "ok" => Ok(()),
-        Ok(rows) => Err(rows.into_iter().next().unwrap_or_else(|| "no answer".into())),
+        Ok(rows) => Err(rows
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| "no answer".into())),
         Err(e) => Err(e.to_string()),
     }
 }
@@ -121,9 +124,11 @@ pub fn mark_state_dir(state_dir: &Path) -> anyhow::Result<()> {
 /// The query `/readyz` runs: it reads both lease tables, so a database
 /// whose lease pages are corrupt (or whose tables are gone) is not ready.
 pub fn ready_query(conn: &Connection) -> rusqlite::Result<()> {
-    conn.query_row("SELECT count(*) FROM leases", [], |row| row.get::<_, i64>(0))?;
+    conn.query_row("SELECT count(*) FROM leases", [], |row| {
+        row.get::<_, i64>(0)
+    })?;
     conn.query_row(
-        "SELECT coalesce(max(token), 0) FROM lease_tokens",
+        "SELECT coalesce(max(last_token), 0) FROM lease_tokens",
         [],
         |row| row.get::<_, i64>(0),
     )?;
