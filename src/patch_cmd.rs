@@ -316,7 +316,7 @@ fn print_patch(p: &PatchState) {
         println!(
             "  {:>2}  {}  {}  {}{}",
             r.n,
-            terminal::line(&short_id(&r.head)),
+            terminal::line(short_id(&r.head)),
             r.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             terminal::line(&r.author.name),
             if votes.is_empty() {

@@ -69,7 +69,7 @@ impl Writer {
                 nonce: title.into(),
             }),
         );
-        store::create_dag(repo, &ev, &self.key, |id| refs::issue_ref(id))
+        store::create_dag(repo, &ev, &self.key, refs::issue_ref)
             .unwrap()
             .to_string()
     }

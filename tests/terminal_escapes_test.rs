@@ -102,7 +102,7 @@ fn issue_and_patch_output_holds_no_raw_control_characters() {
         labels: vec![hostile("label")],
         nonce: "1".into(),
     }));
-    let issue = store::create_dag(&repo, &open, &mallory.key, |id| refs::issue_ref(id)).unwrap();
+    let issue = store::create_dag(&repo, &open, &mallory.key, refs::issue_ref).unwrap();
     let issue_ref = refs::issue_ref(&issue.to_string());
     for action in [
         Action::IssueComment(IssueComment {
@@ -128,7 +128,7 @@ fn issue_and_patch_output_holds_no_raw_control_characters() {
         base_commit: Some(base),
         nonce: "2".into(),
     }));
-    let patch = store::create_dag(&repo, &open, &mallory.key, |id| refs::patch_ref(id)).unwrap();
+    let patch = store::create_dag(&repo, &open, &mallory.key, refs::patch_ref).unwrap();
     let patch_id = patch.to_string();
     let patch_ref = refs::patch_ref(&patch_id);
     repo.reference(

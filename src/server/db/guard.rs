@@ -32,15 +32,15 @@ fn earlier_use(state_dir: &Path, repos_dir: &Path) -> Option<String> {
     if marker.exists() {
         return Some(format!("{} exists", marker.display()));
     }
-    let repos = crate::repos::list_repos(repos_dir);
-    if !repos.is_empty() {
-        return Some(format!(
-            "{} holds {} repositories",
-            repos_dir.display(),
-            repos.len()
-        ));
-    }
-    None
+    // Repositories (or namespace directories holding them) are the only
+    // directories the server keeps in `repos_dir`.
+    let dirs = std::fs::read_dir(repos_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .count();
+    (dirs > 0).then(|| format!("{} holds repositories", repos_dir.display()))
 }
 
 /// Refuse to start on a missing or empty database where there was one
@@ -182,7 +182,7 @@ mod tests {
         check_before_open(&d.db, &d.state, &d.repos, false).unwrap();
         git2::Repository::init_bare(d.repos.join("r.git")).unwrap();
         let e = check_before_open(&d.db, &d.state, &d.repos, false).unwrap_err();
-        assert!(e.to_string().contains("holds 1 repositories"), "{e}");
+        assert!(e.to_string().contains("holds repositories"), "{e}");
     }
 
     #[test]

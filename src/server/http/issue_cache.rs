@@ -305,6 +305,8 @@ mod tests {
 
         let one = cache.snapshot(&repo).unwrap();
         assert_eq!((one.open, one.closed, one.issues.len()), (2, 0, 2));
+        assert_eq!(cache.kept_bytes(), one.bytes);
+        assert!(one.bytes > 2 * 256 && one.bytes < MAX_CACHED_BYTES);
         let again = cache.snapshot(&repo).unwrap();
         assert!(
             Arc::ptr_eq(&one, &again),
