@@ -38,6 +38,8 @@ pub struct App {
     pub replays: IssueReplays,
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<git_collab::record::sign::SigningKey>,
+    /// Repository maintenance: push counts, single flight, the bound.
+    pub maintenance: Arc<crate::maintenance::Maintenance>,
 }
 
 impl App {
@@ -57,6 +59,7 @@ impl App {
             leases,
             replays: IssueReplays::default(),
             signing_key,
+            maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
@@ -130,6 +133,7 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
         app.config.repos_dir.clone(),
         app.stopping.clone(),
     ));
+    tokio::spawn(app.maintenance.clone().idle_loop(stopping.clone().wait()));
 
     if app.authorized_keys.current().is_empty()
         && !matches!(

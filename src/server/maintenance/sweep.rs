@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
+use super::lock::RepoLock;
 use super::quarantine::{prune_leftovers, DEFAULT_MAX_AGE};
 use crate::shutdown::Stop;
 
@@ -34,6 +35,16 @@ pub fn sweep_all(repos_dir: &std::path::Path) -> usize {
     let now = SystemTime::now();
     let mut total = 0;
     for repo in crate::repos::list_repos(repos_dir) {
+        // A maintenance run or a backup holding the repository's lock does
+        // this itself, or must not see files vanish: skip it this time.
+        let _lock = match RepoLock::try_acquire(&repo.path) {
+            Ok(Some(lock)) => lock,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(repo = repo.name, "locking for the leftover sweep: {e}");
+                continue;
+            }
+        };
         match prune_leftovers(&repo.path, DEFAULT_MAX_AGE, now) {
             Ok(0) => {}
             Ok(n) => {
