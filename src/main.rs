@@ -92,14 +92,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
             );
             for name in &report.diverged {
-                eprintln!("warning: {name} diverged from {remote} and was left as it is");
+                // A ref name from the remote: git allows C1 characters in it.
+                eprintln!(
+                    "warning: {} diverged from {remote} and was left as it is",
+                    terminal::line(name)
+                );
             }
             for m in &report.patches_merged {
                 println!(
                     "patch {} merged in {} (found on {})",
                     short_id(&m.patch),
                     short_id(&m.commit),
-                    m.branch
+                    terminal::line(&m.branch)
                 );
             }
             for m in &report.merges_unrecorded {

@@ -104,7 +104,7 @@ pub fn run(repo: &Repository, cmd: PatchCmd) -> Result<ExitCode> {
                 if !d.conflicts.is_empty() {
                     eprintln!(
                         "note: that replay conflicted in {}; those files are compared as revision {from} has them",
-                        d.conflicts.join(", ")
+                        terminal::line(&d.conflicts.join(", "))
                     );
                 }
                 print!("{}", terminal::text(&d.diff.text));
