@@ -9,10 +9,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::config::ServerConfig;
+use crate::db::reads::ReadPool;
 use crate::db::writer::LeaseService;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
 use crate::issue_replays::IssueReplays;
+use crate::limits::{fds, Limits};
 use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
 
 /// How long running commands may take to finish after a stop signal. With
@@ -32,10 +34,15 @@ pub struct App {
     /// Set once shutdown starts: no new commands.
     pub stopping: Stop,
     stop: StopTrigger,
-    /// The lease store (`collab.db`), one writer thread behind it.
+    /// The collab database's single writer thread (`collab.db`): lease
+    /// operations and every other write (`write`) go through it.
     pub leases: LeaseService,
     /// One replay at a time per issue, and the last outcomes.
     pub replays: IssueReplays,
+    /// Connection caps, git process gate, page semaphore.
+    pub limits: Limits,
+    /// Read-only connections to `collab.db` that never wait for the writer.
+    pub reads: ReadPool,
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<git_collab::record::sign::SigningKey>,
     /// Repository maintenance: push counts, single flight, the bound.
@@ -55,10 +62,13 @@ impl App {
         let leases = LeaseService::open(&db_path)
             .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
         let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
+        let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
             leases,
             replays: IssueReplays::default(),
+            reads: ReadPool::new(&db_path),
             signing_key,
+            limits,
             maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
@@ -108,6 +118,8 @@ pub struct ServeOptions {
 /// `collab.db` (`db::guard`) first.
 pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Result<()> {
     let config = absolute_paths(config)?;
+    // Before any listener exists: the connection caps are fitted into it.
+    fds::raise_open_file_limit();
     let prepared = crate::setup::prepare(&config)?;
     crate::db::guard::check_before_open(
         &config.collab_db_path(),
@@ -128,6 +140,17 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     let app = Arc::new(App::new(config)?);
     crate::db::guard::mark_state_dir(&app.config.state_dir)?;
     let stopping = app.stopping.clone();
+    let budget = &app.limits.budget;
+    if let Some(warning) = &budget.warning {
+        eprintln!("warning: {warning}");
+        tracing::warn!("{warning}");
+    }
+    tracing::info!(
+        open_files = budget.open_files,
+        http_max_connections = budget.http,
+        ssh_max_connections = budget.ssh,
+        "connection caps"
+    );
     crate::events::spawn_background(&app);
     tokio::spawn(crate::maintenance::sweep::run(
         app.config.repos_dir.clone(),

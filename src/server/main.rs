@@ -16,6 +16,7 @@ mod hooks;
 mod http;
 mod identity;
 mod issue_replays;
+mod limits;
 mod logging;
 mod maintenance;
 mod metrics;

@@ -59,6 +59,8 @@ pub struct HarnessOptions {
     pub env: Vec<(String, String)>,
     /// Extra global flags, placed before `serve`.
     pub args: Vec<String>,
+    /// Soft and hard `RLIMIT_NOFILE` of the server process, if set.
+    pub open_files: Option<u64>,
 }
 
 /// A running server plus the client-side tools to talk to it.
@@ -197,6 +199,22 @@ impl ServerHarness {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        if let Some(limit) = self.options.open_files {
+            use std::os::unix::process::CommandExt as _;
+            // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let rl = libc::rlimit {
+                        rlim_cur: limit as libc::rlim_t,
+                        rlim_max: limit as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let mut child = cmd.spawn().expect("spawn git-collab-server");
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
@@ -545,8 +563,9 @@ impl ServerHarness {
         ))
     }
 
-    /// Open an issue in a clone with the `git-collab` CLI (generating the
-    /// signing key on first use); returns the CLI's stdout. Push the issue
+    /// Open an issue as a local DAG in a clone with the `git-collab` CLI
+    /// (generating the signing key on first use; the clone is set to
+    /// `collab.mode = local`); returns the CLI's stdout. Push the issue
     /// with `ssh_push(clone, &["refs/collab/*:refs/collab/*"])`.
     pub fn open_issue(&self, clone: &Path, title: &str) -> String {
         let cli = env!("CARGO_BIN_EXE_git-collab");
@@ -557,6 +576,14 @@ impl ServerHarness {
                     .args(["key", "generate"]),
             );
         }
+        // This helper makes a local issue DAG that the test then pushes
+        // (the workflow of servers that keep issues in git), so the clone
+        // stays in local mode; server-held issues are opened with
+        // `collab-issue` (see tests/issue_server_test.rs).
+        run_checked(
+            self.git_command(&key, clone)
+                .args(["config", "collab.mode", "local"]),
+        );
         let out = run_checked(
             self.client_command(cli, &key, clone)
                 .args(["issue", "open", "-t", title]),
