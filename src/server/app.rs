@@ -172,7 +172,7 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
 
     let mut ssh = tokio::spawn(crate::ssh::serve(
         app.clone(),
-        prepared.host_key,
+        prepared.host_keys(),
         ssh_listener,
         stopping.clone(),
     ));
