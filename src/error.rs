@@ -39,6 +39,11 @@ pub enum Error {
     #[error("issue {id} is invalid: {reason}")]
     InvalidIssue { id: String, reason: String },
 
+    /// A DAG is past the replay limits (`record::store::MAX_DAG_COMMITS`,
+    /// `MAX_DAG_EVENT_BYTES`): it is reported and not replayed.
+    #[error("DAG too large to replay: {0}")]
+    DagTooLarge(String),
+
     /// A signing key could not be loaded, parsed or created.
     #[error("signing key {}: {reason}", path.display())]
     Key { path: PathBuf, reason: String },

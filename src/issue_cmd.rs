@@ -23,6 +23,7 @@ use git_collab::client::mode::{self, Mode};
 use git_collab::client::remote_ssh::{self, RemoteOutput, SshRemote};
 use git_collab::client::server_issue::{self as server, Listed, Request, StateFilter};
 use git_collab::client::sync;
+use git_collab::client::terminal;
 use git_collab::record::export;
 use git_collab::record::state::{self, Author, Comment, IssueState, IssueStatus};
 
@@ -456,13 +457,17 @@ fn server_cmd(remote: &SshRemote, cmd: IssueCmd) -> Result<ExitCode> {
     } else {
         let id = server::written_issue(&value).unwrap_or_default();
         match &req {
-            Request::Link { kind, other, .. } => {
-                println!("linked {} {kind} {other}", short_id(id))
-            }
-            Request::Unlink { kind, other, .. } => {
-                println!("unlinked {} {kind} {other}", short_id(id))
-            }
-            _ => println!("{} {}", written_verb(&req), short_id(id)),
+            Request::Link { kind, other, .. } => println!(
+                "linked {} {kind} {}",
+                terminal::line(short_id(id)),
+                terminal::line(other)
+            ),
+            Request::Unlink { kind, other, .. } => println!(
+                "unlinked {} {kind} {}",
+                terminal::line(short_id(id)),
+                terminal::line(other)
+            ),
+            _ => println!("{} {}", written_verb(&req), terminal::line(short_id(id))),
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -492,10 +497,11 @@ fn pass_through(reply: &RemoteOutput, json: bool) -> ExitCode {
         .then(|| server::fenced_line(&reply.stdout))
         .flatten();
     match fenced {
-        Some(line) => eprintln!("{line}"),
-        None => print!("{}", reply.stdout_text()),
+        Some(line) => eprintln!("{}", terminal::line(&line)),
+        None if json => print!("{}", terminal::json(&reply.stdout_text())),
+        None => print!("{}", terminal::text(&reply.stdout_text())),
     }
-    eprint!("{}", reply.stderr_text());
+    eprint!("{}", terminal::text(&reply.stderr_text()));
     ExitCode::from(u8::try_from(reply.code).unwrap_or(1))
 }
 
@@ -575,8 +581,13 @@ fn link_text(v: &Value) -> String {
 fn lease_cmd(repo: &Repository, remote: &str, op: &LeaseOp, json: bool) -> Result<ExitCode> {
     let out = lease::run(repo, remote, op)?;
     let shown = lease::render(op, &out, json);
-    print!("{}", shown.stdout);
-    eprint!("{}", shown.stderr);
+    // What the server sent: shown, never acted on by the terminal.
+    if json {
+        print!("{}", terminal::json(&shown.stdout));
+    } else {
+        print!("{}", terminal::text(&shown.stdout));
+    }
+    eprint!("{}", terminal::text(&shown.stderr));
     Ok(ExitCode::from(u8::try_from(shown.code).unwrap_or(1)))
 }
 
@@ -592,46 +603,58 @@ fn report_written(verb: &str, written: &Written, json: bool) -> Result<()> {
     }
 }
 
+// Issue fields are other people's text (and, in server mode, a server's
+// reply): every one goes through `terminal`.
 fn list_line(id: &str, status: &str, title: &str, labels: &[String]) -> String {
     let labels = if labels.is_empty() {
         String::new()
     } else {
-        format!("  [{}]", labels.join(", "))
+        format!("  [{}]", terminal::line(&labels.join(", ")))
     };
-    format!("{}  {:<6}  {}{}", short_id(id), status, title, labels)
+    format!(
+        "{}  {:<6}  {}{}",
+        terminal::line(short_id(id)),
+        terminal::line(status),
+        terminal::line(title),
+        labels
+    )
 }
 
 fn print_issue(i: &IssueState, links: &[String]) {
-    println!("{} {}", short_id(&i.id), i.title);
+    println!(
+        "{} {}",
+        terminal::line(short_id(&i.id)),
+        terminal::line(&i.title)
+    );
     println!(
         "status: {}{}",
         i.status,
         i.closed_reason
             .as_deref()
-            .map(|r| format!(" ({r})"))
+            .map(|r| format!(" ({})", terminal::line(r)))
             .unwrap_or_default()
     );
-    println!("author: {}", i.author.name);
+    println!("author: {}", terminal::line(&i.author.name));
     println!("created: {}", i.created_at.to_rfc3339());
     println!("updated: {}", i.updated_at.to_rfc3339());
     if !i.labels.is_empty() {
-        println!("labels: {}", i.labels.join(", "));
+        println!("labels: {}", terminal::line(&i.labels.join(", ")));
     }
     for line in links {
-        println!("{line}");
+        println!("{}", terminal::line(line));
     }
     if !i.body.is_empty() {
         println!();
-        println!("{}", i.body.trim_end());
+        println!("{}", terminal::text(i.body.trim_end()));
     }
     for c in &i.comments {
         println!();
         println!(
             "--- {} {} at {}",
-            short_id(&c.id),
-            c.author.name,
+            terminal::line(short_id(&c.id)),
+            terminal::line(&c.author.name),
             c.at.to_rfc3339()
         );
-        println!("{}", c.body.trim_end());
+        println!("{}", terminal::text(c.body.trim_end()));
     }
 }

@@ -20,6 +20,7 @@ use cli::{Cli, Command, KeyCmd, ReleaseCmd, TrustCmd};
 use git_collab::client::issue::{short_id, Identity};
 use git_collab::client::mode::{self, Mode};
 use git_collab::client::sync;
+use git_collab::client::terminal;
 use git_collab::record::{refs, sign, trust, verify};
 
 fn main() -> ExitCode {
@@ -49,7 +50,8 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", error_line(&e));
+            // Errors can quote a server's reply or an event's fields.
+            eprintln!("error: {}", terminal::line(&error_line(&e)));
             ExitCode::FAILURE
         }
     }
@@ -124,14 +126,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 println!("pushed {name}");
             }
             for name in &report.diverged {
-                eprintln!("warning: {name} diverged from {remote} and was left as it is");
+                // A ref name from the remote: git allows C1 characters in it.
+                eprintln!(
+                    "warning: {} diverged from {remote} and was left as it is",
+                    terminal::line(name)
+                );
             }
             for m in &report.patches_merged {
                 println!(
                     "patch {} merged in {} (found on {})",
                     short_id(&m.patch),
                     short_id(&m.commit),
-                    m.branch
+                    terminal::line(&m.branch)
                 );
             }
             for m in &report.merges_unrecorded {
@@ -153,8 +159,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         "dropped {} in issue {}: {} ({}{})",
                         short_id(&p.event.commit),
                         short_id(&p.issue),
-                        p.event.detail,
-                        p.event.kind.as_deref().unwrap_or("unreadable event"),
+                        terminal::line(&p.event.detail),
+                        terminal::line(p.event.kind.as_deref().unwrap_or("unreadable event")),
                         p.event
                             .author_fingerprint
                             .as_deref()
@@ -163,7 +169,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     );
                 }
                 for i in &report.invalid_issues {
-                    println!("invalid issue {}: {}", short_id(&i.issue), i.reason);
+                    println!(
+                        "invalid issue {}: {}",
+                        short_id(&i.issue),
+                        terminal::line(&i.reason)
+                    );
                 }
                 for e in &report.exports {
                     for p in &e.dropped {
@@ -172,8 +182,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                             short_id(&p.event.commit),
                             short_id(&p.issue),
                             e.remote,
-                            p.event.detail,
-                            p.event.kind.as_deref().unwrap_or("unreadable event"),
+                            terminal::line(&p.event.detail),
+                            terminal::line(p.event.kind.as_deref().unwrap_or("unreadable event")),
                             p.event
                                 .author_fingerprint
                                 .as_deref()
@@ -186,7 +196,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                             "invalid export of issue {} from {}: {}",
                             short_id(&i.issue),
                             e.remote,
-                            i.reason
+                            terminal::line(&i.reason)
                         );
                     }
                     println!(
@@ -440,9 +450,14 @@ fn release_cmd(repo: &Repository, cmd: ReleaseCmd) -> Result<ExitCode> {
                         .created_at
                         .map(|t| t.format(" %Y-%m-%d %H:%M UTC").to_string())
                         .unwrap_or_default();
-                    println!("{}{created}", r.tag);
+                    println!("{}{created}", terminal::line(&r.tag));
                     for f in &r.files {
-                        println!("  {}  {} bytes  sha256 {}", f.name, f.size, f.sha256);
+                        println!(
+                            "  {}  {} bytes  sha256 {}",
+                            terminal::line(&f.name),
+                            f.size,
+                            terminal::line(&f.sha256)
+                        );
                     }
                 }
             }
@@ -479,7 +494,7 @@ fn release_cmd(repo: &Repository, cmd: ReleaseCmd) -> Result<ExitCode> {
                 print_json(&deleted)?;
             } else {
                 for name in &deleted.files {
-                    println!("deleted {name} from {tag}");
+                    println!("deleted {} from {tag}", terminal::line(name));
                 }
             }
         }
@@ -487,8 +502,10 @@ fn release_cmd(repo: &Repository, cmd: ReleaseCmd) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--json` output: serde_json escapes C0 in strings but not DEL or C1.
 pub(crate) fn print_json<T: Serialize>(value: &T) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    let text = serde_json::to_string_pretty(value)?;
+    println!("{}", terminal::json(&text));
     Ok(())
 }
 

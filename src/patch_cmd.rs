@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::cli::{PatchCmd, VerdictFlags};
 use crate::{print_json, text_arg};
 use git_collab::client::issue::{short_id, Identity};
+use git_collab::client::terminal;
 use git_collab::record::diff;
 use git_collab::record::event::{Author, Verdict};
 use git_collab::record::patch::{self, MergeKind, NewPatch, PatchState, PatchStatus, Written};
@@ -84,7 +85,7 @@ pub fn run(repo: &Repository, cmd: PatchCmd) -> Result<ExitCode> {
             if out.json {
                 print_json(&d)?;
             } else {
-                print!("{}", d.diff.text);
+                print!("{}", terminal::text(&d.diff.text));
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -103,10 +104,10 @@ pub fn run(repo: &Repository, cmd: PatchCmd) -> Result<ExitCode> {
                 if !d.conflicts.is_empty() {
                     eprintln!(
                         "note: that replay conflicted in {}; those files are compared as revision {from} has them",
-                        d.conflicts.join(", ")
+                        terminal::line(&d.conflicts.join(", "))
                     );
                 }
-                print!("{}", d.diff.text);
+                print!("{}", terminal::text(&d.diff.text));
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -281,38 +282,43 @@ fn list_line(p: &PatchState) -> String {
         short_id(&p.id),
         p.status,
         s.revisions,
-        p.title,
-        p.base
+        terminal::line(&p.title),
+        terminal::line(&p.base)
     )
 }
 
+// Patch fields are other people's text: every one goes through `terminal`.
 fn print_patch(p: &PatchState) {
-    println!("{} {}", short_id(&p.id), p.title);
+    println!("{} {}", short_id(&p.id), terminal::line(&p.title));
     println!("status: {}", p.status);
     if let Some(m) = &p.merge {
-        println!("merged in: {} (recorded by {})", m.commit, m.author.name);
+        println!(
+            "merged in: {} (recorded by {})",
+            terminal::line(&m.commit.to_string()),
+            terminal::line(&m.author.name)
+        );
     }
-    println!("base: {}", p.base);
-    println!("author: {}", p.author.name);
+    println!("base: {}", terminal::line(&p.base));
+    println!("author: {}", terminal::line(&p.author.name));
     println!("created: {}", p.created_at.to_rfc3339());
     println!("updated: {}", p.updated_at.to_rfc3339());
     if !p.body.is_empty() {
         println!();
-        println!("{}", p.body.trim_end());
+        println!("{}", terminal::text(p.body.trim_end()));
     }
     println!();
     println!("revisions:");
     for r in &p.revisions {
         let votes: Vec<String> = p
             .reviews_of(r.n)
-            .map(|v| format!("{} {}", v.author.name, v.verdict.as_str()))
+            .map(|v| format!("{} {}", terminal::line(&v.author.name), v.verdict.as_str()))
             .collect();
         println!(
             "  {:>2}  {}  {}  {}{}",
             r.n,
-            short_id(&r.head),
+            terminal::line(short_id(&r.head)),
             r.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            r.author.name,
+            terminal::line(&r.author.name),
             if votes.is_empty() {
                 String::new()
             } else {
@@ -323,8 +329,8 @@ fn print_patch(p: &PatchState) {
     println!();
     println!("timeline:");
     for entry in &p.timeline {
-        println!("  {}", entry.headline());
-        for line in entry.body().trim_end().lines() {
+        println!("  {}", terminal::line(&entry.headline()));
+        for line in terminal::text(entry.body().trim_end()).lines() {
             println!("    {line}");
         }
     }

@@ -1,7 +1,8 @@
 //! The client's side: operations the `git-collab` CLI runs on a user's
 //! clone (`issue`, `sync`) and over SSH against a git-collab server
 //! (`server_issue`, `lease`, `release`, through `remote_ssh`); `mode`
-//! decides which of the two holds a remote's issues.
+//! decides which of the two holds a remote's issues; `terminal` makes
+//! other people's text safe to print.
 
 pub mod issue;
 pub mod lease;
@@ -10,3 +11,4 @@ pub mod release;
 pub mod remote_ssh;
 pub mod server_issue;
 pub mod sync;
+pub mod terminal;

@@ -374,8 +374,11 @@ pub fn replay_ref(
 ) -> Result<PatchReplay> {
     let tip = store::ref_tip(repo, ref_name)?
         .ok_or_else(|| Error::Invalid(format!("no patch matches '{full_id}'")))?;
-    let dag = store::read_dag(repo, tip)?;
-    let (state, dropped) = replay(full_id, &dag, &mut Checker::new(trust));
+    let (state, dropped) = match store::read_dag(repo, tip) {
+        Ok(dag) => replay(full_id, &dag, &mut Checker::new(trust)),
+        Err(Error::DagTooLarge(why)) => (Err(crate::record::state::over_limits(&why)), Vec::new()),
+        Err(e) => return Err(e),
+    };
     Ok(PatchReplay {
         id: full_id.to_string(),
         tip,
@@ -400,15 +403,30 @@ pub fn patch_refs(repo: &Repository) -> Result<Vec<(String, String)>> {
 /// Every valid patch of `repo`, newest first (ties by id). Invalid patches
 /// (root dropped) are left out.
 pub fn list_patches(repo: &Repository) -> Result<Vec<PatchState>> {
+    Ok(list_patches_until(repo)?.0)
+}
+
+/// [`list_patches`], and when that list stops being right even if no ref
+/// moves (an event dated in the future comes within the tolerance, see
+/// `replay::expires_at`).
+pub fn list_patches_until(
+    repo: &Repository,
+) -> Result<(Vec<PatchState>, Option<chrono::DateTime<chrono::Utc>>)> {
     let trust = TrustList::load(repo)?;
     let mut patches = Vec::new();
+    let mut expires = None;
     for (name, id) in patch_refs(repo)? {
-        if let Ok(state) = replay_ref(repo, &name, &id, trust.as_ref())?.state {
+        let replay = replay_ref(repo, &name, &id, trust.as_ref())?;
+        expires = [expires, crate::record::replay::expires_at(&replay.dropped)]
+            .into_iter()
+            .flatten()
+            .min();
+        if let Ok(state) = replay.state {
             patches.push(state);
         }
     }
     patches.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
-    Ok(patches)
+    Ok((patches, expires))
 }
 
 /// Resolves a full id or a unique prefix of 4+ hex digits to
@@ -1075,7 +1093,7 @@ mod tests {
                 name: "n".into(),
                 key: key.public_key_line(),
             },
-            Utc.timestamp_opt(1_800_000_000 + secs, 0).unwrap(),
+            Utc.timestamp_opt(1_700_000_000 + secs, 0).unwrap(),
             action,
         );
         let json = ev.to_canonical_json();

@@ -6,6 +6,13 @@
 //! into the object's state through the [`Fold`] trait. Bad events are
 //! dropped and reported as [`DroppedEvent`]s, never applied; an event the
 //! object's fold refuses is dropped as [`DropReason::Misplaced`].
+//!
+//! Time: an event dated more than [`FUTURE_TOLERANCE`] after the replaying
+//! machine's clock is dropped as [`DropReason::Future`] (docs/data-model.md):
+//! otherwise an event dated in the year 9999 would sort after everything
+//! else forever and win every conflict. Such a replay holds only until the
+//! clock comes within the tolerance of that date ([`expires_at`]); caches
+//! of replays honour that.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -17,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::record::event::{DecodeError, Event};
 use crate::record::sign::{self, VerifyError};
 use crate::record::store::{Content, DagCommit};
+pub use crate::record::store::{MAX_DAG_COMMITS, MAX_DAG_EVENT_BYTES, MAX_EVENT_BYTES};
 use crate::record::trust::TrustList;
 
 /// Why an event was not applied.
@@ -35,6 +43,30 @@ pub enum DropReason {
     /// below the root, a type that is not an issue event, a commit not
     /// descended from the root).
     Misplaced,
+    /// `event.json` or `event.sig` is over the size limits
+    /// ([`MAX_EVENT_BYTES`]); it was not read.
+    Oversized,
+    /// The event is dated more than [`FUTURE_TOLERANCE`] after the
+    /// replaying machine's clock.
+    Future,
+}
+
+/// How far past the replaying machine's clock an event's `at` may lie
+/// before the event is dropped as [`DropReason::Future`]: one day, for
+/// clocks that are wrong by hours or time zones set badly.
+pub const FUTURE_TOLERANCE: chrono::TimeDelta = chrono::TimeDelta::days(1);
+
+/// When a replay that dropped `dropped` stops being right: the earliest
+/// moment a [`DropReason::Future`] event among them comes within
+/// [`FUTURE_TOLERANCE`] of the clock (it would then apply). `None`: the
+/// replay holds for as long as the DAG and the allowlist do not change.
+pub fn expires_at(dropped: &[DroppedEvent]) -> Option<DateTime<Utc>> {
+    dropped
+        .iter()
+        .filter(|d| d.reason == DropReason::Future)
+        .filter_map(|d| d.at)
+        .map(|at| at - FUTURE_TOLERANCE)
+        .min()
 }
 
 /// An event that replay dropped, with why.
@@ -50,6 +82,9 @@ pub struct DroppedEvent {
     pub reason: DropReason,
     /// A one-line human explanation.
     pub detail: String,
+    /// The time the event claims, for a [`DropReason::Future`] drop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<DateTime<Utc>>,
 }
 
 /// Verifies events for one or more replays, remembering what it learnt
@@ -58,15 +93,23 @@ pub struct DroppedEvent {
 pub struct Checker<'a> {
     trust: Option<&'a TrustList>,
     keys: HashMap<String, (Result<ed25519_dalek::VerifyingKey, VerifyError>, bool)>,
+    /// Events dated after this are dropped as [`DropReason::Future`].
+    latest: DateTime<Utc>,
 }
 
 impl<'a> Checker<'a> {
     /// A checker applying `trust` (`None`: no allowlist, trust every valid
-    /// signature).
+    /// signature) as of this machine's clock.
     pub fn new(trust: Option<&'a TrustList>) -> Checker<'a> {
+        Checker::at(trust, Utc::now())
+    }
+
+    /// A checker whose clock reads `now`.
+    pub fn at(trust: Option<&'a TrustList>, now: DateTime<Utc>) -> Checker<'a> {
         Checker {
             trust,
             keys: HashMap::new(),
+            latest: now + FUTURE_TOLERANCE,
         }
     }
 
@@ -246,10 +289,12 @@ fn check(commit: &DagCommit, checker: &mut Checker) -> Result<Option<Verified>, 
         author_fingerprint: kind.and_then(|e| author_fingerprint(&e.author.key)),
         reason,
         detail,
+        at: None,
     };
     let (json, sig) = match &commit.content {
         Content::Merge => return Ok(None),
         Content::Malformed(why) => return Err(drop(None, DropReason::Malformed, why.clone())),
+        Content::Oversized(why) => return Err(drop(None, DropReason::Oversized, why.clone())),
         Content::Event { json, sig } => (json, sig),
     };
     let event = Event::from_canonical_json(json)
@@ -264,6 +309,18 @@ fn check(commit: &DagCommit, checker: &mut Checker) -> Result<Option<Verified>, 
             "author key is not in the trust allowlist".into(),
         ));
     }
+    if event.at > checker.latest {
+        let mut dropped = drop(
+            Some(&event),
+            DropReason::Future,
+            format!(
+                "dated {}, more than a day after this machine's clock",
+                event.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        );
+        dropped.at = Some(event.at);
+        return Err(dropped);
+    }
     Ok(Some(Verified {
         oid: commit.oid,
         event,
@@ -277,6 +334,7 @@ fn misplaced_event(v: &Verified, why: &str) -> DroppedEvent {
         author_fingerprint: author_fingerprint(&v.event.author.key),
         reason: DropReason::Misplaced,
         detail: why.to_string(),
+        at: None,
     }
 }
 

@@ -118,19 +118,41 @@ fn replay_ref_with(
 ) -> Result<IssueReplay> {
     let tip =
         store::ref_tip(repo, ref_name)?.ok_or_else(|| Error::IssueNotFound(full_id.to_string()))?;
-    let dag = store::read_dag(repo, tip)?;
-    let (state, dropped) = replay_with(full_id, &dag, checker);
+    let (state, dropped, events) = match store::read_dag(repo, tip) {
+        Ok(dag) => {
+            let (state, dropped) = replay_with(full_id, &dag, checker);
+            let events = dag
+                .iter()
+                .filter(|c| !matches!(c.content, Content::Merge))
+                .count();
+            (state, dropped, events)
+        }
+        Err(Error::DagTooLarge(why)) => (Err(over_limits(&why)), Vec::new(), 0),
+        Err(e) => return Err(e),
+    };
     Ok(IssueReplay {
         id: full_id.to_string(),
         ref_name: ref_name.to_string(),
         tip,
         state,
         dropped,
-        events: dag
-            .iter()
-            .filter(|c| !matches!(c.content, Content::Merge))
-            .count(),
+        events,
     })
+}
+
+/// How the reason of an object whose DAG is past the replay limits begins.
+pub const OVER_LIMITS: &str = "not replayed: its DAG is past the replay limits";
+
+/// The reason an object is invalid when its DAG is past the replay limits
+/// (`why` says which).
+pub fn over_limits(why: &str) -> String {
+    format!("{OVER_LIMITS} ({why})")
+}
+
+/// Whether an invalid object's `reason` is that its DAG is past the replay
+/// limits (rather than a dropped root).
+pub fn is_over_limits(reason: &str) -> bool {
+    reason.starts_with(OVER_LIMITS)
 }
 
 /// Replays every issue of `repo`, valid or not, in id order, verifying
@@ -186,18 +208,42 @@ fn replay_many(
     Ok(all)
 }
 
+/// One issue as [`list_all_issues`] found it.
+#[derive(Clone, Debug)]
+pub struct ListedIssue {
+    pub id: String,
+    /// The ref's tip the state was replayed from.
+    pub tip: String,
+    /// `Err(reason)` when the issue is invalid.
+    pub state: Result<IssueState, String>,
+    /// When this replay stops being right (see `replay::expires_at`).
+    pub expires: Option<DateTime<Utc>>,
+}
+
 /// Every valid issue of `repo`, newest first (ties by id). Invalid issues
-/// (root dropped) are left out; `verify` reports them.
+/// (root dropped, DAG past the replay limits) are left out; `verify`
+/// reports them.
+pub fn list_issues(repo: &Repository) -> Result<Vec<IssueState>> {
+    let mut issues: Vec<IssueState> = list_all_issues(repo)?
+        .into_iter()
+        .filter_map(|i| i.state.ok())
+        .collect();
+    issues.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+    Ok(issues)
+}
+
+/// Every issue of `repo`, valid or not, in id order.
 ///
 /// Issues whose ref tip (and the allowlist) did not change since the last
-/// call are taken from the disk cache (`cache::cache_path`); the others are
-/// replayed and the cache is updated.
-pub fn list_issues(repo: &Repository) -> Result<Vec<IssueState>> {
+/// call, and whose replay has not expired, are taken from the disk cache
+/// (`cache::cache_path`); the others are replayed and the cache is updated.
+pub fn list_all_issues(repo: &Repository) -> Result<Vec<ListedIssue>> {
     let trust = TrustList::load(repo)?;
     let key = cache::fingerprint(repo);
     let mut cached = cache::load(repo, &key);
     let mut entries = BTreeMap::new();
     let mut stale = Vec::new();
+    let now = Utc::now();
     for reference in repo.references_glob(refs::ISSUES_GLOB)? {
         let reference = reference?;
         let Ok(name) = reference.name() else { continue };
@@ -206,7 +252,10 @@ pub fn list_issues(repo: &Repository) -> Result<Vec<IssueState>> {
         };
         let tip = reference.target().map(|t| t.to_string());
         match cached.remove(id) {
-            Some(entry) if Some(&entry.tip) == tip.as_ref() => {
+            Some(entry)
+                if Some(&entry.tip) == tip.as_ref()
+                    && fold_replay::expires_at(&entry.dropped).is_none_or(|at| now < at) =>
+            {
                 entries.insert(id.to_string(), entry);
             }
             _ => stale.push((name.to_string(), id.to_string())),
@@ -224,15 +273,19 @@ pub fn list_issues(repo: &Repository) -> Result<Vec<IssueState>> {
             },
         );
     }
-    let mut issues: Vec<IssueState> = entries
-        .values()
-        .filter_map(|e| e.state.as_ref().ok().cloned())
+    let listed = entries
+        .iter()
+        .map(|(id, e)| ListedIssue {
+            id: id.clone(),
+            tip: e.tip.clone(),
+            state: e.state.clone(),
+            expires: fold_replay::expires_at(&e.dropped),
+        })
         .collect();
     if changed {
         cache::save(repo, &key, entries);
     }
-    issues.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
-    Ok(issues)
+    Ok(listed)
 }
 
 /// `(ref name, full id)` of every issue ref, sorted by id.
@@ -415,7 +468,7 @@ mod tests {
                 name: "n".into(),
                 key: key.public_key_line(),
             },
-            Utc.timestamp_opt(1_800_000_000 + secs, 0).unwrap(),
+            Utc.timestamp_opt(1_700_000_000 + secs, 0).unwrap(),
             action,
         );
         let json = ev.to_canonical_json();
@@ -639,6 +692,62 @@ mod tests {
         assert!(dropped
             .iter()
             .any(|d| d.commit == oid(4).to_string() && d.reason == DropReason::Untrusted));
+    }
+
+    #[test]
+    fn events_dated_past_the_tolerance_wait_for_the_clock() {
+        use crate::record::replay::{expires_at, FUTURE_TOLERANCE};
+        let f = fixture();
+        let epoch = Utc.timestamp_opt(1_700_000_000, 0).unwrap();
+        let ahead = chrono::TimeDelta::seconds(100_000); // past one day
+        let dag = vec![
+            open(&f.key),
+            commit(2, &[1], event(&f.key, ahead.num_seconds(), close())),
+        ];
+        let (state, dropped) = replay_with(&root(), &dag, &mut Checker::at(None, epoch));
+        assert_eq!(state.unwrap().status, IssueStatus::Open);
+        assert_eq!(dropped.len(), 1);
+        assert_eq!(dropped[0].reason, DropReason::Future);
+        assert_eq!(dropped[0].at, Some(epoch + ahead));
+        assert!(
+            dropped[0].detail.starts_with("dated 2023-11-"),
+            "{:?}",
+            dropped[0]
+        );
+        let expires = expires_at(&dropped).unwrap();
+        assert_eq!(expires, epoch + ahead - FUTURE_TOLERANCE);
+        // Once the clock is within the tolerance, the event applies.
+        let (state, dropped) = replay_with(&root(), &dag, &mut Checker::at(None, expires));
+        assert_eq!(state.unwrap().status, IssueStatus::Closed);
+        assert!(dropped.is_empty());
+        assert_eq!(expires_at(&dropped), None);
+
+        // A root far in the future makes the issue invalid.
+        let far = vec![commit(
+            1,
+            &[],
+            event(
+                &f.key,
+                250_000_000_000, // the year 9900 or so
+                Action::IssueOpen(IssueOpen {
+                    title: "T".into(),
+                    body: String::new(),
+                    labels: vec![],
+                    nonce: "1".into(),
+                }),
+            ),
+        )];
+        let (state, dropped) = replay_with(&root(), &far, &mut Checker::at(None, epoch));
+        let reason = state.unwrap_err();
+        assert!(reason.starts_with("root event dropped: dated "), "{reason}");
+        assert_eq!(dropped[0].reason, DropReason::Future);
+    }
+
+    #[test]
+    fn over_limit_reasons_are_recognised() {
+        let reason = over_limits("more than 10000 commits");
+        assert!(is_over_limits(&reason));
+        assert!(!is_over_limits("root event dropped: bad signature"));
     }
 
     #[test]

@@ -4,8 +4,16 @@
 //! object they point to has been written, so a failing command never leaves
 //! a half-written ref. This module makes no domain decisions: it neither
 //! verifies signatures nor interprets events.
+//!
+//! Reading is bounded (docs/security.md, "Limits"): anyone who may push can
+//! write a DAG, so [`read_dag`] looks at an object's size before it reads
+//! the object, reads at most [`MAX_DAG_COMMITS`] commits and
+//! [`MAX_DAG_EVENT_BYTES`] of events, and reports a DAG past those limits
+//! as [`Error::DagTooLarge`] instead of reading it whole.
 
-use git2::{Oid, Repository, Signature, Time};
+use std::collections::{HashSet, VecDeque};
+
+use git2::{ObjectType, Oid, Repository, Signature, Time};
 
 use crate::error::{Error, Result};
 use crate::record::event::Event;
@@ -20,6 +28,21 @@ const MERGE_MESSAGE: &str = "merge\n";
 /// Identity recorded on structural merge commits (they carry no event).
 const MERGE_IDENT: &str = "git-collab";
 
+/// Most commits (events and structural merges) one DAG may have; a bigger
+/// DAG is not replayed at all.
+pub const MAX_DAG_COMMITS: usize = 10_000;
+/// Largest `event.json`; a bigger event is dropped unread.
+pub const MAX_EVENT_BYTES: usize = 256 * 1024;
+/// Largest `event.sig` (an armored Ed25519 signature is about 300 bytes).
+pub const MAX_SIG_BYTES: usize = 4 * 1024;
+/// Most `event.json` bytes one DAG may hold in all; a DAG holding more is
+/// not replayed at all.
+pub const MAX_DAG_EVENT_BYTES: usize = 32 * 1024 * 1024;
+/// Largest commit object of a DAG (a merge of many heads is a few KiB).
+pub const MAX_COMMIT_BYTES: usize = 256 * 1024;
+/// Largest tree object of an event commit (it names two files).
+pub const MAX_TREE_BYTES: usize = 4 * 1024;
+
 /// What a commit of a collab DAG holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Content {
@@ -29,6 +52,9 @@ pub enum Content {
     Merge,
     /// Neither: a commit without an event that is not a merge.
     Malformed(String),
+    /// An event whose `event.json` or `event.sig` (or tree) is over the
+    /// size limits; left unread.
+    Oversized(String),
 }
 
 /// One commit of a DAG, read without interpretation.
@@ -173,36 +199,111 @@ pub fn create_dag(
 }
 
 /// Every commit reachable from `tip`, with its raw content, in no
-/// particular order.
+/// particular order. Fails with [`Error::DagTooLarge`] as soon as the DAG
+/// is past [`MAX_DAG_COMMITS`] or [`MAX_DAG_EVENT_BYTES`] (or holds a commit
+/// over [`MAX_COMMIT_BYTES`]), having read no more than that; an event
+/// over [`MAX_EVENT_BYTES`] or [`MAX_SIG_BYTES`] is [`Content::Oversized`],
+/// its blobs unread.
 pub fn read_dag(repo: &Repository, tip: Oid) -> Result<Vec<DagCommit>> {
-    let mut walk = repo.revwalk()?;
-    walk.push(tip)?;
+    read_dag_within(repo, tip, MAX_DAG_COMMITS, MAX_DAG_EVENT_BYTES)
+}
+
+/// [`read_dag`] with the commit and byte limits given (tests use small ones).
+fn read_dag_within(
+    repo: &Repository,
+    tip: Oid,
+    max_commits: usize,
+    max_event_bytes: usize,
+) -> Result<Vec<DagCommit>> {
+    let odb = repo.odb()?;
+    let too_large = |why: String| Error::DagTooLarge(why);
+    let mut seen: HashSet<Oid> = HashSet::from([tip]);
+    let mut queue: VecDeque<Oid> = VecDeque::from([tip]);
     let mut commits = Vec::new();
-    for oid in walk {
-        let commit = repo.find_commit(oid?)?;
+    let mut event_bytes = 0usize;
+    while let Some(oid) = queue.pop_front() {
+        if commits.len() == max_commits {
+            return Err(too_large(format!("more than {max_commits} commits")));
+        }
+        let (size, kind) = odb.read_header(oid)?;
+        if kind != ObjectType::Commit {
+            return Err(Error::Invalid(format!("{oid} is a {kind}, not a commit")));
+        }
+        if size > MAX_COMMIT_BYTES {
+            return Err(too_large(format!(
+                "commit {oid} is {size} bytes, over the {MAX_COMMIT_BYTES}-byte limit"
+            )));
+        }
+        let commit = repo.find_commit(oid)?;
         let parents: Vec<Oid> = commit.parent_ids().collect();
-        let tree = commit.tree()?;
-        let json = tree.get_name(EVENT_FILE).map(|e| e.id());
-        let sig = tree.get_name(SIG_FILE).map(|e| e.id());
-        let content = match (json, sig) {
-            (Some(json), Some(sig)) => match (repo.find_blob(json), repo.find_blob(sig)) {
-                (Ok(json), Ok(sig)) => Content::Event {
-                    json: json.content().to_vec(),
-                    sig: sig.content().to_vec(),
-                },
-                _ => Content::Malformed("event.json or event.sig is not a file".into()),
-            },
-            (None, None) if parents.len() >= 2 => Content::Merge,
-            (Some(_), None) => Content::Malformed("event.sig is missing".into()),
-            _ => Content::Malformed("event.json is missing".into()),
-        };
+        for p in &parents {
+            if seen.insert(*p) {
+                queue.push_back(*p);
+            }
+        }
+        let content = read_content(repo, &odb, &commit, parents.len())?;
+        if let Content::Event { json, .. } = &content {
+            event_bytes += json.len();
+            if event_bytes > max_event_bytes {
+                return Err(too_large(format!(
+                    "more than {max_event_bytes} bytes of events"
+                )));
+            }
+        }
         commits.push(DagCommit {
-            oid: commit.id(),
+            oid,
             parents,
             content,
         });
     }
     Ok(commits)
+}
+
+/// What one commit of a DAG holds, reading each object only once its size
+/// is known to be within the limits.
+fn read_content(
+    repo: &Repository,
+    odb: &git2::Odb,
+    commit: &git2::Commit,
+    parents: usize,
+) -> Result<Content> {
+    let (tree_size, _) = odb.read_header(commit.tree_id())?;
+    if tree_size > MAX_TREE_BYTES {
+        return Ok(Content::Oversized(format!(
+            "its tree is {tree_size} bytes, over the {MAX_TREE_BYTES}-byte limit"
+        )));
+    }
+    let tree = commit.tree()?;
+    let json = tree.get_name(EVENT_FILE).map(|e| e.id());
+    let sig = tree.get_name(SIG_FILE).map(|e| e.id());
+    let (json, sig) = match (json, sig) {
+        (Some(json), Some(sig)) => (json, sig),
+        (None, None) if parents >= 2 => return Ok(Content::Merge),
+        (Some(_), None) => return Ok(Content::Malformed("event.sig is missing".into())),
+        _ => return Ok(Content::Malformed("event.json is missing".into())),
+    };
+    for (file, oid, limit) in [
+        (EVENT_FILE, json, MAX_EVENT_BYTES),
+        (SIG_FILE, sig, MAX_SIG_BYTES),
+    ] {
+        match odb.read_header(oid) {
+            Ok((size, ObjectType::Blob)) if size > limit => {
+                return Ok(Content::Oversized(format!(
+                    "{file} is {size} bytes, over the {limit}-byte limit"
+                )))
+            }
+            Ok((_, ObjectType::Blob)) => {}
+            _ => {
+                return Ok(Content::Malformed(
+                    "event.json or event.sig is not a file".into(),
+                ))
+            }
+        }
+    }
+    Ok(Content::Event {
+        json: repo.find_blob(json)?.content().to_vec(),
+        sig: repo.find_blob(sig)?.content().to_vec(),
+    })
 }
 
 /// A commit author name git accepts: no angle brackets or newlines.
@@ -238,7 +339,7 @@ mod tests {
                 name: "A <evil>\nname".into(),
                 key: key.public_key_line(),
             },
-            Utc.timestamp_opt(1_800_000_000 + secs, 0).unwrap(),
+            Utc.timestamp_opt(1_700_000_000 + secs, 0).unwrap(),
             Action::IssueComment(IssueComment { body: body.into() }),
         )
     }
@@ -275,6 +376,42 @@ mod tests {
         let merge = dag.iter().find(|c| c.oid == m1).unwrap();
         assert_eq!(merge.content, Content::Merge);
         assert_eq!(dag.len(), 4);
+    }
+
+    #[test]
+    fn oversized_events_are_left_unread_and_large_dags_refused() {
+        let (_dir, repo, key) = setup();
+        let root = write_event_commit(&repo, &[], &comment(&key, "r", 0), &key).unwrap();
+        let huge = vec![b'x'; MAX_EVENT_BYTES + 1];
+        let ev = comment(&key, "h", 1);
+        let big = write_raw_event_commit(&repo, &[root], &ev, &huge, b"sig").unwrap();
+        let big_sig = vec![b's'; MAX_SIG_BYTES + 1];
+        let json = ev.to_canonical_json();
+        let tip = write_raw_event_commit(&repo, &[big], &ev, &json, &big_sig).unwrap();
+        let dag = read_dag(&repo, tip).unwrap();
+        assert_eq!(dag.len(), 3);
+        for (oid, file) in [(big, EVENT_FILE), (tip, SIG_FILE)] {
+            let c = dag.iter().find(|c| c.oid == oid).unwrap();
+            let Content::Oversized(why) = &c.content else {
+                panic!("{file}: {:?}", c.content)
+            };
+            assert!(why.starts_with(file), "{why}");
+        }
+
+        let mut tip = root;
+        for i in 0..5 {
+            tip = write_event_commit(&repo, &[tip], &comment(&key, "n", i), &key).unwrap();
+        }
+        assert_eq!(read_dag_within(&repo, tip, 6, usize::MAX).unwrap().len(), 6);
+        let err = read_dag_within(&repo, tip, 5, usize::MAX).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "DAG too large to replay: more than 5 commits"
+        );
+        let one = comment(&key, "n", 0).to_canonical_json().len();
+        assert!(read_dag_within(&repo, tip, 100, 6 * one + 10).is_ok());
+        let err = read_dag_within(&repo, tip, 100, 3 * one).unwrap_err();
+        assert!(matches!(err, Error::DagTooLarge(_)), "{err}");
     }
 
     #[test]

@@ -128,7 +128,8 @@ impl TimelineEntry {
 }
 
 fn short(oid: &str) -> &str {
-    &oid[..oid.len().min(8)]
+    // By characters: a head read from someone's event need not be hex.
+    oid.char_indices().nth(8).map_or(oid, |(at, _)| &oid[..at])
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use crate::db::reads::ReadPool;
 use crate::db::writer::LeaseService;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
+use crate::issue_replays::IssueReplays;
 use crate::limits::{fds, Limits};
 use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
 
@@ -36,6 +37,8 @@ pub struct App {
     /// The collab database's single writer thread (`collab.db`): lease
     /// operations and every other write (`write`) go through it.
     pub leases: LeaseService,
+    /// One replay at a time per issue, and the last outcomes.
+    pub replays: IssueReplays,
     /// Connection caps, git process gate, page semaphore.
     pub limits: Limits,
     /// Read-only connections to `collab.db` that never wait for the writer.
@@ -65,6 +68,7 @@ impl App {
         let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
             leases,
+            replays: IssueReplays::default(),
             reads: ReadPool::new(&db_path),
             signing_key,
             webhooks,
@@ -104,13 +108,29 @@ pub fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> 
     Ok(config)
 }
 
+/// How `serve` was asked to start (flags of `serve` itself, for one start
+/// only; never configuration).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServeOptions {
+    /// Start even though `collab.db` is missing or empty where the state
+    /// directory was used before (`serve --allow-empty-db`).
+    pub allow_empty_db: bool,
+}
+
 /// Run the server until SIGTERM or SIGINT. Prepares the state directory
-/// (host key, authorized_keys, initial admin keys, hooks) first.
-pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
+/// (host key, authorized_keys, initial admin keys, hooks) and checks
+/// `collab.db` (`db::guard`) first.
+pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Result<()> {
     let config = absolute_paths(config)?;
     // Before any listener exists: the connection caps are fitted into it.
     fds::raise_open_file_limit();
     let prepared = crate::setup::prepare(&config)?;
+    crate::db::guard::check_before_open(
+        &config.collab_db_path(),
+        &config.state_dir,
+        &config.repos_dir,
+        options.allow_empty_db,
+    )?;
 
     let ssh_listener = tokio::net::TcpListener::bind(&config.ssh.listen)
         .await
@@ -122,6 +142,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let http_addr = http_listener.local_addr()?;
 
     let app = Arc::new(App::new(config)?);
+    crate::db::guard::mark_state_dir(&app.config.state_dir)?;
     let stopping = app.stopping.clone();
     let budget = &app.limits.budget;
     if let Some(warning) = &budget.warning {
@@ -136,6 +157,10 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     );
     crate::events::spawn_background(&app);
     crate::webhooks::spawn(app.clone());
+    tokio::spawn(crate::maintenance::sweep::run(
+        app.config.repos_dir.clone(),
+        app.stopping.clone(),
+    ));
     tokio::spawn(app.maintenance.clone().idle_loop(stopping.clone().wait()));
 
     if app.authorized_keys.current().is_empty()
@@ -162,11 +187,14 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         ssh_addr.port(),
         stopping.clone().wait(),
     ));
+    // Installed before the announcement: a SIGTERM right after it stops the
+    // server cleanly instead of killing it.
+    let stop_signal = shutdown::signal();
     eprintln!("listening ssh={ssh_addr} http={http_addr}");
     tracing::info!("listening ssh={ssh_addr} http={http_addr}");
 
     tokio::select! {
-        _ = shutdown::signal() => {}
+        _ = stop_signal => {}
         r = &mut ssh => {
             // The SSH listener only returns early on a fatal accept error.
             let reason = match r {

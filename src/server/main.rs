@@ -15,6 +15,7 @@ mod healthcheck;
 mod hooks;
 mod http;
 mod identity;
+mod issue_replays;
 mod limits;
 mod logging;
 mod maintenance;
@@ -50,7 +51,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve SSH and HTTP until SIGTERM.
-    Serve,
+    Serve {
+        /// Start even though collab.db is missing or empty in a state
+        /// directory that was used before (fencing tokens start again at 1).
+        #[arg(long)]
+        allow_empty_db: bool,
+    },
     /// Inspect the effective configuration.
     Config {
         #[command(subcommand)]
@@ -129,9 +135,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         tracing::warn!("{name} is not a server setting and is ignored; did you mean {meant}?");
     }
     match cli.command {
-        Command::Serve => {
+        Command::Serve { allow_empty_db } => {
             let rt = tokio::runtime::Runtime::new()?;
-            rt.block_on(app::serve(loaded.config))?;
+            let options = app::ServeOptions { allow_empty_db };
+            rt.block_on(app::serve(loaded.config, options))?;
         }
         Command::Config { command } => match command {
             ConfigCmd::Show { json: true } => {

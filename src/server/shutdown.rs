@@ -6,20 +6,27 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-/// Resolves on the first SIGTERM or SIGINT.
-pub async fn signal() {
+/// Resolves on the first SIGTERM or SIGINT. The handlers are installed
+/// when this is called, not when the future is first polled: call it
+/// before announcing that the server listens, or a SIGTERM sent right
+/// after the announcement kills the process instead of stopping it.
+pub fn signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!("cannot listen for SIGTERM: {e}");
-            std::future::pending::<()>().await;
-            return;
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        let (mut term, mut int) = match (term, int) {
+            (Ok(term), Ok(int)) => (term, int),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!("cannot listen for SIGTERM or SIGINT: {e}");
+                std::future::pending::<()>().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
     }
 }
 

@@ -7,6 +7,7 @@
 //! them for request handlers. `issues` holds the issue decisions.
 
 pub mod events;
+pub mod guard;
 pub mod issues;
 pub mod leases;
 pub mod migrations;

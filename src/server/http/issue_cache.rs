@@ -8,22 +8,37 @@
 //!   is reading the refs, about what `git for-each-ref` costs);
 //! - some tips moved, allowlist unchanged: only the issues whose tip moved
 //!   (or that are new) are replayed; the rest are reused;
-//! - no snapshot yet, or the allowlist changed: `state::list_issues` runs,
-//!   which itself replays only what its disk cache does not have.
+//! - no snapshot yet, or the allowlist changed: `state::list_all_issues`
+//!   runs, which itself replays only what its disk cache does not have.
+//!
+//! A replay that dropped an event dated in the future holds only until the
+//! clock nears that date (`replay::expires_at`): such an issue counts as
+//! moved once its replay expires.
+//!
+//! Bounded: at most [`MAX_REPOS`] repositories and [`MAX_CACHED_BYTES`] of
+//! issue text in all (past either, the cache starts over: a page is then as
+//! slow as without it, never wrong); each issue's replay is bounded by the
+//! library's replay limits, and an issue past them is left out of the list
+//! and logged.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use chrono::{DateTime, Utc};
 use git2::Repository;
 use git_collab::record::refs;
+use git_collab::record::replay::expires_at;
 use git_collab::record::state::{self, IssueState, IssueStatus};
 use git_collab::record::trust::{self, TrustList};
 use sha2::{Digest, Sha256};
 
-/// Most repositories kept; past that the cache starts over (a page is then
-/// as slow as without it, never wrong).
+/// Most repositories kept.
 const MAX_REPOS: usize = 64;
+
+/// Most issue memory (by [`approx_bytes`]) kept in all snapshots
+/// together; a single repository with more is served but not kept.
+pub const MAX_CACHED_BYTES: usize = 256 * 1024 * 1024;
 
 /// Every valid issue of one repository at one state of its refs.
 #[derive(Debug)]
@@ -32,8 +47,13 @@ pub struct IssueSnapshot {
     key: [u8; 32],
     /// Digest of the allowlist alone.
     trust: [u8; 32],
-    /// Issue id -> the tip its state was replayed from (invalid issues too).
-    tips: HashMap<String, String>,
+    /// Issue id -> the tip its state was replayed from (invalid issues
+    /// too), and when that replay expires.
+    tips: HashMap<String, (String, Option<DateTime<Utc>>)>,
+    /// The earliest expiry among `tips`.
+    expires: Option<DateTime<Utc>>,
+    /// About how much memory the issues hold ([`approx_bytes`]).
+    bytes: usize,
     /// Newest first (ties by id), as `list_issues` returns them. Shared, so
     /// that an update reuses unchanged issues without copying them.
     pub issues: Vec<Arc<IssueState>>,
@@ -45,7 +65,7 @@ impl IssueSnapshot {
     fn new(
         key: [u8; 32],
         trust: [u8; 32],
-        tips: HashMap<String, String>,
+        tips: HashMap<String, (String, Option<DateTime<Utc>>)>,
         mut issues: Vec<Arc<IssueState>>,
     ) -> Self {
         issues.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
@@ -53,14 +73,23 @@ impl IssueSnapshot {
             .iter()
             .filter(|i| i.status == IssueStatus::Open)
             .count();
+        let expires = tips.values().filter_map(|(_, e)| *e).min();
+        let bytes = issues.iter().map(|i| approx_bytes(i)).sum();
         IssueSnapshot {
             key,
             trust,
             tips,
+            expires,
+            bytes,
             closed: issues.len() - open,
             open,
             issues,
         }
+    }
+
+    /// Whether this snapshot is still right for refs whose digest is `key`.
+    fn holds_for(&self, key: &[u8; 32]) -> bool {
+        self.key == *key && self.expires.is_none_or(|at| Utc::now() < at)
     }
 }
 
@@ -108,15 +137,25 @@ impl IssueCache {
             _ => full(repo, now)?,
         });
         let mut repos = self.lock();
-        if repos.len() >= MAX_REPOS && !repos.contains_key(&path) {
+        repos.remove(&path);
+        let kept: usize = repos.values().map(|s| s.bytes).sum();
+        if repos.len() >= MAX_REPOS || kept + snapshot.bytes > MAX_CACHED_BYTES {
             repos.clear();
         }
-        repos.insert(path, snapshot.clone());
+        if snapshot.bytes <= MAX_CACHED_BYTES {
+            repos.insert(path, snapshot.clone());
+        }
         Ok(snapshot)
     }
 
     fn cached(&self, path: &Path, key: &[u8; 32]) -> Option<Arc<IssueSnapshot>> {
-        self.lock().get(path).filter(|s| s.key == *key).cloned()
+        self.lock().get(path).filter(|s| s.holds_for(key)).cloned()
+    }
+
+    /// Bytes kept in all snapshots (for tests).
+    #[cfg(test)]
+    fn kept_bytes(&self) -> usize {
+        self.lock().values().map(|s| s.bytes).sum()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<IssueSnapshot>>> {
@@ -128,12 +167,50 @@ impl IssueCache {
 /// tips recorded are those read before: if a ref moved in between, the next
 /// request sees a different tip and replays that issue again.
 fn full(repo: &Repository, now: RefsNow) -> anyhow::Result<IssueSnapshot> {
-    let issues = state::list_issues(repo)?
+    let mut listed: HashMap<String, state::ListedIssue> = state::list_all_issues(repo)?
         .into_iter()
-        .map(Arc::new)
+        .map(|i| (i.id.clone(), i))
         .collect();
-    let tips = now.refs.into_iter().map(|(_, id, tip)| (id, tip)).collect();
+    let mut issues = Vec::with_capacity(listed.len());
+    let mut tips = HashMap::with_capacity(now.refs.len());
+    for (_, id, tip) in now.refs {
+        let expires = match listed.remove(&id) {
+            Some(found) => {
+                match found.state {
+                    Ok(issue) => issues.push(Arc::new(issue)),
+                    Err(reason) => log_invalid(repo, &id, &reason),
+                }
+                found.expires
+            }
+            None => None,
+        };
+        tips.insert(id, (tip, expires));
+    }
     Ok(IssueSnapshot::new(now.key, now.trust, tips, issues))
+}
+
+/// About how much memory one replayed issue holds: its strings and a fixed
+/// cost per issue and per comment.
+fn approx_bytes(i: &IssueState) -> usize {
+    let author = |a: &state::Author| a.name.len() + a.key.len();
+    256 + i.id.len()
+        + i.title.len()
+        + i.body.len()
+        + author(&i.author)
+        + i.closed_reason.as_ref().map_or(0, String::len)
+        + i.labels.iter().map(|l| l.len() + 24).sum::<usize>()
+        + i.comments
+            .iter()
+            .map(|c| 128 + c.id.len() + c.body.len() + author(&c.author))
+            .sum::<usize>()
+}
+
+/// An issue left out of the list because its DAG is past the replay limits
+/// is worth a line in the log (a dropped root is `verify`'s business).
+fn log_invalid(repo: &Repository, id: &str, reason: &str) {
+    if state::is_over_limits(reason) {
+        tracing::warn!(repo = %repo.path().display(), issue = id, "issue not replayed: {reason}");
+    }
 }
 
 /// `old` brought up to date: issues whose tip did not move are reused, the
@@ -144,16 +221,25 @@ fn update(repo: &Repository, old: &IssueSnapshot, now: RefsNow) -> anyhow::Resul
         old.issues.iter().map(|i| (i.id.as_str(), i)).collect();
     let mut issues = Vec::with_capacity(now.refs.len());
     let mut tips = HashMap::with_capacity(now.refs.len());
+    let clock = Utc::now();
     for (name, id, tip) in now.refs {
-        if old.tips.get(&id) == Some(&tip) {
-            // Unchanged; an invalid issue stays out of the list.
-            if let Some(state) = kept.remove(id.as_str()) {
-                issues.push(state.clone());
+        match old.tips.get(&id) {
+            Some((old_tip, expires)) if *old_tip == tip && expires.is_none_or(|at| clock < at) => {
+                // Unchanged; an invalid issue stays out of the list.
+                if let Some(state) = kept.remove(id.as_str()) {
+                    issues.push(state.clone());
+                }
+                tips.insert(id, (tip, *expires));
             }
-        } else if let Ok(state) = state::replay_ref(repo, &name, &id, trust.as_ref())?.state {
-            issues.push(Arc::new(state));
+            _ => {
+                let replay = state::replay_ref(repo, &name, &id, trust.as_ref())?;
+                match replay.state {
+                    Ok(state) => issues.push(Arc::new(state)),
+                    Err(reason) => log_invalid(repo, &id, &reason),
+                }
+                tips.insert(id, (tip, expires_at(&replay.dropped)));
+            }
         }
-        tips.insert(id, tip);
     }
     Ok(IssueSnapshot::new(now.key, now.trust, tips, issues))
 }
@@ -219,6 +305,8 @@ mod tests {
 
         let one = cache.snapshot(&repo).unwrap();
         assert_eq!((one.open, one.closed, one.issues.len()), (2, 0, 2));
+        assert_eq!(cache.kept_bytes(), one.bytes);
+        assert!(one.bytes > 2 * 256 && one.bytes < MAX_CACHED_BYTES);
         let again = cache.snapshot(&repo).unwrap();
         assert!(
             Arc::ptr_eq(&one, &again),

@@ -4,7 +4,9 @@
 //! - `run`: the git steps of one run (pack refs, geometric repack with a
 //!   multi-pack bitmap, split commit-graph, leftovers) and what they changed;
 //! - `lock`: the per-repository file lock that runs and backups share;
-//! - `quarantine`: the leftovers of killed pushes;
+//! - `quarantine`: the leftovers of killed pushes, and `sweep`, which
+//!   removes them in every repository at start and every 15 minutes (a
+//!   killed push counts as no push, so no run follows it);
 //! - `git`: how the server runs git on its own repositories.
 //!
 //! This module decides *when* and *how many*: a run is triggered after
@@ -23,6 +25,7 @@ pub mod git;
 pub mod lock;
 pub mod quarantine;
 pub mod run;
+pub mod sweep;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -28,8 +28,9 @@ use crate::authz::{self, Access};
 use crate::db::issues::{self, IssueError};
 use crate::db::leases::{Acquire, Lease, Release, Renew};
 use crate::db::reads::ReadPool;
+use crate::issue_replays::{IssueOutcome, IssueReplays};
 use crate::repos::RepoEntry;
-use git_collab::record::state::{self, IssueState, IssueStatus};
+use git_collab::record::state::{self, IssueStatus};
 
 /// Exit status of a lease conflict: held by someone else, or not yours.
 pub const EXIT_CONFLICT: u32 = 4;
@@ -86,7 +87,7 @@ async fn answer(ctx: &ExecContext, cmd: LeaseCmd) -> Reply {
     };
     let checked = tokio::task::spawn_blocking(move || {
         let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
-        let issue = lookup.resolve(&entry, &app.reads);
+        let issue = lookup.resolve(&entry, &app.reads, &app.replays);
         Some((entry, issue))
     })
     .await;
@@ -193,7 +194,7 @@ enum Resolved {
 }
 
 impl Lookup {
-    fn resolve(self, entry: &RepoEntry, reads: &ReadPool) -> Resolved {
+    fn resolve(self, entry: &RepoEntry, reads: &ReadPool, replays: &IssueReplays) -> Resolved {
         let (id, must_be_open) = match self {
             Lookup::Nothing => return Resolved::NoIssue,
             Lookup::OpenIssue(id) => (id, true),
@@ -226,14 +227,18 @@ impl Lookup {
         if !must_be_open {
             return Resolved::Issue(full_id);
         }
-        match IssueState::from_ref(&repo, &ref_name, &full_id) {
-            Ok(issue) if issue.status == IssueStatus::Open => Resolved::Issue(full_id),
-            Ok(_) => Resolved::Refused(ISSUE_CLOSED.into()),
+        // Coalesced: concurrent requests for this issue share one replay.
+        match replays.outcome(&repo, &ref_name, &full_id) {
+            Ok(IssueOutcome::Open) => Resolved::Issue(full_id),
+            Ok(IssueOutcome::Closed) => Resolved::Refused(ISSUE_CLOSED.into()),
+            // Too large to replay: say so (the writer may fix it; the
+            // server log has it too).
+            Ok(IssueOutcome::Invalid(reason)) if state::is_over_limits(&reason) => {
+                Resolved::Refused(format!("error: issue {full_id} is {reason}"))
+            }
             // Its opening event was dropped (bad or untrusted signature):
             // as far as anyone can see, there is no such issue.
-            Err(git_collab::Error::InvalidIssue { .. }) => {
-                Resolved::Refused(ISSUE_NOT_FOUND.into())
-            }
+            Ok(IssueOutcome::Invalid(_)) => Resolved::Refused(ISSUE_NOT_FOUND.into()),
             Err(e) => Resolved::Failed(e.to_string()),
         }
     }

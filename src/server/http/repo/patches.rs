@@ -36,6 +36,9 @@ use crate::http::AppState;
 pub const PATCHES_PAGE: usize = 50;
 /// Most repositories whose patches are kept in memory.
 const MAX_REPOS: usize = 64;
+/// Most patch memory (their JSON size) kept in all snapshots together; a
+/// single repository with more is served but not kept.
+pub const MAX_CACHED_BYTES: usize = 256 * 1024 * 1024;
 
 /// Replayed patches per repository. A static rather than an `AppState`
 /// field so the patches pages stay one file; it is keyed by repository path
@@ -47,6 +50,11 @@ static SNAPSHOTS: LazyLock<Mutex<HashMap<PathBuf, Arc<PatchSnapshot>>>> =
 /// Every valid patch of one repository at one state of its refs.
 pub struct PatchSnapshot {
     key: [u8; 32],
+    /// When the replays stop being right even if no ref moves (an event
+    /// dated in the future nears the clock).
+    expires: Option<chrono::DateTime<chrono::Utc>>,
+    /// About how much memory the patches hold (their JSON size).
+    bytes: usize,
     /// Newest first.
     pub patches: Vec<PatchState>,
     pub open: usize,
@@ -60,23 +68,32 @@ pub fn snapshot(repo: &Repository) -> anyhow::Result<Arc<PatchSnapshot>> {
     let key = refs_digest(repo)?;
     let path = repo.path().to_path_buf();
     let lock = || SNAPSHOTS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(hit) = lock().get(&path).filter(|s| s.key == key) {
+    let holds = |s: &&Arc<PatchSnapshot>| {
+        s.key == key && s.expires.is_none_or(|at| chrono::Utc::now() < at)
+    };
+    if let Some(hit) = lock().get(&path).filter(holds) {
         return Ok(hit.clone());
     }
-    let patches = patch::list_patches(repo)?;
+    let (patches, expires) = patch::list_patches_until(repo)?;
     let count = |s: PatchStatus| patches.iter().filter(|p| p.status == s).count();
     let snapshot = Arc::new(PatchSnapshot {
         key,
+        expires,
+        bytes: serde_json::to_vec(&patches).map_or(0, |j| j.len()),
         open: count(PatchStatus::Open),
         merged: count(PatchStatus::Merged),
         closed: count(PatchStatus::Closed),
         patches,
     });
     let mut repos = lock();
-    if repos.len() >= MAX_REPOS && !repos.contains_key(&path) {
+    repos.remove(&path);
+    let kept: usize = repos.values().map(|s| s.bytes).sum();
+    if repos.len() >= MAX_REPOS || kept + snapshot.bytes > MAX_CACHED_BYTES {
         repos.clear();
     }
-    repos.insert(path, snapshot.clone());
+    if snapshot.bytes <= MAX_CACHED_BYTES {
+        repos.insert(path, snapshot.clone());
+    }
     Ok(snapshot)
 }
 
