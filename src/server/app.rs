@@ -147,7 +147,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
 
     let mut ssh = tokio::spawn(crate::ssh::serve(
         app.clone(),
-        prepared.host_key,
+        prepared.host_keys(),
         ssh_listener,
         stopping.clone(),
     ));

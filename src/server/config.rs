@@ -39,6 +39,8 @@ pub struct ServerConfig {
     pub max_issue_body: u64,
     /// OpenSSH public key lines granted admin.
     pub initial_admin_keys: Vec<String>,
+    /// A push to a missing repository creates it, for callers who may create it.
+    pub push_to_create: bool,
     pub ssh: SshConfig,
     pub http: HttpConfig,
     pub git: GitConfig,
@@ -53,6 +55,12 @@ pub struct SshConfig {
     pub listen: String,
     pub host_key: PathBuf,
     pub authorized_keys: PathBuf,
+    /// Accept `ssh-rsa` (SHA-1) user signatures, refused by default as
+    /// OpenSSH >= 8.8 does.
+    pub allow_sha1_rsa: bool,
+    /// Also serve RSA and ECDSA host keys (generated beside `host_key`) for
+    /// clients that cannot verify Ed25519.
+    pub legacy_host_keys: bool,
     /// Connections open at once, authenticated or not.
     pub max_connections: usize,
     /// Unauthenticated connections: OpenSSH's `MaxStartups` (random early drop).
@@ -193,9 +201,12 @@ pub const KEYS: &[&str] = &[
     "max_release_size",
     "max_issue_body",
     "initial_admin_keys",
+    "push_to_create",
     "ssh.listen",
     "ssh.host_key",
     "ssh.authorized_keys",
+    "ssh.allow_sha1_rsa",
+    "ssh.legacy_host_keys",
     "ssh.max_connections",
     "ssh.max_startups",
     "ssh.max_startups_per_ip",
@@ -236,10 +247,13 @@ impl ServerConfig {
             max_release_size: 100 * 1024 * 1024,
             max_issue_body: 256 * 1024,
             initial_admin_keys: Vec::new(),
+            push_to_create: false,
             ssh: SshConfig {
                 listen: "0.0.0.0:2222".into(),
                 host_key: state_dir.join("ssh_host_ed25519_key"),
                 authorized_keys: state_dir.join("authorized_keys"),
+                allow_sha1_rsa: false,
+                legacy_host_keys: false,
                 max_connections: 512,
                 max_startups: MaxStartups {
                     start: 64,
@@ -326,6 +340,10 @@ pub struct ConfigFlags {
     /// [default: 100MiB].
     #[arg(long, global = true, value_name = "BYTES", value_parser = parse_size)]
     pub max_release_size: Option<u64>,
+    /// A push to a missing repository creates it, for callers who may
+    /// create it [default: false].
+    #[arg(long, global = true, value_name = "BOOL")]
+    pub push_to_create: Option<bool>,
     /// Largest issue body or comment, in bytes or with a unit (256KiB)
     /// [default: 256KiB].
     #[arg(long, global = true, value_name = "BYTES", value_parser = parse_size)]
@@ -333,6 +351,12 @@ pub struct ConfigFlags {
     /// SSH listen address [default: 0.0.0.0:2222].
     #[arg(long, global = true, value_name = "ADDR")]
     pub ssh_listen: Option<String>,
+    /// Accept ssh-rsa (SHA-1) user signatures [default: false].
+    #[arg(long, global = true, value_name = "BOOL")]
+    pub ssh_allow_sha1_rsa: Option<bool>,
+    /// Also serve RSA and ECDSA host keys [default: false].
+    #[arg(long, global = true, value_name = "BOOL")]
+    pub ssh_legacy_host_keys: Option<bool>,
     /// SSH host key, generated on first start [default: {state_dir}/ssh_host_ed25519_key].
     #[arg(long, global = true, value_name = "PATH")]
     pub ssh_host_key: Option<PathBuf>,
@@ -496,7 +520,16 @@ fn default_values() -> Dict {
     put("max_release_size", Value::from(defaults.max_release_size));
     put("max_issue_body", Value::from(defaults.max_issue_body));
     put("initial_admin_keys", Value::from(Vec::<Value>::new()));
+    put("push_to_create", Value::from(defaults.push_to_create));
     put("ssh.listen", Value::from(defaults.ssh.listen));
+    put(
+        "ssh.allow_sha1_rsa",
+        Value::from(defaults.ssh.allow_sha1_rsa),
+    );
+    put(
+        "ssh.legacy_host_keys",
+        Value::from(defaults.ssh.legacy_host_keys),
+    );
     put(
         "ssh.max_connections",
         Value::from(defaults.ssh.max_connections),
@@ -760,6 +793,16 @@ fn flag_layers(flags: &ConfigFlags) -> anyhow::Result<Vec<Layer>> {
     if let Some(size) = flags.max_release_size {
         given.push(("max_release_size", Value::from(size)));
     }
+    let booleans = [
+        ("push_to_create", flags.push_to_create),
+        ("ssh.allow_sha1_rsa", flags.ssh_allow_sha1_rsa),
+        ("ssh.legacy_host_keys", flags.ssh_legacy_host_keys),
+    ];
+    for (key, value) in booleans {
+        if let Some(value) = value {
+            given.push((key, Value::from(value)));
+        }
+    }
     if let Some(size) = flags.max_issue_body {
         given.push(("max_issue_body", Value::from(size)));
     }
@@ -836,6 +879,21 @@ impl Given {
                 "expected a number of bytes or a size like \"100MiB\", found {}",
                 kind(other)
             ))),
+        }
+    }
+
+    /// `true`/`false`; from the environment also `1`/`0`, `yes`/`no`.
+    fn boolean(&self) -> anyhow::Result<bool> {
+        match &self.value {
+            Value::Bool(_, b) => Ok(*b),
+            Value::String(_, text) => match text.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" | "on" => Ok(true),
+                "false" | "0" | "no" | "off" => Ok(false),
+                _ => Err(self.error("expected true or false")),
+            },
+            Value::Num(_, num) if num.to_u128() == Some(1) => Ok(true),
+            Value::Num(_, num) if num.to_u128() == Some(0) => Ok(false),
+            other => Err(self.error(format!("expected true or false, found {}", kind(other)))),
         }
     }
 
@@ -1046,8 +1104,11 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
         max_release_size: r.required("max_release_size").size()?,
         max_issue_body: r.required("max_issue_body").size()?,
         initial_admin_keys: r.required("initial_admin_keys").admin_keys()?,
+        push_to_create: r.required("push_to_create").boolean()?,
         ssh: SshConfig {
             listen: r.required("ssh.listen").socket_addr()?,
+            allow_sha1_rsa: r.required("ssh.allow_sha1_rsa").boolean()?,
+            legacy_host_keys: r.required("ssh.legacy_host_keys").boolean()?,
             host_key: r
                 .path_or_derived("ssh.host_key", || state_dir.join("ssh_host_ed25519_key"))?,
             authorized_keys: r
@@ -1268,7 +1329,10 @@ impl LoadedConfig {
             "max_release_size" => json!(c.max_release_size),
             "max_issue_body" => json!(c.max_issue_body),
             "initial_admin_keys" => json!(c.initial_admin_keys),
+            "push_to_create" => json!(c.push_to_create),
             "ssh.listen" => json!(c.ssh.listen),
+            "ssh.allow_sha1_rsa" => json!(c.ssh.allow_sha1_rsa),
+            "ssh.legacy_host_keys" => json!(c.ssh.legacy_host_keys),
             "ssh.host_key" => json!(c.ssh.host_key),
             "ssh.authorized_keys" => json!(c.ssh.authorized_keys),
             "ssh.max_connections" => json!(c.ssh.max_connections),

@@ -21,6 +21,7 @@ mod maintenance;
 mod metrics;
 mod ops;
 mod releases;
+mod repo_admin;
 mod repos;
 mod setup;
 mod shutdown;

@@ -46,10 +46,56 @@ use session::{reply_and_close, ChannelEnv, ExecContext};
 /// The one-line answer to a shell or pty request.
 pub const SHELL_HINT: &str = "error: git-collab-server has no shell; use git over ssh, or a verb such as `ssh HOST collab-whoami`";
 
-fn russh_config(host_key: PrivateKey) -> russh::server::Config {
+/// Ciphers offered, most preferred first: russh's defaults plus
+/// aes128-gcm, which OpenSSH also offers and some clients prefer.
+const CIPHERS: &[russh::cipher::Name] = &[
+    russh::cipher::CHACHA20_POLY1305,
+    russh::cipher::AES_256_GCM,
+    russh::cipher::AES_128_GCM,
+    russh::cipher::AES_256_CTR,
+    russh::cipher::AES_192_CTR,
+    russh::cipher::AES_128_CTR,
+];
+
+/// Host and user-signature algorithms. `ssh-rsa` (RSA with SHA-1) is left
+/// out unless the operator allows it (`ssh.allow_sha1_rsa`), as OpenSSH
+/// >= 8.8 does; RSA keys still work with rsa-sha2-256/512.
+fn key_algorithms(allow_sha1_rsa: bool) -> Vec<russh::keys::Algorithm> {
+    use russh::keys::{Algorithm, EcdsaCurve, HashAlg};
+    let mut algorithms = vec![
+        Algorithm::Ed25519,
+        Algorithm::Ecdsa {
+            curve: EcdsaCurve::NistP256,
+        },
+        Algorithm::Ecdsa {
+            curve: EcdsaCurve::NistP384,
+        },
+        Algorithm::Ecdsa {
+            curve: EcdsaCurve::NistP521,
+        },
+        Algorithm::Rsa {
+            hash: Some(HashAlg::Sha512),
+        },
+        Algorithm::Rsa {
+            hash: Some(HashAlg::Sha256),
+        },
+    ];
+    if allow_sha1_rsa {
+        algorithms.push(Algorithm::Rsa { hash: None });
+    }
+    algorithms
+}
+
+fn russh_config(host_keys: Vec<PrivateKey>, allow_sha1_rsa: bool) -> russh::server::Config {
+    let preferred = russh::Preferred {
+        cipher: CIPHERS.into(),
+        key: key_algorithms(allow_sha1_rsa).into(),
+        ..russh::Preferred::DEFAULT
+    };
     russh::server::Config {
         server_id: SshId::Standard("SSH-2.0-git-collab".into()),
-        keys: vec![host_key],
+        keys: host_keys,
+        preferred,
         methods: MethodSet::from(&[MethodKind::PublicKey][..]),
         auth_rejection_time: Duration::from_secs(1),
         // OpenSSH probes "none" first; don't make every login wait for it.
@@ -64,11 +110,11 @@ fn russh_config(host_key: PrivateKey) -> russh::server::Config {
 /// running commands finish (at most `DRAIN_LIMIT`) and disconnect the rest.
 pub async fn serve(
     app: Arc<App>,
-    host_key: PrivateKey,
+    host_keys: Vec<PrivateKey>,
     listener: tokio::net::TcpListener,
     stopping: Stop,
 ) -> anyhow::Result<()> {
-    let config = Arc::new(russh_config(host_key));
+    let config = Arc::new(russh_config(host_keys, app.config.ssh.allow_sha1_rsa));
     let login_grace = app.config.ssh.login_grace_time;
     let (disconnect_all, disconnecting) = stop_pair();
     let mut sessions = JoinSet::new();
@@ -200,6 +246,35 @@ async fn all_closed(sessions: &mut JoinSet<()>, limit: Duration) -> bool {
     tokio::time::timeout(limit, wait).await.is_ok()
 }
 
+/// Log a refused key at info level with its fingerprint, so an operator
+/// can admit it; at most [`REFUSED_LOG_BURST`] lines per minute, so a
+/// stranger cycling keys cannot flood the log.
+fn log_refused_key(peer: &SocketAddr, fingerprint: &str, why: &str) {
+    static WINDOW: std::sync::Mutex<(Option<std::time::Instant>, u32)> =
+        std::sync::Mutex::new((None, 0));
+    let mut window = WINDOW.lock().unwrap_or_else(|e| e.into_inner());
+    let now = std::time::Instant::now();
+    if window
+        .0
+        .is_none_or(|start| now.duration_since(start) >= Duration::from_secs(60))
+    {
+        if window.1 > REFUSED_LOG_BURST {
+            tracing::info!(
+                "ssh: {} more refused keys not logged",
+                window.1 - REFUSED_LOG_BURST
+            );
+        }
+        *window = (Some(now), 0);
+    }
+    window.1 += 1;
+    if window.1 <= REFUSED_LOG_BURST {
+        tracing::info!(peer = %peer, key = fingerprint, "ssh key refused: {why}");
+    }
+}
+
+/// Refused-key log lines per minute.
+const REFUSED_LOG_BURST: u32 = 20;
+
 /// One SSH connection.
 pub struct Connection {
     app: Arc<App>,
@@ -276,9 +351,11 @@ impl russh::server::Handler for Connection {
         offer: PublicKeyOffer<'_>,
     ) -> Result<Auth, Self::Error> {
         // Ownership is not proven here: answer the probe, bind nothing.
-        if authz::is_admitted(&self.app, &fingerprint(offer.public_key)) {
+        let fp = fingerprint(offer.public_key);
+        if authz::is_admitted(&self.app, &fp) {
             Ok(Auth::Accept)
         } else {
+            log_refused_key(&self.peer, &fp, "not admitted");
             Ok(Auth::reject())
         }
     }
@@ -290,7 +367,13 @@ impl russh::server::Handler for Connection {
     ) -> Result<Auth, Self::Error> {
         let fp = fingerprint(key.public_key);
         if !authz::is_admitted(&self.app, &fp) {
-            tracing::info!(peer = %self.peer, key = fp, "key refused");
+            log_refused_key(&self.peer, &fp, "not admitted");
+            return Ok(Auth::reject());
+        }
+        if *key.algorithm == (russh::keys::Algorithm::Rsa { hash: None })
+            && !self.app.config.ssh.allow_sha1_rsa
+        {
+            log_refused_key(&self.peer, &fp, "ssh-rsa (SHA-1) signature");
             return Ok(Auth::reject());
         }
         tracing::debug!(peer = %self.peer, key = fp, "authenticated");
