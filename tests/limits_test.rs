@@ -475,7 +475,10 @@ async fn first_outcome(channel: &mut russh::Channel<russh::client::Msg>) -> Outc
 #[test]
 fn channels_and_git_processes_are_capped_per_connection_and_principal() {
     let h = server(
-        &[("GIT_COLLAB_GIT__MAX_PROCESSES_PER_PRINCIPAL", "3")],
+        &[
+            ("GIT_COLLAB_GIT__MAX_PROCESSES_PER_PRINCIPAL", "3"),
+            ("GIT_COLLAB_GIT__QUEUE_TIMEOUT", "1s"),
+        ],
         None,
     );
     let _ = repo_with_issue(&h);
@@ -500,7 +503,8 @@ fn channels_and_git_processes_are_capped_per_connection_and_principal() {
         assert_eq!((open.len(), refused), (10, 190));
 
         // git upload-pack on all ten: three run (the principal's share),
-        // seven are refused with one clear line and exit 1.
+        // seven wait the queue timeout (1 s), then are refused with one
+        // clear line and exit 1.
         for channel in &open {
             channel.exec(true, "git-upload-pack 'r.git'").await.unwrap();
         }
@@ -520,7 +524,7 @@ fn channels_and_git_processes_are_capped_per_connection_and_principal() {
             assert_eq!(*code, 1);
             assert_eq!(
                 stderr,
-                "error: too many git operations running for you (3 at once); wait for one to finish\n"
+                "error: too many git operations running for you (3 at once); try again when one finishes\n"
             );
         }
 

@@ -122,6 +122,8 @@ pub struct GitConfig {
     pub max_processes: usize,
     /// Running at once for one SSH principal or one anonymous HTTP client IP.
     pub max_processes_per_principal: usize,
+    /// How long a request waits for a slot before it is refused.
+    pub queue_timeout: Duration,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -270,6 +272,7 @@ pub const KEYS: &[&str] = &[
     "http.max_file_shown",
     "git.max_processes",
     "git.max_processes_per_principal",
+    "git.queue_timeout",
     "log.level",
     "log.format",
     "events.retention_days",
@@ -317,11 +320,11 @@ impl ServerConfig {
                 legacy_host_keys: false,
                 max_connections: 512,
                 max_startups: MaxStartups {
-                    start: 10,
+                    start: 64,
                     rate: 30,
-                    full: 100,
+                    full: 256,
                 },
-                max_startups_per_ip: 10,
+                max_startups_per_ip: 32,
                 login_grace_time: Duration::from_secs(120),
                 max_sessions: 10,
             },
@@ -338,6 +341,7 @@ impl ServerConfig {
             git: GitConfig {
                 max_processes: 32,
                 max_processes_per_principal: 8,
+                queue_timeout: Duration::from_secs(30),
             },
             log: LogConfig {
                 level: "info".into(),
@@ -641,6 +645,10 @@ fn default_values() -> Dict {
     put(
         "git.max_processes_per_principal",
         Value::from(defaults.git.max_processes_per_principal),
+    );
+    put(
+        "git.queue_timeout",
+        Value::from(defaults.git.queue_timeout.as_secs()),
     );
     put("log.level", Value::from(defaults.log.level));
     put("log.format", Value::from(defaults.log.format));
@@ -1274,6 +1282,7 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
         git: GitConfig {
             max_processes: r.required("git.max_processes").limit()?,
             max_processes_per_principal: r.required("git.max_processes_per_principal").limit()?,
+            queue_timeout: r.required("git.queue_timeout").duration()?,
         },
         log: LogConfig {
             level: r.required("log.level").log_level()?,
@@ -1501,6 +1510,7 @@ impl LoadedConfig {
             "http.max_file_shown" => json!(c.http.max_file_shown),
             "git.max_processes" => json!(c.git.max_processes),
             "git.max_processes_per_principal" => json!(c.git.max_processes_per_principal),
+            "git.queue_timeout" => json_secs(c.git.queue_timeout),
             "log.level" => json!(c.log.level),
             "log.format" => json!(c.log.format),
             "events.retention_days" => json!(c.events.retention_days),
@@ -1601,6 +1611,7 @@ impl LoadedConfig {
             "ssh.login_grace_time" => vec![fmt_duration(c.ssh.login_grace_time)],
             "http.header_read_timeout" => vec![fmt_duration(c.http.header_read_timeout)],
             "http.idle_timeout" => vec![fmt_duration(c.http.idle_timeout)],
+            "git.queue_timeout" => vec![fmt_duration(c.git.queue_timeout)],
             _ => match self.value(key) {
                 serde_json::Value::String(s) => vec![s],
                 other => vec![other.to_string()],

@@ -36,9 +36,6 @@ use crate::app::App;
 use crate::limits::{self, http_principal, Busy, ProcessPermit};
 use crate::repos::RepoEntry;
 
-/// How long an HTTP git request within its client's share waits for a
-/// server-wide process slot.
-const PROCESS_QUEUE_WAIT: Duration = Duration::from_secs(10);
 /// Gzip input inflated per step: bounds the output of one step (deflate
 /// expands at most ~1032:1) whatever the chunk sizes the client sends.
 const INFLATE_STEP: usize = 1024;
@@ -128,16 +125,12 @@ fn upload_pack(entry: &RepoEntry, headers: &HeaderMap, advertise: bool) -> Comma
 /// A git process slot for `peer`, or the 503 to answer.
 pub(super) async fn process_slot(app: &App, peer: SocketAddr) -> Result<ProcessPermit, Response> {
     let principal = http_principal(peer);
-    app.limits
-        .git
-        .acquire(&principal, PROCESS_QUEUE_WAIT)
-        .await
-        .map_err(|busy| {
-            limits::note_refusal("git_process", busy.label(), || {
-                format!("refused HTTP git for {principal}")
-            });
-            busy_response(busy)
-        })
+    app.limits.git.acquire(&principal).await.map_err(|busy| {
+        limits::note_refusal("git_process", busy.label(), || {
+            format!("refused HTTP git for {principal}")
+        });
+        busy_response(busy)
+    })
 }
 
 pub(super) fn busy_response(busy: Busy) -> Response {

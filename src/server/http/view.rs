@@ -24,6 +24,8 @@ pub enum PageError {
     Missing(String),
     /// A bug or an I/O failure: logged, and a bare 500 for the client.
     Internal(anyhow::Error),
+    /// Every render slot stayed taken: 503 with `Retry-After`.
+    Busy,
 }
 
 impl<E: Into<anyhow::Error>> From<E> for PageError {
@@ -38,6 +40,7 @@ impl PageError {
     pub fn into_response(self, app: &App) -> Response {
         match self {
             PageError::NoRepo => super::not_found(app),
+            PageError::Busy => busy_page(app),
             PageError::Missing(what) => error_page(app, StatusCode::NOT_FOUND, "Not found", &what),
             PageError::Internal(e) => {
                 tracing::error!("web page failed: {e:#}");
@@ -92,6 +95,21 @@ where
         Ok(Err(e)) => Err(e.into_response(app)),
         Err(join) => {
             Err(PageError::Internal(anyhow::anyhow!("page task: {join}")).into_response(app))
+        }
+    }
+}
+
+/// A render slot (`http.max_concurrent_pages`), waiting at most
+/// `PAGE_QUEUE_WAIT`; hold it while the page's git work runs.
+pub async fn page_slot(app: &App) -> Result<tokio::sync::OwnedSemaphorePermit, PageError> {
+    let pages = app.limits.pages.clone();
+    match tokio::time::timeout(PAGE_QUEUE_WAIT, pages.acquire_owned()).await {
+        Ok(Ok(slot)) => Ok(slot),
+        _ => {
+            crate::limits::note_refusal("page", "max_concurrent_pages", || {
+                format!("{} pages rendering", app.config.http.max_concurrent_pages)
+            });
+            Err(PageError::Busy)
         }
     }
 }
@@ -251,6 +269,23 @@ mod tests {
         assert_eq!(fmt_size(3 * 1024 * 1024), "3.0 MiB");
         assert_eq!(url_path("feature/a b#?"), "feature/a%20b%23%3F");
         assert_eq!(url_query("a&b=c"), "a%26b%3Dc");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pages_past_the_limit_are_busy() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut config = crate::config::ServerConfig::with_state_dir(tmp.path().to_path_buf());
+        config.http.max_concurrent_pages = 1;
+        let app = App::new(config).unwrap();
+        let held = page_slot(&app).await.unwrap();
+        // The second waits PAGE_QUEUE_WAIT (paused clock), then is busy.
+        let busy = page_slot(&app).await.unwrap_err();
+        assert!(matches!(busy, PageError::Busy));
+        let response = busy.into_response(&app);
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "5");
+        drop(held);
+        assert!(page_slot(&app).await.is_ok());
     }
 
     #[test]

@@ -59,6 +59,7 @@ impl Limits {
             git: ProcessGate::new(
                 config.git.max_processes,
                 config.git.max_processes_per_principal,
+                config.git.queue_timeout,
             ),
             pages: Arc::new(Semaphore::new(config.http.max_concurrent_pages)),
             budget,

@@ -3,23 +3,24 @@
 //! and per principal (an SSH principal, or `http <client>` for anonymous
 //! HTTP).
 //!
-//! A principal over its own share is refused at once (it is its own load).
-//! A principal within its share waits a bounded time for a server-wide
-//! slot, so a short burst queues instead of failing; while it waits it
-//! already counts against its share, so nobody can queue without bound.
+//! A request waits up to `git.queue_timeout` for a slot of its principal's
+//! and then a server-wide one, so a burst (a CI farm behind one key)
+//! queues instead of failing. A waiting request holds no process, only the
+//! SSH channel or HTTP connection it came on, which are capped themselves.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 /// Why no process slot was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Busy {
-    /// The principal already runs its share.
+    /// The principal kept running its share for the whole wait.
     Principal { limit: usize },
-    /// The server runs its maximum and none finished in time.
+    /// The server kept running its maximum for the whole wait.
     Server { limit: usize },
 }
 
@@ -28,11 +29,11 @@ impl Busy {
     pub fn message(self) -> String {
         match self {
             Busy::Principal { limit } => format!(
-                "too many git operations running for you ({limit} at once); wait for one to finish"
+                "too many git operations running for you ({limit} at once); try again when one finishes"
             ),
-            Busy::Server { limit } => {
-                format!("the server is busy ({limit} git operations running); try again shortly")
-            }
+            Busy::Server { limit } => format!(
+                "the server is busy ({limit} git operations running); try again shortly"
+            ),
         }
     }
 
@@ -44,83 +45,112 @@ impl Busy {
     }
 }
 
+/// One principal's slots, and how many requests hold or wait for one.
+#[derive(Debug)]
+struct Principal {
+    slots: Arc<Semaphore>,
+    users: usize,
+}
+
+type Principals = Arc<Mutex<HashMap<String, Principal>>>;
+
 /// Shared gate; clone freely.
 #[derive(Debug, Clone)]
 pub struct ProcessGate {
     total: Arc<Semaphore>,
     total_limit: usize,
     per_principal: usize,
-    running: Arc<Mutex<HashMap<String, usize>>>,
+    wait: Duration,
+    principals: Principals,
 }
 
-/// A running (or about to run) git process; dropping it frees the slot.
+/// A running (or about to run) git process; dropping it frees its slots.
 #[derive(Debug)]
 pub struct ProcessPermit {
-    _slot: OwnedSemaphorePermit,
-    _share: Share,
+    _total: OwnedSemaphorePermit,
+    _mine: OwnedSemaphorePermit,
+    _user: User,
 }
 
-/// One unit of a principal's share.
+/// A request counted in its principal's `users` (forgotten at zero).
 #[derive(Debug)]
-struct Share {
+struct User {
     principal: String,
-    running: Arc<Mutex<HashMap<String, usize>>>,
+    principals: Principals,
 }
 
-impl Drop for Share {
+impl Drop for User {
     fn drop(&mut self) {
-        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = running.get_mut(&self.principal) {
-            *n -= 1;
-            if *n == 0 {
-                running.remove(&self.principal);
+        let mut map = self.principals.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = map.get_mut(&self.principal) {
+            entry.users -= 1;
+            if entry.users == 0 {
+                map.remove(&self.principal);
             }
         }
     }
 }
 
 impl ProcessGate {
-    pub fn new(total: usize, per_principal: usize) -> ProcessGate {
+    pub fn new(total: usize, per_principal: usize, wait: Duration) -> ProcessGate {
         ProcessGate {
             total: Arc::new(Semaphore::new(total)),
             total_limit: total,
             per_principal,
-            running: Arc::default(),
+            wait,
+            principals: Arc::default(),
         }
     }
 
-    /// A slot for `principal`, waiting at most `wait` for a server-wide one.
-    pub async fn acquire(&self, principal: &str, wait: Duration) -> Result<ProcessPermit, Busy> {
-        let share = {
-            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-            let n = running.entry(principal.to_string()).or_insert(0);
-            if *n >= self.per_principal {
-                return Err(Busy::Principal {
-                    limit: self.per_principal,
+    /// Slots for `principal`: its own, then a server-wide one, waiting at
+    /// most the queue timeout for both together.
+    pub async fn acquire(&self, principal: &str) -> Result<ProcessPermit, Busy> {
+        let deadline = Instant::now() + self.wait;
+        let (slots, user) = {
+            let mut map = self.principals.lock().unwrap_or_else(|e| e.into_inner());
+            let entry = map
+                .entry(principal.to_string())
+                .or_insert_with(|| Principal {
+                    slots: Arc::new(Semaphore::new(self.per_principal)),
+                    users: 0,
                 });
-            }
-            *n += 1;
-            Share {
+            entry.users += 1;
+            let user = User {
                 principal: principal.to_string(),
-                running: self.running.clone(),
-            }
+                principals: self.principals.clone(),
+            };
+            (entry.slots.clone(), user)
         };
-        let busy = Busy::Server {
-            limit: self.total_limit,
+        let Ok(Ok(mine)) = tokio::time::timeout_at(deadline, slots.acquire_owned()).await else {
+            return Err(Busy::Principal {
+                limit: self.per_principal,
+            });
         };
-        match tokio::time::timeout(wait, self.total.clone().acquire_owned()).await {
-            Ok(Ok(slot)) => Ok(ProcessPermit {
-                _slot: slot,
-                _share: share,
-            }),
-            // Timed out, or the semaphore was closed (never happens).
-            _ => Err(busy),
-        }
+        let Ok(Ok(total)) =
+            tokio::time::timeout_at(deadline, self.total.clone().acquire_owned()).await
+        else {
+            return Err(Busy::Server {
+                limit: self.total_limit,
+            });
+        };
+        Ok(ProcessPermit {
+            _total: total,
+            _mine: mine,
+            _user: user,
+        })
     }
 
     /// Processes running now, server-wide.
     pub fn running(&self) -> usize {
         self.total_limit - self.total.available_permits()
+    }
+
+    /// Principals holding or waiting for a slot now.
+    pub fn principals(&self) -> usize {
+        self.principals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 }
 
@@ -128,29 +158,31 @@ impl ProcessGate {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn per_principal_refuses_at_once_and_total_waits() {
-        let gate = ProcessGate::new(2, 1);
-        let short = Duration::from_millis(20);
-        let a = gate.acquire("alice", short).await.unwrap();
+    #[tokio::test(start_paused = true)]
+    async fn principals_and_the_server_queue_then_refuse() {
+        let gate = ProcessGate::new(2, 1, Duration::from_secs(10));
+        let a = gate.acquire("alice").await.unwrap();
+        // alice's second waits the whole queue timeout, then is refused.
         assert_eq!(
-            gate.acquire("alice", short).await.unwrap_err(),
+            gate.acquire("alice").await.unwrap_err(),
             Busy::Principal { limit: 1 }
         );
-        let _b = gate.acquire("bob", short).await.unwrap();
+        let _b = gate.acquire("bob").await.unwrap();
         assert_eq!(gate.running(), 2);
         assert_eq!(
-            gate.acquire("carol", short).await.unwrap_err(),
+            gate.acquire("carol").await.unwrap_err(),
             Busy::Server { limit: 2 }
         );
-        // carol's failed wait gave her share back.
+        // A waiter gets the slot as soon as one is freed.
         let waiter = {
             let gate = gate.clone();
-            tokio::spawn(async move { gate.acquire("carol", Duration::from_secs(30)).await })
+            tokio::spawn(async move { gate.acquire("carol").await })
         };
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         drop(a);
         assert!(waiter.await.unwrap().is_ok());
+        // Nobody left holding or waiting: alice is forgotten.
+        assert_eq!(gate.principals(), 1);
         assert!(Busy::Server { limit: 2 }.message().contains("busy"));
     }
 }

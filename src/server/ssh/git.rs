@@ -21,7 +21,6 @@
 //! starts; without one the client gets a one-line `error: …` and exit 1.
 
 use std::process::Stdio;
-use std::time::Duration;
 
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
@@ -34,10 +33,6 @@ use crate::hooks::HookContext;
 
 /// Copy buffer: one SSH packet's worth.
 const CHUNK: usize = 32 * 1024;
-
-/// How long a request within its principal's share waits for a
-/// server-wide git process slot before it is refused.
-pub const PROCESS_QUEUE_WAIT: Duration = Duration::from_secs(10);
 
 /// Only `version=N` style values are passed on to git.
 fn sane_git_protocol(value: &str) -> bool {
@@ -61,13 +56,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
         },
     };
     let principal = ctx.caller.principal().to_string();
-    let _slot = match ctx
-        .app
-        .limits
-        .git
-        .acquire(&principal, PROCESS_QUEUE_WAIT)
-        .await
-    {
+    let _slot = match ctx.app.limits.git.acquire(&principal).await {
         Ok(slot) => slot,
         Err(busy) => {
             crate::limits::note_refusal("git_process", busy.label(), || {

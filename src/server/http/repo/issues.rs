@@ -164,13 +164,19 @@ fn load(st: &AppState, ctx: &RepoCtx) -> Result<Loaded, PageError> {
     })
 }
 
-/// Run `work` on the blocking pool.
+/// Run `work` on the blocking pool, under a page render slot.
 async fn blocking<T: Send + 'static>(
+    st: &AppState,
     work: impl FnOnce() -> Result<T, PageError> + Send + 'static,
 ) -> Result<T, PageError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| PageError::Internal(anyhow::anyhow!("issues task: {e}")))?
+    let slot = crate::http::view::page_slot(&st.app).await?;
+    tokio::task::spawn_blocking(move || {
+        let outcome = work();
+        drop(slot);
+        outcome
+    })
+    .await
+    .map_err(|e| PageError::Internal(anyhow::anyhow!("issues task: {e}")))?
 }
 
 /// Live leases of the repository by issue id. A lease store failure is
@@ -209,7 +215,7 @@ pub async fn list(
 
 async fn list_page(st: &AppState, repo: String, query: ListQuery) -> Result<Response, PageError> {
     let st2 = st.clone();
-    let loaded = blocking(move || load(&st2, &super::open(&st2.app, &repo)?)).await?;
+    let loaded = blocking(st, move || load(&st2, &super::open(&st2.app, &repo)?)).await?;
     let claims = claims(st, &loaded.canonical).await;
     let filter = Filter::parse(query.state.as_deref());
     let label = query.label.unwrap_or_default();
@@ -304,7 +310,7 @@ pub async fn detail(
 
 async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response, PageError> {
     let st2 = st.clone();
-    let (loaded, full_id) = blocking(move || {
+    let (loaded, full_id) = blocking(st, move || {
         let ctx = super::open(&st2.app, &repo)?;
         let full_id = match git_collab::record::state::resolve_issue_ref(&ctx.git, &id) {
             Ok((_, full_id)) => full_id,
