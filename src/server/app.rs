@@ -39,6 +39,8 @@ pub struct App {
     pub reads: ReadPool,
     /// Which repositories' issue DAGs are imported into `collab.db`.
     pub imports: crate::import::Imports,
+    /// Repositories whose signed issue export is behind (`export`).
+    pub export: crate::export::ExportQueue,
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<git_collab::record::sign::SigningKey>,
     /// Repository maintenance: push counts, single flight, the bound.
@@ -62,6 +64,7 @@ impl App {
             leases,
             reads: ReadPool::new(&db_path),
             imports: Default::default(),
+            export: Default::default(),
             signing_key,
             maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
@@ -150,6 +153,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || import_at_start(&importing, runtime))
         .await
         .context("importing issue DAGs")?;
+    crate::export::spawn(app.clone());
     crate::events::spawn_background(&app);
     tokio::spawn(app.maintenance.clone().idle_loop(stopping.clone().wait()));
 

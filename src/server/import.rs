@@ -273,45 +273,6 @@ pub struct Imports {
 }
 
 impl Imports {
-    /// Make sure `entry` is imported, importing it now if not (on first use
-    /// of a repository created, or restored, after the server started).
-    /// Blocking: call from a blocking thread.
-    pub fn ensure(
-        &self,
-        entry: &RepoEntry,
-        reads: &crate::db::reads::ReadPool,
-        writer: &LeaseService,
-        runtime: &tokio::runtime::Handle,
-    ) -> anyhow::Result<()> {
-        if self
-            .known
-            .lock()
-            .expect("imports lock")
-            .contains(&entry.name)
-        {
-            return Ok(());
-        }
-        let _one_at_a_time = self.importing.lock().expect("imports lock");
-        let name = entry.name.clone();
-        let done = reads.read_blocking(move |c| Ok(is_imported(c, &name)?))?;
-        if !done {
-            let report = import_repo(
-                entry,
-                false,
-                &mut WriterSink {
-                    writer,
-                    runtime: runtime.clone(),
-                },
-            )?;
-            log_report(&report);
-        }
-        self.known
-            .lock()
-            .expect("imports lock")
-            .insert(entry.name.clone());
-        Ok(())
-    }
-
     /// Remember `repo` as imported.
     pub fn mark(&self, repo: &str) {
         self.known
@@ -319,6 +280,42 @@ impl Imports {
             .expect("imports lock")
             .insert(repo.to_string());
     }
+
+    fn known(&self, repo: &str) -> bool {
+        self.known.lock().expect("imports lock").contains(repo)
+    }
+}
+
+/// Make sure `entry`'s issue DAGs are imported, importing them now if not
+/// (on first use of a repository created, or restored, after the server
+/// started). Blocking: call from a blocking thread.
+pub fn ensure(
+    app: &crate::app::App,
+    entry: &RepoEntry,
+    runtime: &tokio::runtime::Handle,
+) -> anyhow::Result<()> {
+    if app.imports.known(&entry.name) {
+        return Ok(());
+    }
+    let _one_at_a_time = app.imports.importing.lock().expect("imports lock");
+    let name = entry.name.clone();
+    let done = app
+        .reads
+        .read_blocking(move |c| Ok(is_imported(c, &name)?))?;
+    if !done {
+        let report = import_repo(
+            entry,
+            false,
+            &mut WriterSink {
+                writer: &app.leases,
+                runtime: runtime.clone(),
+            },
+        )?;
+        log_report(&report);
+        app.export.touch(&entry.name);
+    }
+    app.imports.mark(&entry.name);
+    Ok(())
 }
 
 pub fn log_report(report: &RepoReport) {

@@ -10,6 +10,7 @@ mod backup;
 mod config;
 mod db;
 mod events;
+mod export;
 mod governance;
 mod healthcheck;
 mod hooks;

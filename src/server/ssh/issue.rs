@@ -413,6 +413,7 @@ pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: IssueCmd) {
             verb,
             "issue written"
         );
+        ctx.app.export.touch(&repo);
     }
     reply_and_close(channel, &message, code).await
 }
@@ -430,11 +431,7 @@ async fn authorized_repo(
     // Authorization reads policy files, the import reads git: blocking I/O.
     let found = tokio::task::spawn_blocking(move || {
         let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
-        Some(
-            app.imports
-                .ensure(&entry, &app.reads, &app.leases, &runtime)
-                .map(|()| entry.name),
-        )
+        Some(crate::import::ensure(&app, &entry, &runtime).map(|()| entry.name))
     })
     .await;
     match found {

@@ -89,10 +89,7 @@ async fn answer(ctx: &ExecContext, cmd: LeaseCmd) -> Reply {
     let checked = tokio::task::spawn_blocking(move || {
         let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
         // Issues live in collab.db once the repository's DAGs are imported.
-        if let Err(e) = app
-            .imports
-            .ensure(&entry, &app.reads, &app.leases, &runtime)
-        {
+        if let Err(e) = crate::import::ensure(&app, &entry, &runtime) {
             return Some((entry, Resolved::Failed(format!("importing issues: {e:#}"))));
         }
         let issue = lookup.resolve(&entry, &app.reads);

@@ -168,12 +168,7 @@ fn read_issues<T: Send + 'static>(
     f: impl FnOnce(&rusqlite::Connection) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, PageError> {
     let app = &st.app;
-    app.imports.ensure(
-        &ctx.entry,
-        &app.reads,
-        &app.leases,
-        &tokio::runtime::Handle::current(),
-    )?;
+    crate::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
     Ok(app.reads.read_blocking(f)?)
 }
 

@@ -59,12 +59,7 @@ pub struct RepoNav {
 /// are imported first if the server has not seen it yet).
 pub fn nav(st: &AppState, ctx: &RepoCtx, section: &'static str) -> Result<RepoNav, PageError> {
     let app = &st.app;
-    app.imports.ensure(
-        &ctx.entry,
-        &app.reads,
-        &app.leases,
-        &tokio::runtime::Handle::current(),
-    )?;
+    crate::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
     let name = ctx.entry.name.clone();
     let open = app.reads.read_blocking(move |conn| {
         Ok(crate::db::issues::count(
