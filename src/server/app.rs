@@ -13,7 +13,6 @@ use crate::db::reads::ReadPool;
 use crate::db::writer::LeaseService;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
-use crate::issue_replays::IssueReplays;
 use crate::limits::{fds, Limits};
 use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
 
@@ -37,12 +36,14 @@ pub struct App {
     /// The collab database's single writer thread (`collab.db`): lease
     /// operations and every other write (`write`) go through it.
     pub leases: LeaseService,
-    /// One replay at a time per issue, and the last outcomes.
-    pub replays: IssueReplays,
     /// Connection caps, git process gate, page semaphore.
     pub limits: Limits,
     /// Read-only connections to `collab.db` that never wait for the writer.
     pub reads: ReadPool,
+    /// Which repositories' issue DAGs are imported into `collab.db`.
+    pub imports: crate::import::Imports,
+    /// Repositories whose signed issue export is behind (`export`).
+    pub export: crate::export::ExportQueue,
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<git_collab::record::sign::SigningKey>,
     /// Webhook delivery (HTTP client, SSRF guard).
@@ -68,8 +69,9 @@ impl App {
         let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
             leases,
-            replays: IssueReplays::default(),
             reads: ReadPool::new(&db_path),
+            imports: Default::default(),
+            export: Default::default(),
             signing_key,
             webhooks,
             limits,
@@ -117,6 +119,34 @@ pub struct ServeOptions {
     pub allow_empty_db: bool,
 }
 
+/// Import the issue DAGs of every repository not imported yet. A
+/// repository that fails is logged and retried on first use or next start.
+fn import_at_start(app: &App, runtime: tokio::runtime::Handle) {
+    let mut is_done = |repo: &str| -> anyhow::Result<bool> {
+        let repo = repo.to_string();
+        app.reads
+            .read_blocking(move |c| Ok(crate::import::is_imported(c, &repo)?))
+    };
+    let mut sink = crate::import::WriterSink {
+        writer: &app.leases,
+        runtime,
+    };
+    for result in crate::import::import_all(&app.config.repos_dir, None, &mut is_done, &mut sink) {
+        match result {
+            Ok(report) => {
+                crate::import::log_report(&report);
+                app.imports.mark(&report.repo);
+            }
+            Err((repo, error)) => {
+                tracing::warn!(
+                    repo,
+                    "importing issue DAGs failed (retried on first use): {error}"
+                )
+            }
+        }
+    }
+}
+
 /// Run the server until SIGTERM or SIGINT. Prepares the state directory
 /// (host key, authorized_keys, initial admin keys, hooks) and checks
 /// `collab.db` (`db::guard`) first.
@@ -155,6 +185,14 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
         ssh_max_connections = budget.ssh,
         "connection caps"
     );
+    // Issue DAGs not imported yet are replayed into collab.db before anyone
+    // can read or write issues (once per repository, see `import`).
+    let importing = app.clone();
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || import_at_start(&importing, runtime))
+        .await
+        .context("importing issue DAGs")?;
+    crate::export::spawn(app.clone());
     crate::events::spawn_background(&app);
     crate::webhooks::spawn(app.clone());
     tokio::spawn(crate::maintenance::sweep::run(

@@ -247,15 +247,15 @@ pub fn owner_can_read(app: &App, owner: &str, origin: &str, repo: Option<&str>) 
                 return false;
             };
             match repo {
-                None => key.admin,
+                None => key.admin(),
                 Some(repo) => {
                     let Some(entry) = crate::repos::find_repo(&app.config.repos_dir, repo) else {
                         return false;
                     };
                     if entry.is_governance() {
-                        return key.admin;
+                        return key.admin();
                     }
-                    key.admin
+                    key.admin()
                         || entry.policy.allows_read(owner)
                         || entry.policy.allows_write(owner)
                         || entry.policy.allows_rewind(owner)

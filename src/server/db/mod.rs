@@ -8,6 +8,7 @@
 
 pub mod events;
 pub mod guard;
+pub mod exports;
 pub mod issues;
 pub mod leases;
 pub mod migrations;

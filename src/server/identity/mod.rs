@@ -268,6 +268,20 @@ impl AuthorizedKeys {
     pub fn admit(&self, fingerprint: &str, peer: IpAddr, now: i64) -> Admission {
         admit(self.current().get(fingerprint), peer, now)
     }
+
+    /// The first line of `fingerprint` that has not expired, wherever the
+    /// client is: for decisions made without a connection (the owner of a
+    /// webhook subscription). A key listed only with a refused option, or
+    /// only on expired lines, is not found.
+    pub fn lookup(&self, fingerprint: &str) -> Option<AuthorizedKey> {
+        let now = unix_now();
+        let keys = self.current();
+        keys.get(fingerprint)?
+            .usable
+            .iter()
+            .find(|k| k.options.expires_at.is_none_or(|t| now <= t))
+            .cloned()
+    }
 }
 
 #[cfg(test)]
