@@ -20,21 +20,7 @@ fn setup() -> Fixture {
     let h = ServerHarness::start();
     h.create_repo("r");
     let clone = h.clone_repo("r", "work");
-    let opened = h.open_issue(&clone, "Claim me");
-    let short = opened.rsplit(' ').next().unwrap().to_string();
-    assert!(h
-        .ssh_push(&clone, &["refs/collab/*:refs/collab/*"])
-        .status
-        .success());
-    let out = h.git(
-        &clone,
-        &[
-            "for-each-ref",
-            "--format=%(refname:lstrip=3)",
-            &format!("refs/collab/issues/{short}*"),
-        ],
-    );
-    let issue = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let issue = h.open_issue(&clone, "Claim me");
     assert_eq!(issue.len(), 40, "{issue:?}");
     Fixture { h, clone, issue }
 }

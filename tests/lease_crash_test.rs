@@ -106,27 +106,9 @@ fn live_leases(h: &ServerHarness) -> Vec<Value> {
 fn sigkill_mid_storm_loses_no_acknowledged_lease_and_reuses_no_token() {
     let mut h = ServerHarness::start();
     h.create_repo("r");
-    let clone = h.clone_repo("r", "work");
-    for i in 0..ISSUES {
-        h.open_issue(&clone, &format!("Storm {i}"));
-    }
-    assert!(h
-        .ssh_push(&clone, &["refs/collab/*:refs/collab/*"])
-        .status
-        .success());
-    let out = h.git(
-        &clone,
-        &[
-            "for-each-ref",
-            "--format=%(refname:lstrip=3)",
-            "refs/collab/issues/",
-        ],
-    );
-    let issues: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
+    let issues: Vec<String> = (0..ISSUES)
+        .map(|i| h.open_server_issue("r", &format!("Storm {i}")))
         .collect();
-    assert_eq!(issues.len(), ISSUES);
     let clients: Vec<Client> = (0..CLIENTS)
         .map(|i| {
             let key = h.authorized_key(&format!("client{i}"));

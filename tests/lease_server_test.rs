@@ -23,40 +23,13 @@ fn setup() -> Fixture {
     let h = ServerHarness::start();
     h.create_repo("r");
     let clone = h.clone_repo("r", "work");
-    let issue = open_and_push(&h, &clone, "Fix the frobnicator");
+    let issue = open_on_server(&h, &clone, "Fix the frobnicator");
     Fixture { h, clone, issue }
 }
 
-/// Open an issue in `clone`, push it to the server; its full id.
-fn open_and_push(h: &ServerHarness, clone: &Path, title: &str) -> String {
-    let opened = h.open_issue(clone, title);
-    let short = opened.rsplit(' ').next().unwrap().to_string();
-    push_collab(h, clone);
-    full_id(h, clone, &short)
-}
-
-fn push_collab(h: &ServerHarness, clone: &Path) {
-    let out = h.ssh_push(clone, &["refs/collab/*:refs/collab/*"]);
-    assert!(out.status.success());
-}
-
-fn full_id(h: &ServerHarness, clone: &Path, short: &str) -> String {
-    let out = h.git(
-        clone,
-        &[
-            "for-each-ref",
-            "--format=%(refname:lstrip=3)",
-            "refs/collab/issues/",
-        ],
-    );
-    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|id| id.starts_with(short))
-        .map(str::to_string)
-        .collect();
-    assert_eq!(ids.len(), 1, "one issue starts with {short}: {ids:?}");
-    assert_eq!(ids[0].len(), 40);
-    ids[0].clone()
+/// Open an issue on the server with the CLI in `clone`; its full id.
+fn open_on_server(h: &ServerHarness, clone: &Path, title: &str) -> String {
+    h.open_issue(clone, title)
 }
 
 fn lease(h: &ServerHarness, key: &Path, args: &str) -> SshOutput {
@@ -343,7 +316,11 @@ fn acquire_closed_issue_exit_1() {
             .output()
             .unwrap();
     assert!(out.status.success(), "{out:?}");
-    push_collab(&f.h, &f.clone);
+    // Closing ended the lease.
+    assert_eq!(
+        ok_json(&lease(&f.h, &key, "list 'r.git'"))["leases"],
+        serde_json::json!([])
+    );
     let second = f.h.authorized_key("second");
     assert_error(
         &lease(&f.h, &second, &format!("acquire 'r.git' '{}'", f.issue)),
@@ -354,12 +331,11 @@ fn acquire_closed_issue_exit_1() {
         &lease(&f.h, &key, &format!("acquire 'r.git' '{}'", f.issue)),
         "error: issue is closed",
     );
-    // ... but renewing and releasing act on the lease alone.
-    ok_json(&lease(
-        &f.h,
-        &key,
-        &format!("renew 'r.git' '{}' --ttl 60", f.issue),
-    ));
+    // ... renewing the ended lease is a conflict with nobody, and
+    // releasing it is the usual idempotent success.
+    let renew = lease(&f.h, &key, &format!("renew 'r.git' '{}' --ttl 60", f.issue));
+    assert_eq!(renew.code, 4, "{renew:?}");
+    assert_eq!(renew.json()["holder"], Value::Null);
     ok_json(&lease(
         &f.h,
         &key,
@@ -417,8 +393,8 @@ fn list_shows_live_leases_json() {
     let f = setup();
     let first = f.h.ssh_client_key();
     let second = f.h.authorized_key("second");
-    let other = open_and_push(&f.h, &f.clone, "Second issue");
-    let third = open_and_push(&f.h, &f.clone, "Third issue");
+    let other = open_on_server(&f.h, &f.clone, "Second issue");
+    let third = open_on_server(&f.h, &f.clone, "Third issue");
     assert_eq!(
         ok_json(&lease(&f.h, &first, "list 'r.git'")),
         serde_json::json!({"leases": []})

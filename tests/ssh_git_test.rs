@@ -31,11 +31,11 @@ fn clone_fetch_and_push_round_trip() {
 
     // Other refs (tags, collab namespace) travel too.
     h.git(&a, &["tag", "v1", &first]);
-    h.git(&a, &["update-ref", "refs/collab/issues/x", &first]);
-    h.ssh_push(&a, &["refs/tags/v1", "refs/collab/issues/x"]);
+    h.git(&a, &["update-ref", "refs/collab/patches/x", &first]);
+    h.ssh_push(&a, &["refs/tags/v1", "refs/collab/patches/x"]);
     let refs = h.ls_remote_as(&h.ssh_client_key(), "team/app");
     assert!(refs.stdout.contains("refs/tags/v1"), "{refs:?}");
-    assert!(refs.stdout.contains("refs/collab/issues/x"), "{refs:?}");
+    assert!(refs.stdout.contains("refs/collab/patches/x"), "{refs:?}");
 }
 
 #[test]

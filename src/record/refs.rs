@@ -81,6 +81,12 @@ pub fn patch_branch(short_id: &str) -> String {
 /// so sync never joins or pushes it.
 pub const EXPORT_PREFIX: &str = "refs/collab/export/";
 
+/// The server's export of issue `full_id`, in the repository the server
+/// serves: `refs/collab/export/issues/<id>`.
+pub fn server_export_issue_ref(full_id: &str) -> String {
+    format!("{EXPORT_PREFIX}issues/{full_id}")
+}
+
 /// Git notes (`git notes`), e.g. `refs/notes/commits`.
 pub const NOTES_PREFIX: &str = "refs/notes/";
 

@@ -40,6 +40,10 @@ pub struct App {
     pub limits: Limits,
     /// Read-only connections to `collab.db` that never wait for the writer.
     pub reads: ReadPool,
+    /// Which repositories' issue DAGs are imported into `collab.db`.
+    pub imports: crate::import::Imports,
+    /// Repositories whose signed issue export is behind (`export`).
+    pub export: crate::export::ExportQueue,
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<git_collab::record::sign::SigningKey>,
     /// Repository maintenance: push counts, single flight, the bound.
@@ -63,6 +67,8 @@ impl App {
         Ok(App {
             leases,
             reads: ReadPool::new(&db_path),
+            imports: Default::default(),
+            export: Default::default(),
             signing_key,
             limits,
             maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
@@ -100,6 +106,34 @@ pub fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> 
     Ok(config)
 }
 
+/// Import the issue DAGs of every repository not imported yet. A
+/// repository that fails is logged and retried on first use or next start.
+fn import_at_start(app: &App, runtime: tokio::runtime::Handle) {
+    let mut is_done = |repo: &str| -> anyhow::Result<bool> {
+        let repo = repo.to_string();
+        app.reads
+            .read_blocking(move |c| Ok(crate::import::is_imported(c, &repo)?))
+    };
+    let mut sink = crate::import::WriterSink {
+        writer: &app.leases,
+        runtime,
+    };
+    for result in crate::import::import_all(&app.config.repos_dir, None, &mut is_done, &mut sink) {
+        match result {
+            Ok(report) => {
+                crate::import::log_report(&report);
+                app.imports.mark(&report.repo);
+            }
+            Err((repo, error)) => {
+                tracing::warn!(
+                    repo,
+                    "importing issue DAGs failed (retried on first use): {error}"
+                )
+            }
+        }
+    }
+}
+
 /// Run the server until SIGTERM or SIGINT. Prepares the state directory
 /// (host key, authorized_keys, initial admin keys, hooks) first.
 pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
@@ -130,6 +164,14 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         ssh_max_connections = budget.ssh,
         "connection caps"
     );
+    // Issue DAGs not imported yet are replayed into collab.db before anyone
+    // can read or write issues (once per repository, see `import`).
+    let importing = app.clone();
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || import_at_start(&importing, runtime))
+        .await
+        .context("importing issue DAGs")?;
+    crate::export::spawn(app.clone());
     crate::events::spawn_background(&app);
     tokio::spawn(app.maintenance.clone().idle_loop(stopping.clone().wait()));
 

@@ -10,11 +10,13 @@ mod backup;
 mod config;
 mod db;
 mod events;
+mod export;
 mod governance;
 mod healthcheck;
 mod hooks;
 mod http;
 mod identity;
+mod import;
 mod limits;
 mod logging;
 mod maintenance;
@@ -59,6 +61,15 @@ enum Command {
     Repo {
         #[command(subcommand)]
         command: RepoCmd,
+    },
+    /// Replay repositories' issue DAGs (refs/collab/issues/*) into the
+    /// collab database, once per repository (the server does it at start).
+    Import {
+        /// Only this repository (default: every repository not imported yet).
+        repo: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Exit 0 when the local server answers /readyz (for container health checks).
     Healthcheck,
@@ -149,6 +160,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             println!("created {}", path.display());
         }
+        Command::Import { repo, json } => return import_cmd(&loaded.config, repo.as_deref(), json),
         Command::Healthcheck => healthcheck::check(&loaded.config)?,
         Command::Backup {
             to: Some(to), json, ..
@@ -163,6 +175,62 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Hook { .. } => unreachable!("handled above"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `git-collab-server import [REPO] [--json]`: import on the host, beside a
+/// running server or not (SQLite serializes the two writers).
+fn import_cmd(
+    config: &config::ServerConfig,
+    repo: Option<&str>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let only = match repo {
+        Some(name) => Some(
+            repos::find_repo(&config.repos_dir, name)
+                .ok_or_else(|| anyhow::anyhow!("repository not found"))?,
+        ),
+        None => None,
+    };
+    let path = config.collab_db_path();
+    let mut conn = db::leases::open(&path)
+        .map_err(|e| anyhow::anyhow!("collab_db: opening {}: {e}", path.display()))?;
+    let reader = db::leases::open(&path)
+        .map_err(|e| anyhow::anyhow!("collab_db: opening {}: {e}", path.display()))?;
+    let mut is_done =
+        |name: &str| -> anyhow::Result<bool> { Ok(import::is_imported(&reader, name)?) };
+    let mut sink = import::ConnSink {
+        conn: &mut conn,
+        now: chrono::Utc::now().timestamp(),
+    };
+    let results = import::import_all(&config.repos_dir, only.as_ref(), &mut is_done, &mut sink);
+    let failed = results.iter().any(Result::is_err);
+    if json {
+        print_stdout(&(serde_json::to_string_pretty(&import::reports_json(&results))? + "\n"))?;
+    } else {
+        let mut text = String::new();
+        for result in &results {
+            text.push_str(&match result {
+                Ok(r) if r.status == "imported" => format!(
+                    "{}: imported {} issues, {} comments ({} events replayed, {} dropped, {} invalid issues, {} skipped)\n",
+                    r.repo,
+                    r.issues,
+                    r.comments,
+                    r.events,
+                    r.dropped.len(),
+                    r.invalid_issues.len(),
+                    r.skipped.len()
+                ),
+                Ok(r) => format!("{}: already imported\n", r.repo),
+                Err((repo, error)) => format!("{repo}: failed: {error}\n"),
+            });
+        }
+        print_stdout(&text)?;
+    }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Write command output; a reader that went away (`| head`) is not an error.

@@ -563,32 +563,33 @@ impl ServerHarness {
         ))
     }
 
-    /// Open an issue as a local DAG in a clone with the `git-collab` CLI
-    /// (generating the signing key on first use; the clone is set to
-    /// `collab.mode = local`); returns the CLI's stdout. Push the issue
-    /// with `ssh_push(clone, &["refs/collab/*:refs/collab/*"])`.
+    /// Open an issue with the `git-collab` CLI in a clone of this server
+    /// (server mode: the server holds it, no push needed); returns its full
+    /// id.
     pub fn open_issue(&self, clone: &Path, title: &str) -> String {
         let cli = env!("CARGO_BIN_EXE_git-collab");
         let key = self.client_key.clone();
-        if !self.tmp.path().join("xdg").join("git-collab").exists() {
-            run_checked(
-                self.client_command(cli, &key, clone)
-                    .args(["key", "generate"]),
-            );
-        }
-        // This helper makes a local issue DAG that the test then pushes
-        // (the workflow of servers that keep issues in git), so the clone
-        // stays in local mode; server-held issues are opened with
-        // `collab-issue` (see tests/issue_server_test.rs).
-        run_checked(
-            self.git_command(&key, clone)
-                .args(["config", "collab.mode", "local"]),
-        );
         let out = run_checked(
             self.client_command(cli, &key, clone)
-                .args(["issue", "open", "-t", title]),
+                .args(["issue", "open", "-t", title, "--json"]),
         );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        let reply: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("issue open --json");
+        reply["issue"].as_str().expect("the issue id").to_string()
+    }
+
+    /// Open an issue with `collab-issue` over ssh; returns its full id.
+    pub fn open_server_issue(&self, repo: &str, title: &str) -> String {
+        let out = self.ssh_exec(&format!(
+            "collab-issue open {} --title {}",
+            shell_quote(repo),
+            shell_quote(title)
+        ));
+        assert_eq!(out.code, 0, "{out:?}");
+        out.json()["issue"]
+            .as_str()
+            .expect("the issue id")
+            .to_string()
     }
 }
 

@@ -141,7 +141,7 @@ pub fn collab(h: &ServerHarness, clone: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Open an issue as a local DAG in `clone`; returns its full id.
+/// Open an issue on the server (the CLI in server mode); returns its full id.
 pub fn open_issue(
     h: &ServerHarness,
     clone: &Path,
@@ -149,8 +149,6 @@ pub fn open_issue(
     body: &str,
     labels: &[&str],
 ) -> String {
-    // A local DAG the test pushes (the clone stays in local mode).
-    h.git(clone, &["config", "collab.mode", "local"]);
     let mut args = vec!["issue", "open", "-t", title, "-b", body, "--json"];
     for l in labels {
         args.extend(["--label", l]);
@@ -160,8 +158,13 @@ pub fn open_issue(
     json["issue"].as_str().expect("an issue id").to_string()
 }
 
-/// Push every `refs/collab/*` ref of `clone` to the server.
+/// Push every `refs/collab/*` ref of `clone` (patches; issues are held by
+/// the server) to the server, if there is any.
 pub fn push_collab(h: &ServerHarness, clone: &Path) {
+    let refs = h.git(clone, &["for-each-ref", "refs/collab/"]);
+    if refs.stdout.is_empty() {
+        return;
+    }
     h.ssh_push(clone, &["+refs/collab/*:refs/collab/*"]);
 }
 

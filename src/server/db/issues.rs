@@ -735,13 +735,17 @@ fn target(
     Ok(issue)
 }
 
+/// Record a write on `issue`: its time and a new revision (the export
+/// follows revisions).
 fn touch(conn: &Connection, issue: &Issue, now: i64) -> rusqlite::Result<()> {
-    conn.prepare_cached("UPDATE issues SET updated_ms = ?3 WHERE repo = ?1 AND id = ?2")?
-        .execute(rusqlite::params![
-            issue.repo,
-            issue.id,
-            issue.updated_ms.max(ms(now))
-        ])?;
+    conn.prepare_cached(
+        "UPDATE issues SET updated_ms = ?3, revision = revision + 1 WHERE repo = ?1 AND id = ?2",
+    )?
+    .execute(rusqlite::params![
+        issue.repo,
+        issue.id,
+        issue.updated_ms.max(ms(now))
+    ])?;
     Ok(())
 }
 
@@ -767,7 +771,8 @@ pub fn comment(
     let comment_id = new_id();
     let position: i64 = conn
         .prepare_cached(
-            "UPDATE issues SET comment_count = comment_count + 1, updated_ms = ?3
+            "UPDATE issues SET comment_count = comment_count + 1, updated_ms = ?3,
+                               revision = revision + 1
              WHERE repo = ?1 AND id = ?2 RETURNING comment_count",
         )?
         .query_row(
@@ -1271,20 +1276,23 @@ pub fn insert_imported(
             c.body
         ])?;
     }
-    let seq = append_event(
+    // The server imports; the issue's author is in the payload.
+    let seq = events::append(
         conn,
-        "issue.imported",
-        &issue.repo,
-        &issue.id,
-        &issue.author,
-        json!({
+        &NewEvent {
+            kind: "issue.imported",
+            repo: Some(&issue.repo),
+            object_id: Some(&issue.id),
+            actor: None,
+            payload: json!({
             "title": issue.title,
             "status": status_str(issue.status),
             "labels": issue.labels,
             "comments": comments.len(),
             "created_ms": issue.created_ms,
             "author": person_json(&issue.author),
-        }),
+            }),
+        },
         now,
     )?;
     Ok(Some(seq))

@@ -83,8 +83,9 @@ CREATE INDEX events_at ON events (at);
     // Lists go newest first, ties by id, so the two list indexes carry
     // `created_ms DESC, id` and a cursor `(created_ms, id)` pages stably;
     // `imports` says which repositories the importer has replayed
-    // into these tables; `issue_exports` how far the signed git export of
-    // each issue has got.
+    // into these tables. `issues.revision` grows with every write to an
+    // issue; `issue_exports` records the revision (and a summary of the
+    // state) the signed git export of each issue has reached.
     Step {
         version: 3,
         sql: "
@@ -103,6 +104,7 @@ CREATE TABLE issues (
     priority      INTEGER,
     imported      INTEGER NOT NULL DEFAULT 0 CHECK (imported IN (0, 1)),
     comment_count INTEGER NOT NULL DEFAULT 0,
+    revision      INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (repo, id)
 );
 CREATE INDEX issues_list ON issues (repo, created_ms DESC, id);
@@ -154,8 +156,9 @@ CREATE TABLE imports (
 CREATE TABLE issue_exports (
     repo     TEXT    NOT NULL,
     issue_id TEXT    NOT NULL,
-    seq      INTEGER NOT NULL,
+    revision INTEGER NOT NULL,
     tip      TEXT    NOT NULL,
+    state    TEXT    NOT NULL,
     PRIMARY KEY (repo, issue_id)
 );
 ",

@@ -7,6 +7,7 @@
 //! them for request handlers. `issues` holds the issue decisions.
 
 pub mod events;
+pub mod exports;
 pub mod issues;
 pub mod leases;
 pub mod migrations;

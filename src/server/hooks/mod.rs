@@ -14,6 +14,8 @@
 //! concern is one module with one `check` function:
 //!
 //! - `access`: who may create, fast-forward, rewrite or delete which ref;
+//! - `issues`: issue DAG refs are not pushed any more (the server holds
+//!   issues; `git collab issue …` writes them);
 //! - `governance`: a push to `_governance.git` must keep a valid
 //!   `governance.toml` that still has an admin.
 //!
@@ -24,6 +26,7 @@
 pub mod access;
 pub mod context;
 pub mod governance;
+pub mod issues;
 pub mod updates;
 
 use std::io::Read as _;
@@ -51,8 +54,11 @@ pub type Check = fn(&HookContext, &[RefUpdate]) -> Result<(), Refusal>;
 
 /// The `pre-receive` checks, in order. Access comes first: nothing else
 /// looks at an update the pusher may not make.
-pub const PRE_RECEIVE: &[(&str, Check)] =
-    &[("access", access::check), ("governance", governance::check)];
+pub const PRE_RECEIVE: &[(&str, Check)] = &[
+    ("access", access::check),
+    ("issues", issues::check),
+    ("governance", governance::check),
+];
 
 /// Most ref updates one push may carry; the hook input is read whole.
 const MAX_INPUT: u64 = 64 * 1024 * 1024;

@@ -27,7 +27,6 @@ mod blobs;
 mod git_http;
 mod health;
 mod index;
-pub mod issue_cache;
 pub mod listener;
 mod markdown;
 pub mod repo;
@@ -46,15 +45,12 @@ use tower::Layer as _;
 
 use crate::app::App;
 use crate::repos::RepoEntry;
-use issue_cache::IssueCache;
 
 /// The state every handler can extract: `State<AppState>`, or just
 /// `State<Arc<App>>` (through `FromRef`).
 #[derive(Clone)]
 pub struct AppState {
     pub app: Arc<App>,
-    /// Replayed issues per repository, kept while no issue ref moves.
-    pub issues: Arc<IssueCache>,
     /// The port the SSH listener is bound to, for SSH clone URLs.
     pub ssh_port: u16,
 }
@@ -71,11 +67,7 @@ const STYLE_CSS: &str = include_str!("static/style.css");
 /// Every route. Paths are as [`canonical_path`] leaves them. `ssh_port`
 /// is where the SSH listener is bound (for clone URLs).
 pub fn router(app: Arc<App>, ssh_port: u16) -> Router {
-    let state = AppState {
-        app,
-        issues: Arc::new(IssueCache::default()),
-        ssh_port,
-    };
+    let state = AppState { app, ssh_port };
     Router::new()
         .route("/", get(index::index))
         .route("/-/static/style.css", get(style_css))

@@ -391,18 +391,9 @@ fn ok(value: Value) -> Reply {
 /// Serve one `collab-issue` command on `channel`.
 pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: IssueCmd) {
     let needed = cmd.needed_access();
-    let (app, caller, requested) = (ctx.app.clone(), ctx.caller.clone(), cmd.repo().to_string());
-    // Authorization reads policy files: blocking I/O.
-    let authorized = tokio::task::spawn_blocking(move || {
-        authz::authorize(&app, &caller, &requested, needed)
-            .ok()
-            .map(|(entry, _)| entry.name)
-    })
-    .await
-    .ok()
-    .flatten();
-    let Some(repo) = authorized else {
-        return reply_and_close(channel, NOT_FOUND, 1).await;
+    let repo = match authorized_repo(ctx, cmd.repo().to_string(), needed).await {
+        Ok(repo) => repo,
+        Err((message, code)) => return reply_and_close(channel, &message, code).await,
     };
     let body = if cmd.reads_stdin() {
         let max = ctx.app.config.max_issue_body;
@@ -422,8 +413,33 @@ pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: IssueCmd) {
             verb,
             "issue written"
         );
+        ctx.app.export.touch(&repo);
     }
     reply_and_close(channel, &message, code).await
+}
+
+/// Authorize `requested` at `needed` and make sure its issue DAGs are
+/// imported (on first use of a repository the server has not seen yet);
+/// the repository's canonical name, or the reply to send.
+async fn authorized_repo(
+    ctx: &ExecContext,
+    requested: String,
+    needed: Access,
+) -> Result<String, Reply> {
+    let (app, caller) = (ctx.app.clone(), ctx.caller.clone());
+    let runtime = tokio::runtime::Handle::current();
+    // Authorization reads policy files, the import reads git: blocking I/O.
+    let found = tokio::task::spawn_blocking(move || {
+        let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
+        Some(crate::import::ensure(&app, &entry, &runtime).map(|()| entry.name))
+    })
+    .await;
+    match found {
+        Ok(Some(Ok(repo))) => Ok(repo),
+        Ok(None) => Err((NOT_FOUND.to_string(), 1)),
+        Ok(Some(Err(e))) => Err(internal("", e)),
+        Err(e) => Err(internal("", anyhow::anyhow!("{e}"))),
+    }
 }
 
 /// Read the channel's stdin to EOF, refusing more than `max` bytes or text
@@ -464,19 +480,8 @@ async fn other_end(ctx: &ExecContext, repo: &str, other: &str) -> Result<(String
     let Some((other_repo, id)) = other.rsplit_once('#') else {
         return Ok((repo.to_string(), other.to_string()));
     };
-    let (app, caller, requested) = (ctx.app.clone(), ctx.caller.clone(), other_repo.to_string());
-    let found = tokio::task::spawn_blocking(move || {
-        authz::authorize(&app, &caller, &requested, Access::Read)
-            .ok()
-            .map(|(entry, _)| entry.name)
-    })
-    .await
-    .ok()
-    .flatten();
-    match found {
-        Some(name) => Ok((name, id.to_string())),
-        None => Err((NOT_FOUND.to_string(), 1)),
-    }
+    let name = authorized_repo(ctx, other_repo.to_string(), Access::Read).await?;
+    Ok((name, id.to_string()))
 }
 
 async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<String>) -> Reply {

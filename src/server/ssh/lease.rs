@@ -6,8 +6,9 @@
 //! decision is `leases`'s, run through the `LeaseService` writer, which
 //! answers only once the write is durable; the reply is sent after that.
 //! What is left here: naming the holder (the caller's principal), resolving
-//! the issue id in the bare repository (git2, on a blocking thread: an
-//! acquire needs an existing, open issue), and the JSON and exit codes:
+//! the issue id among the issues the server holds (`db::issues`, through
+//! the read pool: an acquire needs an existing, open issue), and the JSON
+//! and exit codes:
 //! 0 success, 1 error, 4 lease conflict.
 //!
 //! ```text
@@ -29,7 +30,7 @@ use crate::db::issues::{self, IssueError};
 use crate::db::leases::{Acquire, Lease, Release, Renew};
 use crate::db::reads::ReadPool;
 use crate::repos::RepoEntry;
-use git_collab::record::state::{self, IssueState, IssueStatus};
+use git_collab::record::state::IssueStatus;
 
 /// Exit status of a lease conflict: held by someone else, or not yours.
 pub const EXIT_CONFLICT: u32 = 4;
@@ -73,7 +74,7 @@ async fn answer(ctx: &ExecContext, cmd: LeaseCmd) -> Reply {
         | LeaseCmd::Release { repo, .. }
         | LeaseCmd::List { repo } => repo.clone(),
     };
-    // Authorization reads policy files and the issue lives in git: both
+    // Authorization reads policy files and the import may read git: both
     // are blocking I/O, so they run off the async runtime.
     let app = ctx.app.clone();
     let caller = ctx.caller.clone();
@@ -84,8 +85,13 @@ async fn answer(ctx: &ExecContext, cmd: LeaseCmd) -> Reply {
         }
         LeaseCmd::List { .. } => Lookup::Nothing,
     };
+    let runtime = tokio::runtime::Handle::current();
     let checked = tokio::task::spawn_blocking(move || {
         let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
+        // Issues live in collab.db once the repository's DAGs are imported.
+        if let Err(e) = crate::import::ensure(&app, &entry, &runtime) {
+            return Some((entry, Resolved::Failed(format!("importing issues: {e:#}"))));
+        }
         let issue = lookup.resolve(&entry, &app.reads);
         Some((entry, issue))
     })
@@ -107,7 +113,7 @@ async fn answer(ctx: &ExecContext, cmd: LeaseCmd) -> Reply {
             return error(ISSUE_CLOSED)
         }
         Resolved::ClosedIssue(id) => id,
-        Resolved::NotInGit(prefix) => match lease_by_prefix(ctx, repo, &prefix).await {
+        Resolved::NotInDb(prefix) => match lease_by_prefix(ctx, repo, &prefix).await {
             Ok(id) => id,
             Err(reply) => return reply,
         },
@@ -182,9 +188,9 @@ enum Resolved {
     Issue(String),
     /// A closed issue held by the server, by full id (acquire refuses it).
     ClosedIssue(String),
-    /// A well-formed id that no issue in git matches (renew and release
+    /// A well-formed id that no issue in collab.db matches (renew and release
     /// then look among the repository's leases).
-    NotInGit(String),
+    NotInDb(String),
     NoIssue,
     /// A one-line `error: …` for the caller.
     Refused(String),
@@ -199,48 +205,18 @@ impl Lookup {
             Lookup::OpenIssue(id) => (id, true),
             Lookup::AnyIssue(id) => (id, false),
         };
-        // Issues held by the server come first (`collab-issue`).
         match reads.read_blocking(|conn| held_issue(conn, &entry.name, &id)) {
-            Ok(Some(resolved)) => return resolved,
-            Ok(None) => {}
-            Err(e) => return Resolved::Failed(format!("{e:#}")),
-        }
-        let repo = match git2::Repository::open_bare(&entry.path) {
-            Ok(repo) => repo,
-            Err(e) => return Resolved::Failed(format!("{}: {e}", entry.path.display())),
-        };
-        let (ref_name, full_id) = match state::resolve_issue_ref(&repo, &id) {
-            Ok(found) => found,
-            Err(git_collab::Error::IssueNotFound(_)) if !must_be_open => {
-                return Resolved::NotInGit(id.trim().to_ascii_lowercase())
-            }
-            Err(git_collab::Error::IssueNotFound(_)) => {
-                return Resolved::Refused(ISSUE_NOT_FOUND.into())
-            }
-            Err(e @ git_collab::Error::InvalidIssueId(_))
-            | Err(e @ git_collab::Error::AmbiguousIssue { .. }) => {
-                return Resolved::Refused(format!("error: {e}"))
-            }
-            Err(e) => return Resolved::Failed(e.to_string()),
-        };
-        if !must_be_open {
-            return Resolved::Issue(full_id);
-        }
-        match IssueState::from_ref(&repo, &ref_name, &full_id) {
-            Ok(issue) if issue.status == IssueStatus::Open => Resolved::Issue(full_id),
-            Ok(_) => Resolved::Refused(ISSUE_CLOSED.into()),
-            // Its opening event was dropped (bad or untrusted signature):
-            // as far as anyone can see, there is no such issue.
-            Err(git_collab::Error::InvalidIssue { .. }) => {
-                Resolved::Refused(ISSUE_NOT_FOUND.into())
-            }
-            Err(e) => Resolved::Failed(e.to_string()),
+            Ok(Some(resolved)) => resolved,
+            // Renew and release work on the lease alone.
+            Ok(None) if !must_be_open => Resolved::NotInDb(id.trim().to_ascii_lowercase()),
+            Ok(None) => Resolved::Refused(ISSUE_NOT_FOUND.into()),
+            Err(e) => Resolved::Failed(format!("{e:#}")),
         }
     }
 }
 
-/// The issue as the collab database holds it; `None` when the database
-/// has no issue of that id (it may still be an issue DAG in git).
+/// The issue as the collab database holds it; `None` when it has no issue
+/// of that id.
 fn held_issue(
     conn: &rusqlite::Connection,
     repo: &str,
@@ -260,7 +236,7 @@ fn held_issue(
     )
 }
 
-/// A renew or release of an id that is no longer in git: match it against
+/// A renew or release of an id that is no longer an issue: match it against
 /// the repository's live leases (a full id is taken as it is).
 async fn lease_by_prefix(ctx: &ExecContext, repo: &str, prefix: &str) -> Result<String, Reply> {
     if prefix.len() == 40 {

@@ -1,28 +1,31 @@
 //! `/{repo}/-/issues` (open/closed/all, a label filter, 50 a page) and
 //! `/{repo}/-/issues/{id}` (an id or a unique prefix of 4+ hex digits):
-//! status, labels, body and comments, and the live claim.
+//! status, labels, body, comments, links and the live claim.
 //!
-//! Issues come from the in-memory [`IssueCache`](crate::http::issue_cache),
-//! so an unchanged repository is not replayed again. Claims are the live
-//! leases of the repository (`LeaseService::list`, keyed by the repository's
-//! canonical name, as the `collab-lease` verb stores them); a claim is shown
-//! on OPEN issues only ("claimed by <holder>"): a closed issue's leftover
-//! lease is noise.
+//! Issues are read from `collab.db` through the read pool (`db::issues`):
+//! no replay, no snapshot cache; a repository whose issue DAGs were never
+//! imported is imported first (`import`). Claims are the live leases of the
+//! repository (`LeaseService::list`); a claim is shown on OPEN issues only
+//! ("claimed by <holder>"). Holders and authors show their governed name
+//! where governance maps their key to one. Links into repositories that
+//! anonymous readers cannot see are left out.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use chrono::{TimeZone as _, Utc};
-use git_collab::record::state::{IssueState, IssueStatus};
+
 use serde::Deserialize;
 
-use super::{RepoCtx, RepoNav};
+use super::RepoCtx;
+use crate::db::issues::{
+    self, Issue, IssueError, IssueKey, IssueStatus, ListQuery, Person, StateFilter,
+};
 use crate::db::leases::Lease;
-use crate::http::issue_cache::IssueSnapshot;
+use crate::governance::GovState;
 use crate::http::markdown;
 use crate::http::view::{self, PageError};
 use crate::http::AppState;
@@ -64,10 +67,20 @@ pub struct IssueDetailView {
     pub updated: String,
     pub body_html: String,
     pub comments: Vec<CommentView>,
+    /// Issues this one blocks, is blocked by, relates to.
+    pub blocks: Vec<LinkView>,
+    pub blocked_by: Vec<LinkView>,
+    pub relates: Vec<LinkView>,
     /// The holder of a live lease on this open issue; empty = unclaimed.
     pub claimed_by: String,
     /// `until <time>`, or `no expiry` for an open-ended claim.
     pub claim_until: String,
+}
+
+/// A link to another issue: `team/app#8bab8db7` and its page.
+pub struct LinkView {
+    pub text: String,
+    pub url: String,
 }
 
 /// A link on the filter bar.
@@ -107,7 +120,7 @@ struct IssueDetailPage {
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct ListQuery {
+pub struct ListParams {
     state: Option<String>,
     label: Option<String>,
     page: Option<usize>,
@@ -138,30 +151,25 @@ impl Filter {
         }
     }
 
-    fn admits(self, status: IssueStatus) -> bool {
+    fn state(self) -> StateFilter {
         match self {
-            Filter::Open => status == IssueStatus::Open,
-            Filter::Closed => status == IssueStatus::Closed,
-            Filter::All => true,
+            Filter::Open => StateFilter::Open,
+            Filter::Closed => StateFilter::Closed,
+            Filter::All => StateFilter::All,
         }
     }
 }
 
-/// What the blocking part of a page hands to the async part.
-struct Loaded {
-    canonical: String,
-    nav: RepoNav,
-    snapshot: Arc<IssueSnapshot>,
-}
-
-/// Read the issues of an open repository (through the cache) and its nav.
-fn load(st: &AppState, ctx: &RepoCtx) -> Result<Loaded, PageError> {
-    let snapshot = st.issues.snapshot(&ctx.git)?;
-    Ok(Loaded {
-        canonical: ctx.entry.name.clone(),
-        nav: super::nav_with_issues(st, ctx, "issues", snapshot.open),
-        snapshot,
-    })
+/// Read `f` from collab.db for the visible repository `ctx` (imported first
+/// if the server has not seen it yet).
+fn read_issues<T: Send + 'static>(
+    st: &AppState,
+    ctx: &RepoCtx,
+    f: impl FnOnce(&rusqlite::Connection) -> anyhow::Result<T> + Send + 'static,
+) -> Result<T, PageError> {
+    let app = &st.app;
+    crate::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
+    Ok(app.reads.read_blocking(f)?)
 }
 
 /// Run `work` on the blocking pool.
@@ -189,17 +197,52 @@ async fn claims(st: &AppState, canonical: &str) -> HashMap<String, Lease> {
 }
 
 /// The holder to show for `issue`: only open issues show a claim.
-fn claim_of<'a>(issue: &IssueState, claims: &'a HashMap<String, Lease>) -> Option<&'a Lease> {
+fn claim_of<'a>(issue: &Issue, claims: &'a HashMap<String, Lease>) -> Option<&'a Lease> {
     if issue.status != IssueStatus::Open {
         return None;
     }
     claims.get(&issue.id)
 }
 
+/// The name to show for a principal or key fingerprint: its governed name
+/// when governance maps it to one.
+fn governed(st: &AppState, principal: &str) -> Option<String> {
+    match st.app.governance.state().as_ref() {
+        GovState::Active(conf) => conf
+            .principal_for_fingerprint(principal)
+            .map(str::to_string),
+        _ => None,
+    }
+}
+
+/// An author as shown: the governed name, else the display name.
+fn author_name(st: &AppState, p: &Person) -> String {
+    governed(st, &p.principal).unwrap_or_else(|| p.name.clone())
+}
+
+/// A lease holder as shown: the governed name, else the principal.
+fn holder_name(st: &AppState, holder: &str) -> String {
+    governed(st, holder).unwrap_or_else(|| holder.to_string())
+}
+
+fn time(ms: i64) -> String {
+    chrono::DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(view::fmt_time)
+        .unwrap_or_default()
+}
+
+/// What the list page reads in one read transaction.
+struct ListData {
+    page: Vec<Issue>,
+    matching: i64,
+    open: i64,
+    closed: i64,
+}
+
 pub async fn list(
     State(st): State<AppState>,
     Path(repo): Path<String>,
-    Query(query): Query<ListQuery>,
+    Query(query): Query<ListParams>,
 ) -> Response {
     match list_page(&st, repo, query).await {
         Ok(r) => r,
@@ -207,42 +250,71 @@ pub async fn list(
     }
 }
 
-async fn list_page(st: &AppState, repo: String, query: ListQuery) -> Result<Response, PageError> {
-    let st2 = st.clone();
-    let loaded = blocking(move || load(&st2, &super::open(&st2.app, &repo)?)).await?;
-    let claims = claims(st, &loaded.canonical).await;
+async fn list_page(st: &AppState, repo: String, query: ListParams) -> Result<Response, PageError> {
     let filter = Filter::parse(query.state.as_deref());
     let label = query.label.unwrap_or_default();
-    let matching: Vec<&IssueState> = loaded
-        .snapshot
-        .issues
+    let labels: Vec<String> = if label.is_empty() {
+        Vec::new()
+    } else {
+        vec![label.clone()]
+    };
+    let requested_page = query.page.unwrap_or(1).max(1);
+    let st2 = st.clone();
+    let (canonical, nav, data) = blocking(move || {
+        let ctx = super::open(&st2.app, &repo)?;
+        let name = ctx.entry.name.clone();
+        let data = read_issues(&st2, &ctx, move |conn| {
+            let state = filter.state();
+            let matching = issues::count(conn, &name, state, &labels)?;
+            let pages = (matching as usize).div_ceil(ISSUES_PAGE).max(1);
+            let page = requested_page.min(pages);
+            let list = issues::list(
+                conn,
+                &name,
+                &ListQuery {
+                    state,
+                    labels,
+                    limit: ISSUES_PAGE,
+                    after: None,
+                    offset: (page - 1) * ISSUES_PAGE,
+                },
+            )?;
+            Ok((
+                page,
+                ListData {
+                    page: list.issues,
+                    matching,
+                    open: issues::count(conn, &name, StateFilter::Open, &[])?,
+                    closed: issues::count(conn, &name, StateFilter::Closed, &[])?,
+                },
+            ))
+        })?;
+        let nav = super::nav_with_issues(&st2, &ctx, "issues", data.1.open as usize);
+        Ok((ctx.entry.name.clone(), nav, data))
+    })
+    .await?;
+    let (page, data) = data;
+    let claims = claims(st, &canonical).await;
+    let pages = (data.matching as usize).div_ceil(ISSUES_PAGE).max(1);
+    let issues = data
+        .page
         .iter()
-        .map(|i| i.as_ref())
-        .filter(|i| filter.admits(i.status))
-        .filter(|i| label.is_empty() || i.labels.contains(&label))
-        .collect();
-    let pages = matching.len().div_ceil(ISSUES_PAGE).max(1);
-    let page = query.page.unwrap_or(1).clamp(1, pages);
-    let issues = matching
-        .iter()
-        .skip((page - 1) * ISSUES_PAGE)
-        .take(ISSUES_PAGE)
         .map(|i| IssueListItem {
             id: i.id.clone(),
             short: view::short_id(&i.id),
             title: i.title.clone(),
             status: status_word(i.status),
             labels: i.labels.clone(),
-            author: i.author.name.clone(),
-            created: view::fmt_time(i.created_at),
-            comments: i.comments.len(),
+            author: author_name(st, &i.author),
+            created: time(i.created_ms),
+            comments: i.comment_count as usize,
             claimed_by: claim_of(i, &claims)
-                .map(|l| l.holder.clone())
+                .map(|l| holder_name(st, &l.holder))
                 .unwrap_or_default(),
         })
         .collect();
 
-    let base = format!("/{}/-/issues", loaded.nav.repo_name);
+    let base = format!("/{}/-/issues", nav.repo_name);
     let url = |state: Filter, page: usize| {
         let mut url = format!("{base}?state={}", state.as_str());
         if !label.is_empty() {
@@ -253,10 +325,9 @@ async fn list_page(st: &AppState, repo: String, query: ListQuery) -> Result<Resp
         }
         url
     };
-    let snapshot = &loaded.snapshot;
     let filters = [
-        (Filter::Open, format!("{} open", snapshot.open)),
-        (Filter::Closed, format!("{} closed", snapshot.closed)),
+        (Filter::Open, format!("{} open", data.open)),
+        (Filter::Closed, format!("{} closed", data.closed)),
         (Filter::All, "all".to_string()),
     ]
     .into_iter()
@@ -266,7 +337,6 @@ async fn list_page(st: &AppState, repo: String, query: ListQuery) -> Result<Resp
         active: f == filter,
     })
     .collect();
-    let nav = loaded.nav;
     let view = IssuesPage {
         site_title: nav.site_title,
         repo_name: nav.repo_name,
@@ -275,7 +345,7 @@ async fn list_page(st: &AppState, repo: String, query: ListQuery) -> Result<Resp
         open_issues: nav.open_issues,
         filters,
         issues,
-        matching: matching.len(),
+        matching: data.matching as usize,
         prev_url: if page > 1 {
             url(filter, page - 1)
         } else {
@@ -304,35 +374,50 @@ pub async fn detail(
 
 async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response, PageError> {
     let st2 = st.clone();
-    let (loaded, full_id) = blocking(move || {
+    let (canonical, nav, detail) = blocking(move || {
         let ctx = super::open(&st2.app, &repo)?;
-        let full_id = match git_collab::record::state::resolve_issue_ref(&ctx.git, &id) {
-            Ok((_, full_id)) => full_id,
-            Err(git_collab::Error::AmbiguousIssue { candidates, .. }) => {
+        let name = ctx.entry.name.clone();
+        let (detail, open) = read_issues(&st2, &ctx, move |conn| {
+            let detail = issues::show(conn, &name, &id);
+            let open = issues::count(conn, &name, StateFilter::Open, &[])?;
+            Ok((detail, open))
+        })?;
+        let mut detail = match detail {
+            Ok(d) => d,
+            Err(IssueError::Ambiguous { candidates, prefix }) => {
                 let shown: Vec<String> = candidates.iter().map(|c| view::short_id(c)).collect();
                 return Err(PageError::Missing(format!(
-                    "The id {id} matches more than one issue: {}. Use a longer prefix.",
+                    "The id {prefix} matches more than one issue: {}. Use a longer prefix.",
                     shown.join(", ")
                 )));
             }
-            Err(git_collab::Error::InvalidIssueId(_) | git_collab::Error::IssueNotFound(_)) => {
-                return Err(PageError::Missing("No such issue.".into()))
-            }
-            Err(e) => return Err(e.into()),
+            Err(IssueError::Sql(e)) => return Err(e.into()),
+            Err(_) => return Err(PageError::Missing("No such issue.".into())),
         };
-        Ok((load(&st2, &ctx)?, full_id))
+        // Links into repositories anonymous readers cannot see stay hidden.
+        let here = ctx.entry.name.clone();
+        detail
+            .links
+            .retain(|k| k.repo == here || crate::http::visible_repo(&st2.app, &k.repo).is_some());
+        let nav = super::nav_with_issues(&st2, &ctx, "issues", open as usize);
+        Ok((ctx.entry.name.clone(), nav, detail))
     })
     .await?;
-    let issue = loaded
-        .snapshot
-        .issues
-        .iter()
-        .find(|i| i.id == full_id)
-        .ok_or_else(|| {
-            PageError::Missing("This issue cannot be shown: its history is invalid.".into())
-        })?;
-    let claims = claims(st, &loaded.canonical).await;
+    let issue = &detail.issue;
+    let claims = claims(st, &canonical).await;
     let claim = claim_of(issue, &claims);
+    let links = |keys: &[IssueKey]| -> Vec<LinkView> {
+        keys.iter()
+            .map(|k| LinkView {
+                text: issues::link_text(k),
+                url: format!(
+                    "/{}/-/issues/{}",
+                    k.repo.strip_suffix(".git").unwrap_or(&k.repo),
+                    view::short_id(&k.id)
+                ),
+            })
+            .collect()
+    };
     let view = IssueDetailView {
         id: issue.id.clone(),
         short: view::short_id(&issue.id),
@@ -340,20 +425,25 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
         status: status_word(issue.status),
         closed_reason: issue.closed_reason.clone().unwrap_or_default(),
         labels: issue.labels.clone(),
-        author: issue.author.name.clone(),
-        created: view::fmt_time(issue.created_at),
-        updated: view::fmt_time(issue.updated_at),
+        author: author_name(st, &issue.author),
+        created: time(issue.created_ms),
+        updated: time(issue.updated_ms),
         body_html: markdown::render(&issue.body, None),
-        comments: issue
+        comments: detail
             .comments
             .iter()
             .map(|c| CommentView {
-                author: c.author.name.clone(),
-                when: view::fmt_time(c.at),
+                author: author_name(st, &c.author),
+                when: time(c.at_ms),
                 html: markdown::render(&c.body, None),
             })
             .collect(),
-        claimed_by: claim.map(|l| l.holder.clone()).unwrap_or_default(),
+        blocks: links(&detail.links.blocks),
+        blocked_by: links(&detail.links.blocked_by),
+        relates: links(&detail.links.relates),
+        claimed_by: claim
+            .map(|l| holder_name(st, &l.holder))
+            .unwrap_or_default(),
         claim_until: match claim.map(|l| l.expires_at) {
             Some(Some(at)) => Utc
                 .timestamp_opt(at, 0)
@@ -364,7 +454,6 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
             None => String::new(),
         },
     };
-    let nav = loaded.nav;
     let page = IssueDetailPage {
         site_title: nav.site_title,
         repo_name: nav.repo_name,

@@ -54,14 +54,25 @@ pub struct RepoNav {
     pub open_issues: usize,
 }
 
-/// The navigation fields for a page of `ctx` in `section`. Counting open
-/// issues goes through the issue cache (cheap while no issue ref moved).
+/// The navigation fields for a page of `ctx` in `section`. Open issues are
+/// counted in collab.db (an index range count; the repository's issue DAGs
+/// are imported first if the server has not seen it yet).
 pub fn nav(st: &AppState, ctx: &RepoCtx, section: &'static str) -> Result<RepoNav, PageError> {
-    let issues = st.issues.snapshot(&ctx.git)?;
-    Ok(nav_with_issues(st, ctx, section, issues.open))
+    let app = &st.app;
+    crate::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
+    let name = ctx.entry.name.clone();
+    let open = app.reads.read_blocking(move |conn| {
+        Ok(crate::db::issues::count(
+            conn,
+            &name,
+            crate::db::issues::StateFilter::Open,
+            &[],
+        )?)
+    })?;
+    Ok(nav_with_issues(st, ctx, section, open as usize))
 }
 
-/// `nav` for a page that already holds the issue snapshot.
+/// `nav` for a page that has counted open issues already.
 pub fn nav_with_issues(
     st: &AppState,
     ctx: &RepoCtx,

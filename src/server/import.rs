@@ -1,0 +1,378 @@
+//! The one-time importer: a repository's issue DAGs (`refs/collab/issues/*`)
+//! replayed into `collab.db`, after which the server is authoritative for
+//! that repository's issues.
+//!
+//! Replay is the library's (`record::state::replay_ref`): signatures are
+//! verified and the repository's trust allowlist is honoured, so what is
+//! imported is exactly what `git-collab issue list|show` showed; dropped
+//! events are reported, never imported. Ids, authors, times, labels,
+//! status and comment order (and comment ids: the event commit ids) are
+//! kept. Reading a DAG is bounded by `record::store` (a DAG past its limits
+//! fails to replay): such an issue is reported as skipped, never read whole.
+//!
+//! Idempotent: issues are inserted with `ON CONFLICT DO NOTHING`, in
+//! batches of [`BATCH`], and the repository's `imports` row is written with
+//! the last batch, so a crash mid-import is finished by the next start and a
+//! finished repository is never imported again. The server imports every
+//! repository without an `imports` row at start (before it listens), and
+//! any repository that appears later on first use (`Imports::ensure`);
+//! `git-collab-server import` does the same by hand.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Mutex;
+
+use anyhow::Context as _;
+use git2::Repository;
+use git_collab::record::sign;
+use git_collab::record::state::{self, DroppedEvent, IssueState};
+use git_collab::record::trust::TrustList;
+use rusqlite::{Connection, OptionalExtension};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::db::issues::{self, Comment, Issue, Person};
+use crate::db::writer::LeaseService;
+use crate::repos::RepoEntry;
+
+/// Issues replayed and stored per transaction.
+pub const BATCH: usize = 256;
+
+/// What importing one repository found and did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RepoReport {
+    pub repo: String,
+    /// `imported`, or `already_imported` (nothing done).
+    pub status: &'static str,
+    /// Issue DAGs found.
+    pub found: usize,
+    /// Issues inserted now.
+    pub issues: usize,
+    pub comments: usize,
+    /// Event commits replayed (structural merges excluded).
+    pub events: usize,
+    /// Events replay dropped (bad signature, untrusted key, malformed, ...).
+    pub dropped: Vec<DroppedJson>,
+    /// Issues whose root event was dropped: not imported.
+    pub invalid_issues: Vec<Skipped>,
+    /// Issues that could not be replayed at all (a DAG past the size
+    /// limits, an unreadable object): not imported.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A dropped event, as `git-collab verify --json` shows it, with its issue.
+#[derive(Debug, Clone, Serialize)]
+pub struct DroppedJson {
+    pub issue: String,
+    #[serde(flatten)]
+    pub event: DroppedEvent,
+}
+
+/// An issue left out, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Skipped {
+    pub issue: String,
+    pub reason: String,
+}
+
+/// One batch of replayed issues, ready to store.
+pub struct Batch {
+    issues: Vec<(Issue, Vec<Comment>)>,
+}
+
+fn person(author: &state::Author) -> Person {
+    let principal = sign::parse_public_key(&author.key)
+        .map(|k| sign::fingerprint(&k))
+        .unwrap_or_else(|_| author.key.clone());
+    Person {
+        principal,
+        name: author.name.clone(),
+        key: Some(author.key.clone()),
+    }
+}
+
+/// The rows of one replayed issue.
+fn rows(repo: &str, s: &IssueState) -> (Issue, Vec<Comment>) {
+    let comments: Vec<Comment> = s
+        .comments
+        .iter()
+        .map(|c| Comment {
+            id: c.id.clone(),
+            author: person(&c.author),
+            at_ms: c.at.timestamp_millis(),
+            body: c.body.clone(),
+        })
+        .collect();
+    let issue = Issue {
+        repo: repo.to_string(),
+        id: s.id.clone(),
+        title: s.title.clone(),
+        body: s.body.clone(),
+        author: person(&s.author),
+        created_ms: s.created_at.timestamp_millis(),
+        updated_ms: s.updated_at.timestamp_millis(),
+        status: s.status,
+        closed_reason: s.closed_reason.clone(),
+        priority: None,
+        imported: true,
+        labels: s.labels.clone(),
+        comment_count: comments.len() as i64,
+    };
+    (issue, comments)
+}
+
+/// Whether `repo` (canonical name) has been imported.
+pub fn is_imported(conn: &Connection, repo: &str) -> rusqlite::Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM imports WHERE repo = ?1")?
+        .query_row([repo], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// Store one batch inside the caller's transaction; the last batch also
+/// records the repository as imported. Returns (issues, comments) inserted.
+fn store(
+    conn: &Connection,
+    batch: &Batch,
+    last: Option<&RepoReport>,
+    now: i64,
+) -> anyhow::Result<(usize, usize)> {
+    let (mut issues_in, mut comments_in) = (0, 0);
+    for (issue, comments) in &batch.issues {
+        if issues::insert_imported(conn, issue, comments, now)?.is_some() {
+            issues_in += 1;
+            comments_in += comments.len();
+        }
+    }
+    if let Some(report) = last {
+        conn.prepare_cached(
+            "INSERT INTO imports (repo, status, imported_at, issues, comments, events, dropped, report)
+             VALUES (?1, 'imported', ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (repo) DO NOTHING",
+        )?
+        .execute(rusqlite::params![
+            report.repo,
+            now,
+            (report.issues + issues_in) as i64,
+            (report.comments + comments_in) as i64,
+            report.events as i64,
+            report.dropped.len() as i64,
+            serde_json::to_string(report)?,
+        ])?;
+    }
+    Ok((issues_in, comments_in))
+}
+
+/// Where batches go: the server's writer, or a connection of its own
+/// (`git-collab-server import` on the host).
+pub trait Sink {
+    fn store(&mut self, batch: Batch, last: Option<RepoReport>) -> anyhow::Result<(usize, usize)>;
+}
+
+/// A plain connection: one IMMEDIATE transaction per batch.
+pub struct ConnSink<'a> {
+    pub conn: &'a mut Connection,
+    pub now: i64,
+}
+
+impl Sink for ConnSink<'_> {
+    fn store(&mut self, batch: Batch, last: Option<RepoReport>) -> anyhow::Result<(usize, usize)> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let stored = store(&tx, &batch, last.as_ref(), self.now)?;
+        tx.commit()?;
+        Ok(stored)
+    }
+}
+
+/// The server's writer thread, from a blocking thread.
+pub struct WriterSink<'a> {
+    pub writer: &'a LeaseService,
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl Sink for WriterSink<'_> {
+    fn store(&mut self, batch: Batch, last: Option<RepoReport>) -> anyhow::Result<(usize, usize)> {
+        let writer = self.writer.clone();
+        self.runtime
+            .block_on(writer.write("import", move |conn, now| {
+                store(conn, &batch, last.as_ref(), now)
+            }))
+    }
+}
+
+/// Import one repository (unless `already` says it was) into `sink`.
+pub fn import_repo(
+    entry: &RepoEntry,
+    already: bool,
+    sink: &mut dyn Sink,
+) -> anyhow::Result<RepoReport> {
+    let mut report = RepoReport {
+        repo: entry.name.clone(),
+        status: "already_imported",
+        ..Default::default()
+    };
+    if already {
+        return Ok(report);
+    }
+    report.status = "imported";
+    let repo = Repository::open_bare(&entry.path)
+        .with_context(|| format!("opening {}", entry.path.display()))?;
+    let trust = TrustList::load(&repo).context("reading the trust allowlist")?;
+    let refs = state::issue_refs(&repo)?;
+    report.found = refs.len();
+    let chunks: Vec<&[(String, String)]> = refs.chunks(BATCH).collect();
+    let total = chunks.len().max(1);
+    for i in 0..total {
+        let chunk: &[(String, String)] = chunks.get(i).copied().unwrap_or(&[]);
+        let mut batch = Batch {
+            issues: Vec::with_capacity(chunk.len()),
+        };
+        for (ref_name, id) in chunk {
+            match state::replay_ref(&repo, ref_name, id, trust.as_ref()) {
+                Ok(replay) => {
+                    report.events += replay.events;
+                    report
+                        .dropped
+                        .extend(replay.dropped.into_iter().map(|event| DroppedJson {
+                            issue: id.clone(),
+                            event,
+                        }));
+                    match replay.state {
+                        Ok(s) => batch.issues.push(rows(&entry.name, &s)),
+                        Err(reason) => report.invalid_issues.push(Skipped {
+                            issue: id.clone(),
+                            reason,
+                        }),
+                    }
+                }
+                Err(e) => report.skipped.push(Skipped {
+                    issue: id.clone(),
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        let last = (i + 1 == total).then(|| report.clone());
+        let (issues_in, comments_in) = sink.store(batch, last)?;
+        report.issues += issues_in;
+        report.comments += comments_in;
+    }
+    Ok(report)
+}
+
+/// Which repositories this process knows to be imported, so that the check
+/// on every issue verb is a set lookup after the first.
+#[derive(Default)]
+pub struct Imports {
+    known: Mutex<HashSet<String>>,
+    /// Held while a repository is imported on first use, so two requests
+    /// never import it at once.
+    importing: Mutex<()>,
+}
+
+impl Imports {
+    /// Remember `repo` as imported.
+    pub fn mark(&self, repo: &str) {
+        self.known
+            .lock()
+            .expect("imports lock")
+            .insert(repo.to_string());
+    }
+
+    fn known(&self, repo: &str) -> bool {
+        self.known.lock().expect("imports lock").contains(repo)
+    }
+}
+
+/// Make sure `entry`'s issue DAGs are imported, importing them now if not
+/// (on first use of a repository created, or restored, after the server
+/// started). Blocking: call from a blocking thread.
+pub fn ensure(
+    app: &crate::app::App,
+    entry: &RepoEntry,
+    runtime: &tokio::runtime::Handle,
+) -> anyhow::Result<()> {
+    if app.imports.known(&entry.name) {
+        return Ok(());
+    }
+    let _one_at_a_time = app.imports.importing.lock().expect("imports lock");
+    let name = entry.name.clone();
+    let done = app
+        .reads
+        .read_blocking(move |c| Ok(is_imported(c, &name)?))?;
+    if !done {
+        let report = import_repo(
+            entry,
+            false,
+            &mut WriterSink {
+                writer: &app.leases,
+                runtime: runtime.clone(),
+            },
+        )?;
+        log_report(&report);
+        app.export.touch(&entry.name);
+    }
+    app.imports.mark(&entry.name);
+    Ok(())
+}
+
+pub fn log_report(report: &RepoReport) {
+    if report.status != "imported" {
+        return;
+    }
+    tracing::info!(
+        repo = report.repo,
+        issues = report.issues,
+        comments = report.comments,
+        events = report.events,
+        dropped = report.dropped.len(),
+        invalid = report.invalid_issues.len(),
+        skipped = report.skipped.len(),
+        "imported issues from git"
+    );
+    for s in &report.skipped {
+        tracing::warn!(
+            repo = report.repo,
+            issue = s.issue,
+            "issue not imported: {}",
+            s.reason
+        );
+    }
+}
+
+/// Import every repository under `repos_dir` not imported yet (the
+/// governance repository holds no issues), through `sink`. One
+/// repository's failure is reported and the others go on.
+pub fn import_all(
+    repos_dir: &Path,
+    only: Option<&RepoEntry>,
+    is_done: &mut dyn FnMut(&str) -> anyhow::Result<bool>,
+    sink: &mut dyn Sink,
+) -> Vec<Result<RepoReport, (String, String)>> {
+    let entries = match only {
+        Some(entry) => vec![entry.clone()],
+        None => crate::repos::list_repos(repos_dir),
+    };
+    entries
+        .iter()
+        .filter(|e| !e.is_governance())
+        .map(|entry| {
+            let done = is_done(&entry.name).map_err(|e| (entry.name.clone(), format!("{e:#}")))?;
+            import_repo(entry, done, sink).map_err(|e| (entry.name.clone(), format!("{e:#}")))
+        })
+        .collect()
+}
+
+/// The JSON of `git-collab-server import --json`.
+pub fn reports_json(results: &[Result<RepoReport, (String, String)>]) -> serde_json::Value {
+    let repos: Vec<serde_json::Value> = results
+        .iter()
+        .map(|r| match r {
+            Ok(report) => serde_json::to_value(report).unwrap_or_default(),
+            Err((repo, error)) => json!({ "repo": repo, "status": "failed", "error": error }),
+        })
+        .collect();
+    json!({ "repos": repos })
+}
