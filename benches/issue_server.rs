@@ -189,11 +189,15 @@ fn import(
     let took = start.elapsed();
     assert!(out.status.success(), "{out:?}");
     h.start_again();
-    Some((
-        took,
-        replay,
-        String::from_utf8_lossy(&out.stdout).trim().to_string(),
-    ))
+    // The report, on one line for the table's note.
+    let report = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| {
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .replace('\n', " ")
+        });
+    Some((took, replay, report))
 }
 
 fn main() {
