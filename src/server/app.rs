@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::config::ServerConfig;
+use crate::config::{LeasesConfig, ServerConfig};
+use crate::db::leases::Policy;
 use crate::db::writer::LeaseService;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
+use crate::leasing::waiters::Waiters;
 use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
 
 /// How long running commands may take to finish after a stop signal. With
@@ -33,6 +35,8 @@ pub struct App {
     stop: StopTrigger,
     /// The lease store (`collab.db`), one writer thread behind it.
     pub leases: LeaseService,
+    /// Callers waiting for a lease (`acquire --wait`).
+    pub waiters: Arc<Waiters>,
 }
 
 impl App {
@@ -45,9 +49,14 @@ impl App {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("collab_db: creating {}", dir.display()))?;
         }
-        let leases = LeaseService::open(&db_path)
-            .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
+        let leases = LeaseService::open_with(
+            &db_path,
+            lease_policy(&config.leases),
+            Arc::new(|| chrono::Utc::now().timestamp()),
+        )
+        .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
         Ok(App {
+            waiters: Waiters::new(leases.clone()),
             leases,
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
@@ -62,6 +71,17 @@ impl App {
     /// refused.
     pub fn begin_shutdown(&self) {
         self.stop.trigger();
+    }
+}
+
+/// The `leases.*` keys as the lease decisions take them (0 = unlimited
+/// lifetime).
+pub fn lease_policy(config: &LeasesConfig) -> Policy {
+    let secs = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    Policy {
+        max_lifetime: (config.max_lifetime > 0).then(|| secs(config.max_lifetime)),
+        lock_delay: secs(config.lock_delay),
+        max_ttl: secs(config.max_ttl),
     }
 }
 
@@ -100,6 +120,12 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
 
     let app = Arc::new(App::new(config)?);
     let stopping = app.stopping.clone();
+    // Leases end on time and waiters are served without anyone polling.
+    tokio::spawn(crate::leasing::expiry::run(
+        app.leases.clone(),
+        stopping.clone(),
+    ));
+    app.waiters.spawn(stopping.clone());
 
     if app.authorized_keys.current().is_empty()
         && !matches!(

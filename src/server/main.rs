@@ -12,6 +12,7 @@ mod governance;
 mod healthcheck;
 mod http;
 mod identity;
+mod leasing;
 mod logging;
 mod metrics;
 mod releases;

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use russh::server::Msg;
-use russh::Channel;
+use russh::{Channel, ChannelWriteHalf};
 
 #[allow(unused_imports)] // re-exported for verbs that report token errors
 pub use super::tokens::{shell_tokens, TokenError};
@@ -48,31 +48,77 @@ pub enum RepoCmd {
 }
 
 /// `collab-lease` subcommands (see `super::lease`). `ttl_secs` is a positive
-/// number of seconds, at most [`MAX_LEASE_TTL_SECS`].
+/// number of seconds, at most [`MAX_LEASE_TTL_SECS`] (the configured
+/// `leases.max_ttl` is checked when the command runs); `wait_secs` at most
+/// [`MAX_WAIT_SECS`]; a note or reason at most [`MAX_NOTE_BYTES`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseCmd {
     Acquire {
         repo: String,
         issue: String,
         ttl_secs: Option<i64>,
+        note: Option<String>,
+        wait_secs: Option<u64>,
     },
     Renew {
         repo: String,
         issue: String,
         ttl_secs: i64,
+        note: Option<String>,
     },
     Release {
         repo: String,
         issue: String,
     },
+    Break {
+        repo: String,
+        issue: String,
+        reason: String,
+    },
     List {
         repo: String,
     },
+    Show {
+        repo: String,
+        issue: String,
+    },
+}
+
+impl LeaseCmd {
+    /// The repository named.
+    pub fn repo(&self) -> &str {
+        match self {
+            LeaseCmd::Acquire { repo, .. }
+            | LeaseCmd::Renew { repo, .. }
+            | LeaseCmd::Release { repo, .. }
+            | LeaseCmd::Break { repo, .. }
+            | LeaseCmd::List { repo }
+            | LeaseCmd::Show { repo, .. } => repo,
+        }
+    }
+
+    /// The subcommand's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LeaseCmd::Acquire { .. } => "acquire",
+            LeaseCmd::Renew { .. } => "renew",
+            LeaseCmd::Release { .. } => "release",
+            LeaseCmd::Break { .. } => "break",
+            LeaseCmd::List { .. } => "list",
+            LeaseCmd::Show { .. } => "show",
+        }
+    }
 }
 
 /// The longest lease TTL accepted (ten years; shared with the client).
 /// Longer is an assignment, which is what leaving out `--ttl` means.
 pub const MAX_LEASE_TTL_SECS: i64 = git_collab::client::lease::MAX_TTL_SECS as i64;
+
+/// The longest `--wait` (one hour): a waiting command holds its connection.
+pub const MAX_WAIT_SECS: u64 = 3600;
+
+/// The longest `--note` or `--reason`, in bytes.
+pub const MAX_NOTE_BYTES: usize = 500;
 
 /// `--ttl <secs>`: decimal digits only, `1..=MAX_LEASE_TTL_SECS`.
 fn parse_ttl(value: &str) -> Option<i64> {
@@ -81,6 +127,53 @@ fn parse_ttl(value: &str) -> Option<i64> {
     }
     let ttl: i64 = value.parse().ok()?;
     (1..=MAX_LEASE_TTL_SECS).contains(&ttl).then_some(ttl)
+}
+
+/// `--wait <secs>`: decimal digits only, `0..=MAX_WAIT_SECS`.
+fn parse_wait(value: &str) -> Option<u64> {
+    if value.is_empty() || value.len() > 10 || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let secs: u64 = value.parse().ok()?;
+    (secs <= MAX_WAIT_SECS).then_some(secs)
+}
+
+/// `--note` / `--reason`: non-blank, at most `MAX_NOTE_BYTES` (the
+/// tokenizer already refused control characters).
+fn parse_text(value: &str) -> Option<String> {
+    (!value.trim().is_empty() && value.len() <= MAX_NOTE_BYTES).then(|| value.to_string())
+}
+
+/// The `--flag value` options after a subcommand's positional arguments:
+/// each flag at most once, only the flags `allowed`.
+#[derive(Debug, Default)]
+struct LeaseOpts {
+    ttl: Option<i64>,
+    note: Option<String>,
+    wait: Option<u64>,
+    reason: Option<String>,
+}
+
+fn parse_lease_opts(args: &[&str], allowed: &[&str]) -> Option<LeaseOpts> {
+    let mut opts = LeaseOpts::default();
+    let mut rest = args;
+    while let [flag, value, tail @ ..] = rest {
+        if !allowed.contains(flag) {
+            return None;
+        }
+        let fresh = match *flag {
+            "--ttl" => opts.ttl.replace(parse_ttl(value)?).is_none(),
+            "--note" => opts.note.replace(parse_text(value)?).is_none(),
+            "--wait" => opts.wait.replace(parse_wait(value)?).is_none(),
+            "--reason" => opts.reason.replace(parse_text(value)?).is_none(),
+            _ => return None,
+        };
+        if !fresh {
+            return None;
+        }
+        rest = tail;
+    }
+    rest.is_empty().then_some(opts)
 }
 
 /// `collab-release` subcommands.
@@ -128,12 +221,7 @@ impl ExecCommand {
         match self {
             ExecCommand::Git { repo, .. } => Some(repo),
             ExecCommand::Repo(RepoCmd::Create { name }) => Some(name),
-            ExecCommand::Lease(
-                LeaseCmd::Acquire { repo, .. }
-                | LeaseCmd::Renew { repo, .. }
-                | LeaseCmd::Release { repo, .. }
-                | LeaseCmd::List { repo },
-            ) => Some(repo),
+            ExecCommand::Lease(cmd) => Some(cmd.repo()),
             ExecCommand::Release(
                 ReleaseCmd::Create { repo, .. }
                 | ReleaseCmd::List { repo }
@@ -161,7 +249,9 @@ impl ExecCommand {
             ExecCommand::Lease(LeaseCmd::Acquire { .. }) => "collab-lease acquire",
             ExecCommand::Lease(LeaseCmd::Renew { .. }) => "collab-lease renew",
             ExecCommand::Lease(LeaseCmd::Release { .. }) => "collab-lease release",
+            ExecCommand::Lease(LeaseCmd::Break { .. }) => "collab-lease break",
             ExecCommand::Lease(LeaseCmd::List { .. }) => "collab-lease list",
+            ExecCommand::Lease(LeaseCmd::Show { .. }) => "collab-lease show",
             ExecCommand::Release(ReleaseCmd::Create { .. }) => "collab-release create",
             ExecCommand::Release(ReleaseCmd::List { .. }) => "collab-release list",
             ExecCommand::Release(ReleaseCmd::Download { .. }) => "collab-release download",
@@ -227,26 +317,39 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
 fn parse_lease(sub: &str, args: &[&str]) -> Option<LeaseCmd> {
     let owned = |s: &str| s.to_string();
     Some(match (sub, args) {
-        ("acquire", [repo, issue]) => LeaseCmd::Acquire {
-            repo: owned(repo),
-            issue: owned(issue),
-            ttl_secs: None,
-        },
-        ("acquire", [repo, issue, "--ttl", ttl]) => LeaseCmd::Acquire {
-            repo: owned(repo),
-            issue: owned(issue),
-            ttl_secs: Some(parse_ttl(ttl)?),
-        },
-        ("renew", [repo, issue, "--ttl", ttl]) => LeaseCmd::Renew {
-            repo: owned(repo),
-            issue: owned(issue),
-            ttl_secs: parse_ttl(ttl)?,
-        },
+        ("acquire", [repo, issue, opts @ ..]) => {
+            let o = parse_lease_opts(opts, &["--ttl", "--note", "--wait"])?;
+            LeaseCmd::Acquire {
+                repo: owned(repo),
+                issue: owned(issue),
+                ttl_secs: o.ttl,
+                note: o.note,
+                wait_secs: o.wait,
+            }
+        }
+        ("renew", [repo, issue, opts @ ..]) => {
+            let o = parse_lease_opts(opts, &["--ttl", "--note"])?;
+            LeaseCmd::Renew {
+                repo: owned(repo),
+                issue: owned(issue),
+                ttl_secs: o.ttl?,
+                note: o.note,
+            }
+        }
         ("release", [repo, issue]) => LeaseCmd::Release {
             repo: owned(repo),
             issue: owned(issue),
         },
+        ("break", [repo, issue, opts @ ..]) => LeaseCmd::Break {
+            repo: owned(repo),
+            issue: owned(issue),
+            reason: parse_lease_opts(opts, &["--reason"])?.reason?,
+        },
         ("list", [repo]) => LeaseCmd::List { repo: owned(repo) },
+        ("show", [repo, issue]) => LeaseCmd::Show {
+            repo: owned(repo),
+            issue: owned(issue),
+        },
         _ => return None,
     })
 }
@@ -261,9 +364,11 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
         ("collab-whoami", _) => "collab-whoami",
         ("collab-repo", _) => "collab-repo create '<name>' | collab-repo list",
         ("collab-lease", _) => {
-            "collab-lease acquire '<repo>' '<issue>' [--ttl <secs>] | \
-             collab-lease renew '<repo>' '<issue>' --ttl <secs> | \
-             collab-lease release '<repo>' '<issue>' | collab-lease list '<repo>'"
+            "collab-lease acquire '<repo>' '<issue>' [--ttl <secs>] [--note <text>] [--wait <secs>] | \
+             collab-lease renew '<repo>' '<issue>' --ttl <secs> [--note <text>] | \
+             collab-lease release '<repo>' '<issue>' | \
+             collab-lease break '<repo>' '<issue>' --reason <text> | \
+             collab-lease list '<repo>' | collab-lease show '<repo>' '<issue>'"
         }
         ("collab-release", _) => {
             "collab-release create|download '<repo>' '<tag>' '<file>' | list '<repo>' | delete '<repo>' '<tag>' ['<file>']"
@@ -293,6 +398,13 @@ pub struct ExecContext {
 pub async fn reply_and_close(channel: Channel<Msg>, message: &str, exit_code: u32) {
     let (read, write) = channel.split();
     drop(read);
+    reply_on(write, message, exit_code).await;
+}
+
+/// `reply_and_close` on the write half of a channel whose read half the
+/// verb kept (to notice the client leaving while it waits). False when the
+/// reply could not be sent (the client is gone).
+pub async fn reply_on(write: ChannelWriteHalf<Msg>, message: &str, exit_code: u32) -> bool {
     let mut line = message.trim_end_matches('\n').to_string();
     line.push('\n');
     let sent = if message.starts_with("error:") {
@@ -301,12 +413,13 @@ pub async fn reply_and_close(channel: Channel<Msg>, message: &str, exit_code: u3
         write.data_bytes(line.into_bytes()).await
     };
     if sent.is_err() {
-        return;
+        return false;
     }
     note_exit_status(exit_code);
-    let _ = write.exit_status(exit_code).await;
+    let delivered = write.exit_status(exit_code).await.is_ok();
     let _ = write.eof().await;
     let _ = write.close().await;
+    delivered
 }
 
 /// Serialize a reply object (one line of JSON).
@@ -521,7 +634,9 @@ mod tests {
             lease(LeaseCmd::Acquire {
                 repo: "r.git".into(),
                 issue: "a1b2c3d4".into(),
-                ttl_secs: None
+                ttl_secs: None,
+                note: None,
+                wait_secs: None,
             })
         );
         assert_eq!(
@@ -529,7 +644,9 @@ mod tests {
             lease(LeaseCmd::Acquire {
                 repo: "team/r".into(),
                 issue: "a1b2".into(),
-                ttl_secs: None
+                ttl_secs: None,
+                note: None,
+                wait_secs: None,
             })
         );
     }
@@ -542,7 +659,9 @@ mod tests {
             lease(LeaseCmd::Acquire {
                 repo: "r.git".into(),
                 issue: "a1b2c3d4".into(),
-                ttl_secs: Some(300)
+                ttl_secs: Some(300),
+                note: None,
+                wait_secs: None,
             })
         );
         assert_eq!(cmd.unwrap().repo(), Some("r.git"));
@@ -559,7 +678,8 @@ mod tests {
             lease(LeaseCmd::Renew {
                 repo: "r.git".into(),
                 issue: "a1b2c3d4".into(),
-                ttl_secs: 300
+                ttl_secs: 300,
+                note: None,
             })
         );
         assert_eq!(
@@ -589,6 +709,52 @@ mod tests {
             })
         );
         assert_eq!(cmd.unwrap().verb(), "collab-lease list");
+    }
+
+    #[test]
+    fn parse_lease_options_in_any_order() {
+        assert_eq!(
+            parse_exec_command("collab-lease acquire r i --wait 30 --note 'fixing it' --ttl 60"),
+            lease(LeaseCmd::Acquire {
+                repo: "r".into(),
+                issue: "i".into(),
+                ttl_secs: Some(60),
+                note: Some("fixing it".into()),
+                wait_secs: Some(30),
+            })
+        );
+        assert_eq!(
+            parse_exec_command("collab-lease renew r i --note n --ttl 5"),
+            lease(LeaseCmd::Renew {
+                repo: "r".into(),
+                issue: "i".into(),
+                ttl_secs: 5,
+                note: Some("n".into()),
+            })
+        );
+        assert_eq!(
+            parse_exec_command("collab-lease break r i --reason 'agent died'"),
+            lease(LeaseCmd::Break {
+                repo: "r".into(),
+                issue: "i".into(),
+                reason: "agent died".into(),
+            })
+        );
+        assert_eq!(
+            parse_exec_command("collab-lease show r i"),
+            lease(LeaseCmd::Show {
+                repo: "r".into(),
+                issue: "i".into(),
+            })
+        );
+        let longest = "n".repeat(MAX_NOTE_BYTES);
+        assert!(
+            parse_exec_command(&format!("collab-lease acquire r i --note {longest}")).is_some()
+        );
+        assert!(
+            parse_exec_command(&format!("collab-lease acquire r i --wait {MAX_WAIT_SECS}"))
+                .is_some()
+        );
     }
 
     #[test]
@@ -623,11 +789,32 @@ mod tests {
             "collab-lease list 'r.git",
             "collab-lease acquire 'r.git' 'a1b2",
             "collab-lease acquire 'r.git' a1b2\x01",
+            "collab-lease acquire r i --note",
+            "collab-lease acquire r i --note ''",
+            "collab-lease acquire r i --note '   '",
+            "collab-lease acquire r i --note a --note b",
+            "collab-lease acquire r i --wait -1",
+            "collab-lease acquire r i --wait 3601",
+            "collab-lease acquire r i --wait 1.5",
+            "collab-lease acquire r i --reason x",
+            "collab-lease renew r i --wait 5 --ttl 5",
+            "collab-lease release r i --note x",
+            "collab-lease break r i",
+            "collab-lease break r i --reason",
+            "collab-lease break r i --reason ''",
+            "collab-lease break r i --reason x --ttl 5",
+            "collab-lease show r",
+            "collab-lease show r i j",
         ] {
             assert_eq!(parse_exec_command(bad), None, "{bad:?}");
         }
         let tokens = shell_tokens("collab-lease renew r i").unwrap();
         assert!(usage(&tokens).unwrap().contains("collab-lease renew"));
+        let long = "n".repeat(MAX_NOTE_BYTES + 1);
+        assert_eq!(
+            parse_exec_command(&format!("collab-lease acquire r i --note {long}")),
+            None
+        );
     }
 
     proptest! {
@@ -636,7 +823,7 @@ mod tests {
             let line = format!("collab-lease acquire {} {} --ttl {ttl}", shell_quote(&repo), shell_quote(&issue));
             prop_assert_eq!(
                 parse_exec_command(&line),
-                lease(LeaseCmd::Acquire { repo: repo.clone(), issue: issue.clone(), ttl_secs: Some(ttl) })
+                lease(LeaseCmd::Acquire { repo: repo.clone(), issue: issue.clone(), ttl_secs: Some(ttl), note: None, wait_secs: None })
             );
         }
 
