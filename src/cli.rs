@@ -1,7 +1,8 @@
 //! The `git-collab` command line, as clap derive types. Parsing only: every
 //! command is run by `main.rs`. `IssueCmd` is a plain enum so later
-//! subcommands are one variant each; `claim`, `unclaim`, `renew` and
-//! `claims` talk to the server (`git_collab::client::lease`).
+//! subcommands are one variant each; it is run by `issue_cmd.rs`, against
+//! the server or the local DAGs as `IssueTarget` and the mode decide
+//! (`claim`, `unclaim`, `renew` and `claims` always talk to the server).
 //! `PatchCmd` is run by `patch_cmd.rs`.
 
 use std::path::PathBuf;
@@ -32,8 +33,11 @@ pub enum Command {
         #[command(subcommand)]
         cmd: TrustCmd,
     },
-    /// Open, list, show and change issues.
+    /// Open, list, show and change issues: on the remote's git-collab
+    /// server when it holds them, else in this clone's DAGs.
     Issue {
+        #[command(flatten)]
+        target: IssueTarget,
         #[command(subcommand)]
         cmd: IssueCmd,
     },
@@ -126,6 +130,10 @@ pub enum IssueCmd {
         /// Only issues with this label (repeat: all of them).
         #[arg(long = "label")]
         labels: Vec<String>,
+        /// Read the server's export fetched by `issue fetch` or `sync`
+        /// (no network).
+        #[arg(long)]
+        offline: bool,
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -133,6 +141,10 @@ pub enum IssueCmd {
     Show {
         /// Issue id or unique prefix (4+ hex digits).
         id: String,
+        /// Read the server's export fetched by `issue fetch` or `sync`
+        /// (no network).
+        #[arg(long)]
+        offline: bool,
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -143,6 +155,8 @@ pub enum IssueCmd {
         /// The comment (`-` reads it from stdin).
         #[arg(short, long = "message")]
         message: String,
+        #[command(flatten)]
+        fence: FenceFlag,
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -155,6 +169,8 @@ pub enum IssueCmd {
         /// New description (`-` reads it from stdin).
         #[arg(short, long)]
         body: Option<String>,
+        #[command(flatten)]
+        fence: FenceFlag,
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -169,6 +185,8 @@ pub enum IssueCmd {
         #[arg(long)]
         remove: Vec<String>,
         #[command(flatten)]
+        fence: FenceFlag,
+        #[command(flatten)]
         out: JsonFlag,
     },
     /// Close an issue.
@@ -178,12 +196,48 @@ pub enum IssueCmd {
         #[arg(short, long)]
         reason: Option<String>,
         #[command(flatten)]
+        fence: FenceFlag,
+        #[command(flatten)]
         out: JsonFlag,
     },
     /// Reopen a closed issue.
     Reopen {
         /// Issue id or unique prefix.
         id: String,
+        #[command(flatten)]
+        fence: FenceFlag,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Say that an issue blocks, or relates to, another (server mode);
+    /// OTHER is an id or prefix, or REPO#ID for another repository of
+    /// the same server.
+    Link {
+        /// Issue id or unique prefix.
+        id: String,
+        #[arg(value_parser = ["blocks", "relates"])]
+        kind: String,
+        other: String,
+        #[command(flatten)]
+        fence: FenceFlag,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Remove a link made by `link` (server mode).
+    Unlink {
+        /// Issue id or unique prefix.
+        id: String,
+        #[arg(value_parser = ["blocks", "relates"])]
+        kind: String,
+        other: String,
+        #[command(flatten)]
+        fence: FenceFlag,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Fetch the server's signed export of its issues, for `--offline`
+    /// and `verify`.
+    Fetch {
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -197,8 +251,6 @@ pub enum IssueCmd {
         #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=git_collab::client::lease::MAX_TTL_SECS))]
         ttl: Option<u64>,
         #[command(flatten)]
-        remote: RemoteFlag,
-        #[command(flatten)]
         out: JsonFlag,
     },
     /// Give up your claim on an issue (succeeds if you hold none). Exit 4 if
@@ -206,8 +258,6 @@ pub enum IssueCmd {
     Unclaim {
         /// Issue id or unique prefix (4+ hex digits).
         id: String,
-        #[command(flatten)]
-        remote: RemoteFlag,
         #[command(flatten)]
         out: JsonFlag,
     },
@@ -219,25 +269,36 @@ pub enum IssueCmd {
         #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=git_collab::client::lease::MAX_TTL_SECS))]
         ttl: u64,
         #[command(flatten)]
-        remote: RemoteFlag,
-        #[command(flatten)]
         out: JsonFlag,
     },
     /// List the live claims on the server's copy of this repository.
     Claims {
         #[command(flatten)]
-        remote: RemoteFlag,
-        #[command(flatten)]
         out: JsonFlag,
     },
 }
 
-/// `--remote`: the git remote whose server holds the claims.
+/// Which remote's issues, and where they live (flags of every `issue`
+/// subcommand, accepted before or after it).
 #[derive(Debug, Clone, Args)]
-pub struct RemoteFlag {
-    /// The git remote (an ssh URL) of the server.
-    #[arg(long, default_value = "origin")]
+pub struct IssueTarget {
+    /// The git remote whose server holds the issues and claims.
+    #[arg(long, global = true, default_value = "origin")]
     pub remote: String,
+    /// `server`: the remote's git-collab server holds the issues; `local`:
+    /// signed DAGs in this clone, shared with `sync`. Default: git config
+    /// collab.mode, else detected once per remote and remembered.
+    #[arg(long, global = true, value_parser = ["server", "local"])]
+    pub mode: Option<String>,
+}
+
+/// `--lease-token N`: fence a server write on a live lease.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct FenceFlag {
+    /// Refuse the write (exit 4) unless N is the token of the issue's live
+    /// lease (server mode only).
+    #[arg(long, value_name = "N")]
+    pub lease_token: Option<i64>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -5,21 +5,21 @@
 //! (4 = the issue is claimed by someone else).
 
 mod cli;
+mod issue_cmd;
 mod patch_cmd;
 
 use std::io::{IsTerminal, Read};
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Parser;
 use git2::Repository;
 use serde::Serialize;
 
-use cli::{Cli, Command, IssueCmd, KeyCmd, ReleaseCmd, TrustCmd};
-use git_collab::client::issue::{self, short_id, Identity, Written};
-use git_collab::client::lease::{self, LeaseOp};
+use cli::{Cli, Command, KeyCmd, ReleaseCmd, TrustCmd};
+use git_collab::client::issue::{short_id, Identity};
+use git_collab::client::mode::{self, Mode};
 use git_collab::client::sync;
-use git_collab::record::state::{self, IssueState, IssueStatus};
 use git_collab::record::{refs, sign, trust, verify};
 
 fn main() -> ExitCode {
@@ -68,14 +68,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Init => init(&open_repo()?),
         Command::Key { cmd } => key(cmd),
         Command::Trust { cmd } => trust_cmd(&open_repo()?, cmd),
-        Command::Issue { cmd } => issue_cmd(&open_repo()?, cmd),
+        Command::Issue { target, cmd } => issue_cmd::run(&open_repo()?, target, cmd),
         Command::Patch { cmd } => patch_cmd::run(&open_repo()?, cmd),
         Command::Release { cmd } => release_cmd(&open_repo()?, cmd),
         Command::Sync { remote } => {
             let repo = open_repo()?;
             // The merge scan records merges with the signing key, if any.
             let who = Identity::load(&repo.config()?).ok();
-            let report = sync::sync_as(&repo, &remote, who.as_ref())?;
+            // A server that holds the issues refuses pushes of their DAGs.
+            let server = mode::choose(&repo, &remote, None)?.mode == Mode::Server;
+            let report = sync::sync_with(&repo, &remote, who.as_ref(), !server)?;
             println!(
                 "synced with {remote}: {} new, {} fast-forwarded, {} merged{}",
                 report.created.len(),
@@ -128,6 +130,44 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 for i in &report.invalid_issues {
                     println!("invalid issue {}: {}", short_id(&i.issue), i.reason);
+                }
+                for e in &report.exports {
+                    for p in &e.dropped {
+                        println!(
+                            "dropped {} in the export of issue {} from {}: {} ({}{})",
+                            short_id(&p.event.commit),
+                            short_id(&p.issue),
+                            e.remote,
+                            p.event.detail,
+                            p.event.kind.as_deref().unwrap_or("unreadable event"),
+                            p.event
+                                .author_fingerprint
+                                .as_deref()
+                                .map(|f| format!(", key {f}"))
+                                .unwrap_or_default()
+                        );
+                    }
+                    for i in &e.invalid_issues {
+                        println!(
+                            "invalid export of issue {} from {}: {}",
+                            short_id(&i.issue),
+                            e.remote,
+                            i.reason
+                        );
+                    }
+                    println!(
+                        "export of {}: {} issues, {} events, {} dropped, {} invalid issues{}",
+                        e.remote,
+                        e.issues,
+                        e.events,
+                        e.dropped.len(),
+                        e.invalid_issues.len(),
+                        if e.checked {
+                            ""
+                        } else {
+                            " (not checked against the server's key: trust its server_key first)"
+                        }
+                    );
                 }
                 println!(
                     "{}: {} issues, {} events, {} dropped, {} invalid issues",
@@ -294,241 +334,8 @@ fn trust_cmd(repo: &Repository, cmd: TrustCmd) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One row of `issue list --json`.
-#[derive(Serialize)]
-struct IssueSummary<'a> {
-    id: &'a str,
-    title: &'a str,
-    status: IssueStatus,
-    author: &'a state::Author,
-    created_at: chrono::DateTime<chrono::Utc>,
-    updated_at: chrono::DateTime<chrono::Utc>,
-    labels: &'a [String],
-    comments: usize,
-}
-
-#[derive(Serialize)]
-struct WrittenJson<'a> {
-    issue: &'a str,
-    event: String,
-}
-
-fn issue_cmd(repo: &Repository, cmd: IssueCmd) -> Result<ExitCode> {
-    let identity = || -> Result<Identity> { Ok(Identity::load(&repo.config()?)?) };
-    let (verb, written, json) = match cmd {
-        IssueCmd::Claim {
-            id,
-            ttl,
-            remote,
-            out,
-        } => {
-            let op = LeaseOp::Claim {
-                issue: id,
-                ttl_secs: ttl,
-            };
-            return lease_cmd(repo, &remote.remote, &op, out.json);
-        }
-        IssueCmd::Unclaim { id, remote, out } => {
-            return lease_cmd(
-                repo,
-                &remote.remote,
-                &LeaseOp::Unclaim { issue: id },
-                out.json,
-            )
-        }
-        IssueCmd::Renew {
-            id,
-            ttl,
-            remote,
-            out,
-        } => {
-            let op = LeaseOp::Renew {
-                issue: id,
-                ttl_secs: ttl,
-            };
-            return lease_cmd(repo, &remote.remote, &op, out.json);
-        }
-        IssueCmd::Claims { remote, out } => {
-            return lease_cmd(repo, &remote.remote, &LeaseOp::Claims, out.json)
-        }
-        IssueCmd::List {
-            all,
-            closed,
-            labels,
-            out,
-        } => {
-            let issues: Vec<IssueState> = state::list_issues(repo)?
-                .into_iter()
-                .filter(|i| all || (closed == (i.status == IssueStatus::Closed)))
-                .filter(|i| labels.iter().all(|l| i.labels.contains(l)))
-                .collect();
-            if out.json {
-                let rows: Vec<IssueSummary> = issues
-                    .iter()
-                    .map(|i| IssueSummary {
-                        id: &i.id,
-                        title: &i.title,
-                        status: i.status,
-                        author: &i.author,
-                        created_at: i.created_at,
-                        updated_at: i.updated_at,
-                        labels: &i.labels,
-                        comments: i.comments.len(),
-                    })
-                    .collect();
-                print_json(&rows)?;
-            } else {
-                for i in &issues {
-                    println!("{}", list_line(i));
-                }
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-        IssueCmd::Show { id, out } => {
-            let (ref_name, full_id) = state::resolve_issue_ref(repo, &id)?;
-            let issue = IssueState::from_ref(repo, &ref_name, &full_id)?;
-            if out.json {
-                print_json(&issue)?;
-            } else {
-                print_issue(&issue);
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-        IssueCmd::Open {
-            title,
-            body,
-            labels,
-            out,
-        } => {
-            let body = text_arg(body)?;
-            (
-                "opened",
-                issue::open(repo, &identity()?, &title, &body, &labels)?,
-                out.json,
-            )
-        }
-        IssueCmd::Comment { id, message, out } => {
-            let message = text_arg(message)?;
-            (
-                "commented on",
-                issue::comment(repo, &identity()?, &id, &message)?,
-                out.json,
-            )
-        }
-        IssueCmd::Edit {
-            id,
-            title,
-            body,
-            out,
-        } => {
-            let body = body.map(text_arg).transpose()?;
-            (
-                "edited",
-                issue::edit(repo, &identity()?, &id, title.as_deref(), body.as_deref())?,
-                out.json,
-            )
-        }
-        IssueCmd::Label {
-            id,
-            add,
-            remove,
-            out,
-        } => {
-            if add.is_empty() && remove.is_empty() {
-                bail!("nothing to do: give --add or --remove");
-            }
-            (
-                "labelled",
-                issue::label(repo, &identity()?, &id, &add, &remove)?,
-                out.json,
-            )
-        }
-        IssueCmd::Close { id, reason, out } => (
-            "closed",
-            issue::close(repo, &identity()?, &id, reason.as_deref())?,
-            out.json,
-        ),
-        IssueCmd::Reopen { id, out } => (
-            "reopened",
-            issue::reopen(repo, &identity()?, &id)?,
-            out.json,
-        ),
-    };
-    report_written(verb, &written, json)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Run a lease command on the server behind `remote` and print its answer;
-/// the exit status is the server's (0, 1, or 4 for a lease conflict).
-fn lease_cmd(repo: &Repository, remote: &str, op: &LeaseOp, json: bool) -> Result<ExitCode> {
-    let out = lease::run(repo, remote, op)?;
-    let shown = lease::render(op, &out, json);
-    print!("{}", shown.stdout);
-    eprint!("{}", shown.stderr);
-    Ok(ExitCode::from(u8::try_from(shown.code).unwrap_or(1)))
-}
-
-fn report_written(verb: &str, written: &Written, json: bool) -> Result<()> {
-    if json {
-        print_json(&WrittenJson {
-            issue: &written.issue,
-            event: written.event.to_string(),
-        })
-    } else {
-        println!("{verb} {}", short_id(&written.issue));
-        Ok(())
-    }
-}
-
-fn list_line(i: &IssueState) -> String {
-    let labels = if i.labels.is_empty() {
-        String::new()
-    } else {
-        format!("  [{}]", i.labels.join(", "))
-    };
-    format!(
-        "{}  {:<6}  {}{}",
-        short_id(&i.id),
-        i.status,
-        i.title,
-        labels
-    )
-}
-
-fn print_issue(i: &IssueState) {
-    println!("{} {}", short_id(&i.id), i.title);
-    println!(
-        "status: {}{}",
-        i.status,
-        i.closed_reason
-            .as_deref()
-            .map(|r| format!(" ({r})"))
-            .unwrap_or_default()
-    );
-    println!("author: {}", i.author.name);
-    println!("created: {}", i.created_at.to_rfc3339());
-    println!("updated: {}", i.updated_at.to_rfc3339());
-    if !i.labels.is_empty() {
-        println!("labels: {}", i.labels.join(", "));
-    }
-    if !i.body.is_empty() {
-        println!();
-        println!("{}", i.body.trim_end());
-    }
-    for c in &i.comments {
-        println!();
-        println!(
-            "--- {} {} at {}",
-            short_id(&c.id),
-            c.author.name,
-            c.at.to_rfc3339()
-        );
-        println!("{}", c.body.trim_end());
-    }
-}
-
 /// A text argument, where `-` means "read standard input".
-fn text_arg(value: String) -> Result<String> {
+pub(crate) fn text_arg(value: String) -> Result<String> {
     if value != "-" {
         return Ok(value);
     }
@@ -624,7 +431,7 @@ fn release_cmd(repo: &Repository, cmd: ReleaseCmd) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_json<T: Serialize>(value: &T) -> Result<()> {
+pub(crate) fn print_json<T: Serialize>(value: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }

@@ -659,3 +659,61 @@ fn web_lists_releases_and_streams_downloads() {
         assert_eq!(web_support::get(&h, missing).status, 404, "{missing}");
     }
 }
+
+/// File names of 250 to 255 bytes (the documented limit) upload, list,
+/// download (through the CLI, which streams into a temporary file beside
+/// the target) and delete like short ones. Regression for issue 12: the
+/// server's record name `.<file>.meta` passed the file-name limit and the
+/// upload failed with "internal error".
+#[test]
+fn file_names_of_up_to_255_bytes_work() {
+    let h = ServerHarness::start();
+    repo_with_tag(&h, "v1");
+    let key = h.ssh_client_key();
+    let work = h.temp_dir().join("work");
+    let names: Vec<String> = [250, 251, 254, 255]
+        .iter()
+        .map(|&n| format!("{n}-{}", "a".repeat(n - 4)))
+        .collect();
+    for name in &names {
+        assert_eq!(name.len().to_string(), name[..3]);
+        let up = ssh_raw_bytes(
+            &h,
+            &key,
+            &format!("collab-release create 'app' 'v1' '{name}'"),
+            name.as_bytes(),
+        );
+        assert_eq!(up.code, 0, "{}: {}", name.len(), up.stderr);
+    }
+    let listed = cli(&h, &key, &work, &["release", "list", "--json"]);
+    assert_eq!(listed.code, 0, "{listed:?}");
+    let listed: Vec<String> = listed.json()["releases"][0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(listed, names);
+
+    let got = cli(
+        &h,
+        &key,
+        &work,
+        &["release", "download", "v1", "-o", "out", "--json"],
+    );
+    assert_eq!(got.code, 0, "{got:?}");
+    let mut downloaded = entries_under(&work.join("out"));
+    downloaded.sort();
+    assert_eq!(downloaded, names);
+    for name in &names {
+        assert_eq!(
+            std::fs::read(work.join("out").join(name)).unwrap(),
+            name.as_bytes()
+        );
+    }
+
+    let deleted = cli(&h, &key, &work, &["release", "delete", "v1", "--json"]);
+    assert_eq!(deleted.code, 0, "{deleted:?}");
+    assert_eq!(entries_under(&releases_dir(&h)), Vec::<String>::new());
+    assert!(!h.log().contains("ERROR"), "{}", h.log());
+}

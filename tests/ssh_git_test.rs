@@ -91,14 +91,15 @@ fn force_push_and_delete_need_rewind() {
     let forced = h.git_as(&writer, &clone, &["push", "--force", "origin", "HEAD:main"]);
     assert!(!forced.status.success());
     assert!(
-        stderr(&forced).contains("non-fast-forward"),
+        stderr(&forced)
+            .contains("error: refs/heads/main: a non-fast-forward update needs rewind access"),
         "{}",
         stderr(&forced)
     );
     let deleted = h.git_as(&writer, &clone, &["push", "origin", ":topic"]);
     assert!(!deleted.status.success());
     assert!(
-        stderr(&deleted).contains("deletion prohibited"),
+        stderr(&deleted).contains("error: refs/heads/topic: deleting a ref needs rewind access"),
         "{}",
         stderr(&deleted)
     );

@@ -199,7 +199,8 @@ pub fn reopen(repo: &Repository, who: &Identity, issue: &str) -> Result<Written>
 
 /// The 8-hex form of an id shown in human output.
 pub fn short_id(id: &str) -> &str {
-    &id[..id.len().min(8)]
+    // By characters: ids from a server reply are not trusted to be hex.
+    id.char_indices().nth(8).map_or(id, |(end, _)| &id[..end])
 }
 
 /// Resolves `issue`, materializes it, lets `make` decide the event from the

@@ -1,9 +1,12 @@
 //! The client's side: operations the `git-collab` CLI runs on a user's
 //! clone (`issue`, `sync`) and over SSH against a git-collab server
-//! (`lease`, `release`, through `remote_ssh`).
+//! (`server_issue`, `lease`, `release`, through `remote_ssh`); `mode`
+//! decides which of the two holds a remote's issues.
 
 pub mod issue;
 pub mod lease;
+pub mod mode;
 pub mod release;
 pub mod remote_ssh;
+pub mod server_issue;
 pub mod sync;

@@ -340,6 +340,18 @@ pub fn download(
         .collect()
 }
 
+/// The temporary name a download of `name` streams into:
+/// `.<name>.<random>.part`, with `name` cut short so that the whole stays
+/// within the 255-byte limit on a file name.
+fn partial_name(name: &str, random: u64) -> String {
+    const SUFFIX_LEN: usize = 1 + 1 + 16 + 5; // "." name "." hex ".part"
+    let mut keep = name.len().min(255 - SUFFIX_LEN);
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!(".{}.{random:016x}.part", &name[..keep])
+}
+
 fn download_one(
     remote: &SshRemote,
     tag: &str,
@@ -347,11 +359,7 @@ fn download_one(
     dir: &Path,
 ) -> Result<Downloaded> {
     let target = dir.join(&record.name);
-    let tmp = dir.join(format!(
-        ".{}.{:016x}.part",
-        record.name,
-        rand::random::<u64>()
-    ));
+    let tmp = dir.join(partial_name(&record.name, rand::random::<u64>()));
     let result = (|| {
         let out = File::options()
             .write(true)
@@ -399,6 +407,17 @@ fn download_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partial_names_fit_in_a_file_name() {
+        assert_eq!(partial_name("a.bin", 1), ".a.bin.0000000000000001.part");
+        for len in [1, 200, 232, 233, 254, 255] {
+            let name = "x".repeat(len);
+            let partial = partial_name(&name, u64::MAX);
+            assert!(partial.len() <= 255, "{len}: {}", partial.len());
+            assert!(partial.starts_with(&format!(".{}", &name[..len.min(232)])));
+        }
+    }
 
     #[test]
     fn file_names() {

@@ -6,6 +6,12 @@
 //! the remote moved in between (push rejected), the whole round is retried
 //! once.
 //!
+//! Against a git-collab server that holds the issues (server mode, see
+//! `mode.rs`), sync still fetches everything, including the server's signed
+//! issue export (kept in the tracking namespace only, see `refs.rs`), but
+//! pushes no `refs/collab/issues/*`: the server owns them and refuses such
+//! pushes. [`fetch_export`] fetches only the export.
+//!
 //! Patches ride along: the fetch also updates the remote's branches
 //! (`refs/remotes/<remote>/*`, as `git fetch` does); revision pins
 //! (`refs/collab/revisions/...`) are create-only, so a pin that differs
@@ -59,13 +65,18 @@ pub fn sync(repo: &Repository, remote: &str) -> Result<SyncReport> {
 /// [`sync`], recording the merges the merge scan finds as `patch.merge`
 /// events signed by `who` (when given) before pushing.
 pub fn sync_as(repo: &Repository, remote: &str, who: Option<&Identity>) -> Result<SyncReport> {
-    if remote.is_empty() || remote.starts_with('-') || remote.contains(['/', '\\', ' ', '*']) {
-        return Err(Error::Sync(format!("invalid remote name '{remote}'")));
-    }
-    repo.find_remote(remote).map_err(|e| match e.code() {
-        git2::ErrorCode::NotFound => Error::Sync(format!("no remote named '{remote}'")),
-        _ => e.into(),
-    })?;
+    sync_with(repo, remote, who, true)
+}
+
+/// [`sync_as`]; with `push_issues` false (server mode) the issue DAGs are
+/// fetched and joined but never pushed.
+pub fn sync_with(
+    repo: &Repository,
+    remote: &str,
+    who: Option<&Identity>,
+    push_issues: bool,
+) -> Result<SyncReport> {
+    check_remote(repo, remote)?;
     let mut report = SyncReport::default();
     for attempt in 0..2 {
         fetch(repo.path(), remote)?;
@@ -80,7 +91,7 @@ pub fn sync_as(repo: &Repository, remote: &str, who: Option<&Identity>) -> Resul
             // refspec that matches no ref.
             return Ok(report);
         }
-        match push(repo.path(), remote)? {
+        match push(repo.path(), remote, push_issues)? {
             Pushed::Done => return Ok(report),
             Pushed::RemoteMoved(_) if attempt == 0 => report.retried = true,
             Pushed::RemoteMoved(detail) => {
@@ -91,6 +102,45 @@ pub fn sync_as(repo: &Repository, remote: &str, who: Option<&Identity>) -> Resul
         }
     }
     unreachable!("the loop returns on its second attempt")
+}
+
+/// Refuses a remote name git could read as something else, or that is not
+/// configured.
+fn check_remote(repo: &Repository, remote: &str) -> Result<()> {
+    if remote.is_empty() || remote.starts_with('-') || remote.contains(['/', '\\', ' ', '*']) {
+        return Err(Error::Sync(format!("invalid remote name '{remote}'")));
+    }
+    repo.find_remote(remote).map_err(|e| match e.code() {
+        git2::ErrorCode::NotFound => Error::Sync(format!("no remote named '{remote}'")),
+        _ => e.into(),
+    })?;
+    Ok(())
+}
+
+/// Fetches only the server's issue export of `remote` into the tracking
+/// namespace (pruning issues the server no longer exports); returns how
+/// many exported issues are held afterwards.
+pub fn fetch_export(repo: &Repository, remote: &str) -> Result<usize> {
+    check_remote(repo, remote)?;
+    let out = git(repo.path())
+        .args([
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--prune",
+            "--no-write-fetch-head",
+            remote,
+        ])
+        .arg(refs::export_refspec(remote))
+        .output()
+        .map_err(|e| Error::Sync(format!("cannot run git: {e}")))?;
+    if !out.status.success() {
+        return Err(Error::Sync(format!(
+            "git fetch {remote} failed: {}",
+            git_error(&out.stderr)
+        )));
+    }
+    Ok(crate::record::export::export_refs(repo, remote)?.len())
 }
 
 fn has_collab_refs(repo: &Repository) -> Result<bool> {
@@ -172,10 +222,14 @@ enum Pushed {
     RemoteMoved(String),
 }
 
-fn push(git_dir: &Path, remote: &str) -> Result<Pushed> {
-    let out = git(git_dir)
-        .args(["push", "--porcelain", "--quiet", remote])
-        .arg(refs::push_refspec())
+fn push(git_dir: &Path, remote: &str, push_issues: bool) -> Result<Pushed> {
+    let mut cmd = git(git_dir);
+    cmd.args(["push", "--porcelain", "--quiet", remote])
+        .arg(refs::push_refspec());
+    if !push_issues {
+        cmd.arg(refs::not_issues_refspec());
+    }
+    let out = cmd
         .output()
         .map_err(|e| Error::Sync(format!("cannot run git: {e}")))?;
     if out.status.success() {

@@ -5,6 +5,7 @@
 pub mod cache;
 pub mod diff;
 pub mod event;
+pub mod export;
 pub mod merge_scan;
 pub mod patch;
 pub mod refs;

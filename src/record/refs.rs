@@ -74,6 +74,16 @@ pub fn patch_branch(short_id: &str) -> String {
     format!("{PATCH_BRANCH_PREFIX}{short_id}")
 }
 
+/// Signed, read-only export of the server's record (written by the server
+/// only): `refs/collab/export/...`, e.g. `refs/collab/export/issues/<issue
+/// id>`. A clone keeps it only in its tracking namespace
+/// (`refs/collab-remotes/<remote>/export/...`), never under `refs/collab/`,
+/// so sync never joins or pushes it.
+pub const EXPORT_PREFIX: &str = "refs/collab/export/";
+
+/// Git notes (`git notes`), e.g. `refs/notes/commits`.
+pub const NOTES_PREFIX: &str = "refs/notes/";
+
 /// Git tags, which releases attach to.
 pub const TAGS_PREFIX: &str = "refs/tags/";
 
@@ -116,11 +126,43 @@ pub fn push_refspec() -> String {
     format!("{COLLAB_GLOB}:{COLLAB_GLOB}")
 }
 
+/// The negative refspec that keeps issue DAGs out of sync's push (server
+/// mode: the server owns the issues).
+pub fn not_issues_refspec() -> String {
+    format!("^{ISSUES_GLOB}")
+}
+
 /// Maps a tracking ref `refs/collab-remotes/<remote>/<rest>` back to the
-/// local collab ref `refs/collab/<rest>`.
+/// local collab ref `refs/collab/<rest>`; `None` for the server's export,
+/// which stays in the tracking namespace.
 pub fn local_for_tracking(remote: &str, tracking: &str) -> Option<String> {
     let rest = tracking.strip_prefix(&tracking_prefix(remote))?;
-    (!rest.is_empty()).then(|| format!("{COLLAB_PREFIX}{rest}"))
+    let local = format!("{COLLAB_PREFIX}{rest}");
+    (!rest.is_empty() && !local.starts_with(EXPORT_PREFIX)).then_some(local)
+}
+
+/// The fetch refspec that mirrors only the server's export into the
+/// tracking namespace of `remote` (forced: the copy follows the server).
+pub fn export_refspec(remote: &str) -> String {
+    format!("+{EXPORT_PREFIX}*:{}export/*", tracking_prefix(remote))
+}
+
+/// Where a clone keeps the export of `remote`'s issue `full_id`.
+pub fn export_issue_ref(remote: &str, full_id: &str) -> String {
+    format!("{}export/issues/{full_id}", tracking_prefix(remote))
+}
+
+/// Glob matching the export of every issue of `remote` in a clone.
+pub fn export_issues_glob(remote: &str) -> String {
+    format!("{}export/issues/*", tracking_prefix(remote))
+}
+
+/// The issue id of an export ref of `remote` in a clone, if `name` is one.
+pub fn export_issue_id_of<'a>(remote: &str, name: &'a str) -> Option<&'a str> {
+    let id = name
+        .strip_prefix(&tracking_prefix(remote))?
+        .strip_prefix("export/issues/")?;
+    is_full_hex_id(id).then_some(id)
 }
 
 /// True when the collab ref `name` holds an event DAG (issues, patches), so
@@ -154,6 +196,14 @@ mod tests {
             "tracking ref maps to the local issue ref"
         );
         assert_eq!(local_for_tracking("other", &t), None);
+        let export = export_issue_ref("origin", ID);
+        assert_eq!(local_for_tracking("origin", &export), None, "export stays");
+        assert_eq!(export_issue_id_of("origin", &export), Some(ID));
+        assert_eq!(export_issue_id_of("other", &export), None);
+        assert_eq!(
+            export_refspec("origin"),
+            "+refs/collab/export/*:refs/collab-remotes/origin/export/*"
+        );
         assert_eq!(
             tracking_refspec("origin"),
             "+refs/collab/*:refs/collab-remotes/origin/*"

@@ -1,13 +1,19 @@
 //! `git-collab verify`: replays every issue and reports what replay drops
 //! (bad signatures, untrusted keys, malformed or misplaced events) and the
-//! issues that are invalid as a whole (their root event was dropped).
+//! issues that are invalid as a whole (their root event was dropped); then
+//! does the same for each server export held here (`export.rs`), which
+//! counts as checked only when an allowlist exists, that is once the
+//! server's key has been trusted: without one, any validly signed export
+//! would pass.
 
 use git2::Repository;
 use serde::Serialize;
 
 use crate::error::Result;
+use crate::record::export;
 use crate::record::replay::DroppedEvent;
-use crate::record::state;
+use crate::record::state::{self, IssueReplay};
+use crate::record::trust::TrustList;
 
 /// One dropped event, with the issue it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -38,33 +44,77 @@ pub struct VerifyReport {
     pub allowlist: bool,
     pub dropped: Vec<Problem>,
     pub invalid_issues: Vec<InvalidIssue>,
+    /// The server exports held here, one per remote that has one.
+    pub exports: Vec<ExportReport>,
 }
 
-/// Replays every issue of `repo` and collects the problems.
+/// The outcome of verifying the export of one remote's server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExportReport {
+    pub remote: String,
+    /// True when the allowlist exists, so only trusted keys (the server's)
+    /// may sign the export; false means signatures were checked but any
+    /// key would have passed.
+    pub checked: bool,
+    /// Number of exported issue DAGs examined.
+    pub issues: usize,
+    /// Number of event commits examined.
+    pub events: usize,
+    pub dropped: Vec<Problem>,
+    pub invalid_issues: Vec<InvalidIssue>,
+}
+
+/// Replays every issue of `repo`, and every server export it holds, and
+/// collects the problems.
 pub fn verify(repo: &Repository) -> Result<VerifyReport> {
     let replays = state::replay_all(repo)?;
+    let trust = TrustList::load(repo)?;
     let mut report = VerifyReport {
         ok: true,
         issues: replays.len(),
         events: replays.iter().map(|r| r.events).sum(),
-        allowlist: crate::record::trust::trust_path(repo).exists(),
+        allowlist: trust.is_some(),
         dropped: Vec::new(),
         invalid_issues: Vec::new(),
+        exports: Vec::new(),
     };
+    collect(replays, &mut report.dropped, &mut report.invalid_issues);
+    for remote in repo.remotes()?.iter().flatten().flatten() {
+        let replays = export::replay_all(repo, remote, trust.as_ref())?;
+        if replays.is_empty() {
+            continue;
+        }
+        let mut export = ExportReport {
+            remote: remote.to_string(),
+            checked: trust.is_some(),
+            issues: replays.len(),
+            events: replays.iter().map(|r| r.events).sum(),
+            dropped: Vec::new(),
+            invalid_issues: Vec::new(),
+        };
+        collect(replays, &mut export.dropped, &mut export.invalid_issues);
+        report.exports.push(export);
+    }
+    report.ok = report.dropped.is_empty()
+        && report.invalid_issues.is_empty()
+        && report
+            .exports
+            .iter()
+            .all(|e| e.dropped.is_empty() && e.invalid_issues.is_empty());
+    Ok(report)
+}
+
+fn collect(replays: Vec<IssueReplay>, dropped: &mut Vec<Problem>, invalid: &mut Vec<InvalidIssue>) {
     for replay in replays {
         if let Err(reason) = &replay.state {
-            report.invalid_issues.push(InvalidIssue {
+            invalid.push(InvalidIssue {
                 issue: replay.id.clone(),
                 reason: reason.clone(),
             });
         }
-        report
-            .dropped
-            .extend(replay.dropped.into_iter().map(|event| Problem {
-                issue: replay.id.clone(),
-                event,
-            }));
+        dropped.extend(replay.dropped.into_iter().map(|event| Problem {
+            issue: replay.id.clone(),
+            event,
+        }));
     }
-    report.ok = report.dropped.is_empty() && report.invalid_issues.is_empty();
-    Ok(report)
 }

@@ -37,6 +37,8 @@ pub struct App {
     pub leases: LeaseService,
     /// Callers waiting for a lease (`acquire --wait`).
     pub waiters: Arc<Waiters>,
+    /// The server's Ed25519 signing key (`signing`).
+    pub signing_key: Arc<git_collab::record::sign::SigningKey>,
 }
 
 impl App {
@@ -55,9 +57,11 @@ impl App {
             Arc::new(|| chrono::Utc::now().timestamp()),
         )
         .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
+        let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
         Ok(App {
             waiters: Waiters::new(leases.clone()),
             leases,
+            signing_key,
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
@@ -126,6 +130,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         stopping.clone(),
     ));
     app.waiters.spawn(stopping.clone());
+    crate::events::spawn_background(&app);
 
     if app.authorized_keys.current().is_empty()
         && !matches!(

@@ -196,6 +196,22 @@ pub fn can_create_repo(_app: &App, caller: &Caller, name: &str) -> bool {
     }
 }
 
+/// Whether the caller is a server administrator: an admin key when
+/// ungoverned, a principal with Rewind on the governance repository when
+/// governed. Administrators see the events that belong to no repository
+/// (`collab-events watch`) and may subscribe webhooks to any repository glob.
+pub fn is_server_admin(_app: &App, caller: &Caller) -> bool {
+    match &caller.regime {
+        Regime::Ungoverned { admin } => *admin,
+        Regime::Governed { name, conf } => conf.allows_repo(
+            name,
+            crate::repos::GOVERNANCE_REPO.trim_end_matches(".git"),
+            Access::Rewind,
+        ),
+        Regime::Closed => false,
+    }
+}
+
 /// Whether anonymous HTTP may read this repository.
 #[allow(dead_code)] // the web UI and smart-HTTP call it
 pub fn anonymous_can_read(app: &App, entry: &RepoEntry) -> bool {

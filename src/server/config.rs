@@ -40,6 +40,7 @@ pub struct ServerConfig {
     pub http: HttpConfig,
     pub log: LogConfig,
     pub leases: LeasesConfig,
+    pub events: EventsConfig,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -88,6 +89,31 @@ pub struct LogConfig {
     pub format: String,
 }
 
+/// The event stream (`collab-events watch`) and the event log's retention.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct EventsConfig {
+    /// Events older than this many days are pruned (at least 1).
+    pub retention_days: u64,
+    /// A watcher gets a heartbeat line after this many idle seconds.
+    pub heartbeat_secs: u64,
+    /// A watcher whose output has been blocked this long (its client stopped
+    /// reading) is cut off.
+    pub stall_timeout_secs: u64,
+    /// Most watchers connected at once; more are refused.
+    pub max_watchers: u64,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        EventsConfig {
+            retention_days: 30,
+            heartbeat_secs: 30,
+            stall_timeout_secs: 30,
+            max_watchers: 256,
+        }
+    }
+}
+
 /// Built-in default of `state_dir`.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/git-collab";
 /// The configuration file read when neither `--config` nor
@@ -99,7 +125,7 @@ pub const ENV_PREFIX: &str = "GIT_COLLAB_";
 pub const CONFIG_ENV: &str = "GIT_COLLAB_CONFIG";
 
 /// Every configuration key, dotted, in the order of SPEC §3.1.
-pub const KEYS: [&str; 15] = [
+pub const KEYS: &[&str] = &[
     "state_dir",
     "repos_dir",
     "collab_db",
@@ -112,13 +138,17 @@ pub const KEYS: [&str; 15] = [
     "http.listen",
     "log.level",
     "log.format",
+    "events.retention_days",
+    "events.heartbeat_secs",
+    "events.stall_timeout_secs",
+    "events.max_watchers",
     "leases.max_lifetime",
     "leases.lock_delay",
     "leases.max_ttl",
 ];
 
 /// Top-level TOML tables; every other known key is a top-level scalar.
-const SECTIONS: [&str; 4] = ["ssh", "http", "log", "leases"];
+const SECTIONS: &[&str] = &["ssh", "http", "log", "events", "leases"];
 
 impl ServerConfig {
     /// Embedded defaults for a given state directory (SPEC §3.1).
@@ -142,6 +172,7 @@ impl ServerConfig {
                 format: "text".into(),
             },
             leases: LeasesConfig::default(),
+            events: EventsConfig::default(),
             state_dir,
         }
     }
@@ -162,6 +193,13 @@ impl ServerConfig {
     #[allow(dead_code)] // Contract for the serve code (another branch).
     pub fn hooks_dir(&self) -> PathBuf {
         self.state_dir.join("hooks")
+    }
+
+    /// The server's Ed25519 signing key (OpenSSH format), generated on first
+    /// start: it signs webhook deliveries (`v1a,`) and is published as
+    /// `server_key` by `collab-whoami`.
+    pub fn signing_key_path(&self) -> PathBuf {
+        self.state_dir.join("collab_signing_key")
     }
 }
 
@@ -228,7 +266,15 @@ pub struct LoadedConfig {
     pub config: ServerConfig,
     /// Dotted key (`ssh.listen`) -> layer description.
     pub sources: BTreeMap<String, String>,
+    /// Keys whose effective value was read through `GIT_COLLAB_<KEY>_FILE`
+    /// -> that file. `config show` prints these as redacted.
+    pub secret_files: BTreeMap<String, PathBuf>,
 }
+
+/// Largest file read through `GIT_COLLAB_<KEY>_FILE`. Secrets and key lists
+/// are small; anything larger (`/dev/zero`, a wrong path) is refused before
+/// it can fill memory.
+pub const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
 
 /// Resolve the layers from the process environment and the system file.
 /// Errors name the key, the bad value and the layer.
@@ -256,13 +302,23 @@ pub fn load_from(
     if let Some(file) = config_file(flags, env, system_file)? {
         figment = figment.merge(file_layer(&file)?);
     }
-    for layer in env_layers(env)? {
+    let mut file_layers = Vec::new();
+    for (layer, file) in env_layers(env)? {
+        if let Some((key, path)) = file {
+            file_layers.push((layer.name.clone(), key, path));
+        }
         figment = figment.merge(layer);
     }
     for layer in flag_layers(flags)? {
         figment = figment.merge(layer);
     }
-    resolve(&figment)
+    let mut loaded = resolve(&figment)?;
+    for (layer, key, path) in file_layers {
+        if loaded.sources.get(key) == Some(&layer) {
+            loaded.secret_files.insert(key.to_string(), path);
+        }
+    }
+    Ok(loaded)
 }
 
 /// Environment variables that look like a mistyped key: a single `_` where
@@ -358,6 +414,14 @@ fn default_values() -> Dict {
     );
     put("leases.lock_delay", Value::from(defaults.leases.lock_delay));
     put("leases.max_ttl", Value::from(defaults.leases.max_ttl));
+    let events = EventsConfig::default();
+    put("events.retention_days", Value::from(events.retention_days));
+    put("events.heartbeat_secs", Value::from(events.heartbeat_secs));
+    put(
+        "events.stall_timeout_secs",
+        Value::from(events.stall_timeout_secs),
+    );
+    put("events.max_watchers", Value::from(events.max_watchers));
     dict
 }
 
@@ -449,7 +513,11 @@ fn check_file_keys(table: &toml::Table, source: &str) -> anyhow::Result<()> {
 /// One layer per `GIT_COLLAB_<KEY>` or `GIT_COLLAB_<KEY>_FILE` variable whose
 /// key is known; every other `GIT_COLLAB_*` variable is left to the client.
 /// Values are taken verbatim (no TOML-ish parsing), so `12345` stays a string.
-fn env_layers(env: &BTreeMap<String, OsString>) -> anyhow::Result<Vec<Layer>> {
+/// A layer read through `_FILE` comes with its key and the file's path.
+#[allow(clippy::type_complexity)]
+fn env_layers(
+    env: &BTreeMap<String, OsString>,
+) -> anyhow::Result<Vec<(Layer, Option<(&'static str, PathBuf)>)>> {
     let mut layers = Vec::new();
     for (name, raw) in env {
         let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
@@ -464,24 +532,44 @@ fn env_layers(env: &BTreeMap<String, OsString>) -> anyhow::Result<Vec<Layer>> {
             continue;
         };
         let source = format!("env {name}");
-        let text = if from_file {
+        let (text, file) = if from_file {
             let direct = env_name(key);
             if env.contains_key(&direct) {
                 bail!("{key} from {source}: {direct} is set too; set only one of them");
             }
             let path = PathBuf::from(raw);
-            let contents = std::fs::read_to_string(&path)
+            let contents = read_secret_file(&path)
                 .with_context(|| format!("{key} from {source}: cannot read {}", path.display()))?;
             // Secret files usually end with a newline that is not part of the value.
-            contents.trim_end_matches(['\n', '\r']).to_string()
+            let text = contents.trim_end_matches(['\n', '\r']).to_string();
+            (text, Some((*key, path)))
         } else {
-            raw.to_str()
+            let text = raw
+                .to_str()
                 .ok_or_else(|| anyhow!("{key} = {raw:?} from {source}: not valid UTF-8"))?
-                .to_string()
+                .to_string();
+            (text, None)
         };
-        layers.push(Layer::single(source, key, Value::from(text)));
+        layers.push((Layer::single(source, key, Value::from(text)), file));
     }
     Ok(layers)
+}
+
+/// The text of a `_FILE` file, at most [`MAX_SECRET_FILE_BYTES`]. Errors
+/// never quote the content.
+fn read_secret_file(path: &Path) -> anyhow::Result<String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_SECRET_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_SECRET_FILE_BYTES {
+        bail!(
+            "larger than {} KiB (the limit for _FILE values)",
+            MAX_SECRET_FILE_BYTES / 1024
+        );
+    }
+    String::from_utf8(bytes).map_err(|_| anyhow!("not valid UTF-8"))
 }
 
 /// One layer per flag that was given.
@@ -625,6 +713,22 @@ impl Given {
             return Err(self.error(format!("at most {max} seconds")));
         }
         Ok(secs)
+    }
+
+    /// A whole number in `min..=max` (TOML integer, or digits from env).
+    fn count(&self, min: u64, max: u64) -> anyhow::Result<u64> {
+        let n = match &self.value {
+            Value::Num(_, num) => num
+                .to_i128()
+                .or_else(|| num.to_u128().and_then(|n| i128::try_from(n).ok()))
+                .and_then(|n| u64::try_from(n).ok()),
+            Value::String(_, text) => text.trim().parse::<u64>().ok(),
+            _ => None,
+        };
+        match n {
+            Some(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(self.error(format!("expected a whole number from {min} to {max}"))),
+        }
     }
 
     fn log_level(&self) -> anyhow::Result<String> {
@@ -797,12 +901,19 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
                 given => given.duration_at_most(DEFAULT_MAX_TTL)?,
             },
         },
+        events: EventsConfig {
+            retention_days: r.required("events.retention_days").count(1, 36_500)?,
+            heartbeat_secs: r.required("events.heartbeat_secs").count(1, 3600)?,
+            stall_timeout_secs: r.required("events.stall_timeout_secs").count(1, 3600)?,
+            max_watchers: r.required("events.max_watchers").count(1, 100_000)?,
+        },
         repos_dir,
         state_dir,
     };
     Ok(LoadedConfig {
         config,
         sources: r.sources,
+        secret_files: BTreeMap::new(),
     })
 }
 
@@ -914,6 +1025,10 @@ impl LoadedConfig {
             "leases.max_lifetime" => json!(c.leases.max_lifetime),
             "leases.lock_delay" => json!(c.leases.lock_delay),
             "leases.max_ttl" => json!(c.leases.max_ttl),
+            "events.retention_days" => json!(c.events.retention_days),
+            "events.heartbeat_secs" => json!(c.events.heartbeat_secs),
+            "events.stall_timeout_secs" => json!(c.events.stall_timeout_secs),
+            "events.max_watchers" => json!(c.events.max_watchers),
             other => unreachable!("not a configuration key: {other}"),
         }
     }
@@ -922,13 +1037,24 @@ impl LoadedConfig {
         self.sources.get(key).map_or("default", String::as_str)
     }
 
-    /// `{"key": {"value": …, "source": "…"}}` for every key.
+    /// What `config show` prints instead of a value read through `_FILE`.
+    fn redacted(&self, key: &str) -> Option<String> {
+        self.secret_files
+            .get(key)
+            .map(|path| format!("<redacted: from file {}>", path.display()))
+    }
+
+    /// `{"key": {"value": …, "source": "…"}}` for every key; a value read
+    /// through `_FILE` is replaced by `"<redacted: from file PATH>"`.
     pub fn to_json(&self) -> serde_json::Value {
         let map: serde_json::Map<String, serde_json::Value> = KEYS
             .iter()
             .map(|key| {
-                let entry =
-                    serde_json::json!({"value": self.value(key), "source": self.source(key)});
+                let value = match self.redacted(key) {
+                    Some(redacted) => serde_json::Value::String(redacted),
+                    None => self.value(key),
+                };
+                let entry = serde_json::json!({"value": value, "source": self.source(key)});
                 (key.to_string(), entry)
             })
             .collect();
@@ -960,6 +1086,9 @@ impl LoadedConfig {
     }
 
     fn display_lines(&self, key: &str) -> Vec<String> {
+        if let Some(redacted) = self.redacted(key) {
+            return vec![redacted];
+        }
         let c = &self.config;
         match key {
             "initial_admin_keys" if c.initial_admin_keys.is_empty() => vec!["(none)".into()],
@@ -1223,6 +1352,85 @@ mod tests {
         assert_eq!(
             loaded.sources["initial_admin_keys"],
             "env GIT_COLLAB_INITIAL_ADMIN_KEYS_FILE"
+        );
+    }
+
+    #[test]
+    fn file_values_are_redacted_in_config_show() {
+        let dir = tempfile::tempdir().unwrap();
+        let title = dir.path().join("title");
+        std::fs::write(&title, "Secret Forge\n").unwrap();
+        let keys = dir.path().join("keys");
+        std::fs::write(&keys, format!("{KEY_A}\n")).unwrap();
+        let loaded = load_env(&[
+            ("GIT_COLLAB_SITE_TITLE_FILE", title.to_str().unwrap()),
+            ("GIT_COLLAB_INITIAL_ADMIN_KEYS_FILE", keys.to_str().unwrap()),
+            ("GIT_COLLAB_LOG__LEVEL", "debug"),
+        ])
+        .unwrap();
+        assert_eq!(loaded.config.site_title, "Secret Forge");
+        let json = loaded.to_json();
+        let shown = format!("<redacted: from file {}>", title.display());
+        assert_eq!(json["site_title"]["value"], shown.as_str());
+        assert_eq!(
+            json["site_title"]["source"],
+            "env GIT_COLLAB_SITE_TITLE_FILE"
+        );
+        assert_eq!(
+            json["initial_admin_keys"]["value"],
+            format!("<redacted: from file {}>", keys.display()).as_str()
+        );
+        assert_eq!(json["log.level"]["value"], "debug");
+        let text = loaded.to_text();
+        assert!(text.contains(&shown), "{text}");
+        for secret in ["Secret Forge", "AAAAC3Nz", "SHA256:"] {
+            assert!(!text.contains(secret), "{text}");
+            assert!(!json.to_string().contains(secret), "{json}");
+        }
+
+        // A flag overriding the file: the shown value is the flag's.
+        let flags = ConfigFlags {
+            state_dir: Some("/srv".into()),
+            site_title: Some("Open".into()),
+            ..ConfigFlags::default()
+        };
+        let env = env(&[("GIT_COLLAB_SITE_TITLE_FILE", title.to_str().unwrap())]);
+        let loaded = load_from(&flags, &env, &no_system_file()).unwrap();
+        assert_eq!(loaded.to_json()["site_title"]["value"], "Open");
+    }
+
+    #[test]
+    fn file_values_are_size_bounded() {
+        let e = err(load_env(&[("GIT_COLLAB_SITE_TITLE_FILE", "/dev/zero")]));
+        assert_eq!(
+            e,
+            "site_title from env GIT_COLLAB_SITE_TITLE_FILE: cannot read /dev/zero: \
+             larger than 64 KiB (the limit for _FILE values)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let at_limit = dir.path().join("at_limit");
+        std::fs::write(&at_limit, "x".repeat(MAX_SECRET_FILE_BYTES as usize)).unwrap();
+        let loaded = load_env(&[("GIT_COLLAB_SITE_TITLE_FILE", at_limit.to_str().unwrap())]);
+        assert_eq!(loaded.unwrap().config.site_title.len(), 64 * 1024);
+        let over = dir.path().join("over");
+        std::fs::write(&over, "x".repeat(MAX_SECRET_FILE_BYTES as usize + 1)).unwrap();
+        let e = err(load_env(&[(
+            "GIT_COLLAB_SITE_TITLE_FILE",
+            over.to_str().unwrap(),
+        )]));
+        assert!(
+            e.ends_with("larger than 64 KiB (the limit for _FILE values)"),
+            "{e}"
+        );
+        let binary = dir.path().join("binary");
+        std::fs::write(&binary, b"\xff\xfesecret").unwrap();
+        let e = err(load_env(&[(
+            "GIT_COLLAB_SITE_TITLE_FILE",
+            binary.to_str().unwrap(),
+        )]));
+        assert!(
+            e.ends_with("not valid UTF-8") && !e.contains("secret"),
+            "{e}"
         );
     }
 

@@ -8,8 +8,10 @@ mod app;
 mod authz;
 mod config;
 mod db;
+mod events;
 mod governance;
 mod healthcheck;
+mod hooks;
 mod http;
 mod identity;
 mod leasing;
@@ -19,6 +21,7 @@ mod releases;
 mod repos;
 mod setup;
 mod shutdown;
+mod signing;
 mod ssh;
 
 use std::process::ExitCode;
@@ -91,7 +94,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // Hooks run inside `git receive-pack` and need no configuration.
     if let Command::Hook { name } = &cli.command {
-        return Ok(ExitCode::from(governance::hook::run(name)));
+        return Ok(ExitCode::from(hooks::run(name)));
     }
     let loaded = config::load(&cli.flags)?;
     logging::init(&loaded.config.log)?;
@@ -113,7 +116,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Repo {
             command: RepoCmd::Create { name },
         } => {
-            let path = repos::create_repo(&loaded.config, &name)?;
+            let (created, path) = repos::create_repo(&loaded.config, &name)?;
+            events::record_host_event(
+                &loaded.config,
+                &events::Recorded::repo_created(&created, events::HOST_ACTOR),
+            );
             println!("created {}", path.display());
         }
         Command::Healthcheck => healthcheck::check(&loaded.config)?,

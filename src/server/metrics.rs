@@ -17,6 +17,12 @@ static SSH_SESSIONS: AtomicU64 = AtomicU64::new(0);
 static VERBS: Mutex<BTreeMap<(String, String), u64>> = Mutex::new(BTreeMap::new());
 static LEASE_OPS: Mutex<BTreeMap<(String, String), u64>> = Mutex::new(BTreeMap::new());
 static HTTP_REQUESTS: Mutex<BTreeMap<u16, u64>> = Mutex::new(BTreeMap::new());
+static WATCHERS: AtomicU64 = AtomicU64::new(0);
+
+/// The number of `collab-events watch` streams connected now.
+pub fn set_watchers(n: u64) {
+    WATCHERS.store(n, Ordering::Relaxed);
+}
 
 /// An SSH connection completed its handshake.
 pub fn ssh_session_opened() {
@@ -121,6 +127,18 @@ pub fn render() -> String {
             "git_collab_http_requests_total{{status=\"{status}\"}} {n}"
         );
     }
+    let gauge = |out: &mut String, name: &str, help: &str, value: u64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    };
+    gauge(
+        &mut out,
+        "git_collab_event_watchers",
+        "collab-events watch streams connected now.",
+        WATCHERS.load(Ordering::Relaxed),
+    );
     out
 }
 

@@ -6,7 +6,9 @@
 //!
 //! Layout, inside the directory of one release:
 //! - `<file>`: the bytes, exactly as uploaded;
-//! - `.<file>.meta`: a JSON [`ReleaseFile`], the record that the file exists;
+//! - `.<file>.meta`: a JSON [`ReleaseFile`], the record that the file exists
+//!   (`.#<sha256 of the name>.meta` for names too long for that, see
+//!   [`meta_name`]);
 //! - `.tmp-<random>`: an upload (or a metadata file) being written.
 //!
 //! File names never start with `.`, so dotfiles are always ours. The tag
@@ -149,8 +151,17 @@ fn decode_tag(segment: &str) -> Option<String> {
     (encode_tag(&tag) == segment).then_some(tag)
 }
 
+/// The name of `file`'s record: `.<file>.meta`, or, when that would pass
+/// the 255-byte limit on a file name (a `file` of 250 bytes or more),
+/// `.#<sha256 of file>.meta`. `#` never occurs in a file name, so the two
+/// forms cannot collide; the record names its file, so it is still checked.
 fn meta_name(file: &str) -> String {
-    format!(".{file}.meta")
+    let plain = format!(".{file}.meta");
+    if plain.len() <= MAX_SEGMENT {
+        plain
+    } else {
+        format!(".#{}.meta", hex::encode(Sha256::digest(file.as_bytes())))
+    }
 }
 
 /// fsync a directory, so that renames and removals in it are durable.
@@ -718,6 +729,38 @@ mod tests {
             store.begin_upload("r.git", "v1", "../f", 1),
             Err(ReleaseError::FileName(_))
         ));
+        assert!(files_under(&store.root).is_empty());
+    }
+
+    #[test]
+    fn names_up_to_255_bytes_are_stored_listed_and_deleted() {
+        let (_t, store) = store();
+        let names: Vec<String> = [1, 248, 249, 250, 254, 255]
+            .iter()
+            .map(|&n| format!("{n}{}", "x".repeat(n - n.to_string().len())))
+            .collect();
+        for name in &names {
+            assert_eq!(name.len().to_string(), name.trim_end_matches('x'));
+            upload(&store, "v1", name, name.as_bytes());
+        }
+        let listed: Vec<String> = store.list("r.git").unwrap()[0]
+            .files
+            .iter()
+            .map(|f| f.name.clone())
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(listed, sorted);
+        for entry in files_under(&store.root) {
+            let last = entry.rsplit('/').next().unwrap();
+            assert!(last.len() <= 255, "{entry}");
+        }
+        let (mut reader, _) = store.open("r.git", "v1", &names[5]).unwrap();
+        let mut bytes = Vec::new();
+        io::Read::read_to_end(&mut reader, &mut bytes).unwrap();
+        assert_eq!(bytes, names[5].as_bytes());
+        store.delete("r.git", "v1", Some(&names[5])).unwrap();
+        store.delete("r.git", "v1", None).unwrap();
         assert!(files_under(&store.root).is_empty());
     }
 

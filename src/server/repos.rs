@@ -293,8 +293,8 @@ pub enum CreateError {
 /// `repos_dir`, with `HEAD` on `main`; errors if the name is invalid or the
 /// repository exists. The repository is built in a scratch directory beside
 /// the target and renamed into place, so a failure leaves nothing behind.
-pub fn create_repo(config: &ServerConfig, name: &str) -> anyhow::Result<PathBuf> {
-    Ok(create_repo_in(&config.repos_dir, name).map(|(_, path)| path)?)
+pub fn create_repo(config: &ServerConfig, name: &str) -> anyhow::Result<(String, PathBuf)> {
+    Ok(create_repo_in(&config.repos_dir, name)?)
 }
 
 /// `create_repo` on a bare `repos_dir`; returns the canonical name and path.

@@ -1,7 +1,7 @@
 //! First-start and every-start preparation of the state directory: the
 //! directories, the SSH host key (generated once), the authorized_keys file
 //! (created empty), `initial_admin_keys` merged into it and marked admin, and
-//! the server hooks directory whose `pre-receive` runs this binary.
+//! the server hooks directory whose scripts run this binary (`hooks::HOOK_NAMES`).
 //!
 //! Nothing here serves requests; `app::serve` calls `prepare` once.
 
@@ -168,12 +168,14 @@ pub fn write_hooks(hooks_dir: &Path) -> anyhow::Result<()> {
         bail!("the server binary path {} is not UTF-8", exe.display());
     };
     let quoted = format!("'{}'", exe.replace('\'', "'\\''"));
-    let script = format!(
-        "#!/bin/sh\n# Written by git-collab-server at start; edits are overwritten.\nexec {quoted} hook pre-receive\n"
-    );
-    let path = hooks_dir.join("pre-receive");
-    replace_file(&path, script.as_bytes(), 0o755)
-        .with_context(|| format!("writing {}", path.display()))?;
+    for name in crate::hooks::HOOK_NAMES {
+        let script = format!(
+            "#!/bin/sh\n# Written by git-collab-server at start; edits are overwritten.\nexec {quoted} hook {name}\n"
+        );
+        let path = hooks_dir.join(name);
+        replace_file(&path, script.as_bytes(), 0o755)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     Ok(())
 }
 

@@ -1,5 +1,3 @@
-// Wired into the writes by the phase-2 work; until then only tests call it.
-#![allow(dead_code)]
 //! The append-only event log (`events`): one row per change, written in the
 //! same transaction as the change, so a change and its event commit or roll
 //! back together. Later readers (the event stream, webhooks, the work
@@ -64,8 +62,38 @@ pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> rusqlite::Re
     Ok(seq)
 }
 
+/// The highest `seq` ever handed out (0 on an empty log). Pruning never
+/// lowers it: it is the counter, not the table's maximum.
+pub fn head(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached("SELECT value FROM counters WHERE name = 'events'")?
+        .query_row([], |r| r.get(0))
+}
+
+/// The oldest `seq` still stored; `head + 1` when the log is empty (every
+/// event so far was pruned, or there was none).
+pub fn oldest(conn: &Connection) -> rusqlite::Result<i64> {
+    let min: Option<i64> = conn
+        .prepare_cached("SELECT MIN(seq) FROM events")?
+        .query_row([], |r| r.get(0))?;
+    match min {
+        Some(seq) => Ok(seq),
+        None => Ok(head(conn)? + 1),
+    }
+}
+
+/// Delete events written before `cutoff` (unix seconds), at most `limit`
+/// rows (retention works in small batches so the writer is never held
+/// long); returns how many went. Only the oldest rows go: `at` follows
+/// `seq` because both are taken under the same write lock.
+pub fn prune_before(conn: &Connection, cutoff: i64, limit: i64) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "DELETE FROM events WHERE seq IN
+           (SELECT seq FROM events WHERE at < ?1 ORDER BY seq LIMIT ?2)",
+    )?
+    .execute(rusqlite::params![cutoff, limit])
+}
+
 /// Events with `seq > after`, oldest first, at most `limit`.
-#[cfg_attr(not(test), allow(dead_code))]
 pub fn after(conn: &Connection, after: i64, limit: i64) -> rusqlite::Result<Vec<Event>> {
     let mut stmt = conn.prepare_cached(
         "SELECT seq, at, type, repo, object_id, actor, payload FROM events
@@ -122,6 +150,21 @@ mod tests {
             vec![(1, "a"), (2, "c")]
         );
         assert_eq!(all[0].payload, serde_json::json!({"n": 1}));
+    }
+
+    #[test]
+    fn head_oldest_and_pruning() {
+        let conn = db();
+        assert_eq!((head(&conn).unwrap(), oldest(&conn).unwrap()), (0, 1));
+        for (i, at) in [10, 11, 20, 21].iter().enumerate() {
+            assert_eq!(append(&conn, &ev("a"), *at).unwrap(), i as i64 + 1);
+        }
+        assert_eq!(prune_before(&conn, 20, 1).unwrap(), 1);
+        assert_eq!(oldest(&conn).unwrap(), 2);
+        assert_eq!(prune_before(&conn, 20, 100).unwrap(), 1);
+        assert_eq!((head(&conn).unwrap(), oldest(&conn).unwrap()), (4, 3));
+        assert_eq!(prune_before(&conn, 100, 100).unwrap(), 2);
+        assert_eq!((head(&conn).unwrap(), oldest(&conn).unwrap()), (4, 5));
     }
 
     #[test]

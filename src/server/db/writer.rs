@@ -65,6 +65,10 @@ pub struct WriterStats {
 
 struct Inner {
     queue: Option<mpsc::Sender<Job>>,
+    /// The highest committed event `seq` known to this process: the writer
+    /// publishes it after every COMMIT, others (`publish_event_head`) after
+    /// writes made by other processes (git hooks, the host CLI).
+    event_head: watch::Sender<i64>,
     writer: Option<JoinHandle<()>>,
     policy: Policy,
     #[cfg_attr(not(test), allow(dead_code))]
@@ -194,9 +198,12 @@ impl LeaseService {
         // was down): the first pass runs at once.
         let (due_tx, due) = watch::channel(Some(i64::MIN));
         let (changes_tx, changes) = watch::channel(0);
+        let head = crate::db::events::head(&conn).context("reading the event log head")?;
+        let event_head = watch::Sender::new(head);
         let signals = Signals {
             due: due_tx,
             changes: changes_tx,
+            event_head: event_head.clone(),
         };
         let writer_counters = Arc::clone(&counters);
         let writer = std::thread::Builder::new()
@@ -211,6 +218,7 @@ impl LeaseService {
         Ok(LeaseService {
             inner: Arc::new(Inner {
                 queue: Some(queue),
+                event_head,
                 writer: Some(writer),
                 policy,
                 counters,
@@ -382,6 +390,18 @@ impl LeaseService {
             .expect("the writer answers each op with its own outcome"))
     }
 
+    /// Follow the highest committed event `seq` (see `Inner::event_head`).
+    /// Watchers wake on a change and read the rows from the table.
+    pub fn subscribe_event_head(&self) -> watch::Receiver<i64> {
+        self.inner.event_head.subscribe()
+    }
+
+    /// Raise the published event head to `seq` (never lowers it). For rows
+    /// committed by other processes.
+    pub fn publish_event_head(&self, seq: i64) {
+        publish_head(&self.inner.event_head, seq);
+    }
+
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn stats(&self) -> WriterStats {
         WriterStats {
@@ -406,6 +426,16 @@ impl LeaseService {
     }
 }
 
+fn publish_head(head: &watch::Sender<i64>, seq: i64) {
+    head.send_if_modified(|current| {
+        let raised = seq > *current;
+        if raised {
+            *current = seq;
+        }
+        raised
+    });
+}
+
 fn writer_stopped() -> anyhow::Error {
     anyhow!("the lease writer has stopped")
 }
@@ -414,10 +444,12 @@ fn unix_now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
-/// The writer's ends of the two signals.
+/// The writer's ends of its signals.
 struct Signals {
     due: watch::Sender<Option<i64>>,
     changes: watch::Sender<u64>,
+    /// The highest committed event `seq` (see `Inner::event_head`).
+    event_head: watch::Sender<i64>,
 }
 
 impl Signals {
@@ -480,6 +512,11 @@ fn run_writer(
                 .map(|op| Err(anyhow!("{op}: collab database transaction failed: {e}")))
                 .collect(),
         };
+        // After COMMIT: whatever the group appended is visible to readers now.
+        match crate::db::events::head(&conn) {
+            Ok(seq) => publish_head(&signals.event_head, seq),
+            Err(e) => tracing::warn!("reading the event log head: {e}"),
+        }
         counters.groups.fetch_add(1, Ordering::Relaxed);
         counters
             .ops

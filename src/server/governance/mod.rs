@@ -3,26 +3,19 @@
 //!
 //! Governance is active once that branch has the file. A push to it is
 //! validated before anything changes: `git receive-pack` runs the server's
-//! `pre-receive` hook (`core.hooksPath` = the server hooks dir), which runs
-//! this binary (`git-collab-server hook pre-receive`, see `hook`) to parse
-//! the new file; a bad file rejects the whole push with the parse error. After
+//! `pre-receive` hook, whose `hooks::governance` check parses the new file;
+//! a bad file rejects the whole push with the parse error. After
 //! a successful receive-pack the server reloads the file and swaps it in
 //! atomically (`Governance::reload`).
 
 pub mod conf;
 
-use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use conf::{GovernanceConf, CONF_FILE};
 
 use crate::repos::GOVERNANCE_REPO;
-
-/// Environment variables the server sets for `git receive-pack`, read by the
-/// hook.
-pub const ENV_REPO: &str = "GIT_COLLAB_REPO";
-pub const ENV_FINGERPRINT: &str = "GIT_COLLAB_FINGERPRINT";
 
 /// What the governance repository currently says.
 #[derive(Debug, Clone)]
@@ -111,80 +104,4 @@ fn read_conf_text(repo_path: &Path) -> Result<Option<String>, git2::Error> {
     };
     let blob = entry.to_object(&repo)?.peel_to_blob()?;
     Ok(Some(String::from_utf8_lossy(blob.content()).into_owned()))
-}
-
-/// The `pre-receive` hook, run by `git receive-pack` inside the repository
-/// (with git's quarantine environment, so the pushed objects are readable
-/// through the `git` CLI but not yet in the repository).
-pub mod hook {
-    use super::*;
-    use std::process::Command;
-
-    const ZERO: &str = "0000000000000000000000000000000000000000";
-
-    /// Run the named hook; returns the process exit code. Only `pre-receive`
-    /// exists, and it only acts on the governance repository.
-    pub fn run(name: &str) -> u8 {
-        if name != "pre-receive" {
-            return 0;
-        }
-        let repo = std::env::var(ENV_REPO).unwrap_or_default();
-        if repo != GOVERNANCE_REPO {
-            return 0;
-        }
-        let pusher = std::env::var(ENV_FINGERPRINT).ok();
-        let updates: Vec<String> = std::io::stdin()
-            .lock()
-            .lines()
-            .map_while(Result::ok)
-            .collect();
-        match check_updates(&updates, pusher.as_deref()) {
-            Ok(()) => 0,
-            Err(msg) => {
-                eprintln!("error: {msg}");
-                1
-            }
-        }
-    }
-
-    fn git(args: &[&str]) -> Result<Vec<u8>, String> {
-        let out = Command::new("git")
-            .args(args)
-            .output()
-            .map_err(|e| format!("cannot run git: {e}"))?;
-        if out.status.success() {
-            Ok(out.stdout)
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-        }
-    }
-
-    fn check_updates(updates: &[String], pusher: Option<&str>) -> Result<(), String> {
-        let head = String::from_utf8_lossy(&git(&["symbolic-ref", "HEAD"])?)
-            .trim()
-            .to_string();
-        for line in updates {
-            let mut parts = line.split_whitespace();
-            let (Some(_old), Some(new), Some(refname)) = (parts.next(), parts.next(), parts.next())
-            else {
-                return Err(format!("malformed hook input {line:?}"));
-            };
-            if refname != head {
-                continue;
-            }
-            if new == ZERO {
-                return Err(format!("{refname} holds {CONF_FILE} and cannot be deleted"));
-            }
-            let spec = format!("{new}:{CONF_FILE}");
-            let text = git(&["cat-file", "blob", &spec]).map_err(|_| {
-                format!("{CONF_FILE} is missing from {refname}; keep it to stay governed")
-            })?;
-            let text = String::from_utf8(text).map_err(|_| format!("{CONF_FILE}: not UTF-8"))?;
-            let parsed = GovernanceConf::parse(&text).map_err(|e| e.to_string())?;
-            if let Some(fp) = pusher {
-                parsed.check_keeps_admin(fp).map_err(|e| e.to_string())?;
-            }
-        }
-        Ok(())
-    }
 }

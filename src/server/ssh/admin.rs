@@ -11,7 +11,9 @@ use crate::authz;
 use crate::repos::{self, CreateError};
 
 /// `collab-whoami` -> `{"principal", "regime", "name", "fingerprint",
-/// "admin", "key"}`; `key` is the OpenSSH line to enroll in governance.
+/// "admin", "key", "server_key"}`; `key` is the OpenSSH line to enroll in
+/// governance, `server_key` the server's signing key (webhook `v1a,`
+/// signatures are made with it).
 pub async fn whoami(ctx: &ExecContext, channel: Channel<Msg>) {
     let caller = &ctx.caller;
     let mut key = caller.identity.key.clone();
@@ -23,6 +25,7 @@ pub async fn whoami(ctx: &ExecContext, channel: Channel<Msg>) {
         "name": caller.name(),
         "fingerprint": caller.identity.fingerprint,
         "admin": caller.identity.admin,
+        "server_key": ctx.app.signing_key.public_key_line(),
     });
     reply_and_close(channel, &json_line(&reply), 0).await
 }
@@ -62,6 +65,9 @@ async fn create(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
                 repo = created,
                 "repository created"
             );
+            crate::events::Recorded::repo_created(&created, ctx.caller.principal())
+                .record_or_log(&ctx.app.leases)
+                .await;
             let reply = json!({ "status": "created", "repo": created });
             reply_and_close(channel, &json_line(&reply), 0).await
         }

@@ -6,9 +6,15 @@
 //! Backpressure: output goes through `ChannelWriteHalf::make_writer`, which
 //! waits for the client's window; input is written to the child from its own
 //! task, which drains the channel until it closes (an undrained channel
-//! stalls the whole connection). Without Rewind, receive-pack refuses
-//! non-fast-forward updates and deletions (`receive.denyNonFastForwards`,
-//! `receive.denyDeletes` on the command line, above any repository config).
+//! stalls the whole connection).
+//!
+//! receive-pack runs the server's hooks (`hooks/`), which get the pusher,
+//! the repository and the access level `authz` decided through
+//! `HookContext`'s environment; the `pre-receive` access check enforces the
+//! per-ref rules. Below Rewind, receive-pack also refuses non-fast-forward
+//! updates and deletions of branches (`receive.denyNonFastForwards`,
+//! `receive.denyDeletes` on the command line, above any repository config):
+//! defense in depth, not the rule.
 
 use std::process::Stdio;
 
@@ -19,7 +25,7 @@ use tokio::process::Command;
 
 use super::session::{reply_and_close, ExecContext, GitService, NOT_FOUND};
 use crate::authz::{self, Access};
-use crate::governance::{ENV_FINGERPRINT, ENV_REPO};
+use crate::hooks::HookContext;
 
 /// Copy buffer: one SSH packet's worth.
 const CHUNK: usize = 32 * 1024;
@@ -66,12 +72,19 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
                     "receive.denyDeletes=true",
                 ]);
             }
-            cmd.env(ENV_FINGERPRINT, &ctx.caller.identity.fingerprint);
+            let hook = HookContext {
+                principal: ctx.caller.principal().to_string(),
+                fingerprint: ctx.caller.identity.fingerprint.clone(),
+                repo: entry.name.clone(),
+                access: level,
+                state_dir: ctx.app.config.state_dir.clone(),
+                collab_db: ctx.app.config.collab_db_path(),
+            };
+            cmd.envs(hook.to_env());
         }
     }
     cmd.arg(service.subcommand())
         .arg(&entry.path)
-        .env(ENV_REPO, &entry.name)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -140,6 +153,10 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
     };
     if service == GitService::ReceivePack && entry.is_governance() {
         ctx.app.governance.reload();
+    }
+    if service == GitService::ReceivePack {
+        // The hooks ran in other processes; their event rows are committed.
+        crate::events::refresh_head(&ctx.app).await;
     }
     tracing::info!(
         principal = ctx.caller.principal(),

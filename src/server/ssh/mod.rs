@@ -5,9 +5,12 @@
 //! proven) only answers whether a key would be admitted; the identity is
 //! bound in `auth_publickey`, after russh has verified the signature, and
 //! only to that key (GHSA-pchf-49fh-w34r: never to a key merely offered).
-//! Exec requests go to `session::run_exec`; shells and ptys get a hint.
+//! Exec requests go to `session::run_exec`; shells and ptys get a hint;
+//! every other channel request is refused with an answer when one is
+//! wanted.
 
 pub mod admin;
+pub mod events;
 pub mod git;
 pub mod lease;
 pub mod release;
@@ -306,9 +309,16 @@ impl russh::server::Handler for Connection {
         }
         let guard = app.work.track();
         let raw = data.to_vec();
+        let handle = session.handle();
         tokio::spawn(async move {
             let caller = authz::caller_for(&app, identity);
-            session::run_exec(ExecContext { app, caller, env }, channel, raw).await;
+            let ctx = ExecContext {
+                app,
+                caller,
+                env,
+                session: handle,
+            };
+            session::run_exec(ctx, channel, raw).await;
             drop(guard);
         });
         Ok(())
@@ -353,6 +363,49 @@ impl russh::server::Handler for Connection {
     ) -> Result<(), Self::Error> {
         session.channel_success(id)?;
         self.reply_on(id, "error: unknown command");
+        Ok(())
+    }
+
+    // Every other channel request is refused, and answered when the client
+    // wants an answer (`channel_failure` sends nothing otherwise): a request
+    // left unanswered would make the client wait forever, or pair the next
+    // reply with the wrong request. Forwarding (X11, agent, TCP, sockets)
+    // is never offered: russh refuses those channel opens and global
+    // requests by default, and the agent request below.
+
+    async fn x11_request(
+        &mut self,
+        id: ChannelId,
+        _single_connection: bool,
+        _x11_auth_protocol: &str,
+        _x11_auth_cookie: &str,
+        _x11_screen_number: u32,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        session.channel_failure(id)?;
+        Ok(())
+    }
+
+    async fn window_change_request(
+        &mut self,
+        id: ChannelId,
+        _cols: u32,
+        _rows: u32,
+        _pw: u32,
+        _ph: u32,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        session.channel_failure(id)?;
+        Ok(())
+    }
+
+    async fn signal(
+        &mut self,
+        id: ChannelId,
+        _signal: russh::Sig,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        session.channel_failure(id)?;
         Ok(())
     }
 }

@@ -218,6 +218,15 @@ async fn create(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &str,
                 size = record.size,
                 "release file stored"
             );
+            let file_json = serde_json::to_value(&record).unwrap_or_default();
+            crate::events::Recorded::release_uploaded(
+                &entry.name,
+                tag,
+                &file_json,
+                ctx.caller.principal(),
+            )
+            .record_or_log(&ctx.app.leases)
+            .await;
             let reply = json!({
                 "status": "created",
                 "repo": entry.name,
@@ -281,6 +290,15 @@ async fn delete(
                 files = ?deleted,
                 "release files deleted"
             );
+            let files_json = serde_json::to_value(&deleted).unwrap_or_default();
+            crate::events::Recorded::release_deleted(
+                &entry.name,
+                tag,
+                &files_json,
+                ctx.caller.principal(),
+            )
+            .record_or_log(&ctx.app.leases)
+            .await;
             let reply = json!({
                 "status": "deleted",
                 "repo": entry.name,

@@ -199,6 +199,63 @@ pub enum ReleaseCmd {
     },
 }
 
+/// `collab-events watch ['<repo>'...] [--since SEQ] [--type PATTERN]...
+/// [--no-follow]` (see `super::events`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchCmd {
+    /// Only these repositories; empty = every repository the caller reads.
+    pub repos: Vec<String>,
+    /// Replay events after this seq first; `None` = only what comes next.
+    pub since: Option<i64>,
+    /// Type patterns (`lease.*`); empty = every type.
+    pub types: Vec<String>,
+    /// Keep following after the replay (the default).
+    pub follow: bool,
+}
+
+/// The most repositories one watcher may name.
+pub const MAX_WATCH_REPOS: usize = 64;
+
+/// `collab-events watch …` after `watch`.
+fn parse_watch(args: &[&str]) -> Option<WatchCmd> {
+    let mut cmd = WatchCmd {
+        repos: Vec::new(),
+        since: None,
+        types: Vec::new(),
+        follow: true,
+    };
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match *arg {
+            "--since" if cmd.since.is_none() => {
+                let value = rest.next()?;
+                if value.is_empty()
+                    || value.len() > 18
+                    || !value.bytes().all(|b| b.is_ascii_digit())
+                {
+                    return None;
+                }
+                cmd.since = Some(value.parse().ok()?);
+            }
+            "--type" => {
+                let value = rest.next()?;
+                if !crate::events::filter::valid_pattern(value)
+                    || cmd.types.len() >= crate::events::filter::MAX_PATTERNS
+                {
+                    return None;
+                }
+                cmd.types.push(value.to_string());
+            }
+            "--no-follow" if cmd.follow => cmd.follow = false,
+            repo if !repo.starts_with('-') && cmd.repos.len() < MAX_WATCH_REPOS => {
+                cmd.repos.push(repo.to_string())
+            }
+            _ => return None,
+        }
+    }
+    Some(cmd)
+}
+
 /// A parsed exec request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecCommand {
@@ -213,6 +270,8 @@ pub enum ExecCommand {
     /// `collab-release create|download '<repo>' '<tag>' '<file>'`,
     /// `list '<repo>'`, `delete '<repo>' '<tag>' ['<file>']`
     Release(ReleaseCmd),
+    /// `collab-events watch …`
+    Events(WatchCmd),
 }
 
 impl ExecCommand {
@@ -228,6 +287,7 @@ impl ExecCommand {
                 | ReleaseCmd::Download { repo, .. }
                 | ReleaseCmd::Delete { repo, .. },
             ) => Some(repo),
+            ExecCommand::Events(watch) => watch.repos.first().map(String::as_str),
             ExecCommand::Whoami | ExecCommand::Repo(RepoCmd::List) => None,
         }
     }
@@ -256,6 +316,7 @@ impl ExecCommand {
             ExecCommand::Release(ReleaseCmd::List { .. }) => "collab-release list",
             ExecCommand::Release(ReleaseCmd::Download { .. }) => "collab-release download",
             ExecCommand::Release(ReleaseCmd::Delete { .. }) => "collab-release delete",
+            ExecCommand::Events(_) => "collab-events watch",
         }
     }
 }
@@ -285,6 +346,7 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
         })),
         ["collab-repo", "list"] => Some(ExecCommand::Repo(RepoCmd::List)),
         ["collab-lease", sub, rest @ ..] => parse_lease(sub, rest).map(ExecCommand::Lease),
+        ["collab-events", "watch", rest @ ..] => parse_watch(rest).map(ExecCommand::Events),
         ["collab-release", "create", repo, tag, file] => {
             Some(ExecCommand::Release(ReleaseCmd::Create {
                 repo: repo.to_string(),
@@ -370,6 +432,9 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
              collab-lease break '<repo>' '<issue>' --reason <text> | \
              collab-lease list '<repo>' | collab-lease show '<repo>' '<issue>'"
         }
+        ("collab-events", _) => {
+            "collab-events watch ['<repo>'...] [--since <seq>] [--type <pattern>]... [--no-follow]"
+        }
         ("collab-release", _) => {
             "collab-release create|download '<repo>' '<tag>' '<file>' | list '<repo>' | delete '<repo>' '<tag>' ['<file>']"
         }
@@ -389,6 +454,9 @@ pub struct ExecContext {
     pub app: Arc<App>,
     pub caller: Caller,
     pub env: ChannelEnv,
+    /// The connection's session, for the few verbs that must send past a
+    /// full window (a watcher's last line) or drop a stalled connection.
+    pub session: russh::server::Handle,
 }
 
 /// Send one reply and end the channel: `message` goes to stderr when it is an
@@ -484,6 +552,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
         ExecCommand::Lease(cmd) => super::lease::run(&ctx, channel, cmd).await,
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
+        ExecCommand::Events(cmd) => super::events::watch(&ctx, channel, cmd).await,
     }
 }
 
@@ -621,6 +690,49 @@ mod tests {
         let tokens = shell_tokens("collab-release create 'r'").unwrap();
         assert!(usage(&tokens).unwrap().starts_with("collab-release create"));
         assert!(usage(&shell_tokens("rm -rf").unwrap()).is_none());
+    }
+
+    #[test]
+    fn parses_events_watch() {
+        let s = |v: &str| v.to_string();
+        assert_eq!(
+            parse_exec_command("collab-events watch"),
+            Some(ExecCommand::Events(WatchCmd {
+                repos: vec![],
+                since: None,
+                types: vec![],
+                follow: true
+            }))
+        );
+        assert_eq!(
+            parse_exec_command(
+                "collab-events watch 'a' --since 12 b --type 'lease.*' --type ref.updated --no-follow"
+            ),
+            Some(ExecCommand::Events(WatchCmd {
+                repos: vec![s("a"), s("b")],
+                since: Some(12),
+                types: vec![s("lease.*"), s("ref.updated")],
+                follow: false
+            }))
+        );
+        for bad in [
+            "collab-events",
+            "collab-events tail",
+            "collab-events watch --since",
+            "collab-events watch --since -1",
+            "collab-events watch --since 1 --since 2",
+            "collab-events watch --since 1x",
+            "collab-events watch --since 9999999999999999999",
+            "collab-events watch --type",
+            "collab-events watch --type 'a b'",
+            "collab-events watch --follow",
+            "collab-events watch --no-follow --no-follow",
+            "collab-events watch -x",
+        ] {
+            assert_eq!(parse_exec_command(bad), None, "{bad:?}");
+        }
+        let tokens = shell_tokens("collab-events watch --since").unwrap();
+        assert!(usage(&tokens).unwrap().starts_with("collab-events watch"));
     }
 
     fn lease(cmd: LeaseCmd) -> Option<ExecCommand> {

@@ -98,17 +98,30 @@ pub async fn raw(
     view::blocking(&app, move || raw_bytes(&st, &repo, &rest)).await
 }
 
-/// The object at `at.path` in `at.commit`: `None` for a missing path.
+/// The object at `at.path` in `at.commit`: `None` for a missing path,
+/// including one no tree can hold (a `.` or `..` segment, a NUL byte): a
+/// malformed URL is an ordinary 404, never a logged server error.
 fn lookup<'r>(ctx: &'r RepoCtx, at: &RevPath) -> anyhow::Result<Option<git2::Object<'r>>> {
     let tree = ctx.git.find_commit(at.commit)?.tree()?;
     if at.path.is_empty() {
         return Ok(Some(tree.into_object()));
+    }
+    if !is_tree_path(&at.path) {
+        return Ok(None);
     }
     match tree.get_path(std::path::Path::new(&at.path)) {
         Ok(entry) => Ok(Some(entry.to_object(&ctx.git)?)),
         Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether `path` (segments joined by `/`, none empty) could name an entry
+/// of a git tree: git refuses `.` and `..` as entry names, and NUL cannot
+/// occur in one.
+fn is_tree_path(path: &str) -> bool {
+    path.split('/')
+        .all(|seg| !seg.is_empty() && seg != "." && seg != ".." && !seg.contains('\0'))
 }
 
 fn resolve(ctx: &RepoCtx, rest: &str) -> Result<RevPath, PageError> {

@@ -1,0 +1,259 @@
+//! The event log as the rest of the server uses it: the JSON shape every
+//! consumer sees (`wire`, the same for `collab-events watch` lines and
+//! webhook bodies), type patterns (`TypeFilter`), appending the events this
+//! crate emits outside the issue and lease code (`Recorded`: repository
+//! creation, releases, ref updates), and the background tasks (retention
+//! pruning, picking up rows other processes committed).
+//!
+//! Storage and `seq` are `db::events`'; the stream is `ssh::events`';
+//! delivery to URLs is `webhooks`'. `docs/events.md` documents every type.
+
+pub mod filter;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{TimeZone as _, Utc};
+use rusqlite::Connection;
+use serde_json::{json, Value};
+
+use crate::app::App;
+use crate::db::events::{self, Event, NewEvent, EVENT_SCHEMA_VERSION};
+use crate::db::writer::LeaseService;
+
+pub use filter::TypeFilter;
+
+/// How often rows committed by other processes (the host CLI) are picked
+/// up when nothing pokes the feed; hooks are picked up at once, because the
+/// server pokes after every receive-pack.
+const HEAD_POLL: Duration = Duration::from_secs(2);
+
+/// How often old events are pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// Rows deleted per pruning transaction.
+const PRUNE_BATCH: i64 = 5_000;
+
+/// RFC 3339 (UTC, seconds) of a unix time.
+pub fn rfc3339(at: i64) -> String {
+    Utc.timestamp_opt(at, 0)
+        .single()
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default()
+}
+
+/// The JSON object of one event, as watchers and webhook receivers get it.
+pub fn wire(event: &Event) -> Value {
+    json!({
+        "schema": EVENT_SCHEMA_VERSION,
+        "seq": event.seq,
+        "at": rfc3339(event.at),
+        "type": event.kind,
+        "repo": event.repo,
+        "object_id": event.object_id,
+        "actor": event.actor,
+        "payload": event.payload,
+    })
+}
+
+/// An event this crate appends, owned so it can travel to the writer.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub kind: &'static str,
+    pub repo: Option<String>,
+    pub object_id: Option<String>,
+    pub actor: Option<String>,
+    pub payload: Value,
+}
+
+impl Recorded {
+    /// `repo.created {repo}` by `actor`.
+    pub fn repo_created(repo: &str, actor: &str) -> Recorded {
+        Recorded {
+            kind: "repo.created",
+            repo: Some(repo.to_string()),
+            object_id: None,
+            actor: Some(actor.to_string()),
+            payload: json!({ "repo": repo }),
+        }
+    }
+
+    /// `release.uploaded {tag, file, size, sha256}`: a release file stored.
+    pub fn release_uploaded(repo: &str, tag: &str, file: &Value, actor: &str) -> Recorded {
+        Recorded {
+            kind: "release.uploaded",
+            repo: Some(repo.to_string()),
+            object_id: Some(tag.to_string()),
+            actor: Some(actor.to_string()),
+            payload: json!({ "tag": tag, "file": file }),
+        }
+    }
+
+    /// `release.deleted {tag, files}`: release files removed.
+    pub fn release_deleted(repo: &str, tag: &str, files: &Value, actor: &str) -> Recorded {
+        Recorded {
+            kind: "release.deleted",
+            repo: Some(repo.to_string()),
+            object_id: Some(tag.to_string()),
+            actor: Some(actor.to_string()),
+            payload: json!({ "tag": tag, "files": files }),
+        }
+    }
+
+    /// Append inside the caller's transaction; returns the seq.
+    pub fn append_in(&self, conn: &Connection, now: i64) -> rusqlite::Result<i64> {
+        events::append(
+            conn,
+            &NewEvent {
+                kind: self.kind,
+                repo: self.repo.as_deref(),
+                object_id: self.object_id.as_deref(),
+                actor: self.actor.as_deref(),
+                payload: self.payload.clone(),
+            },
+            now,
+        )
+    }
+
+    /// Append through the writer (its own transaction); returns the seq
+    /// once it is durable. Used for changes that live outside collab.db
+    /// (a repository on disk, a release file): the change is durable first,
+    /// then its event; a crash in between loses the event, never invents one.
+    pub async fn record(self, service: &LeaseService) -> anyhow::Result<i64> {
+        let kind = self.kind;
+        service
+            .write(format!("append {kind} event"), move |conn, now| {
+                Ok(self.append_in(conn, now)?)
+            })
+            .await
+    }
+
+    /// `record`, logging instead of failing: the change it describes has
+    /// already happened and its reply must still go out.
+    pub async fn record_or_log(self, service: &LeaseService) {
+        let kind = self.kind;
+        if let Err(e) = self.record(service).await {
+            tracing::error!("could not append the {kind} event: {e:#}");
+        }
+    }
+}
+
+/// The actor of changes made on the host with `git-collab-server` itself
+/// (no SSH principal).
+pub const HOST_ACTOR: &str = "host";
+
+/// Append `event` from a process other than the server (the host CLI, a
+/// git hook): its own short IMMEDIATE transaction on its own connection.
+/// SQLite serializes it with the server's writer, so `seq` stays gap-free.
+/// A failure is reported on stderr and does not undo the change.
+pub fn record_host_event(config: &crate::config::ServerConfig, event: &Recorded) {
+    let path = config.collab_db_path();
+    let result = (|| -> rusqlite::Result<i64> {
+        let conn = crate::db::leases::open(&path)?;
+        let tx =
+            rusqlite::Transaction::new_unchecked(&conn, rusqlite::TransactionBehavior::Immediate)?;
+        let seq = event.append_in(&tx, Utc::now().timestamp())?;
+        tx.commit()?;
+        Ok(seq)
+    })();
+    if let Err(e) = result {
+        eprintln!("warning: could not record the {} event: {e}", event.kind);
+    }
+}
+
+/// Start the background tasks of the event log: retention pruning and the
+/// head poller. They stop with the server.
+pub fn spawn_background(app: &Arc<App>) {
+    let pruner = app.clone();
+    tokio::spawn(async move {
+        let stopping = pruner.stopping.clone();
+        loop {
+            prune(&pruner).await;
+            tokio::select! {
+                _ = tokio::time::sleep(PRUNE_EVERY) => {}
+                _ = stopping.clone().wait() => return,
+            }
+        }
+    });
+    let poller = app.clone();
+    tokio::spawn(async move {
+        let stopping = poller.stopping.clone();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(HEAD_POLL) => {}
+                _ = stopping.clone().wait() => return,
+            }
+            refresh_head(&poller).await;
+        }
+    });
+}
+
+/// Publish the head as committed on disk (by any process).
+pub async fn refresh_head(app: &App) {
+    let path = app.config.collab_db_path();
+    let read = tokio::task::spawn_blocking(move || {
+        let conn = crate::db::open_reader(&path)?;
+        events::head(&conn)
+    })
+    .await;
+    match read {
+        Ok(Ok(seq)) => app.leases.publish_event_head(seq),
+        Ok(Err(e)) => tracing::warn!("reading the event log head: {e}"),
+        Err(e) => tracing::warn!("reading the event log head: {e}"),
+    }
+}
+
+/// Delete events older than `events.retention_days`, in batches.
+async fn prune(app: &App) {
+    let keep = app.config.events.retention_days as i64 * 86_400;
+    let mut total = 0;
+    loop {
+        let pruned = app
+            .leases
+            .write("prune events", move |conn, now| {
+                Ok(events::prune_before(conn, now - keep, PRUNE_BATCH)?)
+            })
+            .await;
+        match pruned {
+            Ok(n) => {
+                total += n;
+                if (n as i64) < PRUNE_BATCH {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!("pruning events: {e:#}");
+                break;
+            }
+        }
+    }
+    if total > 0 {
+        tracing::info!("pruned {total} events older than the retention");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_shape() {
+        let event = Event {
+            seq: 7,
+            at: 0,
+            kind: "ref.updated".into(),
+            repo: Some("r.git".into()),
+            object_id: Some("refs/heads/main".into()),
+            actor: Some("alice".into()),
+            payload: json!({"ref": "refs/heads/main"}),
+        };
+        assert_eq!(
+            wire(&event),
+            json!({
+                "schema": 1, "seq": 7, "at": "1970-01-01T00:00:00Z", "type": "ref.updated",
+                "repo": "r.git", "object_id": "refs/heads/main", "actor": "alice",
+                "payload": {"ref": "refs/heads/main"},
+            })
+        );
+    }
+}

@@ -1,0 +1,126 @@
+//! What a hook knows about the push it runs for: the contract between the
+//! server (`ssh/git.rs`, which sets these variables on `git receive-pack`)
+//! and the hook process (which reads them back). Both sides use
+//! [`HookContext`], so a variable is named in this file only.
+//!
+//! A hook run without this context (receive-pack started some other way)
+//! refuses the push: it fails closed.
+
+use std::path::PathBuf;
+
+use crate::authz::Access;
+
+const ENV_PRINCIPAL: &str = "GIT_COLLAB_PRINCIPAL";
+const ENV_FINGERPRINT: &str = "GIT_COLLAB_FINGERPRINT";
+const ENV_REPO: &str = "GIT_COLLAB_REPO";
+const ENV_ACCESS: &str = "GIT_COLLAB_ACCESS";
+const ENV_STATE_DIR: &str = "GIT_COLLAB_STATE_DIR";
+const ENV_COLLAB_DB: &str = "GIT_COLLAB_DB";
+
+/// The pusher and the repository, as the server decided them before
+/// starting `git receive-pack`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookContext {
+    /// The governed name, else the key's fingerprint (the lease holder).
+    pub principal: String,
+    /// `SHA256:…` of the key that authenticated.
+    pub fingerprint: String,
+    /// Canonical repository name, e.g. `team/app.git`.
+    pub repo: String,
+    /// The pusher's level on this repository, as `authz` decided it.
+    pub access: Access,
+    pub state_dir: PathBuf,
+    /// `collab.db` (or its configured location): hooks may read it with
+    /// their own connection, and write only through `db::*` functions in
+    /// their own short transaction.
+    pub collab_db: PathBuf,
+}
+
+impl HookContext {
+    /// The variables to set on `git receive-pack`.
+    pub fn to_env(&self) -> Vec<(&'static str, std::ffi::OsString)> {
+        vec![
+            (ENV_PRINCIPAL, self.principal.clone().into()),
+            (ENV_FINGERPRINT, self.fingerprint.clone().into()),
+            (ENV_REPO, self.repo.clone().into()),
+            (ENV_ACCESS, self.access.as_str().into()),
+            (ENV_STATE_DIR, self.state_dir.clone().into_os_string()),
+            (ENV_COLLAB_DB, self.collab_db.clone().into_os_string()),
+        ]
+    }
+
+    /// Read the context inside the hook process.
+    pub fn from_env() -> Result<HookContext, String> {
+        Self::from_lookup(|name| std::env::var_os(name))
+    }
+
+    fn from_lookup(
+        get: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<HookContext, String> {
+        let missing = |name: &str| format!("push refused: the hook was run without {name}");
+        let text = |name: &str| -> Result<String, String> {
+            get(name)
+                .and_then(|v| v.into_string().ok())
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| missing(name))
+        };
+        let path = |name: &str| -> Result<PathBuf, String> {
+            get(name)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .ok_or_else(|| missing(name))
+        };
+        let access = match text(ENV_ACCESS)?.as_str() {
+            "read" => Access::Read,
+            "write" => Access::Write,
+            "rewind" => Access::Rewind,
+            _ => return Err(missing(ENV_ACCESS)),
+        };
+        Ok(HookContext {
+            principal: text(ENV_PRINCIPAL)?,
+            fingerprint: text(ENV_FINGERPRINT)?,
+            repo: text(ENV_REPO)?,
+            access,
+            state_dir: path(ENV_STATE_DIR)?,
+            collab_db: path(ENV_COLLAB_DB)?,
+        })
+    }
+
+    /// The repository the hook runs in, opened the way git set it up for
+    /// the hook: `GIT_DIR` plus the quarantine object directory, so the
+    /// pushed objects are readable although not yet in the repository.
+    pub fn open_repo(&self) -> Result<git2::Repository, String> {
+        git2::Repository::open_from_env().map_err(|e| format!("opening the repository: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn round_trips_through_the_environment() {
+        let ctx = HookContext {
+            principal: "alice".into(),
+            fingerprint: "SHA256:abc".into(),
+            repo: "team/app.git".into(),
+            access: Access::Write,
+            state_dir: "/srv/state".into(),
+            collab_db: "/srv/state/repos/collab.db".into(),
+        };
+        let env: HashMap<&str, std::ffi::OsString> = ctx.to_env().into_iter().collect();
+        let back = HookContext::from_lookup(|n| env.get(n).cloned()).unwrap();
+        assert_eq!(back, ctx);
+    }
+
+    #[test]
+    fn missing_or_bad_context_fails_closed() {
+        let err = HookContext::from_lookup(|_| None).unwrap_err();
+        assert!(err.contains("GIT_COLLAB_ACCESS"), "{err}");
+        let err =
+            HookContext::from_lookup(|n| Some(if n == ENV_ACCESS { "admin" } else { "x" }.into()))
+                .unwrap_err();
+        assert!(err.contains("GIT_COLLAB_ACCESS"), "{err}");
+    }
+}

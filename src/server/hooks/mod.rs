@@ -1,0 +1,98 @@
+//! The server's git hooks: what runs inside `git receive-pack` before (and,
+//! later, after) a push changes any ref.
+//!
+//! `ssh/git.rs` runs `git receive-pack` with `core.hooksPath` = the server
+//! hooks dir (written by `setup`), whose scripts exec
+//! `git-collab-server hook <name>`; `run` dispatches here. A hook is a
+//! separate process: everything it knows about the push comes from the
+//! environment the server set (`context`) and the ref updates git writes on
+//! stdin (`updates`).
+//!
+//! `pre-receive` is a pipeline of checks over the parsed updates, run in
+//! order; the first check that refuses stops the push, and nothing changes
+//! (git's quarantine keeps the pushed objects out of the repository). Each
+//! concern is one module with one `check` function:
+//!
+//! - `access`: who may create, fast-forward, rewrite or delete which ref;
+//! - `governance`: a push to `_governance.git` must keep a valid
+//!   `governance.toml` that still has an admin.
+//!
+//! To add a concern, write `hooks/<concern>.rs` with a [`Check`] and add it
+//! to [`PRE_RECEIVE`] (or to a new stage, with its script name in
+//! [`HOOK_NAMES`] so `setup` writes it).
+
+pub mod access;
+pub mod context;
+pub mod governance;
+pub mod updates;
+
+use std::io::Read as _;
+
+pub use context::HookContext;
+pub use updates::RefUpdate;
+
+/// The hook scripts `setup` writes into the hooks dir, each running
+/// `git-collab-server hook <name>`.
+pub const HOOK_NAMES: &[&str] = &["pre-receive"];
+
+/// Why a check refused the push: one line per problem, each printed as
+/// `error: <line>` (git shows them to the pusher prefixed with `remote:`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal(pub Vec<String>);
+
+impl Refusal {
+    pub fn one(line: impl Into<String>) -> Self {
+        Refusal(vec![line.into()])
+    }
+}
+
+/// One concern of the `pre-receive` pipeline.
+pub type Check = fn(&HookContext, &[RefUpdate]) -> Result<(), Refusal>;
+
+/// The `pre-receive` checks, in order. Access comes first: nothing else
+/// looks at an update the pusher may not make.
+pub const PRE_RECEIVE: &[(&str, Check)] =
+    &[("access", access::check), ("governance", governance::check)];
+
+/// Most ref updates one push may carry; the hook input is read whole.
+const MAX_INPUT: u64 = 64 * 1024 * 1024;
+
+/// Run the named hook; returns the process exit code.
+pub fn run(name: &str) -> u8 {
+    match name {
+        "pre-receive" => match pre_receive() {
+            Ok(()) => 0,
+            Err(refusal) => {
+                for line in refusal.0 {
+                    eprintln!("error: {line}");
+                }
+                1
+            }
+        },
+        // Unknown hooks do nothing: git only runs the scripts we wrote.
+        _ => 0,
+    }
+}
+
+fn pre_receive() -> Result<(), Refusal> {
+    let ctx = HookContext::from_env().map_err(Refusal::one)?;
+    let mut input = String::new();
+    std::io::stdin()
+        .take(MAX_INPUT)
+        .read_to_string(&mut input)
+        .map_err(|e| Refusal::one(format!("reading the hook input: {e}")))?;
+    let updates = updates::parse(&input).map_err(Refusal::one)?;
+    run_checks(PRE_RECEIVE, &ctx, &updates)
+}
+
+/// Run `checks` in order; the first refusal wins.
+pub fn run_checks(
+    checks: &[(&str, Check)],
+    ctx: &HookContext,
+    updates: &[RefUpdate],
+) -> Result<(), Refusal> {
+    for (_name, check) in checks {
+        check(ctx, updates)?;
+    }
+    Ok(())
+}

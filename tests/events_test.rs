@@ -1,0 +1,339 @@
+//! `collab-events watch` end to end: the real server, the real `ssh`
+//! watching while real commands (repository creation, release uploads,
+//! pushes) write events. Checks: replay then live with no gap and no
+//! duplicate, reconnect with `--since`, visibility per repository, the
+//! retention error, heartbeats, and the cut-off of a client that stops
+//! reading while another keeps receiving.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::{HarnessOptions, ServerHarness, NOT_FOUND};
+use serde_json::Value;
+
+/// Hang guard for waiting on a line (not a timing assertion).
+const LINE_LIMIT: Duration = Duration::from_secs(60);
+
+/// A running `ssh … collab-events watch …` with its stdout read line by line.
+#[allow(dead_code)] // `finish` and `stderr` serve the cut-off test
+struct Watcher {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+#[allow(dead_code)]
+impl Watcher {
+    fn start(h: &ServerHarness, key: &Path, args: &str) -> Watcher {
+        let mut child = Command::new("ssh")
+            .args(h.ssh_options(key))
+            .arg("git@127.0.0.1")
+            .arg(format!("collab-events watch {args}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ssh");
+        let stdout = child.stdout.take().unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        Watcher {
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    /// The next non-heartbeat line as JSON; panics after LINE_LIMIT.
+    fn next_event(&self) -> Value {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(LINE_LIMIT)
+                .expect("an event line in time");
+            let value: Value = serde_json::from_str(&line).expect("a JSON line");
+            assert!(value["seq"].is_i64(), "every line has a seq: {line}");
+            if value["type"] != "heartbeat" {
+                return value;
+            }
+        }
+    }
+
+    /// The next line, heartbeat or not.
+    fn next_line(&self) -> Value {
+        let line = self.lines.recv_timeout(LINE_LIMIT).expect("a line in time");
+        serde_json::from_str(&line).expect("a JSON line")
+    }
+
+    /// Events until one satisfies `done` (included).
+    fn events_until(&self, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut seen = Vec::new();
+        loop {
+            let event = self.next_event();
+            let stop = done(&event);
+            seen.push(event);
+            if stop {
+                return seen;
+            }
+        }
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Wait for ssh to exit; its exit code and stderr.
+    fn finish(mut self) -> (i32, String) {
+        let status = self.child.wait().expect("wait for ssh");
+        let stderr = self.stderr.join().unwrap();
+        (status.code().unwrap_or(-1), stderr)
+    }
+}
+
+fn create_repo_over_ssh(h: &ServerHarness, name: &str) {
+    let out = h.ssh_exec(&format!("collab-repo create '{name}'"));
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+fn seqs(events: &[Value]) -> Vec<i64> {
+    events.iter().map(|e| e["seq"].as_i64().unwrap()).collect()
+}
+
+/// Make `repo` readable only by admins.
+fn make_private(h: &ServerHarness, repo: &str) {
+    std::fs::write(
+        h.repos_dir()
+            .join(format!("{repo}.git"))
+            .join("collab-policy.toml"),
+        "read = []\nwrite = []\n",
+    )
+    .unwrap();
+}
+
+/// Push a tag `tag` to `repo` and upload a release file to it.
+fn upload_release(h: &ServerHarness, repo: &str, tag: &str) {
+    let clone = h.clone_repo(repo, &format!("clone-{repo}-{tag}"));
+    h.commit_file(&clone, "f.txt", tag.as_bytes(), "a commit");
+    h.git(&clone, &["tag", tag]);
+    h.ssh_push(
+        &clone,
+        &["HEAD:refs/heads/main", &format!("refs/tags/{tag}")],
+    );
+    let out = h.ssh_exec_with_stdin(
+        &format!("collab-release create '{repo}' '{tag}' 'notes.txt'"),
+        b"release notes",
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+#[test]
+fn replay_then_live_then_reconnect_sees_every_event_exactly_once() {
+    let h = ServerHarness::start();
+    let key = h.ssh_client_key();
+    for i in 0..5 {
+        create_repo_over_ssh(&h, &format!("before-{i}"));
+    }
+    // Replay from the start, then live.
+    let first = Watcher::start(&h, &key, "--since 0 --type 'repo.*'");
+    let replayed = first.events_until(|e| e["repo"] == "before-4.git");
+    assert_eq!(seqs(&replayed), vec![1, 2, 3, 4, 5]);
+    assert_eq!(replayed[0]["type"], "repo.created");
+    assert_eq!(replayed[0]["schema"], 1);
+    assert!(replayed[0]["actor"]
+        .as_str()
+        .unwrap()
+        .starts_with("SHA256:"));
+    for i in 0..5 {
+        create_repo_over_ssh(&h, &format!("live-{i}"));
+    }
+    let live = first.events_until(|e| e["repo"] == "live-2.git");
+    first.kill();
+    let last_seen = *seqs(&live).last().unwrap();
+    // Events written while nobody watches.
+    for i in 0..3 {
+        create_repo_over_ssh(&h, &format!("gap-{i}"));
+    }
+    let second = Watcher::start(&h, &key, &format!("--since {last_seen}"));
+    let resumed = second.events_until(|e| e["repo"] == "gap-2.git");
+    create_repo_over_ssh(&h, "after");
+    let tail = second.events_until(|e| e["repo"] == "after.git");
+    second.kill();
+
+    let mut all = replayed;
+    all.extend(live);
+    all.extend(resumed);
+    all.extend(tail);
+    let got = seqs(&all);
+    let expected: Vec<i64> = (1..=14).collect();
+    assert_eq!(
+        got, expected,
+        "every event once, in order, across the reconnect"
+    );
+    let names: BTreeSet<&str> = all.iter().map(|e| e["repo"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 14);
+}
+
+#[test]
+fn no_follow_replays_and_exits() {
+    let h = ServerHarness::start();
+    for i in 0..3 {
+        create_repo_over_ssh(&h, &format!("r{i}"));
+    }
+    let out = h.ssh_exec("collab-events watch --since 1 --no-follow");
+    assert_eq!(out.code, 0, "{out:?}");
+    let lines: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(seqs(&lines), vec![2, 3]);
+    // Nothing yet after the head: an empty replay.
+    let out = h.ssh_exec("collab-events watch --no-follow");
+    assert_eq!((out.code, out.stdout.as_str()), (0, ""), "{out:?}");
+}
+
+#[test]
+fn private_repository_events_never_reach_a_reader_without_access() {
+    let h = ServerHarness::start();
+    h.create_repo("open");
+    h.create_repo("secret");
+    make_private(&h, "secret");
+    let user = h.authorized_key("user");
+    let admin = h.ssh_client_key();
+
+    // Naming the private repository is answered like a missing one.
+    for name in ["secret", "missing"] {
+        let out = h.ssh_exec_as(&user, &format!("collab-events watch '{name}'"), b"");
+        assert_eq!((out.code, out.stderr.as_str()), (1, NOT_FOUND), "{out:?}");
+    }
+
+    let user_watch = Watcher::start(&h, &user, "--since 0");
+    let admin_watch = Watcher::start(&h, &admin, "--since 0");
+    upload_release(&h, "secret", "v1");
+    upload_release(&h, "open", "v1");
+
+    // The admin sees both repositories' events; the user only the open one.
+    let admin_seen =
+        admin_watch.events_until(|e| e["type"] == "release.uploaded" && e["repo"] == "open.git");
+    let user_seen =
+        user_watch.events_until(|e| e["type"] == "release.uploaded" && e["repo"] == "open.git");
+    admin_watch.kill();
+    user_watch.kill();
+    let repos = |events: &[Value]| -> BTreeSet<String> {
+        events
+            .iter()
+            .map(|e| e["repo"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        repos(&admin_seen),
+        BTreeSet::from(["open.git".to_string(), "secret.git".to_string()])
+    );
+    assert_eq!(repos(&user_seen), BTreeSet::from(["open.git".to_string()]));
+    let uploaded = admin_seen
+        .iter()
+        .find(|e| e["type"] == "release.uploaded" && e["repo"] == "secret.git")
+        .expect("the admin saw the private upload");
+    assert_eq!(uploaded["object_id"], "v1");
+    assert_eq!(uploaded["payload"]["file"]["name"], "notes.txt");
+    // Nothing about the secret repository, not even its creation.
+    for event in &user_seen {
+        assert!(!event.to_string().contains("secret"), "{event}");
+    }
+}
+
+#[test]
+fn heartbeats_carry_the_position() {
+    let h = ServerHarness::start_with(HarnessOptions {
+        env: vec![("GIT_COLLAB_EVENTS__HEARTBEAT_SECS".into(), "1".into())],
+        ..Default::default()
+    });
+    create_repo_over_ssh(&h, "r");
+    let watch = Watcher::start(&h, &h.ssh_client_key(), "--since 0");
+    assert_eq!(watch.next_line()["type"], "repo.created");
+    let beat = watch.next_line();
+    assert_eq!(beat["type"], "heartbeat", "{beat}");
+    assert_eq!(beat["seq"], 1);
+    watch.kill();
+}
+
+#[test]
+fn since_older_than_retention_names_the_oldest_seq() {
+    let mut h = ServerHarness::start_with(HarnessOptions {
+        env: vec![("GIT_COLLAB_EVENTS__RETENTION_DAYS".into(), "1".into())],
+        ..Default::default()
+    });
+    for i in 0..4 {
+        create_repo_over_ssh(&h, &format!("r{i}"));
+    }
+    h.stop();
+    // Age the first two events past the retention; the restarted server
+    // prunes them at start.
+    let db = rusqlite::Connection::open(h.repos_dir().join("collab.db")).unwrap();
+    db.execute("UPDATE events SET at = at - 3 * 86400 WHERE seq <= 2", [])
+        .unwrap();
+    drop(db);
+    h.start_again();
+    h.wait_for_log("pruned 2 events");
+    let out = h.ssh_exec("collab-events watch --since 0 --no-follow");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with("error: events after seq 0 are no longer kept")
+            && out.stderr.contains("the oldest available seq is 3"),
+        "{out:?}"
+    );
+    let out = h.ssh_exec("collab-events watch --since 2 --no-follow");
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout.lines().count(), 2, "{out:?}");
+}
+
+#[test]
+fn bad_watch_arguments_get_usage() {
+    let h = ServerHarness::start();
+    for bad in [
+        "collab-events watch --since x",
+        "collab-events watch --type 'a b'",
+        "collab-events tail",
+    ] {
+        let out = h.ssh_exec(bad);
+        assert_eq!(out.code, 1, "{bad}: {out:?}");
+        assert!(
+            out.stderr.starts_with("error: usage: collab-events watch"),
+            "{out:?}"
+        );
+    }
+}
+
+#[test]
+fn whoami_publishes_the_server_signing_key() {
+    let mut h = ServerHarness::start();
+    let key = h.ssh_exec("collab-whoami").json()["server_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(key.starts_with("ssh-ed25519 "), "{key}");
+    h.restart();
+    let again = h.ssh_exec("collab-whoami").json()["server_key"].clone();
+    assert_eq!(again, key.as_str(), "the key survives a restart");
+    assert!(h.state_dir().join("collab_signing_key").is_file());
+}
