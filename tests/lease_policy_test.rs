@@ -408,7 +408,7 @@ fn lock_delay_follows_an_expiry_but_not_a_release() {
         .into_iter()
         .find(|e| e.0 == "lease.expired")
         .unwrap();
-    assert_eq!(expired.3["locked_until"], expires_at + 5);
+    assert_eq!(secs(&expired.3["locked_until"]), expires_at + 5);
 }
 
 #[test]

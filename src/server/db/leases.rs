@@ -564,8 +564,8 @@ fn begin_tenure(
         json!({
             "holder": holder,
             "token": token,
-            "acquired_at": now,
-            "expires_at": lease.expires_at,
+            "acquired_at": rfc3339(Some(now)),
+            "expires_at": rfc3339(lease.expires_at),
             "note": lease.note,
             "transitions": transitions,
         }),
@@ -607,7 +607,7 @@ fn extend(
         json!({
             "holder": live.holder,
             "token": live.token,
-            "expires_at": live.expires_at,
+            "expires_at": rfc3339(live.expires_at),
             "note": live.note,
         }),
         now,
@@ -681,9 +681,9 @@ fn end_by_expiry(
         json!({
             "holder": lease.holder,
             "token": lease.token,
-            "expires_at": lease.expires_at,
+            "expires_at": rfc3339(lease.expires_at),
             "reason": if by_lifetime { "max_lifetime" } else { "ttl" },
-            "locked_until": locked_until,
+            "locked_until": rfc3339(locked_until),
         }),
         now,
     )
@@ -707,6 +707,16 @@ fn record(
         payload,
     };
     events::append(conn, &event, now).map(drop)
+}
+
+/// Unix seconds as RFC 3339 UTC (`2026-09-05T12:00:00Z`), as every event
+/// payload writes times; `None` is `null`.
+pub fn rfc3339(secs: Option<i64>) -> serde_json::Value {
+    secs.and_then(|s| chrono::DateTime::from_timestamp(s, 0))
+        .map(|t| {
+            serde_json::Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        })
+        .unwrap_or(serde_json::Value::Null)
 }
 
 fn lease_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Lease> {
@@ -1150,13 +1160,13 @@ mod tests {
                 "lease.acquired".into(),
                 ISSUE.into(),
                 Some("alice".into()),
-                json!({"holder": "alice", "token": 1, "acquired_at": T0, "expires_at": T0 + 60,
-                       "note": null, "transitions": 0})
+                json!({"holder": "alice", "token": 1, "acquired_at": rfc3339(Some(T0)),
+                       "expires_at": rfc3339(Some(T0 + 60)), "note": null, "transitions": 0})
             )
         );
         assert_eq!(
             all[2].3,
-            json!({"holder": "alice", "token": 1, "expires_at": T0 + 62, "note": null})
+            json!({"holder": "alice", "token": 1, "expires_at": rfc3339(Some(T0 + 62)), "note": null})
         );
         assert_eq!(all[3].3, json!({"holder": "alice", "token": 1}));
     }
@@ -1198,7 +1208,7 @@ mod tests {
         );
         assert_eq!(
             all[3].3,
-            json!({"holder": "alice", "token": 1, "expires_at": T0 + 10,
+            json!({"holder": "alice", "token": 1, "expires_at": rfc3339(Some(T0 + 10)),
                    "reason": "ttl", "locked_until": null})
         );
     }
@@ -1295,7 +1305,10 @@ mod tests {
         let pass = expire_due_in(&conn, &p, T0 + 40).unwrap();
         assert_eq!(pass.next_due, Some(T0 + 50));
         let expired = events_of(&conn);
-        assert_eq!(expired.last().unwrap().3["locked_until"], T0 + 40);
+        assert_eq!(
+            expired.last().unwrap().3["locked_until"],
+            rfc3339(Some(T0 + 40))
+        );
     }
 
     #[test]

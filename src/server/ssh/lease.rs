@@ -32,14 +32,13 @@
 use std::future::Future;
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat};
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg, ChannelReadHalf};
 use serde_json::{json, Value};
 
 use super::session::{json_line, reply_on, ExecContext, LeaseCmd, NOT_FOUND};
 use crate::authz::{self, Access};
-use crate::db::leases::{Acquire, Break, Claim, Lease, Release, Renew, Status};
+use crate::db::leases::{rfc3339, Acquire, Break, Claim, Lease, Release, Renew, Status};
 use crate::leasing::waiters::{Waited, Want, Won};
 use crate::repos::RepoEntry;
 use git_collab::record::state::{self, IssueState, IssueStatus};
@@ -528,12 +527,6 @@ fn show(repo: &str, issue: &str, status: &Status) -> Value {
     })
 }
 
-/// Unix seconds as RFC3339 UTC (`2026-09-05T12:00:00Z`); `None` is `null`.
-fn rfc3339(secs: Option<i64>) -> Value {
-    secs.and_then(|s| DateTime::from_timestamp(s, 0))
-        .map(|t| Value::String(t.to_rfc3339_opts(SecondsFormat::Secs, true)))
-        .unwrap_or(Value::Null)
-}
 
 #[cfg(test)]
 mod tests {
