@@ -11,13 +11,17 @@
 //!    `remote.<name>.collabMode`, while the remote's URL is still the one
 //!    recorded beside it in `remote.<name>.collabModeUrl`;
 //! 4. detection: a remote that is not an ssh URL is a plain git host
-//!    (local, nothing remembered); otherwise one `collab-whoami` round trip:
-//!    a reply carrying `server_key` comes from a git-collab server that
-//!    holds issues (server); any other answer from the far side (an older
-//!    git-collab server, a git host with no such command) means local. The
-//!    answer is remembered in the repository's own config. When ssh itself
-//!    fails (unreachable host, refused key) nothing is decided or
-//!    remembered: the command fails and says how to force a mode.
+//!    (local, nothing remembered); otherwise one round trip asks the server
+//!    for the first issue of the repository (`collab-issue list '<repo>'
+//!    --limit 1`): a page of issues, or the verb's own `repository not
+//!    found`, comes from a git-collab server that holds issues (server);
+//!    any other answer from the far side (`unknown command` from an older
+//!    git-collab server, a git host or shell without such a command) means
+//!    local. The probe asks for the verb itself rather than `collab-whoami`
+//!    because a server may answer `collab-whoami` and still keep issues in
+//!    git. The answer is remembered in the repository's own config. When
+//!    ssh itself fails (unreachable host, refused key) nothing is decided
+//!    or remembered: the command fails and says how to force a mode.
 
 use git2::Repository;
 use serde::Deserialize;
@@ -194,11 +198,15 @@ fn remote_url(repo: &Repository, remote_name: &str) -> String {
     }
 }
 
-/// One `collab-whoami` round trip: `Ok(mode)` when the far side answered,
-/// `Err(ssh's words)` when ssh could not reach it.
+/// One round trip: `Ok(mode)` when the far side answered, `Err(ssh's
+/// words)` when ssh could not reach it.
 pub fn detect(remote: &SshRemote) -> Result<Mode, String> {
-    let out = remote_ssh::run_remote(remote, "collab-whoami", RemoteInput::Empty)
-        .map_err(|e| e.to_string())?;
+    let probe = format!(
+        "collab-issue list {} --limit 1",
+        remote_ssh::quote_arg(&remote.path)
+    );
+    let out =
+        remote_ssh::run_remote(remote, &probe, RemoteInput::Empty).map_err(|e| e.to_string())?;
     // 255 is ssh's own failure: connection, host key, authentication.
     if out.code == 255 || out.code < 0 {
         let stderr = out.stderr_text();
@@ -209,12 +217,16 @@ pub fn detect(remote: &SshRemote) -> Result<Mode, String> {
             .unwrap_or("ssh failed");
         return Err(last.to_string());
     }
-    Ok(match whoami_of(&out) {
-        Some(Whoami {
-            server_key: Some(_),
-            ..
-        }) => Mode::Server,
-        _ => Mode::Local,
+    let page = out.success()
+        && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .is_ok_and(|v| v.get("issues").is_some_and(|i| i.is_array()));
+    // The verb exists (it parsed the command) but this key may not see the
+    // repository: still a server that holds issues.
+    let hidden = out.code == 1 && out.stderr_text().trim() == "error: repository not found";
+    Ok(if page || hidden {
+        Mode::Server
+    } else {
+        Mode::Local
     })
 }
 
@@ -311,11 +323,15 @@ mod tests {
     }
 
     #[test]
-    fn detection_reads_server_key_and_reports_ssh_failures() {
+    fn detection_asks_for_the_verb_and_reports_ssh_failures() {
         let mut remote = remote_ssh::parse_ssh_remote("ssh://git@h/r").unwrap();
-        remote.ssh_command =
-            r#"f() { echo '{"principal":"p","server_key":"ssh-ed25519 AAAA"}'; }; f"#.into();
+        // The probe names the repository; the fake server checks it.
+        remote.ssh_command = r#"f() { [ "$2" = "collab-issue list 'r' --limit 1" ] && echo '{"repo":"r","issues":[],"next":null}'; }; f"#.into();
         assert_eq!(detect(&remote), Ok(Mode::Server));
+        remote.ssh_command = "f() { echo 'error: repository not found' >&2; exit 1; }; f".into();
+        assert_eq!(detect(&remote), Ok(Mode::Server));
+        remote.ssh_command = "f() { echo 'error: unknown command' >&2; exit 1; }; f".into();
+        assert_eq!(detect(&remote), Ok(Mode::Local));
         remote.ssh_command = r#"f() { echo '{"principal":"p"}'; }; f"#.into();
         assert_eq!(detect(&remote), Ok(Mode::Local));
         remote.ssh_command = "f() { echo 'no shell access' >&2; exit 1; }; f".into();

@@ -91,7 +91,7 @@ pub fn lease_policy(config: &LeasesConfig) -> Policy {
 
 /// Make every path absolute: git runs hooks from inside the repository, so
 /// a relative hooks path (from a relative `--state-dir`) would miss.
-fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> {
+pub fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> {
     for path in [
         &mut config.state_dir,
         &mut config.repos_dir,

@@ -6,6 +6,7 @@
 
 mod app;
 mod authz;
+mod backup;
 mod config;
 mod db;
 mod events;
@@ -16,7 +17,9 @@ mod http;
 mod identity;
 mod leasing;
 mod logging;
+mod maintenance;
 mod metrics;
+mod ops;
 mod releases;
 mod repos;
 mod setup;
@@ -24,6 +27,7 @@ mod shutdown;
 mod signing;
 mod ssh;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -57,6 +61,27 @@ enum Command {
     },
     /// Exit 0 when the local server answers /readyz (for container health checks).
     Healthcheck,
+    /// Write a consistent backup while the server runs, or check one.
+    Backup {
+        /// Write the backup into DIR (missing or empty, outside the state directory).
+        #[arg(long, value_name = "DIR", required_unless_present = "verify")]
+        to: Option<PathBuf>,
+        /// Check the backup in DIR (hashes, database, git fsck) without restoring it.
+        #[arg(long, value_name = "DIR", conflicts_with = "to")]
+        verify: Option<PathBuf>,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Restore a backup into an empty state directory, then check it.
+    Restore {
+        /// The backup directory (written by `backup --to`).
+        #[arg(long, value_name = "DIR")]
+        from: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Internal: the server's git hooks run this (`hook pre-receive`).
     #[command(hide = true)]
     Hook { name: String },
@@ -124,6 +149,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("created {}", path.display());
         }
         Command::Healthcheck => healthcheck::check(&loaded.config)?,
+        Command::Backup {
+            to: Some(to), json, ..
+        } => ops::backup(&loaded.config, &to, json)?,
+        Command::Backup {
+            verify: Some(dir),
+            json,
+            ..
+        } => return ops::verify(&dir, json),
+        Command::Backup { .. } => unreachable!("clap requires --to or --verify"),
+        Command::Restore { from, json } => ops::restore(&loaded.config, &from, json)?,
         Command::Hook { .. } => unreachable!("handled above"),
     }
     Ok(ExitCode::SUCCESS)

@@ -188,7 +188,7 @@ pub fn normalize_repo_name(requested: &str) -> Result<String, NameError> {
 }
 
 /// Whether a directory looks like a bare git repository.
-fn is_bare_repo(dir: &Path) -> bool {
+pub fn is_bare_repo(dir: &Path) -> bool {
     dir.join("HEAD").is_file() && dir.join("objects").is_dir() && dir.join("refs").is_dir()
 }
 

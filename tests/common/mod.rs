@@ -153,6 +153,26 @@ impl ServerHarness {
         h
     }
 
+    /// Start a server on an existing state directory (a restored one, say),
+    /// talking to it with `client_key`, which that directory must admit.
+    pub fn start_in(state_dir: PathBuf, client_key: PathBuf) -> Self {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(tmp.path().join("keys")).unwrap();
+        std::fs::create_dir_all(tmp.path().join("home")).unwrap();
+        let mut h = ServerHarness {
+            tmp,
+            state_dir,
+            options: HarnessOptions::default(),
+            child: None,
+            log: Arc::new(Mutex::new(String::new())),
+            ssh_addr: "127.0.0.1:0".parse().unwrap(),
+            http_addr: "127.0.0.1:0".parse().unwrap(),
+            client_key,
+        };
+        h.spawn();
+        h
+    }
+
     fn spawn(&mut self) {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_git-collab-server"));
         for (key, _) in std::env::vars_os() {

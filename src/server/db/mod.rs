@@ -8,6 +8,7 @@
 pub mod events;
 pub mod leases;
 pub mod migrations;
+pub mod snapshot;
 pub mod writer;
 
 /// A read-only connection to `collab.db` for readers beside the writer

@@ -64,6 +64,9 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
             let hooks = ctx.app.config.hooks_dir();
             cmd.arg("-c")
                 .arg(format!("core.hooksPath={}", hooks.display()));
+            // Repacking is the server's maintenance (single-flight, under
+            // the repository's lock), never a `gc --auto` after a push.
+            cmd.args(["-c", "receive.autogc=false"]);
             if level < Access::Rewind {
                 cmd.args([
                     "-c",

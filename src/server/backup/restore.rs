@@ -1,0 +1,230 @@
+//! `restore --from DIR`: put a backup back into an empty state directory,
+//! then prove it: every repository passes `git fsck` with the refs the
+//! backup took, the database passes SQLite's integrity check and holds what
+//! the manifest counted (rows, counters, fencing-token high-water marks).
+//!
+//! The backup is checked (manifest, hashes, database) before anything is
+//! written, and every file is hashed again as it is copied. Every target
+//! (the state directory, `repos_dir`, the release directory, the database,
+//! the keys) must be missing or an empty directory; a failure at any point
+//! removes what the restore wrote, so it never leaves a half-restored
+//! state directory a server could start on.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+
+use super::manifest::{copy_hashed, layout, safe_relative, sync_filesystem, Manifest};
+use super::progress::Progress;
+use super::repo_copy;
+use super::verify::{self, Depth};
+use crate::config::ServerConfig;
+use crate::db::snapshot;
+use crate::maintenance::git::{git, output};
+
+/// What `restore` reports.
+pub struct Restored {
+    pub manifest: Manifest,
+    pub seconds: f64,
+}
+
+/// Restore the backup in `from` into the (empty) places `config` names.
+pub fn restore(
+    config: &ServerConfig,
+    from: &Path,
+    progress: &mut Progress,
+) -> anyhow::Result<Restored> {
+    let started = Instant::now();
+    let checked = verify::check(from, Depth::Files, progress);
+    if !checked.problems.is_empty() {
+        bail!(
+            "the backup in {} failed its check, nothing restored: {}",
+            from.display(),
+            checked.problems.join("; ")
+        );
+    }
+    let manifest = checked
+        .manifest
+        .expect("a check without problems read the manifest");
+    check_targets_empty(config)?;
+
+    let mut written = Written::default();
+    let result = copy_all(config, from, &manifest, &mut written, progress)
+        .and_then(|()| prove(config, &manifest, progress));
+    progress.finish();
+    if let Err(e) = result {
+        written.remove();
+        return Err(e);
+    }
+    Ok(Restored {
+        manifest,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Refuse to mix a backup with anything already there.
+fn check_targets_empty(config: &ServerConfig) -> anyhow::Result<()> {
+    for dir in [&config.state_dir, &config.repos_dir, &config.releases_dir()] {
+        match std::fs::read_dir(dir) {
+            Ok(mut entries) => {
+                if entries.next().is_some() {
+                    bail!(
+                        "refusing to restore into {}: it is not empty",
+                        dir.display()
+                    );
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => bail!("{}: {e}", dir.display()),
+        }
+    }
+    let db = config.collab_db_path();
+    for file in [&db, &config.ssh.host_key, &config.ssh.authorized_keys] {
+        if file.exists() {
+            bail!("refusing to restore: {} already exists", file.display());
+        }
+    }
+    Ok(())
+}
+
+/// Where a backup file goes under `config`.
+fn destination(config: &ServerConfig, rel: &Path) -> anyhow::Result<PathBuf> {
+    let path = rel.to_str().unwrap_or("");
+    let under = |prefix: &str, root: &Path| -> Option<PathBuf> {
+        rel.strip_prefix(prefix).ok().map(|rest| root.join(rest))
+    };
+    Ok(match path {
+        layout::DATABASE => config.collab_db_path(),
+        layout::HOST_KEY => config.ssh.host_key.clone(),
+        layout::AUTHORIZED_KEYS => config.ssh.authorized_keys.clone(),
+        _ => under(layout::STATE, &config.state_dir)
+            .or_else(|| under(layout::REPOS, &config.repos_dir))
+            .or_else(|| under(layout::RELEASES, &config.releases_dir()))
+            .with_context(|| format!("{path}: not a known part of a backup"))?,
+    })
+}
+
+/// What a restore wrote, to take back on failure.
+#[derive(Default)]
+struct Written {
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Written {
+    /// Create `dir` and any missing parents, remembering the new ones.
+    fn make_dirs(&mut self, dir: &Path) -> std::io::Result<()> {
+        let mut missing = Vec::new();
+        let mut at = Some(dir);
+        while let Some(d) = at {
+            if d.exists() {
+                break;
+            }
+            missing.push(d.to_path_buf());
+            at = d.parent();
+        }
+        for d in missing.into_iter().rev() {
+            std::fs::create_dir(&d)?;
+            self.dirs.push(d);
+        }
+        Ok(())
+    }
+
+    fn remove(self) {
+        for file in self.files.iter().rev() {
+            let _ = std::fs::remove_file(file);
+        }
+        for dir in self.dirs.iter().rev() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn copy_all(
+    config: &ServerConfig,
+    from: &Path,
+    manifest: &Manifest,
+    written: &mut Written,
+    progress: &mut Progress,
+) -> anyhow::Result<()> {
+    written
+        .make_dirs(&config.state_dir)
+        .with_context(|| format!("creating {}", config.state_dir.display()))?;
+    let total = manifest.files.len();
+    for (i, file) in manifest.files.iter().enumerate() {
+        progress.step("restore: files", i, total);
+        let rel = safe_relative(&file.path)?;
+        let dest = destination(config, &rel)?;
+        if let Some(parent) = dest.parent() {
+            written
+                .make_dirs(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        let (size, sha) = copy_hashed(&from.join(&rel), &dest, file.mode)
+            .with_context(|| format!("restoring {}", dest.display()))?;
+        written.files.push(dest.clone());
+        if size != file.size || sha != file.sha256 {
+            bail!("{}: changed while it was being restored", file.path);
+        }
+    }
+    progress.step("restore: files", total, total);
+    written.make_dirs(&config.repos_dir)?;
+    for repo in &manifest.repos {
+        let path = config.repos_dir.join(safe_relative(&repo.name)?);
+        written.make_dirs(&path)?;
+        repo_copy::make_skeleton(&path)?;
+    }
+    for dir in [&config.state_dir, &config.repos_dir] {
+        sync_filesystem(dir).with_context(|| format!("syncing {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// The restored state holds what the backup held.
+fn prove(
+    config: &ServerConfig,
+    manifest: &Manifest,
+    progress: &mut Progress,
+) -> anyhow::Result<()> {
+    for (i, repo) in manifest.repos.iter().enumerate() {
+        progress.step("restore: git fsck", i, manifest.repos.len());
+        let path = config.repos_dir.join(safe_relative(&repo.name)?);
+        verify::fsck(&path).with_context(|| format!("restored repository {}", repo.name))?;
+        let refs = output(git(&path).args(["for-each-ref", "--format=%(refname)"]))?;
+        let count = refs
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count() as u64;
+        if count != repo.refs {
+            bail!(
+                "restored repository {}: {count} refs, the backup took {}",
+                repo.name,
+                repo.refs
+            );
+        }
+    }
+    if let Some(expected) = &manifest.database {
+        let db = config.collab_db_path();
+        let problems = snapshot::integrity_problems(&db)
+            .with_context(|| format!("checking {}", db.display()))?;
+        if !problems.is_empty() {
+            bail!(
+                "restored database fails its integrity check: {}",
+                problems.join("; ")
+            );
+        }
+        let census = snapshot::census_of(&db)?;
+        if census != *expected {
+            bail!(
+                "restored database holds {} but the backup counted {}",
+                serde_json::to_string(&census)?,
+                serde_json::to_string(expected)?
+            );
+        }
+        if expected.tables.contains_key("lease_tokens") && census.tokens.is_none() {
+            bail!("restored database has no fencing-token high-water marks");
+        }
+    }
+    Ok(())
+}

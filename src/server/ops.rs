@@ -1,0 +1,107 @@
+//! The operator commands `backup` and `restore` as the command line sees
+//! them: run the work in `backup`, print one JSON object (`--json`) or a
+//! short text report on stdout, and choose the exit status. Progress goes
+//! to stderr, only on a terminal.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use serde_json::json;
+
+use crate::backup::progress::Progress;
+use crate::backup::{self, human_bytes, restore, take, verify};
+use crate::config::ServerConfig;
+
+/// `backup --to DIR`.
+pub fn backup(config: &ServerConfig, to: &Path, json: bool) -> anyhow::Result<()> {
+    let config = &crate::app::absolute_paths(config.clone())?;
+    let mut progress = Progress::for_terminal();
+    let taken = take::take(config, to, &mut progress)?;
+    progress.finish();
+    let c = &taken.manifest.counts;
+    if json {
+        let mut reply = backup::summary(&taken.manifest);
+        reply["status"] = json!("ok");
+        reply["dir"] = json!(taken.dir);
+        reply["seconds"] = json!(taken.seconds);
+        println!("{reply}");
+    } else {
+        println!(
+            "backup written to {}: {} repositories, {} refs, {} leases, {} files, {} in {:.1} s",
+            taken.dir.display(),
+            c.repos,
+            c.refs,
+            c.leases.unwrap_or(0),
+            c.files,
+            human_bytes(c.bytes),
+            taken.seconds
+        );
+    }
+    Ok(())
+}
+
+/// `backup --verify DIR`: exit 0 if sound, 1 with every problem otherwise.
+pub fn verify(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let mut progress = Progress::for_terminal();
+    let checked = verify::check(dir, verify::Depth::Full, &mut progress);
+    progress.finish();
+    let ok = checked.problems.is_empty();
+    if json {
+        let mut reply = checked
+            .manifest
+            .as_ref()
+            .map(backup::summary)
+            .unwrap_or_else(|| json!({}));
+        reply["status"] = json!(if ok { "ok" } else { "failed" });
+        reply["dir"] = json!(dir);
+        reply["problems"] = json!(checked.problems);
+        println!("{reply}");
+    } else if ok {
+        let files = checked.manifest.as_ref().map_or(0, |m| m.files.len());
+        println!("backup {} is sound: {files} files checked", dir.display());
+    } else {
+        for problem in &checked.problems {
+            eprintln!("problem: {problem}");
+        }
+        eprintln!(
+            "error: backup {} failed verification: {} problem(s)",
+            dir.display(),
+            checked.problems.len()
+        );
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// `restore --from DIR`.
+pub fn restore(config: &ServerConfig, from: &Path, json: bool) -> anyhow::Result<()> {
+    let config = &crate::app::absolute_paths(config.clone())?;
+    let mut progress = Progress::for_terminal();
+    let restored = restore::restore(config, from, &mut progress)?;
+    let c = &restored.manifest.counts;
+    if json {
+        let mut reply = backup::summary(&restored.manifest);
+        reply["status"] = json!("restored");
+        reply["state_dir"] = json!(config.state_dir);
+        reply["checks"] = json!({
+            "git_fsck": "clean",
+            "database_integrity": if restored.manifest.database.is_some() { "ok" } else { "no database" },
+            "token_high_water": c.max_token,
+        });
+        reply["seconds"] = json!(restored.seconds);
+        println!("{reply}");
+    } else {
+        println!(
+            "restored {} into {}: {} repositories fsck-clean, database ok, highest fencing token {}, in {:.1} s",
+            from.display(),
+            config.state_dir.display(),
+            c.repos,
+            c.max_token.unwrap_or(0),
+            restored.seconds
+        );
+    }
+    Ok(())
+}
