@@ -82,12 +82,12 @@ fn secs(v: &Value) -> i64 {
     DateTime::parse_from_rfc3339(text).unwrap().timestamp()
 }
 
-/// `(type, object_id, actor, payload)` of every event so far, from the
+/// `(type, object_id, actor, payload)` of every lease event so far, from the
 /// server's own database file.
 fn events(h: &ServerHarness) -> Vec<(String, String, Option<String>, Value)> {
     let conn = rusqlite::Connection::open(h.repos_dir().join("collab.db")).unwrap();
     let mut stmt = conn
-        .prepare("SELECT type, object_id, actor, payload FROM events ORDER BY seq")
+        .prepare("SELECT type, object_id, actor, payload FROM events WHERE type LIKE 'lease.%' ORDER BY seq")
         .unwrap();
     let rows = stmt
         .query_map([], |r| {

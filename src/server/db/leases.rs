@@ -389,6 +389,25 @@ pub fn list_in(conn: &Connection, repo: &str, now: i64) -> rusqlite::Result<Vec<
     leases.collect()
 }
 
+/// The issues of `repo` ever leased whose id starts with `prefix` (hex),
+/// at most two: one is a match, two is ambiguous. A pure read (push
+/// fencing resolves the issue of a `collab-lease` push option with it).
+pub fn issues_with_prefix(
+    conn: &Connection,
+    repo: &str,
+    prefix: &str,
+) -> rusqlite::Result<Vec<String>> {
+    if !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT issue_id FROM lease_tokens WHERE repo = ?1 AND issue_id LIKE ?2
+         ORDER BY issue_id LIMIT 2",
+    )?;
+    let ids = stmt.query_map([repo, &format!("{prefix}%")], |r| r.get(0))?;
+    ids.collect()
+}
+
 /// Everything about an issue's leasing (for `collab-lease show`). A pure
 /// read.
 pub fn status_in(
@@ -713,9 +732,7 @@ fn record(
 /// payload writes times; `None` is `null`.
 pub fn rfc3339(secs: Option<i64>) -> serde_json::Value {
     secs.and_then(|s| chrono::DateTime::from_timestamp(s, 0))
-        .map(|t| {
-            serde_json::Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        })
+        .map(|t| serde_json::Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)))
         .unwrap_or(serde_json::Value::Null)
 }
 

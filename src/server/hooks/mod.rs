@@ -14,6 +14,8 @@
 //! concern is one module with one `check` function:
 //!
 //! - `access`: who may create, fast-forward, rewrite or delete which ref;
+//! - `fencing`: a push carrying `-o collab-lease=<issue>:<token>`, or
+//!   touching a fenced ref, needs the pusher's live lease token;
 //! - `governance`: a push to `_governance.git` must keep a valid
 //!   `governance.toml` that still has an admin.
 //!
@@ -23,6 +25,7 @@
 
 pub mod access;
 pub mod context;
+pub mod fencing;
 pub mod governance;
 pub mod updates;
 
@@ -51,8 +54,11 @@ pub type Check = fn(&HookContext, &[RefUpdate]) -> Result<(), Refusal>;
 
 /// The `pre-receive` checks, in order. Access comes first: nothing else
 /// looks at an update the pusher may not make.
-pub const PRE_RECEIVE: &[(&str, Check)] =
-    &[("access", access::check), ("governance", governance::check)];
+pub const PRE_RECEIVE: &[(&str, Check)] = &[
+    ("access", access::check),
+    ("fencing", fencing::check),
+    ("governance", governance::check),
+];
 
 /// Most ref updates one push may carry; the hook input is read whole.
 const MAX_INPUT: u64 = 64 * 1024 * 1024;

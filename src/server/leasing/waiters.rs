@@ -220,10 +220,10 @@ impl Waiters {
             };
             let key = tenure_key(won.lease());
             match self.deliver(ticket, won) {
-                Ok(()) => {
+                None => {
                     delivered.insert(key);
                 }
-                Err(won) => orphans.push((key, won)),
+                Some(won) => orphans.push((key, won)),
             }
         }
         // A win whose waiter left is given back, unless another waiter of
@@ -236,12 +236,13 @@ impl Waiters {
     }
 
     /// Hand `won` to the ticket's waiter, under the lock so that a waiter
-    /// taking its ticket back finds either the ticket or the win.
-    fn deliver(&self, ticket: u64, won: Won) -> Result<(), Won> {
+    /// taking its ticket back finds either the ticket or the win. Returns
+    /// the win when nobody took it.
+    fn deliver(&self, ticket: u64, won: Won) -> Option<Won> {
         let mut state = self.state.lock().unwrap();
         match state.tickets.remove(&ticket) {
-            Some(t) => t.reply.send(won),
-            None => Err(won),
+            Some(t) => t.reply.send(won).err(),
+            None => Some(won),
         }
     }
 

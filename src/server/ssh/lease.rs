@@ -527,7 +527,6 @@ fn show(repo: &str, issue: &str, status: &Status) -> Value {
     })
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
