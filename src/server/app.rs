@@ -39,6 +39,8 @@ pub struct App {
     pub waiters: Arc<Waiters>,
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<git_collab::record::sign::SigningKey>,
+    /// Repository maintenance: push counts, single flight, the bound.
+    pub maintenance: Arc<crate::maintenance::Maintenance>,
 }
 
 impl App {
@@ -62,6 +64,7 @@ impl App {
             waiters: Waiters::new(leases.clone()),
             leases,
             signing_key,
+            maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
@@ -131,6 +134,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     ));
     app.waiters.spawn(stopping.clone());
     crate::events::spawn_background(&app);
+    tokio::spawn(app.maintenance.clone().idle_loop(stopping.clone().wait()));
 
     if app.authorized_keys.current().is_empty()
         && !matches!(

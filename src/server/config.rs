@@ -41,6 +41,7 @@ pub struct ServerConfig {
     pub log: LogConfig,
     pub leases: LeasesConfig,
     pub events: EventsConfig,
+    pub maintenance: MaintenanceConfig,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -114,6 +115,30 @@ impl Default for EventsConfig {
     }
 }
 
+/// When repositories are maintained (`maintenance`): after so many pushes,
+/// or once a pushed-to repository has been idle so long, and how many runs
+/// at once across the server.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct MaintenanceConfig {
+    /// Run after this many pushes to a repository (0: never on count).
+    pub after_pushes: u64,
+    /// Run once a repository pushed to since its last run has seen no push
+    /// for this many seconds (0: never on idleness).
+    pub idle_secs: u64,
+    /// Most runs at once across the server (at least 1).
+    pub concurrency: u64,
+}
+
+impl Default for MaintenanceConfig {
+    fn default() -> Self {
+        MaintenanceConfig {
+            after_pushes: 50,
+            idle_secs: 600,
+            concurrency: 1,
+        }
+    }
+}
+
 /// Built-in default of `state_dir`.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/git-collab";
 /// The configuration file read when neither `--config` nor
@@ -142,13 +167,16 @@ pub const KEYS: &[&str] = &[
     "events.heartbeat_secs",
     "events.stall_timeout_secs",
     "events.max_watchers",
+    "maintenance.after_pushes",
+    "maintenance.idle_secs",
+    "maintenance.concurrency",
     "leases.max_lifetime",
     "leases.lock_delay",
     "leases.max_ttl",
 ];
 
 /// Top-level TOML tables; every other known key is a top-level scalar.
-const SECTIONS: &[&str] = &["ssh", "http", "log", "events", "leases"];
+const SECTIONS: &[&str] = &["ssh", "http", "log", "events", "maintenance", "leases"];
 
 impl ServerConfig {
     /// Embedded defaults for a given state directory (SPEC §3.1).
@@ -173,6 +201,7 @@ impl ServerConfig {
             },
             leases: LeasesConfig::default(),
             events: EventsConfig::default(),
+            maintenance: MaintenanceConfig::default(),
             state_dir,
         }
     }
@@ -422,6 +451,16 @@ fn default_values() -> Dict {
         Value::from(events.stall_timeout_secs),
     );
     put("events.max_watchers", Value::from(events.max_watchers));
+    let maintenance = MaintenanceConfig::default();
+    put(
+        "maintenance.after_pushes",
+        Value::from(maintenance.after_pushes),
+    );
+    put("maintenance.idle_secs", Value::from(maintenance.idle_secs));
+    put(
+        "maintenance.concurrency",
+        Value::from(maintenance.concurrency),
+    );
     dict
 }
 
@@ -907,6 +946,11 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
             stall_timeout_secs: r.required("events.stall_timeout_secs").count(1, 3600)?,
             max_watchers: r.required("events.max_watchers").count(1, 100_000)?,
         },
+        maintenance: MaintenanceConfig {
+            after_pushes: r.required("maintenance.after_pushes").count(0, 1_000_000)?,
+            idle_secs: r.required("maintenance.idle_secs").count(0, 604_800)?,
+            concurrency: r.required("maintenance.concurrency").count(1, 64)?,
+        },
         repos_dir,
         state_dir,
     };
@@ -1029,6 +1073,9 @@ impl LoadedConfig {
             "events.heartbeat_secs" => json!(c.events.heartbeat_secs),
             "events.stall_timeout_secs" => json!(c.events.stall_timeout_secs),
             "events.max_watchers" => json!(c.events.max_watchers),
+            "maintenance.after_pushes" => json!(c.maintenance.after_pushes),
+            "maintenance.idle_secs" => json!(c.maintenance.idle_secs),
+            "maintenance.concurrency" => json!(c.maintenance.concurrency),
             other => unreachable!("not a configuration key: {other}"),
         }
     }

@@ -139,7 +139,125 @@ pub fn render() -> String {
         "collab-events watch streams connected now.",
         WATCHERS.load(Ordering::Relaxed),
     );
+    render_maintenance(&mut out);
     out
+}
+
+/// The last maintenance run of one repository.
+#[derive(Debug, Clone, Copy)]
+struct MaintainedRepo {
+    last_run: i64,
+    seconds: f64,
+    packs: u64,
+    loose: u64,
+}
+
+/// A per-repository series: name, help, and how to read its value.
+type Series = (&'static str, &'static str, fn(&MaintainedRepo) -> String);
+
+/// Runs by (trigger, outcome), and their total seconds.
+static MAINTENANCE_RUNS: Mutex<BTreeMap<(String, String), u64>> = Mutex::new(BTreeMap::new());
+static MAINTENANCE_SECONDS: Mutex<f64> = Mutex::new(0.0);
+/// Last run per repository, by name; `public` ones are rendered by name.
+static MAINTAINED: Mutex<BTreeMap<String, (bool, MaintainedRepo)>> = Mutex::new(BTreeMap::new());
+
+/// A maintenance run finished. `public_name` is the repository's name when
+/// anonymous users may see it (only those get a series of their own: the
+/// metrics endpoint is unauthenticated and must not reveal private names).
+pub fn maintenance_finished(
+    public_name: Option<&str>,
+    private_key: &str,
+    trigger: &str,
+    outcome: &str,
+    report: Option<&crate::maintenance::RunReport>,
+) {
+    bump(
+        &MAINTENANCE_RUNS,
+        (trigger.to_string(), outcome.to_string()),
+    );
+    let Some(report) = report else { return };
+    *MAINTENANCE_SECONDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) += report.seconds;
+    let repo = MaintainedRepo {
+        last_run: report.started_at,
+        seconds: report.seconds,
+        packs: report.packs_after,
+        loose: report.loose_after,
+    };
+    let mut map = MAINTAINED.lock().unwrap_or_else(|e| e.into_inner());
+    let key = public_name.unwrap_or(private_key);
+    map.insert(key.to_string(), (public_name.is_some(), repo));
+}
+
+fn render_maintenance(out: &mut String) {
+    let _ = writeln!(
+        out,
+        "# HELP git_collab_maintenance_runs_total Repository maintenance runs, by trigger and outcome.\n\
+         # TYPE git_collab_maintenance_runs_total counter"
+    );
+    for ((trigger, outcome), n) in snapshot(&MAINTENANCE_RUNS) {
+        let _ = writeln!(
+            out,
+            "git_collab_maintenance_runs_total{{trigger=\"{}\",outcome=\"{}\"}} {n}",
+            label(&trigger),
+            label(&outcome)
+        );
+    }
+    let seconds = *MAINTENANCE_SECONDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let _ = writeln!(
+        out,
+        "# HELP git_collab_maintenance_seconds_total Time spent in maintenance runs that finished.\n\
+         # TYPE git_collab_maintenance_seconds_total counter\n\
+         git_collab_maintenance_seconds_total {seconds:.3}"
+    );
+    let repos = MAINTAINED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let max_packs = repos.values().map(|(_, r)| r.packs).max().unwrap_or(0);
+    let last_run = repos.values().map(|(_, r)| r.last_run).max().unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "# HELP git_collab_maintenance_repos Repositories maintained since the server started.\n\
+         # TYPE git_collab_maintenance_repos gauge\n\
+         git_collab_maintenance_repos {}\n\
+         # HELP git_collab_maintenance_max_packs Most packs any maintained repository has after its last run.\n\
+         # TYPE git_collab_maintenance_max_packs gauge\n\
+         git_collab_maintenance_max_packs {max_packs}\n\
+         # HELP git_collab_maintenance_last_run_any_timestamp_seconds Start of the latest run on any repository.\n\
+         # TYPE git_collab_maintenance_last_run_any_timestamp_seconds gauge\n\
+         git_collab_maintenance_last_run_any_timestamp_seconds {last_run}",
+        repos.len()
+    );
+    let public: Vec<_> = repos.iter().filter(|(_, (public, _))| *public).collect();
+    let series: [Series; 4] = [
+        (
+            "git_collab_maintenance_last_run_timestamp_seconds",
+            "Start of the repository's last maintenance run (public repositories).",
+            |r| r.last_run.to_string(),
+        ),
+        (
+            "git_collab_maintenance_last_duration_seconds",
+            "Duration of the repository's last maintenance run (public repositories).",
+            |r| format!("{:.3}", r.seconds),
+        ),
+        (
+            "git_collab_repo_packs",
+            "Packs in the repository after its last maintenance run (public repositories).",
+            |r| r.packs.to_string(),
+        ),
+        (
+            "git_collab_repo_loose_objects",
+            "Loose objects in the repository after its last maintenance run (public repositories).",
+            |r| r.loose.to_string(),
+        ),
+    ];
+    for (name, help, value) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (repo, (_, r)) in &public {
+            let _ = writeln!(out, "{name}{{repo=\"{}\"}} {}", label(repo), value(r));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -166,7 +284,7 @@ mod tests {
         // Every sample line is `name{labels} value` or `name value`.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();
-            assert!(value.parse::<u64>().is_ok(), "{line}");
+            assert!(value.parse::<f64>().is_ok(), "{line}");
         }
     }
 }

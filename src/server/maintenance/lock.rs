@@ -28,7 +28,6 @@ impl RepoLock {
     }
 
     /// Take the lock if nobody holds it; `Ok(None)` if somebody does.
-    #[allow(dead_code)] // the maintenance scheduler's
     pub fn try_acquire(repo_dir: &Path) -> io::Result<Option<RepoLock>> {
         Self::take(repo_dir, false)
     }

@@ -1,12 +1,12 @@
 //! The identity and administration verbs: `collab-whoami` (who the server
-//! thinks you are) and `collab-repo create|list` (repositories). Access
+//! thinks you are) and `collab-repo create|list|gc` (repositories). Access
 //! decisions are `authz`'s; this module only formats replies.
 
 use russh::server::Msg;
 use russh::Channel;
 use serde_json::json;
 
-use super::session::{json_line, reply_and_close, ExecContext, RepoCmd};
+use super::session::{json_line, reply_and_close, ExecContext, RepoCmd, NOT_FOUND};
 use crate::authz;
 use crate::repos::{self, CreateError};
 
@@ -36,6 +36,51 @@ pub async fn repo(ctx: &ExecContext, channel: Channel<Msg>, cmd: RepoCmd) {
     match cmd {
         RepoCmd::Create { name } => create(ctx, channel, &name).await,
         RepoCmd::List => list(ctx, channel).await,
+        RepoCmd::Gc { name } => gc(ctx, channel, &name).await,
+    }
+}
+
+/// `collab-repo gc '<repo>'`: run maintenance now and wait for it (after a
+/// run or backup in progress on the repository). Needs Rewind; a
+/// repository the caller cannot see is not found.
+async fn gc(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
+    let app = ctx.app.clone();
+    let caller = ctx.caller.clone();
+    let requested = name.to_string();
+    let found = tokio::task::spawn_blocking(move || {
+        authz::authorize(&app, &caller, &requested, authz::Access::Read).ok()
+    })
+    .await
+    .ok()
+    .flatten();
+    let Some((entry, level)) = found else {
+        return reply_and_close(channel, NOT_FOUND, 1).await;
+    };
+    if level < authz::Access::Rewind {
+        return reply_and_close(
+            channel,
+            "error: permission denied: collab-repo gc needs rewind access",
+            1,
+        )
+        .await;
+    }
+    let public = authz::anonymous_can_read(&ctx.app, &entry);
+    match ctx
+        .app
+        .maintenance
+        .run_now(&entry.path, &entry.name, public)
+        .await
+    {
+        Ok(report) => {
+            let mut reply = serde_json::to_value(&report).unwrap_or_default();
+            reply["status"] = json!("done");
+            reply["repo"] = json!(entry.name);
+            reply_and_close(channel, &json_line(&reply), 0).await
+        }
+        Err(e) => {
+            tracing::error!(repo = entry.name, "collab-repo gc: {e:#}");
+            reply_and_close(channel, "error: maintenance failed", 1).await
+        }
     }
 }
 

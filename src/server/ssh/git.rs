@@ -164,6 +164,13 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
         // The hooks ran in other processes; their event rows are committed.
         crate::events::refresh_head(&ctx.app).await;
     }
+    if service == GitService::ReceivePack && code == 0 {
+        // The push is in: count it towards the repository's next maintenance.
+        let public = crate::authz::anonymous_can_read(&ctx.app, &entry);
+        ctx.app
+            .maintenance
+            .push_finished(&entry.path, &entry.name, public);
+    }
     tracing::info!(
         principal = ctx.caller.principal(),
         repo = entry.name,

@@ -43,8 +43,14 @@ impl GitService {
 /// `collab-repo` subcommands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RepoCmd {
-    Create { name: String },
+    Create {
+        name: String,
+    },
     List,
+    /// Maintenance now (needs Rewind on the repository).
+    Gc {
+        name: String,
+    },
 }
 
 /// `collab-lease` subcommands (see `super::lease`). `ttl_secs` is a positive
@@ -263,7 +269,7 @@ pub enum ExecCommand {
     Git { service: GitService, repo: String },
     /// `collab-whoami`
     Whoami,
-    /// `collab-repo create '<name>'`, `collab-repo list`
+    /// `collab-repo create '<name>'`, `collab-repo list`, `collab-repo gc '<name>'`
     Repo(RepoCmd),
     /// `collab-lease acquire|renew|release|list …`
     Lease(LeaseCmd),
@@ -279,7 +285,7 @@ impl ExecCommand {
     pub fn repo(&self) -> Option<&str> {
         match self {
             ExecCommand::Git { repo, .. } => Some(repo),
-            ExecCommand::Repo(RepoCmd::Create { name }) => Some(name),
+            ExecCommand::Repo(RepoCmd::Create { name } | RepoCmd::Gc { name }) => Some(name),
             ExecCommand::Lease(cmd) => Some(cmd.repo()),
             ExecCommand::Release(
                 ReleaseCmd::Create { repo, .. }
@@ -306,6 +312,7 @@ impl ExecCommand {
             ExecCommand::Whoami => "collab-whoami",
             ExecCommand::Repo(RepoCmd::Create { .. }) => "collab-repo create",
             ExecCommand::Repo(RepoCmd::List) => "collab-repo list",
+            ExecCommand::Repo(RepoCmd::Gc { .. }) => "collab-repo gc",
             ExecCommand::Lease(LeaseCmd::Acquire { .. }) => "collab-lease acquire",
             ExecCommand::Lease(LeaseCmd::Renew { .. }) => "collab-lease renew",
             ExecCommand::Lease(LeaseCmd::Release { .. }) => "collab-lease release",
@@ -345,6 +352,9 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
             name: name.to_string(),
         })),
         ["collab-repo", "list"] => Some(ExecCommand::Repo(RepoCmd::List)),
+        ["collab-repo", "gc", name] => Some(ExecCommand::Repo(RepoCmd::Gc {
+            name: name.to_string(),
+        })),
         ["collab-lease", sub, rest @ ..] => parse_lease(sub, rest).map(ExecCommand::Lease),
         ["collab-events", "watch", rest @ ..] => parse_watch(rest).map(ExecCommand::Events),
         ["collab-release", "create", repo, tag, file] => {
@@ -424,7 +434,9 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
         ("git-upload-pack", _) | ("git", Some("upload-pack")) => "git-upload-pack '<repo>'",
         ("git-receive-pack", _) | ("git", Some("receive-pack")) => "git-receive-pack '<repo>'",
         ("collab-whoami", _) => "collab-whoami",
-        ("collab-repo", _) => "collab-repo create '<name>' | collab-repo list",
+        ("collab-repo", _) => {
+            "collab-repo create '<name>' | collab-repo list | collab-repo gc '<repo>'"
+        }
         ("collab-lease", _) => {
             "collab-lease acquire '<repo>' '<issue>' [--ttl <secs>] [--note <text>] [--wait <secs>] | \
              collab-lease renew '<repo>' '<issue>' --ttl <secs> [--note <text>] | \
@@ -607,6 +619,12 @@ mod tests {
         assert_eq!(
             parse_exec_command("collab-repo list"),
             Some(ExecCommand::Repo(RepoCmd::List))
+        );
+        assert_eq!(
+            parse_exec_command("collab-repo gc 'team/app'"),
+            Some(ExecCommand::Repo(RepoCmd::Gc {
+                name: "team/app".into()
+            }))
         );
     }
 
