@@ -379,6 +379,37 @@ pub fn current_in(
     Ok(row(conn, repo, issue_id)?.filter(|l| l.live(now)))
 }
 
+/// The live lease on an issue, if any (a pure read, for fencing checks
+/// inside another write). The same as [`current_in`].
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn live_in(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    now: i64,
+) -> rusqlite::Result<Option<Lease>> {
+    current_in(conn, repo, issue_id, now)
+}
+
+/// End whatever tenure is held on an issue because the issue closed;
+/// returns the live lease that ended, if there was one (the caller records
+/// its event: the close is the caller's). No lock delay follows. A tenure
+/// that had already expired unnoticed is ended with its own
+/// `lease.expired`.
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn end_on_close_in(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    now: i64,
+) -> rusqlite::Result<Option<Lease>> {
+    let live = live_row(conn, repo, issue_id, &Policy::default(), now)?;
+    if live.is_some() {
+        delete_row(conn, repo, issue_id)?;
+    }
+    Ok(live)
+}
+
 /// All live leases in a repo, oldest tenure first. A pure read.
 pub fn list_in(conn: &Connection, repo: &str, now: i64) -> rusqlite::Result<Vec<Lease>> {
     let mut stmt = conn.prepare_cached(&format!(
