@@ -381,7 +381,6 @@ pub fn current_in(
 
 /// The live lease on an issue, if any (a pure read, for fencing checks
 /// inside another write). The same as [`current_in`].
-#[cfg_attr(not(test), allow(dead_code))]
 pub fn live_in(
     conn: &Connection,
     repo: &str,
@@ -396,7 +395,6 @@ pub fn live_in(
 /// its event: the close is the caller's). No lock delay follows. A tenure
 /// that had already expired unnoticed is ended with its own
 /// `lease.expired`.
-#[cfg_attr(not(test), allow(dead_code))]
 pub fn end_on_close_in(
     conn: &Connection,
     repo: &str,
