@@ -35,6 +35,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::db::leases::{self, Acquire, Break, Claim, Expired, Lease, Policy, Release, Renew};
+use crate::db::queue::{self, Next, NextRequest};
 
 /// Most operations one transaction carries; bounds how long the first
 /// caller in a group waits behind the others.
@@ -101,6 +102,8 @@ struct Job {
 
 enum Op {
     Acquire(Claim),
+    /// The work queue's `next`: pick the first ready issue and acquire it.
+    Next(NextRequest),
     Renew(Claim),
     Release {
         repo: String,
@@ -140,6 +143,7 @@ type WriteFn = Box<dyn FnOnce(&Connection, i64, &Policy) -> anyhow::Result<AnyOu
 
 enum Outcome {
     Acquire(Acquire),
+    Next(Next),
     Renew(Renew),
     Release(Release),
     Break(Break),
@@ -273,6 +277,23 @@ impl LeaseService {
     {
         let outcome = self.submit(Op::Acquire(claim)).await?;
         Ok(async move { expect!(outcome.await.map_err(|_| writer_stopped())??, Acquire) })
+    }
+
+    /// Take the first ready issue of `req.repo` for `req.holder` (see
+    /// `queue`): one operation on the writer, so no two callers get the same
+    /// issue.
+    pub async fn next(&self, req: NextRequest) -> anyhow::Result<Next> {
+        expect!(self.call(Op::Next(req)).await?, Next)
+    }
+
+    /// `next`, queued now (see `queue_acquire`).
+    pub async fn queue_next(
+        &self,
+        req: NextRequest,
+    ) -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<Next>> + Send + 'static>
+    {
+        let outcome = self.submit(Op::Next(req)).await?;
+        Ok(async move { expect!(outcome.await.map_err(|_| writer_stopped())??, Next) })
     }
 
     /// Extend the holder's live lease to `claim.ttl_secs` from now (a note,
@@ -467,6 +488,7 @@ impl Signals {
                 // the group can only bring that closer.
                 Ok(Outcome::Expired(pass)) => due = pass.next_due,
                 Ok(Outcome::Acquire(Acquire::Acquired { lease, .. }))
+                | Ok(Outcome::Next(Next::Acquired { lease, .. }))
                 | Ok(Outcome::Renew(Renew::Renewed(lease))) => {
                     due = leases::earliest(due, lease.expires_at)
                 }
@@ -593,6 +615,7 @@ impl Op {
         }
         Ok(match self {
             Op::Acquire(claim) => Outcome::Acquire(leases::acquire_in(conn, claim, policy, now)?),
+            Op::Next(req) => Outcome::Next(queue::next_in(conn, req, policy, now)?),
             Op::Renew(claim) => Outcome::Renew(leases::renew_in(conn, claim, policy, now)?),
             Op::Release {
                 repo,
@@ -627,6 +650,7 @@ impl std::fmt::Display for Op {
         match self {
             Op::Acquire(c) => write!(f, "acquire lease on {}#{}", c.repo, c.issue_id),
             Op::Renew(c) => write!(f, "renew lease on {}#{}", c.repo, c.issue_id),
+            Op::Next(r) => write!(f, "take the next ready issue of {}", r.repo),
             Op::Release { repo, issue_id, .. } => write!(f, "release lease on {repo}#{issue_id}"),
             Op::Break { repo, issue_id, .. } => write!(f, "break lease on {repo}#{issue_id}"),
             Op::Current { repo, issue_id } => write!(f, "read lease on {repo}#{issue_id}"),

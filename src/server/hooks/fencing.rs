@@ -16,7 +16,7 @@
 //! server's writer); this check writes nothing.
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 
 use super::{HookContext, RefUpdate, Refusal};
 use crate::db::leases;
@@ -117,15 +117,8 @@ pub fn check(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), Refusal> {
         };
     }
     let now = chrono::Utc::now().timestamp();
-    let conn = Connection::open_with_flags(
-        &ctx.collab_db,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .and_then(|conn| {
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        Ok(conn)
-    })
-    .map_err(|e| Refusal::one(format!("push refused: cannot read the lease store: {e}")))?;
+    let conn = crate::db::open_reader(&ctx.collab_db)
+        .map_err(|e| Refusal::one(format!("push refused: cannot read the lease store: {e}")))?;
     for option in &options {
         judge(&conn, ctx, option, now).map_err(Refusal::one)?;
     }

@@ -4,7 +4,7 @@
 //! - `expiry`: the timer that ends tenures when their time is up (within a
 //!   second of `expires_at`), records `lease.expired` and lets lock delays
 //!   run out, instead of waiting for someone to look;
-//! - `waiters`: callers blocked in `collab-lease acquire --wait`, queued
+//! - `waiters`: callers blocked in `collab-lease acquire|next --wait`, queued
 //!   first come first served and retried whenever the writer reports that
 //!   work may have become available.
 //!

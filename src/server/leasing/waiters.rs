@@ -1,5 +1,6 @@
-//! Callers waiting for a lease (`collab-lease acquire … --wait SECS`),
-//! served first come, first served.
+//! Callers waiting for a lease (`collab-lease acquire … --wait SECS`) or
+//! for work (`collab-lease next … --wait SECS`), served first come, first
+//! served.
 //!
 //! Each waiter holds a ticket, numbered in arrival order. One dispatcher
 //! task makes passes: on a new ticket and whenever the writer reports that
@@ -30,6 +31,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
 
 use crate::db::leases::{Acquire, Claim, Lease};
+use crate::db::queue::{Next, NextRequest, ReadyIssue};
 use crate::db::writer::LeaseService;
 use crate::shutdown::Stop;
 
@@ -41,18 +43,21 @@ pub const MAX_WAITERS: usize = 1024;
 pub enum Want {
     /// One issue (`acquire --wait`).
     Acquire(Claim),
+    /// Whatever becomes ready first (`next --wait`).
+    Next(NextRequest),
 }
 
 /// What a waiter got.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Won {
     Acquired(Lease),
+    Next { lease: Lease, issue: ReadyIssue },
 }
 
 impl Won {
     fn lease(&self) -> &Lease {
         match self {
-            Won::Acquired(lease) => lease,
+            Won::Acquired(lease) | Won::Next { lease, .. } => lease,
         }
     }
 }
@@ -136,12 +141,10 @@ impl Waiters {
         stop: Stop,
     ) -> Waited {
         let (reply, won) = oneshot::channel();
-        let Want::Acquire(claim) = &want;
-        let (repo, issue, holder) = (
-            claim.repo.clone(),
-            claim.issue_id.clone(),
-            claim.holder.clone(),
-        );
+        let (repo, issue, holder) = match &want {
+            Want::Acquire(c) => (c.repo.clone(), c.issue_id.clone(), c.holder.clone()),
+            Want::Next(r) => (r.repo.clone(), "(next)".to_string(), r.holder.clone()),
+        };
         let ticket = {
             let mut state = self.state.lock().unwrap();
             if state.tickets.len() >= MAX_WAITERS {
@@ -197,10 +200,19 @@ impl Waiters {
         let mut attempts = Vec::with_capacity(batch.len());
         for (ticket, want) in batch {
             let queued = match want {
-                Want::Acquire(claim) => self.service.queue_acquire(claim).await,
+                Want::Acquire(claim) => self
+                    .service
+                    .queue_acquire(claim)
+                    .await
+                    .map(|f| Attempt::Acquire(Box::pin(f))),
+                Want::Next(req) => self
+                    .service
+                    .queue_next(req)
+                    .await
+                    .map(|f| Attempt::Next(Box::pin(f))),
             };
             match queued {
-                Ok(outcome) => attempts.push((ticket, outcome)),
+                Ok(attempt) => attempts.push((ticket, attempt)),
                 Err(e) => {
                     tracing::warn!("waiters: cannot queue an attempt: {e:#}");
                     break;
@@ -209,10 +221,20 @@ impl Waiters {
         }
         let mut delivered = HashSet::new();
         let mut orphans = Vec::new();
-        for (ticket, outcome) in attempts {
-            let won = match outcome.await {
-                Ok(Acquire::Acquired { lease, .. }) => Won::Acquired(lease),
-                Ok(Acquire::Held { .. } | Acquire::Locked { .. }) => continue,
+        for (ticket, attempt) in attempts {
+            let outcome = match attempt {
+                Attempt::Acquire(f) => f.await.map(|a| match a {
+                    Acquire::Acquired { lease, .. } => Some(Won::Acquired(lease)),
+                    Acquire::Held { .. } | Acquire::Locked { .. } => None,
+                }),
+                Attempt::Next(f) => f.await.map(|n| match n {
+                    Next::Acquired { lease, issue } => Some(Won::Next { lease, issue }),
+                    Next::Empty => None,
+                }),
+            };
+            let won = match outcome {
+                Ok(Some(won)) => won,
+                Ok(None) => continue,
                 Err(e) => {
                     tracing::warn!("waiters: attempt failed: {e:#}");
                     continue;
@@ -268,6 +290,14 @@ impl Waiters {
             }
         });
     }
+}
+
+type Pending<T> = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<T>> + Send>>;
+
+/// One queued attempt of a pass.
+enum Attempt {
+    Acquire(Pending<Acquire>),
+    Next(Pending<Next>),
 }
 
 fn tenure_key(lease: &Lease) -> (String, String, String, i64) {

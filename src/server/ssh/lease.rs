@@ -1,5 +1,5 @@
-//! `collab-lease acquire|renew|release|break|list|show`: work claims on
-//! issues over SSH.
+//! `collab-lease acquire|renew|release|break|list|show|next`: work claims
+//! on issues over SSH, and the work queue's `next`.
 //!
 //! This module turns a parsed `LeaseCmd` into one reply. Access is
 //! `authz`'s (Read lists and shows, Write acquires, renews and releases,
@@ -11,7 +11,7 @@
 //! caller's principal), resolving the issue id in the bare repository
 //! (git2, on a blocking thread: an acquire needs an existing, open issue),
 //! the `leases.max_ttl` check, and the JSON and exit codes: 0 success,
-//! 1 error, 4 lease conflict.
+//! 1 error, 3 nothing ready (`next`), 4 lease conflict.
 //!
 //! ```text
 //! {"status":"acquired","repo":"r.git","issue":"<full id>","holder":"<principal>","token":1,
@@ -27,6 +27,8 @@
 //! {"repo":"r.git","issue":"<full id>","status":"held|free|locked","holder":…,"token":…,
 //!  "acquired_at":…,"renewed_at":…,"expires_at":…,"note":…,"transitions":2,"last_token":3,
 //!  "locked_until":…}                                            (show)
+//! {…the acquired fields…,"title":"…","labels":["…"],"priority":null}   (next)
+//! {"status":"empty","repo":"r.git","labels":["…"]}               exit 3 (next: nothing ready)
 //! ```
 
 use std::future::Future;
@@ -40,6 +42,7 @@ use super::session::{json_line, reply_on, ExecContext, LeaseCmd, NOT_FOUND};
 use crate::authz::{self, Access};
 use crate::db::issues::{self, IssueError};
 use crate::db::leases::{rfc3339, Acquire, Break, Claim, Lease, Release, Renew, Status};
+use crate::db::queue::{Next, NextRequest, ReadyIssue};
 use crate::db::reads::ReadPool;
 use crate::leasing::waiters::{Waited, Want, Won};
 use crate::repos::RepoEntry;
@@ -47,6 +50,10 @@ use git_collab::record::state::{self, IssueState, IssueStatus};
 
 /// Exit status of a lease conflict: held by someone else, or not yours.
 pub const EXIT_CONFLICT: u32 = 4;
+
+/// Exit status of `next` when nothing is ready: not success (0), not an
+/// error (1), not a conflict (4).
+pub const EXIT_EMPTY: u32 = 3;
 
 const ISSUE_NOT_FOUND: &str = "error: issue not found";
 const ISSUE_CLOSED: &str = "error: issue is closed";
@@ -80,8 +87,14 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: LeaseCmd) {
     stop_draining.abort();
     let (message, code, won) = match answered {
         Some(Answer::Reply((message, code))) => (message, code, None),
-        Some(Answer::Waited(lease)) => {
-            let (message, code) = acquired(&lease);
+        Some(Answer::Waited(won)) => {
+            let (message, code) = match &won {
+                Won::Acquired(lease) => acquired(lease),
+                Won::Next { lease, issue } => next_acquired(lease, issue),
+            };
+            let lease = match won {
+                Won::Acquired(lease) | Won::Next { lease, .. } => lease,
+            };
             (message, code, Some(lease))
         }
         // The caller left while waiting: nobody to answer.
@@ -114,10 +127,11 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: LeaseCmd) {
 }
 
 /// What `answer` produced: a reply, or a lease won by waiting (answered
-/// like an acquire, and given back if that answer cannot be delivered).
+/// like an acquire or a next, and given back if that answer cannot be
+/// delivered).
 enum Answer {
     Reply(Reply),
-    Waited(Lease),
+    Waited(Won),
 }
 
 /// Resolves once the client has closed the channel or the connection is
@@ -151,7 +165,7 @@ async fn answer(
         | LeaseCmd::Release { issue, .. }
         | LeaseCmd::Break { issue, .. }
         | LeaseCmd::Show { issue, .. } => Lookup::AnyIssue(issue.clone()),
-        LeaseCmd::List { .. } => Lookup::Nothing,
+        LeaseCmd::List { .. } | LeaseCmd::Next { .. } => Lookup::Nothing,
     };
     let checked = tokio::task::spawn_blocking(move || {
         let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
@@ -219,7 +233,8 @@ async fn answer(
                 Ok(Acquire::Acquired { lease, .. }) => Ok(acquired(&lease)),
                 Ok(refused) => match wait_secs {
                     Some(secs) if secs > 0 => {
-                        return wait_for(ctx, claim, Duration::from_secs(secs), gone).await
+                        let want = Want::Acquire(claim);
+                        return wait_for(ctx, want, Duration::from_secs(secs), gone).await;
                     }
                     _ => Ok(conflict(repo, &issue, refused)),
                 },
@@ -280,6 +295,32 @@ async fn answer(
             .status(repo, &issue)
             .await
             .map(|status| ok(show(repo, &issue, &status))),
+        LeaseCmd::Next {
+            labels,
+            ttl_secs,
+            note,
+            wait_secs,
+            ..
+        } => {
+            let req = NextRequest {
+                repo: repo.to_string(),
+                labels,
+                holder: holder.to_string(),
+                ttl_secs,
+                note,
+            };
+            match leases.next(req.clone()).await {
+                Ok(Next::Acquired { lease, issue }) => Ok(next_acquired(&lease, &issue)),
+                Ok(Next::Empty) => match wait_secs {
+                    Some(secs) if secs > 0 => {
+                        let want = Want::Next(req);
+                        return wait_for(ctx, want, Duration::from_secs(secs), gone).await;
+                    }
+                    _ => Ok(empty(repo, &req.labels)),
+                },
+                Err(e) => Err(e),
+            }
+        }
     };
     Some(Answer::Reply(result.unwrap_or_else(|e| {
         tracing::error!(repo, issue, "collab-lease: lease store: {e:#}");
@@ -287,28 +328,35 @@ async fn answer(
     })))
 }
 
-/// `acquire --wait`: queue behind earlier waiters until the issue is ours,
-/// the time runs out (exit 4 naming the holder), or the caller leaves
-/// (`None`: no reply).
+/// `acquire --wait` / `next --wait`: queue behind earlier waiters until
+/// the issue (or some ready issue) is ours, the time runs out (exit 4
+/// naming the holder, or exit 3 for `next`), or the caller leaves (`None`:
+/// no reply).
 async fn wait_for(
     ctx: &ExecContext,
-    claim: Claim,
+    want: Want,
     limit: Duration,
     gone: impl Future<Output = ()>,
 ) -> Option<Answer> {
-    let (repo, issue) = (claim.repo.clone(), claim.issue_id.clone());
+    let on_timeout = want.clone();
     let waited = ctx
         .app
         .waiters
-        .wait(Want::Acquire(claim), limit, gone, ctx.app.stopping.clone())
+        .wait(want, limit, gone, ctx.app.stopping.clone())
         .await;
     Some(Answer::Reply(match waited {
-        Waited::Won(Won::Acquired(lease)) => return Some(Answer::Waited(lease)),
-        Waited::TimedOut => match ctx.app.leases.status(&repo, &issue).await {
-            Ok(status) => conflict_from_status(&repo, &issue, &status),
-            Err(e) => {
-                tracing::error!(repo, issue, "collab-lease: lease store: {e:#}");
-                error(INTERNAL)
+        Waited::Won(won) => return Some(Answer::Waited(won)),
+        Waited::TimedOut => match on_timeout {
+            Want::Next(req) => empty(&req.repo, &req.labels),
+            Want::Acquire(claim) => {
+                let (repo, issue) = (claim.repo, claim.issue_id);
+                match ctx.app.leases.status(&repo, &issue).await {
+                    Ok(status) => conflict_from_status(&repo, &issue, &status),
+                    Err(e) => {
+                        tracing::error!(repo, issue, "collab-lease: lease store: {e:#}");
+                        error(INTERNAL)
+                    }
+                }
             }
         },
         Waited::Gone => return None,
@@ -326,6 +374,29 @@ fn acquired(lease: &Lease) -> Reply {
         "lease acquired"
     );
     ok(tenure("acquired", lease))
+}
+
+/// The reply of a `next` that got an issue: the acquire fields plus the
+/// issue's title, labels and priority.
+fn next_acquired(lease: &Lease, issue: &ReadyIssue) -> Reply {
+    tracing::info!(
+        repo = lease.repo,
+        issue = lease.issue_id,
+        holder = lease.holder,
+        token = lease.token,
+        "lease acquired by next"
+    );
+    let mut reply = tenure("acquired", lease);
+    reply["title"] = json!(issue.title);
+    reply["labels"] = json!(issue.labels);
+    reply["priority"] = json!(issue.priority);
+    ok(reply)
+}
+
+/// The exit-3 reply of a `next` with nothing ready.
+fn empty(repo: &str, labels: &[String]) -> Reply {
+    let reply = json!({ "status": "empty", "repo": repo, "labels": labels });
+    (json_line(&reply), EXIT_EMPTY)
 }
 
 /// The exit-4 reply of a refused acquire.

@@ -89,6 +89,14 @@ pub enum LeaseCmd {
         repo: String,
         issue: String,
     },
+    /// The work queue: take the first ready issue.
+    Next {
+        repo: String,
+        labels: Vec<String>,
+        ttl_secs: Option<i64>,
+        note: Option<String>,
+        wait_secs: Option<u64>,
+    },
 }
 
 impl LeaseCmd {
@@ -100,7 +108,8 @@ impl LeaseCmd {
             | LeaseCmd::Release { repo, .. }
             | LeaseCmd::Break { repo, .. }
             | LeaseCmd::List { repo }
-            | LeaseCmd::Show { repo, .. } => repo,
+            | LeaseCmd::Show { repo, .. }
+            | LeaseCmd::Next { repo, .. } => repo,
         }
     }
 
@@ -113,6 +122,7 @@ impl LeaseCmd {
             LeaseCmd::Break { .. } => "break",
             LeaseCmd::List { .. } => "list",
             LeaseCmd::Show { .. } => "show",
+            LeaseCmd::Next { .. } => "next",
         }
     }
 }
@@ -159,6 +169,9 @@ struct LeaseOpts {
     note: Option<String>,
     wait: Option<u64>,
     reason: Option<String>,
+    /// `--label`, repeatable (at most `queue::MAX_LABELS`, each a valid
+    /// label).
+    labels: Vec<String>,
 }
 
 fn parse_lease_opts(args: &[&str], allowed: &[&str]) -> Option<LeaseOpts> {
@@ -173,6 +186,11 @@ fn parse_lease_opts(args: &[&str], allowed: &[&str]) -> Option<LeaseOpts> {
             "--note" => opts.note.replace(parse_text(value)?).is_none(),
             "--wait" => opts.wait.replace(parse_wait(value)?).is_none(),
             "--reason" => opts.reason.replace(parse_text(value)?).is_none(),
+            "--label" => {
+                crate::db::issues::check_label(value).ok()?;
+                opts.labels.push(value.to_string());
+                opts.labels.len() <= crate::db::queue::MAX_LABELS
+            }
             _ => return None,
         };
         if !fresh {
@@ -323,6 +341,7 @@ impl ExecCommand {
             ExecCommand::Lease(LeaseCmd::Break { .. }) => "collab-lease break",
             ExecCommand::Lease(LeaseCmd::List { .. }) => "collab-lease list",
             ExecCommand::Lease(LeaseCmd::Show { .. }) => "collab-lease show",
+            ExecCommand::Lease(LeaseCmd::Next { .. }) => "collab-lease next",
             ExecCommand::Release(ReleaseCmd::Create { .. }) => "collab-release create",
             ExecCommand::Release(ReleaseCmd::List { .. }) => "collab-release list",
             ExecCommand::Release(ReleaseCmd::Download { .. }) => "collab-release download",
@@ -428,6 +447,16 @@ fn parse_lease(sub: &str, args: &[&str]) -> Option<LeaseCmd> {
             repo: owned(repo),
             issue: owned(issue),
         },
+        ("next", [repo, opts @ ..]) => {
+            let o = parse_lease_opts(opts, &["--label", "--ttl", "--note", "--wait"])?;
+            LeaseCmd::Next {
+                repo: owned(repo),
+                labels: o.labels,
+                ttl_secs: o.ttl,
+                note: o.note,
+                wait_secs: o.wait,
+            }
+        }
         _ => return None,
     })
 }
@@ -448,7 +477,8 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
              collab-lease renew '<repo>' '<issue>' --ttl <secs> [--note <text>] | \
              collab-lease release '<repo>' '<issue>' | \
              collab-lease break '<repo>' '<issue>' --reason <text> | \
-             collab-lease list '<repo>' | collab-lease show '<repo>' '<issue>'"
+             collab-lease list '<repo>' | collab-lease show '<repo>' '<issue>' | \
+             collab-lease next '<repo>' [--label <label>]... [--ttl <secs>] [--note <text>] [--wait <secs>]"
         }
         ("collab-issue", _) => super::issue::USAGE,
         ("collab-events", _) => {
@@ -893,6 +923,44 @@ mod tests {
             parse_exec_command(&format!("collab-lease acquire r i --wait {MAX_WAIT_SECS}"))
                 .is_some()
         );
+    }
+
+    #[test]
+    fn parse_lease_next() {
+        assert_eq!(
+            parse_exec_command("collab-lease next r --label bug --ttl 60 --label easy --wait 5"),
+            lease(LeaseCmd::Next {
+                repo: "r".into(),
+                labels: vec!["bug".into(), "easy".into()],
+                ttl_secs: Some(60),
+                note: None,
+                wait_secs: Some(5),
+            })
+        );
+        assert_eq!(
+            parse_exec_command("collab-lease next r"),
+            lease(LeaseCmd::Next {
+                repo: "r".into(),
+                labels: vec![],
+                ttl_secs: None,
+                note: None,
+                wait_secs: None,
+            })
+        );
+        let many = (0..17)
+            .map(|i| format!("--label l{i}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        for bad in [
+            "collab-lease next".to_string(),
+            "collab-lease next r --label".to_string(),
+            "collab-lease next r --label 'a b'".to_string(),
+            "collab-lease next r --reason x".to_string(),
+            "collab-lease next r i".to_string(),
+            format!("collab-lease next r {many}"),
+        ] {
+            assert_eq!(parse_exec_command(&bad), None, "{bad}");
+        }
     }
 
     #[test]
