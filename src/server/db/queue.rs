@@ -48,7 +48,10 @@ pub struct NextRequest {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Next {
     /// The first ready issue, now the caller's.
-    Acquired { lease: Lease, issue: ReadyIssue },
+    Acquired {
+        lease: Lease,
+        issue: Box<ReadyIssue>,
+    },
     /// Nothing is ready for this caller.
     Empty,
 }
@@ -127,7 +130,10 @@ pub fn next_in(
             note: req.note.clone(),
         };
         if let Acquire::Acquired { lease, .. } = leases::acquire_in(conn, &claim, policy, now)? {
-            return Ok(Next::Acquired { lease, issue });
+            return Ok(Next::Acquired {
+                lease,
+                issue: Box::new(issue),
+            });
         }
     }
     Ok(Next::Empty)

@@ -51,7 +51,10 @@ pub enum Want {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Won {
     Acquired(Lease),
-    Next { lease: Lease, issue: ReadyIssue },
+    Next {
+        lease: Lease,
+        issue: Box<ReadyIssue>,
+    },
 }
 
 impl Won {
