@@ -15,6 +15,7 @@ use crate::db::writer::LeaseService;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
 use crate::leasing::waiters::Waiters;
+use crate::limits::{fds, Limits};
 use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
 
 /// How long running commands may take to finish after a stop signal. With
@@ -39,6 +40,8 @@ pub struct App {
     pub leases: LeaseService,
     /// Callers waiting for a lease (`acquire --wait`).
     pub waiters: Arc<Waiters>,
+    /// Connection caps, git process gate, page semaphore.
+    pub limits: Limits,
     /// Read-only connections to `collab.db` that never wait for the writer.
     pub reads: ReadPool,
     /// The server's Ed25519 signing key (`signing`).
@@ -64,11 +67,13 @@ impl App {
         )
         .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
         let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
+        let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
             waiters: Waiters::new(leases.clone()),
             leases,
             reads: ReadPool::new(&db_path),
             signing_key,
+            limits,
             maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
@@ -119,6 +124,8 @@ pub fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> 
 /// (host key, authorized_keys, initial admin keys, hooks) first.
 pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let config = absolute_paths(config)?;
+    // Before any listener exists: the connection caps are fitted into it.
+    fds::raise_open_file_limit();
     let prepared = crate::setup::prepare(&config)?;
 
     let ssh_listener = tokio::net::TcpListener::bind(&config.ssh.listen)
@@ -138,6 +145,17 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         stopping.clone(),
     ));
     app.waiters.spawn(stopping.clone());
+    let budget = &app.limits.budget;
+    if let Some(warning) = &budget.warning {
+        eprintln!("warning: {warning}");
+        tracing::warn!("{warning}");
+    }
+    tracing::info!(
+        open_files = budget.open_files,
+        http_max_connections = budget.http,
+        ssh_max_connections = budget.ssh,
+        "connection caps"
+    );
     crate::events::spawn_background(&app);
     tokio::spawn(app.maintenance.clone().idle_loop(stopping.clone().wait()));
 

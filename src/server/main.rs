@@ -16,6 +16,7 @@ mod hooks;
 mod http;
 mod identity;
 mod leasing;
+mod limits;
 mod logging;
 mod maintenance;
 mod metrics;

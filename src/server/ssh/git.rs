@@ -15,8 +15,13 @@
 //! updates and deletions of branches (`receive.denyNonFastForwards`,
 //! `receive.denyDeletes` on the command line, above any repository config):
 //! defense in depth, not the rule.
+//!
+//! Each git process takes a slot from the git process gate
+//! (`git.max_processes`, `git.max_processes_per_principal`) before it
+//! starts; without one the client gets a one-line `error: …` and exit 1.
 
 use std::process::Stdio;
+use std::time::Duration;
 
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
@@ -29,6 +34,10 @@ use crate::hooks::HookContext;
 
 /// Copy buffer: one SSH packet's worth.
 const CHUNK: usize = 32 * 1024;
+
+/// How long a request within its principal's share waits for a
+/// server-wide git process slot before it is refused.
+pub const PROCESS_QUEUE_WAIT: Duration = Duration::from_secs(10);
 
 /// Only `version=N` style values are passed on to git.
 fn sane_git_protocol(value: &str) -> bool {
@@ -47,6 +56,23 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
     let (entry, level) = match authz::authorize(&ctx.app, &ctx.caller, requested, needed) {
         Ok(found) => found,
         Err(_) => return reply_and_close(channel, NOT_FOUND, 1).await,
+    };
+    let principal = ctx.caller.principal().to_string();
+    let _slot = match ctx
+        .app
+        .limits
+        .git
+        .acquire(&principal, PROCESS_QUEUE_WAIT)
+        .await
+    {
+        Ok(slot) => slot,
+        Err(busy) => {
+            crate::limits::note_refusal("git_process", busy.label(), || {
+                format!("refused git {} for {principal}", service.subcommand())
+            });
+            let message = format!("error: {}", busy.message());
+            return reply_and_close(channel, &message, 1).await;
+        }
     };
 
     let mut cmd = Command::new("git");
