@@ -145,7 +145,7 @@ fn sequential(scenario: &mut Scenario, slice: Duration) -> anyhow::Result<()> {
         scenario.latencies.push(sent.elapsed());
         anyhow::ensure!(matches!(
             outcome,
-            leases::Acquire::Acquired { token: 1, .. }
+            leases::Acquire::Acquired { ref lease, .. } if lease.token == 1
         ));
         scenario.ops += 1;
     }
@@ -179,7 +179,7 @@ async fn through_service(
                     latencies.push(sent.elapsed());
                     anyhow::ensure!(matches!(
                         outcome,
-                        leases::Acquire::Acquired { token: 1, .. }
+                        leases::Acquire::Acquired { ref lease, .. } if lease.token == 1
                     ));
                 }
                 anyhow::Ok(latencies)

@@ -58,6 +58,17 @@ pub enum Command {
         #[command(subcommand)]
         cmd: ReleaseCmd,
     },
+    /// `git push` with `-o collab-lease=<issue>:<token>` for every claim
+    /// this clone took on the remote (`issue claim`/`issue next`), so the
+    /// server can refuse the push if a claim is no longer yours.
+    Push {
+        /// The git remote.
+        #[arg(default_value = "origin")]
+        remote: String,
+        /// Refspecs and other arguments, passed to git push.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Report events dropped by replay (bad or untrusted signatures,
     /// malformed events); exit 1 if there are any.
     Verify {
@@ -265,6 +276,49 @@ pub enum IssueCmd {
         /// Lease length in seconds (renew before it runs out).
         #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=git_collab::client::lease::MAX_TTL_SECS))]
         ttl: Option<u64>,
+        /// What you are doing, shown with the claim (at most 500 bytes).
+        #[arg(long, value_name = "TEXT")]
+        note: Option<String>,
+        /// If someone holds it, wait up to SECS for it (first come, first
+        /// served); exit 4 naming the holder if the time runs out.
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(0..=git_collab::client::lease::MAX_WAIT_SECS))]
+        wait: Option<u64>,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Claim the next ready issue (open, unclaimed, not blocked, with every
+    /// --label), by priority then age. Exit 3 if nothing is ready.
+    Next {
+        /// Only issues with this label (repeat for several: all must match).
+        #[arg(long = "label", value_name = "LABEL")]
+        labels: Vec<String>,
+        /// Lease length in seconds (renew before it runs out).
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=git_collab::client::lease::MAX_TTL_SECS))]
+        ttl: Option<u64>,
+        /// What you are doing, shown with the claim (at most 500 bytes).
+        #[arg(long, value_name = "TEXT")]
+        note: Option<String>,
+        /// If nothing is ready, wait up to SECS for something to be.
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(0..=git_collab::client::lease::MAX_WAIT_SECS))]
+        wait: Option<u64>,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// List the ready issues in the order `issue next` takes them.
+    Ready {
+        /// Only issues with this label (repeat for several: all must match).
+        #[arg(long = "label", value_name = "LABEL")]
+        labels: Vec<String>,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// End someone's claim by force, recording why (needs rewind access).
+    Break {
+        /// Issue id or unique prefix (4+ hex digits).
+        id: String,
+        /// Why (recorded with the event).
+        #[arg(long, value_name = "TEXT")]
+        reason: String,
         #[command(flatten)]
         out: JsonFlag,
     },

@@ -58,13 +58,45 @@ pub fn run(repo: &Repository, target: IssueTarget, cmd: IssueCmd) -> Result<Exit
     let remote = target.remote.as_str();
     let flag = target.mode.as_deref().and_then(Mode::parse);
     match cmd {
-        IssueCmd::Claim { id, ttl, out } => {
+        IssueCmd::Claim {
+            id,
+            ttl,
+            note,
+            wait,
+            out,
+        } => {
             let op = LeaseOp::Claim {
                 issue: id,
                 ttl_secs: ttl,
+                note,
+                wait_secs: wait,
             };
             lease_cmd(repo, remote, &op, out.json)
         }
+        IssueCmd::Next {
+            labels,
+            ttl,
+            note,
+            wait,
+            out,
+        } => {
+            let op = LeaseOp::Next {
+                labels,
+                ttl_secs: ttl,
+                note,
+                wait_secs: wait,
+            };
+            lease_cmd(repo, remote, &op, out.json)
+        }
+        IssueCmd::Ready { labels, out } => {
+            lease_cmd(repo, remote, &LeaseOp::Ready { labels }, out.json)
+        }
+        IssueCmd::Break { id, reason, out } => lease_cmd(
+            repo,
+            remote,
+            &LeaseOp::Break { issue: id, reason },
+            out.json,
+        ),
         IssueCmd::Unclaim { id, out } => {
             lease_cmd(repo, remote, &LeaseOp::Unclaim { issue: id }, out.json)
         }
@@ -293,6 +325,9 @@ fn local_cmd(repo: &Repository, cmd: IssueCmd) -> Result<ExitCode> {
         | IssueCmd::Unclaim { .. }
         | IssueCmd::Renew { .. }
         | IssueCmd::Claims { .. }
+        | IssueCmd::Next { .. }
+        | IssueCmd::Ready { .. }
+        | IssueCmd::Break { .. }
         | IssueCmd::Fetch { .. } => unreachable!("handled by run"),
     };
     report_written(verb, &written, json)?;
@@ -445,6 +480,9 @@ fn server_cmd(remote: &SshRemote, cmd: IssueCmd) -> Result<ExitCode> {
         | IssueCmd::Unclaim { .. }
         | IssueCmd::Renew { .. }
         | IssueCmd::Claims { .. }
+        | IssueCmd::Next { .. }
+        | IssueCmd::Ready { .. }
+        | IssueCmd::Break { .. }
         | IssueCmd::Fetch { .. } => unreachable!("handled by run"),
     };
     let reply = server::run(remote, &req, token)?;
@@ -580,6 +618,7 @@ fn link_text(v: &Value) -> String {
 /// the exit status is the server's (0, 1, or 4 for a lease conflict).
 fn lease_cmd(repo: &Repository, remote: &str, op: &LeaseOp, json: bool) -> Result<ExitCode> {
     let out = lease::run(repo, remote, op)?;
+    remember_tenure(repo, remote, op, &out);
     let shown = lease::render(op, &out, json);
     // What the server sent: shown, never acted on by the terminal.
     if json {
@@ -589,6 +628,28 @@ fn lease_cmd(repo: &Repository, remote: &str, op: &LeaseOp, json: bool) -> Resul
     }
     eprint!("{}", terminal::text(&shown.stderr));
     Ok(ExitCode::from(u8::try_from(shown.code).unwrap_or(1)))
+}
+
+/// Keep the token of a tenure taken through this clone (for `git collab
+/// push`), and drop it once the claim is given up. Best effort: a clone
+/// whose config cannot be written still gets the server's answer.
+fn remember_tenure(repo: &Repository, remote: &str, op: &LeaseOp, out: &RemoteOutput) {
+    if out.code != 0 {
+        return;
+    }
+    let Ok(reply) = serde_json::from_slice::<lease::LeaseReply>(&out.stdout) else {
+        return;
+    };
+    let kept = match (op, reply.status.as_str(), reply.token) {
+        (LeaseOp::Claim { .. } | LeaseOp::Next { .. }, "acquired", Some(token)) => {
+            lease::remember_token(repo, remote, &reply.issue, token)
+        }
+        (LeaseOp::Unclaim { .. }, "released", _) => lease::forget_token(repo, remote, &reply.issue),
+        _ => Ok(()),
+    };
+    if let Err(e) = kept {
+        eprintln!("warning: cannot remember the lease token in this clone: {e}");
+    }
 }
 
 fn report_written(verb: &str, written: &Written, json: bool) -> Result<()> {

@@ -103,6 +103,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Issue { target, cmd } => issue_cmd::run(&open_repo()?, target, cmd),
         Command::Patch { cmd } => patch_cmd::run(&open_repo()?, cmd),
         Command::Release { cmd } => release_cmd(&open_repo()?, cmd),
+        Command::Push { remote, args } => push(&open_repo()?, &remote, &args),
         Command::Sync { remote } => {
             let repo = open_repo()?;
             // The merge scan records merges with the signing key, if any.
@@ -232,6 +233,29 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 /// Opens the repository git would use here (honours GIT_DIR).
+/// `git collab push`: `git push` with the fencing option of every tenure
+/// this clone remembers for `remote`; git's output and exit status pass
+/// through.
+fn push(repo: &Repository, remote: &str, args: &[String]) -> Result<ExitCode> {
+    use git_collab::client::lease;
+    let tokens = lease::remembered_tokens(repo, remote)?;
+    let dir = repo.workdir().unwrap_or_else(|| repo.path());
+    let status = std::process::Command::new("git")
+        .current_dir(dir)
+        .arg("push")
+        .args(lease::push_options(&tokens))
+        .arg(remote)
+        .args(args)
+        .status()
+        .context("running git push")?;
+    Ok(ExitCode::from(
+        status
+            .code()
+            .and_then(|c| u8::try_from(c).ok())
+            .unwrap_or(1),
+    ))
+}
+
 fn open_repo() -> Result<Repository> {
     Repository::open_from_env().map_err(|e| match e.code() {
         git2::ErrorCode::NotFound => anyhow::anyhow!("not a git repository (or any parent)"),

@@ -86,7 +86,9 @@ fn acquire_open_issue_succeeds() {
     assert_eq!(v["holder"], fingerprint(&key).as_str());
     assert_eq!(v["token"], 1);
     assert_eq!(v["expires_at"], Value::Null);
-    assert_eq!(v.as_object().unwrap().len(), 6, "{v}");
+    assert_eq!(v.as_object().unwrap().len(), 9, "{v}");
+    assert_eq!(v["note"], Value::Null);
+    assert_eq!(v["renewed_at"], Value::Null);
 }
 
 #[test]
@@ -137,7 +139,12 @@ fn reacquire_same_key_is_idempotent() {
     let key = f.h.ssh_client_key();
     let cmd = format!("acquire 'r.git' '{}'", f.issue);
     let first = ok_json(&lease(&f.h, &key, &cmd));
-    let again = ok_json(&lease(&f.h, &key, &cmd));
+    let mut again = ok_json(&lease(&f.h, &key, &cmd));
+    assert!(
+        again["renewed_at"].is_string(),
+        "a re-acquire renews: {again}"
+    );
+    again["renewed_at"] = Value::Null;
     assert_eq!(again, first, "same reply, same token");
     // Re-acquiring with a TTL keeps the tenure and sets the new expiry.
     let with_ttl = ok_json(&lease(&f.h, &key, &format!("{cmd} --ttl 120")));
@@ -423,7 +430,9 @@ fn list_shows_live_leases_json() {
     assert_eq!(a["token"], 1);
     assert_eq!(a["expires_at"], Value::Null);
     assert!((before..=after).contains(&timestamp(&a["acquired_at"])));
-    assert_eq!(a.as_object().unwrap().len(), 5, "{a}");
+    assert_eq!(a.as_object().unwrap().len(), 8, "{a}");
+    assert_eq!(a["transitions"], 0);
+    assert_eq!(a["note"], Value::Null);
     let b = row(&other);
     assert_eq!(b["holder"], fingerprint(&second).as_str());
     assert_eq!(

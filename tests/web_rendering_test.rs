@@ -154,3 +154,21 @@ fn closing_an_issue_ends_its_claim_and_the_pages_show_none() {
     );
     assert!(!detail.contains("claimed by"), "{detail}");
 }
+
+#[test]
+fn a_claim_shows_its_holders_note_escaped() {
+    let h = ServerHarness::start();
+    let (clone, _, _) = web_support::public_repo_with_content(&h, "notes");
+    let issue = web_support::open_issue(&h, &clone, "Noted", "", &[]);
+    web_support::push_collab(&h, &clone);
+    let out = h.ssh_exec(&format!(
+        "collab-lease acquire notes {issue} --note 'rewriting <b>the parser</b>'"
+    ));
+    assert!(out.success(), "{out:?}");
+    let escaped = "rewriting &#60;b&#62;the parser&#60;/b&#62;";
+    let list = get(&h, "/notes/-/issues").text();
+    assert!(list_row(&list, &issue).contains(escaped), "{list}");
+    assert!(!list.contains("<b>the parser"), "{list}");
+    let detail = get(&h, &format!("/notes/-/issues/{}", &issue[..8])).text();
+    assert!(detail.contains(escaped), "{detail}");
+}

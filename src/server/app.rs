@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::config::ServerConfig;
+use crate::config::{LeasesConfig, ServerConfig};
+use crate::db::leases::Policy;
 use crate::db::reads::ReadPool;
 use crate::db::writer::LeaseService;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
+use crate::leasing::waiters::Waiters;
 use crate::limits::{fds, Limits};
 use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
 
@@ -36,6 +38,8 @@ pub struct App {
     /// The collab database's single writer thread (`collab.db`): lease
     /// operations and every other write (`write`) go through it.
     pub leases: LeaseService,
+    /// Callers waiting for a lease (`acquire --wait`).
+    pub waiters: Arc<Waiters>,
     /// Connection caps, git process gate, page semaphore.
     pub limits: Limits,
     /// Read-only connections to `collab.db` that never wait for the writer.
@@ -62,12 +66,17 @@ impl App {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("collab_db: creating {}", dir.display()))?;
         }
-        let leases = LeaseService::open(&db_path)
-            .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
+        let leases = LeaseService::open_with(
+            &db_path,
+            lease_policy(&config.leases),
+            Arc::new(|| chrono::Utc::now().timestamp()),
+        )
+        .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
         let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
         let webhooks = crate::webhooks::Webhooks::new(&config.webhooks)?;
         let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
+            waiters: Waiters::new(leases.clone()),
             leases,
             reads: ReadPool::new(&db_path),
             imports: Default::default(),
@@ -89,6 +98,17 @@ impl App {
     /// refused.
     pub fn begin_shutdown(&self) {
         self.stop.trigger();
+    }
+}
+
+/// The `leases.*` keys as the lease decisions take them (0 = unlimited
+/// lifetime).
+pub fn lease_policy(config: &LeasesConfig) -> Policy {
+    let secs = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    Policy {
+        max_lifetime: (config.max_lifetime > 0).then(|| secs(config.max_lifetime)),
+        lock_delay: secs(config.lock_delay),
+        max_ttl: secs(config.max_ttl),
     }
 }
 
@@ -174,6 +194,12 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     let app = Arc::new(App::new(config)?);
     crate::db::guard::mark_state_dir(&app.config.state_dir)?;
     let stopping = app.stopping.clone();
+    // Leases end on time and waiters are served without anyone polling.
+    tokio::spawn(crate::leasing::expiry::run(
+        app.leases.clone(),
+        stopping.clone(),
+    ));
+    app.waiters.spawn(stopping.clone());
     let budget = &app.limits.budget;
     if let Some(warning) = &budget.warning {
         eprintln!("warning: {warning}");

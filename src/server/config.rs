@@ -45,6 +45,7 @@ pub struct ServerConfig {
     pub http: HttpConfig,
     pub git: GitConfig,
     pub log: LogConfig,
+    pub leases: LeasesConfig,
     pub events: EventsConfig,
     pub webhooks: WebhooksConfig,
     pub maintenance: MaintenanceConfig,
@@ -125,6 +126,32 @@ pub struct GitConfig {
     /// How long a request waits for a slot before it is refused.
     pub queue_timeout: Duration,
 }
+
+/// Lease policy (`leases.*`), in seconds. The defaults keep phase 1's
+/// behaviour: no lifetime cap, no lock delay, TTLs up to ten years.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct LeasesConfig {
+    /// Longest one tenure may last, renewals included; 0 = unlimited.
+    pub max_lifetime: u64,
+    /// After a tenure ends by expiry, others wait this long; 0 = none.
+    pub lock_delay: u64,
+    /// Longest `--ttl` accepted.
+    pub max_ttl: u64,
+}
+
+impl Default for LeasesConfig {
+    fn default() -> Self {
+        LeasesConfig {
+            max_lifetime: 0,
+            lock_delay: 0,
+            max_ttl: DEFAULT_MAX_TTL,
+        }
+    }
+}
+
+/// Default of `leases.max_ttl`: ten years, the longest `--ttl` the verbs
+/// parse.
+pub const DEFAULT_MAX_TTL: u64 = 10 * 365 * 24 * 60 * 60;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct LogConfig {
@@ -288,6 +315,9 @@ pub const KEYS: &[&str] = &[
     "maintenance.after_pushes",
     "maintenance.idle_secs",
     "maintenance.concurrency",
+    "leases.max_lifetime",
+    "leases.lock_delay",
+    "leases.max_ttl",
 ];
 
 /// Top-level TOML tables; every other known key is a top-level scalar.
@@ -299,6 +329,7 @@ const SECTIONS: &[&str] = &[
     "events",
     "webhooks",
     "maintenance",
+    "leases",
 ];
 
 impl ServerConfig {
@@ -347,6 +378,7 @@ impl ServerConfig {
                 level: "info".into(),
                 format: "text".into(),
             },
+            leases: LeasesConfig::default(),
             events: EventsConfig::default(),
             webhooks: WebhooksConfig::default(),
             maintenance: MaintenanceConfig::default(),
@@ -437,6 +469,17 @@ pub struct ConfigFlags {
     /// Log line format [default: text].
     #[arg(long, global = true, value_name = "text|json")]
     pub log_format: Option<String>,
+    /// Longest one lease tenure may last, renewals included, in seconds or
+    /// with a unit (90s, 15m, 2h, 7d); 0 = unlimited [default: 0].
+    #[arg(long, global = true, value_name = "DURATION")]
+    pub leases_max_lifetime: Option<String>,
+    /// After a lease ends by expiry, nobody else may acquire the issue for
+    /// this long; 0 = no delay [default: 0].
+    #[arg(long, global = true, value_name = "DURATION")]
+    pub leases_lock_delay: Option<String>,
+    /// Longest lease --ttl accepted [default: 3650d].
+    #[arg(long, global = true, value_name = "DURATION")]
+    pub leases_max_ttl: Option<String>,
 }
 
 /// The effective configuration and, for every key, the layer that set it
@@ -652,6 +695,12 @@ fn default_values() -> Dict {
     );
     put("log.level", Value::from(defaults.log.level));
     put("log.format", Value::from(defaults.log.format));
+    put(
+        "leases.max_lifetime",
+        Value::from(defaults.leases.max_lifetime),
+    );
+    put("leases.lock_delay", Value::from(defaults.leases.lock_delay));
+    put("leases.max_ttl", Value::from(defaults.leases.max_ttl));
     let events = EventsConfig::default();
     put("events.retention_days", Value::from(events.retention_days));
     put("events.heartbeat_secs", Value::from(events.heartbeat_secs));
@@ -865,6 +914,9 @@ fn flag_layers(flags: &ConfigFlags) -> anyhow::Result<Vec<Layer>> {
         ("http.listen", &flags.http_listen),
         ("log.level", &flags.log_level),
         ("log.format", &flags.log_format),
+        ("leases.max_lifetime", &flags.leases_max_lifetime),
+        ("leases.lock_delay", &flags.leases_lock_delay),
+        ("leases.max_ttl", &flags.leases_max_ttl),
     ];
     for (key, value) in texts {
         if let Some(value) = value {
@@ -976,6 +1028,34 @@ impl Given {
             Value::Num(_, num) if num.to_u128() == Some(0) => Ok(false),
             other => Err(self.error(format!("expected true or false, found {}", kind(other)))),
         }
+    }
+
+    /// Lease seconds: a whole number, or a string with a unit (`90s`,
+    /// `15m`, `2h`, `7d`; a bare number in a string is seconds); 0 allowed.
+    fn lease_secs(&self) -> anyhow::Result<u64> {
+        match &self.value {
+            Value::Num(_, num) => num
+                .to_i128()
+                .or_else(|| num.to_u128().and_then(|n| i128::try_from(n).ok()))
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or_else(|| self.error("expected a whole number of seconds")),
+            Value::String(_, text) => {
+                parse_lease_duration(text).map_err(|problem| self.error(problem))
+            }
+            other => Err(self.error(format!(
+                "expected seconds or a duration like \"15m\", found {}",
+                kind(other)
+            ))),
+        }
+    }
+
+    /// Lease seconds, at most `max`.
+    fn lease_secs_at_most(&self, max: u64) -> anyhow::Result<u64> {
+        let secs = self.lease_secs()?;
+        if secs > max {
+            return Err(self.error(format!("at most {max} seconds")));
+        }
+        Ok(secs)
     }
 
     /// A whole number in `min..=max` (TOML integer, or digits from env).
@@ -1288,6 +1368,20 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
             level: r.required("log.level").log_level()?,
             format: r.required("log.format").log_format()?,
         },
+        leases: LeasesConfig {
+            max_lifetime: r
+                .required("leases.max_lifetime")
+                .lease_secs_at_most(DEFAULT_MAX_TTL)?,
+            lock_delay: r
+                .required("leases.lock_delay")
+                .lease_secs_at_most(DEFAULT_MAX_TTL)?,
+            max_ttl: match r.required("leases.max_ttl") {
+                given if given.lease_secs()? == 0 => {
+                    return Err(given.error("must be at least 1 second"))
+                }
+                given => given.lease_secs_at_most(DEFAULT_MAX_TTL)?,
+            },
+        },
         events: EventsConfig {
             retention_days: r.required("events.retention_days").count(1, 36_500)?,
             heartbeat_secs: r.required("events.heartbeat_secs").count(1, 3600)?,
@@ -1317,6 +1411,28 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
         sources: r.sources,
         secret_files: BTreeMap::new(),
     })
+}
+
+/// `"90"`, `"90s"`, `"15m"`, `"2h"`, `"7d"` -> seconds (the `leases.*`
+/// keys, which also take days and zero).
+pub fn parse_lease_duration(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let unit_secs = match unit.trim() {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => return Err("expected seconds or a duration like 90s, 15m, 2h, 7d".into()),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "expected seconds or a duration like 90s, 15m, 2h, 7d".to_string())?;
+    n.checked_mul(unit_secs)
+        .ok_or_else(|| "duration too large".to_string())
 }
 
 /// Join a multi-line message so every error stays on one line.
@@ -1513,6 +1629,9 @@ impl LoadedConfig {
             "git.queue_timeout" => json_secs(c.git.queue_timeout),
             "log.level" => json!(c.log.level),
             "log.format" => json!(c.log.format),
+            "leases.max_lifetime" => json!(c.leases.max_lifetime),
+            "leases.lock_delay" => json!(c.leases.lock_delay),
+            "leases.max_ttl" => json!(c.leases.max_ttl),
             "events.retention_days" => json!(c.events.retention_days),
             "events.heartbeat_secs" => json!(c.events.heartbeat_secs),
             "events.stall_timeout_secs" => json!(c.events.stall_timeout_secs),
@@ -1604,6 +1723,8 @@ impl LoadedConfig {
                     Err(_) => line.clone(),
                 })
                 .collect(),
+            "leases.max_lifetime" if c.leases.max_lifetime == 0 => vec!["0 (unlimited)".into()],
+            "leases.lock_delay" if c.leases.lock_delay == 0 => vec!["0 (none)".into()],
             "max_release_size" => vec![fmt_bytes(c.max_release_size)],
             "max_issue_body" => vec![fmt_bytes(c.max_issue_body)],
             "http.max_request_body" => vec![fmt_bytes(c.http.max_request_body)],
@@ -2058,6 +2179,59 @@ mod tests {
         .unwrap();
         assert_eq!(loaded.config.ssh.listen, "127.0.0.1:9");
         assert_eq!(loaded.sources["ssh.listen"], "flag --ssh-listen");
+    }
+
+    #[test]
+    fn lease_policy_keys_take_seconds_or_units() {
+        let loaded = load_env(&[
+            ("GIT_COLLAB_LEASES__MAX_LIFETIME", "2h"),
+            ("GIT_COLLAB_LEASES__LOCK_DELAY", "15"),
+            ("GIT_COLLAB_LEASES__MAX_TTL", "10m"),
+        ])
+        .unwrap();
+        assert_eq!(
+            loaded.config.leases,
+            LeasesConfig {
+                max_lifetime: 7200,
+                lock_delay: 15,
+                max_ttl: 600
+            }
+        );
+        assert_eq!(
+            loaded.sources["leases.lock_delay"],
+            "env GIT_COLLAB_LEASES__LOCK_DELAY"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("server.toml");
+        std::fs::write(&file, "[leases]\nlock_delay = 30\nmax_lifetime = \"1d\"\n").unwrap();
+        let flags = ConfigFlags {
+            config: Some(file),
+            ..Default::default()
+        };
+        let loaded = load_from(&flags, &env(&[]), &no_system_file()).unwrap();
+        assert_eq!(
+            (
+                loaded.config.leases.lock_delay,
+                loaded.config.leases.max_lifetime
+            ),
+            (30, 86400)
+        );
+        let defaults = load_env(&[]).unwrap().to_text();
+        assert!(defaults.contains("0 (unlimited)"), "{defaults}");
+        assert!(defaults.contains("0 (none)"), "{defaults}");
+        for (var, bad) in [
+            ("GIT_COLLAB_LEASES__LOCK_DELAY", "soon"),
+            ("GIT_COLLAB_LEASES__MAX_TTL", "0"),
+            ("GIT_COLLAB_LEASES__MAX_LIFETIME", "-5"),
+            ("GIT_COLLAB_LEASES__MAX_LIFETIME", "99999d"),
+        ] {
+            let e = err(load_env(&[(var, bad)]));
+            assert!(e.contains(&format!("from env {var}")), "{e}");
+        }
+        assert_eq!(parse_lease_duration("90"), Ok(90));
+        assert_eq!(parse_lease_duration("7d"), Ok(604800));
+        assert!(parse_lease_duration("1w").is_err());
+        assert!(parse_lease_duration("").is_err());
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod hooks;
 mod http;
 mod identity;
 mod import;
+mod leasing;
 mod limits;
 mod logging;
 mod maintenance;

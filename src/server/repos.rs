@@ -66,6 +66,10 @@ pub struct RepoPolicy {
     /// Anonymous read over HTTP.
     #[serde(default)]
     pub public: bool,
+    /// Ref globs a push may touch only with the pusher's live lease token
+    /// (`-o collab-lease=<issue>:<token>`; see `hooks::fencing`).
+    #[serde(default)]
+    pub fenced_refs: Vec<String>,
     /// Set when the policy file exists but does not parse: the repository is
     /// then closed to everyone but admins (fail closed).
     #[serde(skip)]
@@ -83,6 +87,7 @@ impl Default for RepoPolicy {
             write: everyone(),
             rewind: Vec::new(),
             public: false,
+            fenced_refs: Vec::new(),
             broken: None,
         }
     }
@@ -96,12 +101,16 @@ impl RepoPolicy {
             write: Vec::new(),
             rewind: Vec::new(),
             public: false,
+            fenced_refs: Vec::new(),
             broken: Some(reason),
         }
     }
 
     pub fn parse(text: &str) -> Result<RepoPolicy, toml::de::Error> {
-        toml::from_str(text)
+        let policy: RepoPolicy = toml::from_str(text)?;
+        crate::hooks::fencing::compile(&policy.fenced_refs)
+            .map_err(<toml::de::Error as serde::de::Error>::custom)?;
+        Ok(policy)
     }
 
     /// Read `collab-policy.toml` from a repository directory; a missing file
@@ -502,6 +511,10 @@ mod tests {
         assert!(p.allows_rewind("SHA256:x") && p.allows_read("SHA256:x"));
         assert!(!p.allows_read("SHA256:other"));
         assert!(RepoPolicy::parse("reed = []").is_err());
+        let p = RepoPolicy::parse("fenced_refs = [\"refs/heads/issue/*\"]\n").unwrap();
+        assert_eq!(p.fenced_refs, ["refs/heads/issue/*"]);
+        let err = RepoPolicy::parse("fenced_refs = [\"refs/[\"]\n").unwrap_err();
+        assert!(err.to_string().contains("fenced_refs"), "{err}");
     }
 
     #[test]

@@ -163,6 +163,24 @@ CREATE TABLE issue_exports (
 );
 ",
     },
+    // Version 4: lease policy and the work queue. A tenure keeps its
+    // holder's note and its last renewal; per issue, `lease_tokens` counts
+    // holder changes (`transitions`), remembers the last holder and the end
+    // of a lock delay. The indexes let the expiry timer find the next
+    // instant something is due without a scan.
+    Step {
+        version: 4,
+        sql: "
+ALTER TABLE leases ADD COLUMN renewed_at INTEGER;
+ALTER TABLE leases ADD COLUMN note TEXT;
+ALTER TABLE lease_tokens ADD COLUMN transitions INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE lease_tokens ADD COLUMN last_holder TEXT;
+ALTER TABLE lease_tokens ADD COLUMN locked_until INTEGER;
+CREATE INDEX leases_expires_at ON leases (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX lease_tokens_locked_until ON lease_tokens (locked_until)
+    WHERE locked_until IS NOT NULL;
+",
+    },
     // Version 5: webhooks. `webhooks` holds each subscription and its
     // delivery state: `cursor` (every event up to it is handled, delivered
     // or not matching), and for the event after it the retry state

@@ -4,7 +4,8 @@
 //! clock, no threads); `writer` is the single writer thread that
 //! group-commits every write and answers only after COMMIT; `open_reader`
 //! gives the read-only connections that read beside it, and `reads` pools
-//! them for request handlers. `issues` holds the issue decisions.
+//! them for request handlers. `issues` holds the issue decisions; `queue`
+//! the work queue (ready issues, `next`).
 
 pub mod events;
 pub mod guard;
@@ -12,6 +13,7 @@ pub mod exports;
 pub mod issues;
 pub mod leases;
 pub mod migrations;
+pub mod queue;
 pub mod reads;
 pub mod repos;
 pub mod snapshot;

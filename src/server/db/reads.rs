@@ -130,7 +130,8 @@ mod tests {
         let pool = ReadPool::new(&path);
         // A write transaction stays open while we read.
         writer.execute_batch("BEGIN IMMEDIATE").unwrap();
-        leases::acquire_in(&writer, "r", "j", "bob", None, 1).unwrap();
+        let claim = leases::Claim::new("r", "j", "bob", None);
+        leases::acquire_in(&writer, &claim, &leases::Policy::default(), 1).unwrap();
         let seen = pool
             .read(|conn| Ok(leases::live_in(conn, "r", "i", 1)?.map(|l| l.holder)))
             .await

@@ -1,5 +1,5 @@
 //! The lease store as the async server sees it: one dedicated writer thread
-//! that owns the `collab.db` connection and group-commits lease operations.
+//! that owns the `collab.db` connection and group-commits every write.
 //! It owns threading, batching, the clock and durable acknowledgement;
 //! every lease decision stays in `leases`.
 //!
@@ -14,10 +14,16 @@
 //! caller. One fsync thus acknowledges the whole group, and no caller hears
 //! "acquired" before its lease is on disk. Operations run in arrival order.
 //!
-//! Reads (`current`, `list`) go through the same queue: they reap expired
-//! rows, which is a write, and it keeps every answer consistent with the
-//! writes queued before it. A group with nothing to write commits without
-//! an fsync.
+//! Reads (`current`, `list`, `status`) go through the same queue, which
+//! keeps every answer consistent with the writes queued before it. A group
+//! with nothing to write commits without an fsync.
+//!
+//! Two signals leave the writer, for the server's lease machinery
+//! (`crate::leasing`): [`LeaseService::due`] is the earliest instant a
+//! tenure ends or a lock delay runs out (the expiry timer sleeps until it),
+//! and [`LeaseService::changes`] ticks after every committed group that may
+//! have made work available (a release, break, expiry, or any generic write
+//! such as an issue closing), which is when waiters try again.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,7 +34,8 @@ use anyhow::{anyhow, Context};
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::db::leases::{self, Acquire, Lease, Release, Renew};
+use crate::db::leases::{self, Acquire, Break, Claim, Expired, Lease, Policy, Release, Renew};
+use crate::db::queue::{self, Next, NextRequest};
 
 /// Most operations one transaction carries; bounds how long the first
 /// caller in a group waits behind the others.
@@ -64,8 +71,11 @@ struct Inner {
     /// writes made by other processes (git hooks, the host CLI).
     event_head: watch::Sender<i64>,
     writer: Option<JoinHandle<()>>,
+    policy: Policy,
     #[cfg_attr(not(test), allow(dead_code))]
     counters: Arc<Counters>,
+    due: watch::Receiver<Option<i64>>,
+    changes: watch::Receiver<u64>,
 }
 
 #[derive(Default)]
@@ -91,22 +101,20 @@ struct Job {
 }
 
 enum Op {
-    Acquire {
-        repo: String,
-        issue_id: String,
-        holder: String,
-        ttl_secs: Option<i64>,
-    },
-    Renew {
-        repo: String,
-        issue_id: String,
-        holder: String,
-        ttl_secs: i64,
-    },
+    Acquire(Claim),
+    /// The work queue's `next`: pick the first ready issue and acquire it.
+    Next(NextRequest),
+    Renew(Claim),
     Release {
         repo: String,
         issue_id: String,
         holder: String,
+    },
+    Break {
+        repo: String,
+        issue_id: String,
+        by: String,
+        reason: String,
     },
     Current {
         repo: String,
@@ -115,6 +123,12 @@ enum Op {
     List {
         repo: String,
     },
+    Status {
+        repo: String,
+        issue_id: String,
+    },
+    /// End what is due (the expiry timer's pass).
+    ExpireDue,
     /// Any other write (issues, events, ...): runs under its own SAVEPOINT
     /// in the group like the lease operations; its typed result travels
     /// back as `Any` and is answered only after COMMIT.
@@ -125,29 +139,52 @@ enum Op {
 }
 
 type AnyOutcome = Box<dyn std::any::Any + Send>;
-type WriteFn = Box<dyn FnOnce(&Connection, i64) -> anyhow::Result<AnyOutcome> + Send>;
+type WriteFn = Box<dyn FnOnce(&Connection, i64, &Policy) -> anyhow::Result<AnyOutcome> + Send>;
 
 enum Outcome {
     Acquire(Acquire),
+    Next(Next),
     Renew(Renew),
     Release(Release),
+    Break(Break),
     Current(Option<Lease>),
     List(Vec<Lease>),
+    Status(leases::Status),
+    Expired(Expired),
     Write(AnyOutcome),
+}
+
+/// Turn an outcome into the variant an op expects.
+macro_rules! expect {
+    ($outcome:expr, $variant:ident) => {
+        match $outcome {
+            Outcome::$variant(value) => Ok::<_, anyhow::Error>(value),
+            _ => unreachable!("the writer answers each op with its own outcome"),
+        }
+    };
 }
 
 impl LeaseService {
     /// Open (creating if needed) the lease database at `path` and start the
-    /// writer thread. Fails if the database cannot be opened or migrated.
+    /// writer thread, with the default policy. Fails if the database cannot
+    /// be opened or migrated.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn open(path: &Path) -> anyhow::Result<LeaseService> {
-        Self::open_with_clock(path, Arc::new(unix_now))
+        Self::open_with(path, Policy::default(), Arc::new(unix_now))
     }
 
-    /// `open` with an injected clock (tests and benchmarks).
-    pub fn open_with_clock(path: &Path, clock: Clock) -> anyhow::Result<LeaseService> {
+    /// `open` with a lease policy and a clock (tests and benchmarks inject
+    /// one).
+    pub fn open_with(path: &Path, policy: Policy, clock: Clock) -> anyhow::Result<LeaseService> {
         let conn = leases::open(path)
             .with_context(|| format!("cannot open lease database {}", path.display()))?;
-        Self::start(conn, clock, None)
+        Self::start(conn, policy, clock, None)
+    }
+
+    /// `open` with an injected clock and the default policy.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn open_with_clock(path: &Path, clock: Clock) -> anyhow::Result<LeaseService> {
+        Self::open_with(path, Policy::default(), clock)
     }
 
     /// Take over `conn` (already through `leases::open`). The writer waits
@@ -155,22 +192,31 @@ impl LeaseService {
     /// known group.
     fn start(
         conn: Connection,
+        policy: Policy,
         clock: Clock,
         gate: Option<std::sync::mpsc::Receiver<()>>,
     ) -> anyhow::Result<LeaseService> {
         let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
         let counters = Arc::new(Counters::default());
-        let writer_counters = Arc::clone(&counters);
+        // Something may already be due (leases that ended while the server
+        // was down): the first pass runs at once.
+        let (due_tx, due) = watch::channel(Some(i64::MIN));
+        let (changes_tx, changes) = watch::channel(0);
         let head = crate::db::events::head(&conn).context("reading the event log head")?;
         let event_head = watch::Sender::new(head);
-        let writer_head = event_head.clone();
+        let signals = Signals {
+            due: due_tx,
+            changes: changes_tx,
+            event_head: event_head.clone(),
+        };
+        let writer_counters = Arc::clone(&counters);
         let writer = std::thread::Builder::new()
             .name("lease-writer".into())
             .spawn(move || {
                 if let Some(gate) = gate {
                     let _ = gate.recv();
                 }
-                run_writer(conn, jobs, clock, &writer_counters, &writer_head);
+                run_writer(conn, jobs, policy, clock, &writer_counters, &signals);
             })
             .context("cannot start the lease writer thread")?;
         Ok(LeaseService {
@@ -178,12 +224,38 @@ impl LeaseService {
                 queue: Some(queue),
                 event_head,
                 writer: Some(writer),
+                policy,
                 counters,
+                due,
+                changes,
             }),
         })
     }
 
-    /// Claim `issue_id` for `holder`; `ttl_secs: None` is open-ended.
+    /// The lease policy every decision uses.
+    pub fn policy(&self) -> Policy {
+        self.inner.policy
+    }
+
+    /// The earliest instant (unix seconds) something is due: a tenure ends
+    /// or a lock delay runs out. `None`: nothing scheduled.
+    pub fn due(&self) -> watch::Receiver<Option<i64>> {
+        self.inner.due.clone()
+    }
+
+    /// Ticks after each committed group that may have made work available.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.changes.clone()
+    }
+
+    /// Claim an issue: `claim.ttl_secs: None` is open-ended.
+    pub async fn acquire_claim(&self, claim: Claim) -> anyhow::Result<Acquire> {
+        expect!(self.call(Op::Acquire(claim)).await?, Acquire)
+    }
+
+    /// Claim `issue_id` for `holder` without a note; `ttl_secs: None` is
+    /// open-ended.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub async fn acquire(
         &self,
         repo: &str,
@@ -191,19 +263,47 @@ impl LeaseService {
         holder: &str,
         ttl_secs: Option<i64>,
     ) -> anyhow::Result<Acquire> {
-        let op = Op::Acquire {
-            repo: repo.into(),
-            issue_id: issue_id.into(),
-            holder: holder.into(),
-            ttl_secs,
-        };
-        match self.call(op).await? {
-            Outcome::Acquire(outcome) => Ok(outcome),
-            _ => unreachable!("the writer answers each op with its own outcome"),
-        }
+        self.acquire_claim(Claim::new(repo, issue_id, holder, ttl_secs))
+            .await
+    }
+
+    /// Queue an acquire now; the returned future yields its durable outcome.
+    /// Acquires queued one after another are decided in that order (the
+    /// waiters' first-come-first-served rests on it).
+    pub async fn queue_acquire(
+        &self,
+        claim: Claim,
+    ) -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<Acquire>> + Send + 'static>
+    {
+        let outcome = self.submit(Op::Acquire(claim)).await?;
+        Ok(async move { expect!(outcome.await.map_err(|_| writer_stopped())??, Acquire) })
+    }
+
+    /// Take the first ready issue of `req.repo` for `req.holder` (see
+    /// `queue`): one operation on the writer, so no two callers get the same
+    /// issue.
+    pub async fn next(&self, req: NextRequest) -> anyhow::Result<Next> {
+        expect!(self.call(Op::Next(req)).await?, Next)
+    }
+
+    /// `next`, queued now (see `queue_acquire`).
+    pub async fn queue_next(
+        &self,
+        req: NextRequest,
+    ) -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<Next>> + Send + 'static>
+    {
+        let outcome = self.submit(Op::Next(req)).await?;
+        Ok(async move { expect!(outcome.await.map_err(|_| writer_stopped())??, Next) })
+    }
+
+    /// Extend the holder's live lease to `claim.ttl_secs` from now (a note,
+    /// when given, replaces the tenure's).
+    pub async fn renew_claim(&self, claim: Claim) -> anyhow::Result<Renew> {
+        expect!(self.call(Op::Renew(claim)).await?, Renew)
     }
 
     /// Extend `holder`'s live lease to `ttl_secs` from now.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub async fn renew(
         &self,
         repo: &str,
@@ -211,16 +311,8 @@ impl LeaseService {
         holder: &str,
         ttl_secs: i64,
     ) -> anyhow::Result<Renew> {
-        let op = Op::Renew {
-            repo: repo.into(),
-            issue_id: issue_id.into(),
-            holder: holder.into(),
-            ttl_secs,
-        };
-        match self.call(op).await? {
-            Outcome::Renew(outcome) => Ok(outcome),
-            _ => unreachable!("the writer answers each op with its own outcome"),
-        }
+        self.renew_claim(Claim::new(repo, issue_id, holder, Some(ttl_secs)))
+            .await
     }
 
     /// Give up `holder`'s lease (idempotent).
@@ -235,10 +327,24 @@ impl LeaseService {
             issue_id: issue_id.into(),
             holder: holder.into(),
         };
-        match self.call(op).await? {
-            Outcome::Release(outcome) => Ok(outcome),
-            _ => unreachable!("the writer answers each op with its own outcome"),
-        }
+        expect!(self.call(op).await?, Release)
+    }
+
+    /// End the live tenure by force, recording `by` and `reason`.
+    pub async fn break_lease(
+        &self,
+        repo: &str,
+        issue_id: &str,
+        by: &str,
+        reason: &str,
+    ) -> anyhow::Result<Break> {
+        let op = Op::Break {
+            repo: repo.into(),
+            issue_id: issue_id.into(),
+            by: by.into(),
+            reason: reason.into(),
+        };
+        expect!(self.call(op).await?, Break)
     }
 
     /// The live lease on an issue, if any.
@@ -247,19 +353,28 @@ impl LeaseService {
             repo: repo.into(),
             issue_id: issue_id.into(),
         };
-        match self.call(op).await? {
-            Outcome::Current(lease) => Ok(lease),
-            _ => unreachable!("the writer answers each op with its own outcome"),
-        }
+        expect!(self.call(op).await?, Current)
     }
 
     /// Every live lease in `repo`, oldest first.
     pub async fn list(&self, repo: &str) -> anyhow::Result<Vec<Lease>> {
         let op = Op::List { repo: repo.into() };
-        match self.call(op).await? {
-            Outcome::List(leases) => Ok(leases),
-            _ => unreachable!("the writer answers each op with its own outcome"),
-        }
+        expect!(self.call(op).await?, List)
+    }
+
+    /// Everything about an issue's leasing (live tenure, token, transitions,
+    /// lock delay).
+    pub async fn status(&self, repo: &str, issue_id: &str) -> anyhow::Result<leases::Status> {
+        let op = Op::Status {
+            repo: repo.into(),
+            issue_id: issue_id.into(),
+        };
+        expect!(self.call(op).await?, Status)
+    }
+
+    /// End every tenure that is due, and learn when the next one is.
+    pub async fn expire_due(&self) -> anyhow::Result<Expired> {
+        expect!(self.call(Op::ExpireDue).await?, Expired)
     }
 
     /// Run `f` on the writer thread inside the next group's transaction
@@ -273,16 +388,27 @@ impl LeaseService {
         T: Send + 'static,
         F: FnOnce(&Connection, i64) -> anyhow::Result<T> + Send + 'static,
     {
+        self.write_with_policy(label, move |conn, now, _| f(conn, now))
+            .await
+    }
+
+    /// `write` for closures that make lease decisions too (the work queue's
+    /// `next`): they get the service's lease policy.
+    pub async fn write_with_policy<T, F>(&self, label: impl Into<String>, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, i64, &Policy) -> anyhow::Result<T> + Send + 'static,
+    {
         let op = Op::Write {
             label: label.into(),
-            run: Box::new(move |conn, now| f(conn, now).map(|t| Box::new(t) as AnyOutcome)),
+            run: Box::new(move |conn, now, policy| {
+                f(conn, now, policy).map(|t| Box::new(t) as AnyOutcome)
+            }),
         };
-        match self.call(op).await? {
-            Outcome::Write(any) => Ok(*any
-                .downcast::<T>()
-                .expect("the writer answers each op with its own outcome")),
-            _ => unreachable!("the writer answers each op with its own outcome"),
-        }
+        let any: AnyOutcome = expect!(self.call(op).await?, Write)?;
+        Ok(*any
+            .downcast::<T>()
+            .expect("the writer answers each op with its own outcome"))
     }
 
     /// Follow the highest committed event `seq` (see `Inner::event_head`).
@@ -339,20 +465,66 @@ fn unix_now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
+/// The writer's ends of its signals.
+struct Signals {
+    due: watch::Sender<Option<i64>>,
+    changes: watch::Sender<u64>,
+    /// The highest committed event `seq` (see `Inner::event_head`).
+    event_head: watch::Sender<i64>,
+}
+
+impl Signals {
+    /// After a committed group: move the due instant and tick `changes`.
+    fn after_group(&self, ops: &[Op], outcomes: &[anyhow::Result<Outcome>]) {
+        let mut freed = false;
+        let mut due = *self.due.borrow();
+        for (op, outcome) in ops.iter().zip(outcomes) {
+            freed |= matches!(
+                op,
+                Op::Release { .. } | Op::Break { .. } | Op::ExpireDue | Op::Write { .. }
+            );
+            match outcome {
+                // The pass knows exactly what is due next; ops after it in
+                // the group can only bring that closer.
+                Ok(Outcome::Expired(pass)) => due = pass.next_due,
+                Ok(Outcome::Acquire(Acquire::Acquired { lease, .. }))
+                | Ok(Outcome::Next(Next::Acquired { lease, .. }))
+                | Ok(Outcome::Renew(Renew::Renewed(lease))) => {
+                    due = leases::earliest(due, lease.expires_at)
+                }
+                Ok(Outcome::Acquire(Acquire::Locked { until, .. })) => {
+                    due = leases::earliest(due, Some(*until))
+                }
+                _ => {}
+            }
+        }
+        // `send_if_modified` wakes the timer only when the instant moved.
+        self.due.send_if_modified(|current| {
+            let moved = *current != due;
+            *current = due;
+            moved
+        });
+        if freed {
+            self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}
+
 /// The writer thread: one group per transaction until the queue closes.
 fn run_writer(
     mut conn: Connection,
     mut jobs: mpsc::Receiver<Job>,
+    policy: Policy,
     clock: Clock,
     counters: &Counters,
-    event_head: &watch::Sender<i64>,
+    signals: &Signals,
 ) {
     let mut group = Vec::with_capacity(MAX_GROUP);
     // Lease decisions never see time run backwards, even if the wall clock does.
     let mut last_now = i64::MIN;
     while jobs.blocking_recv_many(&mut group, MAX_GROUP) > 0 {
         let mut ops: Vec<Op> = group.iter_mut().map(|job| job.op.take()).collect();
-        let outcomes = match run_group(&mut conn, &mut ops, || {
+        let outcomes = match run_group(&mut conn, &mut ops, &policy, || {
             last_now = last_now.max(clock());
             last_now
         }) {
@@ -364,13 +536,14 @@ fn run_writer(
         };
         // After COMMIT: whatever the group appended is visible to readers now.
         match crate::db::events::head(&conn) {
-            Ok(seq) => publish_head(event_head, seq),
+            Ok(seq) => publish_head(&signals.event_head, seq),
             Err(e) => tracing::warn!("reading the event log head: {e}"),
         }
         counters.groups.fetch_add(1, Ordering::Relaxed);
         counters
             .ops
             .fetch_add(group.len() as u64, Ordering::Relaxed);
+        signals.after_group(&ops, &outcomes);
         // Answers go out only now, after COMMIT returned (or failed).
         for (job, outcome) in group.drain(..).zip(outcomes) {
             let _ = job.reply.send(outcome);
@@ -384,6 +557,7 @@ fn run_writer(
 fn run_group(
     conn: &mut Connection,
     ops: &mut [Op],
+    policy: &Policy,
     now: impl FnOnce() -> i64,
 ) -> rusqlite::Result<Vec<anyhow::Result<Outcome>>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -392,7 +566,7 @@ fn run_group(
     let mut outcomes = Vec::with_capacity(ops.len());
     for op in ops.iter_mut() {
         run_cached(&tx, "SAVEPOINT lease_op")?;
-        match op.run(&tx, now) {
+        match op.run(&tx, policy, now) {
             Ok(outcome) => outcomes.push(Ok(outcome)),
             Err(e) => {
                 // Some errors (disk full, I/O) make SQLite abandon the whole
@@ -431,50 +605,41 @@ impl Op {
     /// Move the op out of its job, leaving a spent marker (the writer owns
     /// each op once; `Write` closures can only run once).
     fn take(&mut self) -> Op {
-        std::mem::replace(
-            self,
-            Op::List {
-                repo: String::new(),
-            },
-        )
+        std::mem::replace(self, Op::ExpireDue)
     }
 
-    fn run(&mut self, conn: &Connection, now: i64) -> anyhow::Result<Outcome> {
+    fn run(&mut self, conn: &Connection, policy: &Policy, now: i64) -> anyhow::Result<Outcome> {
         if let Op::Write { run, .. } = self {
-            let run = std::mem::replace(run, Box::new(|_, _| unreachable!("a write runs once")));
-            return Ok(Outcome::Write(run(conn, now)?));
+            let run = std::mem::replace(run, Box::new(|_, _, _| unreachable!("a write runs once")));
+            return Ok(Outcome::Write(run(conn, now, policy)?));
         }
         Ok(match self {
-            Op::Acquire {
-                repo,
-                issue_id,
-                holder,
-                ttl_secs,
-            } => Outcome::Acquire(leases::acquire_in(
-                conn, repo, issue_id, holder, *ttl_secs, now,
-            )?),
-            Op::Renew {
-                repo,
-                issue_id,
-                holder,
-                ttl_secs,
-            } => Outcome::Renew(leases::renew_in(
-                conn,
-                repo,
-                issue_id,
-                holder,
-                Some(*ttl_secs),
-                now,
-            )?),
+            Op::Acquire(claim) => Outcome::Acquire(leases::acquire_in(conn, claim, policy, now)?),
+            Op::Next(req) => Outcome::Next(queue::next_in(conn, req, policy, now)?),
+            Op::Renew(claim) => Outcome::Renew(leases::renew_in(conn, claim, policy, now)?),
             Op::Release {
                 repo,
                 issue_id,
                 holder,
-            } => Outcome::Release(leases::release_in(conn, repo, issue_id, holder, now)?),
+            } => Outcome::Release(leases::release_in(
+                conn, repo, issue_id, holder, policy, now,
+            )?),
+            Op::Break {
+                repo,
+                issue_id,
+                by,
+                reason,
+            } => Outcome::Break(leases::break_in(
+                conn, repo, issue_id, by, reason, policy, now,
+            )?),
             Op::Current { repo, issue_id } => {
                 Outcome::Current(leases::current_in(conn, repo, issue_id, now)?)
             }
             Op::List { repo } => Outcome::List(leases::list_in(conn, repo, now)?),
+            Op::Status { repo, issue_id } => {
+                Outcome::Status(leases::status_in(conn, repo, issue_id, now)?)
+            }
+            Op::ExpireDue => Outcome::Expired(leases::expire_due_in(conn, policy, now)?),
             Op::Write { .. } => unreachable!("handled above"),
         })
     }
@@ -483,11 +648,15 @@ impl Op {
 impl std::fmt::Display for Op {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Op::Acquire { repo, issue_id, .. } => write!(f, "acquire lease on {repo}#{issue_id}"),
-            Op::Renew { repo, issue_id, .. } => write!(f, "renew lease on {repo}#{issue_id}"),
+            Op::Acquire(c) => write!(f, "acquire lease on {}#{}", c.repo, c.issue_id),
+            Op::Renew(c) => write!(f, "renew lease on {}#{}", c.repo, c.issue_id),
+            Op::Next(r) => write!(f, "take the next ready issue of {}", r.repo),
             Op::Release { repo, issue_id, .. } => write!(f, "release lease on {repo}#{issue_id}"),
+            Op::Break { repo, issue_id, .. } => write!(f, "break lease on {repo}#{issue_id}"),
             Op::Current { repo, issue_id } => write!(f, "read lease on {repo}#{issue_id}"),
             Op::List { repo } => write!(f, "list leases of {repo}"),
+            Op::Status { repo, issue_id } => write!(f, "read lease status of {repo}#{issue_id}"),
+            Op::ExpireDue => f.write_str("end expired leases"),
             Op::Write { label, .. } => f.write_str(label),
         }
     }
@@ -516,16 +685,26 @@ mod tests {
     /// submitted before that forms one group.
     fn paused(conn: Connection, clock: Clock) -> (LeaseService, std::sync::mpsc::Sender<()>) {
         let (open_gate, gate) = std::sync::mpsc::channel();
-        let service = LeaseService::start(conn, clock, Some(gate)).unwrap();
+        let service = LeaseService::start(conn, Policy::default(), clock, Some(gate)).unwrap();
         (service, open_gate)
     }
 
     fn acquire_op(issue: &str, holder: &str, ttl_secs: Option<i64>) -> Op {
-        Op::Acquire {
-            repo: REPO.into(),
-            issue_id: issue.into(),
-            holder: holder.into(),
-            ttl_secs,
+        Op::Acquire(Claim::new(REPO, issue, holder, ttl_secs))
+    }
+
+    /// (token, expires_at) of a successful acquire.
+    fn tenure(outcome: &Acquire) -> Option<(i64, Option<i64>)> {
+        match outcome {
+            Acquire::Acquired { lease, .. } => Some((lease.token, lease.expires_at)),
+            _ => None,
+        }
+    }
+
+    fn acquired(outcome: &anyhow::Result<Outcome>) -> Option<(i64, Option<i64>)> {
+        match outcome {
+            Ok(Outcome::Acquire(a)) => tenure(a),
+            _ => None,
         }
     }
 
@@ -547,7 +726,8 @@ mod tests {
         let mut held_by = BTreeSet::new();
         for racer in racers {
             match racer.await.unwrap() {
-                (holder, Acquire::Acquired { token, .. }) => winners.push((holder, token)),
+                (_, Acquire::Locked { .. }) => unreachable!("no lock delay"),
+                (holder, Acquire::Acquired { lease, .. }) => winners.push((holder, lease.token)),
                 (_, Acquire::Held { holder, .. }) => {
                     held_by.insert(holder);
                 }
@@ -576,12 +756,7 @@ mod tests {
             // Spends a token, then breaks the holder CHECK: must roll back alone.
             acquire_op("02", "", None),
             acquire_op("02", "bob", None),
-            Op::Renew {
-                repo: REPO.into(),
-                issue_id: "01".into(),
-                holder: "alice".into(),
-                ttl_secs: 0,
-            },
+            Op::Renew(Claim::new(REPO, "01", "alice", Some(0))),
             acquire_op("01", "carol", None),
         ];
         let mut pending = Vec::new();
@@ -598,22 +773,13 @@ mod tests {
             WriterStats { groups: 1, ops: 5 },
             "all five ran in one transaction"
         );
-        assert!(matches!(
-            outcomes[0],
-            Ok(Outcome::Acquire(Acquire::Acquired { token: 1, expires_at: Some(e) })) if e == T0 + 60
-        ));
+        assert_eq!(acquired(&outcomes[0]), Some((1, Some(T0 + 60))));
         let err = outcomes[1].as_ref().err().expect("empty holder fails");
         assert!(
             format!("{err:#}").contains("acquire lease on team/app#02"),
             "{err:#}"
         );
-        assert!(matches!(
-            outcomes[2],
-            Ok(Outcome::Acquire(Acquire::Acquired {
-                token: 1,
-                expires_at: None
-            }))
-        ));
+        assert_eq!(acquired(&outcomes[2]), Some((1, None)));
         let err = outcomes[3].as_ref().err().expect("zero ttl fails");
         assert!(format!("{err:#}").contains("positive"), "{err:#}");
         assert!(matches!(
@@ -669,13 +835,7 @@ mod tests {
         intruder.execute_batch("COMMIT").unwrap();
         // Nothing of the failed group was kept: the first tenure gets token 1.
         let outcome = service.acquire(REPO, "01", "bob", None).await.unwrap();
-        assert_eq!(
-            outcome,
-            Acquire::Acquired {
-                token: 1,
-                expires_at: None
-            }
-        );
+        assert_eq!(tenure(&outcome), Some((1, None)));
         assert_eq!(service.list(REPO).await.unwrap().len(), 1);
     }
 
@@ -702,11 +862,8 @@ mod tests {
         assert_eq!(got, [("01", "bob", 2), ("02", "carol", 1)]);
         service.release(REPO, "01", "bob").await.unwrap();
         assert_eq!(
-            service.acquire(REPO, "01", "dave", None).await.unwrap(),
-            Acquire::Acquired {
-                token: 3,
-                expires_at: None
-            }
+            tenure(&service.acquire(REPO, "01", "dave", None).await.unwrap()),
+            Some((3, None))
         );
     }
 
@@ -728,11 +885,8 @@ mod tests {
             Renew::NotHolder { holder: None }
         );
         assert_eq!(
-            service.acquire(REPO, "01", "bob", Some(10)).await.unwrap(),
-            Acquire::Acquired {
-                token: 2,
-                expires_at: Some(T0 + 20)
-            }
+            tenure(&service.acquire(REPO, "01", "bob", Some(10)).await.unwrap()),
+            Some((2, Some(T0 + 20)))
         );
     }
 
@@ -770,12 +924,14 @@ mod tests {
                             0 | 1 => {
                                 let ttl = rng.random_bool(0.5).then_some(3600);
                                 match service.acquire(REPO, &id, &me, ttl).await.unwrap() {
-                                    Acquire::Acquired { token, .. } => {
+                                    Acquire::Acquired { lease, .. } => {
+                                        let token = lease.token;
                                         seen.push(match holding.insert(issue, token) {
                                             Some(held) => Seen::SameTenure { issue, token, held },
                                             None => Seen::NewTenure { issue, token },
                                         })
                                     }
+                                    Acquire::Locked { .. } => unreachable!("no lock delay"),
                                     Acquire::Held { holder, .. } => {
                                         assert!(!holding.contains_key(&issue));
                                         assert_ne!(holder, me);
@@ -783,7 +939,7 @@ mod tests {
                                 }
                             }
                             2 => match service.renew(REPO, &id, &me, 3600).await.unwrap() {
-                                Renew::Renewed { token, .. } => {
+                                Renew::Renewed(Lease { token, .. }) => {
                                     let held = holding[&issue];
                                     seen.push(Seen::SameTenure { issue, token, held });
                                 }
@@ -839,7 +995,7 @@ mod tests {
     ) -> Op {
         Op::Write {
             label: label.into(),
-            run: Box::new(move |conn, now| f(conn, now).map(|t| Box::new(t) as AnyOutcome)),
+            run: Box::new(move |conn, now, _| f(conn, now).map(|t| Box::new(t) as AnyOutcome)),
         }
     }
 

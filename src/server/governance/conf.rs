@@ -19,6 +19,9 @@
 //! to = ["alice"]                   # principal, `@group`, or `*` (every principal)
 //! access = "rewind"                # read | write | rewind
 //! ```
+//!
+//! A top-level `fenced_refs = ["refs/heads/issue/*"]` makes a live lease
+//! token mandatory for pushes touching those refs, in every repository.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -54,6 +57,8 @@ struct RawConf {
     groups: BTreeMap<String, Vec<String>>,
     #[serde(default)]
     grants: Vec<RawGrant>,
+    #[serde(default)]
+    fenced_refs: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -93,6 +98,8 @@ pub struct GovernanceConf {
     groups: BTreeMap<String, BTreeSet<String>>,
     grants: Vec<Grant>,
     public: GlobSet,
+    /// Ref globs fenced in every governed repository (`hooks::fencing`).
+    fenced_refs: Vec<String>,
 }
 
 fn valid_ident(s: &str) -> bool {
@@ -201,12 +208,14 @@ impl GovernanceConf {
             });
         }
         let public = compile_globs(&raw.public, "public")?;
+        crate::hooks::fencing::compile(&raw.fenced_refs).map_err(invalid)?;
         Ok(GovernanceConf {
             by_fingerprint,
             principals,
             groups,
             grants,
             public,
+            fenced_refs: raw.fenced_refs,
         })
     }
 
@@ -242,6 +251,11 @@ impl GovernanceConf {
     /// Whether `principal` holds at least `needed` on `repo`.
     pub fn allows_repo(&self, principal: &str, repo: &str, needed: Access) -> bool {
         self.access(principal, repo).is_some_and(|a| a >= needed)
+    }
+
+    /// Ref globs fenced in every governed repository.
+    pub fn fenced_refs(&self) -> &[String] {
+        &self.fenced_refs
     }
 
     /// Whether anonymous HTTP may read `repo` (short name).
@@ -300,6 +314,23 @@ mod tests {
         assert!(c.is_public("docs/site") && !c.is_public("docs") && !c.is_public("_governance"));
         assert!(c.check_keeps_admin(&alice_fp).is_ok());
         assert!(c.check_keeps_admin("SHA256:nobody").is_err());
+    }
+
+    #[test]
+    fn fenced_refs_are_validated_globs() {
+        let c = GovernanceConf::parse(&format!(
+            "fenced_refs = [\"refs/heads/issue/*\"]\n{}",
+            conf("")
+        ))
+        .unwrap();
+        assert_eq!(c.fenced_refs(), ["refs/heads/issue/*"]);
+        assert!(GovernanceConf::parse(&conf(""))
+            .unwrap()
+            .fenced_refs()
+            .is_empty());
+        let err = GovernanceConf::parse(&format!("fenced_refs = [\"heads/*\"]\n{}", conf("")))
+            .unwrap_err();
+        assert!(err.to_string().contains("fenced_refs"), "{err}");
     }
 
     #[test]

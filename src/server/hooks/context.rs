@@ -16,6 +16,7 @@ const ENV_REPO: &str = "GIT_COLLAB_REPO";
 const ENV_ACCESS: &str = "GIT_COLLAB_ACCESS";
 const ENV_STATE_DIR: &str = "GIT_COLLAB_STATE_DIR";
 const ENV_COLLAB_DB: &str = "GIT_COLLAB_DB";
+const ENV_FENCED_REFS: &str = "GIT_COLLAB_FENCED_REFS";
 
 /// The pusher and the repository, as the server decided them before
 /// starting `git receive-pack`.
@@ -34,6 +35,10 @@ pub struct HookContext {
     /// their own connection, and write only through `db::*` functions in
     /// their own short transaction.
     pub collab_db: PathBuf,
+    /// Ref globs a push may touch only with a live lease token
+    /// (`hooks::fencing`): the repository policy's and governance's, as the
+    /// server resolved them. Passed one per line.
+    pub fenced_refs: Vec<String>,
 }
 
 impl HookContext {
@@ -46,6 +51,7 @@ impl HookContext {
             (ENV_ACCESS, self.access.as_str().into()),
             (ENV_STATE_DIR, self.state_dir.clone().into_os_string()),
             (ENV_COLLAB_DB, self.collab_db.clone().into_os_string()),
+            (ENV_FENCED_REFS, self.fenced_refs.join("\n").into()),
         ]
     }
 
@@ -83,6 +89,15 @@ impl HookContext {
             access,
             state_dir: path(ENV_STATE_DIR)?,
             collab_db: path(ENV_COLLAB_DB)?,
+            fenced_refs: get(ENV_FENCED_REFS)
+                .and_then(|v| v.into_string().ok())
+                .map(|v| {
+                    v.lines()
+                        .filter(|l| !l.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default(),
         })
     }
 
@@ -108,6 +123,7 @@ mod tests {
             access: Access::Write,
             state_dir: "/srv/state".into(),
             collab_db: "/srv/state/repos/collab.db".into(),
+            fenced_refs: vec!["refs/heads/issue/*".into(), "refs/heads/wip/**".into()],
         };
         let env: HashMap<&str, std::ffi::OsString> = ctx.to_env().into_iter().collect();
         let back = HookContext::from_lookup(|n| env.get(n).cloned()).unwrap();

@@ -53,6 +53,7 @@ mod tests {
             access: Access::Write,
             state_dir: "/s".into(),
             collab_db: "/s/collab.db".into(),
+            fenced_refs: Vec::new(),
         };
         let a = git2::Oid::from_str("1111111111111111111111111111111111111111").unwrap();
         let updates = vec![

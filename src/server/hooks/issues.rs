@@ -35,6 +35,7 @@ mod tests {
             access: crate::authz::Access::Rewind,
             state_dir: PathBuf::from("/nonexistent"),
             collab_db: PathBuf::from("/nonexistent/collab.db"),
+            fenced_refs: Vec::new(),
         }
     }
 

@@ -16,6 +16,8 @@
 //! - `access`: who may create, fast-forward, rewrite or delete which ref;
 //! - `issues`: issue DAG refs are not pushed any more (the server holds
 //!   issues; `git collab issue …` writes them);
+//! - `fencing`: a push carrying `-o collab-lease=<issue>:<token>`, or
+//!   touching a fenced ref, needs the pusher's live lease token;
 //! - `governance`: a push to `_governance.git` must keep a valid
 //!   `governance.toml` that still has an admin.
 //!
@@ -29,6 +31,7 @@
 pub mod access;
 pub mod context;
 pub mod events;
+pub mod fencing;
 pub mod governance;
 pub mod issues;
 pub mod updates;
@@ -61,6 +64,7 @@ pub type Check = fn(&HookContext, &[RefUpdate]) -> Result<(), Refusal>;
 pub const PRE_RECEIVE: &[(&str, Check)] = &[
     ("access", access::check),
     ("issues", issues::check),
+    ("fencing", fencing::check),
     ("governance", governance::check),
 ];
 

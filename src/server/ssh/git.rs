@@ -83,6 +83,8 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
             let hooks = ctx.app.config.hooks_dir();
             cmd.arg("-c")
                 .arg(format!("core.hooksPath={}", hooks.display()));
+            // Push options reach the hooks (`-o collab-lease=<issue>:<token>`).
+            cmd.args(["-c", "receive.advertisePushOptions=true"]);
             // Repacking is the server's maintenance (single-flight, under
             // the repository's lock), never a `gc --auto` after a push.
             cmd.args(["-c", "receive.autogc=false"]);
@@ -101,6 +103,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
                 access: level,
                 state_dir: ctx.app.config.state_dir.clone(),
                 collab_db: ctx.app.config.collab_db_path(),
+                fenced_refs: fenced_refs(ctx, &entry),
             };
             cmd.envs(hook.to_env());
         }
@@ -248,6 +251,16 @@ async fn repair_head(path: &std::path::Path, name: &str) {
         Ok(Err(e)) => tracing::warn!(repo = name, "checking HEAD after a push: {e}"),
         Err(e) => tracing::warn!(repo = name, "checking HEAD after a push: {e}"),
     }
+}
+
+/// The repository's fenced refs: its `collab-policy.toml`'s, plus
+/// governance's when governance is active.
+fn fenced_refs(ctx: &ExecContext, entry: &crate::repos::RepoEntry) -> Vec<String> {
+    let mut fenced = entry.policy.fenced_refs.clone();
+    if let crate::governance::GovState::Active(conf) = ctx.app.governance.state().as_ref() {
+        fenced.extend(conf.fenced_refs().iter().cloned());
+    }
+    fenced
 }
 
 #[cfg(test)]

@@ -37,7 +37,8 @@ use crate::db::issues::{
     self, Cursor, Issue, IssueDetail, IssueError, IssueKey, LinkKind, ListQuery, NewIssue, Person,
     StateFilter, WriteCtx, Written,
 };
-use crate::db::leases::Lease;
+use crate::db::leases::{self, rfc3339, Lease};
+use crate::db::queue::{self, NotReady, ReadyIssue};
 
 /// Exit status of a write refused by `--lease-token`.
 pub const EXIT_FENCED: u32 = 4;
@@ -83,7 +84,15 @@ pub enum IssueCmd {
         id: String,
         title: Option<String>,
         body: Option<BodyArg>,
+        /// `--priority N` sets it, `--priority none` clears it.
+        priority: Option<Option<i64>>,
         fence: Option<i64>,
+    },
+    /// The work queue's ready list, in `collab-lease next`'s order.
+    Ready {
+        repo: String,
+        labels: Vec<String>,
+        limit: Option<usize>,
     },
     Label {
         repo: String,
@@ -119,7 +128,8 @@ pub const USAGE: &str =
      show '<repo>' '<id>' | \
      list '<repo>' [--state open|closed|all] [--label L]... [--limit N] [--after CURSOR] | \
      comment '<repo>' '<id>' --body B|--body-stdin | \
-     edit '<repo>' '<id>' [--title T] [--body B|--body-stdin] | \
+     edit '<repo>' '<id>' [--title T] [--body B|--body-stdin] [--priority N|none] | \
+     ready '<repo>' [--label L]... [--limit N] | \
      label '<repo>' '<id>' [--add L]... [--remove L]... | \
      close '<repo>' '<id>' [--reason R] | reopen '<repo>' '<id>' | \
      link|unlink '<repo>' '<id>' blocks|relates '<other>'; \
@@ -137,7 +147,8 @@ impl IssueCmd {
             | IssueCmd::Label { repo, .. }
             | IssueCmd::Close { repo, .. }
             | IssueCmd::Reopen { repo, .. }
-            | IssueCmd::Link { repo, .. } => repo,
+            | IssueCmd::Link { repo, .. }
+            | IssueCmd::Ready { repo, .. } => repo,
         }
     }
 
@@ -154,13 +165,14 @@ impl IssueCmd {
             IssueCmd::Reopen { .. } => "collab-issue reopen",
             IssueCmd::Link { unlink: false, .. } => "collab-issue link",
             IssueCmd::Link { unlink: true, .. } => "collab-issue unlink",
+            IssueCmd::Ready { .. } => "collab-issue ready",
         }
     }
 
     /// Reads need Read; every write needs Write.
     pub fn needed_access(&self) -> Access {
         match self {
-            IssueCmd::Show { .. } | IssueCmd::List { .. } => Access::Read,
+            IssueCmd::Show { .. } | IssueCmd::List { .. } | IssueCmd::Ready { .. } => Access::Read,
             _ => Access::Write,
         }
     }
@@ -196,6 +208,7 @@ struct Flags {
     after: Option<String>,
     reason: Option<String>,
     fence: Option<i64>,
+    priority: Option<Option<i64>>,
 }
 
 /// Which flags a subcommand takes.
@@ -208,6 +221,7 @@ enum Allowed {
     Label,
     Close,
     FenceOnly,
+    Ready,
 }
 
 impl Allowed {
@@ -217,10 +231,13 @@ impl Allowed {
             Allowed::Open => matches!(flag, "--title" | "--body" | "--body-stdin" | "--label"),
             Allowed::List => matches!(flag, "--state" | "--label" | "--limit" | "--after"),
             Allowed::Comment => fence || matches!(flag, "--body" | "--body-stdin"),
-            Allowed::Edit => fence || matches!(flag, "--title" | "--body" | "--body-stdin"),
+            Allowed::Edit => {
+                fence || matches!(flag, "--title" | "--body" | "--body-stdin" | "--priority")
+            }
             Allowed::Label => fence || matches!(flag, "--add" | "--remove"),
             Allowed::Close => fence || flag == "--reason",
             Allowed::FenceOnly => fence,
+            Allowed::Ready => matches!(flag, "--label" | "--limit"),
         }
     }
 }
@@ -272,6 +289,14 @@ fn parse_flags(args: &[&str], allowed: Allowed) -> Option<Flags> {
                 .replace(number(&value, issues::MAX_PAGE as i64)? as usize)
                 .is_none(),
             "--lease-token" => flags.fence.replace(number(&value, i64::MAX)?).is_none(),
+            "--priority" => {
+                let priority = match value.as_str() {
+                    "none" => None,
+                    "0" => Some(0),
+                    n => Some(number(n, issues::MAX_PRIORITY)?),
+                };
+                flags.priority.replace(priority).is_none()
+            }
             _ => false,
         };
         if !fresh {
@@ -324,7 +349,7 @@ pub fn parse(sub: &str, args: &[&str]) -> Option<IssueCmd> {
         }
         ("edit", [repo, id, rest @ ..]) => {
             let f = parse_flags(rest, Allowed::Edit)?;
-            if f.title.is_none() && f.body.is_none() {
+            if f.title.is_none() && f.body.is_none() && f.priority.is_none() {
                 return None;
             }
             IssueCmd::Edit {
@@ -332,6 +357,7 @@ pub fn parse(sub: &str, args: &[&str]) -> Option<IssueCmd> {
                 id: s(id),
                 title: f.title,
                 body: f.body,
+                priority: f.priority,
                 fence: f.fence,
             }
         }
@@ -355,6 +381,17 @@ pub fn parse(sub: &str, args: &[&str]) -> Option<IssueCmd> {
                 id: s(id),
                 reason: f.reason,
                 fence: f.fence,
+            }
+        }
+        ("ready", [repo, rest @ ..]) => {
+            let f = parse_flags(rest, Allowed::Ready)?;
+            if f.labels.len() > queue::MAX_LABELS {
+                return None;
+            }
+            IssueCmd::Ready {
+                repo: s(repo),
+                labels: f.labels,
+                limit: f.limit,
             }
         }
         ("reopen", [repo, id, rest @ ..]) => IssueCmd::Reopen {
@@ -561,14 +598,40 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
             id,
             title,
             body,
+            priority,
             fence,
             ..
         } => {
             let body = body_of(body);
             write(ctx, &repo, "edited", actor, fence, max_body, move |c, w| {
-                issues::edit(c, w, &id, title.as_deref(), body.as_deref()).map(|w| (w, json!({})))
+                let mut written = None;
+                if title.is_some() || body.is_some() {
+                    written = Some(issues::edit(c, w, &id, title.as_deref(), body.as_deref())?);
+                }
+                if let Some(priority) = priority {
+                    written = Some(issues::set_priority(c, w, &id, priority)?);
+                }
+                let written = written.expect("the parser wants at least one change");
+                Ok((written, json!({})))
             })
             .await
+        }
+        IssueCmd::Ready { labels, limit, .. } => {
+            let (r, principal) = (repo.clone(), ctx.caller.principal().to_string());
+            let now = chrono::Utc::now().timestamp();
+            let limit = limit.unwrap_or(issues::DEFAULT_PAGE);
+            let ready = ctx
+                .app
+                .reads
+                .read(move |conn| Ok(queue::ready_in(conn, &r, &labels, &principal, now, limit)?))
+                .await;
+            match ready {
+                Ok(ready) => ok(json!({
+                    "repo": repo,
+                    "issues": ready.iter().map(ready_json).collect::<Vec<_>>(),
+                })),
+                Err(e) => internal(&repo, e),
+            }
         }
         IssueCmd::Label {
             id,
@@ -732,31 +795,110 @@ fn internal(repo: &str, e: anyhow::Error) -> Reply {
 }
 
 async fn show(ctx: &ExecContext, repo: String, id: String) -> Reply {
-    let r = repo.clone();
-    let detail = ctx
+    let (r, principal) = (repo.clone(), ctx.caller.principal().to_string());
+    let now = chrono::Utc::now().timestamp();
+    let read = ctx
         .app
         .reads
-        .read(move |conn| Ok(issues::show(conn, &r, &id)))
+        .read(move |conn| {
+            let detail = match issues::show(conn, &r, &id) {
+                Ok(d) => d,
+                Err(e) => return Ok(Err(e)),
+            };
+            let lease = leases::current_in(conn, &r, &detail.issue.id, now)?;
+            let not_ready = queue::not_ready_in(conn, &r, &detail.issue.id, &principal, now)?;
+            Ok(Ok((detail, lease, not_ready)))
+        })
         .await;
-    let mut detail = match detail {
-        Ok(Ok(d)) => d,
+    let (mut detail, lease, not_ready) = match read {
+        Ok(Ok(found)) => found,
         Ok(Err(e)) => return issue_error(&repo, e),
         Err(e) => return internal(&repo, e),
     };
-    // Links into repositories the caller cannot read are not shown.
+    // Links and blockers in repositories the caller cannot read are not
+    // shown (a hidden blocker still counts, without naming it).
     let (app, caller, here) = (ctx.app.clone(), ctx.caller.clone(), repo.clone());
     let links = std::mem::take(&mut detail.links);
-    let links = tokio::task::spawn_blocking(move || {
-        let mut links = links;
-        links.retain(|k| {
+    let (links, not_ready) = tokio::task::spawn_blocking(move || {
+        let visible = |k: &IssueKey| {
             k.repo == here || authz::authorize(&app, &caller, &k.repo, Access::Read).is_ok()
-        });
-        links
+        };
+        let mut links = links;
+        links.retain(visible);
+        let reasons: Vec<String> = not_ready
+            .iter()
+            .map(|reason| match reason {
+                NotReady::BlockedBy { repo, id } => {
+                    let key = IssueKey {
+                        repo: repo.clone(),
+                        id: id.clone(),
+                    };
+                    if visible(&key) {
+                        format!("blocked by {}", issues::link_text(&key))
+                    } else {
+                        "blocked by an issue in a repository you cannot read".to_string()
+                    }
+                }
+                other => reason_text(other),
+            })
+            .collect();
+        (links, reasons)
     })
     .await
     .unwrap_or_default();
     detail.links = links;
-    ok(detail_json(&detail))
+    let mut reply = detail_json(&detail);
+    reply["lease"] = match &lease {
+        Some(l) => json!({
+            "holder": l.holder,
+            "token": l.token,
+            "acquired_at": rfc3339(Some(l.acquired_at)),
+            "expires_at": rfc3339(l.expires_at),
+            "note": l.note,
+        }),
+        None => Value::Null,
+    };
+    reply["ready"] = json!(not_ready.is_empty());
+    reply["not_ready"] = json!(not_ready);
+    ok(reply)
+}
+
+/// Why an issue is not ready, in words (`collab-issue show`).
+fn reason_text(reason: &NotReady) -> String {
+    let at = |secs: i64| rfc3339(Some(secs)).as_str().unwrap_or_default().to_string();
+    match reason {
+        NotReady::Closed => "closed".to_string(),
+        NotReady::Held {
+            holder,
+            expires_at: Some(until),
+        } => format!("held by {holder} until {}", at(*until)),
+        NotReady::Held {
+            holder,
+            expires_at: None,
+        } => format!("held by {holder} (no expiry)"),
+        NotReady::Locked { holder, until } => format!(
+            "in lock delay until {} after {holder}'s lease expired",
+            at(*until)
+        ),
+        NotReady::BlockedBy { repo, id } => format!(
+            "blocked by {}",
+            issues::link_text(&IssueKey {
+                repo: repo.clone(),
+                id: id.clone()
+            })
+        ),
+    }
+}
+
+/// One row of `ready`.
+fn ready_json(i: &ReadyIssue) -> Value {
+    json!({
+        "id": i.id,
+        "title": i.title,
+        "labels": i.labels,
+        "priority": i.priority,
+        "created_at": time_json(i.created_ms),
+    })
 }
 
 // ---------------------------------------------------------------- JSON shapes

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use russh::server::Msg;
-use russh::Channel;
+use russh::{Channel, ChannelWriteHalf};
 
 pub use super::issue::IssueCmd;
 #[allow(unused_imports)] // re-exported for verbs that report token errors
@@ -81,31 +81,87 @@ pub enum RepoCmd {
 }
 
 /// `collab-lease` subcommands (see `super::lease`). `ttl_secs` is a positive
-/// number of seconds, at most [`MAX_LEASE_TTL_SECS`].
+/// number of seconds, at most [`MAX_LEASE_TTL_SECS`] (the configured
+/// `leases.max_ttl` is checked when the command runs); `wait_secs` at most
+/// [`MAX_WAIT_SECS`]; a note or reason at most [`MAX_NOTE_BYTES`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseCmd {
     Acquire {
         repo: String,
         issue: String,
         ttl_secs: Option<i64>,
+        note: Option<String>,
+        wait_secs: Option<u64>,
     },
     Renew {
         repo: String,
         issue: String,
         ttl_secs: i64,
+        note: Option<String>,
     },
     Release {
         repo: String,
         issue: String,
     },
+    Break {
+        repo: String,
+        issue: String,
+        reason: String,
+    },
     List {
         repo: String,
     },
+    Show {
+        repo: String,
+        issue: String,
+    },
+    /// The work queue: take the first ready issue.
+    Next {
+        repo: String,
+        labels: Vec<String>,
+        ttl_secs: Option<i64>,
+        note: Option<String>,
+        wait_secs: Option<u64>,
+    },
+}
+
+impl LeaseCmd {
+    /// The repository named.
+    pub fn repo(&self) -> &str {
+        match self {
+            LeaseCmd::Acquire { repo, .. }
+            | LeaseCmd::Renew { repo, .. }
+            | LeaseCmd::Release { repo, .. }
+            | LeaseCmd::Break { repo, .. }
+            | LeaseCmd::List { repo }
+            | LeaseCmd::Show { repo, .. }
+            | LeaseCmd::Next { repo, .. } => repo,
+        }
+    }
+
+    /// The subcommand's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LeaseCmd::Acquire { .. } => "acquire",
+            LeaseCmd::Renew { .. } => "renew",
+            LeaseCmd::Release { .. } => "release",
+            LeaseCmd::Break { .. } => "break",
+            LeaseCmd::List { .. } => "list",
+            LeaseCmd::Show { .. } => "show",
+            LeaseCmd::Next { .. } => "next",
+        }
+    }
 }
 
 /// The longest lease TTL accepted (ten years; shared with the client).
 /// Longer is an assignment, which is what leaving out `--ttl` means.
 pub const MAX_LEASE_TTL_SECS: i64 = git_collab::client::lease::MAX_TTL_SECS as i64;
+
+/// The longest `--wait` (one hour): a waiting command holds its connection.
+pub const MAX_WAIT_SECS: u64 = 3600;
+
+/// The longest `--note` or `--reason`, in bytes.
+pub const MAX_NOTE_BYTES: usize = 500;
 
 /// `--ttl <secs>`: decimal digits only, `1..=MAX_LEASE_TTL_SECS`.
 fn parse_ttl(value: &str) -> Option<i64> {
@@ -114,6 +170,61 @@ fn parse_ttl(value: &str) -> Option<i64> {
     }
     let ttl: i64 = value.parse().ok()?;
     (1..=MAX_LEASE_TTL_SECS).contains(&ttl).then_some(ttl)
+}
+
+/// `--wait <secs>`: decimal digits only, `0..=MAX_WAIT_SECS`.
+fn parse_wait(value: &str) -> Option<u64> {
+    if value.is_empty() || value.len() > 10 || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let secs: u64 = value.parse().ok()?;
+    (secs <= MAX_WAIT_SECS).then_some(secs)
+}
+
+/// `--note` / `--reason`: non-blank, at most `MAX_NOTE_BYTES` (the
+/// tokenizer already refused control characters).
+fn parse_text(value: &str) -> Option<String> {
+    (!value.trim().is_empty() && value.len() <= MAX_NOTE_BYTES).then(|| value.to_string())
+}
+
+/// The `--flag value` options after a subcommand's positional arguments:
+/// each flag at most once, only the flags `allowed`.
+#[derive(Debug, Default)]
+struct LeaseOpts {
+    ttl: Option<i64>,
+    note: Option<String>,
+    wait: Option<u64>,
+    reason: Option<String>,
+    /// `--label`, repeatable (at most `queue::MAX_LABELS`, each a valid
+    /// label).
+    labels: Vec<String>,
+}
+
+fn parse_lease_opts(args: &[&str], allowed: &[&str]) -> Option<LeaseOpts> {
+    let mut opts = LeaseOpts::default();
+    let mut rest = args;
+    while let [flag, value, tail @ ..] = rest {
+        if !allowed.contains(flag) {
+            return None;
+        }
+        let fresh = match *flag {
+            "--ttl" => opts.ttl.replace(parse_ttl(value)?).is_none(),
+            "--note" => opts.note.replace(parse_text(value)?).is_none(),
+            "--wait" => opts.wait.replace(parse_wait(value)?).is_none(),
+            "--reason" => opts.reason.replace(parse_text(value)?).is_none(),
+            "--label" => {
+                crate::db::issues::check_label(value).ok()?;
+                opts.labels.push(value.to_string());
+                opts.labels.len() <= crate::db::queue::MAX_LABELS
+            }
+            _ => return None,
+        };
+        if !fresh {
+            return None;
+        }
+        rest = tail;
+    }
+    rest.is_empty().then_some(opts)
 }
 
 /// `collab-release` subcommands.
@@ -316,12 +427,7 @@ impl ExecCommand {
                 | RepoCmd::Rename { repo, .. }
                 | RepoCmd::Delete { repo, .. },
             ) => Some(repo),
-            ExecCommand::Lease(
-                LeaseCmd::Acquire { repo, .. }
-                | LeaseCmd::Renew { repo, .. }
-                | LeaseCmd::Release { repo, .. }
-                | LeaseCmd::List { repo },
-            ) => Some(repo),
+            ExecCommand::Lease(cmd) => Some(cmd.repo()),
             ExecCommand::Release(
                 ReleaseCmd::Create { repo, .. }
                 | ReleaseCmd::List { repo }
@@ -363,7 +469,10 @@ impl ExecCommand {
             ExecCommand::Lease(LeaseCmd::Acquire { .. }) => "collab-lease acquire",
             ExecCommand::Lease(LeaseCmd::Renew { .. }) => "collab-lease renew",
             ExecCommand::Lease(LeaseCmd::Release { .. }) => "collab-lease release",
+            ExecCommand::Lease(LeaseCmd::Break { .. }) => "collab-lease break",
             ExecCommand::Lease(LeaseCmd::List { .. }) => "collab-lease list",
+            ExecCommand::Lease(LeaseCmd::Show { .. }) => "collab-lease show",
+            ExecCommand::Lease(LeaseCmd::Next { .. }) => "collab-lease next",
             ExecCommand::Release(ReleaseCmd::Create { .. }) => "collab-release create",
             ExecCommand::Release(ReleaseCmd::List { .. }) => "collab-release list",
             ExecCommand::Release(ReleaseCmd::Download { .. }) => "collab-release download",
@@ -489,26 +598,49 @@ fn parse_repo_admin(sub: &str, args: &[&str]) -> Option<RepoCmd> {
 fn parse_lease(sub: &str, args: &[&str]) -> Option<LeaseCmd> {
     let owned = |s: &str| s.to_string();
     Some(match (sub, args) {
-        ("acquire", [repo, issue]) => LeaseCmd::Acquire {
-            repo: owned(repo),
-            issue: owned(issue),
-            ttl_secs: None,
-        },
-        ("acquire", [repo, issue, "--ttl", ttl]) => LeaseCmd::Acquire {
-            repo: owned(repo),
-            issue: owned(issue),
-            ttl_secs: Some(parse_ttl(ttl)?),
-        },
-        ("renew", [repo, issue, "--ttl", ttl]) => LeaseCmd::Renew {
-            repo: owned(repo),
-            issue: owned(issue),
-            ttl_secs: parse_ttl(ttl)?,
-        },
+        ("acquire", [repo, issue, opts @ ..]) => {
+            let o = parse_lease_opts(opts, &["--ttl", "--note", "--wait"])?;
+            LeaseCmd::Acquire {
+                repo: owned(repo),
+                issue: owned(issue),
+                ttl_secs: o.ttl,
+                note: o.note,
+                wait_secs: o.wait,
+            }
+        }
+        ("renew", [repo, issue, opts @ ..]) => {
+            let o = parse_lease_opts(opts, &["--ttl", "--note"])?;
+            LeaseCmd::Renew {
+                repo: owned(repo),
+                issue: owned(issue),
+                ttl_secs: o.ttl?,
+                note: o.note,
+            }
+        }
         ("release", [repo, issue]) => LeaseCmd::Release {
             repo: owned(repo),
             issue: owned(issue),
         },
+        ("break", [repo, issue, opts @ ..]) => LeaseCmd::Break {
+            repo: owned(repo),
+            issue: owned(issue),
+            reason: parse_lease_opts(opts, &["--reason"])?.reason?,
+        },
         ("list", [repo]) => LeaseCmd::List { repo: owned(repo) },
+        ("show", [repo, issue]) => LeaseCmd::Show {
+            repo: owned(repo),
+            issue: owned(issue),
+        },
+        ("next", [repo, opts @ ..]) => {
+            let o = parse_lease_opts(opts, &["--label", "--ttl", "--note", "--wait"])?;
+            LeaseCmd::Next {
+                repo: owned(repo),
+                labels: o.labels,
+                ttl_secs: o.ttl,
+                note: o.note,
+                wait_secs: o.wait,
+            }
+        }
         _ => return None,
     })
 }
@@ -530,9 +662,12 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
              rename '<repo>' '<new-name>' | delete '<repo>' --confirm '<repo>'"
         }
         ("collab-lease", _) => {
-            "collab-lease acquire '<repo>' '<issue>' [--ttl <secs>] | \
-             collab-lease renew '<repo>' '<issue>' --ttl <secs> | \
-             collab-lease release '<repo>' '<issue>' | collab-lease list '<repo>'"
+            "collab-lease acquire '<repo>' '<issue>' [--ttl <secs>] [--note <text>] [--wait <secs>] | \
+             collab-lease renew '<repo>' '<issue>' --ttl <secs> [--note <text>] | \
+             collab-lease release '<repo>' '<issue>' | \
+             collab-lease break '<repo>' '<issue>' --reason <text> | \
+             collab-lease list '<repo>' | collab-lease show '<repo>' '<issue>' | \
+             collab-lease next '<repo>' [--label <label>]... [--ttl <secs>] [--note <text>] [--wait <secs>]"
         }
         ("collab-hook", _) => {
             "collab-hook add '<repo-glob>' '<url>' [--event <pattern>]... [--secret-stdin] | list | \
@@ -574,6 +709,13 @@ pub struct ExecContext {
 pub async fn reply_and_close(channel: Channel<Msg>, message: &str, exit_code: u32) {
     let (read, write) = channel.split();
     drop(read);
+    reply_on(write, message, exit_code).await;
+}
+
+/// `reply_and_close` on the write half of a channel whose read half the
+/// verb kept (to notice the client leaving while it waits). False when the
+/// reply could not be sent (the client is gone).
+pub async fn reply_on(write: ChannelWriteHalf<Msg>, message: &str, exit_code: u32) -> bool {
     let mut line = message.trim_end_matches('\n').to_string();
     line.push('\n');
     let sent = if message.starts_with("error:") {
@@ -582,12 +724,13 @@ pub async fn reply_and_close(channel: Channel<Msg>, message: &str, exit_code: u3
         write.data_bytes(line.into_bytes()).await
     };
     if sent.is_err() {
-        return;
+        return false;
     }
     note_exit_status(exit_code);
-    let _ = write.exit_status(exit_code).await;
+    let delivered = write.exit_status(exit_code).await.is_ok();
     let _ = write.eof().await;
     let _ = write.close().await;
+    delivered
 }
 
 /// Resolve `repo` with at least `needed` for a verb, or reply and give the
@@ -961,7 +1104,9 @@ mod tests {
             lease(LeaseCmd::Acquire {
                 repo: "r.git".into(),
                 issue: "a1b2c3d4".into(),
-                ttl_secs: None
+                ttl_secs: None,
+                note: None,
+                wait_secs: None,
             })
         );
         assert_eq!(
@@ -969,7 +1114,9 @@ mod tests {
             lease(LeaseCmd::Acquire {
                 repo: "team/r".into(),
                 issue: "a1b2".into(),
-                ttl_secs: None
+                ttl_secs: None,
+                note: None,
+                wait_secs: None,
             })
         );
     }
@@ -982,7 +1129,9 @@ mod tests {
             lease(LeaseCmd::Acquire {
                 repo: "r.git".into(),
                 issue: "a1b2c3d4".into(),
-                ttl_secs: Some(300)
+                ttl_secs: Some(300),
+                note: None,
+                wait_secs: None,
             })
         );
         assert_eq!(cmd.unwrap().repo(), Some("r.git"));
@@ -999,7 +1148,8 @@ mod tests {
             lease(LeaseCmd::Renew {
                 repo: "r.git".into(),
                 issue: "a1b2c3d4".into(),
-                ttl_secs: 300
+                ttl_secs: 300,
+                note: None,
             })
         );
         assert_eq!(
@@ -1029,6 +1179,90 @@ mod tests {
             })
         );
         assert_eq!(cmd.unwrap().verb(), "collab-lease list");
+    }
+
+    #[test]
+    fn parse_lease_options_in_any_order() {
+        assert_eq!(
+            parse_exec_command("collab-lease acquire r i --wait 30 --note 'fixing it' --ttl 60"),
+            lease(LeaseCmd::Acquire {
+                repo: "r".into(),
+                issue: "i".into(),
+                ttl_secs: Some(60),
+                note: Some("fixing it".into()),
+                wait_secs: Some(30),
+            })
+        );
+        assert_eq!(
+            parse_exec_command("collab-lease renew r i --note n --ttl 5"),
+            lease(LeaseCmd::Renew {
+                repo: "r".into(),
+                issue: "i".into(),
+                ttl_secs: 5,
+                note: Some("n".into()),
+            })
+        );
+        assert_eq!(
+            parse_exec_command("collab-lease break r i --reason 'agent died'"),
+            lease(LeaseCmd::Break {
+                repo: "r".into(),
+                issue: "i".into(),
+                reason: "agent died".into(),
+            })
+        );
+        assert_eq!(
+            parse_exec_command("collab-lease show r i"),
+            lease(LeaseCmd::Show {
+                repo: "r".into(),
+                issue: "i".into(),
+            })
+        );
+        let longest = "n".repeat(MAX_NOTE_BYTES);
+        assert!(
+            parse_exec_command(&format!("collab-lease acquire r i --note {longest}")).is_some()
+        );
+        assert!(
+            parse_exec_command(&format!("collab-lease acquire r i --wait {MAX_WAIT_SECS}"))
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn parse_lease_next() {
+        assert_eq!(
+            parse_exec_command("collab-lease next r --label bug --ttl 60 --label easy --wait 5"),
+            lease(LeaseCmd::Next {
+                repo: "r".into(),
+                labels: vec!["bug".into(), "easy".into()],
+                ttl_secs: Some(60),
+                note: None,
+                wait_secs: Some(5),
+            })
+        );
+        assert_eq!(
+            parse_exec_command("collab-lease next r"),
+            lease(LeaseCmd::Next {
+                repo: "r".into(),
+                labels: vec![],
+                ttl_secs: None,
+                note: None,
+                wait_secs: None,
+            })
+        );
+        let many = (0..17)
+            .map(|i| format!("--label l{i}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        for bad in [
+            "collab-lease next".to_string(),
+            "collab-lease next r --label".to_string(),
+            "collab-lease next r --label 'a b'".to_string(),
+            "collab-lease next r --reason x".to_string(),
+            "collab-lease next r i".to_string(),
+            format!("collab-lease next r {many}"),
+        ] {
+            assert_eq!(parse_exec_command(&bad), None, "{bad}");
+        }
     }
 
     #[test]
@@ -1063,11 +1297,32 @@ mod tests {
             "collab-lease list 'r.git",
             "collab-lease acquire 'r.git' 'a1b2",
             "collab-lease acquire 'r.git' a1b2\x01",
+            "collab-lease acquire r i --note",
+            "collab-lease acquire r i --note ''",
+            "collab-lease acquire r i --note '   '",
+            "collab-lease acquire r i --note a --note b",
+            "collab-lease acquire r i --wait -1",
+            "collab-lease acquire r i --wait 3601",
+            "collab-lease acquire r i --wait 1.5",
+            "collab-lease acquire r i --reason x",
+            "collab-lease renew r i --wait 5 --ttl 5",
+            "collab-lease release r i --note x",
+            "collab-lease break r i",
+            "collab-lease break r i --reason",
+            "collab-lease break r i --reason ''",
+            "collab-lease break r i --reason x --ttl 5",
+            "collab-lease show r",
+            "collab-lease show r i j",
         ] {
             assert_eq!(parse_exec_command(bad), None, "{bad:?}");
         }
         let tokens = shell_tokens("collab-lease renew r i").unwrap();
         assert!(usage(&tokens).unwrap().contains("collab-lease renew"));
+        let long = "n".repeat(MAX_NOTE_BYTES + 1);
+        assert_eq!(
+            parse_exec_command(&format!("collab-lease acquire r i --note {long}")),
+            None
+        );
     }
 
     proptest! {
@@ -1076,7 +1331,7 @@ mod tests {
             let line = format!("collab-lease acquire {} {} --ttl {ttl}", shell_quote(&repo), shell_quote(&issue));
             prop_assert_eq!(
                 parse_exec_command(&line),
-                lease(LeaseCmd::Acquire { repo: repo.clone(), issue: issue.clone(), ttl_secs: Some(ttl) })
+                lease(LeaseCmd::Acquire { repo: repo.clone(), issue: issue.clone(), ttl_secs: Some(ttl), note: None, wait_secs: None })
             );
         }
 

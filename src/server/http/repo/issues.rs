@@ -45,6 +45,8 @@ pub struct IssueListItem {
     pub comments: usize,
     /// The holder of a live lease on this open issue; empty = unclaimed.
     pub claimed_by: String,
+    /// The holder's note on its lease; empty = none.
+    pub claim_note: String,
 }
 
 /// One comment, its body rendered.
@@ -75,6 +77,8 @@ pub struct IssueDetailView {
     pub claimed_by: String,
     /// `until <time>`, or `no expiry` for an open-ended claim.
     pub claim_until: String,
+    /// The holder's note on its lease; empty = none.
+    pub claim_note: String,
 }
 
 /// A link to another issue: `team/app#8bab8db7` and its page.
@@ -317,6 +321,9 @@ async fn list_page(st: &AppState, repo: String, query: ListParams) -> Result<Res
             claimed_by: claim_of(i, &claims)
                 .map(|l| holder_name(st, &l.holder))
                 .unwrap_or_default(),
+            claim_note: claim_of(i, &claims)
+                .and_then(|l| l.note.clone())
+                .unwrap_or_default(),
         })
         .collect();
 
@@ -450,6 +457,7 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
         claimed_by: claim
             .map(|l| holder_name(st, &l.holder))
             .unwrap_or_default(),
+        claim_note: claim.and_then(|l| l.note.clone()).unwrap_or_default(),
         claim_until: match claim.map(|l| l.expires_at) {
             Some(Some(at)) => Utc
                 .timestamp_opt(at, 0)

@@ -1,0 +1,253 @@
+//! Fencing on pushes: a push can carry the lease it works under,
+//! `git push -o collab-lease=<issue>:<token>`, and is then accepted only
+//! while that token is the issue's live tenure and the pusher holds it. A
+//! zombie agent (its lease expired or was broken, someone else holds the
+//! issue now) is refused before any ref moves, so it cannot overwrite its
+//! successor's work.
+//!
+//! A repository may make this mandatory for some refs: `fenced_refs`
+//! globs (in `collab-policy.toml`, and for every governed repository in
+//! `governance.toml`; the server passes their union in the hook context).
+//! A push touching a fenced ref must carry a valid token.
+//!
+//! The whole push is refused on the first bad token: one line names the
+//! issue's current holder and token. The lease is read from `collab.db`
+//! with the hook's own read-only connection (WAL lets it read beside the
+//! server's writer); this check writes nothing.
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use rusqlite::Connection;
+
+use super::{HookContext, RefUpdate, Refusal};
+use crate::db::leases;
+
+/// The push option's name.
+pub const OPTION: &str = "collab-lease";
+
+/// Most `collab-lease` options one push may carry.
+const MAX_LEASE_OPTIONS: usize = 16;
+
+/// One `collab-lease=<issue>:<token>` option.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseOption {
+    /// 4 to 40 lowercase hex digits: a full issue id or a prefix.
+    pub issue: String,
+    pub token: i64,
+}
+
+/// Compile ref globs (`refs/heads/issue/*`: `*` stays within one path
+/// segment, `**` crosses them). Used to validate the policy files too.
+pub fn compile(patterns: &[String]) -> Result<GlobSet, String> {
+    let mut set = GlobSetBuilder::new();
+    for pattern in patterns {
+        if !pattern.starts_with("refs/") {
+            return Err(format!(
+                "fenced_refs: {pattern:?} must start with refs/ (for example refs/heads/issue/*)"
+            ));
+        }
+        let glob = GlobBuilder::new(pattern)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| format!("fenced_refs: bad pattern {pattern:?}: {}", e.kind()))?;
+        set.add(glob);
+    }
+    set.build().map_err(|e| format!("fenced_refs: {e}"))
+}
+
+/// The `collab-lease` options among a push's options; anything else is
+/// left to other checks. A malformed `collab-lease` option refuses.
+pub fn lease_options(options: &[String]) -> Result<Vec<LeaseOption>, String> {
+    let mut found = Vec::new();
+    for option in options {
+        let Some(value) = option
+            .strip_prefix(OPTION)
+            .and_then(|rest| rest.strip_prefix('='))
+        else {
+            continue;
+        };
+        let bad = || {
+            format!("push option {OPTION}={value:?}: expected {OPTION}=<issue>:<token>, e.g. {OPTION}=4f2a91c0:3")
+        };
+        let (issue, token) = value.split_once(':').ok_or_else(bad)?;
+        let issue = issue.to_ascii_lowercase();
+        if !(4..=40).contains(&issue.len()) || !issue.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        if token.is_empty() || token.len() > 18 || !token.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let token: i64 = token.parse().map_err(|_| bad())?;
+        found.push(LeaseOption { issue, token });
+    }
+    if found.len() > MAX_LEASE_OPTIONS {
+        return Err(format!("at most {MAX_LEASE_OPTIONS} {OPTION} push options"));
+    }
+    Ok(found)
+}
+
+/// The push options git passed the hook (`GIT_PUSH_OPTION_COUNT`,
+/// `GIT_PUSH_OPTION_<n>`); none when the client sent none.
+pub fn push_options_from_env() -> Vec<String> {
+    let count: usize = std::env::var("GIT_PUSH_OPTION_COUNT")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    (0..count)
+        .filter_map(|i| std::env::var(format!("GIT_PUSH_OPTION_{i}")).ok())
+        .collect()
+}
+
+/// The pipeline check.
+pub fn check(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), Refusal> {
+    let options = lease_options(&push_options_from_env()).map_err(Refusal::one)?;
+    // A policy that does not compile fences nothing it meant to: refuse.
+    let fenced = compile(&ctx.fenced_refs).map_err(Refusal::one)?;
+    let touched: Vec<&str> = updates
+        .iter()
+        .map(|u| u.refname.as_str())
+        .filter(|name| fenced.is_match(name))
+        .collect();
+    if options.is_empty() {
+        return match touched.first() {
+            None => Ok(()),
+            Some(refname) => Err(Refusal::one(format!(
+                "{refname}: fenced ref: push with -o {OPTION}=<issue>:<token> of your live lease \
+                 (git collab push adds it)"
+            ))),
+        };
+    }
+    let now = chrono::Utc::now().timestamp();
+    let conn = crate::db::open_reader(&ctx.collab_db)
+        .map_err(|e| Refusal::one(format!("push refused: cannot read the lease store: {e}")))?;
+    for option in &options {
+        judge(&conn, ctx, option, now).map_err(Refusal::one)?;
+    }
+    Ok(())
+}
+
+/// Is `option` the pusher's live tenure? `Err` is the refusal line.
+pub fn judge(
+    conn: &Connection,
+    ctx: &HookContext,
+    option: &LeaseOption,
+    now: i64,
+) -> Result<(), String> {
+    let internal = |e: rusqlite::Error| format!("push refused: reading the lease store: {e}");
+    let ids = leases::issues_with_prefix(conn, &ctx.repo, &option.issue).map_err(internal)?;
+    let issue = match ids.as_slice() {
+        [one] => one.clone(),
+        [] => {
+            return Err(format!(
+                "push refused: lease token {} for issue {} is not live: the issue was never leased",
+                option.token, option.issue
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "push refused: issue id {} is ambiguous in {OPTION}; give more digits",
+                option.issue
+            ))
+        }
+    };
+    let short = &issue[..issue.len().min(8)];
+    match leases::current_in(conn, &ctx.repo, &issue, now).map_err(internal)? {
+        Some(live) if live.token == option.token && live.holder == ctx.principal => Ok(()),
+        Some(live) => Err(format!(
+            "push refused: lease token {} for issue {short} is not live: the issue is held by {} \
+             with token {}",
+            option.token, live.holder, live.token
+        )),
+        None => Err(format!(
+            "push refused: lease token {} for issue {short} is not live: the issue has no live \
+             lease",
+            option.token
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authz::Access;
+    use crate::db::leases::{Claim, Policy};
+
+    const T0: i64 = 1_790_000_000;
+    const ISSUE: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
+
+    fn ctx(principal: &str) -> HookContext {
+        HookContext {
+            principal: principal.into(),
+            fingerprint: "SHA256:x".into(),
+            repo: "r.git".into(),
+            access: Access::Write,
+            state_dir: "/nonexistent".into(),
+            collab_db: "/nonexistent/collab.db".into(),
+            fenced_refs: Vec::new(),
+        }
+    }
+
+    fn opt(issue: &str, token: i64) -> LeaseOption {
+        LeaseOption {
+            issue: issue.into(),
+            token,
+        }
+    }
+
+    #[test]
+    fn options_parse_and_malformed_ones_refuse() {
+        let given =
+            |o: &[&str]| lease_options(&o.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            given(&["title=x", "collab-lease=A1B2c3d4:3"]).unwrap(),
+            [opt("a1b2c3d4", 3)]
+        );
+        assert_eq!(given(&["collab-leases=1"]).unwrap(), []);
+        for bad in [
+            "collab-lease=",
+            "collab-lease=a1b2",
+            "collab-lease=a1b:3",
+            "collab-lease=xyz1:3",
+            "collab-lease=a1b2:",
+            "collab-lease=a1b2:-1",
+            "collab-lease=a1b2:3:4",
+            "collab-lease=a1b2:99999999999999999999",
+        ] {
+            assert!(given(&[bad]).is_err(), "{bad}");
+        }
+        let many: Vec<String> = (0..17).map(|i| format!("collab-lease=abcd:{i}")).collect();
+        assert!(lease_options(&many).is_err());
+    }
+
+    #[test]
+    fn globs_stay_in_a_segment_unless_double_starred() {
+        let set = compile(&["refs/heads/issue/*".into(), "refs/heads/wip/**".into()]).unwrap();
+        assert!(set.is_match("refs/heads/issue/42"));
+        assert!(!set.is_match("refs/heads/issue/42/x"));
+        assert!(set.is_match("refs/heads/wip/a/b"));
+        assert!(!set.is_match("refs/heads/main"));
+        assert!(compile(&["heads/*".into()]).is_err());
+        assert!(compile(&["refs/heads/[".into()]).is_err());
+    }
+
+    #[test]
+    fn only_the_pushers_live_token_passes() {
+        let conn = Connection::open_in_memory().unwrap();
+        leases::init_schema(&conn).unwrap();
+        let p = Policy::default();
+        let claim = |holder: &str| Claim::new("r.git", ISSUE, holder, Some(10));
+        leases::acquire_in(&conn, &claim("alice"), &p, T0).unwrap();
+        assert_eq!(judge(&conn, &ctx("alice"), &opt(ISSUE, 1), T0), Ok(()));
+        assert_eq!(judge(&conn, &ctx("alice"), &opt("a1b2", 1), T0), Ok(()));
+        let err = judge(&conn, &ctx("bob"), &opt(ISSUE, 1), T0).unwrap_err();
+        assert!(err.contains("held by alice with token 1"), "{err}");
+        // Expired: alice is a zombie; after bob takes over, her token is stale.
+        let err = judge(&conn, &ctx("alice"), &opt(ISSUE, 1), T0 + 10).unwrap_err();
+        assert!(err.contains("no live lease"), "{err}");
+        leases::acquire_in(&conn, &claim("bob"), &p, T0 + 10).unwrap();
+        let err = judge(&conn, &ctx("alice"), &opt(ISSUE, 1), T0 + 11).unwrap_err();
+        assert!(err.contains("held by bob with token 2"), "{err}");
+        assert_eq!(judge(&conn, &ctx("bob"), &opt(ISSUE, 2), T0 + 11), Ok(()));
+        let err = judge(&conn, &ctx("bob"), &opt("ffff", 2), T0 + 11).unwrap_err();
+        assert!(err.contains("never leased"), "{err}");
+    }
+}
