@@ -3,6 +3,7 @@
 //! (`server_issue`, `lease`, `release`, through `remote_ssh`); `mode`
 //! decides which of the two holds a remote's issues.
 
+pub mod events;
 pub mod issue;
 pub mod lease;
 pub mod mode;
