@@ -171,8 +171,18 @@ fn restore_drill_during_a_storm_of_pushes_and_leases() {
                 }
             });
         }
-        // Let the storm build up, back up in the middle of it, let it go on.
-        std::thread::sleep(Duration::from_millis(1500));
+        // Let the storm build up (every pusher and the lease churn have
+        // been acknowledged at least once, however slow the machine), back
+        // up in the middle of it, let it go on.
+        let storm_is_up = || {
+            let a = acks.lock().unwrap();
+            a.pushes.iter().all(|p| !p.is_empty()) && !a.churn.is_empty()
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !storm_is_up() {
+            assert!(Instant::now() < deadline, "the storm never got going");
+            std::thread::sleep(Duration::from_millis(50));
+        }
         backup_started = Some(Instant::now());
         let out = server_cli(&[
             "--state-dir",
@@ -188,7 +198,19 @@ fn restore_drill_during_a_storm_of_pushes_and_leases() {
             String::from_utf8_lossy(&out.stderr)
         );
         backup_reply = Some(stdout_json(&out));
-        std::thread::sleep(Duration::from_millis(500));
+        // Every pusher is acknowledged once more after the backup began.
+        let started = backup_started.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !acks
+            .lock()
+            .unwrap()
+            .pushes
+            .iter()
+            .all(|p| p.iter().any(|(t, _)| *t > started))
+        {
+            assert!(Instant::now() < deadline, "the storm stopped");
+            std::thread::sleep(Duration::from_millis(50));
+        }
         stop.store(true, Ordering::Relaxed);
     });
     let started = backup_started.unwrap();

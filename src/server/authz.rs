@@ -13,6 +13,7 @@
 //! Unknown and unauthorized repositories look the same to callers:
 //! `authorize` returns the one `NotFound` for both.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -20,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::app::App;
 use crate::governance::conf::GovernanceConf;
 use crate::governance::GovState;
-use crate::identity::Identity;
+use crate::identity::{Admission, Identity};
 use crate::repos::RepoEntry;
 
 /// An access level. `Ord`: a higher level includes every lower one.
@@ -94,25 +95,44 @@ impl Caller {
     }
 }
 
-/// Whether a key that proved ownership may log in at all: listed in
-/// authorized_keys, or enrolled through governance.
-pub fn is_admitted(app: &App, fingerprint: &str) -> bool {
-    if app.authorized_keys.lookup(fingerprint).is_some() {
-        return true;
-    }
-    match app.governance.state().as_ref() {
-        GovState::Active(conf) => conf.principal_for_fingerprint(fingerprint).is_some(),
-        _ => false,
+/// Whether a key may log in at all from `peer` now: a line of
+/// authorized_keys admits it (`from=`, `expiry-time=` honoured), or it is
+/// enrolled through governance and authorized_keys does not restrict it (a
+/// key listed there whose every line refuses this connection is refused in
+/// both regimes). `Err` carries the reason for the log.
+pub fn admission(app: &App, fingerprint: &str, peer: IpAddr) -> Result<(), String> {
+    match app
+        .authorized_keys
+        .admit(fingerprint, peer, crate::identity::unix_now())
+    {
+        Admission::Admitted(_) => Ok(()),
+        Admission::Refused(why) => Err(format!("authorized_keys: {why}")),
+        Admission::Unlisted => match app.governance.state().as_ref() {
+            GovState::Active(conf) if conf.principal_for_fingerprint(fingerprint).is_some() => {
+                Ok(())
+            }
+            _ => Err("not in authorized_keys or governance".into()),
+        },
     }
 }
 
+/// `admission` as a yes/no.
+pub fn is_admitted(app: &App, fingerprint: &str, peer: IpAddr) -> bool {
+    admission(app, fingerprint, peer).is_ok()
+}
+
 /// Fix the regime for `identity` from the live governance state. Admin
-/// status is re-read from authorized_keys so a demotion applies at once.
+/// status is re-read from authorized_keys (the line that admits this
+/// connection) so a demotion applies at once.
 pub fn caller_for(app: &App, mut identity: Identity) -> Caller {
-    identity.admin = app
-        .authorized_keys
-        .lookup(&identity.fingerprint)
-        .is_some_and(|k| k.admin);
+    identity.admin = matches!(
+        app.authorized_keys.admit(
+            &identity.fingerprint,
+            identity.peer,
+            crate::identity::unix_now()
+        ),
+        Admission::Admitted(k) if k.admin()
+    );
     let regime = match app.governance.state().as_ref() {
         GovState::Inactive => Regime::Ungoverned {
             admin: identity.admin,
@@ -313,6 +333,7 @@ mod tests {
                 fingerprint: crate::identity::fingerprint(&key),
                 key,
                 admin: false,
+                peer: [127, 0, 0, 1].into(),
             },
             regime,
         }

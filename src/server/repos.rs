@@ -4,7 +4,11 @@
 //! A name is one or more `/`-separated segments of `[A-Za-z0-9._-]`, no
 //! segment `.` or `..`, with an optional `.git` suffix; `r` finds `r.git`.
 //! Resolution canonicalizes the path (symlinks included) and refuses anything
-//! that lands outside `repos_dir`. This module decides nothing about access:
+//! that lands outside `repos_dir`, and anything that is not a *top-level*
+//! repository of the namespace: a directory inside another repository (say
+//! `secret.git/refs/x`, which a writer of `secret.git` can make look like a
+//! repository by pushing refs named `refs/x/HEAD`, `refs/x/objects/...`) is
+//! never a repository of its own. This module decides nothing about access:
 //! it only reads the policy file so that `authz` can.
 
 use std::collections::BTreeSet;
@@ -192,10 +196,24 @@ pub fn is_bare_repo(dir: &Path) -> bool {
     dir.join("HEAD").is_file() && dir.join("objects").is_dir() && dir.join("refs").is_dir()
 }
 
+/// Whether `path` (canonical) is a repository the server serves: a bare
+/// repository strictly inside `root` (canonical) none of whose ancestors
+/// below `root` is a repository. This is exactly what `list_repos` finds
+/// and `create_repo_in` makes.
+fn is_top_level_repo(root: &Path, path: &Path) -> bool {
+    if !path.starts_with(root) || path == root || !is_bare_repo(path) {
+        return false;
+    }
+    path.ancestors()
+        .skip(1)
+        .take_while(|dir| *dir != root)
+        .all(|dir| !is_bare_repo(dir))
+}
+
 /// Map a requested name to the canonical path of an existing bare repository
 /// inside `repos_dir`. `None` when the name is invalid, the repository does
-/// not exist, or the path would leave `repos_dir` (`..`, absolute paths,
-/// symlinks pointing elsewhere).
+/// not exist, the path would leave `repos_dir` (`..`, absolute paths,
+/// symlinks pointing elsewhere), or it lies inside another repository.
 pub fn resolve_repo_path(repos_dir: &Path, requested: &str) -> Option<PathBuf> {
     let name = normalize_repo_name(requested).ok()?;
     let root = repos_dir.canonicalize().ok()?;
@@ -207,7 +225,7 @@ pub fn resolve_repo_path(repos_dir: &Path, requested: &str) -> Option<PathBuf> {
         let Ok(path) = root.join(&candidate).canonicalize() else {
             continue;
         };
-        if path.starts_with(&root) && path != root && is_bare_repo(&path) {
+        if is_top_level_repo(&root, &path) {
             return Some(path);
         }
     }
@@ -222,7 +240,7 @@ pub fn entry_for_path(repos_dir: &Path, resolved: &Path) -> Option<RepoEntry> {
     let relative = path.strip_prefix(&root).ok()?;
     let name = relative.to_str()?.to_string();
     normalize_repo_name(&name).ok()?;
-    if !is_bare_repo(&path) {
+    if !is_top_level_repo(&root, &path) {
         return None;
     }
     let policy = RepoPolicy::load(&path);
@@ -419,6 +437,33 @@ mod tests {
         assert_eq!(entry.short_name(), "r");
         let names: Vec<_> = list_repos(&repos).into_iter().map(|e| e.name).collect();
         assert_eq!(names, vec!["r.git", "team/app.git"]);
+    }
+
+    #[test]
+    fn a_directory_inside_a_repository_is_never_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repos = tmp.path().join("repos");
+        create_repo_in(&repos, "secret").unwrap();
+        // What pushing refs/x/HEAD, refs/x/objects/keep, refs/x/refs/keep
+        // leaves on disk: a directory that looks like a bare repository.
+        let inner = repos.join("secret.git/refs/x");
+        std::fs::create_dir_all(inner.join("objects")).unwrap();
+        std::fs::create_dir_all(inner.join("refs")).unwrap();
+        std::fs::write(
+            inner.join("HEAD"),
+            "0000000000000000000000000000000000000000\n",
+        )
+        .unwrap();
+        assert!(is_bare_repo(&inner));
+        assert!(resolve_repo_path(&repos, "secret.git/refs/x").is_none());
+        assert!(resolve_repo_path(&repos, "secret/refs/x").is_none());
+        assert!(entry_for_path(&repos, &inner).is_none());
+        assert!(resolve_repo_path(&repos, "secret").is_some());
+        // A symlink elsewhere in the namespace does not launder it either.
+        std::os::unix::fs::symlink(&inner, repos.join("alias.git")).unwrap();
+        assert!(resolve_repo_path(&repos, "alias").is_none());
+        let names: Vec<_> = list_repos(&repos).into_iter().map(|e| e.name).collect();
+        assert_eq!(names, vec!["secret.git"]);
     }
 
     #[test]

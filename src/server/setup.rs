@@ -262,7 +262,7 @@ mod tests {
             crate::identity::parse_authorized_keys(&std::fs::read_to_string(&path).unwrap());
         assert!(bad.is_empty());
         assert_eq!(keys.len(), 2);
-        assert!(keys.values().all(|k| k.admin));
+        assert!(keys.values().all(|k| k.usable.iter().all(|l| l.admin())));
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 2, "{text}");
 

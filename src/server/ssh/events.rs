@@ -314,7 +314,11 @@ impl Stream<'_> {
         loop {
             if admitted_at.elapsed() >= ACCESS_TTL {
                 // A key removed from authorized_keys (or governance) stops here.
-                if !authz::is_admitted(app, &self.ctx.caller.identity.fingerprint) {
+                if !authz::is_admitted(
+                    app,
+                    &self.ctx.caller.identity.fingerprint,
+                    self.ctx.caller.identity.peer,
+                ) {
                     return End::Cut("error: this key is no longer admitted".into());
                 }
                 self.visibility.caller = authz::caller_for(app, self.ctx.caller.identity.clone());

@@ -353,11 +353,12 @@ impl russh::server::Handler for Connection {
     ) -> Result<Auth, Self::Error> {
         // Ownership is not proven here: answer the probe, bind nothing.
         let fp = fingerprint(offer.public_key);
-        if authz::is_admitted(&self.app, &fp) {
-            Ok(Auth::Accept)
-        } else {
-            log_refused_key(&self.peer, &fp, "not admitted");
-            Ok(Auth::reject())
+        match authz::admission(&self.app, &fp, self.peer.ip()) {
+            Ok(()) => Ok(Auth::Accept),
+            Err(why) => {
+                log_refused_key(&self.peer, &fp, &why);
+                Ok(Auth::reject())
+            }
         }
     }
 
@@ -367,8 +368,8 @@ impl russh::server::Handler for Connection {
         key: VerifiedPublicKey<'_>,
     ) -> Result<Auth, Self::Error> {
         let fp = fingerprint(key.public_key);
-        if !authz::is_admitted(&self.app, &fp) {
-            log_refused_key(&self.peer, &fp, "not admitted");
+        if let Err(why) = authz::admission(&self.app, &fp, self.peer.ip()) {
+            log_refused_key(&self.peer, &fp, &why);
             return Ok(Auth::reject());
         }
         if *key.algorithm == (russh::keys::Algorithm::Rsa { hash: None })
@@ -382,6 +383,7 @@ impl russh::server::Handler for Connection {
             fingerprint: fp,
             key: key.public_key.clone(),
             admin: false,
+            peer: self.peer.ip(),
         });
         self.authenticated.store(true, Ordering::Release);
         // Authenticated: no longer one of the MaxStartups.
@@ -463,7 +465,7 @@ impl russh::server::Handler for Connection {
         let app = self.app.clone();
         let refusal = if app.stopping.is_stopped() {
             Some("error: the server is shutting down")
-        } else if !authz::is_admitted(&app, &identity.fingerprint) {
+        } else if !authz::is_admitted(&app, &identity.fingerprint, identity.peer) {
             Some("error: this key is no longer admitted")
         } else {
             None
