@@ -69,6 +69,29 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The server's event log for the remote's repository: replay (from
+    /// --since, else everything retained), then with --follow keep
+    /// printing new events as they happen.
+    Events {
+        /// The git remote whose server and repository to watch.
+        #[arg(long, default_value = "origin")]
+        remote: String,
+        /// Every repository your key can read, not only the remote's.
+        #[arg(long)]
+        all: bool,
+        /// Start after this seq (resume with the last seq you saw).
+        #[arg(long, value_name = "SEQ")]
+        since: Option<u64>,
+        /// Keep following new events (until interrupted).
+        #[arg(long)]
+        follow: bool,
+        /// Only event types matching this pattern (`lease.*`); repeatable.
+        #[arg(long = "type", value_name = "PATTERN")]
+        types: Vec<String>,
+        /// Print the server's JSON lines unchanged.
+        #[arg(long)]
+        json: bool,
+    },
     /// Report events dropped by replay (bad or untrusted signatures,
     /// malformed events); exit 1 if there are any.
     Verify {

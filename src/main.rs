@@ -104,6 +104,30 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Patch { cmd } => patch_cmd::run(&open_repo()?, cmd),
         Command::Release { cmd } => release_cmd(&open_repo()?, cmd),
         Command::Push { remote, args } => push(&open_repo()?, &remote, &args),
+        Command::Events {
+            remote,
+            all,
+            since,
+            follow,
+            types,
+            json,
+        } => {
+            use git_collab::client::events;
+            let repo = open_repo()?;
+            let remote = git_collab::client::remote_ssh::ssh_remote(&repo, &remote)?;
+            let watch = events::Watch {
+                all,
+                // Without --follow and --since: everything still retained.
+                since: since.or(if follow { None } else { Some(0) }),
+                follow,
+                types,
+            };
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            let result = events::run(&remote, &watch, json, &mut out)?;
+            eprint!("{}", result.stderr_text());
+            Ok(ExitCode::from(result.code.clamp(0, 255) as u8))
+        }
         Command::Sync { remote } => {
             let repo = open_repo()?;
             // The merge scan records merges with the signing key, if any.

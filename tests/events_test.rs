@@ -463,3 +463,45 @@ fn a_watcher_that_stops_reading_is_cut_off_while_others_keep_receiving() {
     assert_eq!(complete[0]["object_id"], "refs/heads/probe");
     reader.kill();
 }
+
+#[test]
+fn the_cli_replays_the_remote_repository_events() {
+    let h = ServerHarness::start();
+    h.create_repo("r");
+    h.create_repo("other");
+    let clone = h.clone_repo("r", "work");
+    h.commit_file(&clone, "a.txt", b"a", "first");
+    h.ssh_push(&clone, &["HEAD:refs/heads/main"]);
+    let cli = env!("CARGO_BIN_EXE_git-collab");
+    let key = h.ssh_client_key();
+    let out = h
+        .client_command(cli, &key, &clone)
+        .args(["events", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = lines.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["repo.created", "ref.updated"], "only r's events");
+    assert!(lines.iter().all(|e| e["repo"] == "r.git"));
+    let since = lines[0]["seq"].as_i64().unwrap();
+    let out = h
+        .client_command(cli, &key, &clone)
+        .args(["events", "--since", &since.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains("ref.updated") && text.contains("refs/heads/main"), "{text}");
+    // --all adds the other repository.
+    let out = h
+        .client_command(cli, &key, &clone)
+        .args(["events", "--all", "--json", "--type", "repo.*"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2);
+}

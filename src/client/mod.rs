@@ -4,6 +4,7 @@
 //! decides which of the two holds a remote's issues; `terminal` makes
 //! other people's text safe to print.
 
+pub mod events;
 pub mod issue;
 pub mod lease;
 pub mod mode;

@@ -126,6 +126,14 @@ const REPO_VERBS: &[(&str, &str)] = &[
         "rewind",
     ),
     ("collab-release list|download '<repo>' ...", "read"),
+    (
+        "collab-events watch ['<repo>'...] [--since N] [--type P]... [--no-follow]",
+        "read (per event's repository)",
+    ),
+    (
+        "collab-hook add|list|remove|enable|test|deliveries|redeliver ...",
+        "rewind on every repository the glob matches (or admin)",
+    ),
 ];
 
 /// Resolve `repo` with at least `needed` for `what_needs` (see
