@@ -467,3 +467,54 @@ fn backup_refuses_a_non_empty_target_or_one_inside_the_state_directory() {
     assert_eq!(std::fs::read(busy.join("keep-me")).unwrap(), b"x");
     assert!(!inside.exists(), "a refused backup left its directory");
 }
+
+#[test]
+fn keep_prunes_only_older_backups() {
+    let h = ServerHarness::start();
+    h.create_repo("kept");
+    let parent = h.temp_dir().join("backups");
+    std::fs::create_dir_all(parent.join("notes")).unwrap();
+    std::fs::write(parent.join("README"), b"not a backup").unwrap();
+    std::fs::create_dir_all(parent.join("unfinished")).unwrap();
+    let mut last = Value::Null;
+    for name in ["b1", "b2", "b3"] {
+        let out = server_cli(&[
+            "--state-dir",
+            path_str(h.state_dir()),
+            "backup",
+            "--to",
+            path_str(&parent.join(name)),
+            "--keep",
+            "2",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        last = stdout_json(&out);
+    }
+    assert_eq!(
+        last["pruned"],
+        serde_json::json!([path_str(&parent.join("b1"))]),
+        "{last}"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&parent)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["README", "b2", "b3", "notes", "unfinished"]);
+    let out = server_cli(&["backup", "--verify", path_str(&parent.join("b3"))]);
+    assert!(out.status.success());
+    // --keep needs a positive count and --to.
+    let out = server_cli(&[
+        "backup",
+        "--verify",
+        path_str(&parent.join("b3")),
+        "--keep",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+}
