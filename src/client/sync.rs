@@ -86,9 +86,9 @@ pub fn sync_with(
         let (recorded, unrecorded) = merge_scan::record(repo, who, found)?;
         report.patches_merged.extend(recorded);
         report.merges_unrecorded = unrecorded;
-        if !has_collab_refs(repo)? {
-            // Nothing here and nothing there: `git push` would fail on a
-            // refspec that matches no ref.
+        if !has_refs_to_push(repo, push_issues)? {
+            // Nothing to push: against a remote without any ref, `git push`
+            // fails on a refspec that matches nothing.
             return Ok(report);
         }
         match push(repo.path(), remote, push_issues)? {
@@ -143,11 +143,14 @@ pub fn fetch_export(repo: &Repository, remote: &str) -> Result<usize> {
     Ok(crate::record::export::export_refs(repo, remote)?.len())
 }
 
-fn has_collab_refs(repo: &Repository) -> Result<bool> {
-    Ok(repo
-        .references_glob(&format!("{}*", refs::COLLAB_PREFIX))?
-        .next()
-        .is_some())
+fn has_refs_to_push(repo: &Repository, push_issues: bool) -> Result<bool> {
+    for r in repo.references_glob(&format!("{}*", refs::COLLAB_PREFIX))? {
+        let r = r?;
+        if push_issues || r.name().is_ok_and(|n| !n.starts_with(refs::ISSUES_PREFIX)) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Fetches the remote's collab refs into the tracking namespace.

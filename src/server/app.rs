@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::config::ServerConfig;
+use crate::db::reads::ReadPool;
 use crate::db::writer::LeaseService;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
@@ -31,8 +32,11 @@ pub struct App {
     /// Set once shutdown starts: no new commands.
     pub stopping: Stop,
     stop: StopTrigger,
-    /// The lease store (`collab.db`), one writer thread behind it.
+    /// The collab database's single writer thread (`collab.db`): lease
+    /// operations and every other write (`write`) go through it.
     pub leases: LeaseService,
+    /// Read-only connections to `collab.db` that never wait for the writer.
+    pub reads: ReadPool,
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<git_collab::record::sign::SigningKey>,
     /// Repository maintenance: push counts, single flight, the bound.
@@ -54,6 +58,7 @@ impl App {
         let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
         Ok(App {
             leases,
+            reads: ReadPool::new(&db_path),
             signing_key,
             maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),

@@ -34,6 +34,8 @@ pub struct ServerConfig {
     pub site_title: String,
     /// Bytes.
     pub max_release_size: u64,
+    /// Largest issue body or comment, in bytes.
+    pub max_issue_body: u64,
     /// OpenSSH public key lines granted admin.
     pub initial_admin_keys: Vec<String>,
     pub ssh: SshConfig,
@@ -129,6 +131,7 @@ pub const KEYS: &[&str] = &[
     "collab_db",
     "site_title",
     "max_release_size",
+    "max_issue_body",
     "initial_admin_keys",
     "ssh.listen",
     "ssh.host_key",
@@ -156,6 +159,7 @@ impl ServerConfig {
             collab_db: None,
             site_title: "git-collab".into(),
             max_release_size: 100 * 1024 * 1024,
+            max_issue_body: 256 * 1024,
             initial_admin_keys: Vec::new(),
             ssh: SshConfig {
                 listen: "0.0.0.0:2222".into(),
@@ -226,6 +230,10 @@ pub struct ConfigFlags {
     /// [default: 100MiB].
     #[arg(long, global = true, value_name = "BYTES", value_parser = parse_size)]
     pub max_release_size: Option<u64>,
+    /// Largest issue body or comment, in bytes or with a unit (256KiB)
+    /// [default: 256KiB].
+    #[arg(long, global = true, value_name = "BYTES", value_parser = parse_size)]
+    pub max_issue_body: Option<u64>,
     /// SSH listen address [default: 0.0.0.0:2222].
     #[arg(long, global = true, value_name = "ADDR")]
     pub ssh_listen: Option<String>,
@@ -390,6 +398,7 @@ fn default_values() -> Dict {
     put("state_dir", Value::from(DEFAULT_STATE_DIR));
     put("site_title", Value::from(defaults.site_title));
     put("max_release_size", Value::from(defaults.max_release_size));
+    put("max_issue_body", Value::from(defaults.max_issue_body));
     put("initial_admin_keys", Value::from(Vec::<Value>::new()));
     put("ssh.listen", Value::from(defaults.ssh.listen));
     put("http.listen", Value::from(defaults.http.listen));
@@ -600,6 +609,9 @@ fn flag_layers(flags: &ConfigFlags) -> anyhow::Result<Vec<Layer>> {
     }
     if let Some(size) = flags.max_release_size {
         given.push(("max_release_size", Value::from(size)));
+    }
+    if let Some(size) = flags.max_issue_body {
+        given.push(("max_issue_body", Value::from(size)));
     }
     Ok(given
         .into_iter()
@@ -834,6 +846,7 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
         collab_db,
         site_title: r.required("site_title").text()?.to_string(),
         max_release_size: r.required("max_release_size").size()?,
+        max_issue_body: r.required("max_issue_body").size()?,
         initial_admin_keys: r.required("initial_admin_keys").admin_keys()?,
         ssh: SshConfig {
             listen: r.required("ssh.listen").socket_addr()?,
@@ -947,6 +960,7 @@ impl LoadedConfig {
             "collab_db" => json!(c.collab_db_path()),
             "site_title" => json!(c.site_title),
             "max_release_size" => json!(c.max_release_size),
+            "max_issue_body" => json!(c.max_issue_body),
             "initial_admin_keys" => json!(c.initial_admin_keys),
             "ssh.listen" => json!(c.ssh.listen),
             "ssh.host_key" => json!(c.ssh.host_key),
@@ -1039,8 +1053,12 @@ impl LoadedConfig {
                     Err(_) => line.clone(),
                 })
                 .collect(),
-            "max_release_size" => {
-                let bytes = c.max_release_size;
+            "max_release_size" | "max_issue_body" => {
+                let bytes = if key == "max_issue_body" {
+                    c.max_issue_body
+                } else {
+                    c.max_release_size
+                };
                 let human = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")]
                     .iter()
                     .find(|(shift, _)| bytes >= 1 << shift && bytes.is_multiple_of(1 << shift))

@@ -545,8 +545,9 @@ impl ServerHarness {
         ))
     }
 
-    /// Open an issue in a clone with the `git-collab` CLI (generating the
-    /// signing key on first use); returns the CLI's stdout. Push the issue
+    /// Open an issue as a local DAG in a clone with the `git-collab` CLI
+    /// (generating the signing key on first use; the clone is set to
+    /// `collab.mode = local`); returns the CLI's stdout. Push the issue
     /// with `ssh_push(clone, &["refs/collab/*:refs/collab/*"])`.
     pub fn open_issue(&self, clone: &Path, title: &str) -> String {
         let cli = env!("CARGO_BIN_EXE_git-collab");
@@ -557,6 +558,14 @@ impl ServerHarness {
                     .args(["key", "generate"]),
             );
         }
+        // This helper makes a local issue DAG that the test then pushes
+        // (the workflow of servers that keep issues in git), so the clone
+        // stays in local mode; server-held issues are opened with
+        // `collab-issue` (see tests/issue_server_test.rs).
+        run_checked(
+            self.git_command(&key, clone)
+                .args(["config", "collab.mode", "local"]),
+        );
         let out = run_checked(
             self.client_command(cli, &key, clone)
                 .args(["issue", "open", "-t", title]),

@@ -141,7 +141,7 @@ pub fn collab(h: &ServerHarness, clone: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Open an issue; returns its full id.
+/// Open an issue as a local DAG in `clone`; returns its full id.
 pub fn open_issue(
     h: &ServerHarness,
     clone: &Path,
@@ -149,6 +149,8 @@ pub fn open_issue(
     body: &str,
     labels: &[&str],
 ) -> String {
+    // A local DAG the test pushes (the clone stays in local mode).
+    h.git(clone, &["config", "collab.mode", "local"]);
     let mut args = vec!["issue", "open", "-t", title, "-b", body, "--json"];
     for l in labels {
         args.extend(["--label", l]);

@@ -303,6 +303,32 @@ pub fn list_in(conn: &Connection, repo: &str, now: i64) -> rusqlite::Result<Vec<
     leases.collect()
 }
 
+/// The live lease on an issue, if any, without reaping (a pure read, for
+/// fencing checks inside another write).
+pub fn live_in(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    now: i64,
+) -> rusqlite::Result<Option<Lease>> {
+    Ok(row(conn, repo, issue_id)?.filter(|l| l.live(now)))
+}
+
+/// End whatever lease is held on an issue because the issue closed; returns
+/// the live lease that ended, if there was one. Like a release, it keeps the
+/// token's high-water mark. The caller records the event.
+pub fn end_on_close_in(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    now: i64,
+) -> rusqlite::Result<Option<Lease>> {
+    let live = live_in(conn, repo, issue_id, now)?;
+    conn.prepare_cached("DELETE FROM leases WHERE repo = ?1 AND issue_id = ?2")?
+        .execute([repo, issue_id])?;
+    Ok(live)
+}
+
 #[cfg_attr(not(test), allow(dead_code))]
 fn in_immediate_tx<T>(
     conn: &Connection,

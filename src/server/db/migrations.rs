@@ -75,6 +75,91 @@ CREATE INDEX events_repo_seq ON events (repo, seq);
 CREATE INDEX events_at ON events (at);
 ",
     },
+    // Version 3: issues held by the server (see `issues` and
+    // docs/data-model.md). Times here are unix MILLISECONDS (`*_ms`), the
+    // precision of the git event record the importer keeps. `author` is a
+    // principal (a governed name or a `SHA256:` fingerprint), `author_name`
+    // the display name, `author_key` the OpenSSH key line where known.
+    // Lists go newest first, ties by id, so the two list indexes carry
+    // `created_ms DESC, id` and a cursor `(created_ms, id)` pages stably;
+    // `imports` says which repositories the importer has replayed
+    // into these tables; `issue_exports` how far the signed git export of
+    // each issue has got.
+    Step {
+        version: 3,
+        sql: "
+CREATE TABLE issues (
+    repo          TEXT    NOT NULL,
+    id            TEXT    NOT NULL CHECK (length(id) = 40),
+    title         TEXT    NOT NULL CHECK (title <> ''),
+    body          TEXT    NOT NULL,
+    author        TEXT    NOT NULL CHECK (author <> ''),
+    author_name   TEXT    NOT NULL,
+    author_key    TEXT,
+    created_ms    INTEGER NOT NULL,
+    updated_ms    INTEGER NOT NULL,
+    status        TEXT    NOT NULL CHECK (status IN ('open', 'closed')),
+    closed_reason TEXT,
+    priority      INTEGER,
+    imported      INTEGER NOT NULL DEFAULT 0 CHECK (imported IN (0, 1)),
+    comment_count INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (repo, id)
+);
+CREATE INDEX issues_list ON issues (repo, created_ms DESC, id);
+CREATE INDEX issues_list_status ON issues (repo, status, created_ms DESC, id);
+CREATE TABLE issue_comments (
+    repo        TEXT    NOT NULL,
+    issue_id    TEXT    NOT NULL,
+    position    INTEGER NOT NULL CHECK (position > 0),
+    id          TEXT    NOT NULL CHECK (length(id) = 40),
+    author      TEXT    NOT NULL CHECK (author <> ''),
+    author_name TEXT    NOT NULL,
+    author_key  TEXT,
+    at_ms       INTEGER NOT NULL,
+    body        TEXT    NOT NULL,
+    PRIMARY KEY (repo, issue_id, position),
+    FOREIGN KEY (repo, issue_id) REFERENCES issues (repo, id)
+);
+CREATE UNIQUE INDEX issue_comments_id ON issue_comments (repo, id);
+CREATE TABLE issue_labels (
+    repo     TEXT NOT NULL,
+    issue_id TEXT NOT NULL,
+    label    TEXT NOT NULL CHECK (label <> ''),
+    PRIMARY KEY (repo, issue_id, label),
+    FOREIGN KEY (repo, issue_id) REFERENCES issues (repo, id)
+);
+CREATE INDEX issue_labels_by_label ON issue_labels (repo, label, issue_id);
+CREATE TABLE issue_links (
+    repo        TEXT    NOT NULL,
+    issue_id    TEXT    NOT NULL,
+    kind        TEXT    NOT NULL CHECK (kind IN ('blocks', 'relates')),
+    target_repo TEXT    NOT NULL,
+    target_id   TEXT    NOT NULL CHECK (length(target_id) = 40),
+    author      TEXT    NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    PRIMARY KEY (repo, issue_id, kind, target_repo, target_id),
+    FOREIGN KEY (repo, issue_id) REFERENCES issues (repo, id)
+);
+CREATE INDEX issue_links_target ON issue_links (target_repo, target_id);
+CREATE TABLE imports (
+    repo        TEXT    NOT NULL PRIMARY KEY,
+    status      TEXT    NOT NULL CHECK (status IN ('imported', 'skipped')),
+    imported_at INTEGER NOT NULL,
+    issues      INTEGER NOT NULL,
+    comments    INTEGER NOT NULL,
+    events      INTEGER NOT NULL,
+    dropped     INTEGER NOT NULL,
+    report      TEXT    NOT NULL
+);
+CREATE TABLE issue_exports (
+    repo     TEXT    NOT NULL,
+    issue_id TEXT    NOT NULL,
+    seq      INTEGER NOT NULL,
+    tip      TEXT    NOT NULL,
+    PRIMARY KEY (repo, issue_id)
+);
+",
+    },
 ];
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).

@@ -3,11 +3,14 @@
 //! decisions as plain functions over a connection (`now` passed in, no
 //! clock, no threads); `writer` is the single writer thread that
 //! group-commits every write and answers only after COMMIT; `open_reader`
-//! gives the read-only connections that read beside it.
+//! gives the read-only connections that read beside it, and `reads` pools
+//! them for request handlers. `issues` holds the issue decisions.
 
 pub mod events;
+pub mod issues;
 pub mod leases;
 pub mod migrations;
+pub mod reads;
 pub mod snapshot;
 pub mod writer;
 

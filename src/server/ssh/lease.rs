@@ -25,7 +25,9 @@ use serde_json::{json, Value};
 
 use super::session::{json_line, reply_and_close, ExecContext, LeaseCmd, NOT_FOUND};
 use crate::authz::{self, Access};
+use crate::db::issues::{self, IssueError};
 use crate::db::leases::{Acquire, Lease, Release, Renew};
+use crate::db::reads::ReadPool;
 use crate::repos::RepoEntry;
 use git_collab::record::state::{self, IssueState, IssueStatus};
 
@@ -84,7 +86,7 @@ async fn answer(ctx: &ExecContext, cmd: LeaseCmd) -> Reply {
     };
     let checked = tokio::task::spawn_blocking(move || {
         let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
-        let issue = lookup.resolve(&entry);
+        let issue = lookup.resolve(&entry, &app.reads);
         Some((entry, issue))
     })
     .await;
@@ -101,6 +103,10 @@ async fn answer(ctx: &ExecContext, cmd: LeaseCmd) -> Reply {
     let leases = &ctx.app.leases;
     let issue = match issue {
         Resolved::Issue(id) => id,
+        Resolved::ClosedIssue(_) if matches!(cmd, LeaseCmd::Acquire { .. }) => {
+            return error(ISSUE_CLOSED)
+        }
+        Resolved::ClosedIssue(id) => id,
         Resolved::NotInGit(prefix) => match lease_by_prefix(ctx, repo, &prefix).await {
             Ok(id) => id,
             Err(reply) => return reply,
@@ -174,6 +180,8 @@ enum Lookup {
 enum Resolved {
     /// The full issue id.
     Issue(String),
+    /// A closed issue held by the server, by full id (acquire refuses it).
+    ClosedIssue(String),
     /// A well-formed id that no issue in git matches (renew and release
     /// then look among the repository's leases).
     NotInGit(String),
@@ -185,12 +193,18 @@ enum Resolved {
 }
 
 impl Lookup {
-    fn resolve(self, entry: &RepoEntry) -> Resolved {
+    fn resolve(self, entry: &RepoEntry, reads: &ReadPool) -> Resolved {
         let (id, must_be_open) = match self {
             Lookup::Nothing => return Resolved::NoIssue,
             Lookup::OpenIssue(id) => (id, true),
             Lookup::AnyIssue(id) => (id, false),
         };
+        // Issues held by the server come first (`collab-issue`).
+        match reads.read_blocking(|conn| held_issue(conn, &entry.name, &id)) {
+            Ok(Some(resolved)) => return resolved,
+            Ok(None) => {}
+            Err(e) => return Resolved::Failed(format!("{e:#}")),
+        }
         let repo = match git2::Repository::open_bare(&entry.path) {
             Ok(repo) => repo,
             Err(e) => return Resolved::Failed(format!("{}: {e}", entry.path.display())),
@@ -223,6 +237,27 @@ impl Lookup {
             Err(e) => Resolved::Failed(e.to_string()),
         }
     }
+}
+
+/// The issue as the collab database holds it; `None` when the database
+/// has no issue of that id (it may still be an issue DAG in git).
+fn held_issue(
+    conn: &rusqlite::Connection,
+    repo: &str,
+    id: &str,
+) -> anyhow::Result<Option<Resolved>> {
+    let full = match issues::resolve(conn, repo, id) {
+        Ok(full) => full,
+        Err(IssueError::NotFound(_)) => return Ok(None),
+        Err(IssueError::Sql(e)) => return Err(e.into()),
+        Err(e) => return Ok(Some(Resolved::Refused(format!("error: {e}")))),
+    };
+    Ok(
+        issues::get(conn, repo, &full)?.map(|issue| match issue.status {
+            IssueStatus::Closed => Resolved::ClosedIssue(full),
+            IssueStatus::Open => Resolved::Issue(full),
+        }),
+    )
 }
 
 /// A renew or release of an id that is no longer in git: match it against

@@ -12,6 +12,7 @@
 pub mod admin;
 pub mod events;
 pub mod git;
+pub mod issue;
 pub mod lease;
 pub mod release;
 pub mod session;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use russh::server::Msg;
 use russh::Channel;
 
+pub use super::issue::IssueCmd;
 #[allow(unused_imports)] // re-exported for verbs that report token errors
 pub use super::tokens::{shell_tokens, TokenError};
 use crate::app::App;
@@ -183,6 +184,8 @@ pub enum ExecCommand {
     /// `collab-release create|download '<repo>' '<tag>' '<file>'`,
     /// `list '<repo>'`, `delete '<repo>' '<tag>' ['<file>']`
     Release(ReleaseCmd),
+    /// `collab-issue open|show|list|comment|edit|label|close|reopen|link|unlink …`
+    Issue(IssueCmd),
     /// `collab-events watch …`
     Events(WatchCmd),
 }
@@ -205,6 +208,7 @@ impl ExecCommand {
                 | ReleaseCmd::Download { repo, .. }
                 | ReleaseCmd::Delete { repo, .. },
             ) => Some(repo),
+            ExecCommand::Issue(cmd) => Some(cmd.repo()),
             ExecCommand::Events(watch) => watch.repos.first().map(String::as_str),
             ExecCommand::Whoami | ExecCommand::Repo(RepoCmd::List) => None,
         }
@@ -233,6 +237,7 @@ impl ExecCommand {
             ExecCommand::Release(ReleaseCmd::List { .. }) => "collab-release list",
             ExecCommand::Release(ReleaseCmd::Download { .. }) => "collab-release download",
             ExecCommand::Release(ReleaseCmd::Delete { .. }) => "collab-release delete",
+            ExecCommand::Issue(cmd) => cmd.verb(),
             ExecCommand::Events(_) => "collab-events watch",
         }
     }
@@ -266,6 +271,7 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
             name: name.to_string(),
         })),
         ["collab-lease", sub, rest @ ..] => parse_lease(sub, rest).map(ExecCommand::Lease),
+        ["collab-issue", sub, rest @ ..] => super::issue::parse(sub, rest).map(ExecCommand::Issue),
         ["collab-events", "watch", rest @ ..] => parse_watch(rest).map(ExecCommand::Events),
         ["collab-release", "create", repo, tag, file] => {
             Some(ExecCommand::Release(ReleaseCmd::Create {
@@ -339,6 +345,7 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
              collab-lease renew '<repo>' '<issue>' --ttl <secs> | \
              collab-lease release '<repo>' '<issue>' | collab-lease list '<repo>'"
         }
+        ("collab-issue", _) => super::issue::USAGE,
         ("collab-events", _) => {
             "collab-events watch ['<repo>'...] [--since <seq>] [--type <pattern>]... [--no-follow]"
         }
@@ -451,6 +458,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
         ExecCommand::Lease(cmd) => super::lease::run(&ctx, channel, cmd).await,
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
+        ExecCommand::Issue(cmd) => super::issue::run(&ctx, channel, cmd).await,
         ExecCommand::Events(cmd) => super::events::watch(&ctx, channel, cmd).await,
     }
 }
