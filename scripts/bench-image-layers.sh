@@ -4,7 +4,7 @@
 # `--target prebuilt` around the same release binary, so only the runtime
 # stage differs. Prints a Markdown section for docs/benchmarks.md on stdout.
 #
-# Usage: scripts/bench-image-layers.sh BEFORE_REV [BINARY]
+# Usage: scripts/bench-image-layers.sh BEFORE_REV [BINARY]   (needs python3 for the JSON)
 #   BINARY defaults to target/release/git-collab-server (CARGO_TARGET_DIR
 #   respected); needs podman and the local base image
 #   (scripts/ci-podman-setup.sh).
@@ -28,14 +28,15 @@ build localhost/git-collab:layers-before "$work/Dockerfile.before"
 build localhost/git-collab:layers-after docker/Dockerfile
 
 mb() { awk -v b="$1" 'BEGIN { printf "%.1f MB", b / 1000000 }'; }
-layers() { # tag: one table row per layer with a size
-    podman history --format '{{.Size}}|{{.CreatedBy}}' --human=false "$1" |
-        awk -F'|' '$1 > 0' | tac |
-        while IFS='|' read -r size by; do
-            by=$(printf '%s' "$by" | sed -e 's/^\/bin\/sh -c #(nop) //' -e 's/^\/bin\/sh -c //' |
-                tr -s ' ' | cut -c1-90 | sed 's/|/\\|/g')
-            printf '| %s | `%s` |\n' "$(mb "$size")" "$by"
-        done
+layers() { # tag: one table row per layer with a size, oldest first
+    podman history --format json "$1" | python3 -c '
+import json, sys
+for layer in reversed(json.load(sys.stdin)):
+    if layer["size"] > 0:
+        by = " ".join(layer["CreatedBy"].replace("/bin/sh -c #(nop) ", "").replace("/bin/sh -c ", "").split())
+        by = by if len(by) <= 90 else by[:87] + "..."
+        print("| %.1f MB | `%s` |" % (layer["size"] / 1e6, by.replace("|", "\\|")))
+'
 }
 total() { mb "$(podman image inspect --format '{{.Size}}' "$1")"; }
 

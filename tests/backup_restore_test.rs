@@ -1,5 +1,5 @@
 //! Backup and verified restore, end to end: the real server under a storm
-//! of pushes and lease operations, `git-collab-server backup` as its own
+//! of pushes, lease operations and issue writes, `git-collab-server backup` as its own
 //! process beside it, `restore` into a fresh state directory, and a second
 //! real server started on what was restored.
 //!
@@ -93,10 +93,13 @@ struct Acks {
     held: Vec<(Instant, String, i64)>,
     /// Tokens of the churned issue (acquire, release, acquire, ...).
     churn: Vec<(Instant, i64)>,
+    /// Server-held issues opened, and comments on them: (ack time, id).
+    issues: Vec<(Instant, String)>,
+    comments: Vec<(Instant, String, String)>,
 }
 
 #[test]
-fn restore_drill_during_a_storm_of_pushes_and_leases() {
+fn restore_drill_during_a_storm_of_pushes_leases_and_issue_writes() {
     let h = ServerHarness::start();
     let mut clones = Vec::new();
     for r in 0..REPOS {
@@ -168,6 +171,30 @@ fn restore_drill_during_a_storm_of_pushes_and_leases() {
                     acks.lock().unwrap().churn.push((Instant::now(), token));
                     let out = lease(h, &format!("release 'r0' '{churned}'"));
                     assert_eq!(out.code, 0, "{out:?}");
+                }
+            });
+        }
+        {
+            let (h, stop, acks) = (&h, &stop, &acks);
+            s.spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let out = h.ssh_exec(&format!("collab-issue open 'r1' --title 'storm {n}'"));
+                    assert_eq!(out.code, 0, "{out:?}");
+                    let id = out.json()["issue"].as_str().unwrap().to_string();
+                    acks.lock()
+                        .unwrap()
+                        .issues
+                        .push((Instant::now(), id.clone()));
+                    let body = format!("comment on storm {n}");
+                    let out =
+                        h.ssh_exec(&format!("collab-issue comment 'r1' '{id}' --body '{body}'"));
+                    assert_eq!(out.code, 0, "{out:?}");
+                    acks.lock()
+                        .unwrap()
+                        .comments
+                        .push((Instant::now(), id, body));
                 }
             });
         }
@@ -283,6 +310,33 @@ fn restore_drill_during_a_storm_of_pushes_and_leases() {
         assert_eq!(row["token"], *token, "{row}");
     }
     assert!(acks.held.iter().any(|(t, _, _)| *t < started));
+    // Every issue and comment acknowledged before the backup is there.
+    assert!(
+        acks.issues.iter().any(|(t, _)| *t < started),
+        "no issue before"
+    );
+    assert!(
+        acks.issues.iter().any(|(t, _)| *t > started),
+        "no issue after"
+    );
+    for (t, id) in &acks.issues {
+        if *t < started {
+            let shown = r.ssh_exec(&format!("collab-issue show 'r1' '{id}'"));
+            assert_eq!(
+                shown.code, 0,
+                "issue {id} acknowledged before the backup: {shown:?}"
+            );
+        }
+    }
+    for (t, id, body) in &acks.comments {
+        if *t < started {
+            let shown = r.ssh_exec(&format!("collab-issue show 'r1' '{id}'"));
+            assert!(
+                shown.stdout.contains(body.as_str()),
+                "comment {body:?} acknowledged before the backup is gone: {shown:?}"
+            );
+        }
+    }
     // Fencing continues above the restored high-water mark.
     lease(&r, &format!("release 'r0' '{churned}'"));
     let next = lease(&r, &format!("acquire 'r0' '{churned}'"));
