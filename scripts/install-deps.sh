@@ -3,7 +3,7 @@
 # Debian 12 machine (as root). Idempotent: a second run installs nothing.
 set -euo pipefail
 
-packages=(git openssh-client openssh-server sqlite3 pkg-config chromium)
+packages=(git openssh-client openssh-server sqlite3 pkg-config chromium curl)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-/// Issues kept in git under refs/collab/*, signed with your SSH key and
+/// Issues kept in git under refs/collab/*, signed with your git-collab signing key and
 /// synced with plain git fetch/push.
 #[derive(Debug, Parser)]
 #[command(name = "git-collab", version, about, propagate_version = true)]
@@ -63,6 +63,13 @@ pub enum Command {
     Verify {
         #[command(flatten)]
         out: JsonFlag,
+    },
+    /// Write the man pages (git-collab.1 and one per subcommand) into a
+    /// directory; packages install them so `git collab --help` finds them.
+    #[command(hide = true)]
+    Man {
+        /// Directory to write the pages into (created if missing).
+        dir: PathBuf,
     },
 }
 
@@ -164,6 +171,7 @@ pub enum IssueCmd {
     Edit {
         /// Issue id or unique prefix.
         id: String,
+        /// New one-line title.
         #[arg(short, long)]
         title: Option<String>,
         /// New description (`-` reads it from stdin).
@@ -193,6 +201,7 @@ pub enum IssueCmd {
     Close {
         /// Issue id or unique prefix.
         id: String,
+        /// Why it is closed (e.g. "fixed in 9c1e0d2", "duplicate of 4f2a").
         #[arg(short, long)]
         reason: Option<String>,
         #[command(flatten)]
@@ -215,8 +224,11 @@ pub enum IssueCmd {
     Link {
         /// Issue id or unique prefix.
         id: String,
+        /// `blocks` (this issue blocks the other) or `relates`.
         #[arg(value_parser = ["blocks", "relates"])]
         kind: String,
+        /// The other issue: an id or prefix here, or `repo#id` in another
+        /// repository of the same server.
         other: String,
         #[command(flatten)]
         fence: FenceFlag,
@@ -227,8 +239,11 @@ pub enum IssueCmd {
     Unlink {
         /// Issue id or unique prefix.
         id: String,
+        /// `blocks` (this issue blocks the other) or `relates`.
         #[arg(value_parser = ["blocks", "relates"])]
         kind: String,
+        /// The other issue: an id or prefix here, or `repo#id` in another
+        /// repository of the same server.
         other: String,
         #[command(flatten)]
         fence: FenceFlag,
@@ -336,7 +351,7 @@ pub enum PatchCmd {
         #[command(flatten)]
         out: JsonFlag,
     },
-    /// Push a new revision.
+    /// Record a new revision (your current commit) of a patch; `sync` shares it.
     Revise {
         /// Patch id or unique prefix.
         id: String,
@@ -461,6 +476,7 @@ pub enum ReleaseCmd {
     },
     /// List the releases with their files, sizes and SHA-256 checksums.
     List {
+        /// The git remote whose server keeps the releases.
         #[arg(long, default_value = "origin")]
         remote: String,
         #[command(flatten)]
@@ -468,12 +484,14 @@ pub enum ReleaseCmd {
     },
     /// Download one file of a release, or all of them; checksums are verified.
     Download {
+        /// The release's tag.
         tag: String,
         /// One file; all files of the release when omitted.
         file: Option<String>,
         /// Directory to write into (created if missing; files are replaced).
         #[arg(short = 'o', long = "output", default_value = ".")]
         dir: PathBuf,
+        /// The git remote whose server keeps the release.
         #[arg(long, default_value = "origin")]
         remote: String,
         #[command(flatten)]
@@ -481,9 +499,11 @@ pub enum ReleaseCmd {
     },
     /// Delete one file of a release, or the whole release.
     Delete {
+        /// The release's tag.
         tag: String,
         /// One file; the whole release when omitted.
         file: Option<String>,
+        /// The git remote whose server keeps the release.
         #[arg(long, default_value = "origin")]
         remote: String,
         #[command(flatten)]
@@ -497,4 +517,32 @@ pub struct JsonFlag {
     /// Print JSON (shapes documented in docs/cli.md).
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every argument of every subcommand says what it is for in `--help`.
+    #[test]
+    fn every_argument_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "git-collab", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:#?}");
+    }
 }

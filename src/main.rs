@@ -36,36 +36,66 @@ fn main() -> ExitCode {
             let _ = e.print();
             return ExitCode::SUCCESS;
         }
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // No subcommand: the usage, not an error line.
+            let _ = e.print();
+            return ExitCode::FAILURE;
+        }
         Err(e) => {
-            // clap's message spans lines (details, usage, hint); keep what
-            // comes before the usage, on one line.
-            let text = e.to_string();
-            let message: Vec<&str> = text
-                .lines()
-                .take_while(|l| !l.starts_with("Usage:"))
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .collect();
-            eprintln!(
-                "error: {} (see --help)",
-                message.join(" ").trim_start_matches("error: ")
-            );
+            eprintln!("error: {}", clap_error_line(&e.to_string()));
             return ExitCode::FAILURE;
         }
     };
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            let message = format!("{e:#}").replace('\n', " ");
-            eprintln!("error: {message}");
+            eprintln!("error: {}", error_line(&e));
             ExitCode::FAILURE
         }
     }
 }
 
+/// clap's message spans lines (details, tip, usage, "For more
+/// information"); keep what comes before the usage, on one line, and point
+/// at --help once.
+fn clap_error_line(text: &str) -> String {
+    let message: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let message = message.join(" ");
+    let message = message.trim_start_matches("error: ");
+    if message.contains("--help") {
+        message.to_string()
+    } else {
+        format!("{message} (see --help)")
+    }
+}
+
+/// An error and its causes on one line, `outer: inner: …`, leaving out a
+/// cause whose text the line already holds (library errors often print
+/// their source in their own message too).
+fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string().replace('\n', " ");
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Init => init(&open_repo()?),
+        Command::Man { dir } => write_man_pages(&dir),
         Command::Key { cmd } => key(cmd),
         Command::Trust { cmd } => trust_cmd(&open_repo()?, cmd),
         Command::Issue { target, cmd } => issue_cmd::run(&open_repo()?, target, cmd),
@@ -79,16 +109,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let server = mode::choose(&repo, &remote, None)?.mode == Mode::Server;
             let report = sync::sync_with(&repo, &remote, who.as_ref(), !server)?;
             println!(
-                "synced with {remote}: {} new, {} fast-forwarded, {} merged{}",
+                "synced with {remote}: {} new, {} fast-forwarded, {} merged, {} pushed{}",
                 report.created.len(),
                 report.fast_forwarded.len(),
                 report.merged.len(),
+                report.pushed.len(),
                 if report.retried {
                     " (remote moved; retried)"
                 } else {
                     ""
                 }
             );
+            for name in &report.pushed {
+                println!("pushed {name}");
+            }
             for name in &report.diverged {
                 eprintln!("warning: {name} diverged from {remote} and was left as it is");
             }
@@ -201,6 +235,28 @@ fn config() -> Result<git2::Config> {
         Ok(repo) => Ok(repo.config()?),
         Err(_) => Ok(git2::Config::open_default()?),
     }
+}
+
+/// `git-collab man DIR`: `git-collab.1`, and `git-collab-<sub>.1` for each
+/// subcommand (the names `git help collab-issue`-style lookups use).
+fn write_man_pages(dir: &std::path::Path) -> Result<ExitCode> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let root = Cli::command();
+    let mut pages = vec![("git-collab".to_string(), root.clone())];
+    for sub in root.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("git-collab-{}", sub.get_name());
+        // A clap name is a &'static str; this command runs once and exits.
+        let static_name: &'static str = Box::leak(name.clone().into_boxed_str());
+        pages.push((name, sub.clone().name(static_name)));
+    }
+    for (name, cmd) in pages {
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd).render(&mut page)?;
+        let path = dir.join(format!("{name}.1"));
+        std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn init(repo: &Repository) -> Result<ExitCode> {
@@ -434,4 +490,28 @@ fn release_cmd(repo: &Repository, cmd: ReleaseCmd) -> Result<ExitCode> {
 pub(crate) fn print_json<T: Serialize>(value: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
+}
+
+#[cfg(test)]
+mod error_line_tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let lib = git_collab::Error::io("/x/key", io);
+        let e = anyhow::Error::new(lib).context("reading the key");
+        let line = error_line(&e);
+        assert_eq!(line.matches("entity not found").count(), 1, "{line}");
+        assert!(line.starts_with("reading the key: /x/key: "), "{line}");
+    }
+
+    #[test]
+    fn the_help_hint_is_given_once() {
+        let hinted = "error: unexpected argument '--x' found\n\n  tip: to pass '--x' as a value, use '-- --x'\n\nUsage: git-collab issue list\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            clap_error_line(hinted),
+            "unexpected argument '--x' found tip: to pass '--x' as a value, use '-- --x' (see --help)"
+        );
+    }
 }

@@ -106,7 +106,7 @@ fn ssh_keygen(dir: &Path, name: &str) -> String {
 fn defaults_with_an_empty_file() {
     let setup = Setup::new("");
     let show = setup.show(&[]);
-    assert_eq!(show.as_object().unwrap().len(), 20, "{show:#}");
+    assert_eq!(show.as_object().unwrap().len(), 37, "{show:#}");
     assert_eq!(
         entry(&show, "state_dir"),
         (&Value::from("/var/lib/git-collab"), "default")
@@ -445,7 +445,7 @@ fn show_text_is_aligned_with_sources() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 20, "{text}");
+    assert_eq!(lines.len(), 37, "{text}");
     let file = format!("file {}", setup.file().display());
     let expect = [
         ("site_title", "T", file.as_str()),

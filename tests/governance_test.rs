@@ -123,6 +123,11 @@ fn grants_decide_access_and_unenrolled_keys_are_closed() {
     let who = h.ssh_exec_as(&user, "collab-whoami", b"").json();
     assert_eq!(who["regime"], "closed");
     assert_eq!(who["principal"], fingerprint(&user).as_str());
+    assert_eq!(who["enrolled"], false, "{who}");
+    assert!(
+        who["hint"].as_str().unwrap().contains("governance.toml"),
+        "{who}"
+    );
     for repo in ["team/app", "other", "missing"] {
         let out = h.ssh_exec_as(&user, &format!("git-upload-pack '{repo}'"), b"");
         assert_eq!(out.stderr, NOT_FOUND, "{repo}");

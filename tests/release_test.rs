@@ -262,8 +262,10 @@ fn bad_tags_and_file_names_are_refused() {
     assert_eq!(entries_under(&releases_dir(&h)), Vec::<String>::new());
 }
 
+/// A reader learns that releases need rewind (the repository's existence is
+/// no secret to it); a caller who cannot read gets the unknown-repo reply.
 #[test]
-fn without_rewind_the_reply_is_the_unknown_repo_reply() {
+fn without_rewind_a_reader_is_told_why_and_others_get_not_found() {
     let h = ServerHarness::start();
     repo_with_tag(&h, "v1");
     let admin = h.ssh_client_key();
@@ -291,11 +293,22 @@ fn without_rewind_the_reply_is_the_unknown_repo_reply() {
             &format!("collab-release {}", verb.replace("{r}", "missing")),
             b"x",
         );
-        assert_eq!(on_app, on_missing, "{verb}");
-        assert_eq!(on_app, admin_missing, "{verb}");
+        assert_eq!(on_missing, admin_missing, "{verb}");
+        assert_eq!(
+            (
+                on_missing.code,
+                on_missing.stderr.as_str(),
+                on_missing.stdout.as_str()
+            ),
+            (1, NOT_FOUND, "")
+        );
         assert_eq!(
             (on_app.code, on_app.stderr.as_str(), on_app.stdout.as_str()),
-            (1, NOT_FOUND, "")
+            (
+                1,
+                "error: permission denied: releases need rewind access\n",
+                ""
+            )
         );
     }
     // Read is enough to list and download.
@@ -305,13 +318,18 @@ fn without_rewind_the_reply_is_the_unknown_repo_reply() {
     let got = h.ssh_exec_as(&bob, "collab-release download app v1 a.bin", b"");
     assert_eq!((got.code, got.stdout.as_str()), (0, "release"));
 
-    // A private repository looks missing to list and download too.
+    // A private repository looks missing to every verb.
     std::fs::write(
         h.repos_dir().join("app.git").join("collab-policy.toml"),
         "read = []\nwrite = []\n",
     )
     .unwrap();
-    for verb in ["list '{r}'", "download '{r}' v1 a.bin"] {
+    for verb in [
+        "list '{r}'",
+        "download '{r}' v1 a.bin",
+        "create '{r}' v1 b.bin",
+        "delete '{r}' v1",
+    ] {
         let hidden = h.ssh_exec_as(
             &bob,
             &format!("collab-release {}", verb.replace("{r}", "app")),
@@ -518,10 +536,13 @@ fn cli_refusals_are_one_line() {
     repo_with_tag(&h, "v1");
     let work = h.temp_dir().join("work");
     std::fs::write(work.join("a.bin"), b"a").unwrap();
-    // bob can push but not rewind: the repository is "not found" to him.
+    // bob can push but not rewind: he is told what he lacks, on one line.
     let bob = h.authorized_key("bob");
     let refused = cli(&h, &bob, &work, &["release", "create", "v1", "a.bin"]);
-    assert_eq!((refused.code, refused.stderr.as_str()), (1, NOT_FOUND));
+    assert_eq!(
+        (refused.code, refused.stderr.as_str()),
+        (1, "error: permission denied: releases need rewind access\n")
+    );
     let unknown_tag = cli(
         &h,
         &h.ssh_client_key(),

@@ -53,6 +53,8 @@ pub struct SyncReport {
     pub patches_merged: Vec<FoundMerge>,
     /// Patches found merged but not recorded: no (trusted) signing key.
     pub merges_unrecorded: Vec<FoundMerge>,
+    /// Remote refs the push created or moved.
+    pub pushed: Vec<String>,
 }
 
 /// Syncs the collab refs of `repo` with `remote` (a configured remote name).
@@ -92,7 +94,10 @@ pub fn sync_with(
             return Ok(report);
         }
         match push(repo.path(), remote, push_issues)? {
-            Pushed::Done => return Ok(report),
+            Pushed::Done(refs) => {
+                report.pushed = refs;
+                return Ok(report);
+            }
             Pushed::RemoteMoved(_) if attempt == 0 => report.retried = true,
             Pushed::RemoteMoved(detail) => {
                 return Err(Error::Sync(format!(
@@ -220,14 +225,16 @@ fn integrate(repo: &Repository, remote: &str, report: &mut SyncReport) -> Result
 }
 
 enum Pushed {
-    Done,
+    /// Accepted; the remote refs that were created or moved.
+    Done(Vec<String>),
     /// Rejected because the remote has commits we lack; carries git's words.
     RemoteMoved(String),
 }
 
 fn push(git_dir: &Path, remote: &str, push_issues: bool) -> Result<Pushed> {
     let mut cmd = git(git_dir);
-    cmd.args(["push", "--porcelain", "--quiet", remote])
+    // Not --quiet: it silences the porcelain lines that say what moved.
+    cmd.args(["push", "--porcelain", remote])
         .arg(refs::push_refspec());
     if !push_issues {
         cmd.arg(refs::not_issues_refspec());
@@ -235,11 +242,17 @@ fn push(git_dir: &Path, remote: &str, push_issues: bool) -> Result<Pushed> {
     let out = cmd
         .output()
         .map_err(|e| Error::Sync(format!("cannot run git: {e}")))?;
-    if out.status.success() {
-        return Ok(Pushed::Done);
-    }
-    // Porcelain lines: "<flag>\t<from>:<to>\t<summary>"; "!" is rejected.
+    // Porcelain lines: "<flag>\t<from>:<to>\t<summary>"; "!" is rejected,
+    // "=" up to date; " ", "+" and "*" moved, forced or created a ref.
     let stdout = String::from_utf8_lossy(&out.stdout);
+    if out.status.success() {
+        let pushed = stdout
+            .lines()
+            .filter(|l| l.starts_with([' ', '+', '*']))
+            .filter_map(|l| l.split('\t').nth(1)?.split(':').nth(1).map(str::to_string))
+            .collect();
+        return Ok(Pushed::Done(pushed));
+    }
     let moved = stdout.lines().find(|l| {
         l.starts_with('!')
             && ["non-fast-forward", "fetch first", "stale info"]

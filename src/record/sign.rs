@@ -190,6 +190,93 @@ pub fn decode_signature(text: &[u8]) -> Option<[u8; 64]> {
     bytes.try_into().ok()
 }
 
+/// A value given to git on its command line (`git -c key=value collab …`):
+/// git hands those to the commands it runs in `GIT_CONFIG_PARAMETERS`
+/// (`'key'='value' …`, shell-quoted) and `GIT_CONFIG_COUNT` /
+/// `GIT_CONFIG_KEY_<n>` / `GIT_CONFIG_VALUE_<n>`, which libgit2 does not
+/// read. Section and variable names compare case-insensitively; the last
+/// setting wins, as in git.
+pub fn command_line_config(key: &str) -> Option<String> {
+    let mut found = None;
+    if let Ok(params) = std::env::var("GIT_CONFIG_PARAMETERS") {
+        for (k, v) in parse_config_parameters(&params) {
+            if k.eq_ignore_ascii_case(key) {
+                found = v;
+            }
+        }
+    }
+    let count: usize = std::env::var("GIT_CONFIG_COUNT")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    for i in 0..count.min(1000) {
+        let k = std::env::var(format!("GIT_CONFIG_KEY_{i}")).unwrap_or_default();
+        if k.eq_ignore_ascii_case(key) {
+            found = std::env::var(format!("GIT_CONFIG_VALUE_{i}")).ok();
+        }
+    }
+    found
+}
+
+/// Split `'a.b'='v' 'c.d'` into pairs (a value may be absent).
+fn parse_config_parameters(text: &str) -> Vec<(String, Option<String>)> {
+    // Each item is a single-quoted word, `'\''` escaping a quote, then
+    // optionally `=` and another quoted word.
+    fn quoted(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Option<String> {
+        let mut out = String::new();
+        if chars.next()? != '\'' {
+            return None;
+        }
+        loop {
+            match chars.next()? {
+                '\'' => {
+                    // `'\''`: a literal quote inside the word.
+                    if chars.peek() == Some(&'\\') {
+                        chars.next();
+                        if chars.next()? != '\'' || chars.next()? != '\'' {
+                            return None;
+                        }
+                        out.push('\'');
+                    } else {
+                        return Some(out);
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+    }
+    let mut pairs = Vec::new();
+    let mut chars = text.chars().peekable();
+    loop {
+        while chars.peek() == Some(&' ') {
+            chars.next();
+        }
+        if chars.peek().is_none() {
+            break;
+        }
+        let Some(word) = quoted(&mut chars) else {
+            break;
+        };
+        if chars.peek() == Some(&'=') {
+            chars.next();
+            pairs.push((word, quoted(&mut chars)));
+        } else if let Some((k, v)) = word.split_once('=') {
+            // Older git: `'key=value'` in one word.
+            pairs.push((k.to_string(), Some(v.to_string())));
+        } else {
+            pairs.push((word, None));
+        }
+    }
+    pairs
+}
+
+fn expand_tilde(path: &str) -> PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(path),
+    }
+}
+
 /// `$XDG_CONFIG_HOME/git-collab/signing_key`, falling back to
 /// `~/.config/git-collab/signing_key`.
 pub fn default_key_path() -> Option<PathBuf> {
@@ -200,9 +287,13 @@ pub fn default_key_path() -> Option<PathBuf> {
     Some(config_home.join("git-collab").join("signing_key"))
 }
 
-/// The signing key path: git config `collab.signingKey` (with `~`
-/// expansion) if set, else [`default_key_path`].
+/// The signing key path: `git -c collab.signingKey=PATH collab …` if
+/// given, else git config `collab.signingKey` (with `~` expansion), else
+/// [`default_key_path`].
 pub fn key_path(config: &git2::Config) -> Result<PathBuf> {
+    if let Some(path) = command_line_config(SIGNING_KEY_CONFIG) {
+        return Ok(expand_tilde(&path));
+    }
     match config.get_path(SIGNING_KEY_CONFIG) {
         Ok(path) => Ok(path),
         Err(e) if e.code() == git2::ErrorCode::NotFound => default_key_path().ok_or_else(|| {
@@ -259,6 +350,23 @@ fn write_private_file(path: &Path, contents: &[u8]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn parses_git_config_parameters() {
+        assert_eq!(
+            parse_config_parameters("'collab.signingkey'='/k/a b' 'core.x' 'old.style=v'"),
+            vec![
+                ("collab.signingkey".to_string(), Some("/k/a b".to_string())),
+                ("core.x".to_string(), None),
+                ("old.style".to_string(), Some("v".to_string())),
+            ]
+        );
+        assert_eq!(
+            parse_config_parameters("'a.b'='it'\\''s'"),
+            vec![("a.b".to_string(), Some("it's".to_string()))]
+        );
+        assert_eq!(parse_config_parameters("garbage"), vec![]);
+    }
+
     use super::*;
 
     fn key(dir: &Path) -> SigningKey {

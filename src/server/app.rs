@@ -13,6 +13,7 @@ use crate::db::reads::ReadPool;
 use crate::db::writer::LeaseService;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
+use crate::limits::{fds, Limits};
 use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
 
 /// How long running commands may take to finish after a stop signal. With
@@ -35,6 +36,8 @@ pub struct App {
     /// The collab database's single writer thread (`collab.db`): lease
     /// operations and every other write (`write`) go through it.
     pub leases: LeaseService,
+    /// Connection caps, git process gate, page semaphore.
+    pub limits: Limits,
     /// Read-only connections to `collab.db` that never wait for the writer.
     pub reads: ReadPool,
     /// The server's Ed25519 signing key (`signing`).
@@ -56,10 +59,12 @@ impl App {
         let leases = LeaseService::open(&db_path)
             .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
         let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
+        let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
             leases,
             reads: ReadPool::new(&db_path),
             signing_key,
+            limits,
             maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
@@ -99,6 +104,8 @@ pub fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> 
 /// (host key, authorized_keys, initial admin keys, hooks) first.
 pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let config = absolute_paths(config)?;
+    // Before any listener exists: the connection caps are fitted into it.
+    fds::raise_open_file_limit();
     let prepared = crate::setup::prepare(&config)?;
 
     let ssh_listener = tokio::net::TcpListener::bind(&config.ssh.listen)
@@ -112,6 +119,17 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
 
     let app = Arc::new(App::new(config)?);
     let stopping = app.stopping.clone();
+    let budget = &app.limits.budget;
+    if let Some(warning) = &budget.warning {
+        eprintln!("warning: {warning}");
+        tracing::warn!("{warning}");
+    }
+    tracing::info!(
+        open_files = budget.open_files,
+        http_max_connections = budget.http,
+        ssh_max_connections = budget.ssh,
+        "connection caps"
+    );
     crate::events::spawn_background(&app);
     tokio::spawn(app.maintenance.clone().idle_loop(stopping.clone().wait()));
 
@@ -129,7 +147,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
 
     let mut ssh = tokio::spawn(crate::ssh::serve(
         app.clone(),
-        prepared.host_key,
+        prepared.host_keys(),
         ssh_listener,
         stopping.clone(),
     ));

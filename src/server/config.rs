@@ -18,6 +18,7 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
 use figment::value::{Dict, Map, Value};
@@ -38,8 +39,11 @@ pub struct ServerConfig {
     pub max_issue_body: u64,
     /// OpenSSH public key lines granted admin.
     pub initial_admin_keys: Vec<String>,
+    /// A push to a missing repository creates it, for callers who may create it.
+    pub push_to_create: bool,
     pub ssh: SshConfig,
     pub http: HttpConfig,
+    pub git: GitConfig,
     pub log: LogConfig,
     pub events: EventsConfig,
     pub maintenance: MaintenanceConfig,
@@ -51,11 +55,72 @@ pub struct SshConfig {
     pub listen: String,
     pub host_key: PathBuf,
     pub authorized_keys: PathBuf,
+    /// Accept `ssh-rsa` (SHA-1) user signatures, refused by default as
+    /// OpenSSH >= 8.8 does.
+    pub allow_sha1_rsa: bool,
+    /// Also serve RSA and ECDSA host keys (generated beside `host_key`) for
+    /// clients that cannot verify Ed25519.
+    pub legacy_host_keys: bool,
+    /// Connections open at once, authenticated or not.
+    pub max_connections: usize,
+    /// Unauthenticated connections: OpenSSH's `MaxStartups` (random early drop).
+    pub max_startups: MaxStartups,
+    /// Unauthenticated connections from one IP address.
+    pub max_startups_per_ip: usize,
+    /// How long a connection may take to authenticate (`LoginGraceTime`).
+    pub login_grace_time: Duration,
+    /// Channels open at once on one connection (`MaxSessions`).
+    pub max_sessions: usize,
+}
+
+/// OpenSSH's `MaxStartups start:rate:full`: past `start` unauthenticated
+/// connections, a new one is refused with probability `rate`% rising
+/// linearly to 100% at `full`.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct MaxStartups {
+    pub start: usize,
+    /// Percent, 1 to 100.
+    pub rate: u32,
+    pub full: usize,
+}
+
+impl std::fmt::Display for MaxStartups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.start, self.rate, self.full)
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct HttpConfig {
     pub listen: String,
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// Connections open at once from one IP address.
+    pub max_connections_per_ip: usize,
+    /// Time a client has to send a request's headers (also the keep-alive
+    /// wait between requests).
+    pub header_read_timeout: Duration,
+    /// A connection that moves no byte in either direction for this long
+    /// is closed.
+    pub idle_timeout: Duration,
+    /// Largest `git-upload-pack` request body, after gunzipping. Bytes.
+    pub max_request_body: u64,
+    /// Expensive anonymous pages (tree, blob, raw, commit, log, patch
+    /// diffs) rendered at once; more get 503 with `Retry-After`.
+    pub max_concurrent_pages: usize,
+    /// Largest file shown or diffed inline on a page; bigger ones are
+    /// summarized (a blob page shows this many bytes of them). Bytes.
+    pub max_file_shown: u64,
+}
+
+/// Git child processes (`upload-pack`, `receive-pack`, and the web's raw
+/// file streams).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct GitConfig {
+    /// Running at once, server-wide.
+    pub max_processes: usize,
+    /// Running at once for one SSH principal or one anonymous HTTP client IP.
+    pub max_processes_per_principal: usize,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -124,7 +189,8 @@ pub const ENV_PREFIX: &str = "GIT_COLLAB_";
 /// Names the configuration file; not a key itself.
 pub const CONFIG_ENV: &str = "GIT_COLLAB_CONFIG";
 
-/// Every configuration key, dotted, in the order of SPEC §3.1.
+/// Every configuration key, dotted, in the order of SPEC §3.1 (the
+/// resource limits follow their section's listen address).
 pub const KEYS: &[&str] = &[
     "state_dir",
     "repos_dir",
@@ -133,10 +199,27 @@ pub const KEYS: &[&str] = &[
     "max_release_size",
     "max_issue_body",
     "initial_admin_keys",
+    "push_to_create",
     "ssh.listen",
     "ssh.host_key",
     "ssh.authorized_keys",
+    "ssh.allow_sha1_rsa",
+    "ssh.legacy_host_keys",
+    "ssh.max_connections",
+    "ssh.max_startups",
+    "ssh.max_startups_per_ip",
+    "ssh.login_grace_time",
+    "ssh.max_sessions",
     "http.listen",
+    "http.max_connections",
+    "http.max_connections_per_ip",
+    "http.header_read_timeout",
+    "http.idle_timeout",
+    "http.max_request_body",
+    "http.max_concurrent_pages",
+    "http.max_file_shown",
+    "git.max_processes",
+    "git.max_processes_per_principal",
     "log.level",
     "log.format",
     "events.retention_days",
@@ -149,7 +232,7 @@ pub const KEYS: &[&str] = &[
 ];
 
 /// Top-level TOML tables; every other known key is a top-level scalar.
-const SECTIONS: &[&str] = &["ssh", "http", "log", "events", "maintenance"];
+const SECTIONS: &[&str] = &["ssh", "http", "git", "log", "events", "maintenance"];
 
 impl ServerConfig {
     /// Embedded defaults for a given state directory (SPEC §3.1).
@@ -161,13 +244,36 @@ impl ServerConfig {
             max_release_size: 100 * 1024 * 1024,
             max_issue_body: 256 * 1024,
             initial_admin_keys: Vec::new(),
+            push_to_create: false,
             ssh: SshConfig {
                 listen: "0.0.0.0:2222".into(),
                 host_key: state_dir.join("ssh_host_ed25519_key"),
                 authorized_keys: state_dir.join("authorized_keys"),
+                allow_sha1_rsa: false,
+                legacy_host_keys: false,
+                max_connections: 512,
+                max_startups: MaxStartups {
+                    start: 10,
+                    rate: 30,
+                    full: 100,
+                },
+                max_startups_per_ip: 10,
+                login_grace_time: Duration::from_secs(120),
+                max_sessions: 10,
             },
             http: HttpConfig {
                 listen: "0.0.0.0:8080".into(),
+                max_connections: 512,
+                max_connections_per_ip: 64,
+                header_read_timeout: Duration::from_secs(10),
+                idle_timeout: Duration::from_secs(60),
+                max_request_body: 10 * 1024 * 1024,
+                max_concurrent_pages: 8,
+                max_file_shown: 1024 * 1024,
+            },
+            git: GitConfig {
+                max_processes: 32,
+                max_processes_per_principal: 8,
             },
             log: LogConfig {
                 level: "info".into(),
@@ -230,6 +336,10 @@ pub struct ConfigFlags {
     /// [default: 100MiB].
     #[arg(long, global = true, value_name = "BYTES", value_parser = parse_size)]
     pub max_release_size: Option<u64>,
+    /// A push to a missing repository creates it, for callers who may
+    /// create it [default: false].
+    #[arg(long, global = true, value_name = "BOOL")]
+    pub push_to_create: Option<bool>,
     /// Largest issue body or comment, in bytes or with a unit (256KiB)
     /// [default: 256KiB].
     #[arg(long, global = true, value_name = "BYTES", value_parser = parse_size)]
@@ -237,6 +347,12 @@ pub struct ConfigFlags {
     /// SSH listen address [default: 0.0.0.0:2222].
     #[arg(long, global = true, value_name = "ADDR")]
     pub ssh_listen: Option<String>,
+    /// Accept ssh-rsa (SHA-1) user signatures [default: false].
+    #[arg(long, global = true, value_name = "BOOL")]
+    pub ssh_allow_sha1_rsa: Option<bool>,
+    /// Also serve RSA and ECDSA host keys [default: false].
+    #[arg(long, global = true, value_name = "BOOL")]
+    pub ssh_legacy_host_keys: Option<bool>,
     /// SSH host key, generated on first start [default: {state_dir}/ssh_host_ed25519_key].
     #[arg(long, global = true, value_name = "PATH")]
     pub ssh_host_key: Option<PathBuf>,
@@ -400,8 +516,67 @@ fn default_values() -> Dict {
     put("max_release_size", Value::from(defaults.max_release_size));
     put("max_issue_body", Value::from(defaults.max_issue_body));
     put("initial_admin_keys", Value::from(Vec::<Value>::new()));
+    put("push_to_create", Value::from(defaults.push_to_create));
     put("ssh.listen", Value::from(defaults.ssh.listen));
+    put(
+        "ssh.allow_sha1_rsa",
+        Value::from(defaults.ssh.allow_sha1_rsa),
+    );
+    put(
+        "ssh.legacy_host_keys",
+        Value::from(defaults.ssh.legacy_host_keys),
+    );
+    put(
+        "ssh.max_connections",
+        Value::from(defaults.ssh.max_connections),
+    );
+    put(
+        "ssh.max_startups",
+        Value::from(defaults.ssh.max_startups.to_string()),
+    );
+    put(
+        "ssh.max_startups_per_ip",
+        Value::from(defaults.ssh.max_startups_per_ip),
+    );
+    put(
+        "ssh.login_grace_time",
+        Value::from(defaults.ssh.login_grace_time.as_secs()),
+    );
+    put("ssh.max_sessions", Value::from(defaults.ssh.max_sessions));
     put("http.listen", Value::from(defaults.http.listen));
+    put(
+        "http.max_connections",
+        Value::from(defaults.http.max_connections),
+    );
+    put(
+        "http.max_connections_per_ip",
+        Value::from(defaults.http.max_connections_per_ip),
+    );
+    put(
+        "http.header_read_timeout",
+        Value::from(defaults.http.header_read_timeout.as_secs()),
+    );
+    put(
+        "http.idle_timeout",
+        Value::from(defaults.http.idle_timeout.as_secs()),
+    );
+    put(
+        "http.max_request_body",
+        Value::from(defaults.http.max_request_body),
+    );
+    put(
+        "http.max_concurrent_pages",
+        Value::from(defaults.http.max_concurrent_pages),
+    );
+    put(
+        "http.max_file_shown",
+        Value::from(defaults.http.max_file_shown),
+    );
+    put("git.max_processes", Value::from(defaults.git.max_processes));
+    put(
+        "git.max_processes_per_principal",
+        Value::from(defaults.git.max_processes_per_principal),
+    );
     put("log.level", Value::from(defaults.log.level));
     put("log.format", Value::from(defaults.log.format));
     let events = EventsConfig::default();
@@ -610,6 +785,16 @@ fn flag_layers(flags: &ConfigFlags) -> anyhow::Result<Vec<Layer>> {
     if let Some(size) = flags.max_release_size {
         given.push(("max_release_size", Value::from(size)));
     }
+    let booleans = [
+        ("push_to_create", flags.push_to_create),
+        ("ssh.allow_sha1_rsa", flags.ssh_allow_sha1_rsa),
+        ("ssh.legacy_host_keys", flags.ssh_legacy_host_keys),
+    ];
+    for (key, value) in booleans {
+        if let Some(value) = value {
+            given.push((key, Value::from(value)));
+        }
+    }
     if let Some(size) = flags.max_issue_body {
         given.push(("max_issue_body", Value::from(size)));
     }
@@ -689,6 +874,21 @@ impl Given {
         }
     }
 
+    /// `true`/`false`; from the environment also `1`/`0`, `yes`/`no`.
+    fn boolean(&self) -> anyhow::Result<bool> {
+        match &self.value {
+            Value::Bool(_, b) => Ok(*b),
+            Value::String(_, text) => match text.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" | "on" => Ok(true),
+                "false" | "0" | "no" | "off" => Ok(false),
+                _ => Err(self.error("expected true or false")),
+            },
+            Value::Num(_, num) if num.to_u128() == Some(1) => Ok(true),
+            Value::Num(_, num) if num.to_u128() == Some(0) => Ok(false),
+            other => Err(self.error(format!("expected true or false, found {}", kind(other)))),
+        }
+    }
+
     /// A whole number in `min..=max` (TOML integer, or digits from env).
     fn count(&self, min: u64, max: u64) -> anyhow::Result<u64> {
         let n = match &self.value {
@@ -703,6 +903,54 @@ impl Given {
             Some(n) if (min..=max).contains(&n) => Ok(n),
             _ => Err(self.error(format!("expected a whole number from {min} to {max}"))),
         }
+    }
+
+    /// A resource limit: a whole number from 1 (0 would refuse everything)
+    /// to 1000000.
+    fn limit(&self) -> anyhow::Result<usize> {
+        self.count(1, 1_000_000).map(|n| n as usize)
+    }
+
+    /// Seconds, or a number with a unit (`500ms`, `10s`, `2m`, `1h`).
+    fn duration(&self) -> anyhow::Result<Duration> {
+        let parsed = match &self.value {
+            Value::Num(_, num) => num
+                .to_u128()
+                .or_else(|| num.to_i128().and_then(|n| u128::try_from(n).ok()))
+                .and_then(|n| u64::try_from(n).ok())
+                .map(Duration::from_secs)
+                .ok_or_else(|| "expected a whole number of seconds".to_string()),
+            Value::String(_, text) => parse_duration(text),
+            other => Err(format!(
+                "expected seconds or a duration like \"10s\", found {}",
+                kind(other)
+            )),
+        };
+        match parsed {
+            Ok(d) if d.is_zero() => Err(self.error("must be longer than zero")),
+            Ok(d) => Ok(d),
+            Err(problem) => Err(self.error(problem)),
+        }
+    }
+
+    fn max_startups(&self) -> anyhow::Result<MaxStartups> {
+        let text = match &self.value {
+            Value::Num(..) => {
+                return self.limit().map(|full| MaxStartups {
+                    start: full,
+                    rate: 100,
+                    full,
+                })
+            }
+            Value::String(_, text) => text,
+            other => {
+                return Err(self.error(format!(
+                    "expected start:rate:full like \"10:30:100\", found {}",
+                    kind(other)
+                )))
+            }
+        };
+        parse_max_startups(text).map_err(|problem| self.error(problem))
     }
 
     fn log_level(&self) -> anyhow::Result<String> {
@@ -848,15 +1096,34 @@ fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
         max_release_size: r.required("max_release_size").size()?,
         max_issue_body: r.required("max_issue_body").size()?,
         initial_admin_keys: r.required("initial_admin_keys").admin_keys()?,
+        push_to_create: r.required("push_to_create").boolean()?,
         ssh: SshConfig {
             listen: r.required("ssh.listen").socket_addr()?,
+            allow_sha1_rsa: r.required("ssh.allow_sha1_rsa").boolean()?,
+            legacy_host_keys: r.required("ssh.legacy_host_keys").boolean()?,
             host_key: r
                 .path_or_derived("ssh.host_key", || state_dir.join("ssh_host_ed25519_key"))?,
             authorized_keys: r
                 .path_or_derived("ssh.authorized_keys", || state_dir.join("authorized_keys"))?,
+            max_connections: r.required("ssh.max_connections").limit()?,
+            max_startups: r.required("ssh.max_startups").max_startups()?,
+            max_startups_per_ip: r.required("ssh.max_startups_per_ip").limit()?,
+            login_grace_time: r.required("ssh.login_grace_time").duration()?,
+            max_sessions: r.required("ssh.max_sessions").limit()?,
         },
         http: HttpConfig {
             listen: r.required("http.listen").socket_addr()?,
+            max_connections: r.required("http.max_connections").limit()?,
+            max_connections_per_ip: r.required("http.max_connections_per_ip").limit()?,
+            header_read_timeout: r.required("http.header_read_timeout").duration()?,
+            idle_timeout: r.required("http.idle_timeout").duration()?,
+            max_request_body: r.required("http.max_request_body").size()?,
+            max_concurrent_pages: r.required("http.max_concurrent_pages").limit()?,
+            max_file_shown: r.required("http.max_file_shown").size()?,
+        },
+        git: GitConfig {
+            max_processes: r.required("git.max_processes").limit()?,
+            max_processes_per_principal: r.required("git.max_processes_per_principal").limit()?,
         },
         log: LogConfig {
             level: r.required("log.level").log_level()?,
@@ -932,6 +1199,97 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| "too large".to_string())
 }
 
+/// A duration: whole seconds, or a number with a unit: `ms`, `s`, `m`, `h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let digits_end = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    let (digits, unit) = trimmed.split_at(digits_end);
+    let expected = "expected seconds or a duration like 500ms, 10s, 2m or 1h";
+    let count: u64 = digits.parse().map_err(|_| expected.to_string())?;
+    let millis: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("unknown unit {:?}; {expected}", unit.trim())),
+    };
+    count
+        .checked_mul(millis)
+        .map(Duration::from_millis)
+        .ok_or_else(|| "too large".to_string())
+}
+
+/// `start:rate:full` (OpenSSH's `MaxStartups`), or one number `full`
+/// (refuse past it, no early drop).
+pub fn parse_max_startups(text: &str) -> Result<MaxStartups, String> {
+    let expected = "expected start:rate:full like 10:30:100 (rate in percent), or one number";
+    let parts: Vec<&str> = text.trim().split(':').map(str::trim).collect();
+    let number = |s: &str| s.parse::<usize>().map_err(|_| expected.to_string());
+    let limits = match parts.as_slice() {
+        [full] => {
+            let full = number(full)?;
+            MaxStartups {
+                start: full,
+                rate: 100,
+                full,
+            }
+        }
+        [start, rate, full] => MaxStartups {
+            start: number(start)?,
+            rate: rate.parse().map_err(|_| expected.to_string())?,
+            full: number(full)?,
+        },
+        _ => return Err(expected.to_string()),
+    };
+    if limits.full == 0 || limits.start == 0 {
+        return Err("start and full must be at least 1".into());
+    }
+    if limits.start > limits.full {
+        return Err("start must not exceed full".into());
+    }
+    if !(1..=100).contains(&limits.rate) {
+        return Err("rate is a percentage from 1 to 100".into());
+    }
+    Ok(limits)
+}
+
+/// `10s`, `2m`, `1h`, `500ms`: the shortest exact form.
+pub fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if !ms.is_multiple_of(1000) {
+        return format!("{ms}ms");
+    }
+    let s = ms / 1000;
+    if s >= 3600 && s.is_multiple_of(3600) {
+        format!("{}h", s / 3600)
+    } else if s >= 60 && s.is_multiple_of(60) {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// Whole seconds as a JSON integer, otherwise fractional.
+fn json_secs(d: Duration) -> serde_json::Value {
+    if d.subsec_nanos() == 0 {
+        serde_json::json!(d.as_secs())
+    } else {
+        serde_json::json!(d.as_secs_f64())
+    }
+}
+
+/// `104857600 (100 MiB)`: bytes, with the exact binary unit when there is one.
+fn fmt_bytes(bytes: u64) -> String {
+    let human = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")]
+        .iter()
+        .find(|(shift, _)| bytes >= 1 << shift && bytes.is_multiple_of(1 << shift))
+        .map(|(shift, unit)| format!(" ({} {unit})", bytes >> shift))
+        .unwrap_or_default();
+    format!("{bytes}{human}")
+}
+
 /// `log.level` is a level (`info`) or a tracing filter with directives
 /// (`info,russh=warn`). A lone word that is not a level would silently be
 /// read as a target name, so it is refused.
@@ -962,10 +1320,27 @@ impl LoadedConfig {
             "max_release_size" => json!(c.max_release_size),
             "max_issue_body" => json!(c.max_issue_body),
             "initial_admin_keys" => json!(c.initial_admin_keys),
+            "push_to_create" => json!(c.push_to_create),
             "ssh.listen" => json!(c.ssh.listen),
+            "ssh.allow_sha1_rsa" => json!(c.ssh.allow_sha1_rsa),
+            "ssh.legacy_host_keys" => json!(c.ssh.legacy_host_keys),
             "ssh.host_key" => json!(c.ssh.host_key),
             "ssh.authorized_keys" => json!(c.ssh.authorized_keys),
+            "ssh.max_connections" => json!(c.ssh.max_connections),
+            "ssh.max_startups" => json!(c.ssh.max_startups.to_string()),
+            "ssh.max_startups_per_ip" => json!(c.ssh.max_startups_per_ip),
+            "ssh.login_grace_time" => json_secs(c.ssh.login_grace_time),
+            "ssh.max_sessions" => json!(c.ssh.max_sessions),
             "http.listen" => json!(c.http.listen),
+            "http.max_connections" => json!(c.http.max_connections),
+            "http.max_connections_per_ip" => json!(c.http.max_connections_per_ip),
+            "http.header_read_timeout" => json_secs(c.http.header_read_timeout),
+            "http.idle_timeout" => json_secs(c.http.idle_timeout),
+            "http.max_request_body" => json!(c.http.max_request_body),
+            "http.max_concurrent_pages" => json!(c.http.max_concurrent_pages),
+            "http.max_file_shown" => json!(c.http.max_file_shown),
+            "git.max_processes" => json!(c.git.max_processes),
+            "git.max_processes_per_principal" => json!(c.git.max_processes_per_principal),
             "log.level" => json!(c.log.level),
             "log.format" => json!(c.log.format),
             "events.retention_days" => json!(c.events.retention_days),
@@ -1053,19 +1428,13 @@ impl LoadedConfig {
                     Err(_) => line.clone(),
                 })
                 .collect(),
-            "max_release_size" | "max_issue_body" => {
-                let bytes = if key == "max_issue_body" {
-                    c.max_issue_body
-                } else {
-                    c.max_release_size
-                };
-                let human = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")]
-                    .iter()
-                    .find(|(shift, _)| bytes >= 1 << shift && bytes.is_multiple_of(1 << shift))
-                    .map(|(shift, unit)| format!(" ({} {unit})", bytes >> shift))
-                    .unwrap_or_default();
-                vec![format!("{bytes}{human}")]
-            }
+            "max_release_size" => vec![fmt_bytes(c.max_release_size)],
+            "max_issue_body" => vec![fmt_bytes(c.max_issue_body)],
+            "http.max_request_body" => vec![fmt_bytes(c.http.max_request_body)],
+            "http.max_file_shown" => vec![fmt_bytes(c.http.max_file_shown)],
+            "ssh.login_grace_time" => vec![fmt_duration(c.ssh.login_grace_time)],
+            "http.header_read_timeout" => vec![fmt_duration(c.http.header_read_timeout)],
+            "http.idle_timeout" => vec![fmt_duration(c.http.idle_timeout)],
             _ => match self.value(key) {
                 serde_json::Value::String(s) => vec![s],
                 other => vec![other.to_string()],
@@ -1527,6 +1896,104 @@ mod tests {
         assert!(parse_size("99999999999T").is_err());
         let loaded = load_env(&[("GIT_COLLAB_MAX_RELEASE_SIZE", "5M")]).unwrap();
         assert_eq!(loaded.config.max_release_size, 5 << 20);
+    }
+
+    #[test]
+    fn limits_parse_and_validate() {
+        let loaded = load_env(&[
+            ("GIT_COLLAB_SSH__MAX_STARTUPS", "5:50:20"),
+            ("GIT_COLLAB_SSH__LOGIN_GRACE_TIME", "2m"),
+            ("GIT_COLLAB_HTTP__HEADER_READ_TIMEOUT", "1500ms"),
+            ("GIT_COLLAB_HTTP__IDLE_TIMEOUT", "30"),
+            ("GIT_COLLAB_HTTP__MAX_REQUEST_BODY", "1M"),
+            ("GIT_COLLAB_GIT__MAX_PROCESSES", "3"),
+        ])
+        .unwrap();
+        let c = &loaded.config;
+        assert_eq!(
+            c.ssh.max_startups,
+            MaxStartups {
+                start: 5,
+                rate: 50,
+                full: 20
+            }
+        );
+        assert_eq!(c.ssh.login_grace_time, Duration::from_secs(120));
+        assert_eq!(c.http.header_read_timeout, Duration::from_millis(1500));
+        assert_eq!(c.http.idle_timeout, Duration::from_secs(30));
+        assert_eq!(c.http.max_request_body, 1 << 20);
+        assert_eq!(c.git.max_processes, 3);
+        assert_eq!(
+            loaded.sources["git.max_processes"],
+            "env GIT_COLLAB_GIT__MAX_PROCESSES"
+        );
+        let text = loaded.to_text();
+        assert!(text.contains("1500ms"), "{text}");
+        assert!(text.contains("5:50:20"), "{text}");
+        assert_eq!(loaded.to_json()["ssh.login_grace_time"]["value"], 120);
+
+        for (pairs, expected) in [
+            (
+                vec![("GIT_COLLAB_SSH__MAX_SESSIONS", "0")],
+                "ssh.max_sessions = \"0\" from env GIT_COLLAB_SSH__MAX_SESSIONS: expected a whole number from 1 to 1000000",
+            ),
+            (
+                vec![("GIT_COLLAB_HTTP__IDLE_TIMEOUT", "0s")],
+                "http.idle_timeout = \"0s\" from env GIT_COLLAB_HTTP__IDLE_TIMEOUT: must be longer than zero",
+            ),
+            (
+                vec![("GIT_COLLAB_HTTP__HEADER_READ_TIMEOUT", "10 days")],
+                "http.header_read_timeout = \"10 days\" from env GIT_COLLAB_HTTP__HEADER_READ_TIMEOUT: unknown unit",
+            ),
+            (
+                vec![("GIT_COLLAB_SSH__MAX_STARTUPS", "30:10:10")],
+                "ssh.max_startups = \"30:10:10\" from env GIT_COLLAB_SSH__MAX_STARTUPS: start must not exceed full",
+            ),
+            (
+                vec![("GIT_COLLAB_SSH__MAX_STARTUPS", "1:0:10")],
+                "ssh.max_startups = \"1:0:10\" from env GIT_COLLAB_SSH__MAX_STARTUPS: rate is a percentage",
+            ),
+        ] {
+            let e = err(load_env(&pairs));
+            assert!(e.starts_with(expected), "{pairs:?}: {e}");
+        }
+        // One number means "refuse past it".
+        assert_eq!(
+            parse_max_startups("50"),
+            Ok(MaxStartups {
+                start: 50,
+                rate: 100,
+                full: 50
+            })
+        );
+        assert_eq!(fmt_duration(Duration::from_secs(7200)), "2h");
+        assert_eq!(fmt_duration(Duration::from_secs(90)), "90s");
+    }
+
+    #[test]
+    fn limits_from_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("server.toml");
+        std::fs::write(
+            &file,
+            "[ssh]\nmax_sessions = 4\nlogin_grace_time = 30\nmax_startups = 20\n[git]\nmax_processes = 2\n[http]\nmax_file_shown = \"64KiB\"\n",
+        )
+        .unwrap();
+        let flags = ConfigFlags {
+            config: Some(file.clone()),
+            ..Default::default()
+        };
+        let c = load_from(&flags, &env(&[]), &no_system_file())
+            .unwrap()
+            .config;
+        assert_eq!(c.ssh.max_sessions, 4);
+        assert_eq!(c.ssh.login_grace_time, Duration::from_secs(30));
+        assert_eq!(c.ssh.max_startups.full, 20);
+        assert_eq!(c.git.max_processes, 2);
+        assert_eq!(c.http.max_file_shown, 64 << 10);
+        std::fs::write(&file, "[git]\nmax_procs = 2\n").unwrap();
+        let e = err(load_from(&flags, &env(&[]), &no_system_file()));
+        assert!(e.starts_with("git.max_procs from file"), "{e}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ static SSH_SESSIONS: AtomicU64 = AtomicU64::new(0);
 static VERBS: Mutex<BTreeMap<(String, String), u64>> = Mutex::new(BTreeMap::new());
 static LEASE_OPS: Mutex<BTreeMap<(String, String), u64>> = Mutex::new(BTreeMap::new());
 static HTTP_REQUESTS: Mutex<BTreeMap<u16, u64>> = Mutex::new(BTreeMap::new());
+static REFUSED: Mutex<BTreeMap<(&'static str, &'static str), u64>> = Mutex::new(BTreeMap::new());
 static WATCHERS: AtomicU64 = AtomicU64::new(0);
 
 /// The number of `collab-events watch` streams connected now.
@@ -54,6 +55,13 @@ pub fn outcome_of_exit(code: u32) -> &'static str {
 
 pub fn http_request(status: u16) {
     bump(&HTTP_REQUESTS, status);
+}
+
+/// A resource limit refused something: `what` is the listener or pool
+/// (`http`, `ssh`, `ssh_channel`, `git_process`, `page`), `limit` the
+/// limit that was reached (`max_connections`, `per_ip`, ...).
+pub fn refused(what: &'static str, limit: &'static str) {
+    bump(&REFUSED, (what, limit));
 }
 
 fn bump<K: Ord>(map: &Mutex<BTreeMap<K, u64>>, key: K) {
@@ -125,6 +133,17 @@ pub fn render() -> String {
         let _ = writeln!(
             out,
             "git_collab_http_requests_total{{status=\"{status}\"}} {n}"
+        );
+    }
+    header(
+        &mut out,
+        "git_collab_limit_refusals_total",
+        "Connections, channels and requests refused by a resource limit.",
+    );
+    for ((what, limit), n) in snapshot(&REFUSED) {
+        let _ = writeln!(
+            out,
+            "git_collab_limit_refusals_total{{what=\"{what}\",limit=\"{limit}\"}} {n}"
         );
     }
     let gauge = |out: &mut String, name: &str, help: &str, value: u64| {
@@ -272,6 +291,7 @@ mod tests {
         verb_finished("test-verb", "ok");
         lease_op("test-op", "held");
         http_request(418);
+        refused("test", "per_ip");
         verb_finished("odd\"verb", "a\\b");
         let text = render();
         assert!(text.contains("# TYPE git_collab_ssh_sessions_total counter\n"));
@@ -280,6 +300,9 @@ mod tests {
             text.contains("git_collab_lease_operations_total{op=\"test-op\",outcome=\"held\"} 1\n")
         );
         assert!(text.contains("git_collab_http_requests_total{status=\"418\"} 1\n"));
+        assert!(
+            text.contains("git_collab_limit_refusals_total{what=\"test\",limit=\"per_ip\"} 1\n")
+        );
         assert!(text.contains("{verb=\"odd\\\"verb\",outcome=\"a\\\\b\"}"));
         // Every sample line is `name{labels} value` or `name value`.
         for line in text.lines().filter(|l| !l.starts_with('#')) {

@@ -19,6 +19,17 @@ use crate::identity::{parse_authorized_line, ADMIN_OPTION};
 /// What `prepare` hands to the server.
 pub struct Prepared {
     pub host_key: PrivateKey,
+    /// RSA and ECDSA host keys, when `ssh.legacy_host_keys` is on.
+    pub legacy_host_keys: Vec<PrivateKey>,
+}
+
+impl Prepared {
+    /// Every host key to serve, Ed25519 first.
+    pub fn host_keys(&self) -> Vec<PrivateKey> {
+        std::iter::once(self.host_key.clone())
+            .chain(self.legacy_host_keys.iter().cloned())
+            .collect()
+    }
 }
 
 /// Create or check everything the server needs on disk.
@@ -27,14 +38,38 @@ pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let host_key = load_or_generate_host_key(&config.ssh.host_key)?;
+    let mut legacy_host_keys = Vec::new();
+    if config.ssh.legacy_host_keys {
+        // Beside the Ed25519 key, named as OpenSSH names its own.
+        let dir = config.ssh.host_key.parent().unwrap_or(&config.state_dir);
+        for (file, algorithm) in [
+            ("ssh_host_rsa_key", Algorithm::Rsa { hash: None }),
+            (
+                "ssh_host_ecdsa_key",
+                Algorithm::Ecdsa {
+                    curve: russh::keys::EcdsaCurve::NistP256,
+                },
+            ),
+        ] {
+            legacy_host_keys.push(load_or_generate_key(&dir.join(file), algorithm)?);
+        }
+    }
     ensure_authorized_keys(&config.ssh.authorized_keys)?;
     merge_admin_keys(&config.ssh.authorized_keys, &config.initial_admin_keys)?;
     write_hooks(&config.hooks_dir())?;
-    Ok(Prepared { host_key })
+    Ok(Prepared {
+        host_key,
+        legacy_host_keys,
+    })
 }
 
 /// Read the Ed25519 host key, or generate it (mode 0600) on first start.
 pub fn load_or_generate_host_key(path: &Path) -> anyhow::Result<PrivateKey> {
+    load_or_generate_key(path, Algorithm::Ed25519)
+}
+
+/// Read a host key, or generate one of `algorithm` (mode 0600).
+fn load_or_generate_key(path: &Path, algorithm: Algorithm) -> anyhow::Result<PrivateKey> {
     if path.exists() {
         return russh::keys::load_secret_key(path, None)
             .with_context(|| format!("ssh.host_key: cannot read {}", path.display()));
@@ -43,8 +78,16 @@ pub fn load_or_generate_host_key(path: &Path) -> anyhow::Result<PrivateKey> {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
     }
-    let key = PrivateKey::random(&mut rand::rng(), Algorithm::Ed25519)
-        .context("generating the host key")?;
+    let key = match algorithm {
+        // 3072 bits, what ssh-keygen makes by default.
+        Algorithm::Rsa { .. } => {
+            russh::keys::ssh_key::private::RsaKeypair::random(&mut rand::rng(), 3072)
+                .map(PrivateKey::from)
+                .map_err(anyhow::Error::from)
+        }
+        other => PrivateKey::random(&mut rand::rng(), other).map_err(anyhow::Error::from),
+    }
+    .context("generating the host key")?;
     let pem = key
         .to_openssh(LineEnding::LF)
         .context("encoding the host key")?;

@@ -59,6 +59,8 @@ pub struct HarnessOptions {
     pub env: Vec<(String, String)>,
     /// Extra global flags, placed before `serve`.
     pub args: Vec<String>,
+    /// Soft and hard `RLIMIT_NOFILE` of the server process, if set.
+    pub open_files: Option<u64>,
 }
 
 /// A running server plus the client-side tools to talk to it.
@@ -197,6 +199,22 @@ impl ServerHarness {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        if let Some(limit) = self.options.open_files {
+            use std::os::unix::process::CommandExt as _;
+            // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let rl = libc::rlimit {
+                        rlim_cur: limit as libc::rlim_t,
+                        rlim_max: limit as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let mut child = cmd.spawn().expect("spawn git-collab-server");
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();

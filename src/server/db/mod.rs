@@ -11,6 +11,7 @@ pub mod issues;
 pub mod leases;
 pub mod migrations;
 pub mod reads;
+pub mod repos;
 pub mod snapshot;
 pub mod writer;
 

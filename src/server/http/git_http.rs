@@ -7,23 +7,41 @@
 //! `GIT_PROTOCOL`. Pushing (`git-receive-pack`) is refused with 403 and a
 //! message git shows to the user. A repository anonymous HTTP may not read
 //! answers exactly like a missing one (404, `repository not found`).
+//!
+//! Limits. Every `git upload-pack` takes a slot from the git process gate
+//! (per client address, and server-wide), or the client gets 503 with
+//! `Retry-After`. The request body, after gunzipping, may be at most
+//! `http.max_request_body` bytes: it is inflated a kilobyte of input at a
+//! time, so memory stays small whatever the compression ratio, and a body
+//! that grows past the limit before git has answered gets 413 (git answers
+//! only once it has read the whole request).
 
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures_util::StreamExt as _;
+use futures_util::{FutureExt as _, StreamExt as _};
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::process::Command;
+use tokio::process::{ChildStdin, Command};
 
 use super::AppState;
 use crate::app::App;
+use crate::limits::{self, http_principal, Busy, ProcessPermit};
 use crate::repos::RepoEntry;
+
+/// How long an HTTP git request within its client's share waits for a
+/// server-wide process slot.
+const PROCESS_QUEUE_WAIT: Duration = Duration::from_secs(10);
+/// Gzip input inflated per step: bounds the output of one step (deflate
+/// expands at most ~1032:1) whatever the chunk sizes the client sends.
+const INFLATE_STEP: usize = 1024;
 
 /// The body of every "no such repository" answer, visible or not.
 const NOT_FOUND_BODY: &str = "repository not found\n";
@@ -107,6 +125,103 @@ fn upload_pack(entry: &RepoEntry, headers: &HeaderMap, advertise: bool) -> Comma
     cmd
 }
 
+/// A git process slot for `peer`, or the 503 to answer.
+pub(super) async fn process_slot(app: &App, peer: SocketAddr) -> Result<ProcessPermit, Response> {
+    let principal = http_principal(peer);
+    app.limits
+        .git
+        .acquire(&principal, PROCESS_QUEUE_WAIT)
+        .await
+        .map_err(|busy| {
+            limits::note_refusal("git_process", busy.label(), || {
+                format!("refused HTTP git for {principal}")
+            });
+            busy_response(busy)
+        })
+}
+
+pub(super) fn busy_response(busy: Busy) -> Response {
+    let mut response = plain(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("{}\n", busy.message()),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+    response
+}
+
+fn too_large(limit: u64) -> Response {
+    plain(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "request too large: the request body may be at most {limit} bytes (after gunzip)\n"
+        ),
+    )
+}
+
+/// Why the request body stopped flowing into git.
+#[derive(Debug, PartialEq, Eq)]
+enum BodyEnd {
+    /// All of it was written.
+    Complete,
+    /// It grew past `http.max_request_body`.
+    TooLarge,
+    /// The client's stream broke, the gzip data was corrupt, or git
+    /// stopped reading: git reports a truncated request itself.
+    Cut,
+}
+
+/// Stream `body` into git's stdin, gunzipping when asked, counting both
+/// the bytes received and the bytes written against `limit`. Dropping
+/// `stdin` at the end closes it: upload-pack sees the end of the request.
+async fn feed_body(body: Body, gzipped: bool, limit: u64, mut stdin: ChildStdin) -> BodyEnd {
+    let mut chunks = body.into_data_stream();
+    let mut inflater = gzipped.then(|| flate2::write::GzDecoder::new(Vec::new()));
+    let (mut received, mut written) = (0u64, 0u64);
+    while let Some(chunk) = chunks.next().await {
+        let Ok(chunk) = chunk else {
+            return BodyEnd::Cut;
+        };
+        received += chunk.len() as u64;
+        if received > limit {
+            return BodyEnd::TooLarge;
+        }
+        let Some(decoder) = inflater.as_mut() else {
+            written += chunk.len() as u64;
+            if stdin.write_all(&chunk).await.is_err() {
+                return BodyEnd::Cut;
+            }
+            continue;
+        };
+        for piece in chunk.chunks(INFLATE_STEP) {
+            if decoder.write_all(piece).is_err() {
+                return BodyEnd::Cut;
+            }
+            let out = std::mem::take(decoder.get_mut());
+            written += out.len() as u64;
+            if written > limit {
+                return BodyEnd::TooLarge;
+            }
+            if stdin.write_all(&out).await.is_err() {
+                return BodyEnd::Cut;
+            }
+        }
+    }
+    if let Some(decoder) = inflater {
+        let Ok(rest) = decoder.finish() else {
+            return BodyEnd::Cut;
+        };
+        if written + rest.len() as u64 > limit {
+            return BodyEnd::TooLarge;
+        }
+        if stdin.write_all(&rest).await.is_err() {
+            return BodyEnd::Cut;
+        }
+    }
+    BodyEnd::Complete
+}
+
 /// A pkt-line: four hex digits of length (including themselves), then data.
 fn pkt_line(data: &str) -> String {
     format!("{:04x}{data}", data.len() + 4)
@@ -116,6 +231,7 @@ pub async fn info_refs(
     State(st): State<AppState>,
     Path(repo): Path<String>,
     Query(query): Query<InfoRefsQuery>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
     let Some(entry) = visible(&st.app, repo).await else {
@@ -131,7 +247,13 @@ pub async fn info_refs(
             )
         }
     }
-    let output = match upload_pack(&entry, &headers, true).output().await {
+    let slot = match process_slot(&st.app, peer).await {
+        Ok(slot) => slot,
+        Err(busy) => return busy,
+    };
+    let output = upload_pack(&entry, &headers, true).output().await;
+    drop(slot);
+    let output = match output {
         Ok(out) if out.status.success() => out,
         Ok(out) => {
             tracing::error!(
@@ -171,16 +293,29 @@ pub async fn info_refs(
 pub async fn upload_pack_post(
     State(app): State<Arc<App>>,
     Path(repo): Path<String>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let Some(entry) = visible(&app, repo).await else {
         return not_found();
     };
+    let limit = app.config.http.max_request_body;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return too_large(limit);
+    }
     let gzipped = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("x-gzip"));
+    let slot = match process_slot(&app, peer).await {
+        Ok(slot) => slot,
+        Err(busy) => return busy,
+    };
     let mut child = match upload_pack(&entry, &headers, false).spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -188,40 +323,52 @@ pub async fn upload_pack_post(
             return plain(StatusCode::INTERNAL_SERVER_ERROR, "git failed\n".into());
         }
     };
-    let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
+    let (Some(stdin), Some(mut stdout), Some(mut stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
         return plain(StatusCode::INTERNAL_SERVER_ERROR, "git failed\n".into());
     };
 
-    // Request body -> stdin, gunzipping on the way when needed.
-    tokio::spawn(async move {
-        let mut chunks = body.into_data_stream();
-        let mut gunzip = gzipped.then(|| flate2::write::GzDecoder::new(Vec::new()));
-        while let Some(chunk) = chunks.next().await {
-            let Ok(chunk) = chunk else { return };
-            let data = match gunzip.as_mut() {
-                Some(decoder) => {
-                    if decoder.write_all(&chunk).is_err() {
-                        return;
-                    }
-                    std::mem::take(decoder.get_mut())
+    // Request body -> stdin, while waiting for git's first bytes: git
+    // answers only after reading the whole request, so a body that is too
+    // large is known before any response header is sent.
+    let mut feeder = tokio::spawn(feed_body(body, gzipped, limit, stdin)).fuse();
+    let mut fed: Option<BodyEnd> = None;
+    let mut first = vec![0u8; 16 * 1024];
+    let first_read = loop {
+        tokio::select! {
+            biased;
+            end = &mut feeder => {
+                let end = end.unwrap_or(BodyEnd::Cut);
+                if end == BodyEnd::TooLarge {
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                    return too_large(limit);
                 }
-                None => chunk.to_vec(),
-            };
-            if stdin.write_all(&data).await.is_err() {
-                return;
+                fed = Some(end);
             }
+            read = stdout.read(&mut first) => break read,
         }
-        // A corrupt gzip stream ends the request early; upload-pack then
-        // reports the truncated request itself.
-        if let Some(Ok(rest)) = gunzip.map(|d| d.finish()) {
-            let _ = stdin.write_all(&rest).await;
+    };
+    let first_len = match first_read {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!("reading git upload-pack: {e}");
+            return plain(StatusCode::INTERNAL_SERVER_ERROR, "git failed\n".into());
         }
-        // Dropping stdin closes it: upload-pack sees the end of the request.
-    });
+    };
+    if first_len == 0 && fed.is_none() {
+        // git ended without a word; the body may have just gone over.
+        if let Ok(Ok(BodyEnd::TooLarge)) =
+            tokio::time::timeout(Duration::from_secs(2), &mut feeder).await
+        {
+            return too_large(limit);
+        }
+    }
+    first.truncate(first_len);
 
-    // Reap the child and log what it said on stderr (bounded).
+    // Reap the child and log what it said on stderr (bounded); the process
+    // slot is held until git has exited.
     let path = entry.path.clone();
     tokio::spawn(async move {
         let mut said = Vec::new();
@@ -235,14 +382,19 @@ pub async fn upload_pack_post(
             ),
             Err(e) => tracing::warn!("waiting for git upload-pack: {e}"),
         }
+        drop(slot);
     });
 
+    let head = futures_util::stream::once(async move {
+        Ok::<_, std::io::Error>(axum::body::Bytes::from(first))
+    });
+    let rest = tokio_util::io::ReaderStream::new(stdout);
     (
         [
             (header::CONTENT_TYPE, "application/x-git-upload-pack-result"),
             (header::CACHE_CONTROL, "no-cache"),
         ],
-        Body::from_stream(tokio_util::io::ReaderStream::new(stdout)),
+        Body::from_stream(head.chain(rest)),
     )
         .into_response()
 }
@@ -261,6 +413,52 @@ pub async fn receive_pack_post(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stdin whose reader is a `cat` into /dev/null (a real pipe).
+    fn sink() -> (tokio::process::Child, ChildStdin) {
+        let mut child = Command::new("sh")
+            .args(["-c", "cat >/dev/null"])
+            .stdin(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        (child, stdin)
+    }
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        enc.write_all(data).unwrap();
+        enc.finish().unwrap()
+    }
+
+    #[tokio::test]
+    async fn inflated_bodies_are_bounded() {
+        let small = gzip(&[b'a'; 1000]);
+        let (_c, stdin) = sink();
+        assert_eq!(
+            feed_body(Body::from(small), true, 4096, stdin).await,
+            BodyEnd::Complete
+        );
+        // 8 MiB of zeros in ~8 KiB: refused once 256 KiB have come out.
+        let bomb = gzip(&vec![0u8; 8 << 20]);
+        assert!(bomb.len() < 64 << 10);
+        let (_c, stdin) = sink();
+        assert_eq!(
+            feed_body(Body::from(bomb), true, 256 << 10, stdin).await,
+            BodyEnd::TooLarge
+        );
+        let (_c, stdin) = sink();
+        assert_eq!(
+            feed_body(Body::from(vec![0u8; 5000]), false, 4096, stdin).await,
+            BodyEnd::TooLarge
+        );
+        let (_c, stdin) = sink();
+        assert_eq!(
+            feed_body(Body::from(b"not gzip at all".to_vec()), true, 4096, stdin).await,
+            BodyEnd::Cut
+        );
+    }
 
     #[test]
     fn pkt_lines_and_protocol_header() {

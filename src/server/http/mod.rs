@@ -23,10 +23,12 @@
 //! template extends `repo_base.html` (fields from [`repo::RepoNav`]), and
 //! one `.route(...)` line below.
 
+mod blobs;
 mod git_http;
 mod health;
 mod index;
 pub mod issue_cache;
+pub mod listener;
 mod markdown;
 pub mod repo;
 mod view;
@@ -39,7 +41,7 @@ use axum::http::{header, HeaderValue, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Router, ServiceExt as _};
+use axum::Router;
 use tower::Layer as _;
 
 use crate::app::App;
@@ -115,11 +117,9 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     // The rewrite must run before routing, so it wraps the router instead of
     // being one of its layers.
-    let service = tower::util::MapRequestLayer::new(rewrite_request).layer(router(app, ssh_port));
-    axum::serve(listener, service.into_make_service())
-        .with_graceful_shutdown(shutdown)
-        .await?;
-    Ok(())
+    let service =
+        tower::util::MapRequestLayer::new(rewrite_request).layer(router(app.clone(), ssh_port));
+    listener::serve(app, listener, service, shutdown).await
 }
 
 fn rewrite_request(mut request: Request) -> Request {

@@ -1,11 +1,13 @@
 //! Small pieces shared by every page: rendering a template into a response,
-//! the error page, running git work off the async threads, and formatting
-//! (short ids, times, sizes, URL path segments).
+//! the error page, running git work off the async threads (at most
+//! `http.max_concurrent_pages` at once, else 503 with `Retry-After`), and
+//! formatting (short ids, times, sizes, URL path segments).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use askama::Template;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use chrono::{DateTime, TimeZone as _, Utc};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
@@ -50,17 +52,62 @@ impl PageError {
     }
 }
 
+/// How long a page waits for a render slot before it gets 503.
+pub const PAGE_QUEUE_WAIT: Duration = Duration::from_secs(2);
+
 /// Run blocking git work on the blocking pool and turn its outcome into a
 /// response.
 pub async fn blocking<F>(app: &Arc<App>, work: F) -> Response
 where
     F: FnOnce() -> PageResult + Send + 'static,
 {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(Ok(response)) => response,
-        Ok(Err(e)) => e.into_response(app),
-        Err(join) => PageError::Internal(anyhow::anyhow!("page task: {join}")).into_response(app),
+    match blocking_value(app, work).await {
+        Ok(response) | Err(response) => response,
     }
+}
+
+/// Run blocking git work under the page semaphore; `Err` is the response
+/// to send instead (503 when every render slot stays taken, the error
+/// page when the work fails).
+pub async fn blocking_value<T, F>(app: &Arc<App>, work: F) -> Result<T, Response>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, PageError> + Send + 'static,
+{
+    let pages = app.limits.pages.clone();
+    let Ok(Ok(slot)) = tokio::time::timeout(PAGE_QUEUE_WAIT, pages.acquire_owned()).await else {
+        crate::limits::note_refusal("page", "max_concurrent_pages", || {
+            format!("{} pages rendering", app.config.http.max_concurrent_pages)
+        });
+        return Err(busy_page(app));
+    };
+    let outcome = tokio::task::spawn_blocking(move || {
+        let outcome = work();
+        drop(slot);
+        outcome
+    })
+    .await;
+    match outcome {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(e.into_response(app)),
+        Err(join) => {
+            Err(PageError::Internal(anyhow::anyhow!("page task: {join}")).into_response(app))
+        }
+    }
+}
+
+/// 503 with `Retry-After`: every render slot is taken.
+pub fn busy_page(app: &App) -> Response {
+    let mut response = error_page(
+        app,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Busy",
+        "The server is rendering as many pages as it may at once; try again in a few seconds.",
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    response
 }
 
 /// Render `template` with `status`; a render failure is a logged 500.
@@ -152,7 +199,7 @@ pub fn url_query(value: &str) -> String {
 /// clone URLs; `localhost` when absent or odd.
 pub fn request_host(headers: &HeaderMap) -> String {
     let raw = headers
-        .get(axum::http::header::HOST)
+        .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("localhost");
     let host = if raw.starts_with('[') {
@@ -182,7 +229,7 @@ pub fn request_origin(headers: &HeaderMap) -> String {
         _ => "http",
     };
     let host = headers
-        .get(axum::http::header::HOST)
+        .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .filter(|h| {
             h.bytes()

@@ -1,14 +1,22 @@
 //! The identity and administration verbs: `collab-whoami` (who the server
-//! thinks you are) and `collab-repo create|list|gc` (repositories). Access
-//! decisions are `authz`'s; this module only formats replies.
+//! thinks you are), `help` (the verbs open to you) and `collab-repo
+//! create|list|gc|describe|visibility|set-head|rename|delete`. Access
+//! decisions are `authz`'s, the disk work `repo_admin`'s and the database
+//! side `db::repos`'; this module checks arguments and formats replies.
 
 use russh::server::Msg;
 use russh::Channel;
 use serde_json::json;
 
-use super::session::{json_line, reply_and_close, ExecContext, RepoCmd, NOT_FOUND};
-use crate::authz;
-use crate::repos::{self, CreateError};
+use super::session::{json_line, reply_and_close, ExecContext, RepoCmd};
+use crate::authz::{self, Access, Regime};
+use crate::repo_admin;
+use crate::repos::{self, CreateError, RepoEntry};
+
+/// How to get the access `collab-repo create` needs, in the refusal.
+const CREATE_HINT: &str = "error: permission denied: creating repositories needs rewind access \
+     (an admin key: add yours to initial_admin_keys, or run `git-collab-server repo create` \
+     on the host; see docs/access-control.md)";
 
 /// `collab-whoami` -> `{"principal", "regime", "name", "fingerprint",
 /// "admin", "key", "server_key"}`; `key` is the OpenSSH line to enroll in
@@ -18,7 +26,7 @@ pub async fn whoami(ctx: &ExecContext, channel: Channel<Msg>) {
     let caller = &ctx.caller;
     let mut key = caller.identity.key.clone();
     key.set_comment("");
-    let reply = json!({
+    let mut reply = json!({
         "key": key.to_openssh().ok(),
         "principal": caller.principal(),
         "regime": caller.regime.as_str(),
@@ -27,6 +35,15 @@ pub async fn whoami(ctx: &ExecContext, channel: Channel<Msg>) {
         "admin": caller.identity.admin,
         "server_key": ctx.app.signing_key.public_key_line(),
     });
+    // A key the server knows (authorized_keys) that governance has not
+    // enrolled gets no repository access; say so, and how to fix it.
+    if matches!(caller.regime, Regime::Closed) {
+        reply["enrolled"] = json!(false);
+        reply["hint"] = json!(
+            "this key is admitted but not enrolled: ask a governance admin to add the `key` \
+             line to a principal in governance.toml (_governance.git)"
+        );
+    }
     reply_and_close(channel, &json_line(&reply), 0).await
 }
 
@@ -36,34 +53,392 @@ pub async fn repo(ctx: &ExecContext, channel: Channel<Msg>, cmd: RepoCmd) {
     match cmd {
         RepoCmd::Create { name } => create(ctx, channel, &name).await,
         RepoCmd::List => list(ctx, channel).await,
+        RepoCmd::Describe { repo, text } => describe(ctx, channel, &repo, text).await,
+        RepoCmd::Visibility { repo, public } => visibility(ctx, channel, &repo, public).await,
+        RepoCmd::SetHead { repo, branch } => set_head(ctx, channel, &repo, &branch).await,
+        RepoCmd::Rename { repo, new_name } => rename(ctx, channel, &repo, &new_name).await,
+        RepoCmd::Delete { repo, confirm } => delete(ctx, channel, &repo, &confirm).await,
         RepoCmd::Gc { name } => gc(ctx, channel, &name).await,
     }
 }
 
-/// `collab-repo gc '<repo>'`: run maintenance now and wait for it (after a
-/// run or backup in progress on the repository). Needs Rewind; a
-/// repository the caller cannot see is not found.
-async fn gc(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
-    let app = ctx.app.clone();
-    let caller = ctx.caller.clone();
-    let requested = name.to_string();
-    let found = tokio::task::spawn_blocking(move || {
-        authz::authorize(&app, &caller, &requested, authz::Access::Read).ok()
-    })
-    .await
-    .ok()
-    .flatten();
-    let Some((entry, level)) = found else {
-        return reply_and_close(channel, NOT_FOUND, 1).await;
+/// `help`: one JSON object listing the verbs this caller may use, each
+/// with its usage and the access it needs.
+pub async fn help(ctx: &ExecContext, channel: Channel<Msg>) {
+    let closed = matches!(ctx.caller.regime, Regime::Closed);
+    let may_create = match &ctx.caller.regime {
+        Regime::Ungoverned { admin } => *admin,
+        Regime::Governed { .. } => true, // per name: rewind on it
+        Regime::Closed => false,
     };
-    if level < authz::Access::Rewind {
+    let mut verbs = vec![
+        json!({"verb": "collab-whoami", "access": "none"}),
+        json!({"verb": "help", "access": "none"}),
+    ];
+    if !closed {
+        for (usage, access) in REPO_VERBS {
+            verbs.push(json!({"verb": usage, "access": access}));
+        }
+        if may_create {
+            verbs.push(
+                json!({"verb": "collab-repo create '<name>'", "access": "rewind on the name"}),
+            );
+        }
+    }
+    let reply = json!({
+        "principal": ctx.caller.principal(),
+        "regime": ctx.caller.regime.as_str(),
+        "verbs": verbs,
+        "docs": "docs/ssh-verbs.md",
+    });
+    reply_and_close(channel, &json_line(&reply), 0).await
+}
+
+/// The per-repository verbs and the access each needs (help's list).
+const REPO_VERBS: &[(&str, &str)] = &[
+    (
+        "git clone / fetch / archive --remote (git-upload-pack, git-upload-archive)",
+        "read",
+    ),
+    (
+        "git push (git-receive-pack)",
+        "write; rewind to delete or rewrite refs",
+    ),
+    ("collab-repo list", "read"),
+    ("collab-repo gc '<repo>'", "rewind"),
+    (
+        "collab-repo describe '<repo>' ['<text>']",
+        "read; rewind to set",
+    ),
+    (
+        "collab-repo visibility '<repo>' [public|private]",
+        "read; rewind to set",
+    ),
+    ("collab-repo set-head '<repo>' '<branch>'", "rewind"),
+    ("collab-repo rename '<repo>' '<new-name>'", "rewind"),
+    ("collab-repo delete '<repo>' --confirm '<repo>'", "rewind"),
+    (
+        "collab-lease acquire|renew|release|list '<repo>' ...",
+        "write (list: read)",
+    ),
+    (
+        "collab-release create|delete '<repo>' '<tag>' ...",
+        "rewind",
+    ),
+    ("collab-release list|download '<repo>' ...", "read"),
+];
+
+/// Resolve `repo` with at least `needed` for `what_needs` (see
+/// `authorize_or_reply`).
+async fn resolve(
+    ctx: &ExecContext,
+    channel: Channel<Msg>,
+    repo: &str,
+    needed: Access,
+    what_needs: &str,
+) -> Option<(Channel<Msg>, RepoEntry)> {
+    super::session::authorize_or_reply(ctx, channel, repo, needed, what_needs)
+        .await
+        .map(|(entry, channel)| (channel, entry))
+}
+
+async fn describe(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, text: Option<String>) {
+    let needed = if text.is_some() {
+        Access::Rewind
+    } else {
+        Access::Read
+    };
+    let Some((channel, entry)) =
+        resolve(ctx, channel, repo, needed, "repository settings need").await
+    else {
+        return;
+    };
+    if let Some(text) = text {
+        if let Err(e) = repo_admin::check_description(&text) {
+            return reply_and_close(channel, &format!("error: {e}"), 1).await;
+        }
+        if let Err(e) = repo_admin::set_description(&entry.path, &text) {
+            tracing::error!(repo = entry.name, "collab-repo describe: {e:#}");
+            return reply_and_close(channel, "error: internal error", 1).await;
+        }
+        record_settings(ctx, &entry.name, json!({"description": text})).await;
+    }
+    let reply = json!({
+        "repo": entry.name,
+        "description": repo_admin::description(&entry.path),
+    });
+    reply_and_close(channel, &json_line(&reply), 0).await
+}
+
+async fn visibility(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, public: Option<bool>) {
+    let needed = if public.is_some() {
+        Access::Rewind
+    } else {
+        Access::Read
+    };
+    let Some((channel, entry)) =
+        resolve(ctx, channel, repo, needed, "repository settings need").await
+    else {
+        return;
+    };
+    if let Some(public) = public {
+        if !matches!(ctx.caller.regime, Regime::Ungoverned { .. }) {
+            return reply_and_close(
+                channel,
+                "error: this server is governed: set `public` for the repository in \
+                 governance.toml (_governance.git), see docs/access-control.md",
+                1,
+            )
+            .await;
+        }
+        if entry.policy.broken.is_some() {
+            return reply_and_close(
+                channel,
+                "error: the repository's collab-policy.toml does not parse; fix it by hand first",
+                1,
+            )
+            .await;
+        }
+        if let Err(e) = repo_admin::set_public(&entry.path, public) {
+            tracing::error!(repo = entry.name, "collab-repo visibility: {e:#}");
+            return reply_and_close(channel, "error: internal error", 1).await;
+        }
+        record_settings(ctx, &entry.name, json!({"public": public})).await;
+    }
+    let now_public = match public {
+        Some(p) => p,
+        None => authz::anonymous_can_read(&ctx.app, &entry),
+    };
+    let reply = json!({
+        "repo": entry.name,
+        "visibility": if now_public { "public" } else { "private" },
+    });
+    reply_and_close(channel, &json_line(&reply), 0).await
+}
+
+async fn set_head(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, branch: &str) {
+    let Some((channel, entry)) = resolve(
+        ctx,
+        channel,
+        repo,
+        Access::Rewind,
+        "repository settings need",
+    )
+    .await
+    else {
+        return;
+    };
+    let branch = branch
+        .strip_prefix("refs/heads/")
+        .unwrap_or(branch)
+        .to_string();
+    let path = entry.path.clone();
+    let wanted = branch.clone();
+    let result = tokio::task::spawn_blocking(move || repo_admin::set_head(&path, &wanted))
+        .await
+        .unwrap_or_else(|e| Err(anyhow::anyhow!("{e}")));
+    if let Err(e) = result {
+        return reply_and_close(channel, &format!("error: {e}"), 1).await;
+    }
+    record_settings(ctx, &entry.name, json!({"head": branch})).await;
+    let reply = json!({ "repo": entry.name, "head": branch });
+    reply_and_close(channel, &json_line(&reply), 0).await
+}
+
+async fn rename(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, new_name: &str) {
+    let Some((channel, entry)) = resolve(
+        ctx,
+        channel,
+        repo,
+        Access::Rewind,
+        "repository settings need",
+    )
+    .await
+    else {
+        return;
+    };
+    if entry.is_governance() {
         return reply_and_close(
             channel,
-            "error: permission denied: collab-repo gc needs rewind access",
+            "error: the governance repository cannot be renamed",
             1,
         )
         .await;
     }
+    if let Err(e) = repos::normalize_repo_name(new_name) {
+        return reply_and_close(channel, &format!("error: invalid repository name: {e}"), 1).await;
+    }
+    if !authz::can_create_repo(&ctx.app, &ctx.caller, new_name) {
+        return reply_and_close(
+            channel,
+            "error: permission denied: the new name needs rewind access (creating a repository)",
+            1,
+        )
+        .await;
+    }
+    let repos_dir = ctx.app.config.repos_dir.clone();
+    let moved = entry.clone();
+    let target = new_name.to_string();
+    let renamed =
+        tokio::task::spawn_blocking(move || repo_admin::rename(&repos_dir, &moved, &target))
+            .await
+            .unwrap_or_else(|e| Err(anyhow::anyhow!("{e}")));
+    let new_canonical = match renamed {
+        Ok(name) => name,
+        Err(e) => return reply_and_close(channel, &format!("error: {e:#}"), 1).await,
+    };
+    // Leases, fencing high-water marks and everything else keyed by the name
+    // follow the repository; if that fails, the move is undone.
+    let (old, new, actor) = (
+        entry.name.clone(),
+        new_canonical.clone(),
+        ctx.caller.principal().to_string(),
+    );
+    let db = ctx
+        .app
+        .leases
+        .write("rename repository", move |conn, now| {
+            Ok(crate::db::repos::rename(conn, &old, &new, &actor, now)?)
+        })
+        .await;
+    if let Err(e) = db {
+        tracing::error!(repo = entry.name, "collab-repo rename: database: {e:#}");
+        let back = ctx.app.config.repos_dir.join(&new_canonical);
+        if let Err(e) = std::fs::rename(&back, &entry.path) {
+            tracing::error!(repo = entry.name, "collab-repo rename: moving back: {e}");
+        }
+        return reply_and_close(channel, "error: internal error", 1).await;
+    }
+    move_release_dir(ctx, &entry.name, Some(&new_canonical));
+    tracing::info!(
+        principal = ctx.caller.principal(),
+        from = entry.name,
+        to = new_canonical,
+        "repository renamed"
+    );
+    let reply = json!({ "status": "renamed", "from": entry.name, "repo": new_canonical });
+    reply_and_close(channel, &json_line(&reply), 0).await
+}
+
+async fn delete(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, confirm: &str) {
+    let Some((channel, entry)) = resolve(
+        ctx,
+        channel,
+        repo,
+        Access::Rewind,
+        "repository settings need",
+    )
+    .await
+    else {
+        return;
+    };
+    let same = |a: &str| {
+        repos::normalize_repo_name(a)
+            .map(|n| n.trim_end_matches(".git").to_string())
+            .ok()
+    };
+    if same(confirm) != Some(entry.short_name().to_string()) {
+        return reply_and_close(
+            channel,
+            &format!(
+                "error: to delete {}, repeat its name: --confirm '{}'",
+                entry.name,
+                entry.short_name()
+            ),
+            1,
+        )
+        .await;
+    }
+    if entry.is_governance() {
+        return reply_and_close(
+            channel,
+            "error: the governance repository cannot be deleted",
+            1,
+        )
+        .await;
+    }
+    let trash = ctx.app.config.state_dir.join("trash");
+    let gone = entry.clone();
+    let removed = tokio::task::spawn_blocking(move || repo_admin::delete(&gone, &trash))
+        .await
+        .unwrap_or_else(|e| Err(anyhow::anyhow!("{e}")));
+    if let Err(e) = removed {
+        tracing::error!(repo = entry.name, "collab-repo delete: {e:#}");
+        if entry.path.exists() {
+            return reply_and_close(channel, "error: internal error", 1).await;
+        }
+    }
+    let (name, actor) = (entry.name.clone(), ctx.caller.principal().to_string());
+    if let Err(e) = ctx
+        .app
+        .leases
+        .write("delete repository", move |conn, now| {
+            Ok(crate::db::repos::delete(conn, &name, &actor, now)?)
+        })
+        .await
+    {
+        // The repository is gone from disk; stale rows only name a missing
+        // repository and are dropped again by a later delete.
+        tracing::error!(repo = entry.name, "collab-repo delete: database: {e:#}");
+    }
+    move_release_dir(ctx, &entry.name, None);
+    tracing::info!(
+        principal = ctx.caller.principal(),
+        repo = entry.name,
+        "repository deleted"
+    );
+    let reply = json!({ "status": "deleted", "repo": entry.name });
+    reply_and_close(channel, &json_line(&reply), 0).await
+}
+
+/// Release files live beside the repositories, by repository name: move
+/// them with a rename, drop them with a delete.
+fn move_release_dir(ctx: &ExecContext, old: &str, new: Option<&str>) {
+    let releases = ctx.app.config.releases_dir();
+    let from = releases.join(old);
+    if !from.exists() {
+        return;
+    }
+    let result = match new {
+        Some(new) => {
+            let to = releases.join(new);
+            to.parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::rename(&from, &to))
+        }
+        None => std::fs::remove_dir_all(&from),
+    };
+    if let Err(e) = result {
+        tracing::error!(repo = old, "moving release files: {e}");
+    }
+}
+
+/// Append `repo.settings_changed`; a failure is logged, the change stands.
+async fn record_settings(ctx: &ExecContext, repo: &str, payload: serde_json::Value) {
+    let (repo_name, actor) = (repo.to_string(), ctx.caller.principal().to_string());
+    if let Err(e) = ctx
+        .app
+        .leases
+        .write("record repository settings", move |conn, now| {
+            Ok(crate::db::repos::settings_changed(
+                conn, &repo_name, &actor, payload, now,
+            )?)
+        })
+        .await
+    {
+        tracing::error!(repo, "recording a settings change: {e:#}");
+    }
+}
+
+/// `collab-repo gc '<repo>'`: run maintenance now and wait for it (after a
+/// run or backup in progress on the repository). Needs Rewind; a reader is
+/// told so, anyone else gets "not found".
+async fn gc(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
+    let Some((channel, entry)) =
+        resolve(ctx, channel, name, Access::Rewind, "collab-repo gc needs").await
+    else {
+        return;
+    };
     let public = authz::anonymous_can_read(&ctx.app, &entry);
     match ctx
         .app
@@ -91,12 +466,7 @@ async fn create(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
     // Refused before looking at the disk, so it says nothing about whether
     // the repository exists.
     if !authz::can_create_repo(&ctx.app, &ctx.caller, name) {
-        return reply_and_close(
-            channel,
-            "error: permission denied: creating repositories needs rewind access",
-            1,
-        )
-        .await;
+        return reply_and_close(channel, CREATE_HINT, 1).await;
     }
     let repos_dir = ctx.app.config.repos_dir.clone();
     let owned = name.to_string();

@@ -15,8 +15,13 @@
 //! updates and deletions of branches (`receive.denyNonFastForwards`,
 //! `receive.denyDeletes` on the command line, above any repository config):
 //! defense in depth, not the rule.
+//!
+//! Each git process takes a slot from the git process gate
+//! (`git.max_processes`, `git.max_processes_per_principal`) before it
+//! starts; without one the client gets a one-line `error: …` and exit 1.
 
 use std::process::Stdio;
+use std::time::Duration;
 
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
@@ -30,6 +35,10 @@ use crate::hooks::HookContext;
 /// Copy buffer: one SSH packet's worth.
 const CHUNK: usize = 32 * 1024;
 
+/// How long a request within its principal's share waits for a
+/// server-wide git process slot before it is refused.
+pub const PROCESS_QUEUE_WAIT: Duration = Duration::from_secs(10);
+
 /// Only `version=N` style values are passed on to git.
 fn sane_git_protocol(value: &str) -> bool {
     value.len() <= 128
@@ -41,12 +50,32 @@ fn sane_git_protocol(value: &str) -> bool {
 /// Serve one git transport request on `channel`.
 pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, requested: &str) {
     let needed = match service {
-        GitService::UploadPack => Access::Read,
+        GitService::UploadPack | GitService::UploadArchive => Access::Read,
         GitService::ReceivePack => Access::Write,
     };
     let (entry, level) = match authz::authorize(&ctx.app, &ctx.caller, requested, needed) {
         Ok(found) => found,
-        Err(_) => return reply_and_close(channel, NOT_FOUND, 1).await,
+        Err(_) => match push_to_create(ctx, service, requested).await {
+            Some(found) => found,
+            None => return reply_and_close(channel, NOT_FOUND, 1).await,
+        },
+    };
+    let principal = ctx.caller.principal().to_string();
+    let _slot = match ctx
+        .app
+        .limits
+        .git
+        .acquire(&principal, PROCESS_QUEUE_WAIT)
+        .await
+    {
+        Ok(slot) => slot,
+        Err(busy) => {
+            crate::limits::note_refusal("git_process", busy.label(), || {
+                format!("refused git {} for {principal}", service.subcommand())
+            });
+            let message = format!("error: {}", busy.message());
+            return reply_and_close(channel, &message, 1).await;
+        }
     };
 
     let mut cmd = Command::new("git");
@@ -60,6 +89,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
         GitService::UploadPack => {
             cmd.args(["-c", "uploadpack.allowFilter=true"]);
         }
+        GitService::UploadArchive => {}
         GitService::ReceivePack => {
             let hooks = ctx.app.config.hooks_dir();
             cmd.arg("-c")
@@ -158,6 +188,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
         ctx.app.governance.reload();
     }
     if service == GitService::ReceivePack {
+        repair_head(&entry.path, &entry.name).await;
         // The hooks ran in other processes; their event rows are committed.
         crate::events::refresh_head(&ctx.app).await;
     }
@@ -178,6 +209,56 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
     let _ = tx.exit_status(code).await;
     let _ = tx.eof().await;
     let _ = tx.close().await;
+}
+
+/// A push to a repository that does not exist creates it, when the
+/// operator enabled `push_to_create` and the caller may create it by that
+/// name. Anything else stays "not found".
+async fn push_to_create(
+    ctx: &ExecContext,
+    service: GitService,
+    requested: &str,
+) -> Option<(crate::repos::RepoEntry, Access)> {
+    if service != GitService::ReceivePack
+        || !ctx.app.config.push_to_create
+        || !authz::can_create_repo(&ctx.app, &ctx.caller, requested)
+        || crate::repos::find_repo(&ctx.app.config.repos_dir, requested).is_some()
+    {
+        return None;
+    }
+    let repos_dir = ctx.app.config.repos_dir.clone();
+    let name = requested.trim_start_matches('/').to_string();
+    let created =
+        tokio::task::spawn_blocking(move || crate::repos::create_repo_in(&repos_dir, &name))
+            .await
+            .ok()?;
+    match created {
+        Ok((name, _)) => tracing::info!(
+            principal = ctx.caller.principal(),
+            repo = name,
+            "repository created by push"
+        ),
+        // A concurrent push may have created it first: fine, use it.
+        Err(crate::repos::CreateError::Exists(_)) => {}
+        Err(e) => {
+            tracing::info!(requested, "push-to-create refused: {e}");
+            return None;
+        }
+    }
+    authz::authorize(&ctx.app, &ctx.caller, requested, Access::Write).ok()
+}
+
+/// After a push, make HEAD name a branch that exists (see
+/// `repo_admin::repair_dangling_head`).
+async fn repair_head(path: &std::path::Path, name: &str) {
+    let path = path.to_path_buf();
+    match tokio::task::spawn_blocking(move || crate::repo_admin::repair_dangling_head(&path)).await
+    {
+        Ok(Ok(Some(branch))) => tracing::info!(repo = name, branch, "HEAD now names {branch}"),
+        Ok(Ok(None)) => {}
+        Ok(Err(e)) => tracing::warn!(repo = name, "checking HEAD after a push: {e}"),
+        Err(e) => tracing::warn!(repo = name, "checking HEAD after a push: {e}"),
+    }
 }
 
 #[cfg(test)]

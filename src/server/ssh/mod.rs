@@ -8,6 +8,13 @@
 //! Exec requests go to `session::run_exec`; shells and ptys get a hint;
 //! every other channel request is refused with an answer when one is
 //! wanted.
+//!
+//! Limits (see `crate::limits`): a connection is accepted only within
+//! `ssh.max_connections`, and while it has not authenticated it also holds
+//! a `MaxStartups` place (`ssh.max_startups`, `ssh.max_startups_per_ip`),
+//! released by a successful login; `ssh.login_grace_time` bounds how long
+//! it may hold it. One connection may have `ssh.max_sessions` channels
+//! open; more are refused with `resource shortage`.
 
 pub mod admin;
 pub mod events;
@@ -20,31 +27,75 @@ pub mod tokens;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use russh::keys::PrivateKey;
 use russh::server::{Auth, ChannelOpenHandle, Msg, PublicKeyOffer, Session, VerifiedPublicKey};
-use russh::{Channel, ChannelId, Disconnect, MethodKind, MethodSet, SshId};
+use russh::{Channel, ChannelId, ChannelOpenFailure, Disconnect, MethodKind, MethodSet, SshId};
 use tokio::task::JoinSet;
 
 use crate::app::{App, DRAIN_LIMIT};
 use crate::authz;
 use crate::identity::{fingerprint, Identity};
+use crate::limits::{self, ConnPermit};
 use crate::shutdown::{stop_pair, Stop};
 use session::{reply_and_close, ChannelEnv, ExecContext};
 
 /// The one-line answer to a shell or pty request.
-/// How long a connection may take to authenticate (OpenSSH's LoginGraceTime).
-const LOGIN_GRACE: Duration = Duration::from_secs(120);
-
 pub const SHELL_HINT: &str = "error: git-collab-server has no shell; use git over ssh, or a verb such as `ssh HOST collab-whoami`";
 
-fn russh_config(host_key: PrivateKey) -> russh::server::Config {
+/// Ciphers offered, most preferred first: russh's defaults plus
+/// aes128-gcm, which OpenSSH also offers and some clients prefer.
+const CIPHERS: &[russh::cipher::Name] = &[
+    russh::cipher::CHACHA20_POLY1305,
+    russh::cipher::AES_256_GCM,
+    russh::cipher::AES_128_GCM,
+    russh::cipher::AES_256_CTR,
+    russh::cipher::AES_192_CTR,
+    russh::cipher::AES_128_CTR,
+];
+
+/// Host and user-signature algorithms. `ssh-rsa` (RSA with SHA-1) is left
+/// out unless the operator allows it (`ssh.allow_sha1_rsa`), as OpenSSH
+/// >= 8.8 does; RSA keys still work with rsa-sha2-256/512.
+fn key_algorithms(allow_sha1_rsa: bool) -> Vec<russh::keys::Algorithm> {
+    use russh::keys::{Algorithm, EcdsaCurve, HashAlg};
+    let mut algorithms = vec![
+        Algorithm::Ed25519,
+        Algorithm::Ecdsa {
+            curve: EcdsaCurve::NistP256,
+        },
+        Algorithm::Ecdsa {
+            curve: EcdsaCurve::NistP384,
+        },
+        Algorithm::Ecdsa {
+            curve: EcdsaCurve::NistP521,
+        },
+        Algorithm::Rsa {
+            hash: Some(HashAlg::Sha512),
+        },
+        Algorithm::Rsa {
+            hash: Some(HashAlg::Sha256),
+        },
+    ];
+    if allow_sha1_rsa {
+        algorithms.push(Algorithm::Rsa { hash: None });
+    }
+    algorithms
+}
+
+fn russh_config(host_keys: Vec<PrivateKey>, allow_sha1_rsa: bool) -> russh::server::Config {
+    let preferred = russh::Preferred {
+        cipher: CIPHERS.into(),
+        key: key_algorithms(allow_sha1_rsa).into(),
+        ..russh::Preferred::DEFAULT
+    };
     russh::server::Config {
         server_id: SshId::Standard("SSH-2.0-git-collab".into()),
-        keys: vec![host_key],
+        keys: host_keys,
+        preferred,
         methods: MethodSet::from(&[MethodKind::PublicKey][..]),
         auth_rejection_time: Duration::from_secs(1),
         // OpenSSH probes "none" first; don't make every login wait for it.
@@ -59,11 +110,12 @@ fn russh_config(host_key: PrivateKey) -> russh::server::Config {
 /// running commands finish (at most `DRAIN_LIMIT`) and disconnect the rest.
 pub async fn serve(
     app: Arc<App>,
-    host_key: PrivateKey,
+    host_keys: Vec<PrivateKey>,
     listener: tokio::net::TcpListener,
     stopping: Stop,
 ) -> anyhow::Result<()> {
-    let config = Arc::new(russh_config(host_key));
+    let config = Arc::new(russh_config(host_keys, app.config.ssh.allow_sha1_rsa));
+    let login_grace = app.config.ssh.login_grace_time;
     let (disconnect_all, disconnecting) = stop_pair();
     let mut sessions = JoinSet::new();
     loop {
@@ -80,6 +132,10 @@ pub async fn serve(
                         continue;
                     }
                 };
+                let Some((connection, startup)) = admit(&app, peer) else {
+                    drop(socket);
+                    continue;
+                };
                 // `Config::nodelay` is applied only by russh's own accept
                 // loop; without it a reply's last small packets wait for a
                 // delayed ACK (~40 ms per command on a shared connection).
@@ -87,13 +143,15 @@ pub async fn serve(
                     tracing::debug!("ssh set_nodelay for {peer}: {e}");
                 }
                 let authenticated = Arc::new(AtomicBool::new(false));
-                let handler = Connection::new(app.clone(), peer, authenticated.clone());
+                let handler = Connection::new(app.clone(), peer, authenticated.clone(), startup);
                 let config = config.clone();
                 let disconnecting = disconnecting.clone();
                 sessions.spawn(async move {
+                    // Held until the session ends, however it ends.
+                    let _connection = connection;
                     let started = tokio::time::Instant::now();
                     let stream = russh::server::run_stream(config, socket, handler);
-                    let session = match tokio::time::timeout(LOGIN_GRACE, stream).await {
+                    let session = match tokio::time::timeout(login_grace, stream).await {
                         Ok(Ok(s)) => {
                             crate::metrics::ssh_session_opened();
                             s
@@ -112,7 +170,7 @@ pub async fn serve(
                     // authenticated in time is dropped, so silent or stalled
                     // clients cannot pile up.
                     let grace = async {
-                        tokio::time::sleep_until(started + LOGIN_GRACE).await;
+                        tokio::time::sleep_until(started + login_grace).await;
                         if authenticated.load(Ordering::Acquire) {
                             std::future::pending::<()>().await;
                         }
@@ -155,11 +213,67 @@ pub async fn serve(
     Ok(())
 }
 
+/// Admit a new connection from `peer`: a place under `ssh.max_connections`
+/// and one under `MaxStartups` (released at login). `None` (logged and
+/// counted) when a limit refuses it; the caller closes the socket.
+fn admit(app: &App, peer: SocketAddr) -> Option<(ConnPermit, ConnPermit)> {
+    let limits = &app.limits;
+    let connection = match limits.ssh_conns.try_admit(peer.ip(), 0) {
+        Ok(p) => p,
+        Err(refusal) => {
+            let open = limits.ssh_conns.open();
+            limits::note_refusal("ssh", refusal.label(), || {
+                format!("refused {peer} ({open} connections open)")
+            });
+            return None;
+        }
+    };
+    match limits.ssh_startups.try_admit(peer.ip(), limits::roll()) {
+        Ok(startup) => Some((connection, startup)),
+        Err(refusal) => {
+            let waiting = limits.ssh_startups.open();
+            limits::note_refusal("ssh_startups", refusal.label(), || {
+                format!("dropped {peer} ({waiting} connections not authenticated yet)")
+            });
+            None
+        }
+    }
+}
+
 /// Wait up to `limit` for every session task to end.
 async fn all_closed(sessions: &mut JoinSet<()>, limit: Duration) -> bool {
     let wait = async { while sessions.join_next().await.is_some() {} };
     tokio::time::timeout(limit, wait).await.is_ok()
 }
+
+/// Log a refused key at info level with its fingerprint, so an operator
+/// can admit it; at most [`REFUSED_LOG_BURST`] lines per minute, so a
+/// stranger cycling keys cannot flood the log.
+fn log_refused_key(peer: &SocketAddr, fingerprint: &str, why: &str) {
+    static WINDOW: std::sync::Mutex<(Option<std::time::Instant>, u32)> =
+        std::sync::Mutex::new((None, 0));
+    let mut window = WINDOW.lock().unwrap_or_else(|e| e.into_inner());
+    let now = std::time::Instant::now();
+    if window
+        .0
+        .is_none_or(|start| now.duration_since(start) >= Duration::from_secs(60))
+    {
+        if window.1 > REFUSED_LOG_BURST {
+            tracing::info!(
+                "ssh: {} more refused keys not logged",
+                window.1 - REFUSED_LOG_BURST
+            );
+        }
+        *window = (Some(now), 0);
+    }
+    window.1 += 1;
+    if window.1 <= REFUSED_LOG_BURST {
+        tracing::info!(peer = %peer, key = fingerprint, "ssh key refused: {why}");
+    }
+}
+
+/// Refused-key log lines per minute.
+const REFUSED_LOG_BURST: u32 = 20;
 
 /// One SSH connection.
 pub struct Connection {
@@ -169,6 +283,14 @@ pub struct Connection {
     identity: Option<Identity>,
     /// Raised with `identity`; the accept loop's login grace timer reads it.
     authenticated: Arc<AtomicBool>,
+    /// The `MaxStartups` place, held until the login succeeds.
+    startup: Option<ConnPermit>,
+    /// Channels open on this connection (for `ssh.max_sessions`). Each
+    /// holds a `ChannelSlot`: in `slots` until a command takes the channel,
+    /// then in the command's task. russh reports only client-initiated
+    /// closes, so the count must follow the command, not `channel_close`.
+    open_channels: Arc<AtomicUsize>,
+    slots: HashMap<ChannelId, ChannelSlot>,
     channels: HashMap<ChannelId, Channel<Msg>>,
     envs: HashMap<ChannelId, ChannelEnv>,
     /// Channels that asked for a pty: their shell or exec gets the hint.
@@ -176,12 +298,20 @@ pub struct Connection {
 }
 
 impl Connection {
-    fn new(app: Arc<App>, peer: SocketAddr, authenticated: Arc<AtomicBool>) -> Self {
+    fn new(
+        app: Arc<App>,
+        peer: SocketAddr,
+        authenticated: Arc<AtomicBool>,
+        startup: ConnPermit,
+    ) -> Self {
         Connection {
             app,
             peer,
             identity: None,
             authenticated,
+            startup: Some(startup),
+            open_channels: Arc::new(AtomicUsize::new(0)),
+            slots: HashMap::new(),
             channels: HashMap::new(),
             envs: HashMap::new(),
             ptys: HashSet::new(),
@@ -191,10 +321,24 @@ impl Connection {
     /// Take the channel out of the map and answer on it in the background.
     fn reply_on(&mut self, id: ChannelId, message: &'static str) {
         if let Some(channel) = self.channels.remove(&id) {
+            let slot = self.slots.remove(&id);
             self.envs.remove(&id);
             self.ptys.remove(&id);
-            tokio::spawn(reply_and_close(channel, message, 1));
+            tokio::spawn(async move {
+                reply_and_close(channel, message, 1).await;
+                drop(slot);
+            });
         }
+    }
+}
+
+/// One open channel counted against `ssh.max_sessions`; dropping it (the
+/// command finished, or the client closed the channel) frees the place.
+struct ChannelSlot(Arc<AtomicUsize>);
+
+impl Drop for ChannelSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -207,9 +351,11 @@ impl russh::server::Handler for Connection {
         offer: PublicKeyOffer<'_>,
     ) -> Result<Auth, Self::Error> {
         // Ownership is not proven here: answer the probe, bind nothing.
-        if authz::is_admitted(&self.app, &fingerprint(offer.public_key)) {
+        let fp = fingerprint(offer.public_key);
+        if authz::is_admitted(&self.app, &fp) {
             Ok(Auth::Accept)
         } else {
+            log_refused_key(&self.peer, &fp, "not admitted");
             Ok(Auth::reject())
         }
     }
@@ -221,7 +367,13 @@ impl russh::server::Handler for Connection {
     ) -> Result<Auth, Self::Error> {
         let fp = fingerprint(key.public_key);
         if !authz::is_admitted(&self.app, &fp) {
-            tracing::info!(peer = %self.peer, key = fp, "key refused");
+            log_refused_key(&self.peer, &fp, "not admitted");
+            return Ok(Auth::reject());
+        }
+        if *key.algorithm == (russh::keys::Algorithm::Rsa { hash: None })
+            && !self.app.config.ssh.allow_sha1_rsa
+        {
+            log_refused_key(&self.peer, &fp, "ssh-rsa (SHA-1) signature");
             return Ok(Auth::reject());
         }
         tracing::debug!(peer = %self.peer, key = fp, "authenticated");
@@ -231,6 +383,8 @@ impl russh::server::Handler for Connection {
             admin: false,
         });
         self.authenticated.store(true, Ordering::Release);
+        // Authenticated: no longer one of the MaxStartups.
+        self.startup = None;
         Ok(Auth::Accept)
     }
 
@@ -243,12 +397,25 @@ impl russh::server::Handler for Connection {
         if self.identity.is_none() {
             return Ok(()); // dropping `reply` rejects
         }
+        let max = self.app.config.ssh.max_sessions;
+        if self.open_channels.load(Ordering::Acquire) >= max {
+            let peer = self.peer;
+            limits::note_refusal("ssh_channel", "max_sessions", || {
+                format!("{peer} asked for more than {max} channels on one connection")
+            });
+            reply.reject(ChannelOpenFailure::ResourceShortage).await;
+            return Ok(());
+        }
+        self.open_channels.fetch_add(1, Ordering::AcqRel);
+        self.slots
+            .insert(channel.id(), ChannelSlot(self.open_channels.clone()));
         self.channels.insert(channel.id(), channel);
         reply.accept().await;
         Ok(())
     }
 
     async fn channel_close(&mut self, id: ChannelId, _s: &mut Session) -> Result<(), Self::Error> {
+        self.slots.remove(&id);
         self.channels.remove(&id);
         self.envs.remove(&id);
         self.ptys.remove(&id);
@@ -291,21 +458,20 @@ impl russh::server::Handler for Connection {
         // request shows the user nothing but "exec request failed".
         session.channel_success(id)?;
         let env = self.envs.remove(&id).unwrap_or_default();
+        let slot = self.slots.remove(&id);
         let app = self.app.clone();
-        if app.stopping.is_stopped() {
-            tokio::spawn(reply_and_close(
-                channel,
-                "error: the server is shutting down",
-                1,
-            ));
-            return Ok(());
-        }
-        if !authz::is_admitted(&app, &identity.fingerprint) {
-            tokio::spawn(reply_and_close(
-                channel,
-                "error: this key is no longer admitted",
-                1,
-            ));
+        let refusal = if app.stopping.is_stopped() {
+            Some("error: the server is shutting down")
+        } else if !authz::is_admitted(&app, &identity.fingerprint) {
+            Some("error: this key is no longer admitted")
+        } else {
+            None
+        };
+        if let Some(message) = refusal {
+            tokio::spawn(async move {
+                reply_and_close(channel, message, 1).await;
+                drop(slot);
+            });
             return Ok(());
         }
         let guard = app.work.track();
@@ -321,6 +487,7 @@ impl russh::server::Handler for Connection {
             };
             session::run_exec(ctx, channel, raw).await;
             drop(guard);
+            drop(slot);
         });
         Ok(())
     }

@@ -21,8 +21,8 @@ use russh::{Channel, ChannelMsg};
 use serde_json::json;
 use tokio::io::{AsyncWriteExt as _, BufReader};
 
-use super::session::{json_line, reply_and_close, ExecContext, ReleaseCmd, NOT_FOUND};
-use crate::authz::{self, Access};
+use super::session::{json_line, reply_and_close, ExecContext, ReleaseCmd};
+use crate::authz::Access;
 use crate::releases::{
     valid_file_name, valid_tag_name, Release, ReleaseError, ReleaseStore, Upload,
 };
@@ -74,21 +74,15 @@ async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(ReleaseError::Io(std::io::Error::other(e))))
 }
 
-/// The repository, if the caller has `needed` on it; else the one
-/// not-found reply has been sent.
+/// The repository, if the caller has `needed` on it; else the reply has
+/// been sent (not found, or permission denied for a reader).
 async fn authorized(
     ctx: &ExecContext,
     channel: Channel<Msg>,
     repo: &str,
     needed: Access,
 ) -> Option<(RepoEntry, Channel<Msg>)> {
-    match authz::authorize(&ctx.app, &ctx.caller, repo, needed) {
-        Ok((entry, _)) => Some((entry, channel)),
-        Err(_) => {
-            reply_and_close(channel, NOT_FOUND, 1).await;
-            None
-        }
-    }
+    super::session::authorize_or_reply(ctx, channel, repo, needed, "releases need").await
 }
 
 fn tag_exists(repo_dir: &std::path::Path, tag: &str) -> Result<bool, git2::Error> {

@@ -29,6 +29,8 @@ pub const NOT_FOUND: &str = NotFound::MESSAGE;
 pub enum GitService {
     UploadPack,
     ReceivePack,
+    /// `git archive --remote` (readers).
+    UploadArchive,
 }
 
 impl GitService {
@@ -37,6 +39,7 @@ impl GitService {
         match self {
             GitService::UploadPack => "upload-pack",
             GitService::ReceivePack => "receive-pack",
+            GitService::UploadArchive => "upload-archive",
         }
     }
 }
@@ -48,6 +51,29 @@ pub enum RepoCmd {
         name: String,
     },
     List,
+    /// Show (`text: None`, Read) or set (Rewind) the description.
+    Describe {
+        repo: String,
+        text: Option<String>,
+    },
+    /// Show (`public: None`, Read) or set (Rewind) anonymous HTTP read.
+    Visibility {
+        repo: String,
+        public: Option<bool>,
+    },
+    SetHead {
+        repo: String,
+        branch: String,
+    },
+    Rename {
+        repo: String,
+        new_name: String,
+    },
+    /// `confirm` must repeat the repository's name.
+    Delete {
+        repo: String,
+        confirm: String,
+    },
     /// Maintenance now (needs Rewind on the repository).
     Gc {
         name: String,
@@ -177,7 +203,9 @@ pub enum ExecCommand {
     Git { service: GitService, repo: String },
     /// `collab-whoami`
     Whoami,
-    /// `collab-repo create '<name>'`, `collab-repo list`, `collab-repo gc '<name>'`
+    /// `help`: the verbs available to the caller.
+    Help,
+    /// `collab-repo create|list|gc|describe|visibility|set-head|rename|delete`
     Repo(RepoCmd),
     /// `collab-lease acquire|renew|release|list …`
     Lease(LeaseCmd),
@@ -196,6 +224,13 @@ impl ExecCommand {
         match self {
             ExecCommand::Git { repo, .. } => Some(repo),
             ExecCommand::Repo(RepoCmd::Create { name } | RepoCmd::Gc { name }) => Some(name),
+            ExecCommand::Repo(
+                RepoCmd::Describe { repo, .. }
+                | RepoCmd::Visibility { repo, .. }
+                | RepoCmd::SetHead { repo, .. }
+                | RepoCmd::Rename { repo, .. }
+                | RepoCmd::Delete { repo, .. },
+            ) => Some(repo),
             ExecCommand::Lease(
                 LeaseCmd::Acquire { repo, .. }
                 | LeaseCmd::Renew { repo, .. }
@@ -210,7 +245,7 @@ impl ExecCommand {
             ) => Some(repo),
             ExecCommand::Issue(cmd) => Some(cmd.repo()),
             ExecCommand::Events(watch) => watch.repos.first().map(String::as_str),
-            ExecCommand::Whoami | ExecCommand::Repo(RepoCmd::List) => None,
+            ExecCommand::Whoami | ExecCommand::Help | ExecCommand::Repo(RepoCmd::List) => None,
         }
     }
 
@@ -225,9 +260,19 @@ impl ExecCommand {
                 service: GitService::ReceivePack,
                 ..
             } => "git-receive-pack",
+            ExecCommand::Git {
+                service: GitService::UploadArchive,
+                ..
+            } => "git-upload-archive",
             ExecCommand::Whoami => "collab-whoami",
             ExecCommand::Repo(RepoCmd::Create { .. }) => "collab-repo create",
             ExecCommand::Repo(RepoCmd::List) => "collab-repo list",
+            ExecCommand::Repo(RepoCmd::Describe { .. }) => "collab-repo describe",
+            ExecCommand::Repo(RepoCmd::Visibility { .. }) => "collab-repo visibility",
+            ExecCommand::Repo(RepoCmd::SetHead { .. }) => "collab-repo set-head",
+            ExecCommand::Repo(RepoCmd::Rename { .. }) => "collab-repo rename",
+            ExecCommand::Repo(RepoCmd::Delete { .. }) => "collab-repo delete",
+            ExecCommand::Help => "help",
             ExecCommand::Repo(RepoCmd::Gc { .. }) => "collab-repo gc",
             ExecCommand::Lease(LeaseCmd::Acquire { .. }) => "collab-lease acquire",
             ExecCommand::Lease(LeaseCmd::Renew { .. }) => "collab-lease renew",
@@ -262,6 +307,9 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
         ["git-receive-pack", repo] | ["git", "receive-pack", repo] => {
             git(GitService::ReceivePack, repo)
         }
+        ["git-upload-archive", repo] | ["git", "upload-archive", repo] => {
+            git(GitService::UploadArchive, repo)
+        }
         ["collab-whoami"] => Some(ExecCommand::Whoami),
         ["collab-repo", "create", name] => Some(ExecCommand::Repo(RepoCmd::Create {
             name: name.to_string(),
@@ -270,6 +318,8 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
         ["collab-repo", "gc", name] => Some(ExecCommand::Repo(RepoCmd::Gc {
             name: name.to_string(),
         })),
+        ["collab-repo", sub, rest @ ..] => parse_repo_admin(sub, rest).map(ExecCommand::Repo),
+        ["help"] | ["collab-help"] => Some(ExecCommand::Help),
         ["collab-lease", sub, rest @ ..] => parse_lease(sub, rest).map(ExecCommand::Lease),
         ["collab-issue", sub, rest @ ..] => super::issue::parse(sub, rest).map(ExecCommand::Issue),
         ["collab-events", "watch", rest @ ..] => parse_watch(rest).map(ExecCommand::Events),
@@ -299,6 +349,46 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
         }
         _ => None,
     }
+}
+
+/// `collab-repo <sub> <args…>` for the administration subcommands.
+fn parse_repo_admin(sub: &str, args: &[&str]) -> Option<RepoCmd> {
+    let owned = |s: &str| s.to_string();
+    Some(match (sub, args) {
+        ("describe", [repo]) => RepoCmd::Describe {
+            repo: owned(repo),
+            text: None,
+        },
+        ("describe", [repo, text]) => RepoCmd::Describe {
+            repo: owned(repo),
+            text: Some(owned(text)),
+        },
+        ("visibility", [repo]) => RepoCmd::Visibility {
+            repo: owned(repo),
+            public: None,
+        },
+        ("visibility", [repo, "public"]) => RepoCmd::Visibility {
+            repo: owned(repo),
+            public: Some(true),
+        },
+        ("visibility", [repo, "private"]) => RepoCmd::Visibility {
+            repo: owned(repo),
+            public: Some(false),
+        },
+        ("set-head", [repo, branch]) => RepoCmd::SetHead {
+            repo: owned(repo),
+            branch: owned(branch),
+        },
+        ("rename", [repo, new_name]) => RepoCmd::Rename {
+            repo: owned(repo),
+            new_name: owned(new_name),
+        },
+        ("delete", [repo, "--confirm", confirm]) => RepoCmd::Delete {
+            repo: owned(repo),
+            confirm: owned(confirm),
+        },
+        _ => return None,
+    })
 }
 
 /// `collab-lease <sub> <args…>` after the verb.
@@ -336,9 +426,14 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
     Some(match (first, second) {
         ("git-upload-pack", _) | ("git", Some("upload-pack")) => "git-upload-pack '<repo>'",
         ("git-receive-pack", _) | ("git", Some("receive-pack")) => "git-receive-pack '<repo>'",
+        ("git-upload-archive", _) | ("git", Some("upload-archive")) => {
+            "git-upload-archive '<repo>'"
+        }
         ("collab-whoami", _) => "collab-whoami",
         ("collab-repo", _) => {
-            "collab-repo create '<name>' | collab-repo list | collab-repo gc '<repo>'"
+            "collab-repo create '<name>' | list | gc '<repo>' | describe '<repo>' ['<text>'] | \
+             visibility '<repo>' [public|private] | set-head '<repo>' '<branch>' | \
+             rename '<repo>' '<new-name>' | delete '<repo>' --confirm '<repo>'"
         }
         ("collab-lease", _) => {
             "collab-lease acquire '<repo>' '<issue>' [--ttl <secs>] | \
@@ -394,6 +489,39 @@ pub async fn reply_and_close(channel: Channel<Msg>, message: &str, exit_code: u3
     let _ = write.exit_status(exit_code).await;
     let _ = write.eof().await;
     let _ = write.close().await;
+}
+
+/// Resolve `repo` with at least `needed` for a verb, or reply and give the
+/// channel back as `None`. A caller who cannot read the repository gets
+/// the one not-found reply (existence stays secret); a reader who lacks the
+/// level learns only that: `error: permission denied: {what_needs} {level}
+/// access` (`what_needs` like "releases need").
+pub async fn authorize_or_reply(
+    ctx: &ExecContext,
+    channel: Channel<Msg>,
+    repo: &str,
+    needed: crate::authz::Access,
+    what_needs: &str,
+) -> Option<(crate::repos::RepoEntry, Channel<Msg>)> {
+    use crate::authz::{authorize, Access};
+    match authorize(&ctx.app, &ctx.caller, repo, needed) {
+        Ok((entry, _)) => Some((entry, channel)),
+        Err(_)
+            if needed > Access::Read
+                && authorize(&ctx.app, &ctx.caller, repo, Access::Read).is_ok() =>
+        {
+            let message = format!(
+                "error: permission denied: {what_needs} {} access",
+                needed.as_str()
+            );
+            reply_and_close(channel, &message, 1).await;
+            None
+        }
+        Err(_) => {
+            reply_and_close(channel, NOT_FOUND, 1).await;
+            None
+        }
+    }
 }
 
 /// Serialize a reply object (one line of JSON).
@@ -455,6 +583,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
     match command {
         ExecCommand::Git { service, repo } => super::git::run(&ctx, channel, service, &repo).await,
         ExecCommand::Whoami => super::admin::whoami(&ctx, channel).await,
+        ExecCommand::Help => super::admin::help(&ctx, channel).await,
         ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
         ExecCommand::Lease(cmd) => super::lease::run(&ctx, channel, cmd).await,
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
@@ -514,6 +643,44 @@ mod tests {
         assert_eq!(
             parse_exec_command("collab-repo list"),
             Some(ExecCommand::Repo(RepoCmd::List))
+        );
+        assert_eq!(parse_exec_command("help"), Some(ExecCommand::Help));
+        assert_eq!(
+            parse_exec_command("collab-repo describe r 'A forge'"),
+            Some(ExecCommand::Repo(RepoCmd::Describe {
+                repo: "r".into(),
+                text: Some("A forge".into())
+            }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-repo visibility r public"),
+            Some(ExecCommand::Repo(RepoCmd::Visibility {
+                repo: "r".into(),
+                public: Some(true)
+            }))
+        );
+        assert_eq!(parse_exec_command("collab-repo visibility r maybe"), None);
+        assert_eq!(
+            parse_exec_command("collab-repo delete r --confirm r"),
+            Some(ExecCommand::Repo(RepoCmd::Delete {
+                repo: "r".into(),
+                confirm: "r".into()
+            }))
+        );
+        assert_eq!(parse_exec_command("collab-repo delete r"), None);
+        assert_eq!(
+            parse_exec_command("collab-repo set-head r trunk"),
+            Some(ExecCommand::Repo(RepoCmd::SetHead {
+                repo: "r".into(),
+                branch: "trunk".into()
+            }))
+        );
+        assert_eq!(
+            parse_exec_command("collab-repo rename r team/r2"),
+            Some(ExecCommand::Repo(RepoCmd::Rename {
+                repo: "r".into(),
+                new_name: "team/r2".into()
+            }))
         );
         assert_eq!(
             parse_exec_command("collab-repo gc 'team/app'"),
@@ -580,7 +747,6 @@ mod tests {
             "git-upload-pack 'r.git'; touch x",
             "git-upload-pack 'r.git",
             "git-upload-pack 'r\0.git'",
-            "git upload-archive 'r'",
             "collab-whoami now",
             "collab-repo create",
             "collab-repo delete 'r'",

@@ -1,12 +1,17 @@
 //! History: `/{repo}/-/commit/{oid}` (message, author, parents and the diff
 //! against the first parent, with renames found and large diffs cut) and
 //! `/{repo}/-/log/{ref}?page=N` (50 commits a page).
+//!
+//! Diffs never load a file over `http.max_file_shown`: libgit2 is told to
+//! treat bigger blobs as binary (it checks the object header first), rename
+//! detection compares only object ids when a big file was added or deleted,
+//! and the page says "large file" with its size instead of a diff.
 
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use git2::{Delta, DiffFindOptions, DiffOptions, ObjectType};
+use git2::{Delta, DiffFindOptions, DiffOptions, ObjectType, Repository, Tree};
 use serde::Deserialize;
 
 use super::CommitRow;
@@ -49,6 +54,8 @@ pub(super) struct FileDiff {
     /// `added`, `deleted`, `modified`, `renamed`, ...
     pub(super) status: &'static str,
     pub(super) binary: bool,
+    /// The size of a file too large to diff (`http.max_file_shown`), else empty.
+    pub(super) large: String,
     pub(super) lines: Vec<DiffLine>,
 }
 
@@ -166,14 +173,10 @@ fn commit_page(st: &AppState, requested: &str, oid: &str) -> PageResult {
         Ok(parent) => Some(parent.tree()?),
         Err(_) => None,
     };
-    let mut options = DiffOptions::new();
-    options.context_lines(3);
-    let mut diff =
-        ctx.git
-            .diff_tree_to_tree(old_tree.as_ref(), Some(&new_tree), Some(&mut options))?;
-    diff.find_similar(Some(DiffFindOptions::new().renames(true)))?;
+    let max_file = st.app.config.http.max_file_shown;
+    let diff = bounded_diff(&ctx.git, old_tree.as_ref(), &new_tree, max_file)?;
     let stats = diff.stats()?;
-    let (files, truncated) = collect_files(&diff)?;
+    let (files, truncated) = collect_files(&ctx.git, &diff, max_file)?;
 
     let author = commit.author();
     let committer = commit.committer();
@@ -216,9 +219,62 @@ fn status_word(delta: Delta) -> &'static str {
     }
 }
 
+/// The diff of two trees (3 lines of context, renames found) that loads
+/// no blob over `max_file` bytes.
+pub(super) fn bounded_diff<'r>(
+    git: &'r Repository,
+    old: Option<&Tree>,
+    new: &Tree,
+    max_file: u64,
+) -> anyhow::Result<git2::Diff<'r>> {
+    let mut options = DiffOptions::new();
+    options
+        .context_lines(3)
+        .max_size(i64::try_from(max_file).unwrap_or(i64::MAX));
+    let mut diff = git.diff_tree_to_tree(old, Some(new), Some(&mut options))?;
+    // Rename detection reads whole added and deleted files to compare
+    // them; with a big one among them, only identical ids count.
+    let odb = git.odb()?;
+    let big_candidate = diff.deltas().any(|d| {
+        let file = match d.status() {
+            Delta::Added => d.new_file(),
+            Delta::Deleted => d.old_file(),
+            _ => return false,
+        };
+        odb.read_header(file.id())
+            .map_or(true, |(size, _)| size as u64 > max_file)
+    });
+    let mut find = DiffFindOptions::new();
+    find.renames(true).exact_match_only(big_candidate);
+    diff.find_similar(Some(&mut find))?;
+    Ok(diff)
+}
+
+/// The size shown for a file too large to diff, or empty.
+fn large_size(odb: &git2::Odb, delta: &git2::DiffDelta, max_file: u64) -> String {
+    let size_of = |f: git2::DiffFile| {
+        if f.id().is_zero() {
+            return 0;
+        }
+        odb.read_header(f.id()).map_or(0, |(size, _)| size as u64)
+    };
+    let size = size_of(delta.old_file()).max(size_of(delta.new_file()));
+    if size > max_file {
+        view::fmt_size(size)
+    } else {
+        String::new()
+    }
+}
+
 /// Every file of `diff` with its lines, stopping after `MAX_DIFF_LINES`
-/// lines in all; `true` when something was left out.
-pub(super) fn collect_files(diff: &git2::Diff) -> anyhow::Result<(Vec<FileDiff>, bool)> {
+/// lines in all; `true` when something was left out. Files over
+/// `max_file` bytes are listed with their size, without lines.
+pub(super) fn collect_files(
+    git: &Repository,
+    diff: &git2::Diff,
+    max_file: u64,
+) -> anyhow::Result<(Vec<FileDiff>, bool)> {
+    let odb = git.odb()?;
     let path_of = |f: git2::DiffFile| {
         f.path()
             .map(|p| p.to_string_lossy().into_owned())
@@ -244,6 +300,7 @@ pub(super) fn collect_files(diff: &git2::Diff) -> anyhow::Result<(Vec<FileDiff>,
             },
             status: status_word(status),
             binary: delta.flags().is_binary(),
+            large: String::new(),
             lines: Vec::new(),
         };
         let patch = if file.binary || truncated {
@@ -281,6 +338,9 @@ pub(super) fn collect_files(diff: &git2::Diff) -> anyhow::Result<(Vec<FileDiff>,
                     file.lines.push(DiffLine { kind, sign, text });
                 }
             }
+        }
+        if file.binary {
+            file.large = large_size(&odb, &delta, max_file);
         }
         files.push(file);
     }

@@ -117,15 +117,36 @@ pub async fn to_default_branch(
     .await
 }
 
+/// HEAD's branch and commit; when HEAD names a branch that does not exist
+/// (a repository pushed before HEAD was repaired on push), an existing
+/// branch instead: `main`, else `master`, else the first by name, so such a
+/// repository does not look empty.
 pub fn default_branch(git: &Repository) -> Option<(String, Oid)> {
-    let head = git.head().ok()?;
-    let oid = head.peel_to_commit().ok()?.id();
-    let name = head
-        .shorthand()
-        .ok()
-        .map(str::to_string)
-        .unwrap_or_else(|| oid.to_string());
-    Some((name, oid))
+    if let Ok(head) = git.head() {
+        let oid = head.peel_to_commit().ok()?.id();
+        let name = head
+            .shorthand()
+            .ok()
+            .map(str::to_string)
+            .unwrap_or_else(|| oid.to_string());
+        return Some((name, oid));
+    }
+    let mut branches: Vec<(String, Oid)> = git
+        .branches(Some(git2::BranchType::Local))
+        .ok()?
+        .filter_map(|b| {
+            let (branch, _) = b.ok()?;
+            let name = branch.name().ok()??.to_string();
+            let oid = branch.get().peel_to_commit().ok()?.id();
+            Some((name, oid))
+        })
+        .collect();
+    branches.sort();
+    let preferred = ["main", "master"]
+        .iter()
+        .find_map(|want| branches.iter().position(|(n, _)| n == want));
+    let pick = preferred.unwrap_or(0);
+    (!branches.is_empty()).then(|| branches.swap_remove(pick))
 }
 
 /// A commit named at the start of a URL tail, and what follows it.

@@ -26,7 +26,7 @@ use git_collab::record::refs;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::commit::{collect_files, FileDiff};
+use super::commit::{bounded_diff, collect_files, FileDiff};
 use super::RepoCtx;
 use crate::http::markdown;
 use crate::http::view::{self, PageError, PageResult};
@@ -428,9 +428,10 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
     };
     let (files, truncated, additions, deletions) = match sides {
         Some((old, new)) => {
-            let d = diff::tree_diff(&ctx.git, &old, &new)?;
+            let max_file = st.app.config.http.max_file_shown;
+            let d = bounded_diff(&ctx.git, Some(&old), &new, max_file)?;
             let stats = d.stats()?;
-            let (files, truncated) = collect_files(&d)?;
+            let (files, truncated) = collect_files(&ctx.git, &d, max_file)?;
             (files, truncated, stats.insertions(), stats.deletions())
         }
         None => (Vec::new(), false, 0, 0),

@@ -126,16 +126,22 @@ fn render_readme(
     rev: &str,
     dir: &str,
 ) -> anyhow::Result<Readme> {
+    // The size from the object header first: a huge README is never loaded.
+    let (size, _) = git.odb()?.read_header(oid)?;
+    let too_large = |size: usize| Readme {
+        name: name.to_string(),
+        html: None,
+        text: format!(
+            "{name} is too large to show here ({}).",
+            view::fmt_size(size as u64)
+        ),
+    };
+    if size > MAX_README {
+        return Ok(too_large(size));
+    }
     let blob = git.find_blob(oid)?;
-    if blob.size() > MAX_README || blob.is_binary() {
-        return Ok(Readme {
-            name: name.to_string(),
-            html: None,
-            text: format!(
-                "{name} is too large to show here ({}).",
-                view::fmt_size(blob.size() as u64)
-            ),
-        });
+    if blob.is_binary() {
+        return Ok(too_large(blob.size()));
     }
     let text = String::from_utf8_lossy(blob.content()).into_owned();
     if !is_markdown(&name.to_ascii_lowercase()) {

@@ -1,22 +1,32 @@
 //! Browsing files: `/{repo}/-/tree/{ref}/{path}` (a directory, with its
 //! README), `/{repo}/-/blob/{ref}/{path}` (a file with line numbers; binary
-//! and very large files are described, not shown) and
-//! `/{repo}/-/raw/{ref}/{path}` (the bytes, sandboxed: user content is never
-//! served as an active document).
+//! files are described, files over `http.max_file_shown` show their first
+//! part) and `/{repo}/-/raw/{ref}/{path}` (the bytes, sandboxed: user
+//! content is never served as an active document).
+//!
+//! No page holds a blob bigger than `http.max_file_shown` in memory: sizes
+//! come from object headers, big blobs are read through `blobs` (a prefix
+//! for the blob page, a stream under a git process slot for raw).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use git2::{ObjectType, Tree};
+use futures_util::StreamExt as _;
+use git2::{ObjectType, Oid, Tree};
 
 use super::summary::{find_readme, Readme};
 use super::{RepoCtx, RevPath};
+use crate::http::blobs::{self, BlobStream};
 use crate::http::view::{self, PageError, PageResult};
 use crate::http::AppState;
 
-/// A file bigger than this is not shown inline (the raw link still works).
-const MAX_BLOB_SHOWN: usize = 1024 * 1024;
+/// Read buffer of a streamed raw file.
+const RAW_CHUNK: usize = 64 * 1024;
 
 #[derive(Template)]
 #[template(path = "tree.html")]
@@ -65,7 +75,7 @@ struct BlobPage {
     crumbs: Vec<Crumb>,
     file_url: String,
     size: String,
-    /// Why the content is not shown (binary, too large), if it is not.
+    /// Why the content is not shown, or not all of it (binary, large).
     note: String,
     lines: Vec<String>,
 }
@@ -93,27 +103,68 @@ pub async fn blob(
 pub async fn raw(
     State(st): State<AppState>,
     Path((repo, rest)): Path<(String, String)>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
 ) -> Response {
     let app = st.app.clone();
-    view::blocking(&app, move || raw_bytes(&st, &repo, &rest)).await
+    let found = view::blocking_value(&app, move || raw_lookup(&st, &repo, &rest)).await;
+    match found {
+        Err(response) => response,
+        Ok(RawFile::Small { path, bytes }) => {
+            let binary = blobs::looks_binary(&bytes);
+            raw_response(&path, binary, Body::from(bytes))
+        }
+        Ok(RawFile::Large {
+            path,
+            repo_dir,
+            oid,
+            size,
+        }) => stream_raw(&app, peer, path, repo_dir, oid, size).await,
+    }
 }
 
-/// The object at `at.path` in `at.commit`: `None` for a missing path,
+/// What `/-/raw/` found: a small blob's bytes, or where to stream a big one.
+enum RawFile {
+    Small {
+        path: String,
+        bytes: Vec<u8>,
+    },
+    Large {
+        path: String,
+        repo_dir: PathBuf,
+        oid: Oid,
+        size: u64,
+    },
+}
+
+/// An entry at a path: a tree (loaded: trees are small) or a blob (only
+/// its id: it may be huge).
+enum Found<'r> {
+    Tree(Tree<'r>),
+    Blob(Oid),
+    Other,
+}
+
+/// What is at `at.path` in `at.commit`: `None` for a missing path,
 /// including one no tree can hold (a `.` or `..` segment, a NUL byte): a
 /// malformed URL is an ordinary 404, never a logged server error.
-fn lookup<'r>(ctx: &'r RepoCtx, at: &RevPath) -> anyhow::Result<Option<git2::Object<'r>>> {
+fn lookup<'r>(ctx: &'r RepoCtx, at: &RevPath) -> anyhow::Result<Option<Found<'r>>> {
     let tree = ctx.git.find_commit(at.commit)?.tree()?;
     if at.path.is_empty() {
-        return Ok(Some(tree.into_object()));
+        return Ok(Some(Found::Tree(tree)));
     }
     if !is_tree_path(&at.path) {
         return Ok(None);
     }
-    match tree.get_path(std::path::Path::new(&at.path)) {
-        Ok(entry) => Ok(Some(entry.to_object(&ctx.git)?)),
-        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+    let entry = match tree.get_path(std::path::Path::new(&at.path)) {
+        Ok(entry) => entry,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Some(match entry.kind() {
+        Some(ObjectType::Tree) => Found::Tree(ctx.git.find_tree(entry.id())?),
+        Some(ObjectType::Blob) => Found::Blob(entry.id()),
+        _ => Found::Other,
+    }))
 }
 
 /// Whether `path` (segments joined by `/`, none empty) could name an entry
@@ -156,19 +207,20 @@ fn join(dir: &str, name: &str) -> String {
 fn tree_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
     let ctx = super::open(&st.app, requested)?;
     let at = resolve(&ctx, rest)?;
-    let object = lookup(&ctx, &at)?.ok_or_else(|| PageError::Missing("No such path.".into()))?;
-    if object.kind() == Some(ObjectType::Blob) {
-        return Ok(Redirect::to(&format!(
-            "/{}/-/blob/{}/{}",
-            ctx.name(),
-            view::url_path(&at.rev),
-            view::url_path(&at.path)
-        ))
-        .into_response());
-    }
-    let tree: Tree = object
-        .into_tree()
-        .map_err(|_| PageError::Missing("No such directory.".into()))?;
+    let tree = match lookup(&ctx, &at)? {
+        None => return Err(PageError::Missing("No such path.".into())),
+        Some(Found::Tree(tree)) => tree,
+        Some(Found::Blob(_)) => {
+            return Ok(Redirect::to(&format!(
+                "/{}/-/blob/{}/{}",
+                ctx.name(),
+                view::url_path(&at.rev),
+                view::url_path(&at.path)
+            ))
+            .into_response())
+        }
+        Some(Found::Other) => return Err(PageError::Missing("No such directory.".into())),
+    };
     let odb = ctx.git.odb()?;
     let mut entries: Vec<EntryRow> = tree
         .iter()
@@ -228,32 +280,48 @@ fn tree_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
 fn blob_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
     let ctx = super::open(&st.app, requested)?;
     let at = resolve(&ctx, rest)?;
-    let object = lookup(&ctx, &at)?.ok_or_else(|| PageError::Missing("No such file.".into()))?;
-    if object.kind() == Some(ObjectType::Tree) {
-        return Ok(Redirect::to(&format!(
-            "/{}/-/tree/{}/{}",
-            ctx.name(),
-            view::url_path(&at.rev),
-            view::url_path(&at.path)
-        ))
-        .into_response());
-    }
-    let blob = object
-        .into_blob()
-        .map_err(|_| PageError::Missing("No such file.".into()))?;
-    let (note, lines) = if blob.is_binary() {
-        ("Binary file, not shown.".to_string(), Vec::new())
-    } else if blob.size() > MAX_BLOB_SHOWN {
-        (
-            format!(
-                "This file is too large to show ({}); use the raw link.",
-                view::fmt_size(blob.size() as u64)
-            ),
-            Vec::new(),
-        )
+    let oid = match lookup(&ctx, &at)? {
+        None | Some(Found::Other) => return Err(PageError::Missing("No such file.".into())),
+        Some(Found::Blob(oid)) => oid,
+        Some(Found::Tree(_)) => {
+            return Ok(Redirect::to(&format!(
+                "/{}/-/tree/{}/{}",
+                ctx.name(),
+                view::url_path(&at.rev),
+                view::url_path(&at.path)
+            ))
+            .into_response())
+        }
+    };
+    let size = blobs::size(&ctx.git, oid)?;
+    let shown_max = st.app.config.http.max_file_shown;
+    // Small files come whole from libgit2; big ones only their first part.
+    let (content, partial) = if size <= shown_max {
+        (ctx.git.find_blob(oid)?.content().to_vec(), false)
     } else {
-        let text = String::from_utf8_lossy(blob.content());
-        (String::new(), text.lines().map(str::to_string).collect())
+        (blobs::prefix(&ctx.entry.path, oid, shown_max)?, true)
+    };
+    let (note, lines) = if blobs::looks_binary(&content) {
+        ("Binary file, not shown.".to_string(), Vec::new())
+    } else {
+        let text = if partial {
+            // End at the last complete line of the part read.
+            let end = content.iter().rposition(|b| *b == b'\n').unwrap_or(0);
+            String::from_utf8_lossy(&content[..end])
+        } else {
+            String::from_utf8_lossy(&content)
+        };
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        let note = if partial {
+            format!(
+                "This file is large ({}): only its first {} lines are shown; use the raw link for all of it.",
+                view::fmt_size(size),
+                lines.len()
+            )
+        } else {
+            String::new()
+        };
+        (note, lines)
     };
     let nav = super::nav(st, &ctx, "tree")?;
     let page = BlobPage {
@@ -266,7 +334,7 @@ fn blob_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
         rev: at.rev.clone(),
         crumbs: crumbs(&at.path),
         file_url: view::url_path(&at.path),
-        size: view::fmt_size(blob.size() as u64),
+        size: view::fmt_size(size),
         note,
         lines,
     };
@@ -286,18 +354,67 @@ fn image_type(path: &str) -> Option<&'static str> {
     })
 }
 
-fn raw_bytes(st: &AppState, requested: &str, rest: &str) -> PageResult {
+fn raw_lookup(st: &AppState, requested: &str, rest: &str) -> Result<RawFile, PageError> {
     let ctx = super::open(&st.app, requested)?;
     let at = resolve(&ctx, rest)?;
-    let blob = lookup(&ctx, &at)?
-        .and_then(|o| o.into_blob().ok())
-        .ok_or_else(|| PageError::Missing("No such file.".into()))?;
-    let content_type = match image_type(&at.path) {
+    let Some(Found::Blob(oid)) = lookup(&ctx, &at)? else {
+        return Err(PageError::Missing("No such file.".into()));
+    };
+    let size = blobs::size(&ctx.git, oid)?;
+    if size <= st.app.config.http.max_file_shown {
+        let bytes = ctx.git.find_blob(oid)?.content().to_vec();
+        return Ok(RawFile::Small {
+            path: at.path,
+            bytes,
+        });
+    }
+    Ok(RawFile::Large {
+        path: at.path,
+        repo_dir: ctx.entry.path.clone(),
+        oid,
+        size,
+    })
+}
+
+/// Stream a big blob out of `git cat-file` under a git process slot of
+/// the client's; 503 with `Retry-After` when none is free.
+async fn stream_raw(
+    app: &std::sync::Arc<crate::app::App>,
+    peer: SocketAddr,
+    path: String,
+    repo_dir: PathBuf,
+    oid: Oid,
+    size: u64,
+) -> Response {
+    let slot = match crate::http::git_http::process_slot(app, peer).await {
+        Ok(slot) => slot,
+        Err(busy) => return busy,
+    };
+    let (head, rest) = match BlobStream::open(&repo_dir, oid, slot).await {
+        Ok(opened) => opened,
+        Err(e) => return PageError::Internal(e.context("streaming a raw file")).into_response(app),
+    };
+    let binary = blobs::looks_binary(&head);
+    let head = futures_util::stream::once(async move {
+        Ok::<_, std::io::Error>(axum::body::Bytes::from(head))
+    });
+    let body =
+        Body::from_stream(head.chain(tokio_util::io::ReaderStream::with_capacity(rest, RAW_CHUNK)));
+    let mut response = raw_response(&path, binary, body);
+    response
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+    response
+}
+
+/// Headers of a raw file: its type (image, binary or text) and a sandbox.
+fn raw_response(path: &str, binary: bool, body: Body) -> Response {
+    let content_type = match image_type(path) {
         Some(t) => t,
-        None if blob.is_binary() => "application/octet-stream",
+        None if binary => "application/octet-stream",
         None => "text/plain; charset=utf-8",
     };
-    let mut response = blob.content().to_vec().into_response();
+    let mut response = body.into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     // Even if a browser were talked into rendering it, it runs nothing.
@@ -305,5 +422,5 @@ fn raw_bytes(st: &AppState, requested: &str, rest: &str) -> PageResult {
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static("sandbox; default-src 'none'; img-src 'self'"),
     );
-    Ok(response)
+    response
 }

@@ -1,0 +1,179 @@
+//! What the collab database holds per repository, moved or dropped with it.
+//!
+//! Rows name their repository by its canonical name (`team/app.git`) in a
+//! `repo` column. Rather than list every table here (and forget the next
+//! one), the tables are found by looking for that column, so a table added
+//! by a later migration follows a rename or a delete without a change here.
+//! Two tables are deliberately special:
+//! - `events` is history: old rows keep the name they were written under.
+//! - `lease_tokens` is never deleted from (fencing tokens only grow): a
+//!   rename carries the high-water marks to the new name; a delete keeps
+//!   them, so a repository re-created under the same name never hands a
+//!   token out twice.
+
+use rusqlite::Connection;
+
+use super::events::{self, NewEvent};
+
+/// Every table with a `repo` column, except the event log.
+fn tables_with_repo(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut stmt = conn.prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+    )?;
+    let names: Vec<String> = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut found = Vec::new();
+    for name in names {
+        if name == "events" {
+            continue;
+        }
+        let has_repo = conn
+            .prepare(&format!(
+                "SELECT 1 FROM pragma_table_info('{name}') WHERE name = 'repo'"
+            ))?
+            .exists([])?;
+        if has_repo {
+            found.push(name);
+        }
+    }
+    Ok(found)
+}
+
+/// Move every row of `old` to `new` and record `repo.renamed`.
+pub fn rename(
+    conn: &Connection,
+    old: &str,
+    new: &str,
+    actor: &str,
+    now: i64,
+) -> rusqlite::Result<()> {
+    for table in tables_with_repo(conn)? {
+        conn.execute(
+            &format!("UPDATE {table} SET repo = ?1 WHERE repo = ?2"),
+            [new, old],
+        )?;
+    }
+    events::append(
+        conn,
+        &NewEvent {
+            kind: "repo.renamed",
+            repo: Some(new),
+            object_id: None,
+            actor: Some(actor),
+            payload: serde_json::json!({ "from": old, "to": new }),
+        },
+        now,
+    )?;
+    Ok(())
+}
+
+/// Drop every row of `repo` (except its fencing high-water marks) and
+/// record `repo.deleted`.
+pub fn delete(conn: &Connection, repo: &str, actor: &str, now: i64) -> rusqlite::Result<()> {
+    for table in tables_with_repo(conn)? {
+        if table == "lease_tokens" {
+            continue;
+        }
+        conn.execute(&format!("DELETE FROM {table} WHERE repo = ?1"), [repo])?;
+    }
+    events::append(
+        conn,
+        &NewEvent {
+            kind: "repo.deleted",
+            repo: Some(repo),
+            object_id: None,
+            actor: Some(actor),
+            payload: serde_json::json!({}),
+        },
+        now,
+    )?;
+    Ok(())
+}
+
+/// Record a settings change (`describe`, `visibility`, `set-head`).
+pub fn settings_changed(
+    conn: &Connection,
+    repo: &str,
+    actor: &str,
+    payload: serde_json::Value,
+    now: i64,
+) -> rusqlite::Result<()> {
+    events::append(
+        conn,
+        &NewEvent {
+            kind: "repo.settings_changed",
+            repo: Some(repo),
+            object_id: None,
+            actor: Some(actor),
+            payload,
+        },
+        now,
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        super::super::migrations::migrate(&conn).unwrap();
+        conn
+    }
+
+    fn count(conn: &Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    #[test]
+    fn rename_moves_leases_and_tokens_and_keeps_history() {
+        let conn = db();
+        super::super::leases::acquire(&conn, "a.git", "i1", "alice", Some(60), 100).unwrap();
+        rename(&conn, "a.git", "b.git", "admin", 101).unwrap();
+        assert_eq!(
+            count(&conn, "SELECT COUNT(*) FROM leases WHERE repo = 'b.git'"),
+            1
+        );
+        assert_eq!(
+            count(
+                &conn,
+                "SELECT COUNT(*) FROM lease_tokens WHERE repo = 'b.git'"
+            ),
+            1
+        );
+        assert_eq!(
+            count(&conn, "SELECT COUNT(*) FROM leases WHERE repo = 'a.git'"),
+            0
+        );
+        // The next tenure under the new name continues the token sequence.
+        super::super::leases::release(&conn, "b.git", "i1", "alice", 102).unwrap();
+        let next = super::super::leases::acquire(&conn, "b.git", "i1", "bob", None, 103).unwrap();
+        assert!(matches!(
+            next,
+            super::super::leases::Acquire::Acquired { token: 2, .. }
+        ));
+        assert_eq!(
+            count(
+                &conn,
+                "SELECT COUNT(*) FROM events WHERE type = 'repo.renamed'"
+            ),
+            1
+        );
+    }
+
+    #[test]
+    fn delete_drops_rows_but_keeps_token_high_water_marks() {
+        let conn = db();
+        super::super::leases::acquire(&conn, "a.git", "i1", "alice", None, 100).unwrap();
+        delete(&conn, "a.git", "admin", 101).unwrap();
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM leases"), 0);
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM lease_tokens"), 1);
+        let again = super::super::leases::acquire(&conn, "a.git", "i1", "bob", None, 102).unwrap();
+        assert!(matches!(
+            again,
+            super::super::leases::Acquire::Acquired { token: 2, .. }
+        ));
+    }
+}

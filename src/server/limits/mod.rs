@@ -1,0 +1,122 @@
+//! Resource limits: what a stranger (or a runaway client) can make the
+//! server hold at once. This module owns the counters and gates; the
+//! listeners and handlers ask them before they spend anything:
+//!
+//! - `conns`: open connections in total and per client address, for HTTP
+//!   (a plain cap) and SSH (a cap on all connections, plus OpenSSH's
+//!   `MaxStartups` random early drop on the unauthenticated ones);
+//! - `processes`: git child processes server-wide and per principal;
+//! - the page semaphore: expensive anonymous web pages rendered at once;
+//! - `fds`: the open-file budget. The soft `RLIMIT_NOFILE` is raised to the
+//!   hard limit at start, and the connection caps are lowered to fit in it,
+//!   so an HTTP flood can never run the process out of descriptors and take
+//!   SSH down with it.
+//!
+//! The values come from `ServerConfig` (`ssh.*`, `http.*`, `git.*`); the
+//! table of every limit and its default is in docs/security.md.
+
+pub mod conns;
+pub mod fds;
+pub mod processes;
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use crate::config::ServerConfig;
+pub use conns::{ConnLimiter, ConnPermit};
+pub use processes::{Busy, ProcessGate, ProcessPermit};
+
+/// Every limiter, shared through `App`.
+#[derive(Debug)]
+pub struct Limits {
+    /// HTTP connections (after the descriptor budget).
+    pub http_conns: ConnLimiter,
+    /// SSH connections, authenticated or not (after the descriptor budget).
+    pub ssh_conns: ConnLimiter,
+    /// SSH connections that have not authenticated yet.
+    pub ssh_startups: ConnLimiter,
+    /// git child processes.
+    pub git: ProcessGate,
+    /// Expensive anonymous pages rendered at once.
+    pub pages: Arc<Semaphore>,
+    /// The effective connection caps, for the log and docs.
+    pub budget: fds::Budget,
+}
+
+impl Limits {
+    /// Limiters for `config`, with connection caps fitted into
+    /// `open_files` descriptors.
+    pub fn new(config: &ServerConfig, open_files: u64) -> Limits {
+        let budget = fds::Budget::fit(config, open_files);
+        Limits {
+            http_conns: ConnLimiter::capped(budget.http, config.http.max_connections_per_ip),
+            ssh_conns: ConnLimiter::capped(budget.ssh, usize::MAX),
+            ssh_startups: ConnLimiter::startups(
+                config.ssh.max_startups,
+                config.ssh.max_startups_per_ip,
+            ),
+            git: ProcessGate::new(
+                config.git.max_processes,
+                config.git.max_processes_per_principal,
+            ),
+            pages: Arc::new(Semaphore::new(config.http.max_concurrent_pages)),
+            budget,
+        }
+    }
+}
+
+/// Count a refusal and log it, at most once a minute per `what` (a flood
+/// must not flood the log too).
+pub fn note_refusal(what: &'static str, limit: &'static str, detail: impl FnOnce() -> String) {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    static LAST: Mutex<Option<HashMap<&'static str, Instant>>> = Mutex::new(None);
+    crate::metrics::refused(what, limit);
+    let now = Instant::now();
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    let last = last.get_or_insert_with(HashMap::new);
+    let due = last
+        .get(what)
+        .is_none_or(|at| now.duration_since(*at) >= Duration::from_secs(60));
+    if due {
+        last.insert(what, now);
+        tracing::warn!(
+            "{what}: {limit} reached: {} (logged at most once a minute)",
+            detail()
+        );
+    } else {
+        tracing::debug!("{what}: {limit} reached: {}", detail());
+    }
+}
+
+/// The principal anonymous HTTP requests count against in the git process
+/// gate: the client's address (IPv6: its /64).
+pub fn http_principal(peer: std::net::SocketAddr) -> String {
+    match conns::ClientKey::of(peer.ip()) {
+        conns::ClientKey::V4(o) => format!("http {}.{}.{}.{}", o[0], o[1], o[2], o[3]),
+        conns::ClientKey::V6Prefix(p) => format!("http {}::/64", hex::encode(p)),
+    }
+}
+
+/// A uniform roll in `0..100` for `MaxStartups`' early drop.
+pub fn roll() -> u32 {
+    rand::random_range(0..100)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_principals_group_ipv6_by_64() {
+        let a = "[2001:db8:1:2::1]:9".parse().unwrap();
+        let b = "[2001:db8:1:2::ff]:9".parse().unwrap();
+        assert_eq!(http_principal(a), http_principal(b));
+        assert_eq!(
+            http_principal("192.0.2.1:80".parse().unwrap()),
+            "http 192.0.2.1"
+        );
+    }
+}
