@@ -1,13 +1,19 @@
 # OCI image of git-collab-server built with dockerTools: the same contract as
 # docker/Dockerfile (entrypoint, command, ports, volume, non-root user, git,
-# health check), so either image can be swapped for the other.
+# health check, /backups), so either image can be swapped for the other.
 #   nix build .#image && docker load < result
 {
   dockerTools,
   fakeNss,
-  git,
+  gitMinimal,
   git-collab,
 }: let
+  # The server runs only git's transport and maintenance builtins
+  # (upload-pack, receive-pack, pack-objects, index-pack, repack,
+  # commit-graph, fsck): the minimal git, without perl, python, docs or
+  # remote helpers, is all it needs. The package wraps the server with git
+  # on PATH, so it is rebuilt against gitMinimal for the image.
+  server = git-collab.override {git = gitMinimal;};
   uid = "10001";
   stateDir = "/var/lib/git-collab";
   # git and the server look the running user up by uid.
@@ -18,14 +24,15 @@
 in
   dockerTools.buildLayeredImage {
     name = "git-collab";
-    tag = git-collab.version;
-    contents = [git-collab git nss];
+    tag = server.version;
+    # binSh: /bin/sh, which runs the server's git hooks (`#!/bin/sh`).
+    contents = [server gitMinimal nss dockerTools.binSh];
     # The volume mount point must belong to the server user, and git wants a
     # writable /tmp.
     fakeRootCommands = ''
-      mkdir -p .${stateDir} tmp
-      chown ${uid}:${uid} .${stateDir}
-      chmod 0750 .${stateDir}
+      mkdir -p .${stateDir} tmp backups
+      chown ${uid}:${uid} .${stateDir} backups
+      chmod 0750 .${stateDir} backups
       chmod 1777 tmp
     '';
     config = {
@@ -50,8 +57,8 @@ in
       };
       Labels = {
         "org.opencontainers.image.title" = "git-collab";
-        "org.opencontainers.image.description" = git-collab.meta.description;
-        "org.opencontainers.image.version" = git-collab.version;
+        "org.opencontainers.image.description" = server.meta.description;
+        "org.opencontainers.image.version" = server.version;
       };
     };
   }

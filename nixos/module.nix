@@ -124,6 +124,35 @@ in {
       '';
     };
 
+    backup = {
+      enable = lib.mkEnableOption ''
+        scheduled online backups (`git-collab-server backup`) while the server
+        runs: a timer starts a oneshot service that writes a new timestamped
+        backup under `directory` and then keeps only the `keep` newest
+      '';
+      startAt = mkOption {
+        type = types.either types.str (types.listOf types.str);
+        default = "daily";
+        example = "*-*-* 03:15:00";
+        description = "When to back up, as systemd OnCalendar expressions (missed runs catch up at boot).";
+      };
+      directory = mkOption {
+        type = types.strMatching "/.+";
+        default = "/var/backup/git-collab";
+        description = ''
+          Directory that holds the backups, one subdirectory per run
+          (`20261203T031500Z`). It must lie outside `stateDir`. Restore one
+          with `git-collab-server restore --from DIR` into an empty state
+          directory (docs/operations.md).
+        '';
+      };
+      keep = mkOption {
+        type = types.ints.positive;
+        default = 7;
+        description = "How many of the newest backups to keep; older ones are removed after a successful run.";
+      };
+    };
+
     extraArgs = mkOption {
       type = types.listOf types.str;
       default = [];
@@ -228,6 +257,10 @@ in {
         message = "services.git-collab.settings.state_dir must equal services.git-collab.stateDir (the unit's state directory); set stateDir instead.";
       }
       {
+        assertion = !cfg.backup.enable || !(isUnder cfg.stateDir cfg.backup.directory || isUnder cfg.settings.repos_dir cfg.backup.directory);
+        message = "services.git-collab.backup.directory must lie outside stateDir and repos_dir (a backup inside them would be copied into the next one), got ${cfg.backup.directory}.";
+      }
+      {
         assertion = lib.all (l: l.port >= 1 && l.port <= 65535) listeners;
         message = "services.git-collab.settings: ssh.listen and http.listen need a port between 1 and 65535.";
       }
@@ -250,14 +283,75 @@ in {
     };
     users.groups = lib.mkIf (cfg.group == defaultUser) {${defaultUser} = {};};
 
-    systemd.tmpfiles.settings."10-git-collab" = lib.mkIf (!stateDirIsManaged) {
-      ${cfg.stateDir}.d = {
-        inherit (cfg) user group;
-        mode = "0750";
-      };
-    };
+    systemd.tmpfiles.settings."10-git-collab" = lib.mkIf (!stateDirIsManaged || cfg.backup.enable) (
+      lib.optionalAttrs (!stateDirIsManaged) {
+        ${cfg.stateDir}.d = {
+          inherit (cfg) user group;
+          mode = "0750";
+        };
+      }
+      // lib.optionalAttrs cfg.backup.enable {
+        ${cfg.backup.directory}.d = {
+          inherit (cfg) user group;
+          mode = "0750";
+        };
+      }
+    );
 
     networking.firewall.allowedTCPPorts = lib.mkIf cfg.openFirewall firewallPorts;
+
+    # The backup runs as the server's user with the server's configuration,
+    # beside the running server (it takes a consistent snapshot online).
+    # It writes lock files in the repositories and opens collab.db, hence
+    # write access to the server's directories as well as its own.
+    systemd.services.git-collab-backup = lib.mkIf cfg.backup.enable {
+      description = "git-collab online backup";
+      after = ["git-collab.service"];
+      inherit (cfg.backup) startAt;
+      path = [pkgs.git pkgs.coreutils];
+      script = ''
+        exec ${serverExe} --config ${configPath} backup \
+          --to ${lib.escapeShellArg cfg.backup.directory}/"$(date -u +%Y%m%dT%H%M%SZ)" \
+          --keep ${toString cfg.backup.keep} --json
+      '';
+      serviceConfig =
+        {
+          Type = "oneshot";
+          User = cfg.user;
+          Group = cfg.group;
+          UMask = "0077";
+          Nice = 10;
+          IOSchedulingClass = "idle";
+          ProtectSystem = "strict";
+          ProtectHome = true;
+          PrivateTmp = true;
+          PrivateDevices = true;
+          PrivateNetwork = true;
+          NoNewPrivileges = true;
+          ProtectKernelTunables = true;
+          ProtectKernelModules = true;
+          ProtectKernelLogs = true;
+          ProtectControlGroups = true;
+          ProtectClock = true;
+          ProtectHostname = true;
+          RestrictAddressFamilies = ["AF_UNIX"];
+          RestrictNamespaces = true;
+          RestrictRealtime = true;
+          RestrictSUIDSGID = true;
+          LockPersonality = true;
+          MemoryDenyWriteExecute = true;
+          SystemCallArchitectures = "native";
+          SystemCallFilter = ["@system-service" "~@privileged" "~@resources"];
+          CapabilityBoundingSet = [""];
+          ReadWritePaths = lib.unique ([cfg.stateDir cfg.backup.directory] ++ extraWritablePaths);
+        }
+        // lib.optionalAttrs (cfg.environmentFile != null) {
+          EnvironmentFile = cfg.environmentFile;
+        };
+    };
+    systemd.timers.git-collab-backup = lib.mkIf cfg.backup.enable {
+      timerConfig.Persistent = true;
+    };
 
     systemd.services.git-collab = {
       description = "git-collab forge server";

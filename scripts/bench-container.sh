@@ -102,7 +102,6 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 size=$("$ENGINE" image inspect --format '{{.Size}}' "$IMAGE")
-base_size=$("$ENGINE" image inspect --format '{{.Size}}' "$BASE_IMAGE" 2>/dev/null || echo 0)
 binary_size=$("$ENGINE" run --rm --entrypoint stat "$IMAGE" -c %s /usr/local/bin/git-collab-server 2>/dev/null)
 [ -n "$binary_size" ] || binary_size=0
 engine_version=$("$ENGINE" version --format '{{.Client.Version}}' 2>/dev/null || echo '?')
@@ -117,7 +116,7 @@ from \`$ENGINE run\` to the first \`GET /readyz\` answering 200, polled every 20
 
 | what | value |
 |---|---|
-| image size | $((size / 1000000)) MB (base debian:bookworm-slim $((base_size / 1000000)) MB, server binary $((binary_size / 1000000)) MB) |
+| image size | $((size / 1000000)) MB (server binary $((binary_size / 1000000)) MB; the rest is git, busybox, tini and their libraries, see "Container image layers") |
 | first boot on a fresh volume, ms (min / median / max of $ROUNDS) | $(summary "${first[@]}") |
 | restart on an existing volume, ms (min / median / max) | $(summary "${again[@]}") |
 | stop with SIGTERM, ms (min / median / max) | $(summary "${stop[@]}") |

@@ -1,5 +1,5 @@
 //! Backup and verified restore, end to end: the real server under a storm
-//! of pushes and lease operations, `git-collab-server backup` as its own
+//! of pushes, lease operations and issue writes, `git-collab-server backup` as its own
 //! process beside it, `restore` into a fresh state directory, and a second
 //! real server started on what was restored.
 //!
@@ -93,10 +93,13 @@ struct Acks {
     held: Vec<(Instant, String, i64)>,
     /// Tokens of the churned issue (acquire, release, acquire, ...).
     churn: Vec<(Instant, i64)>,
+    /// Server-held issues opened, and comments on them: (ack time, id).
+    issues: Vec<(Instant, String)>,
+    comments: Vec<(Instant, String, String)>,
 }
 
 #[test]
-fn restore_drill_during_a_storm_of_pushes_and_leases() {
+fn restore_drill_during_a_storm_of_pushes_leases_and_issue_writes() {
     let h = ServerHarness::start();
     let mut clones = Vec::new();
     for r in 0..REPOS {
@@ -171,12 +174,36 @@ fn restore_drill_during_a_storm_of_pushes_and_leases() {
                 }
             });
         }
+        {
+            let (h, stop, acks) = (&h, &stop, &acks);
+            s.spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let out = h.ssh_exec(&format!("collab-issue open 'r1' --title 'storm {n}'"));
+                    assert_eq!(out.code, 0, "{out:?}");
+                    let id = out.json()["issue"].as_str().unwrap().to_string();
+                    acks.lock()
+                        .unwrap()
+                        .issues
+                        .push((Instant::now(), id.clone()));
+                    let body = format!("comment on storm {n}");
+                    let out =
+                        h.ssh_exec(&format!("collab-issue comment 'r1' '{id}' --body '{body}'"));
+                    assert_eq!(out.code, 0, "{out:?}");
+                    acks.lock()
+                        .unwrap()
+                        .comments
+                        .push((Instant::now(), id, body));
+                }
+            });
+        }
         // Let the storm build up (every pusher and the lease churn have
         // been acknowledged at least once, however slow the machine), back
         // up in the middle of it, let it go on.
         let storm_is_up = || {
             let a = acks.lock().unwrap();
-            a.pushes.iter().all(|p| !p.is_empty()) && !a.churn.is_empty()
+            a.pushes.iter().all(|p| !p.is_empty()) && !a.churn.is_empty() && !a.comments.is_empty()
         };
         let deadline = Instant::now() + Duration::from_secs(120);
         while !storm_is_up() {
@@ -305,6 +332,33 @@ fn restore_drill_during_a_storm_of_pushes_and_leases() {
         assert_eq!(row["token"], *token, "{row}");
     }
     assert!(acks.held.iter().any(|(t, _, _)| *t < started));
+    // Every issue and comment acknowledged before the backup is there.
+    assert!(
+        acks.issues.iter().any(|(t, _)| *t < started),
+        "no issue before"
+    );
+    assert!(
+        acks.issues.iter().any(|(t, _)| *t > started),
+        "no issue after"
+    );
+    for (t, id) in &acks.issues {
+        if *t < started {
+            let shown = r.ssh_exec(&format!("collab-issue show 'r1' '{id}'"));
+            assert_eq!(
+                shown.code, 0,
+                "issue {id} acknowledged before the backup: {shown:?}"
+            );
+        }
+    }
+    for (t, id, body) in &acks.comments {
+        if *t < started {
+            let shown = r.ssh_exec(&format!("collab-issue show 'r1' '{id}'"));
+            assert!(
+                shown.stdout.contains(body.as_str()),
+                "comment {body:?} acknowledged before the backup is gone: {shown:?}"
+            );
+        }
+    }
     // Fencing continues above the restored high-water mark.
     lease(&r, &format!("release 'r0' '{churned}'"));
     let next = lease(&r, &format!("acquire 'r0' '{churned}'"));
@@ -488,4 +542,55 @@ fn backup_refuses_a_non_empty_target_or_one_inside_the_state_directory() {
     }
     assert_eq!(std::fs::read(busy.join("keep-me")).unwrap(), b"x");
     assert!(!inside.exists(), "a refused backup left its directory");
+}
+
+#[test]
+fn keep_prunes_only_older_backups() {
+    let h = ServerHarness::start();
+    h.create_repo("kept");
+    let parent = h.temp_dir().join("backups");
+    std::fs::create_dir_all(parent.join("notes")).unwrap();
+    std::fs::write(parent.join("README"), b"not a backup").unwrap();
+    std::fs::create_dir_all(parent.join("unfinished")).unwrap();
+    let mut last = Value::Null;
+    for name in ["b1", "b2", "b3"] {
+        let out = server_cli(&[
+            "--state-dir",
+            path_str(h.state_dir()),
+            "backup",
+            "--to",
+            path_str(&parent.join(name)),
+            "--keep",
+            "2",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        last = stdout_json(&out);
+    }
+    assert_eq!(
+        last["pruned"],
+        serde_json::json!([path_str(&parent.join("b1"))]),
+        "{last}"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&parent)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["README", "b2", "b3", "notes", "unfinished"]);
+    let out = server_cli(&["backup", "--verify", path_str(&parent.join("b3"))]);
+    assert!(out.status.success());
+    // --keep needs a positive count and --to.
+    let out = server_cli(&[
+        "backup",
+        "--verify",
+        path_str(&parent.join("b3")),
+        "--keep",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
 }

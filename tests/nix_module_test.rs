@@ -571,3 +571,67 @@ fn vm_test_nodes_evaluate_against_the_module() {
     );
     assert_eq!(lowport["firewallTCPPorts"], json!([22, 80]));
 }
+
+#[test]
+fn backup_timer_runs_the_backup_as_the_server_user_and_keeps_n() {
+    let Some(lib) = nixpkgs_lib() else { return };
+    let result = eval(&lib, &enabled(""));
+    assert_eq!(result["backupService"], Value::Null, "off by default");
+    assert_eq!(result["backupTimer"], Value::Null);
+
+    let result = eval(
+        &lib,
+        &enabled(
+            r#"backup = { enable = true; startAt = "*-*-* 03:15:00"; directory = "/srv/backups/forge"; keep = 3; };"#,
+        ),
+    );
+    assert_eq!(result["failedAssertions"], json!([]), "{result:#}");
+    let backup = &result["backupService"];
+    assert_eq!(backup["startAt"], "*-*-* 03:15:00", "{backup:#}");
+    assert_eq!(backup["after"], json!(["git-collab.service"]));
+    let unit = &backup["serviceConfig"];
+    assert_eq!(unit["Type"], "oneshot");
+    assert_eq!(unit["User"], "git-collab");
+    assert_eq!(unit["Group"], "git-collab");
+    assert_eq!(unit["ProtectSystem"], "strict");
+    assert_eq!(unit["PrivateNetwork"], true);
+    assert_eq!(
+        unit["ReadWritePaths"],
+        json!(["/var/lib/git-collab", "/srv/backups/forge"])
+    );
+    let script = backup["script"].as_str().expect("a script");
+    let exe = server_exe(&result);
+    assert!(
+        script.contains(&format!(
+            "exec {exe} --config /etc/git-collab/server.toml backup"
+        )),
+        "{script}"
+    );
+    assert!(
+        script.contains(r#"--to /srv/backups/forge/"$(date -u +%Y%m%dT%H%M%SZ)""#),
+        "{script}"
+    );
+    assert!(script.contains("--keep 3 --json"), "{script}");
+    assert_eq!(
+        result["backupTimer"],
+        json!({"timerConfig": {"Persistent": true}})
+    );
+    assert_eq!(
+        result["tmpfiles"],
+        json!({"10-git-collab": {"/srv/backups/forge": {"d": {"user": "git-collab", "group": "git-collab", "mode": "0750"}}}})
+    );
+
+    // A backup directory inside the state directory is refused.
+    let inside = eval(
+        &lib,
+        &enabled(r#"backup = { enable = true; directory = "/var/lib/git-collab/backups"; };"#),
+    );
+    let failed = inside["failedAssertions"].as_array().unwrap();
+    assert!(
+        failed.iter().any(|m| m
+            .as_str()
+            .unwrap()
+            .contains("backup.directory must lie outside")),
+        "{inside:#}"
+    );
+}

@@ -88,6 +88,10 @@ enum Command {
         /// Check the backup in DIR (hashes, database, git fsck) without restoring it.
         #[arg(long, value_name = "DIR", conflicts_with = "to")]
         verify: Option<PathBuf>,
+        /// After a successful backup, keep only the N newest backups beside it
+        /// (directories of DIR's parent holding a backup manifest).
+        #[arg(long, value_name = "N", conflicts_with = "verify", value_parser = clap::value_parser!(u32).range(1..))]
+        keep: Option<u32>,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -171,8 +175,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Import { repo, json } => return import_cmd(&loaded.config, repo.as_deref(), json),
         Command::Healthcheck => healthcheck::check(&loaded.config)?,
         Command::Backup {
-            to: Some(to), json, ..
-        } => ops::backup(&loaded.config, &to, json)?,
+            to: Some(to),
+            keep,
+            json,
+            ..
+        } => ops::backup(&loaded.config, &to, keep, json)?,
         Command::Backup {
             verify: Some(dir),
             json,

@@ -12,20 +12,33 @@ use crate::backup::progress::Progress;
 use crate::backup::{self, human_bytes, restore, take, verify};
 use crate::config::ServerConfig;
 
-/// `backup --to DIR`.
-pub fn backup(config: &ServerConfig, to: &Path, json: bool) -> anyhow::Result<()> {
+/// `backup --to DIR [--keep N]`.
+pub fn backup(
+    config: &ServerConfig,
+    to: &Path,
+    keep: Option<u32>,
+    json: bool,
+) -> anyhow::Result<()> {
     let config = &crate::app::absolute_paths(config.clone())?;
     let mut progress = Progress::for_terminal();
     let taken = take::take(config, to, &mut progress)?;
     progress.finish();
+    let pruned = match keep {
+        Some(n) => take::prune_siblings(&taken.dir, n as usize)?,
+        None => Vec::new(),
+    };
     let c = &taken.manifest.counts;
     if json {
         let mut reply = backup::summary(&taken.manifest);
         reply["status"] = json!("ok");
         reply["dir"] = json!(taken.dir);
         reply["seconds"] = json!(taken.seconds);
+        reply["pruned"] = json!(pruned);
         println!("{reply}");
     } else {
+        for old in &pruned {
+            println!("removed old backup {}", old.display());
+        }
         println!(
             "backup written to {}: {} repositories, {} refs, {} leases, {} files, {} in {:.1} s",
             taken.dir.display(),

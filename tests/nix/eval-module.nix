@@ -48,6 +48,8 @@ in
     failedAssertions = [];
     inherit (config) warnings;
     service = plain (config.systemd.services.git-collab or null);
+    backupService = plain (config.systemd.services.git-collab-backup or null);
+    backupTimer = config.systemd.timers.git-collab-backup or null;
     settings = config.services.git-collab.settings;
     etc = lib.mapAttrs (_: etcFile) config.environment.etc;
     # Every text file the module wrote to the (stub) store, by store path.

@@ -55,6 +55,10 @@ in {
       type = types.attrsOf service;
       default = {};
     };
+    systemd.timers = mkOption {
+      type = types.attrsOf (types.attrsOf types.anything);
+      default = {};
+    };
     systemd.tmpfiles.settings = mkOption {
       type = types.attrsOf (types.attrsOf (types.attrsOf (types.attrsOf types.anything)));
       default = {};

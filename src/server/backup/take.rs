@@ -336,3 +336,46 @@ fn write(config: &ServerConfig, to: &Path, progress: &mut Progress) -> anyhow::R
     manifest::sync_filesystem(to).context("syncing the backup")?;
     Ok(manifest)
 }
+
+/// `--keep N`: among the directories beside `newest` (in its parent) that
+/// hold a readable backup manifest, remove all but the `keep` most recent
+/// (by the manifest's start time). Anything else in the parent (files,
+/// unfinished backups without a manifest) is left alone. Returns what was
+/// removed.
+pub fn prune_siblings(newest: &Path, keep: usize) -> anyhow::Result<Vec<PathBuf>> {
+    let Some(parent) = newest.parent() else {
+        return Ok(Vec::new());
+    };
+    let mut backups = Vec::new();
+    for entry in
+        std::fs::read_dir(parent).with_context(|| format!("listing {}", parent.display()))?
+    {
+        let path = entry?.path();
+        if !path.is_dir() {
+            continue;
+        }
+        let Ok(found) = manifest::read_manifest(&path) else {
+            continue;
+        };
+        let started = chrono::DateTime::parse_from_rfc3339(&found.started_at)
+            .map(|t| t.timestamp())
+            .unwrap_or(i64::MIN);
+        backups.push((started, path));
+    }
+    // Newest first; the one just written is kept whatever its clock said.
+    backups.sort_by(|a, b| b.cmp(a));
+    let mut removed = Vec::new();
+    let mut kept = 0;
+    for (_, path) in backups {
+        if path == newest || kept < keep.saturating_sub(1) {
+            if path != newest {
+                kept += 1;
+            }
+            continue;
+        }
+        std::fs::remove_dir_all(&path)
+            .with_context(|| format!("removing old backup {}", path.display()))?;
+        removed.push(path);
+    }
+    Ok(removed)
+}
