@@ -496,7 +496,10 @@ fn the_cli_replays_the_remote_repository_events() {
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.lines().count(), 1, "{text}");
-    assert!(text.contains("ref.updated") && text.contains("refs/heads/main"), "{text}");
+    assert!(
+        text.contains("ref.updated") && text.contains("refs/heads/main"),
+        "{text}"
+    );
     // --all adds the other repository.
     let out = h
         .client_command(cli, &key, &clone)

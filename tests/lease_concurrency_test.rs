@@ -9,14 +9,19 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Barrier;
 
-use common::{fingerprint, ServerHarness, SshOutput};
+use common::{fingerprint, HarnessOptions, ServerHarness, SshOutput};
 
 const RACERS: usize = 16;
 const ROUNDS: usize = 3;
 
 #[test]
 fn sixteen_concurrent_acquirers_exactly_one_wins() {
-    let h = ServerHarness::start();
+    // Sixteen handshakes at once from one address: above the default
+    // `ssh.max_startups_per_ip` (10), which would drop some of them.
+    let h = ServerHarness::start_with(HarnessOptions {
+        env: vec![("GIT_COLLAB_SSH__MAX_STARTUPS_PER_IP".into(), "100".into())],
+        ..Default::default()
+    });
     h.create_repo("r");
     let issues: Vec<String> = (0..ROUNDS)
         .map(|round| h.open_server_issue("r", &format!("Race {round}"))[..8].to_string())

@@ -21,11 +21,24 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{fingerprint, ServerHarness, SshOutput};
+use common::{fingerprint, HarnessOptions, ServerHarness, SshOutput};
 use serde_json::Value;
 
 /// Hang guard for polls (not a performance bound).
 const LIMIT: Duration = Duration::from_secs(120);
+
+/// A server that lets a fleet on one host log in at once: the default
+/// `ssh.max_startups_per_ip` (10) would drop most of 64 simultaneous
+/// handshakes from 127.0.0.1, as it should for strangers.
+fn fleet_server() -> ServerHarness {
+    ServerHarness::start_with(HarnessOptions {
+        env: vec![
+            ("GIT_COLLAB_SSH__MAX_STARTUPS".into(), "200:30:400".into()),
+            ("GIT_COLLAB_SSH__MAX_STARTUPS_PER_IP".into(), "200".into()),
+        ],
+        ..Default::default()
+    })
+}
 
 fn ok(out: SshOutput) -> Value {
     assert_eq!(out.code, 0, "{out:?}");
@@ -109,7 +122,7 @@ fn judge_round(
 
 #[test]
 fn sixty_four_next_callers_never_share_an_issue() {
-    let h = ServerHarness::start();
+    let h = fleet_server();
     h.create_repo("r");
     let agents = keys(&h, "agent", 64);
     let cmd = "collab-lease next 'r' --ttl 600";
@@ -269,7 +282,7 @@ struct Ack {
 fn sigkill_during_a_next_storm_hands_out_nothing_twice() {
     const CLIENTS: usize = 8;
     const ISSUES: usize = 40;
-    let mut h = ServerHarness::start();
+    let mut h = fleet_server();
     h.create_repo("r");
     let issues: BTreeSet<String> = (0..ISSUES)
         .map(|i| open(&h, "r", &format!("Storm {i}"), &[]))

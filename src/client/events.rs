@@ -146,7 +146,10 @@ mod tests {
     fn text_and_heartbeats() {
         let line = r#"{"schema":1,"seq":7,"at":"2026-01-01T00:00:00Z","type":"ref.updated","repo":"r.git","object_id":"refs/heads/main","actor":"alice","payload":{}}"#;
         let text = text_line(line).unwrap();
-        assert!(text.contains("ref.updated") && text.contains("refs/heads/main"), "{text}");
+        assert!(
+            text.contains("ref.updated") && text.contains("refs/heads/main"),
+            "{text}"
+        );
         assert!(text_line(r#"{"type":"heartbeat","seq":7}"#).is_none());
         assert!(text_line("not json").is_none());
     }

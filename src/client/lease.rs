@@ -18,7 +18,7 @@ use git2::Repository;
 use serde::Deserialize;
 
 use crate::client::issue::short_id;
-use crate::client::remote_ssh::{self, quote_arg, RemoteInput, RemoteOutput, SshRemote};
+use crate::client::remote_ssh::{self, quote_arg, RemoteOutput, SshRemote};
 
 /// The exit status of a lease conflict.
 pub const EXIT_CONFLICT: i32 = 4;
@@ -196,7 +196,7 @@ pub fn run(repo: &Repository, remote_name: &str, op: &LeaseOp) -> Result<RemoteO
 /// Run `op` against an already resolved remote.
 pub fn run_on(remote: &SshRemote, op: &LeaseOp) -> Result<RemoteOutput, Error> {
     let cmd = remote_command(&remote.path, op)?;
-    Ok(remote_ssh::run_remote(remote, &cmd, RemoteInput::Empty)?)
+    Ok(remote_ssh::run_remote_retrying(remote, &cmd, b"")?)
 }
 
 /// The server's reply to acquire, renew and release (`held` on a conflict).

@@ -26,7 +26,7 @@
 use git2::Repository;
 use serde::Deserialize;
 
-use crate::client::remote_ssh::{self, RemoteInput, SshRemote};
+use crate::client::remote_ssh::{self, SshRemote};
 
 /// Git config key that forces a mode for every remote of the repository.
 pub const MODE_KEY: &str = "collab.mode";
@@ -205,8 +205,7 @@ pub fn detect(remote: &SshRemote) -> Result<Mode, String> {
         "collab-issue list {} --limit 1",
         remote_ssh::quote_arg(&remote.path)
     );
-    let out =
-        remote_ssh::run_remote(remote, &probe, RemoteInput::Empty).map_err(|e| e.to_string())?;
+    let out = remote_ssh::run_remote_retrying(remote, &probe, b"").map_err(|e| e.to_string())?;
     // 255 is ssh's own failure: connection, host key, authentication.
     if out.code == 255 || out.code < 0 {
         let stderr = out.stderr_text();

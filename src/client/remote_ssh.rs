@@ -10,6 +10,11 @@
 //! `GIT_SSH_COMMAND`, so the user's keys, agent, `~/.ssh/config` and wrapper
 //! scripts apply. It knows nothing of any verb: callers build the remote
 //! command (quoting arguments with [`quote_arg`]) and interpret the reply.
+//!
+//! [`run_remote_retrying`] runs a command again when ssh failed before the
+//! server could run anything (the connection was dropped during the key
+//! exchange, as a server over its `ssh.max_startups` limits does when a
+//! fleet connects at once): retrying then can never run a write twice.
 
 use std::fs::File;
 use std::io::{Read as _, Write};
@@ -359,6 +364,51 @@ pub fn run_remote_into(
     })
 }
 
+/// How often, at most, [`run_remote_retrying`] runs a command.
+pub const MAX_ATTEMPTS: u32 = 6;
+
+/// The first pause before a retry; it doubles each time (with jitter).
+const FIRST_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// True when ssh gave up before authentication finished, so the server
+/// cannot have run the command: OpenSSH reports a connection closed or
+/// reset during the banner exchange as `kex_exchange_identification: …`
+/// (`ssh_exchange_identification: …` before OpenSSH 8.2).
+pub fn dropped_before_exec(out: &RemoteOutput) -> bool {
+    if out.code != 255 {
+        return false;
+    }
+    let stderr = out.stderr_text();
+    stderr.contains("kex_exchange_identification") || stderr.contains("ssh_exchange_identification")
+}
+
+/// [`run_remote`] with `stdin` bytes (empty: no input), run again, after a
+/// growing pause with jitter, while ssh was dropped before the server ran
+/// anything ([`dropped_before_exec`]); at most [`MAX_ATTEMPTS`] runs.
+pub fn run_remote_retrying(
+    remote: &SshRemote,
+    remote_cmd: &str,
+    stdin: &[u8],
+) -> Result<RemoteOutput, Error> {
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempt = 1;
+    loop {
+        let input = if stdin.is_empty() {
+            RemoteInput::Empty
+        } else {
+            RemoteInput::Bytes(stdin)
+        };
+        let out = run_remote(remote, remote_cmd, input)?;
+        if attempt >= MAX_ATTEMPTS || !dropped_before_exec(&out) {
+            return Ok(out);
+        }
+        let jitter = rand::random_range(0..=backoff.as_millis() as u64 / 2);
+        std::thread::sleep(backoff + std::time::Duration::from_millis(jitter));
+        backoff *= 2;
+        attempt += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -487,6 +537,32 @@ mod tests {
         assert_eq!(out.stderr_text(), "oops\n");
         assert_eq!(out.code, 3);
         assert!(!out.success());
+    }
+
+    #[test]
+    fn retries_only_what_never_reached_the_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let count = dir.path().join("count");
+        let mut r = remote(None, "h", None, "r.git");
+        // Dropped during the key exchange twice, then answers.
+        r.ssh_command = format!(
+            "f() {{ echo x >> '{0}'; n=$(wc -l < '{0}'); cat >/dev/null; \
+             if [ $n -lt 3 ]; then echo 'kex_exchange_identification: read: Connection reset by peer' >&2; exit 255; fi; \
+             echo ok; }}; f",
+            count.display()
+        );
+        let out = run_remote_retrying(&r, "x", b"body").unwrap();
+        assert_eq!((out.code, out.stdout_text().as_str()), (0, "ok\n"));
+        assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 3);
+        // Any other failure is final at once: the command may have run.
+        std::fs::remove_file(&count).unwrap();
+        r.ssh_command = format!(
+            "f() {{ echo x >> '{}'; echo 'Connection to h closed by remote host.' >&2; exit 255; }}; f",
+            count.display()
+        );
+        let out = run_remote_retrying(&r, "x", b"").unwrap();
+        assert_eq!(out.code, 255);
+        assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1);
     }
 
     #[test]

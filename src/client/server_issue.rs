@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::client::remote_ssh::{self, quote_arg, RemoteInput, RemoteOutput, SshRemote};
+use crate::client::remote_ssh::{self, quote_arg, RemoteOutput, SshRemote};
 
 /// The exit status of a refused lease token (and of lease conflicts).
 pub const EXIT_CONFLICT: i32 = 4;
@@ -236,11 +236,11 @@ pub fn run(
     lease_token: Option<i64>,
 ) -> Result<RemoteOutput, Error> {
     let (cmd, stdin) = remote_command(&remote.path, req, lease_token)?;
-    let input = match &stdin {
-        Some(bytes) => RemoteInput::Bytes(bytes),
-        None => RemoteInput::Empty,
-    };
-    Ok(remote_ssh::run_remote(remote, &cmd, input)?)
+    Ok(remote_ssh::run_remote_retrying(
+        remote,
+        &cmd,
+        stdin.as_deref().unwrap_or_default(),
+    )?)
 }
 
 /// Who wrote something, as the server tells it: the display name, the

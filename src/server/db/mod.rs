@@ -8,8 +8,8 @@
 //! the work queue (ready issues, `next`).
 
 pub mod events;
-pub mod guard;
 pub mod exports;
+pub mod guard;
 pub mod issues;
 pub mod leases;
 pub mod migrations;

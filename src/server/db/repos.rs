@@ -152,7 +152,10 @@ mod tests {
         let next = super::super::leases::acquire(&conn, "b.git", "i1", "bob", None, 103).unwrap();
         assert!(matches!(
             next,
-            super::super::leases::Acquire::Acquired { lease: super::super::leases::Lease { token: 2, .. }, .. }
+            super::super::leases::Acquire::Acquired {
+                lease: super::super::leases::Lease { token: 2, .. },
+                ..
+            }
         ));
         assert_eq!(
             count(
@@ -173,7 +176,10 @@ mod tests {
         let again = super::super::leases::acquire(&conn, "a.git", "i1", "bob", None, 102).unwrap();
         assert!(matches!(
             again,
-            super::super::leases::Acquire::Acquired { lease: super::super::leases::Lease { token: 2, .. }, .. }
+            super::super::leases::Acquire::Acquired {
+                lease: super::super::leases::Lease { token: 2, .. },
+                ..
+            }
         ));
     }
 }
