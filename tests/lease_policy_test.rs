@@ -37,26 +37,10 @@ fn setup(env: &[(&str, &str)], n: usize) -> (ServerHarness, Vec<String>) {
     });
     h.create_repo("r");
     let clone = h.clone_repo("r", "work");
-    for i in 0..n {
-        h.open_issue(&clone, &format!("Issue {i}"));
-    }
-    assert!(h
-        .ssh_push(&clone, &["refs/collab/*:refs/collab/*"])
-        .status
-        .success());
-    let out = h.git(
-        &clone,
-        &[
-            "for-each-ref",
-            "--format=%(refname:lstrip=3)",
-            "refs/collab/issues/",
-        ],
-    );
-    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
+    // Server mode: the server holds the issues; `open_issue` gives full ids.
+    let ids: Vec<String> = (0..n)
+        .map(|i| h.open_issue(&clone, &format!("Issue {i}")))
         .collect();
-    assert_eq!(ids.len(), n);
     (h, ids)
 }
 
