@@ -76,40 +76,42 @@ fn per_ref_rules(h: &ServerHarness, writer: &Path, rewinder: &Path, tag: &str) {
     let deleting = format!("error: {tag_ref}: deleting a ref needs rewind access");
     refused(h, writer, &w, &[&format!(":{tag_ref}")], &deleting);
 
-    // The collab record: a patch DAG only grows. (The hook judges the
-    // ref, not the events in it, so plain commits stand in for a DAG.)
-    // Issue DAGs are the server's now: pushing one is refused to everyone.
+    // Issue DAGs are the server's now: no client pushes them at all.
     refused(
         h,
-        rewinder,
+        writer,
         &w,
         &[&format!("{one}:refs/collab/issues/{one}")],
-        "issues are kept by the server",
+        "error: issues are kept by the server",
     );
-    let dag_ref = format!("refs/collab/patches/{one}");
-    accepted(h, writer, &w, &[&format!("{one}:{dag_ref}")]);
-    accepted(h, writer, &w, &[&format!("{two}:{dag_ref}")]);
-    let dag_tip = two.clone();
+
+    // The collab record pushed by clients (a patch DAG) only grows. (The
+    // hook judges the ref, not the events in it, so plain commits stand in
+    // for a DAG.) `record_ref` names it below.
+    let record_ref = format!("refs/collab/patches/{one}");
+    accepted(h, writer, &w, &[&format!("{one}:{record_ref}")]);
+    accepted(h, writer, &w, &[&format!("{two}:{record_ref}")]);
+    let record_tip = two.clone();
     refused(
         h,
         writer,
         &w,
-        &["--force", &format!("{unrelated}:{dag_ref}")],
-        &format!("error: {dag_ref}: rewriting a collab record (its history only grows) needs rewind access"),
-    );
-    refused(
-        h,
-        writer,
-        &w,
-        &["--force", &format!("{one}:{dag_ref}")],
-        &format!("error: {dag_ref}: rewriting a collab record"),
+        &["--force", &format!("{unrelated}:{record_ref}")],
+        &format!("error: {record_ref}: rewriting a collab record (its history only grows) needs rewind access"),
     );
     refused(
         h,
         writer,
         &w,
-        &[&format!(":{dag_ref}")],
-        &format!("error: {dag_ref}: deleting a ref needs rewind access"),
+        &["--force", &format!("{one}:{record_ref}")],
+        &format!("error: {record_ref}: rewriting a collab record"),
+    );
+    refused(
+        h,
+        writer,
+        &w,
+        &[&format!(":{record_ref}")],
+        &format!("error: {record_ref}: deleting a ref needs rewind access"),
     );
 
     // Notes: fast-forward only for a writer.
@@ -141,7 +143,7 @@ fn per_ref_rules(h: &ServerHarness, writer: &Path, rewinder: &Path, tag: &str) {
     let remote = h.ls_remote_as(rewinder, "r").stdout;
     assert!(remote.contains(&format!("{one}\t{tag_ref}\n")), "{remote}");
     assert!(
-        remote.contains(&format!("{dag_tip}\t{dag_ref}\n")),
+        remote.contains(&format!("{record_tip}\t{record_ref}\n")),
         "{remote}"
     );
     assert!(
@@ -162,17 +164,17 @@ fn per_ref_rules(h: &ServerHarness, writer: &Path, rewinder: &Path, tag: &str) {
         h,
         rewinder,
         &w,
-        &["--force", &format!("{unrelated}:{dag_ref}")],
+        &["--force", &format!("{unrelated}:{record_ref}")],
     );
     accepted(
         h,
         rewinder,
         &w,
-        &[&format!(":{tag_ref}"), &format!(":{dag_ref}")],
+        &[&format!(":{tag_ref}"), &format!(":{record_ref}")],
     );
     let remote = h.ls_remote_as(rewinder, "r").stdout;
     assert!(!remote.contains(&tag_ref), "{remote}");
-    assert!(!remote.contains(&dag_ref), "{remote}");
+    assert!(!remote.contains(&record_ref), "{remote}");
     assert!(!remote.contains(&notes_tip), "{remote}");
 }
 

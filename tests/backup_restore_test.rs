@@ -97,9 +97,8 @@ fn restore_drill_during_a_storm_of_pushes_leases_and_issue_writes() {
             .success());
         clones.push(clone);
     }
-    // Server mode: the server holds the issues; `open_issue` gives full ids.
     let issues: Vec<String> = (0..=HELD_ISSUES)
-        .map(|i| h.open_issue(&clones[0], &format!("issue {i}")))
+        .map(|i| h.open_server_issue("r0", &format!("issue {i}")))
         .collect();
     assert_eq!(issues.len(), HELD_ISSUES + 1);
     let churned = issues[0].clone();
@@ -406,7 +405,7 @@ fn small_backup(h: &ServerHarness) -> PathBuf {
         .ssh_push(&clone, &["HEAD:refs/heads/main"])
         .status
         .success());
-    let issue = h.open_issue(&clone, "leased");
+    let issue = h.open_server_issue("one", "leased");
     assert_eq!(lease(h, &format!("acquire 'one' '{issue}'")).code, 0);
     let dir = h.temp_dir().join("small-backup");
     let out = server_cli(&[

@@ -36,10 +36,8 @@ fn setup(env: &[(&str, &str)], n: usize) -> (ServerHarness, Vec<String>) {
         ..Default::default()
     });
     h.create_repo("r");
-    let clone = h.clone_repo("r", "work");
-    // Server mode: the server holds the issues; `open_issue` gives full ids.
     let ids: Vec<String> = (0..n)
-        .map(|i| h.open_issue(&clone, &format!("Issue {i}")))
+        .map(|i| h.open_server_issue("r", &format!("Issue {i}")))
         .collect();
     (h, ids)
 }

@@ -185,8 +185,7 @@ fn repo_with_issue(h: &ServerHarness) -> String {
     let clone = h.clone_repo("r", "seed");
     h.commit_file(&clone, "README.md", b"hello\n", "first");
     h.ssh_push(&clone, &["HEAD:main"]);
-    // Server mode: the server holds the issue; this is its full id.
-    let issue = h.open_issue(&clone, "Something to claim");
+    let issue = h.open_server_issue("r", "Something to claim");
     web_support::make_public(h, "r");
     issue
 }
