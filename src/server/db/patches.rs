@@ -1451,7 +1451,14 @@ mod tests {
         .unwrap()
         .patch;
         assert_eq!(show(&conn, REPO, &id).unwrap().issues, vec![issue.clone()]);
-        revise(&conn, &ctx(&alice, 11), &id, &rev(B), &[issue.clone()]).unwrap();
+        revise(
+            &conn,
+            &ctx(&alice, 11),
+            &id,
+            &rev(B),
+            std::slice::from_ref(&issue),
+        )
+        .unwrap();
         assert!(link_issue(&conn, &ctx(&alice, 12), &id, &issue).is_err());
         assert!(!kinds(&conn).contains(&"patch.linked".to_string()));
     }

@@ -151,7 +151,7 @@ fn write_pkt(out: &mut impl Write, line: &str) -> std::io::Result<()> {
         end -= 1;
     }
     let line = &line[..end];
-    write!(out, "{:04x}{line}\n", line.len() + 5)
+    writeln!(out, "{:04x}{line}", line.len() + 5)
 }
 
 fn flush_pkt(out: &mut impl Write) -> std::io::Result<()> {
