@@ -115,9 +115,14 @@ fn main() {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
+    let profile = if cfg!(debug_assertions) {
+        "an unoptimized dev build (`--profile dev`): a release build is faster"
+    } else {
+        "release build"
+    };
     let mut table = format!(
         "A linear history of {commits} commits (`git fast-import`, one pack) in a public \
-         repository of a running `git-collab-server` (release build); each page timed from \
+         repository of a running `git-collab-server` ({profile}); each page timed from \
          connect to last byte over loopback HTTP/1.0, each `git log` from spawn to exit \
          (`--git-dir`, output to a pipe); median of {runs} runs; {cpu}, {cores} cores \
          available (shared with other jobs). The ratio is the page's time over the `git log` \

@@ -308,7 +308,8 @@ impl HttpServer {
                 "--http-listen",
                 "127.0.0.1:0",
             ])
-            .args(["--log-level", "warn", "serve"])
+            // The repositories were made before the server's first start.
+            .args(["--log-level", "warn", "serve", "--allow-empty-db"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -320,6 +321,7 @@ impl HttpServer {
                 .next()
                 .expect("the server exited before listening")
                 .unwrap();
+            eprintln!("server: {line}");
             if let Some(rest) = line.strip_prefix("listening ") {
                 let http = rest.split_whitespace().nth(1).unwrap();
                 break http.trim_start_matches("http=").parse().unwrap();
