@@ -109,18 +109,7 @@ fn rename_moves_the_repository_with_its_leases_and_tokens() {
     let local = local_repo(&h, "old-local", "main");
     h.git(&local, &["remote", "add", "origin", &h.repo_url("old.git")]);
     h.ssh_push(&local, &["main"]);
-    h.open_issue(&local, "Move me");
-    h.ssh_push(&local, &["refs/collab/*:refs/collab/*"]);
-    let listed = h.git(
-        &local,
-        &["for-each-ref", "--format=%(refname)", "refs/collab/issues/"],
-    );
-    let issue = String::from_utf8_lossy(&listed.stdout)
-        .trim()
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let issue = h.open_server_issue("old", "Move me");
     let first = h.ssh_exec(&format!("collab-lease acquire old {issue} --ttl 600"));
     assert_eq!(first.json()["token"], 1, "{first:?}");
 
@@ -135,6 +124,9 @@ fn rename_moves_the_repository_with_its_leases_and_tokens() {
     h.ssh_exec(&format!("collab-lease release team/new {issue}"));
     let again = h.ssh_exec(&format!("collab-lease acquire team/new {issue}"));
     assert_eq!(again.json()["token"], 2, "{again:?}");
+    // The issue moved with the repository.
+    let shown = h.ssh_exec(&format!("collab-issue show team/new {issue}"));
+    assert_eq!(shown.json()["title"], "Move me", "{shown:?}");
     let out = h.git_as(
         &h.ssh_client_key(),
         h.temp_dir(),

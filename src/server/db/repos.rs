@@ -40,11 +40,6 @@ fn tables_with_repo(conn: &Connection) -> rusqlite::Result<Vec<String>> {
     Ok(found)
 }
 
-fn has_table(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
-    conn.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")?
-        .exists([name])
-}
-
 /// Move every row of `old` to `new` and record `repo.renamed`.
 pub fn rename(
     conn: &Connection,
@@ -62,13 +57,11 @@ pub fn rename(
             [new, old],
         )?;
     }
-    // Links from any repository into this one follow it too.
-    if has_table(conn, "issue_links")? {
-        conn.execute(
-            "UPDATE issue_links SET target_repo = ?1 WHERE target_repo = ?2",
-            [new, old],
-        )?;
-    }
+    // Links from other repositories follow too (`repo#id` targets).
+    conn.execute(
+        "UPDATE issue_links SET target_repo = ?1 WHERE target_repo = ?2",
+        [new, old],
+    )?;
     events::append(
         conn,
         &NewEvent {
