@@ -191,6 +191,8 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
         repair_head(ctx, &entry.path, &entry.name).await;
         // The hooks ran in other processes; their event rows are committed.
         crate::events::refresh_head(&ctx.app).await;
+        // The merge scan may have closed issues (`Fixes:`): export them.
+        ctx.app.export.touch(&entry.name);
     }
     if service == GitService::ReceivePack && code == 0 {
         // The push is in: count it towards the repository's next maintenance.
