@@ -208,6 +208,19 @@ fn help_lists_the_verbs_open_to_the_caller() {
         plain["verbs"].to_string().contains("collab-lease"),
         "{plain}"
     );
+    // Every verb family, each with the access it needs.
+    let entries = plain["verbs"].as_array().unwrap();
+    let access_of = |prefix: &str| -> Vec<String> {
+        entries
+            .iter()
+            .filter(|v| v["verb"].as_str().unwrap().starts_with(prefix))
+            .map(|v| v["access"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(access_of("collab-issue show"), ["read"], "{plain}");
+    assert_eq!(access_of("collab-issue open"), ["write"], "{plain}");
+    assert_eq!(access_of("collab-events watch").len(), 1, "{plain}");
+    assert_eq!(access_of("collab-hook").len(), 1, "{plain}");
 }
 
 #[test]

@@ -19,10 +19,18 @@
 //! - `fencing`: a push carrying `-o collab-lease=<issue>:<token>`, or
 //!   touching a fenced ref, needs the pusher's live lease token;
 //! - `governance`: a push to `_governance.git` must keep a valid
-//!   `governance.toml` that still has an admin.
+//!   `governance.toml` that still has an admin;
+//! - `review`: the revision refs of patches the server holds are the
+//!   server's.
+//!
+//! `proc-receive` takes the `refs/for/<base>` updates (push-to-review,
+//! `review`): git hands them to it instead of storing them, and it records
+//! each as a patch revision.
 //!
 //! `post-receive` runs after the refs moved; it records a `ref.updated`
-//! event per ref (`events`) and never refuses anything.
+//! event per ref (`events`), then runs the merge scan (`merge_scan`:
+//! patches merged and issues fixed by the push), and never refuses
+//! anything.
 //!
 //! To add a concern, write `hooks/<concern>.rs` with a [`Check`] and add it
 //! to [`PRE_RECEIVE`] (or to a new stage, with its script name in
@@ -34,6 +42,8 @@ pub mod events;
 pub mod fencing;
 pub mod governance;
 pub mod issues;
+pub mod merge_scan;
+pub mod review;
 pub mod updates;
 
 use std::io::Read as _;
@@ -43,7 +53,7 @@ pub use updates::RefUpdate;
 
 /// The hook scripts `setup` writes into the hooks dir, each running
 /// `git-collab-server hook <name>`.
-pub const HOOK_NAMES: &[&str] = &["pre-receive", "post-receive"];
+pub const HOOK_NAMES: &[&str] = &["pre-receive", "proc-receive", "post-receive"];
 
 /// Why a check refused the push: one line per problem, each printed as
 /// `error: <line>` (git shows them to the pusher prefixed with `remote:`).
@@ -66,6 +76,7 @@ pub const PRE_RECEIVE: &[(&str, Check)] = &[
     ("issues", issues::check),
     ("fencing", fencing::check),
     ("governance", governance::check),
+    ("review", review::check),
 ];
 
 /// Most ref updates one push may carry; the hook input is read whole.
@@ -83,6 +94,7 @@ pub fn run(name: &str) -> u8 {
                 1
             }
         },
+        "proc-receive" => review::run(),
         "post-receive" => {
             if let Err(line) = post_receive() {
                 eprintln!("warning: {line}");
@@ -113,7 +125,9 @@ fn post_receive() -> Result<(), String> {
         .read_to_string(&mut input)
         .map_err(|e| format!("reading the hook input: {e}"))?;
     let updates = updates::parse(&input)?;
-    events::record(&ctx, &updates)
+    let recorded = events::record(&ctx, &updates);
+    let scanned = merge_scan::run(&ctx, &updates);
+    recorded.and(scanned)
 }
 
 /// Run `checks` in order; the first refusal wins.

@@ -85,6 +85,10 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
                 .arg(format!("core.hooksPath={}", hooks.display()));
             // Push options reach the hooks (`-o collab-lease=<issue>:<token>`).
             cmd.args(["-c", "receive.advertisePushOptions=true"]);
+            // Push-to-review: `refs/for/*` updates go to the proc-receive
+            // hook (`hooks::review`), which records them and never stores
+            // the ref.
+            cmd.args(["-c", "receive.procReceiveRefs=refs/for"]);
             // Repacking is the server's maintenance (single-flight, under
             // the repository's lock), never a `gc --auto` after a push.
             cmd.args(["-c", "receive.autogc=false"]);
@@ -104,6 +108,8 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
                 state_dir: ctx.app.config.state_dir.clone(),
                 collab_db: ctx.app.config.collab_db_path(),
                 fenced_refs: fenced_refs(ctx, &entry),
+                max_body: ctx.app.config.max_issue_body as usize,
+                web_url: web_url(&ctx.app.config.http.listen),
             };
             cmd.envs(hook.to_env());
         }
@@ -185,6 +191,8 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
         repair_head(ctx, &entry.path, &entry.name).await;
         // The hooks ran in other processes; their event rows are committed.
         crate::events::refresh_head(&ctx.app).await;
+        // The merge scan may have closed issues (`Fixes:`): export them.
+        ctx.app.export.touch(&entry.name);
     }
     if service == GitService::ReceivePack && code == 0 {
         // The push is in: count it towards the repository's next maintenance.
@@ -262,6 +270,16 @@ async fn repair_head(ctx: &ExecContext, path: &std::path::Path, name: &str) {
         Ok(Ok(None)) => {}
         Ok(Err(e)) => tracing::warn!(repo = name, "checking HEAD after a push: {e}"),
         Err(e) => tracing::warn!(repo = name, "checking HEAD after a push: {e}"),
+    }
+}
+
+/// The web UI's address as the push hook prints it: the HTTP listen
+/// address, with `localhost` for an unspecified (all interfaces) host.
+fn web_url(listen: &str) -> String {
+    match listen.parse::<std::net::SocketAddr>() {
+        Ok(addr) if addr.ip().is_unspecified() => format!("http://localhost:{}", addr.port()),
+        Ok(addr) => format!("http://{addr}"),
+        Err(_) => format!("http://{listen}"),
     }
 }
 
