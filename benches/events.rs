@@ -501,7 +501,7 @@ fn main() {
     println!("{hooks}");
     let section = format!(
         "{SECTION}\n\n\
-         `cargo bench --bench events` (release build), one run on {} (SQLite {}, {} CPUs \
+         `cargo bench {}--bench events` ({} build), one run on {} (SQLite {}, {} CPUs \
          shared with other builds, loopback).\n\n\
          **Event rows and lease throughput.** Durable lease acquires (each a new tenure on a \
          distinct issue, `synchronous=FULL`), {secs} s per scenario in {ROUNDS} interleaved \
@@ -515,6 +515,8 @@ fn main() {
          **Webhook deliveries.** One subscription (HMAC secret and Ed25519, so both signatures \
          are computed) to a receiver on loopback that answers 204; deliveries of one \
          subscription go one at a time, in order, each moving the cursor through the writer.\n\n{hooks}",
+        if cfg!(debug_assertions) { "--profile dev " } else { "" },
+        if cfg!(debug_assertions) { "debug" } else { "release" },
         chrono::Utc::now().format("%Y-%m-%d"),
         rusqlite::version(),
         std::thread::available_parallelism()
