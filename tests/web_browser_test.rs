@@ -273,3 +273,54 @@ fn repository_issues_and_issue_pages_render_in_chromium() {
     assert!(text.contains("let added_line = 42;"), "{text}");
     screenshot(&browser, &url, "web-blob-phone", 390, 844);
 }
+
+/// The log of a 20,000-commit repository (git fast-import) in Chromium:
+/// page 1, a deep page (walked by `git rev-list`) and the branch/tag
+/// switcher. How long the pages take against `git log` is measured in
+/// benches/web_log.rs, not here.
+#[test]
+fn the_log_of_a_big_history_renders_in_chromium() {
+    let Some(browser) = chromium() else { return };
+    let h = ServerHarness::start();
+    h.create_repo("big");
+    let dir = h.repos_dir().join("big.git");
+    common::synthetic_history(&dir, "main", 20_000);
+    h.git(&dir, &["tag", "v1.0", "main~100"]);
+    web_support::make_public(&h, "big");
+    let base = h.http_url();
+
+    let numbers = |text: &str| -> Vec<usize> {
+        text.split("Commit number ")
+            .skip(1)
+            .filter_map(|t| t.split('<').next()?.trim().parse().ok())
+            .collect()
+    };
+    let url = format!("{base}/big/-/log/main");
+    let dom = dump_dom(&browser, &url);
+    let text = visible_text(&dom);
+    assert!(
+        dom.contains("<title>Log of main · big · git-collab</title>"),
+        "{dom}"
+    );
+    assert_eq!(
+        numbers(&dom),
+        (19_951..=20_000).rev().collect::<Vec<_>>(),
+        "{dom}"
+    );
+    assert!(dom.contains("<details class=\"switcher\">"), "{dom}");
+    assert!(dom.contains("href=\"/big/-/log/v1.0\""), "{dom}");
+    assert!(text.contains("Older →"), "{text}");
+    screenshot(&browser, &url, "web-log-20000", 1200, 900);
+
+    let dom = dump_dom(&browser, &format!("{base}/big/-/log/main?page=300"));
+    let text = visible_text(&dom);
+    assert_eq!(
+        numbers(&dom),
+        (5_001..=5_050).rev().collect::<Vec<_>>(),
+        "{dom}"
+    );
+    assert!(
+        text.contains("← Newer") && text.contains("Older →"),
+        "{text}"
+    );
+}

@@ -10,7 +10,8 @@
 #[path = "../../tests/common/mod.rs"]
 pub mod common;
 
-use std::io::Write as _;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -274,4 +275,99 @@ pub fn write_section(path: &Path, section: &str) {
     std::fs::write(&tmp, out.trim_end().to_string() + "\n").unwrap();
     std::fs::rename(&tmp, path).unwrap();
     eprintln!("wrote the \"{heading}\" section of {}", path.display());
+}
+
+/// The CPU model from /proc/cpuinfo, for the tables.
+pub fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// A running `git-collab-server` on ephemeral loopback ports, for timing
+/// web pages; killed on drop.
+pub struct HttpServer {
+    child: Child,
+    http: SocketAddr,
+}
+
+impl HttpServer {
+    pub fn start(state_dir: &Path) -> HttpServer {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_git-collab-server"))
+            .arg("--state-dir")
+            .arg(state_dir)
+            .args([
+                "--ssh-listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+            ])
+            // The repositories were made before the server's first start.
+            .args(["--log-level", "warn", "serve", "--allow-empty-db"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start git-collab-server");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let http = loop {
+            let line = lines
+                .next()
+                .expect("the server exited before listening")
+                .unwrap();
+            eprintln!("server: {line}");
+            if let Some(rest) = line.strip_prefix("listening ") {
+                let http = rest.split_whitespace().nth(1).unwrap();
+                break http.trim_start_matches("http=").parse().unwrap();
+            }
+        };
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                eprintln!("server: {line}");
+            }
+        });
+        HttpServer { child, http }
+    }
+
+    /// `GET path`: (status, body, time from connect to the last byte).
+    pub fn get(&self, path: &str) -> (u16, String, Duration) {
+        let start = Instant::now();
+        let mut stream = std::net::TcpStream::connect(self.http).unwrap();
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: bench\r\n\r\n").unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).unwrap();
+        let elapsed = start.elapsed();
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body, elapsed)
+    }
+
+    /// `get`, asserting a 200 whose body contains `needle`.
+    pub fn page(&self, path: &str, needle: &str) -> Duration {
+        let (status, body, elapsed) = self.get(path);
+        assert_eq!(status, 200, "GET {path}: {body}");
+        assert!(body.contains(needle), "GET {path} lacks {needle:?}");
+        elapsed
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -28,7 +28,9 @@
 //! each as a patch revision.
 //!
 //! `post-receive` runs after the refs moved; it records a `ref.updated`
-//! event per ref (`events`) and never refuses anything.
+//! event per ref (`events`), then runs the merge scan (`merge_scan`:
+//! patches merged and issues fixed by the push), and never refuses
+//! anything.
 //!
 //! To add a concern, write `hooks/<concern>.rs` with a [`Check`] and add it
 //! to [`PRE_RECEIVE`] (or to a new stage, with its script name in
@@ -40,6 +42,7 @@ pub mod events;
 pub mod fencing;
 pub mod governance;
 pub mod issues;
+pub mod merge_scan;
 pub mod review;
 pub mod updates;
 
@@ -122,7 +125,9 @@ fn post_receive() -> Result<(), String> {
         .read_to_string(&mut input)
         .map_err(|e| format!("reading the hook input: {e}"))?;
     let updates = updates::parse(&input)?;
-    events::record(&ctx, &updates)
+    let recorded = events::record(&ctx, &updates);
+    let scanned = merge_scan::run(&ctx, &updates);
+    recorded.and(scanned)
 }
 
 /// Run `checks` in order; the first refusal wins.

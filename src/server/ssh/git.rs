@@ -184,11 +184,15 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
     };
     if service == GitService::ReceivePack && entry.is_governance() {
         ctx.app.governance.reload();
+        // Its `[[webhooks]]` may have changed.
+        ctx.app.webhooks.poke();
     }
     if service == GitService::ReceivePack {
-        repair_head(&entry.path, &entry.name).await;
+        repair_head(ctx, &entry.path, &entry.name).await;
         // The hooks ran in other processes; their event rows are committed.
         crate::events::refresh_head(&ctx.app).await;
+        // The merge scan may have closed issues (`Fixes:`): export them.
+        ctx.app.export.touch(&entry.name);
     }
     if service == GitService::ReceivePack && code == 0 {
         // The push is in: count it towards the repository's next maintenance.
@@ -231,11 +235,16 @@ async fn push_to_create(
             .await
             .ok()?;
     match created {
-        Ok((name, _)) => tracing::info!(
-            principal = ctx.caller.principal(),
-            repo = name,
-            "repository created by push"
-        ),
+        Ok((name, _)) => {
+            tracing::info!(
+                principal = ctx.caller.principal(),
+                repo = name,
+                "repository created by push"
+            );
+            crate::events::Recorded::repo_created(&name, ctx.caller.principal())
+                .record_or_log(&ctx.app.leases)
+                .await;
+        }
         // A concurrent push may have created it first: fine, use it.
         Err(crate::repos::CreateError::Exists(_)) => {}
         Err(e) => {
@@ -248,11 +257,16 @@ async fn push_to_create(
 
 /// After a push, make HEAD name a branch that exists (see
 /// `repo_admin::repair_dangling_head`).
-async fn repair_head(path: &std::path::Path, name: &str) {
+async fn repair_head(ctx: &ExecContext, path: &std::path::Path, name: &str) {
     let path = path.to_path_buf();
     match tokio::task::spawn_blocking(move || crate::repo_admin::repair_dangling_head(&path)).await
     {
-        Ok(Ok(Some(branch))) => tracing::info!(repo = name, branch, "HEAD now names {branch}"),
+        Ok(Ok(Some(branch))) => {
+            tracing::info!(repo = name, branch, "HEAD now names {branch}");
+            crate::events::Recorded::head_repaired(name, &branch)
+                .record_or_log(&ctx.app.leases)
+                .await;
+        }
         Ok(Ok(None)) => {}
         Ok(Err(e)) => tracing::warn!(repo = name, "checking HEAD after a push: {e}"),
         Err(e) => tracing::warn!(repo = name, "checking HEAD after a push: {e}"),

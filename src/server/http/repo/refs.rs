@@ -173,7 +173,29 @@ pub fn switcher(git: &Repository, section: &'static str, path: &str) -> Switcher
         (listed, more)
     };
     let (branches, more_branches) = pick(branch_rows(git));
-    let (tags, more_tags) = pick(tag_rows(git));
+    // Tags by name, highest version first: no object is read, so a
+    // repository with thousands of tags costs the page nothing much.
+    let mut tag_names: Vec<String> = git
+        .tag_names(None)
+        .map(|names| {
+            names
+                .iter()
+                .flatten()
+                .flatten()
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    tag_names.sort_by(|a, b| version_cmp(b, a));
+    let more_tags = tag_names.len() > SWITCH_MAX;
+    let tags = tag_names
+        .into_iter()
+        .take(SWITCH_MAX)
+        .map(|n| {
+            let url = view::url_path(&n);
+            (n, url)
+        })
+        .collect();
     Switcher {
         section,
         tail: if path.is_empty() {
@@ -185,6 +207,37 @@ pub fn switcher(git: &Repository, section: &'static str, path: &str) -> Switcher
         tags,
         more: more_branches || more_tags,
     }
+}
+
+/// Compare names piece by piece, runs of digits as numbers (`v1.10` after
+/// `v1.9`).
+fn version_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    fn pieces(s: &str) -> Vec<(bool, &str)> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        let bytes = s.as_bytes();
+        for i in 1..=bytes.len() {
+            if i == bytes.len() || bytes[i].is_ascii_digit() != bytes[start].is_ascii_digit() {
+                out.push((bytes[start].is_ascii_digit(), &s[start..i]));
+                start = i;
+            }
+        }
+        out
+    }
+    let (pa, pb) = (pieces(a), pieces(b));
+    for (x, y) in pa.iter().zip(pb.iter()) {
+        let ord = match (x, y) {
+            ((true, x), (true, y)) => {
+                let (x, y) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
+                x.len().cmp(&y.len()).then(x.cmp(y))
+            }
+            ((_, x), (_, y)) => x.cmp(y),
+        };
+        if ord != std::cmp::Ordering::Equal {
+            return ord;
+        }
+    }
+    pa.len().cmp(&pb.len()).then(a.cmp(b))
 }
 
 /// An archive format of the download URL.
@@ -250,5 +303,17 @@ pub async fn archive(
     match crate::http::git_stream::respond(cmd, slot, content_type, Some(&filename)).await {
         Ok(response) => response,
         Err(e) => PageError::Internal(e.context("git archive")).into_response(&app),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version_cmp;
+
+    #[test]
+    fn versions_compare_by_number() {
+        let mut tags = vec!["v1.9", "v1.10", "v1.2", "v2.0", "alpha"];
+        tags.sort_by(|a, b| version_cmp(b, a));
+        assert_eq!(tags, ["v2.0", "v1.10", "v1.9", "v1.2", "alpha"]);
     }
 }

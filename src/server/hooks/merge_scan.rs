@@ -1,0 +1,246 @@
+//! The push-time merge scan, run by `post-receive` after the refs moved.
+//!
+//! For every branch a push moved (`refs/heads/<b>`):
+//!
+//! - each open server-held patch targeting `<b>` whose latest revision's
+//!   head is now reachable from the branch is merged, in the oldest commit
+//!   of the push's first-parent history that contains the head (the merge
+//!   commit of a `git merge`, the head itself after a fast-forward);
+//! - else, a pushed commit with a `Patch: <id>` trailer (8 to 40 hex digits
+//!   of the id) merges that patch in that commit (squash, cherry-pick);
+//! - when `<b>` is the repository's default branch (what `HEAD` names),
+//!   each pushed commit's `Fixes: <issue>` / `Closes: <issue>` trailers
+//!   (8 to 40 hex digits) close those open issues, which ends their leases.
+//!
+//! Everything one push finds is written in one IMMEDIATE transaction of the
+//! hook's own connection (`patch.merged` with the push's ref and new tip,
+//! `issue.closed`, `lease.released`). The refs have already moved: a
+//! failure is a warning, never a refusal. Only the commits the push brought
+//! are read, at most [`MAX_COMMITS`] per branch.
+
+use std::collections::BTreeMap;
+
+use git2::{Oid, Repository};
+use rusqlite::TransactionBehavior;
+
+use super::{HookContext, RefUpdate};
+use crate::db::{issues, patches};
+
+/// Most commits of one pushed branch the scan reads.
+pub const MAX_COMMITS: usize = 10_000;
+
+/// What the scan did, for the pusher.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// `(patch, commit, how)`.
+    pub merged: Vec<(String, String, &'static str)>,
+    /// `(issue, commit)`.
+    pub closed: Vec<(String, String)>,
+}
+
+/// The trailer values under `keys` (case-insensitive) of a commit message
+/// that look like ids: 8 to 40 hex digits, lowercased.
+fn id_trailers(message: &str, keys: &[&str]) -> Vec<String> {
+    let Ok(trailers) = git2::message_trailers_strs(message) else {
+        return Vec::new();
+    };
+    trailers
+        .iter()
+        .filter(|(key, _)| keys.iter().any(|k| key.eq_ignore_ascii_case(k)))
+        .map(|(_, value)| value.trim().to_ascii_lowercase())
+        .filter(|v| (8..=40).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_hexdigit()))
+        .collect()
+}
+
+/// The commits a branch update brought, oldest first along first parents,
+/// and all of them (any parent) for the trailer search.
+fn pushed_commits(repo: &Repository, old: Option<Oid>, new: Oid) -> Result<Vec<Oid>, git2::Error> {
+    let mut walk = repo.revwalk()?;
+    walk.push(new)?;
+    if let Some(old) = old {
+        walk.hide(old)?;
+    }
+    walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE)?;
+    walk.take(MAX_COMMITS).collect()
+}
+
+fn first_parent_chain(repo: &Repository, old: Option<Oid>, new: Oid) -> Vec<Oid> {
+    let mut chain = Vec::new();
+    let mut at = Some(new);
+    while let Some(oid) = at {
+        if Some(oid) == old || chain.len() == MAX_COMMITS {
+            break;
+        }
+        chain.push(oid);
+        at = repo
+            .find_commit(oid)
+            .ok()
+            .and_then(|c| c.parent_ids().next());
+    }
+    chain.reverse();
+    chain
+}
+
+fn contains(repo: &Repository, commit: Oid, head: Oid) -> bool {
+    commit == head || repo.graph_descendant_of(commit, head).unwrap_or(false)
+}
+
+/// The branch `HEAD` names, if it names one.
+fn default_branch(repo: &Repository) -> Option<String> {
+    let head = repo.find_reference("HEAD").ok()?;
+    let target = head.symbolic_target().ok()??;
+    target.strip_prefix("refs/heads/").map(str::to_string)
+}
+
+/// Scan the push and record what it merged and closed.
+pub fn scan(ctx: &HookContext, updates: &[RefUpdate]) -> Result<Found, String> {
+    let branches: Vec<(&str, &RefUpdate, Oid)> = updates
+        .iter()
+        .filter_map(|u| Some((u.refname.strip_prefix("refs/heads/")?, u, u.new?)))
+        .collect();
+    if branches.is_empty() {
+        return Ok(Found::default());
+    }
+    let conn = crate::db::leases::open(&ctx.collab_db)
+        .map_err(|e| format!("opening the collab database: {e}"))?;
+    let repo = ctx.open_repo()?;
+    let default = default_branch(&repo);
+    let mut found = Found::default();
+    // patch -> (commit, how, refname, new)
+    let mut merges: BTreeMap<String, (Oid, &'static str, String, Oid)> = BTreeMap::new();
+    let mut closes: BTreeMap<String, Oid> = BTreeMap::new();
+    for (branch, update, new) in branches {
+        let open = patches::open_on_base(&conn, &ctx.repo, branch)
+            .map_err(|e| format!("reading patches: {e}"))?;
+        let fixes_here = default.as_deref() == Some(branch);
+        if open.is_empty() && !fixes_here {
+            continue;
+        }
+        let pushed = pushed_commits(&repo, update.old, new)
+            .map_err(|e| format!("reading the pushed commits: {e}"))?;
+        let chain = if open.is_empty() {
+            Vec::new()
+        } else {
+            first_parent_chain(&repo, update.old, new)
+        };
+        for (id, head) in &open {
+            let Ok(head) = Oid::from_str(head) else {
+                continue;
+            };
+            if !contains(&repo, new, head) {
+                continue;
+            }
+            let at = chain
+                .iter()
+                .copied()
+                .find(|c| contains(&repo, *c, head))
+                .unwrap_or(new);
+            merges
+                .entry(id.clone())
+                .or_insert((at, "reachable", update.refname.clone(), new));
+        }
+        for oid in &pushed {
+            let Ok(commit) = repo.find_commit(*oid) else {
+                continue;
+            };
+            let message = commit.message().unwrap_or("");
+            for prefix in id_trailers(message, &["Patch"]) {
+                if let Some((id, _)) = open.iter().find(|(id, _)| id.starts_with(&prefix)) {
+                    merges.entry(id.clone()).or_insert((
+                        *oid,
+                        "trailer",
+                        update.refname.clone(),
+                        new,
+                    ));
+                }
+            }
+            if fixes_here {
+                for prefix in id_trailers(message, &["Fixes", "Closes"]) {
+                    closes.entry(prefix).or_insert(*oid);
+                }
+            }
+        }
+    }
+    if merges.is_empty() && closes.is_empty() {
+        return Ok(found);
+    }
+    let tx = rusqlite::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)
+        .map_err(|e| format!("collab database: {e}"))?;
+    let actor = issues::Person {
+        principal: ctx.principal.clone(),
+        name: ctx.principal.clone(),
+        key: None,
+    };
+    let now = chrono::Utc::now().timestamp();
+    let w = patches::WriteCtx {
+        repo: &ctx.repo,
+        actor: &actor,
+        max_body: ctx.max_body,
+        now,
+    };
+    for (id, (commit, how, refname, new)) in merges {
+        let by = patches::MergedBy::Push {
+            refname,
+            new: new.to_string(),
+            how,
+        };
+        match patches::mark_merged(&tx, &w, &id, &commit.to_string(), &by) {
+            Ok(_) => found.merged.push((id, commit.to_string(), how)),
+            Err(e) => eprintln!("warning: patch {}: {e}", &id[..8]),
+        }
+    }
+    let iw = issues::WriteCtx {
+        repo: &ctx.repo,
+        actor: &actor,
+        fence: None,
+        max_body: ctx.max_body,
+        now,
+    };
+    for (prefix, commit) in closes {
+        let short = commit.to_string()[..8].to_string();
+        let reason = format!("fixed by {short}");
+        match issues::close(&tx, &iw, &prefix, Some(&reason)) {
+            Ok(closed) => found
+                .closed
+                .push((closed.written.issue, commit.to_string())),
+            // An unknown, ambiguous or already closed issue: said, not fatal.
+            Err(e) => eprintln!("warning: {short}: {e}"),
+        }
+    }
+    tx.commit().map_err(|e| format!("collab database: {e}"))?;
+    Ok(found)
+}
+
+/// `post-receive`'s part: scan, and tell the pusher what happened.
+pub fn run(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), String> {
+    let found = scan(ctx, updates)?;
+    for (patch, commit, how) in &found.merged {
+        let how = if *how == "trailer" {
+            " (Patch: trailer)"
+        } else {
+            ""
+        };
+        eprintln!("patch {} merged in {}{how}", &patch[..8], &commit[..8]);
+    }
+    for (issue, commit) in &found.closed {
+        eprintln!("issue {} closed by {}", &issue[..8], &commit[..8]);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trailers_name_ids() {
+        let msg = "Fix\n\nbody\n\nFixes: 0123ABCD\nCloses: 89abcdef01\nPatch: 1234\nSigned-off-by: A <a@b>\n";
+        assert_eq!(
+            id_trailers(msg, &["Fixes", "Closes"]),
+            vec!["0123abcd", "89abcdef01"]
+        );
+        // Too short to be an id.
+        assert!(id_trailers(msg, &["Patch"]).is_empty());
+        assert!(id_trailers("no trailers", &["Fixes"]).is_empty());
+    }
+}
