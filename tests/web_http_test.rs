@@ -348,7 +348,19 @@ fn commit_and_log_pages() {
         "{text}"
     );
     assert!(text.contains("1 file changed"), "{text}");
-    assert!(text.contains("<tr class=\"add\"><td class=\"sign\">+</td><td class=\"src\"><pre>    let added_line = 42;</pre>"), "{text}");
+    let added = text
+        .split("<tr class=\"add\">")
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .expect("an added line");
+    assert!(
+        added.starts_with("<td class=\"ln\"></td><td class=\"ln\">3</td><td class=\"sign\">+</td>"),
+        "{added}"
+    );
+    assert!(
+        web_support::strip_tags(added).contains("    let added_line = 42;"),
+        "{added}"
+    );
     assert!(text.contains("<tr class=\"hunk\">"), "{text}");
     assert!(
         text.contains(&format!("href=\"/hist/-/commit/{first}\"")),

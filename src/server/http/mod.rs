@@ -26,6 +26,7 @@
 mod blobs;
 mod git_http;
 mod health;
+mod highlight;
 mod index;
 pub mod listener;
 mod markdown;
@@ -64,6 +65,14 @@ impl FromRef<AppState> for Arc<App> {
 /// The stylesheet, compiled in.
 const STYLE_CSS: &str = include_str!("static/style.css");
 
+/// The one stylesheet served: ours, then the highlighting colours.
+static STYLESHEET: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{STYLE_CSS}\n/* Syntax highlighting (syntect) */\n{}",
+        highlight::css()
+    )
+});
+
 /// Every route. Paths are as [`canonical_path`] leaves them. `ssh_port`
 /// is where the SSH listener is bound (for clone URLs).
 pub fn router(app: Arc<App>, ssh_port: u16) -> Router {
@@ -82,6 +91,8 @@ pub fn router(app: Arc<App>, ssh_port: u16) -> Router {
         .route("/{repo}/-/commit/{oid}", get(repo::commit::commit))
         .route("/{repo}/-/log", get(repo::commit::log_default))
         .route("/{repo}/-/log/{*rest}", get(repo::commit::log))
+        .route("/{repo}/-/history/{*rest}", get(repo::history::history))
+        .route("/{repo}/-/blame/{*rest}", get(repo::history::blame))
         .route("/{repo}/-/issues", get(repo::issues::list))
         .route("/{repo}/-/issues/{id}", get(repo::issues::detail))
         .route("/{repo}/-/patches", get(repo::patches::list))
@@ -188,7 +199,7 @@ async fn style_css() -> Response {
             (header::CONTENT_TYPE, "text/css; charset=utf-8"),
             (header::CACHE_CONTROL, "public, max-age=3600"),
         ],
-        STYLE_CSS,
+        STYLESHEET.as_str(),
     )
         .into_response()
 }

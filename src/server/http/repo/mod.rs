@@ -1,12 +1,14 @@
 //! Pages inside one repository, one file per page family: `summary` (the
 //! repository's front page), `tree` (directories, files, raw bytes),
-//! `commit` (a commit with its diff, and the log), `issues`, `patches`, `releases`.
+//! `commit` (a commit with its diff, and the log), `history` (one
+//! file's history and blame), `issues`, `patches`, `releases`.
 //!
 //! What they share lives here: [`open`] (the visibility check, then the git
 //! repository), [`RepoNav`] (the fields `repo_base.html` needs), resolving
 //! `<ref>/<path>` URL tails, and small git helpers.
 
 pub mod commit;
+pub mod history;
 pub mod issues;
 pub mod patches;
 pub mod releases;
