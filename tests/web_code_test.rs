@@ -23,7 +23,7 @@ fn blobs_and_markdown_code_are_highlighted_and_stay_escaped() {
     let (clone, _, _) = web_support::public_repo_with_content(&h, "hl");
     h.commit_file(
         &clone,
-        "docs/guide.md",
+        "docs/README.md",
         b"# Guide\n\n```rust\nfn main() { let s = \"</pre><script>alert(1)</script>\"; }\n```\n\n```\nplain <i>fence</i>\n```\n",
         "Add a guide",
     );

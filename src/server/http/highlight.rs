@@ -43,6 +43,12 @@ static CSS: LazyLock<String> = LazyLock::new(|| {
         .unwrap_or_default()
 });
 
+/// Load the grammars now (the server calls this at start, off the request
+/// path), so the first highlighted page does not wait for them.
+pub fn preload() {
+    LazyLock::force(&SYNTAXES);
+}
+
 /// The colours of the `hl-` classes (the InspiredGitHub theme).
 pub fn css() -> &'static str {
     &CSS
@@ -53,8 +59,10 @@ pub fn css() -> &'static str {
 pub struct Deadline(Instant);
 
 impl Deadline {
-    /// [`BUDGET`] from now.
+    /// [`BUDGET`] from now, once the grammars are loaded (loading them
+    /// does not count against the first page's budget).
     pub fn start() -> Deadline {
+        LazyLock::force(&SYNTAXES);
         Deadline(Instant::now() + BUDGET)
     }
 

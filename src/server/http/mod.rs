@@ -118,6 +118,8 @@ pub async fn serve(
     ssh_port: u16,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // Syntax grammars load in the background, not on the first page.
+    std::thread::spawn(highlight::preload);
     // The rewrite must run before routing, so it wraps the router instead of
     // being one of its layers.
     let service =

@@ -3,20 +3,21 @@
 //! without `--follow`) and `/{repo}/-/blame/{ref}/{path}` (who last changed
 //! each line, `git blame`).
 //!
-//! Bounded. History walks commits newest first (by commit time, no
-//! topological sort, so the walk is incremental) and stops as soon as the
-//! page is full; a walk that finds nothing for [`HISTORY_SCAN_MAX`] commits
+//! Bounded. History walks commits newest first by commit time, one at a
+//! time ([`DateWalk`]: no topological sort, nothing read ahead), and stops
+//! as soon as the page is full; a walk that finds nothing for [`HISTORY_SCAN_MAX`] commits
 //! stops there and says so. Blame runs only on text files up to
 //! [`BLAME_MAX_BYTES`]; bigger files get a note and the link to their
 //! history.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use git2::{Oid, Repository, Sort, Tree};
+use git2::{Oid, Repository, Tree};
 use serde::Deserialize;
 
 use super::{CommitRow, RepoCtx, RevPath};
@@ -146,9 +147,7 @@ fn changes(
     scan_max: usize,
 ) -> anyhow::Result<Found> {
     let path = std::path::Path::new(path);
-    let mut walk = git.revwalk()?;
-    walk.set_sorting(Sort::TIME)?;
-    walk.push(from)?;
+    let mut walk = DateWalk::new(git, from)?;
     // Entry ids by commit, so a commit is looked up once as a child and
     // once more at most as a parent; cleared when it grows.
     let mut ids: HashMap<Oid, Option<Oid>> = HashMap::new();
@@ -166,8 +165,7 @@ fn changes(
     let mut matched = 0usize;
     let mut commits = Vec::with_capacity(limit);
     let mut scanned = 0usize;
-    for oid in walk {
-        let oid = oid?;
+    while let Some(oid) = walk.next_commit()? {
         scanned += 1;
         if scanned > scan_max {
             return Ok(Found {
@@ -211,6 +209,52 @@ fn changes(
         has_more: false,
         stopped: false,
     })
+}
+
+/// Commits reachable from a tip, newest commit time first, read one at a
+/// time: a commit's parents are queued only when it is taken, so a walk
+/// stopped early has read only what it returned and their parents
+/// (libgit2's time-sorted revwalk can read the whole history up front).
+/// Ties go to the commit queued first, so a chain of commits made in the
+/// same second still comes out child before parent.
+struct DateWalk<'r> {
+    git: &'r Repository,
+    queue: BinaryHeap<(i64, Reverse<u64>, Oid)>,
+    seen: HashSet<Oid>,
+    queued: u64,
+}
+
+impl<'r> DateWalk<'r> {
+    fn new(git: &'r Repository, tip: Oid) -> anyhow::Result<DateWalk<'r>> {
+        let mut walk = DateWalk {
+            git,
+            queue: BinaryHeap::new(),
+            seen: HashSet::new(),
+            queued: 0,
+        };
+        walk.enqueue(tip)?;
+        Ok(walk)
+    }
+
+    fn enqueue(&mut self, oid: Oid) -> anyhow::Result<()> {
+        if self.seen.insert(oid) {
+            let time = self.git.find_commit(oid)?.time().seconds();
+            self.queue.push((time, Reverse(self.queued), oid));
+            self.queued += 1;
+        }
+        Ok(())
+    }
+
+    fn next_commit(&mut self) -> anyhow::Result<Option<Oid>> {
+        let Some((_, _, oid)) = self.queue.pop() else {
+            return Ok(None);
+        };
+        let parents: Vec<Oid> = self.git.find_commit(oid)?.parent_ids().collect();
+        for parent in parents {
+            self.enqueue(parent)?;
+        }
+        Ok(Some(oid))
+    }
 }
 
 fn history_page(st: &AppState, requested: &str, rest: &str, page: usize) -> PageResult {
