@@ -76,32 +76,42 @@ fn per_ref_rules(h: &ServerHarness, writer: &Path, rewinder: &Path, tag: &str) {
     let deleting = format!("error: {tag_ref}: deleting a ref needs rewind access");
     refused(h, writer, &w, &[&format!(":{tag_ref}")], &deleting);
 
-    // The collab record: an issue DAG only grows. (The hook judges the
-    // ref, not the events in it, so plain commits stand in for a DAG.)
-    let issue_ref = format!("refs/collab/issues/{one}");
-    accepted(h, writer, &w, &[&format!("{one}:{issue_ref}")]);
-    accepted(h, writer, &w, &[&format!("{two}:{issue_ref}")]);
-    let issue_tip = two.clone();
+    // Issue DAGs are the server's now: no client pushes them at all.
     refused(
         h,
         writer,
         &w,
-        &["--force", &format!("{unrelated}:{issue_ref}")],
-        &format!("error: {issue_ref}: rewriting a collab record (its history only grows) needs rewind access"),
+        &[&format!("{one}:refs/collab/issues/{one}")],
+        "error: issues are kept by the server",
+    );
+
+    // The collab record pushed by clients (a patch DAG) only grows. (The
+    // hook judges the ref, not the events in it, so plain commits stand in
+    // for a DAG.) `record_ref` names it below.
+    let record_ref = format!("refs/collab/patches/{one}");
+    accepted(h, writer, &w, &[&format!("{one}:{record_ref}")]);
+    accepted(h, writer, &w, &[&format!("{two}:{record_ref}")]);
+    let record_tip = two.clone();
+    refused(
+        h,
+        writer,
+        &w,
+        &["--force", &format!("{unrelated}:{record_ref}")],
+        &format!("error: {record_ref}: rewriting a collab record (its history only grows) needs rewind access"),
     );
     refused(
         h,
         writer,
         &w,
-        &["--force", &format!("{one}:{issue_ref}")],
-        &format!("error: {issue_ref}: rewriting a collab record"),
+        &["--force", &format!("{one}:{record_ref}")],
+        &format!("error: {record_ref}: rewriting a collab record"),
     );
     refused(
         h,
         writer,
         &w,
-        &[&format!(":{issue_ref}")],
-        &format!("error: {issue_ref}: deleting a ref needs rewind access"),
+        &[&format!(":{record_ref}")],
+        &format!("error: {record_ref}: deleting a ref needs rewind access"),
     );
 
     // Notes: fast-forward only for a writer.
@@ -133,7 +143,7 @@ fn per_ref_rules(h: &ServerHarness, writer: &Path, rewinder: &Path, tag: &str) {
     let remote = h.ls_remote_as(rewinder, "r").stdout;
     assert!(remote.contains(&format!("{one}\t{tag_ref}\n")), "{remote}");
     assert!(
-        remote.contains(&format!("{issue_tip}\t{issue_ref}\n")),
+        remote.contains(&format!("{record_tip}\t{record_ref}\n")),
         "{remote}"
     );
     assert!(
@@ -154,17 +164,17 @@ fn per_ref_rules(h: &ServerHarness, writer: &Path, rewinder: &Path, tag: &str) {
         h,
         rewinder,
         &w,
-        &["--force", &format!("{unrelated}:{issue_ref}")],
+        &["--force", &format!("{unrelated}:{record_ref}")],
     );
     accepted(
         h,
         rewinder,
         &w,
-        &[&format!(":{tag_ref}"), &format!(":{issue_ref}")],
+        &[&format!(":{tag_ref}"), &format!(":{record_ref}")],
     );
     let remote = h.ls_remote_as(rewinder, "r").stdout;
     assert!(!remote.contains(&tag_ref), "{remote}");
-    assert!(!remote.contains(&issue_ref), "{remote}");
+    assert!(!remote.contains(&record_ref), "{remote}");
     assert!(!remote.contains(&notes_tip), "{remote}");
 }
 

@@ -55,22 +55,6 @@ fn lease(h: &ServerHarness, args: &str) -> SshOutput {
     h.ssh_exec(&format!("collab-lease {args}"))
 }
 
-/// The ids of every issue in a clone.
-fn issue_ids(h: &ServerHarness, clone: &Path) -> Vec<String> {
-    let out = h.git(
-        clone,
-        &[
-            "for-each-ref",
-            "--format=%(refname:lstrip=3)",
-            "refs/collab/issues/",
-        ],
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
 /// The commit a branch points at on the server, from `git ls-remote`.
 fn remote_tip(h: &ServerHarness, repo: &str, branch: &str) -> String {
     let out = h.ls_remote_as(&h.ssh_client_key(), repo);
@@ -113,11 +97,9 @@ fn restore_drill_during_a_storm_of_pushes_leases_and_issue_writes() {
             .success());
         clones.push(clone);
     }
-    for i in 0..=HELD_ISSUES {
-        h.open_issue(&clones[0], &format!("issue {i}"));
-    }
-    h.ssh_push(&clones[0], &["refs/collab/*:refs/collab/*"]);
-    let issues = issue_ids(&h, &clones[0]);
+    let issues: Vec<String> = (0..=HELD_ISSUES)
+        .map(|i| h.open_server_issue("r0", &format!("issue {i}")))
+        .collect();
     assert_eq!(issues.len(), HELD_ISSUES + 1);
     let churned = issues[0].clone();
 
@@ -423,9 +405,7 @@ fn small_backup(h: &ServerHarness) -> PathBuf {
         .ssh_push(&clone, &["HEAD:refs/heads/main"])
         .status
         .success());
-    h.open_issue(&clone, "leased");
-    h.ssh_push(&clone, &["refs/collab/*:refs/collab/*"]);
-    let issue = issue_ids(h, &clone).remove(0);
+    let issue = h.open_server_issue("one", "leased");
     assert_eq!(lease(h, &format!("acquire 'one' '{issue}'")).code, 0);
     let dir = h.temp_dir().join("small-backup");
     let out = server_cli(&[

@@ -102,15 +102,41 @@ fn sync_reports_what_it_pushed() {
     let h = ServerHarness::start();
     h.create_repo("r");
     let clone = h.clone_repo("r", "clone");
-    h.open_issue(&clone, "Pushed by sync");
+    h.commit_file(&clone, "a.txt", b"a", "a");
+    h.git(&clone, &["push", "-q", "origin", "main"]);
+    h.git(&clone, &["checkout", "-q", "-b", "feature"]);
+    h.commit_file(&clone, "b.txt", b"b", "b");
+    // Issues are the server's now; a patch is still a local DAG that sync
+    // pushes.
+    let key = h.ssh_client_key();
+    let cli = env!("CARGO_BIN_EXE_git-collab");
+    let generated = h
+        .client_command(cli, &key, &clone)
+        .args(["key", "generate"])
+        .output()
+        .unwrap();
+    assert!(generated.status.success(), "{generated:?}");
+    let created = h
+        .client_command(cli, &key, &clone)
+        .args(["patch", "create", "-t", "Pushed by sync"])
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "{created:?}");
     let out = git_with_cli(&h, &clone)
         .args(["collab", "sync"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains(", 1 pushed"), "{stdout}");
-    assert!(stdout.contains("pushed refs/collab/issues/"), "{stdout}");
+    // One line per pushed ref (the patch and its revision), counted in the
+    // summary.
+    let pushed = stdout
+        .lines()
+        .filter(|l| l.starts_with("pushed refs/"))
+        .count();
+    assert!(pushed >= 1, "{stdout}");
+    assert!(stdout.contains(&format!(", {pushed} pushed")), "{stdout}");
+    assert!(stdout.contains("pushed refs/collab/patches/"), "{stdout}");
     let again = git_with_cli(&h, &clone)
         .args(["collab", "sync"])
         .output()

@@ -36,27 +36,9 @@ fn setup(env: &[(&str, &str)], n: usize) -> (ServerHarness, Vec<String>) {
         ..Default::default()
     });
     h.create_repo("r");
-    let clone = h.clone_repo("r", "work");
-    for i in 0..n {
-        h.open_issue(&clone, &format!("Issue {i}"));
-    }
-    assert!(h
-        .ssh_push(&clone, &["refs/collab/*:refs/collab/*"])
-        .status
-        .success());
-    let out = h.git(
-        &clone,
-        &[
-            "for-each-ref",
-            "--format=%(refname:lstrip=3)",
-            "refs/collab/issues/",
-        ],
-    );
-    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
+    let ids: Vec<String> = (0..n)
+        .map(|i| h.open_server_issue("r", &format!("Issue {i}")))
         .collect();
-    assert_eq!(ids.len(), n);
     (h, ids)
 }
 

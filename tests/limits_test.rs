@@ -185,23 +185,9 @@ fn repo_with_issue(h: &ServerHarness) -> String {
     let clone = h.clone_repo("r", "seed");
     h.commit_file(&clone, "README.md", b"hello\n", "first");
     h.ssh_push(&clone, &["HEAD:main"]);
-    let opened = h.open_issue(&clone, "Something to claim");
-    h.ssh_push(&clone, &["refs/collab/*:refs/collab/*"]);
+    let issue = h.open_server_issue("r", "Something to claim");
     web_support::make_public(h, "r");
-    let short = opened.rsplit(' ').next().unwrap().to_string();
-    let out = h.git(
-        &clone,
-        &[
-            "for-each-ref",
-            "--format=%(refname:lstrip=3)",
-            "refs/collab/issues/",
-        ],
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|id| id.starts_with(&short))
-        .expect("the issue id")
-        .to_string()
+    issue
 }
 
 /// The honest client on 127.0.0.1: an SSH clone, an HTTP clone and a lease.

@@ -109,18 +109,7 @@ fn rename_moves_the_repository_with_its_leases_and_tokens() {
     let local = local_repo(&h, "old-local", "main");
     h.git(&local, &["remote", "add", "origin", &h.repo_url("old.git")]);
     h.ssh_push(&local, &["main"]);
-    h.open_issue(&local, "Move me");
-    h.ssh_push(&local, &["refs/collab/*:refs/collab/*"]);
-    let listed = h.git(
-        &local,
-        &["for-each-ref", "--format=%(refname)", "refs/collab/issues/"],
-    );
-    let issue = String::from_utf8_lossy(&listed.stdout)
-        .trim()
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let issue = h.open_server_issue("old", "Move me");
     let first = h.ssh_exec(&format!("collab-lease acquire old {issue} --ttl 600"));
     assert_eq!(first.json()["token"], 1, "{first:?}");
 
@@ -135,6 +124,9 @@ fn rename_moves_the_repository_with_its_leases_and_tokens() {
     h.ssh_exec(&format!("collab-lease release team/new {issue}"));
     let again = h.ssh_exec(&format!("collab-lease acquire team/new {issue}"));
     assert_eq!(again.json()["token"], 2, "{again:?}");
+    // The issue moved with the repository.
+    let shown = h.ssh_exec(&format!("collab-issue show team/new {issue}"));
+    assert_eq!(shown.json()["title"], "Move me", "{shown:?}");
     let out = h.git_as(
         &h.ssh_client_key(),
         h.temp_dir(),
@@ -216,6 +208,19 @@ fn help_lists_the_verbs_open_to_the_caller() {
         plain["verbs"].to_string().contains("collab-lease"),
         "{plain}"
     );
+    // Every verb family, each with the access it needs.
+    let entries = plain["verbs"].as_array().unwrap();
+    let access_of = |prefix: &str| -> Vec<String> {
+        entries
+            .iter()
+            .filter(|v| v["verb"].as_str().unwrap().starts_with(prefix))
+            .map(|v| v["access"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(access_of("collab-issue show"), ["read"], "{plain}");
+    assert_eq!(access_of("collab-issue open"), ["write"], "{plain}");
+    assert_eq!(access_of("collab-events watch").len(), 1, "{plain}");
+    assert_eq!(access_of("collab-hook").len(), 1, "{plain}");
 }
 
 #[test]

@@ -25,6 +25,12 @@ fn repo_routes(commit: &str, issue: &str) -> Vec<String> {
         "/-/log".into(),
         "/-/log/main".into(),
         "/-/log/main?page=1".into(),
+        "/-/branches".into(),
+        "/-/tags".into(),
+        "/-/archive/main.tar.gz".into(),
+        "/-/archive/main.zip".into(),
+        format!("/-/commit/{commit}.patch"),
+        format!("/-/commit/{commit}.diff"),
         "/-/issues".into(),
         "/-/issues?state=closed".into(),
         format!("/-/issues/{issue}"),
@@ -752,4 +758,154 @@ fn probes_metrics_static_and_unknown_paths() {
     );
     std::fs::rename(&moved, &db).unwrap();
     assert_eq!(get(&h, "/readyz").status, 200);
+}
+
+#[test]
+fn branches_tags_switcher_archives_and_commit_text() {
+    let h = ServerHarness::start();
+    let (clone, first, second) = web_support::public_repo_with_content(&h, "refs");
+    h.git(
+        &clone,
+        &["tag", "-a", "v1.0", "-m", "First <release>", &first],
+    );
+    h.ssh_push(&clone, &["v1.0"]);
+
+    // The branches page: both branches, the default marked, archive links.
+    let page = get(&h, "/refs/-/branches");
+    assert_eq!(page.status, 200);
+    let text = page.text();
+    assert!(text.contains("href=\"/refs/-/tree/main\""), "{text}");
+    assert!(text.contains("href=\"/refs/-/tree/feature/x\""), "{text}");
+    assert!(
+        text.contains("<span class=\"badge\">default</span>"),
+        "{text}"
+    );
+    assert!(
+        text.contains("href=\"/refs/-/archive/feature/x.tar.gz\""),
+        "{text}"
+    );
+    assert!(text.contains(&second[..7]), "{text}");
+    // The tags page: the tag, its message, its commit.
+    let text = get(&h, "/refs/-/tags").text();
+    assert!(text.contains("href=\"/refs/-/tree/v1.0\""), "{text}");
+    assert!(text.contains("First &#60;release&#62;"), "{text}");
+    assert!(text.contains(&first[..7]), "{text}");
+    assert!(text.contains("href=\"/refs/-/archive/v1.0.zip\""), "{text}");
+
+    // The switcher: the same page at another branch or tag.
+    let text = get(&h, "/refs/-/tree/main/src").text();
+    assert!(text.contains("<details class=\"switcher\">"), "{text}");
+    assert!(
+        text.contains("href=\"/refs/-/tree/feature/x/src\""),
+        "{text}"
+    );
+    assert!(text.contains("href=\"/refs/-/tree/v1.0/src\""), "{text}");
+    let text = get(&h, "/refs/-/log/feature/x").text();
+    assert!(text.contains("href=\"/refs/-/log/main\""), "{text}");
+    assert!(text.contains("href=\"/refs/-/log/v1.0\""), "{text}");
+    assert_eq!(get(&h, "/refs/-/tree/v1.0").status, 200);
+
+    // Archives: a tar.gz and a zip of a ref, under <repo>-<ref>/.
+    let tgz = get(&h, "/refs/-/archive/feature/x.tar.gz");
+    assert_eq!(tgz.status, 200, "{}", tgz.text());
+    assert_eq!(tgz.header("content-type"), Some("application/gzip"));
+    assert_eq!(
+        tgz.header("content-disposition"),
+        Some("attachment; filename=\"refs-feature-x.tar.gz\"")
+    );
+    let saved = h.temp_dir().join("a.tar.gz");
+    std::fs::write(&saved, &tgz.body).unwrap();
+    let listing = std::process::Command::new("tar")
+        .arg("tzf")
+        .arg(&saved)
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(listing.contains("refs-feature-x/README.md"), "{listing}");
+    assert!(listing.contains("refs-feature-x/src/main.rs"), "{listing}");
+    let zip = get(&h, "/refs/-/archive/v1.0.zip");
+    assert_eq!(zip.status, 200);
+    assert_eq!(zip.header("content-type"), Some("application/zip"));
+    assert!(zip.body.starts_with(b"PK"), "not a zip");
+    let by_id = get(&h, &format!("/refs/-/archive/{}.tar.gz", &second[..10]));
+    assert_eq!(by_id.status, 200);
+    for bad in ["nope.tar.gz", "main.rar", "main", "main/README.md.zip"] {
+        assert_eq!(
+            get(&h, &format!("/refs/-/archive/{bad}")).status,
+            404,
+            "{bad}"
+        );
+    }
+
+    // A commit as a patch and as a diff.
+    let patch = get(&h, &format!("/refs/-/commit/{second}.patch"));
+    assert_eq!(patch.status, 200);
+    assert_eq!(
+        patch.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    let text = patch.text();
+    assert!(text.starts_with(&format!("From {second} ")), "{text}");
+    assert!(
+        text.contains("Subject: [PATCH] Change main.rs: <em>escaped</em>"),
+        "{text}"
+    );
+    assert!(text.contains("+    let added_line = 42;"), "{text}");
+    let diff = get(&h, &format!("/refs/-/commit/{}.diff", &second[..8])).text();
+    assert!(
+        diff.starts_with("diff --git a/src/main.rs b/src/main.rs"),
+        "{diff}"
+    );
+    assert!(diff.contains("+    let added_line = 42;"), "{diff}");
+    let root = h.rev_parse(&clone, "HEAD~2");
+    let root_diff = get(&h, &format!("/refs/-/commit/{root}.diff")).text();
+    assert!(root_diff.contains("+++ b/README.md"), "{root_diff}");
+    let page = get(&h, &format!("/refs/-/commit/{second}")).text();
+    assert!(
+        page.contains(&format!("href=\"/refs/-/commit/{second}.patch\"")),
+        "{page}"
+    );
+    assert_eq!(get(&h, "/refs/-/commit/zzzz.patch").status, 404);
+}
+
+/// A 20,000-commit history (git fast-import): the log's first, a deep and
+/// the last page list the right commits, and the summary its newest ones.
+/// (The cost against `git log` is measured in benches/web_log.rs.)
+#[test]
+fn log_pages_of_a_big_history() {
+    let h = ServerHarness::start();
+    h.create_repo("big");
+    let dir = h.repos_dir().join("big.git");
+    common::synthetic_history(&dir, "main", 20_000);
+    web_support::make_public(&h, "big");
+    let numbers = |text: &str| -> Vec<usize> {
+        text.split("Commit number ")
+            .skip(1)
+            .filter_map(|t| t.split('<').next()?.trim().parse().ok())
+            .collect()
+    };
+    let page1 = get(&h, "/big/-/log/main").text();
+    assert_eq!(
+        numbers(&page1),
+        (19_951..=20_000).rev().collect::<Vec<_>>(),
+        "{page1}"
+    );
+    assert!(page1.contains("href=\"/big/-/log/main?page=2\""));
+    // Page 201 skips 10,000 commits (walked by git rev-list).
+    let deep = get(&h, "/big/-/log/main?page=201").text();
+    assert_eq!(
+        numbers(&deep),
+        (9_951..=10_000).rev().collect::<Vec<_>>(),
+        "{deep}"
+    );
+    let last = get(&h, "/big/-/log/main?page=400").text();
+    assert_eq!(numbers(&last), (1..=50).rev().collect::<Vec<_>>());
+    assert!(!last.contains("?page=401"), "{last}");
+    assert_eq!(get(&h, "/big/-/log/main?page=401").status, 404);
+    // After maintenance's split commit-graph, the same answers.
+    h.git(&dir, &["commit-graph", "write", "--reachable", "--split"]);
+    assert_eq!(get(&h, "/big/-/log/main?page=201").text(), deep);
+    let summary = get(&h, "/big").text();
+    assert!(summary.contains("Commit number 20000"), "{summary}");
+    assert!(summary.contains("Commit number 19991"), "{summary}");
 }

@@ -235,6 +235,31 @@ fn patches_list_and_detail_with_diff_and_interdiff() {
     let closed_page = get(&h, &format!("/forge/-/patches/{}", &closed[..8])).text();
     assert!(closed_page.contains("<span class=\"state closed\">closed</span>"));
     assert!(closed_page.contains("closed the patch"));
+    // A closed patch suggests no command that would fail.
+    assert!(!closed_page.contains("patch review"), "{closed_page}");
+    assert!(
+        closed_page.contains("This patch is closed"),
+        "{closed_page}"
+    );
+    let open_page = get(&h, &format!("/forge/-/patches/{}", &id[..8])).text();
+    assert!(open_page.contains("git collab patch review"), "{open_page}");
+    // A revision as text: its commits since its base, and its diff.
+    let patch = get(&h, &format!("/forge/-/patches/{}.patch?rev=2", &id[..8]));
+    assert_eq!(patch.status, 200);
+    let text = patch.text();
+    assert!(text.contains("Subject: [PATCH 2/2] Rework lib"), "{text}");
+    assert!(text.contains("+pub fn v2() {}"), "{text}");
+    let diff = get(&h, &format!("/forge/-/patches/{}.diff", &id[..8])).text();
+    assert!(
+        diff.starts_with("diff --git a/src/lib.rs b/src/lib.rs"),
+        "{diff}"
+    );
+    assert!(diff.contains("+pub fn v2() {}"), "{diff}");
+    assert!(!diff.contains("upstream news"), "{diff}");
+    assert_eq!(
+        get(&h, &format!("/forge/-/patches/{}.diff?rev=9", &id[..8])).status,
+        404
+    );
 
     for (path, says) in [
         (

@@ -332,7 +332,8 @@ pub fn log_report(report: &RepoReport) {
         skipped = report.skipped.len(),
         "imported issues from git"
     );
-    for s in &report.skipped {
+    // Each issue left out is named, with why, so an operator can act on it.
+    for s in report.invalid_issues.iter().chain(&report.skipped) {
         tracing::warn!(
             repo = report.repo,
             issue = s.issue,

@@ -54,6 +54,11 @@ pub fn rename(
             [new, old],
         )?;
     }
+    // Links from other repositories follow too (`repo#id` targets).
+    conn.execute(
+        "UPDATE issue_links SET target_repo = ?1 WHERE target_repo = ?2",
+        [new, old],
+    )?;
     events::append(
         conn,
         &NewEvent {

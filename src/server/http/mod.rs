@@ -25,6 +25,7 @@
 
 mod blobs;
 mod git_http;
+mod git_stream;
 mod health;
 mod highlight;
 mod index;
@@ -93,6 +94,9 @@ pub fn router(app: Arc<App>, ssh_port: u16) -> Router {
         .route("/{repo}/-/log/{*rest}", get(repo::commit::log))
         .route("/{repo}/-/history/{*rest}", get(repo::history::history))
         .route("/{repo}/-/blame/{*rest}", get(repo::history::blame))
+        .route("/{repo}/-/branches", get(repo::refs::branches))
+        .route("/{repo}/-/tags", get(repo::refs::tags))
+        .route("/{repo}/-/archive/{*rest}", get(repo::refs::archive))
         .route("/{repo}/-/issues", get(repo::issues::list))
         .route("/{repo}/-/issues/{id}", get(repo::issues::detail))
         .route("/{repo}/-/patches", get(repo::patches::list))

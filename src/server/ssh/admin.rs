@@ -126,6 +126,11 @@ const REPO_VERBS: &[(&str, &str)] = &[
         "rewind",
     ),
     ("collab-release list|download '<repo>' ...", "read"),
+    ("collab-issue show|list|ready '<repo>' ...", "read"),
+    (
+        "collab-issue open|comment|edit|label|close|reopen|link|unlink '<repo>' ...",
+        "write",
+    ),
     (
         "collab-events watch ['<repo>'...] [--since N] [--type P]... [--no-follow]",
         "read (per event's repository)",

@@ -1,6 +1,11 @@
 //! History: `/{repo}/-/commit/{oid}` (message, author, parents and the diff
 //! against the first parent, with renames found and large diffs cut) and
-//! `/{repo}/-/log/{ref}?page=N` (50 commits a page).
+//! `/{repo}/-/log/{ref}?page=N` (50 commits a page), and the commit as
+//! text: `/{repo}/-/commit/{oid}.patch` and `.diff`.
+//!
+//! A log page costs what `git log` costs for the same commits: the walk is
+//! incremental (see [`super::commits`]), and a deep page is walked by `git
+//! rev-list`, which reads the commit-graph chain maintenance keeps.
 //!
 //! Diffs never load a file over `http.max_file_shown`: libgit2 is told to
 //! treat bigger blobs as binary (it checks the object header first), rename
@@ -8,7 +13,9 @@
 //! and the page says "large file" with its size instead of a diff.
 
 use askama::Template;
-use axum::extract::{Path, Query, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use git2::{Delta, DiffFindOptions, DiffOptions, ObjectType, Repository, Tree};
@@ -21,6 +28,9 @@ use crate::http::AppState;
 
 /// Commits per log page.
 pub const LOG_PAGE: usize = 50;
+/// From this many commits skipped on, a log page is walked by
+/// `git rev-list` (which reads split commit-graphs) rather than libgit2.
+const DEEP_LOG_SKIP: usize = 1_000;
 /// Diff lines shown on a commit page, all files together.
 const MAX_DIFF_LINES: usize = 10_000;
 
@@ -102,6 +112,7 @@ struct LogPage {
     open_issues: usize,
     rev: String,
     rev_url: String,
+    switch: super::refs::Switcher,
     commits: Vec<CommitRow>,
     page: usize,
     has_more: bool,
@@ -122,10 +133,95 @@ pub async fn commit(
     State(st): State<AppState>,
     Path((repo, oid)): Path<(String, String)>,
     Query(query): Query<CommitQuery>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
 ) -> Response {
     let app = st.app.clone();
+    if let Some(id) = oid.strip_suffix(".patch") {
+        return commit_text(st, repo, id.to_string(), peer, true).await;
+    }
+    if let Some(id) = oid.strip_suffix(".diff") {
+        return commit_text(st, repo, id.to_string(), peer, false).await;
+    }
     let only = query.path.filter(|p| !p.is_empty());
     view::blocking(&app, move || commit_page(&st, &repo, &oid, only.as_deref())).await
+}
+
+/// The commit named by `oid` (4 to 40 hex digits), or the 404 that says so.
+fn find_commit<'r>(ctx: &'r super::RepoCtx, oid: &str) -> Result<git2::Commit<'r>, PageError> {
+    let missing = || PageError::Missing("No such commit.".into());
+    if !(4..=40).contains(&oid.len()) || !oid.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(missing());
+    }
+    ctx.git
+        .find_object_by_prefix(oid, Some(ObjectType::Commit))
+        .ok()
+        .and_then(|o| o.into_commit().ok())
+        .ok_or_else(missing)
+}
+
+/// `/{repo}/-/commit/{oid}.patch` (the commit as `git format-patch` writes
+/// it: mail headers, message, diffstat, diff) and `.diff` (the diff
+/// alone), as plain text streamed out of git under a git process slot.
+/// A merge is shown against its first parent, as on the commit page.
+async fn commit_text(
+    st: AppState,
+    repo: String,
+    oid: String,
+    peer: SocketAddr,
+    patch: bool,
+) -> Response {
+    let app = st.app.clone();
+    let found = view::blocking_value(&app, move || {
+        let ctx = super::open(&st.app, &repo)?;
+        let commit = find_commit(&ctx, &oid)?;
+        Ok((ctx.entry.path.clone(), commit.id()))
+    })
+    .await;
+    let (repo_dir, id) = match found {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    let slot = match crate::http::git_http::process_slot(&app, peer).await {
+        Ok(slot) => slot,
+        Err(busy) => return busy,
+    };
+    let args: Vec<String> = if patch {
+        [
+            "log",
+            "-1",
+            "--format=email",
+            "--stat",
+            "--patch",
+            "-M",
+            "--diff-merges=first-parent",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([id.to_string()])
+        .collect()
+    } else {
+        [
+            "diff-tree",
+            "-p",
+            "-M",
+            "--root",
+            "--diff-merges=first-parent",
+            "--no-commit-id",
+            "--no-color",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([id.to_string()])
+        .collect()
+    };
+    let cmd = crate::http::git_stream::git(&repo_dir, &args);
+    match crate::http::git_stream::respond(cmd, slot, "text/plain; charset=utf-8", None).await {
+        Ok(response) => response,
+        Err(e) => PageError::Internal(e.context("commit patch")).into_response(&app),
+    }
 }
 
 pub async fn log_default(State(st): State<AppState>, Path(repo): Path<String>) -> Response {
@@ -136,22 +232,40 @@ pub async fn log(
     State(st): State<AppState>,
     Path((repo, rest)): Path<(String, String)>,
     Query(query): Query<LogQuery>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
 ) -> Response {
     let app = st.app.clone();
+    let page = query.page.unwrap_or(1).max(1);
+    let skip = (page - 1).saturating_mul(LOG_PAGE);
+    // A deep page is walked by `git rev-list`, under a git process slot.
+    let slot = if skip >= DEEP_LOG_SKIP {
+        match crate::http::git_http::process_slot(&app, peer).await {
+            Ok(slot) => Some(slot),
+            Err(busy) => return busy,
+        }
+    } else {
+        None
+    };
     view::blocking(&app, move || {
-        log_page(&st, &repo, &rest, query.page.unwrap_or(1))
+        let outcome = log_page(&st, &repo, &rest, page, slot.is_some());
+        drop(slot);
+        outcome
     })
     .await
 }
 
-fn log_page(st: &AppState, requested: &str, rest: &str, page: usize) -> PageResult {
+fn log_page(st: &AppState, requested: &str, rest: &str, page: usize, deep: bool) -> PageResult {
     let ctx = super::open(&st.app, requested)?;
     let at = super::resolve_rev_path(&ctx.git, rest)
         .filter(|at| at.path.is_empty())
         .ok_or_else(|| PageError::Missing("No such branch, tag or commit.".into()))?;
-    let page = page.max(1);
     let skip = (page - 1).saturating_mul(LOG_PAGE);
-    let mut commits = super::commits(&ctx.git, at.commit, skip, LOG_PAGE + 1)?;
+    let mut commits = if deep {
+        let ids = super::commit_ids(&ctx.entry.path, at.commit, skip, LOG_PAGE + 1)?;
+        super::commit_rows(&ctx.git, &ids)?
+    } else {
+        super::commits(&ctx.git, at.commit, skip, LOG_PAGE + 1)?
+    };
     let has_more = commits.len() > LOG_PAGE;
     commits.truncate(LOG_PAGE);
     if commits.is_empty() && page > 1 {
@@ -167,6 +281,7 @@ fn log_page(st: &AppState, requested: &str, rest: &str, page: usize) -> PageResu
         open_patches: nav.open_patches,
         open_issues: nav.open_issues,
         rev_url: view::url_path(&at.rev),
+        switch: super::refs::switcher(&ctx.git, "log", ""),
         rev: at.rev,
         commits,
         page,
@@ -177,16 +292,7 @@ fn log_page(st: &AppState, requested: &str, rest: &str, page: usize) -> PageResu
 
 fn commit_page(st: &AppState, requested: &str, oid: &str, only: Option<&str>) -> PageResult {
     let ctx = super::open(&st.app, requested)?;
-    let missing = || PageError::Missing("No such commit.".into());
-    if !(4..=40).contains(&oid.len()) || !oid.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(missing());
-    }
-    let commit = ctx
-        .git
-        .find_object_by_prefix(oid, Some(ObjectType::Commit))
-        .ok()
-        .and_then(|o| o.into_commit().ok())
-        .ok_or_else(missing)?;
+    let commit = find_commit(&ctx, oid)?;
     let message = commit.message_bytes();
     let message = String::from_utf8_lossy(message);
     let (summary, body) = match message.split_once('\n') {

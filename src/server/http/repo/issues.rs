@@ -25,7 +25,6 @@ use crate::db::issues::{
     self, Issue, IssueError, IssueKey, IssueStatus, ListQuery, Person, StateFilter,
 };
 use crate::db::leases::Lease;
-use crate::governance::GovState;
 use crate::http::markdown;
 use crate::http::view::{self, PageError};
 use crate::http::AppState;
@@ -217,12 +216,7 @@ fn claim_of<'a>(issue: &Issue, claims: &'a HashMap<String, Lease>) -> Option<&'a
 /// The name to show for a principal or key fingerprint: its governed name
 /// when governance maps it to one.
 fn governed(st: &AppState, principal: &str) -> Option<String> {
-    match st.app.governance.state().as_ref() {
-        GovState::Active(conf) => conf
-            .principal_for_fingerprint(principal)
-            .map(str::to_string),
-        _ => None,
-    }
+    super::governed_name(st, principal)
 }
 
 /// An author as shown: the governed name, else the display name.

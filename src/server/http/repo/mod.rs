@@ -1,7 +1,8 @@
 //! Pages inside one repository, one file per page family: `summary` (the
 //! repository's front page), `tree` (directories, files, raw bytes),
-//! `commit` (a commit with its diff, and the log), `history` (one
-//! file's history and blame), `issues`, `patches`, `releases`.
+//! `commit` (a commit with its diff, its `.patch` and `.diff`, and the
+//! log), `history` (one file's history and blame), `refs` (branches,
+//! tags, the ref switcher, archives), `issues`, `patches`, `releases`.
 //!
 //! What they share lives here: [`open`] (the visibility check, then the git
 //! repository), [`RepoNav`] (the fields `repo_base.html` needs), resolving
@@ -11,6 +12,7 @@ pub mod commit;
 pub mod history;
 pub mod issues;
 pub mod patches;
+pub mod refs;
 pub mod releases;
 pub mod summary;
 pub mod tree;
@@ -50,7 +52,8 @@ pub fn open(app: &App, requested: &str) -> Result<RepoCtx, PageError> {
 pub struct RepoNav {
     pub site_title: String,
     pub repo_name: String,
-    /// `summary`, `tree`, `log`, `issues`, `patches` or `releases`.
+    /// `summary`, `tree`, `log`, `branches`, `tags`, `issues`, `patches`
+    /// or `releases`.
     pub active_section: &'static str,
     pub open_patches: usize,
     pub open_issues: usize,
@@ -93,6 +96,38 @@ pub fn nav_with_issues(
 /// Open patches, for the navigation badge (through the patches snapshot).
 pub fn open_patch_count(git: &Repository) -> usize {
     patches::open_count(git)
+}
+
+/// The governed name of a principal or `SHA256:` key fingerprint, when
+/// governance maps it to one.
+pub fn governed_name(st: &AppState, principal: &str) -> Option<String> {
+    match st.app.governance.state().as_ref() {
+        crate::governance::GovState::Active(conf) => conf
+            .principal_for_fingerprint(principal)
+            .map(str::to_string),
+        _ => None,
+    }
+}
+
+/// A principal as shown: its governed name, else as recorded.
+pub fn principal_name(st: &AppState, principal: &str) -> String {
+    governed_name(st, principal).unwrap_or_else(|| principal.to_string())
+}
+
+/// The author of a signed event (a patch, a revision, a review) as shown:
+/// the governed name of its key when governance lists that key, else the
+/// name the event carries, else the key's fingerprint.
+pub fn event_author_name(st: &AppState, author: &git_collab::record::event::Author) -> String {
+    let fingerprint = git_collab::record::sign::parse_public_key(&author.key)
+        .ok()
+        .map(|k| git_collab::record::sign::fingerprint(&k));
+    if let Some(name) = fingerprint.as_deref().and_then(|f| governed_name(st, f)) {
+        return name;
+    }
+    if !author.name.trim().is_empty() {
+        return author.name.clone();
+    }
+    fingerprint.unwrap_or_default()
 }
 
 /// The repository's `description` file, unless it is git's placeholder.
@@ -275,7 +310,16 @@ impl CommitRow {
 }
 
 /// Up to `limit` commits reachable from `from`, newest first, after
-/// skipping `skip`.
+/// skipping `skip`, in `git log`'s default order (by committer date, as
+/// parents are reached).
+///
+/// The walk is incremental, like `git log`'s: it parses the `skip + limit`
+/// commits it hands out and their parents, never the rest of the history
+/// (libgit2 sorts the whole history first for any `Sort` but `NONE`, whose
+/// walk already goes by date). libgit2 reads parents and dates from a
+/// single-file commit-graph (`objects/info/commit-graph`) when there is
+/// one; deep log pages go through `git rev-list` instead ([`commit_ids`]),
+/// which also reads the split commit-graph chains maintenance writes.
 pub fn commits(
     git: &Repository,
     from: Oid,
@@ -283,12 +327,40 @@ pub fn commits(
     limit: usize,
 ) -> anyhow::Result<Vec<CommitRow>> {
     let mut walk = git.revwalk()?;
-    // Like `git log`: parents after children, then newest first.
-    walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::TIME)?;
+    walk.set_sorting(git2::Sort::NONE)?;
     walk.push(from)?;
     let mut rows = Vec::with_capacity(limit);
     for oid in walk.skip(skip).take(limit) {
         rows.push(CommitRow::of(&git.find_commit(oid?)?));
     }
     Ok(rows)
+}
+
+/// The rows of `ids`, in order.
+pub fn commit_rows(git: &Repository, ids: &[Oid]) -> anyhow::Result<Vec<CommitRow>> {
+    ids.iter()
+        .map(|id| Ok(CommitRow::of(&git.find_commit(*id)?)))
+        .collect()
+}
+
+/// The ids `git rev-list --skip=<skip> --max-count=<limit> <from>` lists:
+/// the same commits in the same order as [`commits`], walked by git
+/// itself, which reads every kind of commit-graph. The caller holds a git
+/// process slot.
+pub fn commit_ids(
+    repo_dir: &Path,
+    from: Oid,
+    skip: usize,
+    limit: usize,
+) -> anyhow::Result<Vec<Oid>> {
+    let out = crate::maintenance::git::output(crate::maintenance::git::git(repo_dir).args([
+        "rev-list".to_string(),
+        format!("--skip={skip}"),
+        format!("--max-count={limit}"),
+        from.to_string(),
+    ]))?;
+    String::from_utf8_lossy(&out)
+        .lines()
+        .map(|l| Ok(Oid::from_str(l.trim())?))
+        .collect()
 }

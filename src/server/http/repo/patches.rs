@@ -3,7 +3,8 @@
 //! the patch's revisions with their votes, its timeline, and a diff: the
 //! revision `?rev=N` (default: the latest) against its base, or the
 //! interdiff `?from=A&to=B`. A plain GET form picks the interdiff, so the
-//! page works without JavaScript.
+//! page works without JavaScript. `/{repo}/-/patches/{id}.patch` and
+//! `.diff` (with `?rev=N`) give a revision as text.
 //!
 //! Patches are replayed by `git_collab::record::patch` and kept in a per-repository
 //! snapshot while no patch ref (and not the allowlist) changed, as issues
@@ -11,11 +12,12 @@
 //! rendered like the commit page's.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use askama::Template;
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use git2::Repository;
@@ -239,6 +241,8 @@ struct PatchDetailPage {
     file_link: String,
     /// This diff with every file.
     all_files_link: String,
+    /// The revision whose diff (or `.patch`) is offered.
+    shown: u32,
     /// Revision numbers for the interdiff form.
     numbers: Vec<u32>,
     from: u32,
@@ -333,7 +337,7 @@ fn list_page(st: &AppState, requested: &str, query: ListQuery) -> PageResult {
                 status: status_word(p.status),
                 base: p.base.clone(),
                 revisions: p.revisions.len(),
-                author: p.author.name.clone(),
+                author: super::event_author_name(st, &p.author),
                 created: view::fmt_time(p.created_at),
                 approvals: votes(Verdict::Approve),
                 changes_requested: votes(Verdict::RequestChanges),
@@ -389,9 +393,91 @@ pub async fn detail(
     State(st): State<AppState>,
     Path((repo, id)): Path<(String, String)>,
     Query(query): Query<DetailQuery>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
 ) -> Response {
     let app = st.app.clone();
+    if let Some(id) = id.strip_suffix(".patch") {
+        return revision_text(st, repo, id.to_string(), query, peer, true).await;
+    }
+    if let Some(id) = id.strip_suffix(".diff") {
+        return revision_text(st, repo, id.to_string(), query, peer, false).await;
+    }
     view::blocking(&app, move || detail_page(&st, &repo, &id, query)).await
+}
+
+/// `/{repo}/-/patches/{id}.patch?rev=N` (the revision's commits since its
+/// base, as `git format-patch` writes a series) and `.diff` (the revision
+/// against its base, as the page shows it), streamed out of git under a
+/// git process slot. Without `rev`, the latest revision.
+async fn revision_text(
+    st: AppState,
+    repo: String,
+    id: String,
+    query: DetailQuery,
+    peer: SocketAddr,
+    patch: bool,
+) -> Response {
+    let app = st.app.clone();
+    let found = view::blocking_value(&app, move || {
+        let ctx = super::open(&st.app, &repo)?;
+        let p = find(&ctx, &id)?;
+        let n = match query
+            .rev
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            None => None,
+            Some(text) => Some(
+                text.parse::<u32>()
+                    .ok()
+                    .ok_or_else(|| PageError::Missing("No such revision.".into()))?,
+            ),
+        };
+        let missing = |_| PageError::Missing("That revision's commits are not here.".into());
+        let r = p
+            .revision(n)
+            .map_err(|_| PageError::Missing("No such revision.".into()))?;
+        let head = patch::present_commit(&ctx.git, &r.head, r.n).map_err(missing)?;
+        let base = diff::fork_point(&ctx.git, &p, r).map_err(missing)?;
+        Ok((ctx.entry.path.clone(), base, head))
+    })
+    .await;
+    let (repo_dir, base, head) = match found {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    let slot = match crate::http::git_http::process_slot(&app, peer).await {
+        Ok(slot) => slot,
+        Err(busy) => return busy,
+    };
+    let mut args: Vec<String> = if patch {
+        [
+            "format-patch",
+            "--stdout",
+            "-M",
+            "--no-color",
+            "--no-signature",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    } else {
+        ["diff-tree", "-p", "-M", "--no-color"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    };
+    if patch {
+        args.push(format!("{base}..{head}"));
+    } else {
+        args.extend([base.to_string(), head.to_string()]);
+    }
+    let cmd = crate::http::git_stream::git(&repo_dir, &args);
+    match crate::http::git_stream::respond(cmd, slot, "text/plain; charset=utf-8", None).await {
+        Ok(response) => response,
+        Err(e) => PageError::Internal(e.context("patch revision text")).into_response(&app),
+    }
 }
 
 fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> PageResult {
@@ -484,12 +570,12 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
             n: r.n,
             head: r.head.clone(),
             head_short: view::short_id(&r.head),
-            author: r.author.name.clone(),
+            author: super::event_author_name(st, &r.author),
             when: view::fmt_time(r.at),
             votes: p
                 .reviews_of(r.n)
                 .map(|v| VoteView {
-                    author: v.author.name.clone(),
+                    author: super::event_author_name(st, &v.author),
                     verdict: v.verdict.as_str(),
                     label: verdict_label(v.verdict),
                 })
@@ -497,7 +583,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
             shown: from.is_none() && r.n == shown,
         })
         .collect();
-    let timeline = p.timeline.iter().map(timeline_view).collect();
+    let timeline = p.timeline.iter().map(|e| timeline_view(st, e)).collect();
     let nav = super::nav(st, &ctx, "patches")?;
     let page = PatchDetailPage {
         site_title: nav.site_title,
@@ -510,7 +596,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         title: p.title.clone(),
         status: status_word(p.status),
         base: p.base.clone(),
-        author: p.author.name.clone(),
+        author: super::event_author_name(st, &p.author),
         created: view::fmt_time(p.created_at),
         updated: view::fmt_time(p.updated_at),
         body_html: markdown::render(&p.body, None),
@@ -535,6 +621,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         only: only.unwrap_or("").to_string(),
         file_link,
         all_files_link,
+        shown,
         numbers: p.revisions.iter().map(|r| r.n).collect(),
         from: from.unwrap_or(latest.saturating_sub(1).max(1)),
         to: to.unwrap_or(latest),
@@ -607,7 +694,7 @@ fn unavailable<T>(notes: &mut Vec<String>, e: git_collab::Error) -> Result<Optio
     }
 }
 
-fn timeline_view(e: &git_collab::record::timeline::TimelineEntry) -> TimelineView {
+fn timeline_view(st: &AppState, e: &git_collab::record::timeline::TimelineEntry) -> TimelineView {
     use git_collab::record::timeline::TimelineItem as I;
     let (kind, what, commit) = match &e.item {
         I::Opened {
@@ -669,7 +756,7 @@ fn timeline_view(e: &git_collab::record::timeline::TimelineEntry) -> TimelineVie
     };
     TimelineView {
         when: view::fmt_time(e.at),
-        author: e.author.name.clone(),
+        author: super::event_author_name(st, &e.author),
         what,
         kind,
         html: if e.body().trim().is_empty() {

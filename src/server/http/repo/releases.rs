@@ -89,7 +89,7 @@ fn list_page(st: &AppState, requested: &str) -> PageResult {
                         uploaded: view::fmt_time(f.uploaded_at),
                         name: f.name,
                         sha256: f.sha256,
-                        uploader: f.uploader,
+                        uploader: super::principal_name(st, &f.uploader),
                     })
                     .collect(),
                 tag: r.tag,

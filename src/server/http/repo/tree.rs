@@ -40,6 +40,7 @@ struct TreePage {
     /// The ref as given, escaped for a URL.
     rev_url: String,
     rev: String,
+    switch: super::refs::Switcher,
     crumbs: Vec<Crumb>,
     /// The parent directory's URL path, or `None` at the root.
     parent: Option<String>,
@@ -271,6 +272,7 @@ fn tree_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
         open_issues: nav.open_issues,
         rev_url: view::url_path(&at.rev),
         rev: at.rev.clone(),
+        switch: super::refs::switcher(&ctx.git, "tree", &at.path),
         crumbs: crumbs(&at.path),
         parent,
         entries,
