@@ -10,8 +10,9 @@
 //!
 //! Bounded (the limits are listed in `docs/security.md`): text over
 //! [`MAX_BYTES`] or with a line over [`MAX_LINE`] bytes is not highlighted
-//! at all, and a page stops highlighting after [`BUDGET`] of work; what is
-//! left is shown escaped, uncoloured. The grammars are loaded once, on first
+//! at all, and a page stops highlighting after [`BUDGET`] of work (each
+//! text's first [`FREE_LINES`] lines excepted); what is left is shown
+//! escaped, uncoloured. The grammars are loaded once, on first
 //! use.
 
 use std::sync::LazyLock;
@@ -29,6 +30,10 @@ pub const MAX_BYTES: usize = 512 * 1024;
 pub const MAX_LINE: usize = 4 * 1024;
 /// Highlighting time one page may spend; later lines are shown plain.
 pub const BUDGET: Duration = Duration::from_millis(750);
+/// Lines each highlighter colours before the budget applies, so a short
+/// file is always coloured even when compiling its grammar (done once per
+/// process, on first use) ate the budget.
+pub const FREE_LINES: usize = 100;
 
 const STYLE: ClassStyle = ClassStyle::SpacedPrefixed { prefix: "hl-" };
 
@@ -100,6 +105,8 @@ pub struct Highlighter {
     parse: ParseState,
     stack: ScopeStack,
     deadline: Deadline,
+    /// Lines highlighted so far.
+    done: usize,
     /// Set once highlighting failed or ran out of time: plain from then on.
     off: bool,
 }
@@ -115,6 +122,7 @@ impl Highlighter {
             parse: ParseState::new(syntax),
             stack: ScopeStack::new(),
             deadline,
+            done: 0,
             off: false,
         }
     }
@@ -122,12 +130,16 @@ impl Highlighter {
     /// One line (without its line ending) as HTML: highlighted while the
     /// budget lasts and the line is short enough, else escaped.
     pub fn line(&mut self, text: &str) -> String {
-        if self.off || text.len() > MAX_LINE || self.deadline.passed() {
+        if self.off || text.len() > MAX_LINE || (self.done >= FREE_LINES && self.deadline.passed())
+        {
             self.off = true;
             return escape(text);
         }
         match self.try_line(text) {
-            Some(html) => html,
+            Some(html) => {
+                self.done += 1;
+                html
+            }
             None => {
                 self.off = true;
                 escape(text)
@@ -262,8 +274,16 @@ mod tests {
         let out = file_lines("a.rs", &long, Deadline::start());
         assert!(!out[0].contains("<span"), "{}", &out[0][..80]);
         let expired = Deadline(Instant::now());
-        let out = file_lines("a.rs", &["fn x() {}".to_string()], expired);
-        assert_eq!(out, ["fn x() {}"]);
+        let many: Vec<String> = (0..FREE_LINES + 5)
+            .map(|i| format!("fn f{i}() {{}}"))
+            .collect();
+        let out = file_lines("a.rs", &many, expired);
+        assert!(
+            out[FREE_LINES - 1].contains("<span"),
+            "{}",
+            out[FREE_LINES - 1]
+        );
+        assert_eq!(out[FREE_LINES], format!("fn f{FREE_LINES}() {{}}"));
     }
 
     #[test]
