@@ -216,7 +216,8 @@ fn render(results: &[Scenario], secs: u64) -> String {
          {secs} s per scenario in {ROUNDS} interleaved rounds, measured in one run of \
          `cargo bench --bench lease_store` on {} (SQLite {}, {} CPUs, a disk shared with \
          other builds). Every acquire is a new tenure on a distinct issue (random-looking \
-         40-hex ids) and is counted once its reply arrived, i.e. once it is durable.\n\n",
+         40-hex ids), appends its `lease.acquired` event row in the same transaction, and is \
+         counted once its reply arrived, i.e. once it is durable.\n\n",
         chrono::Utc::now().format("%Y-%m-%d"),
         rusqlite::version(),
         std::thread::available_parallelism()

@@ -397,8 +397,10 @@ fn a_watcher_that_stops_reading_is_cut_off_while_others_keep_receiving() {
     // Let both watchers start before the burst (their start is the head).
     let probe = h.clone_repo("r", "probe");
     h.commit_file(&probe, "p", b"p", "probe");
-    h.ssh_push(&probe, &["HEAD:refs/heads/probe"]);
-    assert_eq!(reader.next_event()["object_id"], "refs/heads/probe");
+    // To main, which HEAD names: a push that leaves HEAD dangling would
+    // add a `repo.settings_changed` row between the `ref.updated` ones.
+    h.ssh_push(&probe, &["HEAD:refs/heads/main"]);
+    assert_eq!(reader.next_event()["object_id"], "refs/heads/main");
 
     // One push of TAGS long tag names: several MiB of event lines, more
     // than the stalled client's SSH window and pipe can hold.
@@ -460,7 +462,7 @@ fn a_watcher_that_stops_reading_is_cut_off_while_others_keep_receiving() {
     assert!(!stalled_seqs.is_empty());
     assert!(stalled_seqs.len() < TAGS + 1, "it was cut before the end");
     assert!(stalled_seqs.windows(2).all(|w| w[1] == w[0] + 1), "no gap");
-    assert_eq!(complete[0]["object_id"], "refs/heads/probe");
+    assert_eq!(complete[0]["object_id"], "refs/heads/main");
     reader.kill();
 }
 
@@ -507,4 +509,244 @@ fn the_cli_replays_the_remote_repository_events() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2);
+}
+
+/// The payload's keys, sorted.
+fn keys(event: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = event["payload"]
+        .as_object()
+        .unwrap_or_else(|| panic!("an object payload: {event}"))
+        .keys()
+        .cloned()
+        .collect();
+    keys.sort();
+    keys
+}
+
+fn run_ok(h: &ServerHarness, cmd: &str) -> Value {
+    let out = h.ssh_exec(cmd);
+    assert_eq!(out.code, 0, "{cmd}: {out:?}\n{}", h.log());
+    if out.stdout.trim().is_empty() {
+        Value::Null
+    } else {
+        out.json()
+    }
+}
+
+/// Issue 15's "every change is an event": repository creation and settings,
+/// pushes, releases, every issue write and lease operation append their
+/// documented event (docs/events.md), with the documented payload fields,
+/// and a deleted or renamed-away repository's events stay visible to an
+/// administrator.
+#[test]
+fn every_change_appends_its_documented_event() {
+    let h = ServerHarness::start();
+    let admin = h.ssh_client_key();
+    // Watch from the start, live, so events of the repository are read
+    // while it still exists too.
+    let watch = Watcher::start(&h, &admin, "--since 0");
+    run_ok(&h, "collab-repo create 'r'");
+    let clone = h.clone_repo("r", "work");
+    h.commit_file(&clone, "a.txt", b"a", "first");
+    h.git(&clone, &["tag", "v1"]);
+    h.ssh_push(
+        &clone,
+        &[
+            "HEAD:refs/heads/main",
+            "HEAD:refs/heads/dev",
+            "refs/tags/v1",
+        ],
+    );
+    run_ok(&h, "collab-repo describe 'r' 'The app'");
+    run_ok(&h, "collab-repo visibility 'r' public");
+    run_ok(&h, "collab-repo set-head 'r' dev");
+    let up = h.ssh_exec_with_stdin("collab-release create 'r' 'v1' 'notes.txt'", b"notes");
+    assert_eq!(up.code, 0, "{up:?}");
+    run_ok(&h, "collab-release delete 'r' 'v1'");
+
+    let one = h.open_server_issue("r", "One");
+    let two = h.open_server_issue("r", "Two");
+    run_ok(&h, &format!("collab-issue comment 'r' '{one}' --body 'hi'"));
+    run_ok(&h, &format!("collab-issue edit 'r' '{one}' --title 'One!'"));
+    run_ok(&h, &format!("collab-issue label 'r' '{one}' --add bug"));
+    run_ok(&h, &format!("collab-issue link 'r' '{one}' blocks '{two}'"));
+    run_ok(
+        &h,
+        &format!("collab-issue unlink 'r' '{one}' blocks '{two}'"),
+    );
+    run_ok(&h, &format!("collab-lease acquire 'r' '{one}' --ttl 600"));
+    run_ok(&h, &format!("collab-lease renew 'r' '{one}' --ttl 900"));
+    run_ok(&h, &format!("collab-lease release 'r' '{one}'"));
+    run_ok(&h, &format!("collab-lease acquire 'r' '{one}' --ttl 600"));
+    run_ok(
+        &h,
+        &format!("collab-lease break 'r' '{one}' --reason 'stuck'"),
+    );
+    run_ok(&h, &format!("collab-lease acquire 'r' '{one}' --ttl 600"));
+    run_ok(&h, &format!("collab-issue close 'r' '{one}' --reason done"));
+    run_ok(&h, &format!("collab-issue reopen 'r' '{one}'"));
+    run_ok(&h, "collab-repo rename 'r' 'r2'");
+    run_ok(&h, "collab-repo delete 'r2' --confirm 'r2'");
+
+    let events = watch.events_until(|e| e["type"] == "repo.deleted");
+    watch.kill();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "repo.created",
+            "ref.updated",
+            "ref.updated",
+            "ref.updated",
+            "repo.settings_changed",
+            "repo.settings_changed",
+            "repo.settings_changed",
+            "release.uploaded",
+            "release.deleted",
+            "issue.opened",
+            "issue.opened",
+            "issue.commented",
+            "issue.edited",
+            "issue.labeled",
+            "issue.linked",
+            "issue.unlinked",
+            "lease.acquired",
+            "lease.renewed",
+            "lease.released",
+            "lease.acquired",
+            "lease.broken",
+            "lease.acquired",
+            "issue.closed",
+            "lease.released",
+            "issue.reopened",
+            "repo.renamed",
+            "repo.deleted",
+        ],
+        "{events:#?}"
+    );
+    let expected: &[(&str, &[&str])] = &[
+        ("repo.created", &["repo"]),
+        ("ref.updated", &["new", "old", "pusher", "ref"]),
+        ("repo.settings_changed", &["description"]),
+        ("repo.settings_changed", &["public"]),
+        ("repo.settings_changed", &["head"]),
+        ("release.uploaded", &["file", "tag"]),
+        ("release.deleted", &["files", "tag"]),
+        ("issue.opened", &["author", "body", "labels", "title"]),
+        ("issue.commented", &["comment"]),
+        ("issue.edited", &["title"]),
+        ("issue.labeled", &["add", "remove"]),
+        (
+            "issue.linked",
+            &["kind", "target", "target_id", "target_repo"],
+        ),
+        (
+            "issue.unlinked",
+            &["kind", "target", "target_id", "target_repo"],
+        ),
+        (
+            "lease.acquired",
+            &[
+                "acquired_at",
+                "expires_at",
+                "holder",
+                "note",
+                "token",
+                "transitions",
+            ],
+        ),
+        ("lease.renewed", &["expires_at", "holder", "note", "token"]),
+        ("lease.released", &["holder", "token"]),
+        ("lease.broken", &["by", "holder", "reason", "token"]),
+        ("issue.closed", &["reason"]),
+        ("lease.released", &["holder", "reason", "token"]),
+        ("issue.reopened", &[]),
+        ("repo.renamed", &["from", "to"]),
+        ("repo.deleted", &[]),
+    ];
+    // Each expected (type, keys) is met by an event of that type, in order.
+    let mut rest = events.iter();
+    for (kind, want) in expected {
+        let found = rest
+            .by_ref()
+            .find(|e| e["type"] == *kind && keys(e) == *want)
+            .unwrap_or_else(|| panic!("no {kind} with payload {want:?} in order: {events:#?}"));
+        assert_eq!(found["schema"], 1);
+        assert!(found["seq"].is_i64() && found["at"].is_string(), "{found}");
+    }
+    let seqs = seqs(&events);
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "gap-free: {seqs:?}"
+    );
+    for e in &events[..events.len() - 2] {
+        assert_eq!(
+            e["repo"], "r.git",
+            "rows keep the name they were written under: {e}"
+        );
+    }
+    assert_eq!(events[events.len() - 2]["repo"], "r2.git");
+    let issue_events = events.iter().filter(|e| {
+        e["type"].as_str().unwrap().starts_with("issue.")
+            || e["type"].as_str().unwrap().starts_with("lease.")
+    });
+    for e in issue_events {
+        assert!(
+            e["object_id"] == one.as_str() || e["object_id"] == two.as_str(),
+            "{e}"
+        );
+    }
+    let closed_lease = events
+        .iter()
+        .rfind(|e| e["type"] == "lease.released")
+        .unwrap();
+    assert_eq!(closed_lease["payload"]["reason"], "issue_closed");
+
+    // Replayed afterwards, the renamed-away and deleted repository's events
+    // are still there for the administrator, and for nobody else.
+    let replay = h.ssh_exec("collab-events watch --since 0 --no-follow");
+    assert_eq!(replay.stdout.lines().count(), events.len(), "{replay:?}");
+    let user = h.authorized_key("user");
+    let theirs = h.ssh_exec_as(&user, "collab-events watch --since 0 --no-follow", b"");
+    assert_eq!((theirs.code, theirs.stdout.as_str()), (0, ""), "{theirs:?}");
+}
+
+/// A push that creates a repository (`push_to_create`) records
+/// `repo.created`, and the server's repair of a dangling HEAD after a push
+/// records `repo.settings_changed` with the reason.
+#[test]
+fn push_to_create_and_head_repair_are_events() {
+    let h = ServerHarness::start_with(HarnessOptions {
+        env: vec![("GIT_COLLAB_PUSH_TO_CREATE".into(), "true".into())],
+        ..Default::default()
+    });
+    let admin = h.ssh_client_key();
+    let watch = Watcher::start(&h, &admin, "--since 0");
+    let work = h.temp_dir().join("fresh");
+    std::fs::create_dir_all(&work).unwrap();
+    h.git(&work, &["init", "-q", "-b", "trunk"]);
+    h.commit_file(&work, "a.txt", b"a", "first");
+    h.git(&work, &["remote", "add", "origin", &h.repo_url("made")]);
+    let out = h.ssh_push(&work, &["HEAD:refs/heads/trunk"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = watch.events_until(|e| e["type"] == "repo.settings_changed");
+    watch.kill();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["repo.created", "ref.updated", "repo.settings_changed"]
+    );
+    assert_eq!(events[0]["repo"], "made.git");
+    assert_eq!(events[0]["actor"], events[1]["actor"]);
+    let head = &events[2];
+    assert_eq!(head["actor"], Value::Null);
+    assert_eq!(head["payload"]["reason"], "dangling");
+    assert!(
+        head["payload"]["head"].as_str().unwrap().contains("trunk"),
+        "{head}"
+    );
 }

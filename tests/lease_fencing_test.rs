@@ -102,7 +102,6 @@ fn a_zombie_with_a_stale_token_cannot_push_and_its_successor_can() {
     h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
     let opened = h.open_issue(&seed, "Write the parser");
     let short = opened.rsplit(' ').next().unwrap().to_string();
-    h.ssh_push(&seed, &["refs/collab/*:refs/collab/*"]);
 
     let a = agent(&h, "agent-a");
     let b = agent(&h, "agent-b");

@@ -106,8 +106,18 @@ fn now() -> i64 {
 }
 
 impl Receiver {
+    /// A receiver that requires both signatures (`v1,` with its secret).
     fn start() -> Receiver {
-        let secret = format!("whsec_{}", B64.encode(rand_bytes()));
+        Receiver::start_with_secret(format!("whsec_{}", B64.encode(rand_bytes())))
+    }
+
+    /// A receiver for subscriptions without a secret: it requires the
+    /// `v1a,` signature alone (and that no `v1,` one is sent).
+    fn start_ed25519_only() -> Receiver {
+        Receiver::start_with_secret(String::new())
+    }
+
+    fn start_with_secret(secret: String) -> Receiver {
         let state = Arc::new(Mutex::new((Mode::Up, Seen::default())));
         let server_key: Arc<Mutex<Option<ed25519_dalek::VerifyingKey>>> = Arc::default();
         let (tx, rx) = std::sync::mpsc::channel();
@@ -216,9 +226,18 @@ fn handle(
         Mode::Up => {}
     }
     // HMAC and timestamp window: the well-known library.
-    let hmac = standardwebhooks::Webhook::new(secret)
-        .unwrap()
-        .verify(&body, &headers);
+    let hmac = if secret.is_empty() {
+        let signatures = headers["webhook-signature"].to_str().unwrap_or_default();
+        if signatures.split(' ').any(|s| s.starts_with("v1,")) {
+            Err(standardwebhooks::WebhookError::InvalidSignature)
+        } else {
+            Ok(())
+        }
+    } else {
+        standardwebhooks::Webhook::new(secret)
+            .unwrap()
+            .verify(&body, &headers)
+    };
     let ed = match server_key.lock().unwrap().as_ref() {
         Some(key) => check_ed25519(key, &headers, &body, now()),
         None => Err("no server key yet".into()),
@@ -553,4 +572,186 @@ fn redirects_are_not_followed_and_a_failing_subscription_is_disabled() {
         assert_eq!(out.stderr, "error: webhook not found\n", "{verb}: {out:?}");
     }
     let _ = receiver.other;
+}
+
+/// `governance.toml` naming the harness's admin key `alice` (rewind on
+/// everything) and declaring `hooks` verbatim.
+fn governance_toml(h: &ServerHarness, hooks: &str) -> String {
+    format!(
+        "[principals.alice]\nkeys = [\"{}\"]\n\n[[grants]]\nrepos = [\"**\"]\nto = [\"alice\"]\naccess = \"rewind\"\n{hooks}",
+        common::public_key_line(&h.ssh_client_key())
+    )
+}
+
+fn push_governance(h: &ServerHarness, clone: &Path, text: &str) -> std::process::Output {
+    std::fs::write(clone.join("governance.toml"), text).unwrap();
+    h.git(clone, &["add", "governance.toml"]);
+    h.git(clone, &["commit", "-q", "-m", "governance"]);
+    h.git_command(&h.ssh_client_key(), clone)
+        .args(["push", "origin", "HEAD:main"])
+        .output()
+        .unwrap()
+}
+
+/// The ids of the subscriptions `collab-hook list` shows, once `done` holds
+/// (the server syncs declarations in the background; hang guard).
+fn wait_hooks(h: &ServerHarness, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let start = Instant::now();
+    loop {
+        let list = h.ssh_exec("collab-hook list").json();
+        let hooks = list["webhooks"].as_array().unwrap().clone();
+        if done(&hooks) {
+            return hooks;
+        }
+        assert!(
+            start.elapsed() < WAIT_LIMIT,
+            "never happened: {what}: {list}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn subscriptions_declared_in_governance_toml_deliver_and_follow_the_file() {
+    let receiver = Receiver::start_ed25519_only();
+    let h = server_with(true, &[]);
+    receiver.set_server_key(
+        h.ssh_exec("collab-whoami").json()["server_key"]
+            .as_str()
+            .unwrap(),
+    );
+    assert_eq!(h.ssh_exec("collab-repo create '_governance'").code, 0);
+    assert_eq!(h.ssh_exec("collab-repo create 'team/app'").code, 0);
+    assert_eq!(h.ssh_exec("collab-repo create 'other'").code, 0);
+    let gov = h.clone_repo("_governance", "gov");
+    let out = push_governance(&h, &gov, &governance_toml(&h, ""));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A bad declaration is refused with the push, naming the entry.
+    for (bad, needle) in [
+        ("[[webhooks]]\nname = \"ci\"\nrepo = \"team/*\"\nurl = \"ftp://x/\"\n", "webhooks[0].url"),
+        ("[[webhooks]]\nname = \"bad name\"\nrepo = \"*\"\nurl = \"http://x/\"\n", "webhooks[0].name"),
+        ("[[webhooks]]\nname = \"ci\"\nrepo = \"*\"\nurl = \"http://x/\"\nsecret = \"whsec_AAAA\"\n", "secret"),
+        ("[[webhooks]]\nname = \"ci\"\nrepo = \"*\"\nurl = \"http://x/\"\nevents = [\"ref updated\"]\n", "webhooks[0].events"),
+    ] {
+        let out = push_governance(&h, &gov, &governance_toml(&h, &format!("\n{bad}")));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(needle), "{bad}: {stderr}");
+        h.git(&gov, &["reset", "-q", "--hard", "HEAD~1"]);
+    }
+
+    let declared = format!(
+        "\n[[webhooks]]\nname = \"ci\"\nrepo = \"team/*\"\nurl = \"{}\"\nevents = [\"ref.updated\"]\n",
+        receiver.url()
+    );
+    let out = push_governance(&h, &gov, &governance_toml(&h, &declared));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hooks = wait_hooks(&h, "the governance subscription", |hooks| {
+        hooks.iter().any(|w| w["id"] == "governance-ci")
+    });
+    let hook = hooks.iter().find(|w| w["id"] == "governance-ci").unwrap();
+    assert_eq!(hook["origin"], "governance", "{hook}");
+    assert_eq!(hook["repo"], "team/*", "{hook}");
+    assert_eq!(hook["secret"], false, "{hook}");
+    let removed = h.ssh_exec("collab-hook remove 'governance-ci'");
+    assert_eq!(removed.code, 1, "{removed:?}");
+    assert!(removed.stderr.contains("governance.toml"), "{removed:?}");
+
+    // Pushes to team/app reach the receiver, signed with the server key;
+    // pushes to other do not match the glob.
+    let other = h.clone_repo("other", "other");
+    h.commit_file(&other, "o", b"o", "o");
+    h.ssh_push(&other, &["HEAD:refs/heads/main"]);
+    let app = h.clone_repo("team/app", "app");
+    h.commit_file(&app, "a", b"a", "a");
+    h.ssh_push(&app, &["HEAD:refs/heads/main"]);
+    receiver.wait("the team/app push", |s| !s.accepted.is_empty());
+    receiver.with(|s| {
+        assert!(s.bad.is_empty(), "{:?}", s.bad);
+        assert_eq!(s.accepted.len(), 1);
+        assert!(
+            s.accepted[0].id.starts_with("governance-ci-"),
+            "{:?}",
+            s.accepted
+        );
+        assert_eq!(s.accepted[0].kind, "ref.updated");
+    });
+
+    // Changing the declaration moves the running subscription: now `other`.
+    let moved = declared.replace("team/*", "other");
+    let out = push_governance(&h, &gov, &governance_toml(&h, &moved));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_hooks(&h, "the changed glob", |hooks| {
+        hooks
+            .iter()
+            .any(|w| w["id"] == "governance-ci" && w["repo"] == "other")
+    });
+    h.commit_file(&other, "o", b"o2", "o2");
+    h.ssh_push(&other, &["HEAD:refs/heads/main"]);
+    receiver.wait("the other push", |s| s.accepted.len() >= 2);
+
+    // The metrics count the deliveries (the worker counts an attempt just
+    // after the receiver answered it: poll) and show the backlog and
+    // watchers.
+    let read_metrics = || {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect(h.http_addr).unwrap();
+        write!(stream, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text
+    };
+    let start = Instant::now();
+    let metrics = loop {
+        let metrics = read_metrics();
+        let delivered: u64 = metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("git_collab_webhook_deliveries_total{outcome=\"delivered\"} ")
+            })
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        if delivered >= 2 {
+            break metrics;
+        }
+        assert!(
+            start.elapsed() < WAIT_LIMIT,
+            "deliveries never counted: {metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for name in [
+        "git_collab_webhook_queue_depth ",
+        "git_collab_webhook_oldest_undelivered_seconds ",
+        "git_collab_event_watchers ",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(name)),
+            "{name}: {metrics}"
+        );
+    }
+
+    // Dropping it from the file removes the subscription.
+    let out = push_governance(&h, &gov, &governance_toml(&h, ""));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_hooks(&h, "the subscription removed", |hooks| {
+        !hooks.iter().any(|w| w["id"] == "governance-ci")
+    });
+    receiver.with(|s| assert!(s.bad.is_empty(), "{:?}", s.bad));
 }

@@ -87,6 +87,17 @@ pub fn server_export_issue_ref(full_id: &str) -> String {
     format!("{EXPORT_PREFIX}issues/{full_id}")
 }
 
+/// Push-to-review: `git push origin HEAD:refs/for/<base>` proposes a patch
+/// against branch `<base>`. The server never stores these refs: its
+/// `proc-receive` hook takes the update and records a patch revision.
+pub const FOR_REVIEW_PREFIX: &str = "refs/for/";
+
+/// The base branch a `refs/for/<base>` push names, if `name` is one.
+pub fn for_review_base(name: &str) -> Option<&str> {
+    name.strip_prefix(FOR_REVIEW_PREFIX)
+        .filter(|b| !b.is_empty())
+}
+
 /// Git notes (`git notes`), e.g. `refs/notes/commits`.
 pub const NOTES_PREFIX: &str = "refs/notes/";
 

@@ -171,7 +171,7 @@ fn import_at_start(app: &App, runtime: tokio::runtime::Handle) {
 /// (host key, authorized_keys, initial admin keys, hooks) and checks
 /// `collab.db` (`db::guard`) first.
 pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Result<()> {
-    let config = absolute_paths(config)?;
+    let mut config = absolute_paths(config)?;
     // Before any listener exists: the connection caps are fitted into it.
     fds::raise_open_file_limit();
     let prepared = crate::setup::prepare(&config)?;
@@ -190,6 +190,9 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
         .with_context(|| format!("http.listen: cannot listen on {}", config.http.listen))?;
     let ssh_addr = ssh_listener.local_addr()?;
     let http_addr = http_listener.local_addr()?;
+    // The address actually bound (port 0 picks one): what push-to-review
+    // prints as the web address.
+    config.http.listen = http_addr.to_string();
 
     let app = Arc::new(App::new(config)?);
     crate::db::guard::mark_state_dir(&app.config.state_dir)?;

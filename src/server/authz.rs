@@ -232,8 +232,8 @@ pub fn is_server_admin(_app: &App, caller: &Caller) -> bool {
     }
 }
 
-/// Whether the owner of a webhook subscription may read `repo` now (`None`:
-/// a server-wide event, for administrators only). Subscriptions declared by
+/// Whether the owner of a webhook subscription may read `repo` now (`None`,
+/// or a repository that no longer exists: for administrators only). Subscriptions declared by
 /// the operator (`config`, `governance` origins) see everything. `owner` is
 /// the principal that added it: a fingerprint when ungoverned (it must
 /// still be admitted), a governed name when governed.
@@ -241,6 +241,9 @@ pub fn owner_can_read(app: &App, owner: &str, origin: &str, repo: Option<&str>) 
     if origin != "ssh" {
         return true;
     }
+    // Events of a name that no longer exists (renamed away, deleted) are
+    // for administrators only, like server-wide ones.
+    let repo = repo.filter(|r| crate::repos::find_repo(&app.config.repos_dir, r).is_some());
     match app.governance.state().as_ref() {
         GovState::Inactive => {
             let Some(key) = app.authorized_keys.lookup(owner) else {

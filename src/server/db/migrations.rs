@@ -222,6 +222,100 @@ CREATE INDEX webhook_attempts_by_message ON webhook_attempts (message_id, id);
 CREATE INDEX webhook_attempts_at ON webhook_attempts (at);
 ",
     },
+    // Version 6: patches held by the server (push-to-review, see `patches`
+    // and docs/patches.md). Times are unix milliseconds like issues'.
+    // `patch_revisions` numbers each patch's revisions from 1; `base_commit`
+    // is where the revision forks from the server's base branch as it was
+    // when the revision was pushed (`base_tip`). `patch_reviews` holds the
+    // vote that counts, one per principal and revision (a later vote
+    // replaces the row; the event log keeps every vote). Comments are
+    // general, or inline on `path` (and `line`) of `revision`.
+    // `patch_issues` links patches to the issues they address.
+    // `patches.version` grows with every write (for an export to follow).
+    Step {
+        version: 6,
+        sql: "
+CREATE TABLE patches (
+    repo           TEXT    NOT NULL,
+    id             TEXT    NOT NULL CHECK (length(id) = 40),
+    title          TEXT    NOT NULL CHECK (title <> ''),
+    body           TEXT    NOT NULL,
+    base           TEXT    NOT NULL CHECK (base <> ''),
+    author         TEXT    NOT NULL CHECK (author <> ''),
+    author_name    TEXT    NOT NULL,
+    author_key     TEXT,
+    created_ms     INTEGER NOT NULL,
+    updated_ms     INTEGER NOT NULL,
+    status         TEXT    NOT NULL CHECK (status IN ('open', 'merged', 'closed')),
+    merged_commit  TEXT,
+    merged_by      TEXT,
+    merged_ms      INTEGER,
+    imported       INTEGER NOT NULL DEFAULT 0 CHECK (imported IN (0, 1)),
+    revision_count INTEGER NOT NULL DEFAULT 0,
+    comment_count  INTEGER NOT NULL DEFAULT 0,
+    version        INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (repo, id)
+);
+CREATE INDEX patches_list ON patches (repo, created_ms DESC, id);
+CREATE INDEX patches_list_status ON patches (repo, status, created_ms DESC, id);
+CREATE INDEX patches_open_base ON patches (repo, base) WHERE status = 'open';
+CREATE TABLE patch_revisions (
+    repo        TEXT    NOT NULL,
+    patch_id    TEXT    NOT NULL,
+    n           INTEGER NOT NULL CHECK (n > 0),
+    head        TEXT    NOT NULL,
+    base_commit TEXT    NOT NULL,
+    base_tip    TEXT,
+    author      TEXT    NOT NULL CHECK (author <> ''),
+    author_name TEXT    NOT NULL,
+    author_key  TEXT,
+    at_ms       INTEGER NOT NULL,
+    event_id    TEXT,
+    PRIMARY KEY (repo, patch_id, n),
+    FOREIGN KEY (repo, patch_id) REFERENCES patches (repo, id)
+);
+CREATE INDEX patch_revisions_head ON patch_revisions (repo, head);
+CREATE TABLE patch_reviews (
+    repo        TEXT    NOT NULL,
+    patch_id    TEXT    NOT NULL,
+    revision    INTEGER NOT NULL CHECK (revision > 0),
+    author      TEXT    NOT NULL CHECK (author <> ''),
+    author_name TEXT    NOT NULL,
+    author_key  TEXT,
+    id          TEXT    NOT NULL CHECK (length(id) = 40),
+    verdict     TEXT    NOT NULL CHECK (verdict IN ('approve', 'request_changes', 'comment')),
+    body        TEXT    NOT NULL,
+    at_ms       INTEGER NOT NULL,
+    PRIMARY KEY (repo, patch_id, revision, author),
+    FOREIGN KEY (repo, patch_id) REFERENCES patches (repo, id)
+);
+CREATE TABLE patch_comments (
+    repo        TEXT    NOT NULL,
+    patch_id    TEXT    NOT NULL,
+    position    INTEGER NOT NULL CHECK (position > 0),
+    id          TEXT    NOT NULL CHECK (length(id) = 40),
+    author      TEXT    NOT NULL CHECK (author <> ''),
+    author_name TEXT    NOT NULL,
+    author_key  TEXT,
+    at_ms       INTEGER NOT NULL,
+    body        TEXT    NOT NULL,
+    revision    INTEGER CHECK (revision IS NULL OR revision > 0),
+    path        TEXT    CHECK (path IS NULL OR path <> ''),
+    line        INTEGER CHECK (line IS NULL OR (line > 0 AND path IS NOT NULL)),
+    PRIMARY KEY (repo, patch_id, position),
+    FOREIGN KEY (repo, patch_id) REFERENCES patches (repo, id)
+);
+CREATE UNIQUE INDEX patch_comments_id ON patch_comments (repo, id);
+CREATE TABLE patch_issues (
+    repo     TEXT NOT NULL,
+    patch_id TEXT NOT NULL,
+    issue_id TEXT NOT NULL CHECK (length(issue_id) = 40),
+    PRIMARY KEY (repo, patch_id, issue_id),
+    FOREIGN KEY (repo, patch_id) REFERENCES patches (repo, id)
+);
+CREATE INDEX patch_issues_issue ON patch_issues (repo, issue_id);
+",
+    },
 ];
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).

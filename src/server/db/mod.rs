@@ -5,7 +5,8 @@
 //! group-commits every write and answers only after COMMIT; `open_reader`
 //! gives the read-only connections that read beside it, and `reads` pools
 //! them for request handlers. `issues` holds the issue decisions; `queue`
-//! the work queue (ready issues, `next`).
+//! the work queue (ready issues, `next`); `patches` the patch decisions
+//! (push-to-review).
 
 pub mod events;
 pub mod exports;
@@ -13,6 +14,7 @@ pub mod guard;
 pub mod issues;
 pub mod leases;
 pub mod migrations;
+pub mod patches;
 pub mod queue;
 pub mod reads;
 pub mod repos;

@@ -48,6 +48,9 @@ pub fn rename(
     actor: &str,
     now: i64,
 ) -> rusqlite::Result<()> {
+    // Parent rows (`issues`) and child rows (comments, labels, links) move
+    // one table at a time: check the foreign keys at COMMIT, when all have.
+    conn.execute_batch("PRAGMA defer_foreign_keys = ON")?;
     for table in tables_with_repo(conn)? {
         conn.execute(
             &format!("UPDATE {table} SET repo = ?1 WHERE repo = ?2"),
@@ -76,6 +79,7 @@ pub fn rename(
 /// Drop every row of `repo` (except its fencing high-water marks) and
 /// record `repo.deleted`.
 pub fn delete(conn: &Connection, repo: &str, actor: &str, now: i64) -> rusqlite::Result<()> {
+    conn.execute_batch("PRAGMA defer_foreign_keys = ON")?;
     for table in tables_with_repo(conn)? {
         if table == "lease_tokens" {
             continue;
@@ -169,6 +173,56 @@ mod tests {
             ),
             1
         );
+    }
+
+    /// Issues with comments, labels and links (foreign keys on) follow a
+    /// rename, links into the repository included, and go with a delete.
+    #[test]
+    fn issues_with_children_follow_a_rename_and_go_with_a_delete() {
+        let conn = db();
+        conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+        let (one, two) = ("1".repeat(40), "2".repeat(40));
+        for (repo, id) in [("a.git", &one), ("a.git", &two), ("other.git", &one)] {
+            conn.execute(
+                "INSERT INTO issues (repo, id, title, body, author, author_name, created_ms,
+                                     updated_ms, status)
+                 VALUES (?1, ?2, 't', '', 'alice', 'alice', 1, 1, 'open')",
+                [repo, id.as_str()],
+            )
+            .unwrap();
+        }
+        conn.execute_batch(&format!(
+            "INSERT INTO issue_comments VALUES ('a.git', '{one}', 1, '{two}', 'alice', 'alice', NULL, 1, 'hi');
+             INSERT INTO issue_labels VALUES ('a.git', '{one}', 'bug');
+             INSERT INTO issue_links VALUES ('a.git', '{one}', 'blocks', 'a.git', '{two}', 'alice', 1);
+             INSERT INTO issue_links VALUES ('other.git', '{one}', 'relates', 'a.git', '{one}', 'alice', 1);"
+        ))
+        .unwrap();
+        let tx = conn.unchecked_transaction().unwrap();
+        rename(&tx, "a.git", "b.git", "admin", 2).unwrap();
+        tx.commit().unwrap();
+        for table in ["issues", "issue_comments", "issue_labels", "issue_links"] {
+            assert_eq!(
+                count(
+                    &conn,
+                    &format!("SELECT COUNT(*) FROM {table} WHERE repo = 'a.git'")
+                ),
+                0,
+                "{table}"
+            );
+        }
+        assert_eq!(
+            count(
+                &conn,
+                "SELECT COUNT(*) FROM issue_links WHERE target_repo = 'b.git'"
+            ),
+            2
+        );
+        let tx = conn.unchecked_transaction().unwrap();
+        delete(&tx, "b.git", "admin", 3).unwrap();
+        tx.commit().unwrap();
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM issues"), 1);
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM issue_comments"), 0);
     }
 
     #[test]

@@ -13,6 +13,15 @@ pub fn valid_pattern(pattern: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'*'))
 }
 
+/// Whether `glob` is an acceptable repository glob of a webhook
+/// subscription: 1 to 200 characters of `[A-Za-z0-9._/*-]`.
+pub fn valid_repo_glob(glob: &str) -> bool {
+    (1..=200).contains(&glob.len())
+        && glob
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b'*'))
+}
+
 /// A set of type patterns; empty matches every type.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TypeFilter {

@@ -78,6 +78,20 @@ impl Recorded {
         }
     }
 
+    /// `repo.settings_changed {head, reason: "dangling"}`: after a push
+    /// the server pointed HEAD at `branch` because the branch it named did
+    /// not exist (`repo_admin::repair_dangling_head`); the server's own
+    /// change, so no actor.
+    pub fn head_repaired(repo: &str, branch: &str) -> Recorded {
+        Recorded {
+            kind: "repo.settings_changed",
+            repo: Some(repo.to_string()),
+            object_id: None,
+            actor: None,
+            payload: json!({ "head": branch, "reason": "dangling" }),
+        }
+    }
+
     /// `ref.updated {ref, old, new, pusher}`: one ref moved (or was created
     /// or deleted: the all-zero id) by a push from `pusher`.
     pub fn ref_updated(repo: &str, refname: &str, old: &str, new: &str, pusher: &str) -> Recorded {

@@ -22,6 +22,20 @@
 //!
 //! A top-level `fenced_refs = ["refs/heads/issue/*"]` makes a live lease
 //! token mandatory for pushes touching those refs, in every repository.
+//!
+//! `[[webhooks]]` tables declare webhook subscriptions (id
+//! `governance-<name>`), synced by `webhooks` whenever the file changes:
+//!
+//! ```toml
+//! [[webhooks]]
+//! name = "ci"
+//! repo = "team/*"
+//! url = "https://ci.example.com/hook"
+//! events = ["ref.*"]               # optional; none = every type
+//! ```
+//!
+//! They carry no HMAC secret (the file is readable by everyone who can read
+//! `_governance`); receivers verify the server's Ed25519 `v1a,` signature.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -59,6 +73,87 @@ struct RawConf {
     grants: Vec<RawGrant>,
     #[serde(default)]
     fenced_refs: Vec<String>,
+    #[serde(default)]
+    webhooks: Vec<GovWebhook>,
+}
+
+/// A webhook subscription declared in `governance.toml` (`[[webhooks]]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GovWebhook {
+    /// Unique in the file; the subscription id is `governance-<name>`.
+    pub name: String,
+    /// Repository glob (`team/*`, `*`), as `collab-hook add` takes it.
+    pub repo: String,
+    pub url: String,
+    /// Type patterns; none = every type.
+    #[serde(default)]
+    pub events: Vec<String>,
+}
+
+/// The most `[[webhooks]]` one governance file may declare.
+pub const MAX_GOV_WEBHOOKS: usize = 256;
+
+fn check_webhooks(hooks: &[GovWebhook]) -> Result<(), GovernanceError> {
+    if hooks.len() > MAX_GOV_WEBHOOKS {
+        return Err(invalid(format!(
+            "webhooks: at most {MAX_GOV_WEBHOOKS} subscriptions"
+        )));
+    }
+    let mut names = BTreeSet::new();
+    for (i, hook) in hooks.iter().enumerate() {
+        let ctx = format!("webhooks[{i}]");
+        let ok_name = !hook.name.is_empty()
+            && hook.name.len() <= 64
+            && hook
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'));
+        if !ok_name {
+            return Err(invalid(format!(
+                "{ctx}.name: use 1 to 64 of A-Z a-z 0-9 - _ (found {:?})",
+                hook.name
+            )));
+        }
+        if !names.insert(hook.name.as_str()) {
+            return Err(invalid(format!(
+                "{ctx}.name: {:?} is used twice",
+                hook.name
+            )));
+        }
+        if !crate::events::filter::valid_repo_glob(&hook.repo) {
+            return Err(invalid(format!(
+                "{ctx}.repo: not a repository glob: {:?}",
+                hook.repo
+            )));
+        }
+        let url = reqwest::Url::parse(&hook.url)
+            .map_err(|e| invalid(format!("{ctx}.url: invalid URL: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(invalid(format!(
+                "{ctx}.url: must be an http:// or https:// URL with a host"
+            )));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(invalid(format!("{ctx}.url: must not carry credentials")));
+        }
+        if hook.events.len() > crate::events::filter::MAX_PATTERNS {
+            return Err(invalid(format!(
+                "{ctx}.events: at most {} patterns",
+                crate::events::filter::MAX_PATTERNS
+            )));
+        }
+        if let Some(bad) = hook
+            .events
+            .iter()
+            .find(|p| !crate::events::filter::valid_pattern(p))
+        {
+            return Err(invalid(format!(
+                "{ctx}.events: bad pattern {bad:?} (1 to 100 of A-Z a-z 0-9 . _ - *)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, Deserialize)]
@@ -100,6 +195,8 @@ pub struct GovernanceConf {
     public: GlobSet,
     /// Ref globs fenced in every governed repository (`hooks::fencing`).
     fenced_refs: Vec<String>,
+    /// Declared webhook subscriptions (`webhooks` syncs them).
+    webhooks: Vec<GovWebhook>,
 }
 
 fn valid_ident(s: &str) -> bool {
@@ -209,6 +306,7 @@ impl GovernanceConf {
         }
         let public = compile_globs(&raw.public, "public")?;
         crate::hooks::fencing::compile(&raw.fenced_refs).map_err(invalid)?;
+        check_webhooks(&raw.webhooks)?;
         Ok(GovernanceConf {
             by_fingerprint,
             principals,
@@ -216,7 +314,13 @@ impl GovernanceConf {
             grants,
             public,
             fenced_refs: raw.fenced_refs,
+            webhooks: raw.webhooks,
         })
+    }
+
+    /// The webhook subscriptions the file declares.
+    pub fn webhooks(&self) -> &[GovWebhook] {
+        &self.webhooks
     }
 
     /// The principal a key is enrolled as.
@@ -314,6 +418,40 @@ mod tests {
         assert!(c.is_public("docs/site") && !c.is_public("docs") && !c.is_public("_governance"));
         assert!(c.check_keeps_admin(&alice_fp).is_ok());
         assert!(c.check_keeps_admin("SHA256:nobody").is_err());
+    }
+
+    #[test]
+    fn webhooks_are_declared_and_validated() {
+        let hook = "[[webhooks]]\nname = \"ci\"\nrepo = \"team/*\"\nurl = \"https://ci.example.com/hook\"\nevents = [\"ref.*\"]\n";
+        let c = GovernanceConf::parse(&conf(hook)).unwrap();
+        assert_eq!(
+            c.webhooks(),
+            [GovWebhook {
+                name: "ci".into(),
+                repo: "team/*".into(),
+                url: "https://ci.example.com/hook".into(),
+                events: vec!["ref.*".into()],
+            }]
+        );
+        assert!(GovernanceConf::parse(&conf(""))
+            .unwrap()
+            .webhooks()
+            .is_empty());
+        for (bad, needle) in [
+            (
+                hook.replace("https://ci.example.com/hook", "ftp://x/"),
+                "webhooks[0].url",
+            ),
+            (hook.replace("https://", "https://u:p@"), "credentials"),
+            (hook.replace("\"ci\"", "\"c i\""), "webhooks[0].name"),
+            (format!("{hook}{hook}"), "used twice"),
+            (hook.replace("team/*", "team app"), "webhooks[0].repo"),
+            (hook.replace("ref.*", "ref updated"), "webhooks[0].events"),
+            (format!("{hook}secret = \"whsec_AAAA\"\n"), "secret"),
+        ] {
+            let err = GovernanceConf::parse(&conf(&bad)).unwrap_err();
+            assert!(err.to_string().contains(needle), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -27,9 +27,11 @@ use git_collab::record::refs;
 /// refused whatever the pusher's level. Add a prefix here when the server
 /// starts maintaining a namespace.
 ///
-/// `refs/collab/revisions/*` joins this list when the server writes revision
-/// pins itself (push-to-review); until then clients create them through
-/// `git-collab patch` + `sync`, and they follow the rules above.
+/// `refs/collab/revisions/*` is shared for now: the server writes the
+/// revision refs of the patches it holds (push-to-review), and
+/// `hooks::review::check` refuses those to clients; pins of patches still
+/// kept as client-written DAGs (`git-collab patch` + `sync`) follow the
+/// rules above. The prefix joins this list once those DAGs are imported.
 pub const SERVER_MAINTAINED_PREFIXES: &[&str] = &[refs::EXPORT_PREFIX];
 
 /// What an update does to its ref.

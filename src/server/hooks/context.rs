@@ -17,6 +17,11 @@ const ENV_ACCESS: &str = "GIT_COLLAB_ACCESS";
 const ENV_STATE_DIR: &str = "GIT_COLLAB_STATE_DIR";
 const ENV_COLLAB_DB: &str = "GIT_COLLAB_DB";
 const ENV_FENCED_REFS: &str = "GIT_COLLAB_FENCED_REFS";
+const ENV_MAX_BODY: &str = "GIT_COLLAB_MAX_BODY";
+const ENV_WEB_URL: &str = "GIT_COLLAB_WEB_URL";
+
+/// `max_body` when the server did not pass one (`max_issue_body`'s default).
+const DEFAULT_MAX_BODY: usize = 256 * 1024;
 
 /// The pusher and the repository, as the server decided them before
 /// starting `git receive-pack`.
@@ -39,6 +44,11 @@ pub struct HookContext {
     /// (`hooks::fencing`): the repository policy's and governance's, as the
     /// server resolved them. Passed one per line.
     pub fenced_refs: Vec<String>,
+    /// `max_issue_body`: the largest patch description a push may set.
+    pub max_body: usize,
+    /// Where the web UI is reached (`http://host:port`), for the addresses
+    /// push-to-review prints; empty when unknown.
+    pub web_url: String,
 }
 
 impl HookContext {
@@ -52,6 +62,8 @@ impl HookContext {
             (ENV_STATE_DIR, self.state_dir.clone().into_os_string()),
             (ENV_COLLAB_DB, self.collab_db.clone().into_os_string()),
             (ENV_FENCED_REFS, self.fenced_refs.join("\n").into()),
+            (ENV_MAX_BODY, self.max_body.to_string().into()),
+            (ENV_WEB_URL, self.web_url.clone().into()),
         ]
     }
 
@@ -98,6 +110,13 @@ impl HookContext {
                         .collect()
                 })
                 .unwrap_or_default(),
+            max_body: get(ENV_MAX_BODY)
+                .and_then(|v| v.into_string().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_MAX_BODY),
+            web_url: get(ENV_WEB_URL)
+                .and_then(|v| v.into_string().ok())
+                .unwrap_or_default(),
         })
     }
 
@@ -124,6 +143,8 @@ mod tests {
             state_dir: "/srv/state".into(),
             collab_db: "/srv/state/repos/collab.db".into(),
             fenced_refs: vec!["refs/heads/issue/*".into(), "refs/heads/wip/**".into()],
+            max_body: 1000,
+            web_url: "http://forge.example:8080".into(),
         };
         let env: HashMap<&str, std::ffi::OsString> = ctx.to_env().into_iter().collect();
         let back = HookContext::from_lookup(|n| env.get(n).cloned()).unwrap();

@@ -10,6 +10,7 @@
 
 use super::{HookContext, RefUpdate};
 use crate::events::{append_from_other_process, Recorded};
+use git_collab::record::refs;
 
 /// All-zero id for a created or deleted side (SHA-1 width unless the
 /// other side says otherwise).
@@ -22,6 +23,8 @@ fn zero_like(other: Option<git2::Oid>) -> String {
 pub fn ref_events(ctx: &HookContext, updates: &[RefUpdate]) -> Vec<Recorded> {
     updates
         .iter()
+        // Push-to-review updates are not stored as refs (`review`).
+        .filter(|u| refs::for_review_base(&u.refname).is_none())
         .map(|u| {
             let old = u.old.map_or_else(|| zero_like(u.new), |o| o.to_string());
             let new = u.new.map_or_else(|| zero_like(u.old), |o| o.to_string());
@@ -32,10 +35,11 @@ pub fn ref_events(ctx: &HookContext, updates: &[RefUpdate]) -> Vec<Recorded> {
 
 /// Record the push's ref updates.
 pub fn record(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), String> {
-    if updates.is_empty() {
+    let events = ref_events(ctx, updates);
+    if events.is_empty() {
         return Ok(());
     }
-    append_from_other_process(&ctx.collab_db, &ref_events(ctx, updates))
+    append_from_other_process(&ctx.collab_db, &events)
         .map_err(|e| format!("could not record the ref.updated events: {e}"))
 }
 
@@ -54,6 +58,8 @@ mod tests {
             state_dir: "/s".into(),
             collab_db: "/s/collab.db".into(),
             fenced_refs: Vec::new(),
+            max_body: 1000,
+            web_url: String::new(),
         };
         let a = git2::Oid::from_str("1111111111111111111111111111111111111111").unwrap();
         let updates = vec![

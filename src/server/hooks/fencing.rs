@@ -183,6 +183,8 @@ mod tests {
             state_dir: "/nonexistent".into(),
             collab_db: "/nonexistent/collab.db".into(),
             fenced_refs: Vec::new(),
+            max_body: 1000,
+            web_url: String::new(),
         }
     }
 

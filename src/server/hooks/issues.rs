@@ -36,6 +36,8 @@ mod tests {
             state_dir: PathBuf::from("/nonexistent"),
             collab_db: PathBuf::from("/nonexistent/collab.db"),
             fenced_refs: Vec::new(),
+            max_body: 1000,
+            web_url: String::new(),
         }
     }
 

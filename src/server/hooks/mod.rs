@@ -19,7 +19,13 @@
 //! - `fencing`: a push carrying `-o collab-lease=<issue>:<token>`, or
 //!   touching a fenced ref, needs the pusher's live lease token;
 //! - `governance`: a push to `_governance.git` must keep a valid
-//!   `governance.toml` that still has an admin.
+//!   `governance.toml` that still has an admin;
+//! - `review`: the revision refs of patches the server holds are the
+//!   server's.
+//!
+//! `proc-receive` takes the `refs/for/<base>` updates (push-to-review,
+//! `review`): git hands them to it instead of storing them, and it records
+//! each as a patch revision.
 //!
 //! `post-receive` runs after the refs moved; it records a `ref.updated`
 //! event per ref (`events`) and never refuses anything.
@@ -34,6 +40,7 @@ pub mod events;
 pub mod fencing;
 pub mod governance;
 pub mod issues;
+pub mod review;
 pub mod updates;
 
 use std::io::Read as _;
@@ -43,7 +50,7 @@ pub use updates::RefUpdate;
 
 /// The hook scripts `setup` writes into the hooks dir, each running
 /// `git-collab-server hook <name>`.
-pub const HOOK_NAMES: &[&str] = &["pre-receive", "post-receive"];
+pub const HOOK_NAMES: &[&str] = &["pre-receive", "proc-receive", "post-receive"];
 
 /// Why a check refused the push: one line per problem, each printed as
 /// `error: <line>` (git shows them to the pusher prefixed with `remote:`).
@@ -66,6 +73,7 @@ pub const PRE_RECEIVE: &[(&str, Check)] = &[
     ("issues", issues::check),
     ("fencing", fencing::check),
     ("governance", governance::check),
+    ("review", review::check),
 ];
 
 /// Most ref updates one push may carry; the hook input is read whole.
@@ -83,6 +91,7 @@ pub fn run(name: &str) -> u8 {
                 1
             }
         },
+        "proc-receive" => review::run(),
         "post-receive" => {
             if let Err(line) = post_receive() {
                 eprintln!("warning: {line}");

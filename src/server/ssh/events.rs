@@ -120,7 +120,12 @@ impl Visibility {
                         return *visible;
                     }
                 }
-                let visible = authz::authorize(&ctx.app, &self.caller, repo, Access::Read).is_ok();
+                // A repository that no longer exists under this name
+                // (renamed away, deleted: its `repo.deleted` row too) has
+                // events only administrators see, like server-wide ones.
+                let visible = authz::authorize(&ctx.app, &self.caller, repo, Access::Read).is_ok()
+                    || (crate::repos::find_repo(&ctx.app.config.repos_dir, repo).is_none()
+                        && authz::is_server_admin(&ctx.app, &self.caller));
                 if self.repos.len() > 10_000 {
                     self.repos.clear();
                 }

@@ -85,6 +85,10 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
                 .arg(format!("core.hooksPath={}", hooks.display()));
             // Push options reach the hooks (`-o collab-lease=<issue>:<token>`).
             cmd.args(["-c", "receive.advertisePushOptions=true"]);
+            // Push-to-review: `refs/for/*` updates go to the proc-receive
+            // hook (`hooks::review`), which records them and never stores
+            // the ref.
+            cmd.args(["-c", "receive.procReceiveRefs=refs/for"]);
             // Repacking is the server's maintenance (single-flight, under
             // the repository's lock), never a `gc --auto` after a push.
             cmd.args(["-c", "receive.autogc=false"]);
@@ -104,6 +108,8 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
                 state_dir: ctx.app.config.state_dir.clone(),
                 collab_db: ctx.app.config.collab_db_path(),
                 fenced_refs: fenced_refs(ctx, &entry),
+                max_body: ctx.app.config.max_issue_body as usize,
+                web_url: web_url(&ctx.app.config.http.listen),
             };
             cmd.envs(hook.to_env());
         }
@@ -178,9 +184,11 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
     };
     if service == GitService::ReceivePack && entry.is_governance() {
         ctx.app.governance.reload();
+        // Its `[[webhooks]]` may have changed.
+        ctx.app.webhooks.poke();
     }
     if service == GitService::ReceivePack {
-        repair_head(&entry.path, &entry.name).await;
+        repair_head(ctx, &entry.path, &entry.name).await;
         // The hooks ran in other processes; their event rows are committed.
         crate::events::refresh_head(&ctx.app).await;
     }
@@ -225,11 +233,16 @@ async fn push_to_create(
             .await
             .ok()?;
     match created {
-        Ok((name, _)) => tracing::info!(
-            principal = ctx.caller.principal(),
-            repo = name,
-            "repository created by push"
-        ),
+        Ok((name, _)) => {
+            tracing::info!(
+                principal = ctx.caller.principal(),
+                repo = name,
+                "repository created by push"
+            );
+            crate::events::Recorded::repo_created(&name, ctx.caller.principal())
+                .record_or_log(&ctx.app.leases)
+                .await;
+        }
         // A concurrent push may have created it first: fine, use it.
         Err(crate::repos::CreateError::Exists(_)) => {}
         Err(e) => {
@@ -242,14 +255,29 @@ async fn push_to_create(
 
 /// After a push, make HEAD name a branch that exists (see
 /// `repo_admin::repair_dangling_head`).
-async fn repair_head(path: &std::path::Path, name: &str) {
+async fn repair_head(ctx: &ExecContext, path: &std::path::Path, name: &str) {
     let path = path.to_path_buf();
     match tokio::task::spawn_blocking(move || crate::repo_admin::repair_dangling_head(&path)).await
     {
-        Ok(Ok(Some(branch))) => tracing::info!(repo = name, branch, "HEAD now names {branch}"),
+        Ok(Ok(Some(branch))) => {
+            tracing::info!(repo = name, branch, "HEAD now names {branch}");
+            crate::events::Recorded::head_repaired(name, &branch)
+                .record_or_log(&ctx.app.leases)
+                .await;
+        }
         Ok(Ok(None)) => {}
         Ok(Err(e)) => tracing::warn!(repo = name, "checking HEAD after a push: {e}"),
         Err(e) => tracing::warn!(repo = name, "checking HEAD after a push: {e}"),
+    }
+}
+
+/// The web UI's address as the push hook prints it: the HTTP listen
+/// address, with `localhost` for an unspecified (all interfaces) host.
+fn web_url(listen: &str) -> String {
+    match listen.parse::<std::net::SocketAddr>() {
+        Ok(addr) if addr.ip().is_unspecified() => format!("http://localhost:{}", addr.port()),
+        Ok(addr) => format!("http://{addr}"),
+        Err(_) => format!("http://{listen}"),
     }
 }
 

@@ -145,13 +145,6 @@ async fn visible(ctx: &ExecContext, id: &str) -> Result<Webhook, Reply> {
     }
 }
 
-fn valid_glob(glob: &str) -> bool {
-    (1..=200).contains(&glob.len())
-        && glob
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b'*'))
-}
-
 async fn add(
     ctx: &ExecContext,
     repo_glob: String,
@@ -159,7 +152,7 @@ async fn add(
     events: Vec<String>,
     secret: Option<String>,
 ) -> Reply {
-    if !valid_glob(&repo_glob) {
+    if !crate::events::filter::valid_repo_glob(&repo_glob) {
         return err("invalid repository glob: use A-Z a-z 0-9 . _ - / and *");
     }
     if let Some(secret) = &secret {
@@ -243,9 +236,13 @@ async fn remove(ctx: &ExecContext, id: &str) -> Reply {
         Err(reply) => return reply,
     };
     if hook.origin != "ssh" {
+        let place = if hook.origin == "governance" {
+            "governance.toml"
+        } else {
+            "the server configuration"
+        };
         return err(format!(
-            "webhook {id} is declared in the server {}; remove it there",
-            hook.origin
+            "webhook {id} is declared in {place}; remove it there"
         ));
     }
     let owned = id.to_string();

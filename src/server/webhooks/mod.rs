@@ -42,6 +42,7 @@ use crate::config::WebhooksConfig;
 use crate::db::events::{self, Event};
 use crate::db::webhooks::{self as store, Attempt, Webhook};
 use crate::events::{filter::glob_match, wire, Recorded, TypeFilter};
+use crate::governance::GovState;
 
 /// How much of a response body the log keeps.
 const RESPONSE_KEEP: usize = 1024;
@@ -279,9 +280,31 @@ async fn supervise(app: Arc<App>) {
     if let Err(e) = sync_declared(&app).await {
         tracing::error!("webhooks: syncing the declared subscriptions: {e:#}");
     }
+    let mut governance = app.governance.state();
     let stopping = app.stopping.clone();
-    let mut workers: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
+    // Each worker with the definition it was started with: a declared
+    // subscription whose definition changed gets a new worker.
+    let mut workers: HashMap<String, (tokio::task::JoinHandle<()>, Definition)> = HashMap::new();
     loop {
+        // governance.toml changed (a push to `_governance` reloads it and
+        // pokes us): its `[[webhooks]]` are synced again.
+        let now_governance = app.governance.state();
+        if !Arc::ptr_eq(&governance, &now_governance) {
+            governance = now_governance;
+            // Stop their workers first, so no event is judged by an old
+            // definition after the new one is stored; the ones still
+            // declared start again below.
+            workers.retain(|_, (task, definition)| {
+                let keep = definition.origin != "governance";
+                if !keep {
+                    task.abort();
+                }
+                keep
+            });
+            if let Err(e) = sync_governance(&app, &governance).await {
+                tracing::error!("webhooks: syncing the governance subscriptions: {e:#}");
+            }
+        }
         match read(&app, store::list).await {
             Ok(hooks) => {
                 let active: HashMap<String, Webhook> = hooks
@@ -289,17 +312,24 @@ async fn supervise(app: Arc<App>) {
                     .filter(|h| h.active)
                     .map(|h| (h.id.clone(), h))
                     .collect();
-                workers.retain(|id, task| {
-                    let keep = active.contains_key(id) && !task.is_finished();
+                workers.retain(|id, (task, definition)| {
+                    let keep = active
+                        .get(id)
+                        .is_some_and(|hook| *definition == Definition::of(hook))
+                        && !task.is_finished();
                     if !keep {
                         task.abort();
                     }
                     keep
                 });
                 for (id, hook) in active {
-                    workers
-                        .entry(id)
-                        .or_insert_with(|| tokio::spawn(Worker::new(app.clone(), hook).run()));
+                    workers.entry(id).or_insert_with(|| {
+                        let definition = Definition::of(&hook);
+                        (
+                            tokio::spawn(Worker::new(app.clone(), hook).run()),
+                            definition,
+                        )
+                    });
                 }
             }
             Err(e) => tracing::warn!("webhooks: listing subscriptions: {e:#}"),
@@ -309,11 +339,33 @@ async fn supervise(app: Arc<App>) {
             _ = app.webhooks.changed.notified() => {}
             _ = tokio::time::sleep(SUPERVISE_EVERY) => {}
             _ = stopping.clone().wait() => {
-                for (_, task) in workers {
+                for (_, (task, _)) in workers {
                     task.abort();
                 }
                 return;
             }
+        }
+    }
+}
+
+/// What a worker was started for; a change means a new worker.
+#[derive(PartialEq)]
+struct Definition {
+    origin: String,
+    repo_glob: String,
+    url: String,
+    events: Vec<String>,
+    secret: Option<String>,
+}
+
+impl Definition {
+    fn of(hook: &Webhook) -> Definition {
+        Definition {
+            origin: hook.origin.clone(),
+            repo_glob: hook.repo_glob.clone(),
+            url: hook.url.clone(),
+            events: hook.events.clone(),
+            secret: hook.secret.clone(),
         }
     }
 }
@@ -345,10 +397,110 @@ async fn refresh_metrics(app: &App) {
     }
 }
 
+/// The subscriptions a governance file declares (origin `governance`);
+/// `None` while governance is broken (its subscriptions are kept as they
+/// are until the file is readable again).
+fn governance_declared(state: &GovState) -> Option<Vec<Webhook>> {
+    let hooks = match state {
+        GovState::Inactive => &[][..],
+        GovState::Active(conf) => conf.webhooks(),
+        GovState::Broken(_) => return None,
+    };
+    Some(
+        hooks
+            .iter()
+            .map(|hook| {
+                declared_webhook(
+                    "governance",
+                    &hook.name,
+                    &hook.repo,
+                    &hook.url,
+                    &hook.events,
+                    None,
+                )
+            })
+            .collect(),
+    )
+}
+
+fn declared_webhook(
+    origin: &str,
+    name: &str,
+    repo: &str,
+    url: &str,
+    events: &[String],
+    secret: Option<String>,
+) -> Webhook {
+    Webhook {
+        id: declared_id(origin, name),
+        origin: origin.into(),
+        owner: origin.into(),
+        repo_glob: repo.to_string(),
+        url: url.to_string(),
+        events: events.to_vec(),
+        secret,
+        active: true,
+        disabled_reason: None,
+        created_at: 0,
+        cursor: 0,
+        attempts: 0,
+        failing_since: None,
+        next_attempt_at: None,
+    }
+}
+
+/// Make the subscriptions of `origin` in the `webhooks` table exactly
+/// `declared`: new ones start at the current head, changed ones keep their
+/// progress, dropped ones are deleted.
+async fn replace_declared(
+    app: &App,
+    origin: &'static str,
+    declared: Vec<Webhook>,
+) -> anyhow::Result<()> {
+    let changed = app
+        .leases
+        .write(format!("sync {origin} webhooks"), move |conn, now| {
+            let head = events::head(conn)?;
+            let existing = store::list(conn)?;
+            let mut changed = false;
+            for hook in existing.iter().filter(|h| h.origin == origin) {
+                if !declared.iter().any(|d| d.id == hook.id) {
+                    store::remove(conn, &hook.id)?;
+                    changed = true;
+                }
+            }
+            for mut hook in declared {
+                if existing.iter().any(|h| h.id == hook.id) {
+                    store::update_declared(conn, &hook)?;
+                } else {
+                    hook.created_at = now;
+                    hook.cursor = head;
+                    store::insert(conn, &hook)?;
+                }
+                changed = true;
+            }
+            Ok(changed)
+        })
+        .await?;
+    if changed {
+        app.webhooks.poke();
+    }
+    Ok(())
+}
+
+/// Sync the `[[webhooks]]` of `governance.toml` (origin `governance`).
+async fn sync_governance(app: &App, state: &GovState) -> anyhow::Result<()> {
+    match governance_declared(state) {
+        Some(declared) => replace_declared(app, "governance", declared).await,
+        None => Ok(()),
+    }
+}
+
 /// Make the `webhooks` table hold exactly the subscriptions the server
-/// configuration declares (origin `config`): new ones start at the current
-/// head, changed ones keep their progress, dropped ones are deleted.
+/// configuration (origin `config`) and `governance.toml` (origin
+/// `governance`) declare.
 async fn sync_declared(app: &App) -> anyhow::Result<()> {
+    let governance = sync_governance(app, &app.governance.state()).await;
     let mut declared = Vec::new();
     for hook in &app.config.webhooks.subscriptions {
         let secret = match &hook.secret_file {
@@ -367,44 +519,17 @@ async fn sync_declared(app: &App) -> anyhow::Result<()> {
             }
             None => None,
         };
-        declared.push(Webhook {
-            id: declared_id("config", &hook.name),
-            origin: "config".into(),
-            owner: "config".into(),
-            repo_glob: hook.repo.clone(),
-            url: hook.url.clone(),
-            events: hook.events.clone(),
+        declared.push(declared_webhook(
+            "config",
+            &hook.name,
+            &hook.repo,
+            &hook.url,
+            &hook.events,
             secret,
-            active: true,
-            disabled_reason: None,
-            created_at: 0,
-            cursor: 0,
-            attempts: 0,
-            failing_since: None,
-            next_attempt_at: None,
-        });
+        ));
     }
-    app.leases
-        .write("sync declared webhooks", move |conn, now| {
-            let head = events::head(conn)?;
-            let existing = store::list(conn)?;
-            for hook in existing.iter().filter(|h| h.origin == "config") {
-                if !declared.iter().any(|d| d.id == hook.id) {
-                    store::remove(conn, &hook.id)?;
-                }
-            }
-            for mut hook in declared {
-                if existing.iter().any(|h| h.id == hook.id) {
-                    store::update_declared(conn, &hook)?;
-                } else {
-                    hook.created_at = now;
-                    hook.cursor = head;
-                    store::insert(conn, &hook)?;
-                }
-            }
-            Ok(())
-        })
-        .await
+    replace_declared(app, "config", declared).await?;
+    governance
 }
 
 /// An attempt to record; a failed one also moves the retry state (and may
