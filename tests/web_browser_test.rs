@@ -372,7 +372,8 @@ fn code_pages_render_in_chromium() {
     ));
 
     let url = format!("{base}/code/-/blame/main/src/lib.rs");
-    assert!(visible_text(&dump_dom(&browser, &url)).contains("Count words ignoring case"));
+    let dom = dump_dom(&browser, &url);
+    assert!(dom.contains("title=\"Count words ignoring case\""), "{dom}");
     shots.push(screenshot(&browser, &url, "web-blame", 1200, 700));
 
     // The tags page.
