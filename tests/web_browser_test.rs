@@ -324,3 +324,138 @@ fn the_log_of_a_big_history_renders_in_chromium() {
         "{text}"
     );
 }
+
+/// The code pages in Chromium, kept as screenshots in
+/// `target/test-artifacts/`: a highlighted blob, a diff with line numbers,
+/// a file's blame, the tags page and a patch with an inline comment.
+#[test]
+fn code_pages_render_in_chromium() {
+    let Some(browser) = chromium() else { return };
+    let h = ServerHarness::start();
+    let (clone, _, _) = web_support::public_repo_with_content(&h, "code");
+    h.commit_file(
+        &clone,
+        "src/lib.rs",
+        b"//! A small library.\n\nuse std::collections::HashMap;\n\n/// Counts words.\npub fn count(text: &str) -> HashMap<&str, usize> {\n    let mut seen = HashMap::new();\n    for word in text.split_whitespace() {\n        *seen.entry(word).or_insert(0) += 1;\n    }\n    seen\n}\n",
+        "Add a word counter",
+    );
+    let changed = h.commit_file(
+        &clone,
+        "src/lib.rs",
+        b"//! A small library.\n\nuse std::collections::HashMap;\n\n/// Counts words, ignoring case.\npub fn count(text: &str) -> HashMap<String, usize> {\n    let mut seen = HashMap::new();\n    for word in text.split_whitespace() {\n        *seen.entry(word.to_lowercase()).or_insert(0) += 1;\n    }\n    seen\n}\n",
+        "Count words ignoring case",
+    );
+    h.git(&clone, &["tag", "-a", "v1.0", "-m", "First release"]);
+    h.git(&clone, &["tag", "v1.1-rc"]);
+    h.ssh_push(&clone, &["main", "v1.0", "v1.1-rc"]);
+    // A patch with an inline comment on line 1 of the file it adds.
+    h.git(&clone, &["checkout", "-q", "-b", "topic"]);
+    h.commit_file(
+        &clone,
+        "src/words.rs",
+        b"pub fn words(text: &str) -> Vec<&str> {\n    text.split_whitespace().collect()\n}\n",
+        "Add words()",
+    );
+    let json = web_support::collab(
+        &h,
+        &clone,
+        &[
+            "patch",
+            "create",
+            "--base",
+            "main",
+            "-t",
+            "Split words",
+            "--json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    let patch = v["patch"].as_str().unwrap().to_string();
+    web_support::collab(
+        &h,
+        &clone,
+        &[
+            "patch",
+            "comment",
+            &patch,
+            "-m",
+            "Should this return an `impl Iterator`?",
+            "--path",
+            "src/words.rs",
+            "--line",
+            "1",
+        ],
+    );
+    web_support::push_collab(&h, &clone);
+    let base = h.http_url();
+    let mut shots = Vec::new();
+
+    // A highlighted blob: coloured spans reach the DOM, no script does.
+    let url = format!("{base}/code/-/blob/main/src/lib.rs");
+    let dom = dump_dom(&browser, &url);
+    assert!(dom.contains("<span class=\"hl-"), "{dom}");
+    assert!(!dom.contains("<script"), "{dom}");
+    shots.push(screenshot(
+        &browser,
+        &url,
+        "web-blob-highlighted",
+        1200,
+        700,
+    ));
+
+    // A diff with old and new line numbers.
+    let url = format!("{base}/code/-/commit/{changed}");
+    let dom = dump_dom(&browser, &url);
+    assert!(
+        dom.contains("<td class=\"ln\">5</td><td class=\"ln\"></td>"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("<td class=\"ln\"></td><td class=\"ln\">5</td>"),
+        "{dom}"
+    );
+    shots.push(screenshot(
+        &browser,
+        &url,
+        "web-diff-line-numbers",
+        1200,
+        900,
+    ));
+
+    let url = format!("{base}/code/-/blame/main/src/lib.rs");
+    let dom = dump_dom(&browser, &url);
+    assert!(dom.contains("title=\"Count words ignoring case\""), "{dom}");
+    shots.push(screenshot(&browser, &url, "web-blame", 1200, 700));
+
+    // The tags page.
+    let url = format!("{base}/code/-/tags");
+    let text = visible_text(&dump_dom(&browser, &url));
+    assert!(text.contains("v1.0") && text.contains("v1.1-rc"), "{text}");
+    shots.push(screenshot(&browser, &url, "web-tags", 1200, 700));
+
+    // The patch page: the inline comment sits under line 1 of the diff.
+    let url = format!("{base}/code/-/patches/{}", &patch[..8]);
+    let dom = dump_dom(&browser, &url);
+    let at = dom
+        .find("class=\"post inline-comment\"")
+        .expect("an inline comment");
+    let before = &dom[..at];
+    assert!(
+        before
+            .rfind("<td class=\"ln\">1</td>")
+            .is_some_and(|l| before[l..].matches("<tr").count() <= 2),
+        "the comment follows line 1: {dom}"
+    );
+    assert!(dom[at..].contains("<code>impl Iterator</code>"), "{dom}");
+    shots.push(screenshot(
+        &browser,
+        &url,
+        "web-patch-inline-comment",
+        1200,
+        1400,
+    ));
+
+    for shot in shots {
+        eprintln!("screenshot: {}", shot.display());
+    }
+}

@@ -256,7 +256,7 @@ fn tree_blob_and_raw_pages() {
     let spaced = get(&h, "/files/-/blob/main/docs/a%20b%26c.md");
     assert_eq!(spaced.status, 200);
     assert!(
-        spaced.text().contains("# spaced &#60;out&#62;"),
+        web_support::strip_tags(&spaced.text()).contains("# spaced <out>"),
         "{}",
         spaced.text()
     );
@@ -269,13 +269,15 @@ fn tree_blob_and_raw_pages() {
         text.contains("<tr id=\"L3\"><td class=\"ln\"><a href=\"#L3\">3</a>"),
         "{text}"
     );
-    assert!(text.contains("&#60;b&#62;not bold&#60;/b&#62;"), "{text}");
-    assert!(text.contains("let added_line = 42;"), "{text}");
+    let plain = web_support::strip_tags(&text);
+    assert!(plain.contains("println!(\"<b>not bold</b>\");"), "{text}");
+    assert!(!text.contains("<b>not bold"), "{text}");
+    assert!(plain.contains("let added_line = 42;"), "{text}");
     assert!(text.contains("4 lines"), "{text}");
     // The same path on another ref: the branch with a slash has the file too.
     let on_branch = get(&h, "/files/-/blob/feature/x/src/main.rs");
     assert_eq!(on_branch.status, 200);
-    assert!(on_branch.text().contains("let added_line = 42;"));
+    assert!(web_support::strip_tags(&on_branch.text()).contains("let added_line = 42;"));
     // By commit id, full or short.
     let head = h.rev_parse(&clone, "HEAD");
     assert_eq!(
@@ -354,7 +356,19 @@ fn commit_and_log_pages() {
         "{text}"
     );
     assert!(text.contains("1 file changed"), "{text}");
-    assert!(text.contains("<tr class=\"add\"><td class=\"sign\">+</td><td class=\"src\"><pre>    let added_line = 42;</pre>"), "{text}");
+    let added = text
+        .split("<tr class=\"add\">")
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .expect("an added line");
+    assert!(
+        added.starts_with("<td class=\"ln\"></td><td class=\"ln\">3</td><td class=\"sign\">+</td>"),
+        "{added}"
+    );
+    assert!(
+        web_support::strip_tags(added).contains("    let added_line = 42;"),
+        "{added}"
+    );
     assert!(text.contains("<tr class=\"hunk\">"), "{text}");
     assert!(
         text.contains(&format!("href=\"/hist/-/commit/{first}\"")),

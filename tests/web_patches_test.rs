@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::ServerHarness;
-use web_support::{collab, get};
+use web_support::{collab, get, strip_tags};
 
 /// A public repository with one open patch of two revisions (the second
 /// rebased onto a newer main), and one closed patch; returns the clone and
@@ -184,14 +184,30 @@ fn patches_list_and_detail_with_diff_and_interdiff() {
         "{text}"
     );
     assert!(text.contains("Revision 2 against main"), "{text}");
-    assert!(text.contains("<pre>pub fn v2() {}</pre>"), "{text}");
+    assert!(strip_tags(&text).contains("pub fn v2() {}"), "{text}");
+    // The inline comment on line 1 sits under that line of the diff.
+    let note = text.find("inline-comment").expect("an inline comment");
+    assert!(
+        text[note..]
+            .split("</tr>")
+            .next()
+            .unwrap()
+            .contains("<p>nit</p>"),
+        "{text}"
+    );
+    assert!(
+        text[..note].rfind("<td class=\"ln\">1</td>").is_some(),
+        "{text}"
+    );
     assert!(
         !text.contains("upstream news"),
         "the base's change is not the patch's: {text}"
     );
 
     let first = get(&h, &format!("/forge/-/patches/{short}?rev=1")).text();
-    assert!(first.contains("Revision 1 against main") && first.contains("pub fn v1() {}"));
+    assert!(
+        first.contains("Revision 1 against main") && strip_tags(&first).contains("pub fn v1() {}")
+    );
 
     // The interdiff leaves out what the rebase brought in.
     let inter = get(&h, &format!("/forge/-/patches/{short}?from=1&to=2"));
@@ -202,8 +218,14 @@ fn patches_list_and_detail_with_diff_and_interdiff() {
         "{text}"
     );
     assert!(text.contains("replayed onto revision 2"), "{text}");
-    assert!(text.contains("<tr class=\"del\"><td class=\"sign\">-</td><td class=\"src\"><pre>pub fn v1() {}</pre>"), "{text}");
-    assert!(text.contains("<tr class=\"add\"><td class=\"sign\">+</td><td class=\"src\"><pre>pub fn v2() {}</pre>"), "{text}");
+    let row = |kind: &str, old: &str, new: &str, sign: char, code: &str| {
+        text.split("<tr").any(|r| {
+            r.starts_with(&format!(" class=\"{kind}\"><td class=\"ln\">{old}</td><td class=\"ln\">{new}</td><td class=\"sign\">{sign}</td>"))
+                && strip_tags(r.split("</tr>").next().unwrap()).contains(code)
+        })
+    };
+    assert!(row("del", "1", "", '-', "pub fn v1() {}"), "{text}");
+    assert!(row("add", "", "1", '+', "pub fn v2() {}"), "{text}");
     assert!(
         !text.contains("upstream news") && !text.contains("README.md</h4>"),
         "{text}"
@@ -356,7 +378,7 @@ fn the_patch_page_renders_in_chromium() {
         dom.contains("<select name=\"from\">"),
         "the interdiff form needs no JavaScript: {dom}"
     );
-    assert!(dom.contains("<pre>pub fn v2() {}</pre>"), "{dom}");
+    assert!(strip_tags(&dom).contains("pub fn v2() {}"), "{dom}");
 
     let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()

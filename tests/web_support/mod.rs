@@ -206,3 +206,28 @@ pub fn public_repo_with_content(h: &ServerHarness, name: &str) -> (PathBuf, Stri
 pub fn git_http(h: &ServerHarness, dir: &Path, args: &[&str]) -> std::process::Output {
     h.git_as(&h.ssh_client_key(), dir, args)
 }
+
+/// The text of an HTML page or fragment with the tags removed and the
+/// entities askama and syntect write decoded (highlighted code is split
+/// into spans; this is what a reader sees).
+pub fn strip_tags(html: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out.replace("&lt;", "<")
+        .replace("&#60;", "<")
+        .replace("&gt;", ">")
+        .replace("&#62;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#34;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+        .replace("&#38;", "&")
+}

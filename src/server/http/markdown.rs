@@ -3,8 +3,13 @@
 //! never passed through, and link and image targets with a scheme other
 //! than http, https or mailto (`javascript:`, `data:`, ...) are dropped.
 //! Relative targets can be pointed into the repository ([`LinkBase`]).
+//! Fenced code blocks that name a language are highlighted
+//! ([`super::highlight`]); the HTML for them is built here, from escaped
+//! text, never from the document's own HTML.
 
-use pulldown_cmark::{html, CowStr, Event, Options, Parser, Tag};
+use pulldown_cmark::{html, CodeBlockKind, CowStr, Event, Options, Parser, Tag, TagEnd};
+
+use super::highlight;
 
 /// Where relative link and image targets of a document point.
 pub struct LinkBase {
@@ -46,7 +51,52 @@ pub fn render(source: &str, base: Option<&LinkBase>) -> String {
         other => other,
     });
     let mut out = String::with_capacity(source.len() * 3 / 2);
-    html::push_html(&mut out, events);
+    html::push_html(&mut out, highlight_code_blocks(events).into_iter());
+    out
+}
+
+/// Replace each fenced code block whose language has a grammar by one
+/// HTML event holding the highlighted block. Runs after raw HTML was
+/// turned into text, so the only HTML events left are these.
+fn highlight_code_blocks<'a>(events: impl Iterator<Item = Event<'a>>) -> Vec<Event<'a>> {
+    let deadline = highlight::Deadline::start();
+    let mut out = Vec::new();
+    let mut block: Option<(String, Vec<Event<'a>>, String)> = None;
+    for event in events {
+        match (&mut block, event) {
+            (None, Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(lang))))
+                if !lang.is_empty() =>
+            {
+                let start = Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(lang.clone())));
+                block = Some((lang.to_string(), vec![start], String::new()));
+            }
+            (Some((_, held, code)), Event::Text(text)) => {
+                code.push_str(&text);
+                held.push(Event::Text(text));
+            }
+            (Some(_), Event::End(TagEnd::CodeBlock)) => {
+                let (lang, mut held, code) = block.take().unwrap_or_default();
+                match highlight::code_block(&lang, &code, deadline) {
+                    Some(html) => out.push(Event::Html(CowStr::Boxed(
+                        format!(
+                            "<pre><code class=\"language-{}\">{html}</code></pre>\n",
+                            highlight::escape(lang.split([',', ' ']).next().unwrap_or(""))
+                        )
+                        .into_boxed_str(),
+                    ))),
+                    None => {
+                        held.push(Event::End(TagEnd::CodeBlock));
+                        out.append(&mut held);
+                    }
+                }
+            }
+            (Some((_, held, _)), other) => held.push(other),
+            (None, other) => out.push(other),
+        }
+    }
+    if let Some((_, mut held, _)) = block {
+        out.append(&mut held);
+    }
     out
 }
 
@@ -129,6 +179,20 @@ mod tests {
         let out = render("[a](https://example.org/x) [m](mailto:a@b.c)", None);
         assert!(out.contains("href=\"https://example.org/x\""), "{out}");
         assert!(out.contains("href=\"mailto:a@b.c\""), "{out}");
+    }
+
+    #[test]
+    fn fenced_code_is_highlighted_and_stays_escaped() {
+        let out = render(
+            "```rust\nfn main() { let s = \"<script>\"; }\n```\n\n```nosuch\n<b>x</b>\n```\n",
+            None,
+        );
+        assert!(out.contains("<pre><code class=\"language-rust\">"), "{out}");
+        assert!(out.contains("hl-string"), "{out}");
+        assert!(out.contains("&lt;script&gt;"), "{out}");
+        assert!(!out.contains("<script"), "{out}");
+        assert!(out.contains("&lt;b&gt;x&lt;/b&gt;"), "{out}");
+        assert!(!out.contains("<b>"), "{out}");
     }
 
     #[test]

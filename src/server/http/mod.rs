@@ -27,6 +27,7 @@ mod blobs;
 mod git_http;
 mod git_stream;
 mod health;
+mod highlight;
 mod index;
 pub mod listener;
 mod markdown;
@@ -65,6 +66,14 @@ impl FromRef<AppState> for Arc<App> {
 /// The stylesheet, compiled in.
 const STYLE_CSS: &str = include_str!("static/style.css");
 
+/// The one stylesheet served: ours, then the highlighting colours.
+static STYLESHEET: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{STYLE_CSS}\n/* Syntax highlighting (syntect) */\n{}",
+        highlight::css()
+    )
+});
+
 /// Every route. Paths are as [`canonical_path`] leaves them. `ssh_port`
 /// is where the SSH listener is bound (for clone URLs).
 pub fn router(app: Arc<App>, ssh_port: u16) -> Router {
@@ -83,6 +92,8 @@ pub fn router(app: Arc<App>, ssh_port: u16) -> Router {
         .route("/{repo}/-/commit/{oid}", get(repo::commit::commit))
         .route("/{repo}/-/log", get(repo::commit::log_default))
         .route("/{repo}/-/log/{*rest}", get(repo::commit::log))
+        .route("/{repo}/-/history/{*rest}", get(repo::history::history))
+        .route("/{repo}/-/blame/{*rest}", get(repo::history::blame))
         .route("/{repo}/-/branches", get(repo::refs::branches))
         .route("/{repo}/-/tags", get(repo::refs::tags))
         .route("/{repo}/-/archive/{*rest}", get(repo::refs::archive))
@@ -111,6 +122,8 @@ pub async fn serve(
     ssh_port: u16,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // Syntax grammars load in the background, not on the first page.
+    std::thread::spawn(highlight::preload);
     // The rewrite must run before routing, so it wraps the router instead of
     // being one of its layers.
     let service =
@@ -192,7 +205,7 @@ async fn style_css() -> Response {
             (header::CONTENT_TYPE, "text/css; charset=utf-8"),
             (header::CACHE_CONTROL, "public, max-age=3600"),
         ],
-        STYLE_CSS,
+        STYLESHEET.as_str(),
     )
         .into_response()
 }

@@ -22,6 +22,7 @@ use git2::{Delta, DiffFindOptions, DiffOptions, ObjectType, Repository, Tree};
 use serde::Deserialize;
 
 use super::CommitRow;
+use crate::http::highlight;
 use crate::http::view::{self, PageError, PageResult};
 use crate::http::AppState;
 
@@ -54,6 +55,10 @@ struct CommitPage {
     additions: usize,
     deletions: usize,
     truncated: bool,
+    /// The one file shown (`?path=`), else empty.
+    only: String,
+    /// A file's own diff is this followed by its `path_query`.
+    file_link: String,
 }
 
 /// One file of a rendered diff (also used by the patches pages).
@@ -66,6 +71,11 @@ pub(super) struct FileDiff {
     pub(super) binary: bool,
     /// The size of a file too large to diff (`http.max_file_shown`), else empty.
     pub(super) large: String,
+    /// Lines of this file were left out (the page's line budget ran out):
+    /// the page links to this file's diff alone.
+    pub(super) cut: bool,
+    /// `path` escaped for a query string (`?path=`).
+    pub(super) path_query: String,
     pub(super) lines: Vec<DiffLine>,
 }
 
@@ -74,7 +84,22 @@ pub(super) struct DiffLine {
     pub(super) kind: &'static str,
     /// The `+`/`-`/space column.
     pub(super) sign: char,
-    pub(super) text: String,
+    /// Line numbers in the old and the new file; empty where the line has
+    /// none (an added line has no old number).
+    pub(super) old_no: String,
+    pub(super) new_no: String,
+    /// The line as HTML (highlighted, or escaped).
+    pub(super) html: String,
+    /// Comments anchored on this line (inline review comments).
+    pub(super) notes: Vec<LineNote>,
+}
+
+/// A comment shown under a diff line.
+pub(super) struct LineNote {
+    pub(super) author: String,
+    pub(super) when: String,
+    /// Rendered markdown.
+    pub(super) html: String,
 }
 
 #[derive(Template)]
@@ -94,6 +119,12 @@ struct LogPage {
 }
 
 #[derive(Debug, Deserialize)]
+pub struct CommitQuery {
+    /// Show only this file's diff, with the whole line budget.
+    path: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
 pub struct LogQuery {
     page: Option<usize>,
 }
@@ -101,6 +132,7 @@ pub struct LogQuery {
 pub async fn commit(
     State(st): State<AppState>,
     Path((repo, oid)): Path<(String, String)>,
+    Query(query): Query<CommitQuery>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
 ) -> Response {
     let app = st.app.clone();
@@ -110,7 +142,8 @@ pub async fn commit(
     if let Some(id) = oid.strip_suffix(".diff") {
         return commit_text(st, repo, id.to_string(), peer, false).await;
     }
-    view::blocking(&app, move || commit_page(&st, &repo, &oid)).await
+    let only = query.path.filter(|p| !p.is_empty());
+    view::blocking(&app, move || commit_page(&st, &repo, &oid, only.as_deref())).await
 }
 
 /// The commit named by `oid` (4 to 40 hex digits), or the 404 that says so.
@@ -257,7 +290,7 @@ fn log_page(st: &AppState, requested: &str, rest: &str, page: usize, deep: bool)
     Ok(view::render(StatusCode::OK, &view))
 }
 
-fn commit_page(st: &AppState, requested: &str, oid: &str) -> PageResult {
+fn commit_page(st: &AppState, requested: &str, oid: &str, only: Option<&str>) -> PageResult {
     let ctx = super::open(&st.app, requested)?;
     let commit = find_commit(&ctx, oid)?;
     let message = commit.message_bytes();
@@ -282,12 +315,18 @@ fn commit_page(st: &AppState, requested: &str, oid: &str) -> PageResult {
     let max_file = st.app.config.http.max_file_shown;
     let diff = bounded_diff(&ctx.git, old_tree.as_ref(), &new_tree, max_file)?;
     let stats = diff.stats()?;
-    let (files, truncated) = collect_files(&ctx.git, &diff, max_file)?;
+    let (files, truncated) = collect_files(&ctx.git, &diff, max_file, only)?;
+    if only.is_some() && files.is_empty() {
+        return Err(PageError::Missing(
+            "This commit does not change that file.".into(),
+        ));
+    }
 
     let author = commit.author();
     let committer = commit.committer();
     let nav = super::nav(st, &ctx, "log")?;
     let id = commit.id().to_string();
+    let file_link = format!("/{}/-/commit/{id}?path=", ctx.name());
     let page = CommitPage {
         site_title: nav.site_title,
         repo_name: nav.repo_name,
@@ -310,6 +349,8 @@ fn commit_page(st: &AppState, requested: &str, oid: &str) -> PageResult {
         additions: stats.insertions(),
         deletions: stats.deletions(),
         truncated,
+        only: only.unwrap_or("").to_string(),
+        file_link,
     };
     Ok(view::render(StatusCode::OK, &page))
 }
@@ -372,13 +413,16 @@ fn large_size(odb: &git2::Odb, delta: &git2::DiffDelta, max_file: u64) -> String
     }
 }
 
-/// Every file of `diff` with its lines, stopping after `MAX_DIFF_LINES`
-/// lines in all; `true` when something was left out. Files over
-/// `max_file` bytes are listed with their size, without lines.
+/// Every file of `diff` with its lines (numbered, highlighted), stopping
+/// after `MAX_DIFF_LINES` lines in all; `true` when something was left
+/// out. With `only`, just the files at or under that path (new or old),
+/// which then have the whole line budget to themselves. Files over `max_file` bytes are
+/// listed with their size, without lines.
 pub(super) fn collect_files(
     git: &Repository,
     diff: &git2::Diff,
     max_file: u64,
+    only: Option<&str>,
 ) -> anyhow::Result<(Vec<FileDiff>, bool)> {
     let odb = git.odb()?;
     let path_of = |f: git2::DiffFile| {
@@ -386,19 +430,25 @@ pub(super) fn collect_files(
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default()
     };
+    let deadline = highlight::Deadline::start();
     let mut files = Vec::new();
     let mut shown = 0usize;
     let mut truncated = false;
     for (index, delta) in diff.deltas().enumerate() {
         let new = path_of(delta.new_file());
         let old = path_of(delta.old_file());
+        if only.is_some_and(|p| !within(&new, p) && !within(&old, p)) {
+            continue;
+        }
         let status = delta.status();
+        let path = if status == Delta::Deleted {
+            old.clone()
+        } else {
+            new
+        };
         let mut file = FileDiff {
-            path: if status == Delta::Deleted {
-                old.clone()
-            } else {
-                new
-            },
+            path_query: view::url_query(&path),
+            path,
             old_path: if matches!(status, Delta::Renamed | Delta::Copied) {
                 old
             } else {
@@ -407,26 +457,41 @@ pub(super) fn collect_files(
             status: status_word(status),
             binary: delta.flags().is_binary(),
             large: String::new(),
+            cut: false,
             lines: Vec::new(),
         };
         let patch = if file.binary || truncated {
+            file.cut = truncated && !file.binary;
             None
         } else {
             git2::Patch::from_diff(diff, index)?
         };
         if let Some(patch) = patch {
             file.binary = patch.delta().flags().is_binary();
+            // Each side is highlighted as its own stream: context and
+            // deleted lines on the old side, context and added on the new.
+            let mut old_side = highlight::Highlighter::for_path(&file.path, "", deadline);
+            let mut new_side = highlight::Highlighter::for_path(&file.path, "", deadline);
+            let side_bytes = patch.size(true, false, false);
+            if side_bytes > highlight::MAX_BYTES {
+                old_side = None;
+                new_side = None;
+            }
             'hunks: for h in 0..patch.num_hunks() {
                 let (hunk, count) = patch.hunk(h)?;
                 let header = String::from_utf8_lossy(hunk.header());
                 file.lines.push(DiffLine {
                     kind: "hunk",
                     sign: ' ',
-                    text: header.trim_end().to_string(),
+                    old_no: String::new(),
+                    new_no: String::new(),
+                    html: highlight::escape(header.trim_end()),
+                    notes: Vec::new(),
                 });
                 for l in 0..count {
                     if shown >= MAX_DIFF_LINES {
                         truncated = true;
+                        file.cut = true;
                         break 'hunks;
                     }
                     let line = patch.line_in_hunk(h, l)?;
@@ -438,10 +503,26 @@ pub(super) fn collect_files(
                         _ => continue,
                     };
                     shown += 1;
-                    let text = String::from_utf8_lossy(line.content())
-                        .trim_end_matches(['\n', '\r'])
-                        .to_string();
-                    file.lines.push(DiffLine { kind, sign, text });
+                    let text = String::from_utf8_lossy(line.content());
+                    let text = text.trim_end_matches(['\n', '\r']);
+                    let html = match kind {
+                        "add" => side_line(&mut new_side, text),
+                        "del" => side_line(&mut old_side, text),
+                        _ => {
+                            // Both sides see context; the new side's colours are shown.
+                            side_line(&mut old_side, text);
+                            side_line(&mut new_side, text)
+                        }
+                    };
+                    let number = |n: Option<u32>| n.map(|n| n.to_string()).unwrap_or_default();
+                    file.lines.push(DiffLine {
+                        kind,
+                        sign,
+                        old_no: number(line.old_lineno()),
+                        new_no: number(line.new_lineno()),
+                        html,
+                        notes: Vec::new(),
+                    });
                 }
             }
         }
@@ -451,4 +532,18 @@ pub(super) fn collect_files(
         files.push(file);
     }
     Ok((files, truncated))
+}
+
+/// Whether `file` is `path` or lies under the directory `path`.
+fn within(file: &str, path: &str) -> bool {
+    file.strip_prefix(path)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// One line through a side's highlighter, or escaped.
+fn side_line(side: &mut Option<highlight::Highlighter>, text: &str) -> String {
+    match side {
+        Some(h) => h.line(text),
+        None => highlight::escape(text),
+    }
 }

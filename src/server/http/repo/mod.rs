@@ -1,14 +1,15 @@
 //! Pages inside one repository, one file per page family: `summary` (the
 //! repository's front page), `tree` (directories, files, raw bytes),
 //! `commit` (a commit with its diff, its `.patch` and `.diff`, and the
-//! log), `refs` (branches, tags, the ref switcher, archives), `issues`,
-//! `patches`, `releases`.
+//! log), `history` (one file's history and blame), `refs` (branches,
+//! tags, the ref switcher, archives), `issues`, `patches`, `releases`.
 //!
 //! What they share lives here: [`open`] (the visibility check, then the git
 //! repository), [`RepoNav`] (the fields `repo_base.html` needs), resolving
 //! `<ref>/<path>` URL tails, and small git helpers.
 
 pub mod commit;
+pub mod history;
 pub mod issues;
 pub mod patches;
 pub mod refs;

@@ -28,7 +28,7 @@ use git_collab::record::refs;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::commit::{bounded_diff, collect_files, FileDiff};
+use super::commit::{bounded_diff, collect_files, FileDiff, LineNote};
 use super::RepoCtx;
 use crate::http::markdown;
 use crate::http::view::{self, PageError, PageResult};
@@ -235,6 +235,12 @@ struct PatchDetailPage {
     additions: usize,
     deletions: usize,
     truncated: bool,
+    /// The one file shown (`?path=`), else empty.
+    only: String,
+    /// A file's own diff is this followed by its `path_query`.
+    file_link: String,
+    /// This diff with every file.
+    all_files_link: String,
     /// The revision whose diff (or `.patch`) is offered.
     shown: u32,
     /// Revision numbers for the interdiff form.
@@ -256,6 +262,8 @@ pub struct DetailQuery {
     rev: Option<String>,
     from: Option<String>,
     to: Option<String>,
+    /// Show only this file's diff, with the whole line budget.
+    path: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -529,16 +537,31 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
             ))
         }
     };
-    let (files, truncated, additions, deletions) = match sides {
+    let only = query.path.as_deref().filter(|p| !p.is_empty());
+    let (mut files, truncated, additions, deletions) = match sides {
         Some((old, new)) => {
             let max_file = st.app.config.http.max_file_shown;
             let d = bounded_diff(&ctx.git, Some(&old), &new, max_file)?;
             let stats = d.stats()?;
-            let (files, truncated) = collect_files(&ctx.git, &d, max_file)?;
+            let (files, truncated) = collect_files(&ctx.git, &d, max_file, only)?;
             (files, truncated, stats.insertions(), stats.deletions())
         }
         None => (Vec::new(), false, 0, 0),
     };
+    if from.is_none() {
+        anchor_comments(&p, shown, &mut files);
+    }
+    // The same view of the patch, with `path=` appended by the template.
+    let view_query = match (from, to) {
+        (Some(from), Some(to)) => format!("from={from}&to={to}"),
+        _ => format!("rev={shown}"),
+    };
+    let all_files_link = format!(
+        "/{}/-/patches/{}?{view_query}",
+        ctx.name(),
+        view::short_id(&p.id)
+    );
+    let file_link = format!("{all_files_link}&path=");
 
     let revisions = p
         .revisions
@@ -595,12 +618,42 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         additions,
         deletions,
         truncated,
+        only: only.unwrap_or("").to_string(),
+        file_link,
+        all_files_link,
         shown,
         numbers: p.revisions.iter().map(|r| r.n).collect(),
         from: from.unwrap_or(latest.saturating_sub(1).max(1)),
         to: to.unwrap_or(latest),
     };
     Ok(view::render(StatusCode::OK, &page))
+}
+
+/// Put each inline comment on revision `shown` under the diff line it
+/// names (by its number in the revision's file); comments on lines the
+/// diff does not show stay in the timeline only.
+fn anchor_comments(p: &PatchState, shown: u32, files: &mut [FileDiff]) {
+    for c in &p.comments {
+        let (Some(path), Some(line)) = (&c.path, c.line) else {
+            continue;
+        };
+        if c.revision != Some(shown) {
+            continue;
+        }
+        let line = line.to_string();
+        let target = files
+            .iter_mut()
+            .filter(|f| &f.path == path)
+            .flat_map(|f| f.lines.iter_mut())
+            .find(|l| l.kind != "del" && l.new_no == line);
+        if let Some(l) = target {
+            l.notes.push(LineNote {
+                author: c.author.name.clone(),
+                when: view::fmt_time(c.at),
+                html: markdown::render(&c.body, None),
+            });
+        }
+    }
 }
 
 /// The patch `id` names, or the 404 that says why not.

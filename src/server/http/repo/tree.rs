@@ -22,6 +22,7 @@ use git2::{ObjectType, Oid, Tree};
 use super::summary::{find_readme, Readme};
 use super::{RepoCtx, RevPath};
 use crate::http::blobs::{self, BlobStream};
+use crate::http::highlight;
 use crate::http::view::{self, PageError, PageResult};
 use crate::http::AppState;
 
@@ -78,6 +79,7 @@ struct BlobPage {
     size: String,
     /// Why the content is not shown, or not all of it (binary, large).
     note: String,
+    /// The lines as HTML: highlighted, or escaped.
     lines: Vec<String>,
 }
 
@@ -171,7 +173,7 @@ fn lookup<'r>(ctx: &'r RepoCtx, at: &RevPath) -> anyhow::Result<Option<Found<'r>
 /// Whether `path` (segments joined by `/`, none empty) could name an entry
 /// of a git tree: git refuses `.` and `..` as entry names, and NUL cannot
 /// occur in one.
-fn is_tree_path(path: &str) -> bool {
+pub(super) fn is_tree_path(path: &str) -> bool {
     path.split('/')
         .all(|seg| !seg.is_empty() && seg != "." && seg != ".." && !seg.contains('\0'))
 }
@@ -314,6 +316,7 @@ fn blob_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
             String::from_utf8_lossy(&content)
         };
         let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        let lines = highlight::file_lines(&at.path, &lines, highlight::Deadline::start());
         let note = if partial {
             format!(
                 "This file is large ({}): only its first {} lines are shown; use the raw link for all of it.",
