@@ -10,6 +10,7 @@
   git,
   openssh,
   makeBinaryWrapper,
+  installShellFiles,
 }: let
   cargoToml = lib.importTOML ../Cargo.toml;
   fs = lib.fileset;
@@ -41,7 +42,7 @@ in
     # libgit2-sys), SQLite (rusqlite "bundled") and ring are compiled from C
     # with the cc crate, so no OpenSSL or libssh2 is needed. zlib comes from
     # nixpkgs through pkg-config rather than libz-sys's bundled copy.
-    nativeBuildInputs = [pkg-config makeBinaryWrapper];
+    nativeBuildInputs = [pkg-config makeBinaryWrapper installShellFiles];
     buildInputs = [zlib] ++ lib.optionals stdenv.hostPlatform.isDarwin [libiconv];
 
     # Unit tests (lib and bins) run here. The integration tests under tests/
@@ -58,10 +59,19 @@ in
 
     # The server spawns `git upload-pack` / `git receive-pack`; the CLI
     # shells out to `git` and `ssh`. Append, so a user's own git wins.
-    postInstall = ''
-      wrapProgram $out/bin/git-collab-server --suffix PATH : ${lib.makeBinPath [git]}
-      wrapProgram $out/bin/git-collab --suffix PATH : ${lib.makeBinPath [git openssh]}
-    '';
+    # Man pages are generated from the CLI's clap definitions (`git-collab
+    # man DIR`), so `git collab --help` finds `git-collab(1)`; the NixOS
+    # module puts the package in environment.systemPackages, which brings
+    # them along. Skipped when cross-compiling (the binary cannot run here).
+    postInstall =
+      lib.optionalString (stdenv.buildPlatform.canExecute stdenv.hostPlatform) ''
+        $out/bin/git-collab man man1
+        installManPage man1/*.1
+      ''
+      + ''
+        wrapProgram $out/bin/git-collab-server --suffix PATH : ${lib.makeBinPath [git]}
+        wrapProgram $out/bin/git-collab --suffix PATH : ${lib.makeBinPath [git openssh]}
+      '';
 
     meta = {
       inherit (cargoToml.package) description;
