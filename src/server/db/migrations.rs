@@ -316,6 +316,19 @@ CREATE TABLE patch_issues (
 CREATE INDEX patch_issues_issue ON patch_issues (repo, issue_id);
 ",
     },
+    // Version 7: the work queue's order as an index. `collab-lease next`
+    // and `collab-issue ready` list open issues by priority (none last),
+    // then age, then id (`db::queue::ready_sql`, whose ORDER BY must keep
+    // this exact expression); with this index SQLite walks the issues in
+    // that order and stops at the first ready ones instead of sorting every
+    // open issue of the repository inside the writer.
+    Step {
+        version: 7,
+        sql: "
+CREATE INDEX issues_ready ON issues
+    (repo, status, (CASE WHEN priority IS NULL THEN 1 ELSE 0 END), priority, created_ms, id);
+",
+    },
 ];
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).

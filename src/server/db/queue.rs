@@ -215,6 +215,8 @@ fn ready_sql(labels: usize) -> String {
             n + 5
         ));
     }
+    // The order of the `issues_ready` index (migration 7): keep the two in
+    // step, or every `next` sorts all open issues again.
     sql.push_str(
         "
          ORDER BY CASE WHEN i.priority IS NULL THEN 1 ELSE 0 END, i.priority,
@@ -245,6 +247,30 @@ mod tests {
         let conn = Connection::open_in_memory().unwrap();
         leases::init_schema(&conn).unwrap();
         conn
+    }
+
+    #[test]
+    fn the_ready_order_walks_the_index_without_sorting() {
+        let conn = db();
+        for labels in [0, 2] {
+            let plan: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {}", ready_sql(labels)))
+                .unwrap()
+                .query_map(
+                    rusqlite::params_from_iter(
+                        ["r".to_string(), "0".into(), "h".into(), "1".into()]
+                            .into_iter()
+                            .chain((0..labels).map(|n| format!("l{n}"))),
+                    ),
+                    |r| r.get::<_, String>(3),
+                )
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let plan = plan.join("\n");
+            assert!(plan.contains("USING INDEX issues_ready"), "{plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+        }
     }
 
     fn person() -> Person {
