@@ -103,11 +103,21 @@ if [ ! -f "$CONF" ] || [ "$(cat "$CONF")" != "$want_conf" ]; then
 fi
 
 # 3. Docker-compatible API for testcontainers and the docker CLI.
+# A service we started whose working directory is gone (a CI clone deleted
+# under it) still answers pings but cannot start containers (conmon: "Failed
+# to get working directory"): replace it.
+if [ -f "$PIDFILE" ] && [[ "$(readlink "/proc/$(cat "$PIDFILE")/cwd" 2>/dev/null)" == *"(deleted)" ]]; then
+    log "restarting the podman API service: its working directory was deleted"
+    stop_service
+    sleep 1
+    rm -f "$SOCK"
+fi
 if ! service_answers; then
     mkdir -p "$(dirname "$SOCK")"
     rm -f "$SOCK"
     log "starting podman system service on $SOCK (log: $SERVICE_LOG)"
-    setsid podman system service --time=0 "unix://$SOCK" >>"$SERVICE_LOG" 2>&1 </dev/null &
+    # From /, so that deleting the clone we were run from cannot break it.
+    (cd / && exec setsid podman system service --time=0 "unix://$SOCK" >>"$SERVICE_LOG" 2>&1 </dev/null) &
     echo $! >"$PIDFILE"
     for _ in $(seq 1 100); do
         service_answers && break
