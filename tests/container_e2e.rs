@@ -789,7 +789,7 @@ async fn push_clone_issue_and_lease_survive_a_restart() {
         "# demo\n\nPushed into a container.\n"
     );
 
-    // Open an issue with the CLI and sync it to the server.
+    // Open an issue with the CLI (on the server, in one round trip).
     admin.collab(&clone, &["key", "generate"]);
     let title = "Container issue: lease me";
     let opened: Value =
@@ -807,13 +807,9 @@ async fn push_clone_issue_and_lease_survive_a_restart() {
         issue_id_by_title(&admin.collab(&clone, &["issue", "list", "--json"]), title),
         issue
     );
-    admin.collab(&clone, &["sync", "origin"]);
-    let issue_ref = format!("refs/collab/issues/{issue}");
-    let remote_refs = admin.git(&clone, &["ls-remote", "origin", "refs/collab/*"]);
-    assert!(
-        remote_refs.contains(&issue_ref),
-        "{issue_ref} not on the server:\n{remote_refs}"
-    );
+    // The server holds it: one round trip, no sync.
+    let shown = admin.ssh_json(&server, &format!("collab-issue show 'demo.git' '{issue}'"));
+    assert_eq!(shown["title"], title, "{shown}");
 
     // Claim it.
     let acquired = admin.ssh_json(
@@ -897,8 +893,7 @@ async fn push_clone_issue_and_lease_survive_a_restart() {
         pushed_head
     );
 
-    // The issue, fetched into the fresh clone by sync.
-    admin.collab(&after, &["sync", "origin"]);
+    // The issue, as the server lists it to a fresh clone.
     assert_eq!(
         issue_id_by_title(&admin.collab(&after, &["issue", "list", "--json"]), title),
         issue
