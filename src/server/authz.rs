@@ -300,6 +300,20 @@ pub fn can_subscribe(app: &App, caller: &Caller, glob: &str) -> bool {
             .all(|e| repo_access(app, caller, e) == Some(Access::Rewind))
 }
 
+/// The rule `collab-patch merge` applies in this repository: the first
+/// `[[merge_rules]]` of `governance.toml` matching it while governance is
+/// active, else the `merge` of its `collab-policy.toml`, else the default
+/// (no approval needed, no changes requested, the author's vote does not
+/// count).
+#[allow(dead_code)] // `collab-patch merge` and the patch pages (landing next) call it
+pub fn merge_rule(app: &App, entry: &RepoEntry) -> crate::db::patches::MergeRule {
+    let governed = match app.governance.state().as_ref() {
+        GovState::Active(conf) => conf.merge_rule(entry.short_name()),
+        _ => None,
+    };
+    governed.or(entry.policy.merge).unwrap_or_default()
+}
+
 /// Whether anonymous HTTP may read this repository.
 #[allow(dead_code)] // the web UI and smart-HTTP call it
 pub fn anonymous_can_read(app: &App, entry: &RepoEntry) -> bool {

@@ -70,6 +70,10 @@ pub struct RepoPolicy {
     /// (`-o collab-lease=<issue>:<token>`; see `hooks::fencing`).
     #[serde(default)]
     pub fenced_refs: Vec<String>,
+    /// When `collab-patch merge` may merge a patch (`merge = { approvals =
+    /// 1, ... }`); unset is `MergeRule::default()`.
+    #[serde(default)]
+    pub merge: Option<crate::db::patches::MergeRule>,
     /// Set when the policy file exists but does not parse: the repository is
     /// then closed to everyone but admins (fail closed).
     #[serde(skip)]
@@ -88,6 +92,7 @@ impl Default for RepoPolicy {
             rewind: Vec::new(),
             public: false,
             fenced_refs: Vec::new(),
+            merge: None,
             broken: None,
         }
     }
@@ -102,6 +107,7 @@ impl RepoPolicy {
             rewind: Vec::new(),
             public: false,
             fenced_refs: Vec::new(),
+            merge: None,
             broken: Some(reason),
         }
     }
@@ -515,6 +521,12 @@ mod tests {
         assert_eq!(p.fenced_refs, ["refs/heads/issue/*"]);
         let err = RepoPolicy::parse("fenced_refs = [\"refs/[\"]\n").unwrap_err();
         assert!(err.to_string().contains("fenced_refs"), "{err}");
+        let p =
+            RepoPolicy::parse("merge = { approvals = 1, author_may_approve = true }\n").unwrap();
+        let rule = p.merge.unwrap();
+        assert_eq!((rule.approvals, rule.author_may_approve), (1, true));
+        assert!(rule.no_changes_requested, "unset keys keep their default");
+        assert!(RepoPolicy::parse("merge = { approvals = 1, quorum = 2 }\n").is_err());
     }
 
     #[test]

@@ -75,6 +75,29 @@ struct RawConf {
     fenced_refs: Vec<String>,
     #[serde(default)]
     webhooks: Vec<GovWebhook>,
+    #[serde(default)]
+    merge_rules: Vec<RawMergeRule>,
+}
+
+/// `[[merge_rules]]`: the merge rule of the repositories `repos` matches.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMergeRule {
+    repos: Vec<String>,
+    approvals: Option<u32>,
+    no_changes_requested: Option<bool>,
+    author_may_approve: Option<bool>,
+}
+
+impl RawMergeRule {
+    fn rule(&self) -> crate::db::patches::MergeRule {
+        let d = crate::db::patches::MergeRule::default();
+        crate::db::patches::MergeRule {
+            approvals: self.approvals.unwrap_or(d.approvals),
+            no_changes_requested: self.no_changes_requested.unwrap_or(d.no_changes_requested),
+            author_may_approve: self.author_may_approve.unwrap_or(d.author_may_approve),
+        }
+    }
 }
 
 /// A webhook subscription declared in `governance.toml` (`[[webhooks]]`).
@@ -197,6 +220,8 @@ pub struct GovernanceConf {
     fenced_refs: Vec<String>,
     /// Declared webhook subscriptions (`webhooks` syncs them).
     webhooks: Vec<GovWebhook>,
+    /// `[[merge_rules]]` in file order: the first whose globs match wins.
+    merge_rules: Vec<(GlobSet, crate::db::patches::MergeRule)>,
 }
 
 fn valid_ident(s: &str) -> bool {
@@ -307,6 +332,14 @@ impl GovernanceConf {
         let public = compile_globs(&raw.public, "public")?;
         crate::hooks::fencing::compile(&raw.fenced_refs).map_err(invalid)?;
         check_webhooks(&raw.webhooks)?;
+        let mut merge_rules = Vec::new();
+        for (i, m) in raw.merge_rules.iter().enumerate() {
+            let ctx = format!("merge_rules[{i}].repos");
+            if m.repos.is_empty() {
+                return Err(invalid(format!("{ctx}: no repository pattern")));
+            }
+            merge_rules.push((compile_globs(&m.repos, &ctx)?, m.rule()));
+        }
         Ok(GovernanceConf {
             by_fingerprint,
             principals,
@@ -315,7 +348,18 @@ impl GovernanceConf {
             public,
             fenced_refs: raw.fenced_refs,
             webhooks: raw.webhooks,
+            merge_rules,
         })
+    }
+
+    /// The merge rule of the first `[[merge_rules]]` matching `repo` (its
+    /// name without `.git`).
+    pub fn merge_rule(&self, repo: &str) -> Option<crate::db::patches::MergeRule> {
+        let repo = repo.strip_suffix(".git").unwrap_or(repo);
+        self.merge_rules
+            .iter()
+            .find(|(globs, _)| globs.is_match(repo))
+            .map(|(_, rule)| *rule)
     }
 
     /// The webhook subscriptions the file declares.
@@ -418,6 +462,23 @@ mod tests {
         assert!(c.is_public("docs/site") && !c.is_public("docs") && !c.is_public("_governance"));
         assert!(c.check_keeps_admin(&alice_fp).is_ok());
         assert!(c.check_keeps_admin("SHA256:nobody").is_err());
+    }
+
+    #[test]
+    fn merge_rules_match_by_glob_first_wins() {
+        let rules = "[[merge_rules]]\nrepos = [\"team/core\"]\napprovals = 2\n\
+                     [[merge_rules]]\nrepos = [\"team/*\"]\napprovals = 1\nauthor_may_approve = true\n";
+        let c = GovernanceConf::parse(&conf(rules)).unwrap();
+        let core = c.merge_rule("team/core.git").unwrap();
+        assert_eq!((core.approvals, core.author_may_approve), (2, false));
+        assert!(core.no_changes_requested);
+        let app = c.merge_rule("team/app").unwrap();
+        assert_eq!((app.approvals, app.author_may_approve), (1, true));
+        assert_eq!(c.merge_rule("other"), None);
+        let bad = "[[merge_rules]]\nrepos = [\"x\"]\napprovals = 1\nquorum = 3\n";
+        assert!(GovernanceConf::parse(&conf(bad)).is_err());
+        let empty = "[[merge_rules]]\nrepos = []\n";
+        assert!(GovernanceConf::parse(&conf(empty)).is_err());
     }
 
     #[test]
