@@ -95,6 +95,9 @@ pub struct PatchBatch {
     patches: Vec<(PatchDetail, Vec<String>)>,
 }
 
+/// Rows inserted: `(patches, revisions, reviews, comments)`.
+pub type Counts = (usize, usize, usize, usize);
+
 /// Whether `repo`'s patch DAGs have been imported.
 pub fn is_imported(conn: &Connection, repo: &str) -> rusqlite::Result<bool> {
     Ok(conn
@@ -113,7 +116,7 @@ pub fn store(
     batch: &PatchBatch,
     last: Option<&PatchReport>,
     now: i64,
-) -> anyhow::Result<(usize, usize, usize, usize)> {
+) -> anyhow::Result<Counts> {
     let mut counts = (0, 0, 0, 0);
     for (detail, revision_events) in &batch.patches {
         if patches::insert_imported(conn, detail, revision_events, now)?.is_some() {
@@ -294,10 +297,7 @@ fn pin_revisions(git: &Repository, s: &PatchState) -> usize {
 pub fn import(
     git: &Repository,
     repo: &str,
-    store: &mut dyn FnMut(
-        PatchBatch,
-        Option<PatchReport>,
-    ) -> anyhow::Result<(usize, usize, usize, usize)>,
+    store: &mut dyn FnMut(PatchBatch, Option<PatchReport>) -> anyhow::Result<Counts>,
 ) -> anyhow::Result<PatchReport> {
     let trust = TrustList::load(git)?;
     let found = record_patch::patch_refs(git)?;
