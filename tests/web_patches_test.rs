@@ -288,15 +288,17 @@ fn patches_list_and_detail_with_diff_and_interdiff() {
 fn a_private_repositorys_patches_answer_like_a_missing_repository() {
     let h = ServerHarness::start();
     let (clone, id, _) = repo_with_patches(&h);
-    h.create_repo("secret");
+    let secret = h.create_repo("secret");
     h.git(&clone, &["remote", "add", "secret", &h.repo_url("secret")]);
+    h.git(&clone, &["push", "-q", "secret", "main"]);
+    // The patch DAGs as a repository from before the upgrade holds them
+    // (the server refuses them over a push).
     h.git(
         &clone,
         &[
             "push",
             "-q",
-            "secret",
-            "main",
+            secret.to_str().unwrap(),
             "+refs/collab/*:refs/collab/*",
         ],
     );
