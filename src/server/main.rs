@@ -25,6 +25,7 @@ mod metrics;
 mod ops;
 mod patch_export;
 mod patch_import;
+mod patch_merge;
 mod releases;
 mod repo_admin;
 mod repos;
