@@ -136,6 +136,18 @@ pub fn interdiff_sides<'r>(
     let head_a = patch::present_commit(repo, &ra.head, ra.n)?;
     let head_b = patch::present_commit(repo, &rb.head, rb.n)?;
     let (fork_a, fork_b) = (fork_point(repo, state, ra)?, fork_point(repo, state, rb)?);
+    interdiff_commits(repo, (from, fork_a, head_a), (to, fork_b, head_b))
+}
+
+/// What the interdiff of two revisions compares, given each as
+/// `(number, base commit, head)`: revision `from`'s changes replayed onto
+/// `to`'s base when the bases differ, and `to`'s head. Used by the server,
+/// whose revisions record their base commits.
+pub fn interdiff_commits(
+    repo: &Repository,
+    (from, fork_a, head_a): (u32, Oid, Oid),
+    (to, fork_b, head_b): (u32, Oid, Oid),
+) -> Result<InterdiffSides<'_>> {
     let (old, conflicts) = if fork_a == fork_b {
         (tree_of(repo, head_a)?, Vec::new())
     } else {
