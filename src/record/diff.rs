@@ -136,14 +136,13 @@ pub fn interdiff_sides<'r>(
     let head_a = patch::present_commit(repo, &ra.head, ra.n)?;
     let head_b = patch::present_commit(repo, &rb.head, rb.n)?;
     let (fork_a, fork_b) = (fork_point(repo, state, ra)?, fork_point(repo, state, rb)?);
-    interdiff_commits(repo, (from, fork_a, head_a), (to, fork_b, head_b))
+    commits_interdiff_sides(repo, (from, fork_a, head_a), (to, fork_b, head_b))
 }
 
-/// What the interdiff of two revisions compares, given each as
-/// `(number, base commit, head)`: revision `from`'s changes replayed onto
-/// `to`'s base when the bases differ, and `to`'s head. Used by the server,
-/// whose revisions record their base commits.
-pub fn interdiff_commits(
+/// What the interdiff compares, from revisions given as `(n, fork, head)`:
+/// `from`'s changes replayed onto `to`'s fork when the forks differ, and
+/// `to`'s head. For callers that keep revisions themselves (the server).
+pub fn commits_interdiff_sides(
     repo: &Repository,
     (from, fork_a, head_a): (u32, Oid, Oid),
     (to, fork_b, head_b): (u32, Oid, Oid),
@@ -160,6 +159,37 @@ pub fn interdiff_commits(
         conflicts,
         old,
         new: tree_of(repo, head_b)?,
+    })
+}
+
+/// The diff of revision `n` given as its fork and head commits.
+pub fn commits_revision_diff(
+    repo: &Repository,
+    n: u32,
+    fork: Oid,
+    head: Oid,
+) -> Result<RevisionDiff> {
+    Ok(RevisionDiff {
+        revision: n,
+        base_commit: fork.to_string(),
+        head: head.to_string(),
+        diff: diff_trees(repo, &tree_of(repo, fork)?, &tree_of(repo, head)?)?,
+    })
+}
+
+/// The interdiff of revisions given as `(n, fork, head)`.
+pub fn commits_interdiff(
+    repo: &Repository,
+    from: (u32, Oid, Oid),
+    to: (u32, Oid, Oid),
+) -> Result<Interdiff> {
+    let sides = commits_interdiff_sides(repo, from, to)?;
+    Ok(Interdiff {
+        from: sides.from,
+        to: sides.to,
+        rebased: sides.rebased,
+        diff: diff_trees(repo, &sides.old, &sides.new)?,
+        conflicts: sides.conflicts,
     })
 }
 

@@ -305,7 +305,6 @@ pub fn can_subscribe(app: &App, caller: &Caller, glob: &str) -> bool {
 /// active, else the `merge` of its `collab-policy.toml`, else the default
 /// (no approval needed, no changes requested, the author's vote does not
 /// count).
-#[allow(dead_code)] // `collab-patch merge` and the patch pages (landing next) call it
 pub fn merge_rule(app: &App, entry: &RepoEntry) -> crate::db::patches::MergeRule {
     let governed = match app.governance.state().as_ref() {
         GovState::Active(conf) => conf.merge_rule(entry.short_name()),

@@ -23,6 +23,7 @@ mod logging;
 mod maintenance;
 mod metrics;
 mod ops;
+mod patch_merge;
 mod releases;
 mod repo_admin;
 mod repos;

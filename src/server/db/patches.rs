@@ -20,11 +20,6 @@
 //! names the replaced vote). Merged is final; a closed patch can be
 //! reopened.
 
-// The reads, votes, comments, status changes and the merge rule serve the
-// `collab-patch` verb (landing next); until then the push hooks and the
-// tests are their only callers.
-#![allow(dead_code)]
-
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::json;

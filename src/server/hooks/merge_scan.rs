@@ -36,6 +36,8 @@ pub struct Found {
     pub merged: Vec<(String, String, &'static str)>,
     /// `(issue, commit)`.
     pub closed: Vec<(String, String)>,
+    /// What no longer applied, one line each.
+    pub warnings: Vec<String>,
 }
 
 /// The trailer values under `keys` (case-insensitive) of a commit message
@@ -92,50 +94,72 @@ fn default_branch(repo: &Repository) -> Option<String> {
     target.strip_prefix("refs/heads/").map(str::to_string)
 }
 
-/// Scan the push and record what it merged and closed.
-pub fn scan(ctx: &HookContext, updates: &[RefUpdate]) -> Result<Found, String> {
+/// What a branch update merged and fixed, found by reading git and the
+/// database, not yet written.
+#[derive(Debug, Default, Clone)]
+pub struct Plan {
+    /// patch -> (commit, how, refname, new tip)
+    merges: BTreeMap<String, (Oid, &'static str, String, Oid)>,
+    /// issue id prefix -> the commit that fixes it
+    closes: BTreeMap<String, Oid>,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.merges.is_empty() && self.closes.is_empty()
+    }
+
+    /// Leave patch `id` out (the caller records its merge itself).
+    pub fn without_patch(mut self, id: &str) -> Plan {
+        self.merges.remove(id);
+        self
+    }
+}
+
+/// Find what `updates` merged and fixed in repository `repo_name`
+/// (`conn` may be a read-only connection; nothing is written).
+pub fn plan(
+    repo: &Repository,
+    conn: &rusqlite::Connection,
+    repo_name: &str,
+    updates: &[RefUpdate],
+) -> Result<Plan, String> {
     let branches: Vec<(&str, &RefUpdate, Oid)> = updates
         .iter()
         .filter_map(|u| Some((u.refname.strip_prefix("refs/heads/")?, u, u.new?)))
         .collect();
+    let mut plan = Plan::default();
     if branches.is_empty() {
-        return Ok(Found::default());
+        return Ok(plan);
     }
-    let conn = crate::db::leases::open(&ctx.collab_db)
-        .map_err(|e| format!("opening the collab database: {e}"))?;
-    let repo = ctx.open_repo()?;
-    let default = default_branch(&repo);
-    let mut found = Found::default();
-    // patch -> (commit, how, refname, new)
-    let mut merges: BTreeMap<String, (Oid, &'static str, String, Oid)> = BTreeMap::new();
-    let mut closes: BTreeMap<String, Oid> = BTreeMap::new();
+    let default = default_branch(repo);
     for (branch, update, new) in branches {
-        let open = patches::open_on_base(&conn, &ctx.repo, branch)
+        let open = patches::open_on_base(conn, repo_name, branch)
             .map_err(|e| format!("reading patches: {e}"))?;
         let fixes_here = default.as_deref() == Some(branch);
         if open.is_empty() && !fixes_here {
             continue;
         }
-        let pushed = pushed_commits(&repo, update.old, new)
+        let pushed = pushed_commits(repo, update.old, new)
             .map_err(|e| format!("reading the pushed commits: {e}"))?;
         let chain = if open.is_empty() {
             Vec::new()
         } else {
-            first_parent_chain(&repo, update.old, new)
+            first_parent_chain(repo, update.old, new)
         };
         for (id, head) in &open {
             let Ok(head) = Oid::from_str(head) else {
                 continue;
             };
-            if !contains(&repo, new, head) {
+            if !contains(repo, new, head) {
                 continue;
             }
             let at = chain
                 .iter()
                 .copied()
-                .find(|c| contains(&repo, *c, head))
+                .find(|c| contains(repo, *c, head))
                 .unwrap_or(new);
-            merges
+            plan.merges
                 .entry(id.clone())
                 .or_insert((at, "reachable", update.refname.clone(), new));
         }
@@ -146,7 +170,7 @@ pub fn scan(ctx: &HookContext, updates: &[RefUpdate]) -> Result<Found, String> {
             let message = commit.message().unwrap_or("");
             for prefix in id_trailers(message, &["Patch"]) {
                 if let Some((id, _)) = open.iter().find(|(id, _)| id.starts_with(&prefix)) {
-                    merges.entry(id.clone()).or_insert((
+                    plan.merges.entry(id.clone()).or_insert((
                         *oid,
                         "trailer",
                         update.refname.clone(),
@@ -156,13 +180,80 @@ pub fn scan(ctx: &HookContext, updates: &[RefUpdate]) -> Result<Found, String> {
             }
             if fixes_here {
                 for prefix in id_trailers(message, &["Fixes", "Closes"]) {
-                    closes.entry(prefix).or_insert(*oid);
+                    plan.closes.entry(prefix).or_insert(*oid);
                 }
             }
         }
     }
-    if merges.is_empty() && closes.is_empty() {
-        return Ok(found);
+    Ok(plan)
+}
+
+/// Write what `plan` found, inside the caller's transaction: `patch.merged`
+/// with the update's ref and new tip, `issue.closed` (which ends leases).
+/// A patch or issue that no longer applies (merged or closed meanwhile, an
+/// unknown or ambiguous prefix) is a warning in the result, not an error.
+pub fn apply(
+    conn: &rusqlite::Connection,
+    plan: &Plan,
+    repo_name: &str,
+    actor: &issues::Person,
+    max_body: usize,
+    now: i64,
+) -> Found {
+    let mut found = Found::default();
+    let w = patches::WriteCtx {
+        repo: repo_name,
+        actor,
+        max_body,
+        now,
+    };
+    for (id, (commit, how, refname, new)) in &plan.merges {
+        let by = patches::MergedBy::Push {
+            refname: refname.clone(),
+            new: new.to_string(),
+            how,
+        };
+        match patches::mark_merged(conn, &w, id, &commit.to_string(), &by) {
+            Ok(_) => found.merged.push((id.clone(), commit.to_string(), how)),
+            Err(e) => found.warnings.push(format!("patch {}: {e}", &id[..8])),
+        }
+    }
+    let iw = issues::WriteCtx {
+        repo: repo_name,
+        actor,
+        fence: None,
+        max_body,
+        now,
+    };
+    for (prefix, commit) in &plan.closes {
+        let short = commit.to_string()[..8].to_string();
+        let reason = format!("fixed by {short}");
+        match issues::close(conn, &iw, prefix, Some(&reason)) {
+            Ok(closed) => found
+                .closed
+                .push((closed.written.issue, commit.to_string())),
+            // An unknown, ambiguous or already closed issue: said, not fatal.
+            Err(e) => found.warnings.push(format!("{short}: {e}")),
+        }
+    }
+    found
+}
+
+/// Scan the push and record what it merged and closed, in one IMMEDIATE
+/// transaction of the hook's own connection.
+pub fn scan(ctx: &HookContext, updates: &[RefUpdate]) -> Result<Found, String> {
+    if !updates
+        .iter()
+        .any(|u| u.new.is_some() && u.refname.starts_with("refs/heads/"))
+    {
+        return Ok(Found::default());
+    }
+    let conn = crate::db::leases::open(&ctx.collab_db)
+        .map_err(|e| format!("opening the collab database: {e}"))?;
+    let repo = ctx.open_repo()?;
+    let plan = plan(&repo, &conn, &ctx.repo, updates)?;
+    if plan.is_empty() {
+        return Ok(Found::default());
     }
     let tx = rusqlite::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)
         .map_err(|e| format!("collab database: {e}"))?;
@@ -172,41 +263,7 @@ pub fn scan(ctx: &HookContext, updates: &[RefUpdate]) -> Result<Found, String> {
         key: None,
     };
     let now = chrono::Utc::now().timestamp();
-    let w = patches::WriteCtx {
-        repo: &ctx.repo,
-        actor: &actor,
-        max_body: ctx.max_body,
-        now,
-    };
-    for (id, (commit, how, refname, new)) in merges {
-        let by = patches::MergedBy::Push {
-            refname,
-            new: new.to_string(),
-            how,
-        };
-        match patches::mark_merged(&tx, &w, &id, &commit.to_string(), &by) {
-            Ok(_) => found.merged.push((id, commit.to_string(), how)),
-            Err(e) => eprintln!("warning: patch {}: {e}", &id[..8]),
-        }
-    }
-    let iw = issues::WriteCtx {
-        repo: &ctx.repo,
-        actor: &actor,
-        fence: None,
-        max_body: ctx.max_body,
-        now,
-    };
-    for (prefix, commit) in closes {
-        let short = commit.to_string()[..8].to_string();
-        let reason = format!("fixed by {short}");
-        match issues::close(&tx, &iw, &prefix, Some(&reason)) {
-            Ok(closed) => found
-                .closed
-                .push((closed.written.issue, commit.to_string())),
-            // An unknown, ambiguous or already closed issue: said, not fatal.
-            Err(e) => eprintln!("warning: {short}: {e}"),
-        }
-    }
+    let found = apply(&tx, &plan, &ctx.repo, &actor, ctx.max_body, now);
     tx.commit().map_err(|e| format!("collab database: {e}"))?;
     Ok(found)
 }
@@ -224,6 +281,9 @@ pub fn run(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), String> {
     }
     for (issue, commit) in &found.closed {
         eprintln!("issue {} closed by {}", &issue[..8], &commit[..8]);
+    }
+    for warning in &found.warnings {
+        eprintln!("warning: {warning}");
     }
     Ok(())
 }

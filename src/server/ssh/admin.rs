@@ -131,6 +131,11 @@ const REPO_VERBS: &[(&str, &str)] = &[
         "collab-issue open|comment|edit|label|close|reopen|link|unlink '<repo>' ...",
         "write",
     ),
+    ("collab-patch list|show|diff|interdiff '<repo>' ...", "read"),
+    (
+        "collab-patch review|comment|close|reopen|merge|link '<repo>' ...",
+        "write",
+    ),
     (
         "collab-events watch ['<repo>'...] [--since N] [--type P]... [--no-follow]",
         "read (per event's repository)",

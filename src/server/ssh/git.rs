@@ -285,7 +285,7 @@ fn web_url(listen: &str) -> String {
 
 /// The repository's fenced refs: its `collab-policy.toml`'s, plus
 /// governance's when governance is active.
-fn fenced_refs(ctx: &ExecContext, entry: &crate::repos::RepoEntry) -> Vec<String> {
+pub(super) fn fenced_refs(ctx: &ExecContext, entry: &crate::repos::RepoEntry) -> Vec<String> {
     let mut fenced = entry.policy.fenced_refs.clone();
     if let crate::governance::GovState::Active(conf) = ctx.app.governance.state().as_ref() {
         fenced.extend(conf.fenced_refs().iter().cloned());

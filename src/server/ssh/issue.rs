@@ -481,7 +481,7 @@ async fn authorized_repo(
 
 /// Read the channel's stdin to EOF, refusing more than `max` bytes or text
 /// that is not UTF-8 (the reply is the `error:` line).
-async fn read_body(channel: &mut Channel<Msg>, max: u64) -> Result<String, String> {
+pub(super) async fn read_body(channel: &mut Channel<Msg>, max: u64) -> Result<String, String> {
     let mut body = Vec::new();
     while let Some(msg) = channel.wait().await {
         match msg {
@@ -501,7 +501,7 @@ async fn read_body(channel: &mut Channel<Msg>, max: u64) -> Result<String, Strin
 }
 
 /// The author of this caller's writes.
-fn actor(caller: &Caller) -> Person {
+pub(super) fn actor(caller: &Caller) -> Person {
     let mut key = caller.identity.key.clone();
     key.set_comment("");
     Person {
@@ -910,7 +910,7 @@ pub fn time_json(ms: i64) -> Value {
         .unwrap_or(Value::Null)
 }
 
-fn person_json(p: &Person) -> Value {
+pub(super) fn person_json(p: &Person) -> Value {
     json!({ "name": p.name, "key": p.key, "principal": p.principal })
 }
 

@@ -21,6 +21,7 @@ pub mod events;
 pub mod git;
 pub mod issue;
 pub mod lease;
+pub mod patch;
 pub mod release;
 pub mod session;
 pub mod tokens;

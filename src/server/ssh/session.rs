@@ -408,6 +408,8 @@ pub enum ExecCommand {
     Release(ReleaseCmd),
     /// `collab-issue open|show|list|comment|edit|label|close|reopen|link|unlink …`
     Issue(IssueCmd),
+    /// `collab-patch list|show|diff|interdiff|review|comment|close|reopen|merge …`
+    Patch(super::patch::PatchCmd),
     /// `collab-events watch …`
     Events(WatchCmd),
     /// `collab-hook add|list|remove|enable|test|deliveries|redeliver …`
@@ -435,6 +437,7 @@ impl ExecCommand {
                 | ReleaseCmd::Delete { repo, .. },
             ) => Some(repo),
             ExecCommand::Issue(cmd) => Some(cmd.repo()),
+            ExecCommand::Patch(cmd) => Some(cmd.repo()),
             ExecCommand::Events(watch) => watch.repos.first().map(String::as_str),
             ExecCommand::Hook(_) => None,
             ExecCommand::Whoami | ExecCommand::Help | ExecCommand::Repo(RepoCmd::List) => None,
@@ -478,6 +481,7 @@ impl ExecCommand {
             ExecCommand::Release(ReleaseCmd::Download { .. }) => "collab-release download",
             ExecCommand::Release(ReleaseCmd::Delete { .. }) => "collab-release delete",
             ExecCommand::Issue(cmd) => cmd.verb(),
+            ExecCommand::Patch(cmd) => cmd.verb(),
             ExecCommand::Events(_) => "collab-events watch",
             ExecCommand::Hook(HookCmd::Add { .. }) => "collab-hook add",
             ExecCommand::Hook(HookCmd::List) => "collab-hook list",
@@ -524,6 +528,7 @@ pub fn parse_exec_command(command: &str) -> Option<ExecCommand> {
         ["help"] | ["collab-help"] => Some(ExecCommand::Help),
         ["collab-lease", sub, rest @ ..] => parse_lease(sub, rest).map(ExecCommand::Lease),
         ["collab-issue", sub, rest @ ..] => super::issue::parse(sub, rest).map(ExecCommand::Issue),
+        ["collab-patch", sub, rest @ ..] => super::patch::parse(sub, rest).map(ExecCommand::Patch),
         ["collab-events", "watch", rest @ ..] => parse_watch(rest).map(ExecCommand::Events),
         ["collab-hook", sub, rest @ ..] => parse_hook(sub, rest).map(ExecCommand::Hook),
         ["collab-release", "create", repo, tag, file] => {
@@ -675,6 +680,7 @@ pub fn usage(tokens: &[String]) -> Option<&'static str> {
              redeliver '<webhook-id>'"
         }
         ("collab-issue", _) => super::issue::USAGE,
+        ("collab-patch", _) => super::patch::USAGE,
         ("collab-events", _) => {
             "collab-events watch ['<repo>'...] [--since <seq>] [--type <pattern>]... [--no-follow]"
         }
@@ -830,6 +836,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Lease(cmd) => super::lease::run(&ctx, channel, cmd).await,
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
         ExecCommand::Issue(cmd) => super::issue::run(&ctx, channel, cmd).await,
+        ExecCommand::Patch(cmd) => super::patch::run(&ctx, channel, cmd).await,
         ExecCommand::Events(cmd) => super::events::watch(&ctx, channel, cmd).await,
         ExecCommand::Hook(cmd) => super::webhook::run(&ctx, channel, cmd).await,
     }

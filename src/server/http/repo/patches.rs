@@ -537,7 +537,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
                 .map(|(ra, rb)| (present(&ctx.git, ra), present(&ctx.git, rb)))
             {
                 Some((Ok((fork_a, head_a)), Ok((fork_b, head_b)))) => {
-                    let s = diff::interdiff_commits(
+                    let s = diff::commits_interdiff_sides(
                         &ctx.git,
                         (from as u32, fork_a, head_a),
                         (to as u32, fork_b, head_b),
