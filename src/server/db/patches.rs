@@ -513,6 +513,41 @@ pub fn list(conn: &Connection, repo: &str, query: &ListQuery) -> Result<Page> {
     Ok(Page { patches, more })
 }
 
+/// How many patches of `repo` `state` admits (an index range count).
+pub fn count(conn: &Connection, repo: &str, state: StateFilter) -> rusqlite::Result<i64> {
+    let status = match state {
+        StateFilter::Open => Some("open"),
+        StateFilter::Merged => Some("merged"),
+        StateFilter::Closed => Some("closed"),
+        StateFilter::All => None,
+    };
+    match status {
+        Some(status) => conn
+            .prepare_cached("SELECT COUNT(*) FROM patches WHERE repo = ?1 AND status = ?2")?
+            .query_row([repo, status], |r| r.get(0)),
+        None => conn
+            .prepare_cached("SELECT COUNT(*) FROM patches WHERE repo = ?1")?
+            .query_row([repo], |r| r.get(0)),
+    }
+}
+
+/// The patches of `repo` linked to issue `issue_id` (full id), newest
+/// first.
+pub fn for_issue(conn: &Connection, repo: &str, issue_id: &str) -> rusqlite::Result<Vec<Patch>> {
+    let columns = PATCH_COLUMNS
+        .split(", ")
+        .map(|c| format!("p.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {columns} FROM patch_issues l JOIN patches p
+           ON p.repo = l.repo AND p.id = l.patch_id
+         WHERE l.repo = ?1 AND l.issue_id = ?2 ORDER BY p.created_ms DESC, p.id"
+    ))?;
+    let rows = stmt.query_map([repo, issue_id], patch_from_row)?;
+    rows.collect()
+}
+
 /// The open patches of `repo` that target `base`, with their latest
 /// revision's head: what the push-time merge scan looks at.
 pub fn open_on_base(
