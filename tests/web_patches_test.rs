@@ -234,6 +234,10 @@ fn patches_list_and_detail_from_the_server() {
     );
     assert!(text.contains("2 revisions"), "{text}");
     assert!(
+        text.contains("+1 approved") && !text.contains("changes requested"),
+        "only the latest revision's votes count: {text}"
+    );
+    assert!(
         text.contains("Patches <span class=\"count\">1</span>"),
         "{text}"
     );
