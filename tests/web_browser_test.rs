@@ -8,9 +8,6 @@
 //! tests skip with a message, unless `GIT_COLLAB_REQUIRE_BROWSER_TESTS=1`.
 
 mod common;
-#[allow(dead_code, unused_imports)] // the modules' unit tests are compiled but not run here
-#[path = "../src/server/db/mod.rs"]
-mod db;
 mod web_support;
 
 use std::path::{Path, PathBuf};
@@ -334,7 +331,7 @@ fn the_log_of_a_big_history_renders_in_chromium() {
 #[test]
 fn code_pages_render_in_chromium() {
     let Some(browser) = chromium() else { return };
-    let mut h = ServerHarness::start();
+    let h = ServerHarness::start();
     let (clone, _, _) = web_support::public_repo_with_content(&h, "code");
     h.commit_file(
         &clone,
@@ -366,44 +363,12 @@ fn code_pages_render_in_chromium() {
         .nth(1)
         .map(|s| s[..8].to_string())
         .unwrap_or_else(|| panic!("{stderr}"));
-    let db_path = h.repos_dir().join("collab.db");
-    let (patch, repo): (String, String) = rusqlite::Connection::open(&db_path)
-        .unwrap()
-        .query_row(
-            "SELECT id, repo FROM patches WHERE id LIKE ?1 || '%'",
-            [&short],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
-    // The comment is written into the stopped server's collab.db.
-    h.stop();
-    {
-        let conn = db::leases::open(&db_path).unwrap();
-        let who = db::patches::Person {
-            principal: "reviewer".into(),
-            name: "reviewer".into(),
-            key: None,
-        };
-        let w = db::patches::WriteCtx {
-            repo: &repo,
-            actor: &who,
-            max_body: 65536,
-            now: chrono::Utc::now().timestamp(),
-        };
-        db::patches::comment(
-            &conn,
-            &w,
-            &patch,
-            "Should this return an `impl Iterator`?",
-            Some(1),
-            Some(&db::patches::Inline {
-                path: "src/words.rs".into(),
-                line: Some(1),
-            }),
-        )
-        .unwrap();
-    }
-    h.start_again();
+    let out = h.ssh_exec_with_stdin(
+        &format!("collab-patch comment 'code' '{short}' --path src/words.rs --line 1 --body-stdin"),
+        b"Should this return an `impl Iterator`?",
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let patch = short;
     let base = h.http_url();
     let mut shots = Vec::new();
 

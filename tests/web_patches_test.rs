@@ -1,8 +1,9 @@
 //! The patches pages end to end: the real `git-collab-server`, patches
 //! opened and revised with `git push origin HEAD:refs/for/main` over SSH
-//! (two revisions across a rebase, linked to an issue), votes and comments
-//! written into the server's `collab.db` through its own `db::patches` (the
-//! server is stopped meanwhile), pages fetched over loopback HTTP. Covers
+//! (two revisions across a rebase, linked to an issue), reviewed, commented
+//! and closed with `collab-patch` over ssh (a busy repository's patches are
+//! seeded into the stopped server's `collab.db` through its own
+//! `db::patches`), pages fetched over loopback HTTP. Covers
 //! the list (filters, the cursor), the detail page (revisions with votes,
 //! the merge rule's state, the revision diff with line numbers and inline
 //! comments at their lines, the interdiff across the rebase, the timeline,
@@ -22,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::ServerHarness;
-use db::patches::{self, Inline, NewPatch, NewRevision, Person, Verdict, WriteCtx};
+use db::patches::{self, NewPatch, NewRevision, Person, WriteCtx};
 use web_support::{get, strip_tags};
 
 /// A long file on `main`, so that a comment can point outside the hunk.
@@ -73,10 +74,10 @@ fn with_db(h: &mut ServerHarness, f: impl FnOnce(&rusqlite::Connection)) {
     h.start_again();
 }
 
-fn reviewer() -> Person {
+fn seeder() -> Person {
     Person {
-        principal: "bob".into(),
-        name: "Bob <b>B</b>".into(),
+        principal: "seed".into(),
+        name: "Seed <b>S</b>".into(),
         key: None,
     }
 }
@@ -93,7 +94,7 @@ struct Fixture {
 /// A public repository `forge` with an issue, a patch of two revisions
 /// (the second rebased onto a newer main) linked to it, votes and inline
 /// comments, and a closed patch.
-fn repo_with_patches(h: &mut ServerHarness) -> Fixture {
+fn repo_with_patches(h: &ServerHarness) -> Fixture {
     let (clone, _, _) = web_support::public_repo_with_content(h, "forge");
     h.commit_file(&clone, "long.txt", long_file().as_bytes(), "Add long.txt");
     h.ssh_push(&clone, &["main"]);
@@ -144,62 +145,46 @@ fn repo_with_patches(h: &mut ServerHarness) -> Fixture {
     git(&["checkout", "-q", "-b", "other", "main"]);
     h.commit_file(&clone, "other.txt", b"x\n", "Abandoned");
     let closed_short = printed_id(&git(&["push", "origin", "HEAD:refs/for/main"]));
-    let (id, repo) = full_id(h, &short);
+    let (id, _) = full_id(h, &short);
     let (closed, _) = full_id(h, &closed_short);
 
-    let (id2, closed2) = (id.clone(), closed.clone());
-    with_db(h, move |conn| {
-        let bob = reviewer();
-        let w = |now: i64| WriteCtx {
-            repo: &repo,
-            actor: &bob,
-            max_body: 65536,
-            now,
-        };
-        let now = chrono::Utc::now().timestamp();
-        patches::review(
-            conn,
-            &w(now),
-            &id2,
-            Some(1),
-            Verdict::RequestChanges,
-            "rename it",
-        )
-        .unwrap();
-        patches::review(
-            conn,
-            &w(now + 1),
-            &id2,
-            Some(2),
-            Verdict::Approve,
-            "Good *now* <b>raw</b>",
-        )
-        .unwrap();
-        let inline = |path: &str, line: i64| Inline {
-            path: path.into(),
-            line: Some(line),
-        };
-        for (n, (body, path, line)) in [
-            ("nit <i>x</i>", "src/lib.rs", 1),
-            ("far from the change", "long.txt", 25),
-            ("about the readme", "README.md", 1),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            patches::comment(
-                conn,
-                &w(now + 2 + n as i64),
-                &id2,
-                body,
-                Some(2),
-                Some(&inline(path, line)),
-            )
-            .unwrap();
-        }
-        patches::comment(conn, &w(now + 6), &id2, "Overall **fine**", None, None).unwrap();
-        patches::close(conn, &w(now + 7), &closed2).unwrap();
-    });
+    // Bob reviews and comments over ssh with `collab-patch`.
+    let bob = h.authorized_key("bob");
+    let patch = |key: &Path, args: &str, stdin: &str| {
+        let out = h.ssh_exec_as(key, &format!("collab-patch {args}"), stdin.as_bytes());
+        assert_eq!(out.code, 0, "collab-patch {args}: {out:?}");
+    };
+    patch(
+        &bob,
+        &format!("review 'forge' '{id}' --request-changes --rev 1 --body-stdin"),
+        "rename it",
+    );
+    patch(
+        &bob,
+        &format!("review 'forge' '{id}' --approve --rev 2 --body-stdin"),
+        "Good *now* <b>raw</b>",
+    );
+    for (body, path, line) in [
+        ("nit <i>x</i>", "src/lib.rs", 1),
+        ("far from the change", "long.txt", 25),
+        ("about the readme", "README.md", 1),
+    ] {
+        patch(
+            &bob,
+            &format!("comment 'forge' '{id}' --path '{path}' --line {line} --rev 2 --body-stdin"),
+            body,
+        );
+    }
+    patch(
+        &bob,
+        &format!("comment 'forge' '{id}' --body-stdin"),
+        "Overall **fine**",
+    );
+    patch(
+        &h.ssh_client_key(),
+        &format!("close 'forge' '{closed}'"),
+        "",
+    );
     Fixture {
         clone,
         id,
@@ -220,8 +205,8 @@ fn row(html: &str, kind: &str, old: &str, new: &str, sign: char, code: &str) -> 
 
 #[test]
 fn patches_list_and_detail_from_the_server() {
-    let mut h = ServerHarness::start();
-    let f = repo_with_patches(&mut h);
+    let h = ServerHarness::start();
+    let f = repo_with_patches(&h);
     let (id, short) = (&f.id, &f.id[..8]);
     std::fs::write(
         h.repos_dir().join("forge.git").join("collab-policy.toml"),
@@ -248,6 +233,10 @@ fn patches_list_and_detail_from_the_server() {
         "{text}"
     );
     assert!(text.contains("2 revisions"), "{text}");
+    assert!(
+        text.contains("+1 approved") && !text.contains("changes requested"),
+        "only the latest revision's votes count: {text}"
+    );
     assert!(
         text.contains("Patches <span class=\"count\">1</span>"),
         "{text}"
@@ -277,16 +266,15 @@ fn patches_list_and_detail_from_the_server() {
         !text.contains("<img") && !text.contains("<script") && !text.contains("<b>"),
         "{text}"
     );
-    assert!(
-        text.contains("<span class=\"vote approve\">Bob &#60;b&#62;B&#60;/b&#62;: approved</span>"),
-        "{text}"
-    );
-    assert!(
-        text.contains(
-            "<span class=\"vote request_changes\">Bob &#60;b&#62;B&#60;/b&#62;: changes requested</span>"
-        ),
-        "{text}"
-    );
+    let bob = common::fingerprint(&h.temp_dir().join("keys").join("bob"));
+    let vote = |verdict: &str, label: &str| {
+        text.split(&format!("<span class=\"vote {verdict}\">"))
+            .nth(1)
+            .and_then(|v| v.split("</span>").next())
+            .is_some_and(|v| v.starts_with(&bob[..12]) && v.ends_with(&format!(": {label}")))
+    };
+    assert!(vote("approve", "approved"), "{text}");
+    assert!(vote("request_changes", "changes requested"), "{text}");
     assert!(
         text.contains(
             "<strong>Not ready to merge</strong>: needs 1 more approval on revision 2 (1 of 2)."
@@ -485,7 +473,7 @@ fn ready_to_merge_and_the_list_cursor() {
     // 60 more patches, seeded in the database: 50 a page, then the cursor.
     let (_, repo) = full_id(&h, &short);
     with_db(&mut h, move |conn| {
-        let who = reviewer();
+        let who = seeder();
         for i in 0..60i64 {
             let w = WriteCtx {
                 repo: &repo,
@@ -626,8 +614,8 @@ fn chromium_run(browser: &Path, extra: &[String], url: &str) -> String {
 #[test]
 fn the_patch_page_renders_in_chromium() {
     let Some(browser) = chromium() else { return };
-    let mut h = ServerHarness::start();
-    let f = repo_with_patches(&mut h);
+    let h = ServerHarness::start();
+    let f = repo_with_patches(&h);
     let url = format!("{}/forge/-/patches/{}", h.http_url(), &f.id[..8]);
     let dom = chromium_run(&browser, &["--dump-dom".into()], &url);
     // The hostile title is text in the DOM, never an element.

@@ -548,6 +548,19 @@ pub fn for_issue(conn: &Connection, repo: &str, issue_id: &str) -> rusqlite::Res
     rows.collect()
 }
 
+/// The votes that count on the latest revision of patch `id`:
+/// `(approvals, changes requested)`.
+pub fn latest_votes(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<(i64, i64)> {
+    conn.prepare_cached(
+        "SELECT COALESCE(SUM(r.verdict = 'approve'), 0),
+                COALESCE(SUM(r.verdict = 'request_changes'), 0)
+         FROM patches p JOIN patch_reviews r
+           ON r.repo = p.repo AND r.patch_id = p.id AND r.revision = p.revision_count
+         WHERE p.repo = ?1 AND p.id = ?2",
+    )?
+    .query_row([repo, id], |r| Ok((r.get(0)?, r.get(1)?)))
+}
+
 /// The open patches of `repo` that target `base`, with their latest
 /// revision's head: what the push-time merge scan looks at.
 pub fn open_on_base(
@@ -1637,6 +1650,55 @@ mod tests {
         .unwrap();
         assert!(link_issue(&conn, &ctx(&alice, 12), &id, &issue).is_err());
         assert!(!kinds(&conn).contains(&"patch.linked".to_string()));
+    }
+
+    #[test]
+    fn counts_latest_votes_and_patches_of_an_issue() {
+        let conn = db();
+        let (alice, bob) = (person("alice"), person("bob"));
+        let issue = super::super::issues::open(
+            &conn,
+            &super::super::issues::WriteCtx {
+                repo: REPO,
+                actor: &alice,
+                fence: None,
+                max_body: 100,
+                now: 1,
+            },
+            &super::super::issues::NewIssue {
+                title: "bug".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .issue;
+        let id = open_one(&conn, &alice);
+        assert_eq!(count(&conn, REPO, StateFilter::Open).unwrap(), 1);
+        assert_eq!(count(&conn, REPO, StateFilter::Closed).unwrap(), 0);
+        assert_eq!(count(&conn, "other.git", StateFilter::All).unwrap(), 0);
+        assert!(for_issue(&conn, REPO, &issue).unwrap().is_empty());
+        link_issue(&conn, &ctx(&alice, 105), &id, &issue).unwrap();
+        let linked = for_issue(&conn, REPO, &issue).unwrap();
+        assert_eq!(linked.len(), 1);
+        assert_eq!(linked[0].id, id);
+        assert_eq!(latest_votes(&conn, REPO, &id).unwrap(), (0, 0));
+        review(&conn, &ctx(&bob, 110), &id, None, Verdict::Approve, "").unwrap();
+        review(
+            &conn,
+            &ctx(&alice, 111),
+            &id,
+            None,
+            Verdict::RequestChanges,
+            "",
+        )
+        .unwrap();
+        assert_eq!(latest_votes(&conn, REPO, &id).unwrap(), (1, 1));
+        // Votes on an older revision do not count.
+        revise(&conn, &ctx(&alice, 120), &id, &rev(B), &[]).unwrap();
+        assert_eq!(latest_votes(&conn, REPO, &id).unwrap(), (0, 0));
+        close(&conn, &ctx(&alice, 130), &id).unwrap();
+        assert_eq!(count(&conn, REPO, StateFilter::Closed).unwrap(), 1);
+        assert_eq!(count(&conn, REPO, StateFilter::All).unwrap(), 1);
     }
 
     #[test]

@@ -51,6 +51,9 @@ struct PatchListItem {
     comments: i64,
     author: String,
     created: String,
+    /// Votes that count on the latest revision.
+    approvals: i64,
+    changes_requested: i64,
 }
 
 struct FilterLink {
@@ -258,6 +261,8 @@ pub async fn list(
 /// What the list page reads in one read transaction.
 struct ListData {
     page: patches::Page,
+    /// `(approvals, changes requested)` of each patch of the page.
+    votes: Vec<(i64, i64)>,
     matching: i64,
     open: i64,
     merged: i64,
@@ -280,8 +285,14 @@ fn list_page(st: &AppState, requested: &str, query: ListParams) -> PageResult {
                 after,
             },
         )?;
+        let votes = page
+            .patches
+            .iter()
+            .map(|p| patches::latest_votes(conn, &name, &p.id))
+            .collect::<rusqlite::Result<_>>()?;
         Ok(ListData {
             page,
+            votes,
             matching: patches::count(conn, &name, state)?,
             open: patches::count(conn, &name, StateFilter::Open)?,
             merged: patches::count(conn, &name, StateFilter::Merged)?,
@@ -307,7 +318,8 @@ fn list_page(st: &AppState, requested: &str, query: ListParams) -> PageResult {
         .page
         .patches
         .iter()
-        .map(|p| PatchListItem {
+        .zip(&data.votes)
+        .map(|(p, (approvals, changes_requested))| PatchListItem {
             short: view::short_id(&p.id),
             title: p.title.clone(),
             status: p.status.as_str(),
@@ -316,6 +328,8 @@ fn list_page(st: &AppState, requested: &str, query: ListParams) -> PageResult {
             comments: p.comment_count,
             author: person(st, &p.author),
             created: time(p.created_ms),
+            approvals: *approvals,
+            changes_requested: *changes_requested,
         })
         .collect();
     let filters = [
