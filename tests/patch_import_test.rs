@@ -17,6 +17,9 @@
 //!   (the server's own revision ref write keeps working);
 //! - exports the patches, signed by the server's key, in the patch DAG
 //!   format, and the export replays with the library to the same patch.
+//!
+//! And an import SIGKILLed between two batches is finished by the next
+//! start, each patch stored once.
 
 mod common;
 
@@ -789,4 +792,176 @@ fn patch_dags_from_before_the_upgrade_import_intact_once_and_are_frozen_after() 
     assert_eq!(report["ok"], true, "{report:#}");
     assert_eq!(report["exports"][0]["patches"], ids.len(), "{report:#}");
     assert_eq!(report["exports"][0]["checked"], true, "{report:#}");
+}
+
+/// `patches` patch DAGs of three events each (open, vote, comment), written
+/// with the library into a new bare repository `name`.
+fn write_many_patches(h: &ServerHarness, name: &str, patches: usize) {
+    use git_collab::record::event::{
+        self, Action, Event, PatchComment, PatchOpen, PatchReview, Verdict,
+    };
+    use git_collab::record::{refs, store};
+    let repo = git2::Repository::init_bare(h.repos_dir().join(name)).unwrap();
+    let sig = git2::Signature::now("T", "t@example.com").unwrap();
+    let tree = repo.treebuilder(None).unwrap().write().unwrap();
+    let tree = repo.find_tree(tree).unwrap();
+    let base = repo
+        .commit(Some("refs/heads/main"), &sig, &sig, "base", &tree, &[])
+        .unwrap();
+    let parent = repo.find_commit(base).unwrap();
+    let head = repo
+        .commit(None, &sig, &sig, "head", &tree, &[&parent])
+        .unwrap();
+    let key = git_collab::record::sign::SigningKey::generate(
+        &h.temp_dir().join(format!("keys/{name}")),
+        "writer",
+        false,
+    )
+    .unwrap();
+    let author = event::Author {
+        name: "Writer".into(),
+        key: key.public_key_line(),
+    };
+    let t0 = chrono::Utc::now() - chrono::TimeDelta::hours(1);
+    let at = |i: usize, k: i64| t0 + chrono::TimeDelta::milliseconds(i as i64 * 3 + k);
+    for i in 0..patches {
+        let open = Event::new(
+            author.clone(),
+            at(i, 0),
+            Action::PatchOpen(PatchOpen {
+                title: format!("patch {i}"),
+                body: String::new(),
+                base: "main".into(),
+                head: head.to_string(),
+                base_commit: Some(base.to_string()),
+                nonce: format!("{i:032x}"),
+            }),
+        );
+        let root = store::create_dag(&repo, &open, &key, refs::patch_ref).unwrap();
+        let patch_ref = refs::patch_ref(&root.to_string());
+        let vote = Action::PatchReview(PatchReview {
+            revision: root.to_string(),
+            verdict: Verdict::Approve,
+            body: "ok".into(),
+            voter: None,
+        });
+        store::append_event(
+            &repo,
+            &patch_ref,
+            &Event::new(author.clone(), at(i, 1), vote),
+            &key,
+        )
+        .unwrap();
+        let comment = Action::PatchComment(PatchComment {
+            body: format!("comment {i}"),
+            revision: None,
+            path: None,
+            line: None,
+        });
+        store::append_event(
+            &repo,
+            &patch_ref,
+            &Event::new(author.clone(), at(i, 2), comment),
+            &key,
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn an_import_killed_part_way_is_finished_exactly_once_by_the_next_start() {
+    // Three batches (`import::BATCH` is 256).
+    const PATCHES: usize = 600;
+    let mut h = ServerHarness::start();
+    h.stop();
+    write_many_patches(&h, "many.git", PATCHES);
+    {
+        let conn = rusqlite::Connection::open(h.repos_dir().join("collab.db")).unwrap();
+        conn.execute_batch(
+            "DROP TABLE patch_imports;
+             DROP TABLE patch_exports;
+             INSERT INTO imports VALUES ('many.git', 'imported', 1, 0, 0, 0, 0, '{}');
+             PRAGMA user_version = 7;",
+        )
+        .unwrap();
+    }
+    let patches_in = |h: &ServerHarness| -> i64 {
+        rusqlite::Connection::open_with_flags(
+            h.repos_dir().join("collab.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .and_then(|c| {
+            c.query_row(
+                "SELECT COUNT(*) FROM patches WHERE repo = 'many.git'",
+                [],
+                |r| r.get(0),
+            )
+        })
+        .unwrap_or(0)
+    };
+
+    // `import` on the host, SIGKILLed once its first batch is stored.
+    let started = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_git-collab-server"))
+        .arg("--state-dir")
+        .arg(h.state_dir())
+        .args(["import", "many"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let killed = loop {
+        if child.try_wait().unwrap().is_some() {
+            break false;
+        }
+        if patches_in(&h) > 0 {
+            child.kill().unwrap();
+            break true;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(120));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    child.wait().unwrap();
+    let partial = patches_in(&h);
+    eprintln!("import killed: {killed}, after {partial} of {PATCHES} patches were stored");
+    if killed {
+        assert!(partial > 0 && (partial as usize) < PATCHES, "{partial}");
+        assert_eq!(count(&h, "SELECT COUNT(*) FROM patch_imports"), 0);
+    }
+
+    // The next start finishes the import, storing each patch once.
+    let started = std::time::Instant::now();
+    h.start_again();
+    eprintln!("start with the rest of the import: {:?}", started.elapsed());
+    assert_eq!(patches_in(&h), PATCHES as i64);
+    assert_eq!(
+        count(
+            &h,
+            "SELECT COUNT(*) FROM events WHERE type = 'patch.imported' AND repo = 'many.git'"
+        ),
+        PATCHES as i64
+    );
+    assert_eq!(
+        count(&h, "SELECT COUNT(*) FROM patch_reviews"),
+        PATCHES as i64
+    );
+    assert_eq!(
+        count(&h, "SELECT COUNT(*) FROM patch_comments"),
+        PATCHES as i64
+    );
+    assert_eq!(
+        count(
+            &h,
+            "SELECT COUNT(*) FROM patch_imports WHERE repo = 'many.git'"
+        ),
+        1
+    );
+    let (first, last): (String, String) = db(&h)
+        .query_row(
+            "SELECT MIN(title), MAX(title) FROM patches WHERE repo = 'many.git'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((first.as_str(), last.as_str()), ("patch 0", "patch 99"));
 }

@@ -388,3 +388,201 @@ fn append_changes(
     let tip = tip.ok_or_else(|| anyhow::anyhow!("the export of {} is empty", p.id))?;
     Ok((tip, s))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::patches::{Comment, Inline, Merge, Patch, Person, Review, Revision};
+    use git_collab::record::patch::{self as record_patch, PatchState};
+    use git_collab::record::replay::Checker;
+
+    fn person(p: &str) -> Person {
+        Person {
+            principal: p.into(),
+            name: p.to_uppercase(),
+            key: None,
+        }
+    }
+
+    fn oid(c: char) -> String {
+        c.to_string().repeat(40)
+    }
+
+    fn revision(n: i64, head: char, at_ms: i64) -> Revision {
+        Revision {
+            n,
+            head: oid(head),
+            base_commit: oid('b'),
+            base_tip: None,
+            author: person("alice"),
+            at_ms,
+        }
+    }
+
+    fn vote(id: char, revision: i64, who: &str, verdict: Verdict, at_ms: i64) -> Review {
+        Review {
+            id: oid(id),
+            revision,
+            author: person(who),
+            verdict,
+            body: format!("{who} says {}", verdict.as_str()),
+            at_ms,
+        }
+    }
+
+    /// The export at `tip` as the library replays it (any key trusted).
+    fn replay(git: &Repository, tip: Oid) -> PatchState {
+        let dag = store::read_dag(git, tip).unwrap();
+        let roots: Vec<Oid> = dag
+            .iter()
+            .filter(|c| c.parents.is_empty())
+            .map(|c| c.oid)
+            .collect();
+        assert_eq!(roots.len(), 1, "a chain has one root");
+        let (state, dropped) =
+            record_patch::replay(&roots[0].to_string(), &dag, &mut Checker::new(None));
+        assert!(dropped.is_empty(), "{dropped:?}");
+        state.unwrap()
+    }
+
+    fn votes(s: &PatchState) -> Vec<(u32, Option<String>, &'static str)> {
+        let mut v: Vec<_> = s
+            .reviews
+            .iter()
+            .map(|r| (r.revision, r.voter.clone(), r.verdict.as_str()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn appends_what_changed_and_rebuilds_a_reopened_patch() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = Repository::init_bare(dir.path().join("r.git")).unwrap();
+        let key = SigningKey::generate(&dir.path().join("key"), "server", false).unwrap();
+        let mut d = PatchDetail {
+            patch: Patch {
+                repo: "r.git".into(),
+                id: oid('9'),
+                title: "Add lib".into(),
+                body: "why".into(),
+                base: "main".into(),
+                author: person("alice"),
+                created_ms: 1_000,
+                updated_ms: 1_000,
+                status: PatchStatus::Open,
+                merge: None,
+                imported: false,
+                revision_count: 1,
+                comment_count: 0,
+            },
+            revisions: vec![revision(1, '1', 1_000)],
+            reviews: Vec::new(),
+            comments: Vec::new(),
+            issues: Vec::new(),
+        };
+        let (tip1, s1) = append_changes(&git, &key, None, None, &d).unwrap();
+        let p = replay(&git, tip1);
+        assert_eq!((p.title.as_str(), p.base.as_str()), ("Add lib", "main"));
+        assert_eq!(p.author.name, "ALICE");
+        assert_eq!(p.author.key, key.public_key_line());
+        assert_eq!(p.revisions[0].base_commit, Some(oid('b')));
+
+        // A second revision, votes of two principals, two comments.
+        d.revisions.push(revision(2, '2', 3_000));
+        d.reviews = vec![
+            vote('a', 1, "bob", Verdict::RequestChanges, 2_000),
+            vote('c', 2, "bob", Verdict::Approve, 4_000),
+            vote('d', 2, "carol", Verdict::Approve, 5_000),
+        ];
+        d.comments = vec![
+            Comment {
+                id: oid('e'),
+                position: 1,
+                author: person("carol"),
+                at_ms: 2_500,
+                body: "general".into(),
+                revision: None,
+                inline: None,
+            },
+            Comment {
+                id: oid('f'),
+                position: 2,
+                author: person("bob"),
+                at_ms: 4_500,
+                body: "nit".into(),
+                revision: Some(2),
+                inline: Some(Inline {
+                    path: "src/lib.rs".into(),
+                    line: Some(3),
+                }),
+            },
+        ];
+        let (tip2, s2) = append_changes(&git, &key, Some(tip1), Some(s1), &d).unwrap();
+        assert!(git.graph_descendant_of(tip2, tip1).unwrap(), "appended");
+        let p = replay(&git, tip2);
+        assert_eq!(p.revisions.len(), 2);
+        assert_eq!(p.revisions[1].head, oid('2'));
+        assert_eq!(
+            votes(&p),
+            [
+                (1, Some("bob".into()), "request_changes"),
+                (2, Some("bob".into()), "approve"),
+                (2, Some("carol".into()), "approve"),
+            ]
+        );
+        let comments: Vec<_> = p
+            .comments
+            .iter()
+            .map(|c| (c.body.as_str(), c.revision, c.path.as_deref(), c.line))
+            .collect();
+        assert_eq!(
+            comments,
+            [
+                ("general", None, None, None),
+                ("nit", Some(2), Some("src/lib.rs"), Some(3))
+            ]
+        );
+        // Nothing new: nothing written.
+        let (same, s2) = append_changes(&git, &key, Some(tip2), Some(s2), &d).unwrap();
+        assert_eq!(same, tip2);
+
+        // Bob's later vote on revision 2 replaces his earlier one; then the
+        // patch is closed.
+        d.reviews[1] = vote('g', 2, "bob", Verdict::RequestChanges, 6_000);
+        d.patch.status = PatchStatus::Closed;
+        let (tip3, s3) = append_changes(&git, &key, Some(tip2), Some(s2), &d).unwrap();
+        assert!(git.graph_descendant_of(tip3, tip2).unwrap());
+        let p = replay(&git, tip3);
+        assert_eq!(p.status, record_patch::PatchStatus::Closed);
+        assert_eq!(
+            votes(&p),
+            [
+                (1, Some("bob".into()), "request_changes"),
+                (2, Some("bob".into()), "request_changes"),
+                (2, Some("carol".into()), "approve"),
+            ]
+        );
+
+        // Reopened: the format has no reopen event, so a new chain.
+        d.patch.status = PatchStatus::Open;
+        let (tip4, s4) = append_changes(&git, &key, Some(tip3), Some(s3), &d).unwrap();
+        assert!(!git.graph_descendant_of(tip4, tip3).unwrap(), "rebuilt");
+        let p = replay(&git, tip4);
+        assert_eq!(p.status, record_patch::PatchStatus::Open);
+        assert_eq!((p.revisions.len(), p.comments.len()), (2, 2));
+        assert_eq!(votes(&p).len(), 3);
+
+        // Merged.
+        d.patch.status = PatchStatus::Merged;
+        d.patch.merge = Some(Merge {
+            commit: oid('7'),
+            by: "carol".into(),
+            at_ms: 9_000,
+        });
+        let (tip5, _) = append_changes(&git, &key, Some(tip4), Some(s4), &d).unwrap();
+        let p = replay(&git, tip5);
+        assert_eq!(p.status, record_patch::PatchStatus::Merged);
+        assert_eq!(p.merge.unwrap().commit, oid('7'));
+    }
+}
