@@ -24,6 +24,8 @@ fn repo_with_patches(h: &ServerHarness) -> (std::path::PathBuf, String, String) 
     let git = |args: &[&str]| {
         h.git(&clone, args);
     };
+    // These pages read client-written patch DAGs: keep the CLI local.
+    git(&["config", "collab.mode", "local"]);
     git(&["checkout", "-q", "-b", "topic"]);
     h.commit_file(&clone, "src/lib.rs", b"pub fn v1() {}\n", "Add lib v1");
     let json = collab(
