@@ -356,37 +356,19 @@ fn code_pages_render_in_chromium() {
         b"pub fn words(text: &str) -> Vec<&str> {\n    text.split_whitespace().collect()\n}\n",
         "Add words()",
     );
-    let json = web_support::collab(
-        &h,
-        &clone,
-        &[
-            "patch",
-            "create",
-            "--base",
-            "main",
-            "-t",
-            "Split words",
-            "--json",
-        ],
+    let out = h.git(&clone, &["push", "origin", "HEAD:refs/for/main"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let short = stderr
+        .split("remote: patch ")
+        .nth(1)
+        .map(|s| s[..8].to_string())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let out = h.ssh_exec_with_stdin(
+        &format!("collab-patch comment 'code' '{short}' --path src/words.rs --line 1 --body-stdin"),
+        b"Should this return an `impl Iterator`?",
     );
-    let v: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
-    let patch = v["patch"].as_str().unwrap().to_string();
-    web_support::collab(
-        &h,
-        &clone,
-        &[
-            "patch",
-            "comment",
-            &patch,
-            "-m",
-            "Should this return an `impl Iterator`?",
-            "--path",
-            "src/words.rs",
-            "--line",
-            "1",
-        ],
-    );
-    web_support::push_collab(&h, &clone);
+    assert_eq!(out.code, 0, "{out:?}");
+    let patch = short;
     let base = h.http_url();
     let mut shots = Vec::new();
 

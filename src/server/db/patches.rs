@@ -513,6 +513,54 @@ pub fn list(conn: &Connection, repo: &str, query: &ListQuery) -> Result<Page> {
     Ok(Page { patches, more })
 }
 
+/// How many patches of `repo` `state` admits (an index range count).
+pub fn count(conn: &Connection, repo: &str, state: StateFilter) -> rusqlite::Result<i64> {
+    let status = match state {
+        StateFilter::Open => Some("open"),
+        StateFilter::Merged => Some("merged"),
+        StateFilter::Closed => Some("closed"),
+        StateFilter::All => None,
+    };
+    match status {
+        Some(status) => conn
+            .prepare_cached("SELECT COUNT(*) FROM patches WHERE repo = ?1 AND status = ?2")?
+            .query_row([repo, status], |r| r.get(0)),
+        None => conn
+            .prepare_cached("SELECT COUNT(*) FROM patches WHERE repo = ?1")?
+            .query_row([repo], |r| r.get(0)),
+    }
+}
+
+/// The patches of `repo` linked to issue `issue_id` (full id), newest
+/// first.
+pub fn for_issue(conn: &Connection, repo: &str, issue_id: &str) -> rusqlite::Result<Vec<Patch>> {
+    let columns = PATCH_COLUMNS
+        .split(", ")
+        .map(|c| format!("p.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {columns} FROM patch_issues l JOIN patches p
+           ON p.repo = l.repo AND p.id = l.patch_id
+         WHERE l.repo = ?1 AND l.issue_id = ?2 ORDER BY p.created_ms DESC, p.id"
+    ))?;
+    let rows = stmt.query_map([repo, issue_id], patch_from_row)?;
+    rows.collect()
+}
+
+/// The votes that count on the latest revision of patch `id`:
+/// `(approvals, changes requested)`.
+pub fn latest_votes(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<(i64, i64)> {
+    conn.prepare_cached(
+        "SELECT COALESCE(SUM(r.verdict = 'approve'), 0),
+                COALESCE(SUM(r.verdict = 'request_changes'), 0)
+         FROM patches p JOIN patch_reviews r
+           ON r.repo = p.repo AND r.patch_id = p.id AND r.revision = p.revision_count
+         WHERE p.repo = ?1 AND p.id = ?2",
+    )?
+    .query_row([repo, id], |r| Ok((r.get(0)?, r.get(1)?)))
+}
+
 /// The open patches of `repo` that target `base`, with their latest
 /// revision's head: what the push-time merge scan looks at.
 pub fn open_on_base(
@@ -1456,6 +1504,55 @@ mod tests {
         .unwrap();
         assert!(link_issue(&conn, &ctx(&alice, 12), &id, &issue).is_err());
         assert!(!kinds(&conn).contains(&"patch.linked".to_string()));
+    }
+
+    #[test]
+    fn counts_latest_votes_and_patches_of_an_issue() {
+        let conn = db();
+        let (alice, bob) = (person("alice"), person("bob"));
+        let issue = super::super::issues::open(
+            &conn,
+            &super::super::issues::WriteCtx {
+                repo: REPO,
+                actor: &alice,
+                fence: None,
+                max_body: 100,
+                now: 1,
+            },
+            &super::super::issues::NewIssue {
+                title: "bug".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .issue;
+        let id = open_one(&conn, &alice);
+        assert_eq!(count(&conn, REPO, StateFilter::Open).unwrap(), 1);
+        assert_eq!(count(&conn, REPO, StateFilter::Closed).unwrap(), 0);
+        assert_eq!(count(&conn, "other.git", StateFilter::All).unwrap(), 0);
+        assert!(for_issue(&conn, REPO, &issue).unwrap().is_empty());
+        link_issue(&conn, &ctx(&alice, 105), &id, &issue).unwrap();
+        let linked = for_issue(&conn, REPO, &issue).unwrap();
+        assert_eq!(linked.len(), 1);
+        assert_eq!(linked[0].id, id);
+        assert_eq!(latest_votes(&conn, REPO, &id).unwrap(), (0, 0));
+        review(&conn, &ctx(&bob, 110), &id, None, Verdict::Approve, "").unwrap();
+        review(
+            &conn,
+            &ctx(&alice, 111),
+            &id,
+            None,
+            Verdict::RequestChanges,
+            "",
+        )
+        .unwrap();
+        assert_eq!(latest_votes(&conn, REPO, &id).unwrap(), (1, 1));
+        // Votes on an older revision do not count.
+        revise(&conn, &ctx(&alice, 120), &id, &rev(B), &[]).unwrap();
+        assert_eq!(latest_votes(&conn, REPO, &id).unwrap(), (0, 0));
+        close(&conn, &ctx(&alice, 130), &id).unwrap();
+        assert_eq!(count(&conn, REPO, StateFilter::Closed).unwrap(), 1);
+        assert_eq!(count(&conn, REPO, StateFilter::All).unwrap(), 1);
     }
 
     #[test]

@@ -77,6 +77,9 @@ pub(super) struct FileDiff {
     /// `path` escaped for a query string (`?path=`).
     pub(super) path_query: String,
     pub(super) lines: Vec<DiffLine>,
+    /// Comments on this file that no shown line carries (inline review
+    /// comments on a line outside the diff's hunks, or on the whole file).
+    pub(super) notes: Vec<LineNote>,
 }
 
 pub(super) struct DiffLine {
@@ -98,6 +101,9 @@ pub(super) struct DiffLine {
 pub(super) struct LineNote {
     pub(super) author: String,
     pub(super) when: String,
+    /// Where the comment points when it is not under its line (`line 40`),
+    /// else empty.
+    pub(super) at: String,
     /// Rendered markdown.
     pub(super) html: String,
 }
@@ -459,6 +465,7 @@ pub(super) fn collect_files(
             large: String::new(),
             cut: false,
             lines: Vec::new(),
+            notes: Vec::new(),
         };
         let patch = if file.binary || truncated {
             file.cut = truncated && !file.binary;

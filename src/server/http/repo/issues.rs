@@ -78,6 +78,16 @@ pub struct IssueDetailView {
     pub claim_until: String,
     /// The holder's note on its lease; empty = none.
     pub claim_note: String,
+    /// Patches linked to this issue, newest first.
+    pub patches: Vec<PatchLinkView>,
+}
+
+/// A patch linked to the issue: `/{repo}/-/patches/{short}`.
+pub struct PatchLinkView {
+    pub short: String,
+    pub title: String,
+    /// `open`, `merged` or `closed`: also the CSS class.
+    pub status: &'static str,
 }
 
 /// A link to another issue: `team/app#8bab8db7` and its page.
@@ -241,6 +251,7 @@ struct ListData {
     matching: i64,
     open: i64,
     closed: i64,
+    open_patches: usize,
 }
 
 pub async fn list(
@@ -290,10 +301,15 @@ async fn list_page(st: &AppState, repo: String, query: ListParams) -> Result<Res
                     matching,
                     open: issues::count(conn, &name, StateFilter::Open, &[])?,
                     closed: issues::count(conn, &name, StateFilter::Closed, &[])?,
+                    open_patches: super::open_counts(conn, &name)?.patches,
                 },
             ))
         })?;
-        let nav = super::nav_with_issues(&st2, &ctx, "issues", data.1.open as usize);
+        let counts = super::OpenCounts {
+            issues: data.1.open as usize,
+            patches: data.1.open_patches,
+        };
+        let nav = super::nav_with_counts(&st2, &ctx, "issues", counts);
         Ok((ctx.entry.name.clone(), nav, data))
     })
     .await?;
@@ -384,10 +400,13 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
     let (canonical, nav, detail) = blocking(st, move || {
         let ctx = super::open(&st2.app, &repo)?;
         let name = ctx.entry.name.clone();
-        let (detail, open) = read_issues(&st2, &ctx, move |conn| {
+        let (detail, patches, counts) = read_issues(&st2, &ctx, move |conn| {
             let detail = issues::show(conn, &name, &id);
-            let open = issues::count(conn, &name, StateFilter::Open, &[])?;
-            Ok((detail, open))
+            let patches = match &detail {
+                Ok(d) => crate::db::patches::for_issue(conn, &name, &d.issue.id)?,
+                Err(_) => Vec::new(),
+            };
+            Ok((detail, patches, super::open_counts(conn, &name)?))
         })?;
         let mut detail = match detail {
             Ok(d) => d,
@@ -406,10 +425,11 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
         detail
             .links
             .retain(|k| k.repo == here || crate::http::visible_repo(&st2.app, &k.repo).is_some());
-        let nav = super::nav_with_issues(&st2, &ctx, "issues", open as usize);
-        Ok((ctx.entry.name.clone(), nav, detail))
+        let nav = super::nav_with_counts(&st2, &ctx, "issues", counts);
+        Ok((ctx.entry.name.clone(), nav, (detail, patches)))
     })
     .await?;
+    let (detail, patches) = detail;
     let issue = &detail.issue;
     let claims = claims(st, &canonical).await;
     let claim = claim_of(issue, &claims);
@@ -452,6 +472,14 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
             .map(|l| holder_name(st, &l.holder))
             .unwrap_or_default(),
         claim_note: claim.and_then(|l| l.note.clone()).unwrap_or_default(),
+        patches: patches
+            .iter()
+            .map(|p| PatchLinkView {
+                short: view::short_id(&p.id),
+                title: p.title.clone(),
+                status: p.status.as_str(),
+            })
+            .collect(),
         claim_until: match claim.map(|l| l.expires_at) {
             Some(Some(at)) => Utc
                 .timestamp_opt(at, 0)

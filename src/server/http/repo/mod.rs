@@ -59,43 +59,50 @@ pub struct RepoNav {
     pub open_issues: usize,
 }
 
-/// The navigation fields for a page of `ctx` in `section`. Open issues are
-/// counted in collab.db (an index range count; the repository's issue DAGs
-/// are imported first if the server has not seen it yet).
+/// The navigation fields for a page of `ctx` in `section`. Open issues and
+/// open patches are counted in collab.db (index range counts; the
+/// repository's DAGs are imported first if the server has not seen it yet).
 pub fn nav(st: &AppState, ctx: &RepoCtx, section: &'static str) -> Result<RepoNav, PageError> {
     let app = &st.app;
     crate::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
     let name = ctx.entry.name.clone();
-    let open = app.reads.read_blocking(move |conn| {
-        Ok(crate::db::issues::count(
-            conn,
-            &name,
-            crate::db::issues::StateFilter::Open,
-            &[],
-        )?)
-    })?;
-    Ok(nav_with_issues(st, ctx, section, open as usize))
+    let counts = app
+        .reads
+        .read_blocking(move |conn| open_counts(conn, &name))?;
+    Ok(nav_with_counts(st, ctx, section, counts))
 }
 
-/// `nav` for a page that has counted open issues already.
-pub fn nav_with_issues(
+/// Open issues and open patches of `repo`, in one read.
+pub fn open_counts(conn: &rusqlite::Connection, repo: &str) -> anyhow::Result<OpenCounts> {
+    Ok(OpenCounts {
+        issues: crate::db::issues::count(conn, repo, crate::db::issues::StateFilter::Open, &[])?
+            as usize,
+        patches: crate::db::patches::count(conn, repo, crate::db::patches::StateFilter::Open)?
+            as usize,
+    })
+}
+
+/// What the navigation badges count.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenCounts {
+    pub issues: usize,
+    pub patches: usize,
+}
+
+/// `nav` for a page that has counted already (in its own read).
+pub fn nav_with_counts(
     st: &AppState,
     ctx: &RepoCtx,
     section: &'static str,
-    open_issues: usize,
+    counts: OpenCounts,
 ) -> RepoNav {
     RepoNav {
         site_title: st.app.config.site_title.clone(),
         repo_name: ctx.name().to_string(),
         active_section: section,
-        open_patches: open_patch_count(&ctx.git),
-        open_issues,
+        open_patches: counts.patches,
+        open_issues: counts.issues,
     }
-}
-
-/// Open patches, for the navigation badge (through the patches snapshot).
-pub fn open_patch_count(git: &Repository) -> usize {
-    patches::open_count(git)
 }
 
 /// The governed name of a principal or `SHA256:` key fingerprint, when
@@ -112,22 +119,6 @@ pub fn governed_name(st: &AppState, principal: &str) -> Option<String> {
 /// A principal as shown: its governed name, else as recorded.
 pub fn principal_name(st: &AppState, principal: &str) -> String {
     governed_name(st, principal).unwrap_or_else(|| principal.to_string())
-}
-
-/// The author of a signed event (a patch, a revision, a review) as shown:
-/// the governed name of its key when governance lists that key, else the
-/// name the event carries, else the key's fingerprint.
-pub fn event_author_name(st: &AppState, author: &git_collab::record::event::Author) -> String {
-    let fingerprint = git_collab::record::sign::parse_public_key(&author.key)
-        .ok()
-        .map(|k| git_collab::record::sign::fingerprint(&k));
-    if let Some(name) = fingerprint.as_deref().and_then(|f| governed_name(st, f)) {
-        return name;
-    }
-    if !author.name.trim().is_empty() {
-        return author.name.clone();
-    }
-    fingerprint.unwrap_or_default()
 }
 
 /// The repository's `description` file, unless it is git's placeholder.

@@ -1,141 +1,45 @@
-//! `/{repo}/-/patches` (open/merged/closed/all) and
-//! `/{repo}/-/patches/{id}` (an id or a unique prefix of 4+ hex digits):
-//! the patch's revisions with their votes, its timeline, and a diff: the
-//! revision `?rev=N` (default: the latest) against its base, or the
-//! interdiff `?from=A&to=B`. A plain GET form picks the interdiff, so the
-//! page works without JavaScript. `/{repo}/-/patches/{id}.patch` and
-//! `.diff` (with `?rev=N`) give a revision as text.
+//! `/{repo}/-/patches` (open/merged/closed/all, 50 a page, following the
+//! database's cursor) and `/{repo}/-/patches/{id}` (an id or a unique
+//! prefix of 4+ hex digits): the patch's revisions with their votes, the
+//! merge rule's state, its linked issues, its timeline, and a diff: the
+//! revision `?rev=N` (default: the latest) against its base commit, with
+//! inline comments under the lines they name, or the interdiff
+//! `?from=A&to=B`. A plain GET form picks the interdiff, so the page works
+//! without JavaScript. `/{repo}/-/patches/{id}.patch` and `.diff` (with
+//! `?rev=N`) give a revision as text.
 //!
-//! Patches are replayed by `git_collab::record::patch` and kept in a per-repository
-//! snapshot while no patch ref (and not the allowlist) changed, as issues
-//! are. Diffs come from `git_collab::record::diff` (which trees to compare) and are
-//! rendered like the commit page's.
+//! Patches are the server's: read from `collab.db` through the read pool
+//! (`db::patches`), never replayed from DAGs and never cached. A
+//! revision's base commit is where its head forks from the server's base
+//! branch at push time, so the revision diff and the interdiff (revision
+//! A's changes replayed onto B's base when they differ, by
+//! `git_collab::record::diff`) never depend on a client's branches. Diffs
+//! are rendered like the commit page's.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::{Arc, LazyLock, Mutex};
 
 use askama::Template;
 use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use git2::Repository;
+use chrono::Utc;
+use git2::Oid;
 use git_collab::record::diff;
-use git_collab::record::event::Verdict;
-use git_collab::record::patch::{self, PatchState, PatchStatus};
-use git_collab::record::refs;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 use super::commit::{bounded_diff, collect_files, FileDiff, LineNote};
-use super::RepoCtx;
+use super::{OpenCounts, RepoCtx};
+use crate::db::issues::Person;
+use crate::db::patches::{
+    self, ListQuery, MergeRule, PatchDetail, PatchError, PatchStatus, Revision, StateFilter,
+    Verdict,
+};
 use crate::http::markdown;
 use crate::http::view::{self, PageError, PageResult};
 use crate::http::AppState;
 
 /// Patches per list page.
 pub const PATCHES_PAGE: usize = 50;
-/// Most repositories whose patches are kept in memory.
-const MAX_REPOS: usize = 64;
-/// Most patch memory (their JSON size) kept in all snapshots together; a
-/// single repository with more is served but not kept.
-pub const MAX_CACHED_BYTES: usize = 256 * 1024 * 1024;
-
-/// Replayed patches per repository. A static rather than an `AppState`
-/// field so the patches pages stay one file; it is keyed by repository path
-/// and ref digest, so servers in one process (tests) cannot see each
-/// other's stale data.
-static SNAPSHOTS: LazyLock<Mutex<HashMap<PathBuf, Arc<PatchSnapshot>>>> =
-    LazyLock::new(Default::default);
-
-/// Every valid patch of one repository at one state of its refs.
-pub struct PatchSnapshot {
-    key: [u8; 32],
-    /// When the replays stop being right even if no ref moves (an event
-    /// dated in the future nears the clock).
-    expires: Option<chrono::DateTime<chrono::Utc>>,
-    /// About how much memory the patches hold (their JSON size).
-    bytes: usize,
-    /// Newest first.
-    pub patches: Vec<PatchState>,
-    pub open: usize,
-    pub merged: usize,
-    pub closed: usize,
-}
-
-/// The patches of `repo` as its refs are now (replayed only when a patch
-/// ref or the allowlist changed). Blocking.
-pub fn snapshot(repo: &Repository) -> anyhow::Result<Arc<PatchSnapshot>> {
-    let key = refs_digest(repo)?;
-    let path = repo.path().to_path_buf();
-    let lock = || SNAPSHOTS.lock().unwrap_or_else(|e| e.into_inner());
-    let holds = |s: &&Arc<PatchSnapshot>| {
-        s.key == key && s.expires.is_none_or(|at| chrono::Utc::now() < at)
-    };
-    if let Some(hit) = lock().get(&path).filter(holds) {
-        return Ok(hit.clone());
-    }
-    let (patches, expires) = patch::list_patches_until(repo)?;
-    let count = |s: PatchStatus| patches.iter().filter(|p| p.status == s).count();
-    let snapshot = Arc::new(PatchSnapshot {
-        key,
-        expires,
-        bytes: serde_json::to_vec(&patches).map_or(0, |j| j.len()),
-        open: count(PatchStatus::Open),
-        merged: count(PatchStatus::Merged),
-        closed: count(PatchStatus::Closed),
-        patches,
-    });
-    let mut repos = lock();
-    repos.remove(&path);
-    let kept: usize = repos.values().map(|s| s.bytes).sum();
-    if repos.len() >= MAX_REPOS || kept + snapshot.bytes > MAX_CACHED_BYTES {
-        repos.clear();
-    }
-    if snapshot.bytes <= MAX_CACHED_BYTES {
-        repos.insert(path, snapshot.clone());
-    }
-    Ok(snapshot)
-}
-
-/// Open patches, for the navigation badge (0 when they cannot be read).
-pub fn open_count(repo: &Repository) -> usize {
-    match snapshot(repo) {
-        Ok(s) => s.open,
-        Err(e) => {
-            tracing::warn!("counting patches of {}: {e:#}", repo.path().display());
-            0
-        }
-    }
-}
-
-/// Digest of every patch ref with its target, and of the allowlist.
-fn refs_digest(repo: &Repository) -> anyhow::Result<[u8; 32]> {
-    let mut tips = Vec::new();
-    for reference in repo.references_glob(refs::PATCHES_GLOB)? {
-        let reference = reference?;
-        let Ok(name) = reference.name() else { continue };
-        let target = reference
-            .target()
-            .map(|o| o.to_string())
-            .unwrap_or_default();
-        tips.push((name.to_string(), target));
-    }
-    tips.sort_unstable();
-    let mut hasher = Sha256::new();
-    for (name, target) in &tips {
-        hasher.update(format!("{name} {target}\n").as_bytes());
-    }
-    match std::fs::read(git_collab::record::trust::trust_path(repo)) {
-        Ok(bytes) => {
-            hasher.update(b"trust\n");
-            hasher.update(&bytes);
-        }
-        Err(_) => hasher.update(b"no trust\n"),
-    }
-    Ok(hasher.finalize().into())
-}
 
 /// One row of the patches list.
 struct PatchListItem {
@@ -143,11 +47,13 @@ struct PatchListItem {
     title: String,
     status: &'static str,
     base: String,
-    revisions: usize,
+    revisions: i64,
+    comments: i64,
     author: String,
     created: String,
-    approvals: usize,
-    changes_requested: usize,
+    /// Votes that count on the latest revision.
+    approvals: i64,
+    changes_requested: i64,
 }
 
 struct FilterLink {
@@ -166,9 +72,10 @@ struct PatchesPage {
     open_issues: usize,
     filters: Vec<FilterLink>,
     patches: Vec<PatchListItem>,
-    matching: usize,
-    page: usize,
-    prev_url: String,
+    /// Patches matching the filter, over all pages.
+    matching: i64,
+    /// The first page, when this is a later one; else empty.
+    first_url: String,
     next_url: String,
 }
 
@@ -181,9 +88,10 @@ struct VoteView {
 }
 
 struct RevisionView {
-    n: u32,
+    n: i64,
     head: String,
     head_short: String,
+    base_short: String,
     author: String,
     when: String,
     votes: Vec<VoteView>,
@@ -196,13 +104,26 @@ struct TimelineView {
     author: String,
     /// What happened, without who and when (`approved revision 2`).
     what: String,
-    /// The event's kind, as a CSS class.
+    /// The entry's kind, as a CSS class.
     kind: &'static str,
     /// A rendered review or comment body; empty for other entries.
     html: String,
     /// A commit to link (a revision head, a merge commit), else empty.
     commit: String,
     commit_short: String,
+}
+
+/// A linked issue of the same repository.
+struct IssueLinkView {
+    short: String,
+    title: String,
+    status: &'static str,
+}
+
+/// A comment on a file this diff does not show.
+struct OffDiffNote {
+    path: String,
+    note: LineNote,
 }
 
 #[derive(Template)]
@@ -224,6 +145,17 @@ struct PatchDetailPage {
     body_html: String,
     merge_commit: String,
     merge_short: String,
+    merged_by: String,
+    merged_when: String,
+    /// Whether the merge rule lets the patch merge now.
+    ready: bool,
+    /// The merge rule's state in words (`the merge rule is met`, or what
+    /// is missing: `needs 1 more approval on revision 2 (0 of 1)`); empty
+    /// for a patch that is not open.
+    merge_state: String,
+    /// The rule itself (`1 approval on the latest revision, ...`).
+    rule_text: String,
+    issues: Vec<IssueLinkView>,
     revisions: Vec<RevisionView>,
     timeline: Vec<TimelineView>,
     /// What the diff section shows (`Revision 2 against main`).
@@ -232,6 +164,8 @@ struct PatchDetailPage {
     /// that is not here).
     diff_notes: Vec<String>,
     files: Vec<FileDiff>,
+    /// Inline comments of the shown revision on files the diff leaves out.
+    off_diff: Vec<OffDiffNote>,
     additions: usize,
     deletions: usize,
     truncated: bool,
@@ -242,17 +176,19 @@ struct PatchDetailPage {
     /// This diff with every file.
     all_files_link: String,
     /// The revision whose diff (or `.patch`) is offered.
-    shown: u32,
+    shown: i64,
     /// Revision numbers for the interdiff form.
-    numbers: Vec<u32>,
-    from: u32,
-    to: u32,
+    numbers: Vec<i64>,
+    from: i64,
+    to: i64,
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct ListQuery {
+pub struct ListParams {
     state: Option<String>,
-    page: Option<usize>,
+    /// The cursor: `<created_ms>.<id>` of the last patch of the previous
+    /// page.
+    after: Option<String>,
 }
 
 /// Query strings are taken as text and checked here, so a bad number is
@@ -266,103 +202,147 @@ pub struct DetailQuery {
     path: Option<String>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Filter {
-    Open,
-    Merged,
-    Closed,
-    All,
+fn parse_state(s: Option<&str>) -> (StateFilter, &'static str) {
+    match s {
+        Some("merged") => (StateFilter::Merged, "merged"),
+        Some("closed") => (StateFilter::Closed, "closed"),
+        Some("all") => (StateFilter::All, "all"),
+        _ => (StateFilter::Open, "open"),
+    }
 }
 
-impl Filter {
-    fn parse(s: Option<&str>) -> Filter {
-        match s {
-            Some("merged") => Filter::Merged,
-            Some("closed") => Filter::Closed,
-            Some("all") => Filter::All,
-            _ => Filter::Open,
-        }
-    }
+/// `<created_ms>.<40 hex id>`, else `None` (the first page).
+fn parse_cursor(s: Option<&str>) -> Option<(i64, String)> {
+    let (ms, id) = s?.split_once('.')?;
+    let ms = ms.parse::<i64>().ok()?;
+    (id.len() == 40 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .then(|| (ms, id.to_string()))
+}
 
-    fn as_str(self) -> &'static str {
-        match self {
-            Filter::Open => "open",
-            Filter::Merged => "merged",
-            Filter::Closed => "closed",
-            Filter::All => "all",
-        }
-    }
+/// Read `f` from collab.db for the visible repository `ctx` (its DAGs
+/// imported first if the server has not seen it yet). Blocking.
+fn read<T: Send + 'static>(
+    st: &AppState,
+    ctx: &RepoCtx,
+    f: impl FnOnce(&rusqlite::Connection) -> anyhow::Result<T> + Send + 'static,
+) -> Result<T, PageError> {
+    let app = &st.app;
+    crate::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
+    Ok(app.reads.read_blocking(f)?)
+}
 
-    fn admits(self, status: PatchStatus) -> bool {
-        match self {
-            Filter::Open => status == PatchStatus::Open,
-            Filter::Merged => status == PatchStatus::Merged,
-            Filter::Closed => status == PatchStatus::Closed,
-            Filter::All => true,
+/// An author as shown: the governed name, else the recorded name, else
+/// the principal.
+fn person(st: &AppState, p: &Person) -> String {
+    super::governed_name(st, &p.principal).unwrap_or_else(|| {
+        if p.name.trim().is_empty() {
+            p.principal.clone()
+        } else {
+            p.name.clone()
         }
-    }
+    })
+}
+
+fn time(ms: i64) -> String {
+    chrono::DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(view::fmt_time)
+        .unwrap_or_default()
 }
 
 pub async fn list(
     State(st): State<AppState>,
     Path(repo): Path<String>,
-    Query(query): Query<ListQuery>,
+    Query(query): Query<ListParams>,
 ) -> Response {
     let app = st.app.clone();
     view::blocking(&app, move || list_page(&st, &repo, query)).await
 }
 
-fn list_page(st: &AppState, requested: &str, query: ListQuery) -> PageResult {
+/// What the list page reads in one read transaction.
+struct ListData {
+    page: patches::Page,
+    /// `(approvals, changes requested)` of each patch of the page.
+    votes: Vec<(i64, i64)>,
+    matching: i64,
+    open: i64,
+    merged: i64,
+    closed: i64,
+    counts: OpenCounts,
+}
+
+fn list_page(st: &AppState, requested: &str, query: ListParams) -> PageResult {
     let ctx = super::open(&st.app, requested)?;
-    let snap = snapshot(&ctx.git)?;
-    let nav = super::nav(st, &ctx, "patches")?;
-    let filter = Filter::parse(query.state.as_deref());
-    let matching: Vec<&PatchState> = snap
+    let (state, state_word) = parse_state(query.state.as_deref());
+    let after = parse_cursor(query.after.as_deref());
+    let name = ctx.entry.name.clone();
+    let data = read(st, &ctx, move |conn| {
+        let page = patches::list(
+            conn,
+            &name,
+            &ListQuery {
+                state,
+                limit: PATCHES_PAGE,
+                after,
+            },
+        )?;
+        let votes = page
+            .patches
+            .iter()
+            .map(|p| patches::latest_votes(conn, &name, &p.id))
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(ListData {
+            page,
+            votes,
+            matching: patches::count(conn, &name, state)?,
+            open: patches::count(conn, &name, StateFilter::Open)?,
+            merged: patches::count(conn, &name, StateFilter::Merged)?,
+            closed: patches::count(conn, &name, StateFilter::Closed)?,
+            counts: super::open_counts(conn, &name)?,
+        })
+    })?;
+    let nav = super::nav_with_counts(st, &ctx, "patches", data.counts);
+    let base = format!("/{}/-/patches", nav.repo_name);
+    let next_url = match data.page.patches.last() {
+        Some(last) if data.page.more => format!(
+            "{base}?state={state_word}&after={}.{}",
+            last.created_ms, last.id
+        ),
+        _ => String::new(),
+    };
+    let first_url = if query.after.is_some() {
+        format!("{base}?state={state_word}")
+    } else {
+        String::new()
+    };
+    let patches = data
+        .page
         .patches
         .iter()
-        .filter(|p| filter.admits(p.status))
-        .collect();
-    let pages = matching.len().div_ceil(PATCHES_PAGE).max(1);
-    let page = query.page.unwrap_or(1).clamp(1, pages);
-    let patches = matching
-        .iter()
-        .skip((page - 1) * PATCHES_PAGE)
-        .take(PATCHES_PAGE)
-        .map(|p| {
-            let latest = p.latest().n;
-            let votes = |v: Verdict| p.reviews_of(latest).filter(|r| r.verdict == v).count();
-            PatchListItem {
-                short: view::short_id(&p.id),
-                title: p.title.clone(),
-                status: status_word(p.status),
-                base: p.base.clone(),
-                revisions: p.revisions.len(),
-                author: super::event_author_name(st, &p.author),
-                created: view::fmt_time(p.created_at),
-                approvals: votes(Verdict::Approve),
-                changes_requested: votes(Verdict::RequestChanges),
-            }
+        .zip(&data.votes)
+        .map(|(p, (approvals, changes_requested))| PatchListItem {
+            short: view::short_id(&p.id),
+            title: p.title.clone(),
+            status: p.status.as_str(),
+            base: p.base.clone(),
+            revisions: p.revision_count,
+            comments: p.comment_count,
+            author: person(st, &p.author),
+            created: time(p.created_ms),
+            approvals: *approvals,
+            changes_requested: *changes_requested,
         })
         .collect();
-    let base = format!("/{}/-/patches", nav.repo_name);
-    let url = |f: Filter, page: usize| {
-        let mut url = format!("{base}?state={}", f.as_str());
-        if page > 1 {
-            url.push_str(&format!("&page={page}"));
-        }
-        url
-    };
     let filters = [
-        (Filter::Open, format!("{} open", snap.open)),
-        (Filter::Merged, format!("{} merged", snap.merged)),
-        (Filter::Closed, format!("{} closed", snap.closed)),
-        (Filter::All, "all".to_string()),
+        ("open", format!("{} open", data.open)),
+        ("merged", format!("{} merged", data.merged)),
+        ("closed", format!("{} closed", data.closed)),
+        ("all", "all".to_string()),
     ]
     .into_iter()
-    .map(|(f, label)| FilterLink {
+    .map(|(word, label)| FilterLink {
         label,
-        url: url(f, 1),
-        active: f == filter,
+        url: format!("{base}?state={word}"),
+        active: word == state_word,
     })
     .collect();
     let view = PatchesPage {
@@ -373,18 +353,9 @@ fn list_page(st: &AppState, requested: &str, query: ListQuery) -> PageResult {
         open_issues: nav.open_issues,
         filters,
         patches,
-        matching: matching.len(),
-        prev_url: if page > 1 {
-            url(filter, page - 1)
-        } else {
-            String::new()
-        },
-        next_url: if page < pages {
-            url(filter, page + 1)
-        } else {
-            String::new()
-        },
-        page,
+        matching: data.matching,
+        first_url,
+        next_url,
     };
     Ok(view::render(StatusCode::OK, &view))
 }
@@ -405,10 +376,93 @@ pub async fn detail(
     view::blocking(&app, move || detail_page(&st, &repo, &id, query)).await
 }
 
+/// The patch `id` names with everything `show` reads, the titles of its
+/// linked issues, and the navigation counts; or the 404 that says why not.
+struct Found {
+    detail: PatchDetail,
+    issues: Vec<IssueLinkView>,
+    counts: OpenCounts,
+}
+
+fn find(st: &AppState, ctx: &RepoCtx, id: &str) -> Result<Found, PageError> {
+    let name = ctx.entry.name.clone();
+    let id = id.to_string();
+    let (detail, issues, counts) = read(st, ctx, move |conn| {
+        let detail = patches::show(conn, &name, &id);
+        let mut issues = Vec::new();
+        if let Ok(d) = &detail {
+            for issue in &d.issues {
+                if let Some(i) = crate::db::issues::get(conn, &name, issue)? {
+                    issues.push(IssueLinkView {
+                        short: view::short_id(&i.id),
+                        title: i.title,
+                        status: match i.status {
+                            crate::db::issues::IssueStatus::Open => "open",
+                            crate::db::issues::IssueStatus::Closed => "closed",
+                        },
+                    });
+                }
+            }
+        }
+        Ok((detail, issues, super::open_counts(conn, &name)?))
+    })?;
+    let detail = match detail {
+        Ok(d) => d,
+        Err(PatchError::Ambiguous { prefix, candidates }) => {
+            let shown: Vec<String> = candidates.iter().map(|c| view::short_id(c)).collect();
+            return Err(PageError::Missing(format!(
+                "The id {prefix} matches more than one patch: {}. Use a longer prefix.",
+                shown.join(", ")
+            )));
+        }
+        Err(PatchError::Sql(e)) => return Err(e.into()),
+        Err(_) => return Err(PageError::Missing("No such patch.".into())),
+    };
+    Ok(Found {
+        detail,
+        issues,
+        counts,
+    })
+}
+
+/// A revision number from the query: absent, or one of the patch's.
+fn revision_number(detail: &PatchDetail, s: &Option<String>) -> Result<Option<i64>, PageError> {
+    match s.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => Ok(None),
+        Some(text) => text
+            .parse::<i64>()
+            .ok()
+            .filter(|n| detail.revisions.iter().any(|r| r.n == *n))
+            .map(Some)
+            .ok_or_else(|| PageError::Missing("No such revision.".into())),
+    }
+}
+
+/// A revision's base commit and head as present commits of `git`, or why
+/// not (a note for the page).
+fn present(git: &git2::Repository, r: &Revision) -> Result<(Oid, Oid), String> {
+    let commit = |what: &str, id: &str| {
+        Oid::from_str(id)
+            .ok()
+            .filter(|oid| git.find_commit(*oid).is_ok())
+            .ok_or_else(|| {
+                format!(
+                    "revision {}'s {what} {} is not in this repository",
+                    r.n,
+                    view::short_id(id)
+                )
+            })
+    };
+    Ok((
+        commit("base commit", &r.base_commit)?,
+        commit("head", &r.head)?,
+    ))
+}
+
 /// `/{repo}/-/patches/{id}.patch?rev=N` (the revision's commits since its
-/// base, as `git format-patch` writes a series) and `.diff` (the revision
-/// against its base, as the page shows it), streamed out of git under a
-/// git process slot. Without `rev`, the latest revision.
+/// base commit, as `git format-patch` writes a series) and `.diff` (the
+/// revision against its base commit, as the page shows it), streamed out
+/// of git under a git process slot. Without `rev`, the latest revision.
 async fn revision_text(
     st: AppState,
     repo: String,
@@ -420,26 +474,16 @@ async fn revision_text(
     let app = st.app.clone();
     let found = view::blocking_value(&app, move || {
         let ctx = super::open(&st.app, &repo)?;
-        let p = find(&ctx, &id)?;
-        let n = match query
-            .rev
-            .as_deref()
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-        {
-            None => None,
-            Some(text) => Some(
-                text.parse::<u32>()
-                    .ok()
-                    .ok_or_else(|| PageError::Missing("No such revision.".into()))?,
-            ),
-        };
-        let missing = |_| PageError::Missing("That revision's commits are not here.".into());
-        let r = p
-            .revision(n)
-            .map_err(|_| PageError::Missing("No such revision.".into()))?;
-        let head = patch::present_commit(&ctx.git, &r.head, r.n).map_err(missing)?;
-        let base = diff::fork_point(&ctx.git, &p, r).map_err(missing)?;
+        let found = find(&st, &ctx, &id)?;
+        let d = &found.detail;
+        let n = revision_number(d, &query.rev)?;
+        let r = match n {
+            Some(n) => d.revisions.iter().find(|r| r.n == n),
+            None => d.latest(),
+        }
+        .ok_or_else(|| PageError::Missing("No such revision.".into()))?;
+        let (base, head) = present(&ctx.git, r)
+            .map_err(|_| PageError::Missing("That revision's commits are not here.".into()))?;
         Ok((ctx.entry.path.clone(), base, head))
     })
     .await;
@@ -482,32 +526,36 @@ async fn revision_text(
 
 fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> PageResult {
     let ctx = super::open(&st.app, requested)?;
-    let p = find(&ctx, id)?;
-    let number = |s: &Option<String>| -> Result<Option<u32>, PageError> {
-        match s.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
-            None => Ok(None),
-            Some(text) => text
-                .parse::<u32>()
-                .ok()
-                .filter(|n| (1..=p.revisions.len() as u32).contains(n))
-                .map(Some)
-                .ok_or_else(|| PageError::Missing("No such revision.".into())),
-        }
-    };
+    let Found {
+        detail: d,
+        issues,
+        counts,
+    } = find(st, &ctx, id)?;
+    let p = &d.patch;
     let (rev, from, to) = (
-        number(&query.rev)?,
-        number(&query.from)?,
-        number(&query.to)?,
+        revision_number(&d, &query.rev)?,
+        revision_number(&d, &query.from)?,
+        revision_number(&d, &query.to)?,
     );
-    let latest = p.latest().n;
+    let latest = d.latest().map_or(0, |r| r.n);
     let shown = rev.unwrap_or(latest);
+    let revision = |n: i64| d.revisions.iter().find(|r| r.n == n);
 
     let mut diff_notes = Vec::new();
     let (diff_title, sides) = match (from, to) {
         (Some(from), Some(to)) => {
             let title = format!("Interdiff: revision {from} → revision {to}");
-            match diff::interdiff_sides(&ctx.git, &p, from, to) {
-                Ok(s) => {
+            let (ra, rb) = (revision(from), revision(to));
+            match ra
+                .zip(rb)
+                .map(|(ra, rb)| (present(&ctx.git, ra), present(&ctx.git, rb)))
+            {
+                Some((Ok((fork_a, head_a)), Ok((fork_b, head_b)))) => {
+                    let s = diff::commits_interdiff_sides(
+                        &ctx.git,
+                        (from as u32, fork_a, head_a),
+                        (to as u32, fork_b, head_b),
+                    )?;
                     if s.rebased {
                         diff_notes.push(format!(
                             "The revisions start from different base commits: revision {from}'s changes were replayed onto revision {to}'s base, so what the rebase brought in is left out."
@@ -521,14 +569,26 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
                     }
                     (title, Some((s.old, s.new)))
                 }
-                Err(e) => (title, unavailable(&mut diff_notes, e)?),
+                Some((Err(why), _)) | Some((_, Err(why))) => {
+                    diff_notes.push(format!("No diff: {why}."));
+                    (title, None)
+                }
+                None => (title, None),
             }
         }
         (None, None) => {
             let title = format!("Revision {shown} against {}", p.base);
-            match diff::revision_sides(&ctx.git, &p, Some(shown)) {
-                Ok(s) => (title, Some((s.old, s.new))),
-                Err(e) => (title, unavailable(&mut diff_notes, e)?),
+            match revision(shown).map(|r| present(&ctx.git, r)) {
+                Some(Ok((base, head))) => {
+                    let old = ctx.git.find_commit(base)?.tree()?;
+                    let new = ctx.git.find_commit(head)?.tree()?;
+                    (title, Some((old, new)))
+                }
+                Some(Err(why)) => {
+                    diff_notes.push(format!("No diff: {why}."));
+                    (title, None)
+                }
+                None => (title, None),
             }
         }
         _ => {
@@ -548,9 +608,11 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         }
         None => (Vec::new(), false, 0, 0),
     };
-    if from.is_none() {
-        anchor_comments(&p, shown, &mut files);
-    }
+    let off_diff = if from.is_none() {
+        anchor_comments(st, &d, shown, only, &mut files)
+    } else {
+        Vec::new()
+    };
     // The same view of the patch, with `path=` appended by the template.
     let view_query = match (from, to) {
         (Some(from), Some(to)) => format!("from={from}&to={to}"),
@@ -563,19 +625,20 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
     );
     let file_link = format!("{all_files_link}&path=");
 
-    let revisions = p
+    let revisions = d
         .revisions
         .iter()
         .map(|r| RevisionView {
             n: r.n,
             head: r.head.clone(),
             head_short: view::short_id(&r.head),
-            author: super::event_author_name(st, &r.author),
-            when: view::fmt_time(r.at),
-            votes: p
-                .reviews_of(r.n)
+            base_short: view::short_id(&r.base_commit),
+            author: person(st, &r.author),
+            when: time(r.at_ms),
+            votes: d
+                .votes_on(r.n)
                 .map(|v| VoteView {
-                    author: super::event_author_name(st, &v.author),
+                    author: person(st, &v.author),
                     verdict: v.verdict.as_str(),
                     label: verdict_label(v.verdict),
                 })
@@ -583,8 +646,16 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
             shown: from.is_none() && r.n == shown,
         })
         .collect();
-    let timeline = p.timeline.iter().map(|e| timeline_view(st, e)).collect();
-    let nav = super::nav(st, &ctx, "patches")?;
+    let rule = crate::authz::merge_rule(&st.app, &ctx.entry);
+    let (ready, merge_state) = match p.status {
+        PatchStatus::Open => match patches::rule_allows(&d, &rule) {
+            Ok(()) => (true, "the merge rule is met".to_string()),
+            Err(why) => (false, why),
+        },
+        _ => (false, String::new()),
+    };
+    let merge = p.merge.as_ref();
+    let nav = super::nav_with_counts(st, &ctx, "patches", counts);
     let page = PatchDetailPage {
         site_title: nav.site_title,
         repo_name: nav.repo_name,
@@ -594,27 +665,32 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         short: view::short_id(&p.id),
         id: p.id.clone(),
         title: p.title.clone(),
-        status: status_word(p.status),
+        status: p.status.as_str(),
         base: p.base.clone(),
-        author: super::event_author_name(st, &p.author),
-        created: view::fmt_time(p.created_at),
-        updated: view::fmt_time(p.updated_at),
+        author: person(st, &p.author),
+        created: time(p.created_ms),
+        updated: time(p.updated_ms),
         body_html: markdown::render(&p.body, None),
-        merge_commit: p
-            .merge
-            .as_ref()
-            .map(|m| m.commit.clone())
+        merge_commit: merge.map(|m| m.commit.clone()).unwrap_or_default(),
+        merge_short: merge.map(|m| view::short_id(&m.commit)).unwrap_or_default(),
+        merged_by: merge
+            .filter(|m| !m.by.is_empty())
+            .map(|m| super::principal_name(st, &m.by))
             .unwrap_or_default(),
-        merge_short: p
-            .merge
-            .as_ref()
-            .map(|m| view::short_id(&m.commit))
+        merged_when: merge
+            .filter(|m| m.at_ms > 0)
+            .map(|m| time(m.at_ms))
             .unwrap_or_default(),
+        ready,
+        merge_state,
+        rule_text: rule_text(&rule),
+        issues,
         revisions,
-        timeline,
+        timeline: timeline(st, &d),
         diff_title,
         diff_notes,
         files,
+        off_diff,
         additions,
         deletions,
         truncated,
@@ -622,159 +698,171 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         file_link,
         all_files_link,
         shown,
-        numbers: p.revisions.iter().map(|r| r.n).collect(),
+        numbers: d.revisions.iter().map(|r| r.n).collect(),
         from: from.unwrap_or(latest.saturating_sub(1).max(1)),
         to: to.unwrap_or(latest),
     };
     Ok(view::render(StatusCode::OK, &page))
 }
 
+/// The merge rule in words.
+fn rule_text(rule: &MergeRule) -> String {
+    let mut parts = vec![match rule.approvals {
+        0 => "no approval needed".to_string(),
+        1 => "1 approval on the latest revision".to_string(),
+        n => format!("{n} approvals on the latest revision"),
+    }];
+    if rule.no_changes_requested {
+        parts.push("no changes requested".into());
+    }
+    if rule.approvals > 0 {
+        parts.push(if rule.author_may_approve {
+            "the author's approval counts".into()
+        } else {
+            "the author's own approval does not count".into()
+        });
+    }
+    parts.join(", ")
+}
+
 /// Put each inline comment on revision `shown` under the diff line it
-/// names (by its number in the revision's file); comments on lines the
-/// diff does not show stay in the timeline only.
-fn anchor_comments(p: &PatchState, shown: u32, files: &mut [FileDiff]) {
-    for c in &p.comments {
-        let (Some(path), Some(line)) = (&c.path, c.line) else {
+/// names (by its number in the revision's file). A comment on a line the
+/// diff does not show (or on a whole file) is listed under its file; one
+/// on a file the diff leaves out is returned, to be listed after the diff.
+fn anchor_comments(
+    st: &AppState,
+    d: &PatchDetail,
+    shown: i64,
+    only: Option<&str>,
+    files: &mut [FileDiff],
+) -> Vec<OffDiffNote> {
+    let mut off = Vec::new();
+    for c in &d.comments {
+        let Some(inline) = &c.inline else { continue };
+        if c.revision != Some(shown) || only.is_some_and(|o| o != inline.path) {
+            continue;
+        }
+        let note = |at: String| LineNote {
+            author: person(st, &c.author),
+            when: time(c.at_ms),
+            at,
+            html: markdown::render(&c.body, None),
+        };
+        let at = inline.line.map(|l| format!("line {l}")).unwrap_or_default();
+        let Some(file) = files.iter_mut().find(|f| f.path == inline.path) else {
+            off.push(OffDiffNote {
+                path: inline.path.clone(),
+                note: note(at),
+            });
             continue;
         };
-        if c.revision != Some(shown) {
-            continue;
-        }
-        let line = line.to_string();
-        let target = files
-            .iter_mut()
-            .filter(|f| &f.path == path)
-            .flat_map(|f| f.lines.iter_mut())
-            .find(|l| l.kind != "del" && l.new_no == line);
-        if let Some(l) = target {
-            l.notes.push(LineNote {
-                author: c.author.name.clone(),
-                when: view::fmt_time(c.at),
-                html: markdown::render(&c.body, None),
-            });
+        let line = inline.line.map(|l| l.to_string());
+        let target = line.and_then(|line| {
+            file.lines
+                .iter_mut()
+                .find(|l| l.kind != "del" && l.kind != "hunk" && l.new_no == line)
+        });
+        match target {
+            Some(l) => l.notes.push(note(String::new())),
+            None => file.notes.push(note(at)),
         }
     }
+    off
 }
 
-/// The patch `id` names, or the 404 that says why not.
-fn find(ctx: &RepoCtx, id: &str) -> Result<PatchState, PageError> {
-    let no_such = || PageError::Missing("No such patch.".into());
-    let ids = patch::matching_patch_ids(&ctx.git, id)?.ok_or_else(no_such)?;
-    let full = match ids.as_slice() {
-        [] => return Err(no_such()),
-        [one] => one.clone(),
-        many => {
-            let shown: Vec<String> = many.iter().map(|c| view::short_id(c)).collect();
-            return Err(PageError::Missing(format!(
-                "The id {id} matches more than one patch: {}. Use a longer prefix.",
-                shown.join(", ")
-            )));
-        }
-    };
-    snapshot(&ctx.git)?
-        .patches
-        .iter()
-        .find(|p| p.id == full)
-        .cloned()
-        .ok_or_else(|| {
-            PageError::Missing("This patch cannot be shown: its history is invalid.".into())
-        })
-}
-
-/// A diff that cannot be computed here (a head commit that was never
-/// pushed, a base branch that is gone) is a note on the page; anything
-/// else is a server error.
-fn unavailable<T>(notes: &mut Vec<String>, e: git_collab::Error) -> Result<Option<T>, PageError> {
-    match e {
-        git_collab::Error::Invalid(why) => {
-            notes.push(format!("No diff: {why}."));
-            Ok(None)
-        }
-        other => Err(other.into()),
-    }
-}
-
-fn timeline_view(st: &AppState, e: &git_collab::record::timeline::TimelineEntry) -> TimelineView {
-    use git_collab::record::timeline::TimelineItem as I;
-    let (kind, what, commit) = match &e.item {
-        I::Opened {
-            revision,
-            base,
-            head,
-        } => (
-            "opened",
-            format!("opened the patch onto {base} with revision {revision}"),
-            head.clone(),
-        ),
-        I::Revised { revision, head } => (
-            "revised",
-            format!("pushed revision {revision}"),
-            head.clone(),
-        ),
-        I::Reviewed {
-            revision,
-            verdict,
-            replaces,
-            ..
-        } => (
-            "reviewed",
-            format!(
-                "{} revision {revision}{}",
-                match verdict {
-                    Verdict::Approve => "approved",
-                    Verdict::RequestChanges => "requested changes on",
-                    Verdict::Comment => "reviewed",
+/// The patch's history as one list, oldest first: opened, revisions,
+/// votes that count, comments, merged.
+fn timeline(st: &AppState, d: &PatchDetail) -> Vec<TimelineView> {
+    let p = &d.patch;
+    let mut entries: Vec<(i64, TimelineView)> = Vec::new();
+    let mut push =
+        |at: i64, who: String, kind: &'static str, what: String, body: &str, commit: &str| {
+            entries.push((
+                at,
+                TimelineView {
+                    when: time(at),
+                    author: who,
+                    what,
+                    kind,
+                    html: if body.trim().is_empty() {
+                        String::new()
+                    } else {
+                        markdown::render(body, None)
+                    },
+                    commit: commit.to_string(),
+                    commit_short: view::short_id(commit),
                 },
-                if replaces.is_some() {
-                    " (replacing an earlier vote)"
-                } else {
-                    ""
-                }
-            ),
-            String::new(),
-        ),
-        I::Commented {
-            revision,
-            path,
-            line,
-            ..
-        } => {
-            let mut what = "commented".to_string();
-            if let Some(path) = path {
-                what.push_str(&format!(" on {path}"));
-                if let Some(line) = line {
-                    what.push_str(&format!(" line {line}"));
-                }
-            }
-            if let Some(r) = revision {
-                what.push_str(&format!(" of revision {r}"));
-            }
-            ("commented", what, String::new())
-        }
-        I::Closed => ("closed", "closed the patch".to_string(), String::new()),
-        I::Merged { commit } => ("merged", "merged the patch".to_string(), commit.clone()),
-    };
-    TimelineView {
-        when: view::fmt_time(e.at),
-        author: super::event_author_name(st, &e.author),
-        what,
-        kind,
-        html: if e.body().trim().is_empty() {
-            String::new()
+            ))
+        };
+    for r in &d.revisions {
+        if r.n == 1 {
+            push(
+                p.created_ms.min(r.at_ms),
+                person(st, &p.author),
+                "opened",
+                format!("opened the patch onto {} with revision 1", p.base),
+                "",
+                &r.head,
+            );
         } else {
-            markdown::render(e.body(), None)
-        },
-        commit_short: view::short_id(&commit),
-        commit,
+            push(
+                r.at_ms,
+                person(st, &r.author),
+                "revised",
+                format!("pushed revision {}", r.n),
+                "",
+                &r.head,
+            );
+        }
     }
-}
-
-fn status_word(status: PatchStatus) -> &'static str {
-    match status {
-        PatchStatus::Open => "open",
-        PatchStatus::Merged => "merged",
-        PatchStatus::Closed => "closed",
+    for v in &d.reviews {
+        let what = match v.verdict {
+            Verdict::Approve => "approved",
+            Verdict::RequestChanges => "requested changes on",
+            Verdict::Comment => "reviewed",
+        };
+        push(
+            v.at_ms,
+            person(st, &v.author),
+            "reviewed",
+            format!("{what} revision {}", v.revision),
+            &v.body,
+            "",
+        );
     }
+    for c in &d.comments {
+        let mut what = "commented".to_string();
+        if let Some(inline) = &c.inline {
+            what.push_str(&format!(" on {}", inline.path));
+            if let Some(line) = inline.line {
+                what.push_str(&format!(" line {line}"));
+            }
+        }
+        if let Some(r) = c.revision {
+            what.push_str(&format!(" of revision {r}"));
+        }
+        push(
+            c.at_ms,
+            person(st, &c.author),
+            "commented",
+            what,
+            &c.body,
+            "",
+        );
+    }
+    if let Some(m) = &p.merge {
+        push(
+            m.at_ms,
+            super::principal_name(st, &m.by),
+            "merged",
+            "merged the patch".into(),
+            "",
+            &m.commit,
+        );
+    }
+    // Stable: equal times keep the order above.
+    entries.sort_by_key(|(at, _)| *at);
+    entries.into_iter().map(|(_, v)| v).collect()
 }
 
 fn verdict_label(v: Verdict) -> &'static str {
