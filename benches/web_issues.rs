@@ -38,7 +38,10 @@ struct Server {
 }
 
 impl Server {
-    fn start(state_dir: &Path) -> Server {
+    /// `first`: the state directory has repositories but no collab.db yet
+    /// (built by hand here), which the server refuses unless told to begin
+    /// a new database.
+    fn start(state_dir: &Path, first: bool) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_git-collab-server"))
             .arg("--state-dir")
             .arg(state_dir)
@@ -49,6 +52,7 @@ impl Server {
                 "127.0.0.1:0",
             ])
             .args(["--log-level", "warn", "serve"])
+            .args(first.then_some("--allow-empty-db"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -148,7 +152,7 @@ fn main() {
     // the first page that lists them all.
     let first = {
         let start = Instant::now();
-        let server = Server::start(&state_dir);
+        let server = Server::start(&state_dir, true);
         loop {
             let (status, body, _) = server.get(list);
             if status == 200 && body.contains(&open_count) {
@@ -166,13 +170,13 @@ fn main() {
     // Right after a restart: a new process, the issues in collab.db.
     let mut restarted = Vec::new();
     for _ in 0..runs.max(5) {
-        let server = Server::start(&state_dir);
+        let server = Server::start(&state_dir, false);
         restarted.push(server.page(list, &open_count));
     }
     let t_restart = median(restarted);
 
     // Warm: one process, repeated requests.
-    let server = Server::start(&state_dir);
+    let server = Server::start(&state_dir, false);
     server.page(list, &open_count);
     let warm_runs = runs.max(20);
     let t_warm = median(

@@ -43,6 +43,8 @@ pub enum Command {
     },
     /// Propose, review and merge patches (Gerrit-style revisions and votes).
     Patch {
+        #[command(flatten)]
+        target: IssueTarget,
         #[command(subcommand)]
         cmd: PatchCmd,
     },
@@ -374,12 +376,13 @@ pub enum IssueCmd {
 /// subcommand, accepted before or after it).
 #[derive(Debug, Clone, Args)]
 pub struct IssueTarget {
-    /// The git remote whose server holds the issues and claims.
+    /// The git remote whose server holds the issues, patches and claims.
     #[arg(long, global = true, default_value = "origin")]
     pub remote: String,
-    /// `server`: the remote's git-collab server holds the issues; `local`:
-    /// signed DAGs in this clone, shared with `sync`. Default: git config
-    /// collab.mode, else detected once per remote and remembered.
+    /// `server`: the remote's git-collab server holds the issues and
+    /// patches; `local`: signed DAGs in this clone, shared with `sync`.
+    /// Default: git config collab.mode, else detected once per remote and
+    /// remembered.
     #[arg(long, global = true, value_parser = ["server", "local"])]
     pub mode: Option<String>,
 }
@@ -511,11 +514,39 @@ pub enum PatchCmd {
         #[command(flatten)]
         out: JsonFlag,
     },
-    /// Merge the latest revision into the local base branch (fast-forward,
-    /// else a merge commit) and record it; push the branch yourself.
+    /// Merge the latest revision into the base branch (fast-forward, else a
+    /// merge commit): on the server by its merge rule, or in this clone
+    /// (push the branch yourself) for a plain git remote.
     Merge {
         /// Patch id or unique prefix.
         id: String,
+        #[command(flatten)]
+        fence: FenceFlag,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// Push a commit for review (`git push <remote> HEAD:refs/for/<base>`):
+    /// opens a patch, or adds a revision to --patch (server mode only).
+    Push {
+        /// The branch the patch targets (default: the remote's default
+        /// branch, else init.defaultBranch, else main).
+        #[arg(long)]
+        base: Option<String>,
+        /// The commit to propose.
+        #[arg(long, default_value = "HEAD")]
+        head: String,
+        /// Add a revision to this patch instead of opening a new one.
+        #[arg(long, value_name = "ID")]
+        patch: Option<String>,
+        /// Link an issue (repeatable).
+        #[arg(long = "issue", value_name = "ID")]
+        issues: Vec<String>,
+        /// One-line title of a new patch (default: the head commit's subject).
+        #[arg(short, long)]
+        title: Option<String>,
+        /// One-line description of a new patch (default: the head commit's body).
+        #[arg(short, long)]
+        body: Option<String>,
         #[command(flatten)]
         out: JsonFlag,
     },

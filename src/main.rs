@@ -7,6 +7,7 @@
 mod cli;
 mod issue_cmd;
 mod patch_cmd;
+mod patch_server_cmd;
 
 use std::io::{IsTerminal, Read};
 use std::process::ExitCode;
@@ -101,7 +102,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Key { cmd } => key(cmd),
         Command::Trust { cmd } => trust_cmd(&open_repo()?, cmd),
         Command::Issue { target, cmd } => issue_cmd::run(&open_repo()?, target, cmd),
-        Command::Patch { cmd } => patch_cmd::run(&open_repo()?, cmd),
+        Command::Patch { target, cmd } => patch_cmd::run(&open_repo()?, target, cmd),
         Command::Release { cmd } => release_cmd(&open_repo()?, cmd),
         Command::Push { remote, args } => push(&open_repo()?, &remote, &args),
         Command::Events {

@@ -1,17 +1,21 @@
-//! `git-collab patch ...`: runs the parsed `PatchCmd` (`cli.rs`) through
-//! the library (`git_collab::record::patch`, `diff`) and prints text or `--json`
+//! `git-collab patch ...`: runs the parsed `PatchCmd` (`cli.rs`) on the
+//! remote's git-collab server (`patch_server_cmd`, when the server holds
+//! patches) or through the library on this clone's DAGs
+//! (`git_collab::record::patch`, `diff`), and prints text or `--json`
 //! (shapes in docs/patches.md). Errors propagate to `main`, which prints
 //! one `error: ...` line.
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use git2::Repository;
 use serde::Serialize;
 
-use crate::cli::{PatchCmd, VerdictFlags};
+use crate::cli::{IssueTarget, PatchCmd, VerdictFlags};
 use crate::{print_json, text_arg};
 use git_collab::client::issue::{short_id, Identity};
+use git_collab::client::mode::{self, Mode};
+use git_collab::client::remote_ssh;
 use git_collab::client::terminal;
 use git_collab::record::diff;
 use git_collab::record::event::{Author, Verdict};
@@ -53,7 +57,21 @@ struct MergedJson<'a> {
     kind: MergeKind,
 }
 
-pub fn run(repo: &Repository, cmd: PatchCmd) -> Result<ExitCode> {
+/// Run `cmd` where the remote's patches live: on its git-collab server
+/// (`patch_server_cmd`) or in this clone's signed DAGs.
+pub fn run(repo: &Repository, target: IssueTarget, cmd: PatchCmd) -> Result<ExitCode> {
+    let flag = target.mode.as_deref().and_then(Mode::parse);
+    match mode::choose(repo, &target.remote, flag)?.mode {
+        Mode::Server => {
+            let remote = remote_ssh::ssh_remote(repo, &target.remote)?;
+            crate::patch_server_cmd::run(repo, &target.remote, &remote, cmd)
+        }
+        Mode::Local => local(repo, cmd),
+    }
+}
+
+/// Local mode: the patch DAGs of this clone, shared with `sync`.
+fn local(repo: &Repository, cmd: PatchCmd) -> Result<ExitCode> {
     let identity = || -> Result<Identity> { Ok(Identity::load(&repo.config()?)?) };
     let (text, written, json) = match cmd {
         PatchCmd::List { all, out } => {
@@ -125,7 +143,13 @@ pub fn run(repo: &Repository, cmd: PatchCmd) -> Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
-        PatchCmd::Merge { id, out } => {
+        PatchCmd::Push { .. } => {
+            bail!("patch push needs a git-collab server remote (server mode); here use patch create and sync")
+        }
+        PatchCmd::Merge { id, fence, out } => {
+            if fence.lease_token.is_some() {
+                bail!("--lease-token applies to merges on a git-collab server (server mode)");
+            }
             let m = patch::merge(repo, &identity()?, &id)?;
             if out.json {
                 print_json(&MergedJson {

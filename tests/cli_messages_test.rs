@@ -118,7 +118,7 @@ fn sync_reports_what_it_pushed() {
     assert!(generated.status.success(), "{generated:?}");
     let created = h
         .client_command(cli, &key, &clone)
-        .args(["patch", "create", "-t", "Pushed by sync"])
+        .args(["patch", "--mode", "local", "create", "-t", "Pushed by sync"])
         .output()
         .unwrap();
     assert!(created.status.success(), "{created:?}");

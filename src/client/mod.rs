@@ -1,6 +1,6 @@
 //! The client's side: operations the `git-collab` CLI runs on a user's
 //! clone (`issue`, `sync`) and over SSH against a git-collab server
-//! (`server_issue`, `lease`, `release`, through `remote_ssh`); `mode`
+//! (`server_issue`, `server_patch`, `lease`, `release`, through `remote_ssh`); `mode`
 //! decides which of the two holds a remote's issues; `terminal` makes
 //! other people's text safe to print.
 
@@ -11,5 +11,6 @@ pub mod mode;
 pub mod release;
 pub mod remote_ssh;
 pub mod server_issue;
+pub mod server_patch;
 pub mod sync;
 pub mod terminal;

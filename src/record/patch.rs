@@ -945,7 +945,7 @@ pub fn base_tip(repo: &Repository, base: &str) -> Result<(String, Oid)> {
 
 /// The base a new patch targets by default: the branch `origin/HEAD`
 /// points at, else `init.defaultBranch`, else `main`.
-fn default_base(repo: &Repository) -> Result<String> {
+pub fn default_base(repo: &Repository) -> Result<String> {
     if let Ok(r) = repo.find_reference("refs/remotes/origin/HEAD") {
         if let Some(target) = r.symbolic_target().ok().flatten() {
             if let Some(branch) = target.strip_prefix("refs/remotes/origin/") {
