@@ -225,6 +225,33 @@ fn run(cli: Cli) -> Result<ExitCode> {
                             terminal::line(&i.reason)
                         );
                     }
+                    for p in &e.dropped_patch_events {
+                        println!(
+                            "dropped {} in the export of patch {} from {}: {} ({})",
+                            short_id(&p.event.commit),
+                            short_id(&p.issue),
+                            e.remote,
+                            terminal::line(&p.event.detail),
+                            terminal::line(p.event.kind.as_deref().unwrap_or("unreadable event")),
+                        );
+                    }
+                    for i in &e.invalid_patches {
+                        println!(
+                            "invalid export of patch {} from {}: {}",
+                            short_id(&i.issue),
+                            e.remote,
+                            terminal::line(&i.reason)
+                        );
+                    }
+                    if e.patches > 0 {
+                        println!(
+                            "export of {}: {} patches, {} dropped, {} invalid patches",
+                            e.remote,
+                            e.patches,
+                            e.dropped_patch_events.len(),
+                            e.invalid_patches.len()
+                        );
+                    }
                     println!(
                         "export of {}: {} issues, {} events, {} dropped, {} invalid issues{}",
                         e.remote,

@@ -85,10 +85,26 @@ fn per_ref_rules(h: &ServerHarness, writer: &Path, rewinder: &Path, tag: &str) {
         "error: issues are kept by the server",
     );
 
-    // The collab record pushed by clients (a patch DAG) only grows. (The
-    // hook judges the ref, not the events in it, so plain commits stand in
-    // for a DAG.) `record_ref` names it below.
-    let record_ref = format!("refs/collab/patches/{one}");
+    // Patch DAGs are the server's too, and so are revision pins.
+    refused(
+        h,
+        writer,
+        &w,
+        &[&format!("{one}:refs/collab/patches/{one}")],
+        "error: patches are kept by the server",
+    );
+    refused(
+        h,
+        rewinder,
+        &w,
+        &[&format!("{one}:refs/collab/revisions/{one}/1")],
+        &format!("error: refs/collab/revisions/{one}/1: maintained by the server"),
+    );
+
+    // Any other collab ref only grows. (The hook judges the ref, not what
+    // it holds, so plain commits stand in for a record.) `record_ref`
+    // names it below.
+    let record_ref = format!("refs/collab/drafts/{one}");
     accepted(h, writer, &w, &[&format!("{one}:{record_ref}")]);
     accepted(h, writer, &w, &[&format!("{two}:{record_ref}")]);
     let record_tip = two.clone();

@@ -106,8 +106,8 @@ fn sync_reports_what_it_pushed() {
     h.git(&clone, &["push", "-q", "origin", "main"]);
     h.git(&clone, &["checkout", "-q", "-b", "feature"]);
     h.commit_file(&clone, "b.txt", b"b", "b");
-    // Issues are the server's now; a patch is still a local DAG that sync
-    // pushes.
+    // Issues and patches are the server's; a patch is still a local DAG
+    // that sync pushes to a plain git remote.
     let key = h.ssh_client_key();
     let cli = env!("CARGO_BIN_EXE_git-collab");
     let generated = h
@@ -122,8 +122,16 @@ fn sync_reports_what_it_pushed() {
         .output()
         .unwrap();
     assert!(created.status.success(), "{created:?}");
+    let plain = h.temp_dir().join("plain.git");
+    let init = Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(&plain)
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{init:?}");
+    h.git(&clone, &["remote", "add", "plain", plain.to_str().unwrap()]);
     let out = git_with_cli(&h, &clone)
-        .args(["collab", "sync"])
+        .args(["collab", "sync", "plain"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -138,7 +146,7 @@ fn sync_reports_what_it_pushed() {
     assert!(stdout.contains(&format!(", {pushed} pushed")), "{stdout}");
     assert!(stdout.contains("pushed refs/collab/patches/"), "{stdout}");
     let again = git_with_cli(&h, &clone)
-        .args(["collab", "sync"])
+        .args(["collab", "sync", "plain"])
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&again.stdout).contains(", 0 pushed"));

@@ -29,13 +29,14 @@ fn clone_fetch_and_push_round_trip() {
     h.git(&a, &["fetch", "origin"]);
     assert_eq!(h.rev_parse(&a, "origin/main"), second);
 
-    // Other refs (tags, collab namespace) travel too.
+    // Other refs (tags, the collab namespace outside the server's own
+    // records) travel too.
     h.git(&a, &["tag", "v1", &first]);
-    h.git(&a, &["update-ref", "refs/collab/patches/x", &first]);
-    h.ssh_push(&a, &["refs/tags/v1", "refs/collab/patches/x"]);
+    h.git(&a, &["update-ref", "refs/collab/drafts/x", &first]);
+    h.ssh_push(&a, &["refs/tags/v1", "refs/collab/drafts/x"]);
     let refs = h.ls_remote_as(&h.ssh_client_key(), "team/app");
     assert!(refs.stdout.contains("refs/tags/v1"), "{refs:?}");
-    assert!(refs.stdout.contains("refs/collab/patches/x"), "{refs:?}");
+    assert!(refs.stdout.contains("refs/collab/drafts/x"), "{refs:?}");
 }
 
 #[test]

@@ -149,6 +149,7 @@ fn issue_and_patch_output_holds_no_raw_control_characters() {
             revision: patch_id.clone(),
             verdict: Verdict::RequestChanges,
             body: hostile("review"),
+            voter: None,
         }),
     ] {
         let ev = mallory.event(action);

@@ -135,8 +135,8 @@ pub struct PatchRevise {
     pub base_commit: Option<String>,
 }
 
-/// A reviewer's vote on one revision. A later vote by the same key on the
-/// same revision replaces the earlier one.
+/// A reviewer's vote on one revision. A later vote by the same key (and
+/// `voter`) on the same revision replaces the earlier one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PatchReview {
     /// The revision voted on, by the id of the event that made it (the
@@ -145,6 +145,12 @@ pub struct PatchReview {
     pub revision: String,
     pub verdict: Verdict,
     pub body: String,
+    /// Whose vote this is when the signing key records votes for others:
+    /// the server's signed export (one key) names each voting principal
+    /// here, so their votes stay apart. Absent in votes people sign
+    /// themselves; the CLI never writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voter: Option<String>,
 }
 
 /// A review verdict.
@@ -387,6 +393,7 @@ mod tests {
                 revision: "ab".into(),
                 verdict: Verdict::RequestChanges,
                 body: "b".into(),
+                voter: None,
             }),
         );
         let text = String::from_utf8(review.to_canonical_json()).unwrap();

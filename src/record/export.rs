@@ -8,10 +8,14 @@
 //! random id, not its export root's), and the DAG's root is its one commit
 //! without parents. This is what `issue list|show --offline` show and what
 //! `verify` checks once the server's key is in the allowlist.
+//!
+//! Patches are exported the same way, in the ordinary patch DAG format
+//! (`…/export/patches/<patch id>`, [`replay_patch_export`]).
 
 use git2::{Oid, Repository};
 
 use crate::error::{Error, Result};
+use crate::record::patch::{self, PatchReplay};
 use crate::record::refs;
 use crate::record::replay::Checker;
 use crate::record::state::{self, IssueReplay, IssueState};
@@ -129,4 +133,60 @@ pub fn show_issue(repo: &Repository, remote: &str, id_or_prefix: &str) -> Result
     replay_export(repo, &name, &id, &mut Checker::new(trust.as_ref()))?
         .state
         .map_err(|reason| Error::InvalidIssue { id, reason })
+}
+
+/// `(ref name, patch id)` of every exported patch of `remote` held here,
+/// sorted by id (`refs/collab-remotes/<remote>/export/patches/<id>`).
+pub fn patch_export_refs(repo: &Repository, remote: &str) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for reference in repo.references_glob(&refs::export_patches_glob(remote))? {
+        let reference = reference?;
+        let Ok(name) = reference.name() else { continue };
+        if let Some(id) = refs::export_patch_id_of(remote, name) {
+            out.push((name.to_string(), id.to_string()));
+        }
+    }
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok(out)
+}
+
+/// Replays the exported patch at `ref_name` (patch `patch_id`), in the
+/// ordinary patch DAG format, signed by the server's key: like an issue
+/// export, the id is the one in the ref name and the root is the chain's
+/// commit without parents. Votes name their principal (`voter`), so one
+/// key's votes for several people stay apart.
+pub fn replay_patch_export(
+    repo: &Repository,
+    ref_name: &str,
+    patch_id: &str,
+    checker: &mut Checker,
+) -> Result<PatchReplay> {
+    let tip = store::ref_tip(repo, ref_name)?
+        .ok_or_else(|| Error::Invalid(format!("no exported patch at {ref_name}")))?;
+    let dag = store::read_dag(repo, tip)?;
+    let root = export_root(&dag, patch_id);
+    let (mut state, dropped) = patch::replay(&root, &dag, checker);
+    if let Ok(s) = &mut state {
+        s.id = patch_id.to_string();
+    }
+    Ok(PatchReplay {
+        id: patch_id.to_string(),
+        tip,
+        state,
+        dropped,
+    })
+}
+
+/// Replays every exported patch of `remote`, valid or not, verifying every
+/// event against `trust` (what `verify` runs).
+pub fn replay_all_patches(
+    repo: &Repository,
+    remote: &str,
+    trust: Option<&TrustList>,
+) -> Result<Vec<PatchReplay>> {
+    let mut checker = Checker::new(trust);
+    patch_export_refs(repo, remote)?
+        .iter()
+        .map(|(name, id)| replay_patch_export(repo, name, id, &mut checker))
+        .collect()
 }

@@ -78,6 +78,10 @@ pub struct Review {
     pub at: DateTime<Utc>,
     pub verdict: Verdict,
     pub body: String,
+    /// The principal the vote is for, when its event names one (the
+    /// server's export; see `PatchReview::voter`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voter: Option<String>,
 }
 
 /// A comment on the patch; inline when it has a `path`.
@@ -262,15 +266,16 @@ fn apply(s: &mut PatchState, v: &Verified) -> Result<(), String> {
             revision,
             verdict,
             body,
+            voter,
         }) => {
             let n = s
                 .revision_by_event(revision)
                 .ok_or_else(|| unknown_revision(revision))?;
-            // One vote per author and revision: the later one replaces it.
-            let earlier = s
-                .reviews
-                .iter()
-                .position(|r| r.revision == n && r.author.key == ev.author.key);
+            // One vote per author (key, and voter where the event names
+            // one) and revision: the later one replaces it.
+            let earlier = s.reviews.iter().position(|r| {
+                r.revision == n && r.author.key == ev.author.key && r.voter == *voter
+            });
             let replaces = earlier.map(|i| s.reviews.remove(i).id);
             s.reviews.push(Review {
                 id: id.clone(),
@@ -279,6 +284,7 @@ fn apply(s: &mut PatchState, v: &Verified) -> Result<(), String> {
                 at: ev.at,
                 verdict: *verdict,
                 body: body.clone(),
+                voter: voter.clone(),
             });
             TimelineItem::Reviewed {
                 revision: n,
@@ -601,6 +607,7 @@ pub fn review(
         revision: revision.id.clone(),
         verdict,
         body: body.to_string(),
+        voter: None,
     });
     append(repo, who, &ref_name, &state, tip, action, Some(n))
 }
@@ -1128,6 +1135,7 @@ mod tests {
             revision: oid(revision).to_string(),
             verdict,
             body: String::new(),
+            voter: None,
         })
     }
 

@@ -87,6 +87,31 @@ pub fn server_export_issue_ref(full_id: &str) -> String {
     format!("{EXPORT_PREFIX}issues/{full_id}")
 }
 
+/// The server's export of patch `full_id`, in the repository the server
+/// serves: `refs/collab/export/patches/<id>`.
+pub fn server_export_patch_ref(full_id: &str) -> String {
+    format!("{EXPORT_PREFIX}patches/{full_id}")
+}
+
+/// Where a clone keeps the export of `remote`'s patch `full_id`.
+pub fn export_patch_ref(remote: &str, full_id: &str) -> String {
+    format!("{}export/patches/{full_id}", tracking_prefix(remote))
+}
+
+/// Glob matching the export of every patch of `remote` in a clone.
+pub fn export_patches_glob(remote: &str) -> String {
+    format!("{}export/patches/*", tracking_prefix(remote))
+}
+
+/// The patch id of a patch export ref of `remote` in a clone, if `name` is
+/// one.
+pub fn export_patch_id_of<'a>(remote: &str, name: &'a str) -> Option<&'a str> {
+    let id = name
+        .strip_prefix(&tracking_prefix(remote))?
+        .strip_prefix("export/patches/")?;
+    is_full_hex_id(id).then_some(id)
+}
+
 /// Push-to-review: `git push origin HEAD:refs/for/<base>` proposes a patch
 /// against branch `<base>`. The server never stores these refs: its
 /// `proc-receive` hook takes the update and records a patch revision.
@@ -217,6 +242,11 @@ mod tests {
         assert_eq!(local_for_tracking("origin", &export), None, "export stays");
         assert_eq!(export_issue_id_of("origin", &export), Some(ID));
         assert_eq!(export_issue_id_of("other", &export), None);
+        let patch = export_patch_ref("origin", ID);
+        assert_eq!(export_patch_id_of("origin", &patch), Some(ID));
+        assert_eq!(export_issue_id_of("origin", &patch), None);
+        assert_eq!(local_for_tracking("origin", &patch), None, "export stays");
+        assert!(server_export_patch_ref(ID).starts_with(EXPORT_PREFIX));
         assert_eq!(
             export_refspec("origin"),
             "+refs/collab/export/*:refs/collab-remotes/origin/export/*"

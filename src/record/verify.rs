@@ -4,7 +4,7 @@
 //! does the same for each server export held here (`export.rs`), which
 //! counts as checked only when an allowlist exists, that is once the
 //! server's key has been trusted: without one, any validly signed export
-//! would pass.
+//! would pass. The server's patch export is checked the same way.
 
 use git2::Repository;
 use serde::Serialize;
@@ -62,6 +62,13 @@ pub struct ExportReport {
     pub events: usize,
     pub dropped: Vec<Problem>,
     pub invalid_issues: Vec<InvalidIssue>,
+    /// Number of exported patch DAGs examined.
+    pub patches: usize,
+    /// Events dropped from exported patches (`issue` names the patch).
+    pub dropped_patch_events: Vec<Problem>,
+    /// Exported patches that cannot be shown at all (`issue` names the
+    /// patch).
+    pub invalid_patches: Vec<InvalidIssue>,
 }
 
 /// Replays every issue of `repo`, and every server export it holds, and
@@ -81,7 +88,8 @@ pub fn verify(repo: &Repository) -> Result<VerifyReport> {
     collect(replays, &mut report.dropped, &mut report.invalid_issues);
     for remote in repo.remotes()?.iter().flatten().flatten() {
         let replays = export::replay_all(repo, remote, trust.as_ref())?;
-        if replays.is_empty() {
+        let patches = export::replay_all_patches(repo, remote, trust.as_ref())?;
+        if replays.is_empty() && patches.is_empty() {
             continue;
         }
         let mut export = ExportReport {
@@ -91,16 +99,35 @@ pub fn verify(repo: &Repository) -> Result<VerifyReport> {
             events: replays.iter().map(|r| r.events).sum(),
             dropped: Vec::new(),
             invalid_issues: Vec::new(),
+            patches: patches.len(),
+            dropped_patch_events: Vec::new(),
+            invalid_patches: Vec::new(),
         };
         collect(replays, &mut export.dropped, &mut export.invalid_issues);
+        for replay in patches {
+            if let Err(reason) = &replay.state {
+                export.invalid_patches.push(InvalidIssue {
+                    issue: replay.id.clone(),
+                    reason: reason.clone(),
+                });
+            }
+            export
+                .dropped_patch_events
+                .extend(replay.dropped.into_iter().map(|event| Problem {
+                    issue: replay.id.clone(),
+                    event,
+                }));
+        }
         report.exports.push(export);
     }
     report.ok = report.dropped.is_empty()
         && report.invalid_issues.is_empty()
-        && report
-            .exports
-            .iter()
-            .all(|e| e.dropped.is_empty() && e.invalid_issues.is_empty());
+        && report.exports.iter().all(|e| {
+            e.dropped.is_empty()
+                && e.invalid_issues.is_empty()
+                && e.dropped_patch_events.is_empty()
+                && e.invalid_patches.is_empty()
+        });
     Ok(report)
 }
 

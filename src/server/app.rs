@@ -142,10 +142,10 @@ pub struct ServeOptions {
 /// Import the issue DAGs of every repository not imported yet. A
 /// repository that fails is logged and retried on first use or next start.
 fn import_at_start(app: &App, runtime: tokio::runtime::Handle) {
-    let mut is_done = |repo: &str| -> anyhow::Result<bool> {
+    let mut is_done = |repo: &str| -> anyhow::Result<crate::import::Done> {
         let repo = repo.to_string();
         app.reads
-            .read_blocking(move |c| Ok(crate::import::is_imported(c, &repo)?))
+            .read_blocking(move |c| Ok(crate::import::import_state(c, &repo)?))
     };
     let mut sink = crate::import::WriterSink {
         writer: &app.leases,
@@ -222,6 +222,7 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
         .await
         .context("importing issue DAGs")?;
     crate::export::spawn(app.clone());
+    crate::patch_export::spawn(app.clone());
     crate::events::spawn_background(&app);
     crate::webhooks::spawn(app.clone());
     tokio::spawn(crate::maintenance::sweep::run(

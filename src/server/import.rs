@@ -17,6 +17,12 @@
 //! repository without an `imports` row at start (before it listens), and
 //! any repository that appears later on first use (`Imports::ensure`);
 //! `git-collab-server import` does the same by hand.
+//!
+//! The repository's patch DAGs (`refs/collab/patches/*`) are imported in
+//! the same run, after its issues, under the same rules and with their own
+//! record (`patch_imports`, see `patch_import`): a repository whose issues
+//! were imported by an older server gets its patches imported at the next
+//! start. A repository counts as imported once both are.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -33,6 +39,7 @@ use serde_json::json;
 
 use crate::db::issues::{self, Comment, Issue, Person};
 use crate::db::writer::LeaseService;
+use crate::patch_import::{self, PatchBatch, PatchReport};
 use crate::repos::RepoEntry;
 
 /// Issues replayed and stored per transaction.
@@ -58,6 +65,9 @@ pub struct RepoReport {
     /// Issues that could not be replayed at all (a DAG past the size
     /// limits, an unreadable object): not imported.
     pub skipped: Vec<Skipped>,
+    /// The import of the repository's patch DAGs, when it ran now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patches: Option<PatchReport>,
 }
 
 /// A dropped event, as `git-collab verify --json` shows it, with its issue.
@@ -80,7 +90,7 @@ pub struct Batch {
     issues: Vec<(Issue, Vec<Comment>)>,
 }
 
-fn person(author: &state::Author) -> Person {
+pub(crate) fn person(author: &state::Author) -> Person {
     let principal = sign::parse_public_key(&author.key)
         .map(|k| sign::fingerprint(&k))
         .unwrap_or_else(|_| author.key.clone());
@@ -121,13 +131,30 @@ fn rows(repo: &str, s: &IssueState) -> (Issue, Vec<Comment>) {
     (issue, comments)
 }
 
-/// Whether `repo` (canonical name) has been imported.
-pub fn is_imported(conn: &Connection, repo: &str) -> rusqlite::Result<bool> {
-    Ok(conn
+/// What of a repository has been imported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Done {
+    pub issues: bool,
+    pub patches: bool,
+}
+
+impl Done {
+    pub fn all(self) -> bool {
+        self.issues && self.patches
+    }
+}
+
+/// What of `repo` (canonical name) has been imported.
+pub fn import_state(conn: &Connection, repo: &str) -> rusqlite::Result<Done> {
+    let issues = conn
         .prepare_cached("SELECT 1 FROM imports WHERE repo = ?1")?
         .query_row([repo], |_| Ok(()))
         .optional()?
-        .is_some())
+        .is_some();
+    Ok(Done {
+        issues,
+        patches: patch_import::is_imported(conn, repo)?,
+    })
 }
 
 /// Store one batch inside the caller's transaction; the last batch also
@@ -168,6 +195,15 @@ fn store(
 /// (`git-collab-server import` on the host).
 pub trait Sink {
     fn store(&mut self, batch: Batch, last: Option<RepoReport>) -> anyhow::Result<(usize, usize)>;
+
+    /// Store a batch of patches of `repo`; the last one carries the report.
+    /// Returns `(patches, revisions, reviews, comments)` inserted.
+    fn store_patches(
+        &mut self,
+        repo: &str,
+        batch: PatchBatch,
+        last: Option<PatchReport>,
+    ) -> anyhow::Result<(usize, usize, usize, usize)>;
 }
 
 /// A plain connection: one IMMEDIATE transaction per batch.
@@ -182,6 +218,20 @@ impl Sink for ConnSink<'_> {
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let stored = store(&tx, &batch, last.as_ref(), self.now)?;
+        tx.commit()?;
+        Ok(stored)
+    }
+
+    fn store_patches(
+        &mut self,
+        repo: &str,
+        batch: PatchBatch,
+        last: Option<PatchReport>,
+    ) -> anyhow::Result<(usize, usize, usize, usize)> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let stored = patch_import::store(&tx, repo, &batch, last.as_ref(), self.now)?;
         tx.commit()?;
         Ok(stored)
     }
@@ -201,12 +251,27 @@ impl Sink for WriterSink<'_> {
                 store(conn, &batch, last.as_ref(), now)
             }))
     }
+
+    fn store_patches(
+        &mut self,
+        repo: &str,
+        batch: PatchBatch,
+        last: Option<PatchReport>,
+    ) -> anyhow::Result<(usize, usize, usize, usize)> {
+        let writer = self.writer.clone();
+        let repo = repo.to_string();
+        self.runtime
+            .block_on(writer.write("import patches", move |conn, now| {
+                patch_import::store(conn, &repo, &batch, last.as_ref(), now)
+            }))
+    }
 }
 
-/// Import one repository (unless `already` says it was) into `sink`.
+/// Import one repository (what `done` says is not imported yet) into
+/// `sink`: its issues, then its patches.
 pub fn import_repo(
     entry: &RepoEntry,
-    already: bool,
+    done: Done,
     sink: &mut dyn Sink,
 ) -> anyhow::Result<RepoReport> {
     let mut report = RepoReport {
@@ -214,14 +279,34 @@ pub fn import_repo(
         status: "already_imported",
         ..Default::default()
     };
-    if already {
+    if done.all() {
         return Ok(report);
     }
     report.status = "imported";
     let repo = Repository::open_bare(&entry.path)
         .with_context(|| format!("opening {}", entry.path.display()))?;
-    let trust = TrustList::load(&repo).context("reading the trust allowlist")?;
-    let refs = state::issue_refs(&repo)?;
+    if !done.issues {
+        import_issues(&repo, entry, &mut report, sink)?;
+    }
+    if !done.patches {
+        let name = entry.name.clone();
+        let patches = patch_import::import(&repo, &entry.name, &mut |batch, last| {
+            sink.store_patches(&name, batch, last)
+        })
+        .context("importing patch DAGs")?;
+        report.patches = Some(patches);
+    }
+    Ok(report)
+}
+
+fn import_issues(
+    repo: &Repository,
+    entry: &RepoEntry,
+    report: &mut RepoReport,
+    sink: &mut dyn Sink,
+) -> anyhow::Result<()> {
+    let trust = TrustList::load(repo).context("reading the trust allowlist")?;
+    let refs = state::issue_refs(repo)?;
     report.found = refs.len();
     let chunks: Vec<&[(String, String)]> = refs.chunks(BATCH).collect();
     let total = chunks.len().max(1);
@@ -231,7 +316,7 @@ pub fn import_repo(
             issues: Vec::with_capacity(chunk.len()),
         };
         for (ref_name, id) in chunk {
-            match state::replay_ref(&repo, ref_name, id, trust.as_ref()) {
+            match state::replay_ref(repo, ref_name, id, trust.as_ref()) {
                 Ok(replay) => {
                     report.events += replay.events;
                     report
@@ -259,7 +344,7 @@ pub fn import_repo(
         report.issues += issues_in;
         report.comments += comments_in;
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Which repositories this process knows to be imported, so that the check
@@ -301,11 +386,11 @@ pub fn ensure(
     let name = entry.name.clone();
     let done = app
         .reads
-        .read_blocking(move |c| Ok(is_imported(c, &name)?))?;
-    if !done {
+        .read_blocking(move |c| Ok(import_state(c, &name)?))?;
+    if !done.all() {
         let report = import_repo(
             entry,
-            false,
+            done,
             &mut WriterSink {
                 writer: &app.leases,
                 runtime: runtime.clone(),
@@ -321,6 +406,9 @@ pub fn ensure(
 pub fn log_report(report: &RepoReport) {
     if report.status != "imported" {
         return;
+    }
+    if let Some(patches) = &report.patches {
+        patch_import::log_report(&report.repo, patches);
     }
     tracing::info!(
         repo = report.repo,
@@ -349,7 +437,7 @@ pub fn log_report(report: &RepoReport) {
 pub fn import_all(
     repos_dir: &Path,
     only: Option<&RepoEntry>,
-    is_done: &mut dyn FnMut(&str) -> anyhow::Result<bool>,
+    is_done: &mut dyn FnMut(&str) -> anyhow::Result<Done>,
     sink: &mut dyn Sink,
 ) -> Vec<Result<RepoReport, (String, String)>> {
     let entries = match only {

@@ -23,6 +23,8 @@ mod logging;
 mod maintenance;
 mod metrics;
 mod ops;
+mod patch_export;
+mod patch_import;
 mod patch_merge;
 mod releases;
 mod repo_admin;
@@ -213,7 +215,7 @@ fn import_cmd(
     let reader = db::leases::open(&path)
         .map_err(|e| anyhow::anyhow!("collab_db: opening {}: {e}", path.display()))?;
     let mut is_done =
-        |name: &str| -> anyhow::Result<bool> { Ok(import::is_imported(&reader, name)?) };
+        |name: &str| -> anyhow::Result<import::Done> { Ok(import::import_state(&reader, name)?) };
     let mut sink = import::ConnSink {
         conn: &mut conn,
         now: chrono::Utc::now().timestamp(),
@@ -226,16 +228,32 @@ fn import_cmd(
         let mut text = String::new();
         for result in &results {
             text.push_str(&match result {
-                Ok(r) if r.status == "imported" => format!(
-                    "{}: imported {} issues, {} comments ({} events replayed, {} dropped, {} invalid issues, {} skipped)\n",
-                    r.repo,
-                    r.issues,
-                    r.comments,
-                    r.events,
-                    r.dropped.len(),
-                    r.invalid_issues.len(),
-                    r.skipped.len()
-                ),
+                Ok(r) if r.status == "imported" => {
+                    let mut line = format!(
+                        "{}: imported {} issues, {} comments ({} events replayed, {} dropped, {} invalid issues, {} skipped)",
+                        r.repo,
+                        r.issues,
+                        r.comments,
+                        r.events,
+                        r.dropped.len(),
+                        r.invalid_issues.len(),
+                        r.skipped.len()
+                    );
+                    if let Some(p) = &r.patches {
+                        line.push_str(&format!(
+                            "; {} patches, {} revisions, {} votes, {} comments ({} events replayed, {} dropped, {} invalid patches, {} skipped)",
+                            p.patches,
+                            p.revisions,
+                            p.reviews,
+                            p.comments,
+                            p.events,
+                            p.dropped.len(),
+                            p.invalid_patches.len(),
+                            p.skipped.len()
+                        ));
+                    }
+                    line + "\n"
+                }
                 Ok(r) => format!("{}: already imported\n", r.repo),
                 Err((repo, error)) => format!("{repo}: failed: {error}\n"),
             });

@@ -158,14 +158,32 @@ pub fn open_issue(
     json["issue"].as_str().expect("an issue id").to_string()
 }
 
-/// Push every `refs/collab/*` ref of `clone` (patches; issues are held by
-/// the server) to the server, if there is any.
+/// Copy every `refs/collab/*` ref of `clone` (patch DAGs made with the
+/// CLI) straight into the server's repository on disk, if there is any, as
+/// a repository written before the upgrade holds them: the server refuses
+/// them over a push, and imports them on the repository's first use.
 pub fn push_collab(h: &ServerHarness, clone: &Path) {
     let refs = h.git(clone, &["for-each-ref", "refs/collab/"]);
     if refs.stdout.is_empty() {
         return;
     }
-    h.ssh_push(clone, &["+refs/collab/*:refs/collab/*"]);
+    let url = h.git(clone, &["remote", "get-url", "origin"]).stdout;
+    let url = String::from_utf8_lossy(&url);
+    let name = url.trim().rsplit_once(':').expect("an ssh url").1;
+    let name = name.split_once('/').expect("a repository name").1;
+    let mut bare = h.repos_dir().join(name);
+    if !bare.exists() {
+        bare = h.repos_dir().join(format!("{name}.git"));
+    }
+    h.git(
+        clone,
+        &[
+            "push",
+            "-q",
+            bare.to_str().unwrap(),
+            "+refs/collab/*:refs/collab/*",
+        ],
+    );
 }
 
 /// The README every fixture repository gets: Markdown with raw HTML and a

@@ -1,4 +1,5 @@
-//! How far the signed git export of each issue has got (`issue_exports`):
+//! How far the signed git export of each issue (`issue_exports`) and each
+//! patch (`patch_exports`) has got:
 //! the issue revision it reflects, the export ref's tip, and a summary of
 //! the state it shows, so the exporter appends only what changed without
 //! replaying the export. Plain functions over a connection, like the rest
@@ -83,6 +84,87 @@ pub fn record(
         exported.state
     ])?;
     Ok(())
+}
+
+// ---------------------------------------------------------------- patches
+
+/// Patches of `repo` (every repository when `None`) whose export is behind
+/// their `version`, at most `limit`: `(repo, id, version)` as [`Pending`]
+/// (`revision` is the patch's version).
+pub fn pending_patches(
+    conn: &Connection,
+    repo: Option<&str>,
+    limit: i64,
+) -> rusqlite::Result<Vec<Pending>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT p.repo, p.id, p.version FROM patches p
+         LEFT JOIN patch_exports e ON e.repo = p.repo AND e.patch_id = p.id
+         WHERE (?1 IS NULL OR p.repo = ?1) AND (e.version IS NULL OR e.version < p.version)
+         ORDER BY p.repo, p.id LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(rusqlite::params![repo, limit], |r| {
+        Ok(Pending {
+            repo: r.get(0)?,
+            id: r.get(1)?,
+            revision: r.get(2)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// The recorded export of one patch (`revision` is the patch version).
+pub fn get_patch(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<Option<Exported>> {
+    conn.prepare_cached(
+        "SELECT version, tip, state FROM patch_exports WHERE repo = ?1 AND patch_id = ?2",
+    )?
+    .query_row([repo, id], |r| {
+        Ok(Exported {
+            revision: r.get(0)?,
+            tip: r.get(1)?,
+            state: r.get(2)?,
+        })
+    })
+    .optional()
+}
+
+/// Record that the export of patch `id` reflects its version
+/// `exported.revision`; never moves back.
+pub fn record_patch(
+    conn: &Connection,
+    repo: &str,
+    id: &str,
+    exported: &Exported,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO patch_exports (repo, patch_id, version, tip, state)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (repo, patch_id) DO UPDATE
+         SET version = excluded.version, tip = excluded.tip, state = excluded.state
+         WHERE excluded.version >= patch_exports.version",
+    )?
+    .execute(rusqlite::params![
+        repo,
+        id,
+        exported.revision,
+        exported.tip,
+        exported.state
+    ])?;
+    Ok(())
+}
+
+/// The repositories with patch events in the log after `after`, up to and
+/// including `upto`: whose patch exports may be behind.
+pub fn repos_with_patch_events(
+    conn: &Connection,
+    after: i64,
+    upto: i64,
+) -> rusqlite::Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT DISTINCT repo FROM events
+         WHERE seq > ?1 AND seq <= ?2 AND type LIKE 'patch.%' AND repo IS NOT NULL",
+    )?;
+    let rows = stmt.query_map([after, upto], |r| r.get(0))?;
+    rows.collect()
 }
 
 #[cfg(test)]

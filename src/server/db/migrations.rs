@@ -10,7 +10,8 @@
 //!
 //! Version numbers are taken in order by the work that adds tables:
 //! 1 leases (first release), 2 events, 3 issues, 4 lease policy and the
-//! work queue, 5 webhooks, 6 patches. SQL here stays portable where it can
+//! work queue, 5 webhooks, 6 patches, 7 the work queue's index, 8 patch
+//! import and export. SQL here stays portable where it can
 //! (no SQLite-only functions in the domain queries), because the same
 //! tables are meant to live in PostgreSQL too.
 
@@ -329,6 +330,39 @@ CREATE INDEX issues_ready ON issues
     (repo, status, (CASE WHEN priority IS NULL THEN 1 ELSE 0 END), priority, created_ms, id);
 ",
     },
+    // Version 8: patches imported from git and exported to it. A
+    // `patch_imports` row says the repository's client-written patch DAGs
+    // (`refs/collab/patches/*`) have been replayed into the patch tables
+    // (see `patch_import`), with what the import counted and its JSON
+    // report; its absence makes the next start (or first use) import them,
+    // also in a database whose issues were imported before this step.
+    // `patch_exports` records, per patch, the `patches.version` the signed
+    // git export (`refs/collab/export/patches/<id>`) reflects, the export
+    // ref's tip and a summary of what it shows (see `export`).
+    Step {
+        version: 8,
+        sql: "
+CREATE TABLE patch_imports (
+    repo        TEXT    NOT NULL PRIMARY KEY,
+    imported_at INTEGER NOT NULL,
+    patches     INTEGER NOT NULL,
+    revisions   INTEGER NOT NULL,
+    reviews     INTEGER NOT NULL,
+    comments    INTEGER NOT NULL,
+    events      INTEGER NOT NULL,
+    dropped     INTEGER NOT NULL,
+    report      TEXT    NOT NULL
+);
+CREATE TABLE patch_exports (
+    repo     TEXT    NOT NULL,
+    patch_id TEXT    NOT NULL,
+    version  INTEGER NOT NULL,
+    tip      TEXT    NOT NULL,
+    state    TEXT    NOT NULL,
+    PRIMARY KEY (repo, patch_id)
+);
+",
+    },
 ];
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).
@@ -410,5 +444,31 @@ mod tests {
             .query_row("SELECT last_token FROM lease_tokens", [], |r| r.get(0))
             .unwrap();
         assert_eq!(token, 7);
+    }
+
+    #[test]
+    fn a_version_7_database_gains_the_patch_import_and_export_tables() {
+        let conn = Connection::open_in_memory().unwrap();
+        for step in STEPS.iter().filter(|s| s.version <= 7) {
+            conn.execute_batch(step.sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 7).unwrap();
+        // Issues imported, a server-held patch: kept, and the patch DAGs of
+        // the repository are still to import (no `patch_imports` row).
+        conn.execute_batch(
+            "INSERT INTO imports VALUES ('r.git', 'imported', 1, 0, 0, 0, 0, '{}');
+             INSERT INTO patches (repo, id, title, body, base, author, author_name,
+                                  created_ms, updated_ms, status)
+             VALUES ('r.git', '0123456789abcdef0123456789abcdef01234567', 't', '', 'main',
+                     'p', 'p', 1, 1, 'open');",
+        )
+        .unwrap();
+        migrate(&conn).unwrap();
+        assert_eq!(version(&conn).unwrap(), SCHEMA_VERSION);
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(count("SELECT COUNT(*) FROM imports"), 1);
+        assert_eq!(count("SELECT COUNT(*) FROM patches"), 1);
+        assert_eq!(count("SELECT COUNT(*) FROM patch_imports"), 0);
+        assert_eq!(count("SELECT COUNT(*) FROM patch_exports"), 0);
     }
 }

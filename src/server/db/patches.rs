@@ -1196,6 +1196,152 @@ fn short(id: &str) -> &str {
     &id[..id.len().min(8)]
 }
 
+// ---------------------------------------------------------------- import
+
+/// Insert a patch replayed from a client-written DAG (`patch_import`), with
+/// its revisions (`revision_events[i]` is the id of the event that made
+/// revision `i + 1`), votes and comments as given, unless the repository
+/// already holds a patch with that id. Appends `patch.imported` (actor: the
+/// server; the author is in the payload). Returns the event's `seq`, `None`
+/// when the patch was there already. The caller has made the rows fit the
+/// schema's checks (non-empty title and base, a line only with a path).
+pub fn insert_imported(
+    conn: &Connection,
+    detail: &PatchDetail,
+    revision_events: &[String],
+    now: i64,
+) -> rusqlite::Result<Option<i64>> {
+    let p = &detail.patch;
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO patches (repo, id, title, body, base, author, author_name, author_key,
+                                  created_ms, updated_ms, status, merged_commit, merged_by,
+                                  merged_ms, imported, revision_count, comment_count)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, 1, ?15, ?16)
+             ON CONFLICT (repo, id) DO NOTHING",
+        )?
+        .execute(rusqlite::params![
+            p.repo,
+            p.id,
+            p.title,
+            p.body,
+            p.base,
+            p.author.principal,
+            p.author.name,
+            p.author.key,
+            p.created_ms,
+            p.updated_ms,
+            p.status.as_str(),
+            p.merge.as_ref().map(|m| m.commit.as_str()),
+            p.merge.as_ref().map(|m| m.by.as_str()),
+            p.merge.as_ref().map(|m| m.at_ms),
+            detail.revisions.len() as i64,
+            detail.comments.len() as i64,
+        ])?;
+    if inserted == 0 {
+        return Ok(None);
+    }
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO patch_revisions (repo, patch_id, n, head, base_commit, base_tip, author,
+                                      author_name, author_key, at_ms, event_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?;
+    for (i, r) in detail.revisions.iter().enumerate() {
+        stmt.execute(rusqlite::params![
+            p.repo,
+            p.id,
+            r.n,
+            r.head,
+            r.base_commit,
+            r.base_tip,
+            r.author.principal,
+            r.author.name,
+            r.author.key,
+            r.at_ms,
+            revision_events.get(i),
+        ])?;
+    }
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO patch_reviews (repo, patch_id, revision, author, author_name, author_key,
+                                    id, verdict, body, at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+         ON CONFLICT (repo, patch_id, revision, author) DO UPDATE SET
+           author_name = excluded.author_name, author_key = excluded.author_key,
+           id = excluded.id, verdict = excluded.verdict, body = excluded.body,
+           at_ms = excluded.at_ms",
+    )?;
+    for r in &detail.reviews {
+        stmt.execute(rusqlite::params![
+            p.repo,
+            p.id,
+            r.revision,
+            r.author.principal,
+            r.author.name,
+            r.author.key,
+            r.id,
+            r.verdict.as_str(),
+            r.body,
+            r.at_ms,
+        ])?;
+    }
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO patch_comments (repo, patch_id, position, id, author, author_name,
+                                     author_key, at_ms, body, revision, path, line)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )?;
+    for (i, c) in detail.comments.iter().enumerate() {
+        stmt.execute(rusqlite::params![
+            p.repo,
+            p.id,
+            i as i64 + 1,
+            c.id,
+            c.author.principal,
+            c.author.name,
+            c.author.key,
+            c.at_ms,
+            c.body,
+            c.revision,
+            c.inline.as_ref().map(|x| x.path.as_str()),
+            c.inline.as_ref().and_then(|x| x.line),
+        ])?;
+    }
+    for issue in &detail.issues {
+        insert_issue_link(conn, &p.repo, &p.id, issue).map_err(|e| match e {
+            PatchError::Sql(e) => e,
+            other => failure(other.to_string()),
+        })?;
+    }
+    events::append(
+        conn,
+        &NewEvent {
+            kind: "patch.imported",
+            repo: Some(&p.repo),
+            object_id: Some(&p.id),
+            actor: None,
+            payload: json!({
+                "title": p.title,
+                "base": p.base,
+                "status": p.status.as_str(),
+                "revisions": detail.revisions.len(),
+                "reviews": detail.reviews.len(),
+                "comments": detail.comments.len(),
+                "created_ms": p.created_ms,
+                "author": person_json(&p.author),
+                "merged_commit": p.merge.as_ref().map(|m| m.commit.as_str()),
+            }),
+        },
+        now,
+    )
+    .map(Some)
+}
+
+fn failure(message: String) -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT),
+        Some(message),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

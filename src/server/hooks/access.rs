@@ -27,12 +27,12 @@ use git_collab::record::refs;
 /// refused whatever the pusher's level. Add a prefix here when the server
 /// starts maintaining a namespace.
 ///
-/// `refs/collab/revisions/*` is shared for now: the server writes the
-/// revision refs of the patches it holds (push-to-review), and
-/// `hooks::review::check` refuses those to clients; pins of patches still
-/// kept as client-written DAGs (`git-collab patch` + `sync`) follow the
-/// rules above. The prefix joins this list once those DAGs are imported.
-pub const SERVER_MAINTAINED_PREFIXES: &[&str] = &[refs::EXPORT_PREFIX];
+/// `refs/collab/revisions/*` is the server's since the client-written
+/// patch DAGs are imported (`patch_import`, at start, before the server
+/// listens): the server writes every revision pin itself, from the
+/// `proc-receive` hook (`hooks::review`) and the import, never through a
+/// push, so no client push may touch one.
+pub const SERVER_MAINTAINED_PREFIXES: &[&str] = &[refs::EXPORT_PREFIX, refs::REVISIONS_PREFIX];
 
 /// What an update does to its ref.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +83,10 @@ pub fn is_server_maintained(refname: &str) -> bool {
 /// The refusal line for `update` at `level`, if the rules refuse it.
 pub fn judge(refname: &str, change: Change, level: Access) -> Option<String> {
     match rule(refname, change) {
+        Rule::ServerMaintained if refname.starts_with(refs::REVISIONS_PREFIX) => Some(format!(
+            "{refname}: maintained by the server; push to refs/for/<base> \
+             (-o patch=<id> adds a revision) and the server writes it"
+        )),
         Rule::ServerMaintained => Some(format!(
             "{refname}: maintained by the server; clients cannot push it"
         )),
@@ -204,5 +208,12 @@ mod tests {
             assert!(!allowed(&r, change, Rewind));
         }
         assert!(!is_server_maintained(ISSUE));
+        let pin = refs::revision_ref(&"a".repeat(40), 1);
+        for change in [Create, FastForward, Rewrite, Delete] {
+            assert_eq!(rule(&pin, change), Rule::ServerMaintained);
+        }
+        assert!(judge(&pin, Create, Rewind)
+            .unwrap()
+            .contains("push to refs/for/<base>"));
     }
 }

@@ -23,9 +23,10 @@
 //! as `ng` with the reason, which git shows the pusher as
 //! `! [remote rejected] HEAD -> refs/for/main (<reason>)`.
 //!
-//! The revision refs of server-held patches are the server's: [`check`]
-//! refuses a client push touching one (pins of patches still kept as
-//! client-written DAGs keep working until those are imported).
+//! The revision refs are the server's: `access` refuses every client push
+//! touching `refs/collab/revisions/*` (a server-maintained prefix since the
+//! client-written patch DAGs are imported, `patch_import`), and [`check`]
+//! still names the way to add a revision for a patch the server holds.
 //!
 //! Push options: `title=`, `description=`, `patch=<id>`, `issue=<id>`
 //! (repeatable). Others are left to other checks.
