@@ -47,11 +47,7 @@ fn collab_in(h: &ServerHarness, key: &Path, dir: &Path, args: &[&str], stdin: &[
         .expect("run git-collab");
     child.stdin.take().unwrap().write_all(stdin).unwrap();
     let out = child.wait_with_output().unwrap();
-    SshOutput {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        code: out.status.code().unwrap_or(-1),
-    }
+    SshOutput::from_output(out)
 }
 
 impl Fixture {

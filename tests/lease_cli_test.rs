@@ -32,11 +32,7 @@ fn collab(h: &ServerHarness, key: &Path, dir: &Path, args: &[&str]) -> SshOutput
         .args(args)
         .output()
         .expect("run git-collab");
-    SshOutput {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        code: out.status.code().unwrap_or(-1),
-    }
+    SshOutput::from_output(out)
 }
 
 impl Fixture {

@@ -39,11 +39,7 @@ fn push(h: &ServerHarness, a: &Agent, options: &[String], refspecs: &[&str]) -> 
     args.extend(refspecs.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = h.git_as(&a.key, &a.clone, &args);
-    SshOutput {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        code: out.status.code().unwrap_or(-1),
-    }
+    SshOutput::from_output(out)
 }
 
 fn lease_opt(issue: &str, token: i64) -> Vec<String> {

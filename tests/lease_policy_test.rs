@@ -108,11 +108,7 @@ fn spawn_lease(h: &ServerHarness, key: &Path, args: &str) -> Child {
 
 fn finish(child: Child) -> SshOutput {
     let out = child.wait_with_output().unwrap();
-    SshOutput {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        code: out.status.code().unwrap_or(-1),
-    }
+    SshOutput::from_output(out)
 }
 
 /// Wait for a background process to exit (hang guard: LIMIT).

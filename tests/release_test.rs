@@ -401,11 +401,7 @@ fn cli(h: &ServerHarness, key: &Path, dir: &Path, args: &[&str]) -> common::SshO
         .args(args)
         .output()
         .expect("run git-collab");
-    common::SshOutput {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        code: out.status.code().unwrap_or(-1),
-    }
+    common::SshOutput::from_output(out)
 }
 
 #[test]

@@ -26,11 +26,7 @@ fn run(h: &ServerHarness, a: &Agent, args: &[&str]) -> SshOutput {
         .stdin(Stdio::null())
         .output()
         .expect("run git-collab");
-    SshOutput {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        code: out.status.code().unwrap_or(-1),
-    }
+    SshOutput::from_output(out)
 }
 
 fn ok(h: &ServerHarness, a: &Agent, args: &[&str]) -> SshOutput {

@@ -18,11 +18,7 @@ struct Agent {
 
 fn git(h: &ServerHarness, a: &Agent, args: &[&str]) -> SshOutput {
     let out = h.git_as(&a.key, &a.clone, args);
-    let out = SshOutput {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        code: out.status.code().unwrap_or(-1),
-    };
+    let out = SshOutput::from_output(out);
     assert_eq!(out.code, 0, "git {args:?}: {out:?}");
     out
 }

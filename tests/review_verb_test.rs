@@ -28,11 +28,7 @@ fn agent(h: &ServerHarness, name: &str) -> Agent {
 
 fn git(h: &ServerHarness, a: &Agent, args: &[&str]) -> SshOutput {
     let out = h.git_as(&a.key, &a.clone, args);
-    SshOutput {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        code: out.status.code().unwrap_or(-1),
-    }
+    SshOutput::from_output(out)
 }
 
 fn ok(h: &ServerHarness, a: &Agent, args: &[&str]) -> SshOutput {

@@ -263,11 +263,7 @@ fn finish(mut child: Child) -> SshOutput {
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = child.wait_with_output().unwrap();
-    SshOutput {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        code: out.status.code().unwrap_or(-1),
-    }
+    SshOutput::from_output(out)
 }
 
 /// One acknowledged tenure from a `next` reply.

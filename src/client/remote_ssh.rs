@@ -278,10 +278,30 @@ pub fn quote_arg(arg: &str) -> String {
     format!("'{}'", arg.replace('\'', "'\\''"))
 }
 
+/// The process for `ssh_command`: run directly when it is plain words
+/// (`ssh -i key -p 22`), else through `sh -c '<ssh_command> "$@"'` as git
+/// does, so a configured command may carry its own quoting. Skipping the
+/// shell saves a process per round trip.
+fn ssh_process(ssh_command: &str) -> Command {
+    let plain = |c: char| c.is_ascii_alphanumeric() || " \t-_./,:@+=".contains(c);
+    let words: Vec<&str> = ssh_command.split_whitespace().collect();
+    if !words.is_empty() && ssh_command.chars().all(plain) && !words[0].contains('=') {
+        let mut cmd = Command::new(words[0]);
+        cmd.args(&words[1..]);
+        return cmd;
+    }
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("{ssh_command} \"$@\""))
+        .arg(ssh_command);
+    cmd
+}
+
 /// Run `remote_cmd` on the server with `remote.ssh_command`, feeding
-/// `stdin`, and collect its output and exit status. Like git, the command
-/// runs as `sh -c '<ssh_command> "$@"' <ssh_command> [-p PORT] DEST CMD`, so
-/// a configured command may carry its own options and quoting.
+/// `stdin`, and collect its output and exit status. Like git, a command
+/// with shell syntax runs as `sh -c '<ssh_command> "$@"' <ssh_command>
+/// [-p PORT] DEST CMD`, so it may carry its own options and quoting; plain
+/// words run directly ([`ssh_process`]).
 pub fn run_remote(
     remote: &SshRemote,
     remote_cmd: &str,
@@ -307,11 +327,8 @@ pub fn run_remote_into(
         command: remote.ssh_command.clone(),
         source,
     };
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(format!("{} \"$@\"", remote.ssh_command))
-        .arg(&remote.ssh_command)
-        .args(remote.ssh_args(remote_cmd))
+    let mut cmd = ssh_process(&remote.ssh_command);
+    cmd.args(remote.ssh_args(remote_cmd))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut bytes = None;
@@ -412,6 +429,22 @@ pub fn run_remote_retrying(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_ssh_commands_skip_the_shell() {
+        let direct = ssh_process("ssh -i /k/id -o StrictHostKeyChecking=no -p 22");
+        assert_eq!(direct.get_program(), "ssh");
+        assert_eq!(direct.get_args().count(), 6);
+        for shelly in [
+            "ssh -i '/a b/key'",
+            "FOO=1 ssh",
+            "ssh $OPTS",
+            "ssh -i ~/k",
+            "ssh;id",
+        ] {
+            assert_eq!(ssh_process(shelly).get_program(), "sh", "{shelly}");
+        }
+    }
 
     fn remote(user: Option<&str>, host: &str, port: Option<u16>, path: &str) -> SshRemote {
         SshRemote {

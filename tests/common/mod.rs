@@ -33,7 +33,8 @@ pub struct SshOutput {
 }
 
 impl SshOutput {
-    fn from_output(out: Output) -> Self {
+    /// A finished process's output as text and its exit code.
+    pub fn from_output(out: Output) -> Self {
         SshOutput {
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),

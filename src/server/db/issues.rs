@@ -1129,6 +1129,27 @@ fn find_link(
 
 /// Link `id_or_prefix` (in `repo`) to `target_prefix` in `target_repo`
 /// (the same server; the caller checked the reader may see it).
+/// The two ends of a link or unlink: the (fenced) issue written, its key,
+/// and the other end's key.
+fn link_ends(
+    conn: &Connection,
+    w: &WriteCtx<'_>,
+    id_or_prefix: &str,
+    target_repo: &str,
+    target_prefix: &str,
+) -> Result<(Issue, IssueKey, IssueKey)> {
+    let issue = target(conn, w.repo, id_or_prefix, w.fence, w.now)?;
+    let other = IssueKey {
+        repo: target_repo.to_string(),
+        id: resolve(conn, target_repo, target_prefix)?,
+    };
+    let me = IssueKey {
+        repo: w.repo.to_string(),
+        id: issue.id.clone(),
+    };
+    Ok((issue, me, other))
+}
+
 pub fn link(
     conn: &Connection,
     w: &WriteCtx<'_>,
@@ -1138,21 +1159,9 @@ pub fn link(
     target_prefix: &str,
 ) -> Result<Written> {
     let WriteCtx {
-        repo,
-        actor,
-        fence,
-        now,
-        ..
+        repo, actor, now, ..
     } = *w;
-    let issue = target(conn, repo, id_or_prefix, fence, now)?;
-    let other = IssueKey {
-        repo: target_repo.to_string(),
-        id: resolve(conn, target_repo, target_prefix)?,
-    };
-    let me = IssueKey {
-        repo: repo.to_string(),
-        id: issue.id.clone(),
-    };
+    let (issue, me, other) = link_ends(conn, w, id_or_prefix, target_repo, target_prefix)?;
     if me == other {
         return Err(invalid("an issue cannot link to itself"));
     }
@@ -1213,21 +1222,9 @@ pub fn unlink(
     target_prefix: &str,
 ) -> Result<Written> {
     let WriteCtx {
-        repo,
-        actor,
-        fence,
-        now,
-        ..
+        repo, actor, now, ..
     } = *w;
-    let issue = target(conn, repo, id_or_prefix, fence, now)?;
-    let other = IssueKey {
-        repo: target_repo.to_string(),
-        id: resolve(conn, target_repo, target_prefix)?,
-    };
-    let me = IssueKey {
-        repo: repo.to_string(),
-        id: issue.id.clone(),
-    };
+    let (issue, me, other) = link_ends(conn, w, id_or_prefix, target_repo, target_prefix)?;
     let Some((from, to)) = find_link(conn, &me, kind, &other)? else {
         return Err(invalid(format!(
             "{} does not {} {}",
