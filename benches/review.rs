@@ -110,11 +110,11 @@ fn seed_open_patches(bare: &Path, db_path: &Path, repo_name: &str, count: usize)
     tx.commit().unwrap();
 }
 
-fn open_patches(db_path: &Path) -> i64 {
+fn open_patches(db_path: &Path, repo: &str) -> i64 {
     let conn = rusqlite::Connection::open(db_path).unwrap();
     conn.query_row(
-        "SELECT COUNT(*) FROM patches WHERE status = 'open' AND base = 'main'",
-        [],
+        "SELECT COUNT(*) FROM patches WHERE repo = ?1 AND status = 'open' AND base = 'main'",
+        [repo],
         |r| r.get(0),
     )
     .unwrap()
@@ -181,7 +181,7 @@ fn main() {
         busy_samples.push(to_main(&busy_dir, i));
     }
     let (quiet, busy) = (median(quiet_samples), median(busy_samples));
-    let still_open = open_patches(&db_path);
+    let still_open = open_patches(&db_path, "busy.git");
 
     let ratio =
         |d: Duration, base: Duration| format!("{:.2}x", d.as_secs_f64() / base.as_secs_f64());

@@ -33,7 +33,6 @@ fn command(h: &ServerHarness, agent: &Agent, args: &[&str]) -> Command {
 }
 
 #[test]
-#[ignore = "until collab-issue lands on main (phase2-server)"]
 fn sixteen_agents_comment_at_once_and_every_clone_sees_all_48() {
     let h = ServerHarness::start();
     h.create_repo("fleet");

@@ -89,7 +89,6 @@ impl Fixture {
 }
 
 #[test]
-#[ignore = "until collab-issue lands on main (phase2-server)"]
 fn every_issue_subcommand_goes_to_the_server() {
     let f = setup();
     // open, body from stdin, labels.
@@ -226,7 +225,6 @@ fn logging_ssh(h: &ServerHarness, key: &Path, log: &Path) -> String {
 }
 
 #[test]
-#[ignore = "until collab-issue lands on main (phase2-server)"]
 fn the_mode_is_detected_once_remembered_and_can_be_forced() {
     let f = setup();
     let log = f.h.temp_dir().join("ssh.log");
@@ -338,7 +336,6 @@ fn the_mode_is_detected_once_remembered_and_can_be_forced() {
 }
 
 #[test]
-#[ignore = "until collab-issue lands on main (phase2-server)"]
 fn lease_tokens_fence_writes_and_claims_need_no_sync() {
     let f = setup();
     let id = f.open("Fence me");
@@ -404,7 +401,6 @@ fn lease_tokens_fence_writes_and_claims_need_no_sync() {
 }
 
 #[test]
-#[ignore = "until collab-issue lands on main (phase2-server)"]
 fn a_read_only_principal_lists_but_cannot_comment() {
     let f = setup();
     let id = f.open("Read me");
@@ -466,7 +462,6 @@ fn summary(rows: &Value) -> Vec<(String, String, String, Value, Value)> {
 }
 
 #[test]
-#[ignore = "until collab-issue lands on main (phase2-server)"]
 fn offline_reads_and_verify_use_the_signed_export() {
     let f = setup();
     let a = f.open("First");

@@ -60,7 +60,6 @@ struct Before {
 }
 
 #[test]
-#[ignore = "until the importer lands on main (phase2-server)"]
 fn imported_issues_show_as_the_previous_cli_showed_them() {
     let mut h = ServerHarness::start();
     let bare = h.create_repo("old");

@@ -201,3 +201,29 @@ fn a_plain_git_remote_keeps_the_local_mode() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("needs a git-collab server"), "{stderr}");
 }
+
+#[test]
+fn sync_in_server_mode_keeps_local_patch_dags_at_home() {
+    let (h, a, _b) = setup();
+    ok(&h, &a, &["key", "generate"]);
+    git(&h, &a, &["switch", "-q", "-c", "local"]);
+    commit(&h, &a, "l.txt", "local\n", "A local-only patch");
+    ok(
+        &h,
+        &a,
+        &["patch", "--mode", "local", "create", "-t", "Local only"],
+    );
+    // The server holds patches: sync fetches and joins, never pushes them.
+    let synced = ok(&h, &a, &["sync"]);
+    assert!(
+        !synced.stdout.contains("refs/collab/patches")
+            && !synced.stdout.contains("refs/collab/revisions"),
+        "{synced:?}"
+    );
+    let remote = h.ls_remote_as(&a.key, "r");
+    assert!(
+        !remote.stdout.contains("refs/collab/patches/"),
+        "{}",
+        remote.stdout
+    );
+}

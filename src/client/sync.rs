@@ -70,8 +70,9 @@ pub fn sync_as(repo: &Repository, remote: &str, who: Option<&Identity>) -> Resul
     sync_with(repo, remote, who, true)
 }
 
-/// [`sync_as`]; with `push_issues` false (server mode) the issue DAGs are
-/// fetched and joined but never pushed.
+/// [`sync_as`]; with `push_issues` false (server mode) the records the
+/// server holds (issue and patch DAGs, revision pins) are fetched and
+/// joined but never pushed.
 pub fn sync_with(
     repo: &Repository,
     remote: &str,
@@ -151,7 +152,8 @@ pub fn fetch_export(repo: &Repository, remote: &str) -> Result<usize> {
 fn has_refs_to_push(repo: &Repository, push_issues: bool) -> Result<bool> {
     for r in repo.references_glob(&format!("{}*", refs::COLLAB_PREFIX))? {
         let r = r?;
-        if push_issues || r.name().is_ok_and(|n| !n.starts_with(refs::ISSUES_PREFIX)) {
+        let server_held = |n: &str| refs::SERVER_HELD_PREFIXES.iter().any(|p| n.starts_with(p));
+        if push_issues || r.name().is_ok_and(|n| !server_held(n)) {
             return Ok(true);
         }
     }
@@ -237,7 +239,7 @@ fn push(git_dir: &Path, remote: &str, push_issues: bool) -> Result<Pushed> {
     cmd.args(["push", "--porcelain", remote])
         .arg(refs::push_refspec());
     if !push_issues {
-        cmd.arg(refs::not_issues_refspec());
+        cmd.args(refs::not_server_held_refspecs());
     }
     let out = cmd
         .output()

@@ -168,10 +168,17 @@ pub fn push_refspec() -> String {
     format!("{COLLAB_GLOB}:{COLLAB_GLOB}")
 }
 
-/// The negative refspec that keeps issue DAGs out of sync's push (server
-/// mode: the server owns the issues).
-pub fn not_issues_refspec() -> String {
-    format!("^{ISSUES_GLOB}")
+/// The prefixes a git-collab server holds itself (issues, patches and
+/// their revision pins): sync never pushes them to such a server.
+pub const SERVER_HELD_PREFIXES: &[&str] = &[ISSUES_PREFIX, PATCHES_PREFIX, REVISIONS_PREFIX];
+
+/// The negative refspecs that keep [`SERVER_HELD_PREFIXES`] out of sync's
+/// push (server mode).
+pub fn not_server_held_refspecs() -> Vec<String> {
+    SERVER_HELD_PREFIXES
+        .iter()
+        .map(|prefix| format!("^{prefix}*"))
+        .collect()
 }
 
 /// Maps a tracking ref `refs/collab-remotes/<remote>/<rest>` back to the

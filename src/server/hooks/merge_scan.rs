@@ -3,9 +3,14 @@
 //! For every branch a push moved (`refs/heads/<b>`):
 //!
 //! - each open server-held patch targeting `<b>` whose latest revision's
-//!   head is now reachable from the branch is merged, in the oldest commit
-//!   of the push's first-parent history that contains the head (the merge
-//!   commit of a `git merge`, the head itself after a fast-forward);
+//!   head is one of the commits the push brought to the branch (now
+//!   reachable from it, and not before) is merged, in the oldest commit of
+//!   the push's first-parent history that contains the head (the merge
+//!   commit of a `git merge`, the head itself after a fast-forward). The
+//!   test is a set lookup per open patch, so a branch with many open
+//!   patches costs a push little; a head that was already in the branch
+//!   before the push (a closed patch reopened later) is recorded by
+//!   `collab-patch merge` instead;
 //! - else, a pushed commit with a `Patch: <id>` trailer (8 to 40 hex digits
 //!   of the id) merges that patch in that commit (squash, cherry-pick);
 //! - when `<b>` is the repository's default branch (what `HEAD` names),
@@ -18,7 +23,7 @@
 //! failure is a warning, never a refusal. Only the commits the push brought
 //! are read, at most [`MAX_COMMITS`] per branch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use git2::{Oid, Repository};
 use rusqlite::TransactionBehavior;
@@ -147,11 +152,18 @@ pub fn plan(
         } else {
             first_parent_chain(repo, update.old, new)
         };
+        // A head the push made reachable is one of the commits it brought.
+        // Set lookups, not a graph walk per open patch; only when the
+        // push brought more commits than the scan reads does each open
+        // head get a reachability check.
+        let brought: HashSet<Oid> = pushed.iter().copied().collect();
+        let truncated = pushed.len() >= MAX_COMMITS;
         for (id, head) in &open {
             let Ok(head) = Oid::from_str(head) else {
                 continue;
             };
-            if !contains(repo, new, head) {
+            let reached = brought.contains(&head) || (truncated && contains(repo, new, head));
+            if !reached {
                 continue;
             }
             let at = chain
