@@ -89,6 +89,15 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
             // hook (`hooks::review`), which records them and never stores
             // the ref.
             cmd.args(["-c", "receive.procReceiveRefs=refs/for"]);
+            // The refs only the server writes (revision pins, the signed
+            // export) are not advertised to pushers: no client may update
+            // them, and leaving them out keeps a push from reading and
+            // sending thousands of them (and out of git's connectivity
+            // check). A push naming one is refused by git itself.
+            for prefix in crate::hooks::access::SERVER_MAINTAINED_PREFIXES {
+                cmd.arg("-c")
+                    .arg(format!("receive.hideRefs={}", prefix.trim_end_matches('/')));
+            }
             // Repacking is the server's maintenance (single-flight, under
             // the repository's lock), never a `gc --auto` after a push.
             cmd.args(["-c", "receive.autogc=false"]);
