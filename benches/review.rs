@@ -143,7 +143,12 @@ fn main() {
         timed(&mut git(
             &h,
             &plain_dir,
-            &["push", "-q", "origin", &format!("HEAD:refs/heads/topic-{i}")],
+            &[
+                "push",
+                "-q",
+                "origin",
+                &format!("HEAD:refs/heads/topic-{i}"),
+            ],
         ))
     };
     let review_push = |i: usize| {
