@@ -142,20 +142,32 @@ fn maintenance_in_a_loop_never_fails_a_concurrent_clone_or_push() {
                             "load",
                         );
                         let out = h.ssh_push(&work, &[&format!("HEAD:refs/heads/c{c}")]);
-                        assert!(out.status.success(), "client {c} round {round} push failed");
+                        assert!(
+                            out.status.success(),
+                            "client {c} round {round} push failed: {}",
+                            String::from_utf8_lossy(&out.stderr)
+                        );
                         let fetched =
                             h.git_as(&h.ssh_client_key(), &work, &["fetch", "-q", "origin"]);
-                        assert!(fetched.status.success(), "client {c} fetch failed");
+                        assert!(
+                            fetched.status.success(),
+                            "client {c} fetch failed: {}",
+                            String::from_utf8_lossy(&fetched.stderr)
+                        );
                     }
                     last
                 })
             })
             .collect();
-        for client in clients {
-            last_pushed.push(client.join().expect("a client failed"));
-        }
+        // Stop the maintainer before looking at the clients: a failed
+        // client must fail the test, not leave the gc loop running forever
+        // (which held the scope open and hung the test in one CI run).
+        let results: Vec<_> = clients.into_iter().map(|c| c.join()).collect();
         stop.store(true, Ordering::Relaxed);
         maintainer.join().expect("a maintenance run failed");
+        for result in results {
+            last_pushed.push(result.expect("a client failed"));
+        }
     });
     assert!(
         runs.load(Ordering::Relaxed) >= 2,
