@@ -243,7 +243,7 @@ impl Allowed {
 }
 
 /// Positive decimal digits, at most `max`.
-fn number(value: &str, max: i64) -> Option<i64> {
+pub(super) fn number(value: &str, max: i64) -> Option<i64> {
     if value.is_empty() || value.len() > 18 || !value.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -415,7 +415,7 @@ pub fn parse(sub: &str, args: &[&str]) -> Option<IssueCmd> {
 }
 
 /// One reply: the line to send and the exit status.
-type Reply = (String, u32);
+pub(super) type Reply = (String, u32);
 
 fn error(message: impl std::fmt::Display) -> Reply {
     (format!("error: {message}"), 1)
@@ -455,7 +455,7 @@ pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: IssueCmd) {
     reply_and_close(channel, &message, code).await
 }
 
-/// Authorize `requested` at `needed` and make sure its issue DAGs are
+/// Authorize `requested` at `needed` and make sure its collab records are
 /// imported (on first use of a repository the server has not seen yet);
 /// the repository's canonical name, or the reply to send.
 async fn authorized_repo(
@@ -463,19 +463,35 @@ async fn authorized_repo(
     requested: String,
     needed: Access,
 ) -> Result<String, Reply> {
+    authorized_entry(ctx, requested, needed)
+        .await
+        .map(|entry| entry.name)
+}
+
+/// [`authorized_repo`], returning the whole repository entry (its path and
+/// policy), for verbs that read git too.
+pub(super) async fn authorized_entry(
+    ctx: &ExecContext,
+    requested: String,
+    needed: Access,
+) -> Result<crate::repos::RepoEntry, Reply> {
     let (app, caller) = (ctx.app.clone(), ctx.caller.clone());
     let runtime = tokio::runtime::Handle::current();
     // Authorization reads policy files, the import reads git: blocking I/O.
     let found = tokio::task::spawn_blocking(move || {
         let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
-        Some(crate::import::ensure(&app, &entry, &runtime).map(|()| entry.name))
+        Some(crate::import::ensure(&app, &entry, &runtime).map(|()| entry))
     })
     .await;
+    let failed = |e: &dyn std::fmt::Display| {
+        tracing::error!("importing the repository's collab records: {e:#}");
+        Err((INTERNAL.to_string(), 1))
+    };
     match found {
-        Ok(Some(Ok(repo))) => Ok(repo),
+        Ok(Some(Ok(entry))) => Ok(entry),
         Ok(None) => Err((NOT_FOUND.to_string(), 1)),
-        Ok(Some(Err(e))) => Err(internal("", e)),
-        Err(e) => Err(internal("", anyhow::anyhow!("{e}"))),
+        Ok(Some(Err(e))) => failed(&format!("{e:#}")),
+        Err(e) => failed(&e),
     }
 }
 

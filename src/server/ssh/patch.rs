@@ -33,8 +33,8 @@ use russh::server::Msg;
 use russh::Channel;
 use serde_json::{json, Value};
 
-use super::issue::{person_json, read_body, time_json, BodyArg};
-use super::session::{json_line, reply_and_close, ExecContext, NOT_FOUND};
+use super::issue::{authorized_entry, number, person_json, read_body, time_json, BodyArg, Reply};
+use super::session::{json_line, reply_and_close, ExecContext};
 use crate::authz::{self, Access};
 use crate::db::patches::{
     self, Inline, ListQuery, MergeRule, Patch, PatchDetail, PatchError, StateFilter, Verdict,
@@ -175,15 +175,6 @@ impl PatchCmd {
             }
         )
     }
-}
-
-/// Positive decimal digits, at most `max`.
-fn number(value: &str, max: i64) -> Option<i64> {
-    if value.is_empty() || value.len() > 18 || !value.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let n: i64 = value.parse().ok()?;
-    (1..=max).contains(&n).then_some(n)
 }
 
 /// Flags after the positional arguments, each at most once.
@@ -343,9 +334,6 @@ pub fn parse(sub: &str, args: &[&str]) -> Option<PatchCmd> {
     })
 }
 
-/// One reply: the line to send and the exit status.
-type Reply = (String, u32);
-
 fn error(message: impl std::fmt::Display) -> Reply {
     (format!("error: {message}"), 1)
 }
@@ -393,28 +381,6 @@ pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: PatchCmd) {
         ctx.app.export.touch(&entry.name);
     }
     reply_and_close(channel, &message, code).await
-}
-
-/// Authorize `requested` at `needed` and make sure its collab records are
-/// imported; the repository, or the reply to send.
-async fn authorized_entry(
-    ctx: &ExecContext,
-    requested: String,
-    needed: Access,
-) -> Result<RepoEntry, Reply> {
-    let (app, caller) = (ctx.app.clone(), ctx.caller.clone());
-    let runtime = tokio::runtime::Handle::current();
-    let found = tokio::task::spawn_blocking(move || {
-        let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
-        Some(crate::import::ensure(&app, &entry, &runtime).map(|()| entry))
-    })
-    .await;
-    match found {
-        Ok(Some(Ok(entry))) => Ok(entry),
-        Ok(None) => Err((NOT_FOUND.to_string(), 1)),
-        Ok(Some(Err(e))) => Err(internal("", e)),
-        Err(e) => Err(internal("", anyhow::anyhow!("{e}"))),
-    }
 }
 
 async fn answer(
