@@ -2,7 +2,7 @@
 //! (`refs/collab/patches/*`, made by `git-collab patch …` and `sync`)
 //! into the patch tables of `collab.db`, after which the server is the
 //! only writer of that repository's patches: `refs/collab/patches/*` and
-//! `refs/collab/revisions/*` can no longer be pushed (`hooks::patches`,
+//! `refs/collab/revisions/*` can no longer be pushed (`hooks::records`,
 //! `hooks::access`). It runs with the issue import (`import`), under the
 //! same rules:
 //!

@@ -14,10 +14,9 @@
 //! concern is one module with one `check` function:
 //!
 //! - `access`: who may create, fast-forward, rewrite or delete which ref;
-//! - `issues`: issue DAG refs are not pushed any more (the server holds
-//!   issues; `git collab issue …` writes them);
-//! - `patches`: patch DAG refs are not pushed any more either (the server
-//!   holds patches; `refs/for/<base>` and `collab-patch` write them);
+//! - `records`: issue and patch DAG refs are not pushed any more (the
+//!   server holds both; `git collab issue …`, `refs/for/<base>` and
+//!   `collab-patch` write them);
 //! - `fencing`: a push carrying `-o collab-lease=<issue>:<token>`, or
 //!   touching a fenced ref, needs the pusher's live lease token;
 //! - `governance`: a push to `_governance.git` must keep a valid
@@ -43,9 +42,8 @@ pub mod context;
 pub mod events;
 pub mod fencing;
 pub mod governance;
-pub mod issues;
 pub mod merge_scan;
-pub mod patches;
+pub mod records;
 pub mod review;
 pub mod updates;
 
@@ -76,8 +74,7 @@ pub type Check = fn(&HookContext, &[RefUpdate]) -> Result<(), Refusal>;
 /// looks at an update the pusher may not make.
 pub const PRE_RECEIVE: &[(&str, Check)] = &[
     ("access", access::check),
-    ("issues", issues::check),
-    ("patches", patches::check),
+    ("records", records::check),
     ("fencing", fencing::check),
     ("governance", governance::check),
     ("review", review::check),
