@@ -209,11 +209,7 @@ fn local(repo: &Repository, cmd: PatchCmd) -> Result<ExitCode> {
         } => {
             let message = text_arg(message)?;
             let verdict = verdict_of(verdict);
-            let verb = match verdict {
-                Verdict::Approve => "approved",
-                Verdict::RequestChanges => "requested changes on",
-                Verdict::Comment => "reviewed",
-            };
+            let verb = verdict_verb(verdict);
             (
                 verb,
                 patch::review(repo, &identity()?, &id, rev, verdict, &message)?,
@@ -249,13 +245,22 @@ fn local(repo: &Repository, cmd: PatchCmd) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn verdict_of(flags: VerdictFlags) -> Verdict {
+pub(crate) fn verdict_of(flags: VerdictFlags) -> Verdict {
     if flags.approve {
         Verdict::Approve
     } else if flags.request_changes {
         Verdict::RequestChanges
     } else {
         Verdict::Comment
+    }
+}
+
+/// What a vote's report says was done (`approved 1a2b3c4d (revision 2)`).
+pub(crate) fn verdict_verb(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Approve => "approved",
+        Verdict::RequestChanges => "requested changes on",
+        Verdict::Comment => "reviewed",
     }
 }
 
@@ -294,20 +299,42 @@ fn summary(p: &PatchState) -> PatchSummary<'_> {
 
 fn list_line(p: &PatchState) -> String {
     let s = summary(p);
+    list_row(
+        &p.id,
+        &p.status.to_string(),
+        s.revisions,
+        &p.title,
+        &p.base,
+        s.approvals,
+        s.changes_requested,
+    )
+}
+
+/// One `patch list` line, in both modes: id, status, revision count, title
+/// and base, `+N` approvals and `-N` change requests on the latest
+/// revision.
+pub(crate) fn list_row(
+    id: &str,
+    status: &str,
+    revisions: usize,
+    title: &str,
+    base: &str,
+    approvals: usize,
+    changes_requested: usize,
+) -> String {
     let mut votes = String::new();
-    if s.approvals > 0 {
-        votes.push_str(&format!("  +{}", s.approvals));
+    if approvals > 0 {
+        votes.push_str(&format!("  +{approvals}"));
     }
-    if s.changes_requested > 0 {
-        votes.push_str(&format!("  -{}", s.changes_requested));
+    if changes_requested > 0 {
+        votes.push_str(&format!("  -{changes_requested}"));
     }
     format!(
-        "{}  {:<6}  r{}  {} -> {}{votes}",
-        short_id(&p.id),
-        p.status,
-        s.revisions,
-        terminal::line(&p.title),
-        terminal::line(&p.base)
+        "{}  {:<6}  r{revisions}  {} -> {}{votes}",
+        short_id(id),
+        terminal::line(status),
+        terminal::line(title),
+        terminal::line(base)
     )
 }
 

@@ -12,10 +12,12 @@ use serde_json::{json, Value};
 
 use crate::cli::{PatchCmd, VerdictFlags};
 use crate::{print_json, text_arg};
+use git_collab::client::issue::short_id;
 use git_collab::client::remote_ssh::{quote_arg, RemoteOutput, SshRemote};
 use git_collab::client::server_issue::EXIT_CONFLICT;
 use git_collab::client::server_patch::{self as server, id_arg, Listed, ReviewPush};
 use git_collab::client::terminal;
+use git_collab::record::event::Verdict;
 use git_collab::record::patch;
 
 pub fn run(
@@ -130,19 +132,19 @@ pub fn run(
                 let commit = v["commit"].as_str().unwrap_or_default();
                 let how = match v["kind"].as_str().unwrap_or_default() {
                     "fast_forward" => "fast-forward".to_string(),
-                    "merge_commit" => format!("merge commit {}", short(commit)),
-                    _ => format!("already there, in {}", short(commit)),
+                    "merge_commit" => format!("merge commit {}", short_id(commit)),
+                    _ => format!("already there, in {}", short_id(commit)),
                 };
                 println!(
                     "merged patch {} into {} on the server ({how})",
-                    short(v["patch"].as_str().unwrap_or_default()),
+                    short_id(v["patch"].as_str().unwrap_or_default()),
                     terminal::line(v["branch"].as_str().unwrap_or_default())
                 );
                 for c in v["closed_issues"].as_array().into_iter().flatten() {
                     println!(
                         "closed issue {} (fixed by {})",
-                        short(c["issue"].as_str().unwrap_or_default()),
-                        short(c["commit"].as_str().unwrap_or_default())
+                        short_id(c["issue"].as_str().unwrap_or_default()),
+                        short_id(c["commit"].as_str().unwrap_or_default())
                     );
                 }
             })
@@ -258,7 +260,7 @@ fn push(repo: &Repository, remote_name: &str, a: PushArgs, json: bool) -> Result
         };
         println!(
             "{verb} {} (revision {})",
-            short(&pushed.patch),
+            short_id(&pushed.patch),
             pushed.revision
         );
     }
@@ -284,7 +286,7 @@ fn checkout(
     let revisions = shown["revisions"].as_array().cloned().unwrap_or_default();
     let n = rev.map(u64::from).unwrap_or(revisions.len() as u64);
     let Some(r) = revisions.iter().find(|r| r["n"].as_u64() == Some(n)) else {
-        bail!("patch {} has no revision {n}", short(&full));
+        bail!("patch {} has no revision {n}", short_id(&full));
     };
     let head = r["head"].as_str().unwrap_or_default().to_string();
     let pin = git_collab::record::refs::revision_ref(&full, n as u32);
@@ -304,31 +306,28 @@ fn checkout(
         Ok(())
     };
     git(&["fetch", "-q", remote_name, &pin])?;
-    let branch = format!("patch/{}", short(&full));
+    let branch = format!("patch/{}", short_id(&full));
     git(&["switch", "-q", "-C", &branch, &head])?;
     if json {
         print_json(&json!({ "patch": full, "revision": n, "head": head, "branch": branch }))?;
     } else {
         println!(
             "switched to branch {branch} at revision {n} ({})",
-            short(&head)
+            short_id(&head)
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// `collab-patch review`'s flag for the vote, and what the report says.
 fn verdict_flag(v: VerdictFlags) -> (&'static str, &'static str) {
-    if v.approve {
-        ("--approve", "approved")
-    } else if v.request_changes {
-        ("--request-changes", "requested changes on")
-    } else {
-        ("--comment", "reviewed")
-    }
-}
-
-fn short(id: &str) -> &str {
-    &id[..id.len().min(8)]
+    let verdict = crate::patch_cmd::verdict_of(v);
+    let flag = match verdict {
+        Verdict::Approve => "--approve",
+        Verdict::RequestChanges => "--request-changes",
+        Verdict::Comment => "--comment",
+    };
+    (flag, crate::patch_cmd::verdict_verb(verdict))
 }
 
 /// The server's reply to show as it is (an error, or an ssh failure).
@@ -372,8 +371,8 @@ fn written(reply: &RemoteOutput, verb: &str, json: bool) -> Result<ExitCode> {
                 .ok();
         } else {
             match v["revision"].as_u64() {
-                Some(n) => println!("{verb} {} (revision {n})", short(patch)),
-                None => println!("{verb} {}", short(patch)),
+                Some(n) => println!("{verb} {} (revision {n})", short_id(patch)),
+                None => println!("{verb} {}", short_id(patch)),
             }
         }
     })
@@ -390,21 +389,15 @@ fn read_reply_raw(reply: &RemoteOutput, json: bool, f: impl FnOnce(&Value)) -> R
 
 fn list_line(row: &Value) -> String {
     let s = |k: &str| row[k].as_str().unwrap_or_default();
-    let n = |k: &str| row[k].as_u64().unwrap_or(0);
-    let mut votes = String::new();
-    if n("approvals") > 0 {
-        votes.push_str(&format!("  +{}", n("approvals")));
-    }
-    if n("changes_requested") > 0 {
-        votes.push_str(&format!("  -{}", n("changes_requested")));
-    }
-    format!(
-        "{}  {:<6}  r{}  {} -> {}{votes}",
-        short(s("id")),
-        terminal::line(s("status")),
+    let n = |k: &str| row[k].as_u64().unwrap_or(0) as usize;
+    crate::patch_cmd::list_row(
+        s("id"),
+        s("status"),
         n("revisions"),
-        terminal::line(s("title")),
-        terminal::line(s("base"))
+        s("title"),
+        s("base"),
+        n("approvals"),
+        n("changes_requested"),
     )
 }
 
@@ -418,7 +411,7 @@ fn print_patch(v: &Value) {
     }
     println!(
         "{} {}",
-        short(v["id"].as_str().unwrap_or_default()),
+        short_id(v["id"].as_str().unwrap_or_default()),
         s(v, "title")
     );
     println!("status: {}", s(v, "status"));
@@ -447,7 +440,7 @@ fn print_patch(v: &Value) {
         println!(
             "  {:>2}  {}  {}  {}{}",
             r["n"],
-            short(r["head"].as_str().unwrap_or_default()),
+            short_id(r["head"].as_str().unwrap_or_default()),
             s(r, "at"),
             name(&r["author"]),
             if votes.is_empty() {
@@ -462,7 +455,7 @@ fn print_patch(v: &Value) {
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
-        .map(short)
+        .map(short_id)
         .collect();
     if !issues.is_empty() {
         println!();
