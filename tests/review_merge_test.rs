@@ -6,29 +6,11 @@
 //! and ends its lease.
 
 mod common;
+mod review_support;
 
-use std::path::PathBuf;
-
-use common::{ServerHarness, SshOutput};
-
-struct Agent {
-    key: PathBuf,
-    clone: PathBuf,
-}
-
-fn git(h: &ServerHarness, a: &Agent, args: &[&str]) -> SshOutput {
-    let out = h.git_as(&a.key, &a.clone, args);
-    let out = SshOutput::from_output(out);
-    assert_eq!(out.code, 0, "git {args:?}: {out:?}");
-    out
-}
-
-fn commit(h: &ServerHarness, a: &Agent, file: &str, text: &str, message: &str) -> String {
-    std::fs::write(a.clone.join(file), text).unwrap();
-    git(h, a, &["add", file]);
-    git(h, a, &["commit", "-q", "-m", message]);
-    git(h, a, &["rev-parse", "HEAD"]).stdout.trim().to_string()
-}
+use common::ServerHarness;
+// `git` here must succeed.
+use review_support::{commit, ok as git, setup, Agent};
 
 fn db(h: &ServerHarness) -> rusqlite::Connection {
     rusqlite::Connection::open_with_flags(
@@ -65,21 +47,6 @@ fn merged(h: &ServerHarness, id: &str) -> (String, Option<String>) {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap()
-}
-
-fn setup() -> (ServerHarness, Agent, Agent) {
-    let h = ServerHarness::start();
-    h.create_repo("r");
-    let seed = h.clone_repo("r", "seed");
-    h.commit_file(&seed, "README", b"hello\n", "Initial commit");
-    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
-    let agent = |name: &str| {
-        let key = h.authorized_key(name);
-        let clone = h.clone_as(&key, "r", name);
-        Agent { key, clone }
-    };
-    let (a, b) = (agent("alice"), agent("bob"));
-    (h, a, b)
 }
 
 #[test]

@@ -12,39 +12,10 @@
 //! against a missing branch or of commits already in the base.
 
 mod common;
-
-use std::path::PathBuf;
+mod review_support;
 
 use common::{ServerHarness, SshOutput};
-
-struct Agent {
-    key: PathBuf,
-    clone: PathBuf,
-}
-
-fn agent(h: &ServerHarness, name: &str) -> Agent {
-    let key = h.authorized_key(name);
-    let clone = h.clone_as(&key, "r", name);
-    Agent { key, clone }
-}
-
-fn git(h: &ServerHarness, a: &Agent, args: &[&str]) -> SshOutput {
-    let out = h.git_as(&a.key, &a.clone, args);
-    SshOutput::from_output(out)
-}
-
-fn ok(h: &ServerHarness, a: &Agent, args: &[&str]) -> SshOutput {
-    let out = git(h, a, args);
-    assert_eq!(out.code, 0, "git {args:?}: {out:?}");
-    out
-}
-
-fn commit(h: &ServerHarness, a: &Agent, file: &str, text: &str, message: &str) -> String {
-    std::fs::write(a.clone.join(file), text).unwrap();
-    ok(h, a, &["add", file]);
-    ok(h, a, &["commit", "-q", "-m", message]);
-    ok(h, a, &["rev-parse", "HEAD"]).stdout.trim().to_string()
-}
+use review_support::{commit, git, ok, setup, Agent};
 
 /// The server's refs of `r`, as `refname -> oid`.
 fn remote_refs(h: &ServerHarness, a: &Agent) -> Vec<(String, String)> {
@@ -102,17 +73,6 @@ fn full_id(h: &ServerHarness, short: &str) -> String {
             |r| r.get(0),
         )
         .unwrap()
-}
-
-fn setup() -> (ServerHarness, Agent, Agent) {
-    let h = ServerHarness::start();
-    h.create_repo("r");
-    let seed = h.clone_repo("r", "seed");
-    h.commit_file(&seed, "README", b"hello\n", "Initial commit");
-    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
-    let a = agent(&h, "alice");
-    let b = agent(&h, "bob");
-    (h, a, b)
 }
 
 #[test]

@@ -10,39 +10,12 @@
 //! `Fixes:` in merged commits closing issues, and concurrent merges.
 
 mod common;
+mod review_support;
 
 use std::path::{Path, PathBuf};
 
 use common::{ServerHarness, SshOutput};
-
-struct Agent {
-    key: PathBuf,
-    clone: PathBuf,
-}
-
-fn agent(h: &ServerHarness, name: &str) -> Agent {
-    let key = h.authorized_key(name);
-    let clone = h.clone_as(&key, "r", name);
-    Agent { key, clone }
-}
-
-fn git(h: &ServerHarness, a: &Agent, args: &[&str]) -> SshOutput {
-    let out = h.git_as(&a.key, &a.clone, args);
-    SshOutput::from_output(out)
-}
-
-fn ok(h: &ServerHarness, a: &Agent, args: &[&str]) -> SshOutput {
-    let out = git(h, a, args);
-    assert_eq!(out.code, 0, "git {args:?}: {out:?}");
-    out
-}
-
-fn commit(h: &ServerHarness, a: &Agent, file: &str, text: &str, message: &str) -> String {
-    std::fs::write(a.clone.join(file), text).unwrap();
-    ok(h, a, &["add", file]);
-    ok(h, a, &["commit", "-q", "-m", message]);
-    ok(h, a, &["rev-parse", "HEAD"]).stdout.trim().to_string()
-}
+use review_support::{commit, git, ok, setup, Agent};
 
 /// `collab-patch <args>` as `a`.
 fn patch(h: &ServerHarness, a: &Agent, args: &str) -> SshOutput {
@@ -94,17 +67,6 @@ fn repo_dir(h: &ServerHarness) -> PathBuf {
 
 fn set_policy(h: &ServerHarness, text: &str) {
     std::fs::write(repo_dir(h).join("collab-policy.toml"), text).unwrap();
-}
-
-fn setup() -> (ServerHarness, Agent, Agent) {
-    let h = ServerHarness::start();
-    h.create_repo("r");
-    let seed = h.clone_repo("r", "seed");
-    h.commit_file(&seed, "README", b"hello\n", "Initial commit");
-    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
-    let a = agent(&h, "alice");
-    let b = agent(&h, "bob");
-    (h, a, b)
 }
 
 fn parents(dir: &Path, commit: &str) -> Vec<String> {
