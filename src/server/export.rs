@@ -135,9 +135,14 @@ pub fn export_pending(app: &App, repo: Option<&str>) -> anyhow::Result<usize> {
     let mut failed = BTreeSet::new();
     loop {
         let only = repo.map(str::to_string);
-        let pending = app
-            .reads
-            .read_blocking(move |c| Ok(exports::pending(c, only.as_deref(), CHUNK)?))?;
+        let pending = app.reads.read_blocking(move |c| {
+            Ok(exports::pending(
+                c,
+                exports::Kind::Issue,
+                only.as_deref(),
+                CHUNK,
+            )?)
+        })?;
         let pending: Vec<_> = pending
             .into_iter()
             .filter(|p| !failed.contains(&(p.repo.clone(), p.id.clone())))
@@ -187,7 +192,11 @@ fn export_issue(
             [&r, &i],
             |row| row.get(0),
         )?;
-        Ok((detail, revision, exports::get(c, &r, &i)?))
+        Ok((
+            detail,
+            revision,
+            exports::get(c, exports::Kind::Issue, &r, &i)?,
+        ))
     })?;
     let ref_name = refs::server_export_issue_ref(id);
     let tip = store::ref_tip(git, &ref_name)?;
@@ -212,7 +221,13 @@ fn export_issue(
     };
     let (r, i) = (repo.to_string(), id.to_string());
     runtime.block_on(app.leases.write("export record", move |conn, _now| {
-        Ok(exports::record(conn, &r, &i, &record)?)
+        Ok(exports::record(
+            conn,
+            exports::Kind::Issue,
+            &r,
+            &i,
+            &record,
+        )?)
     }))
 }
 

@@ -12,7 +12,7 @@
 //! every patch of the repositories with new `patch.*` events whose
 //! `version` is ahead of its export up to date: it appends the events for
 //! what changed since the last export, moves the ref by compare-and-swap
-//! and records the version (`db::exports::record_patch`). At start,
+//! and records the version (`db::exports::record`). At start,
 //! everything behind is caught up.
 //!
 //! Shape of an exported DAG: a linear chain. The root is a `patch.open`
@@ -132,9 +132,14 @@ pub fn export_pending(app: &App, repo: Option<&str>) -> anyhow::Result<usize> {
     let mut failed = BTreeSet::new();
     loop {
         let only = repo.map(str::to_string);
-        let pending = app
-            .reads
-            .read_blocking(move |c| Ok(exports::pending_patches(c, only.as_deref(), CHUNK)?))?;
+        let pending = app.reads.read_blocking(move |c| {
+            Ok(exports::pending(
+                c,
+                exports::Kind::Patch,
+                only.as_deref(),
+                CHUNK,
+            )?)
+        })?;
         let pending: Vec<_> = pending
             .into_iter()
             .filter(|p| !failed.contains(&(p.repo.clone(), p.id.clone())))
@@ -178,7 +183,11 @@ fn export_patch(app: &App, git: &Repository, repo: &str, id: &str) -> anyhow::Re
             [&r, &i],
             |row| row.get(0),
         )?;
-        Ok((detail, version, exports::get_patch(c, &r, &i)?))
+        Ok((
+            detail,
+            version,
+            exports::get(c, exports::Kind::Patch, &r, &i)?,
+        ))
     })?;
     let ref_name = refs::server_export_patch_ref(id);
     let tip = store::ref_tip(git, &ref_name)?;
@@ -200,11 +209,18 @@ fn export_patch(app: &App, git: &Repository, repo: &str, id: &str) -> anyhow::Re
         state: serde_json::to_string(&after)?,
     };
     let (r, i) = (repo.to_string(), id.to_string());
-    tokio::runtime::Handle::current().block_on(
-        app.leases.write("patch export record", move |conn, _now| {
-            Ok(exports::record_patch(conn, &r, &i, &record)?)
-        }),
-    )
+    tokio::runtime::Handle::current().block_on(app.leases.write(
+        "patch export record",
+        move |conn, _now| {
+            Ok(exports::record(
+                conn,
+                exports::Kind::Patch,
+                &r,
+                &i,
+                &record,
+            )?)
+        },
+    ))
 }
 
 fn at(ms: i64) -> DateTime<Utc> {

@@ -24,19 +24,54 @@ pub struct Exported {
     pub state: String,
 }
 
-/// Issues of `repo` (every repository when `None`) whose export is behind
-/// their revision, at most `limit`.
+/// What is exported: issues (their `revision`) or patches (their
+/// `version`), each with its own table of export records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Issue,
+    Patch,
+}
+
+impl Kind {
+    /// `(source table, its counter, export table, id column, counter column)`.
+    fn names(
+        self,
+    ) -> (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+    ) {
+        match self {
+            Kind::Issue => (
+                "issues",
+                "revision",
+                "issue_exports",
+                "issue_id",
+                "revision",
+            ),
+            Kind::Patch => ("patches", "version", "patch_exports", "patch_id", "version"),
+        }
+    }
+}
+
+/// Issues or patches of `repo` (every repository when `None`) whose export
+/// is behind their counter (an issue's revision, a patch's version), at
+/// most `limit`; `Pending::revision` is that counter.
 pub fn pending(
     conn: &Connection,
+    kind: Kind,
     repo: Option<&str>,
     limit: i64,
 ) -> rusqlite::Result<Vec<Pending>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT i.repo, i.id, i.revision FROM issues i
-         LEFT JOIN issue_exports e ON e.repo = i.repo AND e.issue_id = i.id
-         WHERE (?1 IS NULL OR i.repo = ?1) AND (e.revision IS NULL OR e.revision < i.revision)
-         ORDER BY i.repo, i.id LIMIT ?2",
-    )?;
+    let (source, counter, exports, id_col, exported) = kind.names();
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT s.repo, s.id, s.{counter} FROM {source} s
+         LEFT JOIN {exports} e ON e.repo = s.repo AND e.{id_col} = s.id
+         WHERE (?1 IS NULL OR s.repo = ?1) AND (e.{exported} IS NULL OR e.{exported} < s.{counter})
+         ORDER BY s.repo, s.id LIMIT ?2"
+    ))?;
     let rows = stmt.query_map(rusqlite::params![repo, limit], |r| {
         Ok(Pending {
             repo: r.get(0)?,
@@ -47,11 +82,17 @@ pub fn pending(
     rows.collect()
 }
 
-/// The recorded export of one issue.
-pub fn get(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<Option<Exported>> {
-    conn.prepare_cached(
-        "SELECT revision, tip, state FROM issue_exports WHERE repo = ?1 AND issue_id = ?2",
-    )?
+/// The recorded export of one issue or patch.
+pub fn get(
+    conn: &Connection,
+    kind: Kind,
+    repo: &str,
+    id: &str,
+) -> rusqlite::Result<Option<Exported>> {
+    let (_, _, exports, id_col, exported) = kind.names();
+    conn.prepare_cached(&format!(
+        "SELECT {exported}, tip, state FROM {exports} WHERE repo = ?1 AND {id_col} = ?2"
+    ))?
     .query_row([repo, id], |r| {
         Ok(Exported {
             revision: r.get(0)?,
@@ -62,86 +103,23 @@ pub fn get(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<Option<E
     .optional()
 }
 
-/// Record that the export of `id` reflects `revision`; never moves back.
+/// Record that the export of `id` reflects its counter `exported.revision`;
+/// never moves back.
 pub fn record(
     conn: &Connection,
+    kind: Kind,
     repo: &str,
     id: &str,
     exported: &Exported,
 ) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO issue_exports (repo, issue_id, revision, tip, state)
+    let (_, _, exports, id_col, counter) = kind.names();
+    conn.prepare_cached(&format!(
+        "INSERT INTO {exports} (repo, {id_col}, {counter}, tip, state)
          VALUES (?1, ?2, ?3, ?4, ?5)
-         ON CONFLICT (repo, issue_id) DO UPDATE
-         SET revision = excluded.revision, tip = excluded.tip, state = excluded.state
-         WHERE excluded.revision >= issue_exports.revision",
-    )?
-    .execute(rusqlite::params![
-        repo,
-        id,
-        exported.revision,
-        exported.tip,
-        exported.state
-    ])?;
-    Ok(())
-}
-
-// ---------------------------------------------------------------- patches
-
-/// Patches of `repo` (every repository when `None`) whose export is behind
-/// their `version`, at most `limit`: `(repo, id, version)` as [`Pending`]
-/// (`revision` is the patch's version).
-pub fn pending_patches(
-    conn: &Connection,
-    repo: Option<&str>,
-    limit: i64,
-) -> rusqlite::Result<Vec<Pending>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT p.repo, p.id, p.version FROM patches p
-         LEFT JOIN patch_exports e ON e.repo = p.repo AND e.patch_id = p.id
-         WHERE (?1 IS NULL OR p.repo = ?1) AND (e.version IS NULL OR e.version < p.version)
-         ORDER BY p.repo, p.id LIMIT ?2",
-    )?;
-    let rows = stmt.query_map(rusqlite::params![repo, limit], |r| {
-        Ok(Pending {
-            repo: r.get(0)?,
-            id: r.get(1)?,
-            revision: r.get(2)?,
-        })
-    })?;
-    rows.collect()
-}
-
-/// The recorded export of one patch (`revision` is the patch version).
-pub fn get_patch(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<Option<Exported>> {
-    conn.prepare_cached(
-        "SELECT version, tip, state FROM patch_exports WHERE repo = ?1 AND patch_id = ?2",
-    )?
-    .query_row([repo, id], |r| {
-        Ok(Exported {
-            revision: r.get(0)?,
-            tip: r.get(1)?,
-            state: r.get(2)?,
-        })
-    })
-    .optional()
-}
-
-/// Record that the export of patch `id` reflects its version
-/// `exported.revision`; never moves back.
-pub fn record_patch(
-    conn: &Connection,
-    repo: &str,
-    id: &str,
-    exported: &Exported,
-) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO patch_exports (repo, patch_id, version, tip, state)
-         VALUES (?1, ?2, ?3, ?4, ?5)
-         ON CONFLICT (repo, patch_id) DO UPDATE
-         SET version = excluded.version, tip = excluded.tip, state = excluded.state
-         WHERE excluded.version >= patch_exports.version",
-    )?
+         ON CONFLICT (repo, {id_col}) DO UPDATE
+         SET {counter} = excluded.{counter}, tip = excluded.tip, state = excluded.state
+         WHERE excluded.{counter} >= {exports}.{counter}"
+    ))?
     .execute(rusqlite::params![
         repo,
         id,
@@ -198,7 +176,7 @@ mod tests {
         )
         .unwrap()
         .issue;
-        let p = pending(&conn, None, 10).unwrap();
+        let p = pending(&conn, Kind::Issue, None, 10).unwrap();
         assert_eq!(
             p,
             [Pending {
@@ -212,13 +190,23 @@ mod tests {
             tip: format!("tip{revision}"),
             state: "{}".into(),
         };
-        record(&conn, "r.git", &id, &at(1)).unwrap();
-        assert!(pending(&conn, Some("r.git"), 10).unwrap().is_empty());
+        record(&conn, Kind::Issue, "r.git", &id, &at(1)).unwrap();
+        assert!(pending(&conn, Kind::Issue, Some("r.git"), 10)
+            .unwrap()
+            .is_empty());
         issues::comment(&conn, &w, &id, "c").unwrap();
-        assert_eq!(pending(&conn, Some("r.git"), 10).unwrap()[0].revision, 2);
-        assert!(pending(&conn, Some("other.git"), 10).unwrap().is_empty());
-        record(&conn, "r.git", &id, &at(2)).unwrap();
-        record(&conn, "r.git", &id, &at(1)).unwrap();
-        assert_eq!(get(&conn, "r.git", &id).unwrap().unwrap().tip, "tip2");
+        assert_eq!(
+            pending(&conn, Kind::Issue, Some("r.git"), 10).unwrap()[0].revision,
+            2
+        );
+        assert!(pending(&conn, Kind::Issue, Some("other.git"), 10)
+            .unwrap()
+            .is_empty());
+        record(&conn, Kind::Issue, "r.git", &id, &at(2)).unwrap();
+        record(&conn, Kind::Issue, "r.git", &id, &at(1)).unwrap();
+        assert_eq!(
+            get(&conn, Kind::Issue, "r.git", &id).unwrap().unwrap().tip,
+            "tip2"
+        );
     }
 }
