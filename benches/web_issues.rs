@@ -20,101 +20,13 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use git2::Repository;
 use git_collab::record::refs;
 use git_collab::record::sign::SigningKey;
-use support::{build, env_usize, fmt, git, median, write_section};
-
-/// A running `git-collab-server` on ephemeral loopback ports.
-struct Server {
-    child: Child,
-    http: SocketAddr,
-}
-
-impl Server {
-    /// `first`: the state directory has repositories but no collab.db yet
-    /// (built by hand here), which the server refuses unless told to begin
-    /// a new database.
-    fn start(state_dir: &Path, first: bool) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_git-collab-server"))
-            .arg("--state-dir")
-            .arg(state_dir)
-            .args([
-                "--ssh-listen",
-                "127.0.0.1:0",
-                "--http-listen",
-                "127.0.0.1:0",
-            ])
-            .args(["--log-level", "warn", "serve"])
-            .args(first.then_some("--allow-empty-db"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start git-collab-server");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let http = loop {
-            let line = lines
-                .next()
-                .expect("the server exited before listening")
-                .unwrap();
-            if let Some(rest) = line.strip_prefix("listening ") {
-                let http = rest.split_whitespace().nth(1).unwrap();
-                break http.trim_start_matches("http=").parse().unwrap();
-            }
-        };
-        // Keep draining stderr so the server never blocks on it; warnings
-        // and errors (the log level) are worth seeing.
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                eprintln!("server: {line}");
-            }
-        });
-        Server { child, http }
-    }
-
-    /// `GET path`: (status, body, time from connect to the last byte).
-    fn get(&self, path: &str) -> (u16, String, Duration) {
-        let start = Instant::now();
-        let mut stream = std::net::TcpStream::connect(self.http).unwrap();
-        write!(stream, "GET {path} HTTP/1.0\r\nHost: bench\r\n\r\n").unwrap();
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).unwrap();
-        let elapsed = start.elapsed();
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        (status, body, elapsed)
-    }
-
-    /// `get`, asserting a 200 whose body contains `needle`.
-    fn page(&self, path: &str, needle: &str) -> Duration {
-        let (status, body, elapsed) = self.get(path);
-        assert_eq!(status, 200, "GET {path}: {body}");
-        assert!(body.contains(needle), "GET {path} lacks {needle:?}");
-        elapsed
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use support::{build, env_usize, fmt, git, median, write_section, HttpServer};
 
 fn main() {
     let issues = env_usize("BENCH_ISSUES", 10_000);
@@ -152,7 +64,7 @@ fn main() {
     // the first page that lists them all.
     let first = {
         let start = Instant::now();
-        let server = Server::start(&state_dir, true);
+        let server = HttpServer::start(&state_dir);
         loop {
             let (status, body, _) = server.get(list);
             if status == 200 && body.contains(&open_count) {
@@ -170,13 +82,13 @@ fn main() {
     // Right after a restart: a new process, the issues in collab.db.
     let mut restarted = Vec::new();
     for _ in 0..runs.max(5) {
-        let server = Server::start(&state_dir, false);
+        let server = HttpServer::start(&state_dir);
         restarted.push(server.page(list, &open_count));
     }
     let t_restart = median(restarted);
 
     // Warm: one process, repeated requests.
-    let server = Server::start(&state_dir, false);
+    let server = HttpServer::start(&state_dir);
     server.page(list, &open_count);
     let warm_runs = runs.max(20);
     let t_warm = median(
