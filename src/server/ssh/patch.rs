@@ -418,10 +418,16 @@ async fn answer(
                         Ok(page) => page,
                         Err(e) => return Ok(Err(e)),
                     };
-                    // The votes on each latest revision, for the counts.
+                    // Each row's latest head and the votes on it.
                     let mut rows = Vec::new();
-                    for p in &page.patches {
-                        rows.push((p.clone(), patches::show(conn, &r, &p.id)?));
+                    for p in page.patches {
+                        let head = patches::revisions(conn, &r, &p.id)?.pop().map(|r| r.head);
+                        let votes = patches::latest_votes(conn, &r, &p.id)?;
+                        rows.push(Row {
+                            patch: p,
+                            head,
+                            votes,
+                        });
                     }
                     Ok(Ok((rows, page.more)))
                 })
@@ -430,13 +436,13 @@ async fn answer(
                 Ok(Ok((rows, more))) => {
                     let next = if more {
                         rows.last()
-                            .map(|(p, _)| format!("{}.{}", p.created_ms, p.id))
+                            .map(|row| format!("{}.{}", row.patch.created_ms, row.patch.id))
                     } else {
                         None
                     };
                     ok(json!({
                         "repo": repo,
-                        "patches": rows.iter().map(|(_, d)| summary_json(d)).collect::<Vec<_>>(),
+                        "patches": rows.iter().map(summary_json).collect::<Vec<_>>(),
                         "next": next,
                     }))
                 }
@@ -860,18 +866,17 @@ fn short(id: &str) -> &str {
     &id[..id.len().min(8)]
 }
 
-fn votes(detail: &PatchDetail, verdict: Verdict) -> usize {
-    detail.latest().map_or(0, |r| {
-        detail
-            .votes_on(r.n)
-            .filter(|v| v.verdict == verdict)
-            .count()
-    })
+/// One row of `list`: the patch, its latest revision's head, and the
+/// approvals and change requests on that revision.
+struct Row {
+    patch: Patch,
+    head: Option<String>,
+    votes: (i64, i64),
 }
 
-/// One row of `list` (the CLI's `patch list --json` row, plus `repo`).
-fn summary_json(d: &PatchDetail) -> Value {
-    let p: &Patch = &d.patch;
+/// One row of `list` (the CLI's `patch list --json` row).
+fn summary_json(row: &Row) -> Value {
+    let p = &row.patch;
     json!({
         "id": p.id,
         "title": p.title,
@@ -879,11 +884,11 @@ fn summary_json(d: &PatchDetail) -> Value {
         "author": person_json(&p.author),
         "base": p.base,
         "revisions": p.revision_count,
-        "head": d.latest().map(|r| r.head.clone()),
+        "head": row.head,
         "created_at": time_json(p.created_ms),
         "updated_at": time_json(p.updated_ms),
-        "approvals": votes(d, Verdict::Approve),
-        "changes_requested": votes(d, Verdict::RequestChanges),
+        "approvals": row.votes.0,
+        "changes_requested": row.votes.1,
     })
 }
 
