@@ -63,7 +63,7 @@ fn full_id(h: &ServerHarness, short: &str) -> (String, String) {
 
 /// Run `f` on the stopped server's collab.db in one transaction, then
 /// start the server again.
-fn with_db(h: &mut ServerHarness, f: impl FnOnce(&rusqlite::Connection)) {
+fn with_db(h: &mut ServerHarness, f: impl FnOnce(&db::sql::Connection)) {
     h.stop();
     {
         let conn = db::leases::open(&db_path(h)).unwrap();

@@ -61,24 +61,24 @@ impl App {
     /// database (creating it); authorized_keys is read lazily on first use.
     pub fn new(config: ServerConfig) -> anyhow::Result<App> {
         let (stop, stopping) = shutdown::stop_pair();
-        let db_path = config.collab_db_path();
-        if let Some(dir) = db_path.parent() {
+        let location = config.collab_db_location();
+        if let Some(dir) = location.sqlite_path().and_then(|p| p.parent()) {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("collab_db: creating {}", dir.display()))?;
         }
         let leases = LeaseService::open_with(
-            &db_path,
+            &location,
             lease_policy(&config.leases),
             Arc::new(|| chrono::Utc::now().timestamp()),
         )
-        .with_context(|| format!("collab_db: opening {}", db_path.display()))?;
+        .with_context(|| format!("collab_db: opening {}", location.display()))?;
         let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
         let webhooks = crate::webhooks::Webhooks::new(&config.webhooks)?;
         let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
             waiters: Waiters::new(leases.clone()),
             leases,
-            reads: ReadPool::new(&db_path),
+            reads: ReadPool::new(&location),
             imports: Default::default(),
             export: Default::default(),
             signing_key,
@@ -176,7 +176,7 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     fds::raise_open_file_limit();
     let prepared = crate::setup::prepare(&config)?;
     crate::db::guard::check_before_open(
-        &config.collab_db_path(),
+        &config.collab_db_location(),
         &config.state_dir,
         &config.repos_dir,
         options.allow_empty_db,

@@ -386,10 +386,23 @@ impl ServerConfig {
         }
     }
 
+    /// The SQLite file of the collab database: `collab_db` when it is a
+    /// path, else `{repos_dir}/collab.db` (also where a PostgreSQL-backed
+    /// server would have kept it; see `collab_db_location`).
     pub fn collab_db_path(&self) -> PathBuf {
-        self.collab_db
-            .clone()
-            .unwrap_or_else(|| self.repos_dir.join("collab.db"))
+        match self.collab_db_location() {
+            crate::db::Location::Sqlite(path) => path,
+            crate::db::Location::Postgres(_) => self.repos_dir.join("collab.db"),
+        }
+    }
+
+    /// Where the collab database lives: a SQLite file (a path, `sqlite:PATH`,
+    /// or the default `{repos_dir}/collab.db`) or a PostgreSQL URL.
+    pub fn collab_db_location(&self) -> crate::db::Location {
+        match &self.collab_db {
+            Some(given) => crate::db::Location::parse(&given.to_string_lossy()),
+            None => crate::db::Location::Sqlite(self.repos_dir.join("collab.db")),
+        }
     }
 
     /// Release artifacts live under the state directory so the volume keeps them.
@@ -1600,7 +1613,7 @@ impl LoadedConfig {
         match key {
             "state_dir" => json!(c.state_dir),
             "repos_dir" => json!(c.repos_dir),
-            "collab_db" => json!(c.collab_db_path()),
+            "collab_db" => json!(c.collab_db_location().display()),
             "site_title" => json!(c.site_title),
             "max_release_size" => json!(c.max_release_size),
             "max_issue_body" => json!(c.max_issue_body),

@@ -33,7 +33,7 @@ use git2::Repository;
 use git_collab::record::sign;
 use git_collab::record::state::{self, DroppedEvent, IssueState};
 use git_collab::record::trust::TrustList;
-use rusqlite::{Connection, OptionalExtension};
+use crate::db::sql::{Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::json;
 
@@ -145,7 +145,7 @@ impl Done {
 }
 
 /// What of `repo` (canonical name) has been imported.
-pub fn import_state(conn: &Connection, repo: &str) -> rusqlite::Result<Done> {
+pub fn import_state(conn: &Connection, repo: &str) -> crate::db::sql::Result<Done> {
     let issues = conn
         .prepare_cached("SELECT 1 FROM imports WHERE repo = ?1")?
         .query_row([repo], |_| Ok(()))
@@ -178,7 +178,7 @@ fn store(
              VALUES (?1, 'imported', ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (repo) DO NOTHING",
         )?
-        .execute(rusqlite::params![
+        .execute(crate::db::sql::params![
             report.repo,
             now,
             (report.issues + issues_in) as i64,
@@ -216,7 +216,7 @@ impl Sink for ConnSink<'_> {
     fn store(&mut self, batch: Batch, last: Option<RepoReport>) -> anyhow::Result<(usize, usize)> {
         let tx = self
             .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            .transaction_with_behavior(crate::db::sql::TransactionBehavior::Immediate)?;
         let stored = store(&tx, &batch, last.as_ref(), self.now)?;
         tx.commit()?;
         Ok(stored)
@@ -230,7 +230,7 @@ impl Sink for ConnSink<'_> {
     ) -> anyhow::Result<(usize, usize, usize, usize)> {
         let tx = self
             .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            .transaction_with_behavior(crate::db::sql::TransactionBehavior::Immediate)?;
         let stored = patch_import::store(&tx, repo, &batch, last.as_ref(), self.now)?;
         tx.commit()?;
         Ok(stored)

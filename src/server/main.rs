@@ -209,11 +209,11 @@ fn import_cmd(
         ),
         None => None,
     };
-    let path = config.collab_db_path();
-    let mut conn = db::leases::open(&path)
-        .map_err(|e| anyhow::anyhow!("collab_db: opening {}: {e}", path.display()))?;
-    let reader = db::leases::open(&path)
-        .map_err(|e| anyhow::anyhow!("collab_db: opening {}: {e}", path.display()))?;
+    let location = config.collab_db_location();
+    let mut conn = db::open(&location)
+        .map_err(|e| anyhow::anyhow!("collab_db: opening {}: {e}", location.display()))?;
+    let reader = db::open(&location)
+        .map_err(|e| anyhow::anyhow!("collab_db: opening {}: {e}", location.display()))?;
     let mut is_done =
         |name: &str| -> anyhow::Result<import::Done> { Ok(import::import_state(&reader, name)?) };
     let mut sink = import::ConnSink {

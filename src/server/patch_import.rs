@@ -41,7 +41,7 @@ use git_collab::record::patch::{self as record_patch, PatchState, PatchStatus as
 use git_collab::record::refs;
 use git_collab::record::replay::DroppedEvent;
 use git_collab::record::trust::TrustList;
-use rusqlite::{Connection, OptionalExtension};
+use crate::db::sql::{Connection, OptionalExtension};
 use serde::Serialize;
 
 use crate::db::patches::{
@@ -99,7 +99,7 @@ pub struct PatchBatch {
 pub type Counts = (usize, usize, usize, usize);
 
 /// Whether `repo`'s patch DAGs have been imported.
-pub fn is_imported(conn: &Connection, repo: &str) -> rusqlite::Result<bool> {
+pub fn is_imported(conn: &Connection, repo: &str) -> crate::db::sql::Result<bool> {
     Ok(conn
         .prepare_cached("SELECT 1 FROM patch_imports WHERE repo = ?1")?
         .query_row([repo], |_| Ok(()))
@@ -133,7 +133,7 @@ pub fn store(
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
              ON CONFLICT (repo) DO NOTHING",
         )?
-        .execute(rusqlite::params![
+        .execute(crate::db::sql::params![
             repo,
             now,
             (report.patches + counts.0) as i64,

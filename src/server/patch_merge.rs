@@ -25,7 +25,7 @@
 //! longer than the write takes.
 
 use git2::{Oid, Repository};
-use rusqlite::Connection;
+use crate::db::sql::Connection;
 
 use crate::db::issues::Person;
 use crate::db::leases;

@@ -9,7 +9,7 @@
 //! transactions ever hold the counter at once; a rolled-back write returns
 //! its number with it.
 
-use rusqlite::Connection;
+use crate::db::sql::Connection;
 
 /// Version of the event JSON shapes; bumped when a payload changes
 /// incompatibly.
@@ -40,7 +40,7 @@ pub struct Event {
 }
 
 /// Append `event` at `now` inside the caller's transaction; returns its seq.
-pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> rusqlite::Result<i64> {
+pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> crate::db::sql::Result<i64> {
     let seq: i64 = conn
         .prepare_cached(
             "UPDATE counters SET value = value + 1 WHERE name = 'events' RETURNING value",
@@ -50,7 +50,7 @@ pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> rusqlite::Re
         "INSERT INTO events (seq, at, type, repo, object_id, actor, payload)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         seq,
         now,
         event.kind,
@@ -64,14 +64,14 @@ pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> rusqlite::Re
 
 /// The highest `seq` ever handed out (0 on an empty log). Pruning never
 /// lowers it: it is the counter, not the table's maximum.
-pub fn head(conn: &Connection) -> rusqlite::Result<i64> {
+pub fn head(conn: &Connection) -> crate::db::sql::Result<i64> {
     conn.prepare_cached("SELECT value FROM counters WHERE name = 'events'")?
         .query_row([], |r| r.get(0))
 }
 
 /// The oldest `seq` still stored; `head + 1` when the log is empty (every
 /// event so far was pruned, or there was none).
-pub fn oldest(conn: &Connection) -> rusqlite::Result<i64> {
+pub fn oldest(conn: &Connection) -> crate::db::sql::Result<i64> {
     let min: Option<i64> = conn
         .prepare_cached("SELECT MIN(seq) FROM events")?
         .query_row([], |r| r.get(0))?;
@@ -85,21 +85,21 @@ pub fn oldest(conn: &Connection) -> rusqlite::Result<i64> {
 /// rows (retention works in small batches so the writer is never held
 /// long); returns how many went. Only the oldest rows go: `at` follows
 /// `seq` because both are taken under the same write lock.
-pub fn prune_before(conn: &Connection, cutoff: i64, limit: i64) -> rusqlite::Result<usize> {
+pub fn prune_before(conn: &Connection, cutoff: i64, limit: i64) -> crate::db::sql::Result<usize> {
     conn.prepare_cached(
         "DELETE FROM events WHERE seq IN
            (SELECT seq FROM events WHERE at < ?1 ORDER BY seq LIMIT ?2)",
     )?
-    .execute(rusqlite::params![cutoff, limit])
+    .execute(crate::db::sql::params![cutoff, limit])
 }
 
 /// Events with `seq > after`, oldest first, at most `limit`.
-pub fn after(conn: &Connection, after: i64, limit: i64) -> rusqlite::Result<Vec<Event>> {
+pub fn after(conn: &Connection, after: i64, limit: i64) -> crate::db::sql::Result<Vec<Event>> {
     let mut stmt = conn.prepare_cached(
         "SELECT seq, at, type, repo, object_id, actor, payload FROM events
          WHERE seq > ?1 ORDER BY seq LIMIT ?2",
     )?;
-    let rows = stmt.query_map(rusqlite::params![after, limit], |r| {
+    let rows = stmt.query_map(crate::db::sql::params![after, limit], |r| {
         let payload: String = r.get(6)?;
         Ok(Event {
             seq: r.get(0)?,
@@ -118,10 +118,8 @@ pub fn after(conn: &Connection, after: i64, limit: i64) -> rusqlite::Result<Vec<
 mod tests {
     use super::*;
 
-    fn db() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        super::super::migrations::migrate(&conn).unwrap();
-        conn
+    fn db() -> crate::db::sql::testing::TestDb {
+        crate::db::sql::testing::db()
     }
 
     fn ev(kind: &str) -> NewEvent<'_> {

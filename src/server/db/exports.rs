@@ -5,7 +5,7 @@
 //! replaying the export. Plain functions over a connection, like the rest
 //! of `db`.
 
-use rusqlite::{Connection, OptionalExtension};
+use crate::db::sql::{Connection, OptionalExtension};
 
 /// An issue whose export is behind: `(repo, id, revision)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +64,7 @@ pub fn pending(
     kind: Kind,
     repo: Option<&str>,
     limit: i64,
-) -> rusqlite::Result<Vec<Pending>> {
+) -> crate::db::sql::Result<Vec<Pending>> {
     let (source, counter, exports, id_col, exported) = kind.names();
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT s.repo, s.id, s.{counter} FROM {source} s
@@ -72,7 +72,7 @@ pub fn pending(
          WHERE (?1 IS NULL OR s.repo = ?1) AND (e.{exported} IS NULL OR e.{exported} < s.{counter})
          ORDER BY s.repo, s.id LIMIT ?2"
     ))?;
-    let rows = stmt.query_map(rusqlite::params![repo, limit], |r| {
+    let rows = stmt.query_map(crate::db::sql::params![repo, limit], |r| {
         Ok(Pending {
             repo: r.get(0)?,
             id: r.get(1)?,
@@ -88,7 +88,7 @@ pub fn get(
     kind: Kind,
     repo: &str,
     id: &str,
-) -> rusqlite::Result<Option<Exported>> {
+) -> crate::db::sql::Result<Option<Exported>> {
     let (_, _, exports, id_col, exported) = kind.names();
     conn.prepare_cached(&format!(
         "SELECT {exported}, tip, state FROM {exports} WHERE repo = ?1 AND {id_col} = ?2"
@@ -111,7 +111,7 @@ pub fn record(
     repo: &str,
     id: &str,
     exported: &Exported,
-) -> rusqlite::Result<()> {
+) -> crate::db::sql::Result<()> {
     let (_, _, exports, id_col, counter) = kind.names();
     conn.prepare_cached(&format!(
         "INSERT INTO {exports} (repo, {id_col}, {counter}, tip, state)
@@ -120,7 +120,7 @@ pub fn record(
          SET {counter} = excluded.{counter}, tip = excluded.tip, state = excluded.state
          WHERE excluded.{counter} >= {exports}.{counter}"
     ))?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         repo,
         id,
         exported.revision,
@@ -136,7 +136,7 @@ pub fn repos_with_patch_events(
     conn: &Connection,
     after: i64,
     upto: i64,
-) -> rusqlite::Result<Vec<String>> {
+) -> crate::db::sql::Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
         "SELECT DISTINCT repo FROM events
          WHERE seq > ?1 AND seq <= ?2 AND type LIKE 'patch.%' AND repo IS NOT NULL",
@@ -152,8 +152,7 @@ mod tests {
 
     #[test]
     fn pending_follows_revisions_and_records_never_move_back() {
-        let conn = Connection::open_in_memory().unwrap();
-        crate::db::migrations::migrate(&conn).unwrap();
+        let conn = crate::db::sql::testing::db();
         let me = Person {
             principal: "p".into(),
             name: "p".into(),

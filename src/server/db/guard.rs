@@ -20,7 +20,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context as _};
-use rusqlite::Connection;
+use crate::db::sql::Connection;
 
 /// The file in the state directory that says a server has used it (and
 /// its database) before.
@@ -47,11 +47,17 @@ fn earlier_use(state_dir: &Path, repos_dir: &Path) -> Option<String> {
 /// before, and on a database that fails `PRAGMA quick_check`. Run before
 /// the database is opened (opening creates it).
 pub fn check_before_open(
-    db: &Path,
+    location: &crate::db::Location,
     state_dir: &Path,
     repos_dir: &Path,
     allow_empty: bool,
 ) -> anyhow::Result<()> {
+    let db = match location {
+        crate::db::Location::Sqlite(path) => path.as_path(),
+        crate::db::Location::Postgres(url) => {
+            return check_postgres(url, location, state_dir, repos_dir, allow_empty)
+        }
+    };
     let size = match std::fs::metadata(db) {
         Ok(meta) => Some(meta.len()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -80,9 +86,57 @@ pub fn check_before_open(
     )
 }
 
+/// The same rule for a PostgreSQL database: one that has no schema yet
+/// (never migrated) where the state directory was used is a lost
+/// database. Integrity is PostgreSQL's own business (checksums, WAL).
+fn check_postgres(
+    url: &str,
+    location: &crate::db::Location,
+    state_dir: &Path,
+    repos_dir: &Path,
+    allow_empty: bool,
+) -> anyhow::Result<()> {
+    let conn = Connection::open_postgres(url)
+        .with_context(|| format!("collab_db: cannot connect to {}", location.display()))?;
+    let has_schema: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.tables
+                            WHERE table_schema = current_schema() AND table_name = 'collab_schema')",
+            [],
+            |r| r.get(0),
+        )
+        .with_context(|| format!("collab_db: {}", location.display()))?;
+    let version = if has_schema {
+        crate::db::migrations::version(&conn)?
+    } else {
+        0
+    };
+    if version > 0 {
+        return Ok(());
+    }
+    let Some(used) = earlier_use(state_dir, repos_dir) else {
+        return Ok(());
+    };
+    if allow_empty {
+        tracing::warn!(
+            "collab_db: {} has no collab schema although {used}; starting a new one (--allow-empty-db): fencing tokens start again at 1",
+            location.display()
+        );
+        return Ok(());
+    }
+    bail!(
+        "collab_db: {} has no collab schema, but this state directory was used before ({used}); \
+         fencing tokens would start again at 1. Restore the database from a backup (or run \
+         `git-collab-server db migrate --to` from the old SQLite file), or start once with \
+         `serve --allow-empty-db` to begin a new one",
+        location.display()
+    )
+}
+
 /// `PRAGMA quick_check` on the database at `path`.
 fn quick_check_file(path: &Path) -> anyhow::Result<()> {
-    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
+    let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
+        .map(Connection::from)
         .with_context(|| format!("collab_db: cannot open {}", path.display()))?;
     quick_check(&conn).map_err(|problem| {
         anyhow::anyhow!(
@@ -95,7 +149,7 @@ fn quick_check_file(path: &Path) -> anyhow::Result<()> {
 /// `Ok` when `PRAGMA quick_check` answers `ok`; else its first problem
 /// (or the error that stopped it: a corrupt page can stop it outright).
 pub fn quick_check(conn: &Connection) -> Result<(), String> {
-    let rows: rusqlite::Result<Vec<String>> = conn
+    let rows: crate::db::sql::Result<Vec<String>> = conn
         .prepare("PRAGMA quick_check")
         .and_then(|mut stmt| stmt.query_map([], |row| row.get(0))?.collect());
     match rows {
@@ -123,7 +177,7 @@ pub fn mark_state_dir(state_dir: &Path) -> anyhow::Result<()> {
 
 /// The query `/readyz` runs: it reads both lease tables, so a database
 /// whose lease pages are corrupt (or whose tables are gone) is not ready.
-pub fn ready_query(conn: &Connection) -> rusqlite::Result<()> {
+pub fn ready_query(conn: &Connection) -> crate::db::sql::Result<()> {
     conn.query_row("SELECT count(*) FROM leases", [], |row| {
         row.get::<_, i64>(0)
     })?;
@@ -163,25 +217,25 @@ mod tests {
     fn a_lost_database_is_refused_once_the_state_dir_was_used() {
         let d = dirs();
         // First start: nothing there, nothing used.
-        check_before_open(&d.db, &d.state, &d.repos, false).unwrap();
+        check_before_open(&d.db.clone().into(), &d.state, &d.repos, false).unwrap();
         crate::db::leases::open(&d.db).unwrap();
         mark_state_dir(&d.state).unwrap();
-        check_before_open(&d.db, &d.state, &d.repos, false).unwrap();
+        check_before_open(&d.db.clone().into(), &d.state, &d.repos, false).unwrap();
 
         std::fs::write(&d.db, b"").unwrap();
-        let e = check_before_open(&d.db, &d.state, &d.repos, false).unwrap_err();
+        let e = check_before_open(&d.db.clone().into(), &d.state, &d.repos, false).unwrap_err();
         assert!(e.to_string().contains("is empty (0 bytes)"), "{e}");
         assert!(e.to_string().contains("--allow-empty-db"), "{e}");
         std::fs::remove_file(&d.db).unwrap();
-        let e = check_before_open(&d.db, &d.state, &d.repos, false).unwrap_err();
+        let e = check_before_open(&d.db.clone().into(), &d.state, &d.repos, false).unwrap_err();
         assert!(e.to_string().contains("is missing"), "{e}");
-        check_before_open(&d.db, &d.state, &d.repos, true).unwrap();
+        check_before_open(&d.db.clone().into(), &d.state, &d.repos, true).unwrap();
 
         // Without the marker, repositories show earlier use too.
         std::fs::remove_file(d.state.join(MARKER)).unwrap();
-        check_before_open(&d.db, &d.state, &d.repos, false).unwrap();
+        check_before_open(&d.db.clone().into(), &d.state, &d.repos, false).unwrap();
         git2::Repository::init_bare(d.repos.join("r.git")).unwrap();
-        let e = check_before_open(&d.db, &d.state, &d.repos, false).unwrap_err();
+        let e = check_before_open(&d.db.clone().into(), &d.state, &d.repos, false).unwrap_err();
         assert!(e.to_string().contains("holds repositories"), "{e}");
     }
 
@@ -204,7 +258,7 @@ mod tests {
             *b = 0xa5;
         }
         std::fs::write(&d.db, &bytes).unwrap();
-        let e = check_before_open(&d.db, &d.state, &d.repos, false).unwrap_err();
+        let e = check_before_open(&d.db.clone().into(), &d.state, &d.repos, false).unwrap_err();
         assert!(e.to_string().contains("fails its integrity check"), "{e}");
         let conn = Connection::open(&d.db).unwrap();
         assert!(ready_query(&conn).is_err());

@@ -1,5 +1,5 @@
 //! Issues held by the server: every issue decision as a plain function over
-//! a `rusqlite::Connection`, with `now` (unix seconds) passed in. Writes run
+//! a `crate::db::sql::Connection`, with `now` (unix seconds) passed in. Writes run
 //! inside the caller's transaction (the writer's SAVEPOINT), check
 //! everything before they change anything, and append their event row
 //! (`issue.opened`, `issue.commented`, ...) through `events::append` in that
@@ -14,7 +14,7 @@
 //! [`IssueError::Fenced`] naming the live holder and token, before anything
 //! is written.
 
-use rusqlite::{Connection, OptionalExtension};
+use crate::db::sql::{Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::json;
 
@@ -176,7 +176,7 @@ pub enum IssueError {
         token: Option<i64>,
     },
     #[error(transparent)]
-    Sql(#[from] rusqlite::Error),
+    Sql(#[from] crate::db::sql::Error),
 }
 
 fn fenced_message(holder: Option<&str>, token: Option<i64>) -> String {
@@ -296,10 +296,10 @@ pub fn resolve(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<Stri
     )?;
     let ids: Vec<String> = stmt
         .query_map(
-            rusqlite::params![repo, prefix, upper, MAX_CANDIDATES as i64 + 1],
+            crate::db::sql::params![repo, prefix, upper, MAX_CANDIDATES as i64 + 1],
             |r| r.get(0),
         )?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<crate::db::sql::Result<_>>()?;
     match ids.len() {
         0 => Err(IssueError::NotFound(id_or_prefix.to_string())),
         1 => Ok(ids.into_iter().next().expect("one id")),
@@ -315,7 +315,7 @@ pub fn resolve(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<Stri
 const ISSUE_COLUMNS: &str = "repo, id, title, body, author, author_name, author_key, created_ms, \
      updated_ms, status, closed_reason, priority, imported, comment_count";
 
-fn issue_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Issue> {
+fn issue_from_row(r: &crate::db::sql::Row<'_>) -> crate::db::sql::Result<Issue> {
     let status: String = r.get(9)?;
     Ok(Issue {
         repo: r.get(0)?,
@@ -351,7 +351,7 @@ fn status_str(status: IssueStatus) -> &'static str {
     }
 }
 
-fn labels_of(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<Vec<String>> {
+fn labels_of(conn: &Connection, repo: &str, id: &str) -> crate::db::sql::Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
         "SELECT label FROM issue_labels WHERE repo = ?1 AND issue_id = ?2 ORDER BY label",
     )?;
@@ -360,7 +360,7 @@ fn labels_of(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<Vec<St
 }
 
 /// One issue with its labels, by full id.
-pub fn get(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<Option<Issue>> {
+pub fn get(conn: &Connection, repo: &str, id: &str) -> crate::db::sql::Result<Option<Issue>> {
     let issue = conn
         .prepare_cached(&format!(
             "SELECT {ISSUE_COLUMNS} FROM issues WHERE repo = ?1 AND id = ?2"
@@ -397,7 +397,7 @@ pub fn show(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<IssueDe
                 body: r.get(5)?,
             })
         })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<crate::db::sql::Result<Vec<_>>>()?;
     let links = links_of(conn, repo, &id)?;
     Ok(IssueDetail {
         issue,
@@ -407,9 +407,9 @@ pub fn show(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<IssueDe
 }
 
 /// The links of one issue, both directions, each list sorted.
-pub fn links_of(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<Links> {
+pub fn links_of(conn: &Connection, repo: &str, id: &str) -> crate::db::sql::Result<Links> {
     let mut links = Links::default();
-    let key = |r: &rusqlite::Row<'_>| -> rusqlite::Result<(String, IssueKey)> {
+    let key = |r: &crate::db::sql::Row<'_>| -> crate::db::sql::Result<(String, IssueKey)> {
         Ok((
             r.get(0)?,
             IssueKey {
@@ -531,7 +531,7 @@ pub struct Page {
 pub fn list(conn: &Connection, repo: &str, query: &ListQuery) -> Result<Page> {
     let limit = query.limit.clamp(1, MAX_PAGE);
     let mut sql = format!("SELECT {ISSUE_COLUMNS} FROM issues i WHERE i.repo = ?");
-    let mut params: Vec<rusqlite::types::Value> = vec![repo.to_string().into()];
+    let mut params: Vec<crate::db::sql::Value> = vec![repo.to_string().into()];
     match query.state {
         StateFilter::Open => sql.push_str(" AND i.status = 'open'"),
         StateFilter::Closed => sql.push_str(" AND i.status = 'closed'"),
@@ -555,8 +555,8 @@ pub fn list(conn: &Connection, repo: &str, query: &ListQuery) -> Result<Page> {
     params.push((query.offset as i64).into());
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut issues = stmt
-        .query_map(rusqlite::params_from_iter(params), issue_from_row)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .query_map(crate::db::sql::params_from_iter(params), issue_from_row)?
+        .collect::<crate::db::sql::Result<Vec<_>>>()?;
     let next = if issues.len() > limit {
         issues.truncate(limit);
         issues.last().map(|i| Cursor {
@@ -577,7 +577,7 @@ pub fn list(conn: &Connection, repo: &str, query: &ListQuery) -> Result<Page> {
 #[cfg_attr(not(test), allow(dead_code))]
 pub fn count(conn: &Connection, repo: &str, state: StateFilter, labels: &[String]) -> Result<i64> {
     let mut sql = "SELECT COUNT(*) FROM issues i WHERE i.repo = ?".to_string();
-    let mut params: Vec<rusqlite::types::Value> = vec![repo.to_string().into()];
+    let mut params: Vec<crate::db::sql::Value> = vec![repo.to_string().into()];
     match state {
         StateFilter::Open => sql.push_str(" AND i.status = 'open'"),
         StateFilter::Closed => sql.push_str(" AND i.status = 'closed'"),
@@ -592,7 +592,7 @@ pub fn count(conn: &Connection, repo: &str, state: StateFilter, labels: &[String
     }
     Ok(conn
         .prepare_cached(&sql)?
-        .query_row(rusqlite::params_from_iter(params), |r| r.get(0))?)
+        .query_row(crate::db::sql::params_from_iter(params), |r| r.get(0))?)
 }
 
 // ---------------------------------------------------------------- writes
@@ -631,7 +631,7 @@ fn append_event(
     actor: &Person,
     payload: serde_json::Value,
     now: i64,
-) -> rusqlite::Result<i64> {
+) -> crate::db::sql::Result<i64> {
     events::append(
         conn,
         &NewEvent {
@@ -667,7 +667,7 @@ pub fn open(conn: &Connection, w: &WriteCtx<'_>, new: &NewIssue) -> Result<Writt
                              created_ms, updated_ms, status)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, 'open')",
     )?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         repo,
         id,
         title,
@@ -737,11 +737,11 @@ fn target(
 
 /// Record a write on `issue`: its time and a new revision (the export
 /// follows revisions).
-fn touch(conn: &Connection, issue: &Issue, now: i64) -> rusqlite::Result<()> {
+fn touch(conn: &Connection, issue: &Issue, now: i64) -> crate::db::sql::Result<()> {
     conn.prepare_cached(
         "UPDATE issues SET updated_ms = ?3, revision = revision + 1 WHERE repo = ?1 AND id = ?2",
     )?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         issue.repo,
         issue.id,
         issue.updated_ms.max(ms(now))
@@ -776,7 +776,7 @@ pub fn comment(
              WHERE repo = ?1 AND id = ?2 RETURNING comment_count",
         )?
         .query_row(
-            rusqlite::params![repo, issue.id, issue.updated_ms.max(ms(now))],
+            crate::db::sql::params![repo, issue.id, issue.updated_ms.max(ms(now))],
             |r| r.get(0),
         )?;
     conn.prepare_cached(
@@ -784,7 +784,7 @@ pub fn comment(
                                      author_key, at_ms, body)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         repo,
         issue.id,
         position,
@@ -838,7 +838,7 @@ pub fn edit(
         "UPDATE issues SET title = COALESCE(?3, title), body = COALESCE(?4, body)
          WHERE repo = ?1 AND id = ?2",
     )?
-    .execute(rusqlite::params![repo, issue.id, title, body])?;
+    .execute(crate::db::sql::params![repo, issue.id, title, body])?;
     touch(conn, &issue, now)?;
     let mut payload = serde_json::Map::new();
     if let Some(t) = &title {
@@ -898,7 +898,7 @@ pub fn set_priority(
         });
     }
     conn.prepare_cached("UPDATE issues SET priority = ?3 WHERE repo = ?1 AND id = ?2")?
-        .execute(rusqlite::params![repo, issue.id, priority])?;
+        .execute(crate::db::sql::params![repo, issue.id, priority])?;
     touch(conn, &issue, now)?;
     let seq = append_event(
         conn,
@@ -1017,7 +1017,7 @@ pub fn close(
     conn.prepare_cached(
         "UPDATE issues SET status = 'closed', closed_reason = ?3 WHERE repo = ?1 AND id = ?2",
     )?
-    .execute(rusqlite::params![repo, issue.id, reason])?;
+    .execute(crate::db::sql::params![repo, issue.id, reason])?;
     touch(conn, &issue, now)?;
     let seq = append_event(
         conn,
@@ -1104,15 +1104,15 @@ fn find_link(
     from: &IssueKey,
     kind: LinkKind,
     to: &IssueKey,
-) -> rusqlite::Result<Option<(IssueKey, IssueKey)>> {
-    let exists = |a: &IssueKey, b: &IssueKey| -> rusqlite::Result<bool> {
+) -> crate::db::sql::Result<Option<(IssueKey, IssueKey)>> {
+    let exists = |a: &IssueKey, b: &IssueKey| -> crate::db::sql::Result<bool> {
         Ok(conn
             .prepare_cached(
                 "SELECT 1 FROM issue_links WHERE repo = ?1 AND issue_id = ?2 AND kind = ?3
                  AND target_repo = ?4 AND target_id = ?5",
             )?
             .query_row(
-                rusqlite::params![a.repo, a.id, kind.as_str(), b.repo, b.id],
+                crate::db::sql::params![a.repo, a.id, kind.as_str(), b.repo, b.id],
                 |_| Ok(()),
             )
             .optional()?
@@ -1177,7 +1177,7 @@ pub fn link(
         "INSERT INTO issue_links (repo, issue_id, kind, target_repo, target_id, author, created_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         repo,
         issue.id,
         kind.as_str(),
@@ -1241,7 +1241,7 @@ pub fn unlink(
         "DELETE FROM issue_links WHERE repo = ?1 AND issue_id = ?2 AND kind = ?3
          AND target_repo = ?4 AND target_id = ?5",
     )?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         from.repo,
         from.id,
         kind.as_str(),
@@ -1290,7 +1290,7 @@ pub fn insert_imported(
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 1, ?12)
              ON CONFLICT (repo, id) DO NOTHING",
         )?
-        .execute(rusqlite::params![
+        .execute(crate::db::sql::params![
             issue.repo,
             issue.id,
             issue.title,
@@ -1314,7 +1314,7 @@ pub fn insert_imported(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?;
     for (i, c) in comments.iter().enumerate() {
-        stmt.execute(rusqlite::params![
+        stmt.execute(crate::db::sql::params![
             issue.repo,
             issue.id,
             i as i64 + 1,
@@ -1356,10 +1356,8 @@ mod tests {
     const T0: i64 = 1_790_000_000;
     const MAX: usize = 256 * 1024;
 
-    fn db() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        super::super::migrations::migrate(&conn).unwrap();
-        conn
+    fn db() -> crate::db::sql::testing::TestDb {
+        crate::db::sql::testing::db()
     }
 
     fn alice() -> Person {

@@ -23,7 +23,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
+use crate::db::sql::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 use serde_json::json;
 
 use super::events::{self, NewEvent};
@@ -185,8 +185,8 @@ pub enum InvalidTtl {
 /// WAL lets readers run beside the writer; `synchronous=FULL` makes every
 /// COMMIT durable (fsync of the WAL) before it returns, which is what lets
 /// a reply promise that the lease survives a crash.
-pub fn open(path: &Path) -> rusqlite::Result<Connection> {
-    let conn = Connection::open(path)?;
+pub fn open(path: &Path) -> crate::db::sql::Result<Connection> {
+    let conn = rusqlite::Connection::open(path)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
@@ -199,13 +199,14 @@ pub fn open(path: &Path) -> rusqlite::Result<Connection> {
     // The writer opens a SAVEPOINT per operation; its sub-journal in memory
     // instead of a temp file nearly halves what a savepoint costs.
     conn.pragma_update(None, "temp_store", "MEMORY")?;
+    let conn = Connection::from(conn);
     init_schema(&conn)?;
     Ok(conn)
 }
 
 /// Create or migrate the schema on any connection (tests use in-memory
 /// ones). See `migrations`.
-pub fn init_schema(conn: &Connection) -> rusqlite::Result<()> {
+pub fn init_schema(conn: &Connection) -> crate::db::sql::Result<()> {
     super::migrations::migrate(conn)
 }
 
@@ -220,7 +221,7 @@ pub fn acquire(
     holder: &str,
     ttl_secs: Option<i64>,
     now: i64,
-) -> rusqlite::Result<Acquire> {
+) -> crate::db::sql::Result<Acquire> {
     let claim = Claim::new(repo, issue_id, holder, ttl_secs);
     in_immediate_tx(conn, |tx| acquire_in(tx, &claim, &Policy::default(), now))
 }
@@ -233,7 +234,7 @@ pub fn renew(
     holder: &str,
     ttl_secs: Option<i64>,
     now: i64,
-) -> rusqlite::Result<Renew> {
+) -> crate::db::sql::Result<Renew> {
     let claim = Claim::new(repo, issue_id, holder, ttl_secs);
     in_immediate_tx(conn, |tx| renew_in(tx, &claim, &Policy::default(), now))
 }
@@ -245,7 +246,7 @@ pub fn release(
     issue_id: &str,
     holder: &str,
     now: i64,
-) -> rusqlite::Result<Release> {
+) -> crate::db::sql::Result<Release> {
     in_immediate_tx(conn, |tx| {
         release_in(tx, repo, issue_id, holder, &Policy::default(), now)
     })
@@ -258,13 +259,13 @@ pub fn current(
     repo: &str,
     issue_id: &str,
     now: i64,
-) -> rusqlite::Result<Option<Lease>> {
+) -> crate::db::sql::Result<Option<Lease>> {
     current_in(conn, repo, issue_id, now)
 }
 
 #[cfg_attr(not(test), allow(dead_code))]
 /// All live leases in a repo, oldest first.
-pub fn list(conn: &Connection, repo: &str, now: i64) -> rusqlite::Result<Vec<Lease>> {
+pub fn list(conn: &Connection, repo: &str, now: i64) -> crate::db::sql::Result<Vec<Lease>> {
     list_in(conn, repo, now)
 }
 
@@ -274,7 +275,7 @@ pub fn acquire_in(
     claim: &Claim,
     policy: &Policy,
     now: i64,
-) -> rusqlite::Result<Acquire> {
+) -> crate::db::sql::Result<Acquire> {
     check_ttl(claim.ttl_secs, policy)?;
     let (repo, issue_id, holder) = (&*claim.repo, &*claim.issue_id, &*claim.holder);
     match live_row(conn, repo, issue_id, policy, now)? {
@@ -297,7 +298,7 @@ pub fn renew_in(
     claim: &Claim,
     policy: &Policy,
     now: i64,
-) -> rusqlite::Result<Renew> {
+) -> crate::db::sql::Result<Renew> {
     check_ttl(claim.ttl_secs, policy)?;
     match live_row(conn, &claim.repo, &claim.issue_id, policy, now)? {
         Some(live) if live.holder == claim.holder => {
@@ -317,7 +318,7 @@ pub fn release_in(
     holder: &str,
     policy: &Policy,
     now: i64,
-) -> rusqlite::Result<Release> {
+) -> crate::db::sql::Result<Release> {
     let Some(live) = live_row(conn, repo, issue_id, policy, now)? else {
         // Nothing live to release (an expired tenure was just ended, with
         // its event, by `live_row`): idempotent success.
@@ -352,7 +353,7 @@ pub fn break_in(
     reason: &str,
     policy: &Policy,
     now: i64,
-) -> rusqlite::Result<Break> {
+) -> crate::db::sql::Result<Break> {
     let Some(live) = live_row(conn, repo, issue_id, policy, now)? else {
         return Ok(Break::NotHeld);
     };
@@ -375,7 +376,7 @@ pub fn current_in(
     repo: &str,
     issue_id: &str,
     now: i64,
-) -> rusqlite::Result<Option<Lease>> {
+) -> crate::db::sql::Result<Option<Lease>> {
     Ok(row(conn, repo, issue_id)?.filter(|l| l.live(now)))
 }
 
@@ -386,7 +387,7 @@ pub fn live_in(
     repo: &str,
     issue_id: &str,
     now: i64,
-) -> rusqlite::Result<Option<Lease>> {
+) -> crate::db::sql::Result<Option<Lease>> {
     current_in(conn, repo, issue_id, now)
 }
 
@@ -400,7 +401,7 @@ pub fn end_on_close_in(
     repo: &str,
     issue_id: &str,
     now: i64,
-) -> rusqlite::Result<Option<Lease>> {
+) -> crate::db::sql::Result<Option<Lease>> {
     let live = live_row(conn, repo, issue_id, &Policy::default(), now)?;
     if live.is_some() {
         delete_row(conn, repo, issue_id)?;
@@ -409,12 +410,12 @@ pub fn end_on_close_in(
 }
 
 /// All live leases in a repo, oldest tenure first. A pure read.
-pub fn list_in(conn: &Connection, repo: &str, now: i64) -> rusqlite::Result<Vec<Lease>> {
+pub fn list_in(conn: &Connection, repo: &str, now: i64) -> crate::db::sql::Result<Vec<Lease>> {
     let mut stmt = conn.prepare_cached(&format!(
         "{SELECT_LEASE} WHERE l.repo = ?1 AND (l.expires_at IS NULL OR l.expires_at > ?2)
          ORDER BY l.acquired_at, l.issue_id"
     ))?;
-    let leases = stmt.query_map(rusqlite::params![repo, now], lease_from_row)?;
+    let leases = stmt.query_map(crate::db::sql::params![repo, now], lease_from_row)?;
     leases.collect()
 }
 
@@ -425,7 +426,7 @@ pub fn issues_with_prefix(
     conn: &Connection,
     repo: &str,
     prefix: &str,
-) -> rusqlite::Result<Vec<String>> {
+) -> crate::db::sql::Result<Vec<String>> {
     if !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Ok(Vec::new());
     }
@@ -444,7 +445,7 @@ pub fn status_in(
     repo: &str,
     issue_id: &str,
     now: i64,
-) -> rusqlite::Result<Status> {
+) -> crate::db::sql::Result<Status> {
     let live = current_in(conn, repo, issue_id, now)?;
     let issue: Option<(i64, i64, Option<String>, Option<i64>)> = conn
         .prepare_cached(
@@ -471,14 +472,14 @@ pub fn status_in(
 /// End every tenure whose time is up at `now`, with its `lease.expired`
 /// event and lock delay, and say when the next one is due. The server's
 /// expiry timer runs this when the last answer's `next_due` arrives.
-pub fn expire_due_in(conn: &Connection, policy: &Policy, now: i64) -> rusqlite::Result<Expired> {
+pub fn expire_due_in(conn: &Connection, policy: &Policy, now: i64) -> crate::db::sql::Result<Expired> {
     let ended: Vec<Lease> = conn
         .prepare_cached(&format!(
             "{SELECT_LEASE} WHERE l.expires_at IS NOT NULL AND l.expires_at <= ?1
              ORDER BY l.expires_at, l.repo, l.issue_id"
         ))?
         .query_map([now], lease_from_row)?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<crate::db::sql::Result<_>>()?;
     for lease in &ended {
         delete_row(conn, &lease.repo, &lease.issue_id)?;
         end_by_expiry(conn, lease, policy, now)?;
@@ -509,15 +510,15 @@ pub fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 #[cfg_attr(not(test), allow(dead_code))]
 fn in_immediate_tx<T>(
     conn: &Connection,
-    op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-) -> rusqlite::Result<T> {
+    op: impl FnOnce(&Connection) -> crate::db::sql::Result<T>,
+) -> crate::db::sql::Result<T> {
     let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
     let out = op(&tx)?;
     tx.commit()?;
     Ok(out)
 }
 
-fn check_ttl(ttl_secs: Option<i64>, policy: &Policy) -> rusqlite::Result<()> {
+fn check_ttl(ttl_secs: Option<i64>, policy: &Policy) -> crate::db::sql::Result<()> {
     let invalid = match ttl_secs {
         Some(ttl) if ttl <= 0 => InvalidTtl::NotPositive(ttl),
         Some(ttl) if ttl > policy.max_ttl => InvalidTtl::TooLong {
@@ -526,7 +527,7 @@ fn check_ttl(ttl_secs: Option<i64>, policy: &Policy) -> rusqlite::Result<()> {
         },
         _ => return Ok(()),
     };
-    Err(rusqlite::Error::ToSqlConversionFailure(Box::new(invalid)))
+    Err(crate::db::sql::Error::conversion(invalid.to_string()))
 }
 
 /// When a tenure acquired at `acquired_at` ends if its TTL is counted from
@@ -545,7 +546,7 @@ fn begin_tenure(
     claim: &Claim,
     policy: &Policy,
     now: i64,
-) -> rusqlite::Result<Acquire> {
+) -> crate::db::sql::Result<Acquire> {
     let (repo, issue_id, holder) = (&*claim.repo, &*claim.issue_id, &*claim.holder);
     // One statement bumps the token, counts a holder change and checks the
     // lock delay: when the delay still runs for someone else, the update's
@@ -567,7 +568,7 @@ fn begin_tenure(
                 OR lease_tokens.last_holder = excluded.last_holder
              RETURNING last_token, transitions",
         )?
-        .query_row(rusqlite::params![repo, issue_id, holder, now], |r| {
+        .query_row(crate::db::sql::params![repo, issue_id, holder, now], |r| {
             Ok((r.get(0)?, r.get(1)?))
         })
         .optional()?;
@@ -595,7 +596,7 @@ fn begin_tenure(
         "INSERT INTO leases (repo, issue_id, holder, token, acquired_at, expires_at, note)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         repo,
         issue_id,
         holder,
@@ -630,7 +631,7 @@ fn extend(
     claim: &Claim,
     policy: &Policy,
     now: i64,
-) -> rusqlite::Result<Lease> {
+) -> crate::db::sql::Result<Lease> {
     live.expires_at = expiry(now, live.acquired_at, claim.ttl_secs, policy);
     live.renewed_at = Some(now);
     if claim.note.is_some() {
@@ -640,7 +641,7 @@ fn extend(
         "UPDATE leases SET expires_at = ?3, renewed_at = ?4, note = ?5
          WHERE repo = ?1 AND issue_id = ?2",
     )?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         live.repo,
         live.issue_id,
         live.expires_at,
@@ -667,7 +668,7 @@ const SELECT_LEASE: &str = "SELECT l.repo, l.issue_id, l.holder, l.token, l.acqu
         l.expires_at, l.renewed_at, l.note, t.transitions
     FROM leases l JOIN lease_tokens t ON t.repo = l.repo AND t.issue_id = l.issue_id";
 
-fn row(conn: &Connection, repo: &str, issue_id: &str) -> rusqlite::Result<Option<Lease>> {
+fn row(conn: &Connection, repo: &str, issue_id: &str) -> crate::db::sql::Result<Option<Lease>> {
     conn.prepare_cached(&format!(
         "{SELECT_LEASE} WHERE l.repo = ?1 AND l.issue_id = ?2"
     ))?
@@ -684,7 +685,7 @@ fn live_row(
     issue_id: &str,
     policy: &Policy,
     now: i64,
-) -> rusqlite::Result<Option<Lease>> {
+) -> crate::db::sql::Result<Option<Lease>> {
     match row(conn, repo, issue_id)? {
         Some(lease) if lease.live(now) => Ok(Some(lease)),
         Some(expired) => {
@@ -696,7 +697,7 @@ fn live_row(
     }
 }
 
-fn delete_row(conn: &Connection, repo: &str, issue_id: &str) -> rusqlite::Result<()> {
+fn delete_row(conn: &Connection, repo: &str, issue_id: &str) -> crate::db::sql::Result<()> {
     conn.prepare_cached("DELETE FROM leases WHERE repo = ?1 AND issue_id = ?2")?
         .execute([repo, issue_id])?;
     Ok(())
@@ -709,14 +710,14 @@ fn end_by_expiry(
     lease: &Lease,
     policy: &Policy,
     now: i64,
-) -> rusqlite::Result<()> {
+) -> crate::db::sql::Result<()> {
     let ended_at = lease.expires_at.unwrap_or(now);
     let locked_until = (policy.lock_delay > 0).then(|| ended_at.saturating_add(policy.lock_delay));
     if locked_until.is_some() {
         conn.prepare_cached(
             "UPDATE lease_tokens SET locked_until = ?3 WHERE repo = ?1 AND issue_id = ?2",
         )?
-        .execute(rusqlite::params![lease.repo, lease.issue_id, locked_until])?;
+        .execute(crate::db::sql::params![lease.repo, lease.issue_id, locked_until])?;
     }
     let by_lifetime = policy
         .max_lifetime
@@ -746,7 +747,7 @@ fn record(
     actor: Option<&str>,
     payload: serde_json::Value,
     now: i64,
-) -> rusqlite::Result<()> {
+) -> crate::db::sql::Result<()> {
     let event = NewEvent {
         kind,
         repo: Some(&lease.repo),
@@ -765,7 +766,7 @@ pub fn rfc3339(secs: Option<i64>) -> serde_json::Value {
         .unwrap_or(serde_json::Value::Null)
 }
 
-fn lease_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Lease> {
+fn lease_from_row(r: &crate::db::sql::Row<'_>) -> crate::db::sql::Result<Lease> {
     Ok(Lease {
         repo: r.get(0)?,
         issue_id: r.get(1)?,
@@ -779,11 +780,8 @@ fn lease_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Lease> {
     })
 }
 
-fn failure(message: String) -> rusqlite::Error {
-    rusqlite::Error::SqliteFailure(
-        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
-        Some(message),
-    )
+fn failure(message: String) -> crate::db::sql::Error {
+    crate::db::sql::Error::failure(message)
 }
 
 #[cfg(test)]
@@ -794,10 +792,8 @@ mod tests {
     const ISSUE: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
     const T0: i64 = 1_790_000_000;
 
-    fn db() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        init_schema(&conn).unwrap();
-        conn
+    fn db() -> crate::db::sql::testing::TestDb {
+        crate::db::sql::testing::db()
     }
 
     /// (token, expires_at) of an acquire that succeeded.
@@ -1137,9 +1133,13 @@ mod tests {
             3
         );
         let mode: String = conn
+            .as_sqlite()
+            .unwrap()
             .pragma_query_value(None, "journal_mode", |r| r.get(0))
             .unwrap();
         let sync: i64 = conn
+            .as_sqlite()
+            .unwrap()
             .pragma_query_value(None, "synchronous", |r| r.get(0))
             .unwrap();
         assert_eq!(
@@ -1155,7 +1155,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("collab.db");
         drop(open(&path).unwrap());
-        Connection::open(&path)
+        rusqlite::Connection::open(&path)
             .unwrap()
             .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
             .unwrap();
@@ -1468,7 +1468,7 @@ mod tests {
 
     #[test]
     fn ops_inside_an_outer_transaction_share_it() {
-        let mut conn = db();
+        let conn = db();
         let tx = conn.transaction().unwrap();
         let p = Policy::default();
         acquire_in(&tx, &claim("a", None), &p, T0).unwrap();

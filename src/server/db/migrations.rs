@@ -13,9 +13,16 @@
 //! work queue, 5 webhooks, 6 patches, 7 the work queue's index, 8 patch
 //! import and export. SQL here stays portable where it can
 //! (no SQLite-only functions in the domain queries), because the same
-//! tables are meant to live in PostgreSQL too.
+//! tables live in PostgreSQL too.
+//!
+//! PostgreSQL keeps its own list of steps ([`POSTGRES_STEPS`]) with the same
+//! version numbers, its version in the one-row table `collab_schema`. Its
+//! first step is the whole schema at version 8 (no PostgreSQL database was
+//! written before then); from there each new version is a step in both
+//! lists. Migration runs under the write lock ([`Behavior::Immediate`]), so
+//! nodes starting together on one database migrate it once.
 
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use super::sql::{Behavior, Connection, Error, Transaction};
 
 /// One migration: the version it brings the database to, and its SQL.
 struct Step {
@@ -365,41 +372,77 @@ CREATE TABLE patch_exports (
     },
 ];
 
-/// The schema version this code reads and writes (`PRAGMA user_version`).
+/// PostgreSQL's steps. Append only, with the version numbers of `STEPS`.
+const POSTGRES_STEPS: &[Step] = &[Step {
+    version: 8,
+    sql: include_str!("postgres_v8.sql"),
+}];
+
+/// The schema version this code reads and writes (`PRAGMA user_version`,
+/// `collab_schema.version`).
 pub const SCHEMA_VERSION: i64 = STEPS[STEPS.len() - 1].version;
 
 /// Bring the schema on `conn` up to [`SCHEMA_VERSION`], one step per
 /// transaction. A database from a newer server is an error.
-pub fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+pub fn migrate(conn: &Connection) -> Result<(), Error> {
+    let steps = if conn.is_postgres() {
+        // Before the first step there is no version table to lock rows of;
+        // concurrent creators are serialized by the write lock.
+        let tx = Transaction::new_unchecked(conn, Behavior::Immediate)?;
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS collab_schema (
+                 one     BIGINT NOT NULL PRIMARY KEY CHECK (one = 1),
+                 version BIGINT NOT NULL
+             )",
+        )?;
+        tx.commit()?;
+        POSTGRES_STEPS
+    } else {
+        STEPS
+    };
     loop {
-        let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
-        let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let tx = Transaction::new_unchecked(conn, Behavior::Immediate)?;
+        let version = version(&tx)?;
         if version > SCHEMA_VERSION {
-            return Err(failure(format!(
+            return Err(Error::failure(format!(
                 "collab database schema version {version} is newer than this server understands \
                  ({SCHEMA_VERSION})"
             )));
         }
-        let Some(step) = STEPS.iter().find(|s| s.version > version) else {
+        let Some(step) = steps.iter().find(|s| s.version > version) else {
             return tx.commit();
         };
         tx.execute_batch(step.sql)?;
-        tx.pragma_update(None, "user_version", step.version)?;
+        set_version(&tx, step.version)?;
         tx.commit()?;
     }
 }
 
-/// The version `conn`'s database is at.
-#[cfg_attr(not(test), allow(dead_code))]
-pub fn version(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.pragma_query_value(None, "user_version", |r| r.get(0))
+/// The version `conn`'s database is at (0: empty).
+pub fn version(conn: &Connection) -> Result<i64, Error> {
+    match conn.as_sqlite() {
+        Some(c) => Ok(c.pragma_query_value(None, "user_version", |r| r.get(0))?),
+        None => Ok(conn
+            .query_row("SELECT version FROM collab_schema", [], |r| r.get(0))
+            .or_else(|e| match e {
+                Error::QueryReturnedNoRows => Ok(0),
+                e => Err(e),
+            })?),
+    }
 }
 
-fn failure(message: String) -> rusqlite::Error {
-    rusqlite::Error::SqliteFailure(
-        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
-        Some(message),
-    )
+fn set_version(conn: &Connection, version: i64) -> Result<(), Error> {
+    match conn.as_sqlite() {
+        Some(c) => Ok(c.pragma_update(None, "user_version", version)?),
+        None => {
+            conn.execute(
+                "INSERT INTO collab_schema (one, version) VALUES (1, ?1)
+                 ON CONFLICT (one) DO UPDATE SET version = excluded.version",
+                [version],
+            )?;
+            Ok(())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -432,7 +475,7 @@ mod tests {
     fn a_version_1_database_upgrades_in_place_keeping_its_rows() {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(STEPS[0].sql).unwrap();
-        conn.pragma_update(None, "user_version", 1).unwrap();
+        set_version(&conn, 1).unwrap();
         conn.execute(
             "INSERT INTO lease_tokens (repo, issue_id, last_token) VALUES ('r', 'i', 7)",
             [],
@@ -452,7 +495,7 @@ mod tests {
         for step in STEPS.iter().filter(|s| s.version <= 7) {
             conn.execute_batch(step.sql).unwrap();
         }
-        conn.pragma_update(None, "user_version", 7).unwrap();
+        set_version(&conn, 7).unwrap();
         // Issues imported, a server-held patch: kept, and the patch DAGs of
         // the repository are still to import (no `patch_imports` row).
         conn.execute_batch(

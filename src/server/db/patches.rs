@@ -1,5 +1,5 @@
 //! Patches held by the server (push-to-review): every patch decision as a
-//! plain function over a `rusqlite::Connection`, with `now` (unix seconds)
+//! plain function over a `crate::db::sql::Connection`, with `now` (unix seconds)
 //! passed in. Writes run inside the caller's transaction (the writer's
 //! SAVEPOINT, or a push hook's own IMMEDIATE transaction), check everything
 //! before they change anything, and append their event row (`patch.opened`,
@@ -20,7 +20,7 @@
 //! names the replaced vote). Merged is final; a closed patch can be
 //! reopened.
 
-use rusqlite::{Connection, OptionalExtension};
+use crate::db::sql::{Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::json;
 
@@ -219,7 +219,7 @@ pub enum PatchError {
     #[error(transparent)]
     Issue(#[from] super::issues::IssueError),
     #[error(transparent)]
-    Sql(#[from] rusqlite::Error),
+    Sql(#[from] crate::db::sql::Error),
 }
 
 type Result<T, E = PatchError> = std::result::Result<T, E>;
@@ -287,10 +287,10 @@ pub fn resolve(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<Stri
     )?;
     let ids: Vec<String> = stmt
         .query_map(
-            rusqlite::params![repo, prefix, upper, MAX_CANDIDATES as i64 + 1],
+            crate::db::sql::params![repo, prefix, upper, MAX_CANDIDATES as i64 + 1],
             |r| r.get(0),
         )?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<crate::db::sql::Result<_>>()?;
     match ids.len() {
         0 => Err(PatchError::NotFound(id_or_prefix.to_string())),
         1 => Ok(ids.into_iter().next().expect("one id")),
@@ -307,7 +307,7 @@ const PATCH_COLUMNS: &str = "repo, id, title, body, base, author, author_name, a
      created_ms, updated_ms, status, merged_commit, merged_by, merged_ms, imported, \
      revision_count, comment_count";
 
-fn patch_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Patch> {
+fn patch_from_row(r: &crate::db::sql::Row<'_>) -> crate::db::sql::Result<Patch> {
     let status: String = r.get(10)?;
     let merged_commit: Option<String> = r.get(11)?;
     Ok(Patch {
@@ -339,7 +339,7 @@ fn patch_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Patch> {
 }
 
 /// One patch by full id.
-pub fn get(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<Option<Patch>> {
+pub fn get(conn: &Connection, repo: &str, id: &str) -> crate::db::sql::Result<Option<Patch>> {
     conn.prepare_cached(&format!(
         "SELECT {PATCH_COLUMNS} FROM patches WHERE repo = ?1 AND id = ?2"
     ))?
@@ -348,12 +348,12 @@ pub fn get(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<Option<P
 }
 
 /// Whether the server holds patch `id` (full id) of `repo`.
-pub fn exists(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<bool> {
+pub fn exists(conn: &Connection, repo: &str, id: &str) -> crate::db::sql::Result<bool> {
     conn.prepare_cached("SELECT 1 FROM patches WHERE repo = ?1 AND id = ?2")?
         .exists([repo, id])
 }
 
-fn person_at(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Person> {
+fn person_at(r: &crate::db::sql::Row<'_>, i: usize) -> crate::db::sql::Result<Person> {
     Ok(Person {
         principal: r.get(i)?,
         name: r.get(i + 1)?,
@@ -362,7 +362,7 @@ fn person_at(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Person> {
 }
 
 /// The revisions of a patch, in order.
-pub fn revisions(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<Vec<Revision>> {
+pub fn revisions(conn: &Connection, repo: &str, id: &str) -> crate::db::sql::Result<Vec<Revision>> {
     let mut stmt = conn.prepare_cached(
         "SELECT n, head, base_commit, base_tip, author, author_name, author_key, at_ms
          FROM patch_revisions WHERE repo = ?1 AND patch_id = ?2 ORDER BY n",
@@ -402,7 +402,7 @@ pub fn show(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<PatchDe
                 at_ms: r.get(7)?,
             })
         })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<crate::db::sql::Result<Vec<_>>>()?;
     let comments = conn
         .prepare_cached(
             "SELECT id, position, author, author_name, author_key, at_ms, body, revision, path,
@@ -422,13 +422,13 @@ pub fn show(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<PatchDe
                 inline: path.map(|path| Inline { path, line }),
             })
         })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<crate::db::sql::Result<Vec<_>>>()?;
     let issues = conn
         .prepare_cached(
             "SELECT issue_id FROM patch_issues WHERE repo = ?1 AND patch_id = ?2 ORDER BY issue_id",
         )?
         .query_map([repo, &id], |r| r.get(0))?
-        .collect::<rusqlite::Result<Vec<String>>>()?;
+        .collect::<crate::db::sql::Result<Vec<String>>>()?;
     Ok(PatchDetail {
         patch,
         revisions,
@@ -489,7 +489,7 @@ pub struct Page {
 pub fn list(conn: &Connection, repo: &str, query: &ListQuery) -> Result<Page> {
     let limit = query.limit.clamp(1, MAX_PAGE);
     let mut sql = format!("SELECT {PATCH_COLUMNS} FROM patches WHERE repo = ?");
-    let mut params: Vec<rusqlite::types::Value> = vec![repo.to_string().into()];
+    let mut params: Vec<crate::db::sql::Value> = vec![repo.to_string().into()];
     match query.state {
         StateFilter::Open => sql.push_str(" AND status = 'open'"),
         StateFilter::Merged => sql.push_str(" AND status = 'merged'"),
@@ -506,15 +506,15 @@ pub fn list(conn: &Connection, repo: &str, query: &ListQuery) -> Result<Page> {
     params.push((limit as i64 + 1).into());
     let mut patches = conn
         .prepare_cached(&sql)?
-        .query_map(rusqlite::params_from_iter(params), patch_from_row)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .query_map(crate::db::sql::params_from_iter(params), patch_from_row)?
+        .collect::<crate::db::sql::Result<Vec<_>>>()?;
     let more = patches.len() > limit;
     patches.truncate(limit);
     Ok(Page { patches, more })
 }
 
 /// How many patches of `repo` `state` admits (an index range count).
-pub fn count(conn: &Connection, repo: &str, state: StateFilter) -> rusqlite::Result<i64> {
+pub fn count(conn: &Connection, repo: &str, state: StateFilter) -> crate::db::sql::Result<i64> {
     let status = match state {
         StateFilter::Open => Some("open"),
         StateFilter::Merged => Some("merged"),
@@ -533,7 +533,7 @@ pub fn count(conn: &Connection, repo: &str, state: StateFilter) -> rusqlite::Res
 
 /// The patches of `repo` linked to issue `issue_id` (full id), newest
 /// first.
-pub fn for_issue(conn: &Connection, repo: &str, issue_id: &str) -> rusqlite::Result<Vec<Patch>> {
+pub fn for_issue(conn: &Connection, repo: &str, issue_id: &str) -> crate::db::sql::Result<Vec<Patch>> {
     let columns = PATCH_COLUMNS
         .split(", ")
         .map(|c| format!("p.{}", c.trim()))
@@ -550,7 +550,7 @@ pub fn for_issue(conn: &Connection, repo: &str, issue_id: &str) -> rusqlite::Res
 
 /// The votes that count on the latest revision of patch `id`:
 /// `(approvals, changes requested)`.
-pub fn latest_votes(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<(i64, i64)> {
+pub fn latest_votes(conn: &Connection, repo: &str, id: &str) -> crate::db::sql::Result<(i64, i64)> {
     conn.prepare_cached(
         "SELECT COALESCE(SUM(r.verdict = 'approve'), 0),
                 COALESCE(SUM(r.verdict = 'request_changes'), 0)
@@ -567,7 +567,7 @@ pub fn open_on_base(
     conn: &Connection,
     repo: &str,
     base: &str,
-) -> rusqlite::Result<Vec<(String, String)>> {
+) -> crate::db::sql::Result<Vec<(String, String)>> {
     let mut stmt = conn.prepare_cached(
         "SELECT p.id, r.head FROM patches p JOIN patch_revisions r
            ON r.repo = p.repo AND r.patch_id = p.id AND r.n = p.revision_count
@@ -626,7 +626,7 @@ fn append_event(
     kind: &str,
     id: &str,
     payload: serde_json::Value,
-) -> rusqlite::Result<i64> {
+) -> crate::db::sql::Result<i64> {
     events::append(
         conn,
         &NewEvent {
@@ -658,11 +658,11 @@ fn require_open(patch: &Patch, doing: &str) -> Result<()> {
 }
 
 /// Record a write on `patch`: its time and a new version.
-fn touch(conn: &Connection, patch: &Patch, now: i64) -> rusqlite::Result<()> {
+fn touch(conn: &Connection, patch: &Patch, now: i64) -> crate::db::sql::Result<()> {
     conn.prepare_cached(
         "UPDATE patches SET updated_ms = ?3, version = version + 1 WHERE repo = ?1 AND id = ?2",
     )?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         patch.repo,
         patch.id,
         patch.updated_ms.max(ms(now))
@@ -691,13 +691,13 @@ fn insert_revision(
     n: i64,
     r: &NewRevision,
     event_id: Option<&str>,
-) -> rusqlite::Result<()> {
+) -> crate::db::sql::Result<()> {
     conn.prepare_cached(
         "INSERT INTO patch_revisions (repo, patch_id, n, head, base_commit, base_tip, author,
                                       author_name, author_key, at_ms, event_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         w.repo,
         patch_id,
         n,
@@ -711,7 +711,7 @@ fn insert_revision(
         event_id
     ])?;
     conn.prepare_cached("UPDATE patches SET revision_count = ?3 WHERE repo = ?1 AND id = ?2")?
-        .execute(rusqlite::params![w.repo, patch_id, n])?;
+        .execute(crate::db::sql::params![w.repo, patch_id, n])?;
     Ok(())
 }
 
@@ -740,7 +740,7 @@ pub fn open(conn: &Connection, w: &WriteCtx<'_>, new: &NewPatch) -> Result<Writt
                               created_ms, updated_ms, status)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 'open')",
     )?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         w.repo,
         id,
         title,
@@ -909,7 +909,7 @@ pub fn review(
              WHERE repo = ?1 AND patch_id = ?2 AND revision = ?3 AND author = ?4",
         )?
         .query_row(
-            rusqlite::params![w.repo, patch.id, n, w.actor.principal],
+            crate::db::sql::params![w.repo, patch.id, n, w.actor.principal],
             |r| r.get(0),
         )
         .optional()?;
@@ -923,7 +923,7 @@ pub fn review(
            id = excluded.id, verdict = excluded.verdict, body = excluded.body,
            at_ms = excluded.at_ms",
     )?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         w.repo,
         patch.id,
         n,
@@ -988,7 +988,7 @@ pub fn comment(
              WHERE repo = ?1 AND id = ?2 RETURNING comment_count",
         )?
         .query_row(
-            rusqlite::params![w.repo, patch.id, patch.updated_ms.max(ms(w.now))],
+            crate::db::sql::params![w.repo, patch.id, patch.updated_ms.max(ms(w.now))],
             |r| r.get(0),
         )?;
     conn.prepare_cached(
@@ -996,7 +996,7 @@ pub fn comment(
                                      author_key, at_ms, body, revision, path, line)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         w.repo,
         patch.id,
         position,
@@ -1064,9 +1064,9 @@ pub fn reopen(conn: &Connection, w: &WriteCtx<'_>, id_or_prefix: &str) -> Result
     })
 }
 
-fn set_status(conn: &Connection, patch: &Patch, status: PatchStatus) -> rusqlite::Result<()> {
+fn set_status(conn: &Connection, patch: &Patch, status: PatchStatus) -> crate::db::sql::Result<()> {
     conn.prepare_cached("UPDATE patches SET status = ?3 WHERE repo = ?1 AND id = ?2")?
-        .execute(rusqlite::params![patch.repo, patch.id, status.as_str()])?;
+        .execute(crate::db::sql::params![patch.repo, patch.id, status.as_str()])?;
     Ok(())
 }
 
@@ -1107,7 +1107,7 @@ pub fn mark_merged(
                             merged_ms = ?5
          WHERE repo = ?1 AND id = ?2",
     )?
-    .execute(rusqlite::params![
+    .execute(crate::db::sql::params![
         w.repo,
         patch.id,
         commit,
@@ -1210,7 +1210,7 @@ pub fn insert_imported(
     detail: &PatchDetail,
     revision_events: &[String],
     now: i64,
-) -> rusqlite::Result<Option<i64>> {
+) -> crate::db::sql::Result<Option<i64>> {
     let p = &detail.patch;
     let inserted = conn
         .prepare_cached(
@@ -1220,7 +1220,7 @@ pub fn insert_imported(
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, 1, ?15, ?16)
              ON CONFLICT (repo, id) DO NOTHING",
         )?
-        .execute(rusqlite::params![
+        .execute(crate::db::sql::params![
             p.repo,
             p.id,
             p.title,
@@ -1247,7 +1247,7 @@ pub fn insert_imported(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )?;
     for (i, r) in detail.revisions.iter().enumerate() {
-        stmt.execute(rusqlite::params![
+        stmt.execute(crate::db::sql::params![
             p.repo,
             p.id,
             r.n,
@@ -1271,7 +1271,7 @@ pub fn insert_imported(
            at_ms = excluded.at_ms",
     )?;
     for r in &detail.reviews {
-        stmt.execute(rusqlite::params![
+        stmt.execute(crate::db::sql::params![
             p.repo,
             p.id,
             r.revision,
@@ -1290,7 +1290,7 @@ pub fn insert_imported(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )?;
     for (i, c) in detail.comments.iter().enumerate() {
-        stmt.execute(rusqlite::params![
+        stmt.execute(crate::db::sql::params![
             p.repo,
             p.id,
             i as i64 + 1,
@@ -1335,11 +1335,8 @@ pub fn insert_imported(
     .map(Some)
 }
 
-fn failure(message: String) -> rusqlite::Error {
-    rusqlite::Error::SqliteFailure(
-        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT),
-        Some(message),
-    )
+fn failure(message: String) -> crate::db::sql::Error {
+    crate::db::sql::Error::failure(message)
 }
 
 #[cfg(test)]
@@ -1352,10 +1349,8 @@ mod tests {
     const BASE: &str = "0000000000000000000000000000000000000abc";
     const REPO: &str = "team/app.git";
 
-    fn db() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        super::super::migrations::migrate(&conn).unwrap();
-        conn
+    fn db() -> crate::db::sql::testing::TestDb {
+        crate::db::sql::testing::db()
     }
 
     fn person(name: &str) -> Person {

@@ -13,7 +13,7 @@
 //! `next` calls can never pick the same issue. Like the rest of `db`, it
 //! never reads the clock.
 
-use rusqlite::Connection;
+use crate::db::sql::Connection;
 
 use super::leases::{self, Acquire, Claim, Lease, Policy};
 
@@ -85,10 +85,10 @@ pub fn ready_in(
     principal: &str,
     now: i64,
     limit: usize,
-) -> rusqlite::Result<Vec<ReadyIssue>> {
+) -> crate::db::sql::Result<Vec<ReadyIssue>> {
     let sql = ready_sql(labels.len());
     let mut stmt = conn.prepare_cached(&sql)?;
-    let mut params: Vec<&dyn rusqlite::ToSql> = vec![&repo, &now, &principal];
+    let mut params: Vec<&dyn crate::db::sql::ToSql> = vec![&repo, &now, &principal];
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     params.push(&limit);
     for label in labels {
@@ -104,7 +104,7 @@ pub fn ready_in(
             created_ms: r.get(3)?,
         })
     })?;
-    let mut ready = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut ready = rows.collect::<crate::db::sql::Result<Vec<_>>>()?;
     for issue in &mut ready {
         issue.labels = labels_of(conn, repo, &issue.id)?;
     }
@@ -118,7 +118,7 @@ pub fn next_in(
     req: &NextRequest,
     policy: &Policy,
     now: i64,
-) -> rusqlite::Result<Next> {
+) -> crate::db::sql::Result<Next> {
     // The query already left out held and locked issues; an acquire that
     // is refused anyway (it cannot be, inside one transaction) moves on.
     for issue in ready_in(conn, &req.repo, &req.labels, &req.holder, now, 4)? {
@@ -147,14 +147,14 @@ pub fn not_ready_in(
     id: &str,
     principal: &str,
     now: i64,
-) -> rusqlite::Result<Vec<NotReady>> {
+) -> crate::db::sql::Result<Vec<NotReady>> {
     let mut reasons = Vec::new();
     let status: Option<String> = conn
         .prepare_cached("SELECT status FROM issues WHERE repo = ?1 AND id = ?2")?
         .query_row([repo, id], |r| r.get(0))
         .map(Some)
         .or_else(|e| match e {
-            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            crate::db::sql::Error::QueryReturnedNoRows => Ok(None),
             e => Err(e),
         })?;
     if status.as_deref() == Some("closed") {
@@ -226,7 +226,7 @@ fn ready_sql(labels: usize) -> String {
     sql
 }
 
-fn labels_of(conn: &Connection, repo: &str, id: &str) -> rusqlite::Result<Vec<String>> {
+fn labels_of(conn: &Connection, repo: &str, id: &str) -> crate::db::sql::Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
         "SELECT label FROM issue_labels WHERE repo = ?1 AND issue_id = ?2 ORDER BY label",
     )?;
@@ -243,10 +243,8 @@ mod tests {
     const LIB: &str = "team/lib.git";
     const T0: i64 = 1_790_000_000;
 
-    fn db() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        leases::init_schema(&conn).unwrap();
-        conn
+    fn db() -> crate::db::sql::testing::TestDb {
+        crate::db::sql::testing::db()
     }
 
     #[test]
@@ -257,7 +255,7 @@ mod tests {
                 .prepare(&format!("EXPLAIN QUERY PLAN {}", ready_sql(labels)))
                 .unwrap()
                 .query_map(
-                    rusqlite::params_from_iter(
+                    crate::db::sql::params_from_iter(
                         ["r".to_string(), "0".into(), "h".into(), "1".into()]
                             .into_iter()
                             .chain((0..labels).map(|n| format!("l{n}"))),

@@ -7,11 +7,11 @@
 //! COMMIT). Each `read` runs its closure inside one read transaction, so a
 //! multi-statement read (an issue, its comments, its links) sees one state.
 
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
 use anyhow::{anyhow, Context as _};
-use rusqlite::Connection;
+use crate::db::sql::Connection;
+use crate::db::Location;
 
 /// Most connections open at once; a read beyond that waits for one.
 pub const MAX_READERS: usize = 8;
@@ -23,7 +23,7 @@ pub struct ReadPool {
 }
 
 struct Inner {
-    path: PathBuf,
+    location: Location,
     state: Mutex<PoolState>,
     returned: Condvar,
 }
@@ -37,10 +37,10 @@ struct PoolState {
 impl ReadPool {
     /// A pool over the database at `path` (which the writer has already
     /// created and migrated). Connections open lazily.
-    pub fn new(path: &Path) -> ReadPool {
+    pub fn new(location: impl Into<Location>) -> ReadPool {
         ReadPool {
             inner: Arc::new(Inner {
-                path: path.to_path_buf(),
+                location: location.into(),
                 state: Mutex::new(PoolState {
                     idle: Vec::new(),
                     open: 0,
@@ -69,11 +69,11 @@ impl ReadPool {
     ) -> anyhow::Result<T> {
         let conn = self.take()?;
         let result = (|| {
-            conn.execute_batch("BEGIN")?;
+            conn.begin_read()?;
             let out = f(&conn);
             // A read transaction has nothing to keep; ending it lets the
             // writer checkpoint past it.
-            conn.execute_batch("ROLLBACK")?;
+            conn.end_read()?;
             out
         })();
         match &result {
@@ -93,7 +93,7 @@ impl ReadPool {
             if state.open < MAX_READERS {
                 state.open += 1;
                 drop(state);
-                return open_reader(&self.inner.path).inspect_err(|_| self.forget());
+                return open_reader(&self.inner.location).inspect_err(|_| self.forget());
             }
             state = self.inner.returned.wait(state).expect("read pool lock");
         }
@@ -112,8 +112,9 @@ impl ReadPool {
     }
 }
 
-fn open_reader(path: &Path) -> anyhow::Result<Connection> {
-    super::open_reader(path).with_context(|| format!("opening {} read-only", path.display()))
+fn open_reader(location: &Location) -> anyhow::Result<Connection> {
+    super::open_reader(location)
+        .with_context(|| format!("opening {} read-only", location.display()))
 }
 
 #[cfg(test)]

@@ -11,18 +11,18 @@
 //!   them, so a repository re-created under the same name never hands a
 //!   token out twice.
 
-use rusqlite::Connection;
+use crate::db::sql::Connection;
 
 use super::events::{self, NewEvent};
 
 /// Every table with a `repo` column, except the event log.
-fn tables_with_repo(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+fn tables_with_repo(conn: &Connection) -> crate::db::sql::Result<Vec<String>> {
     let mut stmt = conn.prepare(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
     )?;
     let names: Vec<String> = stmt
         .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<crate::db::sql::Result<_>>()?;
     let mut found = Vec::new();
     for name in names {
         if name == "events" {
@@ -47,7 +47,7 @@ pub fn rename(
     new: &str,
     actor: &str,
     now: i64,
-) -> rusqlite::Result<()> {
+) -> crate::db::sql::Result<()> {
     // Parent rows (`issues`) and child rows (comments, labels, links) move
     // one table at a time: check the foreign keys at COMMIT, when all have.
     conn.execute_batch("PRAGMA defer_foreign_keys = ON")?;
@@ -78,7 +78,7 @@ pub fn rename(
 
 /// Drop every row of `repo` (except its fencing high-water marks) and
 /// record `repo.deleted`.
-pub fn delete(conn: &Connection, repo: &str, actor: &str, now: i64) -> rusqlite::Result<()> {
+pub fn delete(conn: &Connection, repo: &str, actor: &str, now: i64) -> crate::db::sql::Result<()> {
     conn.execute_batch("PRAGMA defer_foreign_keys = ON")?;
     for table in tables_with_repo(conn)? {
         if table == "lease_tokens" {
@@ -107,7 +107,7 @@ pub fn settings_changed(
     actor: &str,
     payload: serde_json::Value,
     now: i64,
-) -> rusqlite::Result<()> {
+) -> crate::db::sql::Result<()> {
     events::append(
         conn,
         &NewEvent {
@@ -126,10 +126,8 @@ pub fn settings_changed(
 mod tests {
     use super::*;
 
-    fn db() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        super::super::migrations::migrate(&conn).unwrap();
-        conn
+    fn db() -> crate::db::sql::testing::TestDb {
+        crate::db::sql::testing::db()
     }
 
     fn count(conn: &Connection, sql: &str) -> i64 {

@@ -182,7 +182,7 @@ mod tests {
         assert!(!dir.path().join("copy.db-wal").exists());
         assert_eq!(integrity_problems(&copy).unwrap(), Vec::<String>::new());
         let census = census_of(&copy).unwrap();
-        assert_eq!(census, super::census(&conn).unwrap());
+        assert_eq!(census, super::census(conn.as_sqlite().unwrap()).unwrap());
         assert_eq!(census.rows("leases"), Some(2));
         assert_eq!(
             census.tokens,

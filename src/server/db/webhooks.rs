@@ -10,7 +10,7 @@
 //! knowledge that an attempt succeeded (it is then sent again, with the
 //! same `webhook-id`: at least once).
 
-use rusqlite::{params, Connection, OptionalExtension as _};
+use crate::db::sql::{params, Connection, OptionalExtension as _};
 
 /// A stored subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +56,7 @@ pub struct Attempt {
 const COLUMNS: &str = "id, origin, owner, repo_glob, url, events, secret, active, \
      disabled_reason, created_at, cursor, attempts, failing_since, next_attempt_at";
 
-fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Webhook> {
+fn row(r: &crate::db::sql::Row<'_>) -> crate::db::sql::Result<Webhook> {
     let events: String = r.get(5)?;
     Ok(Webhook {
         id: r.get(0)?,
@@ -77,7 +77,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Webhook> {
 }
 
 /// Insert a new subscription (its cursor decides where delivery starts).
-pub fn insert(conn: &Connection, hook: &Webhook) -> rusqlite::Result<()> {
+pub fn insert(conn: &Connection, hook: &Webhook) -> crate::db::sql::Result<()> {
     conn.execute(
         &format!(
             "INSERT INTO webhooks ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
@@ -104,7 +104,7 @@ pub fn insert(conn: &Connection, hook: &Webhook) -> rusqlite::Result<()> {
 
 /// Update what a declaration says (url, glob, patterns, secret) of a
 /// declared subscription, keeping its delivery state.
-pub fn update_declared(conn: &Connection, hook: &Webhook) -> rusqlite::Result<()> {
+pub fn update_declared(conn: &Connection, hook: &Webhook) -> crate::db::sql::Result<()> {
     conn.execute(
         "UPDATE webhooks SET repo_glob = ?2, url = ?3, events = ?4, secret = ?5 WHERE id = ?1",
         params![
@@ -118,14 +118,14 @@ pub fn update_declared(conn: &Connection, hook: &Webhook) -> rusqlite::Result<()
     Ok(())
 }
 
-pub fn get(conn: &Connection, id: &str) -> rusqlite::Result<Option<Webhook>> {
+pub fn get(conn: &Connection, id: &str) -> crate::db::sql::Result<Option<Webhook>> {
     conn.prepare_cached(&format!("SELECT {COLUMNS} FROM webhooks WHERE id = ?1"))?
         .query_row([id], row)
         .optional()
 }
 
 /// Every subscription, oldest first.
-pub fn list(conn: &Connection) -> rusqlite::Result<Vec<Webhook>> {
+pub fn list(conn: &Connection) -> crate::db::sql::Result<Vec<Webhook>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM webhooks ORDER BY created_at, id"
     ))?;
@@ -134,13 +134,13 @@ pub fn list(conn: &Connection) -> rusqlite::Result<Vec<Webhook>> {
 }
 
 /// Delete a subscription and its log; false if it did not exist.
-pub fn remove(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
+pub fn remove(conn: &Connection, id: &str) -> crate::db::sql::Result<bool> {
     conn.execute("DELETE FROM webhook_attempts WHERE webhook_id = ?1", [id])?;
     Ok(conn.execute("DELETE FROM webhooks WHERE id = ?1", [id])? > 0)
 }
 
 /// Re-activate a subscription, clearing its failure streak.
-pub fn enable(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
+pub fn enable(conn: &Connection, id: &str) -> crate::db::sql::Result<bool> {
     Ok(conn.execute(
         "UPDATE webhooks SET active = 1, disabled_reason = NULL, attempts = 0,
              failing_since = NULL, next_attempt_at = NULL WHERE id = ?1",
@@ -149,7 +149,7 @@ pub fn enable(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
 }
 
 /// Log one attempt; returns its id.
-pub fn log_attempt(conn: &Connection, attempt: &Attempt) -> rusqlite::Result<i64> {
+pub fn log_attempt(conn: &Connection, attempt: &Attempt) -> crate::db::sql::Result<i64> {
     conn.prepare_cached(
         "INSERT INTO webhook_attempts (webhook_id, message_id, seq, at, status, outcome, latency_ms, response)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id",
@@ -171,7 +171,7 @@ pub fn log_attempt(conn: &Connection, attempt: &Attempt) -> rusqlite::Result<i64
 
 /// The event after the cursor was delivered (or skipped): move the cursor
 /// to `seq` (never backwards) and clear the retry state.
-pub fn advance(conn: &Connection, id: &str, seq: i64) -> rusqlite::Result<()> {
+pub fn advance(conn: &Connection, id: &str, seq: i64) -> crate::db::sql::Result<()> {
     conn.prepare_cached(
         "UPDATE webhooks SET cursor = CASE WHEN ?2 > cursor THEN ?2 ELSE cursor END, attempts = 0, failing_since = NULL,
              next_attempt_at = NULL WHERE id = ?1",
@@ -182,7 +182,7 @@ pub fn advance(conn: &Connection, id: &str, seq: i64) -> rusqlite::Result<()> {
 
 /// An attempt at the event after the cursor failed: count it and schedule
 /// the next one.
-pub fn failed(conn: &Connection, id: &str, now: i64, next_attempt_at: i64) -> rusqlite::Result<()> {
+pub fn failed(conn: &Connection, id: &str, now: i64, next_attempt_at: i64) -> crate::db::sql::Result<()> {
     conn.prepare_cached(
         "UPDATE webhooks SET attempts = attempts + 1, failing_since = COALESCE(failing_since, ?2),
              next_attempt_at = ?3 WHERE id = ?1",
@@ -192,7 +192,7 @@ pub fn failed(conn: &Connection, id: &str, now: i64, next_attempt_at: i64) -> ru
 }
 
 /// Turn a subscription off (continuous failure), saying why.
-pub fn disable(conn: &Connection, id: &str, reason: &str) -> rusqlite::Result<()> {
+pub fn disable(conn: &Connection, id: &str, reason: &str) -> crate::db::sql::Result<()> {
     conn.execute(
         "UPDATE webhooks SET active = 0, disabled_reason = ?2, next_attempt_at = NULL WHERE id = ?1",
         params![id, reason],
@@ -201,7 +201,7 @@ pub fn disable(conn: &Connection, id: &str, reason: &str) -> rusqlite::Result<()
 }
 
 /// The newest attempts of a subscription, newest first.
-pub fn attempts(conn: &Connection, webhook_id: &str, limit: i64) -> rusqlite::Result<Vec<Attempt>> {
+pub fn attempts(conn: &Connection, webhook_id: &str, limit: i64) -> crate::db::sql::Result<Vec<Attempt>> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, webhook_id, message_id, seq, at, status, outcome, latency_ms, response
          FROM webhook_attempts WHERE webhook_id = ?1 ORDER BY id DESC LIMIT ?2",
@@ -223,7 +223,7 @@ pub fn attempts(conn: &Connection, webhook_id: &str, limit: i64) -> rusqlite::Re
 }
 
 /// Delete log rows older than `cutoff`; returns how many.
-pub fn prune_attempts(conn: &Connection, cutoff: i64, limit: i64) -> rusqlite::Result<usize> {
+pub fn prune_attempts(conn: &Connection, cutoff: i64, limit: i64) -> crate::db::sql::Result<usize> {
     conn.prepare_cached(
         "DELETE FROM webhook_attempts WHERE id IN
            (SELECT id FROM webhook_attempts WHERE at < ?1 ORDER BY id LIMIT ?2)",
@@ -235,10 +235,8 @@ pub fn prune_attempts(conn: &Connection, cutoff: i64, limit: i64) -> rusqlite::R
 mod tests {
     use super::*;
 
-    fn db() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        super::super::migrations::migrate(&conn).unwrap();
-        conn
+    fn db() -> crate::db::sql::testing::TestDb {
+        crate::db::sql::testing::db()
     }
 
     fn hook(id: &str) -> Webhook {

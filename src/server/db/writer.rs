@@ -25,13 +25,13 @@
 //! have made work available (a release, break, expiry, or any generic write
 //! such as an issue closing), which is when waiters try again.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use anyhow::{anyhow, Context};
-use rusqlite::{Connection, TransactionBehavior};
+use crate::db::sql::{Connection, TransactionBehavior};
+use crate::db::Location;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::db::leases::{self, Acquire, Break, Claim, Expired, Lease, Policy, Release, Renew};
@@ -169,22 +169,30 @@ impl LeaseService {
     /// writer thread, with the default policy. Fails if the database cannot
     /// be opened or migrated.
     #[cfg_attr(not(test), allow(dead_code))]
-    pub fn open(path: &Path) -> anyhow::Result<LeaseService> {
-        Self::open_with(path, Policy::default(), Arc::new(unix_now))
+    pub fn open(location: impl Into<Location>) -> anyhow::Result<LeaseService> {
+        Self::open_with(location, Policy::default(), Arc::new(unix_now))
     }
 
     /// `open` with a lease policy and a clock (tests and benchmarks inject
     /// one).
-    pub fn open_with(path: &Path, policy: Policy, clock: Clock) -> anyhow::Result<LeaseService> {
-        let conn = leases::open(path)
-            .with_context(|| format!("cannot open lease database {}", path.display()))?;
+    pub fn open_with(
+        location: impl Into<Location>,
+        policy: Policy,
+        clock: Clock,
+    ) -> anyhow::Result<LeaseService> {
+        let location = location.into();
+        let conn = crate::db::open(&location)
+            .with_context(|| format!("cannot open the collab database {}", location.display()))?;
         Self::start(conn, policy, clock, None)
     }
 
     /// `open` with an injected clock and the default policy.
     #[cfg_attr(not(test), allow(dead_code))]
-    pub fn open_with_clock(path: &Path, clock: Clock) -> anyhow::Result<LeaseService> {
-        Self::open_with(path, Policy::default(), clock)
+    pub fn open_with_clock(
+        location: impl Into<Location>,
+        clock: Clock,
+    ) -> anyhow::Result<LeaseService> {
+        Self::open_with(location, Policy::default(), clock)
     }
 
     /// Take over `conn` (already through `leases::open`). The writer waits
@@ -559,7 +567,7 @@ fn run_group(
     ops: &mut [Op],
     policy: &Policy,
     now: impl FnOnce() -> i64,
-) -> rusqlite::Result<Vec<anyhow::Result<Outcome>>> {
+) -> crate::db::sql::Result<Vec<anyhow::Result<Outcome>>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     // Read the clock once the write lock is ours: that is when the group happens.
     let now = now();
@@ -573,7 +581,7 @@ fn run_group(
                 // transaction, and with it what the earlier operations did.
                 if tx.is_autocommit() {
                     return Err(e
-                        .downcast::<rusqlite::Error>()
+                        .downcast::<crate::db::sql::Error>()
                         .unwrap_or_else(|e| failure(format!("transaction abandoned: {e:#}"))));
                 }
                 run_cached(&tx, "ROLLBACK TO lease_op")?;
@@ -586,17 +594,14 @@ fn run_group(
     Ok(outcomes)
 }
 
-fn failure(message: String) -> rusqlite::Error {
-    rusqlite::Error::SqliteFailure(
-        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
-        Some(message),
-    )
+fn failure(message: String) -> crate::db::sql::Error {
+    crate::db::sql::Error::failure(message)
 }
 
 /// Run a statement without parameters or rows through the statement cache.
 /// Every operation pays for its SAVEPOINT and RELEASE; parsing them each
-/// time (as `rusqlite::Savepoint` does) cost as much as the lease logic.
-fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+/// time (as `crate::db::sql::Savepoint` does) cost as much as the lease logic.
+fn run_cached(conn: &Connection, sql: &str) -> crate::db::sql::Result<()> {
     conn.prepare_cached(sql)?.execute([])?;
     Ok(())
 }
@@ -711,7 +716,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn concurrent_acquirers_of_one_issue_exactly_one_wins() {
         let dir = tempfile::tempdir().unwrap();
-        let service = LeaseService::open(&dir.path().join("collab.db")).unwrap();
+        let service = LeaseService::open(dir.path().join("collab.db")).unwrap();
         let racers: Vec<_> = (0..64)
             .map(|i| {
                 let service = service.clone();
@@ -812,7 +817,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("collab.db");
         let conn = leases::open(&path).unwrap();
-        conn.busy_timeout(Duration::from_millis(50)).unwrap();
+        conn.as_sqlite()
+            .unwrap()
+            .busy_timeout(Duration::from_millis(50))
+            .unwrap();
         let (clock, _) = fixed_clock(T0);
         let (service, open_gate) = paused(conn, clock);
         // Another process holds the write lock for longer than busy_timeout.
@@ -871,7 +879,7 @@ mod tests {
     async fn expiry_follows_the_service_clock_which_never_runs_backwards() {
         let dir = tempfile::tempdir().unwrap();
         let (clock, time) = fixed_clock(T0);
-        let service = LeaseService::open_with_clock(&dir.path().join("collab.db"), clock).unwrap();
+        let service = LeaseService::open_with_clock(dir.path().join("collab.db"), clock).unwrap();
         service
             .acquire(REPO, "01", "alice", Some(10))
             .await
@@ -906,7 +914,7 @@ mod tests {
         const ISSUES: usize = 3;
         let dir = tempfile::tempdir().unwrap();
         let (clock, _) = fixed_clock(T0);
-        let service = LeaseService::open_with_clock(&dir.path().join("collab.db"), clock).unwrap();
+        let service = LeaseService::open_with_clock(dir.path().join("collab.db"), clock).unwrap();
         let tasks: Vec<_> = (0..TASKS)
             .map(|seed| {
                 let service = service.clone();

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{TimeZone as _, Utc};
-use rusqlite::Connection;
+use crate::db::sql::Connection;
 use serde_json::{json, Value};
 
 use crate::app::App;
@@ -127,7 +127,7 @@ impl Recorded {
     }
 
     /// Append inside the caller's transaction; returns the seq.
-    pub fn append_in(&self, conn: &Connection, now: i64) -> rusqlite::Result<i64> {
+    pub fn append_in(&self, conn: &Connection, now: i64) -> crate::db::sql::Result<i64> {
         events::append(
             conn,
             &NewEvent {
@@ -173,11 +173,11 @@ pub const HOST_ACTOR: &str = "host";
 /// they all commit together or not at all. SQLite serializes it with the
 /// server's writer, so `seq` stays gap-free and in commit order.
 pub fn append_from_other_process(
-    collab_db: &std::path::Path,
+    collab_db: &crate::db::Location,
     events: &[Recorded],
-) -> rusqlite::Result<()> {
-    let conn = crate::db::leases::open(collab_db)?;
-    let tx = rusqlite::Transaction::new_unchecked(&conn, rusqlite::TransactionBehavior::Immediate)?;
+) -> crate::db::sql::Result<()> {
+    let conn = crate::db::open(collab_db)?;
+    let tx = crate::db::sql::Transaction::new_unchecked(&conn, crate::db::sql::TransactionBehavior::Immediate)?;
     let now = Utc::now().timestamp();
     for event in events {
         event.append_in(&tx, now)?;
@@ -188,7 +188,7 @@ pub fn append_from_other_process(
 /// `append_from_other_process` for one event of a host command; a failure
 /// is a warning on stderr and does not undo the change.
 pub fn record_host_event(config: &crate::config::ServerConfig, event: &Recorded) {
-    if let Err(e) = append_from_other_process(&config.collab_db_path(), std::slice::from_ref(event))
+    if let Err(e) = append_from_other_process(&config.collab_db_location(), std::slice::from_ref(event))
     {
         eprintln!("warning: could not record the {} event: {e}", event.kind);
     }
@@ -223,9 +223,9 @@ pub fn spawn_background(app: &Arc<App>) {
 
 /// Publish the head as committed on disk (by any process).
 pub async fn refresh_head(app: &App) {
-    let path = app.config.collab_db_path();
+    let location = app.config.collab_db_location();
     let read = tokio::task::spawn_blocking(move || {
-        let conn = crate::db::open_reader(&path)?;
+        let conn = crate::db::open_reader(&location)?;
         events::head(&conn)
     })
     .await;

@@ -39,7 +39,7 @@ pub struct HookContext {
     /// `collab.db` (or its configured location): hooks may read it with
     /// their own connection, and write only through `db::*` functions in
     /// their own short transaction.
-    pub collab_db: PathBuf,
+    pub collab_db: crate::db::Location,
     /// Ref globs a push may touch only with a live lease token
     /// (`hooks::fencing`): the repository policy's and governance's, as the
     /// server resolved them. Passed one per line.
@@ -60,7 +60,7 @@ impl HookContext {
             (ENV_REPO, self.repo.clone().into()),
             (ENV_ACCESS, self.access.as_str().into()),
             (ENV_STATE_DIR, self.state_dir.clone().into_os_string()),
-            (ENV_COLLAB_DB, self.collab_db.clone().into_os_string()),
+            (ENV_COLLAB_DB, self.collab_db.to_setting().into()),
             (ENV_FENCED_REFS, self.fenced_refs.join("\n").into()),
             (ENV_MAX_BODY, self.max_body.to_string().into()),
             (ENV_WEB_URL, self.web_url.clone().into()),
@@ -100,7 +100,7 @@ impl HookContext {
             repo: text(ENV_REPO)?,
             access,
             state_dir: path(ENV_STATE_DIR)?,
-            collab_db: path(ENV_COLLAB_DB)?,
+            collab_db: crate::db::Location::parse(&text(ENV_COLLAB_DB)?),
             fenced_refs: get(ENV_FENCED_REFS)
                 .and_then(|v| v.into_string().ok())
                 .map(|v| {

@@ -16,7 +16,7 @@
 //! server's writer); this check writes nothing.
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
-use rusqlite::Connection;
+use crate::db::sql::Connection;
 
 use super::{HookContext, RefUpdate, Refusal};
 use crate::db::leases;
@@ -132,7 +132,7 @@ pub fn judge(
     option: &LeaseOption,
     now: i64,
 ) -> Result<(), String> {
-    let internal = |e: rusqlite::Error| format!("push refused: reading the lease store: {e}");
+    let internal = |e: crate::db::sql::Error| format!("push refused: reading the lease store: {e}");
     let ids = leases::issues_with_prefix(conn, &ctx.repo, &option.issue).map_err(internal)?;
     let issue = match ids.as_slice() {
         [one] => one.clone(),
@@ -233,8 +233,7 @@ mod tests {
 
     #[test]
     fn only_the_pushers_live_token_passes() {
-        let conn = Connection::open_in_memory().unwrap();
-        leases::init_schema(&conn).unwrap();
+        let conn = crate::db::sql::testing::db();
         let p = Policy::default();
         let claim = |holder: &str| Claim::new("r.git", ISSUE, holder, Some(10));
         leases::acquire_in(&conn, &claim("alice"), &p, T0).unwrap();

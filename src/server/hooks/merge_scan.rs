@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use git2::{Oid, Repository};
-use rusqlite::TransactionBehavior;
+use crate::db::sql::TransactionBehavior;
 
 use super::{HookContext, RefUpdate};
 use crate::db::{issues, patches};
@@ -125,7 +125,7 @@ impl Plan {
 /// (`conn` may be a read-only connection; nothing is written).
 pub fn plan(
     repo: &Repository,
-    conn: &rusqlite::Connection,
+    conn: &crate::db::sql::Connection,
     repo_name: &str,
     updates: &[RefUpdate],
 ) -> Result<Plan, String> {
@@ -205,7 +205,7 @@ pub fn plan(
 /// A patch or issue that no longer applies (merged or closed meanwhile, an
 /// unknown or ambiguous prefix) is a warning in the result, not an error.
 pub fn apply(
-    conn: &rusqlite::Connection,
+    conn: &crate::db::sql::Connection,
     plan: &Plan,
     repo_name: &str,
     actor: &issues::Person,
@@ -260,14 +260,14 @@ pub fn scan(ctx: &HookContext, updates: &[RefUpdate]) -> Result<Found, String> {
     {
         return Ok(Found::default());
     }
-    let conn = crate::db::leases::open(&ctx.collab_db)
+    let conn = crate::db::open(&ctx.collab_db)
         .map_err(|e| format!("opening the collab database: {e}"))?;
     let repo = ctx.open_repo()?;
     let plan = plan(&repo, &conn, &ctx.repo, updates)?;
     if plan.is_empty() {
         return Ok(Found::default());
     }
-    let tx = rusqlite::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)
+    let tx = crate::db::sql::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)
         .map_err(|e| format!("collab database: {e}"))?;
     let actor = issues::Person {
         principal: ctx.principal.clone(),

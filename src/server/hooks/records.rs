@@ -53,7 +53,7 @@ mod tests {
             repo: "r.git".into(),
             access: crate::authz::Access::Rewind,
             state_dir: PathBuf::from("/nonexistent"),
-            collab_db: PathBuf::from("/nonexistent/collab.db"),
+            collab_db: "/nonexistent/collab.db".into(),
             fenced_refs: Vec::new(),
             max_body: 1000,
             web_url: String::new(),

@@ -34,7 +34,7 @@
 use std::io::{Read, Write};
 
 use git2::{Oid, Repository};
-use rusqlite::TransactionBehavior;
+use crate::db::sql::TransactionBehavior;
 
 use super::{HookContext, RefUpdate, Refusal};
 use crate::db::patches::{self, NewPatch, NewRevision, Person, Written};
@@ -311,9 +311,9 @@ fn propose(
         base_tip: Some(fork.base_tip.to_string()),
     };
 
-    let conn = crate::db::leases::open(&ctx.collab_db)
+    let conn = crate::db::open(&ctx.collab_db)
         .map_err(|e| format!("opening the collab database: {e}"))?;
-    let tx = rusqlite::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)
+    let tx = crate::db::sql::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)
         .map_err(|e| format!("collab database: {e}"))?;
     let actor = Person {
         principal: ctx.principal.clone(),

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use rusqlite::{Connection, OpenFlags};
 
 use crate::app::App;
 
@@ -33,11 +32,8 @@ pub async fn readyz(State(app): State<Arc<App>>) -> Response {
 /// the probe is anonymous).
 fn ready(app: &App) -> Result<(), &'static str> {
     std::fs::read_dir(&app.config.repos_dir).map_err(|_| "repos_dir is not readable")?;
-    let db = Connection::open_with_flags(
-        app.config.collab_db_path(),
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(|_| "collab_db does not open")?;
+    let db = crate::db::open_reader(app.config.collab_db_location())
+        .map_err(|_| "collab_db does not open")?;
     // A real query on the lease tables: a corrupt page there fails it.
     crate::db::guard::ready_query(&db).map_err(|e| {
         tracing::warn!("readyz: collab_db: {e}");

@@ -76,18 +76,18 @@ impl Drop for WatcherSlot {
 /// The read-only connection a watcher reads through, moved to the blocking
 /// pool for each query.
 struct Reader {
-    conn: Option<rusqlite::Connection>,
+    conn: Option<crate::db::sql::Connection>,
 }
 
 impl Reader {
-    async fn open(path: std::path::PathBuf) -> anyhow::Result<Reader> {
-        let conn = tokio::task::spawn_blocking(move || crate::db::open_reader(&path)).await??;
+    async fn open(location: crate::db::Location) -> anyhow::Result<Reader> {
+        let conn = tokio::task::spawn_blocking(move || crate::db::open_reader(&location)).await??;
         Ok(Reader { conn: Some(conn) })
     }
 
     async fn query<T: Send + 'static>(
         &mut self,
-        f: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
+        f: impl FnOnce(&crate::db::sql::Connection) -> crate::db::sql::Result<T> + Send + 'static,
     ) -> anyhow::Result<T> {
         let conn = self
             .conn
@@ -179,7 +179,7 @@ pub async fn watch(ctx: &ExecContext, channel: Channel<Msg>, cmd: WatchCmd) {
         )
         .await;
     };
-    let mut reader = match Reader::open(ctx.app.config.collab_db_path()).await {
+    let mut reader = match Reader::open(ctx.app.config.collab_db_location()).await {
         Ok(r) => r,
         Err(e) => {
             tracing::error!("events: opening a reader: {e:#}");

@@ -743,7 +743,7 @@ async fn write<F>(
     f: F,
 ) -> Reply
 where
-    F: FnOnce(&rusqlite::Connection, &WriteCtx<'_>) -> Result<(Written, Value), IssueError>
+    F: FnOnce(&crate::db::sql::Connection, &WriteCtx<'_>) -> Result<(Written, Value), IssueError>
         + Send
         + 'static,
 {

@@ -470,7 +470,7 @@ impl Lookup {
 /// The issue as the collab database holds it; `None` when it has no issue
 /// of that id.
 fn held_issue(
-    conn: &rusqlite::Connection,
+    conn: &crate::db::sql::Connection,
     repo: &str,
     id: &str,
 ) -> anyhow::Result<Option<Resolved>> {

@@ -265,11 +265,11 @@ pub fn spawn(app: Arc<App>) {
 
 pub async fn read<T: Send + 'static>(
     app: &App,
-    f: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
+    f: impl FnOnce(&crate::db::sql::Connection) -> crate::db::sql::Result<T> + Send + 'static,
 ) -> anyhow::Result<T> {
-    let path = app.config.collab_db_path();
+    let location = app.config.collab_db_location();
     tokio::task::spawn_blocking(move || {
-        let conn = crate::db::open_reader(&path)?;
+        let conn = crate::db::open_reader(&location)?;
         f(&conn)
     })
     .await?
@@ -598,7 +598,7 @@ async fn record_attempts(app: Arc<App>, mut records: tokio::sync::mpsc::Receiver
 
 /// One attempt's rows; `(now, disabled)`.
 fn record_one(
-    conn: &rusqlite::Connection,
+    conn: &crate::db::sql::Connection,
     now: i64,
     attempt: Attempt,
     failure: Option<Failure>,

@@ -178,7 +178,7 @@ impl Filter {
 fn read_issues<T: Send + 'static>(
     st: &AppState,
     ctx: &RepoCtx,
-    f: impl FnOnce(&rusqlite::Connection) -> anyhow::Result<T> + Send + 'static,
+    f: impl FnOnce(&crate::db::sql::Connection) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, PageError> {
     let app = &st.app;
     crate::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;

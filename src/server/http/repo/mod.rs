@@ -73,7 +73,7 @@ pub fn nav(st: &AppState, ctx: &RepoCtx, section: &'static str) -> Result<RepoNa
 }
 
 /// Open issues and open patches of `repo`, in one read.
-pub fn open_counts(conn: &rusqlite::Connection, repo: &str) -> anyhow::Result<OpenCounts> {
+pub fn open_counts(conn: &crate::db::sql::Connection, repo: &str) -> anyhow::Result<OpenCounts> {
     Ok(OpenCounts {
         issues: crate::db::issues::count(conn, repo, crate::db::issues::StateFilter::Open, &[])?
             as usize,

@@ -224,7 +224,7 @@ fn parse_cursor(s: Option<&str>) -> Option<(i64, String)> {
 fn read<T: Send + 'static>(
     st: &AppState,
     ctx: &RepoCtx,
-    f: impl FnOnce(&rusqlite::Connection) -> anyhow::Result<T> + Send + 'static,
+    f: impl FnOnce(&crate::db::sql::Connection) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, PageError> {
     let app = &st.app;
     crate::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
@@ -289,7 +289,7 @@ fn list_page(st: &AppState, requested: &str, query: ListParams) -> PageResult {
             .patches
             .iter()
             .map(|p| patches::latest_votes(conn, &name, &p.id))
-            .collect::<rusqlite::Result<_>>()?;
+            .collect::<crate::db::sql::Result<_>>()?;
         Ok(ListData {
             page,
             votes,

@@ -1,0 +1,357 @@
+//! The PostgreSQL side of the storage interface: a synchronous `postgres`
+//! client (it runs on the writer thread and the blocking pool, never on an
+//! async worker), `?N` placeholders rewritten to `$N`, values converted by
+//! the column and parameter types the server reports, statements cached per
+//! connection, and a connection that reconnects between transactions when
+//! the server went away.
+
+use std::cell::{Cell, RefCell, RefMut};
+use std::collections::HashMap;
+
+use bytes::BytesMut;
+use postgres::types::{IsNull, Type};
+
+use super::{Behavior, Error, Result, StatementCache, ValueRef};
+
+/// The key of the transaction-scoped advisory lock every write transaction
+/// takes first (`pg_advisory_xact_lock`), on every node: writes to the
+/// collab database are serial, as SQLite's one write lock makes them. It is
+/// released by COMMIT or ROLLBACK, and by the server when a node's
+/// connection dies, so a killed node never holds it.
+pub const WRITE_LOCK: i64 = 0x636f_6c6c_6162; // "collab"
+
+/// Statements cached per connection before the cache starts over (the
+/// domain code has a bounded set of statement shapes; this bounds a leak).
+const MAX_CACHED: usize = 512;
+
+pub struct PgConnection {
+    url: String,
+    client: RefCell<postgres::Client>,
+    statements: StatementCache,
+    in_tx: Cell<bool>,
+}
+
+impl PgConnection {
+    pub fn connect(url: &str) -> Result<PgConnection> {
+        Ok(PgConnection {
+            url: url.to_string(),
+            client: RefCell::new(connect(url)?),
+            statements: RefCell::new(HashMap::new()),
+            in_tx: Cell::new(false),
+        })
+    }
+
+    /// The client, reconnected first if the server closed it while no
+    /// transaction was open (a restarted PostgreSQL, a dropped connection).
+    /// Inside a transaction a lost connection is the transaction's failure.
+    fn client(&self) -> Result<RefMut<'_, postgres::Client>> {
+        let mut client = self.client.borrow_mut();
+        if client.is_closed() && !self.in_tx.get() {
+            *client = connect(&self.url)?;
+            self.statements.borrow_mut().clear();
+        }
+        Ok(client)
+    }
+
+    pub fn in_transaction(&self) -> bool {
+        self.in_tx.get()
+    }
+
+    pub fn batch(&self, sql: &str) -> Result<()> {
+        Ok(self.client()?.batch_execute(sql)?)
+    }
+
+    pub fn begin(&self, behavior: Behavior) -> Result<()> {
+        let sql = match behavior {
+            Behavior::Deferred => "BEGIN".to_string(),
+            Behavior::Immediate => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
+        };
+        self.start(&sql)
+    }
+
+    pub fn begin_read(&self) -> Result<()> {
+        self.start("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    }
+
+    fn start(&self, sql: &str) -> Result<()> {
+        let mut client = self.client()?;
+        self.in_tx.set(true);
+        if let Err(e) = client.batch_execute(sql) {
+            // The BEGIN may have run before the failure: end it.
+            let _ = client.batch_execute("ROLLBACK");
+            self.in_tx.set(false);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// COMMIT or ROLLBACK. The transaction is over either way (a failed
+    /// COMMIT rolled back).
+    pub fn end(&self, sql: &str) -> Result<()> {
+        self.in_tx.set(false);
+        let mut client = self.client.borrow_mut();
+        if client.is_closed() {
+            return Err(Error::failure(
+                "the PostgreSQL connection was lost inside a transaction",
+            ));
+        }
+        Ok(client.batch_execute(sql)?)
+    }
+
+    pub fn prepare(&self, sql: &str) -> Result<PgStatement<'_>> {
+        let mut client = self.client()?;
+        if let Some(stmt) = self.statements.borrow().get(sql) {
+            return Ok(PgStatement {
+                conn: self,
+                stmt: stmt.clone(),
+            });
+        }
+        let stmt = client.prepare(&placeholders(sql))?;
+        let mut cache = self.statements.borrow_mut();
+        if cache.len() >= MAX_CACHED {
+            cache.clear();
+        }
+        cache.insert(sql.to_string(), stmt.clone());
+        Ok(PgStatement { conn: self, stmt })
+    }
+}
+
+fn connect(url: &str) -> Result<postgres::Client> {
+    Ok(postgres::Client::connect(url, postgres::NoTls)?)
+}
+
+pub struct PgStatement<'c> {
+    conn: &'c PgConnection,
+    stmt: postgres::Statement,
+}
+
+impl PgStatement<'_> {
+    pub fn execute(&mut self, values: &[ValueRef<'_>]) -> Result<usize> {
+        let params = bind(values);
+        let n = self.conn.client()?.execute(&self.stmt, &refs(&params))?;
+        Ok(n as usize)
+    }
+
+    pub fn query(&mut self, values: &[ValueRef<'_>]) -> Result<Vec<postgres::Row>> {
+        let params = bind(values);
+        Ok(self.conn.client()?.query(&self.stmt, &refs(&params))?)
+    }
+}
+
+fn bind<'a>(values: &'a [ValueRef<'a>]) -> Vec<Param<'a>> {
+    values.iter().map(|v| Param(*v)).collect()
+}
+
+fn refs<'a>(params: &'a [Param<'a>]) -> Vec<&'a (dyn postgres::types::ToSql + Sync)> {
+    params
+        .iter()
+        .map(|p| p as &(dyn postgres::types::ToSql + Sync))
+        .collect()
+}
+
+/// Rewrite SQLite's `?N` and `?` placeholders as PostgreSQL's `$N`,
+/// leaving string literals, quoted names and comments alone.
+pub fn placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.chars().peekable();
+    let mut last = 0u32;
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                out.push(c);
+                for d in chars.by_ref() {
+                    out.push(d);
+                    if d == c {
+                        break;
+                    }
+                }
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                out.push(c);
+                for d in chars.by_ref() {
+                    out.push(d);
+                    if d == '\n' {
+                        break;
+                    }
+                }
+            }
+            '?' => {
+                let mut digits = String::new();
+                while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+                    digits.push(*d);
+                    chars.next();
+                }
+                let n = if digits.is_empty() {
+                    last + 1
+                } else {
+                    digits.parse().unwrap_or(last + 1)
+                };
+                last = last.max(n);
+                out.push('$');
+                out.push_str(&n.to_string());
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// A parameter, encoded as whatever type the server inferred for its place.
+#[derive(Debug)]
+struct Param<'a>(ValueRef<'a>);
+
+type BoxError = Box<dyn std::error::Error + Sync + Send>;
+
+impl postgres::types::ToSql for Param<'_> {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> std::result::Result<IsNull, BoxError> {
+        match self.0 {
+            ValueRef::Null => Ok(IsNull::Yes),
+            ValueRef::Integer(v) => match *ty {
+                Type::INT8 => v.to_sql(ty, out),
+                Type::INT4 => i32::try_from(v)?.to_sql(ty, out),
+                Type::INT2 => i16::try_from(v)?.to_sql(ty, out),
+                Type::BOOL => (v != 0).to_sql(ty, out),
+                Type::FLOAT8 => (v as f64).to_sql(ty, out),
+                Type::FLOAT4 => (v as f32).to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+                    v.to_string().as_str().to_sql(ty, out)
+                }
+                _ => Err(format!("cannot bind an integer to a {ty} parameter").into()),
+            },
+            ValueRef::Real(v) => match *ty {
+                Type::FLOAT8 => v.to_sql(ty, out),
+                Type::FLOAT4 => (v as f32).to_sql(ty, out),
+                _ => Err(format!("cannot bind a real to a {ty} parameter").into()),
+            },
+            ValueRef::Text(s) => match *ty {
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+                    s.to_sql(ty, out)
+                }
+                _ => Err(format!("cannot bind text to a {ty} parameter").into()),
+            },
+            ValueRef::Blob(b) => match *ty {
+                Type::BYTEA => b.to_sql(ty, out),
+                _ => Err(format!("cannot bind a blob to a {ty} parameter").into()),
+            },
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+/// Column `i` of `row` as a value.
+pub fn column(row: &postgres::Row, i: usize) -> Result<ValueRef<'_>> {
+    let ty = row
+        .columns()
+        .get(i)
+        .ok_or_else(|| Error::conversion(format!("no column {i}")))?
+        .type_()
+        .clone();
+    let v = match ty {
+        Type::INT8 => row.try_get::<_, Option<i64>>(i)?.map(ValueRef::Integer),
+        Type::INT4 => row
+            .try_get::<_, Option<i32>>(i)?
+            .map(|v| ValueRef::Integer(v.into())),
+        Type::INT2 => row
+            .try_get::<_, Option<i16>>(i)?
+            .map(|v| ValueRef::Integer(v.into())),
+        Type::BOOL => row
+            .try_get::<_, Option<bool>>(i)?
+            .map(|v| ValueRef::Integer(v.into())),
+        Type::FLOAT8 => row.try_get::<_, Option<f64>>(i)?.map(ValueRef::Real),
+        Type::FLOAT4 => row
+            .try_get::<_, Option<f32>>(i)?
+            .map(|v| ValueRef::Real(v.into())),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+            row.try_get::<_, Option<&str>>(i)?.map(ValueRef::Text)
+        }
+        Type::BYTEA => row.try_get::<_, Option<&[u8]>>(i)?.map(ValueRef::Blob),
+        other => {
+            return Err(Error::conversion(format!(
+                "column {} has type {other}, which the storage interface does not read \
+                 (cast it to BIGINT or TEXT in the query)",
+                row.columns()[i].name()
+            )))
+        }
+    };
+    Ok(v.unwrap_or(ValueRef::Null))
+}
+
+/// A PostgreSQL error as one line: the server's message and SQLSTATE where
+/// there is one.
+pub fn describe(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!(
+            "postgres: {}: {} ({})",
+            db.severity(),
+            db.message(),
+            db.code().code()
+        ),
+        None => format!("postgres: {e}"),
+    }
+}
+
+/// SQLSTATE class 23: integrity constraint violation.
+pub fn is_constraint_violation(e: &postgres::Error) -> bool {
+    e.code().is_some_and(|c| c.code().starts_with("23"))
+}
+
+/// `url` with its password replaced by `***` (in the authority part and in
+/// a `password=` query parameter).
+pub fn redact(url: &str) -> String {
+    let mut out = url.to_string();
+    if let Some(scheme_end) = out.find("://") {
+        let rest = &out[scheme_end + 3..];
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        if let Some(at) = rest[..authority_end].rfind('@') {
+            if let Some(colon) = rest[..at].find(':') {
+                let start = scheme_end + 3 + colon + 1;
+                let end = scheme_end + 3 + at;
+                out.replace_range(start..end, "***");
+            }
+        }
+    }
+    if let Some(q) = out.find('?') {
+        let (head, query) = out.split_at(q + 1);
+        let query: Vec<String> = query
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => kv.to_string(),
+            })
+            .collect();
+        out = format!("{head}{}", query.join("&"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_rewritten_outside_literals() {
+        assert_eq!(
+            placeholders("SELECT ?1, '?2', \"a?\" FROM t WHERE a = ?2 AND b = ? -- ?\n"),
+            "SELECT $1, '?2', \"a?\" FROM t WHERE a = $2 AND b = $3 -- ?\n"
+        );
+        assert_eq!(placeholders("VALUES (?, ?, ?)"), "VALUES ($1, $2, $3)");
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("postgres://collab:s3cret@db:5432/collab"),
+            "postgres://collab:***@db:5432/collab"
+        );
+        assert_eq!(
+            redact("postgres://collab@db/collab?password=x&sslmode=disable"),
+            "postgres://collab@db/collab?password=***&sslmode=disable"
+        );
+        assert_eq!(redact("postgres:///collab?host=/run/postgresql"), "postgres:///collab?host=/run/postgresql");
+    }
+}
