@@ -2,8 +2,10 @@
 #
 # Owns the service's options, the rendered configuration file
 # /etc/git-collab/server.toml, the hardened systemd unit, the service
-# account and the firewall ports. Secrets never enter the Nix store: they
-# come through `environmentFile` (GIT_COLLAB_* variables, or *_FILE paths).
+# account and the firewall ports, and with `database.type = "postgres"` the
+# connection to PostgreSQL (optionally a local server it sets up). Secrets
+# never enter the Nix store: they come through `environmentFile`
+# (GIT_COLLAB_* variables, or *_FILE paths) or systemd credentials.
 # See docs/deploy-nixos.md for a complete example.
 {
   config,
@@ -55,6 +57,70 @@
   authorizedKeysFile =
     pkgs.writeText "git-collab-authorized-keys"
     (lib.concatMapStrings (key: "${key}\n") cfg.authorizedKeys);
+
+  # The collab database in PostgreSQL (issue #17). The server reads its URL
+  # from GIT_COLLAB_COLLAB_DB, or from the file GIT_COLLAB_COLLAB_DB_FILE
+  # names; both override `collab_db` in server.toml.
+  db = cfg.database;
+  usePostgres = db.type == "postgres";
+  dbHostIsSocket = lib.hasPrefix "/" db.host;
+  # The option types keep these free of characters a URL (or systemd's %
+  # specifiers) would need escaped, so without a password the URL is plain.
+  dbUrlNoPassword = "postgres:///${db.name}?host=${db.host}&user=${db.user}&port=${toString db.port}";
+  # With a password the URL is built at start, from the credential, by
+  # dbUrlScript; only the parts around the password are in the store. A socket
+  # directory is written as a percent-encoded host, an IPv6 address in [].
+  dbUrlHost =
+    if dbHostIsSocket
+    then lib.escapeURL db.host
+    else if lib.hasInfix ":" db.host
+    then "[${db.host}]"
+    else db.host;
+  dbUrlScript = pkgs.writeShellScript "git-collab-collab-db-url" ''
+    # Writes the collab database URL, password percent-encoded, to "$1"
+    # (mode 0600), from the credential collab-db-password (LoadCredential=).
+    set -euo pipefail
+    export LC_ALL=C
+    pw=$(<"$CREDENTIALS_DIRECTORY/collab-db-password")
+    enc=
+    for ((i = 0; i < ''${#pw}; i++)); do
+      c=''${pw:i:1}
+      case $c in
+        [A-Za-z0-9._~-]) enc+=$c ;;
+        *) printf -v c '%%%02X' "'$c"; enc+=$c ;;
+      esac
+    done
+    umask 077
+    printf '%s' ${lib.escapeShellArg "postgres://${db.user}:"}"$enc"${lib.escapeShellArg "@${dbUrlHost}:${toString db.port}/${db.name}"} >"$1"
+  '';
+  # What a unit needs to reach the database; runtimeDir is the unit's own
+  # RuntimeDirectory, where the URL with the password is written.
+  dbUsesPassword = usePostgres && db.passwordFile != null;
+  dbEnvironment = runtimeDir:
+    lib.optionalAttrs usePostgres (
+      if dbUsesPassword
+      then {GIT_COLLAB_COLLAB_DB_FILE = "${runtimeDir}/collab-db-url";}
+      else {GIT_COLLAB_COLLAB_DB = dbUrlNoPassword;}
+    );
+  dbCredential = lib.optionalAttrs dbUsesPassword {
+    LoadCredential = ["collab-db-password:${db.passwordFile}"];
+  };
+  dbUrlCommand = runtimeDir: lib.optional dbUsesPassword "${dbUrlScript} ${runtimeDir}/collab-db-url";
+  # Ordering only: without createLocally the server may be elsewhere. Newer
+  # nixpkgs creates the ensured databases in postgresql-setup.service,
+  # which postgresql.target waits for; older ones in postgresql.service.
+  dbAfter = lib.optionals usePostgres ["postgresql.service" "postgresql.target"];
+  # A database reached over TCP needs the network, which the backup unit
+  # otherwise does without.
+  dbNeedsNetwork = usePostgres && !dbHostIsSocket;
+  isOutsideStore = path: lib.hasPrefix "/" path && !(lib.hasPrefix "${builtins.storeDir}/" path);
+  dbIdentifier = types.strMatching "[A-Za-z0-9_][A-Za-z0-9_.-]*";
+
+  # Run before the server starts, in this order.
+  serverStartPre =
+    lib.optional (cfg.authorizedKeys != [])
+    "${pkgs.coreutils}/bin/install -m 0600 ${authorizedKeysFile} ${cfg.settings.ssh.authorized_keys}"
+    ++ dbUrlCommand "/run/git-collab";
 
   # systemd expands % specifiers and $VARIABLES even inside quotes.
   escapeExecArg = arg: lib.replaceStrings ["%" "$"] ["%%" "$$"] (lib.escapeShellArg arg);
@@ -124,6 +190,69 @@ in {
       '';
     };
 
+    database = {
+      type = mkOption {
+        type = types.enum ["sqlite" "postgres"];
+        default = "sqlite";
+        description = ''
+          Where the server keeps its collab database. `sqlite`: the file
+          `settings.collab_db` (default `{repos_dir}/collab.db`). `postgres`:
+          the PostgreSQL database described by the options below, passed to
+          the server as GIT_COLLAB_COLLAB_DB (or GIT_COLLAB_COLLAB_DB_FILE
+          with `passwordFile`); leave `settings.collab_db` unset then.
+        '';
+      };
+      createLocally = mkOption {
+        type = types.bool;
+        default = false;
+        description = ''
+          Run PostgreSQL on this host (`services.postgresql`) and create the
+          database `name` owned by the role `user`. The server connects over
+          the unix socket in `host` with peer authentication, so `user` must
+          be the service's user (`services.git-collab.user`), `name` must
+          equal `user`, and no password is used.
+        '';
+      };
+      name = mkOption {
+        type = dbIdentifier;
+        default = "git-collab";
+        description = "Database name.";
+      };
+      user = mkOption {
+        type = dbIdentifier;
+        default = "git-collab";
+        description = "Database role the server connects as.";
+      };
+      host = mkOption {
+        type = types.strMatching "[A-Za-z0-9_./:-]+";
+        default = "/run/postgresql";
+        example = "db.example.org";
+        description = ''
+          Database host: a host name or IP address for TCP, or a directory
+          (a path starting with `/`) holding the server's unix socket.
+        '';
+      };
+      port = mkOption {
+        type = types.port;
+        default = 5432;
+        description = "Database port (with a socket directory, it names the socket file, `.s.PGSQL.PORT`).";
+      };
+      passwordFile = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "/run/secrets/git-collab-db-password";
+        description = ''
+          Absolute path, outside the Nix store, of a file holding only the
+          database password (a trailing newline is ignored). systemd reads it
+          as root (LoadCredential=), so it may be readable by root alone; at
+          every start the unit writes the full URL, password percent-encoded,
+          to a mode 0600 file in its runtime directory and points the server
+          at it with GIT_COLLAB_COLLAB_DB_FILE. The password never enters
+          the store. Not for `createLocally` (peer authentication).
+        '';
+      };
+    };
+
     backup = {
       enable = lib.mkEnableOption ''
         scheduled online backups (`git-collab-server backup`) while the server
@@ -185,7 +314,10 @@ in {
           collab_db = mkOption {
             type = types.nullOr types.str;
             default = null;
-            description = "SQLite database of server state; null means `{repos_dir}/collab.db`.";
+            description = ''
+              SQLite database of server state; null means `{repos_dir}/collab.db`.
+              For PostgreSQL use `services.git-collab.database` instead.
+            '';
           };
           site_title = mkOption {
             type = types.str;
@@ -264,7 +396,50 @@ in {
         assertion = lib.all (l: l.port >= 1 && l.port <= 65535) listeners;
         message = "services.git-collab.settings: ssh.listen and http.listen need a port between 1 and 65535.";
       }
+      {
+        assertion = usePostgres || (!db.createLocally && db.passwordFile == null);
+        message = "services.git-collab.database.createLocally and database.passwordFile apply to database.type = \"postgres\" only.";
+      }
+      {
+        assertion = !usePostgres || cfg.settings.collab_db == null;
+        message = "services.git-collab.settings.collab_db must stay unset with database.type = \"postgres\" (the database options set the server's collab_db).";
+      }
+      {
+        assertion = db.passwordFile == null || isOutsideStore db.passwordFile;
+        message = "services.git-collab.database.passwordFile must be an absolute path outside the Nix store (it holds a secret), got ${toString db.passwordFile}.";
+      }
+      {
+        assertion = !db.createLocally || dbHostIsSocket;
+        message = "services.git-collab.database.createLocally connects over the local unix socket: database.host must be a socket directory such as /run/postgresql, got ${db.host}.";
+      }
+      {
+        assertion = !db.createLocally || db.passwordFile == null;
+        message = "services.git-collab.database.createLocally uses peer authentication, which needs no password: unset database.passwordFile.";
+      }
+      {
+        assertion = !db.createLocally || db.user == cfg.user;
+        message = "services.git-collab.database.createLocally uses peer authentication: database.user (${db.user}) must equal services.git-collab.user (${cfg.user}).";
+      }
+      {
+        assertion = !db.createLocally || db.name == db.user;
+        message = "services.git-collab.database.createLocally makes database.user the owner of a database of the same name (ensureDBOwnership): database.name (${db.name}) must equal database.user (${db.user}).";
+      }
     ];
+
+    warnings =
+      lib.optional (cfg.backup.enable && usePostgres)
+      "services.git-collab.backup copies the repositories and the server's files, not the PostgreSQL database: dump that with pg_dump as well (docs/operations.md, \"PostgreSQL\").";
+
+    services.postgresql = lib.mkIf db.createLocally {
+      enable = true;
+      ensureDatabases = [db.name];
+      ensureUsers = [
+        {
+          name = db.user;
+          ensureDBOwnership = true;
+        }
+      ];
+    };
 
     services.git-collab.settings.ssh.authorized_keys =
       lib.mkIf (cfg.authorizedKeys != []) (lib.mkDefault runtimeAuthorizedKeys);
@@ -306,7 +481,8 @@ in {
     # write access to the server's directories as well as its own.
     systemd.services.git-collab-backup = lib.mkIf cfg.backup.enable {
       description = "git-collab online backup";
-      after = ["git-collab.service"];
+      after = ["git-collab.service"] ++ dbAfter;
+      environment = dbEnvironment "/run/git-collab-backup";
       inherit (cfg.backup) startAt;
       path = [pkgs.git pkgs.coreutils];
       script = ''
@@ -347,7 +523,17 @@ in {
         }
         // lib.optionalAttrs (cfg.environmentFile != null) {
           EnvironmentFile = cfg.environmentFile;
-        };
+        }
+        // lib.optionalAttrs dbNeedsNetwork {
+          PrivateNetwork = false;
+          RestrictAddressFamilies = ["AF_UNIX" "AF_INET" "AF_INET6"];
+        }
+        // lib.optionalAttrs dbUsesPassword (dbCredential
+          // {
+            RuntimeDirectory = "git-collab-backup";
+            RuntimeDirectoryMode = "0700";
+            ExecStartPre = dbUrlCommand "/run/git-collab-backup";
+          });
     };
     systemd.timers.git-collab-backup = lib.mkIf cfg.backup.enable {
       timerConfig.Persistent = true;
@@ -356,10 +542,15 @@ in {
     systemd.services.git-collab = {
       description = "git-collab forge server";
       wantedBy = ["multi-user.target"];
-      after = ["network.target"];
+      after = ["network.target"] ++ dbAfter;
+      requires = lib.optional db.createLocally "postgresql.service";
+      environment = dbEnvironment "/run/git-collab";
       # The server spawns git upload-pack / receive-pack.
       path = [pkgs.git];
-      restartTriggers = [configFile] ++ lib.optional (cfg.authorizedKeys != []) authorizedKeysFile;
+      restartTriggers =
+        [configFile]
+        ++ lib.optional (cfg.authorizedKeys != []) authorizedKeysFile
+        ++ lib.optional dbUsesPassword dbUrlScript;
 
       serviceConfig =
         {
@@ -421,9 +612,13 @@ in {
         // lib.optionalAttrs (cfg.environmentFile != null) {
           EnvironmentFile = cfg.environmentFile;
         }
-        // lib.optionalAttrs (cfg.authorizedKeys != []) {
-          ExecStartPre = "${pkgs.coreutils}/bin/install -m 0600 ${authorizedKeysFile} ${cfg.settings.ssh.authorized_keys}";
-        };
+        // lib.optionalAttrs (serverStartPre != []) {
+          ExecStartPre =
+            if lib.length serverStartPre == 1
+            then lib.head serverStartPre
+            else serverStartPre;
+        }
+        // dbCredential;
     };
   };
 }

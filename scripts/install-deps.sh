@@ -4,6 +4,13 @@
 set -euo pipefail
 
 packages=(git openssh-client openssh-server sqlite3 pkg-config chromium curl)
+# PostgreSQL for the tests' throwaway cluster (scripts/ci-postgres.sh). Only
+# root can install it; without it, and without root, those tests skip.
+if [ "$(id -u)" = 0 ]; then
+    packages+=(postgresql)
+elif ! command -v pg_ctl >/dev/null && ! compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null; then
+    echo "install-deps: PostgreSQL is not installed (not root, so not installing it): its tests will skip"
+fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -635,3 +635,262 @@ fn backup_timer_runs_the_backup_as_the_server_user_and_keeps_n() {
         "{inside:#}"
     );
 }
+
+/// Runs the module's store script `script` (it builds the PostgreSQL URL
+/// from the password credential) as systemd would, with a credentials
+/// directory holding `password`; returns the URL file it wrote, after
+/// checking that only its owner can read it.
+fn run_url_script(result: &Value, script: &str, password: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+
+    let text = result["storeFiles"][script]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{script} is not a store file: {result:#}"));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("collab-db-password"), password).unwrap();
+    let out = dir.path().join("collab-db-url");
+    let status = Command::new("bash")
+        .arg("-c")
+        .arg(text)
+        .arg("git-collab-collab-db-url")
+        .arg(&out)
+        .env("CREDENTIALS_DIRECTORY", dir.path())
+        .status()
+        .expect("run bash");
+    assert!(status.success(), "{text}");
+    let mode = std::fs::metadata(&out).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{text}");
+    std::fs::read_to_string(&out).unwrap()
+}
+
+/// `services.git-collab.database` (issue #17): the unit's environment, the
+/// local PostgreSQL server `createLocally` sets up, and nothing of either
+/// with the default SQLite database.
+#[test]
+fn sqlite_is_the_default_database_and_adds_nothing_to_the_unit() {
+    let Some(lib) = nixpkgs_lib() else { return };
+    let result = eval(&lib, &enabled(""));
+    service_config(&result);
+    let service = &result["service"];
+    assert_eq!(service["environment"], json!({}));
+    assert_eq!(service["after"], json!(["network.target"]));
+    assert_eq!(service["requires"], json!([]));
+    assert!(service["serviceConfig"].get("LoadCredential").is_none());
+    assert_eq!(result["postgresql"]["enable"], false);
+    assert_eq!(result["settings"]["collab_db"], Value::Null);
+}
+
+#[test]
+fn postgres_created_locally_uses_peer_auth_over_the_socket() {
+    let Some(lib) = nixpkgs_lib() else { return };
+    let result = eval(
+        &lib,
+        &enabled(r#"database = { type = "postgres"; createLocally = true; };"#),
+    );
+    let unit = service_config(&result);
+    let service = &result["service"];
+    assert_eq!(
+        service["environment"],
+        json!({"GIT_COLLAB_COLLAB_DB": "postgres:///git-collab?host=/run/postgresql&user=git-collab&port=5432"})
+    );
+    assert_eq!(
+        service["after"],
+        json!(["network.target", "postgresql.service", "postgresql.target"])
+    );
+    assert_eq!(service["requires"], json!(["postgresql.service"]));
+    assert_eq!(
+        result["postgresql"],
+        json!({
+            "enable": true,
+            "ensureDatabases": ["git-collab"],
+            "ensureUsers": [{"name": "git-collab", "ensureDBOwnership": true}],
+        })
+    );
+    // Peer authentication: no password, no credential, nothing run before start.
+    assert!(unit.get("LoadCredential").is_none(), "{unit:#}");
+    assert!(unit.get("ExecStartPre").is_none(), "{unit:#}");
+    // The unix socket is reachable through the existing hardening.
+    assert_eq!(
+        unit["RestrictAddressFamilies"],
+        json!(["AF_INET", "AF_INET6", "AF_UNIX"])
+    );
+    // The database is not in the rendered file: the environment names it.
+    assert!(!rendered_toml(&result).contains("collab_db"));
+
+    // Another account works when the role and the database follow it.
+    let custom = eval(
+        &lib,
+        &enabled(
+            r#"user = "forge"; group = "forge";
+               database = { type = "postgres"; createLocally = true; user = "forge"; name = "forge"; port = 5433; };"#,
+        ),
+    );
+    assert_eq!(custom["failedAssertions"], json!([]), "{custom:#}");
+    assert_eq!(
+        custom["service"]["environment"]["GIT_COLLAB_COLLAB_DB"],
+        "postgres:///forge?host=/run/postgresql&user=forge&port=5433"
+    );
+    assert_eq!(custom["postgresql"]["ensureDatabases"], json!(["forge"]));
+
+    // Without createLocally the server is someone else's: ordering only.
+    let external = eval(&lib, &enabled(r#"database.type = "postgres";"#));
+    assert_eq!(external["failedAssertions"], json!([]), "{external:#}");
+    assert_eq!(external["service"]["requires"], json!([]));
+    assert_eq!(external["postgresql"]["enable"], false);
+}
+
+#[test]
+fn postgres_password_file_reaches_the_server_as_a_runtime_url_file() {
+    let Some(lib) = nixpkgs_lib() else { return };
+    let result = eval(
+        &lib,
+        &enabled(
+            r#"authorizedKeys = [ "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFGcO/3H2J4Iz3IIZ+Q83UCxEhu5/ic2LhsNeb/62hMF alice" ];
+               database = { type = "postgres"; host = "db.example.org"; port = 6432; name = "forge"; user = "forge_app";
+                            passwordFile = "/run/secrets/git-collab-db-password"; };
+               backup.enable = true;"#,
+        ),
+    );
+    let unit = service_config(&result);
+    let url_file = "/run/git-collab/collab-db-url";
+    assert_eq!(
+        result["service"]["environment"],
+        json!({"GIT_COLLAB_COLLAB_DB_FILE": url_file})
+    );
+    // systemd reads the password (as root) and hands it to the unit only.
+    assert_eq!(
+        unit["LoadCredential"],
+        json!(["collab-db-password:/run/secrets/git-collab-db-password"])
+    );
+    assert_eq!(unit["RuntimeDirectory"], "git-collab");
+    // The authorized keys first, then the URL file.
+    let pre = unit["ExecStartPre"].as_array().expect("two ExecStartPre");
+    assert_eq!(pre.len(), 2, "{pre:?}");
+    assert!(pre[0]
+        .as_str()
+        .unwrap()
+        .ends_with(" /run/git-collab/authorized_keys"));
+    let words: Vec<&str> = pre[1].as_str().unwrap().split(' ').collect();
+    let [script, target] = words[..] else {
+        panic!("ExecStartPre is not `SCRIPT FILE`: {pre:?}");
+    };
+    assert!(script.ends_with("-git-collab-collab-db-url"), "{script}");
+    assert_eq!(target, url_file);
+    // The script percent-encodes the password into the URL, mode 0600.
+    assert_eq!(
+        run_url_script(&result, script, "p@ss:w/rd% é\"'\\x\n"),
+        "postgres://forge_app:p%40ss%3Aw%2Frd%25%20%C3%A9%22%27%5Cx@db.example.org:6432/forge"
+    );
+
+    // The backup unit reaches the same database with its own copy of the
+    // URL, and needs the network for a TCP host.
+    let backup = &result["backupService"];
+    assert_eq!(
+        backup["environment"],
+        json!({"GIT_COLLAB_COLLAB_DB_FILE": "/run/git-collab-backup/collab-db-url"})
+    );
+    let backup_unit = &backup["serviceConfig"];
+    assert_eq!(backup_unit["LoadCredential"], unit["LoadCredential"]);
+    assert_eq!(backup_unit["RuntimeDirectory"], "git-collab-backup");
+    assert_eq!(
+        backup_unit["ExecStartPre"],
+        json!([format!("{script} /run/git-collab-backup/collab-db-url")])
+    );
+    assert_eq!(backup_unit["PrivateNetwork"], false);
+    assert_eq!(
+        backup_unit["RestrictAddressFamilies"],
+        json!(["AF_UNIX", "AF_INET", "AF_INET6"])
+    );
+    // It does not dump PostgreSQL, and says so.
+    assert!(
+        result["warnings"].to_string().contains("pg_dump"),
+        "{:#}",
+        result["warnings"]
+    );
+
+    // A socket directory becomes a percent-encoded host.
+    let socket = eval(
+        &lib,
+        &enabled(
+            r#"database = { type = "postgres"; passwordFile = "/run/secrets/git-collab-db-password"; };"#,
+        ),
+    );
+    let pre = service_config(&socket)["ExecStartPre"]
+        .as_str()
+        .expect("one ExecStartPre")
+        .to_owned();
+    let script = pre.split(' ').next().unwrap();
+    assert_eq!(
+        run_url_script(&socket, script, "secret"),
+        "postgres://git-collab:secret@%2Frun%2Fpostgresql:5432/git-collab"
+    );
+}
+
+#[test]
+fn postgres_misuse_is_refused() {
+    let Some(lib) = nixpkgs_lib() else { return };
+    for (extra, message) in [
+        (
+            "database.createLocally = true;",
+            "apply to database.type = \\\"postgres\\\" only",
+        ),
+        (
+            r#"database.passwordFile = "/run/secrets/pw";"#,
+            "apply to database.type = \\\"postgres\\\" only",
+        ),
+        (
+            r#"database = { type = "postgres"; createLocally = true; host = "127.0.0.1"; };"#,
+            "database.host must be a socket directory",
+        ),
+        (
+            r#"database = { type = "postgres"; createLocally = true; passwordFile = "/run/secrets/pw"; };"#,
+            "unset database.passwordFile",
+        ),
+        (
+            r#"database = { type = "postgres"; createLocally = true; user = "other"; name = "other"; };"#,
+            "must equal services.git-collab.user",
+        ),
+        (
+            r#"database = { type = "postgres"; createLocally = true; name = "forge"; };"#,
+            "database.name (forge) must equal database.user (git-collab)",
+        ),
+        (
+            r#"database = { type = "postgres"; passwordFile = "/nix/store/00000000000000000000000000000000-pw"; };"#,
+            "passwordFile must be an absolute path outside the Nix store",
+        ),
+        (
+            r#"database.type = "postgres"; settings.collab_db = "/srv/db/collab.db";"#,
+            "settings.collab_db must stay unset",
+        ),
+    ] {
+        let result = eval(&lib, &enabled(extra));
+        let messages = result["failedAssertions"].to_string();
+        assert!(messages.contains(message), "{extra}: {messages}");
+    }
+    // Values a URL would have to escape are refused by the option types.
+    for (extra, option) in [
+        (
+            r#"database.type = "mysql";"#,
+            "services.git-collab.database.type",
+        ),
+        (
+            r#"database = { type = "postgres"; name = "a b"; };"#,
+            "services.git-collab.database.name",
+        ),
+        (
+            r#"database = { type = "postgres"; user = "a&b"; };"#,
+            "services.git-collab.database.user",
+        ),
+        (
+            r#"database = { type = "postgres"; host = "h?x"; };"#,
+            "services.git-collab.database.host",
+        ),
+        (
+            r#"database = { type = "postgres"; port = 70000; };"#,
+            "services.git-collab.database.port",
+        ),
+    ] {
+        let error = eval_error(&lib, &enabled(extra));
+        assert!(error.contains(option), "{extra}: {error}");
+    }
+}

@@ -61,4 +61,5 @@ in
     firewallTCPPorts = config.networking.firewall.allowedTCPPorts;
     tmpfiles = config.systemd.tmpfiles.settings;
     systemPackages = plain config.environment.systemPackages;
+    inherit (config.services) postgresql;
   }

@@ -27,6 +27,14 @@
         type = types.listOf types.str;
         default = [];
       };
+      requires = mkOption {
+        type = types.listOf types.str;
+        default = [];
+      };
+      environment = mkOption {
+        type = types.attrsOf (types.nullOr (types.oneOf [types.str types.path types.package]));
+        default = {};
+      };
       path = mkOption {
         type = types.listOf (types.either types.package types.str);
         default = [];
@@ -84,6 +92,29 @@ in {
     environment.systemPackages = mkOption {
       type = types.listOf types.package;
       default = [];
+    };
+    # The part of services.postgresql that createLocally sets.
+    services.postgresql = {
+      enable = mkOption {
+        type = types.bool;
+        default = false;
+      };
+      ensureDatabases = mkOption {
+        type = types.listOf types.str;
+        default = [];
+      };
+      ensureUsers = mkOption {
+        type = types.listOf (types.submodule {
+          options = {
+            name = mkOption {type = types.str;};
+            ensureDBOwnership = mkOption {
+              type = types.bool;
+              default = false;
+            };
+          };
+        });
+        default = [];
+      };
     };
   };
 }

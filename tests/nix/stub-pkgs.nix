@@ -52,6 +52,8 @@ in {
   git-collab = mkPackage "git-collab";
 
   writeText = mkTextFile;
+  # The real one adds a #! line for nixpkgs' bash and checks the syntax.
+  writeShellScript = mkTextFile;
 
   formats.toml = _: {
     type = tomlValueType;
