@@ -134,7 +134,8 @@ mod tests {
 
     #[test]
     fn seq_is_dense_and_a_rolled_back_append_gives_its_number_back() {
-        let conn = db();
+        let db = db();
+        let conn = db.transaction().unwrap();
         assert_eq!(append(&conn, &ev("a"), 10).unwrap(), 1);
         conn.execute_batch("SAVEPOINT s").unwrap();
         assert_eq!(append(&conn, &ev("b"), 11).unwrap(), 2);

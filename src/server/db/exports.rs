@@ -69,7 +69,7 @@ pub fn pending(
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT s.repo, s.id, s.{counter} FROM {source} s
          LEFT JOIN {exports} e ON e.repo = s.repo AND e.{id_col} = s.id
-         WHERE (?1 IS NULL OR s.repo = ?1) AND (e.{exported} IS NULL OR e.{exported} < s.{counter})
+         WHERE (CAST(?1 AS TEXT) IS NULL OR s.repo = ?1) AND (e.{exported} IS NULL OR e.{exported} < s.{counter})
          ORDER BY s.repo, s.id LIMIT ?2"
     ))?;
     let rows = stmt.query_map(crate::db::sql::params![repo, limit], |r| {

@@ -552,8 +552,8 @@ pub fn for_issue(conn: &Connection, repo: &str, issue_id: &str) -> crate::db::sq
 /// `(approvals, changes requested)`.
 pub fn latest_votes(conn: &Connection, repo: &str, id: &str) -> crate::db::sql::Result<(i64, i64)> {
     conn.prepare_cached(
-        "SELECT COALESCE(SUM(r.verdict = 'approve'), 0),
-                COALESCE(SUM(r.verdict = 'request_changes'), 0)
+        "SELECT COUNT(CASE WHEN r.verdict = 'approve' THEN 1 END),
+                COUNT(CASE WHEN r.verdict = 'request_changes' THEN 1 END)
          FROM patches p JOIN patch_reviews r
            ON r.repo = p.repo AND r.patch_id = p.id AND r.revision = p.revision_count
          WHERE p.repo = ?1 AND p.id = ?2",

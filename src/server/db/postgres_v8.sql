@@ -1,7 +1,9 @@
 -- The collab database's schema on PostgreSQL at version 8: the tables of
 -- SQLite's steps 1 to 8 (migrations.rs), with INTEGER as BIGINT (every
 -- integer is read as a 64-bit integer) and the webhook attempt log's
--- rowid as an identity column. Later versions are new steps in both lists.
+-- rowid as an identity column. Foreign keys are DEFERRABLE so a repository
+-- rename can move parents and children in one transaction
+-- (`SET CONSTRAINTS ALL DEFERRED`, SQLite's `defer_foreign_keys`). Later versions are new steps in both lists.
 
 -- from SQLite version 1
 CREATE TABLE leases (
@@ -70,7 +72,7 @@ CREATE TABLE issue_comments (
     at_ms       BIGINT NOT NULL,
     body        TEXT    NOT NULL,
     PRIMARY KEY (repo, issue_id, position),
-    FOREIGN KEY (repo, issue_id) REFERENCES issues (repo, id)
+    FOREIGN KEY (repo, issue_id) REFERENCES issues (repo, id) DEFERRABLE INITIALLY IMMEDIATE
 );
 CREATE UNIQUE INDEX issue_comments_id ON issue_comments (repo, id);
 CREATE TABLE issue_labels (
@@ -78,7 +80,7 @@ CREATE TABLE issue_labels (
     issue_id TEXT NOT NULL,
     label    TEXT NOT NULL CHECK (label <> ''),
     PRIMARY KEY (repo, issue_id, label),
-    FOREIGN KEY (repo, issue_id) REFERENCES issues (repo, id)
+    FOREIGN KEY (repo, issue_id) REFERENCES issues (repo, id) DEFERRABLE INITIALLY IMMEDIATE
 );
 CREATE INDEX issue_labels_by_label ON issue_labels (repo, label, issue_id);
 CREATE TABLE issue_links (
@@ -90,7 +92,7 @@ CREATE TABLE issue_links (
     author      TEXT    NOT NULL,
     created_ms  BIGINT NOT NULL,
     PRIMARY KEY (repo, issue_id, kind, target_repo, target_id),
-    FOREIGN KEY (repo, issue_id) REFERENCES issues (repo, id)
+    FOREIGN KEY (repo, issue_id) REFERENCES issues (repo, id) DEFERRABLE INITIALLY IMMEDIATE
 );
 CREATE INDEX issue_links_target ON issue_links (target_repo, target_id);
 CREATE TABLE imports (
@@ -192,7 +194,7 @@ CREATE TABLE patch_revisions (
     at_ms       BIGINT NOT NULL,
     event_id    TEXT,
     PRIMARY KEY (repo, patch_id, n),
-    FOREIGN KEY (repo, patch_id) REFERENCES patches (repo, id)
+    FOREIGN KEY (repo, patch_id) REFERENCES patches (repo, id) DEFERRABLE INITIALLY IMMEDIATE
 );
 CREATE INDEX patch_revisions_head ON patch_revisions (repo, head);
 CREATE TABLE patch_reviews (
@@ -207,7 +209,7 @@ CREATE TABLE patch_reviews (
     body        TEXT    NOT NULL,
     at_ms       BIGINT NOT NULL,
     PRIMARY KEY (repo, patch_id, revision, author),
-    FOREIGN KEY (repo, patch_id) REFERENCES patches (repo, id)
+    FOREIGN KEY (repo, patch_id) REFERENCES patches (repo, id) DEFERRABLE INITIALLY IMMEDIATE
 );
 CREATE TABLE patch_comments (
     repo        TEXT    NOT NULL,
@@ -223,7 +225,7 @@ CREATE TABLE patch_comments (
     path        TEXT    CHECK (path IS NULL OR path <> ''),
     line        BIGINT CHECK (line IS NULL OR (line > 0 AND path IS NOT NULL)),
     PRIMARY KEY (repo, patch_id, position),
-    FOREIGN KEY (repo, patch_id) REFERENCES patches (repo, id)
+    FOREIGN KEY (repo, patch_id) REFERENCES patches (repo, id) DEFERRABLE INITIALLY IMMEDIATE
 );
 CREATE UNIQUE INDEX patch_comments_id ON patch_comments (repo, id);
 CREATE TABLE patch_issues (
@@ -231,7 +233,7 @@ CREATE TABLE patch_issues (
     patch_id TEXT NOT NULL,
     issue_id TEXT NOT NULL CHECK (length(issue_id) = 40),
     PRIMARY KEY (repo, patch_id, issue_id),
-    FOREIGN KEY (repo, patch_id) REFERENCES patches (repo, id)
+    FOREIGN KEY (repo, patch_id) REFERENCES patches (repo, id) DEFERRABLE INITIALLY IMMEDIATE
 );
 CREATE INDEX patch_issues_issue ON patch_issues (repo, issue_id);
 

@@ -250,6 +250,10 @@ mod tests {
     #[test]
     fn the_ready_order_walks_the_index_without_sorting() {
         let conn = db();
+        if conn.is_postgres() {
+            // SQLite's plan; PostgreSQL's planner picks by table statistics.
+            return;
+        }
         for labels in [0, 2] {
             let plan: Vec<String> = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {}", ready_sql(labels)))

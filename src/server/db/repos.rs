@@ -17,6 +17,15 @@ use super::events::{self, NewEvent};
 
 /// Every table with a `repo` column, except the event log.
 fn tables_with_repo(conn: &Connection) -> crate::db::sql::Result<Vec<String>> {
+    if conn.is_postgres() {
+        let mut stmt = conn.prepare(
+            "SELECT table_name::text FROM information_schema.columns
+             WHERE table_schema = current_schema() AND column_name = 'repo'
+               AND table_name <> 'events'
+             ORDER BY table_name",
+        )?;
+        return stmt.query_map([], |r| r.get(0))?.collect();
+    }
     let mut stmt = conn.prepare(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
     )?;
@@ -40,6 +49,16 @@ fn tables_with_repo(conn: &Connection) -> crate::db::sql::Result<Vec<String>> {
     Ok(found)
 }
 
+/// Check foreign keys at COMMIT instead of after each statement (SQLite's
+/// pragma; on PostgreSQL the keys are declared DEFERRABLE for this).
+fn defer_foreign_keys(conn: &Connection) -> crate::db::sql::Result<()> {
+    conn.execute_batch(if conn.is_postgres() {
+        "SET CONSTRAINTS ALL DEFERRED"
+    } else {
+        "PRAGMA defer_foreign_keys = ON"
+    })
+}
+
 /// Move every row of `old` to `new` and record `repo.renamed`.
 pub fn rename(
     conn: &Connection,
@@ -50,7 +69,7 @@ pub fn rename(
 ) -> crate::db::sql::Result<()> {
     // Parent rows (`issues`) and child rows (comments, labels, links) move
     // one table at a time: check the foreign keys at COMMIT, when all have.
-    conn.execute_batch("PRAGMA defer_foreign_keys = ON")?;
+    defer_foreign_keys(conn)?;
     for table in tables_with_repo(conn)? {
         conn.execute(
             &format!("UPDATE {table} SET repo = ?1 WHERE repo = ?2"),
@@ -79,7 +98,7 @@ pub fn rename(
 /// Drop every row of `repo` (except its fencing high-water marks) and
 /// record `repo.deleted`.
 pub fn delete(conn: &Connection, repo: &str, actor: &str, now: i64) -> crate::db::sql::Result<()> {
-    conn.execute_batch("PRAGMA defer_foreign_keys = ON")?;
+    defer_foreign_keys(conn)?;
     for table in tables_with_repo(conn)? {
         if table == "lease_tokens" {
             continue;
@@ -178,7 +197,9 @@ mod tests {
     #[test]
     fn issues_with_children_follow_a_rename_and_go_with_a_delete() {
         let conn = db();
-        conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+        if !conn.is_postgres() {
+            conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+        }
         let (one, two) = ("1".repeat(40), "2".repeat(40));
         for (repo, id) in [("a.git", &one), ("a.git", &two), ("other.git", &one)] {
             conn.execute(
