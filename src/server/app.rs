@@ -124,8 +124,13 @@ pub fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> 
         *path =
             std::path::absolute(&*path).with_context(|| format!("resolving {}", path.display()))?;
     }
+    // A SQLite path is resolved like the others; a PostgreSQL URL is kept.
     if let Some(db) = config.collab_db.as_mut() {
-        *db = std::path::absolute(&*db).with_context(|| format!("resolving {}", db.display()))?;
+        if let crate::db::Location::Sqlite(path) = crate::db::Location::parse(&db.to_string_lossy())
+        {
+            *db = std::path::absolute(&path)
+                .with_context(|| format!("resolving {}", path.display()))?;
+        }
     }
     Ok(config)
 }
@@ -175,12 +180,16 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     // Before any listener exists: the connection caps are fitted into it.
     fds::raise_open_file_limit();
     let prepared = crate::setup::prepare(&config)?;
-    crate::db::guard::check_before_open(
-        &config.collab_db_location(),
-        &config.state_dir,
-        &config.repos_dir,
-        options.allow_empty_db,
-    )?;
+    // The database calls are blocking (a PostgreSQL client runs its own
+    // small runtime): off the async workers.
+    tokio::task::block_in_place(|| {
+        crate::db::guard::check_before_open(
+            &config.collab_db_location(),
+            &config.state_dir,
+            &config.repos_dir,
+            options.allow_empty_db,
+        )
+    })?;
 
     let ssh_listener = tokio::net::TcpListener::bind(&config.ssh.listen)
         .await
@@ -194,7 +203,7 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     // prints as the web address.
     config.http.listen = http_addr.to_string();
 
-    let app = Arc::new(App::new(config)?);
+    let app = Arc::new(tokio::task::block_in_place(|| App::new(config))?);
     crate::db::guard::mark_state_dir(&app.config.state_dir)?;
     let stopping = app.stopping.clone();
     // Leases end on time and waiters are served without anyone polling.

@@ -28,12 +28,12 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Mutex;
 
+use crate::db::sql::{Connection, OptionalExtension};
 use anyhow::Context as _;
 use git2::Repository;
 use git_collab::record::sign;
 use git_collab::record::state::{self, DroppedEvent, IssueState};
 use git_collab::record::trust::TrustList;
-use crate::db::sql::{Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::json;
 

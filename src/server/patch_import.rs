@@ -36,12 +36,12 @@
 //!   The DAGs stay in the repository, untouched, as the read-only record of
 //!   the history before the server took over.
 
+use crate::db::sql::{Connection, OptionalExtension};
 use git2::{Oid, Repository};
 use git_collab::record::patch::{self as record_patch, PatchState, PatchStatus as DagStatus};
 use git_collab::record::refs;
 use git_collab::record::replay::DroppedEvent;
 use git_collab::record::trust::TrustList;
-use crate::db::sql::{Connection, OptionalExtension};
 use serde::Serialize;
 
 use crate::db::patches::{

@@ -24,8 +24,8 @@
 //! ([`Prepared::undo`]), so the branch and the record never disagree for
 //! longer than the write takes.
 
-use git2::{Oid, Repository};
 use crate::db::sql::Connection;
+use git2::{Oid, Repository};
 
 use crate::db::issues::Person;
 use crate::db::leases;

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod client;
+pub mod pg;
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::SocketAddr;
@@ -74,6 +75,12 @@ pub struct ServerHarness {
     pub ssh_addr: SocketAddr,
     pub http_addr: SocketAddr,
     client_key: PathBuf,
+    /// The PostgreSQL database this server keeps its state in
+    /// (`GIT_COLLAB_TEST_BACKEND=postgres`), dropped after the server.
+    pub pg: Option<pg::TestDatabase>,
+    /// The PostgreSQL URL the server is given (its own `pg`, or the one of
+    /// the node it shares a database with).
+    db_url: Option<String>,
 }
 
 fn run_checked(cmd: &mut Command) -> Output {
@@ -129,6 +136,45 @@ impl ServerHarness {
     }
 
     pub fn start_with(options: HarnessOptions) -> Self {
+        Self::start_on(options, pg::wanted().then(pg::TestDatabase::create))
+    }
+
+    /// Start a server on a fresh PostgreSQL database of its own, whatever
+    /// the backend of the run; `None` (after saying why) where no
+    /// PostgreSQL server is available to the tests.
+    pub fn start_on_postgres(options: HarnessOptions) -> Option<Self> {
+        pg::admin_url()?;
+        Some(Self::start_on(options, Some(pg::TestDatabase::create())))
+    }
+
+    /// Another server process (a node) on this one's state directory,
+    /// repositories and database, with its own ports. Its options are this
+    /// one's.
+    pub fn start_node(&self) -> Self {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(tmp.path().join("keys")).unwrap();
+        std::fs::create_dir_all(tmp.path().join("home")).unwrap();
+        let mut h = ServerHarness {
+            tmp,
+            state_dir: self.state_dir.clone(),
+            options: HarnessOptions {
+                env: self.options.env.clone(),
+                args: self.options.args.clone(),
+                open_files: self.options.open_files,
+            },
+            child: None,
+            log: Arc::new(Mutex::new(String::new())),
+            ssh_addr: "127.0.0.1:0".parse().unwrap(),
+            http_addr: "127.0.0.1:0".parse().unwrap(),
+            client_key: self.client_key.clone(),
+            pg: None,
+            db_url: self.db_url.clone(),
+        };
+        h.spawn();
+        h
+    }
+
+    fn start_on(options: HarnessOptions, pg: Option<pg::TestDatabase>) -> Self {
         let tmp = tempfile::tempdir().expect("tempdir");
         let state_dir = tmp.path().join("state");
         std::fs::create_dir_all(tmp.path().join("keys")).unwrap();
@@ -142,6 +188,11 @@ impl ServerHarness {
             format!("{ADMIN_OPTION} {}\n", public_key_line(&client_key)),
         )
         .unwrap();
+        if let Some(db) = &pg {
+            // Host commands (`repo create`, `import`, …) run by the tests
+            // inherit it; the server gets it explicitly in `spawn`.
+            std::env::set_var("GIT_COLLAB_COLLAB_DB", &db.url);
+        }
         let mut h = ServerHarness {
             tmp,
             state_dir,
@@ -151,6 +202,8 @@ impl ServerHarness {
             ssh_addr: "127.0.0.1:0".parse().unwrap(),
             http_addr: "127.0.0.1:0".parse().unwrap(),
             client_key,
+            db_url: pg.as_ref().map(|db| db.url.clone()),
+            pg,
         };
         h.spawn();
         h
@@ -171,6 +224,8 @@ impl ServerHarness {
             ssh_addr: "127.0.0.1:0".parse().unwrap(),
             http_addr: "127.0.0.1:0".parse().unwrap(),
             client_key,
+            pg: None,
+            db_url: None,
         };
         h.spawn();
         h
@@ -182,6 +237,9 @@ impl ServerHarness {
             if key.to_string_lossy().starts_with("GIT_COLLAB_") {
                 cmd.env_remove(&key);
             }
+        }
+        if let Some(url) = &self.db_url {
+            cmd.env("GIT_COLLAB_COLLAB_DB", url);
         }
         cmd.arg("--state-dir")
             .arg(&self.state_dir)
@@ -244,6 +302,23 @@ impl ServerHarness {
         let http = parts.next().unwrap().trim_start_matches("http=");
         self.ssh_addr = ssh.parse().expect("ssh address");
         self.http_addr = http.parse().expect("http address");
+        if let Some(url) = &self.db_url {
+            // A server that fell back to SQLite would pass the tests
+            // without testing PostgreSQL: the schema must be in the database.
+            let file = self.state_dir.join("repos").join("collab.db");
+            assert!(
+                !file.exists(),
+                "{} exists on the PostgreSQL backend",
+                file.display()
+            );
+            let mut client =
+                postgres::Client::connect(url, postgres::NoTls).expect("test database");
+            let version: i64 = client
+                .query_one("SELECT version FROM collab_schema", &[])
+                .expect("the server migrated its PostgreSQL database")
+                .get(0);
+            assert!(version > 0);
+        }
     }
 
     /// Everything the server wrote to stderr so far.
@@ -255,6 +330,30 @@ impl ServerHarness {
     pub fn stop(&mut self) -> ExitStatus {
         self.terminate();
         self.wait_exit()
+    }
+
+    /// SIGKILL the server and reap it: a crash, nothing flushed or closed.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGKILL the server without reaping it (`kill` needs `&mut`; this
+    /// works while other threads still talk to it). Drop reaps it.
+    pub fn sigkill(&self) {
+        if let Some(child) = &self.child {
+            // SAFETY: plain kill(2) on the child we spawned and still own.
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// The admin client key this harness talks with.
+    pub fn client_key(&self) -> PathBuf {
+        self.client_key.clone()
     }
 
     /// Send SIGTERM without waiting.

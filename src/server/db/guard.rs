@@ -19,8 +19,8 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context as _};
 use crate::db::sql::Connection;
+use anyhow::{bail, Context as _};
 
 /// The file in the state directory that says a server has used it (and
 /// its database) before.
@@ -135,9 +135,10 @@ fn check_postgres(
 
 /// `PRAGMA quick_check` on the database at `path`.
 fn quick_check_file(path: &Path) -> anyhow::Result<()> {
-    let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
-        .map(Connection::from)
-        .with_context(|| format!("collab_db: cannot open {}", path.display()))?;
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
+            .map(Connection::from)
+            .with_context(|| format!("collab_db: cannot open {}", path.display()))?;
     quick_check(&conn).map_err(|problem| {
         anyhow::anyhow!(
             "collab_db: {} fails its integrity check ({problem}); restore it from a backup",

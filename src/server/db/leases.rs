@@ -472,7 +472,11 @@ pub fn status_in(
 /// End every tenure whose time is up at `now`, with its `lease.expired`
 /// event and lock delay, and say when the next one is due. The server's
 /// expiry timer runs this when the last answer's `next_due` arrives.
-pub fn expire_due_in(conn: &Connection, policy: &Policy, now: i64) -> crate::db::sql::Result<Expired> {
+pub fn expire_due_in(
+    conn: &Connection,
+    policy: &Policy,
+    now: i64,
+) -> crate::db::sql::Result<Expired> {
     let ended: Vec<Lease> = conn
         .prepare_cached(&format!(
             "{SELECT_LEASE} WHERE l.expires_at IS NOT NULL AND l.expires_at <= ?1
@@ -717,7 +721,11 @@ fn end_by_expiry(
         conn.prepare_cached(
             "UPDATE lease_tokens SET locked_until = ?3 WHERE repo = ?1 AND issue_id = ?2",
         )?
-        .execute(crate::db::sql::params![lease.repo, lease.issue_id, locked_until])?;
+        .execute(crate::db::sql::params![
+            lease.repo,
+            lease.issue_id,
+            locked_until
+        ])?;
     }
     let by_lifetime = policy
         .max_lifetime

@@ -533,7 +533,11 @@ pub fn count(conn: &Connection, repo: &str, state: StateFilter) -> crate::db::sq
 
 /// The patches of `repo` linked to issue `issue_id` (full id), newest
 /// first.
-pub fn for_issue(conn: &Connection, repo: &str, issue_id: &str) -> crate::db::sql::Result<Vec<Patch>> {
+pub fn for_issue(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+) -> crate::db::sql::Result<Vec<Patch>> {
     let columns = PATCH_COLUMNS
         .split(", ")
         .map(|c| format!("p.{}", c.trim()))
@@ -1066,7 +1070,11 @@ pub fn reopen(conn: &Connection, w: &WriteCtx<'_>, id_or_prefix: &str) -> Result
 
 fn set_status(conn: &Connection, patch: &Patch, status: PatchStatus) -> crate::db::sql::Result<()> {
     conn.prepare_cached("UPDATE patches SET status = ?3 WHERE repo = ?1 AND id = ?2")?
-        .execute(crate::db::sql::params![patch.repo, patch.id, status.as_str()])?;
+        .execute(crate::db::sql::params![
+            patch.repo,
+            patch.id,
+            status.as_str()
+        ])?;
     Ok(())
 }
 

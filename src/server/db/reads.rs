@@ -9,9 +9,9 @@
 
 use std::sync::{Arc, Condvar, Mutex};
 
-use anyhow::{anyhow, Context as _};
 use crate::db::sql::Connection;
 use crate::db::Location;
+use anyhow::{anyhow, Context as _};
 
 /// Most connections open at once; a read beyond that waits for one.
 pub const MAX_READERS: usize = 8;

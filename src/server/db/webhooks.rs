@@ -182,7 +182,12 @@ pub fn advance(conn: &Connection, id: &str, seq: i64) -> crate::db::sql::Result<
 
 /// An attempt at the event after the cursor failed: count it and schedule
 /// the next one.
-pub fn failed(conn: &Connection, id: &str, now: i64, next_attempt_at: i64) -> crate::db::sql::Result<()> {
+pub fn failed(
+    conn: &Connection,
+    id: &str,
+    now: i64,
+    next_attempt_at: i64,
+) -> crate::db::sql::Result<()> {
     conn.prepare_cached(
         "UPDATE webhooks SET attempts = attempts + 1, failing_since = COALESCE(failing_since, ?2),
              next_attempt_at = ?3 WHERE id = ?1",
@@ -201,7 +206,11 @@ pub fn disable(conn: &Connection, id: &str, reason: &str) -> crate::db::sql::Res
 }
 
 /// The newest attempts of a subscription, newest first.
-pub fn attempts(conn: &Connection, webhook_id: &str, limit: i64) -> crate::db::sql::Result<Vec<Attempt>> {
+pub fn attempts(
+    conn: &Connection,
+    webhook_id: &str,
+    limit: i64,
+) -> crate::db::sql::Result<Vec<Attempt>> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, webhook_id, message_id, seq, at, status, outcome, latency_ms, response
          FROM webhook_attempts WHERE webhook_id = ?1 ORDER BY id DESC LIMIT ?2",

@@ -29,9 +29,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use anyhow::{anyhow, Context};
 use crate::db::sql::{Connection, TransactionBehavior};
 use crate::db::Location;
+use anyhow::{anyhow, Context};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::db::leases::{self, Acquire, Break, Claim, Expired, Lease, Policy, Release, Renew};
@@ -76,6 +76,9 @@ struct Inner {
     counters: Arc<Counters>,
     due: watch::Receiver<Option<i64>>,
     changes: watch::Receiver<u64>,
+    /// The writer's `changes` signal, also raised when another process
+    /// (a hook, another node) was seen writing.
+    changes_tx: watch::Sender<u64>,
 }
 
 #[derive(Default)]
@@ -214,7 +217,7 @@ impl LeaseService {
         let event_head = watch::Sender::new(head);
         let signals = Signals {
             due: due_tx,
-            changes: changes_tx,
+            changes: changes_tx.clone(),
             event_head: event_head.clone(),
         };
         let writer_counters = Arc::clone(&counters);
@@ -236,6 +239,7 @@ impl LeaseService {
                 counters,
                 due,
                 changes,
+                changes_tx,
             }),
         })
     }
@@ -429,6 +433,24 @@ impl LeaseService {
     /// committed by other processes.
     pub fn publish_event_head(&self, seq: i64) {
         publish_head(&self.inner.event_head, seq);
+    }
+
+    /// The event log reached `seq` through another process: a git hook, or
+    /// another node on the same PostgreSQL database. Leases may have
+    /// changed without this process's writer, so waiters retry, and an
+    /// expiry pass runs, which also tells the expiry timer the next instant
+    /// due (a lease taken on another node expires on this one's timer too).
+    pub async fn observe_head(&self, seq: i64) -> anyhow::Result<()> {
+        let known = *self.inner.event_head.borrow();
+        if seq <= known {
+            return Ok(());
+        }
+        publish_head(&self.inner.event_head, seq);
+        self.inner
+            .changes_tx
+            .send_modify(|n| *n = n.wrapping_add(1));
+        self.expire_due().await?;
+        Ok(())
     }
 
     #[cfg_attr(not(test), allow(dead_code))]

@@ -13,8 +13,8 @@ pub mod filter;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{TimeZone as _, Utc};
 use crate::db::sql::Connection;
+use chrono::{TimeZone as _, Utc};
 use serde_json::{json, Value};
 
 use crate::app::App;
@@ -27,6 +27,10 @@ pub use filter::TypeFilter;
 /// up when nothing pokes the feed; hooks are picked up at once, because the
 /// server pokes after every receive-pack.
 const HEAD_POLL: Duration = Duration::from_secs(2);
+/// The head poll on a database that other nodes write (PostgreSQL): how
+/// soon a watcher, a waiter or the expiry timer here learns of another
+/// node's writes.
+const HEAD_POLL_SHARED: Duration = Duration::from_millis(250);
 
 /// How often old events are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
@@ -177,7 +181,10 @@ pub fn append_from_other_process(
     events: &[Recorded],
 ) -> crate::db::sql::Result<()> {
     let conn = crate::db::open(collab_db)?;
-    let tx = crate::db::sql::Transaction::new_unchecked(&conn, crate::db::sql::TransactionBehavior::Immediate)?;
+    let tx = crate::db::sql::Transaction::new_unchecked(
+        &conn,
+        crate::db::sql::TransactionBehavior::Immediate,
+    )?;
     let now = Utc::now().timestamp();
     for event in events {
         event.append_in(&tx, now)?;
@@ -188,7 +195,8 @@ pub fn append_from_other_process(
 /// `append_from_other_process` for one event of a host command; a failure
 /// is a warning on stderr and does not undo the change.
 pub fn record_host_event(config: &crate::config::ServerConfig, event: &Recorded) {
-    if let Err(e) = append_from_other_process(&config.collab_db_location(), std::slice::from_ref(event))
+    if let Err(e) =
+        append_from_other_process(&config.collab_db_location(), std::slice::from_ref(event))
     {
         eprintln!("warning: could not record the {} event: {e}", event.kind);
     }
@@ -209,11 +217,18 @@ pub fn spawn_background(app: &Arc<App>) {
         }
     });
     let poller = app.clone();
+    // Other nodes write all the time on PostgreSQL; on SQLite only hooks
+    // and host commands do.
+    let head_poll = if app.config.collab_db_location().is_postgres() {
+        HEAD_POLL_SHARED
+    } else {
+        HEAD_POLL
+    };
     tokio::spawn(async move {
         let stopping = poller.stopping.clone();
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(HEAD_POLL) => {}
+                _ = tokio::time::sleep(head_poll) => {}
                 _ = stopping.clone().wait() => return,
             }
             refresh_head(&poller).await;
@@ -230,7 +245,11 @@ pub async fn refresh_head(app: &App) {
     })
     .await;
     match read {
-        Ok(Ok(seq)) => app.leases.publish_event_head(seq),
+        Ok(Ok(seq)) => {
+            if let Err(e) = app.leases.observe_head(seq).await {
+                tracing::warn!("after writes by another process: {e:#}");
+            }
+        }
         Ok(Err(e)) => tracing::warn!("reading the event log head: {e}"),
         Err(e) => tracing::warn!("reading the event log head: {e}"),
     }

@@ -15,8 +15,8 @@
 //! with the hook's own read-only connection (WAL lets it read beside the
 //! server's writer); this check writes nothing.
 
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use crate::db::sql::Connection;
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 use super::{HookContext, RefUpdate, Refusal};
 use crate::db::leases;

@@ -25,8 +25,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use git2::{Oid, Repository};
 use crate::db::sql::TransactionBehavior;
+use git2::{Oid, Repository};
 
 use super::{HookContext, RefUpdate};
 use crate::db::{issues, patches};
@@ -260,8 +260,8 @@ pub fn scan(ctx: &HookContext, updates: &[RefUpdate]) -> Result<Found, String> {
     {
         return Ok(Found::default());
     }
-    let conn = crate::db::open(&ctx.collab_db)
-        .map_err(|e| format!("opening the collab database: {e}"))?;
+    let conn =
+        crate::db::open(&ctx.collab_db).map_err(|e| format!("opening the collab database: {e}"))?;
     let repo = ctx.open_repo()?;
     let plan = plan(&repo, &conn, &ctx.repo, updates)?;
     if plan.is_empty() {

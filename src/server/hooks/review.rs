@@ -33,8 +33,8 @@
 
 use std::io::{Read, Write};
 
-use git2::{Oid, Repository};
 use crate::db::sql::TransactionBehavior;
+use git2::{Oid, Repository};
 
 use super::{HookContext, RefUpdate, Refusal};
 use crate::db::patches::{self, NewPatch, NewRevision, Person, Written};
@@ -311,8 +311,8 @@ fn propose(
         base_tip: Some(fork.base_tip.to_string()),
     };
 
-    let conn = crate::db::open(&ctx.collab_db)
-        .map_err(|e| format!("opening the collab database: {e}"))?;
+    let conn =
+        crate::db::open(&ctx.collab_db).map_err(|e| format!("opening the collab database: {e}"))?;
     let tx = crate::db::sql::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)
         .map_err(|e| format!("collab database: {e}"))?;
     let actor = Person {

@@ -561,7 +561,9 @@ async fn merge_rule(ctx: &ExecContext, entry: &RepoEntry) -> MergeRule {
 /// `{"status", "repo", "patch", "revision", "event", "seq"}`.
 async fn write<F>(ctx: &ExecContext, repo: &str, status: &'static str, f: F) -> Reply
 where
-    F: FnOnce(&crate::db::sql::Connection, &WriteCtx<'_>) -> Result<Written, PatchError> + Send + 'static,
+    F: FnOnce(&crate::db::sql::Connection, &WriteCtx<'_>) -> Result<Written, PatchError>
+        + Send
+        + 'static,
 {
     let actor = super::issue::actor(&ctx.caller);
     let max_body = usize::try_from(ctx.app.config.max_issue_body).unwrap_or(usize::MAX);

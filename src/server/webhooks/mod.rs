@@ -285,6 +285,7 @@ async fn supervise(app: Arc<App>) {
     // Each worker with the definition it was started with: a declared
     // subscription whose definition changed gets a new worker.
     let mut workers: HashMap<String, (tokio::task::JoinHandle<()>, Definition)> = HashMap::new();
+    let mut delivery = Delivery::default();
     loop {
         // governance.toml changed (a push to `_governance` reloads it and
         // pokes us): its `[[webhooks]]` are synced again.
@@ -305,7 +306,14 @@ async fn supervise(app: Arc<App>) {
                 tracing::error!("webhooks: syncing the governance subscriptions: {e:#}");
             }
         }
+        let leading = delivery.lead(&app).await;
+        if !leading {
+            for (_, (task, _)) in workers.drain() {
+                task.abort();
+            }
+        }
         match read(&app, store::list).await {
+            Ok(_) if !leading => {}
             Ok(hooks) => {
                 let active: HashMap<String, Webhook> = hooks
                     .into_iter()
@@ -343,6 +351,63 @@ async fn supervise(app: Arc<App>) {
                     task.abort();
                 }
                 return;
+            }
+        }
+    }
+}
+
+/// Which node delivers. On SQLite there is one server and it always does.
+/// On PostgreSQL several nodes share the subscriptions and their cursors,
+/// and one node at a time delivers: the one whose dedicated connection
+/// holds the session advisory lock [`DELIVERY_LOCK`]. The lock goes with
+/// that connection, so when its node dies or loses the database another
+/// node takes over within `SUPERVISE_EVERY`; an attempt in flight at the
+/// switch may be repeated by the next node (delivery is at least once; the
+/// `webhook-id` header is the receiver's key to drop the repeat).
+#[derive(Default)]
+struct Delivery {
+    lock: Option<crate::db::sql::Connection>,
+}
+
+/// `pg_try_advisory_lock` key of the delivering node ("webhook").
+const DELIVERY_LOCK: i64 = 0x0077_6562_686f_6f6b;
+
+impl Delivery {
+    /// Whether this node delivers now: take the lock, or check the
+    /// connection that holds it still answers.
+    async fn lead(&mut self, app: &App) -> bool {
+        let location = app.config.collab_db_location();
+        let crate::db::Location::Postgres(url) = location else {
+            return true;
+        };
+        let held = self.lock.take();
+        let attempt = tokio::task::spawn_blocking(move || {
+            // Held: the lock lives as long as this connection answers.
+            if let Some(conn) = held {
+                conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?;
+                return Ok(Some(conn));
+            }
+            let conn = crate::db::sql::Connection::open_postgres(&url)?;
+            let leads: bool =
+                conn.query_row("SELECT pg_try_advisory_lock(?1)", [DELIVERY_LOCK], |r| {
+                    r.get(0)
+                })?;
+            Ok::<_, crate::db::sql::Error>(leads.then_some(conn))
+        })
+        .await;
+        match attempt {
+            Ok(Ok(Some(conn))) => {
+                self.lock = Some(conn);
+                true
+            }
+            Ok(Ok(None)) => false,
+            Ok(Err(e)) => {
+                tracing::warn!("webhooks: taking the delivery lock: {e}");
+                false
+            }
+            Err(e) => {
+                tracing::warn!("webhooks: taking the delivery lock: {e}");
+                false
             }
         }
     }

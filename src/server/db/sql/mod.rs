@@ -233,7 +233,9 @@ impl Connection {
 
     /// A connection to the PostgreSQL database at `url`.
     pub fn open_postgres(url: &str) -> Result<Connection> {
-        Ok(Connection::Postgres(Box::new(pg::PgConnection::connect(url)?)))
+        Ok(Connection::Postgres(Box::new(pg::PgConnection::connect(
+            url,
+        )?)))
     }
 
     /// The SQLite connection underneath, for what only SQLite has (pragmas,
@@ -484,7 +486,9 @@ impl Statement<'_> {
     pub fn execute<P: Params>(&mut self, params: P) -> Result<usize> {
         let values = params.values()?;
         match self {
-            Statement::Sqlite(s) => Ok(s.execute(rusqlite::params_from_iter(sqlite_params(&values)))?),
+            Statement::Sqlite(s) => {
+                Ok(s.execute(rusqlite::params_from_iter(sqlite_params(&values)))?)
+            }
             Statement::Postgres(s) => s.execute(&values),
         }
     }

@@ -352,6 +352,9 @@ mod tests {
             redact("postgres://collab@db/collab?password=x&sslmode=disable"),
             "postgres://collab@db/collab?password=***&sslmode=disable"
         );
-        assert_eq!(redact("postgres:///collab?host=/run/postgresql"), "postgres:///collab?host=/run/postgresql");
+        assert_eq!(
+            redact("postgres:///collab?host=/run/postgresql"),
+            "postgres:///collab?host=/run/postgresql"
+        );
     }
 }

@@ -1,0 +1,95 @@
+//! The PostgreSQL backend for server tests: with
+//! `GIT_COLLAB_TEST_BACKEND=postgres`, each `ServerHarness` gets a fresh
+//! database on the server `GIT_COLLAB_TEST_POSTGRES` names (an admin URL),
+//! dropped with the harness. scripts/test.sh runs the server-state suites
+//! once per backend.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Whether the tests run on PostgreSQL.
+pub fn wanted() -> bool {
+    match std::env::var("GIT_COLLAB_TEST_BACKEND").as_deref() {
+        Ok("postgres") => true,
+        Ok("sqlite") | Err(_) => false,
+        Ok(other) => panic!("GIT_COLLAB_TEST_BACKEND={other}: expected sqlite or postgres"),
+    }
+}
+
+/// A throwaway database, dropped (connections and all) with this value.
+pub struct TestDatabase {
+    admin: String,
+    name: String,
+    pub url: String,
+}
+
+impl TestDatabase {
+    /// A new empty database on the test server. Panics without one: the
+    /// caller asked for PostgreSQL.
+    pub fn create() -> TestDatabase {
+        let admin =
+            admin_url().expect("GIT_COLLAB_TEST_BACKEND=postgres needs GIT_COLLAB_TEST_POSTGRES");
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "it_{}_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+            rand::random::<u32>()
+        );
+        let mut client = postgres::Client::connect(&admin, postgres::NoTls)
+            .expect("connecting to GIT_COLLAB_TEST_POSTGRES");
+        client
+            .batch_execute(&format!(
+                "CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'"
+            ))
+            .expect("creating a test database");
+        let url = with_database(&admin, &name);
+        TestDatabase { admin, name, url }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        if let Ok(mut client) = postgres::Client::connect(&self.admin, postgres::NoTls) {
+            let _ = client.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
+/// The admin URL, or `None` (after saying why) when PostgreSQL tests
+/// cannot run here; with `GIT_COLLAB_REQUIRE_POSTGRES_TESTS=1` that is a
+/// failure instead.
+pub fn admin_url() -> Option<String> {
+    match std::env::var("GIT_COLLAB_TEST_POSTGRES") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("GIT_COLLAB_REQUIRE_POSTGRES_TESTS").as_deref() != Ok("1"),
+                "GIT_COLLAB_TEST_POSTGRES is unset but GIT_COLLAB_REQUIRE_POSTGRES_TESTS=1"
+            );
+            eprintln!(
+                "skipping: GIT_COLLAB_TEST_POSTGRES is unset (scripts/ci-postgres.sh starts one)"
+            );
+            None
+        }
+    }
+}
+
+/// `url` with its database (the path) replaced by `name`.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[authority_start..].find('/') {
+        Some(slash) => &base[..authority_start + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{name}?{q}"),
+        None => format!("{base}/{name}"),
+    }
+}
