@@ -34,4 +34,19 @@ if [ -z "${GIT_COLLAB_TEST_POSTGRES:-}" ] &&
     export GIT_COLLAB_TEST_POSTGRES
 fi
 
-cargo nextest run --lib --bins --tests --locked --no-fail-fast "$@"
+status=0
+cargo nextest run --lib --bins --tests --locked --no-fail-fast "$@" || status=$?
+
+# The same suites once more with the collab database on PostgreSQL
+# (GIT_COLLAB_TEST_BACKEND=postgres: each test gets a fresh database): the
+# database unit tests, and the server suites whose state lives only in the
+# database. (multi_node_test ran above: it always uses PostgreSQL.)
+if [ -n "${GIT_COLLAB_TEST_POSTGRES:-}" ] && [ "$#" = 0 ]; then
+    echo "== tests again on PostgreSQL"
+    GIT_COLLAB_TEST_BACKEND=postgres cargo nextest run --bins --locked --no-fail-fast \
+        --test lease_server_test --test lease_concurrency_test --test work_queue_test \
+        --test lease_fencing_test --test issue_server_cli_test --test review_verb_test \
+        -E 'binary(git-collab-server) and test(/^(db|hooks::fencing)::/) or not binary(git-collab-server)' ||
+        status=$?
+fi
+exit "$status"

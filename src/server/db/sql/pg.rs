@@ -26,7 +26,8 @@ const MAX_CACHED: usize = 512;
 
 pub struct PgConnection {
     url: String,
-    client: RefCell<postgres::Client>,
+    /// Always `Some` until drop (see `Drop`).
+    client: RefCell<Option<postgres::Client>>,
     statements: StatementCache,
     in_tx: Cell<bool>,
 }
@@ -35,7 +36,7 @@ impl PgConnection {
     pub fn connect(url: &str) -> Result<PgConnection> {
         Ok(PgConnection {
             url: url.to_string(),
-            client: RefCell::new(connect(url)?),
+            client: RefCell::new(Some(connect(url)?)),
             statements: RefCell::new(HashMap::new()),
             in_tx: Cell::new(false),
         })
@@ -45,12 +46,18 @@ impl PgConnection {
     /// transaction was open (a restarted PostgreSQL, a dropped connection).
     /// Inside a transaction a lost connection is the transaction's failure.
     fn client(&self) -> Result<RefMut<'_, postgres::Client>> {
-        let mut client = self.client.borrow_mut();
+        let mut client = self.raw_client();
         if client.is_closed() && !self.in_tx.get() {
             *client = connect(&self.url)?;
             self.statements.borrow_mut().clear();
         }
         Ok(client)
+    }
+
+    fn raw_client(&self) -> RefMut<'_, postgres::Client> {
+        RefMut::map(self.client.borrow_mut(), |c| {
+            c.as_mut().expect("the client lives until drop")
+        })
     }
 
     pub fn in_transaction(&self) -> bool {
@@ -89,7 +96,7 @@ impl PgConnection {
     /// COMMIT rolled back).
     pub fn end(&self, sql: &str) -> Result<()> {
         self.in_tx.set(false);
-        let mut client = self.client.borrow_mut();
+        let mut client = self.raw_client();
         if client.is_closed() {
             return Err(Error::failure(
                 "the PostgreSQL connection was lost inside a transaction",
@@ -113,6 +120,21 @@ impl PgConnection {
         }
         cache.insert(sql.to_string(), stmt.clone());
         Ok(PgStatement { conn: self, stmt })
+    }
+}
+
+impl Drop for PgConnection {
+    /// Closing a client blocks on its own runtime, which panics on an async
+    /// worker thread (where a pool or a task may drop its last handle):
+    /// there, the close happens on a thread of its own.
+    fn drop(&mut self) {
+        if let Some(client) = self.client.get_mut().take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                let _ = std::thread::Builder::new()
+                    .name("pg-close".into())
+                    .spawn(move || drop(client));
+            }
+        }
     }
 }
 
