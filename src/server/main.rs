@@ -81,6 +81,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The collab database itself.
+    Db {
+        #[command(subcommand)]
+        command: DbCmd,
+    },
     /// Exit 0 when the local server answers /readyz (for container health checks).
     Healthcheck,
     /// Write a consistent backup while the server runs, or check one.
@@ -123,6 +128,22 @@ enum ConfigCmd {
     },
     /// Validate the configuration; exit 1 with the error if it is bad.
     Check,
+}
+
+#[derive(Subcommand)]
+enum DbCmd {
+    /// Copy the SQLite collab database (collab_db) into an empty PostgreSQL
+    /// database, checking row counts and fencing token high-water marks.
+    /// Stop the server first.
+    Migrate {
+        /// postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (or `-` to read it
+        /// from stdin, keeping a password out of the process list).
+        #[arg(long, value_name = "URL")]
+        to: String,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -176,6 +197,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("created {}", path.display());
         }
         Command::Import { repo, json } => return import_cmd(&loaded.config, repo.as_deref(), json),
+        Command::Db {
+            command: DbCmd::Migrate { to, json },
+        } => return db_migrate_cmd(&loaded.config, &to, json),
         Command::Healthcheck => healthcheck::check(&loaded.config)?,
         Command::Backup {
             to: Some(to),
@@ -197,6 +221,44 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// `git-collab-server import [REPO] [--json]`: import on the host, beside a
 /// running server or not (SQLite serializes the two writers).
+fn db_migrate_cmd(config: &config::ServerConfig, to: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let source = match config.collab_db_location() {
+        db::Location::Sqlite(path) => path,
+        db::Location::Postgres(_) => {
+            anyhow::bail!("collab_db is already a PostgreSQL database: nothing to migrate")
+        }
+    };
+    let url = if to == "-" {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line)?;
+        line.trim().to_string()
+    } else {
+        to.to_string()
+    };
+    let target = match db::Location::parse(&url) {
+        db::Location::Postgres(url) => url,
+        db::Location::Sqlite(_) => anyhow::bail!("--to must be a postgres:// URL"),
+    };
+    let shown = db::Location::Postgres(target.clone()).display();
+    let copied = db::transfer::sqlite_to_postgres(&source, &target)
+        .map_err(|e| anyhow::anyhow!("db migrate to {shown}: {e:#}"))?;
+    if json {
+        print_stdout(&(serde_json::to_string_pretty(&copied)? + "\n"))?;
+    } else {
+        let rows: i64 = copied.tables.values().sum();
+        print_stdout(&format!(
+            "migrated {} into {shown}: {rows} rows in {} tables, {} fencing tokens \
+             (highest {}), event seq at {}\nset collab_db to the URL and start the server\n",
+            source.display(),
+            copied.tables.len(),
+            copied.token_pairs,
+            copied.token_max,
+            copied.counters.get("events").copied().unwrap_or(0),
+        ))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn import_cmd(
     config: &config::ServerConfig,
     repo: Option<&str>,

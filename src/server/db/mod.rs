@@ -20,6 +20,7 @@ pub mod reads;
 pub mod repos;
 pub mod snapshot;
 pub mod sql;
+pub mod transfer;
 pub mod webhooks;
 pub mod writer;
 

@@ -108,20 +108,31 @@ impl Census {
 }
 
 /// Count what the database at `path` holds.
-pub fn census_of(path: &Path) -> rusqlite::Result<Census> {
-    census(&open_copy(path)?)
+pub fn census_of(path: &Path) -> crate::db::sql::Result<Census> {
+    census(&crate::db::sql::Connection::from(open_copy(path)?))
 }
 
-/// Count what the database on `conn` holds.
-pub fn census(conn: &Connection) -> rusqlite::Result<Census> {
-    let schema_version = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    let names: Vec<String> = conn
-        .prepare(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
-             ORDER BY name",
-        )?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+/// The collab tables of the database on `conn`, by name (on PostgreSQL
+/// those of the current schema, without the version table `collab_schema`,
+/// which SQLite keeps as a pragma).
+pub fn table_names(conn: &crate::db::sql::Connection) -> crate::db::sql::Result<Vec<String>> {
+    let sql = if conn.is_postgres() {
+        "SELECT table_name::text FROM information_schema.tables \
+         WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' \
+           AND table_name <> 'collab_schema' ORDER BY table_name"
+    } else {
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
+         ORDER BY name"
+    };
+    let mut stmt = conn.prepare(sql)?;
+    let names = stmt.query_map([], |r| r.get(0))?.collect();
+    names
+}
+
+/// Count what the database on `conn` holds (either backend).
+pub fn census(conn: &crate::db::sql::Connection) -> crate::db::sql::Result<Census> {
+    let schema_version = crate::db::migrations::version(conn)?;
+    let names = table_names(conn)?;
     let mut tables = BTreeMap::new();
     for name in &names {
         // Table names come from the schema itself; quote them as identifiers.
@@ -140,8 +151,8 @@ pub fn census(conn: &Connection) -> rusqlite::Result<Census> {
     }
     let tokens = if tables.contains_key("lease_tokens") {
         Some(conn.query_row(
-            "SELECT COUNT(*), COALESCE(MAX(last_token), 0), COALESCE(SUM(last_token), 0) \
-             FROM lease_tokens",
+            "SELECT COUNT(*), COALESCE(MAX(last_token), 0), \
+                    CAST(COALESCE(SUM(last_token), 0) AS BIGINT) FROM lease_tokens",
             [],
             |r| {
                 Ok(TokenMarks {
@@ -182,7 +193,7 @@ mod tests {
         assert!(!dir.path().join("copy.db-wal").exists());
         assert_eq!(integrity_problems(&copy).unwrap(), Vec::<String>::new());
         let census = census_of(&copy).unwrap();
-        assert_eq!(census, super::census(conn.as_sqlite().unwrap()).unwrap());
+        assert_eq!(census, super::census(&conn).unwrap());
         assert_eq!(census.rows("leases"), Some(2));
         assert_eq!(
             census.tokens,
