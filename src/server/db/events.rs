@@ -59,6 +59,12 @@ pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> crate::db::s
         event.actor,
         event.payload.to_string(),
     ])?;
+    if conn.is_postgres() {
+        // Other nodes LISTEN (`events::listen`): PostgreSQL delivers this
+        // at COMMIT, once per transaction, and never for a rollback.
+        conn.prepare_cached("SELECT pg_notify('collab_events', '')")?
+            .execute([])?;
+    }
     Ok(seq)
 }
 

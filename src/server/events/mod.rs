@@ -27,10 +27,13 @@ pub use filter::TypeFilter;
 /// up when nothing pokes the feed; hooks are picked up at once, because the
 /// server pokes after every receive-pack.
 const HEAD_POLL: Duration = Duration::from_secs(2);
-/// The head poll on a database that other nodes write (PostgreSQL): how
-/// soon a watcher, a waiter or the expiry timer here learns of another
-/// node's writes.
-const HEAD_POLL_SHARED: Duration = Duration::from_millis(250);
+/// The head poll on a database that other nodes write (PostgreSQL), where
+/// a `NOTIFY` from every committed event wakes the poller at once
+/// (`listen`); the poll is the safety net for a listener that is
+/// reconnecting.
+const HEAD_POLL_SHARED: Duration = Duration::from_secs(1);
+/// The channel every event append notifies on PostgreSQL.
+const EVENTS_CHANNEL: &str = "collab_events";
 
 /// How often old events are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
@@ -224,16 +227,60 @@ pub fn spawn_background(app: &Arc<App>) {
     } else {
         HEAD_POLL
     };
+    let notified = Arc::new(tokio::sync::Notify::new());
+    if let crate::db::Location::Postgres(url) = app.config.collab_db_location() {
+        listen(url, notified.clone());
+    }
     tokio::spawn(async move {
         let stopping = poller.stopping.clone();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(head_poll) => {}
+                _ = notified.notified() => {}
                 _ = stopping.clone().wait() => return,
             }
             refresh_head(&poller).await;
         }
     });
+}
+
+/// LISTEN for the events other nodes (and hooks) commit on PostgreSQL, on a
+/// connection of its own in a thread of its own (the client blocks), and
+/// wake the head poller for each. A lost connection is retried every
+/// second; meanwhile the poll still runs. The thread ends with the process.
+fn listen(url: String, notified: Arc<tokio::sync::Notify>) {
+    let spawned = std::thread::Builder::new()
+        .name("pg-listen".into())
+        .spawn(move || loop {
+            match postgres::Client::connect(&url, postgres::NoTls) {
+                Ok(mut client) => {
+                    if let Err(e) = client.batch_execute(&format!("LISTEN {EVENTS_CHANNEL}")) {
+                        tracing::warn!("events: LISTEN: {e}");
+                    } else {
+                        // A write may have landed while we were away.
+                        notified.notify_one();
+                        use postgres::fallible_iterator::FallibleIterator as _;
+                        let mut notifications = client.notifications();
+                        let mut notes = notifications.blocking_iter();
+                        loop {
+                            match notes.next() {
+                                Ok(Some(_)) => notified.notify_one(),
+                                Ok(None) => break,
+                                Err(e) => {
+                                    tracing::warn!("events: listening: {e}");
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!("events: connecting to listen: {e}"),
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("events: cannot start the listener thread: {e}");
+    }
 }
 
 /// Publish the head as committed on disk (by any process).
