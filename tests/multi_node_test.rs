@@ -280,3 +280,41 @@ fn a_watcher_on_one_node_sees_a_comment_written_through_another() {
     let _ = watcher.kill();
     let _ = watcher.wait();
 }
+
+#[test]
+fn waiters_and_expiry_work_across_nodes() {
+    let Some(nodes) = cluster() else { return };
+    nodes[0].create_repo("r");
+    let issue = nodes[0].open_server_issue("r", "Shared")[..8].to_string();
+    let agents = keys(&nodes[0], 3);
+    let ((a, _), (b, b_fp), (c, c_fp)) = (&agents[0], &agents[1], &agents[2]);
+    let acquire = |node: &ServerHarness, key: &PathBuf, extra: &str| {
+        node.ssh_exec_as(key, &format!("collab-lease acquire 'r.git' '{issue}'{extra}"), b"")
+    };
+
+    // A holds through node 2; B waits on node 1; A releases through node 3.
+    assert_eq!(acquire(&nodes[1], a, "").code, 0);
+    let waited = std::thread::scope(|s| {
+        let waiter = s.spawn(|| acquire(&nodes[0], b, " --wait 120"));
+        // Let the waiter queue first (if it has not, it simply wins later).
+        std::thread::sleep(Duration::from_millis(500));
+        let released = nodes[2].ssh_exec_as(a, &format!("collab-lease release 'r.git' '{issue}'"), b"");
+        assert_eq!(released.code, 0, "{released:?}");
+        waiter.join().unwrap()
+    });
+    assert_eq!(waited.code, 0, "{waited:?}");
+    assert_eq!(waited.json()["holder"], b_fp.as_str());
+    assert_eq!(waited.json()["token"], 2);
+    let released = nodes[0].ssh_exec_as(b, &format!("collab-lease release 'r.git' '{issue}'"), b"");
+    assert_eq!(released.code, 0, "{released:?}");
+
+    // A takes it through node 2 with a short TTL and node 2 dies: the
+    // expiry is noticed by another node's timer, which hands it to C,
+    // waiting on node 1.
+    assert_eq!(acquire(&nodes[1], a, " --ttl 2").code, 0);
+    nodes[1].sigkill();
+    let waited = acquire(&nodes[0], c, " --wait 120");
+    assert_eq!(waited.code, 0, "{waited:?}");
+    assert_eq!(waited.json()["holder"], c_fp.as_str());
+    assert_eq!(waited.json()["token"], 4);
+}
