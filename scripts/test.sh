@@ -38,14 +38,26 @@ status=0
 cargo nextest run --lib --bins --tests --locked --no-fail-fast "$@" || status=$?
 
 # The same suites once more with the collab database on PostgreSQL
-# (GIT_COLLAB_TEST_BACKEND=postgres: each test gets a fresh database): the
-# database unit tests, and the server suites whose state lives only in the
-# database. (multi_node_test ran above: it always uses PostgreSQL.)
+# (GIT_COLLAB_TEST_BACKEND=postgres: each server and each database unit test
+# gets a fresh database): the database unit tests and every server suite,
+# except those that open the SQLite file itself (imports, crash and restore
+# tests, the upgrade from an old file), the client-only, container, Nix and
+# browser suites, and maintenance_test (git housekeeping, no database).
+# multi_node_test and db_migrate_test ran above: they always use PostgreSQL.
 if [ -n "${GIT_COLLAB_TEST_POSTGRES:-}" ] && [ "$#" = 0 ]; then
     echo "== tests again on PostgreSQL"
+    pg_suites=(
+        access_hardening_test auth_binding_test events_test governance_test
+        hostile_input_test issue_export_test issue_fleet_test issue_list_paging_test
+        issue_server_cli_test issue_server_test lease_cli_test lease_concurrency_test
+        lease_crash_test lease_fencing_test lease_policy_test lease_server_test
+        limits_test release_test repo_admin_test review_cli_test review_verb_test
+        ssh_access_test ssh_channel_requests_test ssh_git_test web_code_test
+        web_http_test web_malformed_paths_test web_rendering_test webhooks_test
+        work_queue_cli_test work_queue_test
+    )
     GIT_COLLAB_TEST_BACKEND=postgres cargo nextest run --bins --locked --no-fail-fast \
-        --test lease_server_test --test lease_concurrency_test --test work_queue_test \
-        --test lease_fencing_test --test issue_server_cli_test --test review_verb_test \
+        "${pg_suites[@]/#/--test=}" \
         -E 'binary(git-collab-server) and test(/^(db|hooks::fencing)::/) or not binary(git-collab-server)' ||
         status=$?
 fi

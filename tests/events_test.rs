@@ -6,6 +6,9 @@
 //! reading while another keeps receiving.
 
 mod common;
+#[allow(dead_code, unused_imports)] // the modules' unit tests are compiled but not run here
+#[path = "../src/server/db/mod.rs"]
+mod db;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead as _, BufReader, Read as _};
@@ -280,7 +283,7 @@ fn since_older_than_retention_names_the_oldest_seq() {
     h.stop();
     // Age the first two events past the retention; the restarted server
     // prunes them at start.
-    let db = rusqlite::Connection::open(h.repos_dir().join("collab.db")).unwrap();
+    let db = db::open(db::Location::parse(&h.db_setting())).unwrap();
     db.execute("UPDATE events SET at = at - 3 * 86400 WHERE seq <= 2", [])
         .unwrap();
     drop(db);

@@ -25,7 +25,7 @@ fn list_follows_the_cursor_over_many_pages() {
     let repo = first["repo"].as_str().unwrap().to_string();
     h.stop();
     {
-        let conn = db::leases::open(&h.repos_dir().join("collab.db")).unwrap();
+        let conn = db::open(db::Location::parse(&h.db_setting())).unwrap();
         let tx = conn.unchecked_transaction().unwrap();
         let who = Person {
             principal: "SHA256:seed".into(),

@@ -5,6 +5,9 @@
 //! `--lease-token` (a stale token changes nothing; closing ends the lease).
 
 mod common;
+#[allow(dead_code, unused_imports)] // the modules' unit tests are compiled but not run here
+#[path = "../src/server/db/mod.rs"]
+mod db;
 
 use std::path::Path;
 
@@ -25,11 +28,7 @@ fn open(h: &ServerHarness, repo: &str, title: &str) -> String {
 /// What the database holds, row counts per table (read-only, beside the
 /// running server: WAL lets us).
 fn db_counts(h: &ServerHarness) -> Vec<i64> {
-    let conn = rusqlite::Connection::open_with_flags(
-        h.repos_dir().join("collab.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
+    let conn = db::open_reader(db::Location::parse(&h.db_setting())).unwrap();
     [
         "issues",
         "issue_comments",
@@ -415,11 +414,7 @@ fn lease_tokens_fence_writes_and_closing_ends_the_lease() {
     assert_eq!(closed["lease_ended"]["token"], 2);
     let leases = ok(h.ssh_exec("collab-lease list r"));
     assert_eq!(leases["leases"], serde_json::json!([]));
-    let conn = rusqlite::Connection::open_with_flags(
-        h.repos_dir().join("collab.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
+    let conn = db::open_reader(db::Location::parse(&h.db_setting())).unwrap();
     let (kind, payload): (String, String) = conn
         .query_row(
             "SELECT type, payload FROM events ORDER BY seq DESC LIMIT 1",

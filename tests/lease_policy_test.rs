@@ -13,6 +13,9 @@
 //!   queue, a stopping server cancels waits with a clear error.
 
 mod common;
+#[allow(dead_code, unused_imports)] // the modules' unit tests are compiled but not run here
+#[path = "../src/server/db/mod.rs"]
+mod db;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -67,7 +70,7 @@ fn secs(v: &Value) -> i64 {
 /// `(type, object_id, actor, payload)` of every lease event so far, from the
 /// server's own database file.
 fn events(h: &ServerHarness) -> Vec<(String, String, Option<String>, Value)> {
-    let conn = rusqlite::Connection::open(h.repos_dir().join("collab.db")).unwrap();
+    let conn = db::open_reader(db::Location::parse(&h.db_setting())).unwrap();
     let mut stmt = conn
         .prepare("SELECT type, object_id, actor, payload FROM events WHERE type LIKE 'lease.%' ORDER BY seq")
         .unwrap();
@@ -424,7 +427,7 @@ fn the_expiry_timer_ends_a_lease_on_time_and_wakes_a_waiter() {
             .iter()
             .any(|e| e.0 == "lease.expired" && e.1 == ids[1])
     });
-    let conn = rusqlite::Connection::open(h.repos_dir().join("collab.db")).unwrap();
+    let conn = db::open_reader(db::Location::parse(&h.db_setting())).unwrap();
     let at: i64 = conn
         .query_row(
             "SELECT at FROM events WHERE type = 'lease.expired' AND object_id = ?1",

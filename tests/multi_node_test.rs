@@ -289,7 +289,11 @@ fn waiters_and_expiry_work_across_nodes() {
     let agents = keys(&nodes[0], 3);
     let ((a, _), (b, b_fp), (c, c_fp)) = (&agents[0], &agents[1], &agents[2]);
     let acquire = |node: &ServerHarness, key: &PathBuf, extra: &str| {
-        node.ssh_exec_as(key, &format!("collab-lease acquire 'r.git' '{issue}'{extra}"), b"")
+        node.ssh_exec_as(
+            key,
+            &format!("collab-lease acquire 'r.git' '{issue}'{extra}"),
+            b"",
+        )
     };
 
     // A holds through node 2; B waits on node 1; A releases through node 3.
@@ -298,7 +302,8 @@ fn waiters_and_expiry_work_across_nodes() {
         let waiter = s.spawn(|| acquire(&nodes[0], b, " --wait 120"));
         // Let the waiter queue first (if it has not, it simply wins later).
         std::thread::sleep(Duration::from_millis(500));
-        let released = nodes[2].ssh_exec_as(a, &format!("collab-lease release 'r.git' '{issue}'"), b"");
+        let released =
+            nodes[2].ssh_exec_as(a, &format!("collab-lease release 'r.git' '{issue}'"), b"");
         assert_eq!(released.code, 0, "{released:?}");
         waiter.join().unwrap()
     });

@@ -305,12 +305,8 @@ impl ServerHarness {
         if let Some(url) = &self.db_url {
             // A server that fell back to SQLite would pass the tests
             // without testing PostgreSQL: the schema must be in the database.
-            let mut client =
-                postgres::Client::connect(url, postgres::NoTls).expect("test database");
-            let version: i64 = client
-                .query_one("SELECT version FROM collab_schema", &[])
-                .expect("the server migrated its PostgreSQL database")
-                .get(0);
+            let version = pg::query_i64(url, "SELECT version FROM collab_schema")
+                .expect("the server migrated its PostgreSQL database");
             assert!(version > 0);
         }
     }
@@ -418,6 +414,17 @@ impl ServerHarness {
 
     pub fn repos_dir(&self) -> PathBuf {
         self.state_dir.join("repos")
+    }
+
+    /// Where this server keeps its collab database, as `collab_db` would
+    /// say it: the PostgreSQL URL, or the SQLite file. Tests that look into
+    /// the database open it with `db::open_reader(db::Location::parse(…))`
+    /// and so read either backend.
+    pub fn db_setting(&self) -> String {
+        match &self.db_url {
+            Some(url) => url.clone(),
+            None => self.repos_dir().join("collab.db").display().to_string(),
+        }
     }
 
     pub fn authorized_keys_path(&self) -> PathBuf {

@@ -35,13 +35,13 @@ impl TestDatabase {
             NEXT.fetch_add(1, Ordering::Relaxed),
             rand::random::<u32>()
         );
-        let mut client = postgres::Client::connect(&admin, postgres::NoTls)
-            .expect("connecting to GIT_COLLAB_TEST_POSTGRES");
-        client
-            .batch_execute(&format!(
-                "CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'"
-            ))
-            .expect("creating a test database");
+        run(
+            &admin,
+            &format!(
+            "CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'"
+        ),
+        )
+        .expect("creating a test database on GIT_COLLAB_TEST_POSTGRES");
         let url = with_database(&admin, &name);
         TestDatabase { admin, name, url }
     }
@@ -49,13 +49,33 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        if let Ok(mut client) = postgres::Client::connect(&self.admin, postgres::NoTls) {
-            let _ = client.batch_execute(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ));
-        }
+        let _ = run(
+            &self.admin,
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        );
     }
+}
+
+/// Run `sql` on the database at `url`, on a thread of its own: the
+/// synchronous client blocks on a runtime of its own, which panics inside
+/// an async test's runtime.
+pub fn run(url: &str, sql: &str) -> Result<(), postgres::Error> {
+    off_runtime(|| {
+        let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+        client.batch_execute(sql)
+    })
+}
+
+/// The first column of the first row of `sql` as an integer (see `run`).
+pub fn query_i64(url: &str, sql: &str) -> Result<i64, postgres::Error> {
+    off_runtime(|| {
+        let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+        Ok(client.query_one(sql, &[])?.get(0))
+    })
+}
+
+fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| s.spawn(f).join().expect("database thread"))
 }
 
 /// The admin URL, or `None` (after saying why) when PostgreSQL tests
