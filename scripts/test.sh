@@ -58,7 +58,7 @@ if [ -n "${GIT_COLLAB_TEST_POSTGRES:-}" ] && [ "$#" = 0 ]; then
     )
     GIT_COLLAB_TEST_BACKEND=postgres cargo nextest run --bins --locked --no-fail-fast \
         "${pg_suites[@]/#/--test=}" \
-        -E 'binary(git-collab-server) and test(/^(db|hooks::fencing)::/) or not binary(git-collab-server)' ||
+        -E '(binary(git-collab-server) and test(/^(db|hooks::fencing)::/)) or (not binary(git-collab-server) and not test(/^db::/))' ||
         status=$?
 fi
 exit "$status"
