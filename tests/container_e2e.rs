@@ -9,11 +9,23 @@
 //! why on stderr and returns, unless `GIT_COLLAB_REQUIRE_CONTAINER_TESTS=1`
 //! (CI), which turns that into a failure. `GIT_COLLAB_E2E_IMAGE` picks another
 //! image. The image is not rebuilt here: rebuild it after changing the server.
+//!
+//! The two-node test also needs PostgreSQL: an admin URL in
+//! `GIT_COLLAB_TEST_POSTGRES` (`scripts/ci-postgres.sh` starts a cluster on
+//! the host's loopback and prints it). Without one it says so and returns,
+//! unless `GIT_COLLAB_REQUIRE_POSTGRES_TESTS=1`.
 
+/// Fresh databases on the `GIT_COLLAB_TEST_POSTGRES` server, shared with the
+/// server suites.
+#[path = "common/pg.rs"]
+#[allow(dead_code)]
+mod pg;
+
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -31,6 +43,8 @@ const VOLUME_PREFIX: &str = "git-collab-e2e-";
 const SSH_PORT: u16 = 2222;
 const HTTP_PORT: u16 = 8080;
 const STATE_DIR: &str = "/var/lib/git-collab";
+/// Where a test mounts the file holding the collab database URL.
+const DB_URL_SECRET: &str = "/run/secrets/collab_db";
 /// The fixed uid of the `git-collab` user in docker/Dockerfile.
 const APP_UID: &str = "10001";
 /// Upper bound on waiting for a booting server, so a broken image fails
@@ -233,6 +247,21 @@ struct Boot<'a> {
     env: Vec<(&'a str, &'a str)>,
     /// Mounted read-only at /etc/git-collab/server.toml.
     config_file: Option<&'a Path>,
+    /// Mounted read-only at [`DB_URL_SECRET`] and named by
+    /// `GIT_COLLAB_COLLAB_DB_FILE`: a file holding the collab database URL.
+    db_url_file: Option<&'a Path>,
+    ports: Ports,
+}
+
+/// Where a booted server listens.
+#[derive(Clone, Copy)]
+enum Ports {
+    /// On the engine's bridge network, its ports published on ephemeral
+    /// 127.0.0.1 ports of the host.
+    Published,
+    /// In the host's network namespace, on these 127.0.0.1 ports
+    /// (`GIT_COLLAB_SSH__LISTEN`, `GIT_COLLAB_HTTP__LISTEN`).
+    HostNetwork { ssh: u16, http: u16 },
 }
 
 /// A running server container and its ports on 127.0.0.1.
@@ -302,12 +331,15 @@ fn hardened(
 /// Boots the server (the image's own entrypoint and `serve`) and waits until
 /// GET /readyz answers 200.
 async fn boot(engine: &Engine, boot: Boot<'_>) -> Server {
-    let mut request = hardened(
-        engine
+    let image = match boot.ports {
+        Ports::Published => engine
             .image()
             .with_exposed_port(SSH_PORT.tcp())
-            .with_exposed_port(HTTP_PORT.tcp())
-            .with_env_var("GIT_COLLAB_INITIAL_ADMIN_KEYS", boot.admin_keys),
+            .with_exposed_port(HTTP_PORT.tcp()),
+        Ports::HostNetwork { .. } => engine.image(),
+    };
+    let mut request = hardened(
+        image.with_env_var("GIT_COLLAB_INITIAL_ADMIN_KEYS", boot.admin_keys),
         boot.volume,
     );
     for (key, value) in boot.env {
@@ -322,19 +354,40 @@ async fn boot(engine: &Engine, boot: Boot<'_>) -> Server {
             .with_access_mode(testcontainers::core::AccessMode::ReadOnly),
         );
     }
+    if let Some(file) = boot.db_url_file {
+        request = request
+            .with_mount(
+                Mount::bind_mount(file.to_str().expect("utf-8 temp path"), DB_URL_SECRET)
+                    .with_access_mode(testcontainers::core::AccessMode::ReadOnly),
+            )
+            .with_env_var("GIT_COLLAB_COLLAB_DB_FILE", DB_URL_SECRET);
+    }
     let log = ContainerLog::default();
-    let started = publish_on_loopback(request, &[SSH_PORT, HTTP_PORT])
-        .with_log_consumer(log.consumer())
-        .start()
-        .await;
+    let request = match boot.ports {
+        Ports::Published => publish_on_loopback(request, &[SSH_PORT, HTTP_PORT]),
+        // Set on the host config: `with_network("host")` would have
+        // testcontainers create a network named "host", which Podman refuses.
+        Ports::HostNetwork { ssh, http } => request
+            .with_host_config_modifier(|host_config: &mut HostConfig| {
+                host_config.network_mode = Some("host".into());
+            })
+            .with_env_var("GIT_COLLAB_SSH__LISTEN", format!("127.0.0.1:{ssh}"))
+            .with_env_var("GIT_COLLAB_HTTP__LISTEN", format!("127.0.0.1:{http}")),
+    };
+    let started = request.with_log_consumer(log.consumer()).start().await;
     let container = match started {
         Ok(container) => container,
         Err(e) => panic!("starting {}: {e}\n{}", engine.image_ref(), log.text().await),
     };
     let ports = async {
-        let ssh = container.get_host_port_ipv4(SSH_PORT).await?;
-        let http = container.get_host_port_ipv4(HTTP_PORT).await?;
-        Ok::<_, testcontainers::TestcontainersError>((ssh, http))
+        match boot.ports {
+            Ports::Published => {
+                let ssh = container.get_host_port_ipv4(SSH_PORT).await?;
+                let http = container.get_host_port_ipv4(HTTP_PORT).await?;
+                Ok::<_, testcontainers::TestcontainersError>((ssh, http))
+            }
+            Ports::HostNetwork { ssh, http } => Ok((ssh, http)),
+        }
     };
     let (ssh_port, http_port) = match ports.await {
         Ok(ports) => ports,
@@ -560,11 +613,15 @@ impl User {
 
     /// Runs an exec verb on the server over the real OpenSSH client.
     fn ssh(&self, server: &Server, remote_command: &str) -> Output {
+        self.ssh_to_port(server.ssh_port, remote_command)
+    }
+
+    /// Runs an exec verb over the real OpenSSH client on 127.0.0.1:`port`.
+    fn ssh_to_port(&self, port: u16, remote_command: &str) -> Output {
         let mut command = Command::new("sh");
         command.arg("-c").arg(format!(
-            "{} -p {} git@127.0.0.1 \"$1\"",
+            "{} -p {port} git@127.0.0.1 \"$1\"",
             self.ssh_command(),
-            server.ssh_port
         ));
         command.arg("ssh").arg(remote_command);
         command.output().expect("run ssh")
@@ -739,6 +796,8 @@ async fn push_clone_issue_and_lease_survive_a_restart() {
             admin_keys: &admin.public_key,
             env: vec![],
             config_file: None,
+            db_url_file: None,
+            ports: Ports::Published,
         },
     )
     .await;
@@ -870,6 +929,8 @@ async fn push_clone_issue_and_lease_survive_a_restart() {
             admin_keys: &admin.public_key,
             env: vec![],
             config_file: None,
+            db_url_file: None,
+            ports: Ports::Published,
         },
     )
     .await;
@@ -943,6 +1004,8 @@ async fn mounted_config_file_and_env_overrides_take_effect() {
             admin_keys: &admin.public_key,
             env: vec![("GIT_COLLAB_SITE_TITLE", "Title from the env")],
             config_file: Some(&config_file),
+            db_url_file: None,
+            ports: Ports::Published,
         },
     )
     .await;
@@ -1014,4 +1077,252 @@ fn config_entry<'a>(shown: &'a Value, key: &str) -> (&'a Value, &'a str) {
         .as_str()
         .unwrap_or_else(|| panic!("config show --json has no source for {key}: {shown}"));
     (&entry["value"], source)
+}
+
+/// Runs `f` on a thread of its own and waits for it: the synchronous
+/// `postgres` client starts a runtime of its own, which panics on a tokio
+/// worker.
+fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| s.spawn(f).join().expect("thread off the runtime"))
+}
+
+/// A fresh test database, created and dropped off the async workers.
+struct Database(Option<pg::TestDatabase>);
+
+impl Database {
+    fn create() -> Database {
+        Database(Some(off_runtime(pg::TestDatabase::create)))
+    }
+
+    fn url(&self) -> &str {
+        &self.0.as_ref().expect("database").url
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        if let Some(db) = self.0.take() {
+            off_runtime(move || drop(db));
+        }
+    }
+}
+
+/// Two free TCP ports on 127.0.0.1 for each of `n` servers: (ssh, http).
+/// They are free when chosen; another process could still take one before
+/// the server binds it, which would fail the boot loudly, not the race.
+fn free_loopback_ports(n: usize) -> Vec<(u16, u16)> {
+    let listeners: Vec<std::net::TcpListener> = (0..2 * n)
+        .map(|_| std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind a free port"))
+        .collect();
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().expect("local address").port())
+        .collect();
+    ports.chunks(2).map(|pair| (pair[0], pair[1])).collect()
+}
+
+/// Issue #17: two containers of the image on ONE named volume (the state
+/// directory: repositories, host key, signing key, authorized_keys) and ONE
+/// PostgreSQL database. 16 `ssh` racers, each with its own key, half through
+/// container A and half through container B, race for the lease on one
+/// issue: exactly one wins (exit 0) and the 15 others are told who holds it
+/// (exit 4); both containers then report the same holder and token, and
+/// present the same host key.
+///
+/// Networking: the test cluster listens on the host's 127.0.0.1 only, which a
+/// container on podman's bridge network cannot reach (`host.containers.internal`
+/// is the host's address on the bridge, where nothing listens). So both
+/// containers run in the host's network namespace (`--network host`, which
+/// rootful podman allows), where 127.0.0.1 is the host's loopback: the
+/// database URL is the one the test itself uses, and each server listens on
+/// its own free 127.0.0.1 ports through `GIT_COLLAB_SSH__LISTEN` /
+/// `GIT_COLLAB_HTTP__LISTEN` (there is nothing to publish). Everything else is
+/// as users run the image: read-only root, the state on a named volume, the
+/// database URL in a mounted secret file named by `GIT_COLLAB_COLLAB_DB_FILE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_containers_on_one_volume_and_one_postgres_race_to_one_winner() {
+    const RACERS: usize = 16;
+    let Some(engine) = engine() else { return };
+    if pg::admin_url().is_none() {
+        return;
+    }
+    // Declared before the containers: dropped (database with FORCE, then
+    // the volume) after them.
+    let db = Database::create();
+    let volume = Volume::new(engine, "two-nodes");
+    let admin = User::new("admin");
+
+    // The URL as a secret file, readable by the image's user.
+    let db_url_file = admin.path("collab_db");
+    std::fs::write(&db_url_file, format!("{}\n", db.url())).unwrap();
+    std::fs::set_permissions(
+        &db_url_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+
+    let ports = free_loopback_ports(2);
+    let node = |(ssh, http): (u16, u16)| Boot {
+        volume: &volume,
+        admin_keys: &admin.public_key,
+        env: vec![],
+        config_file: None,
+        db_url_file: Some(&db_url_file),
+        ports: Ports::HostNetwork { ssh, http },
+    };
+    // A first, alone: it generates the host key and the signing key into the
+    // empty volume and creates the schema; B finds all three.
+    let a = boot(engine, node(ports[0])).await;
+    let b = boot(engine, node(ports[1])).await;
+    let nodes = [&a, &b];
+
+    // Both on PostgreSQL: the schema is in the test database, and no SQLite
+    // file appeared on the volume.
+    let version: i64 = off_runtime(|| {
+        let mut client =
+            postgres::Client::connect(db.url(), postgres::NoTls).expect("test database");
+        client
+            .query_one("SELECT version FROM collab_schema", &[])
+            .expect("the servers migrated the PostgreSQL database")
+            .get(0)
+    });
+    assert!(version > 0);
+    let sqlite = exec(
+        &b.container,
+        &["sh", "-c", &format!("ls -a {STATE_DIR} {STATE_DIR}/repos")],
+    )
+    .await;
+    assert_eq!(sqlite.code, 0, "{}", sqlite.stderr);
+    assert!(
+        !sqlite.stdout.contains("collab.db"),
+        "a SQLite database on the PostgreSQL backend:\n{}",
+        sqlite.stdout
+    );
+    // Only A generated the keys; B presents the same host key (the admin's
+    // known_hosts holds one alias for every port, and ssh refuses a changed key).
+    let (a_log, b_log) = (a.logs().await, b.logs().await);
+    for generated in ["generated host key", "generated server signing key"] {
+        assert!(
+            a_log.contains(generated),
+            "A did not log {generated:?}:\n{a_log}"
+        );
+        assert!(
+            !b_log.contains(generated),
+            "B logged {generated:?}:\n{b_log}"
+        );
+    }
+    for node in nodes {
+        let whoami = admin.ssh_json(node, "collab-whoami");
+        assert_eq!(
+            whoami["fingerprint"],
+            admin.fingerprint.as_str(),
+            "{whoami}"
+        );
+    }
+    let known_hosts = std::fs::read_to_string(admin.path("known_hosts")).unwrap();
+    assert_eq!(
+        known_hosts.lines().count(),
+        1,
+        "one host key for both containers:\n{known_hosts}"
+    );
+
+    // The repository through A, the issue through B.
+    let created = admin.ssh(&a, "collab-repo create 'race'");
+    assert!(
+        created.status.success(),
+        "collab-repo create: {}{}",
+        String::from_utf8_lossy(&created.stdout),
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let opened = admin.ssh_json(
+        &b,
+        "collab-issue open 'race.git' --title 'Race through two containers'",
+    );
+    let issue = opened["issue"]
+        .as_str()
+        .unwrap_or_else(|| panic!("collab-issue open: {opened}"))
+        .to_string();
+
+    // The racers: writers (not admins), admitted by a line each in the shared
+    // authorized_keys, which both servers re-read when it changes.
+    let racers: Vec<User> = (0..RACERS)
+        .map(|i| User::new(&format!("racer{i}")))
+        .collect();
+    let mut append = vec![
+        "sh",
+        "-c",
+        "printf '%s\\n' \"$@\" >> /var/lib/git-collab/authorized_keys",
+        "sh",
+    ];
+    append.extend(racers.iter().map(|r| r.public_key.as_str()));
+    let appended = exec(&a.container, &append).await;
+    assert_eq!(appended.code, 0, "{}{}", appended.stdout, appended.stderr);
+
+    // The race: racer i through node i % 2, all released at once.
+    let acquire = format!("collab-lease acquire 'race.git' '{issue}' --ttl 600");
+    let node_ports = [a.ssh_port, b.ssh_port];
+    let start = Barrier::new(RACERS);
+    let replies: Vec<(usize, Output)> = std::thread::scope(|s| {
+        let handles: Vec<_> = racers
+            .iter()
+            .enumerate()
+            .map(|(i, racer)| {
+                let (start, acquire, port) = (&start, &acquire, node_ports[i % 2]);
+                s.spawn(move || {
+                    start.wait();
+                    (i, racer.ssh_to_port(port, acquire))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+
+    let mut winners = Vec::new();
+    let mut named: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, output) in &replies {
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let node = ["A", "B"][i % 2];
+        let reply: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "racer {i} via {node}: not JSON ({e}), {}: {stdout}{stderr}",
+                output.status
+            )
+        });
+        match output.status.code() {
+            Some(0) => {
+                assert_eq!(reply["status"], "acquired", "racer {i} via {node}: {reply}");
+                assert_eq!(reply["holder"], racers[*i].fingerprint.as_str(), "{reply}");
+                assert_eq!(reply["token"], 1, "{reply}");
+                winners.push((racers[*i].fingerprint.clone(), node));
+            }
+            Some(4) => {
+                assert_eq!(reply["status"], "held", "racer {i} via {node}: {reply}");
+                let holder = reply["holder"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{reply}"));
+                *named.entry(holder.to_string()).or_default() += 1;
+            }
+            other => panic!("racer {i} via {node}: exit {other:?}: {stdout}{stderr}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one winner: {winners:?}");
+    let (winner, via) = winners.pop().unwrap();
+    eprintln!("two-node race: {winner} won through container {via}");
+    assert_eq!(
+        named,
+        BTreeMap::from([(winner.clone(), RACERS - 1)]),
+        "every loser names the winner"
+    );
+
+    // Both containers report the same holder and token.
+    for (name, node) in [("A", &a), ("B", &b)] {
+        let shown = admin.ssh_json(node, &format!("collab-lease show 'race.git' '{issue}'"));
+        assert_eq!(shown["holder"], winner.as_str(), "{name}: {shown}");
+        assert_eq!(shown["token"], 1, "{name}: {shown}");
+    }
+
+    // Both shut down cleanly on SIGTERM, B first.
+    assert_eq!(b.stop().await, 0, "B's exit code after SIGTERM");
+    assert_eq!(a.stop().await, 0, "A's exit code after SIGTERM");
 }
