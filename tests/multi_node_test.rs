@@ -1,8 +1,8 @@
 //! Several server processes on one PostgreSQL database and one state
 //! directory (`collab_db = "postgres://…"`), driven by the real `ssh`:
-//! racers spread over three nodes get exactly one winner per issue, `next`
-//! callers over three nodes drain the ready issues without handing one out
-//! twice, a node killed mid-storm loses nothing acknowledged and repeats no
+//! 48 racers spread over three nodes get exactly one winner per issue, 64
+//! `next` callers over three nodes drain 48 ready issues without handing one
+//! out twice (16 find the queue empty), a node killed mid-storm loses nothing acknowledged and repeats no
 //! token, and a watcher on one node sees what another node wrote. Needs
 //! `GIT_COLLAB_TEST_POSTGRES` (skips without it, fails without it under
 //! `GIT_COLLAB_REQUIRE_POSTGRES_TESTS=1`).
@@ -120,9 +120,9 @@ fn racers_over_three_nodes_get_exactly_one_winner() {
 fn next_callers_over_three_nodes_never_share_an_issue() {
     let Some(nodes) = cluster() else { return };
     nodes[0].create_repo("r");
-    let agents = keys(&nodes[0], 36);
+    let agents = keys(&nodes[0], 64);
     let mut opened = BTreeSet::new();
-    for i in 0..24 {
+    for i in 0..48 {
         opened.insert(nodes[i % NODES].open_server_issue("r", &format!("Task {i}")));
     }
     let replies = storm(&nodes, &agents, "collab-lease next 'r.git' --ttl 600");
@@ -141,7 +141,7 @@ fn next_callers_over_three_nodes_never_share_an_issue() {
         }
     }
     assert_eq!(handed, opened, "every ready issue handed out once");
-    assert_eq!(empty, 12);
+    assert_eq!(empty, 16);
 }
 
 #[test]
