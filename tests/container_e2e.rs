@@ -17,7 +17,7 @@
 
 /// Fresh databases on the `GIT_COLLAB_TEST_POSTGRES` server, shared with the
 /// server suites.
-#[path = "common/pg.rs"]
+#[path = "../src/server/db/sql/test_database.rs"]
 #[allow(dead_code)]
 mod pg;
 
@@ -1079,34 +1079,6 @@ fn config_entry<'a>(shown: &'a Value, key: &str) -> (&'a Value, &'a str) {
     (&entry["value"], source)
 }
 
-/// Runs `f` on a thread of its own and waits for it: the synchronous
-/// `postgres` client starts a runtime of its own, which panics on a tokio
-/// worker.
-fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| s.spawn(f).join().expect("thread off the runtime"))
-}
-
-/// A fresh test database, created and dropped off the async workers.
-struct Database(Option<pg::TestDatabase>);
-
-impl Database {
-    fn create() -> Database {
-        Database(Some(off_runtime(pg::TestDatabase::create)))
-    }
-
-    fn url(&self) -> &str {
-        &self.0.as_ref().expect("database").url
-    }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        if let Some(db) = self.0.take() {
-            off_runtime(move || drop(db));
-        }
-    }
-}
-
 /// Two free TCP ports on 127.0.0.1 for each of `n` servers: (ssh, http).
 /// They are free when chosen; another process could still take one before
 /// the server binds it, which would fail the boot loudly, not the race.
@@ -1148,13 +1120,14 @@ async fn two_containers_on_one_volume_and_one_postgres_race_to_one_winner() {
     }
     // Declared before the containers: dropped (database with FORCE, then
     // the volume) after them.
-    let db = Database::create();
+    // Created and dropped off the async workers (`pg::run`).
+    let db = pg::TestDatabase::create();
     let volume = Volume::new(engine, "two-nodes");
     let admin = User::new("admin");
 
     // The URL as a secret file, readable by the image's user.
     let db_url_file = admin.path("collab_db");
-    std::fs::write(&db_url_file, format!("{}\n", db.url())).unwrap();
+    std::fs::write(&db_url_file, format!("{}\n", db.url)).unwrap();
     std::fs::set_permissions(
         &db_url_file,
         std::os::unix::fs::PermissionsExt::from_mode(0o644),
@@ -1178,14 +1151,8 @@ async fn two_containers_on_one_volume_and_one_postgres_race_to_one_winner() {
 
     // Both on PostgreSQL: the schema is in the test database, and no SQLite
     // file appeared on the volume.
-    let version: i64 = off_runtime(|| {
-        let mut client =
-            postgres::Client::connect(db.url(), postgres::NoTls).expect("test database");
-        client
-            .query_one("SELECT version FROM collab_schema", &[])
-            .expect("the servers migrated the PostgreSQL database")
-            .get(0)
-    });
+    let version = pg::query_i64(&db.url, "SELECT version FROM collab_schema")
+        .expect("the servers migrated the PostgreSQL database");
     assert!(version > 0);
     let sqlite = exec(
         &b.container,

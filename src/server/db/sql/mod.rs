@@ -155,17 +155,6 @@ impl Error {
     pub fn conversion(message: impl Into<String>) -> Error {
         Error::Conversion(message.into())
     }
-
-    /// A UNIQUE, CHECK, NOT NULL or foreign-key constraint refused the write.
-    pub fn is_constraint_violation(&self) -> bool {
-        match self {
-            Error::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => {
-                e.code == rusqlite::ErrorCode::ConstraintViolation
-            }
-            Error::Postgres(e) => pg::is_constraint_violation(e),
-            _ => false,
-        }
-    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -353,11 +342,6 @@ impl<'c> Transaction<'c> {
             Connection::Sqlite(c) => Ok(c.execute_batch("COMMIT")?),
             Connection::Postgres(c) => c.end("COMMIT"),
         }
-    }
-
-    pub fn rollback(mut self) -> Result<()> {
-        self.done = true;
-        self.rollback_now()
     }
 
     fn rollback_now(&self) -> Result<()> {
@@ -620,5 +604,8 @@ impl Row<'_> {
 /// The per-connection statement cache of PostgreSQL connections.
 type StatementCache = RefCell<std::collections::HashMap<String, postgres::Statement>>;
 
+#[cfg(test)]
+#[allow(dead_code)] // shared with tests/common, which uses more of it
+mod test_database;
 #[cfg(test)]
 pub(crate) mod testing;

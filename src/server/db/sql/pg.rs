@@ -317,11 +317,6 @@ pub fn describe(e: &postgres::Error) -> String {
     }
 }
 
-/// SQLSTATE class 23: integrity constraint violation.
-pub fn is_constraint_violation(e: &postgres::Error) -> bool {
-    e.code().is_some_and(|c| c.code().starts_with("23"))
-}
-
 /// `url` with its password replaced by `***` (in the authority part and in
 /// a `password=` query parameter).
 pub fn redact(url: &str) -> String {

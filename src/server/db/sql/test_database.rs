@@ -1,12 +1,13 @@
-//! The PostgreSQL backend for server tests: with
-//! `GIT_COLLAB_TEST_BACKEND=postgres`, each `ServerHarness` gets a fresh
-//! database on the server `GIT_COLLAB_TEST_POSTGRES` names (an admin URL),
-//! dropped with the harness. scripts/test.sh runs the server-state suites
-//! once per backend.
+//! Throwaway PostgreSQL databases for tests, on the server
+//! `GIT_COLLAB_TEST_POSTGRES` names (an admin URL; scripts/ci-postgres.sh
+//! starts one). Shared by the database unit tests (`sql::testing`) and the
+//! server tests (`tests/common`, which include this file by path), so it
+//! uses nothing of the crate. With `GIT_COLLAB_TEST_BACKEND=postgres` both
+//! run on PostgreSQL; scripts/test.sh runs them once per backend.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Whether the tests run on PostgreSQL.
+/// Whether the tests run on PostgreSQL (`GIT_COLLAB_TEST_BACKEND`).
 pub fn wanted() -> bool {
     match std::env::var("GIT_COLLAB_TEST_BACKEND").as_deref() {
         Ok("postgres") => true,
@@ -30,7 +31,7 @@ impl TestDatabase {
             admin_url().expect("GIT_COLLAB_TEST_BACKEND=postgres needs GIT_COLLAB_TEST_POSTGRES");
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let name = format!(
-            "it_{}_{}_{}",
+            "test_{}_{}_{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed),
             rand::random::<u32>()
@@ -74,7 +75,10 @@ pub fn query_i64(url: &str, sql: &str) -> Result<i64, postgres::Error> {
     })
 }
 
-fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+/// Run `f` on a thread of its own and wait for it: the synchronous
+/// `postgres` client starts a runtime of its own, which panics on a tokio
+/// worker.
+pub fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     std::thread::scope(|s| s.spawn(f).join().expect("database thread"))
 }
 
