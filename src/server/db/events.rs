@@ -59,14 +59,13 @@ pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> crate::db::s
         event.actor,
         event.payload.to_string(),
     ])?;
-    if conn.is_postgres() {
-        // Other nodes LISTEN (`events::listen`): PostgreSQL delivers this
-        // at COMMIT, once per transaction, and never for a rollback.
-        conn.prepare_cached("SELECT pg_notify('collab_events', '')")?
-            .execute([])?;
-    }
+    // Other nodes LISTEN (`events::listen`): told once this commits.
+    conn.notify(EVENTS_CHANNEL)?;
     Ok(seq)
 }
+
+/// The PostgreSQL channel every committed event append is announced on.
+pub const EVENTS_CHANNEL: &str = "collab_events";
 
 /// The highest `seq` ever handed out (0 on an empty log). Pruning never
 /// lowers it: it is the counter, not the table's maximum.

@@ -18,7 +18,7 @@ use chrono::{TimeZone as _, Utc};
 use serde_json::{json, Value};
 
 use crate::app::App;
-use crate::db::events::{self, Event, NewEvent, EVENT_SCHEMA_VERSION};
+use crate::db::events::{self, Event, NewEvent, EVENTS_CHANNEL, EVENT_SCHEMA_VERSION};
 use crate::db::writer::LeaseService;
 
 pub use filter::TypeFilter;
@@ -32,8 +32,6 @@ const HEAD_POLL: Duration = Duration::from_secs(2);
 /// (`listen`); the poll is the safety net for a listener that is
 /// reconnecting.
 const HEAD_POLL_SHARED: Duration = Duration::from_secs(1);
-/// The channel every event append notifies on PostgreSQL.
-const EVENTS_CHANNEL: &str = "collab_events";
 
 /// How often old events are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);

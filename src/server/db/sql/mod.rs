@@ -307,6 +307,16 @@ impl Connection {
         }
     }
 
+    /// Tell PostgreSQL listeners on `channel` (an SQL identifier) when the
+    /// open transaction commits, once however often asked; SQLite has no
+    /// listeners, so there it does nothing.
+    pub fn notify(&self, channel: &'static str) -> Result<()> {
+        match self {
+            Connection::Sqlite(_) => Ok(()),
+            Connection::Postgres(c) => c.notify(channel),
+        }
+    }
+
     /// No transaction is open on this connection.
     pub fn is_autocommit(&self) -> bool {
         match self {

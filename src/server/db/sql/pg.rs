@@ -30,6 +30,8 @@ pub struct PgConnection {
     client: RefCell<Option<postgres::Client>>,
     statements: StatementCache,
     in_tx: Cell<bool>,
+    /// Channels to NOTIFY when the open transaction commits.
+    notify_at_commit: RefCell<Vec<&'static str>>,
 }
 
 impl PgConnection {
@@ -39,6 +41,7 @@ impl PgConnection {
             client: RefCell::new(Some(connect(url)?)),
             statements: RefCell::new(HashMap::new()),
             in_tx: Cell::new(false),
+            notify_at_commit: RefCell::new(Vec::new()),
         })
     }
 
@@ -83,6 +86,7 @@ impl PgConnection {
     fn start(&self, sql: &str) -> Result<()> {
         let mut client = self.client()?;
         self.in_tx.set(true);
+        self.notify_at_commit.borrow_mut().clear();
         if let Err(e) = client.batch_execute(sql) {
             // The BEGIN may have run before the failure: end it.
             let _ = client.batch_execute("ROLLBACK");
@@ -96,13 +100,35 @@ impl PgConnection {
     /// COMMIT rolled back).
     pub fn end(&self, sql: &str) -> Result<()> {
         self.in_tx.set(false);
+        let channels = std::mem::take(&mut *self.notify_at_commit.borrow_mut());
         let mut client = self.raw_client();
         if client.is_closed() {
             return Err(Error::failure(
                 "the PostgreSQL connection was lost inside a transaction",
             ));
         }
+        if sql == "COMMIT" && !channels.is_empty() {
+            // In the COMMIT's own round trip; delivered only if it commits.
+            let notifies: String = channels.iter().map(|c| format!("NOTIFY {c}; ")).collect();
+            return Ok(client.batch_execute(&format!("{notifies}COMMIT"))?);
+        }
         Ok(client.batch_execute(sql)?)
+    }
+
+    /// NOTIFY `channel` once the open transaction commits (at once outside
+    /// one). Asked for several times, it notifies once: one round trip per
+    /// transaction, not per event. (Asked for by an operation whose
+    /// savepoint was then rolled back, the commit still notifies: a
+    /// listener reads the head, finds nothing new, and that is all.)
+    pub fn notify(&self, channel: &'static str) -> Result<()> {
+        if !self.in_tx.get() {
+            return self.batch(&format!("NOTIFY {channel}"));
+        }
+        let mut channels = self.notify_at_commit.borrow_mut();
+        if !channels.contains(&channel) {
+            channels.push(channel);
+        }
+        Ok(())
     }
 
     pub fn prepare(&self, sql: &str) -> Result<PgStatement<'_>> {
