@@ -17,7 +17,7 @@
 in
   rustPlatform.buildRustPackage {
     pname = "git-collab";
-    inherit (cargoToml.package) version;
+    inherit (cargoToml.workspace.package) version;
 
     # Only what cargo reads: editing the Nix files or the docs must not
     # rebuild the package.
@@ -26,12 +26,7 @@ in
       fileset = fs.unions [
         ../Cargo.toml
         ../Cargo.lock
-        ../src
-        (fs.maybeMissing ../build.rs)
-        (fs.maybeMissing ../askama.toml)
-        (fs.maybeMissing ../templates)
-        (fs.maybeMissing ../tests)
-        (fs.maybeMissing ../benches)
+        ../crates
         (fs.maybeMissing ../README.md)
       ];
     };

@@ -2,7 +2,7 @@
 # Checks of the Nix files that run without nixpkgs (which cannot be fetched
 # on CI machines): every .nix file parses (nix-instantiate --parse), is clean
 # under statix and deadnix, is formatted as alejandra formats it, and the
-# NixOS module evaluates as tests/nix_module_test.rs expects.
+# NixOS module evaluates as crates/collab-server/tests/it/once/nix_module.rs expects.
 #
 # Idempotent. Tools are installed once and cached outside the clone, in
 # $GIT_COLLAB_CI_CACHE (default /var/cache/git-collab-ci):
@@ -94,7 +94,7 @@ step "alejandra --check"
 alejandra --check "${nix_files[@]}"
 
 # --- module evaluation --------------------------------------------------------
-step "NixOS module evaluation (tests/nix_module_test.rs)"
+step "NixOS module evaluation (crates/collab-server/tests/it/once/nix_module.rs)"
 lib_dir=${NIXPKGS_LIB:-}
 if [ -z "$lib_dir" ] && [ -f "$cache/nixpkgs-lib/lib/default.nix" ]; then
   lib_dir=$cache/nixpkgs-lib

@@ -35,30 +35,18 @@ if [ -z "${GIT_COLLAB_TEST_POSTGRES:-}" ] &&
 fi
 
 status=0
-cargo nextest run --lib --bins --tests --locked --no-fail-fast "$@" || status=$?
+# --workspace builds every binary before any test runs: the server's tests
+# drive the `git-collab` CLI and find it beside themselves (collab_testkit::bin).
+cargo nextest run --workspace --locked --no-fail-fast "$@" || status=$?
 
 # The same suites once more with the collab database on PostgreSQL
 # (GIT_COLLAB_TEST_BACKEND=postgres: each server and each database unit test
-# gets a fresh database): the database unit tests and every server suite,
-# except those that open the SQLite file itself (imports, crash and restore
-# tests, the upgrade from an old file), the client-only, container, Nix and
-# browser suites, and maintenance_test (git housekeeping, no database).
-# multi_node_test and db_migrate_test ran above: they always use PostgreSQL.
+# gets a fresh database). Which suites: the `postgres` profile in
+# .config/nextest.toml, by where a suite lives (the server's `both::`
+# suites, the store's unit tests), not by a list here.
 if [ -n "${GIT_COLLAB_TEST_POSTGRES:-}" ] && [ "$#" = 0 ]; then
     echo "== tests again on PostgreSQL"
-    pg_suites=(
-        access_hardening_test auth_binding_test events_test governance_test
-        hostile_input_test issue_export_test issue_fleet_test issue_list_paging_test
-        issue_server_cli_test issue_server_test lease_cli_test lease_concurrency_test
-        lease_crash_test lease_fencing_test lease_policy_test lease_server_test
-        limits_test release_test repo_admin_test review_cli_test review_verb_test
-        ssh_access_test ssh_channel_requests_test ssh_git_test web_code_test
-        web_http_test web_malformed_paths_test web_rendering_test webhooks_test
-        work_queue_cli_test work_queue_test
-    )
-    GIT_COLLAB_TEST_BACKEND=postgres cargo nextest run --bins --locked --no-fail-fast \
-        "${pg_suites[@]/#/--test=}" \
-        -E '(binary(git-collab-server) and test(/^(db|hooks::fencing)::/)) or (not binary(git-collab-server) and not test(/^db::/))' ||
-        status=$?
+    GIT_COLLAB_TEST_BACKEND=postgres cargo nextest run --workspace --locked --no-fail-fast \
+        --profile postgres || status=$?
 fi
 exit "$status"

@@ -1,0 +1,15 @@
+//! The client's side: operations the `git-collab` CLI runs on a user's
+//! clone (`sync`) and over SSH against a git-collab server
+//! (`server_issue`, `server_patch`, `lease`, `release`, through `remote_ssh`); `mode`
+//! decides which of the two holds a remote's issues; `terminal` makes
+//! other people's text safe to print.
+
+pub mod events;
+pub mod lease;
+pub mod mode;
+pub mod release;
+pub mod remote_ssh;
+pub mod server_issue;
+pub mod server_patch;
+pub mod sync;
+pub mod terminal;

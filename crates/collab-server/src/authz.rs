@@ -1,0 +1,395 @@
+//! THE access decision. Every verb, over SSH and HTTP, asks this module what
+//! a caller may do with a repository; nothing else compares principals with
+//! policies or grants.
+//!
+//! Levels are ordered, Read < Write < Rewind (gitolite's R / RW / RW+):
+//! Read clones and fetches; Write fast-forwards and creates refs (and takes
+//! leases); Rewind rewrites or deletes refs and administers.
+//!
+//! The regime of a caller is fixed per command from the live governance
+//! state: `Ungoverned` (per-repo `collab-policy.toml`, admins rewind
+//! everywhere), `Governed { name, .. }` (grants in `governance.toml`), or
+//! `Closed` (governance is active and the key is not enrolled: nothing).
+//! Unknown and unauthorized repositories look the same to callers:
+//! `authorize` returns the one `NotFound` for both.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::app::App;
+use crate::governance::conf::GovernanceConf;
+use crate::governance::GovState;
+use crate::identity::{Admission, Identity};
+use crate::repos::RepoEntry;
+
+/// An access level. `Ord`: a higher level includes every lower one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    Read,
+    Write,
+    Rewind,
+}
+
+impl Access {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Read => "read",
+            Access::Write => "write",
+            Access::Rewind => "rewind",
+        }
+    }
+}
+
+/// Which rules apply to a caller.
+#[derive(Debug, Clone)]
+pub enum Regime {
+    /// No governance: per-repository policy files; `admin` keys (marked in
+    /// authorized_keys) rewind every repository.
+    Ungoverned { admin: bool },
+    /// Governance is active and the key is enrolled as `name`.
+    Governed {
+        name: String,
+        conf: Arc<GovernanceConf>,
+    },
+    /// Governance is active (or broken) and the key is not enrolled.
+    Closed,
+}
+
+impl Regime {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Regime::Ungoverned { .. } => "ungoverned",
+            Regime::Governed { .. } => "governed",
+            Regime::Closed => "closed",
+        }
+    }
+}
+
+/// An authenticated caller: the key that completed authentication and the
+/// regime that applies to it right now.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub identity: Identity,
+    pub regime: Regime,
+}
+
+impl Caller {
+    /// The principal: the governed name, else the key's `SHA256:` fingerprint.
+    /// This is also the lease holder string.
+    pub fn principal(&self) -> &str {
+        match &self.regime {
+            Regime::Governed { name, .. } => name,
+            _ => &self.identity.fingerprint,
+        }
+    }
+
+    /// The governed name, if any.
+    pub fn name(&self) -> Option<&str> {
+        match &self.regime {
+            Regime::Governed { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a key may log in at all from `peer` now: a line of
+/// authorized_keys admits it (`from=`, `expiry-time=` honoured), or it is
+/// enrolled through governance and authorized_keys does not restrict it (a
+/// key listed there whose every line refuses this connection is refused in
+/// both regimes). `Err` carries the reason for the log.
+pub fn admission(app: &App, fingerprint: &str, peer: IpAddr) -> Result<(), String> {
+    match app
+        .authorized_keys
+        .admit(fingerprint, peer, crate::identity::unix_now())
+    {
+        Admission::Admitted(_) => Ok(()),
+        Admission::Refused(why) => Err(format!("authorized_keys: {why}")),
+        Admission::Unlisted => match app.governance.state().as_ref() {
+            GovState::Active(conf) if conf.principal_for_fingerprint(fingerprint).is_some() => {
+                Ok(())
+            }
+            _ => Err("not in authorized_keys or governance".into()),
+        },
+    }
+}
+
+/// `admission` as a yes/no.
+pub fn is_admitted(app: &App, fingerprint: &str, peer: IpAddr) -> bool {
+    admission(app, fingerprint, peer).is_ok()
+}
+
+/// Fix the regime for `identity` from the live governance state. Admin
+/// status is re-read from authorized_keys (the line that admits this
+/// connection) so a demotion applies at once.
+pub fn caller_for(app: &App, mut identity: Identity) -> Caller {
+    identity.admin = matches!(
+        app.authorized_keys.admit(
+            &identity.fingerprint,
+            identity.peer,
+            crate::identity::unix_now()
+        ),
+        Admission::Admitted(k) if k.admin()
+    );
+    let regime = match app.governance.state().as_ref() {
+        GovState::Inactive => Regime::Ungoverned {
+            admin: identity.admin,
+        },
+        GovState::Active(conf) => match conf.principal_for_fingerprint(&identity.fingerprint) {
+            Some(name) => Regime::Governed {
+                name: name.to_string(),
+                conf: conf.clone(),
+            },
+            None => Regime::Closed,
+        },
+        GovState::Broken(_) => Regime::Closed,
+    };
+    Caller { identity, regime }
+}
+
+/// The caller's level on an existing repository; `None` = no access at all.
+pub fn repo_access(_app: &App, caller: &Caller, entry: &RepoEntry) -> Option<Access> {
+    let access = match &caller.regime {
+        Regime::Closed => None,
+        Regime::Ungoverned { admin: true } => Some(Access::Rewind),
+        Regime::Ungoverned { admin: false } => {
+            let p = caller.principal();
+            let policy = &entry.policy;
+            if policy.allows_rewind(p) {
+                Some(Access::Rewind)
+            } else if policy.allows_write(p) {
+                Some(Access::Write)
+            } else if policy.allows_read(p) {
+                Some(Access::Read)
+            } else {
+                None
+            }
+        }
+        Regime::Governed { name, conf } => conf.access(name, entry.short_name()),
+    };
+    if entry.is_governance() {
+        // Pushing governance is administration: only Rewind may write it,
+        // and in the ungoverned regime only admins may see it at all.
+        return match (&caller.regime, access) {
+            (Regime::Ungoverned { admin: false }, _) => None,
+            (_, Some(Access::Write)) => Some(Access::Read),
+            (_, a) => a,
+        };
+    }
+    access
+}
+
+/// The one reply for a repository that is missing or not visible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotFound;
+
+impl NotFound {
+    /// The exact stderr line, shared by every verb.
+    pub const MESSAGE: &'static str = "error: repository not found";
+}
+
+/// Resolve `requested` and require `needed` on it. A repository the caller
+/// cannot see, and one that does not exist, give the same `NotFound`.
+pub fn authorize(
+    app: &App,
+    caller: &Caller,
+    requested: &str,
+    needed: Access,
+) -> Result<(RepoEntry, Access), NotFound> {
+    let entry = crate::repos::find_repo(&app.config.repos_dir, requested).ok_or(NotFound)?;
+    match repo_access(app, caller, &entry) {
+        Some(level) if level >= needed => Ok((entry, level)),
+        _ => Err(NotFound),
+    }
+}
+
+/// Whether the caller may create the repository `name` (short or full
+/// name): admins when ungoverned, Rewind on the name when governed.
+pub fn can_create_repo(_app: &App, caller: &Caller, name: &str) -> bool {
+    let short = name.strip_suffix(".git").unwrap_or(name);
+    match &caller.regime {
+        Regime::Ungoverned { admin } => *admin,
+        Regime::Governed { name, conf } => conf.allows_repo(name, short, Access::Rewind),
+        Regime::Closed => false,
+    }
+}
+
+/// Whether the caller is a server administrator: an admin key when
+/// ungoverned, a principal with Rewind on the governance repository when
+/// governed. Administrators see the events that belong to no repository
+/// (`collab-events watch`) and may subscribe webhooks to any repository glob.
+pub fn is_server_admin(_app: &App, caller: &Caller) -> bool {
+    match &caller.regime {
+        Regime::Ungoverned { admin } => *admin,
+        Regime::Governed { name, conf } => conf.allows_repo(
+            name,
+            crate::repos::GOVERNANCE_REPO.trim_end_matches(".git"),
+            Access::Rewind,
+        ),
+        Regime::Closed => false,
+    }
+}
+
+/// Whether the owner of a webhook subscription may read `repo` now (`None`,
+/// or a repository that no longer exists: for administrators only). Subscriptions declared by
+/// the operator (`config`, `governance` origins) see everything. `owner` is
+/// the principal that added it: a fingerprint when ungoverned (it must
+/// still be admitted), a governed name when governed.
+pub fn owner_can_read(app: &App, owner: &str, origin: &str, repo: Option<&str>) -> bool {
+    if origin != "ssh" {
+        return true;
+    }
+    // Events of a name that no longer exists (renamed away, deleted) are
+    // for administrators only, like server-wide ones.
+    let repo = repo.filter(|r| crate::repos::find_repo(&app.config.repos_dir, r).is_some());
+    match app.governance.state().as_ref() {
+        GovState::Inactive => {
+            let Some(key) = app.authorized_keys.lookup(owner) else {
+                return false;
+            };
+            match repo {
+                None => key.admin(),
+                Some(repo) => {
+                    let Some(entry) = crate::repos::find_repo(&app.config.repos_dir, repo) else {
+                        return false;
+                    };
+                    if entry.is_governance() {
+                        return key.admin();
+                    }
+                    key.admin()
+                        || entry.policy.allows_read(owner)
+                        || entry.policy.allows_write(owner)
+                        || entry.policy.allows_rewind(owner)
+                }
+            }
+        }
+        GovState::Active(conf) => {
+            let governance = crate::repos::GOVERNANCE_REPO.trim_end_matches(".git");
+            match repo {
+                None => conf.allows_repo(owner, governance, Access::Rewind),
+                Some(repo) => {
+                    let Some(entry) = crate::repos::find_repo(&app.config.repos_dir, repo) else {
+                        return false;
+                    };
+                    conf.allows_repo(owner, entry.short_name(), Access::Read)
+                }
+            }
+        }
+        GovState::Broken(_) => false,
+    }
+}
+
+/// Whether the caller may add a webhook for `glob` (`*` matches any run of
+/// characters, `/` included): server administrators always; others only
+/// when the glob matches at least one repository and they hold Rewind on
+/// every repository it matches.
+pub fn can_subscribe(app: &App, caller: &Caller, glob: &str) -> bool {
+    if is_server_admin(app, caller) {
+        return true;
+    }
+    let glob = glob.strip_suffix(".git").unwrap_or(glob);
+    let matching: Vec<RepoEntry> = crate::repos::list_repos(&app.config.repos_dir)
+        .into_iter()
+        .filter(|e| crate::events::filter::glob_match(glob, e.short_name()))
+        .collect();
+    !matching.is_empty()
+        && matching
+            .iter()
+            .all(|e| repo_access(app, caller, e) == Some(Access::Rewind))
+}
+
+/// The rule `collab-patch merge` applies in this repository: the first
+/// `[[merge_rules]]` of `governance.toml` matching it while governance is
+/// active, else the `merge` of its `collab-policy.toml`, else the default
+/// (no approval needed, no changes requested, the author's vote does not
+/// count).
+pub fn merge_rule(app: &App, entry: &RepoEntry) -> crate::db::patches::MergeRule {
+    let governed = match app.governance.state().as_ref() {
+        GovState::Active(conf) => conf.merge_rule(entry.short_name()),
+        _ => None,
+    };
+    governed.or(entry.policy.merge).unwrap_or_default()
+}
+
+/// Whether anonymous HTTP may read this repository.
+pub fn anonymous_can_read(app: &App, entry: &RepoEntry) -> bool {
+    if entry.is_governance() {
+        return false;
+    }
+    match app.governance.state().as_ref() {
+        GovState::Inactive => entry.policy.public && entry.policy.broken.is_none(),
+        GovState::Active(conf) => conf.is_public(entry.short_name()),
+        GovState::Broken(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repos::RepoPolicy;
+
+    fn entry(name: &str, policy: RepoPolicy) -> RepoEntry {
+        RepoEntry {
+            name: name.into(),
+            path: "/nonexistent".into(),
+            policy,
+        }
+    }
+
+    fn caller(regime: Regime) -> Caller {
+        let key = russh::keys::ssh_key::PublicKey::from_openssh(
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICtQ/RYc3WhAmSKhGYkTZDTD1K+ATpny91Oy682hu+Dg",
+        )
+        .unwrap();
+        Caller {
+            identity: Identity {
+                fingerprint: crate::identity::fingerprint(&key),
+                key,
+                admin: false,
+                peer: [127, 0, 0, 1].into(),
+            },
+            regime,
+        }
+    }
+
+    fn app() -> (tempfile::TempDir, App) {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = crate::config::ServerConfig::with_state_dir(tmp.path().to_path_buf());
+        let app = App::new(config).unwrap();
+        (tmp, app)
+    }
+
+    #[test]
+    fn levels_are_ordered() {
+        assert!(Access::Read < Access::Write && Access::Write < Access::Rewind);
+    }
+
+    #[test]
+    fn ungoverned_defaults_and_policy() {
+        let (_t, app) = app();
+        let user = caller(Regime::Ungoverned { admin: false });
+        let admin = caller(Regime::Ungoverned { admin: true });
+        let r = entry("r.git", RepoPolicy::default());
+        assert_eq!(repo_access(&app, &user, &r), Some(Access::Write));
+        assert_eq!(repo_access(&app, &admin, &r), Some(Access::Rewind));
+        let private = entry(
+            "p.git",
+            RepoPolicy::parse("read = []\nwrite = []\n").unwrap(),
+        );
+        assert_eq!(repo_access(&app, &user, &private), None);
+        let fp = user.identity.fingerprint.clone();
+        let mine = entry(
+            "m.git",
+            RepoPolicy::parse(&format!("read = []\nwrite = []\nrewind = [\"{fp}\"]\n")).unwrap(),
+        );
+        assert_eq!(repo_access(&app, &user, &mine), Some(Access::Rewind));
+        let gov = entry("_governance.git", RepoPolicy::default());
+        assert_eq!(repo_access(&app, &user, &gov), None);
+        assert_eq!(repo_access(&app, &admin, &gov), Some(Access::Rewind));
+        assert_eq!(repo_access(&app, &caller(Regime::Closed), &r), None);
+        assert!(!anonymous_can_read(&app, &r));
+        assert!(can_create_repo(&app, &admin, "x") && !can_create_repo(&app, &user, "x"));
+    }
+}

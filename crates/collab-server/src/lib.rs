@@ -1,0 +1,39 @@
+//! `collab_server`: hosts bare repositories over SSH and HTTP, authorizes
+//! every verb, keeps the collab database (through `collab_store`) and serves
+//! a read-only web UI. The `git-collab-server` binary is [`cli::main`].
+//! See ARCHITECTURE.md for the map.
+
+pub mod app;
+pub mod authz;
+pub mod backup;
+pub mod cli;
+pub mod config;
+pub mod events;
+pub mod export;
+pub mod governance;
+pub mod healthcheck;
+pub mod hooks;
+pub mod http;
+pub mod identity;
+pub mod import;
+pub mod leasing;
+pub mod limits;
+pub mod logging;
+pub mod maintenance;
+pub mod metrics;
+pub mod ops;
+pub mod patch_export;
+pub mod patch_import;
+pub mod patch_merge;
+pub mod releases;
+pub mod repo_admin;
+pub mod repos;
+pub mod setup;
+pub mod shutdown;
+pub mod signing;
+pub mod ssh;
+pub mod webhooks;
+
+/// The collab database is the `collab_store` crate; `crate::db::…` keeps
+/// the server's paths short.
+pub use collab_store as db;

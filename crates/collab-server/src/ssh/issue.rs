@@ -1,0 +1,1094 @@
+//! `collab-issue open|show|list|comment|edit|label|close|reopen|link|unlink`:
+//! issues held by the server, one round trip per write.
+//!
+//! This module parses the verb's arguments, asks `authz` for the level the
+//! subcommand needs (Read for `show` and `list`, Write for the rest;
+//! unknown and invisible repositories both get `error: repository not
+//! found`), reads through the read pool or writes through the single writer
+//! (which answers after COMMIT), and turns the outcome into one JSON line.
+//! Every issue decision is `db::issues`'s. Exit codes: 0 success, 1 error,
+//! 4 a `--lease-token` that is not the issue's live tenure.
+//!
+//! ```text
+//! collab-issue open    '<repo>' --title T [--body B | --body-stdin] [--label L]...
+//! collab-issue show    '<repo>' '<id>'
+//! collab-issue list    '<repo>' [--state open|closed|all] [--label L]... [--limit N] [--after CURSOR]
+//! collab-issue comment '<repo>' '<id>' (--body B | --body-stdin)            [--lease-token N]
+//! collab-issue edit    '<repo>' '<id>' [--title T] [--body B | --body-stdin] [--lease-token N]
+//! collab-issue label   '<repo>' '<id>' [--add L]... [--remove L]...        [--lease-token N]
+//! collab-issue close   '<repo>' '<id>' [--reason R]                         [--lease-token N]
+//! collab-issue reopen  '<repo>' '<id>'                                      [--lease-token N]
+//! collab-issue link    '<repo>' '<id>' blocks|relates '<other>'            [--lease-token N]
+//! collab-issue unlink  '<repo>' '<id>' blocks|relates '<other>'            [--lease-token N]
+//! ```
+//!
+//! `<other>` is an id (or prefix) in the same repository or
+//! `<repo>#<id>` in another repository of this server. JSON shapes:
+//! docs/ssh-verbs.md.
+
+use chrono::{DateTime, Utc};
+use russh::server::Msg;
+use russh::{Channel, ChannelMsg};
+use serde_json::{json, Value};
+
+use super::session::{json_line, reply_and_close, ExecContext, NOT_FOUND};
+use crate::authz::{self, Access, Caller};
+use crate::db::issues::{
+    self, Cursor, Issue, IssueDetail, IssueError, IssueKey, LinkKind, ListQuery, NewIssue, Person,
+    StateFilter, WriteCtx, Written,
+};
+use crate::db::leases::{self, rfc3339, Lease};
+use crate::db::queue::{self, NotReady, ReadyIssue};
+
+pub use collab_proto::exit::FENCED as EXIT_FENCED;
+
+const INTERNAL: &str = "error: internal error";
+
+/// Where a body comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyArg {
+    Text(String),
+    /// `--body-stdin`: the channel's stdin, up to `max_issue_body` bytes.
+    Stdin,
+}
+
+/// A parsed `collab-issue` command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IssueCmd {
+    Open {
+        repo: String,
+        title: String,
+        body: Option<BodyArg>,
+        labels: Vec<String>,
+    },
+    Show {
+        repo: String,
+        id: String,
+    },
+    List {
+        repo: String,
+        state: String,
+        labels: Vec<String>,
+        limit: Option<usize>,
+        after: Option<String>,
+    },
+    Comment {
+        repo: String,
+        id: String,
+        body: BodyArg,
+        fence: Option<i64>,
+    },
+    Edit {
+        repo: String,
+        id: String,
+        title: Option<String>,
+        body: Option<BodyArg>,
+        /// `--priority N` sets it, `--priority none` clears it.
+        priority: Option<Option<i64>>,
+        fence: Option<i64>,
+    },
+    /// The work queue's ready list, in `collab-lease next`'s order.
+    Ready {
+        repo: String,
+        labels: Vec<String>,
+        limit: Option<usize>,
+    },
+    Label {
+        repo: String,
+        id: String,
+        add: Vec<String>,
+        remove: Vec<String>,
+        fence: Option<i64>,
+    },
+    Close {
+        repo: String,
+        id: String,
+        reason: Option<String>,
+        fence: Option<i64>,
+    },
+    Reopen {
+        repo: String,
+        id: String,
+        fence: Option<i64>,
+    },
+    Link {
+        repo: String,
+        id: String,
+        kind: String,
+        other: String,
+        fence: Option<i64>,
+        unlink: bool,
+    },
+}
+
+/// The usage line shown when the arguments are wrong.
+pub const USAGE: &str =
+    "collab-issue open '<repo>' --title T [--body B|--body-stdin] [--label L]... | \
+     show '<repo>' '<id>' | \
+     list '<repo>' [--state open|closed|all] [--label L]... [--limit N] [--after CURSOR] | \
+     comment '<repo>' '<id>' --body B|--body-stdin | \
+     edit '<repo>' '<id>' [--title T] [--body B|--body-stdin] [--priority N|none] | \
+     ready '<repo>' [--label L]... [--limit N] | \
+     label '<repo>' '<id>' [--add L]... [--remove L]... | \
+     close '<repo>' '<id>' [--reason R] | reopen '<repo>' '<id>' | \
+     link|unlink '<repo>' '<id>' blocks|relates '<other>'; \
+     every write but open takes [--lease-token N]";
+
+impl IssueCmd {
+    /// The repository named first.
+    pub fn repo(&self) -> &str {
+        match self {
+            IssueCmd::Open { repo, .. }
+            | IssueCmd::Show { repo, .. }
+            | IssueCmd::List { repo, .. }
+            | IssueCmd::Comment { repo, .. }
+            | IssueCmd::Edit { repo, .. }
+            | IssueCmd::Label { repo, .. }
+            | IssueCmd::Close { repo, .. }
+            | IssueCmd::Reopen { repo, .. }
+            | IssueCmd::Link { repo, .. }
+            | IssueCmd::Ready { repo, .. } => repo,
+        }
+    }
+
+    /// The verb, for logs and metrics.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            IssueCmd::Open { .. } => "collab-issue open",
+            IssueCmd::Show { .. } => "collab-issue show",
+            IssueCmd::List { .. } => "collab-issue list",
+            IssueCmd::Comment { .. } => "collab-issue comment",
+            IssueCmd::Edit { .. } => "collab-issue edit",
+            IssueCmd::Label { .. } => "collab-issue label",
+            IssueCmd::Close { .. } => "collab-issue close",
+            IssueCmd::Reopen { .. } => "collab-issue reopen",
+            IssueCmd::Link { unlink: false, .. } => "collab-issue link",
+            IssueCmd::Link { unlink: true, .. } => "collab-issue unlink",
+            IssueCmd::Ready { .. } => "collab-issue ready",
+        }
+    }
+
+    /// Reads need Read; every write needs Write.
+    pub fn needed_access(&self) -> Access {
+        match self {
+            IssueCmd::Show { .. } | IssueCmd::List { .. } | IssueCmd::Ready { .. } => Access::Read,
+            _ => Access::Write,
+        }
+    }
+
+    fn reads_stdin(&self) -> bool {
+        matches!(
+            self,
+            IssueCmd::Open {
+                body: Some(BodyArg::Stdin),
+                ..
+            } | IssueCmd::Comment {
+                body: BodyArg::Stdin,
+                ..
+            } | IssueCmd::Edit {
+                body: Some(BodyArg::Stdin),
+                ..
+            }
+        )
+    }
+}
+
+/// Flags after the positional arguments, each at most once except the
+/// repeatable ones.
+#[derive(Default)]
+struct Flags {
+    title: Option<String>,
+    body: Option<BodyArg>,
+    labels: Vec<String>,
+    add: Vec<String>,
+    remove: Vec<String>,
+    state: Option<String>,
+    limit: Option<usize>,
+    after: Option<String>,
+    reason: Option<String>,
+    fence: Option<i64>,
+    priority: Option<Option<i64>>,
+}
+
+/// Which flags a subcommand takes.
+#[derive(Clone, Copy)]
+enum Allowed {
+    Open,
+    List,
+    Comment,
+    Edit,
+    Label,
+    Close,
+    FenceOnly,
+    Ready,
+}
+
+impl Allowed {
+    fn takes(self, flag: &str) -> bool {
+        let fence = flag == "--lease-token";
+        match self {
+            Allowed::Open => matches!(flag, "--title" | "--body" | "--body-stdin" | "--label"),
+            Allowed::List => matches!(flag, "--state" | "--label" | "--limit" | "--after"),
+            Allowed::Comment => fence || matches!(flag, "--body" | "--body-stdin"),
+            Allowed::Edit => {
+                fence || matches!(flag, "--title" | "--body" | "--body-stdin" | "--priority")
+            }
+            Allowed::Label => fence || matches!(flag, "--add" | "--remove"),
+            Allowed::Close => fence || flag == "--reason",
+            Allowed::FenceOnly => fence,
+            Allowed::Ready => matches!(flag, "--label" | "--limit"),
+        }
+    }
+}
+
+/// Positive decimal digits, at most `max`.
+pub(super) fn number(value: &str, max: i64) -> Option<i64> {
+    if value.is_empty() || value.len() > 18 || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: i64 = value.parse().ok()?;
+    (1..=max).contains(&n).then_some(n)
+}
+
+fn parse_flags(args: &[&str], allowed: Allowed) -> Option<Flags> {
+    let mut flags = Flags::default();
+    let mut rest = args.iter();
+    while let Some(&flag) = rest.next() {
+        if !allowed.takes(flag) {
+            return None;
+        }
+        if flag == "--body-stdin" {
+            if flags.body.replace(BodyArg::Stdin).is_some() {
+                return None;
+            }
+            continue;
+        }
+        let value = rest.next()?.to_string();
+        let once = |slot: &mut Option<String>| slot.replace(value.clone()).is_none();
+        let fresh = match flag {
+            "--title" => once(&mut flags.title),
+            "--reason" => once(&mut flags.reason),
+            "--state" => once(&mut flags.state),
+            "--after" => once(&mut flags.after),
+            "--body" => flags.body.replace(BodyArg::Text(value.clone())).is_none(),
+            "--label" => {
+                flags.labels.push(value.clone());
+                true
+            }
+            "--add" => {
+                flags.add.push(value.clone());
+                true
+            }
+            "--remove" => {
+                flags.remove.push(value.clone());
+                true
+            }
+            "--limit" => flags
+                .limit
+                .replace(number(&value, issues::MAX_PAGE as i64)? as usize)
+                .is_none(),
+            "--lease-token" => flags.fence.replace(number(&value, i64::MAX)?).is_none(),
+            "--priority" => {
+                let priority = match value.as_str() {
+                    "none" => None,
+                    "0" => Some(0),
+                    n => Some(number(n, issues::MAX_PRIORITY)?),
+                };
+                flags.priority.replace(priority).is_none()
+            }
+            _ => false,
+        };
+        if !fresh {
+            return None;
+        }
+    }
+    Some(flags)
+}
+
+/// `collab-issue <sub> <args…>` after the verb; `None` is a usage error.
+pub fn parse(sub: &str, args: &[&str]) -> Option<IssueCmd> {
+    let s = |v: &str| v.to_string();
+    Some(match (sub, args) {
+        ("open", [repo, rest @ ..]) => {
+            let f = parse_flags(rest, Allowed::Open)?;
+            IssueCmd::Open {
+                repo: s(repo),
+                title: f.title?,
+                body: f.body,
+                labels: f.labels,
+            }
+        }
+        ("show", [repo, id]) => IssueCmd::Show {
+            repo: s(repo),
+            id: s(id),
+        },
+        ("list", [repo, rest @ ..]) => {
+            let f = parse_flags(rest, Allowed::List)?;
+            let state = f.state.unwrap_or_else(|| "open".into());
+            StateFilter::parse(&state)?;
+            if let Some(after) = &f.after {
+                Cursor::parse(after)?;
+            }
+            IssueCmd::List {
+                repo: s(repo),
+                state,
+                labels: f.labels,
+                limit: f.limit,
+                after: f.after,
+            }
+        }
+        ("comment", [repo, id, rest @ ..]) => {
+            let f = parse_flags(rest, Allowed::Comment)?;
+            IssueCmd::Comment {
+                repo: s(repo),
+                id: s(id),
+                body: f.body?,
+                fence: f.fence,
+            }
+        }
+        ("edit", [repo, id, rest @ ..]) => {
+            let f = parse_flags(rest, Allowed::Edit)?;
+            if f.title.is_none() && f.body.is_none() && f.priority.is_none() {
+                return None;
+            }
+            IssueCmd::Edit {
+                repo: s(repo),
+                id: s(id),
+                title: f.title,
+                body: f.body,
+                priority: f.priority,
+                fence: f.fence,
+            }
+        }
+        ("label", [repo, id, rest @ ..]) => {
+            let f = parse_flags(rest, Allowed::Label)?;
+            if f.add.is_empty() && f.remove.is_empty() {
+                return None;
+            }
+            IssueCmd::Label {
+                repo: s(repo),
+                id: s(id),
+                add: f.add,
+                remove: f.remove,
+                fence: f.fence,
+            }
+        }
+        ("close", [repo, id, rest @ ..]) => {
+            let f = parse_flags(rest, Allowed::Close)?;
+            IssueCmd::Close {
+                repo: s(repo),
+                id: s(id),
+                reason: f.reason,
+                fence: f.fence,
+            }
+        }
+        ("ready", [repo, rest @ ..]) => {
+            let f = parse_flags(rest, Allowed::Ready)?;
+            if f.labels.len() > queue::MAX_LABELS {
+                return None;
+            }
+            IssueCmd::Ready {
+                repo: s(repo),
+                labels: f.labels,
+                limit: f.limit,
+            }
+        }
+        ("reopen", [repo, id, rest @ ..]) => IssueCmd::Reopen {
+            repo: s(repo),
+            id: s(id),
+            fence: parse_flags(rest, Allowed::FenceOnly)?.fence,
+        },
+        ("link" | "unlink", [repo, id, kind, other, rest @ ..]) => {
+            LinkKind::parse(kind)?;
+            IssueCmd::Link {
+                repo: s(repo),
+                id: s(id),
+                kind: s(kind),
+                other: s(other),
+                fence: parse_flags(rest, Allowed::FenceOnly)?.fence,
+                unlink: sub == "unlink",
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// One reply: the line to send and the exit status.
+pub(super) type Reply = (String, u32);
+
+fn error(message: impl std::fmt::Display) -> Reply {
+    (format!("error: {message}"), 1)
+}
+
+fn ok(value: Value) -> Reply {
+    (json_line(&value), 0)
+}
+
+/// Serve one `collab-issue` command on `channel`.
+pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: IssueCmd) {
+    let needed = cmd.needed_access();
+    let repo = match authorized_repo(ctx, cmd.repo().to_string(), needed).await {
+        Ok(repo) => repo,
+        Err((message, code)) => return reply_and_close(channel, &message, code).await,
+    };
+    let body = if cmd.reads_stdin() {
+        let max = ctx.app.config.max_issue_body;
+        match read_body(&mut channel, max).await {
+            Ok(body) => Some(body),
+            Err(message) => return reply_and_close(channel, &message, 1).await,
+        }
+    } else {
+        None
+    };
+    let verb = cmd.verb();
+    let (message, code) = answer(ctx, repo.clone(), cmd, body).await;
+    if code == 0 && needed == Access::Write {
+        tracing::info!(
+            principal = ctx.caller.principal(),
+            repo,
+            verb,
+            "issue written"
+        );
+        ctx.app.export.touch(&repo);
+    }
+    reply_and_close(channel, &message, code).await
+}
+
+/// Authorize `requested` at `needed` and make sure its collab records are
+/// imported (on first use of a repository the server has not seen yet);
+/// the repository's canonical name, or the reply to send.
+async fn authorized_repo(
+    ctx: &ExecContext,
+    requested: String,
+    needed: Access,
+) -> Result<String, Reply> {
+    authorized_entry(ctx, requested, needed)
+        .await
+        .map(|entry| entry.name)
+}
+
+/// [`authorized_repo`], returning the whole repository entry (its path and
+/// policy), for verbs that read git too.
+pub(super) async fn authorized_entry(
+    ctx: &ExecContext,
+    requested: String,
+    needed: Access,
+) -> Result<crate::repos::RepoEntry, Reply> {
+    let (app, caller) = (ctx.app.clone(), ctx.caller.clone());
+    let runtime = tokio::runtime::Handle::current();
+    // Authorization reads policy files, the import reads git: blocking I/O.
+    let found = tokio::task::spawn_blocking(move || {
+        let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
+        Some(crate::import::ensure(&app, &entry, &runtime).map(|()| entry))
+    })
+    .await;
+    let failed = |e: &dyn std::fmt::Display| {
+        tracing::error!("importing the repository's collab records: {e:#}");
+        Err((INTERNAL.to_string(), 1))
+    };
+    match found {
+        Ok(Some(Ok(entry))) => Ok(entry),
+        Ok(None) => Err((NOT_FOUND.to_string(), 1)),
+        Ok(Some(Err(e))) => failed(&format!("{e:#}")),
+        Err(e) => failed(&e),
+    }
+}
+
+/// Read the channel's stdin to EOF, refusing more than `max` bytes or text
+/// that is not UTF-8 (the reply is the `error:` line).
+pub(super) async fn read_body(channel: &mut Channel<Msg>, max: u64) -> Result<String, String> {
+    let mut body = Vec::new();
+    while let Some(msg) = channel.wait().await {
+        match msg {
+            ChannelMsg::Data { data } => {
+                if body.len() as u64 + data.len() as u64 > max {
+                    return Err(format!(
+                        "error: body is larger than max_issue_body ({max} bytes); nothing was written"
+                    ));
+                }
+                body.extend_from_slice(&data);
+            }
+            ChannelMsg::Eof | ChannelMsg::Close => break,
+            _ => {}
+        }
+    }
+    String::from_utf8(body).map_err(|_| "error: body is not UTF-8".to_string())
+}
+
+/// The author of this caller's writes.
+pub(super) fn actor(caller: &Caller) -> Person {
+    let mut key = caller.identity.key.clone();
+    key.set_comment("");
+    Person {
+        principal: caller.principal().to_string(),
+        name: caller.name().unwrap_or(caller.principal()).to_string(),
+        key: key.to_openssh().ok(),
+    }
+}
+
+/// A link's other end: `<id>` in `repo`, or `<repo>#<id>` in a repository
+/// the caller can read (else the same `repository not found`).
+async fn other_end(ctx: &ExecContext, repo: &str, other: &str) -> Result<(String, String), Reply> {
+    let Some((other_repo, id)) = other.rsplit_once('#') else {
+        return Ok((repo.to_string(), other.to_string()));
+    };
+    let name = authorized_repo(ctx, other_repo.to_string(), Access::Read).await?;
+    Ok((name, id.to_string()))
+}
+
+async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<String>) -> Reply {
+    let body_of = |arg: Option<BodyArg>| -> Option<String> {
+        match arg {
+            Some(BodyArg::Text(t)) => Some(t),
+            Some(BodyArg::Stdin) => stdin.clone(),
+            None => None,
+        }
+    };
+    let actor = actor(&ctx.caller);
+    let max_body = usize::try_from(ctx.app.config.max_issue_body).unwrap_or(usize::MAX);
+    match cmd {
+        IssueCmd::Show { id, .. } => show(ctx, repo, id).await,
+        IssueCmd::List {
+            state,
+            labels,
+            limit,
+            after,
+            ..
+        } => {
+            let query = ListQuery {
+                state: StateFilter::parse(&state).unwrap_or(StateFilter::Open),
+                labels,
+                limit: limit.unwrap_or(issues::DEFAULT_PAGE),
+                after: after.as_deref().and_then(Cursor::parse),
+                offset: 0,
+            };
+            let r = repo.clone();
+            let page = ctx
+                .app
+                .reads
+                .read(move |conn| Ok(issues::list(conn, &r, &query)))
+                .await;
+            match page {
+                Ok(Ok(page)) => ok(json!({
+                    "repo": repo,
+                    "issues": page.issues.iter().map(summary_json).collect::<Vec<_>>(),
+                    "next": page.next.map(|c| c.text()),
+                })),
+                Ok(Err(e)) => issue_error(&repo, e),
+                Err(e) => internal(&repo, e),
+            }
+        }
+        IssueCmd::Open {
+            title,
+            body,
+            labels,
+            ..
+        } => {
+            let new = NewIssue {
+                title,
+                body: body_of(body).unwrap_or_default(),
+                labels,
+            };
+            write(ctx, &repo, "opened", actor, None, max_body, move |c, w| {
+                issues::open(c, w, &new).map(|w| (w, json!({})))
+            })
+            .await
+        }
+        IssueCmd::Comment {
+            id, body, fence, ..
+        } => {
+            let body = body_of(Some(body)).unwrap_or_default();
+            write(
+                ctx,
+                &repo,
+                "commented",
+                actor,
+                fence,
+                max_body,
+                move |c, w| issues::comment(c, w, &id, &body).map(|w| (w, json!({}))),
+            )
+            .await
+        }
+        IssueCmd::Edit {
+            id,
+            title,
+            body,
+            priority,
+            fence,
+            ..
+        } => {
+            let body = body_of(body);
+            write(ctx, &repo, "edited", actor, fence, max_body, move |c, w| {
+                let mut written = None;
+                if title.is_some() || body.is_some() {
+                    written = Some(issues::edit(c, w, &id, title.as_deref(), body.as_deref())?);
+                }
+                if let Some(priority) = priority {
+                    written = Some(issues::set_priority(c, w, &id, priority)?);
+                }
+                let written = written.expect("the parser wants at least one change");
+                Ok((written, json!({})))
+            })
+            .await
+        }
+        IssueCmd::Ready { labels, limit, .. } => {
+            let (r, principal) = (repo.clone(), ctx.caller.principal().to_string());
+            let now = chrono::Utc::now().timestamp();
+            let limit = limit.unwrap_or(issues::DEFAULT_PAGE);
+            let ready = ctx
+                .app
+                .reads
+                .read(move |conn| Ok(queue::ready_in(conn, &r, &labels, &principal, now, limit)?))
+                .await;
+            match ready {
+                Ok(ready) => ok(json!({
+                    "repo": repo,
+                    "issues": ready.iter().map(ready_json).collect::<Vec<_>>(),
+                })),
+                Err(e) => internal(&repo, e),
+            }
+        }
+        IssueCmd::Label {
+            id,
+            add,
+            remove,
+            fence,
+            ..
+        } => {
+            write(
+                ctx,
+                &repo,
+                "labeled",
+                actor,
+                fence,
+                max_body,
+                move |c, w| issues::label(c, w, &id, &add, &remove).map(|w| (w, json!({}))),
+            )
+            .await
+        }
+        IssueCmd::Close {
+            id, reason, fence, ..
+        } => {
+            write(ctx, &repo, "closed", actor, fence, max_body, move |c, w| {
+                issues::close(c, w, &id, reason.as_deref())
+                    .map(|closed| (closed.written, ended_json(closed.ended_lease.as_ref())))
+            })
+            .await
+        }
+        IssueCmd::Reopen { id, fence, .. } => {
+            write(
+                ctx,
+                &repo,
+                "reopened",
+                actor,
+                fence,
+                max_body,
+                move |c, w| issues::reopen(c, w, &id).map(|w| (w, json!({}))),
+            )
+            .await
+        }
+        IssueCmd::Link {
+            id,
+            kind,
+            other,
+            fence,
+            unlink,
+            ..
+        } => {
+            let (other_repo, other_id) = match other_end(ctx, &repo, &other).await {
+                Ok(found) => found,
+                Err(reply) => return reply,
+            };
+            let kind = LinkKind::parse(&kind).unwrap_or(LinkKind::Relates);
+            let status = if unlink { "unlinked" } else { "linked" };
+            write(ctx, &repo, status, actor, fence, max_body, move |c, w| {
+                let done = if unlink {
+                    issues::unlink(c, w, &id, kind, &other_repo, &other_id)
+                } else {
+                    issues::link(c, w, &id, kind, &other_repo, &other_id)
+                };
+                done.map(|w| {
+                    let target = IssueKey {
+                        repo: other_repo.clone(),
+                        id: issues::resolve(c, &other_repo, &other_id).unwrap_or_default(),
+                    };
+                    (
+                        w,
+                        json!({ "link": { "kind": kind.as_str(), "target": key_json(&target) } }),
+                    )
+                })
+            })
+            .await
+        }
+    }
+}
+
+/// `{"lease_ended": {...} | null}` of a close.
+fn ended_json(lease: Option<&Lease>) -> Value {
+    json!({
+        "lease_ended": lease.map(|l| json!({ "holder": l.holder, "token": l.token })),
+    })
+}
+
+/// Run one write through the writer and reply with
+/// `{"status", "repo", "issue", "event", "seq", ...extra}`.
+async fn write<F>(
+    ctx: &ExecContext,
+    repo: &str,
+    status: &'static str,
+    actor: Person,
+    fence: Option<i64>,
+    max_body: usize,
+    f: F,
+) -> Reply
+where
+    F: FnOnce(&crate::db::sql::Connection, &WriteCtx<'_>) -> Result<(Written, Value), IssueError>
+        + Send
+        + 'static,
+{
+    let owned_repo = repo.to_string();
+    let done = ctx
+        .app
+        .leases
+        .write(format!("collab-issue {status}"), move |conn, now| {
+            let w = WriteCtx {
+                repo: &owned_repo,
+                actor: &actor,
+                fence,
+                max_body,
+                now,
+            };
+            // An error rolls the write back (the writer's SAVEPOINT).
+            Ok(f(conn, &w)?)
+        })
+        .await;
+    match done {
+        Ok((written, extra)) => {
+            let mut reply = json!({
+                "status": status,
+                "repo": repo,
+                "issue": written.issue,
+                "event": written.event,
+                "seq": written.seq,
+            });
+            if let (Value::Object(reply), Value::Object(extra)) = (&mut reply, extra) {
+                reply.extend(extra);
+            }
+            ok(reply)
+        }
+        Err(e) => match e.downcast::<IssueError>() {
+            Ok(e) => issue_error(repo, e),
+            Err(e) => internal(repo, e),
+        },
+    }
+}
+
+fn issue_error(repo: &str, e: IssueError) -> Reply {
+    match e {
+        IssueError::Fenced {
+            issue,
+            holder,
+            token,
+        } => (
+            json_line(&json!({
+                "status": "fenced",
+                "repo": repo,
+                "issue": issue,
+                "holder": holder,
+                "token": token,
+            })),
+            EXIT_FENCED,
+        ),
+        IssueError::Sql(e) => internal(repo, e.into()),
+        other => error(other),
+    }
+}
+
+fn internal(repo: &str, e: anyhow::Error) -> Reply {
+    tracing::error!(repo, "collab-issue: collab database: {e:#}");
+    (INTERNAL.to_string(), 1)
+}
+
+async fn show(ctx: &ExecContext, repo: String, id: String) -> Reply {
+    let (r, principal) = (repo.clone(), ctx.caller.principal().to_string());
+    let now = chrono::Utc::now().timestamp();
+    let read = ctx
+        .app
+        .reads
+        .read(move |conn| {
+            let detail = match issues::show(conn, &r, &id) {
+                Ok(d) => d,
+                Err(e) => return Ok(Err(e)),
+            };
+            let lease = leases::current_in(conn, &r, &detail.issue.id, now)?;
+            let not_ready = queue::not_ready_in(conn, &r, &detail.issue.id, &principal, now)?;
+            Ok(Ok((detail, lease, not_ready)))
+        })
+        .await;
+    let (mut detail, lease, not_ready) = match read {
+        Ok(Ok(found)) => found,
+        Ok(Err(e)) => return issue_error(&repo, e),
+        Err(e) => return internal(&repo, e),
+    };
+    // Links and blockers in repositories the caller cannot read are not
+    // shown (a hidden blocker still counts, without naming it).
+    let (app, caller, here) = (ctx.app.clone(), ctx.caller.clone(), repo.clone());
+    let links = std::mem::take(&mut detail.links);
+    let (links, not_ready) = tokio::task::spawn_blocking(move || {
+        let visible = |k: &IssueKey| {
+            k.repo == here || authz::authorize(&app, &caller, &k.repo, Access::Read).is_ok()
+        };
+        let mut links = links;
+        links.retain(visible);
+        let reasons: Vec<String> = not_ready
+            .iter()
+            .map(|reason| match reason {
+                NotReady::BlockedBy { repo, id } => {
+                    let key = IssueKey {
+                        repo: repo.clone(),
+                        id: id.clone(),
+                    };
+                    if visible(&key) {
+                        format!("blocked by {}", issues::link_text(&key))
+                    } else {
+                        "blocked by an issue in a repository you cannot read".to_string()
+                    }
+                }
+                other => reason_text(other),
+            })
+            .collect();
+        (links, reasons)
+    })
+    .await
+    .unwrap_or_default();
+    detail.links = links;
+    let mut reply = detail_json(&detail);
+    reply["lease"] = match &lease {
+        Some(l) => json!({
+            "holder": l.holder,
+            "token": l.token,
+            "acquired_at": rfc3339(Some(l.acquired_at)),
+            "expires_at": rfc3339(l.expires_at),
+            "note": l.note,
+        }),
+        None => Value::Null,
+    };
+    reply["ready"] = json!(not_ready.is_empty());
+    reply["not_ready"] = json!(not_ready);
+    ok(reply)
+}
+
+/// Why an issue is not ready, in words (`collab-issue show`).
+fn reason_text(reason: &NotReady) -> String {
+    let at = |secs: i64| rfc3339(Some(secs)).as_str().unwrap_or_default().to_string();
+    match reason {
+        NotReady::Closed => "closed".to_string(),
+        NotReady::Held {
+            holder,
+            expires_at: Some(until),
+        } => format!("held by {holder} until {}", at(*until)),
+        NotReady::Held {
+            holder,
+            expires_at: None,
+        } => format!("held by {holder} (no expiry)"),
+        NotReady::Locked { holder, until } => format!(
+            "in lock delay until {} after {holder}'s lease expired",
+            at(*until)
+        ),
+        NotReady::BlockedBy { repo, id } => format!(
+            "blocked by {}",
+            issues::link_text(&IssueKey {
+                repo: repo.clone(),
+                id: id.clone()
+            })
+        ),
+    }
+}
+
+/// One row of `ready`.
+fn ready_json(i: &ReadyIssue) -> Value {
+    json!({
+        "id": i.id,
+        "title": i.title,
+        "labels": i.labels,
+        "priority": i.priority,
+        "created_at": time_json(i.created_ms),
+    })
+}
+
+// ---------------------------------------------------------------- JSON shapes
+
+/// Milliseconds as the CLI prints times (`2026-12-03T07:55:58.114Z`).
+pub fn time_json(ms: i64) -> Value {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
+        .unwrap_or(Value::Null)
+}
+
+pub(super) fn person_json(p: &Person) -> Value {
+    json!({ "name": p.name, "key": p.key, "principal": p.principal })
+}
+
+fn key_json(k: &IssueKey) -> Value {
+    json!({ "repo": k.repo, "id": k.id, "text": issues::link_text(k) })
+}
+
+/// One row of `list` (the CLI's `issue list --json` row, plus `priority`).
+pub fn summary_json(i: &Issue) -> Value {
+    json!({
+        "id": i.id,
+        "title": i.title,
+        "status": i.status,
+        "author": person_json(&i.author),
+        "created_at": time_json(i.created_ms),
+        "updated_at": time_json(i.updated_ms),
+        "labels": i.labels,
+        "comments": i.comment_count,
+        "priority": i.priority,
+    })
+}
+
+/// `show` (the CLI's `issue show --json` object, plus repo, priority,
+/// imported and links).
+pub fn detail_json(d: &IssueDetail) -> Value {
+    let i = &d.issue;
+    let keys = |v: &[IssueKey]| v.iter().map(key_json).collect::<Vec<_>>();
+    json!({
+        "id": i.id,
+        "repo": i.repo,
+        "title": i.title,
+        "body": i.body,
+        "author": person_json(&i.author),
+        "created_at": time_json(i.created_ms),
+        "updated_at": time_json(i.updated_ms),
+        "status": i.status,
+        "closed_reason": i.closed_reason,
+        "labels": i.labels,
+        "priority": i.priority,
+        "imported": i.imported,
+        "comments": d.comments.iter().map(|c| json!({
+            "id": c.id,
+            "author": person_json(&c.author),
+            "at": time_json(c.at_ms),
+            "body": c.body,
+        })).collect::<Vec<_>>(),
+        "links": {
+            "blocks": keys(&d.links.blocks),
+            "blocked_by": keys(&d.links.blocked_by),
+            "relates": keys(&d.links.relates),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ssh::session::{parse_exec_command, ExecCommand};
+
+    fn issue(line: &str) -> Option<IssueCmd> {
+        match parse_exec_command(line)? {
+            ExecCommand::Issue(cmd) => Some(cmd),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_every_subcommand() {
+        assert_eq!(
+            issue("collab-issue open 'r' --title 'T x' --label bug --label ui --body-stdin"),
+            Some(IssueCmd::Open {
+                repo: "r".into(),
+                title: "T x".into(),
+                body: Some(BodyArg::Stdin),
+                labels: vec!["bug".into(), "ui".into()],
+            })
+        );
+        assert_eq!(
+            issue("collab-issue list r --state all --label a --limit 10 --after 5-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"),
+            Some(IssueCmd::List {
+                repo: "r".into(),
+                state: "all".into(),
+                labels: vec!["a".into()],
+                limit: Some(10),
+                after: Some("5-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".into()),
+            })
+        );
+        assert_eq!(
+            issue("collab-issue comment r abcd --body hi --lease-token 3"),
+            Some(IssueCmd::Comment {
+                repo: "r".into(),
+                id: "abcd".into(),
+                body: BodyArg::Text("hi".into()),
+                fence: Some(3),
+            })
+        );
+        assert_eq!(
+            issue("collab-issue link r abcd blocks 'team/lib#ef01'").map(|c| c.verb()),
+            Some("collab-issue link")
+        );
+        assert_eq!(
+            issue("collab-issue unlink r abcd relates ef01 --lease-token 1")
+                .map(|c| (c.verb(), c.needed_access())),
+            Some(("collab-issue unlink", Access::Write))
+        );
+        assert_eq!(
+            issue("collab-issue show r abcd").map(|c| c.needed_access()),
+            Some(Access::Read)
+        );
+        for ok in [
+            "collab-issue edit r abcd --title T",
+            "collab-issue edit r abcd --body-stdin --lease-token 9",
+            "collab-issue label r abcd --add a --remove b --add c",
+            "collab-issue close r abcd",
+            "collab-issue close r abcd --reason 'done now'",
+            "collab-issue reopen r abcd",
+            "collab-issue list r",
+        ] {
+            assert!(issue(ok).is_some(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn refuses_malformed_commands() {
+        for bad in [
+            "collab-issue",
+            "collab-issue open r",
+            "collab-issue open r --title",
+            "collab-issue open r --title a --title b",
+            "collab-issue open r --title a --body x --body-stdin",
+            "collab-issue open r --title a --lease-token 1",
+            "collab-issue show r",
+            "collab-issue show r a b",
+            "collab-issue list r --state nope",
+            "collab-issue list r --limit 0",
+            "collab-issue list r --limit 501",
+            "collab-issue list r --limit -1",
+            "collab-issue list r --after nope",
+            "collab-issue comment r abcd",
+            "collab-issue comment r abcd --body",
+            "collab-issue comment r abcd --body x --lease-token 0",
+            "collab-issue comment r abcd --body x --lease-token x",
+            "collab-issue comment r abcd --body x --lease-token 1 --lease-token 1",
+            "collab-issue comment r abcd --body x extra",
+            "collab-issue edit r abcd",
+            "collab-issue label r abcd",
+            "collab-issue close r abcd --reason",
+            "collab-issue reopen r abcd --reason x",
+            "collab-issue link r abcd blocked ef01",
+            "collab-issue link r abcd blocks",
+            "collab-issue delete r abcd",
+            "collab-issue comment r abcd --body 'a\nb'",
+        ] {
+            assert_eq!(parse_exec_command(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn times_render_like_the_cli() {
+        assert_eq!(
+            time_json(1_788_609_600_114),
+            json!("2026-09-05T12:00:00.114Z")
+        );
+        assert_eq!(time_json(1_788_609_600_000), json!("2026-09-05T12:00:00Z"));
+    }
+}

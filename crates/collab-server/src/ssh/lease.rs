@@ -1,0 +1,627 @@
+//! `collab-lease acquire|renew|release|break|list|show|next`: work claims
+//! on issues over SSH, and the work queue's `next`.
+//!
+//! This module turns a parsed `LeaseCmd` into one reply. Access is
+//! `authz`'s (Read lists and shows, Write acquires, renews and releases,
+//! Rewind breaks; unknown and unauthorized repositories both get
+//! `error: repository not found`), every lease decision is `leases`'s, run
+//! through the `LeaseService` writer, which answers only once the write is
+//! durable; the reply is sent after that. A waiting acquire (`--wait`)
+//! queues in `leasing::waiters`. What is left here: naming the holder (the
+//! caller's principal), resolving the issue id among the issues the server holds
+//! (`db::issues`, through the read pool: an acquire needs an existing, open
+//! issue),
+//! the `leases.max_ttl` check, and the JSON and exit codes: 0 success,
+//! 1 error, 3 nothing ready (`next`), 4 lease conflict.
+//!
+//! ```text
+//! {"status":"acquired","repo":"r.git","issue":"<full id>","holder":"<principal>","token":1,
+//!  "acquired_at":"…","renewed_at":null,"expires_at":null,"note":null}
+//! {"status":"held","repo":"r.git","issue":"<full id>","holder":"<other>","expires_at":"2026-09-05T12:00:00Z"}  exit 4
+//! {"status":"locked","repo":"r.git","issue":"<full id>","holder":"<last holder>","locked_until":"…"}  exit 4
+//! {"status":"renewed", …same fields as acquired…}
+//! {"status":"released","repo":"r.git","issue":"<full id>"}
+//! {"status":"broken","repo":"r.git","issue":"<full id>","holder":"…","token":3,"reason":"…","by":"…"}
+//! {"status":"free","repo":"r.git","issue":"<full id>"}          (break: nothing was held)
+//! {"leases":[{"issue":"<full id>","holder":"…","token":2,"acquired_at":"…","renewed_at":null,
+//!             "expires_at":null,"note":null,"transitions":0}]}
+//! {"repo":"r.git","issue":"<full id>","status":"held|free|locked","holder":…,"token":…,
+//!  "acquired_at":…,"renewed_at":…,"expires_at":…,"note":…,"transitions":2,"last_token":3,
+//!  "locked_until":…}                                            (show)
+//! {…the acquired fields…,"title":"…","labels":["…"],"priority":null}   (next)
+//! {"status":"empty","repo":"r.git","labels":["…"]}               exit 3 (next: nothing ready)
+//! ```
+
+use std::future::Future;
+use std::time::Duration;
+
+use russh::server::Msg;
+use russh::{Channel, ChannelMsg, ChannelReadHalf};
+use serde_json::{json, Value};
+
+use super::session::{json_line, reply_on, ExecContext, LeaseCmd, NOT_FOUND};
+use crate::authz::{self, Access};
+use crate::db::issues::{self, IssueError};
+use crate::db::leases::{rfc3339, Acquire, Break, Claim, Lease, Release, Renew, Status};
+use crate::db::queue::{Next, NextRequest, ReadyIssue};
+use crate::db::reads::ReadPool;
+use crate::leasing::waiters::{Waited, Want, Won};
+use crate::repos::RepoEntry;
+use collab_record::state::IssueStatus;
+
+pub use collab_proto::exit::{CONFLICT as EXIT_CONFLICT, EMPTY as EXIT_EMPTY};
+
+const ISSUE_NOT_FOUND: &str = "error: issue not found";
+const ISSUE_CLOSED: &str = "error: issue is closed";
+const INTERNAL: &str = "error: internal error";
+const STOPPING: &str = "error: the server is shutting down; the wait was cancelled, try again";
+const TOO_MANY_WAITERS: &str = "error: too many callers are waiting; try again later";
+
+/// One reply: the line to send and the exit status.
+type Reply = (String, u32);
+
+fn error(message: &str) -> Reply {
+    (message.to_string(), 1)
+}
+
+fn ok(value: Value) -> Reply {
+    (json_line(&value), 0)
+}
+
+/// Serve one `collab-lease` command on `channel`.
+pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: LeaseCmd) {
+    let op = cmd.name();
+    // The read half is drained from the start (an undrained channel stalls
+    // its connection), and tells a waiting command that its client left.
+    let (read, write) = channel.split();
+    let gone = tokio::spawn(client_gone(read));
+    let stop_draining = gone.abort_handle();
+    let gone = async move {
+        let _ = gone.await;
+    };
+    let answered = answer(ctx, cmd, gone).await;
+    stop_draining.abort();
+    let (message, code, won) = match answered {
+        Some(Answer::Reply((message, code))) => (message, code, None),
+        Some(Answer::Waited(won)) => {
+            let (message, code) = match &won {
+                Won::Acquired(lease) => acquired(lease),
+                Won::Next { lease, issue } => next_acquired(lease, issue),
+            };
+            let lease = match won {
+                Won::Acquired(lease) | Won::Next { lease, .. } => lease,
+            };
+            (message, code, Some(lease))
+        }
+        // The caller left while waiting: nobody to answer.
+        None => {
+            tracing::info!(op, "lease waiter left");
+            crate::metrics::lease_op(op, "disconnected");
+            return;
+        }
+    };
+    crate::metrics::lease_op(op, crate::metrics::outcome_of_exit(code));
+    if !reply_on(write, &message, code).await {
+        // A lease won after a long wait by a caller that has just gone:
+        // give it back rather than leave it to nobody.
+        if let Some(lease) = won {
+            tracing::info!(
+                repo = lease.repo,
+                issue = lease.issue_id,
+                "releasing a lease its waiter never heard of"
+            );
+            if let Err(e) = ctx
+                .app
+                .leases
+                .release(&lease.repo, &lease.issue_id, &lease.holder)
+                .await
+            {
+                tracing::warn!("collab-lease: giving back a lease: {e:#}");
+            }
+        }
+    }
+}
+
+/// What `answer` produced: a reply, or a lease won by waiting (answered
+/// like an acquire or a next, and given back if that answer cannot be
+/// delivered).
+enum Answer {
+    Reply(Reply),
+    Waited(Won),
+}
+
+/// Resolves once the client has closed the channel or the connection is
+/// gone (EOF on stdin is not leaving: `ssh … < /dev/null` sends it at once).
+async fn client_gone(mut read: ChannelReadHalf) {
+    while let Some(msg) = read.wait().await {
+        if matches!(msg, ChannelMsg::Close) {
+            return;
+        }
+    }
+}
+
+async fn answer(
+    ctx: &ExecContext,
+    cmd: LeaseCmd,
+    gone: impl Future<Output = ()>,
+) -> Option<Answer> {
+    let needed = match cmd {
+        LeaseCmd::List { .. } | LeaseCmd::Show { .. } => Access::Read,
+        LeaseCmd::Break { .. } => Access::Rewind,
+        _ => Access::Write,
+    };
+    let requested = cmd.repo().to_string();
+    // Authorization reads policy files and the import may read git: both
+    // are blocking I/O, so they run off the async runtime.
+    let app = ctx.app.clone();
+    let caller = ctx.caller.clone();
+    let lookup = match &cmd {
+        LeaseCmd::Acquire { issue, .. } => Lookup::OpenIssue(issue.clone()),
+        LeaseCmd::Renew { issue, .. }
+        | LeaseCmd::Release { issue, .. }
+        | LeaseCmd::Break { issue, .. }
+        | LeaseCmd::Show { issue, .. } => Lookup::AnyIssue(issue.clone()),
+        LeaseCmd::List { .. } | LeaseCmd::Next { .. } => Lookup::Nothing,
+    };
+    let runtime = tokio::runtime::Handle::current();
+    let checked = tokio::task::spawn_blocking(move || {
+        let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
+        // Issues live in collab.db once the repository's DAGs are imported.
+        if let Err(e) = crate::import::ensure(&app, &entry, &runtime) {
+            return Some((entry, Resolved::Failed(format!("importing issues: {e:#}"))));
+        }
+        let issue = lookup.resolve(&entry, &app.reads);
+        Some((entry, issue))
+    })
+    .await;
+    let (entry, issue) = match checked {
+        Ok(Some(found)) => found,
+        Ok(None) => return Some(Answer::Reply(error(NOT_FOUND))),
+        Err(e) => {
+            tracing::error!("collab-lease lookup task failed: {e}");
+            return Some(Answer::Reply(error(INTERNAL)));
+        }
+    };
+    let repo = entry.name.as_str();
+    let holder = ctx.caller.principal();
+    let leases = &ctx.app.leases;
+    let issue = match issue {
+        Resolved::Issue(id) => id,
+        Resolved::ClosedIssue(_) if matches!(cmd, LeaseCmd::Acquire { .. }) => {
+            return Some(Answer::Reply(error(ISSUE_CLOSED)))
+        }
+        Resolved::ClosedIssue(id) => id,
+        Resolved::NotInDb(prefix) => match lease_by_prefix(ctx, repo, &prefix).await {
+            Ok(id) => id,
+            Err(reply) => return Some(Answer::Reply(reply)),
+        },
+        Resolved::NoIssue => String::new(),
+        Resolved::Refused(message) => return Some(Answer::Reply(error(&message))),
+        Resolved::Failed(e) => {
+            tracing::error!(repo, "collab-lease: reading the issue: {e}");
+            return Some(Answer::Reply(error(INTERNAL)));
+        }
+    };
+    if let LeaseCmd::Acquire {
+        ttl_secs: Some(ttl),
+        ..
+    }
+    | LeaseCmd::Renew { ttl_secs: ttl, .. } = &cmd
+    {
+        let max = leases.policy().max_ttl;
+        if *ttl > max {
+            return Some(Answer::Reply(error(&format!(
+                "error: --ttl {ttl} is longer than this server allows (leases.max_ttl = {max})"
+            ))));
+        }
+    }
+    let claim = |ttl_secs, note| Claim {
+        repo: repo.to_string(),
+        issue_id: issue.clone(),
+        holder: holder.to_string(),
+        ttl_secs,
+        note,
+    };
+    let result = match cmd {
+        LeaseCmd::Acquire {
+            ttl_secs,
+            note,
+            wait_secs,
+            ..
+        } => {
+            let claim = claim(ttl_secs, note);
+            match leases.acquire_claim(claim.clone()).await {
+                Ok(Acquire::Acquired { lease, .. }) => Ok(acquired(&lease)),
+                Ok(refused) => match wait_secs {
+                    Some(secs) if secs > 0 => {
+                        let want = Want::Acquire(claim);
+                        return wait_for(ctx, want, Duration::from_secs(secs), gone).await;
+                    }
+                    _ => Ok(conflict(repo, &issue, refused)),
+                },
+                Err(e) => Err(e),
+            }
+        }
+        LeaseCmd::Renew { ttl_secs, note, .. } => {
+            match leases.renew_claim(claim(Some(ttl_secs), note)).await {
+                Ok(Renew::Renewed(lease)) => Ok(ok(tenure("renewed", &lease))),
+                Ok(Renew::NotHolder { holder: other }) => {
+                    not_holder(ctx, repo, &issue, other.as_deref()).await
+                }
+                Err(e) => Err(e),
+            }
+        }
+        LeaseCmd::Release { .. } => match leases.release(repo, &issue, holder).await {
+            Ok(Release::Released) => {
+                tracing::info!(repo, issue, holder, "lease released");
+                Ok(ok(
+                    json!({ "status": "released", "repo": repo, "issue": issue }),
+                ))
+            }
+            Ok(Release::NotHolder { holder: other }) => {
+                not_holder(ctx, repo, &issue, Some(&other)).await
+            }
+            Err(e) => Err(e),
+        },
+        LeaseCmd::Break { reason, .. } => leases
+            .break_lease(repo, &issue, holder, &reason)
+            .await
+            .map(|outcome| match outcome {
+                Break::Broken(lease) => {
+                    tracing::warn!(
+                        repo,
+                        issue,
+                        by = holder,
+                        holder = lease.holder,
+                        reason,
+                        "lease broken"
+                    );
+                    ok(json!({
+                        "status": "broken",
+                        "repo": repo,
+                        "issue": issue,
+                        "holder": lease.holder,
+                        "token": lease.token,
+                        "reason": reason,
+                        "by": holder,
+                    }))
+                }
+                Break::NotHeld => ok(json!({ "status": "free", "repo": repo, "issue": issue })),
+            }),
+        LeaseCmd::List { .. } => leases.list(repo).await.map(|live| {
+            let rows: Vec<Value> = live.iter().map(list_row).collect();
+            ok(json!({ "leases": rows }))
+        }),
+        LeaseCmd::Show { .. } => leases
+            .status(repo, &issue)
+            .await
+            .map(|status| ok(show(repo, &issue, &status))),
+        LeaseCmd::Next {
+            labels,
+            ttl_secs,
+            note,
+            wait_secs,
+            ..
+        } => {
+            let req = NextRequest {
+                repo: repo.to_string(),
+                labels,
+                holder: holder.to_string(),
+                ttl_secs,
+                note,
+            };
+            match leases.next(req.clone()).await {
+                Ok(Next::Acquired { lease, issue }) => Ok(next_acquired(&lease, &issue)),
+                Ok(Next::Empty) => match wait_secs {
+                    Some(secs) if secs > 0 => {
+                        let want = Want::Next(req);
+                        return wait_for(ctx, want, Duration::from_secs(secs), gone).await;
+                    }
+                    _ => Ok(empty(repo, &req.labels)),
+                },
+                Err(e) => Err(e),
+            }
+        }
+    };
+    Some(Answer::Reply(result.unwrap_or_else(|e| {
+        tracing::error!(repo, issue, "collab-lease: lease store: {e:#}");
+        error(INTERNAL)
+    })))
+}
+
+/// `acquire --wait` / `next --wait`: queue behind earlier waiters until
+/// the issue (or some ready issue) is ours, the time runs out (exit 4
+/// naming the holder, or exit 3 for `next`), or the caller leaves (`None`:
+/// no reply).
+async fn wait_for(
+    ctx: &ExecContext,
+    want: Want,
+    limit: Duration,
+    gone: impl Future<Output = ()>,
+) -> Option<Answer> {
+    let on_timeout = want.clone();
+    let waited = ctx
+        .app
+        .waiters
+        .wait(want, limit, gone, ctx.app.stopping.clone())
+        .await;
+    Some(Answer::Reply(match waited {
+        Waited::Won(won) => return Some(Answer::Waited(won)),
+        Waited::TimedOut => match on_timeout {
+            Want::Next(req) => empty(&req.repo, &req.labels),
+            Want::Acquire(claim) => {
+                let (repo, issue) = (claim.repo, claim.issue_id);
+                match ctx.app.leases.status(&repo, &issue).await {
+                    Ok(status) => conflict_from_status(&repo, &issue, &status),
+                    Err(e) => {
+                        tracing::error!(repo, issue, "collab-lease: lease store: {e:#}");
+                        error(INTERNAL)
+                    }
+                }
+            }
+        },
+        Waited::Gone => return None,
+        Waited::Stopped => error(STOPPING),
+        Waited::Full => error(TOO_MANY_WAITERS),
+    }))
+}
+
+fn acquired(lease: &Lease) -> Reply {
+    tracing::info!(
+        repo = lease.repo,
+        issue = lease.issue_id,
+        holder = lease.holder,
+        token = lease.token,
+        "lease acquired"
+    );
+    ok(tenure("acquired", lease))
+}
+
+/// The reply of a `next` that got an issue: the acquire fields plus the
+/// issue's title, labels and priority.
+fn next_acquired(lease: &Lease, issue: &ReadyIssue) -> Reply {
+    tracing::info!(
+        repo = lease.repo,
+        issue = lease.issue_id,
+        holder = lease.holder,
+        token = lease.token,
+        "lease acquired by next"
+    );
+    let mut reply = tenure("acquired", lease);
+    reply["title"] = json!(issue.title);
+    reply["labels"] = json!(issue.labels);
+    reply["priority"] = json!(issue.priority);
+    ok(reply)
+}
+
+/// The exit-3 reply of a `next` with nothing ready.
+fn empty(repo: &str, labels: &[String]) -> Reply {
+    let reply = json!({ "status": "empty", "repo": repo, "labels": labels });
+    (json_line(&reply), EXIT_EMPTY)
+}
+
+/// The exit-4 reply of a refused acquire.
+fn conflict(repo: &str, issue: &str, refused: Acquire) -> Reply {
+    match refused {
+        Acquire::Held { holder, expires_at } => held(repo, issue, Some(&holder), expires_at),
+        Acquire::Locked { holder, until } => locked(repo, issue, &holder, until),
+        Acquire::Acquired { lease, .. } => acquired(&lease),
+    }
+}
+
+/// The exit-4 reply after a wait ran out, from the issue's state then.
+fn conflict_from_status(repo: &str, issue: &str, status: &Status) -> Reply {
+    match (&status.live, &status.locked) {
+        (Some(live), _) => held(repo, issue, Some(&live.holder), live.expires_at),
+        (None, Some((holder, until))) => locked(repo, issue, holder, *until),
+        // Free at the very end, but not in time for this caller.
+        (None, None) => held(repo, issue, None, None),
+    }
+}
+
+/// What the command needs to know about its issue argument.
+enum Lookup {
+    /// Acquire: the issue must exist and be open.
+    OpenIssue(String),
+    /// Renew and release work on the lease alone; the id only needs
+    /// resolving to the full id the lease is stored under.
+    AnyIssue(String),
+    /// List names no issue.
+    Nothing,
+}
+
+enum Resolved {
+    /// The full issue id.
+    Issue(String),
+    /// A closed issue held by the server, by full id (acquire refuses it).
+    ClosedIssue(String),
+    /// A well-formed id that no issue in collab.db matches (renew and release
+    /// then look among the repository's leases).
+    NotInDb(String),
+    NoIssue,
+    /// A one-line `error: …` for the caller.
+    Refused(String),
+    /// An internal failure, logged, never shown.
+    Failed(String),
+}
+
+impl Lookup {
+    fn resolve(self, entry: &RepoEntry, reads: &ReadPool) -> Resolved {
+        let (id, must_be_open) = match self {
+            Lookup::Nothing => return Resolved::NoIssue,
+            Lookup::OpenIssue(id) => (id, true),
+            Lookup::AnyIssue(id) => (id, false),
+        };
+        match reads.read_blocking(|conn| held_issue(conn, &entry.name, &id)) {
+            Ok(Some(resolved)) => resolved,
+            // Renew and release work on the lease alone.
+            Ok(None) if !must_be_open => Resolved::NotInDb(id.trim().to_ascii_lowercase()),
+            Ok(None) => Resolved::Refused(ISSUE_NOT_FOUND.into()),
+            Err(e) => Resolved::Failed(format!("{e:#}")),
+        }
+    }
+}
+
+/// The issue as the collab database holds it; `None` when it has no issue
+/// of that id.
+fn held_issue(
+    conn: &crate::db::sql::Connection,
+    repo: &str,
+    id: &str,
+) -> anyhow::Result<Option<Resolved>> {
+    let full = match issues::resolve(conn, repo, id) {
+        Ok(full) => full,
+        Err(IssueError::NotFound(_)) => return Ok(None),
+        Err(IssueError::Sql(e)) => return Err(e.into()),
+        Err(e) => return Ok(Some(Resolved::Refused(format!("error: {e}")))),
+    };
+    Ok(
+        issues::get(conn, repo, &full)?.map(|issue| match issue.status {
+            IssueStatus::Closed => Resolved::ClosedIssue(full),
+            IssueStatus::Open => Resolved::Issue(full),
+        }),
+    )
+}
+
+/// A renew or release of an id that is no longer an issue: match it against
+/// the repository's live leases (a full id is taken as it is).
+async fn lease_by_prefix(ctx: &ExecContext, repo: &str, prefix: &str) -> Result<String, Reply> {
+    if prefix.len() == 40 {
+        return Ok(prefix.to_string());
+    }
+    let live = ctx.app.leases.list(repo).await.map_err(|e| {
+        tracing::error!(repo, "collab-lease: lease store: {e:#}");
+        error(INTERNAL)
+    })?;
+    let mut matches: Vec<String> = live
+        .into_iter()
+        .map(|l| l.issue_id)
+        .filter(|id| id.starts_with(prefix))
+        .collect();
+    match matches.len() {
+        0 => Err(error(ISSUE_NOT_FOUND)),
+        1 => Ok(matches.remove(0)),
+        _ => Err(error(&format!(
+            "error: issue id '{prefix}' is ambiguous; candidates: {}",
+            matches.join(", ")
+        ))),
+    }
+}
+
+/// The exit-4 reply of a renew or release by someone who does not hold the
+/// lease, naming the live holder (and when their lease ends) if there is one.
+async fn not_holder(
+    ctx: &ExecContext,
+    repo: &str,
+    issue: &str,
+    other: Option<&str>,
+) -> anyhow::Result<Reply> {
+    let expires_at = match other {
+        // The decision is made; this read only adds the holder's expiry.
+        Some(other) => ctx
+            .app
+            .leases
+            .current(repo, issue)
+            .await?
+            .filter(|l| l.holder == other)
+            .and_then(|l| l.expires_at),
+        None => None,
+    };
+    Ok(held(repo, issue, other, expires_at))
+}
+
+fn held(repo: &str, issue: &str, holder: Option<&str>, expires_at: Option<i64>) -> Reply {
+    let reply = json!({
+        "status": "held",
+        "repo": repo,
+        "issue": issue,
+        "holder": holder,
+        "expires_at": rfc3339(expires_at),
+    });
+    (json_line(&reply), EXIT_CONFLICT)
+}
+
+fn locked(repo: &str, issue: &str, holder: &str, until: i64) -> Reply {
+    let reply = json!({
+        "status": "locked",
+        "repo": repo,
+        "issue": issue,
+        "holder": holder,
+        "locked_until": rfc3339(Some(until)),
+    });
+    (json_line(&reply), EXIT_CONFLICT)
+}
+
+/// The reply of an acquire or renew.
+fn tenure(status: &str, lease: &Lease) -> Value {
+    json!({
+        "status": status,
+        "repo": lease.repo,
+        "issue": lease.issue_id,
+        "holder": lease.holder,
+        "token": lease.token,
+        "acquired_at": rfc3339(Some(lease.acquired_at)),
+        "renewed_at": rfc3339(lease.renewed_at),
+        "expires_at": rfc3339(lease.expires_at),
+        "note": lease.note,
+    })
+}
+
+fn list_row(lease: &Lease) -> Value {
+    json!({
+        "issue": lease.issue_id,
+        "holder": lease.holder,
+        "token": lease.token,
+        "acquired_at": rfc3339(Some(lease.acquired_at)),
+        "renewed_at": rfc3339(lease.renewed_at),
+        "expires_at": rfc3339(lease.expires_at),
+        "note": lease.note,
+        "transitions": lease.transitions,
+    })
+}
+
+/// `show`: the issue's lease state, held or not.
+fn show(repo: &str, issue: &str, status: &Status) -> Value {
+    let live = status.live.as_ref();
+    let state = match (live, &status.locked) {
+        (Some(_), _) => "held",
+        (None, Some(_)) => "locked",
+        (None, None) => "free",
+    };
+    json!({
+        "repo": repo,
+        "issue": issue,
+        "status": state,
+        "holder": live.map(|l| l.holder.as_str()).or(status.locked.as_ref().map(|(h, _)| h.as_str())),
+        "token": live.map(|l| l.token),
+        "acquired_at": rfc3339(live.map(|l| l.acquired_at)),
+        "renewed_at": rfc3339(live.and_then(|l| l.renewed_at)),
+        "expires_at": rfc3339(live.and_then(|l| l.expires_at)),
+        "note": live.and_then(|l| l.note.as_deref()),
+        "transitions": status.transitions,
+        "last_token": status.last_token,
+        "locked_until": rfc3339(status.locked.as_ref().map(|(_, until)| *until)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_render_as_rfc3339_utc() {
+        assert_eq!(rfc3339(Some(0)), json!("1970-01-01T00:00:00Z"));
+        assert_eq!(rfc3339(Some(1_788_609_600)), json!("2026-09-05T12:00:00Z"));
+        assert_eq!(rfc3339(None), Value::Null);
+    }
+
+    #[test]
+    fn held_reply_is_json_with_exit_4() {
+        let (line, code) = held("r.git", "ab", Some("alice"), None);
+        assert_eq!(code, EXIT_CONFLICT);
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["status"], "held");
+        assert_eq!(v["holder"], "alice");
+        assert_eq!(v["expires_at"], Value::Null);
+    }
+}

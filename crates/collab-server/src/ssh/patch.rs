@@ -1,0 +1,1036 @@
+//! `collab-patch list|show|diff|interdiff|review|comment|close|reopen|merge|link`:
+//! patches held by the server (opened and revised by
+//! `git push origin HEAD:refs/for/<base>`, see `hooks::review`), one round
+//! trip per action.
+//!
+//! Like `collab-issue`: `authz` decides the level (Read for `list`, `show`,
+//! `diff` and `interdiff`, Write for the rest; unknown and invisible
+//! repositories both get `error: repository not found`), reads go through
+//! the read pool, writes through the single writer (answered after COMMIT),
+//! and every reply is one JSON line. Patch decisions are `db::patches`'s;
+//! the merge itself is `patch_merge`'s. Exit codes: 0 success, 1 error, 4
+//! a merge refused by fencing.
+//!
+//! ```text
+//! collab-patch list      '<repo>' [--state open|merged|closed|all] [--limit N] [--after CURSOR]
+//! collab-patch show      '<repo>' '<id>'
+//! collab-patch diff      '<repo>' '<id>' [--rev N]
+//! collab-patch interdiff '<repo>' '<id>' A B
+//! collab-patch review    '<repo>' '<id>' --approve|--request-changes|--comment [--body B|--body-stdin] [--rev N]
+//! collab-patch comment   '<repo>' '<id>' (--body B|--body-stdin) [--path P [--line N]] [--rev N]
+//! collab-patch close     '<repo>' '<id>'
+//! collab-patch reopen    '<repo>' '<id>'
+//! collab-patch merge     '<repo>' '<id>' [--lease-token N]
+//! collab-patch link      '<repo>' '<id>' '<issue>'
+//! ```
+//!
+//! JSON shapes: docs/ssh-verbs.md.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use russh::server::Msg;
+use russh::Channel;
+use serde_json::{json, Value};
+
+use super::issue::{authorized_entry, number, person_json, read_body, time_json, BodyArg, Reply};
+use super::session::{json_line, reply_and_close, ExecContext};
+use crate::authz::{self, Access};
+use crate::db::patches::{
+    self, Inline, ListQuery, MergeRule, Patch, PatchDetail, PatchError, StateFilter, Verdict,
+    WriteCtx, Written,
+};
+use crate::patch_merge::{self, MergeError};
+use crate::repos::RepoEntry;
+use collab_record::diff;
+
+/// Exit status of a merge refused by fencing.
+pub use collab_proto::exit::FENCED as EXIT_FENCED;
+/// Largest diff text one reply carries; a bigger one is refused with a
+/// hint to diff locally.
+pub const MAX_DIFF_BYTES: usize = 8 * 1024 * 1024;
+/// How often `merge` prepares again when the base branch keeps moving.
+const MERGE_ATTEMPTS: usize = 3;
+
+const INTERNAL: &str = "error: internal error";
+
+/// The usage line shown when the arguments are wrong.
+pub const USAGE: &str = "collab-patch list '<repo>' [--state open|merged|closed|all] [--limit N] [--after CURSOR] | \
+     show '<repo>' '<id>' | diff '<repo>' '<id>' [--rev N] | interdiff '<repo>' '<id>' A B | \
+     review '<repo>' '<id>' --approve|--request-changes|--comment [--body B|--body-stdin] [--rev N] | \
+     comment '<repo>' '<id>' --body B|--body-stdin [--path P [--line N]] [--rev N] | \
+     close '<repo>' '<id>' | reopen '<repo>' '<id>' | merge '<repo>' '<id>' [--lease-token N] | \
+     link '<repo>' '<id>' '<issue>'";
+
+/// A parsed `collab-patch` command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatchCmd {
+    List {
+        repo: String,
+        state: String,
+        limit: Option<usize>,
+        after: Option<String>,
+    },
+    Show {
+        repo: String,
+        id: String,
+    },
+    Diff {
+        repo: String,
+        id: String,
+        rev: Option<i64>,
+    },
+    Interdiff {
+        repo: String,
+        id: String,
+        from: i64,
+        to: i64,
+    },
+    Review {
+        repo: String,
+        id: String,
+        verdict: Verdict,
+        body: Option<BodyArg>,
+        rev: Option<i64>,
+    },
+    Comment {
+        repo: String,
+        id: String,
+        body: BodyArg,
+        path: Option<String>,
+        line: Option<i64>,
+        rev: Option<i64>,
+    },
+    Close {
+        repo: String,
+        id: String,
+    },
+    Reopen {
+        repo: String,
+        id: String,
+    },
+    Merge {
+        repo: String,
+        id: String,
+        fence: Option<i64>,
+    },
+    /// Link an issue of the same repository.
+    Link {
+        repo: String,
+        id: String,
+        issue: String,
+    },
+}
+
+impl PatchCmd {
+    pub fn repo(&self) -> &str {
+        match self {
+            PatchCmd::List { repo, .. }
+            | PatchCmd::Show { repo, .. }
+            | PatchCmd::Diff { repo, .. }
+            | PatchCmd::Interdiff { repo, .. }
+            | PatchCmd::Review { repo, .. }
+            | PatchCmd::Comment { repo, .. }
+            | PatchCmd::Close { repo, .. }
+            | PatchCmd::Reopen { repo, .. }
+            | PatchCmd::Merge { repo, .. }
+            | PatchCmd::Link { repo, .. } => repo,
+        }
+    }
+
+    pub fn verb(&self) -> &'static str {
+        match self {
+            PatchCmd::List { .. } => "collab-patch list",
+            PatchCmd::Show { .. } => "collab-patch show",
+            PatchCmd::Diff { .. } => "collab-patch diff",
+            PatchCmd::Interdiff { .. } => "collab-patch interdiff",
+            PatchCmd::Review { .. } => "collab-patch review",
+            PatchCmd::Comment { .. } => "collab-patch comment",
+            PatchCmd::Close { .. } => "collab-patch close",
+            PatchCmd::Reopen { .. } => "collab-patch reopen",
+            PatchCmd::Merge { .. } => "collab-patch merge",
+            PatchCmd::Link { .. } => "collab-patch link",
+        }
+    }
+
+    pub fn needed_access(&self) -> Access {
+        match self {
+            PatchCmd::List { .. }
+            | PatchCmd::Show { .. }
+            | PatchCmd::Diff { .. }
+            | PatchCmd::Interdiff { .. } => Access::Read,
+            _ => Access::Write,
+        }
+    }
+
+    fn reads_stdin(&self) -> bool {
+        matches!(
+            self,
+            PatchCmd::Review {
+                body: Some(BodyArg::Stdin),
+                ..
+            } | PatchCmd::Comment {
+                body: BodyArg::Stdin,
+                ..
+            }
+        )
+    }
+}
+
+/// Flags after the positional arguments, each at most once.
+#[derive(Default)]
+struct Flags {
+    state: Option<String>,
+    limit: Option<usize>,
+    after: Option<String>,
+    rev: Option<i64>,
+    body: Option<BodyArg>,
+    path: Option<String>,
+    line: Option<i64>,
+    verdict: Option<Verdict>,
+    fence: Option<i64>,
+}
+
+fn parse_flags(args: &[&str], allowed: &[&str]) -> Option<Flags> {
+    let mut f = Flags::default();
+    let mut rest = args.iter();
+    while let Some(&flag) = rest.next() {
+        if !allowed.contains(&flag) {
+            return None;
+        }
+        let fresh = match flag {
+            "--approve" => f.verdict.replace(Verdict::Approve).is_none(),
+            "--request-changes" => f.verdict.replace(Verdict::RequestChanges).is_none(),
+            "--comment" => f.verdict.replace(Verdict::Comment).is_none(),
+            "--body-stdin" => f.body.replace(BodyArg::Stdin).is_none(),
+            _ => {
+                let value = rest.next()?.to_string();
+                match flag {
+                    "--state" => f.state.replace(value).is_none(),
+                    "--after" => f.after.replace(value).is_none(),
+                    "--body" => f.body.replace(BodyArg::Text(value)).is_none(),
+                    "--path" => f.path.replace(value).is_none(),
+                    "--limit" => f
+                        .limit
+                        .replace(number(&value, patches::MAX_PAGE as i64)? as usize)
+                        .is_none(),
+                    "--rev" => f
+                        .rev
+                        .replace(number(&value, i64::from(u32::MAX))?)
+                        .is_none(),
+                    "--line" => f
+                        .line
+                        .replace(number(&value, i64::from(u32::MAX))?)
+                        .is_none(),
+                    "--lease-token" => f.fence.replace(number(&value, i64::MAX)?).is_none(),
+                    _ => false,
+                }
+            }
+        };
+        if !fresh {
+            return None;
+        }
+    }
+    Some(f)
+}
+
+/// A list cursor: `<created_ms>.<id>` of the last patch of a page.
+fn parse_cursor(text: &str) -> Option<(i64, String)> {
+    let (ms, id) = text.split_once('.')?;
+    let ms: i64 = ms.parse().ok()?;
+    (id.len() == 40 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .then(|| (ms, id.to_string()))
+}
+
+/// `collab-patch <sub> <args…>` after the verb; `None` is a usage error.
+pub fn parse(sub: &str, args: &[&str]) -> Option<PatchCmd> {
+    let s = |v: &str| v.to_string();
+    Some(match (sub, args) {
+        ("list", [repo, rest @ ..]) => {
+            let f = parse_flags(rest, &["--state", "--limit", "--after"])?;
+            let state = f.state.unwrap_or_else(|| "open".into());
+            StateFilter::parse(&state)?;
+            if let Some(after) = &f.after {
+                parse_cursor(after)?;
+            }
+            PatchCmd::List {
+                repo: s(repo),
+                state,
+                limit: f.limit,
+                after: f.after,
+            }
+        }
+        ("show", [repo, id]) => PatchCmd::Show {
+            repo: s(repo),
+            id: s(id),
+        },
+        ("diff", [repo, id, rest @ ..]) => PatchCmd::Diff {
+            repo: s(repo),
+            id: s(id),
+            rev: parse_flags(rest, &["--rev"])?.rev,
+        },
+        ("interdiff", [repo, id, from, to]) => PatchCmd::Interdiff {
+            repo: s(repo),
+            id: s(id),
+            from: number(from, i64::from(u32::MAX))?,
+            to: number(to, i64::from(u32::MAX))?,
+        },
+        ("review", [repo, id, rest @ ..]) => {
+            let f = parse_flags(
+                rest,
+                &[
+                    "--approve",
+                    "--request-changes",
+                    "--comment",
+                    "--body",
+                    "--body-stdin",
+                    "--rev",
+                ],
+            )?;
+            PatchCmd::Review {
+                repo: s(repo),
+                id: s(id),
+                verdict: f.verdict?,
+                body: f.body,
+                rev: f.rev,
+            }
+        }
+        ("comment", [repo, id, rest @ ..]) => {
+            let f = parse_flags(
+                rest,
+                &["--body", "--body-stdin", "--path", "--line", "--rev"],
+            )?;
+            if f.line.is_some() && f.path.is_none() {
+                return None;
+            }
+            PatchCmd::Comment {
+                repo: s(repo),
+                id: s(id),
+                body: f.body?,
+                path: f.path,
+                line: f.line,
+                rev: f.rev,
+            }
+        }
+        ("close", [repo, id]) => PatchCmd::Close {
+            repo: s(repo),
+            id: s(id),
+        },
+        ("reopen", [repo, id]) => PatchCmd::Reopen {
+            repo: s(repo),
+            id: s(id),
+        },
+        ("link", [repo, id, issue]) => PatchCmd::Link {
+            repo: s(repo),
+            id: s(id),
+            issue: s(issue),
+        },
+        ("merge", [repo, id, rest @ ..]) => PatchCmd::Merge {
+            repo: s(repo),
+            id: s(id),
+            fence: parse_flags(rest, &["--lease-token"])?.fence,
+        },
+        _ => return None,
+    })
+}
+
+fn error(message: impl std::fmt::Display) -> Reply {
+    (format!("error: {message}"), 1)
+}
+
+fn ok(value: Value) -> Reply {
+    (json_line(&value), 0)
+}
+
+fn internal(repo: &str, e: anyhow::Error) -> Reply {
+    tracing::error!(repo, "collab-patch: {e:#}");
+    (INTERNAL.to_string(), 1)
+}
+
+fn patch_error(repo: &str, e: PatchError) -> Reply {
+    match e {
+        PatchError::Sql(e) => internal(repo, e.into()),
+        other => error(other),
+    }
+}
+
+/// Serve one `collab-patch` command on `channel`.
+pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: PatchCmd) {
+    let needed = cmd.needed_access();
+    let entry = match authorized_entry(ctx, cmd.repo().to_string(), needed).await {
+        Ok(entry) => entry,
+        Err((message, code)) => return reply_and_close(channel, &message, code).await,
+    };
+    let stdin = if cmd.reads_stdin() {
+        match read_body(&mut channel, ctx.app.config.max_issue_body).await {
+            Ok(body) => Some(body),
+            Err(message) => return reply_and_close(channel, &message, 1).await,
+        }
+    } else {
+        None
+    };
+    let verb = cmd.verb();
+    let (message, code) = answer(ctx, &entry, cmd, stdin).await;
+    if code == 0 && needed == Access::Write {
+        tracing::info!(
+            principal = ctx.caller.principal(),
+            repo = entry.name,
+            verb,
+            "patch written"
+        );
+        ctx.app.export.touch(&entry.name);
+    }
+    reply_and_close(channel, &message, code).await
+}
+
+async fn answer(
+    ctx: &ExecContext,
+    entry: &RepoEntry,
+    cmd: PatchCmd,
+    stdin: Option<String>,
+) -> Reply {
+    let repo = entry.name.clone();
+    let body_of = |arg: Option<BodyArg>| -> String {
+        match arg {
+            Some(BodyArg::Text(t)) => t,
+            Some(BodyArg::Stdin) => stdin.clone().unwrap_or_default(),
+            None => String::new(),
+        }
+    };
+    match cmd {
+        PatchCmd::List {
+            state,
+            limit,
+            after,
+            ..
+        } => {
+            let query = ListQuery {
+                state: StateFilter::parse(&state).unwrap_or(StateFilter::Open),
+                limit: limit.unwrap_or(patches::DEFAULT_PAGE),
+                after: after.as_deref().and_then(parse_cursor),
+            };
+            let r = repo.clone();
+            let page = ctx
+                .app
+                .reads
+                .read(move |conn| {
+                    let page = match patches::list(conn, &r, &query) {
+                        Ok(page) => page,
+                        Err(e) => return Ok(Err(e)),
+                    };
+                    // Each row's latest head and the votes on it.
+                    let mut rows = Vec::new();
+                    for p in page.patches {
+                        let head = patches::revisions(conn, &r, &p.id)?.pop().map(|r| r.head);
+                        let votes = patches::latest_votes(conn, &r, &p.id)?;
+                        rows.push(Row {
+                            patch: p,
+                            head,
+                            votes,
+                        });
+                    }
+                    Ok(Ok((rows, page.more)))
+                })
+                .await;
+            match page {
+                Ok(Ok((rows, more))) => {
+                    let next = if more {
+                        rows.last()
+                            .map(|row| format!("{}.{}", row.patch.created_ms, row.patch.id))
+                    } else {
+                        None
+                    };
+                    ok(json!({
+                        "repo": repo,
+                        "patches": rows.iter().map(summary_json).collect::<Vec<_>>(),
+                        "next": next,
+                    }))
+                }
+                Ok(Err(e)) => patch_error(&repo, e),
+                Err(e) => internal(&repo, e),
+            }
+        }
+        PatchCmd::Show { id, .. } => match read_detail(ctx, &repo, id).await {
+            Ok(detail) => {
+                let rule = merge_rule(ctx, entry).await;
+                ok(detail_json(&detail, &rule))
+            }
+            Err(reply) => reply,
+        },
+        PatchCmd::Diff { id, rev, .. } => {
+            let detail = match read_detail(ctx, &repo, id).await {
+                Ok(d) => d,
+                Err(reply) => return reply,
+            };
+            let path = entry.path.clone();
+            let done = tokio::task::spawn_blocking(move || revision_diff(&path, &detail, rev))
+                .await
+                .unwrap_or_else(|e| Err(error(format!("diff task failed: {e}"))));
+            done.unwrap_or_else(|reply| reply)
+        }
+        PatchCmd::Interdiff { id, from, to, .. } => {
+            let detail = match read_detail(ctx, &repo, id).await {
+                Ok(d) => d,
+                Err(reply) => return reply,
+            };
+            let path = entry.path.clone();
+            let done = tokio::task::spawn_blocking(move || interdiff(&path, &detail, from, to))
+                .await
+                .unwrap_or_else(|e| Err(error(format!("interdiff task failed: {e}"))));
+            done.unwrap_or_else(|reply| reply)
+        }
+        PatchCmd::Review {
+            id,
+            verdict,
+            body,
+            rev,
+            ..
+        } => {
+            let body = body_of(body);
+            let status = match verdict {
+                Verdict::Approve => "approved",
+                Verdict::RequestChanges => "changes_requested",
+                Verdict::Comment => "reviewed",
+            };
+            write(ctx, &repo, status, move |c, w| {
+                patches::review(c, w, &id, rev, verdict, &body)
+            })
+            .await
+        }
+        PatchCmd::Comment {
+            id,
+            body,
+            path,
+            line,
+            rev,
+            ..
+        } => {
+            let body = body_of(Some(body));
+            let inline = path.map(|path| Inline { path, line });
+            if let Some(inline) = &inline {
+                if let Err(reply) = check_inline(ctx, entry, &id, rev, inline).await {
+                    return reply;
+                }
+            }
+            write(ctx, &repo, "commented", move |c, w| {
+                patches::comment(c, w, &id, &body, rev, inline.as_ref())
+            })
+            .await
+        }
+        PatchCmd::Close { id, .. } => {
+            write(ctx, &repo, "closed", move |c, w| patches::close(c, w, &id)).await
+        }
+        PatchCmd::Reopen { id, .. } => {
+            write(ctx, &repo, "reopened", move |c, w| {
+                patches::reopen(c, w, &id)
+            })
+            .await
+        }
+        PatchCmd::Link { id, issue, .. } => {
+            write(ctx, &repo, "linked", move |c, w| {
+                patches::link_issue(c, w, &id, &issue)
+            })
+            .await
+        }
+        PatchCmd::Merge { id, fence, .. } => merge(ctx, entry, id, fence).await,
+    }
+}
+
+async fn read_detail(ctx: &ExecContext, repo: &str, id: String) -> Result<PatchDetail, Reply> {
+    let r = repo.to_string();
+    let read = ctx
+        .app
+        .reads
+        .read(move |conn| Ok(patches::show(conn, &r, &id)))
+        .await;
+    match read {
+        Ok(Ok(detail)) => Ok(detail),
+        Ok(Err(e)) => Err(patch_error(repo, e)),
+        Err(e) => Err(internal(repo, e)),
+    }
+}
+
+async fn merge_rule(ctx: &ExecContext, entry: &RepoEntry) -> MergeRule {
+    let (app, entry) = (ctx.app.clone(), entry.clone());
+    tokio::task::spawn_blocking(move || authz::merge_rule(&app, &entry))
+        .await
+        .unwrap_or_default()
+}
+
+/// Run one patch write through the writer and reply with
+/// `{"status", "repo", "patch", "revision", "event", "seq"}`.
+async fn write<F>(ctx: &ExecContext, repo: &str, status: &'static str, f: F) -> Reply
+where
+    F: FnOnce(&crate::db::sql::Connection, &WriteCtx<'_>) -> Result<Written, PatchError>
+        + Send
+        + 'static,
+{
+    let actor = super::issue::actor(&ctx.caller);
+    let max_body = usize::try_from(ctx.app.config.max_issue_body).unwrap_or(usize::MAX);
+    let owned = repo.to_string();
+    let done = ctx
+        .app
+        .leases
+        .write(format!("collab-patch {status}"), move |conn, now| {
+            let w = WriteCtx {
+                repo: &owned,
+                actor: &actor,
+                max_body,
+                now,
+            };
+            Ok(f(conn, &w)?)
+        })
+        .await;
+    match done {
+        Ok(written) => ok(written_json(status, repo, &written)),
+        Err(e) => match e.downcast::<PatchError>() {
+            Ok(e) => patch_error(repo, e),
+            Err(e) => internal(repo, e),
+        },
+    }
+}
+
+fn written_json(status: &str, repo: &str, w: &Written) -> Value {
+    json!({
+        "status": status,
+        "repo": repo,
+        "patch": w.patch,
+        "revision": w.revision,
+        "event": w.event,
+        "seq": w.seq,
+    })
+}
+
+/// An inline comment's path must exist in the revision it is on (or in
+/// that revision's base, for a deleted file).
+async fn check_inline(
+    ctx: &ExecContext,
+    entry: &RepoEntry,
+    id: &str,
+    rev: Option<i64>,
+    inline: &Inline,
+) -> Result<(), Reply> {
+    let detail = read_detail(ctx, &entry.name, id.to_string()).await?;
+    let n = rev.unwrap_or(detail.patch.revision_count);
+    let Some(r) = detail.revisions.iter().find(|r| r.n == n).cloned() else {
+        return Err(error(format!(
+            "patch {} has no revision {n} (it has {})",
+            short(&detail.patch.id),
+            detail.patch.revision_count
+        )));
+    };
+    let (path, file) = (entry.path.clone(), inline.path.clone());
+    let found = tokio::task::spawn_blocking(move || {
+        let repo = git2::Repository::open_bare(&path).ok()?;
+        let in_commit = |oid: &str| {
+            git2::Oid::from_str(oid)
+                .ok()
+                .and_then(|oid| repo.find_commit(oid).ok())
+                .and_then(|c| c.tree().ok())
+                .is_some_and(|t| t.get_path(std::path::Path::new(&file)).is_ok())
+        };
+        Some(in_commit(&r.head) || in_commit(&r.base_commit))
+    })
+    .await
+    .ok()
+    .flatten()
+    .unwrap_or(false);
+    if found {
+        Ok(())
+    } else {
+        Err(error(format!(
+            "revision {n} of patch {} has no file '{}'",
+            short(&detail.patch.id),
+            inline.path.escape_default()
+        )))
+    }
+}
+
+fn oid(s: &str) -> Result<git2::Oid, Reply> {
+    git2::Oid::from_str(s).map_err(|_| error(format!("'{s}' is not a commit id")))
+}
+
+fn revision_of(detail: &PatchDetail, n: Option<i64>) -> Result<&patches::Revision, Reply> {
+    let n = n.unwrap_or(detail.patch.revision_count);
+    detail.revisions.iter().find(|r| r.n == n).ok_or_else(|| {
+        error(format!(
+            "patch {} has no revision {n} (it has {})",
+            short(&detail.patch.id),
+            detail.patch.revision_count
+        ))
+    })
+}
+
+fn open_repo(path: &std::path::Path) -> Result<git2::Repository, Reply> {
+    git2::Repository::open_bare(path).map_err(|e| {
+        tracing::error!("collab-patch: opening {}: {e}", path.display());
+        (INTERNAL.to_string(), 1)
+    })
+}
+
+/// Bound a diff reply.
+fn bounded(value: Value, text_len: usize) -> Reply {
+    if text_len > MAX_DIFF_BYTES {
+        return error(format!(
+            "the diff is larger than {MAX_DIFF_BYTES} bytes; fetch the revision (refs/collab/revisions/) and diff it locally"
+        ));
+    }
+    ok(value)
+}
+
+fn revision_diff(
+    path: &std::path::Path,
+    detail: &PatchDetail,
+    rev: Option<i64>,
+) -> Result<Reply, Reply> {
+    let repo = open_repo(path)?;
+    let r = revision_of(detail, rev)?;
+    let n = u32::try_from(r.n).unwrap_or(u32::MAX);
+    let d = diff::commits_revision_diff(&repo, n, oid(&r.base_commit)?, oid(&r.head)?)
+        .map_err(error)?;
+    let len = d.diff.text.len();
+    let mut value = serde_json::to_value(&d).unwrap_or(Value::Null);
+    value["patch"] = json!(detail.patch.id);
+    Ok(bounded(value, len))
+}
+
+fn interdiff(
+    path: &std::path::Path,
+    detail: &PatchDetail,
+    from: i64,
+    to: i64,
+) -> Result<Reply, Reply> {
+    let repo = open_repo(path)?;
+    let (a, b) = (
+        revision_of(detail, Some(from))?,
+        revision_of(detail, Some(to))?,
+    );
+    let side = |r: &patches::Revision| -> Result<(u32, git2::Oid, git2::Oid), Reply> {
+        Ok((
+            u32::try_from(r.n).unwrap_or(u32::MAX),
+            oid(&r.base_commit)?,
+            oid(&r.head)?,
+        ))
+    };
+    let d = diff::commits_interdiff(&repo, side(a)?, side(b)?).map_err(error)?;
+    let len = d.diff.text.len();
+    let mut value = serde_json::to_value(&d).unwrap_or(Value::Null);
+    value["patch"] = json!(detail.patch.id);
+    Ok(bounded(value, len))
+}
+
+// ---------------------------------------------------------------- merge
+
+/// Whether `base` is a fenced ref of the repository.
+fn base_is_fenced(ctx: &ExecContext, entry: &RepoEntry, base: &str) -> bool {
+    let fenced = super::git::fenced_refs(ctx, entry);
+    match crate::hooks::fencing::compile(&fenced) {
+        Ok(set) => set.is_match(collab_record::refs::branch_ref(base)),
+        // A policy that does not compile fences everything it meant to.
+        Err(_) => true,
+    }
+}
+
+async fn merge(ctx: &ExecContext, entry: &RepoEntry, id: String, fence: Option<i64>) -> Reply {
+    let repo = entry.name.clone();
+    if entry.is_governance() {
+        return error("the governance repository is changed by a push, not by collab-patch merge");
+    }
+    let rule = merge_rule(ctx, entry).await;
+    let actor = super::issue::actor(&ctx.caller);
+    // One merge at a time per repository (a merge queue of one): merges
+    // never race each other, only outside pushes can move the base.
+    let queue = merge_queue(&repo);
+    let _turn = queue.lock().await;
+    let max_body = usize::try_from(ctx.app.config.max_issue_body).unwrap_or(usize::MAX);
+    for _ in 0..MERGE_ATTEMPTS {
+        let detail = match read_detail(ctx, &repo, id.clone()).await {
+            Ok(d) => d,
+            Err(reply) => return reply,
+        };
+        // The rule first: a refused merge makes no commit.
+        if let Err(why) = patches::rule_allows(&detail, &rule) {
+            return patch_error(&repo, PatchError::Rule(why));
+        }
+        let base_fenced = base_is_fenced(ctx, entry, &detail.patch.base);
+        let (path, name, merger) = (entry.path.clone(), repo.clone(), actor.clone());
+        // Git work on a read-pool thread, with its read-only connection.
+        let prepared = ctx
+            .app
+            .reads
+            .read(move |reader| {
+                let git = git2::Repository::open_bare(&path)?;
+                Ok(patch_merge::prepare(&git, reader, &name, &detail, &merger))
+            })
+            .await;
+        let prepared = match prepared {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => return merge_error(&repo, e),
+            Err(e) => return internal(&repo, e),
+        };
+        let (path, name, merger) = (entry.path.clone(), repo.clone(), actor.clone());
+        let undo = prepared.clone();
+        let done = ctx
+            .app
+            .leases
+            .write("collab-patch merge", move |conn, now| {
+                let git = git2::Repository::open_bare(&path)?;
+                let w = WriteCtx {
+                    repo: &name,
+                    actor: &merger,
+                    max_body,
+                    now,
+                };
+                let m = patch_merge::MergeCtx {
+                    w: &w,
+                    rule,
+                    base_fenced,
+                    token: fence,
+                };
+                Ok(patch_merge::commit(conn, &git, &prepared, &m))
+            })
+            .await;
+        match done {
+            Ok(Ok(committed)) => {
+                let found = &committed.found;
+                return ok(json!({
+                    "status": "merged",
+                    "repo": repo,
+                    "patch": committed.written.patch,
+                    "revision": committed.written.revision,
+                    "seq": committed.written.seq,
+                    "branch": undo.base_ref.strip_prefix("refs/heads/").unwrap_or(&undo.base_ref),
+                    "commit": undo.commit.to_string(),
+                    "kind": undo.kind.as_str(),
+                    "old": undo.old_tip.to_string(),
+                    "new": undo.new_tip.to_string(),
+                    "also_merged": found.merged.iter().map(|(p, c, how)| json!({"patch": p, "commit": c, "how": how})).collect::<Vec<_>>(),
+                    "closed_issues": found.closed.iter().map(|(i, c)| json!({"issue": i, "commit": c})).collect::<Vec<_>>(),
+                    "warnings": found.warnings,
+                }));
+            }
+            Ok(Err(MergeError::Moved)) => continue,
+            Ok(Err(e)) => return merge_error(&repo, e),
+            Err(e) => {
+                // The transaction did not commit: put the branch back.
+                let path = entry.path.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    if let Ok(git) = git2::Repository::open_bare(&path) {
+                        undo.undo(&git);
+                    }
+                })
+                .await;
+                return internal(&repo, e);
+            }
+        }
+    }
+    error(format!(
+        "the base branch kept moving; merge refused after {MERGE_ATTEMPTS} attempts, try again"
+    ))
+}
+
+/// The merge lock of `repo`. Entries nobody holds are dropped when the
+/// next one is taken, so the map stays as small as the merges in flight.
+fn merge_queue(repo: &str) -> Arc<tokio::sync::Mutex<()>> {
+    static QUEUES: LazyLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> =
+        LazyLock::new(Default::default);
+    let mut queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
+    queues.retain(|_, q| Arc::strong_count(q) > 1);
+    queues.entry(repo.to_string()).or_default().clone()
+}
+
+fn merge_error(repo: &str, e: MergeError) -> Reply {
+    match e {
+        MergeError::Patch(e) => patch_error(repo, e),
+        MergeError::Moved => error("the base branch moved while merging; try again"),
+        MergeError::Fenced {
+            issue,
+            holder,
+            token,
+            message,
+        } => (
+            json_line(&json!({
+                "status": "fenced",
+                "repo": repo,
+                "issue": issue,
+                "holder": holder,
+                "token": token,
+                "message": message,
+            })),
+            EXIT_FENCED,
+        ),
+    }
+}
+
+// ---------------------------------------------------------------- JSON shapes
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(8)]
+}
+
+/// One row of `list`: the patch, its latest revision's head, and the
+/// approvals and change requests on that revision.
+struct Row {
+    patch: Patch,
+    head: Option<String>,
+    votes: (i64, i64),
+}
+
+/// One row of `list` (the CLI's `patch list --json` row).
+fn summary_json(row: &Row) -> Value {
+    let p = &row.patch;
+    json!({
+        "id": p.id,
+        "title": p.title,
+        "status": p.status,
+        "author": person_json(&p.author),
+        "base": p.base,
+        "revisions": p.revision_count,
+        "head": row.head,
+        "created_at": time_json(p.created_ms),
+        "updated_at": time_json(p.updated_ms),
+        "approvals": row.votes.0,
+        "changes_requested": row.votes.1,
+    })
+}
+
+/// `show`: the patch, its revisions, current votes, comments, linked
+/// issues and the merge rule's verdict.
+fn detail_json(d: &PatchDetail, rule: &MergeRule) -> Value {
+    let p = &d.patch;
+    let verdict = patches::rule_allows(d, rule);
+    json!({
+        "id": p.id,
+        "repo": p.repo,
+        "title": p.title,
+        "body": p.body,
+        "author": person_json(&p.author),
+        "base": p.base,
+        "created_at": time_json(p.created_ms),
+        "updated_at": time_json(p.updated_ms),
+        "status": p.status,
+        "imported": p.imported,
+        "merge": p.merge.as_ref().map(|m| json!({
+            "commit": m.commit,
+            "author": { "principal": m.by, "name": m.by },
+            "at": time_json(m.at_ms),
+        })),
+        "revisions": d.revisions.iter().map(|r| json!({
+            "n": r.n,
+            "head": r.head,
+            "base_commit": r.base_commit,
+            "base_tip": r.base_tip,
+            "author": person_json(&r.author),
+            "at": time_json(r.at_ms),
+        })).collect::<Vec<_>>(),
+        "reviews": d.reviews.iter().map(|r| json!({
+            "id": r.id,
+            "revision": r.revision,
+            "author": person_json(&r.author),
+            "at": time_json(r.at_ms),
+            "verdict": r.verdict,
+            "body": r.body,
+        })).collect::<Vec<_>>(),
+        "comments": d.comments.iter().map(|c| json!({
+            "id": c.id,
+            "author": person_json(&c.author),
+            "at": time_json(c.at_ms),
+            "body": c.body,
+            "revision": c.revision,
+            "path": c.inline.as_ref().map(|i| i.path.clone()),
+            "line": c.inline.as_ref().and_then(|i| i.line),
+        })).collect::<Vec<_>>(),
+        "issues": d.issues,
+        "merge_rule": {
+            "approvals": rule.approvals,
+            "no_changes_requested": rule.no_changes_requested,
+            "author_may_approve": rule.author_may_approve,
+            "ready": verdict.is_ok(),
+            "reason": verdict.err(),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ssh::session::{parse_exec_command, ExecCommand};
+
+    fn patch(line: &str) -> Option<PatchCmd> {
+        match parse_exec_command(line)? {
+            ExecCommand::Patch(cmd) => Some(cmd),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_every_subcommand() {
+        assert_eq!(
+            patch("collab-patch list 'r' --state all --limit 5"),
+            Some(PatchCmd::List {
+                repo: "r".into(),
+                state: "all".into(),
+                limit: Some(5),
+                after: None,
+            })
+        );
+        assert_eq!(
+            patch("collab-patch review 'r' abcd --approve --body 'LGTM' --rev 2"),
+            Some(PatchCmd::Review {
+                repo: "r".into(),
+                id: "abcd".into(),
+                verdict: Verdict::Approve,
+                body: Some(BodyArg::Text("LGTM".into())),
+                rev: Some(2),
+            })
+        );
+        assert_eq!(
+            patch("collab-patch comment 'r' abcd --body-stdin --path src/a.rs --line 3"),
+            Some(PatchCmd::Comment {
+                repo: "r".into(),
+                id: "abcd".into(),
+                body: BodyArg::Stdin,
+                path: Some("src/a.rs".into()),
+                line: Some(3),
+                rev: None,
+            })
+        );
+        assert_eq!(
+            patch("collab-patch interdiff 'r' abcd 1 2"),
+            Some(PatchCmd::Interdiff {
+                repo: "r".into(),
+                id: "abcd".into(),
+                from: 1,
+                to: 2,
+            })
+        );
+        assert_eq!(
+            patch("collab-patch merge 'r' abcd --lease-token 7"),
+            Some(PatchCmd::Merge {
+                repo: "r".into(),
+                id: "abcd".into(),
+                fence: Some(7),
+            })
+        );
+    }
+
+    #[test]
+    fn refuses_bad_arguments() {
+        for line in [
+            "collab-patch review 'r' abcd",
+            "collab-patch review 'r' abcd --approve --comment",
+            "collab-patch comment 'r' abcd --line 3 --body x",
+            "collab-patch comment 'r' abcd --path p",
+            "collab-patch list 'r' --state weird",
+            "collab-patch list 'r' --limit 0",
+            "collab-patch list 'r' --after nope",
+            "collab-patch interdiff 'r' abcd 0 2",
+            "collab-patch merge 'r' abcd --lease-token -1",
+            "collab-patch diff 'r' abcd --rev 1 --rev 2",
+            "collab-patch close 'r'",
+            "collab-patch frobnicate 'r' abcd",
+        ] {
+            assert_eq!(patch(line), None, "{line}");
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! `collab-release`: release files attached to git tags.
+//!
+//! ```text
+//! collab-release create   '<repo>' '<tag>' '<file>'    bytes on stdin     needs rewind
+//! collab-release list     '<repo>'                                        needs read
+//! collab-release download '<repo>' '<tag>' '<file>'    bytes on stdout    needs read
+//! collab-release delete   '<repo>' '<tag>' ['<file>']                     needs rewind
+//! ```
+//!
+//! `create` needs the tag to exist in the repository (`refs/tags/<tag>`).
+//! Its bytes are read from the channel's data messages as they arrive and
+//! handed to a blocking writer through a small bounded queue, so memory stays
+//! bounded whatever the file size. The upload is complete only when the
+//! client sends EOF; a connection that closes first, or more than
+//! `max_release_size` bytes, leaves nothing on disk (`releases::Upload`
+//! cleans up when dropped). Access is `authz`'s; storage is `releases`'.
+
+use chrono::SubsecRound as _;
+use russh::server::Msg;
+use russh::{Channel, ChannelMsg};
+use serde_json::json;
+use tokio::io::{AsyncWriteExt as _, BufReader};
+
+use super::session::{json_line, reply_and_close, ExecContext, ReleaseCmd};
+use crate::authz::Access;
+use crate::releases::{
+    valid_file_name, valid_tag_name, Release, ReleaseError, ReleaseStore, Upload,
+};
+use crate::repos::RepoEntry;
+
+/// Upload chunks queued between the channel and the disk writer (each one
+/// SSH packet, at most 32 KiB).
+const QUEUED_CHUNKS: usize = 8;
+
+/// Download read buffer: one SSH packet's worth.
+const CHUNK: usize = 32 * 1024;
+
+/// Run one `collab-release` command on `channel`.
+pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: ReleaseCmd) {
+    match cmd {
+        ReleaseCmd::Create { repo, tag, file } => create(ctx, channel, &repo, &tag, &file).await,
+        ReleaseCmd::List { repo } => list(ctx, channel, &repo).await,
+        ReleaseCmd::Download { repo, tag, file } => {
+            download(ctx, channel, &repo, &tag, &file).await
+        }
+        ReleaseCmd::Delete { repo, tag, file } => {
+            delete(ctx, channel, &repo, &tag, file.as_deref()).await
+        }
+    }
+}
+
+fn store(ctx: &ExecContext) -> ReleaseStore {
+    ReleaseStore::new(ctx.app.config.releases_dir())
+}
+
+/// The reply line for a failed operation; internal errors are logged and
+/// shown only as `internal error`.
+fn error_line(e: &ReleaseError) -> String {
+    match e {
+        ReleaseError::Io(io) => {
+            tracing::error!("release storage: {io}");
+            "error: internal error".to_string()
+        }
+        other => format!("error: {other}"),
+    }
+}
+
+/// Run blocking storage work off the async workers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ReleaseError> + Send + 'static,
+) -> Result<T, ReleaseError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(ReleaseError::Io(std::io::Error::other(e))))
+}
+
+/// The repository, if the caller has `needed` on it; else the reply has
+/// been sent (not found, or permission denied for a reader).
+async fn authorized(
+    ctx: &ExecContext,
+    channel: Channel<Msg>,
+    repo: &str,
+    needed: Access,
+) -> Option<(RepoEntry, Channel<Msg>)> {
+    super::session::authorize_or_reply(ctx, channel, repo, needed, "releases need").await
+}
+
+fn tag_exists(repo_dir: &std::path::Path, tag: &str) -> Result<bool, git2::Error> {
+    let repo = git2::Repository::open_bare(repo_dir)?;
+    let found = match repo.find_reference(&collab_record::refs::tag_ref(tag)) {
+        Ok(_) => Ok(true),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(false),
+        Err(e) => Err(e),
+    };
+    found
+}
+
+/// Write queued chunks to the upload on the blocking pool until the queue
+/// ends; the first error drops the upload (and with it the queue).
+fn spawn_writer<T: AsRef<[u8]> + Send + 'static>(
+    mut upload: Upload,
+    mut queued: tokio::sync::mpsc::Receiver<T>,
+) -> tokio::task::JoinHandle<Result<Upload, ReleaseError>> {
+    tokio::task::spawn_blocking(move || {
+        while let Some(chunk) = queued.blocking_recv() {
+            upload.write(chunk.as_ref())?;
+        }
+        Ok(upload)
+    })
+}
+
+async fn create(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &str, file: &str) {
+    if !valid_file_name(file) {
+        let e = ReleaseError::FileName(file.to_string());
+        return reply_and_close(channel, &error_line(&e), 1).await;
+    }
+    let Some((entry, mut channel)) = authorized(ctx, channel, repo, Access::Rewind).await else {
+        return;
+    };
+    if !valid_tag_name(tag) {
+        let e = ReleaseError::TagName(tag.to_string());
+        return reply_and_close(channel, &error_line(&e), 1).await;
+    }
+    let (path, owned_tag) = (entry.path.clone(), tag.to_string());
+    match tokio::task::spawn_blocking(move || tag_exists(&path, &owned_tag)).await {
+        Ok(Ok(true)) => {}
+        Ok(Ok(false)) => {
+            let message = format!("error: no tag {tag} in {}", entry.name);
+            return reply_and_close(channel, &message, 1).await;
+        }
+        Ok(Err(e)) => {
+            tracing::error!("reading tags of {}: {e}", entry.name);
+            return reply_and_close(channel, "error: internal error", 1).await;
+        }
+        Err(e) => {
+            tracing::error!("reading tags of {}: {e}", entry.name);
+            return reply_and_close(channel, "error: internal error", 1).await;
+        }
+    }
+
+    let store = store(ctx);
+    let limit = ctx.app.config.max_release_size;
+    let (name, t, f) = (entry.name.clone(), tag.to_string(), file.to_string());
+    let upload = match blocking(move || store.begin_upload(&name, &t, &f, limit)).await {
+        Ok(u) => u,
+        Err(e) => return reply_and_close(channel, &error_line(&e), 1).await,
+    };
+
+    // Channel -> bounded queue -> disk. The writer stops at the first error
+    // (too large, disk full), which ends the queue and this loop.
+    let (chunks, queued) = tokio::sync::mpsc::channel(QUEUED_CHUNKS);
+    let writer = spawn_writer(upload, queued);
+    let mut complete = false;
+    while let Some(msg) = channel.wait().await {
+        match msg {
+            ChannelMsg::Data { data } => {
+                // A closed queue means the writer stopped with an error.
+                let queued = chunks.send(data).await;
+                if queued.is_err() {
+                    break;
+                }
+            }
+            ChannelMsg::Eof => {
+                complete = true;
+                break;
+            }
+            ChannelMsg::Close => break,
+            _ => {}
+        }
+    }
+    drop(chunks);
+    let upload = match writer.await {
+        Ok(Ok(upload)) => upload,
+        Ok(Err(e)) => {
+            // The upload was dropped in the writer: nothing is left on disk.
+            tracing::info!(
+                principal = ctx.caller.principal(),
+                repo = entry.name,
+                tag,
+                file,
+                "release upload refused: {e}"
+            );
+            return reply_and_close(channel, &error_line(&e), 1).await;
+        }
+        Err(e) => {
+            tracing::error!("release upload writer: {e}");
+            return reply_and_close(channel, "error: internal error", 1).await;
+        }
+    };
+    if !complete {
+        let received = upload.size();
+        // Dropping the upload removes what it wrote; log once that is done.
+        let _ = tokio::task::spawn_blocking(move || drop(upload)).await;
+        tracing::info!(
+            principal = ctx.caller.principal(),
+            repo = entry.name,
+            tag,
+            file,
+            received,
+            "release upload aborted: the connection closed before EOF; nothing stored"
+        );
+        return;
+    }
+    let uploader = ctx.caller.principal().to_string();
+    match blocking(move || upload.finish(&uploader, chrono::Utc::now().trunc_subsecs(0))).await {
+        Ok(record) => {
+            tracing::info!(
+                principal = ctx.caller.principal(),
+                repo = entry.name,
+                tag,
+                file,
+                size = record.size,
+                "release file stored"
+            );
+            let file_json = serde_json::to_value(&record).unwrap_or_default();
+            crate::events::Recorded::release_uploaded(
+                &entry.name,
+                tag,
+                &file_json,
+                ctx.caller.principal(),
+            )
+            .record_or_log(&ctx.app.leases)
+            .await;
+            let reply = json!({
+                "status": "created",
+                "repo": entry.name,
+                "tag": tag,
+                "file": record,
+            });
+            reply_and_close(channel, &json_line(&reply), 0).await
+        }
+        Err(e) => reply_and_close(channel, &error_line(&e), 1).await,
+    }
+}
+
+/// The JSON shape of a release in replies.
+fn release_json(release: &Release) -> serde_json::Value {
+    json!({
+        "tag": release.tag,
+        "created_at": release.created_at(),
+        "size": release.size(),
+        "files": release.files,
+    })
+}
+
+async fn list(ctx: &ExecContext, channel: Channel<Msg>, repo: &str) {
+    let Some((entry, channel)) = authorized(ctx, channel, repo, Access::Read).await else {
+        return;
+    };
+    let store = store(ctx);
+    let name = entry.name.clone();
+    match blocking(move || store.list(&name)).await {
+        Ok(releases) => {
+            let releases: Vec<_> = releases.iter().map(release_json).collect();
+            let reply = json!({ "repo": entry.name, "releases": releases });
+            reply_and_close(channel, &json_line(&reply), 0).await
+        }
+        Err(e) => reply_and_close(channel, &error_line(&e), 1).await,
+    }
+}
+
+async fn delete(
+    ctx: &ExecContext,
+    channel: Channel<Msg>,
+    repo: &str,
+    tag: &str,
+    file: Option<&str>,
+) {
+    let Some((entry, channel)) = authorized(ctx, channel, repo, Access::Rewind).await else {
+        return;
+    };
+    let store = store(ctx);
+    let (name, t, f) = (
+        entry.name.clone(),
+        tag.to_string(),
+        file.map(str::to_string),
+    );
+    match blocking(move || store.delete(&name, &t, f.as_deref())).await {
+        Ok(deleted) => {
+            tracing::info!(
+                principal = ctx.caller.principal(),
+                repo = entry.name,
+                tag,
+                files = ?deleted,
+                "release files deleted"
+            );
+            let files_json = serde_json::to_value(&deleted).unwrap_or_default();
+            crate::events::Recorded::release_deleted(
+                &entry.name,
+                tag,
+                &files_json,
+                ctx.caller.principal(),
+            )
+            .record_or_log(&ctx.app.leases)
+            .await;
+            let reply = json!({
+                "status": "deleted",
+                "repo": entry.name,
+                "tag": tag,
+                "files": deleted,
+            });
+            reply_and_close(channel, &json_line(&reply), 0).await
+        }
+        Err(e) => reply_and_close(channel, &error_line(&e), 1).await,
+    }
+}
+
+/// Stream the file's bytes to stdout (with the client's window as
+/// backpressure), then exit 0. The one verb whose success is not JSON.
+async fn download(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &str, file: &str) {
+    let Some((entry, channel)) = authorized(ctx, channel, repo, Access::Read).await else {
+        return;
+    };
+    let store = store(ctx);
+    let (name, t, f) = (entry.name.clone(), tag.to_string(), file.to_string());
+    let (data, record) = match blocking(move || store.open(&name, &t, &f)).await {
+        Ok(opened) => opened,
+        Err(e) => return reply_and_close(channel, &error_line(&e), 1).await,
+    };
+    let (read, tx) = channel.split();
+    drop(read);
+    let mut out = tx.make_writer();
+    let mut data = BufReader::with_capacity(CHUNK, tokio::fs::File::from_std(data));
+    match tokio::io::copy_buf(&mut data, &mut out).await {
+        Ok(sent) if sent == record.size => {}
+        Ok(sent) => {
+            tracing::error!(
+                "release file {}/{tag}/{file}: sent {sent} bytes, recorded {}",
+                entry.name,
+                record.size
+            );
+            let line = b"error: internal error\n".to_vec();
+            let _ = tx.extended_data_bytes(1, line).await;
+            super::session::note_exit_status(1);
+            let _ = tx.exit_status(1).await;
+            let _ = tx.eof().await;
+            let _ = tx.close().await;
+            return;
+        }
+        Err(e) => {
+            tracing::info!("release download {}/{tag}/{file}: {e}", entry.name);
+            return;
+        }
+    }
+    // Never shutdown() the writer: that sends EOF before the exit status.
+    let _ = out.flush().await;
+    super::session::note_exit_status(0);
+    let _ = tx.exit_status(0).await;
+    let _ = tx.eof().await;
+    let _ = tx.close().await;
+}

@@ -1,0 +1,917 @@
+//! Webhook delivery: the event log is the outbox.
+//!
+//! Each active subscription has one worker task that walks the `events`
+//! table from the subscription's cursor, in `seq` order. An event that
+//! matches (repository glob, type patterns, and the owner may read the
+//! repository now) is POSTed, signed the Standard Webhooks way (`sign`),
+//! with the `webhook-id` `<subscription>-<seq>`, stable across retries,
+//! restarts and redeliveries, so receivers deduplicate on it. The next
+//! event waits until this one is delivered (per-subscription order). A
+//! failure is retried with exponential backoff and jitter
+//! (`webhooks.retry_base_secs`, doubling, capped at `retry_max_secs`);
+//! when a subscription has failed without a success for
+//! `webhooks.disable_after_secs` (3 days by default) it is disabled, with a
+//! `webhook.disabled` event in the same transaction.
+//!
+//! Every attempt is logged (`db::webhooks::log_attempt`) in the same writer
+//! transaction that moves the cursor or the retry state, so after a crash
+//! the worker resumes exactly there: at least once, never skipped. The
+//! HTTP client follows no redirects, uses no proxy, gives each attempt
+//! `webhooks.attempt_timeout_secs`, and resolves names through the SSRF
+//! guard (`ssrf`), connecting only to the addresses it vetted.
+//!
+//! A supervisor task starts and stops workers as subscriptions come and go
+//! (poked by `collab-hook`, polled every few seconds), syncs the
+//! subscriptions declared in the server configuration, and refreshes the
+//! delivery metrics.
+
+pub mod sign;
+pub mod ssrf;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use rand::RngExt as _;
+use serde_json::json;
+use tokio::sync::Notify;
+
+use crate::app::App;
+use crate::config::WebhooksConfig;
+use crate::db::events::{self, Event};
+use crate::db::webhooks::{self as store, Attempt, Webhook};
+use crate::events::{filter::glob_match, wire, Recorded, TypeFilter};
+use crate::governance::GovState;
+
+/// How much of a response body the log keeps.
+const RESPONSE_KEEP: usize = 1024;
+
+/// Events read per query by a worker.
+const BATCH: i64 = 256;
+
+/// How often the supervisor looks for changes without being poked.
+const SUPERVISE_EVERY: Duration = Duration::from_secs(5);
+
+/// How long an owner's access decision is reused.
+const ACCESS_TTL: Duration = Duration::from_secs(5);
+
+/// The delivery side shared by the workers and the `collab-hook` verbs.
+pub struct Webhooks {
+    client: reqwest::Client,
+    guard: Arc<ssrf::Guard>,
+    config: WebhooksConfig,
+    /// Wakes the supervisor (a subscription was added, removed, enabled).
+    changed: Notify,
+}
+
+/// What one HTTP attempt came to.
+#[derive(Debug, Clone)]
+pub struct AttemptResult {
+    pub status: Option<u16>,
+    /// `delivered` (2xx), `failed`, or `refused` by the SSRF guard.
+    pub outcome: &'static str,
+    pub latency_ms: i64,
+    pub response: String,
+}
+
+impl AttemptResult {
+    pub fn delivered(&self) -> bool {
+        self.outcome == "delivered"
+    }
+}
+
+impl Webhooks {
+    pub fn new(config: &WebhooksConfig) -> anyhow::Result<Webhooks> {
+        // rustls on ring, the provider the rest of the server uses.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let guard = Arc::new(ssrf::Guard::new(&config.allowed_hosts).map_err(anyhow::Error::msg)?);
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .timeout(Duration::from_secs(config.attempt_timeout_secs))
+            .connect_timeout(Duration::from_secs(config.attempt_timeout_secs))
+            .dns_resolver(Arc::new(ssrf::GuardedResolver(guard.clone())))
+            .user_agent(concat!("git-collab-webhooks/", env!("CARGO_PKG_VERSION")))
+            .pool_max_idle_per_host(4)
+            .build()
+            .context("building the webhook HTTP client")?;
+        Ok(Webhooks {
+            client,
+            guard,
+            config: config.clone(),
+            changed: Notify::new(),
+        })
+    }
+
+    /// Tell the supervisor that subscriptions changed.
+    pub fn poke(&self) {
+        self.changed.notify_one();
+    }
+
+    /// Check a URL before it is stored: http(s), a host, no credentials,
+    /// and an address the guard accepts now (it is checked again at every
+    /// delivery).
+    pub async fn vet_url(&self, url: &str) -> Result<reqwest::Url, String> {
+        let parsed = reqwest::Url::parse(url).map_err(|e| format!("invalid URL: {e}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err("the URL must be http:// or https://".into());
+        }
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return Err("the URL must not carry credentials; use a secret".into());
+        }
+        let host = parsed
+            .host_str()
+            .ok_or("the URL has no host")?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port = parsed.port_or_known_default().unwrap_or(80);
+        self.guard
+            .resolve(&host, port)
+            .await
+            .map_err(|e| format!("refused: {e}"))?;
+        Ok(parsed)
+    }
+
+    /// POST `body` to `url`, signed, once.
+    pub async fn post(
+        &self,
+        url: &str,
+        message_id: &str,
+        body: &[u8],
+        secret: Option<&str>,
+        key: &collab_record::sign::SigningKey,
+    ) -> AttemptResult {
+        let started = Instant::now();
+        let finish = |status, outcome, response: String| AttemptResult {
+            status,
+            outcome,
+            latency_ms: started.elapsed().as_millis() as i64,
+            response,
+        };
+        let parsed = match reqwest::Url::parse(url) {
+            Ok(u) => u,
+            Err(e) => return finish(None, "failed", format!("invalid URL: {e}")),
+        };
+        // IP literals never reach the resolver: vet them here.
+        if let Some(host) = parsed.host_str() {
+            let bare = host.trim_start_matches('[').trim_end_matches(']');
+            if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+                if let Err(e) = self.guard.check(bare, ip) {
+                    return finish(None, "refused", format!("refused: {e}"));
+                }
+            }
+        }
+        let timestamp = chrono::Utc::now().timestamp();
+        let mut request = self
+            .client
+            .post(parsed)
+            .header("content-type", "application/json")
+            .body(body.to_vec());
+        for (name, value) in sign::headers(message_id, timestamp, body, key, secret) {
+            request = request.header(name, value);
+        }
+        let mut response = match request.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                let refused = std::error::Error::source(&e)
+                    .into_iter()
+                    .chain(std::iter::successors(std::error::Error::source(&e), |e| {
+                        e.source()
+                    }))
+                    .any(|s| s.downcast_ref::<ssrf::Refused>().is_some());
+                let text = error_chain(&e);
+                return if refused {
+                    finish(None, "refused", format!("refused: {text}"))
+                } else {
+                    finish(None, "failed", text)
+                };
+            }
+        };
+        let status = response.status();
+        let mut kept = Vec::new();
+        while kept.len() < RESPONSE_KEEP {
+            match response.chunk().await {
+                Ok(Some(chunk)) => kept.extend_from_slice(&chunk),
+                _ => break,
+            }
+        }
+        kept.truncate(RESPONSE_KEEP);
+        let mut text = String::from_utf8_lossy(&kept).into_owned();
+        if status.is_redirection() {
+            let location = response
+                .headers()
+                .get("location")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            text = format!("redirect to {location:?} not followed; {text}");
+        }
+        let outcome = if status.is_success() {
+            "delivered"
+        } else {
+            "failed"
+        };
+        finish(Some(status.as_u16()), outcome, text)
+    }
+
+    /// The wait before attempt `n + 1` after `n` failures: base * 2^(n-1),
+    /// capped, with ±25 % jitter so failing receivers are not hit in step.
+    pub fn backoff(&self, failures: i64) -> Duration {
+        let base = self.config.retry_base_secs as f64;
+        let exp = base * 2f64.powi((failures.max(1) - 1).min(30) as i32);
+        let capped = exp.min(self.config.retry_max_secs as f64);
+        let jitter = rand::rng().random_range(0.75..1.25);
+        Duration::from_secs_f64((capped * jitter).max(0.1))
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// The `webhook-id` of event `seq` for subscription `id`.
+pub fn message_id(id: &str, seq: i64) -> String {
+    format!("{id}-{seq}")
+}
+
+/// The body of a delivery: Standard Webhooks' `{type, timestamp, data}`,
+/// `data` being the event exactly as `collab-events watch` prints it.
+pub fn body(event: &Event) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "type": event.kind,
+        "timestamp": crate::events::rfc3339(event.at),
+        "data": wire(event),
+    }))
+    .unwrap_or_default()
+}
+
+/// The id a declared subscription gets.
+pub fn declared_id(origin: &str, name: &str) -> String {
+    format!("{origin}-{name}")
+}
+
+/// Start the supervisor (and through it the workers).
+pub fn spawn(app: Arc<App>) {
+    tokio::spawn(supervise(app));
+}
+
+pub async fn read<T: Send + 'static>(
+    app: &App,
+    f: impl FnOnce(&crate::db::sql::Connection) -> crate::db::sql::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    let location = app.config.collab_db_location();
+    tokio::task::spawn_blocking(move || {
+        let conn = crate::db::open_reader(&location)?;
+        f(&conn)
+    })
+    .await?
+    .map_err(Into::into)
+}
+
+async fn supervise(app: Arc<App>) {
+    if let Err(e) = sync_declared(&app).await {
+        tracing::error!("webhooks: syncing the declared subscriptions: {e:#}");
+    }
+    let mut governance = app.governance.state();
+    let stopping = app.stopping.clone();
+    // Each worker with the definition it was started with: a declared
+    // subscription whose definition changed gets a new worker.
+    let mut workers: HashMap<String, (tokio::task::JoinHandle<()>, Definition)> = HashMap::new();
+    let mut delivery = Delivery::default();
+    loop {
+        // governance.toml changed (a push to `_governance` reloads it and
+        // pokes us): its `[[webhooks]]` are synced again.
+        let now_governance = app.governance.state();
+        if !Arc::ptr_eq(&governance, &now_governance) {
+            governance = now_governance;
+            // Stop their workers first, so no event is judged by an old
+            // definition after the new one is stored; the ones still
+            // declared start again below.
+            workers.retain(|_, (task, definition)| {
+                let keep = definition.origin != "governance";
+                if !keep {
+                    task.abort();
+                }
+                keep
+            });
+            if let Err(e) = sync_governance(&app, &governance).await {
+                tracing::error!("webhooks: syncing the governance subscriptions: {e:#}");
+            }
+        }
+        let leading = delivery.lead(&app).await;
+        if !leading {
+            for (_, (task, _)) in workers.drain() {
+                task.abort();
+            }
+        }
+        match read(&app, store::list).await {
+            Ok(_) if !leading => {}
+            Ok(hooks) => {
+                let active: HashMap<String, Webhook> = hooks
+                    .into_iter()
+                    .filter(|h| h.active)
+                    .map(|h| (h.id.clone(), h))
+                    .collect();
+                workers.retain(|id, (task, definition)| {
+                    let keep = active
+                        .get(id)
+                        .is_some_and(|hook| *definition == Definition::of(hook))
+                        && !task.is_finished();
+                    if !keep {
+                        task.abort();
+                    }
+                    keep
+                });
+                for (id, hook) in active {
+                    workers.entry(id).or_insert_with(|| {
+                        let definition = Definition::of(&hook);
+                        (
+                            tokio::spawn(Worker::new(app.clone(), hook).run()),
+                            definition,
+                        )
+                    });
+                }
+            }
+            Err(e) => tracing::warn!("webhooks: listing subscriptions: {e:#}"),
+        }
+        refresh_metrics(&app).await;
+        tokio::select! {
+            _ = app.webhooks.changed.notified() => {}
+            _ = tokio::time::sleep(SUPERVISE_EVERY) => {}
+            _ = stopping.clone().wait() => {
+                for (_, (task, _)) in workers {
+                    task.abort();
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Which node delivers. On SQLite there is one server and it always does.
+/// On PostgreSQL several nodes share the subscriptions and their cursors,
+/// and one node at a time delivers: the one whose dedicated connection
+/// holds the session advisory lock [`DELIVERY_LOCK`]. The lock goes with
+/// that connection, so when its node dies or loses the database another
+/// node takes over within `SUPERVISE_EVERY`; an attempt in flight at the
+/// switch may be repeated by the next node (delivery is at least once; the
+/// `webhook-id` header is the receiver's key to drop the repeat).
+#[derive(Default)]
+struct Delivery {
+    lock: Option<crate::db::sql::Connection>,
+}
+
+/// `pg_try_advisory_lock` key of the delivering node ("webhook").
+const DELIVERY_LOCK: i64 = 0x0077_6562_686f_6f6b;
+
+impl Delivery {
+    /// Whether this node delivers now: take the lock, or check the
+    /// connection that holds it still answers.
+    async fn lead(&mut self, app: &App) -> bool {
+        let location = app.config.collab_db_location();
+        let crate::db::Location::Postgres(url) = location else {
+            return true;
+        };
+        let held = self.lock.take();
+        let attempt = tokio::task::spawn_blocking(move || {
+            // Held: the lock lives as long as this connection answers.
+            if let Some(conn) = held {
+                conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?;
+                return Ok(Some(conn));
+            }
+            let conn = crate::db::sql::Connection::open_postgres(&url)?;
+            let leads: bool =
+                conn.query_row("SELECT pg_try_advisory_lock(?1)", [DELIVERY_LOCK], |r| {
+                    r.get(0)
+                })?;
+            Ok::<_, crate::db::sql::Error>(leads.then_some(conn))
+        })
+        .await;
+        match attempt {
+            Ok(Ok(Some(conn))) => {
+                self.lock = Some(conn);
+                true
+            }
+            Ok(Ok(None)) => false,
+            Ok(Err(e)) => {
+                tracing::warn!("webhooks: taking the delivery lock: {e}");
+                false
+            }
+            Err(e) => {
+                tracing::warn!("webhooks: taking the delivery lock: {e}");
+                false
+            }
+        }
+    }
+}
+
+/// What a worker was started for; a change means a new worker.
+#[derive(PartialEq)]
+struct Definition {
+    origin: String,
+    repo_glob: String,
+    url: String,
+    events: Vec<String>,
+    secret: Option<String>,
+}
+
+impl Definition {
+    fn of(hook: &Webhook) -> Definition {
+        Definition {
+            origin: hook.origin.clone(),
+            repo_glob: hook.repo_glob.clone(),
+            url: hook.url.clone(),
+            events: hook.events.clone(),
+            secret: hook.secret.clone(),
+        }
+    }
+}
+
+async fn refresh_metrics(app: &App) {
+    let backlog = read(app, |conn| {
+        let head = events::head(conn)?;
+        let mut depth = 0;
+        let mut oldest: Option<i64> = None;
+        for hook in store::list(conn)?.into_iter().filter(|h| h.active) {
+            depth += (head - hook.cursor).max(0);
+            if hook.cursor < head {
+                let at: Option<i64> = conn
+                    .prepare_cached("SELECT at FROM events WHERE seq > ?1 ORDER BY seq LIMIT 1")?
+                    .query_row([hook.cursor], |r| r.get(0))
+                    .ok();
+                oldest = match (oldest, at) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+        }
+        Ok((depth, oldest))
+    })
+    .await;
+    if let Ok((depth, oldest)) = backlog {
+        let age = oldest.map_or(0, |at| (chrono::Utc::now().timestamp() - at).max(0));
+        crate::metrics::set_webhook_backlog(depth as u64, age as u64);
+    }
+}
+
+/// The subscriptions a governance file declares (origin `governance`);
+/// `None` while governance is broken (its subscriptions are kept as they
+/// are until the file is readable again).
+fn governance_declared(state: &GovState) -> Option<Vec<Webhook>> {
+    let hooks = match state {
+        GovState::Inactive => &[][..],
+        GovState::Active(conf) => conf.webhooks(),
+        GovState::Broken(_) => return None,
+    };
+    Some(
+        hooks
+            .iter()
+            .map(|hook| {
+                declared_webhook(
+                    "governance",
+                    &hook.name,
+                    &hook.repo,
+                    &hook.url,
+                    &hook.events,
+                    None,
+                )
+            })
+            .collect(),
+    )
+}
+
+fn declared_webhook(
+    origin: &str,
+    name: &str,
+    repo: &str,
+    url: &str,
+    events: &[String],
+    secret: Option<String>,
+) -> Webhook {
+    Webhook {
+        id: declared_id(origin, name),
+        origin: origin.into(),
+        owner: origin.into(),
+        repo_glob: repo.to_string(),
+        url: url.to_string(),
+        events: events.to_vec(),
+        secret,
+        active: true,
+        disabled_reason: None,
+        created_at: 0,
+        cursor: 0,
+        attempts: 0,
+        failing_since: None,
+        next_attempt_at: None,
+    }
+}
+
+/// Make the subscriptions of `origin` in the `webhooks` table exactly
+/// `declared`: new ones start at the current head, changed ones keep their
+/// progress, dropped ones are deleted.
+async fn replace_declared(
+    app: &App,
+    origin: &'static str,
+    declared: Vec<Webhook>,
+) -> anyhow::Result<()> {
+    let changed = app
+        .leases
+        .write(format!("sync {origin} webhooks"), move |conn, now| {
+            let head = events::head(conn)?;
+            let existing = store::list(conn)?;
+            let mut changed = false;
+            for hook in existing.iter().filter(|h| h.origin == origin) {
+                if !declared.iter().any(|d| d.id == hook.id) {
+                    store::remove(conn, &hook.id)?;
+                    changed = true;
+                }
+            }
+            for mut hook in declared {
+                if existing.iter().any(|h| h.id == hook.id) {
+                    store::update_declared(conn, &hook)?;
+                } else {
+                    hook.created_at = now;
+                    hook.cursor = head;
+                    store::insert(conn, &hook)?;
+                }
+                changed = true;
+            }
+            Ok(changed)
+        })
+        .await?;
+    if changed {
+        app.webhooks.poke();
+    }
+    Ok(())
+}
+
+/// Sync the `[[webhooks]]` of `governance.toml` (origin `governance`).
+async fn sync_governance(app: &App, state: &GovState) -> anyhow::Result<()> {
+    match governance_declared(state) {
+        Some(declared) => replace_declared(app, "governance", declared).await,
+        None => Ok(()),
+    }
+}
+
+/// Make the `webhooks` table hold exactly the subscriptions the server
+/// configuration (origin `config`) and `governance.toml` (origin
+/// `governance`) declare.
+async fn sync_declared(app: &App) -> anyhow::Result<()> {
+    let governance = sync_governance(app, &app.governance.state()).await;
+    let mut declared = Vec::new();
+    for hook in &app.config.webhooks.subscriptions {
+        let secret = match &hook.secret_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| {
+                    format!(
+                        "webhooks.subscriptions {}: reading {}",
+                        hook.name,
+                        path.display()
+                    )
+                })?;
+                let text = text.trim().to_string();
+                sign::secret_key(&text)
+                    .map_err(|e| anyhow::anyhow!("webhooks.subscriptions {}: {e}", hook.name))?;
+                Some(text)
+            }
+            None => None,
+        };
+        declared.push(declared_webhook(
+            "config",
+            &hook.name,
+            &hook.repo,
+            &hook.url,
+            &hook.events,
+            secret,
+        ));
+    }
+    replace_declared(app, "config", declared).await?;
+    governance
+}
+
+/// An attempt to record; a failed one also moves the retry state (and may
+/// disable the subscription) and is answered with `(now, disabled)` once
+/// committed.
+struct Record {
+    attempt: Attempt,
+    failure: Option<Failure>,
+    reply: Option<tokio::sync::oneshot::Sender<Result<(i64, bool), String>>>,
+}
+
+struct Failure {
+    delay_secs: i64,
+    failing_since: Option<i64>,
+    disable_after: i64,
+    url: String,
+}
+
+/// Most records one transaction carries.
+const RECORD_BATCH: usize = 256;
+
+/// Write a worker's records in arrival order, as many per transaction as
+/// are waiting; answer the failures after COMMIT.
+async fn record_attempts(app: Arc<App>, mut records: tokio::sync::mpsc::Receiver<Record>) {
+    while let Some(first) = records.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < RECORD_BATCH {
+            match records.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        let mut replies = Vec::with_capacity(batch.len());
+        let mut work = Vec::with_capacity(batch.len());
+        for record in batch {
+            replies.push(record.reply);
+            work.push((record.attempt, record.failure));
+        }
+        let written = app
+            .leases
+            .write("webhook attempts", move |conn, now| {
+                let mut answers = Vec::with_capacity(work.len());
+                for (attempt, failure) in work {
+                    answers.push(record_one(conn, now, attempt, failure)?);
+                }
+                Ok(answers)
+            })
+            .await;
+        match written {
+            Ok(answers) => {
+                for (reply, disabled) in replies.into_iter().zip(answers) {
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Ok(disabled));
+                    }
+                }
+            }
+            Err(e) => {
+                let text = format!("{e:#}");
+                for reply in replies.into_iter().flatten() {
+                    let _ = reply.send(Err(text.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// One attempt's rows; `(now, disabled)`.
+fn record_one(
+    conn: &crate::db::sql::Connection,
+    now: i64,
+    attempt: Attempt,
+    failure: Option<Failure>,
+) -> anyhow::Result<(i64, bool)> {
+    let (id, seq) = (attempt.webhook_id.clone(), attempt.seq.unwrap_or(0));
+    store::log_attempt(conn, &Attempt { at: now, ..attempt })?;
+    let Some(failure) = failure else {
+        store::advance(conn, &id, seq)?;
+        return Ok((now, false));
+    };
+    let since = failure.failing_since.unwrap_or(now);
+    if now - since >= failure.disable_after {
+        let reason = format!(
+            "failing since {} without a success",
+            crate::events::rfc3339(since)
+        );
+        store::disable(conn, &id, &reason)?;
+        Recorded {
+            kind: "webhook.disabled",
+            repo: None,
+            object_id: Some(id.clone()),
+            actor: None,
+            payload: json!({
+                "subscription": id, "url": failure.url, "reason": reason,
+                "failing_since": crate::events::rfc3339(since),
+            }),
+        }
+        .append_in(conn, now)?;
+        return Ok((now, true));
+    }
+    store::failed(conn, &id, now, now + failure.delay_secs)?;
+    Ok((now, false))
+}
+
+/// One subscription's delivery loop.
+struct Worker {
+    app: Arc<App>,
+    hook: Webhook,
+    /// Attempts go to `record_attempts` in order.
+    recorder: tokio::sync::mpsc::Sender<Record>,
+    types: TypeFilter,
+    /// Events read ahead of the cursor, oldest first.
+    queue: std::collections::VecDeque<Event>,
+    /// How far `queue` reaches (every event up to here was read).
+    read_to: i64,
+    access: HashMap<Option<String>, (bool, Instant)>,
+}
+
+impl Worker {
+    fn new(app: Arc<App>, hook: Webhook) -> Worker {
+        let (recorder, records) = tokio::sync::mpsc::channel(RECORD_BATCH * 4);
+        tokio::spawn(record_attempts(app.clone(), records));
+        Worker {
+            recorder,
+            types: TypeFilter::new(hook.events.clone()),
+            read_to: hook.cursor,
+            queue: Default::default(),
+            access: HashMap::new(),
+            app,
+            hook,
+        }
+    }
+
+    async fn run(mut self) {
+        let mut head = self.app.leases.subscribe_event_head();
+        loop {
+            let Some(event) = self.next_match(&mut head).await else {
+                return;
+            };
+            if !self.deliver(&event).await {
+                return;
+            }
+        }
+    }
+
+    /// The next event to deliver; skipped ones move the stored cursor when
+    /// the worker goes idle. `None` when the server stops.
+    async fn next_match(&mut self, head: &mut tokio::sync::watch::Receiver<i64>) -> Option<Event> {
+        let mut skipped_to: Option<i64> = None;
+        loop {
+            while let Some(event) = self.queue.pop_front() {
+                if self.matches(&event) {
+                    return Some(event);
+                }
+                skipped_to = Some(event.seq);
+            }
+            let after = self.read_to;
+            match read(&self.app, move |conn| events::after(conn, after, BATCH)).await {
+                Ok(rows) if !rows.is_empty() => {
+                    self.read_to = rows.last().map_or(after, |e| e.seq);
+                    self.queue.extend(rows);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(webhook = self.hook.id, "reading events: {e:#}"),
+            }
+            // Caught up: remember what was skipped, then wait.
+            if let Some(seq) = skipped_to.take() {
+                let id = self.hook.id.clone();
+                let _ = self
+                    .app
+                    .leases
+                    .write("webhook cursor", move |conn, _| {
+                        Ok(store::advance(conn, &id, seq)?)
+                    })
+                    .await;
+                self.hook.cursor = seq;
+            }
+            let read_to = self.read_to;
+            tokio::select! {
+                changed = head.wait_for(|&h| h > read_to) => {
+                    if changed.is_err() { return None; }
+                }
+                _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                _ = self.app.stopping.clone().wait() => return None,
+            }
+        }
+    }
+
+    fn matches(&mut self, event: &Event) -> bool {
+        if !self.types.matches(&event.kind) {
+            return false;
+        }
+        if let Some(repo) = &event.repo {
+            let short = repo.strip_suffix(".git").unwrap_or(repo);
+            let glob = self
+                .hook
+                .repo_glob
+                .strip_suffix(".git")
+                .unwrap_or(&self.hook.repo_glob);
+            if !glob_match(glob, short) {
+                return false;
+            }
+        }
+        let now = Instant::now();
+        if let Some((ok, at)) = self.access.get(&event.repo) {
+            if now.duration_since(*at) < ACCESS_TTL {
+                return *ok;
+            }
+        }
+        let ok = crate::authz::owner_can_read(
+            &self.app,
+            &self.hook.owner,
+            &self.hook.origin,
+            event.repo.as_deref(),
+        );
+        if self.access.len() > 10_000 {
+            self.access.clear();
+        }
+        self.access.insert(event.repo.clone(), (ok, now));
+        ok
+    }
+
+    /// Deliver `event`, retrying until it succeeds or the subscription is
+    /// disabled. False when the worker must stop.
+    async fn deliver(&mut self, event: &Event) -> bool {
+        let message = message_id(&self.hook.id, event.seq);
+        let payload = body(event);
+        loop {
+            if let Some(at) = self.hook.next_attempt_at {
+                let wait = (at - chrono::Utc::now().timestamp()).max(0) as u64;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(wait)) => {}
+                    _ = self.app.stopping.clone().wait() => return false,
+                }
+            }
+            let result = self
+                .app
+                .webhooks
+                .post(
+                    &self.hook.url,
+                    &message,
+                    &payload,
+                    self.hook.secret.as_deref(),
+                    &self.app.signing_key,
+                )
+                .await;
+            crate::metrics::webhook_delivery(result.outcome);
+            let attempt = Attempt {
+                id: 0,
+                webhook_id: self.hook.id.clone(),
+                message_id: message.clone(),
+                seq: Some(event.seq),
+                at: 0,
+                status: result.status.map(i64::from),
+                outcome: result.outcome.to_string(),
+                latency_ms: result.latency_ms,
+                response: result.response.clone(),
+            };
+            if result.delivered() {
+                // Recorded in the background, in order, batched: the next
+                // event goes out while this one's record commits. A crash
+                // before that commit sends it again (same webhook-id).
+                let record = Record {
+                    attempt,
+                    failure: None,
+                    reply: None,
+                };
+                if self.recorder.send(record).await.is_err() {
+                    return false;
+                }
+                self.hook.cursor = event.seq;
+                self.hook.attempts = 0;
+                self.hook.failing_since = None;
+                self.hook.next_attempt_at = None;
+                return true;
+            }
+            let delay = self.app.webhooks.backoff(self.hook.attempts + 1);
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let record = Record {
+                attempt,
+                failure: Some(Failure {
+                    delay_secs: delay.as_secs().max(1) as i64,
+                    failing_since: self.hook.failing_since,
+                    disable_after: self.app.webhooks.config.disable_after_secs as i64,
+                    url: self.hook.url.clone(),
+                }),
+                reply: Some(reply),
+            };
+            if self.recorder.send(record).await.is_err() {
+                return false;
+            }
+            let (now, disabled) = match answer.await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    // Not recorded: act as if it failed, retry later.
+                    tracing::warn!(webhook = self.hook.id, "recording an attempt: {e}");
+                    (chrono::Utc::now().timestamp(), false)
+                }
+                Err(_) => return false,
+            };
+            if disabled {
+                tracing::warn!(
+                    webhook = self.hook.id,
+                    "webhook disabled after continuous failure"
+                );
+                return false;
+            }
+            tracing::info!(
+                webhook = self.hook.id,
+                seq = event.seq,
+                outcome = result.outcome,
+                status = ?result.status,
+                "webhook attempt failed; retrying in {delay:?}"
+            );
+            self.hook.attempts += 1;
+            self.hook.failing_since.get_or_insert(now);
+            self.hook.next_attempt_at = Some(now + delay.as_secs().max(1) as i64);
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The work queue from the CLI: `git collab issue ready|next|claim --wait|
+//! break` and `git collab push`, in a real clone, reaching the real server
+//! through the real `ssh`. The token a claim returns is remembered in the
+//! clone and `git collab push` fences the push with it: accepted while the
+//! claim is live, refused once it was broken.
+
+use collab_testkit as common;
+
+use std::path::Path;
+
+use common::{ServerHarness, SshOutput};
+use serde_json::Value;
+
+fn collab(h: &ServerHarness, key: &Path, dir: &Path, args: &[&str]) -> SshOutput {
+    let out = h
+        .client_command(collab_testkit::bin("git-collab"), key, dir)
+        .args(args)
+        .output()
+        .expect("run git-collab");
+    SshOutput::from_output(out)
+}
+
+fn open(h: &ServerHarness, title: &str, extra: &str) -> String {
+    let out = h.ssh_exec(&format!("collab-issue open 'r' --title '{title}'{extra}"));
+    assert_eq!(out.code, 0, "{out:?}");
+    out.json()["issue"].as_str().unwrap().to_string()
+}
+
+fn remote_ref(h: &ServerHarness, refname: &str) -> Option<String> {
+    let out = h.ls_remote_as(&h.ssh_client_key(), "r");
+    out.stdout
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .find(|(_, name)| *name == refname)
+        .map(|(oid, _)| oid.to_string())
+}
+
+#[test]
+fn next_remembers_the_token_and_push_is_fenced_with_it() {
+    let h = ServerHarness::start();
+    h.create_repo("r");
+    std::fs::write(
+        h.repos_dir().join("r.git").join("collab-policy.toml"),
+        "fenced_refs = [\"refs/heads/issue/*\"]\n",
+    )
+    .unwrap();
+    let seed = h.clone_repo("r", "seed");
+    h.commit_file(&seed, "README", b"hi\n", "Start");
+    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
+    let later = open(&h, "Later", " --label backend");
+    let first = open(&h, "First", " --label backend");
+    open(&h, "Frontend", " --label frontend");
+    let out = h.ssh_exec(&format!("collab-issue edit 'r' '{first}' --priority 1"));
+    assert_eq!(out.code, 0, "{out:?}");
+
+    let agent = h.authorized_key("agent");
+    let clone = h.clone_as(&agent, "r", "agent");
+    let run = |args: &[&str]| collab(&h, &agent, &clone, args);
+
+    // ready: priority first, then age; labels filter.
+    let out = run(&["issue", "ready", "--label", "backend"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{out:?}");
+    assert!(
+        lines[0].starts_with(&format!("{}  P1  First", &first[..8])),
+        "{out:?}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("{}  -  Later", &later[..8])),
+        "{out:?}"
+    );
+
+    // next takes "First" and remembers its token in the clone.
+    let out = run(&[
+        "issue", "next", "--label", "backend", "--ttl", "600", "--json",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["issue"], first.as_str());
+    assert_eq!(v["title"], "First");
+    let token = v["token"].as_i64().unwrap();
+    let remembered = h.git(
+        &clone,
+        &["config", "--get-all", "remote.origin.collabLease"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&remembered.stdout).trim(),
+        format!("{first}:{token}")
+    );
+
+    // git collab push fences the push with it.
+    h.commit_file(&clone, "work.txt", b"v1\n", "Work on First");
+    let out = run(&["push", "origin", "HEAD:refs/heads/issue/first"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let pushed = remote_ref(&h, "refs/heads/issue/first").expect("pushed");
+    // A plain git push to the fenced ref is refused.
+    h.commit_file(&clone, "work.txt", b"v2\n", "More work");
+    let plain = h.git_as(
+        &agent,
+        &clone,
+        &["push", "origin", "HEAD:refs/heads/issue/first"],
+    );
+    assert!(!plain.status.success());
+    assert!(String::from_utf8_lossy(&plain.stderr).contains("fenced ref"));
+
+    // Someone breaks the claim: the remembered token is stale, the push is
+    // refused and nothing moves.
+    let admin = h.ssh_client_key();
+    let out = collab(
+        &h,
+        &admin,
+        &seed,
+        &["issue", "break", &first[..8], "--reason", "agent is stuck"],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.starts_with("broke "), "{out:?}");
+    let out = run(&["push", "origin", "HEAD:refs/heads/issue/first"]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("is not live"), "{out:?}");
+    assert_eq!(remote_ref(&h, "refs/heads/issue/first"), Some(pushed));
+
+    // claim --wait on an issue someone else holds: exit 4 naming them.
+    let other = h.authorized_key("other");
+    let out = h.ssh_exec_as(&other, &format!("collab-lease acquire 'r' '{later}'"), b"");
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = run(&["issue", "claim", &later[..8], "--wait", "1"]);
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.contains("is claimed by"), "{out:?}");
+
+    // Nothing ready with these labels: exit 3, said on stderr.
+    let out = run(&["issue", "next", "--label", "nosuch"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert_eq!(out.stdout, "");
+    assert_eq!(out.stderr, "nothing is ready with labels nosuch\n");
+    let out = run(&["issue", "next", "--label", "nosuch", "--json"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out.stdout).unwrap()["status"],
+        "empty"
+    );
+
+    // Unclaiming forgets a remembered token.
+    let out = run(&["issue", "next", "--json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let taken = v["issue"].as_str().unwrap().to_string();
+    let out = run(&["issue", "unclaim", &taken[..8]]);
+    assert_eq!(out.code, 0, "{out:?}");
+    // (`git config` exits 1 when no token is left at all.)
+    let remembered = std::process::Command::new("git")
+        .current_dir(&clone)
+        .args(["config", "--get-all", "remote.origin.collabLease"])
+        .output()
+        .unwrap();
+    let remembered = String::from_utf8_lossy(&remembered.stdout);
+    assert!(!remembered.contains(&taken), "{remembered}");
+}

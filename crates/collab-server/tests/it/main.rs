@@ -1,0 +1,71 @@
+//! The server's integration tests: one binary, one module per suite (as
+//! ripgrep and gitoxide do), each driving the real `git-collab-server`
+//! through `collab_testkit`. The three groups say which database each runs on:
+//! the `postgres` nextest profile (.config/nextest.toml) selects `both::`.
+
+/// Suites that reach the collab database only through the harness: run on
+/// SQLite, and again on PostgreSQL (`GIT_COLLAB_TEST_BACKEND=postgres`).
+mod both {
+    mod access_hardening;
+    mod auth_binding;
+    mod events;
+    mod governance;
+    mod hostile_input;
+    mod issue_export;
+    mod issue_fleet;
+    mod issue_list_paging;
+    mod issue_server;
+    mod issue_server_cli;
+    mod lease_cli;
+    mod lease_concurrency;
+    mod lease_crash;
+    mod lease_fencing;
+    mod lease_policy;
+    mod lease_server;
+    mod limits;
+    mod release;
+    mod repo_admin;
+    mod review_cli;
+    mod review_verb;
+    mod ssh_access;
+    mod ssh_channel_requests;
+    mod ssh_git;
+    mod web_code;
+    mod web_http;
+    mod web_malformed_paths;
+    mod web_rendering;
+    mod webhooks;
+    mod work_queue;
+    mod work_queue_cli;
+}
+
+/// Suites that open or copy the SQLite file itself (imports, crashes
+/// mid-write, backups, upgrades from old files): SQLite only.
+mod sqlite {
+    mod backup_restore;
+    mod issue_crash;
+    mod issue_import;
+    mod issue_upgrade;
+    mod patch_import;
+    mod replay_bounds;
+    mod review_merge;
+    mod review_push;
+    mod server_state;
+    mod web_patches;
+}
+
+/// Suites that pick their backend themselves (`multi_node`, `db_migrate`
+/// always use PostgreSQL) or test what has no collab database of its own
+/// (the container image, the Nix module, a browser, git housekeeping, the
+/// README, configuration and CLI messages): run once.
+mod once {
+    mod cli_messages;
+    mod config;
+    mod container;
+    mod db_migrate;
+    mod maintenance;
+    mod multi_node;
+    mod nix_module;
+    mod readme_quickstart;
+    mod web_browser;
+}

@@ -1,0 +1,576 @@
+//! Backup and verified restore, end to end: the real server under a storm
+//! of pushes, lease operations and issue writes, `git-collab-server backup` as its own
+//! process beside it, `restore` into a fresh state directory, and a second
+//! real server started on what was restored.
+//!
+//! The drill's promise: everything acknowledged before the backup started
+//! is in the restore (every push's commit, every lease with its token),
+//! every repository is fsck-clean, and fencing tokens continue above the
+//! restored high-water mark. A damaged backup fails `--verify` and is never
+//! restored; a non-empty target is refused.
+
+use collab_testkit as common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::{ServerHarness, SshOutput};
+use serde_json::Value;
+
+/// Repositories pushed to during the storm.
+const REPOS: usize = 3;
+/// Issues whose leases are taken one by one during the storm.
+const HELD_ISSUES: usize = 8;
+
+/// Run `git-collab-server` with `args` (no server configuration from the
+/// test's environment).
+fn server_cli(args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_git-collab-server"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("GIT_COLLAB_") {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.args(args).output().expect("run git-collab-server")
+}
+
+fn stdout_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 temp path")
+}
+
+fn lease(h: &ServerHarness, args: &str) -> SshOutput {
+    h.ssh_exec(&format!("collab-lease {args}"))
+}
+
+/// The commit a branch points at on the server, from `git ls-remote`.
+fn remote_tip(h: &ServerHarness, repo: &str, branch: &str) -> String {
+    let out = h.ls_remote_as(&h.ssh_client_key(), repo);
+    assert!(out.success(), "{out:?}");
+    out.stdout
+        .lines()
+        .find(|l| l.ends_with(&format!("\trefs/heads/{branch}")))
+        .and_then(|l| l.split('\t').next())
+        .unwrap_or_else(|| panic!("{repo} has no {branch}: {out:?}"))
+        .to_string()
+}
+
+/// What the storm's clients had acknowledged, each with the moment the
+/// acknowledgement arrived.
+#[derive(Default)]
+struct Acks {
+    /// Per repository: every pushed commit in push order, with its ack time.
+    pushes: Vec<Vec<(Instant, String)>>,
+    /// Leases taken and kept: (ack time, issue, token).
+    held: Vec<(Instant, String, i64)>,
+    /// Tokens of the churned issue (acquire, release, acquire, ...).
+    churn: Vec<(Instant, i64)>,
+    /// Server-held issues opened, and comments on them: (ack time, id).
+    issues: Vec<(Instant, String)>,
+    comments: Vec<(Instant, String, String)>,
+}
+
+#[test]
+fn restore_drill_during_a_storm_of_pushes_leases_and_issue_writes() {
+    let h = ServerHarness::start();
+    let mut clones = Vec::new();
+    for r in 0..REPOS {
+        let name = format!("r{r}");
+        h.create_repo(&name);
+        let clone = h.clone_repo(&name, &format!("work{r}"));
+        h.commit_file(&clone, "f", b"0", "start");
+        assert!(h
+            .ssh_push(&clone, &["HEAD:refs/heads/main"])
+            .status
+            .success());
+        clones.push(clone);
+    }
+    let issues: Vec<String> = (0..=HELD_ISSUES)
+        .map(|i| h.open_server_issue("r0", &format!("issue {i}")))
+        .collect();
+    assert_eq!(issues.len(), HELD_ISSUES + 1);
+    let churned = issues[0].clone();
+
+    let backup_dir = h.temp_dir().join("backup");
+    let stop = AtomicBool::new(false);
+    let acks = Mutex::new(Acks {
+        pushes: vec![Vec::new(); REPOS],
+        ..Acks::default()
+    });
+    let mut backup_started = None;
+    let mut backup_reply = None;
+    std::thread::scope(|s| {
+        for (r, clone) in clones.iter().enumerate() {
+            let (h, stop, acks) = (&h, &stop, &acks);
+            s.spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let commit = h.commit_file(clone, "f", n.to_string().as_bytes(), "storm");
+                    let out = h.ssh_push(clone, &["HEAD:refs/heads/main"]);
+                    assert!(out.status.success(), "push {n} to r{r} failed");
+                    acks.lock().unwrap().pushes[r].push((Instant::now(), commit));
+                }
+            });
+        }
+        {
+            let (h, stop, acks, issues) = (&h, &stop, &acks, &issues);
+            s.spawn(move || {
+                for issue in &issues[1..] {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let out = lease(h, &format!("acquire 'r0' '{issue}'"));
+                    assert_eq!(out.code, 0, "{out:?}");
+                    let token = out.json()["token"].as_i64().unwrap();
+                    acks.lock()
+                        .unwrap()
+                        .held
+                        .push((Instant::now(), issue.clone(), token));
+                    std::thread::sleep(Duration::from_millis(150));
+                }
+            });
+        }
+        {
+            let (h, stop, acks, churned) = (&h, &stop, &acks, &churned);
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let out = lease(h, &format!("acquire 'r0' '{churned}'"));
+                    assert_eq!(out.code, 0, "{out:?}");
+                    let token = out.json()["token"].as_i64().unwrap();
+                    acks.lock().unwrap().churn.push((Instant::now(), token));
+                    let out = lease(h, &format!("release 'r0' '{churned}'"));
+                    assert_eq!(out.code, 0, "{out:?}");
+                }
+            });
+        }
+        {
+            let (h, stop, acks) = (&h, &stop, &acks);
+            s.spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let out = h.ssh_exec(&format!("collab-issue open 'r1' --title 'storm {n}'"));
+                    assert_eq!(out.code, 0, "{out:?}");
+                    let id = out.json()["issue"].as_str().unwrap().to_string();
+                    acks.lock()
+                        .unwrap()
+                        .issues
+                        .push((Instant::now(), id.clone()));
+                    let body = format!("comment on storm {n}");
+                    let out =
+                        h.ssh_exec(&format!("collab-issue comment 'r1' '{id}' --body '{body}'"));
+                    assert_eq!(out.code, 0, "{out:?}");
+                    acks.lock()
+                        .unwrap()
+                        .comments
+                        .push((Instant::now(), id, body));
+                }
+            });
+        }
+        // Let the storm build up (every pusher and the lease churn have
+        // been acknowledged at least once, however slow the machine), back
+        // up in the middle of it, let it go on.
+        let storm_is_up = || {
+            let a = acks.lock().unwrap();
+            a.pushes.iter().all(|p| !p.is_empty()) && !a.churn.is_empty() && !a.comments.is_empty()
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !storm_is_up() {
+            assert!(Instant::now() < deadline, "the storm never got going");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        backup_started = Some(Instant::now());
+        let out = server_cli(&[
+            "--state-dir",
+            path_str(h.state_dir()),
+            "backup",
+            "--to",
+            path_str(&backup_dir),
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "backup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        backup_reply = Some(stdout_json(&out));
+        // Every pusher is acknowledged once more after the backup began.
+        let started = backup_started.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !acks
+            .lock()
+            .unwrap()
+            .pushes
+            .iter()
+            .all(|p| p.iter().any(|(t, _)| *t > started))
+        {
+            assert!(Instant::now() < deadline, "the storm stopped");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let started = backup_started.unwrap();
+    let reply = backup_reply.unwrap();
+    let acks = acks.into_inner().unwrap();
+    assert_eq!(reply["status"], "ok", "{reply}");
+    assert_eq!(reply["counts"]["repos"], REPOS as u64, "{reply}");
+
+    // The storm really overlapped the backup.
+    for pushes in &acks.pushes {
+        assert!(pushes.iter().any(|(t, _)| *t < started), "no push before");
+        assert!(pushes.iter().any(|(t, _)| *t > started), "no push after");
+    }
+    let churn_before: Vec<i64> = acks
+        .churn
+        .iter()
+        .filter(|(t, _)| *t < started)
+        .map(|(_, token)| *token)
+        .collect();
+    assert!(!churn_before.is_empty());
+    let churn_high_water = *churn_before.iter().max().unwrap();
+    assert!(reply["counts"]["max_token"].as_i64().unwrap() >= churn_high_water);
+
+    let ok = server_cli(&["backup", "--verify", path_str(&backup_dir), "--json"]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stdout)
+    );
+    assert_eq!(stdout_json(&ok)["problems"], serde_json::json!([]));
+
+    // Restore into a fresh state directory.
+    let fresh = tempfile::tempdir().unwrap();
+    let new_state = fresh.path().join("state");
+    let out = server_cli(&[
+        "--state-dir",
+        path_str(&new_state),
+        "restore",
+        "--from",
+        path_str(&backup_dir),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "restore failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let restored = stdout_json(&out);
+    assert_eq!(restored["status"], "restored", "{restored}");
+    assert_eq!(restored["checks"]["git_fsck"], "clean");
+    assert_eq!(restored["checks"]["database_integrity"], "ok");
+
+    // A server starts on it as on any other state directory.
+    let r = ServerHarness::start_in(new_state.clone(), h.ssh_client_key());
+    for (i, pushes) in acks.pushes.iter().enumerate() {
+        let name = format!("r{i}");
+        let fsck = Command::new("git")
+            .args(["-c", "safe.directory=*", "-C"])
+            .arg(r.repos_dir().join(format!("{name}.git")))
+            .args(["fsck", "--no-dangling"])
+            .output()
+            .unwrap();
+        assert!(
+            fsck.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&fsck.stderr)
+        );
+        let tip = remote_tip(&r, &name, "main");
+        let tip_at = pushes
+            .iter()
+            .position(|(_, c)| *c == tip)
+            .unwrap_or_else(|| panic!("{name}: restored tip {tip} was never pushed"));
+        let last_acked_before = pushes.iter().rposition(|(t, _)| *t < started).unwrap();
+        assert!(
+            tip_at >= last_acked_before,
+            "{name}: push {last_acked_before} was acknowledged before the backup, \
+             the restore has only {tip_at}"
+        );
+    }
+    let listed = lease(&r, "list 'r0'");
+    assert_eq!(listed.code, 0, "{listed:?}");
+    let listed = listed.json();
+    let rows = listed["leases"].as_array().expect("a lease list");
+    for (t, issue, token) in &acks.held {
+        if *t >= started {
+            continue;
+        }
+        let row = rows
+            .iter()
+            .find(|row| row["issue"] == issue.as_str())
+            .unwrap_or_else(|| panic!("lease on {issue} acknowledged before the backup is gone"));
+        assert_eq!(row["token"], *token, "{row}");
+    }
+    assert!(acks.held.iter().any(|(t, _, _)| *t < started));
+    // Every issue and comment acknowledged before the backup is there.
+    assert!(
+        acks.issues.iter().any(|(t, _)| *t < started),
+        "no issue before"
+    );
+    assert!(
+        acks.issues.iter().any(|(t, _)| *t > started),
+        "no issue after"
+    );
+    for (t, id) in &acks.issues {
+        if *t < started {
+            let shown = r.ssh_exec(&format!("collab-issue show 'r1' '{id}'"));
+            assert_eq!(
+                shown.code, 0,
+                "issue {id} acknowledged before the backup: {shown:?}"
+            );
+        }
+    }
+    for (t, id, body) in &acks.comments {
+        if *t < started {
+            let shown = r.ssh_exec(&format!("collab-issue show 'r1' '{id}'"));
+            assert!(
+                shown.stdout.contains(body.as_str()),
+                "comment {body:?} acknowledged before the backup is gone: {shown:?}"
+            );
+        }
+    }
+    // Fencing continues above the restored high-water mark.
+    lease(&r, &format!("release 'r0' '{churned}'"));
+    let next = lease(&r, &format!("acquire 'r0' '{churned}'"));
+    assert_eq!(next.code, 0, "{next:?}");
+    let next_token = next.json()["token"].as_i64().unwrap();
+    assert!(
+        next_token > churn_high_water,
+        "token {next_token} after restore, {churn_high_water} was handed out before the backup"
+    );
+    // And it takes pushes.
+    let clone = r.clone_repo("r1", "after-restore");
+    r.commit_file(&clone, "g", b"after", "after restore");
+    assert!(r
+        .ssh_push(&clone, &["HEAD:refs/heads/main"])
+        .status
+        .success());
+
+    // A non-empty state directory is refused and left as it was.
+    let before = std::fs::read(h.authorized_keys_path()).unwrap();
+    let out = server_cli(&[
+        "--state-dir",
+        path_str(h.state_dir()),
+        "restore",
+        "--from",
+        path_str(&backup_dir),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("error: refusing to restore into"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("not empty"), "{stderr}");
+    assert_eq!(std::fs::read(h.authorized_keys_path()).unwrap(), before);
+}
+
+/// Copy a directory tree (the backup) with `cp -a`.
+fn copy_tree(from: &Path, to: &Path) {
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}
+
+/// Flip one bit of one byte in the middle of `file`.
+fn flip_byte(file: &Path) {
+    let mut bytes = std::fs::read(file).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x01;
+    std::fs::write(file, bytes).unwrap();
+}
+
+/// A small backup of a server with one pushed repository and one lease.
+fn small_backup(h: &ServerHarness) -> PathBuf {
+    h.create_repo("one");
+    let clone = h.clone_repo("one", "one-work");
+    h.commit_file(&clone, "a.txt", &vec![b'a'; 10_000], "first");
+    assert!(h
+        .ssh_push(&clone, &["HEAD:refs/heads/main"])
+        .status
+        .success());
+    let issue = h.open_server_issue("one", "leased");
+    assert_eq!(lease(h, &format!("acquire 'one' '{issue}'")).code, 0);
+    let dir = h.temp_dir().join("small-backup");
+    let out = server_cli(&[
+        "--state-dir",
+        path_str(h.state_dir()),
+        "backup",
+        "--to",
+        path_str(&dir),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+#[test]
+fn a_flipped_byte_fails_verify_and_is_never_restored() {
+    let h = ServerHarness::start();
+    let good = small_backup(&h);
+    let verify = |dir: &Path| server_cli(&["backup", "--verify", path_str(dir)]);
+    assert!(verify(&good).status.success());
+
+    // One flipped bit in any part: an object, the database, the manifest.
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(good.join("manifest.json")).unwrap()).unwrap();
+    let object = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap().to_string())
+        .find(|p| p.starts_with("repos/one.git/objects/") && !p.contains("/info/"))
+        .expect("an object file");
+    for (n, victim) in [object.as_str(), "collab.db", "manifest.json"]
+        .into_iter()
+        .enumerate()
+    {
+        let bad = h.temp_dir().join(format!("bad-{n}"));
+        copy_tree(&good, &bad);
+        flip_byte(&bad.join(victim));
+        let out = verify(&bad);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{victim}: a flipped byte passed"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.lines().last().unwrap().starts_with("error: backup"),
+            "{stderr}"
+        );
+        let target = h.temp_dir().join(format!("restore-{n}"));
+        let out = server_cli(&[
+            "--state-dir",
+            path_str(&target),
+            "restore",
+            "--from",
+            path_str(&bad),
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{victim}: restored a bad backup"
+        );
+        assert!(!target.exists(), "{victim}: a failed restore left files");
+    }
+
+    // The good one restores, keys and all.
+    let target = h.temp_dir().join("restore-good");
+    let out = server_cli(&[
+        "--state-dir",
+        path_str(&target),
+        "restore",
+        "--from",
+        path_str(&good),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(target.join("ssh_host_ed25519_key")).unwrap(),
+        std::fs::read(h.state_dir().join("ssh_host_ed25519_key")).unwrap()
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(target.join("ssh_host_ed25519_key"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn backup_refuses_a_non_empty_target_or_one_inside_the_state_directory() {
+    let h = ServerHarness::start();
+    let busy = h.temp_dir().join("busy");
+    std::fs::create_dir_all(&busy).unwrap();
+    std::fs::write(busy.join("keep-me"), b"x").unwrap();
+    let inside = h.state_dir().join("backups/today");
+    for (dir, expect) in [(&busy, "not empty"), (&inside, "inside")] {
+        let out = server_cli(&[
+            "--state-dir",
+            path_str(h.state_dir()),
+            "backup",
+            "--to",
+            path_str(dir),
+        ]);
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.starts_with("error: refusing"), "{stderr}");
+        assert!(stderr.contains(expect), "{stderr}");
+    }
+    assert_eq!(std::fs::read(busy.join("keep-me")).unwrap(), b"x");
+    assert!(!inside.exists(), "a refused backup left its directory");
+}
+
+#[test]
+fn keep_prunes_only_older_backups() {
+    let h = ServerHarness::start();
+    h.create_repo("kept");
+    let parent = h.temp_dir().join("backups");
+    std::fs::create_dir_all(parent.join("notes")).unwrap();
+    std::fs::write(parent.join("README"), b"not a backup").unwrap();
+    std::fs::create_dir_all(parent.join("unfinished")).unwrap();
+    let mut last = Value::Null;
+    for name in ["b1", "b2", "b3"] {
+        let out = server_cli(&[
+            "--state-dir",
+            path_str(h.state_dir()),
+            "backup",
+            "--to",
+            path_str(&parent.join(name)),
+            "--keep",
+            "2",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        last = stdout_json(&out);
+    }
+    assert_eq!(
+        last["pruned"],
+        serde_json::json!([path_str(&parent.join("b1"))]),
+        "{last}"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&parent)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["README", "b2", "b3", "notes", "unfinished"]);
+    let out = server_cli(&["backup", "--verify", path_str(&parent.join("b3"))]);
+    assert!(out.status.success());
+    // --keep needs a positive count and --to.
+    let out = server_cli(&[
+        "backup",
+        "--verify",
+        path_str(&parent.join("b3")),
+        "--keep",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+}

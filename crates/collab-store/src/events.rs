@@ -1,0 +1,182 @@
+//! The append-only event log (`events`): one row per change, written in the
+//! same transaction as the change, so a change and its event commit or roll
+//! back together. Later readers (the event stream, webhooks, the work
+//! queue) read this table; `docs/events.md` documents every type.
+//!
+//! `seq` is global, gap-free and increasing in commit order: it comes from
+//! the `counters` row `'events'`, bumped inside the writing transaction.
+//! All writes go through the one writer thread (`writer`), so no two
+//! transactions ever hold the counter at once; a rolled-back write returns
+//! its number with it.
+
+use crate::sql::Connection;
+
+/// Version of the event JSON shapes; bumped when a payload changes
+/// incompatibly.
+pub const EVENT_SCHEMA_VERSION: i64 = 1;
+
+/// An event to append. `payload` is the type's JSON object.
+#[derive(Debug, Clone)]
+pub struct NewEvent<'a> {
+    pub kind: &'a str,
+    pub repo: Option<&'a str>,
+    pub object_id: Option<&'a str>,
+    pub actor: Option<&'a str>,
+    pub payload: serde_json::Value,
+}
+
+/// A stored event.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Event {
+    pub seq: i64,
+    /// Unix seconds.
+    pub at: i64,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub repo: Option<String>,
+    pub object_id: Option<String>,
+    pub actor: Option<String>,
+    pub payload: serde_json::Value,
+}
+
+/// Append `event` at `now` inside the caller's transaction; returns its seq.
+pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> crate::sql::Result<i64> {
+    let seq: i64 = conn
+        .prepare_cached(
+            "UPDATE counters SET value = value + 1 WHERE name = 'events' RETURNING value",
+        )?
+        .query_row([], |r| r.get(0))?;
+    conn.prepare_cached(
+        "INSERT INTO events (seq, at, type, repo, object_id, actor, payload)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(crate::sql::params![
+        seq,
+        now,
+        event.kind,
+        event.repo,
+        event.object_id,
+        event.actor,
+        event.payload.to_string(),
+    ])?;
+    // Other nodes LISTEN (`events::listen`): told once this commits.
+    conn.notify(EVENTS_CHANNEL)?;
+    Ok(seq)
+}
+
+/// The PostgreSQL channel every committed event append is announced on.
+pub const EVENTS_CHANNEL: &str = "collab_events";
+
+/// The highest `seq` ever handed out (0 on an empty log). Pruning never
+/// lowers it: it is the counter, not the table's maximum.
+pub fn head(conn: &Connection) -> crate::sql::Result<i64> {
+    conn.prepare_cached("SELECT value FROM counters WHERE name = 'events'")?
+        .query_row([], |r| r.get(0))
+}
+
+/// The oldest `seq` still stored; `head + 1` when the log is empty (every
+/// event so far was pruned, or there was none).
+pub fn oldest(conn: &Connection) -> crate::sql::Result<i64> {
+    let min: Option<i64> = conn
+        .prepare_cached("SELECT MIN(seq) FROM events")?
+        .query_row([], |r| r.get(0))?;
+    match min {
+        Some(seq) => Ok(seq),
+        None => Ok(head(conn)? + 1),
+    }
+}
+
+/// Delete events written before `cutoff` (unix seconds), at most `limit`
+/// rows (retention works in small batches so the writer is never held
+/// long); returns how many went. Only the oldest rows go: `at` follows
+/// `seq` because both are taken under the same write lock.
+pub fn prune_before(conn: &Connection, cutoff: i64, limit: i64) -> crate::sql::Result<usize> {
+    conn.prepare_cached(
+        "DELETE FROM events WHERE seq IN
+           (SELECT seq FROM events WHERE at < ?1 ORDER BY seq LIMIT ?2)",
+    )?
+    .execute(crate::sql::params![cutoff, limit])
+}
+
+/// Events with `seq > after`, oldest first, at most `limit`.
+pub fn after(conn: &Connection, after: i64, limit: i64) -> crate::sql::Result<Vec<Event>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, at, type, repo, object_id, actor, payload FROM events
+         WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(crate::sql::params![after, limit], |r| {
+        let payload: String = r.get(6)?;
+        Ok(Event {
+            seq: r.get(0)?,
+            at: r.get(1)?,
+            kind: r.get(2)?,
+            repo: r.get(3)?,
+            object_id: r.get(4)?,
+            actor: r.get(5)?,
+            payload: serde_json::from_str(&payload).unwrap_or(serde_json::Value::Null),
+        })
+    })?;
+    rows.collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> crate::sql::testing::TestDb {
+        crate::sql::testing::db()
+    }
+
+    fn ev(kind: &str) -> NewEvent<'_> {
+        NewEvent {
+            kind,
+            repo: Some("team/app"),
+            object_id: Some("abcd"),
+            actor: Some("alice"),
+            payload: serde_json::json!({"n": 1}),
+        }
+    }
+
+    #[test]
+    fn seq_is_dense_and_a_rolled_back_append_gives_its_number_back() {
+        let db = db();
+        let conn = db.transaction().unwrap();
+        assert_eq!(append(&conn, &ev("a"), 10).unwrap(), 1);
+        conn.execute_batch("SAVEPOINT s").unwrap();
+        assert_eq!(append(&conn, &ev("b"), 11).unwrap(), 2);
+        conn.execute_batch("ROLLBACK TO s; RELEASE s").unwrap();
+        assert_eq!(append(&conn, &ev("c"), 12).unwrap(), 2);
+        let all = after(&conn, 0, 10).unwrap();
+        assert_eq!(
+            all.iter()
+                .map(|e| (e.seq, e.kind.as_str()))
+                .collect::<Vec<_>>(),
+            vec![(1, "a"), (2, "c")]
+        );
+        assert_eq!(all[0].payload, serde_json::json!({"n": 1}));
+    }
+
+    #[test]
+    fn head_oldest_and_pruning() {
+        let conn = db();
+        assert_eq!((head(&conn).unwrap(), oldest(&conn).unwrap()), (0, 1));
+        for (i, at) in [10, 11, 20, 21].iter().enumerate() {
+            assert_eq!(append(&conn, &ev("a"), *at).unwrap(), i as i64 + 1);
+        }
+        assert_eq!(prune_before(&conn, 20, 1).unwrap(), 1);
+        assert_eq!(oldest(&conn).unwrap(), 2);
+        assert_eq!(prune_before(&conn, 20, 100).unwrap(), 1);
+        assert_eq!((head(&conn).unwrap(), oldest(&conn).unwrap()), (4, 3));
+        assert_eq!(prune_before(&conn, 100, 100).unwrap(), 2);
+        assert_eq!((head(&conn).unwrap(), oldest(&conn).unwrap()), (4, 5));
+    }
+
+    #[test]
+    fn deleting_old_rows_never_reuses_a_seq() {
+        let conn = db();
+        append(&conn, &ev("a"), 10).unwrap();
+        append(&conn, &ev("b"), 11).unwrap();
+        conn.execute("DELETE FROM events", []).unwrap();
+        assert_eq!(append(&conn, &ev("c"), 12).unwrap(), 3);
+    }
+}

@@ -1,0 +1,1820 @@
+//! Patches held by the server (push-to-review): every patch decision as a
+//! plain function over a `crate::sql::Connection`, with `now` (unix seconds)
+//! passed in. Writes run inside the caller's transaction (the writer's
+//! SAVEPOINT, or a push hook's own IMMEDIATE transaction), check everything
+//! before they change anything, and append their event row (`patch.opened`,
+//! `patch.revised`, `patch.reviewed`, `patch.commented`, `patch.closed`,
+//! `patch.reopened`, `patch.merged`, `patch.linked`) through
+//! `events::append` in that same transaction.
+//!
+//! What this module does not do: authorization, the clock, threads, or
+//! git. The caller reads git (a revision's head, where it forks from the
+//! server's base branch, whether an inline comment's path exists) and hands
+//! the results in; this module keeps the record and its rules. Ids are
+//! random 160-bit hex, in the same space as the root commit ids of patch
+//! DAGs, so imported patches keep their ids.
+//!
+//! Revisions are numbered from 1 in the order the server accepted them.
+//! A vote is on one revision; a principal's later vote on the same revision
+//! replaces the earlier one (the event log keeps both; `patch.reviewed`
+//! names the replaced vote). Merged is final; a closed patch can be
+//! reopened.
+
+use crate::sql::{Connection, OptionalExtension};
+use serde::Serialize;
+use serde_json::json;
+
+use super::events::{self, NewEvent};
+pub use super::issues::{check_body, check_title, new_id, Person};
+
+/// Default and largest page of `list`.
+pub const DEFAULT_PAGE: usize = 50;
+pub const MAX_PAGE: usize = 500;
+/// Longest path of an inline comment, in bytes.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// Most candidates an ambiguous prefix lists.
+const MAX_CANDIDATES: usize = 20;
+
+/// Where a patch stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PatchStatus {
+    Open,
+    Merged,
+    Closed,
+}
+
+impl PatchStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PatchStatus::Open => "open",
+            PatchStatus::Merged => "merged",
+            PatchStatus::Closed => "closed",
+        }
+    }
+
+    fn parse(s: &str) -> PatchStatus {
+        match s {
+            "merged" => PatchStatus::Merged,
+            "closed" => PatchStatus::Closed,
+            _ => PatchStatus::Open,
+        }
+    }
+}
+
+/// A vote's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Approve,
+    RequestChanges,
+    Comment,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Approve => "approve",
+            Verdict::RequestChanges => "request_changes",
+            Verdict::Comment => "comment",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Verdict> {
+        match s {
+            "approve" => Some(Verdict::Approve),
+            "request_changes" => Some(Verdict::RequestChanges),
+            "comment" => Some(Verdict::Comment),
+            _ => None,
+        }
+    }
+}
+
+/// One patch row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Patch {
+    pub repo: String,
+    pub id: String,
+    pub title: String,
+    pub body: String,
+    /// The base branch's short name (`main`).
+    pub base: String,
+    pub author: Person,
+    /// Unix milliseconds.
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    pub status: PatchStatus,
+    pub merge: Option<Merge>,
+    pub imported: bool,
+    pub revision_count: i64,
+    pub comment_count: i64,
+}
+
+/// How a patch was merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merge {
+    /// The commit of the base branch that brought the patch in.
+    pub commit: String,
+    /// The principal who merged (or pushed the merge).
+    pub by: String,
+    pub at_ms: i64,
+}
+
+/// One revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revision {
+    pub n: i64,
+    pub head: String,
+    /// Where the revision forks from the base branch.
+    pub base_commit: String,
+    /// The server's base branch tip when the revision was pushed (`None`
+    /// for imported revisions).
+    pub base_tip: Option<String>,
+    pub author: Person,
+    pub at_ms: i64,
+}
+
+/// A vote that counts (the principal's latest on that revision).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Review {
+    pub id: String,
+    pub revision: i64,
+    pub author: Person,
+    pub verdict: Verdict,
+    pub body: String,
+    pub at_ms: i64,
+}
+
+/// Where an inline comment points.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inline {
+    pub path: String,
+    pub line: Option<i64>,
+}
+
+/// A comment, general or inline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comment {
+    pub id: String,
+    pub position: i64,
+    pub author: Person,
+    pub at_ms: i64,
+    pub body: String,
+    /// The revision it was made on (always set for inline comments).
+    pub revision: Option<i64>,
+    pub inline: Option<Inline>,
+}
+
+/// Everything `show` returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatchDetail {
+    pub patch: Patch,
+    pub revisions: Vec<Revision>,
+    /// By revision, then time.
+    pub reviews: Vec<Review>,
+    pub comments: Vec<Comment>,
+    /// Full ids of linked issues of the same repository, sorted.
+    pub issues: Vec<String>,
+}
+
+impl PatchDetail {
+    pub fn latest(&self) -> Option<&Revision> {
+        self.revisions.last()
+    }
+
+    /// The votes on revision `n`.
+    pub fn votes_on(&self, n: i64) -> impl Iterator<Item = &Review> {
+        self.reviews.iter().filter(move |r| r.revision == n)
+    }
+}
+
+/// What a write produced: the patch, the revision it concerns (if any),
+/// the id of what it created (comment, vote), and its event's `seq`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub patch: String,
+    pub revision: Option<i64>,
+    pub event: Option<String>,
+    pub seq: i64,
+}
+
+/// Why a patch operation was refused. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum PatchError {
+    #[error("invalid patch id '{0}': expected 4 to 40 hex digits")]
+    InvalidId(String),
+    #[error("no patch matches '{0}'")]
+    NotFound(String),
+    #[error("patch id '{prefix}' is ambiguous; candidates: {}", candidates.join(", "))]
+    Ambiguous {
+        prefix: String,
+        candidates: Vec<String>,
+    },
+    /// Bad input or a write that does not apply: the message is the reply.
+    #[error("{0}")]
+    Invalid(String),
+    /// The merge rule forbids the merge; the message says why.
+    #[error("merge refused: {0}")]
+    Rule(String),
+    #[error(transparent)]
+    Issue(#[from] super::issues::IssueError),
+    #[error(transparent)]
+    Sql(#[from] crate::sql::Error),
+}
+
+type Result<T, E = PatchError> = std::result::Result<T, E>;
+
+fn invalid(message: impl Into<String>) -> PatchError {
+    PatchError::Invalid(message.into())
+}
+
+fn from_issue_rule(e: super::issues::IssueError) -> PatchError {
+    match e {
+        super::issues::IssueError::Invalid(m) => PatchError::Invalid(m),
+        other => PatchError::Issue(other),
+    }
+}
+
+/// A commit id as git prints it: 40 (SHA-1) or 64 (SHA-256) lowercase hex.
+fn check_oid(what: &str, oid: &str) -> Result<()> {
+    if (oid.len() == 40 || oid.len() == 64)
+        && oid.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        Ok(())
+    } else {
+        Err(invalid(format!("{what} is not a full commit id")))
+    }
+}
+
+/// A base branch name: what follows `refs/heads/`, as git allows it
+/// (checked by the caller with git); here only non-empty and one line.
+fn check_base(base: &str) -> Result<()> {
+    if base.is_empty() || base.len() > 255 || base.chars().any(|c| c.is_control() || c == ' ') {
+        return Err(invalid(format!(
+            "invalid base branch '{}'",
+            base.escape_default()
+        )));
+    }
+    Ok(())
+}
+
+fn check_path(path: &str) -> Result<()> {
+    if path.is_empty()
+        || path.len() > MAX_PATH_BYTES
+        || path.chars().any(char::is_control)
+        || path.starts_with('/')
+    {
+        return Err(invalid(format!(
+            "invalid path '{}': a path inside the repository, one line",
+            path.escape_default()
+        )));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- resolving
+
+/// A full 40-hex id or a unique prefix of 4+ hex digits (any case) to the
+/// full id of a patch of `repo`.
+pub fn resolve(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<String> {
+    let prefix = id_or_prefix.trim().to_ascii_lowercase();
+    if prefix.len() < 4 || prefix.len() > 40 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(PatchError::InvalidId(id_or_prefix.to_string()));
+    }
+    let upper = format!("{prefix}g");
+    let mut stmt = conn.prepare_cached(
+        "SELECT id FROM patches WHERE repo = ?1 AND id >= ?2 AND id < ?3 ORDER BY id LIMIT ?4",
+    )?;
+    let ids: Vec<String> = stmt
+        .query_map(
+            crate::sql::params![repo, prefix, upper, MAX_CANDIDATES as i64 + 1],
+            |r| r.get(0),
+        )?
+        .collect::<crate::sql::Result<_>>()?;
+    match ids.len() {
+        0 => Err(PatchError::NotFound(id_or_prefix.to_string())),
+        1 => Ok(ids.into_iter().next().expect("one id")),
+        _ => Err(PatchError::Ambiguous {
+            prefix: id_or_prefix.to_string(),
+            candidates: ids,
+        }),
+    }
+}
+
+// ---------------------------------------------------------------- reads
+
+const PATCH_COLUMNS: &str = "repo, id, title, body, base, author, author_name, author_key, \
+     created_ms, updated_ms, status, merged_commit, merged_by, merged_ms, imported, \
+     revision_count, comment_count";
+
+fn patch_from_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<Patch> {
+    let status: String = r.get(10)?;
+    let merged_commit: Option<String> = r.get(11)?;
+    Ok(Patch {
+        repo: r.get(0)?,
+        id: r.get(1)?,
+        title: r.get(2)?,
+        body: r.get(3)?,
+        base: r.get(4)?,
+        author: Person {
+            principal: r.get(5)?,
+            name: r.get(6)?,
+            key: r.get(7)?,
+        },
+        created_ms: r.get(8)?,
+        updated_ms: r.get(9)?,
+        status: PatchStatus::parse(&status),
+        merge: match merged_commit {
+            Some(commit) => Some(Merge {
+                commit,
+                by: r.get::<_, Option<String>>(12)?.unwrap_or_default(),
+                at_ms: r.get::<_, Option<i64>>(13)?.unwrap_or_default(),
+            }),
+            None => None,
+        },
+        imported: r.get::<_, i64>(14)? != 0,
+        revision_count: r.get(15)?,
+        comment_count: r.get(16)?,
+    })
+}
+
+/// One patch by full id.
+pub fn get(conn: &Connection, repo: &str, id: &str) -> crate::sql::Result<Option<Patch>> {
+    conn.prepare_cached(&format!(
+        "SELECT {PATCH_COLUMNS} FROM patches WHERE repo = ?1 AND id = ?2"
+    ))?
+    .query_row([repo, id], patch_from_row)
+    .optional()
+}
+
+/// Whether the server holds patch `id` (full id) of `repo`.
+pub fn exists(conn: &Connection, repo: &str, id: &str) -> crate::sql::Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM patches WHERE repo = ?1 AND id = ?2")?
+        .exists([repo, id])
+}
+
+fn person_at(r: &crate::sql::Row<'_>, i: usize) -> crate::sql::Result<Person> {
+    Ok(Person {
+        principal: r.get(i)?,
+        name: r.get(i + 1)?,
+        key: r.get(i + 2)?,
+    })
+}
+
+/// The revisions of a patch, in order.
+pub fn revisions(conn: &Connection, repo: &str, id: &str) -> crate::sql::Result<Vec<Revision>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT n, head, base_commit, base_tip, author, author_name, author_key, at_ms
+         FROM patch_revisions WHERE repo = ?1 AND patch_id = ?2 ORDER BY n",
+    )?;
+    let rows = stmt.query_map([repo, id], |r| {
+        Ok(Revision {
+            n: r.get(0)?,
+            head: r.get(1)?,
+            base_commit: r.get(2)?,
+            base_tip: r.get(3)?,
+            author: person_at(r, 4)?,
+            at_ms: r.get(7)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// A patch by id or prefix, with its revisions, votes, comments and
+/// linked issues.
+pub fn show(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<PatchDetail> {
+    let id = resolve(conn, repo, id_or_prefix)?;
+    let patch = get(conn, repo, &id)?.ok_or_else(|| PatchError::NotFound(id.clone()))?;
+    let revisions = revisions(conn, repo, &id)?;
+    let reviews = conn
+        .prepare_cached(
+            "SELECT id, revision, author, author_name, author_key, verdict, body, at_ms
+             FROM patch_reviews WHERE repo = ?1 AND patch_id = ?2 ORDER BY revision, at_ms, id",
+        )?
+        .query_map([repo, &id], |r| {
+            let verdict: String = r.get(5)?;
+            Ok(Review {
+                id: r.get(0)?,
+                revision: r.get(1)?,
+                author: person_at(r, 2)?,
+                verdict: Verdict::parse(&verdict).unwrap_or(Verdict::Comment),
+                body: r.get(6)?,
+                at_ms: r.get(7)?,
+            })
+        })?
+        .collect::<crate::sql::Result<Vec<_>>>()?;
+    let comments = conn
+        .prepare_cached(
+            "SELECT id, position, author, author_name, author_key, at_ms, body, revision, path,
+                    line
+             FROM patch_comments WHERE repo = ?1 AND patch_id = ?2 ORDER BY position",
+        )?
+        .query_map([repo, &id], |r| {
+            let path: Option<String> = r.get(8)?;
+            let line: Option<i64> = r.get(9)?;
+            Ok(Comment {
+                id: r.get(0)?,
+                position: r.get(1)?,
+                author: person_at(r, 2)?,
+                at_ms: r.get(5)?,
+                body: r.get(6)?,
+                revision: r.get(7)?,
+                inline: path.map(|path| Inline { path, line }),
+            })
+        })?
+        .collect::<crate::sql::Result<Vec<_>>>()?;
+    let issues = conn
+        .prepare_cached(
+            "SELECT issue_id FROM patch_issues WHERE repo = ?1 AND patch_id = ?2 ORDER BY issue_id",
+        )?
+        .query_map([repo, &id], |r| r.get(0))?
+        .collect::<crate::sql::Result<Vec<String>>>()?;
+    Ok(PatchDetail {
+        patch,
+        revisions,
+        reviews,
+        comments,
+        issues,
+    })
+}
+
+/// Which patches `list` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateFilter {
+    Open,
+    Merged,
+    Closed,
+    All,
+}
+
+impl StateFilter {
+    pub fn parse(s: &str) -> Option<StateFilter> {
+        match s {
+            "open" => Some(StateFilter::Open),
+            "merged" => Some(StateFilter::Merged),
+            "closed" => Some(StateFilter::Closed),
+            "all" => Some(StateFilter::All),
+            _ => None,
+        }
+    }
+}
+
+/// A `list` request: newest first, ties by id; `after` is the last
+/// `(created_ms, id)` of the previous page.
+#[derive(Debug, Clone)]
+pub struct ListQuery {
+    pub state: StateFilter,
+    pub limit: usize,
+    pub after: Option<(i64, String)>,
+}
+
+impl Default for ListQuery {
+    fn default() -> Self {
+        ListQuery {
+            state: StateFilter::Open,
+            limit: DEFAULT_PAGE,
+            after: None,
+        }
+    }
+}
+
+/// One page of patches, and whether there are more.
+#[derive(Debug, Clone)]
+pub struct Page {
+    pub patches: Vec<Patch>,
+    pub more: bool,
+}
+
+/// Patches of `repo`, newest first (ties by id), filtered and paged.
+pub fn list(conn: &Connection, repo: &str, query: &ListQuery) -> Result<Page> {
+    let limit = query.limit.clamp(1, MAX_PAGE);
+    let mut sql = format!("SELECT {PATCH_COLUMNS} FROM patches WHERE repo = ?");
+    let mut params: Vec<crate::sql::Value> = vec![repo.to_string().into()];
+    match query.state {
+        StateFilter::Open => sql.push_str(" AND status = 'open'"),
+        StateFilter::Merged => sql.push_str(" AND status = 'merged'"),
+        StateFilter::Closed => sql.push_str(" AND status = 'closed'"),
+        StateFilter::All => {}
+    }
+    if let Some((created_ms, id)) = &query.after {
+        sql.push_str(" AND (created_ms < ? OR (created_ms = ? AND id > ?))");
+        params.push((*created_ms).into());
+        params.push((*created_ms).into());
+        params.push(id.clone().into());
+    }
+    sql.push_str(" ORDER BY created_ms DESC, id LIMIT ?");
+    params.push((limit as i64 + 1).into());
+    let mut patches = conn
+        .prepare_cached(&sql)?
+        .query_map(crate::sql::params_from_iter(params), patch_from_row)?
+        .collect::<crate::sql::Result<Vec<_>>>()?;
+    let more = patches.len() > limit;
+    patches.truncate(limit);
+    Ok(Page { patches, more })
+}
+
+/// How many patches of `repo` `state` admits (an index range count).
+pub fn count(conn: &Connection, repo: &str, state: StateFilter) -> crate::sql::Result<i64> {
+    let status = match state {
+        StateFilter::Open => Some("open"),
+        StateFilter::Merged => Some("merged"),
+        StateFilter::Closed => Some("closed"),
+        StateFilter::All => None,
+    };
+    match status {
+        Some(status) => conn
+            .prepare_cached("SELECT COUNT(*) FROM patches WHERE repo = ?1 AND status = ?2")?
+            .query_row([repo, status], |r| r.get(0)),
+        None => conn
+            .prepare_cached("SELECT COUNT(*) FROM patches WHERE repo = ?1")?
+            .query_row([repo], |r| r.get(0)),
+    }
+}
+
+/// The patches of `repo` linked to issue `issue_id` (full id), newest
+/// first.
+pub fn for_issue(conn: &Connection, repo: &str, issue_id: &str) -> crate::sql::Result<Vec<Patch>> {
+    let columns = PATCH_COLUMNS
+        .split(", ")
+        .map(|c| format!("p.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {columns} FROM patch_issues l JOIN patches p
+           ON p.repo = l.repo AND p.id = l.patch_id
+         WHERE l.repo = ?1 AND l.issue_id = ?2 ORDER BY p.created_ms DESC, p.id"
+    ))?;
+    let rows = stmt.query_map([repo, issue_id], patch_from_row)?;
+    rows.collect()
+}
+
+/// The votes that count on the latest revision of patch `id`:
+/// `(approvals, changes requested)`.
+pub fn latest_votes(conn: &Connection, repo: &str, id: &str) -> crate::sql::Result<(i64, i64)> {
+    conn.prepare_cached(
+        "SELECT COUNT(CASE WHEN r.verdict = 'approve' THEN 1 END),
+                COUNT(CASE WHEN r.verdict = 'request_changes' THEN 1 END)
+         FROM patches p JOIN patch_reviews r
+           ON r.repo = p.repo AND r.patch_id = p.id AND r.revision = p.revision_count
+         WHERE p.repo = ?1 AND p.id = ?2",
+    )?
+    .query_row([repo, id], |r| Ok((r.get(0)?, r.get(1)?)))
+}
+
+/// The open patches of `repo` that target `base`, with their latest
+/// revision's head: what the push-time merge scan looks at.
+pub fn open_on_base(
+    conn: &Connection,
+    repo: &str,
+    base: &str,
+) -> crate::sql::Result<Vec<(String, String)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT p.id, r.head FROM patches p JOIN patch_revisions r
+           ON r.repo = p.repo AND r.patch_id = p.id AND r.n = p.revision_count
+         WHERE p.repo = ?1 AND p.base = ?2 AND p.status = 'open' ORDER BY p.id",
+    )?;
+    let rows = stmt.query_map([repo, base], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    rows.collect()
+}
+
+// ---------------------------------------------------------------- writes
+
+/// Who writes, where: shared by every write.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteCtx<'a> {
+    /// The repository's canonical name (`team/app.git`).
+    pub repo: &'a str,
+    pub actor: &'a Person,
+    /// `max_issue_body`, in bytes (patch bodies and comments share it).
+    pub max_body: usize,
+    /// Unix seconds.
+    pub now: i64,
+}
+
+/// A revision as the caller found it in git.
+#[derive(Debug, Clone)]
+pub struct NewRevision {
+    pub head: String,
+    /// Where `head` forks from the base branch.
+    pub base_commit: String,
+    /// The server's base branch tip when the push came in.
+    pub base_tip: Option<String>,
+}
+
+/// A new patch.
+#[derive(Debug, Clone)]
+pub struct NewPatch {
+    pub title: String,
+    pub body: String,
+    pub base: String,
+    pub revision: NewRevision,
+    /// Issues (ids or prefixes in the same repository) to link.
+    pub issues: Vec<String>,
+}
+
+fn ms(now: i64) -> i64 {
+    now.saturating_mul(1000)
+}
+
+fn person_json(p: &Person) -> serde_json::Value {
+    json!({ "principal": p.principal, "name": p.name, "key": p.key })
+}
+
+fn append_event(
+    conn: &Connection,
+    w: &WriteCtx<'_>,
+    kind: &str,
+    id: &str,
+    payload: serde_json::Value,
+) -> crate::sql::Result<i64> {
+    events::append(
+        conn,
+        &NewEvent {
+            kind,
+            repo: Some(w.repo),
+            object_id: Some(id),
+            actor: Some(&w.actor.principal),
+            payload,
+        },
+        w.now,
+    )
+}
+
+/// Resolve the patch and return its row.
+fn target(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<Patch> {
+    let id = resolve(conn, repo, id_or_prefix)?;
+    get(conn, repo, &id)?.ok_or(PatchError::NotFound(id))
+}
+
+fn require_open(patch: &Patch, doing: &str) -> Result<()> {
+    if patch.status != PatchStatus::Open {
+        return Err(invalid(format!(
+            "cannot {doing} patch {}: it is {}",
+            short(&patch.id),
+            patch.status.as_str()
+        )));
+    }
+    Ok(())
+}
+
+/// Record a write on `patch`: its time and a new version.
+fn touch(conn: &Connection, patch: &Patch, now: i64) -> crate::sql::Result<()> {
+    conn.prepare_cached(
+        "UPDATE patches SET updated_ms = ?3, version = version + 1 WHERE repo = ?1 AND id = ?2",
+    )?
+    .execute(crate::sql::params![
+        patch.repo,
+        patch.id,
+        patch.updated_ms.max(ms(now))
+    ])?;
+    Ok(())
+}
+
+fn check_revision(r: &NewRevision) -> Result<()> {
+    check_oid("head", &r.head)?;
+    check_oid("base commit", &r.base_commit)?;
+    if let Some(tip) = &r.base_tip {
+        check_oid("base tip", tip)?;
+    }
+    if r.head == r.base_commit {
+        return Err(invalid(
+            "nothing to propose: the head is already in the base branch",
+        ));
+    }
+    Ok(())
+}
+
+fn insert_revision(
+    conn: &Connection,
+    w: &WriteCtx<'_>,
+    patch_id: &str,
+    n: i64,
+    r: &NewRevision,
+    event_id: Option<&str>,
+) -> crate::sql::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO patch_revisions (repo, patch_id, n, head, base_commit, base_tip, author,
+                                      author_name, author_key, at_ms, event_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?
+    .execute(crate::sql::params![
+        w.repo,
+        patch_id,
+        n,
+        r.head,
+        r.base_commit,
+        r.base_tip,
+        w.actor.principal,
+        w.actor.name,
+        w.actor.key,
+        ms(w.now),
+        event_id
+    ])?;
+    conn.prepare_cached("UPDATE patches SET revision_count = ?3 WHERE repo = ?1 AND id = ?2")?
+        .execute(crate::sql::params![w.repo, patch_id, n])?;
+    Ok(())
+}
+
+/// Resolve issue ids or prefixes of the same repository to full ids.
+fn resolve_issues(conn: &Connection, repo: &str, issues: &[String]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for issue in issues {
+        out.push(super::issues::resolve(conn, repo, issue)?);
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// Open a patch proposing `new.revision` for branch `new.base`: the patch
+/// and its revision 1, linked to `new.issues`.
+pub fn open(conn: &Connection, w: &WriteCtx<'_>, new: &NewPatch) -> Result<Written> {
+    let title = check_title(&new.title).map_err(from_issue_rule)?;
+    check_body("body", &new.body, w.max_body).map_err(from_issue_rule)?;
+    check_base(&new.base)?;
+    check_revision(&new.revision)?;
+    let issues = resolve_issues(conn, w.repo, &new.issues)?;
+    let id = new_id();
+    conn.prepare_cached(
+        "INSERT INTO patches (repo, id, title, body, base, author, author_name, author_key,
+                              created_ms, updated_ms, status)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 'open')",
+    )?
+    .execute(crate::sql::params![
+        w.repo,
+        id,
+        title,
+        new.body,
+        new.base,
+        w.actor.principal,
+        w.actor.name,
+        w.actor.key,
+        ms(w.now)
+    ])?;
+    insert_revision(conn, w, &id, 1, &new.revision, None)?;
+    for issue in &issues {
+        insert_issue_link(conn, w.repo, &id, issue)?;
+    }
+    let seq = append_event(
+        conn,
+        w,
+        "patch.opened",
+        &id,
+        json!({
+            "title": title,
+            "body": new.body,
+            "base": new.base,
+            "revision": revision_json(1, &new.revision),
+            "issues": issues,
+            "author": person_json(w.actor),
+        }),
+    )?;
+    Ok(Written {
+        patch: id,
+        revision: Some(1),
+        event: None,
+        seq,
+    })
+}
+
+fn revision_json(n: i64, r: &NewRevision) -> serde_json::Value {
+    json!({ "n": n, "head": r.head, "base_commit": r.base_commit, "base_tip": r.base_tip })
+}
+
+fn insert_issue_link(conn: &Connection, repo: &str, patch: &str, issue: &str) -> Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "INSERT INTO patch_issues (repo, patch_id, issue_id) VALUES (?1, ?2, ?3)
+             ON CONFLICT DO NOTHING",
+        )?
+        .execute([repo, patch, issue])?
+        == 1)
+}
+
+/// Add a revision to an open patch. `issues` are linked too (those not
+/// linked yet, each recorded as `patch.linked`).
+pub fn revise(
+    conn: &Connection,
+    w: &WriteCtx<'_>,
+    id_or_prefix: &str,
+    revision: &NewRevision,
+    issues: &[String],
+) -> Result<Written> {
+    check_revision(revision)?;
+    let patch = target(conn, w.repo, id_or_prefix)?;
+    require_open(&patch, "revise")?;
+    let issues = resolve_issues(conn, w.repo, issues)?;
+    if let Some(latest) = revisions(conn, w.repo, &patch.id)?.last() {
+        if latest.head == revision.head {
+            return Err(invalid(format!(
+                "patch {} already proposes {} (revision {})",
+                short(&patch.id),
+                short(&revision.head),
+                latest.n
+            )));
+        }
+    }
+    let n = patch.revision_count + 1;
+    insert_revision(conn, w, &patch.id, n, revision, None)?;
+    touch(conn, &patch, w.now)?;
+    let mut seq = append_event(
+        conn,
+        w,
+        "patch.revised",
+        &patch.id,
+        json!({ "revision": revision_json(n, revision) }),
+    )?;
+    for issue in &issues {
+        if insert_issue_link(conn, w.repo, &patch.id, issue)? {
+            seq = append_event(
+                conn,
+                w,
+                "patch.linked",
+                &patch.id,
+                json!({ "issue": issue }),
+            )?;
+        }
+    }
+    Ok(Written {
+        patch: patch.id,
+        revision: Some(n),
+        event: None,
+        seq,
+    })
+}
+
+/// Link an issue of the same repository to a patch (any status).
+pub fn link_issue(
+    conn: &Connection,
+    w: &WriteCtx<'_>,
+    id_or_prefix: &str,
+    issue: &str,
+) -> Result<Written> {
+    let patch = target(conn, w.repo, id_or_prefix)?;
+    let issue = super::issues::resolve(conn, w.repo, issue)?;
+    if !insert_issue_link(conn, w.repo, &patch.id, &issue)? {
+        return Err(invalid(format!(
+            "patch {} is already linked to issue {}",
+            short(&patch.id),
+            short(&issue)
+        )));
+    }
+    touch(conn, &patch, w.now)?;
+    let seq = append_event(
+        conn,
+        w,
+        "patch.linked",
+        &patch.id,
+        json!({ "issue": issue }),
+    )?;
+    Ok(Written {
+        patch: patch.id,
+        revision: None,
+        event: None,
+        seq,
+    })
+}
+
+/// Which revision a review or comment is on: `Some(n)` or the latest.
+fn pick_revision(patch: &Patch, revision: Option<i64>) -> Result<i64> {
+    match revision {
+        None if patch.revision_count > 0 => Ok(patch.revision_count),
+        None => Err(invalid("the patch has no revision")),
+        Some(n) if n >= 1 && n <= patch.revision_count => Ok(n),
+        Some(n) => Err(invalid(format!(
+            "patch {} has no revision {n} (it has {})",
+            short(&patch.id),
+            patch.revision_count
+        ))),
+    }
+}
+
+/// Vote on revision `revision` (default: the latest) of an open patch.
+/// The actor's earlier vote on that revision, if any, is replaced.
+pub fn review(
+    conn: &Connection,
+    w: &WriteCtx<'_>,
+    id_or_prefix: &str,
+    revision: Option<i64>,
+    verdict: Verdict,
+    body: &str,
+) -> Result<Written> {
+    check_body("review", body, w.max_body).map_err(from_issue_rule)?;
+    let patch = target(conn, w.repo, id_or_prefix)?;
+    require_open(&patch, "review")?;
+    let n = pick_revision(&patch, revision)?;
+    let replaces: Option<String> = conn
+        .prepare_cached(
+            "SELECT id FROM patch_reviews
+             WHERE repo = ?1 AND patch_id = ?2 AND revision = ?3 AND author = ?4",
+        )?
+        .query_row(
+            crate::sql::params![w.repo, patch.id, n, w.actor.principal],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let review_id = new_id();
+    conn.prepare_cached(
+        "INSERT INTO patch_reviews (repo, patch_id, revision, author, author_name, author_key,
+                                    id, verdict, body, at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+         ON CONFLICT (repo, patch_id, revision, author) DO UPDATE SET
+           author_name = excluded.author_name, author_key = excluded.author_key,
+           id = excluded.id, verdict = excluded.verdict, body = excluded.body,
+           at_ms = excluded.at_ms",
+    )?
+    .execute(crate::sql::params![
+        w.repo,
+        patch.id,
+        n,
+        w.actor.principal,
+        w.actor.name,
+        w.actor.key,
+        review_id,
+        verdict.as_str(),
+        body,
+        ms(w.now)
+    ])?;
+    touch(conn, &patch, w.now)?;
+    let seq = append_event(
+        conn,
+        w,
+        "patch.reviewed",
+        &patch.id,
+        json!({
+            "review": {"id": review_id, "revision": n, "verdict": verdict.as_str(), "body": body},
+            "replaces": replaces,
+        }),
+    )?;
+    Ok(Written {
+        patch: patch.id,
+        revision: Some(n),
+        event: Some(review_id),
+        seq,
+    })
+}
+
+/// Comment on a patch (any status): general, or inline on `inline.path`
+/// (and line) of revision `revision` (default: the latest). The caller has
+/// checked that the path exists in that revision or its base.
+pub fn comment(
+    conn: &Connection,
+    w: &WriteCtx<'_>,
+    id_or_prefix: &str,
+    body: &str,
+    revision: Option<i64>,
+    inline: Option<&Inline>,
+) -> Result<Written> {
+    if body.trim().is_empty() {
+        return Err(invalid("comment body is empty"));
+    }
+    check_body("comment", body, w.max_body).map_err(from_issue_rule)?;
+    if let Some(inline) = inline {
+        check_path(&inline.path)?;
+        if inline.line.is_some_and(|l| l < 1) {
+            return Err(invalid("line numbers start at 1"));
+        }
+    }
+    let patch = target(conn, w.repo, id_or_prefix)?;
+    let n = match (revision, inline) {
+        (None, None) => None,
+        _ => Some(pick_revision(&patch, revision)?),
+    };
+    let comment_id = new_id();
+    let position: i64 = conn
+        .prepare_cached(
+            "UPDATE patches SET comment_count = comment_count + 1, updated_ms = ?3,
+                                version = version + 1
+             WHERE repo = ?1 AND id = ?2 RETURNING comment_count",
+        )?
+        .query_row(
+            crate::sql::params![w.repo, patch.id, patch.updated_ms.max(ms(w.now))],
+            |r| r.get(0),
+        )?;
+    conn.prepare_cached(
+        "INSERT INTO patch_comments (repo, patch_id, position, id, author, author_name,
+                                     author_key, at_ms, body, revision, path, line)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )?
+    .execute(crate::sql::params![
+        w.repo,
+        patch.id,
+        position,
+        comment_id,
+        w.actor.principal,
+        w.actor.name,
+        w.actor.key,
+        ms(w.now),
+        body,
+        n,
+        inline.map(|i| i.path.as_str()),
+        inline.and_then(|i| i.line),
+    ])?;
+    let seq = append_event(
+        conn,
+        w,
+        "patch.commented",
+        &patch.id,
+        json!({ "comment": {
+            "id": comment_id, "position": position, "body": body, "revision": n,
+            "path": inline.map(|i| i.path.as_str()), "line": inline.and_then(|i| i.line),
+        }}),
+    )?;
+    Ok(Written {
+        patch: patch.id,
+        revision: n,
+        event: Some(comment_id),
+        seq,
+    })
+}
+
+/// Close an open patch.
+pub fn close(conn: &Connection, w: &WriteCtx<'_>, id_or_prefix: &str) -> Result<Written> {
+    let patch = target(conn, w.repo, id_or_prefix)?;
+    require_open(&patch, "close")?;
+    set_status(conn, &patch, PatchStatus::Closed)?;
+    touch(conn, &patch, w.now)?;
+    let seq = append_event(conn, w, "patch.closed", &patch.id, json!({}))?;
+    Ok(Written {
+        patch: patch.id,
+        revision: None,
+        event: None,
+        seq,
+    })
+}
+
+/// Reopen a closed patch (a merged one stays merged).
+pub fn reopen(conn: &Connection, w: &WriteCtx<'_>, id_or_prefix: &str) -> Result<Written> {
+    let patch = target(conn, w.repo, id_or_prefix)?;
+    if patch.status != PatchStatus::Closed {
+        return Err(invalid(format!(
+            "cannot reopen patch {}: it is {}",
+            short(&patch.id),
+            patch.status.as_str()
+        )));
+    }
+    set_status(conn, &patch, PatchStatus::Open)?;
+    touch(conn, &patch, w.now)?;
+    let seq = append_event(conn, w, "patch.reopened", &patch.id, json!({}))?;
+    Ok(Written {
+        patch: patch.id,
+        revision: None,
+        event: None,
+        seq,
+    })
+}
+
+fn set_status(conn: &Connection, patch: &Patch, status: PatchStatus) -> crate::sql::Result<()> {
+    conn.prepare_cached("UPDATE patches SET status = ?3 WHERE repo = ?1 AND id = ?2")?
+        .execute(crate::sql::params![patch.repo, patch.id, status.as_str()])?;
+    Ok(())
+}
+
+/// How a merge was found or made, recorded in `patch.merged`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MergedBy {
+    /// `collab-patch merge` (fast-forward or merge commit).
+    Verb,
+    /// A push made the latest revision reachable from the base branch, or
+    /// brought a commit naming the patch in a `Patch:` trailer.
+    Push {
+        /// The pushed ref and its new tip.
+        refname: String,
+        new: String,
+        /// `reachable` or `trailer`.
+        how: &'static str,
+    },
+}
+
+/// Mark an open patch merged in `commit`. Merging a merged patch is
+/// refused; a closed one too (reopen it first) unless a push merged it,
+/// which is a fact about the branch and is recorded whatever the status.
+pub fn mark_merged(
+    conn: &Connection,
+    w: &WriteCtx<'_>,
+    id_or_prefix: &str,
+    commit: &str,
+    by: &MergedBy,
+) -> Result<Written> {
+    check_oid("merge commit", commit)?;
+    let patch = target(conn, w.repo, id_or_prefix)?;
+    match (patch.status, by) {
+        (PatchStatus::Open, _) | (PatchStatus::Closed, MergedBy::Push { .. }) => {}
+        _ => require_open(&patch, "merge")?,
+    }
+    conn.prepare_cached(
+        "UPDATE patches SET status = 'merged', merged_commit = ?3, merged_by = ?4,
+                            merged_ms = ?5
+         WHERE repo = ?1 AND id = ?2",
+    )?
+    .execute(crate::sql::params![
+        w.repo,
+        patch.id,
+        commit,
+        w.actor.principal,
+        ms(w.now)
+    ])?;
+    touch(conn, &patch, w.now)?;
+    let payload = match by {
+        MergedBy::Verb => {
+            json!({ "commit": commit, "revision": patch.revision_count, "by": "merge" })
+        }
+        MergedBy::Push { refname, new, how } => json!({
+            "commit": commit, "revision": patch.revision_count, "by": "push",
+            "push": { "ref": refname, "new": new }, "how": how,
+        }),
+    };
+    let seq = append_event(conn, w, "patch.merged", &patch.id, payload)?;
+    Ok(Written {
+        patch: patch.id,
+        revision: Some(patch.revision_count),
+        event: None,
+        seq,
+    })
+}
+
+// ---------------------------------------------------------------- merge rule
+
+/// A repository's merge rule (`merge = { ... }` in the policy files).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MergeRule {
+    /// Approvals needed on the latest revision.
+    pub approvals: u32,
+    /// No vote on the latest revision may request changes.
+    pub no_changes_requested: bool,
+    /// Whether the patch author's own approval counts.
+    pub author_may_approve: bool,
+}
+
+impl Default for MergeRule {
+    fn default() -> Self {
+        MergeRule {
+            approvals: 0,
+            no_changes_requested: true,
+            author_may_approve: false,
+        }
+    }
+}
+
+/// Whether `rule` lets `detail` merge now; `Err` says what is missing, in
+/// words fit for a refusal and for a page ("needs 1 more approval").
+pub fn rule_allows(detail: &PatchDetail, rule: &MergeRule) -> std::result::Result<(), String> {
+    if detail.patch.status != PatchStatus::Open {
+        return Err(format!("the patch is {}", detail.patch.status.as_str()));
+    }
+    let Some(latest) = detail.latest() else {
+        return Err("the patch has no revision".into());
+    };
+    let votes: Vec<&Review> = detail.votes_on(latest.n).collect();
+    if rule.no_changes_requested {
+        if let Some(r) = votes.iter().find(|r| r.verdict == Verdict::RequestChanges) {
+            return Err(format!(
+                "{} requested changes on revision {}",
+                r.author.name, latest.n
+            ));
+        }
+    }
+    let approvals = votes
+        .iter()
+        .filter(|r| r.verdict == Verdict::Approve)
+        .filter(|r| rule.author_may_approve || r.author.principal != detail.patch.author.principal)
+        .count() as u32;
+    if approvals < rule.approvals {
+        let missing = rule.approvals - approvals;
+        return Err(format!(
+            "needs {missing} more approval{} on revision {} ({approvals} of {})",
+            if missing == 1 { "" } else { "s" },
+            latest.n,
+            rule.approvals
+        ));
+    }
+    Ok(())
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(8)]
+}
+
+// ---------------------------------------------------------------- import
+
+/// Insert a patch replayed from a client-written DAG (`patch_import`), with
+/// its revisions (`revision_events[i]` is the id of the event that made
+/// revision `i + 1`), votes and comments as given, unless the repository
+/// already holds a patch with that id. Appends `patch.imported` (actor: the
+/// server; the author is in the payload). Returns the event's `seq`, `None`
+/// when the patch was there already. The caller has made the rows fit the
+/// schema's checks (non-empty title and base, a line only with a path).
+pub fn insert_imported(
+    conn: &Connection,
+    detail: &PatchDetail,
+    revision_events: &[String],
+    now: i64,
+) -> crate::sql::Result<Option<i64>> {
+    let p = &detail.patch;
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO patches (repo, id, title, body, base, author, author_name, author_key,
+                                  created_ms, updated_ms, status, merged_commit, merged_by,
+                                  merged_ms, imported, revision_count, comment_count)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, 1, ?15, ?16)
+             ON CONFLICT (repo, id) DO NOTHING",
+        )?
+        .execute(crate::sql::params![
+            p.repo,
+            p.id,
+            p.title,
+            p.body,
+            p.base,
+            p.author.principal,
+            p.author.name,
+            p.author.key,
+            p.created_ms,
+            p.updated_ms,
+            p.status.as_str(),
+            p.merge.as_ref().map(|m| m.commit.as_str()),
+            p.merge.as_ref().map(|m| m.by.as_str()),
+            p.merge.as_ref().map(|m| m.at_ms),
+            detail.revisions.len() as i64,
+            detail.comments.len() as i64,
+        ])?;
+    if inserted == 0 {
+        return Ok(None);
+    }
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO patch_revisions (repo, patch_id, n, head, base_commit, base_tip, author,
+                                      author_name, author_key, at_ms, event_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?;
+    for (i, r) in detail.revisions.iter().enumerate() {
+        stmt.execute(crate::sql::params![
+            p.repo,
+            p.id,
+            r.n,
+            r.head,
+            r.base_commit,
+            r.base_tip,
+            r.author.principal,
+            r.author.name,
+            r.author.key,
+            r.at_ms,
+            revision_events.get(i),
+        ])?;
+    }
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO patch_reviews (repo, patch_id, revision, author, author_name, author_key,
+                                    id, verdict, body, at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+         ON CONFLICT (repo, patch_id, revision, author) DO UPDATE SET
+           author_name = excluded.author_name, author_key = excluded.author_key,
+           id = excluded.id, verdict = excluded.verdict, body = excluded.body,
+           at_ms = excluded.at_ms",
+    )?;
+    for r in &detail.reviews {
+        stmt.execute(crate::sql::params![
+            p.repo,
+            p.id,
+            r.revision,
+            r.author.principal,
+            r.author.name,
+            r.author.key,
+            r.id,
+            r.verdict.as_str(),
+            r.body,
+            r.at_ms,
+        ])?;
+    }
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO patch_comments (repo, patch_id, position, id, author, author_name,
+                                     author_key, at_ms, body, revision, path, line)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )?;
+    for (i, c) in detail.comments.iter().enumerate() {
+        stmt.execute(crate::sql::params![
+            p.repo,
+            p.id,
+            i as i64 + 1,
+            c.id,
+            c.author.principal,
+            c.author.name,
+            c.author.key,
+            c.at_ms,
+            c.body,
+            c.revision,
+            c.inline.as_ref().map(|x| x.path.as_str()),
+            c.inline.as_ref().and_then(|x| x.line),
+        ])?;
+    }
+    for issue in &detail.issues {
+        insert_issue_link(conn, &p.repo, &p.id, issue).map_err(|e| match e {
+            PatchError::Sql(e) => e,
+            other => failure(other.to_string()),
+        })?;
+    }
+    events::append(
+        conn,
+        &NewEvent {
+            kind: "patch.imported",
+            repo: Some(&p.repo),
+            object_id: Some(&p.id),
+            actor: None,
+            payload: json!({
+                "title": p.title,
+                "base": p.base,
+                "status": p.status.as_str(),
+                "revisions": detail.revisions.len(),
+                "reviews": detail.reviews.len(),
+                "comments": detail.comments.len(),
+                "created_ms": p.created_ms,
+                "author": person_json(&p.author),
+                "merged_commit": p.merge.as_ref().map(|m| m.commit.as_str()),
+            }),
+        },
+        now,
+    )
+    .map(Some)
+}
+
+fn failure(message: String) -> crate::sql::Error {
+    crate::sql::Error::failure(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "1111111111111111111111111111111111111111";
+    const B: &str = "2222222222222222222222222222222222222222";
+    const C: &str = "3333333333333333333333333333333333333333";
+    const BASE: &str = "0000000000000000000000000000000000000abc";
+    const REPO: &str = "team/app.git";
+
+    fn db() -> crate::sql::testing::TestDb {
+        crate::sql::testing::db()
+    }
+
+    fn person(name: &str) -> Person {
+        Person {
+            principal: name.into(),
+            name: name.into(),
+            key: None,
+        }
+    }
+
+    fn ctx<'a>(actor: &'a Person, now: i64) -> WriteCtx<'a> {
+        WriteCtx {
+            repo: REPO,
+            actor,
+            max_body: 1000,
+            now,
+        }
+    }
+
+    fn rev(head: &str) -> NewRevision {
+        NewRevision {
+            head: head.into(),
+            base_commit: BASE.into(),
+            base_tip: Some(BASE.into()),
+        }
+    }
+
+    fn open_one(conn: &Connection, alice: &Person) -> String {
+        open(
+            conn,
+            &ctx(alice, 100),
+            &NewPatch {
+                title: "Fix a typo".into(),
+                body: "body".into(),
+                base: "main".into(),
+                revision: rev(A),
+                issues: vec![],
+            },
+        )
+        .unwrap()
+        .patch
+    }
+
+    fn kinds(conn: &Connection) -> Vec<String> {
+        events::after(conn, 0, 100)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect()
+    }
+
+    #[test]
+    fn open_revise_and_show() {
+        let conn = db();
+        let alice = person("alice");
+        let id = open_one(&conn, &alice);
+        let w = revise(&conn, &ctx(&alice, 200), &id[..8], &rev(B), &[]).unwrap();
+        assert_eq!(w.revision, Some(2));
+        let d = show(&conn, REPO, &id[..6]).unwrap();
+        assert_eq!(d.patch.title, "Fix a typo");
+        assert_eq!(d.patch.status, PatchStatus::Open);
+        assert_eq!(d.patch.revision_count, 2);
+        assert_eq!(
+            d.revisions
+                .iter()
+                .map(|r| r.head.as_str())
+                .collect::<Vec<_>>(),
+            vec![A, B]
+        );
+        assert_eq!(d.patch.updated_ms, 200_000);
+        assert_eq!(kinds(&conn), vec!["patch.opened", "patch.revised"]);
+        assert_eq!(
+            open_on_base(&conn, REPO, "main").unwrap(),
+            vec![(id.clone(), B.to_string())]
+        );
+        // The same head again is refused and writes nothing.
+        let err = revise(&conn, &ctx(&alice, 300), &id, &rev(B), &[]).unwrap_err();
+        assert!(err.to_string().contains("already proposes"), "{err}");
+        assert_eq!(kinds(&conn).len(), 2);
+    }
+
+    #[test]
+    fn bad_input_is_refused_before_anything_is_written() {
+        let conn = db();
+        let alice = person("alice");
+        let bad = |title: &str, r: NewRevision| {
+            open(
+                &conn,
+                &ctx(&alice, 1),
+                &NewPatch {
+                    title: title.into(),
+                    body: String::new(),
+                    base: "main".into(),
+                    revision: r,
+                    issues: vec![],
+                },
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(bad(" ", rev(A)).contains("title is empty"));
+        assert!(bad("t", rev("nope")).contains("not a full commit id"));
+        assert!(bad("t", rev(BASE)).contains("nothing to propose"));
+        let unknown_issue = open(
+            &conn,
+            &ctx(&alice, 1),
+            &NewPatch {
+                title: "t".into(),
+                body: String::new(),
+                base: "main".into(),
+                revision: rev(A),
+                issues: vec!["abcd".into()],
+            },
+        )
+        .unwrap_err();
+        assert!(
+            unknown_issue.to_string().contains("no issue matches"),
+            "{unknown_issue}"
+        );
+        assert!(kinds(&conn).is_empty());
+        let n: i64 = conn
+            .query_row("SELECT COUNT(*) FROM patches", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn a_later_vote_replaces_the_earlier_one_on_the_same_revision() {
+        let conn = db();
+        let (alice, bob) = (person("alice"), person("bob"));
+        let id = open_one(&conn, &alice);
+        let first = review(
+            &conn,
+            &ctx(&bob, 110),
+            &id,
+            None,
+            Verdict::RequestChanges,
+            "no",
+        )
+        .unwrap();
+        let second = review(&conn, &ctx(&bob, 120), &id, Some(1), Verdict::Approve, "ok").unwrap();
+        let d = show(&conn, REPO, &id).unwrap();
+        assert_eq!(d.reviews.len(), 1);
+        assert_eq!(d.reviews[0].verdict, Verdict::Approve);
+        assert_eq!(Some(d.reviews[0].id.clone()), second.event);
+        let last = events::after(&conn, 0, 100).unwrap().pop().unwrap();
+        assert_eq!(last.kind, "patch.reviewed");
+        assert_eq!(last.payload["replaces"], json!(first.event));
+        // A vote on revision 2 is a separate vote.
+        revise(&conn, &ctx(&alice, 130), &id, &rev(B), &[]).unwrap();
+        review(&conn, &ctx(&bob, 140), &id, None, Verdict::Comment, "").unwrap();
+        let d = show(&conn, REPO, &id).unwrap();
+        assert_eq!(
+            d.reviews
+                .iter()
+                .map(|r| (r.revision, r.verdict))
+                .collect::<Vec<_>>(),
+            vec![(1, Verdict::Approve), (2, Verdict::Comment)]
+        );
+        let err = review(&conn, &ctx(&bob, 150), &id, Some(3), Verdict::Approve, "").unwrap_err();
+        assert!(err.to_string().contains("has no revision 3"), "{err}");
+    }
+
+    #[test]
+    fn comments_general_and_inline() {
+        let conn = db();
+        let alice = person("alice");
+        let id = open_one(&conn, &alice);
+        comment(&conn, &ctx(&alice, 101), &id, "general", None, None).unwrap();
+        let inline = Inline {
+            path: "src/lib.rs".into(),
+            line: Some(12),
+        };
+        let w = comment(&conn, &ctx(&alice, 102), &id, "here", None, Some(&inline)).unwrap();
+        assert_eq!(w.revision, Some(1));
+        let d = show(&conn, REPO, &id).unwrap();
+        assert_eq!(d.comments.len(), 2);
+        assert_eq!(d.comments[0].inline, None);
+        assert_eq!(d.comments[0].revision, None);
+        assert_eq!(d.comments[1].inline, Some(inline));
+        assert_eq!(d.comments[1].position, 2);
+        assert_eq!(d.patch.comment_count, 2);
+        for (body, inline) in [
+            ("  ", None),
+            (
+                "x",
+                Some(Inline {
+                    path: "/etc/passwd".into(),
+                    line: None,
+                }),
+            ),
+            (
+                "x",
+                Some(Inline {
+                    path: "a".into(),
+                    line: Some(0),
+                }),
+            ),
+        ] {
+            assert!(comment(&conn, &ctx(&alice, 103), &id, body, None, inline.as_ref()).is_err());
+        }
+    }
+
+    #[test]
+    fn status_changes_close_reopen_merge() {
+        let conn = db();
+        let alice = person("alice");
+        let id = open_one(&conn, &alice);
+        close(&conn, &ctx(&alice, 101), &id).unwrap();
+        assert!(close(&conn, &ctx(&alice, 102), &id).is_err());
+        assert!(review(&conn, &ctx(&alice, 102), &id, None, Verdict::Approve, "").is_err());
+        assert!(mark_merged(&conn, &ctx(&alice, 102), &id, C, &MergedBy::Verb).is_err());
+        // Comments stay allowed on any patch.
+        comment(&conn, &ctx(&alice, 103), &id, "still here", None, None).unwrap();
+        reopen(&conn, &ctx(&alice, 104), &id).unwrap();
+        mark_merged(&conn, &ctx(&alice, 105), &id, C, &MergedBy::Verb).unwrap();
+        let p = get(&conn, REPO, &id).unwrap().unwrap();
+        assert_eq!(p.status, PatchStatus::Merged);
+        assert_eq!(p.merge.unwrap().commit, C);
+        assert!(reopen(&conn, &ctx(&alice, 106), &id).is_err());
+        assert!(open_on_base(&conn, REPO, "main").unwrap().is_empty());
+        assert_eq!(
+            kinds(&conn),
+            vec![
+                "patch.opened",
+                "patch.closed",
+                "patch.commented",
+                "patch.reopened",
+                "patch.merged"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_push_records_the_merge_of_a_closed_patch() {
+        let conn = db();
+        let alice = person("alice");
+        let id = open_one(&conn, &alice);
+        close(&conn, &ctx(&alice, 101), &id).unwrap();
+        let by = MergedBy::Push {
+            refname: "refs/heads/main".into(),
+            new: C.into(),
+            how: "reachable",
+        };
+        mark_merged(&conn, &ctx(&alice, 102), &id, C, &by).unwrap();
+        let last = events::after(&conn, 0, 100).unwrap().pop().unwrap();
+        assert_eq!(last.payload["push"]["ref"], "refs/heads/main");
+        assert_eq!(last.payload["how"], "reachable");
+    }
+
+    #[test]
+    fn issues_link_at_open_and_revise_once() {
+        let conn = db();
+        let alice = person("alice");
+        let issue = super::super::issues::open(
+            &conn,
+            &super::super::issues::WriteCtx {
+                repo: REPO,
+                actor: &alice,
+                fence: None,
+                max_body: 100,
+                now: 1,
+            },
+            &super::super::issues::NewIssue {
+                title: "bug".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .issue;
+        let id = open(
+            &conn,
+            &ctx(&alice, 10),
+            &NewPatch {
+                title: "fix".into(),
+                body: String::new(),
+                base: "main".into(),
+                revision: rev(A),
+                issues: vec![issue[..8].to_string()],
+            },
+        )
+        .unwrap()
+        .patch;
+        assert_eq!(show(&conn, REPO, &id).unwrap().issues, vec![issue.clone()]);
+        revise(
+            &conn,
+            &ctx(&alice, 11),
+            &id,
+            &rev(B),
+            std::slice::from_ref(&issue),
+        )
+        .unwrap();
+        assert!(link_issue(&conn, &ctx(&alice, 12), &id, &issue).is_err());
+        assert!(!kinds(&conn).contains(&"patch.linked".to_string()));
+    }
+
+    #[test]
+    fn counts_latest_votes_and_patches_of_an_issue() {
+        let conn = db();
+        let (alice, bob) = (person("alice"), person("bob"));
+        let issue = super::super::issues::open(
+            &conn,
+            &super::super::issues::WriteCtx {
+                repo: REPO,
+                actor: &alice,
+                fence: None,
+                max_body: 100,
+                now: 1,
+            },
+            &super::super::issues::NewIssue {
+                title: "bug".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .issue;
+        let id = open_one(&conn, &alice);
+        assert_eq!(count(&conn, REPO, StateFilter::Open).unwrap(), 1);
+        assert_eq!(count(&conn, REPO, StateFilter::Closed).unwrap(), 0);
+        assert_eq!(count(&conn, "other.git", StateFilter::All).unwrap(), 0);
+        assert!(for_issue(&conn, REPO, &issue).unwrap().is_empty());
+        link_issue(&conn, &ctx(&alice, 105), &id, &issue).unwrap();
+        let linked = for_issue(&conn, REPO, &issue).unwrap();
+        assert_eq!(linked.len(), 1);
+        assert_eq!(linked[0].id, id);
+        assert_eq!(latest_votes(&conn, REPO, &id).unwrap(), (0, 0));
+        review(&conn, &ctx(&bob, 110), &id, None, Verdict::Approve, "").unwrap();
+        review(
+            &conn,
+            &ctx(&alice, 111),
+            &id,
+            None,
+            Verdict::RequestChanges,
+            "",
+        )
+        .unwrap();
+        assert_eq!(latest_votes(&conn, REPO, &id).unwrap(), (1, 1));
+        // Votes on an older revision do not count.
+        revise(&conn, &ctx(&alice, 120), &id, &rev(B), &[]).unwrap();
+        assert_eq!(latest_votes(&conn, REPO, &id).unwrap(), (0, 0));
+        close(&conn, &ctx(&alice, 130), &id).unwrap();
+        assert_eq!(count(&conn, REPO, StateFilter::Closed).unwrap(), 1);
+        assert_eq!(count(&conn, REPO, StateFilter::All).unwrap(), 1);
+    }
+
+    #[test]
+    fn the_merge_rule_counts_votes_on_the_latest_revision() {
+        let conn = db();
+        let (alice, bob) = (person("alice"), person("bob"));
+        let id = open_one(&conn, &alice);
+        let rule = MergeRule {
+            approvals: 1,
+            ..MergeRule::default()
+        };
+        let why = |conn: &Connection| rule_allows(&show(conn, REPO, &id).unwrap(), &rule);
+        assert_eq!(
+            why(&conn).unwrap_err(),
+            "needs 1 more approval on revision 1 (0 of 1)"
+        );
+        review(&conn, &ctx(&alice, 101), &id, None, Verdict::Approve, "").unwrap();
+        assert!(
+            why(&conn).is_err(),
+            "the author's own approval does not count"
+        );
+        review(
+            &conn,
+            &ctx(&bob, 102),
+            &id,
+            None,
+            Verdict::RequestChanges,
+            "",
+        )
+        .unwrap();
+        assert_eq!(
+            why(&conn).unwrap_err(),
+            "bob requested changes on revision 1"
+        );
+        review(&conn, &ctx(&bob, 103), &id, None, Verdict::Approve, "").unwrap();
+        assert!(why(&conn).is_ok());
+        // A new revision needs its own approval.
+        revise(&conn, &ctx(&alice, 104), &id, &rev(B), &[]).unwrap();
+        assert!(why(&conn).is_err());
+        let lenient = MergeRule {
+            approvals: 1,
+            no_changes_requested: false,
+            author_may_approve: true,
+        };
+        review(&conn, &ctx(&alice, 105), &id, None, Verdict::Approve, "").unwrap();
+        assert!(rule_allows(&show(&conn, REPO, &id).unwrap(), &lenient).is_ok());
+    }
+
+    #[test]
+    fn list_pages_newest_first() {
+        let conn = db();
+        let alice = person("alice");
+        let mut ids = Vec::new();
+        for t in 0..3 {
+            let w = open(
+                &conn,
+                &ctx(&alice, 100 + t),
+                &NewPatch {
+                    title: format!("p{t}"),
+                    body: String::new(),
+                    base: "main".into(),
+                    revision: rev(A),
+                    issues: vec![],
+                },
+            )
+            .unwrap();
+            ids.push(w.patch);
+        }
+        close(&conn, &ctx(&alice, 200), &ids[0]).unwrap();
+        let page = list(
+            &conn,
+            REPO,
+            &ListQuery {
+                limit: 1,
+                ..ListQuery::default()
+            },
+        )
+        .unwrap();
+        assert!(page.more);
+        assert_eq!(page.patches[0].id, ids[2]);
+        let last = &page.patches[0];
+        let page = list(
+            &conn,
+            REPO,
+            &ListQuery {
+                limit: 5,
+                after: Some((last.created_ms, last.id.clone())),
+                ..ListQuery::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            page.patches.iter().map(|p| &p.id).collect::<Vec<_>>(),
+            vec![&ids[1]]
+        );
+        let all = list(
+            &conn,
+            REPO,
+            &ListQuery {
+                state: StateFilter::All,
+                ..ListQuery::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(all.patches.len(), 3);
+        assert!(!all.more);
+    }
+
+    #[test]
+    fn resolving_ids() {
+        let conn = db();
+        let alice = person("alice");
+        let id = open_one(&conn, &alice);
+        assert_eq!(resolve(&conn, REPO, &id[..4].to_uppercase()).unwrap(), id);
+        assert!(matches!(
+            resolve(&conn, REPO, "zz"),
+            Err(PatchError::InvalidId(_))
+        ));
+        assert!(matches!(
+            resolve(&conn, "other.git", &id),
+            Err(PatchError::NotFound(_))
+        ));
+    }
+}

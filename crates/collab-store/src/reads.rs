@@ -1,0 +1,184 @@
+//! Reads that do not queue behind writes: a small pool of read-only
+//! connections to `collab.db`, used from tokio's blocking pool.
+//!
+//! In WAL mode a reader sees the last COMMIT that finished before its read
+//! transaction began and never waits for the writer, so an answer read here
+//! includes every write already acknowledged (the writer answers only after
+//! COMMIT). Each `read` runs its closure inside one read transaction, so a
+//! multi-statement read (an issue, its comments, its links) sees one state.
+
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::sql::Connection;
+use crate::Location;
+use anyhow::{anyhow, Context as _};
+
+/// Most connections open at once; a read beyond that waits for one.
+pub const MAX_READERS: usize = 8;
+
+/// Handle to the pool; cheap to clone.
+#[derive(Clone)]
+pub struct ReadPool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    location: Location,
+    state: Mutex<PoolState>,
+    returned: Condvar,
+}
+
+struct PoolState {
+    idle: Vec<Connection>,
+    /// Connections open, idle or lent out.
+    open: usize,
+}
+
+impl ReadPool {
+    /// A pool over the database at `path` (which the writer has already
+    /// created and migrated). Connections open lazily.
+    pub fn new(location: impl Into<Location>) -> ReadPool {
+        ReadPool {
+            inner: Arc::new(Inner {
+                location: location.into(),
+                state: Mutex::new(PoolState {
+                    idle: Vec::new(),
+                    open: 0,
+                }),
+                returned: Condvar::new(),
+            }),
+        }
+    }
+
+    /// Run `f` in one read transaction on the blocking pool.
+    pub async fn read<T, F>(&self, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> anyhow::Result<T> + Send + 'static,
+    {
+        let pool = self.clone();
+        tokio::task::spawn_blocking(move || pool.read_blocking(f))
+            .await
+            .map_err(|e| anyhow!("collab database read task failed: {e}"))?
+    }
+
+    /// Run `f` in one read transaction on this thread (already blocking).
+    pub fn read_blocking<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let conn = self.take()?;
+        let result = (|| {
+            conn.begin_read()?;
+            let out = f(&conn);
+            // A read transaction has nothing to keep; ending it lets the
+            // writer checkpoint past it.
+            conn.end_read()?;
+            out
+        })();
+        match &result {
+            // A connection whose transaction may still be open is not reused.
+            Err(_) if !conn.is_autocommit() => self.forget(),
+            _ => self.give_back(conn),
+        }
+        result
+    }
+
+    fn take(&self) -> anyhow::Result<Connection> {
+        let mut state = self.inner.state.lock().expect("read pool lock");
+        loop {
+            if let Some(conn) = state.idle.pop() {
+                return Ok(conn);
+            }
+            if state.open < MAX_READERS {
+                state.open += 1;
+                drop(state);
+                return open_reader(&self.inner.location).inspect_err(|_| self.forget());
+            }
+            state = self.inner.returned.wait(state).expect("read pool lock");
+        }
+    }
+
+    fn give_back(&self, conn: Connection) {
+        let mut state = self.inner.state.lock().expect("read pool lock");
+        state.idle.push(conn);
+        self.inner.returned.notify_one();
+    }
+
+    fn forget(&self) {
+        let mut state = self.inner.state.lock().expect("read pool lock");
+        state.open -= 1;
+        self.inner.returned.notify_one();
+    }
+}
+
+fn open_reader(location: &Location) -> anyhow::Result<Connection> {
+    super::open_reader(location)
+        .with_context(|| format!("opening {} read-only", location.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::leases;
+
+    #[tokio::test]
+    async fn readers_see_committed_writes_and_do_not_wait_for_an_open_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("collab.db");
+        let writer = leases::open(&path).unwrap();
+        leases::acquire(&writer, "r", "i", "alice", None, 1).unwrap();
+        let pool = ReadPool::new(&path);
+        // A write transaction stays open while we read.
+        writer.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let claim = leases::Claim::new("r", "j", "bob", None);
+        leases::acquire_in(&writer, &claim, &leases::Policy::default(), 1).unwrap();
+        let seen = pool
+            .read(|conn| Ok(leases::live_in(conn, "r", "i", 1)?.map(|l| l.holder)))
+            .await
+            .unwrap();
+        assert_eq!(seen.as_deref(), Some("alice"));
+        let uncommitted = pool
+            .read(|conn| Ok(leases::live_in(conn, "r", "j", 1)?))
+            .await
+            .unwrap();
+        assert_eq!(uncommitted, None, "an uncommitted write is not visible");
+        writer.execute_batch("COMMIT").unwrap();
+        let committed = pool
+            .read(|conn| Ok(leases::live_in(conn, "r", "j", 1)?.is_some()))
+            .await
+            .unwrap();
+        assert!(committed);
+        // Read-only: a write through the pool fails.
+        let err = pool
+            .read(|conn| Ok(conn.execute("DELETE FROM leases", [])?))
+            .await
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("readonly"), "{err:#}");
+    }
+
+    #[test]
+    fn many_threads_share_at_most_max_readers_connections() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("collab.db");
+        drop(leases::open(&path).unwrap());
+        let pool = ReadPool::new(&path);
+        std::thread::scope(|s| {
+            for _ in 0..(MAX_READERS * 3) {
+                let pool = pool.clone();
+                s.spawn(move || {
+                    for _ in 0..20 {
+                        let n: i64 = pool
+                            .read_blocking(|c| {
+                                Ok(c.query_row("SELECT COUNT(*) FROM leases", [], |r| r.get(0))?)
+                            })
+                            .unwrap();
+                        assert_eq!(n, 0);
+                    }
+                });
+            }
+        });
+        let state = pool.inner.state.lock().unwrap();
+        assert!(state.open <= MAX_READERS && state.open == state.idle.len());
+    }
+}

@@ -1,0 +1,622 @@
+//! The storage interface: one connection type over the two databases the
+//! collab state can live in, embedded SQLite (`collab.db`, the default) and
+//! PostgreSQL (`collab_db = "postgres://…"`).
+//!
+//! The domain modules (`leases`, `issues`, `patches`, …) are plain functions
+//! over a [`Connection`] and write their SQL once, in the dialect both
+//! databases share: `?N` placeholders (rewritten to `$N` for PostgreSQL),
+//! `ON CONFLICT … DO …` upserts, `COALESCE`, no SQLite-only functions, and
+//! integer columns read as 64-bit integers on both sides (the PostgreSQL
+//! schema declares them `BIGINT`). The API mirrors the subset of rusqlite's
+//! that the domain code uses, so a function reads the same whichever
+//! database it runs on.
+//!
+//! What differs lives here and in `pg`:
+//! - **Transactions.** [`Behavior::Immediate`] is a write transaction: on
+//!   SQLite `BEGIN IMMEDIATE` (the database's one write lock), on PostgreSQL
+//!   `BEGIN` followed by the transaction-scoped advisory lock
+//!   [`pg::WRITE_LOCK`], which every writer on every node takes first. Writes
+//!   are therefore serial on both backends, which is what the lease
+//!   decisions, the gap-free event `seq` and every read-modify-write in the
+//!   domain code assume. A read transaction ([`Connection::begin_read`]) is a
+//!   WAL snapshot on SQLite and `REPEATABLE READ READ ONLY` on PostgreSQL:
+//!   one consistent view, never waiting for a writer.
+//! - **Errors inside a transaction.** PostgreSQL aborts the whole
+//!   transaction on any error; code that carries on after a failed statement
+//!   must do it under a `SAVEPOINT` (the writer runs every operation in one).
+
+mod pg;
+mod value;
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+
+pub use value::{FromSql, ToSql, Value, ValueRef};
+
+/// `rusqlite::params!` for this interface: a slice of parameters.
+#[macro_export]
+macro_rules! sql_params {
+    () => {
+        &[] as &[&dyn $crate::sql::ToSql]
+    };
+    ($($param:expr),+ $(,)?) => {
+        &[$(&$param as &dyn $crate::sql::ToSql),+] as &[&dyn $crate::sql::ToSql]
+    };
+}
+pub use crate::sql_params as params;
+
+/// Where the collab database lives: the `collab_db` setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A SQLite file (the embedded default).
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection URL (`postgres://…`). May hold a password:
+    /// print it with [`Location::display`].
+    Postgres(String),
+}
+
+impl Location {
+    /// Read a `collab_db` value: a `postgres://` or `postgresql://` URL, a
+    /// `sqlite:` path, or a plain path.
+    pub fn parse(value: &str) -> Location {
+        if value.starts_with("postgres://") || value.starts_with("postgresql://") {
+            Location::Postgres(value.to_string())
+        } else if let Some(path) = value.strip_prefix("sqlite:") {
+            Location::Sqlite(PathBuf::from(path.strip_prefix("//").unwrap_or(path)))
+        } else {
+            Location::Sqlite(PathBuf::from(value))
+        }
+    }
+
+    /// The SQLite file, if that is where the database is.
+    pub fn sqlite_path(&self) -> Option<&Path> {
+        match self {
+            Location::Sqlite(path) => Some(path),
+            Location::Postgres(_) => None,
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        matches!(self, Location::Postgres(_))
+    }
+
+    /// The location for messages and `config show`: a URL's password is
+    /// replaced by `***`.
+    pub fn display(&self) -> String {
+        match self {
+            Location::Sqlite(path) => path.display().to_string(),
+            Location::Postgres(url) => pg::redact(url),
+        }
+    }
+
+    /// The string form the hooks' environment carries (`parse` reads it back).
+    pub fn to_setting(&self) -> String {
+        match self {
+            Location::Sqlite(path) => path.display().to_string(),
+            Location::Postgres(url) => url.clone(),
+        }
+    }
+}
+
+impl From<&str> for Location {
+    fn from(value: &str) -> Location {
+        Location::parse(value)
+    }
+}
+
+impl From<&Path> for Location {
+    fn from(path: &Path) -> Location {
+        Location::Sqlite(path.to_path_buf())
+    }
+}
+
+impl From<&PathBuf> for Location {
+    fn from(path: &PathBuf) -> Location {
+        Location::Sqlite(path.clone())
+    }
+}
+
+impl From<&Location> for Location {
+    fn from(location: &Location) -> Location {
+        location.clone()
+    }
+}
+
+impl From<PathBuf> for Location {
+    fn from(path: PathBuf) -> Location {
+        Location::Sqlite(path)
+    }
+}
+
+/// What a database call fails with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `query_row` found no row (`OptionalExtension::optional` turns it into
+    /// `None`).
+    #[error("query returned no rows")]
+    QueryReturnedNoRows,
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("{}", pg::describe(.0))]
+    Postgres(#[from] postgres::Error),
+    /// A value did not convert between Rust and SQL.
+    #[error("{0}")]
+    Conversion(String),
+    /// Refused by our own code (a newer schema, a bad setting, …).
+    #[error("{0}")]
+    Failure(String),
+}
+
+impl Error {
+    pub fn failure(message: impl Into<String>) -> Error {
+        Error::Failure(message.into())
+    }
+
+    pub fn conversion(message: impl Into<String>) -> Error {
+        Error::Conversion(message.into())
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `rusqlite::OptionalExtension`: no row becomes `None`.
+pub trait OptionalExtension<T> {
+    fn optional(self) -> Result<Option<T>>;
+}
+
+impl<T> OptionalExtension<T> for Result<T> {
+    fn optional(self) -> Result<Option<T>> {
+        match self {
+            Ok(v) => Ok(Some(v)),
+            Err(Error::QueryReturnedNoRows) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// How a transaction begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behavior {
+    /// A read (or a write that takes no lock first): SQLite `BEGIN DEFERRED`,
+    /// PostgreSQL `BEGIN`.
+    Deferred,
+    /// A write that holds the database's write lock from its first statement.
+    Immediate,
+}
+
+/// rusqlite's name, kept so the call sites read the same.
+pub use Behavior as TransactionBehavior;
+
+/// One connection to the collab database.
+pub enum Connection {
+    Sqlite(rusqlite::Connection),
+    Postgres(Box<pg::PgConnection>),
+}
+
+impl From<rusqlite::Connection> for Connection {
+    fn from(conn: rusqlite::Connection) -> Connection {
+        Connection::Sqlite(conn)
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Connection::Sqlite(_) => "Connection(sqlite)",
+            Connection::Postgres(_) => "Connection(postgres)",
+        })
+    }
+}
+
+impl Connection {
+    /// A SQLite file as it is, without the settings or the schema
+    /// `db::open` gives it (tests that look at a file).
+    pub fn open(path: impl AsRef<Path>) -> Result<Connection> {
+        Ok(Connection::Sqlite(rusqlite::Connection::open(path)?))
+    }
+
+    /// A fresh in-memory SQLite database (unit tests).
+    pub fn open_in_memory() -> Result<Connection> {
+        Ok(Connection::Sqlite(rusqlite::Connection::open_in_memory()?))
+    }
+
+    /// A connection to the PostgreSQL database at `url`.
+    pub fn open_postgres(url: &str) -> Result<Connection> {
+        Ok(Connection::Postgres(Box::new(pg::PgConnection::connect(
+            url,
+        )?)))
+    }
+
+    /// The SQLite connection underneath, for what only SQLite has (pragmas,
+    /// the online backup).
+    pub fn as_sqlite(&self) -> Option<&rusqlite::Connection> {
+        match self {
+            Connection::Sqlite(c) => Some(c),
+            Connection::Postgres(_) => None,
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        matches!(self, Connection::Postgres(_))
+    }
+
+    /// Run `sql` (one or more statements, no parameters, no rows).
+    pub fn execute_batch(&self, sql: &str) -> Result<()> {
+        match self {
+            Connection::Sqlite(c) => Ok(c.execute_batch(sql)?),
+            Connection::Postgres(c) => c.batch(sql),
+        }
+    }
+
+    /// Run one statement; the number of rows it changed.
+    pub fn execute<P: Params>(&self, sql: &str, params: P) -> Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+
+    /// The first row of `sql`, mapped by `f`; `QueryReturnedNoRows` if none.
+    pub fn query_row<T, P, F>(&self, sql: &str, params: P, f: F) -> Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> Result<T>,
+    {
+        self.prepare_cached(sql)?.query_row(params, f)
+    }
+
+    /// A statement, kept in the connection's cache for the next call.
+    pub fn prepare_cached(&self, sql: &str) -> Result<Statement<'_>> {
+        match self {
+            Connection::Sqlite(c) => Ok(Statement::Sqlite(c.prepare_cached(sql)?)),
+            Connection::Postgres(c) => Ok(Statement::Postgres(c.prepare(sql)?)),
+        }
+    }
+
+    /// A statement (PostgreSQL caches it too; SQLite does not).
+    pub fn prepare(&self, sql: &str) -> Result<Statement<'_>> {
+        self.prepare_cached(sql)
+    }
+
+    /// Begin a transaction on this connection; it rolls back on drop unless
+    /// committed.
+    pub fn transaction_with_behavior(&self, behavior: Behavior) -> Result<Transaction<'_>> {
+        Transaction::new_unchecked(self, behavior)
+    }
+
+    /// rusqlite's name for a deferred transaction begun through `&self`.
+    pub fn unchecked_transaction(&self) -> Result<Transaction<'_>> {
+        Transaction::new_unchecked(self, Behavior::Deferred)
+    }
+
+    pub fn transaction(&self) -> Result<Transaction<'_>> {
+        Transaction::new_unchecked(self, Behavior::Deferred)
+    }
+
+    /// Begin a read transaction: one consistent snapshot for several
+    /// statements, never waiting for writers. End it with `end_read`.
+    pub fn begin_read(&self) -> Result<()> {
+        match self {
+            Connection::Sqlite(c) => Ok(c.execute_batch("BEGIN")?),
+            Connection::Postgres(c) => c.begin_read(),
+        }
+    }
+
+    /// End a read transaction begun by `begin_read`.
+    pub fn end_read(&self) -> Result<()> {
+        match self {
+            Connection::Sqlite(c) => Ok(c.execute_batch("ROLLBACK")?),
+            Connection::Postgres(c) => c.end("ROLLBACK"),
+        }
+    }
+
+    /// Tell PostgreSQL listeners on `channel` (an SQL identifier) when the
+    /// open transaction commits, once however often asked; SQLite has no
+    /// listeners, so there it does nothing.
+    pub fn notify(&self, channel: &'static str) -> Result<()> {
+        match self {
+            Connection::Sqlite(_) => Ok(()),
+            Connection::Postgres(c) => c.notify(channel),
+        }
+    }
+
+    /// No transaction is open on this connection.
+    pub fn is_autocommit(&self) -> bool {
+        match self {
+            Connection::Sqlite(c) => c.is_autocommit(),
+            Connection::Postgres(c) => !c.in_transaction(),
+        }
+    }
+}
+
+/// An open transaction; derefs to its connection. Dropped without
+/// `commit`, it rolls back.
+pub struct Transaction<'c> {
+    conn: &'c Connection,
+    done: bool,
+}
+
+impl<'c> Transaction<'c> {
+    /// Begin on `conn` (which must not be in a transaction).
+    pub fn new_unchecked(conn: &'c Connection, behavior: Behavior) -> Result<Transaction<'c>> {
+        match conn {
+            Connection::Sqlite(c) => c.execute_batch(match behavior {
+                Behavior::Deferred => "BEGIN DEFERRED",
+                Behavior::Immediate => "BEGIN IMMEDIATE",
+            })?,
+            Connection::Postgres(c) => c.begin(behavior)?,
+        }
+        Ok(Transaction { conn, done: false })
+    }
+
+    pub fn commit(mut self) -> Result<()> {
+        self.done = true;
+        match self.conn {
+            Connection::Sqlite(c) => Ok(c.execute_batch("COMMIT")?),
+            Connection::Postgres(c) => c.end("COMMIT"),
+        }
+    }
+
+    fn rollback_now(&self) -> Result<()> {
+        match self.conn {
+            Connection::Sqlite(c) if c.is_autocommit() => Ok(()),
+            Connection::Sqlite(c) => Ok(c.execute_batch("ROLLBACK")?),
+            Connection::Postgres(c) => c.end("ROLLBACK"),
+        }
+    }
+}
+
+impl std::ops::Deref for Transaction<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            if let Err(e) = self.rollback_now() {
+                tracing::warn!("rolling back a collab database transaction: {e}");
+            }
+        }
+    }
+}
+
+/// Parameters of one statement.
+pub trait Params {
+    fn values(&self) -> Result<Vec<ValueRef<'_>>>;
+}
+
+impl Params for &[&dyn ToSql] {
+    fn values(&self) -> Result<Vec<ValueRef<'_>>> {
+        self.iter().map(|p| p.to_sql()).collect()
+    }
+}
+
+impl Params for &Vec<&dyn ToSql> {
+    fn values(&self) -> Result<Vec<ValueRef<'_>>> {
+        self.iter().map(|p| p.to_sql()).collect()
+    }
+}
+
+impl Params for [&dyn ToSql; 0] {
+    fn values(&self) -> Result<Vec<ValueRef<'_>>> {
+        Ok(Vec::new())
+    }
+}
+
+macro_rules! array_params {
+    ($($n:literal),*) => {$(
+        impl<T: ToSql> Params for [T; $n] {
+            fn values(&self) -> Result<Vec<ValueRef<'_>>> {
+                self.iter().map(|p| p.to_sql()).collect()
+            }
+        }
+        impl<T: ToSql> Params for &[T; $n] {
+            fn values(&self) -> Result<Vec<ValueRef<'_>>> {
+                self.iter().map(|p| p.to_sql()).collect()
+            }
+        }
+    )*};
+}
+array_params!(1, 2, 3, 4, 5, 6, 7, 8);
+
+/// `rusqlite::params_from_iter`: parameters from an iterator of values.
+pub struct ParamsFromIter<T>(Vec<T>);
+
+pub fn params_from_iter<I>(iter: I) -> ParamsFromIter<I::Item>
+where
+    I: IntoIterator,
+    I::Item: ToSql,
+{
+    ParamsFromIter(iter.into_iter().collect())
+}
+
+impl<T: ToSql> Params for ParamsFromIter<T> {
+    fn values(&self) -> Result<Vec<ValueRef<'_>>> {
+        self.0.iter().map(|p| p.to_sql()).collect()
+    }
+}
+
+/// Bind our values as rusqlite parameters.
+fn sqlite_params<'a>(values: &'a [ValueRef<'a>]) -> impl Iterator<Item = SqliteValue<'a>> + 'a {
+    values.iter().map(|v| SqliteValue(*v))
+}
+
+struct SqliteValue<'a>(ValueRef<'a>);
+
+impl rusqlite::ToSql for SqliteValue<'_> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::ValueRef as V;
+        Ok(rusqlite::types::ToSqlOutput::Borrowed(match self.0 {
+            ValueRef::Null => V::Null,
+            ValueRef::Integer(v) => V::Integer(v),
+            ValueRef::Real(v) => V::Real(v),
+            ValueRef::Text(s) => V::Text(s.as_bytes()),
+            ValueRef::Blob(b) => V::Blob(b),
+        }))
+    }
+}
+
+fn from_sqlite_ref(v: rusqlite::types::ValueRef<'_>) -> Result<ValueRef<'_>> {
+    use rusqlite::types::ValueRef as V;
+    Ok(match v {
+        V::Null => ValueRef::Null,
+        V::Integer(i) => ValueRef::Integer(i),
+        V::Real(r) => ValueRef::Real(r),
+        V::Text(t) => ValueRef::Text(
+            std::str::from_utf8(t).map_err(|e| Error::conversion(format!("text column: {e}")))?,
+        ),
+        V::Blob(b) => ValueRef::Blob(b),
+    })
+}
+
+/// A prepared statement.
+pub enum Statement<'c> {
+    Sqlite(rusqlite::CachedStatement<'c>),
+    Postgres(pg::PgStatement<'c>),
+}
+
+impl Statement<'_> {
+    /// Run it; the number of rows changed.
+    pub fn execute<P: Params>(&mut self, params: P) -> Result<usize> {
+        let values = params.values()?;
+        match self {
+            Statement::Sqlite(s) => {
+                Ok(s.execute(rusqlite::params_from_iter(sqlite_params(&values)))?)
+            }
+            Statement::Postgres(s) => s.execute(&values),
+        }
+    }
+
+    /// Whether it returns at least one row.
+    pub fn exists<P: Params>(&mut self, params: P) -> Result<bool> {
+        let mut rows = self.query(params)?;
+        Ok(rows.next()?.is_some())
+    }
+
+    pub fn query_row<T, P, F>(&mut self, params: P, f: F) -> Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> Result<T>,
+    {
+        let mut rows = self.query(params)?;
+        match rows.next()? {
+            Some(row) => f(&row),
+            None => Err(Error::QueryReturnedNoRows),
+        }
+    }
+
+    pub fn query<P: Params>(&mut self, params: P) -> Result<Rows<'_>> {
+        let values = params.values()?;
+        match self {
+            Statement::Sqlite(s) => Ok(Rows::Sqlite(
+                s.query(rusqlite::params_from_iter(sqlite_params(&values)))?,
+            )),
+            Statement::Postgres(s) => Ok(Rows::Postgres(s.query(&values)?.into_iter(), None)),
+        }
+    }
+
+    /// Every row mapped by `f`, lazily.
+    pub fn query_map<T, P, F>(&mut self, params: P, f: F) -> Result<MappedRows<'_, F>>
+    where
+        P: Params,
+        F: FnMut(&Row<'_>) -> Result<T>,
+    {
+        Ok(MappedRows {
+            rows: self.query(params)?,
+            f,
+        })
+    }
+}
+
+/// Rows of a query.
+pub enum Rows<'s> {
+    Sqlite(rusqlite::Rows<'s>),
+    Postgres(
+        std::vec::IntoIter<postgres::Row>,
+        Option<Box<postgres::Row>>,
+    ),
+}
+
+impl Rows<'_> {
+    /// The next row, if any.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Row<'_>>> {
+        match self {
+            Rows::Sqlite(rows) => Ok(rows.next()?.map(Row::Sqlite)),
+            Rows::Postgres(rows, current) => {
+                *current = rows.next().map(Box::new);
+                Ok(current.as_deref().map(Row::Postgres))
+            }
+        }
+    }
+}
+
+/// `query_map`'s iterator.
+pub struct MappedRows<'s, F> {
+    rows: Rows<'s>,
+    f: F,
+}
+
+impl<T, F> Iterator for MappedRows<'_, F>
+where
+    F: FnMut(&Row<'_>) -> Result<T>,
+{
+    type Item = Result<T>;
+
+    fn next(&mut self) -> Option<Result<T>> {
+        let f = &mut self.f;
+        match self.rows.next() {
+            Ok(Some(row)) => Some(f(&row)),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
+
+/// One row.
+pub enum Row<'r> {
+    Sqlite(&'r rusqlite::Row<'r>),
+    Postgres(&'r postgres::Row),
+}
+
+/// A column, by position or by name.
+pub trait RowIndex {
+    fn position(&self, row: &Row<'_>) -> Result<usize>;
+}
+
+impl RowIndex for usize {
+    fn position(&self, _row: &Row<'_>) -> Result<usize> {
+        Ok(*self)
+    }
+}
+
+impl RowIndex for &str {
+    fn position(&self, row: &Row<'_>) -> Result<usize> {
+        let found = match row {
+            Row::Sqlite(r) => r.as_ref().column_index(self).ok(),
+            Row::Postgres(r) => r.columns().iter().position(|c| c.name() == *self),
+        };
+        found.ok_or_else(|| Error::conversion(format!("no column named {self}")))
+    }
+}
+
+impl Row<'_> {
+    /// Column `idx` read as `T`.
+    pub fn get<I: RowIndex, T: FromSql>(&self, idx: I) -> Result<T> {
+        let i = idx.position(self)?;
+        match self {
+            Row::Sqlite(r) => T::column_result(from_sqlite_ref(r.get_ref(i)?)?),
+            Row::Postgres(r) => T::column_result(pg::column(r, i)?),
+        }
+    }
+}
+
+/// The per-connection statement cache of PostgreSQL connections.
+type StatementCache = RefCell<std::collections::HashMap<String, postgres::Statement>>;
+
+/// Throwaway databases for tests: this crate's unit tests, and (with the
+/// `testing` feature) the server's tests through `collab-testkit`.
+#[cfg(any(test, feature = "testing"))]
+pub mod test_database;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

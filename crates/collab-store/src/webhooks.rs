@@ -1,0 +1,309 @@
+//! Webhook subscriptions and their delivery log in `collab.db`, as plain
+//! functions over a connection (`now` passed in). The delivery engine
+//! (`webhooks`) decides what to send; this module only stores.
+//!
+//! A subscription's progress through the event log is its `cursor`: every
+//! event with `seq <= cursor` has been delivered or did not match. The
+//! event after the cursor may be mid-retry (`attempts`, `failing_since`,
+//! `next_attempt_at`). Both move only in the writer's transactions, with
+//! the attempt row that explains them, so a crash loses at most the
+//! knowledge that an attempt succeeded (it is then sent again, with the
+//! same `webhook-id`: at least once).
+
+use crate::sql::{params, Connection, OptionalExtension as _};
+
+/// A stored subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Webhook {
+    pub id: String,
+    /// `ssh` (added with `collab-hook add`), `config` or `governance`.
+    pub origin: String,
+    /// The principal that added it; `config` / `governance` for declared ones.
+    pub owner: String,
+    pub repo_glob: String,
+    pub url: String,
+    /// Type patterns; empty = every type.
+    pub events: Vec<String>,
+    /// `whsec_…` HMAC secret, if any.
+    pub secret: Option<String>,
+    pub active: bool,
+    pub disabled_reason: Option<String>,
+    pub created_at: i64,
+    pub cursor: i64,
+    pub attempts: i64,
+    pub failing_since: Option<i64>,
+    pub next_attempt_at: Option<i64>,
+}
+
+/// One HTTP attempt.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Attempt {
+    pub id: i64,
+    pub webhook_id: String,
+    /// The `webhook-id` header (`<webhook>-<seq>`, or `<webhook>-test-…`).
+    pub message_id: String,
+    pub seq: Option<i64>,
+    pub at: i64,
+    /// HTTP status, `None` when no response came.
+    pub status: Option<i64>,
+    /// `delivered`, `failed` or `refused` (SSRF guard).
+    pub outcome: String,
+    pub latency_ms: i64,
+    /// The response body (or the error), truncated.
+    pub response: String,
+}
+
+const COLUMNS: &str = "id, origin, owner, repo_glob, url, events, secret, active, \
+     disabled_reason, created_at, cursor, attempts, failing_since, next_attempt_at";
+
+fn row(r: &crate::sql::Row<'_>) -> crate::sql::Result<Webhook> {
+    let events: String = r.get(5)?;
+    Ok(Webhook {
+        id: r.get(0)?,
+        origin: r.get(1)?,
+        owner: r.get(2)?,
+        repo_glob: r.get(3)?,
+        url: r.get(4)?,
+        events: serde_json::from_str(&events).unwrap_or_default(),
+        secret: r.get(6)?,
+        active: r.get::<_, i64>(7)? != 0,
+        disabled_reason: r.get(8)?,
+        created_at: r.get(9)?,
+        cursor: r.get(10)?,
+        attempts: r.get(11)?,
+        failing_since: r.get(12)?,
+        next_attempt_at: r.get(13)?,
+    })
+}
+
+/// Insert a new subscription (its cursor decides where delivery starts).
+pub fn insert(conn: &Connection, hook: &Webhook) -> crate::sql::Result<()> {
+    conn.execute(
+        &format!(
+            "INSERT INTO webhooks ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+        ),
+        params![
+            hook.id,
+            hook.origin,
+            hook.owner,
+            hook.repo_glob,
+            hook.url,
+            serde_json::to_string(&hook.events).unwrap_or_else(|_| "[]".into()),
+            hook.secret,
+            hook.active as i64,
+            hook.disabled_reason,
+            hook.created_at,
+            hook.cursor,
+            hook.attempts,
+            hook.failing_since,
+            hook.next_attempt_at,
+        ],
+    )?;
+    Ok(())
+}
+
+/// Update what a declaration says (url, glob, patterns, secret) of a
+/// declared subscription, keeping its delivery state.
+pub fn update_declared(conn: &Connection, hook: &Webhook) -> crate::sql::Result<()> {
+    conn.execute(
+        "UPDATE webhooks SET repo_glob = ?2, url = ?3, events = ?4, secret = ?5 WHERE id = ?1",
+        params![
+            hook.id,
+            hook.repo_glob,
+            hook.url,
+            serde_json::to_string(&hook.events).unwrap_or_else(|_| "[]".into()),
+            hook.secret,
+        ],
+    )?;
+    Ok(())
+}
+
+pub fn get(conn: &Connection, id: &str) -> crate::sql::Result<Option<Webhook>> {
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM webhooks WHERE id = ?1"))?
+        .query_row([id], row)
+        .optional()
+}
+
+/// Every subscription, oldest first.
+pub fn list(conn: &Connection) -> crate::sql::Result<Vec<Webhook>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM webhooks ORDER BY created_at, id"
+    ))?;
+    let rows = stmt.query_map([], row)?;
+    rows.collect()
+}
+
+/// Delete a subscription and its log; false if it did not exist.
+pub fn remove(conn: &Connection, id: &str) -> crate::sql::Result<bool> {
+    conn.execute("DELETE FROM webhook_attempts WHERE webhook_id = ?1", [id])?;
+    Ok(conn.execute("DELETE FROM webhooks WHERE id = ?1", [id])? > 0)
+}
+
+/// Re-activate a subscription, clearing its failure streak.
+pub fn enable(conn: &Connection, id: &str) -> crate::sql::Result<bool> {
+    Ok(conn.execute(
+        "UPDATE webhooks SET active = 1, disabled_reason = NULL, attempts = 0,
+             failing_since = NULL, next_attempt_at = NULL WHERE id = ?1",
+        [id],
+    )? > 0)
+}
+
+/// Log one attempt; returns its id.
+pub fn log_attempt(conn: &Connection, attempt: &Attempt) -> crate::sql::Result<i64> {
+    conn.prepare_cached(
+        "INSERT INTO webhook_attempts (webhook_id, message_id, seq, at, status, outcome, latency_ms, response)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id",
+    )?
+    .query_row(
+        params![
+            attempt.webhook_id,
+            attempt.message_id,
+            attempt.seq,
+            attempt.at,
+            attempt.status,
+            attempt.outcome,
+            attempt.latency_ms,
+            attempt.response,
+        ],
+        |r| r.get(0),
+    )
+}
+
+/// The event after the cursor was delivered (or skipped): move the cursor
+/// to `seq` (never backwards) and clear the retry state.
+pub fn advance(conn: &Connection, id: &str, seq: i64) -> crate::sql::Result<()> {
+    conn.prepare_cached(
+        "UPDATE webhooks SET cursor = CASE WHEN ?2 > cursor THEN ?2 ELSE cursor END, attempts = 0, failing_since = NULL,
+             next_attempt_at = NULL WHERE id = ?1",
+    )?
+    .execute(params![id, seq])?;
+    Ok(())
+}
+
+/// An attempt at the event after the cursor failed: count it and schedule
+/// the next one.
+pub fn failed(
+    conn: &Connection,
+    id: &str,
+    now: i64,
+    next_attempt_at: i64,
+) -> crate::sql::Result<()> {
+    conn.prepare_cached(
+        "UPDATE webhooks SET attempts = attempts + 1, failing_since = COALESCE(failing_since, ?2),
+             next_attempt_at = ?3 WHERE id = ?1",
+    )?
+    .execute(params![id, now, next_attempt_at])?;
+    Ok(())
+}
+
+/// Turn a subscription off (continuous failure), saying why.
+pub fn disable(conn: &Connection, id: &str, reason: &str) -> crate::sql::Result<()> {
+    conn.execute(
+        "UPDATE webhooks SET active = 0, disabled_reason = ?2, next_attempt_at = NULL WHERE id = ?1",
+        params![id, reason],
+    )?;
+    Ok(())
+}
+
+/// The newest attempts of a subscription, newest first.
+pub fn attempts(
+    conn: &Connection,
+    webhook_id: &str,
+    limit: i64,
+) -> crate::sql::Result<Vec<Attempt>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, webhook_id, message_id, seq, at, status, outcome, latency_ms, response
+         FROM webhook_attempts WHERE webhook_id = ?1 ORDER BY id DESC LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![webhook_id, limit], |r| {
+        Ok(Attempt {
+            id: r.get(0)?,
+            webhook_id: r.get(1)?,
+            message_id: r.get(2)?,
+            seq: r.get(3)?,
+            at: r.get(4)?,
+            status: r.get(5)?,
+            outcome: r.get(6)?,
+            latency_ms: r.get(7)?,
+            response: r.get(8)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// Delete log rows older than `cutoff`; returns how many.
+pub fn prune_attempts(conn: &Connection, cutoff: i64, limit: i64) -> crate::sql::Result<usize> {
+    conn.prepare_cached(
+        "DELETE FROM webhook_attempts WHERE id IN
+           (SELECT id FROM webhook_attempts WHERE at < ?1 ORDER BY id LIMIT ?2)",
+    )?
+    .execute(params![cutoff, limit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> crate::sql::testing::TestDb {
+        crate::sql::testing::db()
+    }
+
+    fn hook(id: &str) -> Webhook {
+        Webhook {
+            id: id.into(),
+            origin: "ssh".into(),
+            owner: "alice".into(),
+            repo_glob: "team/*".into(),
+            url: "https://example.com/hook".into(),
+            events: vec!["lease.*".into()],
+            secret: None,
+            active: true,
+            disabled_reason: None,
+            created_at: 100,
+            cursor: 7,
+            attempts: 0,
+            failing_since: None,
+            next_attempt_at: None,
+        }
+    }
+
+    #[test]
+    fn delivery_state_moves_forward_only() {
+        let conn = db();
+        insert(&conn, &hook("wh1")).unwrap();
+        failed(&conn, "wh1", 200, 210).unwrap();
+        failed(&conn, "wh1", 210, 230).unwrap();
+        let h = get(&conn, "wh1").unwrap().unwrap();
+        assert_eq!(
+            (h.attempts, h.failing_since, h.next_attempt_at),
+            (2, Some(200), Some(230))
+        );
+        advance(&conn, "wh1", 9).unwrap();
+        advance(&conn, "wh1", 8).unwrap();
+        let h = get(&conn, "wh1").unwrap().unwrap();
+        assert_eq!((h.cursor, h.attempts, h.failing_since), (9, 0, None));
+        assert_eq!(h.events, vec!["lease.*".to_string()]);
+        disable(&conn, "wh1", "failing").unwrap();
+        assert!(!get(&conn, "wh1").unwrap().unwrap().active);
+        assert!(enable(&conn, "wh1").unwrap());
+        assert!(get(&conn, "wh1").unwrap().unwrap().active);
+        let attempt = Attempt {
+            id: 0,
+            webhook_id: "wh1".into(),
+            message_id: "wh1-9".into(),
+            seq: Some(9),
+            at: 300,
+            status: Some(500),
+            outcome: "failed".into(),
+            latency_ms: 3,
+            response: "oops".into(),
+        };
+        let first = log_attempt(&conn, &attempt).unwrap();
+        let second = log_attempt(&conn, &attempt).unwrap();
+        assert!(second > first);
+        assert_eq!(attempts(&conn, "wh1", 1).unwrap()[0].id, second);
+        assert_eq!(prune_attempts(&conn, 301, 10).unwrap(), 2);
+        assert!(remove(&conn, "wh1").unwrap());
+        assert!(get(&conn, "wh1").unwrap().is_none());
+    }
+}

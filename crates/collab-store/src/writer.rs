@@ -1,0 +1,1083 @@
+//! The lease store as the async server sees it: one dedicated writer thread
+//! that owns the `collab.db` connection and group-commits every write.
+//! It owns threading, batching, the clock and durable acknowledgement;
+//! every lease decision stays in `leases`.
+//!
+//! Why one writer: with `synchronous=FULL` each COMMIT waits for an fsync,
+//! so a transaction per operation is bounded by the disk (measured ~4,200/s
+//! quiet, ~370/s under load), and several contending writer connections do
+//! no better while SQLite's busy handler starves some of them. Instead the
+//! writer blocks for the first queued operation, takes whatever else is
+//! queued (up to [`MAX_GROUP`]), runs them all in ONE `BEGIN IMMEDIATE`
+//! transaction with a SAVEPOINT per operation (a failing operation rolls back
+//! alone and gets its own error), COMMITs once, and only then answers each
+//! caller. One fsync thus acknowledges the whole group, and no caller hears
+//! "acquired" before its lease is on disk. Operations run in arrival order.
+//!
+//! Reads (`current`, `list`, `status`) go through the same queue, which
+//! keeps every answer consistent with the writes queued before it. A group
+//! with nothing to write commits without an fsync.
+//!
+//! Two signals leave the writer, for the server's lease machinery
+//! (`crate::leasing`): [`LeaseService::due`] is the earliest instant a
+//! tenure ends or a lock delay runs out (the expiry timer sleeps until it),
+//! and [`LeaseService::changes`] ticks after every committed group that may
+//! have made work available (a release, break, expiry, or any generic write
+//! such as an issue closing), which is when waiters try again.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::sql::{Connection, TransactionBehavior};
+use crate::Location;
+use anyhow::{anyhow, Context};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::leases::{self, Acquire, Break, Claim, Expired, Lease, Policy, Release, Renew};
+use crate::queue::{self, Next, NextRequest};
+
+/// Most operations one transaction carries; bounds how long the first
+/// caller in a group waits behind the others.
+pub const MAX_GROUP: usize = 256;
+
+/// Queued operations beyond this make callers wait to enqueue (backpressure).
+const QUEUE_DEPTH: usize = 4096;
+
+/// Unix seconds. Injected so tests can move time without sleeping.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// Handle to the lease store. Cheap to clone; the writer thread stops, after
+/// answering everything already queued, when the last handle drops.
+#[derive(Clone)]
+pub struct LeaseService {
+    inner: Arc<Inner>,
+}
+
+/// How much work the writer has committed, for benchmarks and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Transactions attempted (each carries one group).
+    pub groups: u64,
+    /// Operations carried by those transactions.
+    pub ops: u64,
+}
+
+struct Inner {
+    queue: Option<mpsc::Sender<Job>>,
+    /// The highest committed event `seq` known to this process: the writer
+    /// publishes it after every COMMIT, others (`publish_event_head`) after
+    /// writes made by other processes (git hooks, the host CLI).
+    event_head: watch::Sender<i64>,
+    writer: Option<JoinHandle<()>>,
+    policy: Policy,
+    counters: Arc<Counters>,
+    due: watch::Receiver<Option<i64>>,
+    changes: watch::Receiver<u64>,
+    /// The writer's `changes` signal, also raised when another process
+    /// (a hook, another node) was seen writing.
+    changes_tx: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct Counters {
+    groups: AtomicU64,
+    ops: AtomicU64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the queue ends the writer once it has drained it; joining
+        // means the database is closed when the last handle is gone.
+        self.queue.take();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+struct Job {
+    op: Op,
+    reply: oneshot::Sender<anyhow::Result<Outcome>>,
+}
+
+enum Op {
+    Acquire(Claim),
+    /// The work queue's `next`: pick the first ready issue and acquire it.
+    Next(NextRequest),
+    Renew(Claim),
+    Release {
+        repo: String,
+        issue_id: String,
+        holder: String,
+    },
+    Break {
+        repo: String,
+        issue_id: String,
+        by: String,
+        reason: String,
+    },
+    Current {
+        repo: String,
+        issue_id: String,
+    },
+    List {
+        repo: String,
+    },
+    Status {
+        repo: String,
+        issue_id: String,
+    },
+    /// End what is due (the expiry timer's pass).
+    ExpireDue,
+    /// Any other write (issues, events, ...): runs under its own SAVEPOINT
+    /// in the group like the lease operations; its typed result travels
+    /// back as `Any` and is answered only after COMMIT.
+    Write {
+        label: String,
+        run: WriteFn,
+    },
+}
+
+type AnyOutcome = Box<dyn std::any::Any + Send>;
+type WriteFn = Box<dyn FnOnce(&Connection, i64, &Policy) -> anyhow::Result<AnyOutcome> + Send>;
+
+enum Outcome {
+    Acquire(Acquire),
+    Next(Next),
+    Renew(Renew),
+    Release(Release),
+    Break(Break),
+    Current(Option<Lease>),
+    List(Vec<Lease>),
+    Status(leases::Status),
+    Expired(Expired),
+    Write(AnyOutcome),
+}
+
+/// Turn an outcome into the variant an op expects.
+macro_rules! expect {
+    ($outcome:expr, $variant:ident) => {
+        match $outcome {
+            Outcome::$variant(value) => Ok::<_, anyhow::Error>(value),
+            _ => unreachable!("the writer answers each op with its own outcome"),
+        }
+    };
+}
+
+impl LeaseService {
+    /// Open (creating if needed) the lease database at `path` and start the
+    /// writer thread, with the default policy. Fails if the database cannot
+    /// be opened or migrated.
+    pub fn open(location: impl Into<Location>) -> anyhow::Result<LeaseService> {
+        Self::open_with(location, Policy::default(), Arc::new(unix_now))
+    }
+
+    /// `open` with a lease policy and a clock (tests and benchmarks inject
+    /// one).
+    pub fn open_with(
+        location: impl Into<Location>,
+        policy: Policy,
+        clock: Clock,
+    ) -> anyhow::Result<LeaseService> {
+        let location = location.into();
+        let conn = crate::open(&location)
+            .with_context(|| format!("cannot open the collab database {}", location.display()))?;
+        Self::start(conn, policy, clock, None)
+    }
+
+    /// `open` with an injected clock and the default policy.
+    pub fn open_with_clock(
+        location: impl Into<Location>,
+        clock: Clock,
+    ) -> anyhow::Result<LeaseService> {
+        Self::open_with(location, Policy::default(), clock)
+    }
+
+    /// Take over `conn` (already through `leases::open`). The writer waits
+    /// for `gate` before its first group, when given, so tests can queue a
+    /// known group.
+    fn start(
+        conn: Connection,
+        policy: Policy,
+        clock: Clock,
+        gate: Option<std::sync::mpsc::Receiver<()>>,
+    ) -> anyhow::Result<LeaseService> {
+        let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
+        let counters = Arc::new(Counters::default());
+        // Something may already be due (leases that ended while the server
+        // was down): the first pass runs at once.
+        let (due_tx, due) = watch::channel(Some(i64::MIN));
+        let (changes_tx, changes) = watch::channel(0);
+        let head = crate::events::head(&conn).context("reading the event log head")?;
+        let event_head = watch::Sender::new(head);
+        let signals = Signals {
+            due: due_tx,
+            changes: changes_tx.clone(),
+            event_head: event_head.clone(),
+        };
+        let writer_counters = Arc::clone(&counters);
+        let writer = std::thread::Builder::new()
+            .name("lease-writer".into())
+            .spawn(move || {
+                if let Some(gate) = gate {
+                    let _ = gate.recv();
+                }
+                run_writer(conn, jobs, policy, clock, &writer_counters, &signals);
+            })
+            .context("cannot start the lease writer thread")?;
+        Ok(LeaseService {
+            inner: Arc::new(Inner {
+                queue: Some(queue),
+                event_head,
+                writer: Some(writer),
+                policy,
+                counters,
+                due,
+                changes,
+                changes_tx,
+            }),
+        })
+    }
+
+    /// The lease policy every decision uses.
+    pub fn policy(&self) -> Policy {
+        self.inner.policy
+    }
+
+    /// The earliest instant (unix seconds) something is due: a tenure ends
+    /// or a lock delay runs out. `None`: nothing scheduled.
+    pub fn due(&self) -> watch::Receiver<Option<i64>> {
+        self.inner.due.clone()
+    }
+
+    /// Ticks after each committed group that may have made work available.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.changes.clone()
+    }
+
+    /// Claim an issue: `claim.ttl_secs: None` is open-ended.
+    pub async fn acquire_claim(&self, claim: Claim) -> anyhow::Result<Acquire> {
+        expect!(self.call(Op::Acquire(claim)).await?, Acquire)
+    }
+
+    /// Claim `issue_id` for `holder` without a note; `ttl_secs: None` is
+    /// open-ended.
+    pub async fn acquire(
+        &self,
+        repo: &str,
+        issue_id: &str,
+        holder: &str,
+        ttl_secs: Option<i64>,
+    ) -> anyhow::Result<Acquire> {
+        self.acquire_claim(Claim::new(repo, issue_id, holder, ttl_secs))
+            .await
+    }
+
+    /// Queue an acquire now; the returned future yields its durable outcome.
+    /// Acquires queued one after another are decided in that order (the
+    /// waiters' first-come-first-served rests on it).
+    pub async fn queue_acquire(
+        &self,
+        claim: Claim,
+    ) -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<Acquire>> + Send + 'static>
+    {
+        let outcome = self.submit(Op::Acquire(claim)).await?;
+        Ok(async move { expect!(outcome.await.map_err(|_| writer_stopped())??, Acquire) })
+    }
+
+    /// Take the first ready issue of `req.repo` for `req.holder` (see
+    /// `queue`): one operation on the writer, so no two callers get the same
+    /// issue.
+    pub async fn next(&self, req: NextRequest) -> anyhow::Result<Next> {
+        expect!(self.call(Op::Next(req)).await?, Next)
+    }
+
+    /// `next`, queued now (see `queue_acquire`).
+    pub async fn queue_next(
+        &self,
+        req: NextRequest,
+    ) -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<Next>> + Send + 'static>
+    {
+        let outcome = self.submit(Op::Next(req)).await?;
+        Ok(async move { expect!(outcome.await.map_err(|_| writer_stopped())??, Next) })
+    }
+
+    /// Extend the holder's live lease to `claim.ttl_secs` from now (a note,
+    /// when given, replaces the tenure's).
+    pub async fn renew_claim(&self, claim: Claim) -> anyhow::Result<Renew> {
+        expect!(self.call(Op::Renew(claim)).await?, Renew)
+    }
+
+    /// Extend `holder`'s live lease to `ttl_secs` from now.
+    pub async fn renew(
+        &self,
+        repo: &str,
+        issue_id: &str,
+        holder: &str,
+        ttl_secs: i64,
+    ) -> anyhow::Result<Renew> {
+        self.renew_claim(Claim::new(repo, issue_id, holder, Some(ttl_secs)))
+            .await
+    }
+
+    /// Give up `holder`'s lease (idempotent).
+    pub async fn release(
+        &self,
+        repo: &str,
+        issue_id: &str,
+        holder: &str,
+    ) -> anyhow::Result<Release> {
+        let op = Op::Release {
+            repo: repo.into(),
+            issue_id: issue_id.into(),
+            holder: holder.into(),
+        };
+        expect!(self.call(op).await?, Release)
+    }
+
+    /// End the live tenure by force, recording `by` and `reason`.
+    pub async fn break_lease(
+        &self,
+        repo: &str,
+        issue_id: &str,
+        by: &str,
+        reason: &str,
+    ) -> anyhow::Result<Break> {
+        let op = Op::Break {
+            repo: repo.into(),
+            issue_id: issue_id.into(),
+            by: by.into(),
+            reason: reason.into(),
+        };
+        expect!(self.call(op).await?, Break)
+    }
+
+    /// The live lease on an issue, if any.
+    pub async fn current(&self, repo: &str, issue_id: &str) -> anyhow::Result<Option<Lease>> {
+        let op = Op::Current {
+            repo: repo.into(),
+            issue_id: issue_id.into(),
+        };
+        expect!(self.call(op).await?, Current)
+    }
+
+    /// Every live lease in `repo`, oldest first.
+    pub async fn list(&self, repo: &str) -> anyhow::Result<Vec<Lease>> {
+        let op = Op::List { repo: repo.into() };
+        expect!(self.call(op).await?, List)
+    }
+
+    /// Everything about an issue's leasing (live tenure, token, transitions,
+    /// lock delay).
+    pub async fn status(&self, repo: &str, issue_id: &str) -> anyhow::Result<leases::Status> {
+        let op = Op::Status {
+            repo: repo.into(),
+            issue_id: issue_id.into(),
+        };
+        expect!(self.call(op).await?, Status)
+    }
+
+    /// End every tenure that is due, and learn when the next one is.
+    pub async fn expire_due(&self) -> anyhow::Result<Expired> {
+        expect!(self.call(Op::ExpireDue).await?, Expired)
+    }
+
+    /// Run `f` on the writer thread inside the next group's transaction
+    /// (under its own SAVEPOINT, with the group's `now`), and return its
+    /// result once the group has committed. An `Err` from `f` rolls back
+    /// only what `f` wrote. This is how every non-lease write (issues,
+    /// events, ...) reaches `collab.db`: one writer, one fsync per group,
+    /// and no caller is answered before its write is durable.
+    pub async fn write<T, F>(&self, label: impl Into<String>, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, i64) -> anyhow::Result<T> + Send + 'static,
+    {
+        self.write_with_policy(label, move |conn, now, _| f(conn, now))
+            .await
+    }
+
+    /// `write` for closures that make lease decisions too (the work queue's
+    /// `next`): they get the service's lease policy.
+    pub async fn write_with_policy<T, F>(&self, label: impl Into<String>, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, i64, &Policy) -> anyhow::Result<T> + Send + 'static,
+    {
+        let op = Op::Write {
+            label: label.into(),
+            run: Box::new(move |conn, now, policy| {
+                f(conn, now, policy).map(|t| Box::new(t) as AnyOutcome)
+            }),
+        };
+        let any: AnyOutcome = expect!(self.call(op).await?, Write)?;
+        Ok(*any
+            .downcast::<T>()
+            .expect("the writer answers each op with its own outcome"))
+    }
+
+    /// Follow the highest committed event `seq` (see `Inner::event_head`).
+    /// Watchers wake on a change and read the rows from the table.
+    pub fn subscribe_event_head(&self) -> watch::Receiver<i64> {
+        self.inner.event_head.subscribe()
+    }
+
+    /// Raise the published event head to `seq` (never lowers it). For rows
+    /// committed by other processes.
+    pub fn publish_event_head(&self, seq: i64) {
+        publish_head(&self.inner.event_head, seq);
+    }
+
+    /// The event log reached `seq` through another process: a git hook, or
+    /// another node on the same PostgreSQL database. Leases may have
+    /// changed without this process's writer, so waiters retry, and an
+    /// expiry pass runs, which also tells the expiry timer the next instant
+    /// due (a lease taken on another node expires on this one's timer too).
+    pub async fn observe_head(&self, seq: i64) -> anyhow::Result<()> {
+        let known = *self.inner.event_head.borrow();
+        if seq <= known {
+            return Ok(());
+        }
+        publish_head(&self.inner.event_head, seq);
+        self.inner
+            .changes_tx
+            .send_modify(|n| *n = n.wrapping_add(1));
+        self.expire_due().await?;
+        Ok(())
+    }
+
+    pub fn stats(&self) -> WriterStats {
+        WriterStats {
+            groups: self.inner.counters.groups.load(Ordering::Relaxed),
+            ops: self.inner.counters.ops.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn call(&self, op: Op) -> anyhow::Result<Outcome> {
+        self.submit(op).await?.await.map_err(|_| writer_stopped())?
+    }
+
+    /// Queue `op`; the receiver yields its outcome once it is durable.
+    async fn submit(&self, op: Op) -> anyhow::Result<oneshot::Receiver<anyhow::Result<Outcome>>> {
+        let (reply, outcome) = oneshot::channel();
+        let queue = self.inner.queue.as_ref().ok_or_else(writer_stopped)?;
+        queue
+            .send(Job { op, reply })
+            .await
+            .map_err(|_| writer_stopped())?;
+        Ok(outcome)
+    }
+}
+
+fn publish_head(head: &watch::Sender<i64>, seq: i64) {
+    head.send_if_modified(|current| {
+        let raised = seq > *current;
+        if raised {
+            *current = seq;
+        }
+        raised
+    });
+}
+
+fn writer_stopped() -> anyhow::Error {
+    anyhow!("the lease writer has stopped")
+}
+
+fn unix_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// The writer's ends of its signals.
+struct Signals {
+    due: watch::Sender<Option<i64>>,
+    changes: watch::Sender<u64>,
+    /// The highest committed event `seq` (see `Inner::event_head`).
+    event_head: watch::Sender<i64>,
+}
+
+impl Signals {
+    /// After a committed group: move the due instant and tick `changes`.
+    fn after_group(&self, ops: &[Op], outcomes: &[anyhow::Result<Outcome>]) {
+        let mut freed = false;
+        let mut due = *self.due.borrow();
+        for (op, outcome) in ops.iter().zip(outcomes) {
+            freed |= matches!(
+                op,
+                Op::Release { .. } | Op::Break { .. } | Op::ExpireDue | Op::Write { .. }
+            );
+            match outcome {
+                // The pass knows exactly what is due next; ops after it in
+                // the group can only bring that closer.
+                Ok(Outcome::Expired(pass)) => due = pass.next_due,
+                Ok(Outcome::Acquire(Acquire::Acquired { lease, .. }))
+                | Ok(Outcome::Next(Next::Acquired { lease, .. }))
+                | Ok(Outcome::Renew(Renew::Renewed(lease))) => {
+                    due = leases::earliest(due, lease.expires_at)
+                }
+                Ok(Outcome::Acquire(Acquire::Locked { until, .. })) => {
+                    due = leases::earliest(due, Some(*until))
+                }
+                _ => {}
+            }
+        }
+        // `send_if_modified` wakes the timer only when the instant moved.
+        self.due.send_if_modified(|current| {
+            let moved = *current != due;
+            *current = due;
+            moved
+        });
+        if freed {
+            self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}
+
+/// The writer thread: one group per transaction until the queue closes.
+fn run_writer(
+    mut conn: Connection,
+    mut jobs: mpsc::Receiver<Job>,
+    policy: Policy,
+    clock: Clock,
+    counters: &Counters,
+    signals: &Signals,
+) {
+    let mut group = Vec::with_capacity(MAX_GROUP);
+    // Lease decisions never see time run backwards, even if the wall clock does.
+    let mut last_now = i64::MIN;
+    while jobs.blocking_recv_many(&mut group, MAX_GROUP) > 0 {
+        let mut ops: Vec<Op> = group.iter_mut().map(|job| job.op.take()).collect();
+        let outcomes = match run_group(&mut conn, &mut ops, &policy, || {
+            last_now = last_now.max(clock());
+            last_now
+        }) {
+            Ok(outcomes) => outcomes,
+            Err(e) => ops
+                .iter()
+                .map(|op| Err(anyhow!("{op}: collab database transaction failed: {e}")))
+                .collect(),
+        };
+        // After COMMIT: whatever the group appended is visible to readers now.
+        match crate::events::head(&conn) {
+            Ok(seq) => publish_head(&signals.event_head, seq),
+            Err(e) => tracing::warn!("reading the event log head: {e}"),
+        }
+        counters.groups.fetch_add(1, Ordering::Relaxed);
+        counters
+            .ops
+            .fetch_add(group.len() as u64, Ordering::Relaxed);
+        signals.after_group(&ops, &outcomes);
+        // Answers go out only now, after COMMIT returned (or failed).
+        for (job, outcome) in group.drain(..).zip(outcomes) {
+            let _ = job.reply.send(outcome);
+        }
+    }
+}
+
+/// Run `ops` in one IMMEDIATE transaction, each under its own SAVEPOINT.
+/// `Err` means the transaction as a whole failed (BEGIN, COMMIT, or an error
+/// that made SQLite abandon it): nothing of the group was kept.
+fn run_group(
+    conn: &mut Connection,
+    ops: &mut [Op],
+    policy: &Policy,
+    now: impl FnOnce() -> i64,
+) -> crate::sql::Result<Vec<anyhow::Result<Outcome>>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // Read the clock once the write lock is ours: that is when the group happens.
+    let now = now();
+    let mut outcomes = Vec::with_capacity(ops.len());
+    for op in ops.iter_mut() {
+        run_cached(&tx, "SAVEPOINT lease_op")?;
+        match op.run(&tx, policy, now) {
+            Ok(outcome) => outcomes.push(Ok(outcome)),
+            Err(e) => {
+                // Some errors (disk full, I/O) make SQLite abandon the whole
+                // transaction, and with it what the earlier operations did.
+                if tx.is_autocommit() {
+                    return Err(e
+                        .downcast::<crate::sql::Error>()
+                        .unwrap_or_else(|e| failure(format!("transaction abandoned: {e:#}"))));
+                }
+                run_cached(&tx, "ROLLBACK TO lease_op")?;
+                outcomes.push(Err(e.context(op.to_string())));
+            }
+        }
+        run_cached(&tx, "RELEASE lease_op")?;
+    }
+    tx.commit()?;
+    Ok(outcomes)
+}
+
+fn failure(message: String) -> crate::sql::Error {
+    crate::sql::Error::failure(message)
+}
+
+/// Run a statement without parameters or rows through the statement cache.
+/// Every operation pays for its SAVEPOINT and RELEASE; parsing them each
+/// time (as `crate::sql::Savepoint` does) cost as much as the lease logic.
+fn run_cached(conn: &Connection, sql: &str) -> crate::sql::Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
+impl Op {
+    /// Move the op out of its job, leaving a spent marker (the writer owns
+    /// each op once; `Write` closures can only run once).
+    fn take(&mut self) -> Op {
+        std::mem::replace(self, Op::ExpireDue)
+    }
+
+    fn run(&mut self, conn: &Connection, policy: &Policy, now: i64) -> anyhow::Result<Outcome> {
+        if let Op::Write { run, .. } = self {
+            let run = std::mem::replace(run, Box::new(|_, _, _| unreachable!("a write runs once")));
+            return Ok(Outcome::Write(run(conn, now, policy)?));
+        }
+        Ok(match self {
+            Op::Acquire(claim) => Outcome::Acquire(leases::acquire_in(conn, claim, policy, now)?),
+            Op::Next(req) => Outcome::Next(queue::next_in(conn, req, policy, now)?),
+            Op::Renew(claim) => Outcome::Renew(leases::renew_in(conn, claim, policy, now)?),
+            Op::Release {
+                repo,
+                issue_id,
+                holder,
+            } => Outcome::Release(leases::release_in(
+                conn, repo, issue_id, holder, policy, now,
+            )?),
+            Op::Break {
+                repo,
+                issue_id,
+                by,
+                reason,
+            } => Outcome::Break(leases::break_in(
+                conn, repo, issue_id, by, reason, policy, now,
+            )?),
+            Op::Current { repo, issue_id } => {
+                Outcome::Current(leases::current_in(conn, repo, issue_id, now)?)
+            }
+            Op::List { repo } => Outcome::List(leases::list_in(conn, repo, now)?),
+            Op::Status { repo, issue_id } => {
+                Outcome::Status(leases::status_in(conn, repo, issue_id, now)?)
+            }
+            Op::ExpireDue => Outcome::Expired(leases::expire_due_in(conn, policy, now)?),
+            Op::Write { .. } => unreachable!("handled above"),
+        })
+    }
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Op::Acquire(c) => write!(f, "acquire lease on {}#{}", c.repo, c.issue_id),
+            Op::Renew(c) => write!(f, "renew lease on {}#{}", c.repo, c.issue_id),
+            Op::Next(r) => write!(f, "take the next ready issue of {}", r.repo),
+            Op::Release { repo, issue_id, .. } => write!(f, "release lease on {repo}#{issue_id}"),
+            Op::Break { repo, issue_id, .. } => write!(f, "break lease on {repo}#{issue_id}"),
+            Op::Current { repo, issue_id } => write!(f, "read lease on {repo}#{issue_id}"),
+            Op::List { repo } => write!(f, "list leases of {repo}"),
+            Op::Status { repo, issue_id } => write!(f, "read lease status of {repo}#{issue_id}"),
+            Op::ExpireDue => f.write_str("end expired leases"),
+            Op::Write { label, .. } => f.write_str(label),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::atomic::AtomicI64;
+    use std::time::Duration;
+
+    use rand::{RngExt, SeedableRng};
+
+    use super::*;
+
+    const REPO: &str = "team/app";
+    const T0: i64 = 1_790_000_000;
+
+    fn fixed_clock(at: i64) -> (Clock, Arc<AtomicI64>) {
+        let time = Arc::new(AtomicI64::new(at));
+        let read = Arc::clone(&time);
+        (Arc::new(move || read.load(Ordering::SeqCst)), time)
+    }
+
+    /// A service whose writer waits until the gate opens, so everything
+    /// submitted before that forms one group.
+    fn paused(conn: Connection, clock: Clock) -> (LeaseService, std::sync::mpsc::Sender<()>) {
+        let (open_gate, gate) = std::sync::mpsc::channel();
+        let service = LeaseService::start(conn, Policy::default(), clock, Some(gate)).unwrap();
+        (service, open_gate)
+    }
+
+    fn acquire_op(issue: &str, holder: &str, ttl_secs: Option<i64>) -> Op {
+        Op::Acquire(Claim::new(REPO, issue, holder, ttl_secs))
+    }
+
+    /// (token, expires_at) of a successful acquire.
+    fn tenure(outcome: &Acquire) -> Option<(i64, Option<i64>)> {
+        match outcome {
+            Acquire::Acquired { lease, .. } => Some((lease.token, lease.expires_at)),
+            _ => None,
+        }
+    }
+
+    fn acquired(outcome: &anyhow::Result<Outcome>) -> Option<(i64, Option<i64>)> {
+        match outcome {
+            Ok(Outcome::Acquire(a)) => tenure(a),
+            _ => None,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_acquirers_of_one_issue_exactly_one_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = LeaseService::open(dir.path().join("collab.db")).unwrap();
+        let racers: Vec<_> = (0..64)
+            .map(|i| {
+                let service = service.clone();
+                tokio::spawn(async move {
+                    let holder = format!("agent-{i}");
+                    let outcome = service.acquire(REPO, "0a0a", &holder, Some(600)).await;
+                    (holder, outcome.unwrap())
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        let mut held_by = BTreeSet::new();
+        for racer in racers {
+            match racer.await.unwrap() {
+                (_, Acquire::Locked { .. }) => unreachable!("no lock delay"),
+                (holder, Acquire::Acquired { lease, .. }) => winners.push((holder, lease.token)),
+                (_, Acquire::Held { holder, .. }) => {
+                    held_by.insert(holder);
+                }
+            }
+        }
+        assert_eq!(winners.len(), 1, "exactly one winner: {winners:?}");
+        let (winner, token) = &winners[0];
+        assert_eq!(*token, 1);
+        assert_eq!(
+            held_by,
+            BTreeSet::from([winner.clone()]),
+            "losers name the winner"
+        );
+        let lease = service.current(REPO, "0a0a").await.unwrap().unwrap();
+        assert_eq!(&lease.holder, winner);
+    }
+
+    #[tokio::test]
+    async fn failing_op_in_a_group_does_not_affect_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("collab.db");
+        let (clock, _) = fixed_clock(T0);
+        let (service, open_gate) = paused(leases::open(&path).unwrap(), clock);
+        let ops = vec![
+            acquire_op("01", "alice", Some(60)),
+            // Spends a token, then breaks the holder CHECK: must roll back alone.
+            acquire_op("02", "", None),
+            acquire_op("02", "bob", None),
+            Op::Renew(Claim::new(REPO, "01", "alice", Some(0))),
+            acquire_op("01", "carol", None),
+        ];
+        let mut pending = Vec::new();
+        for op in ops {
+            pending.push(service.submit(op).await.unwrap());
+        }
+        open_gate.send(()).unwrap();
+        let mut outcomes = Vec::new();
+        for reply in pending {
+            outcomes.push(reply.await.unwrap());
+        }
+        assert_eq!(
+            service.stats(),
+            WriterStats { groups: 1, ops: 5 },
+            "all five ran in one transaction"
+        );
+        assert_eq!(acquired(&outcomes[0]), Some((1, Some(T0 + 60))));
+        let err = outcomes[1].as_ref().err().expect("empty holder fails");
+        assert!(
+            format!("{err:#}").contains("acquire lease on team/app#02"),
+            "{err:#}"
+        );
+        assert_eq!(acquired(&outcomes[2]), Some((1, None)));
+        let err = outcomes[3].as_ref().err().expect("zero ttl fails");
+        assert!(format!("{err:#}").contains("positive"), "{err:#}");
+        assert!(matches!(
+            &outcomes[4],
+            Ok(Outcome::Acquire(Acquire::Held { holder, .. })) if holder == "alice"
+        ));
+        drop(service);
+        // On disk: alice's and bob's leases, with their tokens, and nothing else.
+        let conn = leases::open(&path).unwrap();
+        let live = leases::list(&conn, REPO, T0).unwrap();
+        let got: Vec<_> = live
+            .iter()
+            .map(|l| {
+                (
+                    l.issue_id.as_str(),
+                    l.holder.as_str(),
+                    l.token,
+                    l.expires_at,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [("01", "alice", 1, Some(T0 + 60)), ("02", "bob", 1, None)]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_group_that_cannot_take_the_write_lock_fails_every_op_and_the_service_recovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("collab.db");
+        let conn = leases::open(&path).unwrap();
+        conn.as_sqlite()
+            .unwrap()
+            .busy_timeout(Duration::from_millis(50))
+            .unwrap();
+        let (clock, _) = fixed_clock(T0);
+        let (service, open_gate) = paused(conn, clock);
+        // Another process holds the write lock for longer than busy_timeout.
+        let intruder = leases::open(&path).unwrap();
+        intruder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let mut pending = Vec::new();
+        for issue in ["01", "02", "03"] {
+            pending.push(
+                service
+                    .submit(acquire_op(issue, "alice", None))
+                    .await
+                    .unwrap(),
+            );
+        }
+        open_gate.send(()).unwrap();
+        for reply in pending {
+            let err = reply.await.unwrap().err().expect("locked out");
+            assert!(format!("{err:#}").contains("locked"), "{err:#}");
+        }
+        intruder.execute_batch("COMMIT").unwrap();
+        // Nothing of the failed group was kept: the first tenure gets token 1.
+        let outcome = service.acquire(REPO, "01", "bob", None).await.unwrap();
+        assert_eq!(tenure(&outcome), Some((1, None)));
+        assert_eq!(service.list(REPO).await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn results_survive_reopening_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("collab.db");
+        {
+            let service = LeaseService::open(&path).unwrap();
+            service.acquire(REPO, "01", "alice", None).await.unwrap();
+            service.release(REPO, "01", "alice").await.unwrap();
+            service.acquire(REPO, "01", "bob", None).await.unwrap();
+            service
+                .acquire(REPO, "02", "carol", Some(3600))
+                .await
+                .unwrap();
+        }
+        let service = LeaseService::open(&path).unwrap();
+        let live = service.list(REPO).await.unwrap();
+        let got: Vec<_> = live
+            .iter()
+            .map(|l| (l.issue_id.as_str(), l.holder.as_str(), l.token))
+            .collect();
+        assert_eq!(got, [("01", "bob", 2), ("02", "carol", 1)]);
+        service.release(REPO, "01", "bob").await.unwrap();
+        assert_eq!(
+            tenure(&service.acquire(REPO, "01", "dave", None).await.unwrap()),
+            Some((3, None))
+        );
+    }
+
+    #[tokio::test]
+    async fn expiry_follows_the_service_clock_which_never_runs_backwards() {
+        let dir = tempfile::tempdir().unwrap();
+        let (clock, time) = fixed_clock(T0);
+        let service = LeaseService::open_with_clock(dir.path().join("collab.db"), clock).unwrap();
+        service
+            .acquire(REPO, "01", "alice", Some(10))
+            .await
+            .unwrap();
+        time.store(T0 + 10, Ordering::SeqCst);
+        assert_eq!(service.current(REPO, "01").await.unwrap(), None);
+        // The wall clock steps back; alice's lease stays expired.
+        time.store(T0 + 5, Ordering::SeqCst);
+        assert_eq!(
+            service.renew(REPO, "01", "alice", 60).await.unwrap(),
+            Renew::NotHolder { holder: None }
+        );
+        assert_eq!(
+            tenure(&service.acquire(REPO, "01", "bob", Some(10)).await.unwrap()),
+            Some((2, Some(T0 + 20)))
+        );
+    }
+
+    /// What one storm task saw, in its own order.
+    #[derive(Debug)]
+    enum Seen {
+        /// A new tenure began for this task.
+        NewTenure { issue: usize, token: i64 },
+        /// The task already held the issue; the token must be its tenure's.
+        SameTenure { issue: usize, token: i64, held: i64 },
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn tokens_never_repeat_under_a_storm() {
+        const TASKS: u64 = 8;
+        const OPS: usize = 150;
+        const ISSUES: usize = 3;
+        let dir = tempfile::tempdir().unwrap();
+        let (clock, _) = fixed_clock(T0);
+        let service = LeaseService::open_with_clock(dir.path().join("collab.db"), clock).unwrap();
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|seed| {
+                let service = service.clone();
+                tokio::spawn(async move {
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+                    let me = format!("agent-{seed}");
+                    // The clock is frozen, so nothing expires: what this task
+                    // holds follows from its own results alone.
+                    let mut holding: BTreeMap<usize, i64> = BTreeMap::new();
+                    let mut seen = Vec::new();
+                    for _ in 0..OPS {
+                        let issue = rng.random_range(0..ISSUES);
+                        let id = format!("{issue:02}");
+                        match rng.random_range(0..4) {
+                            0 | 1 => {
+                                let ttl = rng.random_bool(0.5).then_some(3600);
+                                match service.acquire(REPO, &id, &me, ttl).await.unwrap() {
+                                    Acquire::Acquired { lease, .. } => {
+                                        let token = lease.token;
+                                        seen.push(match holding.insert(issue, token) {
+                                            Some(held) => Seen::SameTenure { issue, token, held },
+                                            None => Seen::NewTenure { issue, token },
+                                        })
+                                    }
+                                    Acquire::Locked { .. } => unreachable!("no lock delay"),
+                                    Acquire::Held { holder, .. } => {
+                                        assert!(!holding.contains_key(&issue));
+                                        assert_ne!(holder, me);
+                                    }
+                                }
+                            }
+                            2 => match service.renew(REPO, &id, &me, 3600).await.unwrap() {
+                                Renew::Renewed(Lease { token, .. }) => {
+                                    let held = holding[&issue];
+                                    seen.push(Seen::SameTenure { issue, token, held });
+                                }
+                                Renew::NotHolder { .. } => assert!(!holding.contains_key(&issue)),
+                            },
+                            _ => match service.release(REPO, &id, &me).await.unwrap() {
+                                Release::Released => {
+                                    holding.remove(&issue);
+                                }
+                                Release::NotHolder { holder } => {
+                                    assert!(!holding.contains_key(&issue));
+                                    assert_ne!(holder, me);
+                                }
+                            },
+                        }
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let mut tenures: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
+        for task in tasks {
+            let mut last_new: BTreeMap<usize, i64> = BTreeMap::new();
+            for seen in task.await.unwrap() {
+                match seen {
+                    Seen::NewTenure { issue, token } => {
+                        let before = last_new.insert(issue, token).unwrap_or(0);
+                        assert!(token > before, "a task's tenures on #{issue} grow");
+                        tenures.entry(issue).or_default().push(token);
+                    }
+                    Seen::SameTenure { issue, token, held } => {
+                        assert_eq!(token, held, "idempotent op on #{issue} kept the token")
+                    }
+                }
+            }
+        }
+        for (issue, mut tokens) in tenures {
+            tokens.sort_unstable();
+            let expected: Vec<i64> = (1..=tokens.len() as i64).collect();
+            assert_eq!(
+                tokens, expected,
+                "#{issue}: each tenure got a fresh token, none skipped"
+            );
+            assert!(tokens.len() > 1, "the storm changed tenure on #{issue}");
+        }
+        let stats = service.stats();
+        assert_eq!(stats.ops, TASKS * OPS as u64);
+    }
+
+    fn write_op(
+        label: &str,
+        f: impl FnOnce(&Connection, i64) -> anyhow::Result<i64> + Send + 'static,
+    ) -> Op {
+        Op::Write {
+            label: label.into(),
+            run: Box::new(move |conn, now, _| f(conn, now).map(|t| Box::new(t) as AnyOutcome)),
+        }
+    }
+
+    fn append_test_event(conn: &Connection, now: i64) -> anyhow::Result<i64> {
+        let event = crate::events::NewEvent {
+            kind: "test.event",
+            repo: None,
+            object_id: None,
+            actor: None,
+            payload: serde_json::json!({}),
+        };
+        Ok(crate::events::append(conn, &event, now)?)
+    }
+
+    fn written(outcome: anyhow::Result<Outcome>) -> anyhow::Result<i64> {
+        match outcome? {
+            Outcome::Write(any) => Ok(*any.downcast::<i64>().unwrap()),
+            _ => unreachable!(),
+        }
+    }
+
+    #[tokio::test]
+    async fn generic_writes_commit_with_the_group_and_a_failing_one_rolls_back_alone() {
+        let (clock, _) = fixed_clock(T0);
+        let conn = Connection::open_in_memory().unwrap();
+        leases::init_schema(&conn).unwrap();
+        let (service, open_gate) = paused(conn, clock);
+        let ok = service
+            .submit(write_op("append", append_test_event))
+            .await
+            .unwrap();
+        let bad = service
+            .submit(write_op("append then fail", |conn, now| {
+                append_test_event(conn, now)?;
+                anyhow::bail!("refused")
+            }))
+            .await
+            .unwrap();
+        let count = service
+            .submit(write_op("count", |conn, _| {
+                Ok(
+                    conn.query_row("SELECT COUNT(*) * 100 + MAX(seq) FROM events", [], |r| {
+                        r.get(0)
+                    })?,
+                )
+            }))
+            .await
+            .unwrap();
+        open_gate.send(()).unwrap();
+        assert_eq!(written(ok.await.unwrap()).unwrap(), 1);
+        let refused = written(bad.await.unwrap()).unwrap_err();
+        assert!(format!("{refused:#}").contains("refused"), "{refused:#}");
+        assert_eq!(
+            written(count.await.unwrap()).unwrap(),
+            101,
+            "one row, seq 1: the failed write left no row and no gap"
+        );
+        assert_eq!(service.stats().groups, 1, "all three rode one transaction");
+        // The typed front door returns the closure's value after COMMIT.
+        assert_eq!(service.write("append", append_test_event).await.unwrap(), 2);
+    }
+}
