@@ -113,10 +113,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             types,
             json,
         } => {
-            use collab_cli::client::events;
+            use collab_cli::client::watch;
             let repo = open_repo()?;
             let remote = collab_cli::client::remote_ssh::ssh_remote(&repo, &remote)?;
-            let watch = events::Watch {
+            let spec = watch::Watch {
                 all,
                 // Without --follow and --since: everything still retained.
                 since: since.or(if follow { None } else { Some(0) }),
@@ -125,7 +125,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
-            let result = events::run(&remote, &watch, json, &mut out)?;
+            let result = watch::run(&remote, &spec, json, &mut out)?;
             eprint!("{}", result.stderr_text());
             Ok(ExitCode::from(result.code.clamp(0, 255) as u8))
         }

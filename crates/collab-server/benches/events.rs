@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use collab_testkit::{HarnessOptions, ServerHarness};
 use db::leases;
-use db::writer::LeaseService;
+use db::writer::Writer;
 use support::{env_usize, write_section};
 
 const SECTION: &str = "## Events";
@@ -92,7 +92,7 @@ fn sequential(s: &mut LeaseScenario, slice: Duration) {
 }
 
 async fn through_service(s: &mut LeaseScenario, slice: Duration) {
-    let service = LeaseService::open(&s.db).unwrap();
+    let service = Writer::open(&s.db).unwrap();
     let first = s.ops;
     let start = Instant::now();
     let tasks: Vec<_> = (0..s.callers)

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use db::issues::{self, ListQuery, NewIssue, Person, StateFilter, WriteCtx};
 use db::leases;
-use db::writer::LeaseService;
+use db::writer::Writer;
 
 const SECTION: &str = "## Issue store";
 const REPO: &str = "bench.git";
@@ -119,7 +119,7 @@ async fn through_writer(
     writers: usize,
     slice: Duration,
 ) -> anyhow::Result<()> {
-    let service = LeaseService::open(&s.db)?;
+    let service = Writer::open(&s.db)?;
     let start = Instant::now();
     let tasks: Vec<_> = (0..writers)
         .map(|n| {
@@ -309,7 +309,7 @@ fn main() -> anyhow::Result<()> {
          Durable comments per second: {secs} s per scenario in {ROUNDS} interleaved rounds. \
          (a) is `db::issues::comment` in its own transaction, one fsync each; (b) is \
          {WRITERS} tasks commenting back to back, each on its own issue, through the one \
-         writer thread that group-commits (`LeaseService::write`). A comment counts once \
+         writer thread that group-commits (`Writer::write`). A comment counts once \
          its reply arrived, i.e. once it is durable, and appends its `issue.commented` \
          event row in the same transaction.\n\n{table}\n\
          The database side of `collab-issue list` (what the server spends besides the SSH \

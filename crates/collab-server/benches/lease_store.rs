@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use db::leases;
-use db::writer::LeaseService;
+use db::writer::Writer;
 
 const TTL: Option<i64> = Some(3600);
 
@@ -25,7 +25,7 @@ const ROUNDS: u32 = 8;
 enum Kind {
     /// (a) `leases::acquire` in a loop: one transaction, one fsync, per acquire.
     Sequential,
-    /// (b), (c) this many concurrent callers through one `LeaseService`.
+    /// (b), (c) this many concurrent callers through one `Writer`.
     Service(usize),
 }
 
@@ -91,14 +91,14 @@ fn main() -> anyhow::Result<()> {
             Kind::Sequential,
             db("a.db"),
         ),
-        Scenario::new("(b) LeaseService, 1 caller", Kind::Service(1), db("b.db")),
+        Scenario::new("(b) Writer, 1 caller", Kind::Service(1), db("b.db")),
         Scenario::new(
-            "(c) LeaseService, 8 concurrent callers",
+            "(c) Writer, 8 concurrent callers",
             Kind::Service(8),
             db("c8.db"),
         ),
         Scenario::new(
-            "(c) LeaseService, 64 concurrent callers",
+            "(c) Writer, 64 concurrent callers",
             Kind::Service(64),
             db("c64.db"),
         ),
@@ -151,14 +151,14 @@ fn sequential(scenario: &mut Scenario, slice: Duration) -> anyhow::Result<()> {
 }
 
 /// (b), (c) `callers` tasks, each acquiring distinct issues back to back
-/// through one `LeaseService`; an acquire counts once its reply arrived,
+/// through one `Writer`; an acquire counts once its reply arrived,
 /// i.e. once it is durable.
 async fn through_service(
     scenario: &mut Scenario,
     callers: usize,
     slice: Duration,
 ) -> anyhow::Result<()> {
-    let service = LeaseService::open(&scenario.db)?;
+    let service = Writer::open(&scenario.db)?;
     let first_issue = scenario.ops;
     let start = Instant::now();
     let tasks: Vec<_> = (0..callers)

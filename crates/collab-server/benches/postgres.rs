@@ -2,7 +2,7 @@
 //!
 //! - in process, durable lease acquires per second with 64 concurrent
 //!   callers, each acquiring then releasing distinct issues through
-//!   `LeaseService` (the group-commit writer): (a) on a SQLite file
+//!   `Writer` (the group-commit writer): (a) on a SQLite file
 //!   (`synchronous=FULL`), the baseline; (b) on PostgreSQL through one
 //!   service, as one server node has; (c) on one PostgreSQL database
 //!   through three services (three writer threads, three connections),
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use collab_testkit::pg::{self, TestDatabase};
 use collab_testkit::{HarnessOptions, ServerHarness};
 use db::leases;
-use db::writer::LeaseService;
+use db::writer::Writer;
 use db::Location;
 use support::{env_usize, timed, write_section};
 
@@ -97,17 +97,17 @@ fn main() -> anyhow::Result<()> {
     let three_nodes = TestDatabase::create();
     let mut scenarios = vec![
         Scenario::new(
-            "(a) SQLite, one `LeaseService` (baseline)",
+            "(a) SQLite, one `Writer` (baseline)",
             Location::Sqlite(dir.path().join("sqlite.db")),
             1,
         ),
         Scenario::new(
-            "(b) PostgreSQL, one node (one `LeaseService`)",
+            "(b) PostgreSQL, one node (one `Writer`)",
             Location::Postgres(one_node.url.clone()),
             1,
         ),
         Scenario::new(
-            "(c) PostgreSQL, three nodes (three `LeaseService`s, one database)",
+            "(c) PostgreSQL, three nodes (three `Writer`s, one database)",
             Location::Postgres(three_nodes.url.clone()),
             3,
         ),
@@ -126,7 +126,7 @@ fn main() -> anyhow::Result<()> {
             // Opening and closing a PostgreSQL connection blocks: both
             // happen outside the runtime, as the server does.
             let services = (0..scenario.nodes)
-                .map(|_| LeaseService::open(scenario.location.clone()))
+                .map(|_| Writer::open(scenario.location.clone()))
                 .collect::<anyhow::Result<Vec<_>>>()?;
             runtime.block_on(run_scenario(scenario, &services, slice))?;
             for service in services {
@@ -168,7 +168,7 @@ fn main() -> anyhow::Result<()> {
 /// acquire counts once its reply arrived, i.e. once it is durable.
 async fn run_scenario(
     scenario: &mut Scenario,
-    services: &[LeaseService],
+    services: &[Writer],
     slice: Duration,
 ) -> anyhow::Result<()> {
     let first_issue = scenario.cycles;
@@ -432,7 +432,7 @@ fn render(r: &Report<'_>) -> String {
          {secs} s per scenario in {ROUNDS} interleaved rounds. An acquire counts once its \
          reply arrived, i.e. once it is durable; a release is a second durable write. \
          Every PostgreSQL scenario has a fresh database; three nodes are three \
-         `LeaseService`s (three writer threads, three connections) on one database, \
+         `Writer`s (three writer threads, three connections) on one database, \
          what three server processes have, with the callers spread over them.\n\n",
         secs = r.secs,
     ));

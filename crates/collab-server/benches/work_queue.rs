@@ -1,5 +1,5 @@
 //! The work queue under a fleet: 64 agents draining 2,000 ready issues
-//! with `next` then `release`, through the real lease store (`LeaseService`,
+//! with `next` then `release`, through the real lease store (`Writer`,
 //! group commit, `synchronous=FULL`, on the target directory's disk), and
 //! the same agents doing `acquire` then `release` of known issues for
 //! comparison. Reports operations per second, p50/p99 latency of `next`
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use db::issues::{self, NewIssue, Person, WriteCtx};
 use db::leases::{Acquire, Claim};
 use db::queue::{Next, NextRequest};
-use db::writer::LeaseService;
+use db::writer::Writer;
 
 const REPO: &str = "bench/queue.git";
 const TTL: Option<i64> = Some(600);
@@ -75,8 +75,8 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// A lease store with `n` open issues in `REPO`; their ids, oldest first.
-async fn seeded(path: &Path, n: usize) -> anyhow::Result<(LeaseService, Vec<String>)> {
-    let service = LeaseService::open(path)?;
+async fn seeded(path: &Path, n: usize) -> anyhow::Result<(Writer, Vec<String>)> {
+    let service = Writer::open(path)?;
     let mut ids = Vec::with_capacity(n);
     for chunk in 0..n.div_ceil(500) {
         let count = (n - chunk * 500).min(500);
@@ -177,7 +177,7 @@ async fn drain_with_acquire(path: &Path, issues: usize, agents: usize) -> anyhow
 
 /// Finished work: the agent closes the issue (which ends its lease, as a
 /// close does) — one durable write, like a `release`.
-async fn finish(service: &LeaseService, issue: &str, holder: &str) -> anyhow::Result<()> {
+async fn finish(service: &Writer, issue: &str, holder: &str) -> anyhow::Result<()> {
     let (issue, holder) = (issue.to_string(), holder.to_string());
     service
         .write("bench: close", move |conn, now| {
@@ -225,7 +225,7 @@ async fn collect(
 fn render(runs: &[Run], issues: usize, agents: usize) -> String {
     let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1000.0);
     let mut out = format!(
-        "{agents} agents drain {issues} ready issues through one `LeaseService` (in process, \
+        "{agents} agents drain {issues} ready issues through one `Writer` (in process, \
          group commit, WAL with `synchronous=FULL` on the target directory's disk), measured in \
          one run of `cargo bench --bench work_queue` on {} ({} CPUs, shared with other builds). \
          Each agent loops: take an issue, then finish it (close it, which ends its lease): two \

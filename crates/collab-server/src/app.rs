@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use crate::config::{LeasesConfig, ServerConfig};
 use crate::db::leases::Policy;
 use crate::db::reads::ReadPool;
-use crate::db::writer::LeaseService;
+use crate::db::writer::Writer;
 use crate::governance::Governance;
 use crate::identity::AuthorizedKeys;
 use crate::leasing::waiters::Waiters;
@@ -37,7 +37,7 @@ pub struct App {
     stop: StopTrigger,
     /// The collab database's single writer thread (`collab.db`): lease
     /// operations and every other write (`write`) go through it.
-    pub leases: LeaseService,
+    pub writer: Writer,
     /// Callers waiting for a lease (`acquire --wait`).
     pub waiters: Arc<Waiters>,
     /// Connection caps, git process gate, page semaphore.
@@ -66,7 +66,7 @@ impl App {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("collab_db: creating {}", dir.display()))?;
         }
-        let leases = LeaseService::open_with(
+        let writer = Writer::open_with(
             &location,
             lease_policy(&config.leases),
             Arc::new(|| chrono::Utc::now().timestamp()),
@@ -76,8 +76,8 @@ impl App {
         let webhooks = crate::webhooks::Webhooks::new(&config.webhooks)?;
         let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
-            waiters: Waiters::new(leases.clone()),
-            leases,
+            waiters: Waiters::new(writer.clone()),
+            writer,
             reads: ReadPool::new(&location),
             imports: Default::default(),
             export: Default::default(),
@@ -153,7 +153,7 @@ fn import_at_start(app: &App, runtime: tokio::runtime::Handle) {
             .read_blocking(move |c| Ok(crate::import::import_state(c, &repo)?))
     };
     let mut sink = crate::import::WriterSink {
-        writer: &app.leases,
+        writer: &app.writer,
         runtime,
     };
     for result in crate::import::import_all(&app.config.repos_dir, None, &mut is_done, &mut sink) {
@@ -208,7 +208,7 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     let stopping = app.stopping.clone();
     // Leases end on time and waiters are served without anyone polling.
     tokio::spawn(crate::leasing::expiry::run(
-        app.leases.clone(),
+        app.writer.clone(),
         stopping.clone(),
     ));
     app.waiters.spawn(stopping.clone());

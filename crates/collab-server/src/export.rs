@@ -220,7 +220,7 @@ fn export_issue(
         state: serde_json::to_string(&after)?,
     };
     let (r, i) = (repo.to_string(), id.to_string());
-    runtime.block_on(app.leases.write("export record", move |conn, _now| {
+    runtime.block_on(app.writer.write("export record", move |conn, _now| {
         Ok(exports::record(
             conn,
             exports::Kind::Issue,

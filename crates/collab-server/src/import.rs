@@ -38,7 +38,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::db::issues::{self, Comment, Issue, Person};
-use crate::db::writer::LeaseService;
+use crate::db::writer::Writer;
 use crate::patch_import::{self, PatchBatch, PatchReport};
 use crate::repos::RepoEntry;
 
@@ -239,7 +239,7 @@ impl Sink for ConnSink<'_> {
 
 /// The server's writer thread, from a blocking thread.
 pub struct WriterSink<'a> {
-    pub writer: &'a LeaseService,
+    pub writer: &'a Writer,
     pub runtime: tokio::runtime::Handle,
 }
 
@@ -392,7 +392,7 @@ pub fn ensure(
             entry,
             done,
             &mut WriterSink {
-                writer: &app.leases,
+                writer: &app.writer,
                 runtime: runtime.clone(),
             },
         )?;

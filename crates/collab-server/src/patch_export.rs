@@ -84,7 +84,7 @@ struct Summary {
 /// Start the background exporter of patches.
 pub fn spawn(app: Arc<App>) {
     tokio::spawn(async move {
-        let mut head = app.leases.subscribe_event_head();
+        let mut head = app.writer.subscribe_event_head();
         let mut seen = *head.borrow_and_update();
         let catch_up = app.clone();
         run_blocking(move || export_pending(&catch_up, None)).await;
@@ -209,7 +209,7 @@ fn export_patch(app: &App, git: &Repository, repo: &str, id: &str) -> anyhow::Re
         state: serde_json::to_string(&after)?,
     };
     let (r, i) = (repo.to_string(), id.to_string());
-    tokio::runtime::Handle::current().block_on(app.leases.write(
+    tokio::runtime::Handle::current().block_on(app.writer.write(
         "patch export record",
         move |conn, _now| {
             Ok(exports::record(

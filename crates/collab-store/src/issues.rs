@@ -2,7 +2,7 @@
 //! a `crate::sql::Connection`, with `now` (unix seconds) passed in. Writes run
 //! inside the caller's transaction (the writer's SAVEPOINT), check
 //! everything before they change anything, and append their event row
-//! (`issue.opened`, `issue.commented`, ...) through `events::append` in that
+//! (`issue.opened`, `issue.commented`, ...) through `event_log::append` in that
 //! same transaction, so a change and its event commit together or not at all.
 //!
 //! What this module does not do: authorization (the SSH verb asks `authz`
@@ -18,7 +18,7 @@ use crate::sql::{Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::json;
 
-use super::events::{self, NewEvent};
+use super::event_log::{self, NewEvent};
 use super::leases::{self, Lease};
 pub use collab_record::state::IssueStatus;
 
@@ -630,7 +630,7 @@ fn append_event(
     payload: serde_json::Value,
     now: i64,
 ) -> crate::sql::Result<i64> {
-    events::append(
+    event_log::append(
         conn,
         &NewEvent {
             kind,
@@ -892,7 +892,7 @@ pub fn set_priority(
         return Ok(Written {
             issue: issue.id,
             event: None,
-            seq: events::head(conn)?,
+            seq: event_log::head(conn)?,
         });
     }
     conn.prepare_cached("UPDATE issues SET priority = ?3 WHERE repo = ?1 AND id = ?2")?
@@ -1324,7 +1324,7 @@ pub fn insert_imported(
         ])?;
     }
     // The server imports; the issue's author is in the payload.
-    let seq = events::append(
+    let seq = event_log::append(
         conn,
         &NewEvent {
             kind: "issue.imported",
@@ -1394,7 +1394,7 @@ mod tests {
     }
 
     fn event_kinds(conn: &Connection) -> Vec<(i64, String)> {
-        events::after(conn, 0, 1000)
+        event_log::after(conn, 0, 1000)
             .unwrap()
             .into_iter()
             .map(|e| (e.seq, e.kind))
@@ -1437,7 +1437,7 @@ mod tests {
         assert_eq!(d.issue.created_ms, T0 * 1000);
         assert_eq!(d.issue.author, alice());
         assert!(d.comments.is_empty());
-        let ev = &events::after(&conn, 0, 10).unwrap()[0];
+        let ev = &event_log::after(&conn, 0, 10).unwrap()[0];
         assert_eq!(ev.kind, "issue.opened");
         assert_eq!(ev.object_id.as_deref(), Some(w.issue.as_str()));
         assert_eq!(ev.actor.as_deref(), Some("alice"));
@@ -1564,7 +1564,7 @@ mod tests {
             get(&conn, REPO, &id).unwrap().unwrap().labels,
             ["bug", "ui"]
         );
-        let ev = events::after(&conn, 0, 10).unwrap().pop().unwrap();
+        let ev = event_log::after(&conn, 0, 10).unwrap().pop().unwrap();
         assert_eq!(ev.payload, json!({"add": ["ui"], "remove": []}));
         let err = label(&conn, &at(T0), &id, &s(&["ui"]), &s(&["nope"]));
         assert!(matches!(err, Err(IssueError::Invalid(m)) if m.contains("already")));
@@ -1639,7 +1639,7 @@ mod tests {
         let ended = closed.ended_lease.unwrap();
         assert_eq!((ended.holder.as_str(), ended.token), ("bob", 1));
         assert_eq!(leases::live_in(&conn, REPO, &id, T0).unwrap(), None);
-        let last = events::after(&conn, 0, 10).unwrap().pop().unwrap();
+        let last = event_log::after(&conn, 0, 10).unwrap().pop().unwrap();
         assert_eq!(last.kind, "lease.released");
         assert_eq!(last.payload["reason"], "issue_closed");
         assert_eq!(last.payload["holder"], "bob");
@@ -1687,7 +1687,7 @@ mod tests {
         unlink(&conn, &lib, &other, LinkKind::Relates, REPO, &a).unwrap();
         assert!(links_of(&conn, REPO, &a).unwrap().relates.is_empty());
         assert!(unlink(&conn, &w, &b, LinkKind::Blocks, REPO, &a).is_err());
-        let ev = events::after(&conn, 0, 100).unwrap();
+        let ev = event_log::after(&conn, 0, 100).unwrap();
         let linked = ev.iter().find(|e| e.kind == "issue.linked").unwrap();
         assert_eq!(linked.payload["target"], format!("team/app#{}", &b[..8]));
     }

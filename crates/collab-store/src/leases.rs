@@ -26,7 +26,7 @@ use std::time::Duration;
 use crate::sql::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 use serde_json::json;
 
-use super::events::{self, NewEvent};
+use super::event_log::{self, NewEvent};
 
 /// How long a connection waits for another connection's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -753,7 +753,7 @@ fn record(
         actor,
         payload,
     };
-    events::append(conn, &event, now).map(drop)
+    event_log::append(conn, &event, now).map(drop)
 }
 
 /// Unix seconds as RFC 3339 UTC (`2026-09-05T12:00:00Z`), as every event
@@ -1163,7 +1163,7 @@ mod tests {
 
     /// (type, object, actor, payload) of every event so far.
     fn events_of(conn: &Connection) -> Vec<(String, String, Option<String>, serde_json::Value)> {
-        events::after(conn, 0, 1000)
+        event_log::after(conn, 0, 1000)
             .unwrap()
             .into_iter()
             .map(|e| (e.kind, e.object_id.unwrap(), e.actor, e.payload))

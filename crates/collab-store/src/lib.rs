@@ -8,7 +8,7 @@
 //! the work queue (ready issues, `next`); `patches` the patch decisions
 //! (push-to-review).
 
-pub mod events;
+pub mod event_log;
 pub mod exports;
 pub mod guard;
 pub mod issues;

@@ -5,7 +5,7 @@
 //! before they change anything, and append their event row (`patch.opened`,
 //! `patch.revised`, `patch.reviewed`, `patch.commented`, `patch.closed`,
 //! `patch.reopened`, `patch.merged`, `patch.linked`) through
-//! `events::append` in that same transaction.
+//! `event_log::append` in that same transaction.
 //!
 //! What this module does not do: authorization, the clock, threads, or
 //! git. The caller reads git (a revision's head, where it forks from the
@@ -24,7 +24,7 @@ use crate::sql::{Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::json;
 
-use super::events::{self, NewEvent};
+use super::event_log::{self, NewEvent};
 pub use super::issues::{check_body, check_title, new_id, Person};
 
 /// Default and largest page of `list`.
@@ -627,7 +627,7 @@ fn append_event(
     id: &str,
     payload: serde_json::Value,
 ) -> crate::sql::Result<i64> {
-    events::append(
+    event_log::append(
         conn,
         &NewEvent {
             kind,
@@ -1311,7 +1311,7 @@ pub fn insert_imported(
             other => failure(other.to_string()),
         })?;
     }
-    events::append(
+    event_log::append(
         conn,
         &NewEvent {
             kind: "patch.imported",
@@ -1395,7 +1395,7 @@ mod tests {
     }
 
     fn kinds(conn: &Connection) -> Vec<String> {
-        events::after(conn, 0, 100)
+        event_log::after(conn, 0, 100)
             .unwrap()
             .into_iter()
             .map(|e| e.kind)
@@ -1496,7 +1496,7 @@ mod tests {
         assert_eq!(d.reviews.len(), 1);
         assert_eq!(d.reviews[0].verdict, Verdict::Approve);
         assert_eq!(Some(d.reviews[0].id.clone()), second.event);
-        let last = events::after(&conn, 0, 100).unwrap().pop().unwrap();
+        let last = event_log::after(&conn, 0, 100).unwrap().pop().unwrap();
         assert_eq!(last.kind, "patch.reviewed");
         assert_eq!(last.payload["replaces"], json!(first.event));
         // A vote on revision 2 is a separate vote.
@@ -1596,7 +1596,7 @@ mod tests {
             how: "reachable",
         };
         mark_merged(&conn, &ctx(&alice, 102), &id, C, &by).unwrap();
-        let last = events::after(&conn, 0, 100).unwrap().pop().unwrap();
+        let last = event_log::after(&conn, 0, 100).unwrap().pop().unwrap();
         assert_eq!(last.payload["push"]["ref"], "refs/heads/main");
         assert_eq!(last.payload["how"], "reachable");
     }

@@ -13,7 +13,7 @@
 
 use crate::sql::Connection;
 
-use super::events::{self, NewEvent};
+use super::event_log::{self, NewEvent};
 
 /// Every table with a `repo` column, except the event log.
 fn tables_with_repo(conn: &Connection) -> crate::sql::Result<Vec<String>> {
@@ -81,7 +81,7 @@ pub fn rename(
         "UPDATE issue_links SET target_repo = ?1 WHERE target_repo = ?2",
         [new, old],
     )?;
-    events::append(
+    event_log::append(
         conn,
         &NewEvent {
             kind: "repo.renamed",
@@ -105,7 +105,7 @@ pub fn delete(conn: &Connection, repo: &str, actor: &str, now: i64) -> crate::sq
         }
         conn.execute(&format!("DELETE FROM {table} WHERE repo = ?1"), [repo])?;
     }
-    events::append(
+    event_log::append(
         conn,
         &NewEvent {
             kind: "repo.deleted",
@@ -127,7 +127,7 @@ pub fn settings_changed(
     payload: serde_json::Value,
     now: i64,
 ) -> crate::sql::Result<()> {
-    events::append(
+    event_log::append(
         conn,
         &NewEvent {
             kind: "repo.settings_changed",

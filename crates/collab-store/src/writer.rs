@@ -19,9 +19,9 @@
 //! with nothing to write commits without an fsync.
 //!
 //! Two signals leave the writer, for the server's lease machinery
-//! (`crate::leasing`): [`LeaseService::due`] is the earliest instant a
+//! (`crate::leasing`): [`Writer::due`] is the earliest instant a
 //! tenure ends or a lock delay runs out (the expiry timer sleeps until it),
-//! and [`LeaseService::changes`] ticks after every committed group that may
+//! and [`Writer::changes`] ticks after every committed group that may
 //! have made work available (a release, break, expiry, or any generic write
 //! such as an issue closing), which is when waiters try again.
 
@@ -47,10 +47,13 @@ const QUEUE_DEPTH: usize = 4096;
 /// Unix seconds. Injected so tests can move time without sleeping.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
-/// Handle to the lease store. Cheap to clone; the writer thread stops, after
-/// answering everything already queued, when the last handle drops.
+/// The single writer of the collab database: every write (leases, issues,
+/// patches, events, webhooks, exports) is an operation queued to its one
+/// thread, which commits them in groups. Cheap to clone; the writer thread
+/// stops, after answering everything already queued, when the last handle
+/// drops.
 #[derive(Clone)]
-pub struct LeaseService {
+pub struct Writer {
     inner: Arc<Inner>,
 }
 
@@ -165,11 +168,11 @@ macro_rules! expect {
     };
 }
 
-impl LeaseService {
+impl Writer {
     /// Open (creating if needed) the lease database at `path` and start the
     /// writer thread, with the default policy. Fails if the database cannot
     /// be opened or migrated.
-    pub fn open(location: impl Into<Location>) -> anyhow::Result<LeaseService> {
+    pub fn open(location: impl Into<Location>) -> anyhow::Result<Writer> {
         Self::open_with(location, Policy::default(), Arc::new(unix_now))
     }
 
@@ -179,7 +182,7 @@ impl LeaseService {
         location: impl Into<Location>,
         policy: Policy,
         clock: Clock,
-    ) -> anyhow::Result<LeaseService> {
+    ) -> anyhow::Result<Writer> {
         let location = location.into();
         let conn = crate::open(&location)
             .with_context(|| format!("cannot open the collab database {}", location.display()))?;
@@ -187,10 +190,7 @@ impl LeaseService {
     }
 
     /// `open` with an injected clock and the default policy.
-    pub fn open_with_clock(
-        location: impl Into<Location>,
-        clock: Clock,
-    ) -> anyhow::Result<LeaseService> {
+    pub fn open_with_clock(location: impl Into<Location>, clock: Clock) -> anyhow::Result<Writer> {
         Self::open_with(location, Policy::default(), clock)
     }
 
@@ -202,14 +202,14 @@ impl LeaseService {
         policy: Policy,
         clock: Clock,
         gate: Option<std::sync::mpsc::Receiver<()>>,
-    ) -> anyhow::Result<LeaseService> {
+    ) -> anyhow::Result<Writer> {
         let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
         let counters = Arc::new(Counters::default());
         // Something may already be due (leases that ended while the server
         // was down): the first pass runs at once.
         let (due_tx, due) = watch::channel(Some(i64::MIN));
         let (changes_tx, changes) = watch::channel(0);
-        let head = crate::events::head(&conn).context("reading the event log head")?;
+        let head = crate::event_log::head(&conn).context("reading the event log head")?;
         let event_head = watch::Sender::new(head);
         let signals = Signals {
             due: due_tx,
@@ -226,7 +226,7 @@ impl LeaseService {
                 run_writer(conn, jobs, policy, clock, &writer_counters, &signals);
             })
             .context("cannot start the lease writer thread")?;
-        Ok(LeaseService {
+        Ok(Writer {
             inner: Arc::new(Inner {
                 queue: Some(queue),
                 event_head,
@@ -558,7 +558,7 @@ fn run_writer(
                 .collect(),
         };
         // After COMMIT: whatever the group appended is visible to readers now.
-        match crate::events::head(&conn) {
+        match crate::event_log::head(&conn) {
             Ok(seq) => publish_head(&signals.event_head, seq),
             Err(e) => tracing::warn!("reading the event log head: {e}"),
         }
@@ -703,9 +703,9 @@ mod tests {
 
     /// A service whose writer waits until the gate opens, so everything
     /// submitted before that forms one group.
-    fn paused(conn: Connection, clock: Clock) -> (LeaseService, std::sync::mpsc::Sender<()>) {
+    fn paused(conn: Connection, clock: Clock) -> (Writer, std::sync::mpsc::Sender<()>) {
         let (open_gate, gate) = std::sync::mpsc::channel();
-        let service = LeaseService::start(conn, Policy::default(), clock, Some(gate)).unwrap();
+        let service = Writer::start(conn, Policy::default(), clock, Some(gate)).unwrap();
         (service, open_gate)
     }
 
@@ -731,7 +731,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn concurrent_acquirers_of_one_issue_exactly_one_wins() {
         let dir = tempfile::tempdir().unwrap();
-        let service = LeaseService::open(dir.path().join("collab.db")).unwrap();
+        let service = Writer::open(dir.path().join("collab.db")).unwrap();
         let racers: Vec<_> = (0..64)
             .map(|i| {
                 let service = service.clone();
@@ -867,7 +867,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("collab.db");
         {
-            let service = LeaseService::open(&path).unwrap();
+            let service = Writer::open(&path).unwrap();
             service.acquire(REPO, "01", "alice", None).await.unwrap();
             service.release(REPO, "01", "alice").await.unwrap();
             service.acquire(REPO, "01", "bob", None).await.unwrap();
@@ -876,7 +876,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let service = LeaseService::open(&path).unwrap();
+        let service = Writer::open(&path).unwrap();
         let live = service.list(REPO).await.unwrap();
         let got: Vec<_> = live
             .iter()
@@ -894,7 +894,7 @@ mod tests {
     async fn expiry_follows_the_service_clock_which_never_runs_backwards() {
         let dir = tempfile::tempdir().unwrap();
         let (clock, time) = fixed_clock(T0);
-        let service = LeaseService::open_with_clock(dir.path().join("collab.db"), clock).unwrap();
+        let service = Writer::open_with_clock(dir.path().join("collab.db"), clock).unwrap();
         service
             .acquire(REPO, "01", "alice", Some(10))
             .await
@@ -929,7 +929,7 @@ mod tests {
         const ISSUES: usize = 3;
         let dir = tempfile::tempdir().unwrap();
         let (clock, _) = fixed_clock(T0);
-        let service = LeaseService::open_with_clock(dir.path().join("collab.db"), clock).unwrap();
+        let service = Writer::open_with_clock(dir.path().join("collab.db"), clock).unwrap();
         let tasks: Vec<_> = (0..TASKS)
             .map(|seed| {
                 let service = service.clone();
@@ -1023,14 +1023,14 @@ mod tests {
     }
 
     fn append_test_event(conn: &Connection, now: i64) -> anyhow::Result<i64> {
-        let event = crate::events::NewEvent {
+        let event = crate::event_log::NewEvent {
             kind: "test.event",
             repo: None,
             object_id: None,
             actor: None,
             payload: serde_json::json!({}),
         };
-        Ok(crate::events::append(conn, &event, now)?)
+        Ok(crate::event_log::append(conn, &event, now)?)
     }
 
     fn written(outcome: anyhow::Result<Outcome>) -> anyhow::Result<i64> {

@@ -4,7 +4,6 @@
 //! decides which of the two holds a remote's issues; `terminal` makes
 //! other people's text safe to print.
 
-pub mod events;
 pub mod lease;
 pub mod mode;
 pub mod release;
@@ -13,3 +12,4 @@ pub mod server_issue;
 pub mod server_patch;
 pub mod sync;
 pub mod terminal;
+pub mod watch;

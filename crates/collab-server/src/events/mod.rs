@@ -5,7 +5,7 @@
 //! creation, releases, ref updates), and the background tasks (retention
 //! pruning, picking up rows other processes committed).
 //!
-//! Storage and `seq` are `db::events`'; the stream is `ssh::events`';
+//! Storage and `seq` are `db::event_log`'; the stream is `ssh::events`';
 //! delivery to URLs is `webhooks`'. `docs/events.md` documents every type.
 
 pub mod filter;
@@ -18,8 +18,8 @@ use chrono::{TimeZone as _, Utc};
 use serde_json::{json, Value};
 
 use crate::app::App;
-use crate::db::events::{self, Event, NewEvent, EVENTS_CHANNEL, EVENT_SCHEMA_VERSION};
-use crate::db::writer::LeaseService;
+use crate::db::event_log::{self, Event, NewEvent, EVENTS_CHANNEL, EVENT_SCHEMA_VERSION};
+use crate::db::writer::Writer;
 
 pub use filter::TypeFilter;
 
@@ -133,7 +133,7 @@ impl Recorded {
 
     /// Append inside the caller's transaction; returns the seq.
     pub fn append_in(&self, conn: &Connection, now: i64) -> crate::db::sql::Result<i64> {
-        events::append(
+        event_log::append(
             conn,
             &NewEvent {
                 kind: self.kind,
@@ -150,7 +150,7 @@ impl Recorded {
     /// once it is durable. Used for changes that live outside collab.db
     /// (a repository on disk, a release file): the change is durable first,
     /// then its event; a crash in between loses the event, never invents one.
-    pub async fn record(self, service: &LeaseService) -> anyhow::Result<i64> {
+    pub async fn record(self, service: &Writer) -> anyhow::Result<i64> {
         let kind = self.kind;
         service
             .write(format!("append {kind} event"), move |conn, now| {
@@ -161,7 +161,7 @@ impl Recorded {
 
     /// `record`, logging instead of failing: the change it describes has
     /// already happened and its reply must still go out.
-    pub async fn record_or_log(self, service: &LeaseService) {
+    pub async fn record_or_log(self, service: &Writer) {
         let kind = self.kind;
         if let Err(e) = self.record(service).await {
             tracing::error!("could not append the {kind} event: {e:#}");
@@ -286,12 +286,12 @@ pub async fn refresh_head(app: &App) {
     let location = app.config.collab_db_location();
     let read = tokio::task::spawn_blocking(move || {
         let conn = crate::db::open_reader(&location)?;
-        events::head(&conn)
+        event_log::head(&conn)
     })
     .await;
     match read {
         Ok(Ok(seq)) => {
-            if let Err(e) = app.leases.observe_head(seq).await {
+            if let Err(e) = app.writer.observe_head(seq).await {
                 tracing::warn!("after writes by another process: {e:#}");
             }
         }
@@ -306,10 +306,10 @@ async fn prune(app: &App) {
     let mut total = 0;
     loop {
         let pruned = app
-            .leases
+            .writer
             .write("prune events", move |conn, now| {
                 let logged = crate::db::webhooks::prune_attempts(conn, now - keep, PRUNE_BATCH)?;
-                Ok(events::prune_before(conn, now - keep, PRUNE_BATCH)?.max(logged))
+                Ok(event_log::prune_before(conn, now - keep, PRUNE_BATCH)?.max(logged))
             })
             .await;
         match pruned {

@@ -39,10 +39,10 @@
 
 pub mod access;
 pub mod context;
-pub mod events;
 pub mod fencing;
 pub mod governance;
 pub mod merge_scan;
+pub mod post_receive;
 pub mod records;
 pub mod review;
 pub mod updates;
@@ -126,7 +126,7 @@ fn post_receive() -> Result<(), String> {
         .read_to_string(&mut input)
         .map_err(|e| format!("reading the hook input: {e}"))?;
     let updates = updates::parse(&input)?;
-    let recorded = events::record(&ctx, &updates);
+    let recorded = post_receive::record(&ctx, &updates);
     let scanned = merge_scan::run(&ctx, &updates);
     recorded.and(scanned)
 }

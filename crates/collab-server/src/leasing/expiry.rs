@@ -1,6 +1,6 @@
 //! The expiry timer: one task that sleeps until the writer's `due` instant
 //! (the earliest `expires_at` or lock-delay end), then asks the writer to
-//! end everything due (`LeaseService::expire_due`). The writer moves `due`
+//! end everything due (`Writer::expire_due`). The writer moves `due`
 //! after every group, so a new, earlier expiry wakes the timer early.
 //!
 //! Times in the database are whole unix seconds and a lease is live while
@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::db::writer::LeaseService;
+use crate::db::writer::Writer;
 use crate::shutdown::Stop;
 
 /// How far past the due second the pass runs, so the writer's clock (whole
@@ -21,7 +21,7 @@ const MARGIN: Duration = Duration::from_millis(20);
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Run until `stop` fires or the lease store goes away.
-pub async fn run(service: LeaseService, stop: Stop) {
+pub async fn run(service: Writer, stop: Stop) {
     let mut due = service.due();
     let stopped = stop.wait();
     tokio::pin!(stopped);

@@ -4,7 +4,7 @@
 //!
 //! Each waiter holds a ticket, numbered in arrival order. One dispatcher
 //! task makes passes: on a new ticket and whenever the writer reports that
-//! work may have become available (`LeaseService::changes`: a release,
+//! work may have become available (`Writer::changes`: a release,
 //! break, expiry, lock delay ending, or any other write such as an issue
 //! closing), it queues one attempt per ticket, in ticket order, on the
 //! single writer. The writer decides in queue order, so among waiters the
@@ -32,7 +32,7 @@ use tokio::sync::{oneshot, Notify};
 
 use crate::db::leases::{Acquire, Claim, Lease};
 use crate::db::queue::{Next, NextRequest, ReadyIssue};
-use crate::db::writer::LeaseService;
+use crate::db::writer::Writer;
 use crate::shutdown::Stop;
 
 /// Most callers waiting at once, server-wide.
@@ -81,7 +81,7 @@ pub enum Waited {
 
 /// The queue of waiters and its dispatcher.
 pub struct Waiters {
-    service: LeaseService,
+    service: Writer,
     state: Mutex<State>,
     kick: Notify,
 }
@@ -98,7 +98,7 @@ struct Ticket {
 }
 
 impl Waiters {
-    pub fn new(service: LeaseService) -> Arc<Waiters> {
+    pub fn new(service: Writer) -> Arc<Waiters> {
         Arc::new(Waiters {
             service,
             state: Mutex::new(State::default()),

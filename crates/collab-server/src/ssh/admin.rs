@@ -314,7 +314,7 @@ async fn rename(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, new_name: 
     );
     let db = ctx
         .app
-        .leases
+        .writer
         .write("rename repository", move |conn, now| {
             Ok(crate::db::repos::rename(conn, &old, &new, &actor, now)?)
         })
@@ -389,7 +389,7 @@ async fn delete(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, confirm: &
     let (name, actor) = (entry.name.clone(), ctx.caller.principal().to_string());
     if let Err(e) = ctx
         .app
-        .leases
+        .writer
         .write("delete repository", move |conn, now| {
             Ok(crate::db::repos::delete(conn, &name, &actor, now)?)
         })
@@ -436,7 +436,7 @@ async fn record_settings(ctx: &ExecContext, repo: &str, payload: serde_json::Val
     let (repo_name, actor) = (repo.to_string(), ctx.caller.principal().to_string());
     if let Err(e) = ctx
         .app
-        .leases
+        .writer
         .write("record repository settings", move |conn, now| {
             Ok(crate::db::repos::settings_changed(
                 conn, &repo_name, &actor, payload, now,
@@ -499,7 +499,7 @@ async fn create(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
                 "repository created"
             );
             crate::events::Recorded::repo_created(&created, ctx.caller.principal())
-                .record_or_log(&ctx.app.leases)
+                .record_or_log(&ctx.app.writer)
                 .await;
             let reply = json!({ "status": "created", "repo": created });
             reply_and_close(channel, &json_line(&reply), 0).await

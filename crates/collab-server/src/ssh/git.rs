@@ -251,7 +251,7 @@ async fn push_to_create(
                 "repository created by push"
             );
             crate::events::Recorded::repo_created(&name, ctx.caller.principal())
-                .record_or_log(&ctx.app.leases)
+                .record_or_log(&ctx.app.writer)
                 .await;
         }
         // A concurrent push may have created it first: fine, use it.
@@ -273,7 +273,7 @@ async fn repair_head(ctx: &ExecContext, path: &std::path::Path, name: &str) {
         Ok(Ok(Some(branch))) => {
             tracing::info!(repo = name, branch, "HEAD now names {branch}");
             crate::events::Recorded::head_repaired(name, &branch)
-                .record_or_log(&ctx.app.leases)
+                .record_or_log(&ctx.app.writer)
                 .await;
         }
         Ok(Ok(None)) => {}

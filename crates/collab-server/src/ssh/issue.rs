@@ -749,7 +749,7 @@ where
     let owned_repo = repo.to_string();
     let done = ctx
         .app
-        .leases
+        .writer
         .write(format!("collab-issue {status}"), move |conn, now| {
             let w = WriteCtx {
                 repo: &owned_repo,

@@ -5,7 +5,7 @@
 //! `authz`'s (Read lists and shows, Write acquires, renews and releases,
 //! Rewind breaks; unknown and unauthorized repositories both get
 //! `error: repository not found`), every lease decision is `leases`'s, run
-//! through the `LeaseService` writer, which answers only once the write is
+//! through the `Writer` writer, which answers only once the write is
 //! durable; the reply is sent after that. A waiting acquire (`--wait`)
 //! queues in `leasing::waiters`. What is left here: naming the holder (the
 //! caller's principal), resolving the issue id among the issues the server holds
@@ -112,7 +112,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: LeaseCmd) {
             );
             if let Err(e) = ctx
                 .app
-                .leases
+                .writer
                 .release(&lease.repo, &lease.issue_id, &lease.holder)
                 .await
             {
@@ -184,7 +184,7 @@ async fn answer(
     };
     let repo = entry.name.as_str();
     let holder = ctx.caller.principal();
-    let leases = &ctx.app.leases;
+    let leases = &ctx.app.writer;
     let issue = match issue {
         Resolved::Issue(id) => id,
         Resolved::ClosedIssue(_) if matches!(cmd, LeaseCmd::Acquire { .. }) => {
@@ -351,7 +351,7 @@ async fn wait_for(
             Want::Next(req) => empty(&req.repo, &req.labels),
             Want::Acquire(claim) => {
                 let (repo, issue) = (claim.repo, claim.issue_id);
-                match ctx.app.leases.status(&repo, &issue).await {
+                match ctx.app.writer.status(&repo, &issue).await {
                     Ok(status) => conflict_from_status(&repo, &issue, &status),
                     Err(e) => {
                         tracing::error!(repo, issue, "collab-lease: lease store: {e:#}");
@@ -489,7 +489,7 @@ async fn lease_by_prefix(ctx: &ExecContext, repo: &str, prefix: &str) -> Result<
     if prefix.len() == 40 {
         return Ok(prefix.to_string());
     }
-    let live = ctx.app.leases.list(repo).await.map_err(|e| {
+    let live = ctx.app.writer.list(repo).await.map_err(|e| {
         tracing::error!(repo, "collab-lease: lease store: {e:#}");
         error(INTERNAL)
     })?;
@@ -520,7 +520,7 @@ async fn not_holder(
         // The decision is made; this read only adds the holder's expiry.
         Some(other) => ctx
             .app
-            .leases
+            .writer
             .current(repo, issue)
             .await?
             .filter(|l| l.holder == other)

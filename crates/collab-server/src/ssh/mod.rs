@@ -17,7 +17,6 @@
 //! open; more are refused with `resource shortage`.
 
 pub mod admin;
-pub mod events;
 pub mod git;
 pub mod issue;
 pub mod lease;
@@ -25,6 +24,7 @@ pub mod patch;
 pub mod release;
 pub mod session;
 pub mod tokens;
+pub mod watch;
 pub mod webhook;
 
 use std::collections::{HashMap, HashSet};

@@ -570,7 +570,7 @@ where
     let owned = repo.to_string();
     let done = ctx
         .app
-        .leases
+        .writer
         .write(format!("collab-patch {status}"), move |conn, now| {
             let w = WriteCtx {
                 repo: &owned,
@@ -772,7 +772,7 @@ async fn merge(ctx: &ExecContext, entry: &RepoEntry, id: String, fence: Option<i
         let undo = prepared.clone();
         let done = ctx
             .app
-            .leases
+            .writer
             .write("collab-patch merge", move |conn, now| {
                 let git = git2::Repository::open_bare(&path)?;
                 let w = WriteCtx {

@@ -219,7 +219,7 @@ async fn create(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &str,
                 &file_json,
                 ctx.caller.principal(),
             )
-            .record_or_log(&ctx.app.leases)
+            .record_or_log(&ctx.app.writer)
             .await;
             let reply = json!({
                 "status": "created",
@@ -291,7 +291,7 @@ async fn delete(
                 &files_json,
                 ctx.caller.principal(),
             )
-            .record_or_log(&ctx.app.leases)
+            .record_or_log(&ctx.app.writer)
             .await;
             let reply = json!({
                 "status": "deleted",

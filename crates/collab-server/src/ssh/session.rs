@@ -837,7 +837,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
         ExecCommand::Issue(cmd) => super::issue::run(&ctx, channel, cmd).await,
         ExecCommand::Patch(cmd) => super::patch::run(&ctx, channel, cmd).await,
-        ExecCommand::Events(cmd) => super::events::watch(&ctx, channel, cmd).await,
+        ExecCommand::Events(cmd) => super::watch::watch(&ctx, channel, cmd).await,
         ExecCommand::Hook(cmd) => super::webhook::run(&ctx, channel, cmd).await,
     }
 }

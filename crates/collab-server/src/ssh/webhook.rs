@@ -190,12 +190,12 @@ async fn add(
     };
     let stored = ctx
         .app
-        .leases
+        .writer
         .write("add webhook", move |conn, now| {
             // Delivery starts with the events after this moment.
             let hook = Webhook {
                 created_at: now,
-                cursor: crate::db::events::head(conn)?,
+                cursor: crate::db::event_log::head(conn)?,
                 ..hook
             };
             store::insert(conn, &hook)?;
@@ -248,7 +248,7 @@ async fn remove(ctx: &ExecContext, id: &str) -> Reply {
     let owned = id.to_string();
     match ctx
         .app
-        .leases
+        .writer
         .write("remove webhook", move |conn, _| {
             Ok(store::remove(conn, &owned)?)
         })
@@ -269,7 +269,7 @@ async fn enable(ctx: &ExecContext, id: &str) -> Reply {
     let owned = id.to_string();
     match ctx
         .app
-        .leases
+        .writer
         .write("enable webhook", move |conn, _| {
             Ok(store::enable(conn, &owned)?)
         })
@@ -316,7 +316,7 @@ async fn send_and_log(
         response: result.response.clone(),
     };
     ctx.app
-        .leases
+        .writer
         .write("log webhook attempt", move |conn, now| {
             Ok(store::log_attempt(conn, &Attempt { at: now, ..attempt })?)
         })
@@ -382,7 +382,7 @@ async fn redeliver(ctx: &ExecContext, message: &str) -> Reply {
         Err(_) => return err("no such delivery"),
     };
     let event = webhooks::read(&ctx.app, move |conn| {
-        Ok(crate::db::events::after(conn, seq - 1, 1)?
+        Ok(crate::db::event_log::after(conn, seq - 1, 1)?
             .into_iter()
             .find(|e| e.seq == seq))
     })

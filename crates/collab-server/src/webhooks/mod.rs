@@ -39,7 +39,7 @@ use tokio::sync::Notify;
 
 use crate::app::App;
 use crate::config::WebhooksConfig;
-use crate::db::events::{self, Event};
+use crate::db::event_log::{self, Event};
 use crate::db::webhooks::{self as store, Attempt, Webhook};
 use crate::events::{filter::glob_match, wire, Recorded, TypeFilter};
 use crate::governance::GovState;
@@ -437,7 +437,7 @@ impl Definition {
 
 async fn refresh_metrics(app: &App) {
     let backlog = read(app, |conn| {
-        let head = events::head(conn)?;
+        let head = event_log::head(conn)?;
         let mut depth = 0;
         let mut oldest: Option<i64> = None;
         for hook in store::list(conn)?.into_iter().filter(|h| h.active) {
@@ -523,9 +523,9 @@ async fn replace_declared(
     declared: Vec<Webhook>,
 ) -> anyhow::Result<()> {
     let changed = app
-        .leases
+        .writer
         .write(format!("sync {origin} webhooks"), move |conn, now| {
-            let head = events::head(conn)?;
+            let head = event_log::head(conn)?;
             let existing = store::list(conn)?;
             let mut changed = false;
             for hook in existing.iter().filter(|h| h.origin == origin) {
@@ -634,7 +634,7 @@ async fn record_attempts(app: Arc<App>, mut records: tokio::sync::mpsc::Receiver
             work.push((record.attempt, record.failure));
         }
         let written = app
-            .leases
+            .writer
             .write("webhook attempts", move |conn, now| {
                 let mut answers = Vec::with_capacity(work.len());
                 for (attempt, failure) in work {
@@ -728,7 +728,7 @@ impl Worker {
     }
 
     async fn run(mut self) {
-        let mut head = self.app.leases.subscribe_event_head();
+        let mut head = self.app.writer.subscribe_event_head();
         loop {
             let Some(event) = self.next_match(&mut head).await else {
                 return;
@@ -751,7 +751,7 @@ impl Worker {
                 skipped_to = Some(event.seq);
             }
             let after = self.read_to;
-            match read(&self.app, move |conn| events::after(conn, after, BATCH)).await {
+            match read(&self.app, move |conn| event_log::after(conn, after, BATCH)).await {
                 Ok(rows) if !rows.is_empty() => {
                     self.read_to = rows.last().map_or(after, |e| e.seq);
                     self.queue.extend(rows);
@@ -765,7 +765,7 @@ impl Worker {
                 let id = self.hook.id.clone();
                 let _ = self
                     .app
-                    .leases
+                    .writer
                     .write("webhook cursor", move |conn, _| {
                         Ok(store::advance(conn, &id, seq)?)
                     })

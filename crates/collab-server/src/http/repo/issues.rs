@@ -5,7 +5,7 @@
 //! Issues are read from `collab.db` through the read pool (`db::issues`):
 //! no replay, no snapshot cache; a repository whose issue DAGs were never
 //! imported is imported first (`import`). Claims are the live leases of the
-//! repository (`LeaseService::list`); a claim is shown on OPEN issues only
+//! repository (`Writer::list`); a claim is shown on OPEN issues only
 //! ("claimed by <holder>"). Holders and authors show their governed name
 //! where governance maps their key to one. Links into repositories that
 //! anonymous readers cannot see are left out.
@@ -203,7 +203,7 @@ async fn blocking<T: Send + 'static>(
 /// Live leases of the repository by issue id. A lease store failure is
 /// logged and shows no claims rather than no page.
 async fn claims(st: &AppState, canonical: &str) -> HashMap<String, Lease> {
-    match st.app.leases.list(canonical).await {
+    match st.app.writer.list(canonical).await {
         Ok(leases) => leases
             .into_iter()
             .map(|l| (l.issue_id.clone(), l))

@@ -59,7 +59,7 @@ pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> crate::sql::
         event.actor,
         event.payload.to_string(),
     ])?;
-    // Other nodes LISTEN (`events::listen`): told once this commits.
+    // Other nodes LISTEN (`event_log::listen`): told once this commits.
     conn.notify(EVENTS_CHANNEL)?;
     Ok(seq)
 }

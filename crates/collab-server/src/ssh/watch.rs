@@ -5,7 +5,7 @@
 //! it reads the `events` table for `seq > last_seen` in batches (its own
 //! read-only connection; the table is the only source, never an in-memory
 //! copy of a payload), writes what the caller may see, and when it has
-//! caught up waits for the published event head (`LeaseService::
+//! caught up waits for the published event head (`Writer::
 //! subscribe_event_head`, raised after every COMMIT and after every
 //! receive-pack) to move past `last_seen`. `seq` is taken under the write
 //! lock and committed in order, so a row with a lower seq can never appear
@@ -35,7 +35,7 @@ use tokio::io::AsyncWriteExt as _;
 
 use super::session::{reply_and_close, ExecContext, WatchCmd, NOT_FOUND};
 use crate::authz::{self, Access, Caller};
-use crate::db::events::{self, Event};
+use crate::db::event_log::{self, Event};
 use crate::events::{wire, TypeFilter};
 
 /// Rows read per query.
@@ -187,7 +187,7 @@ pub async fn watch(ctx: &ExecContext, channel: Channel<Msg>, cmd: WatchCmd) {
         }
     };
     let bounds = reader
-        .query(|conn| Ok((events::oldest(conn)?, events::head(conn)?)))
+        .query(|conn| Ok((event_log::oldest(conn)?, event_log::head(conn)?)))
         .await;
     let (oldest, head) = match bounds {
         Ok(b) => b,
@@ -312,7 +312,7 @@ impl Stream<'_> {
         gone: &mut tokio::sync::oneshot::Receiver<()>,
     ) -> End {
         let app = &self.ctx.app;
-        let mut head = app.leases.subscribe_event_head();
+        let mut head = app.writer.subscribe_event_head();
         let stopping = app.stopping.clone();
         let mut admitted_at = Instant::now();
         let mut last_write = Instant::now();
@@ -338,7 +338,7 @@ impl Stream<'_> {
                 Vec::new()
             } else {
                 match reader
-                    .query(move |conn| events::after(conn, after, limit))
+                    .query(move |conn| event_log::after(conn, after, limit))
                     .await
                 {
                     Ok(rows) => rows,
