@@ -4,8 +4,17 @@
 //!
 //! # Layout
 //!
+//! - [`verbs`]: the verb table, the one definition of every SSH verb, and
+//!   what comes from it: parsing, usage lines, `help`, the client's calls,
+//!   the docs' reference tables.
+//! - [`tokens`]: splitting an exec command line the way a shell would
+//!   quote it (never running one), and quoting for it.
 //! - [`exit`]: the exit statuses of the SSH verbs, beyond 0 and 1.
-//! - [`limits`]: bounds both ends check (TTLs, note lengths, file names).
+//! - [`limits`]: bounds both ends check (TTLs, note lengths, page sizes).
 
 pub mod exit;
 pub mod limits;
+pub mod tokens;
+pub mod verbs;
+
+pub use verbs::Access;

@@ -5,6 +5,21 @@
 /// open-ended claim is for.
 pub const MAX_TTL_SECS: u64 = 10 * 365 * 24 * 60 * 60;
 
+/// The longest `--wait` (one hour): a waiting command holds its connection.
+pub const MAX_WAIT_SECS: u64 = 3600;
+
+/// The longest `--note` or `--reason` of a lease, in bytes.
+pub const MAX_NOTE_BYTES: usize = 500;
+
+/// Most issues or patches one `list` page holds.
+pub const MAX_PAGE: usize = 500;
+
+/// The most repositories one `collab-events watch` may name.
+pub const MAX_WATCH_REPOS: usize = 64;
+
+/// The most deliveries `collab-hook deliveries --limit` shows.
+pub const MAX_HOOK_DELIVERIES: i64 = 1000;
+
 /// What a release file name may be, for messages.
 pub const FILE_NAME_RULE: &str =
     "use letters, digits, '.', '_', '-' and '+', not starting with '.' or '-', at most 255 bytes";

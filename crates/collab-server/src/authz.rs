@@ -16,32 +16,15 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
 use crate::app::App;
 use crate::governance::conf::GovernanceConf;
 use crate::governance::GovState;
 use crate::identity::{Admission, Identity};
 use crate::repos::RepoEntry;
 
-/// An access level. `Ord`: a higher level includes every lower one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Access {
-    Read,
-    Write,
-    Rewind,
-}
-
-impl Access {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Access::Read => "read",
-            Access::Write => "write",
-            Access::Rewind => "rewind",
-        }
-    }
-}
+/// An access level (read < write < rewind): the protocol's, since the verb
+/// table says which one each verb needs.
+pub use collab_proto::Access;
 
 /// Which rules apply to a caller.
 #[derive(Debug, Clone)]

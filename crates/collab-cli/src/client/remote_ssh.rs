@@ -275,7 +275,7 @@ pub fn choose_ssh_command(
 /// Quote one argument of a remote command for the server's tokenizer (and
 /// any POSIX shell): `'it'\''s'`.
 pub fn quote_arg(arg: &str) -> String {
-    format!("'{}'", arg.replace('\'', "'\\''"))
+    collab_proto::tokens::shell_quote(arg)
 }
 
 /// The process for `ssh_command`: run directly when it is plain words

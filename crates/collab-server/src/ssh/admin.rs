@@ -8,10 +8,12 @@ use russh::server::Msg;
 use russh::Channel;
 use serde_json::json;
 
-use super::session::{json_line, reply_and_close, ExecContext, RepoCmd};
+use super::command::RepoCmd;
+use super::session::{json_line, reply_and_close, ExecContext};
 use crate::authz::{self, Access, Regime};
 use crate::repo_admin;
 use crate::repos::{self, CreateError, RepoEntry};
+use collab_proto::verbs::Need;
 
 /// How to get the access `collab-repo create` needs, in the refusal.
 const CREATE_HINT: &str = "error: permission denied: creating repositories needs rewind access \
@@ -71,20 +73,14 @@ pub async fn help(ctx: &ExecContext, channel: Channel<Msg>) {
         Regime::Governed { .. } => true, // per name: rewind on it
         Regime::Closed => false,
     };
-    let mut verbs = vec![
-        json!({"verb": "collab-whoami", "access": "none"}),
-        json!({"verb": "help", "access": "none"}),
-    ];
-    if !closed {
-        for (usage, access) in REPO_VERBS {
-            verbs.push(json!({"verb": usage, "access": access}));
-        }
-        if may_create {
-            verbs.push(
-                json!({"verb": "collab-repo create '<name>'", "access": "rewind on the name"}),
-            );
-        }
-    }
+    // The verb table's rows, grouped by family and access; a closed key
+    // sees only what any caller may run.
+    let verbs = collab_proto::verbs::help_groups(|verb| match verb.need {
+        Need::Anyone => true,
+        _ if closed => false,
+        _ if verb.family == "collab-repo" && verb.action == "create" => may_create,
+        _ => true,
+    });
     let reply = json!({
         "principal": ctx.caller.principal(),
         "regime": ctx.caller.regime.as_str(),
@@ -93,58 +89,6 @@ pub async fn help(ctx: &ExecContext, channel: Channel<Msg>) {
     });
     reply_and_close(channel, &json_line(&reply), 0).await
 }
-
-/// The per-repository verbs and the access each needs (help's list).
-const REPO_VERBS: &[(&str, &str)] = &[
-    (
-        "git clone / fetch / archive --remote (git-upload-pack, git-upload-archive)",
-        "read",
-    ),
-    (
-        "git push (git-receive-pack)",
-        "write; rewind to delete or rewrite refs",
-    ),
-    ("collab-repo list", "read"),
-    ("collab-repo gc '<repo>'", "rewind"),
-    (
-        "collab-repo describe '<repo>' ['<text>']",
-        "read; rewind to set",
-    ),
-    (
-        "collab-repo visibility '<repo>' [public|private]",
-        "read; rewind to set",
-    ),
-    ("collab-repo set-head '<repo>' '<branch>'", "rewind"),
-    ("collab-repo rename '<repo>' '<new-name>'", "rewind"),
-    ("collab-repo delete '<repo>' --confirm '<repo>'", "rewind"),
-    (
-        "collab-lease acquire|renew|release|list '<repo>' ...",
-        "write (list: read)",
-    ),
-    (
-        "collab-release create|delete '<repo>' '<tag>' ...",
-        "rewind",
-    ),
-    ("collab-release list|download '<repo>' ...", "read"),
-    ("collab-issue show|list|ready '<repo>' ...", "read"),
-    (
-        "collab-issue open|comment|edit|label|close|reopen|link|unlink '<repo>' ...",
-        "write",
-    ),
-    ("collab-patch list|show|diff|interdiff '<repo>' ...", "read"),
-    (
-        "collab-patch review|comment|close|reopen|merge|link '<repo>' ...",
-        "write",
-    ),
-    (
-        "collab-events watch ['<repo>'...] [--since N] [--type P]... [--no-follow]",
-        "read (per event's repository)",
-    ),
-    (
-        "collab-hook add|list|remove|enable|test|deliveries|redeliver ...",
-        "rewind on every repository the glob matches (or admin)",
-    ),
-];
 
 /// Resolve `repo` with at least `needed` for `what_needs` (see
 /// `authorize_or_reply`).

@@ -27,7 +27,8 @@ use russh::{Channel, ChannelMsg};
 use tokio::io::{AsyncWriteExt as _, BufReader};
 use tokio::process::Command;
 
-use super::session::{reply_and_close, ExecContext, GitService, NOT_FOUND};
+use super::command::GitService;
+use super::session::{reply_and_close, ExecContext, NOT_FOUND};
 use crate::authz::{self, Access};
 use crate::hooks::HookContext;
 

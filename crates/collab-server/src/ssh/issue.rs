@@ -31,6 +31,7 @@ use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
 use serde_json::{json, Value};
 
+use super::command::repo_access;
 use super::session::{json_line, reply_and_close, ExecContext, NOT_FOUND};
 use crate::authz::{self, Access, Caller};
 use crate::db::issues::{
@@ -39,6 +40,7 @@ use crate::db::issues::{
 };
 use crate::db::leases::{self, rfc3339, Lease};
 use crate::db::queue::{self, NotReady, ReadyIssue};
+use collab_proto::verbs::{self, Invocation};
 
 pub use collab_proto::exit::FENCED as EXIT_FENCED;
 
@@ -121,19 +123,6 @@ pub enum IssueCmd {
     },
 }
 
-/// The usage line shown when the arguments are wrong.
-pub const USAGE: &str =
-    "collab-issue open '<repo>' --title T [--body B|--body-stdin] [--label L]... | \
-     show '<repo>' '<id>' | \
-     list '<repo>' [--state open|closed|all] [--label L]... [--limit N] [--after CURSOR] | \
-     comment '<repo>' '<id>' --body B|--body-stdin | \
-     edit '<repo>' '<id>' [--title T] [--body B|--body-stdin] [--priority N|none] | \
-     ready '<repo>' [--label L]... [--limit N] | \
-     label '<repo>' '<id>' [--add L]... [--remove L]... | \
-     close '<repo>' '<id>' [--reason R] | reopen '<repo>' '<id>' | \
-     link|unlink '<repo>' '<id>' blocks|relates '<other>'; \
-     every write but open takes [--lease-token N]";
-
 impl IssueCmd {
     /// The repository named first.
     pub fn repo(&self) -> &str {
@@ -168,12 +157,10 @@ impl IssueCmd {
         }
     }
 
-    /// Reads need Read; every write needs Write.
+    /// The access its row of the verb table asks for (reads Read, writes
+    /// Write).
     pub fn needed_access(&self) -> Access {
-        match self {
-            IssueCmd::Show { .. } | IssueCmd::List { .. } | IssueCmd::Ready { .. } => Access::Read,
-            _ => Access::Write,
-        }
+        repo_access(self.verb())
     }
 
     fn reads_stdin(&self) -> bool {
@@ -193,224 +180,113 @@ impl IssueCmd {
     }
 }
 
-/// Flags after the positional arguments, each at most once except the
-/// repeatable ones.
-#[derive(Default)]
-struct Flags {
-    title: Option<String>,
-    body: Option<BodyArg>,
-    labels: Vec<String>,
-    add: Vec<String>,
-    remove: Vec<String>,
-    state: Option<String>,
-    limit: Option<usize>,
-    after: Option<String>,
-    reason: Option<String>,
-    fence: Option<i64>,
-    priority: Option<Option<i64>>,
-}
-
-/// Which flags a subcommand takes.
-#[derive(Clone, Copy)]
-enum Allowed {
-    Open,
-    List,
-    Comment,
-    Edit,
-    Label,
-    Close,
-    FenceOnly,
-    Ready,
-}
-
-impl Allowed {
-    fn takes(self, flag: &str) -> bool {
-        let fence = flag == "--lease-token";
-        match self {
-            Allowed::Open => matches!(flag, "--title" | "--body" | "--body-stdin" | "--label"),
-            Allowed::List => matches!(flag, "--state" | "--label" | "--limit" | "--after"),
-            Allowed::Comment => fence || matches!(flag, "--body" | "--body-stdin"),
-            Allowed::Edit => {
-                fence || matches!(flag, "--title" | "--body" | "--body-stdin" | "--priority")
-            }
-            Allowed::Label => fence || matches!(flag, "--add" | "--remove"),
-            Allowed::Close => fence || flag == "--reason",
-            Allowed::FenceOnly => fence,
-            Allowed::Ready => matches!(flag, "--label" | "--limit"),
-        }
+/// `--body B` or `--body-stdin`, if either (the table allows at most one).
+fn body_arg(inv: &Invocation<'_>) -> Option<BodyArg> {
+    match inv.flag("--body") {
+        Some(text) => Some(BodyArg::Text(text.to_string())),
+        None => inv.has("--body-stdin").then_some(BodyArg::Stdin),
     }
 }
 
-/// Positive decimal digits, at most `max`.
-pub(super) fn number(value: &str, max: i64) -> Option<i64> {
-    if value.is_empty() || value.len() > 18 || !value.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let n: i64 = value.parse().ok()?;
-    (1..=max).contains(&n).then_some(n)
-}
-
-fn parse_flags(args: &[&str], allowed: Allowed) -> Option<Flags> {
-    let mut flags = Flags::default();
-    let mut rest = args.iter();
-    while let Some(&flag) = rest.next() {
-        if !allowed.takes(flag) {
-            return None;
-        }
-        if flag == "--body-stdin" {
-            if flags.body.replace(BodyArg::Stdin).is_some() {
-                return None;
+impl IssueCmd {
+    /// The command for a `collab-issue` row of the verb table; `None` for
+    /// a value only the server checks (a cursor, a label, a priority).
+    pub fn from_invocation(inv: &Invocation<'_>) -> Option<IssueCmd> {
+        let s = |v: &str| v.to_string();
+        let repo = s(inv.arg("repo"));
+        let id = || s(inv.arg("issue"));
+        let fence = || inv.int("--lease-token");
+        let strings = |long| inv.flags(long).into_iter().map(s).collect::<Vec<_>>();
+        let limit = || inv.int("--limit").map(|n| n as usize);
+        Some(match inv.verb.action {
+            "open" => IssueCmd::Open {
+                repo,
+                title: s(inv.flag("--title")?),
+                body: body_arg(inv),
+                labels: strings("--label"),
+            },
+            "show" => IssueCmd::Show { repo, id: id() },
+            "list" => {
+                let state = inv.flag("--state").unwrap_or("open").to_string();
+                StateFilter::parse(&state)?;
+                let after = inv.flag("--after").map(s);
+                if let Some(after) = &after {
+                    Cursor::parse(after)?;
+                }
+                IssueCmd::List {
+                    repo,
+                    state,
+                    labels: strings("--label"),
+                    limit: limit(),
+                    after,
+                }
             }
-            continue;
-        }
-        let value = rest.next()?.to_string();
-        let once = |slot: &mut Option<String>| slot.replace(value.clone()).is_none();
-        let fresh = match flag {
-            "--title" => once(&mut flags.title),
-            "--reason" => once(&mut flags.reason),
-            "--state" => once(&mut flags.state),
-            "--after" => once(&mut flags.after),
-            "--body" => flags.body.replace(BodyArg::Text(value.clone())).is_none(),
-            "--label" => {
-                flags.labels.push(value.clone());
-                true
-            }
-            "--add" => {
-                flags.add.push(value.clone());
-                true
-            }
-            "--remove" => {
-                flags.remove.push(value.clone());
-                true
-            }
-            "--limit" => flags
-                .limit
-                .replace(number(&value, issues::MAX_PAGE as i64)? as usize)
-                .is_none(),
-            "--lease-token" => flags.fence.replace(number(&value, i64::MAX)?).is_none(),
-            "--priority" => {
-                let priority = match value.as_str() {
-                    "none" => None,
-                    "0" => Some(0),
-                    n => Some(number(n, issues::MAX_PRIORITY)?),
+            "comment" => IssueCmd::Comment {
+                repo,
+                id: id(),
+                body: body_arg(inv)?,
+                fence: fence(),
+            },
+            "edit" => {
+                let priority = match inv.flag("--priority") {
+                    None => None,
+                    Some("none") => Some(None),
+                    Some("0") => Some(Some(0)),
+                    Some(n) => Some(Some(verbs::int_in(n, 1, issues::MAX_PRIORITY)?)),
                 };
-                flags.priority.replace(priority).is_none()
+                IssueCmd::Edit {
+                    repo,
+                    id: id(),
+                    title: inv.flag("--title").map(s),
+                    body: body_arg(inv),
+                    priority,
+                    fence: fence(),
+                }
             }
-            _ => false,
-        };
-        if !fresh {
-            return None;
-        }
+            "label" => IssueCmd::Label {
+                repo,
+                id: id(),
+                add: strings("--add"),
+                remove: strings("--remove"),
+                fence: fence(),
+            },
+            "close" => IssueCmd::Close {
+                repo,
+                id: id(),
+                reason: inv.flag("--reason").map(s),
+                fence: fence(),
+            },
+            "reopen" => IssueCmd::Reopen {
+                repo,
+                id: id(),
+                fence: fence(),
+            },
+            "ready" => {
+                let labels = strings("--label");
+                if labels.len() > queue::MAX_LABELS {
+                    return None;
+                }
+                IssueCmd::Ready {
+                    repo,
+                    labels,
+                    limit: limit(),
+                }
+            }
+            action @ ("link" | "unlink") => {
+                let kind = inv.arg("kind");
+                LinkKind::parse(kind)?;
+                IssueCmd::Link {
+                    repo,
+                    id: id(),
+                    kind: s(kind),
+                    other: s(inv.arg("other")),
+                    fence: fence(),
+                    unlink: action == "unlink",
+                }
+            }
+            other => unreachable!("collab-issue {other} is not in the verb table"),
+        })
     }
-    Some(flags)
-}
-
-/// `collab-issue <sub> <args…>` after the verb; `None` is a usage error.
-pub fn parse(sub: &str, args: &[&str]) -> Option<IssueCmd> {
-    let s = |v: &str| v.to_string();
-    Some(match (sub, args) {
-        ("open", [repo, rest @ ..]) => {
-            let f = parse_flags(rest, Allowed::Open)?;
-            IssueCmd::Open {
-                repo: s(repo),
-                title: f.title?,
-                body: f.body,
-                labels: f.labels,
-            }
-        }
-        ("show", [repo, id]) => IssueCmd::Show {
-            repo: s(repo),
-            id: s(id),
-        },
-        ("list", [repo, rest @ ..]) => {
-            let f = parse_flags(rest, Allowed::List)?;
-            let state = f.state.unwrap_or_else(|| "open".into());
-            StateFilter::parse(&state)?;
-            if let Some(after) = &f.after {
-                Cursor::parse(after)?;
-            }
-            IssueCmd::List {
-                repo: s(repo),
-                state,
-                labels: f.labels,
-                limit: f.limit,
-                after: f.after,
-            }
-        }
-        ("comment", [repo, id, rest @ ..]) => {
-            let f = parse_flags(rest, Allowed::Comment)?;
-            IssueCmd::Comment {
-                repo: s(repo),
-                id: s(id),
-                body: f.body?,
-                fence: f.fence,
-            }
-        }
-        ("edit", [repo, id, rest @ ..]) => {
-            let f = parse_flags(rest, Allowed::Edit)?;
-            if f.title.is_none() && f.body.is_none() && f.priority.is_none() {
-                return None;
-            }
-            IssueCmd::Edit {
-                repo: s(repo),
-                id: s(id),
-                title: f.title,
-                body: f.body,
-                priority: f.priority,
-                fence: f.fence,
-            }
-        }
-        ("label", [repo, id, rest @ ..]) => {
-            let f = parse_flags(rest, Allowed::Label)?;
-            if f.add.is_empty() && f.remove.is_empty() {
-                return None;
-            }
-            IssueCmd::Label {
-                repo: s(repo),
-                id: s(id),
-                add: f.add,
-                remove: f.remove,
-                fence: f.fence,
-            }
-        }
-        ("close", [repo, id, rest @ ..]) => {
-            let f = parse_flags(rest, Allowed::Close)?;
-            IssueCmd::Close {
-                repo: s(repo),
-                id: s(id),
-                reason: f.reason,
-                fence: f.fence,
-            }
-        }
-        ("ready", [repo, rest @ ..]) => {
-            let f = parse_flags(rest, Allowed::Ready)?;
-            if f.labels.len() > queue::MAX_LABELS {
-                return None;
-            }
-            IssueCmd::Ready {
-                repo: s(repo),
-                labels: f.labels,
-                limit: f.limit,
-            }
-        }
-        ("reopen", [repo, id, rest @ ..]) => IssueCmd::Reopen {
-            repo: s(repo),
-            id: s(id),
-            fence: parse_flags(rest, Allowed::FenceOnly)?.fence,
-        },
-        ("link" | "unlink", [repo, id, kind, other, rest @ ..]) => {
-            LinkKind::parse(kind)?;
-            IssueCmd::Link {
-                repo: s(repo),
-                id: s(id),
-                kind: s(kind),
-                other: s(other),
-                fence: parse_flags(rest, Allowed::FenceOnly)?.fence,
-                unlink: sub == "unlink",
-            }
-        }
-        _ => return None,
-    })
 }
 
 /// One reply: the line to send and the exit status.
@@ -983,7 +859,7 @@ pub fn detail_json(d: &IssueDetail) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ssh::session::{parse_exec_command, ExecCommand};
+    use crate::ssh::command::{parse_exec_command, ExecCommand};
 
     fn issue(line: &str) -> Option<IssueCmd> {
         match parse_exec_command(line)? {

@@ -39,8 +39,9 @@ use russh::server::Msg;
 use russh::{Channel, ChannelMsg, ChannelReadHalf};
 use serde_json::{json, Value};
 
-use super::session::{json_line, reply_on, ExecContext, LeaseCmd, NOT_FOUND};
-use crate::authz::{self, Access};
+use super::command::LeaseCmd;
+use super::session::{json_line, reply_on, ExecContext, NOT_FOUND};
+use crate::authz;
 use crate::db::issues::{self, IssueError};
 use crate::db::leases::{rfc3339, Acquire, Break, Claim, Lease, Release, Renew, Status};
 use crate::db::queue::{Next, NextRequest, ReadyIssue};
@@ -145,11 +146,9 @@ async fn answer(
     cmd: LeaseCmd,
     gone: impl Future<Output = ()>,
 ) -> Option<Answer> {
-    let needed = match cmd {
-        LeaseCmd::List { .. } | LeaseCmd::Show { .. } => Access::Read,
-        LeaseCmd::Break { .. } => Access::Rewind,
-        _ => Access::Write,
-    };
+    // Reads need Read, claims Write, breaking another's lease Rewind: the
+    // verb table's rows.
+    let needed = super::command::repo_access(&format!("collab-lease {}", cmd.name()));
     let requested = cmd.repo().to_string();
     // Authorization reads policy files and the import may read git: both
     // are blocking I/O, so they run off the async runtime.

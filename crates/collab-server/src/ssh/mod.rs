@@ -17,13 +17,13 @@
 //! open; more are refused with `resource shortage`.
 
 pub mod admin;
+pub mod command;
 pub mod git;
 pub mod issue;
 pub mod lease;
 pub mod patch;
 pub mod release;
 pub mod session;
-pub mod tokens;
 pub mod watch;
 pub mod webhook;
 

@@ -33,7 +33,7 @@ use russh::server::Msg;
 use russh::Channel;
 use serde_json::{json, Value};
 
-use super::issue::{authorized_entry, number, person_json, read_body, time_json, BodyArg, Reply};
+use super::issue::{authorized_entry, person_json, read_body, time_json, BodyArg, Reply};
 use super::session::{json_line, reply_and_close, ExecContext};
 use crate::authz::{self, Access};
 use crate::db::patches::{
@@ -42,6 +42,7 @@ use crate::db::patches::{
 };
 use crate::patch_merge::{self, MergeError};
 use crate::repos::RepoEntry;
+use collab_proto::verbs::Invocation;
 use collab_record::diff;
 
 /// Exit status of a merge refused by fencing.
@@ -53,14 +54,6 @@ pub const MAX_DIFF_BYTES: usize = 8 * 1024 * 1024;
 const MERGE_ATTEMPTS: usize = 3;
 
 const INTERNAL: &str = "error: internal error";
-
-/// The usage line shown when the arguments are wrong.
-pub const USAGE: &str = "collab-patch list '<repo>' [--state open|merged|closed|all] [--limit N] [--after CURSOR] | \
-     show '<repo>' '<id>' | diff '<repo>' '<id>' [--rev N] | interdiff '<repo>' '<id>' A B | \
-     review '<repo>' '<id>' --approve|--request-changes|--comment [--body B|--body-stdin] [--rev N] | \
-     comment '<repo>' '<id>' --body B|--body-stdin [--path P [--line N]] [--rev N] | \
-     close '<repo>' '<id>' | reopen '<repo>' '<id>' | merge '<repo>' '<id>' [--lease-token N] | \
-     link '<repo>' '<id>' '<issue>'";
 
 /// A parsed `collab-patch` command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,13 +147,7 @@ impl PatchCmd {
     }
 
     pub fn needed_access(&self) -> Access {
-        match self {
-            PatchCmd::List { .. }
-            | PatchCmd::Show { .. }
-            | PatchCmd::Diff { .. }
-            | PatchCmd::Interdiff { .. } => Access::Read,
-            _ => Access::Write,
-        }
+        super::command::repo_access(self.verb())
     }
 
     fn reads_stdin(&self) -> bool {
@@ -177,63 +164,6 @@ impl PatchCmd {
     }
 }
 
-/// Flags after the positional arguments, each at most once.
-#[derive(Default)]
-struct Flags {
-    state: Option<String>,
-    limit: Option<usize>,
-    after: Option<String>,
-    rev: Option<i64>,
-    body: Option<BodyArg>,
-    path: Option<String>,
-    line: Option<i64>,
-    verdict: Option<Verdict>,
-    fence: Option<i64>,
-}
-
-fn parse_flags(args: &[&str], allowed: &[&str]) -> Option<Flags> {
-    let mut f = Flags::default();
-    let mut rest = args.iter();
-    while let Some(&flag) = rest.next() {
-        if !allowed.contains(&flag) {
-            return None;
-        }
-        let fresh = match flag {
-            "--approve" => f.verdict.replace(Verdict::Approve).is_none(),
-            "--request-changes" => f.verdict.replace(Verdict::RequestChanges).is_none(),
-            "--comment" => f.verdict.replace(Verdict::Comment).is_none(),
-            "--body-stdin" => f.body.replace(BodyArg::Stdin).is_none(),
-            _ => {
-                let value = rest.next()?.to_string();
-                match flag {
-                    "--state" => f.state.replace(value).is_none(),
-                    "--after" => f.after.replace(value).is_none(),
-                    "--body" => f.body.replace(BodyArg::Text(value)).is_none(),
-                    "--path" => f.path.replace(value).is_none(),
-                    "--limit" => f
-                        .limit
-                        .replace(number(&value, patches::MAX_PAGE as i64)? as usize)
-                        .is_none(),
-                    "--rev" => f
-                        .rev
-                        .replace(number(&value, i64::from(u32::MAX))?)
-                        .is_none(),
-                    "--line" => f
-                        .line
-                        .replace(number(&value, i64::from(u32::MAX))?)
-                        .is_none(),
-                    "--lease-token" => f.fence.replace(number(&value, i64::MAX)?).is_none(),
-                    _ => false,
-                }
-            }
-        };
-        if !fresh {
-            return None;
-        }
-    }
-    Some(f)
-}
-
 /// A list cursor: `<created_ms>.<id>` of the last patch of a page.
 fn parse_cursor(text: &str) -> Option<(i64, String)> {
     let (ms, id) = text.split_once('.')?;
@@ -242,96 +172,88 @@ fn parse_cursor(text: &str) -> Option<(i64, String)> {
         .then(|| (ms, id.to_string()))
 }
 
-/// `collab-patch <sub> <args…>` after the verb; `None` is a usage error.
-pub fn parse(sub: &str, args: &[&str]) -> Option<PatchCmd> {
-    let s = |v: &str| v.to_string();
-    Some(match (sub, args) {
-        ("list", [repo, rest @ ..]) => {
-            let f = parse_flags(rest, &["--state", "--limit", "--after"])?;
-            let state = f.state.unwrap_or_else(|| "open".into());
-            StateFilter::parse(&state)?;
-            if let Some(after) = &f.after {
-                parse_cursor(after)?;
+/// `--body B` or `--body-stdin`, if either (the table allows at most one).
+fn body_arg(inv: &Invocation<'_>) -> Option<BodyArg> {
+    match inv.flag("--body") {
+        Some(text) => Some(BodyArg::Text(text.to_string())),
+        None => inv.has("--body-stdin").then_some(BodyArg::Stdin),
+    }
+}
+
+impl PatchCmd {
+    /// The command for a `collab-patch` row of the verb table; `None` for
+    /// a value only the server checks (a cursor).
+    pub fn from_invocation(inv: &Invocation<'_>) -> Option<PatchCmd> {
+        let s = |v: &str| v.to_string();
+        let repo = s(inv.arg("repo"));
+        let id = || s(inv.arg("patch"));
+        let rev = || inv.int("--rev");
+        Some(match inv.verb.action {
+            "list" => {
+                let state = inv.flag("--state").unwrap_or("open").to_string();
+                StateFilter::parse(&state)?;
+                let after = inv.flag("--after").map(s);
+                if let Some(after) = &after {
+                    parse_cursor(after)?;
+                }
+                PatchCmd::List {
+                    repo,
+                    state,
+                    limit: inv.int("--limit").map(|n| n as usize),
+                    after,
+                }
             }
-            PatchCmd::List {
-                repo: s(repo),
-                state,
-                limit: f.limit,
-                after: f.after,
+            "show" => PatchCmd::Show { repo, id: id() },
+            "diff" => PatchCmd::Diff {
+                repo,
+                id: id(),
+                rev: rev(),
+            },
+            "interdiff" => PatchCmd::Interdiff {
+                repo,
+                id: id(),
+                from: inv.int_arg("from"),
+                to: inv.int_arg("to"),
+            },
+            "review" => {
+                let verdict = if inv.has("--approve") {
+                    Verdict::Approve
+                } else if inv.has("--request-changes") {
+                    Verdict::RequestChanges
+                } else {
+                    Verdict::Comment
+                };
+                PatchCmd::Review {
+                    repo,
+                    id: id(),
+                    verdict,
+                    body: body_arg(inv),
+                    rev: rev(),
+                }
             }
-        }
-        ("show", [repo, id]) => PatchCmd::Show {
-            repo: s(repo),
-            id: s(id),
-        },
-        ("diff", [repo, id, rest @ ..]) => PatchCmd::Diff {
-            repo: s(repo),
-            id: s(id),
-            rev: parse_flags(rest, &["--rev"])?.rev,
-        },
-        ("interdiff", [repo, id, from, to]) => PatchCmd::Interdiff {
-            repo: s(repo),
-            id: s(id),
-            from: number(from, i64::from(u32::MAX))?,
-            to: number(to, i64::from(u32::MAX))?,
-        },
-        ("review", [repo, id, rest @ ..]) => {
-            let f = parse_flags(
-                rest,
-                &[
-                    "--approve",
-                    "--request-changes",
-                    "--comment",
-                    "--body",
-                    "--body-stdin",
-                    "--rev",
-                ],
-            )?;
-            PatchCmd::Review {
-                repo: s(repo),
-                id: s(id),
-                verdict: f.verdict?,
-                body: f.body,
-                rev: f.rev,
-            }
-        }
-        ("comment", [repo, id, rest @ ..]) => {
-            let f = parse_flags(
-                rest,
-                &["--body", "--body-stdin", "--path", "--line", "--rev"],
-            )?;
-            if f.line.is_some() && f.path.is_none() {
-                return None;
-            }
-            PatchCmd::Comment {
-                repo: s(repo),
-                id: s(id),
-                body: f.body?,
-                path: f.path,
-                line: f.line,
-                rev: f.rev,
-            }
-        }
-        ("close", [repo, id]) => PatchCmd::Close {
-            repo: s(repo),
-            id: s(id),
-        },
-        ("reopen", [repo, id]) => PatchCmd::Reopen {
-            repo: s(repo),
-            id: s(id),
-        },
-        ("link", [repo, id, issue]) => PatchCmd::Link {
-            repo: s(repo),
-            id: s(id),
-            issue: s(issue),
-        },
-        ("merge", [repo, id, rest @ ..]) => PatchCmd::Merge {
-            repo: s(repo),
-            id: s(id),
-            fence: parse_flags(rest, &["--lease-token"])?.fence,
-        },
-        _ => return None,
-    })
+            "comment" => PatchCmd::Comment {
+                repo,
+                id: id(),
+                body: body_arg(inv)?,
+                path: inv.flag("--path").map(s),
+                line: inv.int("--line"),
+                rev: rev(),
+            },
+            "close" => PatchCmd::Close { repo, id: id() },
+            "reopen" => PatchCmd::Reopen { repo, id: id() },
+            "link" => PatchCmd::Link {
+                repo,
+                id: id(),
+                issue: s(inv.arg("issue")),
+            },
+            "merge" => PatchCmd::Merge {
+                repo,
+                id: id(),
+                fence: inv.int("--lease-token"),
+            },
+            other => unreachable!("collab-patch {other} is not in the verb table"),
+        })
+    }
 }
 
 fn error(message: impl std::fmt::Display) -> Reply {
@@ -954,7 +876,7 @@ fn detail_json(d: &PatchDetail, rule: &MergeRule) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ssh::session::{parse_exec_command, ExecCommand};
+    use crate::ssh::command::{parse_exec_command, ExecCommand};
 
     fn patch(line: &str) -> Option<PatchCmd> {
         match parse_exec_command(line)? {

@@ -21,7 +21,8 @@ use russh::{Channel, ChannelMsg};
 use serde_json::json;
 use tokio::io::{AsyncWriteExt as _, BufReader};
 
-use super::session::{json_line, reply_and_close, ExecContext, ReleaseCmd};
+use super::command::ReleaseCmd;
+use super::session::{json_line, reply_and_close, ExecContext};
 use crate::authz::Access;
 use crate::releases::{
     valid_file_name, valid_tag_name, Release, ReleaseError, ReleaseStore, Upload,

@@ -33,7 +33,8 @@ use russh::{Channel, ChannelId, ChannelMsg};
 use serde_json::json;
 use tokio::io::AsyncWriteExt as _;
 
-use super::session::{reply_and_close, ExecContext, WatchCmd, NOT_FOUND};
+use super::command::WatchCmd;
+use super::session::{reply_and_close, ExecContext, NOT_FOUND};
 use crate::authz::{self, Access, Caller};
 use crate::db::event_log::{self, Event};
 use crate::events::{wire, TypeFilter};

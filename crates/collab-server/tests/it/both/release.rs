@@ -254,7 +254,7 @@ fn bad_tags_and_file_names_are_refused() {
             "collab-release create app v1 .a.bin.meta",
             "error: invalid file name '.a.bin.meta': use letters, digits, '.', '_', '-' and '+', not starting with '.' or '-', at most 255 bytes\n",
         ),
-        ("collab-release create app v1", "error: usage: collab-release create|download '<repo>' '<tag>' '<file>' | list '<repo>' | delete '<repo>' '<tag>' ['<file>']\n"),
+        ("collab-release create app v1", "error: usage: collab-release create '<repo>' '<tag>' '<file>' | collab-release list '<repo>' | collab-release download '<repo>' '<tag>' '<file>' | collab-release delete '<repo>' '<tag>' ['<file>']\n"),
     ] {
         let out = h.ssh_exec_with_stdin(cmd, b"data");
         assert_eq!((out.code, out.stderr.as_str()), (1, expected), "{cmd}");

@@ -102,8 +102,8 @@ pub fn shell_tokens(input: &str) -> Result<Vec<String>, TokenError> {
     Ok(tokens)
 }
 
-/// Single-quote `s` for a POSIX shell (and for `shell_tokens`).
-#[cfg(test)]
+/// Single-quote `s` for a POSIX shell (and for `shell_tokens`): how the
+/// client writes every argument of a remote command.
 pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }

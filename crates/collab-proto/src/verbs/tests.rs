@@ -1,0 +1,260 @@
+use super::*;
+use crate::tokens::shell_tokens;
+
+fn tokens(line: &str) -> Vec<String> {
+    shell_tokens(line).unwrap()
+}
+
+fn parses(line: &str) -> bool {
+    parse(&tokens(line)).is_ok()
+}
+
+#[test]
+fn every_row_is_well_formed() {
+    let mut names = Vec::new();
+    for verb in VERBS {
+        let name = verb.name();
+        assert!(!names.contains(&name), "{name} twice");
+        names.push(name.clone());
+        assert!(!verb.help.is_empty(), "{name}: no help line");
+        // Required arguments first, then at most one optional or repeated.
+        let optional = verb.args.iter().position(|a| a.arity != Arity::One);
+        if let Some(i) = optional {
+            assert!(
+                verb.args[i..].iter().all(|a| a.arity != Arity::One),
+                "{name}: a required argument after an optional one"
+            );
+            assert_eq!(verb.args.len() - i, 1, "{name}: two optional arguments");
+        }
+        for flag in verb.flags {
+            assert!(flag.long.starts_with("--"), "{name}: {}", flag.long);
+        }
+        for rule in verb.rules {
+            let longs: Vec<&str> = match *rule {
+                Rule::OneOf(g) | Rule::AtMostOne(g) | Rule::AtLeastOne(g) => g.to_vec(),
+                Rule::Requires(a, b) => vec![a, b],
+            };
+            for long in longs {
+                assert!(verb.flag(long).is_some(), "{name}: rule names {long}");
+            }
+        }
+        // Repository verbs name it first, and call it `repo`.
+        if let Need::Repo(_) = verb.need {
+            assert!(
+                verb.names_repo(),
+                "{name}: needs repo access but names none"
+            );
+        }
+    }
+}
+
+#[test]
+fn tool_names_are_family_and_action() {
+    let tool = |f, a| find(f, a).unwrap().tool_name();
+    assert_eq!(tool("collab-issue", "open"), "issue_open");
+    assert_eq!(tool("collab-lease", "next"), "lease_next");
+    assert_eq!(tool("collab-repo", "set-head"), "repo_set_head");
+    assert_eq!(tool("collab-whoami", ""), "whoami");
+    assert_eq!(
+        find("collab-issue", "comment")
+            .unwrap()
+            .flag("--lease-token")
+            .unwrap()
+            .property(),
+        "lease_token"
+    );
+}
+
+#[test]
+fn usage_lines_say_the_grammar() {
+    let usage = |f, a| find(f, a).unwrap().usage();
+    assert_eq!(
+        usage("collab-issue", "open"),
+        "collab-issue open '<repo>' --title T [--body B|--body-stdin] [--label L]..."
+    );
+    assert_eq!(
+        usage("collab-issue", "comment"),
+        "collab-issue comment '<repo>' '<issue>' --body B|--body-stdin [--lease-token N]"
+    );
+    assert_eq!(
+        usage("collab-patch", "review"),
+        "collab-patch review '<repo>' '<patch>' --approve|--request-changes|--comment \
+         [--body B|--body-stdin] [--rev N]"
+    );
+    assert_eq!(
+        usage("collab-events", "watch"),
+        "collab-events watch ['<repo>'...] [--since <seq>] [--type <pattern>]... [--no-follow]"
+    );
+    assert_eq!(usage("git-upload-pack", ""), "git-upload-pack '<repo>'");
+    assert_eq!(
+        usage("collab-repo", "visibility"),
+        "collab-repo visibility '<repo>' [public|private]"
+    );
+    assert!(family_usage("collab-lease").starts_with("collab-lease acquire '<repo>'"));
+    assert!(family_usage("collab-lease")
+        .contains(" | collab-lease renew '<repo>' '<issue>' --ttl <secs>"));
+}
+
+#[test]
+fn parses_positionals_flags_and_aliases() {
+    let t = tokens("collab-issue open 'team/app' --title 'A bug' --label x --label y --body-stdin");
+    let inv = parse(&t).unwrap();
+    assert_eq!(inv.verb.name(), "collab-issue open");
+    assert_eq!(inv.arg("repo"), "team/app");
+    assert_eq!(inv.flag("--title"), Some("A bug"));
+    assert_eq!(inv.flags("--label"), ["x", "y"]);
+    assert!(inv.has("--body-stdin"));
+    assert!(!inv.has("--body"));
+
+    let t = tokens("git upload-pack 'r.git'");
+    let inv = parse(&t).unwrap();
+    assert_eq!(
+        (inv.verb.family, inv.arg("repo")),
+        ("git-upload-pack", "r.git")
+    );
+    assert_eq!(parse(&tokens("collab-help")).unwrap().verb.family, "help");
+
+    // Repeated positionals and flags interleave.
+    let t = tokens("collab-events watch a --since 3 b --type 'lease.*' --no-follow");
+    let inv = parse(&t).unwrap();
+    assert_eq!(inv.args("repo"), ["a", "b"]);
+    assert_eq!(inv.int("--since"), Some(3));
+    assert!(inv.has("--no-follow"));
+
+    // A required positional may look like a flag; the handler decides.
+    let t = tokens("collab-lease list --ttl");
+    assert_eq!(parse(&t).unwrap().arg("repo"), "--ttl");
+    // Free text may too.
+    let t = tokens("collab-repo describe r '--- notes'");
+    assert_eq!(parse(&t).unwrap().opt_arg("text"), Some("--- notes"));
+}
+
+#[test]
+fn refuses_what_the_table_does_not_allow() {
+    for bad in [
+        "collab-issue open r",                                 // --title required
+        "collab-issue open r --title a --title b",             // once
+        "collab-issue open r --title a --body b --body-stdin", // at most one body
+        "collab-issue comment r 1234",                         // a body required
+        "collab-issue edit r 1234",                            // something to edit
+        "collab-issue label r 1234 --lease-token 3",           // add or remove
+        "collab-issue list r --state maybe",                   // a choice
+        "collab-issue list r --limit 0",                       // 1..=500
+        "collab-issue list r --limit 501",
+        "collab-issue list r --limit -1",
+        "collab-issue list r --limit ' 5'",
+        "collab-issue show r",                         // missing argument
+        "collab-issue show r a b",                     // extra argument
+        "collab-issue link r a parent b",              // blocks|relates
+        "collab-issue open r --title",                 // value missing
+        "collab-issue open r --bogus x --title t",     // unknown flag
+        "collab-patch review r p",                     // a verdict required
+        "collab-patch review r p --approve --comment", // only one
+        "collab-patch comment r p --body b --line 3",  // --line needs --path
+        "collab-patch interdiff r p 1 x",
+        "collab-lease acquire r i --ttl 0",
+        "collab-lease acquire r i --wait 3601",
+        "collab-lease renew r i", // --ttl required
+        "collab-repo delete r",   // --confirm required
+        "collab-repo visibility r maybe",
+        "collab-events watch -x", // not a repository
+        "collab-hook deliveries h --limit 1001",
+        "collab-whoami now",
+        "help me",
+    ] {
+        match parse(&tokens(bad)) {
+            Err(Refusal::Usage(_)) => {}
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    assert_eq!(parse(&tokens("ls -la")), Err(Refusal::Unknown));
+    assert_eq!(parse(&tokens("git status")), Err(Refusal::Unknown));
+    assert_eq!(
+        parse(&tokens("git upload-pack a b")),
+        Err(Refusal::Usage("git-upload-pack '<repo>'".into()))
+    );
+}
+
+#[test]
+fn a_watch_names_at_most_64_repositories() {
+    let many = |n: usize| {
+        let repos: Vec<String> = (0..n).map(|i| format!("r{i}")).collect();
+        format!("collab-events watch {}", repos.join(" "))
+    };
+    assert!(parses(&many(64)));
+    assert!(!parses(&many(65)));
+}
+
+#[test]
+fn calls_parse_back() {
+    let line = Call::new("collab-issue", "open")
+        .arg("it's/app")
+        .flag("--title", "a 'quoted' title")
+        .switch("--body-stdin", true)
+        .flag("--label", "bug")
+        .line();
+    assert_eq!(
+        line,
+        "collab-issue open 'it'\\''s/app' --title 'a '\\''quoted'\\'' title' --body-stdin --label 'bug'"
+    );
+    let t = tokens(&line);
+    let inv = parse(&t).unwrap();
+    assert_eq!(inv.arg("repo"), "it's/app");
+    assert_eq!(inv.flag("--title"), Some("a 'quoted' title"));
+}
+
+#[test]
+#[should_panic(expected = "collab-issue show has no flag --title")]
+fn calls_refuse_flags_the_verb_does_not_take() {
+    let _ = Call::new("collab-issue", "show").flag("--title", "x");
+}
+
+#[test]
+fn help_groups_by_family_and_access() {
+    let groups = help_groups(|_| true);
+    let of = |prefix: &str| -> Vec<&str> {
+        groups
+            .iter()
+            .filter(|g| g.verb.starts_with(prefix))
+            .map(|g| g.access)
+            .collect()
+    };
+    assert_eq!(of("collab-issue show"), ["read"]);
+    assert_eq!(of("collab-issue open"), ["write"]);
+    assert_eq!(of("collab-hook").len(), 1);
+    assert_eq!(of("collab-events watch").len(), 1);
+    let issue_reads = groups
+        .iter()
+        .find(|g| g.verb.starts_with("collab-issue show"))
+        .unwrap();
+    assert_eq!(
+        issue_reads.verb,
+        "collab-issue show|list|ready '<repo>' ..."
+    );
+}
+
+/// docs/ssh-verbs.md holds the reference the table writes; with
+/// `UPDATE_VERB_DOCS=1` this rewrites it instead of failing.
+#[test]
+fn the_docs_reference_is_the_table() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/ssh-verbs.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let want = docs::splice(&doc, &reference_markdown()).unwrap_or_else(|| {
+        panic!(
+            "{} has no generated section: add the lines\n{}\n{}",
+            path.display(),
+            docs::BEGIN,
+            docs::END
+        )
+    });
+    if want != doc {
+        if std::env::var_os("UPDATE_VERB_DOCS").is_some() {
+            std::fs::write(&path, want).unwrap();
+        } else {
+            panic!(
+                "{} is out of date with the verb table: run UPDATE_VERB_DOCS=1 cargo test -p collab-proto",
+                path.display()
+            );
+        }
+    }
+}
