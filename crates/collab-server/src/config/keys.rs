@@ -1,0 +1,357 @@
+//! The one table of configuration keys. Everything that names a key reads
+//! it from here: the built-in defaults, the file's known-key check, which
+//! environment variables are ours (and the misspelled-name hints), the
+//! per-key conversion and validation, and `config show`.
+//!
+//! A key's name is its TOML path and its `ServerConfig` field path
+//! (`ssh.listen` is `[ssh] listen` and `config.ssh.listen`); its environment
+//! variable is [`env_name`](super::env_name) of it and its flag, when it has
+//! one, [`flag_name`](super::flag_name) of it. The order is `config show`'s
+//! (SPEC §3.1; resource limits follow their section's listen address).
+
+use super::DEFAULT_STATE_DIR;
+
+/// One configuration key.
+#[derive(Debug)]
+pub struct Key {
+    /// Dotted: `ssh.max_startups_per_ip`.
+    pub name: &'static str,
+    /// How a given value is read and checked, and how `config show` prints it.
+    pub kind: Kind,
+    pub default: DefaultValue,
+    /// What the key controls, in one line.
+    pub doc: &'static str,
+}
+
+/// What a key holds. Each kind accepts a TOML value or the text of an
+/// environment variable or flag; see `Given::convert`.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    /// Any string.
+    Text,
+    /// A non-empty path, used as given.
+    Path,
+    /// `collab_db`: a SQLite path or a PostgreSQL URL. `config show` prints
+    /// where the database is, with a URL's password masked.
+    Database,
+    /// `IP:PORT`; host names are refused.
+    SocketAddr,
+    /// Bytes, or a size with a unit ([`parse_size`](super::parse_size)).
+    Size,
+    /// `true`/`false`; as text also `1`/`0`, `yes`/`no`, `on`/`off`.
+    Bool,
+    /// A whole number from `min` to `max`.
+    Count { min: u64, max: u64 },
+    /// Longer than zero ([`parse_duration`](super::parse_duration)).
+    Duration,
+    /// OpenSSH's `MaxStartups` ([`parse_max_startups`](super::parse_max_startups)).
+    MaxStartups,
+    /// Lease seconds, at most ten years
+    /// ([`parse_lease_duration`](super::parse_lease_duration)). `zero` says
+    /// what 0 means, which `config show` adds to it; `None` refuses 0.
+    LeaseSecs { zero: Option<&'static str> },
+    /// A level or a tracing filter ([`validate_log_level`](super::validate_log_level)).
+    LogLevel,
+    /// One of these words.
+    OneOf(&'static [&'static str]),
+    /// OpenSSH public key lines.
+    AdminKeys,
+    /// A list of strings; as text also comma-separated.
+    List,
+    /// `[[webhooks.subscriptions]]` tables.
+    Webhooks,
+}
+
+/// A resource limit: 0 would refuse everything, so it cannot be switched off.
+const LIMIT: Kind = Kind::Count {
+    min: 1,
+    max: 1_000_000,
+};
+
+/// Where a key's value comes from when no layer sets it.
+#[derive(Debug, Clone, Copy)]
+pub enum DefaultValue {
+    /// Written as in the environment and read like a given value, so a
+    /// default is also an example of the syntax.
+    Given(&'static str),
+    /// `name` under the final value of an earlier path key (`state_dir`),
+    /// whichever layer set that.
+    Under(&'static str, &'static str),
+    /// Left unset (`None`); the field's reader derives it as described.
+    Unset(&'static str),
+}
+
+use DefaultValue::{Given, Under, Unset};
+use Kind::*;
+
+const fn key(name: &'static str, kind: Kind, default: DefaultValue, doc: &'static str) -> Key {
+    Key {
+        name,
+        kind,
+        default,
+        doc,
+    }
+}
+
+/// Every configuration key, in `config show` order. One row a line, so it
+/// reads as a table.
+#[rustfmt::skip]
+pub const KEYS: &[Key] = &[
+    key("state_dir", Path, Given(DEFAULT_STATE_DIR), "Persistent state: repositories, database, host key, releases."),
+    key("repos_dir", Path, Under("state_dir", "repos"), "Bare repositories."),
+    key("collab_db", Database, Unset("{repos_dir}/collab.db"), "The collab database: a SQLite path or a postgres:// URL."),
+    key("site_title", Text, Given("git-collab"), "Title of the web UI."),
+    key("max_release_size", Size, Given("100MiB"), "Largest release artifact."),
+    key("max_issue_body", Size, Given("256KiB"), "Largest issue body or comment."),
+    key("initial_admin_keys", AdminKeys, Given("[]"), "OpenSSH public keys granted admin, merged into ssh.authorized_keys."),
+    key("push_to_create", Bool, Given("false"), "A push to a missing repository creates it, for callers who may create it."),
+    key("ssh.listen", SocketAddr, Given("0.0.0.0:2222"), "SSH listen address."),
+    key("ssh.host_key", Path, Under("state_dir", "ssh_host_ed25519_key"), "SSH host key, generated on first start."),
+    key("ssh.authorized_keys", Path, Under("state_dir", "authorized_keys"), "Admitted public keys, re-read when the file changes."),
+    key("ssh.allow_sha1_rsa", Bool, Given("false"), "Accept ssh-rsa (SHA-1) user signatures, refused as by OpenSSH >= 8.8."),
+    key("ssh.legacy_host_keys", Bool, Given("false"), "Also serve RSA and ECDSA host keys for clients that cannot verify Ed25519."),
+    key("ssh.max_connections", LIMIT, Given("512"), "SSH connections open at once, authenticated or not."),
+    key("ssh.max_startups", MaxStartups, Given("64:30:256"), "Unauthenticated connections, as OpenSSH's MaxStartups start:rate:full."),
+    key("ssh.max_startups_per_ip", LIMIT, Given("32"), "Unauthenticated connections from one IP address."),
+    key("ssh.login_grace_time", Duration, Given("120s"), "Time a connection has to authenticate (LoginGraceTime)."),
+    key("ssh.max_sessions", LIMIT, Given("10"), "Channels open at once on one connection (MaxSessions)."),
+    key("http.listen", SocketAddr, Given("0.0.0.0:8080"), "HTTP listen address."),
+    key("http.max_connections", LIMIT, Given("512"), "HTTP connections open at once."),
+    key("http.max_connections_per_ip", LIMIT, Given("64"), "HTTP connections open at once from one IP address."),
+    key("http.header_read_timeout", Duration, Given("10s"), "Time a client has to send a request's headers; also the keep-alive wait."),
+    key("http.idle_timeout", Duration, Given("60s"), "A connection that moves no byte for this long is closed."),
+    key("http.max_request_body", Size, Given("10MiB"), "Largest git-upload-pack request body, after gunzipping."),
+    key("http.max_concurrent_pages", LIMIT, Given("8"), "Expensive web pages rendered at once; more get 503."),
+    key("http.max_file_shown", Size, Given("1MiB"), "Largest file shown or diffed inline on a page."),
+    key("git.max_processes", LIMIT, Given("32"), "Git child processes running at once, server-wide."),
+    key("git.max_processes_per_principal", LIMIT, Given("8"), "Git child processes at once for one SSH principal or HTTP client IP."),
+    key("git.queue_timeout", Duration, Given("30s"), "How long a git request waits for a slot before it is refused."),
+    key("log.level", LogLevel, Given("info"), "Log level or tracing filter."),
+    key("log.format", OneOf(&["text", "json"]), Given("text"), "Log line format."),
+    key("events.retention_days", Count { min: 1, max: 36_500 }, Given("30"), "Events older than this many days are pruned."),
+    key("events.heartbeat_secs", Count { min: 1, max: 3600 }, Given("30"), "A watcher gets a heartbeat line after this many idle seconds."),
+    key("events.stall_timeout_secs", Count { min: 1, max: 3600 }, Given("30"), "A watcher whose client stopped reading this long is cut off."),
+    key("events.max_watchers", Count { min: 1, max: 100_000 }, Given("256"), "Most watchers connected at once."),
+    key("webhooks.allowed_hosts", List, Given("[]"), "Hosts, IPs or CIDRs deliverable although private (the SSRF guard)."),
+    key("webhooks.attempt_timeout_secs", Count { min: 1, max: 300 }, Given("10"), "Longest one delivery attempt may take."),
+    key("webhooks.retry_base_secs", Count { min: 1, max: 3600 }, Given("5"), "First retry delay; each next one is twice as long."),
+    key("webhooks.retry_max_secs", Count { min: 1, max: 86_400 }, Given("3600"), "Longest retry delay."),
+    key("webhooks.disable_after_secs", Count { min: 10, max: 365 * 86_400 }, Given("259200"), "A subscription failing this long without a success is disabled."),
+    key("webhooks.subscriptions", Webhooks, Given("[]"), "Subscriptions declared by the operator."),
+    key("maintenance.after_pushes", Count { min: 0, max: 1_000_000 }, Given("50"), "Maintain a repository after this many pushes (0: never on count)."),
+    key("maintenance.idle_secs", Count { min: 0, max: 604_800 }, Given("600"), "Maintain a pushed-to repository idle this long (0: never on idleness)."),
+    key("maintenance.concurrency", Count { min: 1, max: 64 }, Given("1"), "Most maintenance runs at once across the server."),
+    key("leases.max_lifetime", LeaseSecs { zero: Some("unlimited") }, Given("0"), "Longest one lease tenure may last, renewals included."),
+    key("leases.lock_delay", LeaseSecs { zero: Some("none") }, Given("0"), "After a lease ends by expiry, others wait this long."),
+    key("leases.max_ttl", LeaseSecs { zero: None }, Given("3650d"), "Longest lease --ttl accepted."),
+];
+
+/// The key named `name`, if it is one.
+pub fn find(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|key| key.name == name)
+}
+
+/// Whether `name` is a TOML table of keys (`ssh`), not a key itself.
+pub fn is_section(name: &str) -> bool {
+    KEYS.iter().any(|key| {
+        key.name
+            .split_once('.')
+            .is_some_and(|(section, _)| section == name)
+    })
+}
+
+/// The table checked against itself and against what reads it.
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::Path;
+
+    use clap::{Args as _, FromArgMatches as _};
+    use figment::value::{Dict, Value};
+    use figment::Provider as _;
+
+    use super::*;
+    use crate::config::{env_name, flag_name, load_from, ConfigFlags, LoadedConfig, CONFIG_ENV};
+
+    fn load(flags: &ConfigFlags) -> LoadedConfig {
+        load_from(
+            flags,
+            &BTreeMap::new(),
+            Path::new("/nonexistent/server.toml"),
+        )
+        .unwrap()
+    }
+
+    /// `ssh.listen` for every leaf of a nested dict.
+    fn dotted(dict: &Dict, prefix: &str, out: &mut Vec<String>) {
+        for (name, value) in dict {
+            let name = format!("{prefix}{name}");
+            match value {
+                Value::Dict(_, inner) => dotted(inner, &format!("{name}."), out),
+                _ => out.push(name),
+            }
+        }
+    }
+
+    #[test]
+    fn names_and_env_names_are_unique_and_read_back() {
+        let mut names = BTreeSet::new();
+        let mut env_names = BTreeSet::new();
+        for key in KEYS {
+            assert!(names.insert(key.name), "{} is in the table twice", key.name);
+            let (section, field) = key.name.split_once('.').unwrap_or(("", key.name));
+            assert!(!field.contains('.'), "{}: one level of nesting", key.name);
+            assert!(
+                (section.to_string() + field)
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{}: lower-case words joined by _",
+                key.name
+            );
+            // `GIT_COLLAB_<KEY>_FILE` reads another key's value from a file.
+            assert!(!key.name.ends_with("_file"), "{}", key.name);
+            let env = env_name(key.name);
+            assert_ne!(env, CONFIG_ENV);
+            // The environment layer maps a variable back to its key this way.
+            let back = env["GIT_COLLAB_".len()..]
+                .to_ascii_lowercase()
+                .replace("__", ".");
+            assert_eq!(back, key.name);
+            assert!(env_names.insert(env.clone()), "{env} names two keys");
+        }
+        for env in &env_names {
+            assert!(!env_names.contains(&format!("{env}_FILE")), "{env}_FILE");
+        }
+    }
+
+    #[test]
+    fn every_default_is_in_the_table_once() {
+        let layer = crate::config::layers::defaults_layer();
+        let mut defaulted = Vec::new();
+        for dict in layer.data().unwrap().values() {
+            dotted(dict, "", &mut defaulted);
+        }
+        for name in &defaulted {
+            let rows = KEYS.iter().filter(|key| key.name == name).count();
+            assert_eq!(rows, 1, "default {name} is in the table {rows} times");
+        }
+        let loaded = load(&ConfigFlags::default());
+        assert_eq!(loaded.sources.len(), KEYS.len());
+        for (i, key) in KEYS.iter().enumerate() {
+            let given = matches!(key.default, DefaultValue::Given(_));
+            assert_eq!(
+                given,
+                defaulted.iter().any(|name| name == key.name),
+                "{}",
+                key.name
+            );
+            let source = if given { "default" } else { "derived" };
+            assert_eq!(loaded.sources[key.name], source, "{}", key.name);
+            // A derived default follows a path key resolved before it.
+            if let DefaultValue::Under(base, _) = key.default {
+                let earlier = KEYS[..i].iter().find(|k| k.name == base);
+                assert!(
+                    earlier.is_some_and(|k| matches!(k.kind, Kind::Path)),
+                    "{} follows {base}",
+                    key.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_key_is_a_server_config_field_shown_by_config_show() {
+        let loaded = load(&ConfigFlags::default());
+        let shown = loaded.to_json();
+        let shown: BTreeSet<&str> = shown
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let table: BTreeSet<&str> = KEYS.iter().map(|key| key.name).collect();
+        assert_eq!(shown, table);
+        // The key names are the field paths, both ways.
+        let serde_json::Value::Object(fields) = serde_json::to_value(&loaded.config).unwrap()
+        else {
+            panic!("ServerConfig is a struct");
+        };
+        let mut paths = BTreeSet::new();
+        for (name, value) in &fields {
+            match value.as_object() {
+                Some(section) if is_section(name) => {
+                    paths.extend(section.keys().map(|field| format!("{name}.{field}")));
+                }
+                _ => {
+                    paths.insert(name.clone());
+                }
+            }
+        }
+        let table: BTreeSet<String> = table.into_iter().map(String::from).collect();
+        assert_eq!(paths, table);
+    }
+
+    /// A valid value of `kind` as a flag would give it.
+    fn sample(kind: Kind) -> &'static str {
+        match kind {
+            Kind::Text => "Sample",
+            Kind::Path | Kind::Database => "/sample",
+            Kind::Size => "2k",
+            Kind::Bool => "true",
+            Kind::SocketAddr => "127.0.0.1:1",
+            Kind::LogLevel => "debug",
+            Kind::OneOf(words) => words[words.len() - 1],
+            Kind::LeaseSecs { .. } => "5m",
+            other => panic!("no flag takes a {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_flag_sets_the_key_it_is_named_after() {
+        let command = ConfigFlags::augment_args(clap::Command::new("server"));
+        let mut argv = vec!["server".to_string()];
+        let mut flagged = Vec::new();
+        for arg in command.get_arguments() {
+            let long = format!("--{}", arg.get_long().unwrap());
+            if long == "--config" {
+                continue;
+            }
+            let key = KEYS
+                .iter()
+                .find(|key| flag_name(key.name) == long)
+                .unwrap_or_else(|| panic!("{long} names no key"));
+            argv.extend([long, sample(key.kind).to_string()]);
+            flagged.push(key.name);
+        }
+        let matches = command.get_matches_from(argv);
+        let loaded = load(&ConfigFlags::from_arg_matches(&matches).unwrap());
+        for name in flagged {
+            assert_eq!(loaded.sources[name], format!("flag {}", flag_name(name)));
+        }
+    }
+
+    /// The `## Configuration reference` of README.md names every key, and
+    /// so does docs/configuration.md's table.
+    #[test]
+    fn the_docs_list_every_key() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let start = readme.find("## Configuration reference").unwrap();
+        let end = readme[start + 1..]
+            .find("\n## ")
+            .map_or(readme.len(), |i| start + 1 + i);
+        let reference = &readme[start..end];
+        let docs = std::fs::read_to_string(root.join("docs/configuration.md")).unwrap();
+        for key in KEYS {
+            let named = format!("`{}`", key.name);
+            assert!(
+                reference.contains(&named),
+                "README.md's configuration reference lacks {named}"
+            );
+            assert!(
+                docs.contains(&format!("| {named} |")),
+                "docs/configuration.md lacks {named}"
+            );
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! Server configuration: the resolved `ServerConfig` and how it is layered
+//! (built-in defaults < TOML file < `GIT_COLLAB_*` environment < CLI flags,
+//! SPEC §3.1).
+//!
+//! Every key is one row of the table in [`keys`]: its name (which is also
+//! its TOML path and its field path here), its kind, its default and what
+//! it does. The modules:
+//!
+//! - `keys`: the table;
+//! - `layers`: the defaults, file, environment and flag layers (figment
+//!   providers named after their source);
+//! - `resolve`: each key read from the layer that won it and converted by
+//!   its kind, so an error names key, value and layer;
+//! - `parse`: the text forms of sizes, durations and limits;
+//! - `show`: `config show`, as text and JSON.
+//!
+//! Derived defaults (`repos_dir`, `ssh.host_key`, …) follow the final
+//! `state_dir`, whichever layer set it. Nothing here writes to disk.
+//!
+//! The struct field names are the contract the rest of the server uses.
+
+pub mod keys;
+mod layers;
+mod parse;
+mod resolve;
+mod show;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+
+pub use layers::ConfigFlags;
+pub use parse::{
+    parse_duration, parse_lease_duration, parse_max_startups, parse_size, validate_log_level,
+};
+pub use show::fmt_duration;
+
+/// The effective configuration after every layer has been applied and every
+/// derived default (`repos_dir`, `collab_db`, `ssh.host_key`, …) resolved.
+///
+/// Each field is the key of the same name (`ssh.listen` is `ssh.listen`) in
+/// [`keys::KEYS`], which says what it does and its default; the comments
+/// here say only how a value is held.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct ServerConfig {
+    pub state_dir: PathBuf,
+    pub repos_dir: PathBuf,
+    /// `None` means `{repos_dir}/collab.db`; read it through `collab_db_path`
+    /// or `collab_db_location`.
+    pub collab_db: Option<PathBuf>,
+    pub site_title: String,
+    /// Bytes.
+    pub max_release_size: u64,
+    /// Bytes.
+    pub max_issue_body: u64,
+    /// Whole OpenSSH public key lines.
+    pub initial_admin_keys: Vec<String>,
+    pub push_to_create: bool,
+    pub ssh: SshConfig,
+    pub http: HttpConfig,
+    pub git: GitConfig,
+    pub log: LogConfig,
+    pub leases: LeasesConfig,
+    pub events: EventsConfig,
+    pub webhooks: WebhooksConfig,
+    pub maintenance: MaintenanceConfig,
+}
+
+/// `ssh.*`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct SshConfig {
+    /// `IP:PORT`, checked.
+    pub listen: String,
+    pub host_key: PathBuf,
+    pub authorized_keys: PathBuf,
+    pub allow_sha1_rsa: bool,
+    pub legacy_host_keys: bool,
+    pub max_connections: usize,
+    pub max_startups: MaxStartups,
+    pub max_startups_per_ip: usize,
+    pub login_grace_time: Duration,
+    pub max_sessions: usize,
+}
+
+/// OpenSSH's `MaxStartups start:rate:full`: past `start` unauthenticated
+/// connections, a new one is refused with probability `rate`% rising
+/// linearly to 100% at `full`.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct MaxStartups {
+    pub start: usize,
+    /// Percent, 1 to 100.
+    pub rate: u32,
+    pub full: usize,
+}
+
+impl std::fmt::Display for MaxStartups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.start, self.rate, self.full)
+    }
+}
+
+/// `http.*`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct HttpConfig {
+    /// `IP:PORT`, checked.
+    pub listen: String,
+    pub max_connections: usize,
+    pub max_connections_per_ip: usize,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    /// Bytes.
+    pub max_request_body: u64,
+    pub max_concurrent_pages: usize,
+    /// Bytes.
+    pub max_file_shown: u64,
+}
+
+/// `git.*`: git child processes (`upload-pack`, `receive-pack`, and the
+/// web's raw file streams).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct GitConfig {
+    pub max_processes: usize,
+    pub max_processes_per_principal: usize,
+    pub queue_timeout: Duration,
+}
+
+/// `leases.*`, in seconds. The defaults keep phase 1's behaviour: no
+/// lifetime cap, no lock delay, TTLs up to ten years.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct LeasesConfig {
+    /// 0 = unlimited.
+    pub max_lifetime: u64,
+    /// 0 = none.
+    pub lock_delay: u64,
+    pub max_ttl: u64,
+}
+
+/// Default of `leases.max_ttl` and the cap of every `leases.*` key: ten
+/// years, the longest `--ttl` the verbs parse.
+pub const DEFAULT_MAX_TTL: u64 = 10 * 365 * 24 * 60 * 60;
+
+/// `log.*`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct LogConfig {
+    /// A level or a tracing filter, checked.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: String,
+}
+
+/// `events.*`: the event stream (`collab-events watch`) and the event
+/// log's retention.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct EventsConfig {
+    pub retention_days: u64,
+    pub heartbeat_secs: u64,
+    pub stall_timeout_secs: u64,
+    pub max_watchers: u64,
+}
+
+/// `webhooks.*`: webhook delivery.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct WebhooksConfig {
+    pub allowed_hosts: Vec<String>,
+    pub attempt_timeout_secs: u64,
+    pub retry_base_secs: u64,
+    pub retry_max_secs: u64,
+    pub disable_after_secs: u64,
+    pub subscriptions: Vec<DeclaredWebhook>,
+}
+
+/// `maintenance.*`: when repositories are maintained (after so many
+/// pushes, or once a pushed-to repository has been idle so long) and how
+/// many runs at once across the server.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct MaintenanceConfig {
+    /// 0: never on count.
+    pub after_pushes: u64,
+    /// Seconds; 0: never on idleness.
+    pub idle_secs: u64,
+    pub concurrency: u64,
+}
+
+/// A webhook subscription declared in the server configuration.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DeclaredWebhook {
+    /// Unique among declared subscriptions; the subscription id is
+    /// `config-<name>`.
+    pub name: String,
+    /// Repository glob (`team/*`, `*`).
+    pub repo: String,
+    pub url: String,
+    /// Type patterns; none = every type.
+    #[serde(default)]
+    pub events: Vec<String>,
+    /// A file holding the `whsec_…` HMAC secret.
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
+}
+
+/// Built-in default of `state_dir`.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/git-collab";
+/// The configuration file read when neither `--config` nor
+/// `$GIT_COLLAB_CONFIG` names one, if it exists.
+pub const SYSTEM_CONFIG_FILE: &str = "/etc/git-collab/server.toml";
+/// Prefix of every environment variable the server reads.
+pub const ENV_PREFIX: &str = "GIT_COLLAB_";
+/// Names the configuration file; not a key itself.
+pub const CONFIG_ENV: &str = "GIT_COLLAB_CONFIG";
+
+impl ServerConfig {
+    /// The built-in defaults (the key table's) for a given state
+    /// directory, which must be UTF-8 like every configured path.
+    pub fn with_state_dir(state_dir: PathBuf) -> Self {
+        let flags = ConfigFlags {
+            state_dir: Some(state_dir),
+            ..ConfigFlags::default()
+        };
+        load_layers(&flags, &BTreeMap::new(), None)
+            .expect("the built-in defaults are valid")
+            .config
+    }
+
+    /// The SQLite file of the collab database: `collab_db` when it is a
+    /// path, else `{repos_dir}/collab.db` (also where a PostgreSQL-backed
+    /// server would have kept it; see `collab_db_location`).
+    pub fn collab_db_path(&self) -> PathBuf {
+        match self.collab_db_location() {
+            crate::db::Location::Sqlite(path) => path,
+            crate::db::Location::Postgres(_) => self.repos_dir.join("collab.db"),
+        }
+    }
+
+    /// Where the collab database lives: a SQLite file (a path, `sqlite:PATH`,
+    /// or the default `{repos_dir}/collab.db`) or a PostgreSQL URL.
+    pub fn collab_db_location(&self) -> crate::db::Location {
+        match &self.collab_db {
+            Some(given) => crate::db::Location::parse(&given.to_string_lossy()),
+            None => crate::db::Location::Sqlite(self.repos_dir.join("collab.db")),
+        }
+    }
+
+    /// Release artifacts live under the state directory so the volume keeps them.
+    pub fn releases_dir(&self) -> PathBuf {
+        self.state_dir.join("releases")
+    }
+
+    /// Server-managed git hooks (`core.hooksPath` for every served repo).
+    pub fn hooks_dir(&self) -> PathBuf {
+        self.state_dir.join("hooks")
+    }
+
+    /// The server's Ed25519 signing key (OpenSSH format), generated on first
+    /// start: it signs webhook deliveries (`v1a,`) and is published as
+    /// `server_key` by `collab-whoami`.
+    pub fn signing_key_path(&self) -> PathBuf {
+        self.state_dir.join("collab_signing_key")
+    }
+}
+
+/// The effective configuration and, for every key, the layer that set it
+/// (`default`, `derived`, `file <path>`, `env GIT_COLLAB_...`, `flag --...`).
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    pub config: ServerConfig,
+    /// Dotted key (`ssh.listen`) -> layer description.
+    pub sources: BTreeMap<String, String>,
+    /// Keys whose effective value was read through `GIT_COLLAB_<KEY>_FILE`
+    /// -> that file. `config show` prints these as redacted.
+    pub secret_files: BTreeMap<String, PathBuf>,
+}
+
+/// Largest file read through `GIT_COLLAB_<KEY>_FILE`. Secrets and key lists
+/// are small; anything larger (`/dev/zero`, a wrong path) is refused before
+/// it can fill memory.
+pub const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
+
+/// Resolve the layers from the process environment and the system file.
+/// Errors name the key, the bad value and the layer.
+pub fn load(flags: &ConfigFlags) -> anyhow::Result<LoadedConfig> {
+    load_from(flags, &process_env(), Path::new(SYSTEM_CONFIG_FILE))
+}
+
+/// `GIT_COLLAB_*` variables of this process. Names that are not UTF-8 cannot
+/// be ours and are skipped; values stay raw so a bad one is reported by key.
+pub fn process_env() -> BTreeMap<String, OsString> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value)))
+        .filter(|(name, _)| name.starts_with(ENV_PREFIX))
+        .collect()
+}
+
+/// `load` with the environment and the fallback file given explicitly
+/// (tests use this; `load` passes the real ones).
+pub fn load_from(
+    flags: &ConfigFlags,
+    env: &BTreeMap<String, OsString>,
+    system_file: &Path,
+) -> anyhow::Result<LoadedConfig> {
+    let file = layers::config_file(flags, env, system_file)?;
+    load_layers(flags, env, file.as_deref())
+}
+
+/// Merge defaults < file < environment < flags and resolve every key.
+fn load_layers(
+    flags: &ConfigFlags,
+    env: &BTreeMap<String, OsString>,
+    file: Option<&Path>,
+) -> anyhow::Result<LoadedConfig> {
+    let mut figment = Figment::new().merge(layers::defaults_layer());
+    if let Some(file) = file {
+        figment = figment.merge(layers::file_layer(file)?);
+    }
+    let mut file_layers = Vec::new();
+    for (layer, file) in layers::env_layers(env)? {
+        if let Some((key, path)) = file {
+            file_layers.push((layer.name.clone(), key, path));
+        }
+        figment = figment.merge(layer);
+    }
+    for layer in layers::flag_layers(flags)? {
+        figment = figment.merge(layer);
+    }
+    let mut loaded = resolve::resolve(&figment)?;
+    for (layer, key, path) in file_layers {
+        if loaded.sources.get(key) == Some(&layer) {
+            loaded.secret_files.insert(key.to_string(), path);
+        }
+    }
+    Ok(loaded)
+}
+
+/// Environment variables that look like a mistyped key: a single `_` where
+/// the nesting needs `__` (`GIT_COLLAB_SSH_LISTEN`). They are ignored (other
+/// `GIT_COLLAB_*` variables belong to the client), so the caller warns.
+pub fn misspelled_env_vars(env: &BTreeMap<String, OsString>) -> Vec<(String, String)> {
+    env.keys()
+        .filter_map(|name| {
+            let rest = name.strip_prefix(ENV_PREFIX)?.to_ascii_lowercase();
+            let rest = rest.strip_suffix("_file").unwrap_or(&rest);
+            keys::KEYS
+                .iter()
+                .find(|key| key.name.contains('.') && key.name.replace('.', "_") == rest)
+                .map(|key| (name.clone(), env_name(key.name)))
+        })
+        .collect()
+}
+
+/// `ssh.listen` -> `GIT_COLLAB_SSH__LISTEN`.
+pub fn env_name(key: &str) -> String {
+    format!(
+        "{ENV_PREFIX}{}",
+        key.replace('.', "__").to_ascii_uppercase()
+    )
+}
+
+/// `ssh.listen` -> `--ssh-listen`.
+pub fn flag_name(key: &str) -> String {
+    format!("--{}", key.replace(['.', '_'], "-"))
+}
