@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::cli::{PatchCmd, VerdictFlags};
 use crate::{print_json, text_arg};
-use collab_cli::client::remote_ssh::{quote_arg, RemoteOutput, SshRemote};
+use collab_cli::client::remote_ssh::{RemoteOutput, SshRemote};
 use collab_cli::client::server_issue::EXIT_CONFLICT;
 use collab_cli::client::server_patch::{self as server, id_arg, Listed, ReviewPush};
 use collab_cli::client::terminal;
@@ -44,22 +44,27 @@ pub fn run(
             }
         }
         PatchCmd::Show { id, out } => {
-            let reply = server::run(remote, "show", &[id_arg(&id)?], None)?;
+            let reply = server::run(
+                remote,
+                server::call(remote, "show").arg(&id_arg(&id)?),
+                None,
+            )?;
             read_reply(&reply, out.json, print_patch)
         }
         PatchCmd::Diff { id, rev, out } => {
-            let mut args = vec![id_arg(&id)?];
-            if let Some(n) = rev {
-                args.extend(["--rev".to_string(), n.to_string()]);
-            }
-            let reply = server::run(remote, "diff", &args, None)?;
+            let call = server::call(remote, "diff").arg(&id_arg(&id)?);
+            let call = call.when(rev.is_some(), |c| c.int("--rev", rev.unwrap_or_default()));
+            let reply = server::run(remote, call, None)?;
             read_reply(&reply, out.json, |v| {
                 print!("{}", terminal::text(v["text"].as_str().unwrap_or_default()))
             })
         }
         PatchCmd::Interdiff { id, from, to, out } => {
-            let args = [id_arg(&id)?, from.to_string(), to.to_string()];
-            let reply = server::run(remote, "interdiff", &args, None)?;
+            let call = server::call(remote, "interdiff")
+                .arg(&id_arg(&id)?)
+                .arg(&from.to_string())
+                .arg(&to.to_string());
+            let reply = server::run(remote, call, None)?;
             read_reply(&reply, out.json, |v| {
                 if v["rebased"] == true {
                     eprintln!(
@@ -85,15 +90,13 @@ pub fn run(
         } => {
             let message = text_arg(message)?;
             let (flag, verb) = verdict_flag(verdict);
-            let mut args = vec![id_arg(&id)?, flag.to_string()];
-            if let Some(n) = rev {
-                args.extend(["--rev".to_string(), n.to_string()]);
-            }
             let stdin = (!message.is_empty()).then(|| message.into_bytes());
-            if stdin.is_some() {
-                args.push("--body-stdin".into());
-            }
-            let reply = server::run(remote, "review", &args, stdin.as_deref())?;
+            let call = server::call(remote, "review")
+                .arg(&id_arg(&id)?)
+                .switch(flag, true)
+                .when(rev.is_some(), |c| c.int("--rev", rev.unwrap_or_default()))
+                .switch("--body-stdin", stdin.is_some());
+            let reply = server::run(remote, call, stdin.as_deref())?;
             written(&reply, verb, out.json)
         }
         PatchCmd::Comment {
@@ -105,29 +108,32 @@ pub fn run(
             out,
         } => {
             let message = text_arg(message)?;
-            let mut args = vec![id_arg(&id)?, "--body-stdin".to_string()];
-            if let Some(p) = path {
-                args.extend(["--path".to_string(), quote_arg(&p)]);
-            }
-            if let Some(l) = line {
-                args.extend(["--line".to_string(), l.to_string()]);
-            }
-            if let Some(n) = rev {
-                args.extend(["--rev".to_string(), n.to_string()]);
-            }
-            let reply = server::run(remote, "comment", &args, Some(message.as_bytes()))?;
+            let call = server::call(remote, "comment")
+                .arg(&id_arg(&id)?)
+                .switch("--body-stdin", true)
+                .flag_opt("--path", path.as_deref())
+                .when(line.is_some(), |c| {
+                    c.int("--line", line.unwrap_or_default())
+                })
+                .when(rev.is_some(), |c| c.int("--rev", rev.unwrap_or_default()));
+            let reply = server::run(remote, call, Some(message.as_bytes()))?;
             written(&reply, "commented on", out.json)
         }
         PatchCmd::Close { id, out } => {
-            let reply = server::run(remote, "close", &[id_arg(&id)?], None)?;
+            let reply = server::run(
+                remote,
+                server::call(remote, "close").arg(&id_arg(&id)?),
+                None,
+            )?;
             written(&reply, "closed", out.json)
         }
         PatchCmd::Merge { id, fence, out } => {
-            let mut args = vec![id_arg(&id)?];
-            if let Some(token) = fence.lease_token {
-                args.extend(["--lease-token".to_string(), token.to_string()]);
-            }
-            let reply = server::run(remote, "merge", &args, None)?;
+            let call = server::call(remote, "merge")
+                .arg(&id_arg(&id)?)
+                .when(fence.lease_token.is_some(), |c| {
+                    c.int("--lease-token", fence.lease_token.unwrap_or_default())
+                });
+            let reply = server::run(remote, call, None)?;
             read_reply(&reply, out.json, |v| {
                 let commit = v["commit"].as_str().unwrap_or_default();
                 let how = match v["kind"].as_str().unwrap_or_default() {
@@ -277,7 +283,7 @@ fn checkout(
     rev: Option<u32>,
     json: bool,
 ) -> Result<ExitCode> {
-    let reply = server::run(remote, "show", &[id_arg(id)?], None)?;
+    let reply = server::run(remote, server::call(remote, "show").arg(&id_arg(id)?), None)?;
     if !reply.success() {
         return Ok(pass_through(&reply, json));
     }

@@ -17,7 +17,8 @@
 use git2::Repository;
 use serde::Deserialize;
 
-use crate::client::remote_ssh::{self, quote_arg, RemoteOutput, SshRemote};
+use crate::client::remote_ssh::{self, RemoteOutput, SshRemote};
+use collab_proto::verbs::Call;
 use collab_record::issue::short_id;
 
 /// The exit status of a lease conflict.
@@ -26,13 +27,7 @@ pub const EXIT_CONFLICT: i32 = collab_proto::exit::CONFLICT as i32;
 /// The exit status of `next` when nothing is ready.
 pub const EXIT_EMPTY: i32 = collab_proto::exit::EMPTY as i32;
 
-/// The longest `--note` / `--reason` the server accepts, in bytes.
-pub const MAX_NOTE_BYTES: usize = 500;
-
-/// The longest `--wait` the server accepts, in seconds.
-pub const MAX_WAIT_SECS: u64 = 3600;
-
-pub use collab_proto::limits::MAX_TTL_SECS;
+pub use collab_proto::limits::{MAX_NOTE_BYTES, MAX_TTL_SECS, MAX_WAIT_SECS};
 
 /// What the user asked the server to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,53 +74,49 @@ pub enum Error {
     Remote(#[from] remote_ssh::Error),
 }
 
-/// The remote command line for `op` on the server's repository `repo_path`.
+/// The remote command line for `op` on the server's repository `repo_path`,
+/// from the verb table's row (`collab_proto::verbs::Call`).
 pub fn remote_command(repo_path: &str, op: &LeaseOp) -> Result<String, Error> {
-    let repo = quote_arg(repo_path);
+    let lease = |action| Call::new("collab-lease", action).arg(repo_path);
     Ok(match op {
         LeaseOp::Claim {
             issue,
             ttl_secs,
             note,
             wait_secs,
-        } => {
-            let mut cmd = format!("collab-lease acquire {repo} {}", issue_arg(issue)?);
-            push_claim_options(&mut cmd, *ttl_secs, note.as_deref(), *wait_secs)?;
-            cmd
-        }
-        LeaseOp::Unclaim { issue } => {
-            format!("collab-lease release {repo} {}", issue_arg(issue)?)
-        }
-        LeaseOp::Renew { issue, ttl_secs } => format!(
-            "collab-lease renew {repo} {} --ttl {ttl_secs}",
-            issue_arg(issue)?
-        ),
-        LeaseOp::Claims => format!("collab-lease list {repo}"),
+        } => claim_options(
+            lease("acquire").arg(&issue_arg(issue)?),
+            *ttl_secs,
+            note.as_deref(),
+            *wait_secs,
+        )?,
+        LeaseOp::Unclaim { issue } => lease("release").arg(&issue_arg(issue)?),
+        LeaseOp::Renew { issue, ttl_secs } => lease("renew")
+            .arg(&issue_arg(issue)?)
+            .int("--ttl", ttl_secs),
+        LeaseOp::Claims => lease("list"),
         LeaseOp::Next {
             labels,
             ttl_secs,
             note,
             wait_secs,
-        } => {
-            let mut cmd = format!("collab-lease next {repo}");
-            push_labels(&mut cmd, labels)?;
-            push_claim_options(&mut cmd, *ttl_secs, note.as_deref(), *wait_secs)?;
-            cmd
-        }
+        } => claim_options(
+            with_labels(lease("next"), labels)?,
+            *ttl_secs,
+            note.as_deref(),
+            *wait_secs,
+        )?,
         LeaseOp::Ready { labels } => {
-            let mut cmd = format!("collab-issue ready {repo}");
-            push_labels(&mut cmd, labels)?;
-            cmd
+            with_labels(Call::new("collab-issue", "ready").arg(repo_path), labels)?
         }
-        LeaseOp::Break { issue, reason } => format!(
-            "collab-lease break {repo} {} --reason {}",
-            issue_arg(issue)?,
-            quote_arg(&text_arg("--reason", reason)?)
-        ),
-    })
+        LeaseOp::Break { issue, reason } => lease("break")
+            .arg(&issue_arg(issue)?)
+            .flag("--reason", &text_arg("--reason", reason)?),
+    }
+    .line())
 }
 
-fn push_labels(cmd: &mut String, labels: &[String]) -> Result<(), Error> {
+fn with_labels(mut call: Call, labels: &[String]) -> Result<Call, Error> {
     for label in labels {
         if label.is_empty() || label.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(Error::InvalidArgument {
@@ -133,25 +124,22 @@ fn push_labels(cmd: &mut String, labels: &[String]) -> Result<(), Error> {
                 problem: "a label is not empty and has no spaces or control characters",
             });
         }
-        cmd.push_str(&format!(" --label {}", quote_arg(label)));
+        call = call.flag("--label", label);
     }
-    Ok(())
+    Ok(call)
 }
 
-fn push_claim_options(
-    cmd: &mut String,
+fn claim_options(
+    mut call: Call,
     ttl_secs: Option<u64>,
     note: Option<&str>,
     wait_secs: Option<u64>,
-) -> Result<(), Error> {
+) -> Result<Call, Error> {
     if let Some(ttl) = ttl_secs {
-        cmd.push_str(&format!(" --ttl {ttl}"));
+        call = call.int("--ttl", ttl);
     }
     if let Some(note) = note {
-        cmd.push_str(&format!(
-            " --note {}",
-            quote_arg(&text_arg("--note", note)?)
-        ));
+        call = call.flag("--note", &text_arg("--note", note)?);
     }
     if let Some(wait) = wait_secs {
         if wait > MAX_WAIT_SECS {
@@ -160,9 +148,9 @@ fn push_claim_options(
                 problem: "at most 3600 seconds",
             });
         }
-        cmd.push_str(&format!(" --wait {wait}"));
+        call = call.int("--wait", wait);
     }
-    Ok(())
+    Ok(call)
 }
 
 /// A note or reason: one line, not blank, at most [`MAX_NOTE_BYTES`].
@@ -176,13 +164,13 @@ fn text_arg(what: &'static str, text: &str) -> Result<String, Error> {
     Ok(text.to_string())
 }
 
-/// A quoted issue id, after checking it is 4 to 40 hex digits.
+/// An issue id, after checking it is 4 to 40 hex digits.
 fn issue_arg(issue: &str) -> Result<String, Error> {
     let id = issue.trim();
     if !(4..=40).contains(&id.len()) || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(Error::InvalidIssueId(issue.to_string()));
     }
-    Ok(quote_arg(&id.to_ascii_lowercase()))
+    Ok(id.to_ascii_lowercase())
 }
 
 /// Run `op` against the server behind git remote `remote_name`.

@@ -201,10 +201,10 @@ fn remote_url(repo: &Repository, remote_name: &str) -> String {
 /// One round trip: `Ok(mode)` when the far side answered, `Err(ssh's
 /// words)` when ssh could not reach it.
 pub fn detect(remote: &SshRemote) -> Result<Mode, String> {
-    let probe = format!(
-        "collab-issue list {} --limit 1",
-        remote_ssh::quote_arg(&remote.path)
-    );
+    let probe = collab_proto::verbs::Call::new("collab-issue", "list")
+        .arg(&remote.path)
+        .int("--limit", 1)
+        .line();
     let out = remote_ssh::run_remote_retrying(remote, &probe, b"").map_err(|e| e.to_string())?;
     // 255 is ssh's own failure: connection, host key, authentication.
     if out.code == 255 || out.code < 0 {

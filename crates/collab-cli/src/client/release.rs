@@ -18,9 +18,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use crate::client::remote_ssh::{
-    self, quote_arg, run_remote, run_remote_into, RemoteInput, SshRemote,
-};
+use crate::client::remote_ssh::{self, run_remote, run_remote_into, RemoteInput, SshRemote};
+use collab_proto::verbs::Call;
 
 pub use collab_proto::limits::{valid_file_name, FILE_NAME_RULE};
 
@@ -152,14 +151,15 @@ fn call<T: for<'de> Deserialize<'de>>(
     serde_json::from_slice(&out.stdout).map_err(|e| Error::Reply(format!("{e}")))
 }
 
-/// `collab-release <sub> '<repo>' args...`, every argument quoted.
+/// `collab-release <sub> '<repo>' args...`, from the verb table's row,
+/// every argument quoted.
 fn command(remote: &SshRemote, sub: &str, args: &[&str]) -> String {
-    let mut cmd = format!("collab-release {sub} {}", quote_arg(&remote.path));
-    for arg in args {
-        cmd.push(' ');
-        cmd.push_str(&quote_arg(arg));
-    }
-    cmd
+    args.iter()
+        .fold(
+            Call::new("collab-release", sub).arg(&remote.path),
+            |c, a| c.arg(a),
+        )
+        .line()
 }
 
 /// A writer that hashes and counts what passes through it.

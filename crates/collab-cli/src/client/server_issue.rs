@@ -1,7 +1,7 @@
 //! The client side of `collab-issue`: `git-collab issue ...` against a
 //! git-collab server that holds the issues (server mode, see `mode.rs`).
-//! This module builds the remote command line (every argument quoted with
-//! [`quote_arg`]; bodies always travel on stdin with `--body-stdin`, since
+//! This module builds the remote command line (from the verb table's row,
+//! every argument quoted; bodies always travel on stdin with `--body-stdin`, since
 //! the server caps a command line at 4 KiB), runs it with the user's ssh
 //! ([`crate::client::remote_ssh`]) and reads the server's JSON replies into
 //! lenient types ([`ServerIssue`], [`ServerSummary`]) for the text output.
@@ -12,7 +12,8 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::client::remote_ssh::{self, quote_arg, RemoteOutput, SshRemote};
+use crate::client::remote_ssh::{self, RemoteOutput, SshRemote};
+use collab_proto::verbs::Call;
 
 /// The exit status of a refused lease token (and of lease conflicts).
 pub const EXIT_CONFLICT: i32 = collab_proto::exit::FENCED as i32;
@@ -128,7 +129,7 @@ pub enum Error {
     Remote(#[from] remote_ssh::Error),
 }
 
-/// A quoted issue id, after checking it is 4 to 40 hex digits (the server
+/// An issue id, after checking it is 4 to 40 hex digits (the server
 /// checks again; this keeps junk off the wire and gives the CLI's own
 /// message).
 fn id_arg(id: &str) -> Result<String, Error> {
@@ -136,11 +137,13 @@ fn id_arg(id: &str) -> Result<String, Error> {
     if !(4..=40).contains(&trimmed.len()) || !trimmed.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(Error::InvalidIssueId(id.to_string()));
     }
-    Ok(quote_arg(&trimmed.to_ascii_lowercase()))
+    Ok(trimmed.to_ascii_lowercase())
 }
 
 /// The remote command line for `req` on the server's repository
-/// `repo_path`, and the bytes to send on its stdin (a body), if any.
+/// `repo_path`, and the bytes to send on its stdin (a body), if any. Built
+/// from the verb table's row (`collab_proto::verbs::Call`), so it has the
+/// shape the server parses.
 pub fn remote_command(
     repo_path: &str,
     req: &Request,
@@ -149,84 +152,65 @@ pub fn remote_command(
     if lease_token.is_some() && !req.is_write() {
         return Err(Error::TokenOnRead);
     }
-    let mut cmd = format!("collab-issue {} {}", req.verb(), quote_arg(repo_path));
+    let call = Call::new("collab-issue", req.verb()).arg(repo_path);
     let mut stdin = None;
-    let mut push = |parts: &[&str]| {
-        for p in parts {
-            cmd.push(' ');
-            cmd.push_str(p);
-        }
-    };
-    match req {
+    let call = match req {
         Request::Open {
             title,
             body,
             labels,
         } => {
-            push(&["--title", &quote_arg(title)]);
+            let mut call = call.flag("--title", title);
             if !body.is_empty() {
-                push(&["--body-stdin"]);
+                call = call.switch("--body-stdin", true);
                 stdin = Some(body.clone().into_bytes());
             }
-            for l in labels {
-                push(&["--label", &quote_arg(l)]);
-            }
+            labels.iter().fold(call, |c, l| c.flag("--label", l))
         }
-        Request::Show { id } | Request::Reopen { id } => push(&[&id_arg(id)?]),
+        Request::Show { id } | Request::Reopen { id } => call.arg(&id_arg(id)?),
         Request::List {
             state,
             labels,
             limit,
             after,
         } => {
-            push(&["--state", state.as_str()]);
-            for l in labels {
-                push(&["--label", &quote_arg(l)]);
-            }
-            if let Some(n) = limit {
-                push(&["--limit", &n.to_string()]);
-            }
-            if let Some(cursor) = after {
-                push(&["--after", &quote_arg(cursor)]);
-            }
+            let call = call.choice("--state", state.as_str());
+            let call = labels.iter().fold(call, |c, l| c.flag("--label", l));
+            let call = match limit {
+                Some(n) => call.int("--limit", n),
+                None => call,
+            };
+            call.flag_opt("--after", after.as_deref())
         }
         Request::Comment { id, body } => {
-            push(&[&id_arg(id)?, "--body-stdin"]);
             stdin = Some(body.clone().into_bytes());
+            call.arg(&id_arg(id)?).switch("--body-stdin", true)
         }
         Request::Edit { id, title, body } => {
-            push(&[&id_arg(id)?]);
-            if let Some(t) = title {
-                push(&["--title", &quote_arg(t)]);
-            }
+            let call = call.arg(&id_arg(id)?).flag_opt("--title", title.as_deref());
             if let Some(b) = body {
-                push(&["--body-stdin"]);
                 stdin = Some(b.clone().into_bytes());
             }
+            call.switch("--body-stdin", body.is_some())
         }
         Request::Label { id, add, remove } => {
-            push(&[&id_arg(id)?]);
-            for l in add {
-                push(&["--add", &quote_arg(l)]);
-            }
-            for l in remove {
-                push(&["--remove", &quote_arg(l)]);
-            }
+            let call = add
+                .iter()
+                .fold(call.arg(&id_arg(id)?), |c, l| c.flag("--add", l));
+            remove.iter().fold(call, |c, l| c.flag("--remove", l))
         }
-        Request::Close { id, reason } => {
-            push(&[&id_arg(id)?]);
-            if let Some(r) = reason {
-                push(&["--reason", &quote_arg(r)]);
-            }
-        }
+        Request::Close { id, reason } => call
+            .arg(&id_arg(id)?)
+            .flag_opt("--reason", reason.as_deref()),
         Request::Link { id, kind, other } | Request::Unlink { id, kind, other } => {
-            push(&[&id_arg(id)?, &quote_arg(kind), &quote_arg(other)]);
+            call.arg(&id_arg(id)?).arg(kind).arg(other)
         }
-    }
-    if let Some(token) = lease_token {
-        cmd.push_str(&format!(" --lease-token {token}"));
-    }
-    Ok((cmd, stdin))
+    };
+    let call = match lease_token {
+        Some(token) => call.int("--lease-token", token),
+        None => call,
+    };
+    Ok((call.line(), stdin))
 }
 
 /// Runs `req` on the server behind `remote`.

@@ -10,30 +10,26 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::client::remote_ssh::{self, quote_arg, RemoteOutput, SshRemote};
+use crate::client::remote_ssh::{self, RemoteOutput, SshRemote};
 use crate::client::server_issue::Error;
+use collab_proto::verbs::Call;
 use collab_record::refs;
 
 /// Rows asked for per `list` page, and most pages followed.
 const PAGE: usize = 200;
 const MAX_PAGES: usize = 1000;
 
-/// Run `collab-patch <sub> '<repo>' <args…>` on the server behind `remote`.
-/// `args` are already quoted where they need to be; `stdin` is a body.
-pub fn run(
-    remote: &SshRemote,
-    sub: &str,
-    args: &[String],
-    stdin: Option<&[u8]>,
-) -> Result<RemoteOutput, Error> {
-    let mut cmd = format!("collab-patch {sub} {}", quote_arg(&remote.path));
-    for a in args {
-        cmd.push(' ');
-        cmd.push_str(a);
-    }
+/// `collab-patch <sub> '<repo>'` for the server's repository behind
+/// `remote`, from the verb table's row; the caller adds the rest.
+pub fn call(remote: &SshRemote, sub: &str) -> Call {
+    Call::new("collab-patch", sub).arg(&remote.path)
+}
+
+/// Run `call` on the server behind `remote`; `stdin` is a body.
+pub fn run(remote: &SshRemote, call: Call, stdin: Option<&[u8]>) -> Result<RemoteOutput, Error> {
     Ok(remote_ssh::run_remote_retrying(
         remote,
-        &cmd,
+        &call.line(),
         stdin.unwrap_or_default(),
     )?)
 }
@@ -64,16 +60,11 @@ pub fn list_all(remote: &SshRemote, state: &str) -> Result<Listed, Error> {
     let mut all = Vec::new();
     let mut after: Option<String> = None;
     for _ in 0..MAX_PAGES {
-        let mut args = vec![
-            "--state".to_string(),
-            quote_arg(state),
-            "--limit".into(),
-            PAGE.to_string(),
-        ];
-        if let Some(cursor) = after.take() {
-            args.extend(["--after".to_string(), quote_arg(&cursor)]);
-        }
-        let out = run(remote, "list", &args, None)?;
+        let call = call(remote, "list")
+            .choice("--state", state)
+            .int("--limit", PAGE)
+            .flag_opt("--after", after.take().as_deref());
+        let out = run(remote, call, None)?;
         if !out.success() {
             return Ok(Listed::Failed(out));
         }

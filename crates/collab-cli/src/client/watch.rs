@@ -10,7 +10,8 @@ use std::io::Write;
 
 use serde_json::Value;
 
-use crate::client::remote_ssh::{self, quote_arg, RemoteInput, RemoteOutput, SshRemote};
+use crate::client::remote_ssh::{self, RemoteInput, RemoteOutput, SshRemote};
+use collab_proto::verbs::Call;
 
 /// What the user asked for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,24 +24,20 @@ pub struct Watch {
     pub types: Vec<String>,
 }
 
-/// The remote command line for `watch` against `repo_path`.
+/// The remote command line for `watch` against `repo_path`, from the verb
+/// table's row.
 pub fn remote_command(repo_path: &str, watch: &Watch) -> String {
-    let mut cmd = String::from("collab-events watch");
-    if !watch.all {
-        cmd.push(' ');
-        cmd.push_str(&quote_arg(repo_path));
-    }
-    if let Some(since) = watch.since {
-        cmd.push_str(&format!(" --since {since}"));
-    }
-    for pattern in &watch.types {
-        cmd.push_str(" --type ");
-        cmd.push_str(&quote_arg(pattern));
-    }
-    if !watch.follow {
-        cmd.push_str(" --no-follow");
-    }
-    cmd
+    let call = Call::new("collab-events", "watch").when(!watch.all, |c| c.arg(repo_path));
+    let call = match watch.since {
+        Some(since) => call.int("--since", since),
+        None => call,
+    };
+    watch
+        .types
+        .iter()
+        .fold(call, |c, pattern| c.flag("--type", pattern))
+        .switch("--no-follow", !watch.follow)
+        .line()
 }
 
 /// One server line as text: `seq  time  type  repo  object  actor`; `None`

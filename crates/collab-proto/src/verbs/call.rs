@@ -50,6 +50,18 @@ impl Call {
         self
     }
 
+    /// A flag whose value is one of its kind's words, written bare
+    /// (`--state open`).
+    pub fn choice(mut self, long: &str, value: &str) -> Call {
+        let flag = self.known(long);
+        match flag.value {
+            Some((_, super::Kind::Choice(words))) if words.contains(&value) => {}
+            _ => panic!("{long} does not take {value:?}"),
+        }
+        self.line.push_str(&format!(" {long} {value}"));
+        self
+    }
+
     /// A flag with a value when there is one.
     pub fn flag_opt(self, long: &str, value: Option<&str>) -> Call {
         match value {
@@ -67,6 +79,15 @@ impl Call {
             self.line.push_str(long);
         }
         self
+    }
+
+    /// Apply `f` when `cond` holds (for optional parts in a chain).
+    pub fn when(self, cond: bool, f: impl FnOnce(Call) -> Call) -> Call {
+        if cond {
+            f(self)
+        } else {
+            self
+        }
     }
 
     /// The row this call is for.
