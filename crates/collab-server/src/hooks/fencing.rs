@@ -233,7 +233,7 @@ mod tests {
 
     #[test]
     fn only_the_pushers_live_token_passes() {
-        let conn = crate::db::sql::testing::db();
+        let conn = crate::db::testing::db();
         let p = Policy::default();
         let claim = |holder: &str| Claim::new("r.git", ISSUE, holder, Some(10));
         leases::acquire_in(&conn, &claim("alice"), &p, T0).unwrap();
