@@ -9,12 +9,13 @@ arrow to the file of every module it names:
 - `use crate::…`, `use super::…`, `use self::…` (and `use child::…`),
 - `crate::x::…`, `super::…` and `self::…` paths anywhere in the code.
 
-A path names the file of the longest module prefix it spells: a name a
+A path names the file of the longest module prefix it spells. A name a
 module re-exports (`pub use run::RunReport` in maintenance/mod.rs) counts as
 that module's, so `crate::maintenance::RunReport` is an arrow to
-maintenance/mod.rs. Arrows into other crates (including names re-exported
-from them, `pub use collab_store as db;`) are not followed, and a file's
-arrows to itself are dropped.
+maintenance/mod.rs; a `#[macro_export]` macro, named from the crate root
+(`crate::sql_params`), is an arrow to the file that defines it. Arrows into
+other crates (including names re-exported from them, `pub use collab_store
+as db;`) are not followed, and a file's arrows to itself are dropped.
 
 The strongly connected components with more than one file (Tarjan) are the
 import cycles; each is printed with its files.
@@ -28,6 +29,7 @@ has more than one cycle, printing a one-line reason per failure.
 
 import os
 import re
+import signal
 import sys
 
 # ---------------------------------------------------------------- lexing
@@ -124,6 +126,7 @@ class ModFile:
         self.inline = []  # module paths of inline `mod x { … }` blocks
         self.refs = []  # (module path where written, segments, is_use)
         self.reexports = {}  # module path -> {name: (where written, segments)}
+        self.macros = []  # `#[macro_export]` macros: items of the crate root
 
 
 def parse_use_tree(toks, i):
@@ -165,6 +168,7 @@ def parse_file(mf, src):
     stack = []  # (inline module name, brace depth at its `{`)
     depth = 0
     pending_path = None  # a #[path = "…"] waiting for its `mod`
+    exported_macro = False  # a #[macro_export] waiting for its macro_rules!
     i = 0
     n = len(toks) - 4
 
@@ -176,6 +180,8 @@ def parse_file(mf, src):
         if kind == "p" and text == "#" and toks[i + 1] == ("p", "["):
             if toks[i + 2] == ("id", "path") and toks[i + 3] == ("p", "=") and toks[i + 4][0] == "str":
                 pending_path = toks[i + 4][1]
+            if toks[i + 2] == ("id", "macro_export"):
+                exported_macro = True
             # skip the attribute
             j, d = i + 1, 0
             while j < n:
@@ -188,6 +194,10 @@ def parse_file(mf, src):
                 j += 1
             i = j + 1
             continue
+        if kind == "id" and text == "macro_rules" and toks[i + 1] == ("p", "!"):
+            if exported_macro and toks[i + 2][0] == "id":
+                mf.macros.append(toks[i + 2][1])
+            exported_macro = False
         if kind == "p" and text == "{":
             depth += 1
         elif kind == "p" and text == "}":
@@ -296,6 +306,9 @@ class Crate:
                     todo.append((flat, modpath + inline_prefix + [name], False))
                 else:
                     todo.append((folder, modpath + inline_prefix + [name], True))
+        # `#[macro_export]` macros are named from the crate root
+        # (`crate::sql_params`) but belong to the file that defines them
+        macros = {m: rel for rel, mf in files.items() for m in mf.macros}
         self.trees.append((modules, files))
         for rel, mf in files.items():
             self.files[rel] = mf
@@ -305,7 +318,7 @@ class Crate:
                 if target:
                     out.add(target)
             for where, segs, is_use in mf.refs:
-                target = self.resolve(modules, files, where, segs, is_use, 0)
+                target = self.resolve(modules, files, macros, where, segs, is_use, 0)
                 if target:
                     out.add(target)
             out.discard(rel)
@@ -330,10 +343,12 @@ class Crate:
             return list(where) + segs  # `use child::…`
         return None
 
-    def resolve(self, modules, files, where, segs, is_use, hops):
+    def resolve(self, modules, files, macros, where, segs, is_use, hops):
         path = self.absolute(modules, where, segs, is_use)
         if path is None:
             return None
+        if path and path[0] in macros and (path[0],) not in modules:
+            return macros[path[0]]
         k = len(path)
         while k > 0 and tuple(path[:k]) not in modules:
             k -= 1
@@ -347,7 +362,7 @@ class Crate:
             if path[k] in exported:
                 ewhere, esegs = exported[path[k]]
                 rest = path[k + 1:]
-                if self.resolve(modules, files, ewhere, esegs + rest, True, hops + 1) is None:
+                if self.resolve(modules, files, macros, ewhere, esegs + rest, True, hops + 1) is None:
                     return None
         return target
 
@@ -442,4 +457,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     sys.exit(main(sys.argv[1:]))
