@@ -28,6 +28,7 @@ pub mod patch_merge;
 pub mod releases;
 pub mod repo_admin;
 pub mod repos;
+pub mod serve;
 pub mod setup;
 pub mod shutdown;
 pub mod signing;

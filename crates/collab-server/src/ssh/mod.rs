@@ -38,10 +38,11 @@ use russh::server::{Auth, ChannelOpenHandle, Msg, PublicKeyOffer, Session, Verif
 use russh::{Channel, ChannelId, ChannelOpenFailure, Disconnect, MethodKind, MethodSet, SshId};
 use tokio::task::JoinSet;
 
-use crate::app::{App, DRAIN_LIMIT};
+use crate::app::App;
 use crate::authz;
 use crate::identity::{fingerprint, Identity};
 use crate::limits::{self, ConnPermit};
+use crate::shutdown::DRAIN_LIMIT;
 use crate::shutdown::{stop_pair, Stop};
 use session::{reply_and_close, ChannelEnv, ExecContext};
 
