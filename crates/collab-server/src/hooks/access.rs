@@ -20,7 +20,7 @@
 use git2::{Oid, Repository};
 
 use super::{HookContext, RefUpdate, Refusal};
-use crate::authz::Access;
+use crate::authz::level::Access;
 use collab_record::refs;
 
 /// Ref prefixes only the server writes; a client push touching one is

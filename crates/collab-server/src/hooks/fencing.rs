@@ -168,7 +168,7 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::authz::Access;
+    use crate::authz::level::Access;
     use crate::db::leases::{Claim, Policy};
 
     const T0: i64 = 1_790_000_000;

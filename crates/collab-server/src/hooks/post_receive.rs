@@ -46,7 +46,7 @@ pub fn record(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::authz::Access;
+    use crate::authz::level::Access;
 
     #[test]
     fn one_event_per_update_with_zero_ids_for_create_and_delete() {

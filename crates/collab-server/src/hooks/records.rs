@@ -51,7 +51,7 @@ mod tests {
             principal: "alice".into(),
             fingerprint: "SHA256:x".into(),
             repo: "r.git".into(),
-            access: crate::authz::Access::Rewind,
+            access: crate::authz::level::Access::Rewind,
             state_dir: PathBuf::from("/nonexistent"),
             collab_db: "/nonexistent/collab.db".into(),
             fenced_refs: Vec::new(),

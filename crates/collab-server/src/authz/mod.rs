@@ -4,7 +4,8 @@
 //!
 //! Levels are ordered, Read < Write < Rewind (gitolite's R / RW / RW+):
 //! Read clones and fetches; Write fast-forwards and creates refs (and takes
-//! leases); Rewind rewrites or deletes refs and administers.
+//! leases); Rewind rewrites or deletes refs and administers. The levels
+//! themselves are `level::Access` (re-exported here).
 //!
 //! The regime of a caller is fixed per command from the live governance
 //! state: `Ungoverned` (per-repo `collab-policy.toml`, admins rewind
@@ -13,10 +14,10 @@
 //! Unknown and unauthorized repositories look the same to callers:
 //! `authorize` returns the one `NotFound` for both.
 
+pub mod level;
+
 use std::net::IpAddr;
 use std::sync::Arc;
-
-use serde::{Deserialize, Serialize};
 
 use crate::app::App;
 use crate::governance::conf::GovernanceConf;
@@ -24,24 +25,7 @@ use crate::governance::GovState;
 use crate::identity::{Admission, Identity};
 use crate::repos::RepoEntry;
 
-/// An access level. `Ord`: a higher level includes every lower one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Access {
-    Read,
-    Write,
-    Rewind,
-}
-
-impl Access {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Access::Read => "read",
-            Access::Write => "write",
-            Access::Rewind => "rewind",
-        }
-    }
-}
+pub use level::Access;
 
 /// Which rules apply to a caller.
 #[derive(Debug, Clone)]
