@@ -19,7 +19,9 @@
 
 use git2::{Oid, Repository};
 
-use super::{HookContext, RefUpdate, Refusal};
+use super::check::Refusal;
+use super::context::HookContext;
+use super::updates::RefUpdate;
 use crate::authz::level::Access;
 use collab_record::refs;
 

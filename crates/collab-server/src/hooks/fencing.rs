@@ -18,7 +18,9 @@
 use crate::db::sql::Connection;
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
-use super::{HookContext, RefUpdate, Refusal};
+use super::check::Refusal;
+use super::context::HookContext;
+use super::updates::RefUpdate;
 use crate::db::leases;
 
 /// The push option's name.

@@ -8,7 +8,8 @@
 //! pusher as a warning and logged by the server, never turned into a
 //! refusal.
 
-use super::{HookContext, RefUpdate};
+use super::context::HookContext;
+use super::updates::RefUpdate;
 use crate::events::{append_from_other_process, Recorded};
 use collab_record::refs;
 

@@ -12,7 +12,9 @@
 //! patches (`refs/collab/revisions/*`) are the server's too
 //! (`access::SERVER_MAINTAINED_PREFIXES`).
 
-use super::{HookContext, RefUpdate, Refusal};
+use super::check::Refusal;
+use super::context::HookContext;
+use super::updates::RefUpdate;
 use collab_record::refs;
 
 /// The refusal of a push touching issue DAG refs.
