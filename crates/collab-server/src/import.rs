@@ -30,20 +30,17 @@ use std::sync::Mutex;
 
 use crate::db::sql::{Connection, OptionalExtension};
 use anyhow::Context as _;
-use collab_record::sign;
 use collab_record::state::{self, DroppedEvent, IssueState};
 use collab_record::trust::TrustList;
 use git2::Repository;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::db::issues::{self, Comment, Issue, Person};
+use crate::db::issues::{self, Comment, Issue};
 use crate::db::writer::Writer;
+use crate::import_shared::{person, BATCH};
 use crate::patch_import::{self, PatchBatch, PatchReport};
 use crate::repos::RepoEntry;
-
-/// Issues replayed and stored per transaction.
-pub const BATCH: usize = 256;
 
 /// What importing one repository found and did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -88,17 +85,6 @@ pub struct Skipped {
 /// One batch of replayed issues, ready to store.
 pub struct Batch {
     issues: Vec<(Issue, Vec<Comment>)>,
-}
-
-pub(crate) fn person(author: &state::Author) -> Person {
-    let principal = sign::parse_public_key(&author.key)
-        .map(|k| sign::fingerprint(&k))
-        .unwrap_or_else(|_| author.key.clone());
-    Person {
-        principal,
-        name: author.name.clone(),
-        key: Some(author.key.clone()),
-    }
 }
 
 /// The rows of one replayed issue.

@@ -16,6 +16,7 @@ pub mod hooks;
 pub mod http;
 pub mod identity;
 pub mod import;
+pub mod import_shared;
 pub mod leasing;
 pub mod limits;
 pub mod logging;
