@@ -111,7 +111,13 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     tokio::task::spawn_blocking(move || import_at_start(&importing, runtime))
         .await
         .context("importing issue DAGs")?;
-    crate::export::spawn(app.clone());
+    crate::export::spawn(
+        &app.export,
+        app.reads.clone(),
+        app.writer.clone(),
+        app.config.repos_dir.clone(),
+        app.signing_key.clone(),
+    );
     crate::patch_export::spawn(app.clone());
     crate::events::spawn_background(&app);
     crate::webhooks::spawn(app.clone());

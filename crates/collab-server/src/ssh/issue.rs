@@ -479,7 +479,11 @@ pub(super) async fn authorized_entry(
     // Authorization reads policy files, the import reads git: blocking I/O.
     let found = tokio::task::spawn_blocking(move || {
         let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
-        Some(crate::import::ensure(&app, &entry, &runtime).map(|()| entry))
+        Some(
+            app.imports
+                .ensure(&app.reads, &app.writer, &app.export, &entry, &runtime)
+                .map(|()| entry),
+        )
     })
     .await;
     let failed = |e: &dyn std::fmt::Display| {

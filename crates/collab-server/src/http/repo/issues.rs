@@ -181,7 +181,13 @@ fn read_issues<T: Send + 'static>(
     f: impl FnOnce(&crate::db::sql::Connection) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, PageError> {
     let app = &st.app;
-    crate::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
+    app.imports.ensure(
+        &app.reads,
+        &app.writer,
+        &app.export,
+        &ctx.entry,
+        &tokio::runtime::Handle::current(),
+    )?;
     Ok(app.reads.read_blocking(f)?)
 }
 
