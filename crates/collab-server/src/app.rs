@@ -45,7 +45,7 @@ pub struct App {
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<collab_record::sign::SigningKey>,
     /// Webhook delivery (HTTP client, SSRF guard).
-    pub webhooks: crate::webhooks::Webhooks,
+    pub webhooks: crate::webhooks::client::Webhooks,
     /// Repository maintenance: push counts, single flight, the bound.
     pub maintenance: Arc<crate::maintenance::Maintenance>,
 }
@@ -67,7 +67,7 @@ impl App {
         )
         .with_context(|| format!("collab_db: opening {}", location.display()))?;
         let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
-        let webhooks = crate::webhooks::Webhooks::new(&config.webhooks)?;
+        let webhooks = crate::webhooks::client::Webhooks::new(&config.webhooks)?;
         let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
             waiters: Waiters::new(writer.clone()),
