@@ -8,7 +8,9 @@ use russh::server::Msg;
 use russh::Channel;
 use serde_json::json;
 
-use super::session::{json_line, reply_and_close, ExecContext, RepoCmd};
+use super::context::ExecContext;
+use super::reply::{json_line, reply_and_close};
+use super::session::RepoCmd;
 use crate::authz::{self, Access, Regime};
 use crate::repo_admin;
 use crate::repos::{self, CreateError, RepoEntry};
@@ -155,7 +157,7 @@ async fn resolve(
     needed: Access,
     what_needs: &str,
 ) -> Option<(Channel<Msg>, RepoEntry)> {
-    super::session::authorize_or_reply(ctx, channel, repo, needed, what_needs)
+    super::context::authorize_or_reply(ctx, channel, repo, needed, what_needs)
         .await
         .map(|(entry, channel)| (channel, entry))
 }

@@ -39,7 +39,9 @@ use russh::server::Msg;
 use russh::{Channel, ChannelMsg, ChannelReadHalf};
 use serde_json::{json, Value};
 
-use super::session::{json_line, reply_on, ExecContext, LeaseCmd, NOT_FOUND};
+use super::context::ExecContext;
+use super::reply::{json_line, reply_on, NOT_FOUND};
+use super::session::LeaseCmd;
 use crate::authz::{self, Access};
 use crate::db::issues::{self, IssueError};
 use crate::db::leases::{rfc3339, Acquire, Break, Claim, Lease, Release, Renew, Status};

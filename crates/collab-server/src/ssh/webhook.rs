@@ -19,7 +19,9 @@ use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
 use serde_json::{json, Value};
 
-use super::session::{json_line, reply_and_close, ExecContext, HookCmd};
+use super::context::ExecContext;
+use super::reply::{json_line, reply_and_close};
+use super::session::HookCmd;
 use crate::authz;
 use crate::db::webhooks::{self as store, Attempt, Webhook};
 use crate::webhooks::{self, message_id, AttemptResult};
