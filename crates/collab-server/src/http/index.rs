@@ -5,8 +5,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 
+use super::state::AppState;
 use super::view::{self, PageResult};
-use super::AppState;
 
 struct RepoRow {
     name: String,

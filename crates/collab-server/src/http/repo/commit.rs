@@ -23,8 +23,8 @@ use serde::Deserialize;
 
 use super::CommitRow;
 use crate::http::highlight;
+use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
-use crate::http::AppState;
 
 /// Commits per log page.
 pub const LOG_PAGE: usize = 50;

@@ -22,8 +22,8 @@ use serde::Deserialize;
 
 use super::{CommitRow, RepoCtx, RevPath};
 use crate::http::highlight;
+use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
-use crate::http::AppState;
 
 /// Commits per history page.
 pub const HISTORY_PAGE: usize = 50;

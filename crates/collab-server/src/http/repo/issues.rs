@@ -26,8 +26,8 @@ use crate::db::issues::{
 };
 use crate::db::leases::Lease;
 use crate::http::markdown;
+use crate::http::state::AppState;
 use crate::http::view::{self, PageError};
-use crate::http::AppState;
 
 /// Issues per list page.
 pub const ISSUES_PAGE: usize = 50;
@@ -428,9 +428,9 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
         };
         // Links into repositories anonymous readers cannot see stay hidden.
         let here = ctx.entry.name.clone();
-        detail
-            .links
-            .retain(|k| k.repo == here || crate::http::visible_repo(&st2.app, &k.repo).is_some());
+        detail.links.retain(|k| {
+            k.repo == here || crate::http::state::visible_repo(&st2.app, &k.repo).is_some()
+        });
         let nav = super::nav_with_counts(&st2, &ctx, "issues", counts);
         Ok((ctx.entry.name.clone(), nav, (detail, patches)))
     })

@@ -21,8 +21,8 @@ use std::path::Path;
 
 use git2::{ObjectType, Oid, Repository};
 
+use super::state::AppState;
 use super::view::PageError;
-use super::AppState;
 use crate::app::App;
 use crate::repos::RepoEntry;
 
@@ -42,7 +42,7 @@ impl RepoCtx {
 /// Open `requested` if anonymous HTTP may read it; otherwise the generic
 /// not-found, whether it exists or not.
 pub fn open(app: &App, requested: &str) -> Result<RepoCtx, PageError> {
-    let entry = super::visible_repo(app, requested).ok_or(PageError::NoRepo)?;
+    let entry = super::state::visible_repo(app, requested).ok_or(PageError::NoRepo)?;
     let git = Repository::open_bare(&entry.path)?;
     Ok(RepoCtx { entry, git })
 }

@@ -35,8 +35,8 @@ use crate::db::patches::{
     Verdict,
 };
 use crate::http::markdown;
+use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
-use crate::http::AppState;
 
 /// Patches per list page.
 pub const PATCHES_PAGE: usize = 50;

@@ -12,8 +12,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use git2::Repository;
 
+use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
-use crate::http::AppState;
 
 /// Branches and tags listed in the switcher, each; the rest are on the
 /// branches and tags pages.

@@ -17,8 +17,8 @@ use axum::response::{IntoResponse as _, Response};
 use tokio_util::io::ReaderStream;
 
 use super::RepoCtx;
+use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
-use crate::http::AppState;
 use crate::releases::{ReleaseError, ReleaseStore};
 
 /// One file on the page.

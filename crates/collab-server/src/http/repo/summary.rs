@@ -10,8 +10,8 @@ use git2::{ObjectType, Repository, Tree};
 
 use super::{BranchRow, CommitRow, RepoCtx};
 use crate::http::markdown::{self, LinkBase};
+use crate::http::state::AppState;
 use crate::http::view::{self, PageResult};
-use crate::http::AppState;
 
 /// Recent commits shown on the summary page.
 const RECENT_COMMITS: usize = 10;
@@ -74,7 +74,7 @@ fn page(st: &AppState, requested: &str, headers: &HeaderMap) -> PageResult {
         open_patches: nav.open_patches,
         open_issues: nav.open_issues,
         description: super::description(&ctx.entry.path),
-        ssh_url: crate::http::ssh_clone_url(st, headers, &ctx.entry),
+        ssh_url: crate::http::state::ssh_clone_url(st, headers, &ctx.entry),
         http_url: format!("{}/{}", view::request_origin(headers), ctx.entry.name),
         default_branch: head.map(|(b, _)| b).unwrap_or_default(),
         branches: super::branches(&ctx.git, MAX_BRANCHES)?,

@@ -23,8 +23,8 @@ use super::summary::{find_readme, Readme};
 use super::{RepoCtx, RevPath};
 use crate::http::blobs::{self, BlobStream};
 use crate::http::highlight;
+use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
-use crate::http::AppState;
 
 /// Read buffer of a streamed raw file.
 const RAW_CHUNK: usize = 64 * 1024;
