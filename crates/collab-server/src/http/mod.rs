@@ -20,7 +20,7 @@
 //! except the replay cache the library keeps beside it.
 //!
 //! Adding a page family: a file under `repo/`, a `Template` struct whose
-//! template extends `repo_base.html` (fields from [`repo::RepoNav`]), and
+//! template extends `repo_base.html` (fields from [`repo::ctx::RepoNav`]), and
 //! one `.route(...)` line below.
 
 mod blobs;
