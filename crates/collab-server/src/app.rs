@@ -1,7 +1,8 @@
 //! The running server's shared state (`App`): configuration, keys,
 //! governance, the collab database's writer and read pool, and the handles
-//! of the background services. Nothing here starts a task or a listener;
-//! `serve` does.
+//! of the background services. Building it opens the database (and so
+//! starts the writer's thread); the background tasks and the listeners are
+//! started by `serve`, which nothing here imports.
 
 use std::sync::Arc;
 
