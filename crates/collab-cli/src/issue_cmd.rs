@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cli::{IssueCmd, IssueTarget};
-use crate::{print_json, text_arg};
+use crate::cmd_io::{print_json, text_arg};
 use collab_cli::client::lease::{self, LeaseOp};
 use collab_cli::client::mode::{self, Mode};
 use collab_cli::client::remote_ssh::{self, RemoteOutput, SshRemote};

@@ -5,11 +5,12 @@
 //! (4 = the issue is claimed by someone else).
 
 mod cli;
+mod cmd_io;
 mod issue_cmd;
 mod patch_cmd;
 mod patch_server_cmd;
+mod patch_shared;
 
-use std::io::{IsTerminal, Read};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -18,6 +19,7 @@ use git2::Repository;
 use serde::Serialize;
 
 use cli::{Cli, Command, KeyCmd, ReleaseCmd, TrustCmd};
+use cmd_io::print_json;
 use collab_cli::client::mode::{self, Mode};
 use collab_cli::client::sync;
 use collab_cli::client::terminal;
@@ -476,22 +478,6 @@ fn trust_cmd(repo: &Repository, cmd: TrustCmd) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A text argument, where `-` means "read standard input".
-pub(crate) fn text_arg(value: String) -> Result<String> {
-    if value != "-" {
-        return Ok(value);
-    }
-    let mut stdin = std::io::stdin();
-    if stdin.is_terminal() {
-        eprintln!("reading text from stdin; end with Ctrl-D");
-    }
-    let mut text = String::new();
-    stdin
-        .read_to_string(&mut text)
-        .context("reading standard input")?;
-    Ok(text)
-}
-
 fn release_cmd(repo: &Repository, cmd: ReleaseCmd) -> Result<ExitCode> {
     use collab_cli::client::release;
     use collab_cli::client::remote_ssh::ssh_remote;
@@ -576,13 +562,6 @@ fn release_cmd(repo: &Repository, cmd: ReleaseCmd) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `--json` output: serde_json escapes C0 in strings but not DEL or C1.
-pub(crate) fn print_json<T: Serialize>(value: &T) -> Result<()> {
-    let text = serde_json::to_string_pretty(value)?;
-    println!("{}", terminal::json(&text));
-    Ok(())
 }
 
 #[cfg(test)]

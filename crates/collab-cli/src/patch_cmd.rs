@@ -11,8 +11,9 @@ use anyhow::{bail, Result};
 use git2::Repository;
 use serde::Serialize;
 
-use crate::cli::{IssueTarget, PatchCmd, VerdictFlags};
-use crate::{print_json, text_arg};
+use crate::cli::{IssueTarget, PatchCmd};
+use crate::cmd_io::{print_json, text_arg};
+use crate::patch_shared::{list_row, verdict_of, verdict_verb};
 use collab_cli::client::mode::{self, Mode};
 use collab_cli::client::remote_ssh;
 use collab_cli::client::terminal;
@@ -245,25 +246,6 @@ fn local(repo: &Repository, cmd: PatchCmd) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn verdict_of(flags: VerdictFlags) -> Verdict {
-    if flags.approve {
-        Verdict::Approve
-    } else if flags.request_changes {
-        Verdict::RequestChanges
-    } else {
-        Verdict::Comment
-    }
-}
-
-/// What a vote's report says was done (`approved 1a2b3c4d (revision 2)`).
-pub(crate) fn verdict_verb(verdict: Verdict) -> &'static str {
-    match verdict {
-        Verdict::Approve => "approved",
-        Verdict::RequestChanges => "requested changes on",
-        Verdict::Comment => "reviewed",
-    }
-}
-
 fn report_written(verb: &str, w: &Written, json: bool) -> Result<()> {
     if json {
         return print_json(&WrittenJson {
@@ -307,34 +289,6 @@ fn list_line(p: &PatchState) -> String {
         &p.base,
         s.approvals,
         s.changes_requested,
-    )
-}
-
-/// One `patch list` line, in both modes: id, status, revision count, title
-/// and base, `+N` approvals and `-N` change requests on the latest
-/// revision.
-pub(crate) fn list_row(
-    id: &str,
-    status: &str,
-    revisions: usize,
-    title: &str,
-    base: &str,
-    approvals: usize,
-    changes_requested: usize,
-) -> String {
-    let mut votes = String::new();
-    if approvals > 0 {
-        votes.push_str(&format!("  +{approvals}"));
-    }
-    if changes_requested > 0 {
-        votes.push_str(&format!("  -{changes_requested}"));
-    }
-    format!(
-        "{}  {:<6}  r{revisions}  {} -> {}{votes}",
-        short_id(id),
-        terminal::line(status),
-        terminal::line(title),
-        terminal::line(base)
     )
 }
 

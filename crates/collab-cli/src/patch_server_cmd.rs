@@ -11,7 +11,8 @@ use git2::Repository;
 use serde_json::{json, Value};
 
 use crate::cli::{PatchCmd, VerdictFlags};
-use crate::{print_json, text_arg};
+use crate::cmd_io::{print_json, text_arg};
+use crate::patch_shared;
 use collab_cli::client::remote_ssh::{RemoteOutput, SshRemote};
 use collab_cli::client::server_issue::EXIT_CONFLICT;
 use collab_cli::client::server_patch::{self as server, id_arg, Listed, ReviewPush};
@@ -327,13 +328,13 @@ fn checkout(
 
 /// `collab-patch review`'s flag for the vote, and what the report says.
 fn verdict_flag(v: VerdictFlags) -> (&'static str, &'static str) {
-    let verdict = crate::patch_cmd::verdict_of(v);
+    let verdict = patch_shared::verdict_of(v);
     let flag = match verdict {
         Verdict::Approve => "--approve",
         Verdict::RequestChanges => "--request-changes",
         Verdict::Comment => "--comment",
     };
-    (flag, crate::patch_cmd::verdict_verb(verdict))
+    (flag, patch_shared::verdict_verb(verdict))
 }
 
 /// The server's reply to show as it is (an error, or an ssh failure).
@@ -396,7 +397,7 @@ fn read_reply_raw(reply: &RemoteOutput, json: bool, f: impl FnOnce(&Value)) -> R
 fn list_line(row: &Value) -> String {
     let s = |k: &str| row[k].as_str().unwrap_or_default();
     let n = |k: &str| row[k].as_u64().unwrap_or(0) as usize;
-    crate::patch_cmd::list_row(
+    patch_shared::list_row(
         s("id"),
         s("status"),
         n("revisions"),

@@ -5,33 +5,38 @@
 //! allowlist's digest and the crate version, and is ignored when either
 //! differs. The cache is an optimisation only: an unreadable, stale or
 //! unwritable cache is silently rebuilt or skipped. `verify` never reads it.
+//!
+//! An entry holds its replayed state as the caller's type (`state` stores
+//! `IssueState`), so this module knows nothing of issues and `state` sits
+//! above it. The cache's test is `cache_tests.rs`, beside the issue
+//! operations it writes with.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use git2::Repository;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::replay::DroppedEvent;
-use crate::state::IssueState;
 use crate::trust;
 
-/// The replay of one issue at one tip.
+/// The replay of one issue at one tip (`S`: `state::IssueState`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Entry {
+pub(crate) struct Entry<S> {
     pub tip: String,
     /// `Ok(state)` or `Err(why the issue is invalid)`.
-    pub state: Result<IssueState, String>,
+    pub state: Result<S, String>,
     pub dropped: Vec<DroppedEvent>,
     pub events: usize,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct CacheFile {
+#[derive(Debug, Serialize, Deserialize)]
+struct CacheFile<S> {
     version: String,
     trust: String,
-    issues: BTreeMap<String, Entry>,
+    issues: BTreeMap<String, Entry<S>>,
 }
 
 /// The cache file of `repo`.
@@ -50,11 +55,14 @@ pub(crate) fn fingerprint(repo: &Repository) -> (String, String) {
 
 /// The cached entries, or none if the cache is missing, unreadable or for
 /// another version or allowlist.
-pub(crate) fn load(repo: &Repository, key: &(String, String)) -> BTreeMap<String, Entry> {
+pub(crate) fn load<S: DeserializeOwned>(
+    repo: &Repository,
+    key: &(String, String),
+) -> BTreeMap<String, Entry<S>> {
     let Ok(bytes) = std::fs::read(cache_path(repo)) else {
         return BTreeMap::new();
     };
-    match serde_json::from_slice::<CacheFile>(&bytes) {
+    match serde_json::from_slice::<CacheFile<S>>(&bytes) {
         Ok(file) if file.version == key.0 && file.trust == key.1 => file.issues,
         _ => BTreeMap::new(),
     }
@@ -62,7 +70,11 @@ pub(crate) fn load(repo: &Repository, key: &(String, String)) -> BTreeMap<String
 
 /// Replaces the cache (temporary file, then rename: readers never see a
 /// partial file). Failures are ignored: the cache is only an optimisation.
-pub(crate) fn save(repo: &Repository, key: &(String, String), issues: BTreeMap<String, Entry>) {
+pub(crate) fn save<S: Serialize>(
+    repo: &Repository,
+    key: &(String, String),
+    issues: BTreeMap<String, Entry<S>>,
+) {
     let path = cache_path(repo);
     let file = CacheFile {
         version: key.0.clone(),
@@ -80,64 +92,5 @@ pub(crate) fn save(repo: &Repository, key: &(String, String), issues: BTreeMap<S
         .and_then(|_| std::fs::rename(&tmp, &path));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::issue::{self, Identity};
-    use crate::sign::SigningKey;
-    use crate::state::list_issues;
-
-    #[test]
-    fn list_issues_reuses_entries_until_the_tip_or_the_allowlist_changes() {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = Repository::init_bare(dir.path().join("r.git")).unwrap();
-        let who = Identity {
-            key: SigningKey::generate(&dir.path().join("k"), "k", false).unwrap(),
-            name: "n".into(),
-        };
-        let a = issue::open(&repo, &who, "first", "", &[]).unwrap().issue;
-        let b = issue::open(&repo, &who, "second", "", &[]).unwrap().issue;
-        assert_eq!(list_issues(&repo).unwrap().len(), 2);
-        assert!(cache_path(&repo).exists());
-
-        // Prove that entries are served from the cache: doctor one.
-        let key = fingerprint(&repo);
-        let mut entries = load(&repo, &key);
-        entries.get_mut(&a).unwrap().state.as_mut().unwrap().title = "from cache".into();
-        save(&repo, &key, entries);
-        let titles = |repo: &Repository| -> Vec<String> {
-            let mut t: Vec<String> = list_issues(repo)
-                .unwrap()
-                .into_iter()
-                .map(|i| i.title)
-                .collect();
-            t.sort();
-            t
-        };
-        assert_eq!(titles(&repo), vec!["from cache", "second"]);
-
-        // A new event moves the tip: that issue is replayed again.
-        issue::comment(&repo, &who, &a, "c").unwrap();
-        assert_eq!(titles(&repo), vec!["first", "second"]);
-
-        // A changed allowlist invalidates everything.
-        let mut entries = load(&repo, &key);
-        entries.get_mut(&b).unwrap().state.as_mut().unwrap().title = "stale".into();
-        save(&repo, &key, entries);
-        assert_eq!(titles(&repo), vec!["first", "stale"]);
-        std::fs::create_dir_all(trust::collab_dir(&repo)).unwrap();
-        std::fs::write(
-            trust::trust_path(&repo),
-            format!("{}\n", who.key.public_key_line()),
-        )
-        .unwrap();
-        assert_eq!(titles(&repo), vec!["first", "second"]);
-
-        // A corrupt cache is rebuilt.
-        std::fs::write(cache_path(&repo), b"{garbage").unwrap();
-        assert_eq!(titles(&repo), vec!["first", "second"]);
     }
 }

@@ -59,6 +59,8 @@
 //! - [`error`]: the crate's [`Error`] enum.
 
 pub mod cache;
+#[cfg(test)]
+mod cache_tests;
 pub mod diff;
 pub mod error;
 pub mod event;

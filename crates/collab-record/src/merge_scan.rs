@@ -140,23 +140,6 @@ pub fn record(
     Ok((recorded, Vec::new()))
 }
 
-/// The oldest commit of `tip`'s first-parent history that contains `head`
-/// (`tip` must contain it): the merge commit for a merge, `head` itself (or
-/// the commit after which it appeared) for a fast-forward.
-pub fn merging_commit(repo: &Repository, tip: Oid, head: Oid) -> Result<Oid> {
-    let mut current = tip;
-    loop {
-        let commit = repo.find_commit(current)?;
-        let Ok(parent) = commit.parent_id(0) else {
-            return Ok(current);
-        };
-        if current == head || !(parent == head || repo.graph_descendant_of(parent, head)?) {
-            return Ok(current);
-        }
-        current = parent;
-    }
-}
-
 /// The merging commit if `p`'s latest head is reachable from `tip`.
 fn reachable_merge(repo: &Repository, tip: Oid, p: &PatchState) -> Result<Option<Oid>> {
     let latest = p.latest();
@@ -166,7 +149,7 @@ fn reachable_merge(repo: &Repository, tip: Oid, p: &PatchState) -> Result<Option
     if head != tip && !repo.graph_descendant_of(tip, head).unwrap_or(false) {
         return Ok(None);
     }
-    merging_commit(repo, tip, head).map(Some)
+    patch::merging_commit(repo, tip, head).map(Some)
 }
 
 /// The commits of `tip`'s history (since the patches forked) that name one

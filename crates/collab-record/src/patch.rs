@@ -698,6 +698,23 @@ pub struct Merged {
     pub kind: MergeKind,
 }
 
+/// The oldest commit of `tip`'s first-parent history that contains `head`
+/// (`tip` must contain it): the merge commit for a merge, `head` itself (or
+/// the commit after which it appeared) for a fast-forward.
+pub fn merging_commit(repo: &Repository, tip: Oid, head: Oid) -> Result<Oid> {
+    let mut current = tip;
+    loop {
+        let commit = repo.find_commit(current)?;
+        let Ok(parent) = commit.parent_id(0) else {
+            return Ok(current);
+        };
+        if current == head || !(parent == head || repo.graph_descendant_of(parent, head)?) {
+            return Ok(current);
+        }
+        current = parent;
+    }
+}
+
 /// Merges the latest revision of an open patch into the local base branch
 /// (fast-forward when possible, else a merge commit with a `Patch: <id>`
 /// trailer) and records `patch.merge`. When the base branch is checked
@@ -714,7 +731,7 @@ pub fn merge(repo: &Repository, who: &Identity, patch: &str) -> Result<Merged> {
         None => base_tip(repo, &state.base)?.1,
     };
     let (new_tip, commit, kind) = if base_tip == head || repo.graph_descendant_of(base_tip, head)? {
-        let commit = crate::merge_scan::merging_commit(repo, base_tip, head)?;
+        let commit = merging_commit(repo, base_tip, head)?;
         (base_tip, commit, MergeKind::AlreadyMerged)
     } else if repo.graph_descendant_of(head, base_tip)? {
         (head, head, MergeKind::FastForward)

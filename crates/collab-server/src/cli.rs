@@ -1,11 +1,12 @@
 //! The `git-collab-server` command line: parses flags and dispatches; it
 //! owns no behaviour.
 
-use crate::*;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use crate::{config, db, events, healthcheck, hooks, import, logging, ops, repos, serve};
 
 #[derive(Parser)]
 #[command(
@@ -145,8 +146,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve { allow_empty_db } => {
             let rt = tokio::runtime::Runtime::new()?;
-            let options = app::ServeOptions { allow_empty_db };
-            rt.block_on(app::serve(loaded.config, options))?;
+            let options = serve::ServeOptions { allow_empty_db };
+            rt.block_on(serve::serve(loaded.config, options))?;
         }
         Command::Config { command } => match command {
             ConfigCmd::Show { json: true } => {

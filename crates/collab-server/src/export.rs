@@ -31,6 +31,7 @@
 //! comment ids are the export's own commit ids.
 
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,9 +45,10 @@ use git2::{Oid, Repository};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::app::App;
 use crate::db::exports::{self, Exported};
 use crate::db::issues::{self, IssueDetail, IssueStatus};
+use crate::db::reads::ReadPool;
+use crate::db::writer::Writer;
 
 /// How long the exporter waits after a write for more writes to the same
 /// repositories before it writes git objects.
@@ -96,14 +98,30 @@ struct Summary {
 }
 
 /// Start the background exporter: it catches up with everything behind,
-/// then follows the queue until the server stops.
-pub fn spawn(app: Arc<App>) {
-    let Some(mut dirty) = app.export.receiver.lock().expect("export lock").take() else {
+/// then follows `queue` until the server stops. It reads through `reads`,
+/// records through `writer`, finds repositories under `repos_dir` and signs
+/// with `key`.
+pub fn spawn(
+    queue: &ExportQueue,
+    reads: ReadPool,
+    writer: Writer,
+    repos_dir: PathBuf,
+    key: Arc<SigningKey>,
+) {
+    let Some(mut dirty) = queue.receiver.lock().expect("export lock").take() else {
         return;
     };
+    let export = move |repo: Option<String>| {
+        let (reads, writer, repos_dir, key) = (
+            reads.clone(),
+            writer.clone(),
+            repos_dir.clone(),
+            key.clone(),
+        );
+        run_blocking(move || export_pending(&reads, &writer, &repos_dir, &key, repo.as_deref()))
+    };
     tokio::spawn(async move {
-        let catch_up = app.clone();
-        run_blocking(move || export_pending(&catch_up, None)).await;
+        export(None).await;
         while let Some(first) = dirty.recv().await {
             let mut repos = BTreeSet::from([first]);
             tokio::time::sleep(DEBOUNCE).await;
@@ -111,8 +129,7 @@ pub fn spawn(app: Arc<App>) {
                 repos.insert(more);
             }
             for repo in repos {
-                let app = app.clone();
-                run_blocking(move || export_pending(&app, Some(&repo))).await;
+                export(Some(repo)).await;
             }
         }
     });
@@ -129,13 +146,19 @@ async fn run_blocking(work: impl FnOnce() -> anyhow::Result<usize> + Send + 'sta
 
 /// Bring every issue of `repo` (of every repository when `None`) whose
 /// export is behind up to date; returns how many were exported. Blocking.
-pub fn export_pending(app: &App, repo: Option<&str>) -> anyhow::Result<usize> {
+pub fn export_pending(
+    reads: &ReadPool,
+    writer: &Writer,
+    repos_dir: &Path,
+    key: &SigningKey,
+    repo: Option<&str>,
+) -> anyhow::Result<usize> {
     let runtime = tokio::runtime::Handle::current();
     let mut done = 0;
     let mut failed = BTreeSet::new();
     loop {
         let only = repo.map(str::to_string);
-        let pending = app.reads.read_blocking(move |c| {
+        let pending = reads.read_blocking(move |c| {
             Ok(exports::pending(
                 c,
                 exports::Kind::Issue,
@@ -153,14 +176,14 @@ pub fn export_pending(app: &App, repo: Option<&str>) -> anyhow::Result<usize> {
         let mut git: Option<(String, Repository)> = None;
         for p in pending {
             if git.as_ref().map(|(name, _)| name) != Some(&p.repo) {
-                let Some(entry) = crate::repos::find_repo(&app.config.repos_dir, &p.repo) else {
+                let Some(entry) = crate::repos::find_repo(repos_dir, &p.repo) else {
                     failed.insert((p.repo.clone(), p.id.clone()));
                     continue;
                 };
                 git = Some((p.repo.clone(), Repository::open_bare(&entry.path)?));
             }
             let (_, repository) = git.as_ref().expect("opened above");
-            match export_issue(app, &runtime, repository, &p.repo, &p.id) {
+            match export_issue(reads, writer, key, &runtime, repository, &p.repo, &p.id) {
                 Ok(()) => done += 1,
                 Err(e) => {
                     tracing::warn!(
@@ -178,14 +201,16 @@ pub fn export_pending(app: &App, repo: Option<&str>) -> anyhow::Result<usize> {
 /// Export one issue: read it and its export record in one read
 /// transaction, append the events for what changed, move the ref, record.
 fn export_issue(
-    app: &App,
+    reads: &ReadPool,
+    writer: &Writer,
+    key: &SigningKey,
     runtime: &tokio::runtime::Handle,
     git: &Repository,
     repo: &str,
     id: &str,
 ) -> anyhow::Result<()> {
     let (r, i) = (repo.to_string(), id.to_string());
-    let (detail, revision, recorded) = app.reads.read_blocking(move |c| {
+    let (detail, revision, recorded) = reads.read_blocking(move |c| {
         let detail = issues::show(c, &r, &i)?;
         let revision: i64 = c.query_row(
             "SELECT revision FROM issues WHERE repo = ?1 AND id = ?2",
@@ -209,7 +234,6 @@ fn export_issue(
         // restored repository): read what the export shows.
         (Some(_), _) => Some(replayed_summary(git, &ref_name, id)?),
     };
-    let key = &app.signing_key;
     let (new_tip, after) = append_changes(git, key, tip, before, &detail)?;
     if new_tip != tip {
         store::compare_and_swap(git, &ref_name, tip, new_tip.expect("a tip"), "export")?;
@@ -220,7 +244,7 @@ fn export_issue(
         state: serde_json::to_string(&after)?,
     };
     let (r, i) = (repo.to_string(), id.to_string());
-    runtime.block_on(app.writer.write("export record", move |conn, _now| {
+    runtime.block_on(writer.write("export record", move |conn, _now| {
         Ok(exports::record(
             conn,
             exports::Kind::Issue,

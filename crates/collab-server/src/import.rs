@@ -30,20 +30,19 @@ use std::sync::Mutex;
 
 use crate::db::sql::{Connection, OptionalExtension};
 use anyhow::Context as _;
-use collab_record::sign;
 use collab_record::state::{self, DroppedEvent, IssueState};
 use collab_record::trust::TrustList;
 use git2::Repository;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::db::issues::{self, Comment, Issue, Person};
+use crate::db::issues::{self, Comment, Issue};
+use crate::db::reads::ReadPool;
 use crate::db::writer::Writer;
+use crate::export::ExportQueue;
+use crate::import_shared::{person, BATCH};
 use crate::patch_import::{self, PatchBatch, PatchReport};
 use crate::repos::RepoEntry;
-
-/// Issues replayed and stored per transaction.
-pub const BATCH: usize = 256;
 
 /// What importing one repository found and did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -88,17 +87,6 @@ pub struct Skipped {
 /// One batch of replayed issues, ready to store.
 pub struct Batch {
     issues: Vec<(Issue, Vec<Comment>)>,
-}
-
-pub(crate) fn person(author: &state::Author) -> Person {
-    let principal = sign::parse_public_key(&author.key)
-        .map(|k| sign::fingerprint(&k))
-        .unwrap_or_else(|_| author.key.clone());
-    Person {
-        principal,
-        name: author.name.clone(),
-        key: Some(author.key.clone()),
-    }
 }
 
 /// The rows of one replayed issue.
@@ -369,38 +357,40 @@ impl Imports {
     fn known(&self, repo: &str) -> bool {
         self.known.lock().expect("imports lock").contains(repo)
     }
-}
 
-/// Make sure `entry`'s issue DAGs are imported, importing them now if not
-/// (on first use of a repository created, or restored, after the server
-/// started). Blocking: call from a blocking thread.
-pub fn ensure(
-    app: &crate::app::App,
-    entry: &RepoEntry,
-    runtime: &tokio::runtime::Handle,
-) -> anyhow::Result<()> {
-    if app.imports.known(&entry.name) {
-        return Ok(());
+    /// Make sure `entry`'s issue DAGs are imported, importing them now if
+    /// not (on first use of a repository created, or restored, after the
+    /// server started): read through `reads`, stored through `writer`, and
+    /// queued for the issue export. Blocking: call from a blocking thread.
+    pub fn ensure(
+        &self,
+        reads: &ReadPool,
+        writer: &Writer,
+        export: &ExportQueue,
+        entry: &RepoEntry,
+        runtime: &tokio::runtime::Handle,
+    ) -> anyhow::Result<()> {
+        if self.known(&entry.name) {
+            return Ok(());
+        }
+        let _one_at_a_time = self.importing.lock().expect("imports lock");
+        let name = entry.name.clone();
+        let done = reads.read_blocking(move |c| Ok(import_state(c, &name)?))?;
+        if !done.all() {
+            let report = import_repo(
+                entry,
+                done,
+                &mut WriterSink {
+                    writer,
+                    runtime: runtime.clone(),
+                },
+            )?;
+            log_report(&report);
+            export.touch(&entry.name);
+        }
+        self.mark(&entry.name);
+        Ok(())
     }
-    let _one_at_a_time = app.imports.importing.lock().expect("imports lock");
-    let name = entry.name.clone();
-    let done = app
-        .reads
-        .read_blocking(move |c| Ok(import_state(c, &name)?))?;
-    if !done.all() {
-        let report = import_repo(
-            entry,
-            done,
-            &mut WriterSink {
-                writer: &app.writer,
-                runtime: runtime.clone(),
-            },
-        )?;
-        log_report(&report);
-        app.export.touch(&entry.name);
-    }
-    app.imports.mark(&entry.name);
-    Ok(())
 }
 
 pub fn log_report(report: &RepoReport) {

@@ -227,7 +227,7 @@ pub fn maintenance_finished(
     private_key: &str,
     trigger: &str,
     outcome: &str,
-    report: Option<&crate::maintenance::RunReport>,
+    report: Option<&crate::maintenance::run::RunReport>,
 ) {
     bump(
         &MAINTENANCE_RUNS,

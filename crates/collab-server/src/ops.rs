@@ -19,7 +19,7 @@ pub fn backup(
     keep: Option<u32>,
     json: bool,
 ) -> anyhow::Result<()> {
-    let config = &crate::app::absolute_paths(config.clone())?;
+    let config = &crate::config::absolute_paths(config.clone())?;
     let mut progress = Progress::for_terminal();
     let taken = take::take(config, to, &mut progress)?;
     progress.finish();
@@ -91,7 +91,7 @@ pub fn verify(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
 
 /// `restore --from DIR`.
 pub fn restore(config: &ServerConfig, from: &Path, json: bool) -> anyhow::Result<()> {
-    let config = &crate::app::absolute_paths(config.clone())?;
+    let config = &crate::config::absolute_paths(config.clone())?;
     let mut progress = Progress::for_terminal();
     let restored = restore::restore(config, from, &mut progress)?;
     let c = &restored.manifest.counts;

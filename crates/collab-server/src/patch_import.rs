@@ -30,7 +30,7 @@
 //!   pins were numbered otherwise), so the server's next revision pin is
 //!   free and every head stays reachable.
 //! - Idempotent: patches are inserted with `ON CONFLICT DO NOTHING`, in
-//!   batches of [`crate::import::BATCH`]; the repository's `patch_imports`
+//!   batches of [`crate::import_shared::BATCH`]; the repository's `patch_imports`
 //!   row is written with the last batch, so a crash mid-import is finished
 //!   by the next start and a finished repository is never imported again.
 //!   The DAGs stay in the repository, untouched, as the read-only record of
@@ -47,7 +47,7 @@ use serde::Serialize;
 use crate::db::patches::{
     self, Comment, Inline, Merge, Patch, PatchDetail, PatchStatus, Review, Revision, Verdict,
 };
-use crate::import::person;
+use crate::import_shared::person;
 
 /// What importing one repository's patch DAGs found and did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -305,7 +305,7 @@ pub fn import(
         found: found.len(),
         ..Default::default()
     };
-    let chunks: Vec<&[(String, String)]> = found.chunks(crate::import::BATCH).collect();
+    let chunks: Vec<&[(String, String)]> = found.chunks(crate::import_shared::BATCH).collect();
     let total = chunks.len().max(1);
     for i in 0..total {
         let chunk: &[(String, String)] = chunks.get(i).copied().unwrap_or(&[]);

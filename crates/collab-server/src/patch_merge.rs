@@ -150,17 +150,17 @@ pub fn prepare(
                 latest.n
             ))
         })?;
-    let (new_tip, commit, kind) =
-        if head == old_tip || repo.graph_descendant_of(old_tip, head).unwrap_or(false) {
-            let commit =
-                collab_record::merge_scan::merging_commit(repo, old_tip, head).unwrap_or(old_tip);
-            (old_tip, commit, MergeKind::AlreadyMerged)
-        } else if repo.graph_descendant_of(head, old_tip).unwrap_or(false) {
-            (head, head, MergeKind::FastForward)
-        } else {
-            let merge = merge_commit(repo, detail, old_tip, head, merger)?;
-            (merge, merge, MergeKind::MergeCommit)
-        };
+    let (new_tip, commit, kind) = if head == old_tip
+        || repo.graph_descendant_of(old_tip, head).unwrap_or(false)
+    {
+        let commit = collab_record::patch::merging_commit(repo, old_tip, head).unwrap_or(old_tip);
+        (old_tip, commit, MergeKind::AlreadyMerged)
+    } else if repo.graph_descendant_of(head, old_tip).unwrap_or(false) {
+        (head, head, MergeKind::FastForward)
+    } else {
+        let merge = merge_commit(repo, detail, old_tip, head, merger)?;
+        (merge, merge, MergeKind::MergeCommit)
+    };
     let plan = if kind == MergeKind::AlreadyMerged {
         Plan::default()
     } else {

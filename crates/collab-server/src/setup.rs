@@ -3,7 +3,7 @@
 //! (created empty), `initial_admin_keys` merged into it and marked admin, and
 //! the server hooks directory whose scripts run this binary (`hooks::HOOK_NAMES`).
 //!
-//! Nothing here serves requests; `app::serve` calls `prepare` once.
+//! Nothing here serves requests; `serve::serve` calls `prepare` once.
 
 use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};

@@ -6,6 +6,11 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+/// How long running commands may take to finish after a stop signal. With
+/// the session close-out after it, shutdown stays below the 10 s a container
+/// runtime waits before it kills.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(7);
+
 /// Resolves on the first SIGTERM or SIGINT. The handlers are installed
 /// when this is called, not when the future is first polled: call it
 /// before announcing that the server listens, or a SIGTERM sent right

@@ -123,8 +123,8 @@ pub fn after(conn: &Connection, after: i64, limit: i64) -> crate::sql::Result<Ve
 mod tests {
     use super::*;
 
-    fn db() -> crate::sql::testing::TestDb {
-        crate::sql::testing::db()
+    fn db() -> crate::testing::TestDb {
+        crate::testing::db()
     }
 
     fn ev(kind: &str) -> NewEvent<'_> {

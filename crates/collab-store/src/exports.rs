@@ -152,7 +152,7 @@ mod tests {
 
     #[test]
     fn pending_follows_revisions_and_records_never_move_back() {
-        let conn = crate::sql::testing::db();
+        let conn = crate::testing::db();
         let me = Person {
             principal: "p".into(),
             name: "p".into(),

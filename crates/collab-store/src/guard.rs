@@ -47,14 +47,14 @@ fn earlier_use(state_dir: &Path, repos_dir: &Path) -> Option<String> {
 /// before, and on a database that fails `PRAGMA quick_check`. Run before
 /// the database is opened (opening creates it).
 pub fn check_before_open(
-    location: &crate::Location,
+    location: &crate::sql::Location,
     state_dir: &Path,
     repos_dir: &Path,
     allow_empty: bool,
 ) -> anyhow::Result<()> {
     let db = match location {
-        crate::Location::Sqlite(path) => path.as_path(),
-        crate::Location::Postgres(url) => {
+        crate::sql::Location::Sqlite(path) => path.as_path(),
+        crate::sql::Location::Postgres(url) => {
             return check_postgres(url, location, state_dir, repos_dir, allow_empty)
         }
     };
@@ -91,7 +91,7 @@ pub fn check_before_open(
 /// database. Integrity is PostgreSQL's own business (checksums, WAL).
 fn check_postgres(
     url: &str,
-    location: &crate::Location,
+    location: &crate::sql::Location,
     state_dir: &Path,
     repos_dir: &Path,
     allow_empty: bool,

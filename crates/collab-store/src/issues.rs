@@ -1353,8 +1353,8 @@ mod tests {
     const T0: i64 = 1_790_000_000;
     const MAX: usize = 256 * 1024;
 
-    fn db() -> crate::sql::testing::TestDb {
-        crate::sql::testing::db()
+    fn db() -> crate::testing::TestDb {
+        crate::testing::db()
     }
 
     fn alice() -> Person {

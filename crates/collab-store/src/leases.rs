@@ -790,8 +790,8 @@ mod tests {
     const ISSUE: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
     const T0: i64 = 1_790_000_000;
 
-    fn db() -> crate::sql::testing::TestDb {
-        crate::sql::testing::db()
+    fn db() -> crate::testing::TestDb {
+        crate::testing::db()
     }
 
     /// (token, expires_at) of an acquire that succeeded.

@@ -1349,8 +1349,8 @@ mod tests {
     const BASE: &str = "0000000000000000000000000000000000000abc";
     const REPO: &str = "team/app.git";
 
-    fn db() -> crate::sql::testing::TestDb {
-        crate::sql::testing::db()
+    fn db() -> crate::testing::TestDb {
+        crate::testing::db()
     }
 
     fn person(name: &str) -> Person {

@@ -243,8 +243,8 @@ mod tests {
     const LIB: &str = "team/lib.git";
     const T0: i64 = 1_790_000_000;
 
-    fn db() -> crate::sql::testing::TestDb {
-        crate::sql::testing::db()
+    fn db() -> crate::testing::TestDb {
+        crate::testing::db()
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::sql::Connection;
-use crate::Location;
+use crate::sql::Location;
 use anyhow::{anyhow, Context as _};
 
 /// Most connections open at once; a read beyond that waits for one.
@@ -113,7 +113,7 @@ impl ReadPool {
 }
 
 fn open_reader(location: &Location) -> anyhow::Result<Connection> {
-    super::open_reader(location)
+    crate::connect::open_reader(location)
         .with_context(|| format!("opening {} read-only", location.display()))
 }
 

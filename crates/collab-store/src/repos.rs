@@ -145,8 +145,8 @@ pub fn settings_changed(
 mod tests {
     use super::*;
 
-    fn db() -> crate::sql::testing::TestDb {
-        crate::sql::testing::db()
+    fn db() -> crate::testing::TestDb {
+        crate::testing::db()
     }
 
     fn count(conn: &Connection, sql: &str) -> i64 {

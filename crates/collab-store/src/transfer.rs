@@ -41,7 +41,8 @@ pub fn sqlite_to_postgres(source: &Path, target_url: &str) -> anyhow::Result<Tra
         bail!("{} does not exist: nothing to migrate", source.display());
     }
     // Bring the source to this binary's schema first, as a start would.
-    let src = super::open(source).with_context(|| format!("opening {}", source.display()))?;
+    let src =
+        super::connect::open(source).with_context(|| format!("opening {}", source.display()))?;
     src.begin_read()?;
     let before = census(&src).context("counting the source")?;
 

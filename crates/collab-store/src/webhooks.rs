@@ -244,8 +244,8 @@ pub fn prune_attempts(conn: &Connection, cutoff: i64, limit: i64) -> crate::sql:
 mod tests {
     use super::*;
 
-    fn db() -> crate::sql::testing::TestDb {
-        crate::sql::testing::db()
+    fn db() -> crate::testing::TestDb {
+        crate::testing::db()
     }
 
     fn hook(id: &str) -> Webhook {

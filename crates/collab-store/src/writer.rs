@@ -29,8 +29,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crate::sql::Location;
 use crate::sql::{Connection, TransactionBehavior};
-use crate::Location;
 use anyhow::{anyhow, Context};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -184,7 +184,7 @@ impl Writer {
         clock: Clock,
     ) -> anyhow::Result<Writer> {
         let location = location.into();
-        let conn = crate::open(&location)
+        let conn = crate::connect::open(&location)
             .with_context(|| format!("cannot open the collab database {}", location.display()))?;
         Self::start(conn, policy, clock, None)
     }

@@ -17,6 +17,9 @@
 //! - [`cli`]: a world of clones for the client-only suites.
 //! - [`review`], [`web`]: fixtures of the review and web suites.
 //! - [`bench`]: timing, medians and docs/benchmarks.md sections for benches.
+//!
+//! Its own unit test runs `scripts/import-graph.py --check`: no import loop
+//! between files of different concerns in any crate of the workspace.
 
 pub mod bench;
 pub mod cli;
@@ -816,4 +819,31 @@ pub fn synthetic_history(git_dir: &Path, branch: &str, commits: usize) {
         .write_all(stream.as_bytes())
         .unwrap();
     assert!(child.wait().unwrap().success(), "git fast-import failed");
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every crate's file-level import graph keeps its cycles inside one
+    /// folder, one cycle per crate at most (`scripts/import-graph.py`).
+    #[test]
+    fn no_import_loops_between_folders() {
+        let root = super::workspace_root();
+        // The Nix package builds from Cargo.toml, Cargo.lock and crates/
+        // only (nix/package.nix): there is no script to run there.
+        if !root.join("scripts/import-graph.py").is_file() {
+            eprintln!("skipped: scripts/import-graph.py is not in this tree");
+            return;
+        }
+        let output = std::process::Command::new("python3")
+            .args(["scripts/import-graph.py", "--check"])
+            .current_dir(root)
+            .output()
+            .expect("running python3 scripts/import-graph.py --check");
+        assert!(
+            output.status.success(),
+            "scripts/import-graph.py --check failed:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
 }

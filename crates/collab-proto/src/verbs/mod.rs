@@ -314,6 +314,20 @@ pub fn find(family: &str, action: &str) -> Option<&'static Verb> {
         .find(|v| v.family == family && v.action == action)
 }
 
+/// The repository access the row `name` asks for (`collab-issue open` →
+/// Write). Panics for a row that is not in the table or whose need is not
+/// a level on its repository: such a verb's handler decides access itself.
+pub fn repo_access(name: &str) -> Access {
+    let row = VERBS
+        .iter()
+        .find(|v| v.name() == name)
+        .unwrap_or_else(|| panic!("{name} is not in the verb table"));
+    match row.need {
+        Need::Repo(access) => access,
+        other => panic!("{name} needs {other:?}, not a repository level"),
+    }
+}
+
 /// Whether `word` is a family's command word.
 pub fn is_family(word: &str) -> bool {
     VERBS.iter().any(|v| v.family == word)

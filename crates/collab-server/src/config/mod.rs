@@ -287,6 +287,31 @@ pub fn load(flags: &ConfigFlags) -> anyhow::Result<LoadedConfig> {
     load_from(flags, &process_env(), Path::new(SYSTEM_CONFIG_FILE))
 }
 
+/// Make every path absolute: git runs hooks from inside the repository, so
+/// a relative hooks path (from a relative `--state-dir`) would miss.
+pub fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> {
+    use anyhow::Context as _;
+    for path in [
+        &mut config.state_dir,
+        &mut config.repos_dir,
+        &mut config.ssh.host_key,
+        &mut config.ssh.authorized_keys,
+    ] {
+        *path =
+            std::path::absolute(&*path).with_context(|| format!("resolving {}", path.display()))?;
+    }
+    // A SQLite path is resolved like the others; a PostgreSQL URL is kept.
+    if let Some(db) = config.collab_db.as_mut() {
+        if let collab_store::Location::Sqlite(path) =
+            collab_store::Location::parse(&db.to_string_lossy())
+        {
+            *db = std::path::absolute(&path)
+                .with_context(|| format!("resolving {}", path.display()))?;
+        }
+    }
+    Ok(config)
+}
+
 /// `GIT_COLLAB_*` variables of this process. Names that are not UTF-8 cannot
 /// be ours and are skipped; values stay raw so a bad one is reported by key.
 pub fn process_env() -> BTreeMap<String, OsString> {

@@ -43,7 +43,7 @@ use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 use russh::keys::ssh_key::PublicKey;
 use serde::Deserialize;
 
-pub use crate::authz::Access;
+pub use collab_proto::Access;
 
 /// The name of the file at the governance branch's root.
 pub const CONF_FILE: &str = "governance.toml";

@@ -19,8 +19,10 @@
 
 use git2::{Oid, Repository};
 
-use super::{HookContext, RefUpdate, Refusal};
-use crate::authz::Access;
+use super::check::Refusal;
+use super::context::HookContext;
+use super::updates::RefUpdate;
+use collab_proto::Access;
 use collab_record::refs;
 
 /// Ref prefixes only the server writes; a client push touching one is

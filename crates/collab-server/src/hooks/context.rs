@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use crate::authz::Access;
+use collab_proto::Access;
 
 const ENV_PRINCIPAL: &str = "GIT_COLLAB_PRINCIPAL";
 const ENV_FINGERPRINT: &str = "GIT_COLLAB_FINGERPRINT";

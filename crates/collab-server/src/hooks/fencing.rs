@@ -18,7 +18,9 @@
 use crate::db::sql::Connection;
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
-use super::{HookContext, RefUpdate, Refusal};
+use super::check::Refusal;
+use super::context::HookContext;
+use super::updates::RefUpdate;
 use crate::db::leases;
 
 /// The push option's name.
@@ -168,8 +170,8 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::authz::Access;
     use crate::db::leases::{Claim, Policy};
+    use collab_proto::Access;
 
     const T0: i64 = 1_790_000_000;
     const ISSUE: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
@@ -233,7 +235,7 @@ mod tests {
 
     #[test]
     fn only_the_pushers_live_token_passes() {
-        let conn = crate::db::sql::testing::db();
+        let conn = crate::db::testing::db();
         let p = Policy::default();
         let claim = |holder: &str| Claim::new("r.git", ISSUE, holder, Some(10));
         leases::acquire_in(&conn, &claim("alice"), &p, T0).unwrap();

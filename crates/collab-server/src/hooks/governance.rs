@@ -5,7 +5,9 @@
 //!
 //! The server reloads the file after a successful push (`ssh/git.rs`).
 
-use super::{HookContext, RefUpdate, Refusal};
+use super::check::Refusal;
+use super::context::HookContext;
+use super::updates::RefUpdate;
 use crate::governance::conf::{GovernanceConf, CONF_FILE};
 use crate::repos::GOVERNANCE_REPO;
 

@@ -28,7 +28,8 @@ use std::collections::{BTreeMap, HashSet};
 use crate::db::sql::TransactionBehavior;
 use git2::{Oid, Repository};
 
-use super::{HookContext, RefUpdate};
+use super::context::HookContext;
+use super::updates::RefUpdate;
 use crate::db::{issues, patches};
 
 /// Most commits of one pushed branch the scan reads.

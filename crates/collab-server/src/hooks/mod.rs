@@ -38,6 +38,7 @@
 //! [`HOOK_NAMES`] so `setup` writes it).
 
 pub mod access;
+pub mod check;
 pub mod context;
 pub mod fencing;
 pub mod governance;
@@ -49,26 +50,13 @@ pub mod updates;
 
 use std::io::Read as _;
 
+pub use check::{Check, Refusal};
 pub use context::HookContext;
 pub use updates::RefUpdate;
 
 /// The hook scripts `setup` writes into the hooks dir, each running
 /// `git-collab-server hook <name>`.
 pub const HOOK_NAMES: &[&str] = &["pre-receive", "proc-receive", "post-receive"];
-
-/// Why a check refused the push: one line per problem, each printed as
-/// `error: <line>` (git shows them to the pusher prefixed with `remote:`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal(pub Vec<String>);
-
-impl Refusal {
-    pub fn one(line: impl Into<String>) -> Self {
-        Refusal(vec![line.into()])
-    }
-}
-
-/// One concern of the `pre-receive` pipeline.
-pub type Check = fn(&HookContext, &[RefUpdate]) -> Result<(), Refusal>;
 
 /// The `pre-receive` checks, in order. Access comes first: nothing else
 /// looks at an update the pusher may not make.

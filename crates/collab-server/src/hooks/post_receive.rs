@@ -8,7 +8,8 @@
 //! pusher as a warning and logged by the server, never turned into a
 //! refusal.
 
-use super::{HookContext, RefUpdate};
+use super::context::HookContext;
+use super::updates::RefUpdate;
 use crate::events::{append_from_other_process, Recorded};
 use collab_record::refs;
 
@@ -46,7 +47,7 @@ pub fn record(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::authz::Access;
+    use collab_proto::Access;
 
     #[test]
     fn one_event_per_update_with_zero_ids_for_create_and_delete() {

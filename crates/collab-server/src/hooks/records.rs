@@ -12,7 +12,9 @@
 //! patches (`refs/collab/revisions/*`) are the server's too
 //! (`access::SERVER_MAINTAINED_PREFIXES`).
 
-use super::{HookContext, RefUpdate, Refusal};
+use super::check::Refusal;
+use super::context::HookContext;
+use super::updates::RefUpdate;
 use collab_record::refs;
 
 /// The refusal of a push touching issue DAG refs.
@@ -51,7 +53,7 @@ mod tests {
             principal: "alice".into(),
             fingerprint: "SHA256:x".into(),
             repo: "r.git".into(),
-            access: crate::authz::Access::Rewind,
+            access: collab_proto::Access::Rewind,
             state_dir: PathBuf::from("/nonexistent"),
             collab_db: "/nonexistent/collab.db".into(),
             fenced_refs: Vec::new(),

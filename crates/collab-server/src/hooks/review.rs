@@ -36,7 +36,9 @@ use std::io::{Read, Write};
 use crate::db::sql::TransactionBehavior;
 use git2::{Oid, Repository};
 
-use super::{HookContext, RefUpdate, Refusal};
+use super::check::Refusal;
+use super::context::HookContext;
+use super::updates::RefUpdate;
 use crate::db::patches::{self, NewPatch, NewRevision, Person, Written};
 use collab_record::refs;
 

@@ -31,7 +31,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::process::{ChildStdin, Command};
 
-use super::AppState;
+use super::state::AppState;
 use crate::app::App;
 use crate::limits::{self, http_principal, Busy, ProcessPermit};
 use crate::repos::RepoEntry;
@@ -52,7 +52,7 @@ pub struct InfoRefsQuery {
 /// a few `stat`s and the policy file).
 async fn visible(app: &Arc<App>, requested: String) -> Option<RepoEntry> {
     let app = app.clone();
-    tokio::task::spawn_blocking(move || super::visible_repo(&app, &requested))
+    tokio::task::spawn_blocking(move || super::state::visible_repo(&app, &requested))
         .await
         .ok()
         .flatten()
@@ -78,7 +78,7 @@ fn push_refused(st: &AppState, headers: &HeaderMap, entry: &RepoEntry) -> Respon
         format!(
             "push over HTTP is not supported: HTTP is read-only.\n\
              Push over SSH instead: git push {}\n",
-            super::ssh_clone_url(st, headers, entry)
+            super::state::ssh_clone_url(st, headers, entry)
         ),
     )
 }

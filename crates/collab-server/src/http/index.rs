@@ -5,8 +5,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 
+use super::state::AppState;
 use super::view::{self, PageResult};
-use super::AppState;
 
 struct RepoRow {
     name: String,
@@ -30,7 +30,7 @@ fn page(app: &crate::app::App) -> PageResult {
         .into_iter()
         .filter(|entry| crate::authz::anonymous_can_read(app, entry))
         .map(|entry| RepoRow {
-            description: super::repo::description(&entry.path),
+            description: super::repo::ctx::description(&entry.path),
             name: entry.short_name().to_string(),
         })
         .collect();

@@ -32,8 +32,9 @@ use tokio::net::TcpListener;
 use tokio::time::{Instant, Sleep};
 use tower::ServiceExt as _;
 
-use crate::app::{App, DRAIN_LIMIT};
+use crate::app::App;
 use crate::limits;
+use crate::shutdown::DRAIN_LIMIT;
 
 /// Written (best effort, never waited for) to a connection refused by a cap.
 const REFUSED_RESPONSE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 5\r\n\

@@ -13,14 +13,14 @@
 //! over HTTP.
 //!
 //! Access. Anonymous HTTP sees only repositories that
-//! `authz::anonymous_can_read` allows; [`visible_repo`] is the one place
-//! this module asks, and a repository it refuses gets exactly the same
-//! answer as one that does not exist ([`not_found`], or the smart-HTTP
-//! equivalent). Every page is a GET; nothing here writes to a repository
+//! `authz::anonymous_can_read` allows; [`state::visible_repo`] is the one
+//! place this module asks, and a repository it refuses gets exactly the
+//! same answer as one that does not exist ([`view::not_found`], or the
+//! smart-HTTP equivalent). Every page is a GET; nothing here writes to a repository
 //! except the replay cache the library keeps beside it.
 //!
 //! Adding a page family: a file under `repo/`, a `Template` struct whose
-//! template extends `repo_base.html` (fields from [`repo::RepoNav`]), and
+//! template extends `repo_base.html` (fields from [`repo::ctx::RepoNav`]), and
 //! one `.route(...)` line below.
 
 mod blobs;
@@ -32,13 +32,14 @@ mod index;
 pub mod listener;
 mod markdown;
 pub mod repo;
+mod state;
 mod view;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use axum::extract::{FromRef, Request};
-use axum::http::{header, HeaderValue, StatusCode, Uri};
+use axum::extract::Request;
+use axum::http::{header, HeaderValue, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -46,22 +47,7 @@ use axum::Router;
 use tower::Layer as _;
 
 use crate::app::App;
-use crate::repos::RepoEntry;
-
-/// The state every handler can extract: `State<AppState>`, or just
-/// `State<Arc<App>>` (through `FromRef`).
-#[derive(Clone)]
-pub struct AppState {
-    pub app: Arc<App>,
-    /// The port the SSH listener is bound to, for SSH clone URLs.
-    pub ssh_port: u16,
-}
-
-impl FromRef<AppState> for Arc<App> {
-    fn from_ref(state: &AppState) -> Arc<App> {
-        state.app.clone()
-    }
-}
+use state::AppState;
 
 /// The stylesheet, compiled in.
 const STYLE_CSS: &str = include_str!("static/style.css");
@@ -166,37 +152,8 @@ pub fn canonical_path(path: &str) -> Option<String> {
     (routed != path).then_some(routed)
 }
 
-/// `ssh://git@HOST[:PORT]/NAME` for a repository, `HOST` as the client
-/// named this server.
-pub fn ssh_clone_url(st: &AppState, headers: &axum::http::HeaderMap, repo: &RepoEntry) -> String {
-    let host = view::request_host(headers);
-    match st.ssh_port {
-        22 => format!("ssh://git@{host}/{}", repo.name),
-        port => format!("ssh://git@{host}:{port}/{}", repo.name),
-    }
-}
-
-/// The repository `requested` if anonymous HTTP may read it. `None` for a
-/// missing repository and for one it may not see alike.
-pub fn visible_repo(app: &App, requested: &str) -> Option<RepoEntry> {
-    let entry = crate::repos::find_repo(&app.config.repos_dir, requested)?;
-    crate::authz::anonymous_can_read(app, &entry).then_some(entry)
-}
-
-/// The one "not found" page: for a missing repository, a repository the
-/// caller may not see, and any unknown path. It names nothing from the
-/// request, so it cannot tell those cases apart.
-pub fn not_found(app: &App) -> Response {
-    view::error_page(
-        app,
-        StatusCode::NOT_FOUND,
-        "Not found",
-        "There is nothing here, or you are not allowed to see it.",
-    )
-}
-
 async fn fallback(axum::extract::State(app): axum::extract::State<Arc<App>>) -> Response {
-    not_found(&app)
+    view::not_found(&app)
 }
 
 async fn style_css() -> Response {

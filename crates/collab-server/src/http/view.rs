@@ -1,7 +1,8 @@
 //! Small pieces shared by every page: rendering a template into a response,
-//! the error page, running git work off the async threads (at most
-//! `http.max_concurrent_pages` at once, else 503 with `Retry-After`), and
-//! formatting (short ids, times, sizes, URL path segments).
+//! the error page and the one "not found" page (`not_found`), running git
+//! work off the async threads (at most `http.max_concurrent_pages` at once,
+//! else 503 with `Retry-After`), and formatting (short ids, times, sizes,
+//! URL path segments).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +40,7 @@ pub type PageResult = Result<Response, PageError>;
 impl PageError {
     pub fn into_response(self, app: &App) -> Response {
         match self {
-            PageError::NoRepo => super::not_found(app),
+            PageError::NoRepo => not_found(app),
             PageError::Busy => busy_page(app),
             PageError::Missing(what) => error_page(app, StatusCode::NOT_FOUND, "Not found", &what),
             PageError::Internal(e) => {
@@ -156,6 +157,18 @@ pub fn error_page(app: &App, status: StatusCode, heading: &str, message: &str) -
             heading,
             message,
         },
+    )
+}
+
+/// The one "not found" page: for a missing repository, a repository the
+/// caller may not see, and any unknown path. It names nothing from the
+/// request, so it cannot tell those cases apart.
+pub fn not_found(app: &App) -> Response {
+    error_page(
+        app,
+        StatusCode::NOT_FOUND,
+        "Not found",
+        "There is nothing here, or you are not allowed to see it.",
     )
 }
 

@@ -9,7 +9,8 @@ use russh::Channel;
 use serde_json::json;
 
 use super::command::RepoCmd;
-use super::session::{json_line, reply_and_close, ExecContext};
+use super::context::ExecContext;
+use super::reply::{json_line, reply_and_close};
 use crate::authz::{self, Access, Regime};
 use crate::repo_admin;
 use crate::repos::{self, CreateError, RepoEntry};
@@ -99,7 +100,7 @@ async fn resolve(
     needed: Access,
     what_needs: &str,
 ) -> Option<(Channel<Msg>, RepoEntry)> {
-    super::session::authorize_or_reply(ctx, channel, repo, needed, what_needs)
+    super::context::authorize_or_reply(ctx, channel, repo, needed, what_needs)
         .await
         .map(|(entry, channel)| (channel, entry))
 }

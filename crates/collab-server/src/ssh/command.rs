@@ -338,19 +338,7 @@ pub fn refusal(command: &str) -> String {
     }
 }
 
-/// The repository access the verb table's row `name` asks for (`collab-issue
-/// open` → Write). Panics for a row whose need is not a level on its
-/// repository: such a verb's handler decides access itself.
-pub fn repo_access(name: &str) -> crate::authz::Access {
-    let row = verbs::VERBS
-        .iter()
-        .find(|v| v.name() == name)
-        .unwrap_or_else(|| panic!("{name} is not in the verb table"));
-    match row.need {
-        verbs::Need::Repo(access) => access,
-        other => panic!("{name} needs {other:?}, not a repository level"),
-    }
-}
+pub use collab_proto::verbs::repo_access;
 
 impl ExecCommand {
     /// The typed command for a row of the verb table; `None` when a value

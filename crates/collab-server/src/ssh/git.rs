@@ -28,7 +28,8 @@ use tokio::io::{AsyncWriteExt as _, BufReader};
 use tokio::process::Command;
 
 use super::command::GitService;
-use super::session::{reply_and_close, ExecContext, NOT_FOUND};
+use super::context::{fenced_refs, ExecContext};
+use super::reply::{reply_and_close, NOT_FOUND};
 use crate::authz::{self, Access};
 use crate::hooks::HookContext;
 
@@ -217,7 +218,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
         "git {} exited {code}",
         service.subcommand()
     );
-    super::session::note_exit_status(code);
+    super::reply::note_exit_status(code);
     let _ = tx.exit_status(code).await;
     let _ = tx.eof().await;
     let _ = tx.close().await;
@@ -291,16 +292,6 @@ fn web_url(listen: &str) -> String {
         Ok(addr) => format!("http://{addr}"),
         Err(_) => format!("http://{listen}"),
     }
-}
-
-/// The repository's fenced refs: its `collab-policy.toml`'s, plus
-/// governance's when governance is active.
-pub(super) fn fenced_refs(ctx: &ExecContext, entry: &crate::repos::RepoEntry) -> Vec<String> {
-    let mut fenced = entry.policy.fenced_refs.clone();
-    if let crate::governance::GovState::Active(conf) = ctx.app.governance.state().as_ref() {
-        fenced.extend(conf.fenced_refs().iter().cloned());
-    }
-    fenced
 }
 
 #[cfg(test)]

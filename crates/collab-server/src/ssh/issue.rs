@@ -31,8 +31,8 @@ use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
 use serde_json::{json, Value};
 
-use super::command::repo_access;
-use super::session::{json_line, reply_and_close, ExecContext, NOT_FOUND};
+use super::context::ExecContext;
+use super::reply::{json_line, reply_and_close, NOT_FOUND};
 use crate::authz::{self, Access, Caller};
 use crate::db::issues::{
     self, Cursor, Issue, IssueDetail, IssueError, IssueKey, LinkKind, ListQuery, NewIssue, Person,
@@ -160,7 +160,7 @@ impl IssueCmd {
     /// The access its row of the verb table asks for (reads Read, writes
     /// Write).
     pub fn needed_access(&self) -> Access {
-        repo_access(self.verb())
+        collab_proto::verbs::repo_access(self.verb())
     }
 
     fn reads_stdin(&self) -> bool {
@@ -355,7 +355,11 @@ pub(super) async fn authorized_entry(
     // Authorization reads policy files, the import reads git: blocking I/O.
     let found = tokio::task::spawn_blocking(move || {
         let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
-        Some(crate::import::ensure(&app, &entry, &runtime).map(|()| entry))
+        Some(
+            app.imports
+                .ensure(&app.reads, &app.writer, &app.export, &entry, &runtime)
+                .map(|()| entry),
+        )
     })
     .await;
     let failed = |e: &dyn std::fmt::Display| {
@@ -859,105 +863,6 @@ pub fn detail_json(d: &IssueDetail) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ssh::command::{parse_exec_command, ExecCommand};
-
-    fn issue(line: &str) -> Option<IssueCmd> {
-        match parse_exec_command(line)? {
-            ExecCommand::Issue(cmd) => Some(cmd),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn parses_every_subcommand() {
-        assert_eq!(
-            issue("collab-issue open 'r' --title 'T x' --label bug --label ui --body-stdin"),
-            Some(IssueCmd::Open {
-                repo: "r".into(),
-                title: "T x".into(),
-                body: Some(BodyArg::Stdin),
-                labels: vec!["bug".into(), "ui".into()],
-            })
-        );
-        assert_eq!(
-            issue("collab-issue list r --state all --label a --limit 10 --after 5-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"),
-            Some(IssueCmd::List {
-                repo: "r".into(),
-                state: "all".into(),
-                labels: vec!["a".into()],
-                limit: Some(10),
-                after: Some("5-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".into()),
-            })
-        );
-        assert_eq!(
-            issue("collab-issue comment r abcd --body hi --lease-token 3"),
-            Some(IssueCmd::Comment {
-                repo: "r".into(),
-                id: "abcd".into(),
-                body: BodyArg::Text("hi".into()),
-                fence: Some(3),
-            })
-        );
-        assert_eq!(
-            issue("collab-issue link r abcd blocks 'team/lib#ef01'").map(|c| c.verb()),
-            Some("collab-issue link")
-        );
-        assert_eq!(
-            issue("collab-issue unlink r abcd relates ef01 --lease-token 1")
-                .map(|c| (c.verb(), c.needed_access())),
-            Some(("collab-issue unlink", Access::Write))
-        );
-        assert_eq!(
-            issue("collab-issue show r abcd").map(|c| c.needed_access()),
-            Some(Access::Read)
-        );
-        for ok in [
-            "collab-issue edit r abcd --title T",
-            "collab-issue edit r abcd --body-stdin --lease-token 9",
-            "collab-issue label r abcd --add a --remove b --add c",
-            "collab-issue close r abcd",
-            "collab-issue close r abcd --reason 'done now'",
-            "collab-issue reopen r abcd",
-            "collab-issue list r",
-        ] {
-            assert!(issue(ok).is_some(), "{ok}");
-        }
-    }
-
-    #[test]
-    fn refuses_malformed_commands() {
-        for bad in [
-            "collab-issue",
-            "collab-issue open r",
-            "collab-issue open r --title",
-            "collab-issue open r --title a --title b",
-            "collab-issue open r --title a --body x --body-stdin",
-            "collab-issue open r --title a --lease-token 1",
-            "collab-issue show r",
-            "collab-issue show r a b",
-            "collab-issue list r --state nope",
-            "collab-issue list r --limit 0",
-            "collab-issue list r --limit 501",
-            "collab-issue list r --limit -1",
-            "collab-issue list r --after nope",
-            "collab-issue comment r abcd",
-            "collab-issue comment r abcd --body",
-            "collab-issue comment r abcd --body x --lease-token 0",
-            "collab-issue comment r abcd --body x --lease-token x",
-            "collab-issue comment r abcd --body x --lease-token 1 --lease-token 1",
-            "collab-issue comment r abcd --body x extra",
-            "collab-issue edit r abcd",
-            "collab-issue label r abcd",
-            "collab-issue close r abcd --reason",
-            "collab-issue reopen r abcd --reason x",
-            "collab-issue link r abcd blocked ef01",
-            "collab-issue link r abcd blocks",
-            "collab-issue delete r abcd",
-            "collab-issue comment r abcd --body 'a\nb'",
-        ] {
-            assert_eq!(parse_exec_command(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn times_render_like_the_cli() {

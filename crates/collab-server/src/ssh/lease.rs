@@ -40,7 +40,8 @@ use russh::{Channel, ChannelMsg, ChannelReadHalf};
 use serde_json::{json, Value};
 
 use super::command::LeaseCmd;
-use super::session::{json_line, reply_on, ExecContext, NOT_FOUND};
+use super::context::ExecContext;
+use super::reply::{json_line, reply_on, NOT_FOUND};
 use crate::authz;
 use crate::db::issues::{self, IssueError};
 use crate::db::leases::{rfc3339, Acquire, Break, Claim, Lease, Release, Renew, Status};
@@ -148,7 +149,7 @@ async fn answer(
 ) -> Option<Answer> {
     // Reads need Read, claims Write, breaking another's lease Rewind: the
     // verb table's rows.
-    let needed = super::command::repo_access(&format!("collab-lease {}", cmd.name()));
+    let needed = collab_proto::verbs::repo_access(&format!("collab-lease {}", cmd.name()));
     let requested = cmd.repo().to_string();
     // Authorization reads policy files and the import may read git: both
     // are blocking I/O, so they run off the async runtime.
@@ -166,7 +167,10 @@ async fn answer(
     let checked = tokio::task::spawn_blocking(move || {
         let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
         // Issues live in collab.db once the repository's DAGs are imported.
-        if let Err(e) = crate::import::ensure(&app, &entry, &runtime) {
+        if let Err(e) = app
+            .imports
+            .ensure(&app.reads, &app.writer, &app.export, &entry, &runtime)
+        {
             return Some((entry, Resolved::Failed(format!("importing issues: {e:#}"))));
         }
         let issue = lookup.resolve(&entry, &app.reads);

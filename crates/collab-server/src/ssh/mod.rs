@@ -5,7 +5,7 @@
 //! proven) only answers whether a key would be admitted; the identity is
 //! bound in `auth_publickey`, after russh has verified the signature, and
 //! only to that key (GHSA-pchf-49fh-w34r: never to a key merely offered).
-//! Exec requests go to `session::run_exec`; shells and ptys get a hint;
+//! Exec requests go to `exec::run_exec`; shells and ptys get a hint;
 //! every other channel request is refused with an answer when one is
 //! wanted.
 //!
@@ -18,12 +18,16 @@
 
 pub mod admin;
 pub mod command;
+pub mod context;
+pub mod exec;
 pub mod git;
 pub mod issue;
 pub mod lease;
+#[cfg(test)]
+mod parse_tests;
 pub mod patch;
 pub mod release;
-pub mod session;
+pub mod reply;
 pub mod watch;
 pub mod webhook;
 
@@ -38,12 +42,14 @@ use russh::server::{Auth, ChannelOpenHandle, Msg, PublicKeyOffer, Session, Verif
 use russh::{Channel, ChannelId, ChannelOpenFailure, Disconnect, MethodKind, MethodSet, SshId};
 use tokio::task::JoinSet;
 
-use crate::app::{App, DRAIN_LIMIT};
+use crate::app::App;
 use crate::authz;
 use crate::identity::{fingerprint, Identity};
 use crate::limits::{self, ConnPermit};
+use crate::shutdown::DRAIN_LIMIT;
 use crate::shutdown::{stop_pair, Stop};
-use session::{reply_and_close, ChannelEnv, ExecContext};
+use context::{ChannelEnv, ExecContext};
+use reply::reply_and_close;
 
 /// The one-line answer to a shell or pty request.
 pub const SHELL_HINT: &str = "error: git-collab-server has no shell; use git over ssh, or a verb such as `ssh HOST collab-whoami`";
@@ -489,7 +495,7 @@ impl russh::server::Handler for Connection {
                 env,
                 session: handle,
             };
-            session::run_exec(ctx, channel, raw).await;
+            exec::run_exec(ctx, channel, raw).await;
             drop(guard);
             drop(slot);
         });

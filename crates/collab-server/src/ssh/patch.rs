@@ -33,8 +33,9 @@ use russh::server::Msg;
 use russh::Channel;
 use serde_json::{json, Value};
 
+use super::context::ExecContext;
 use super::issue::{authorized_entry, person_json, read_body, time_json, BodyArg, Reply};
-use super::session::{json_line, reply_and_close, ExecContext};
+use super::reply::{json_line, reply_and_close};
 use crate::authz::{self, Access};
 use crate::db::patches::{
     self, Inline, ListQuery, MergeRule, Patch, PatchDetail, PatchError, StateFilter, Verdict,
@@ -147,7 +148,7 @@ impl PatchCmd {
     }
 
     pub fn needed_access(&self) -> Access {
-        super::command::repo_access(self.verb())
+        collab_proto::verbs::repo_access(self.verb())
     }
 
     fn reads_stdin(&self) -> bool {
@@ -645,7 +646,7 @@ fn interdiff(
 
 /// Whether `base` is a fenced ref of the repository.
 fn base_is_fenced(ctx: &ExecContext, entry: &RepoEntry, base: &str) -> bool {
-    let fenced = super::git::fenced_refs(ctx, entry);
+    let fenced = super::context::fenced_refs(ctx, entry);
     match crate::hooks::fencing::compile(&fenced) {
         Ok(set) => set.is_match(collab_record::refs::branch_ref(base)),
         // A policy that does not compile fences everything it meant to.
@@ -871,88 +872,4 @@ fn detail_json(d: &PatchDetail, rule: &MergeRule) -> Value {
             "reason": verdict.err(),
         },
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ssh::command::{parse_exec_command, ExecCommand};
-
-    fn patch(line: &str) -> Option<PatchCmd> {
-        match parse_exec_command(line)? {
-            ExecCommand::Patch(cmd) => Some(cmd),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn parses_every_subcommand() {
-        assert_eq!(
-            patch("collab-patch list 'r' --state all --limit 5"),
-            Some(PatchCmd::List {
-                repo: "r".into(),
-                state: "all".into(),
-                limit: Some(5),
-                after: None,
-            })
-        );
-        assert_eq!(
-            patch("collab-patch review 'r' abcd --approve --body 'LGTM' --rev 2"),
-            Some(PatchCmd::Review {
-                repo: "r".into(),
-                id: "abcd".into(),
-                verdict: Verdict::Approve,
-                body: Some(BodyArg::Text("LGTM".into())),
-                rev: Some(2),
-            })
-        );
-        assert_eq!(
-            patch("collab-patch comment 'r' abcd --body-stdin --path src/a.rs --line 3"),
-            Some(PatchCmd::Comment {
-                repo: "r".into(),
-                id: "abcd".into(),
-                body: BodyArg::Stdin,
-                path: Some("src/a.rs".into()),
-                line: Some(3),
-                rev: None,
-            })
-        );
-        assert_eq!(
-            patch("collab-patch interdiff 'r' abcd 1 2"),
-            Some(PatchCmd::Interdiff {
-                repo: "r".into(),
-                id: "abcd".into(),
-                from: 1,
-                to: 2,
-            })
-        );
-        assert_eq!(
-            patch("collab-patch merge 'r' abcd --lease-token 7"),
-            Some(PatchCmd::Merge {
-                repo: "r".into(),
-                id: "abcd".into(),
-                fence: Some(7),
-            })
-        );
-    }
-
-    #[test]
-    fn refuses_bad_arguments() {
-        for line in [
-            "collab-patch review 'r' abcd",
-            "collab-patch review 'r' abcd --approve --comment",
-            "collab-patch comment 'r' abcd --line 3 --body x",
-            "collab-patch comment 'r' abcd --path p",
-            "collab-patch list 'r' --state weird",
-            "collab-patch list 'r' --limit 0",
-            "collab-patch list 'r' --after nope",
-            "collab-patch interdiff 'r' abcd 0 2",
-            "collab-patch merge 'r' abcd --lease-token -1",
-            "collab-patch diff 'r' abcd --rev 1 --rev 2",
-            "collab-patch close 'r'",
-            "collab-patch frobnicate 'r' abcd",
-        ] {
-            assert_eq!(patch(line), None, "{line}");
-        }
-    }
 }

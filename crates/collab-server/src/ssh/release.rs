@@ -22,7 +22,8 @@ use serde_json::json;
 use tokio::io::{AsyncWriteExt as _, BufReader};
 
 use super::command::ReleaseCmd;
-use super::session::{json_line, reply_and_close, ExecContext};
+use super::context::ExecContext;
+use super::reply::{json_line, reply_and_close};
 use crate::authz::Access;
 use crate::releases::{
     valid_file_name, valid_tag_name, Release, ReleaseError, ReleaseStore, Upload,
@@ -83,7 +84,7 @@ async fn authorized(
     repo: &str,
     needed: Access,
 ) -> Option<(RepoEntry, Channel<Msg>)> {
-    super::session::authorize_or_reply(ctx, channel, repo, needed, "releases need").await
+    super::context::authorize_or_reply(ctx, channel, repo, needed, "releases need").await
 }
 
 fn tag_exists(repo_dir: &std::path::Path, tag: &str) -> Result<bool, git2::Error> {
@@ -332,7 +333,7 @@ async fn download(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &st
             );
             let line = b"error: internal error\n".to_vec();
             let _ = tx.extended_data_bytes(1, line).await;
-            super::session::note_exit_status(1);
+            super::reply::note_exit_status(1);
             let _ = tx.exit_status(1).await;
             let _ = tx.eof().await;
             let _ = tx.close().await;
@@ -345,7 +346,7 @@ async fn download(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &st
     }
     // Never shutdown() the writer: that sends EOF before the exit status.
     let _ = out.flush().await;
-    super::session::note_exit_status(0);
+    super::reply::note_exit_status(0);
     let _ = tx.exit_status(0).await;
     let _ = tx.eof().await;
     let _ = tx.close().await;

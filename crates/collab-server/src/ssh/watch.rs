@@ -34,7 +34,8 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt as _;
 
 use super::command::WatchCmd;
-use super::session::{reply_and_close, ExecContext, NOT_FOUND};
+use super::context::ExecContext;
+use super::reply::{reply_and_close, NOT_FOUND};
 use crate::authz::{self, Access, Caller};
 use crate::db::event_log::{self, Event};
 use crate::events::{wire, TypeFilter};
@@ -246,7 +247,7 @@ pub async fn watch(ctx: &ExecContext, channel: Channel<Msg>, cmd: WatchCmd) {
         End::ClientGone => {}
         End::CaughtUp => {
             let _ = out.flush().await;
-            super::session::note_exit_status(0);
+            super::reply::note_exit_status(0);
             let _ = write.exit_status(0).await;
             let _ = write.eof().await;
             let _ = write.close().await;
@@ -274,7 +275,7 @@ async fn cut(
     let _ = session
         .extended_data(id, 1, format!("{line}\n").into_bytes())
         .await;
-    super::session::note_exit_status(1);
+    super::reply::note_exit_status(1);
     let _ = session.exit_status_request(id, 1).await;
     let _ = session.eof(id).await;
     let _ = session.close(id).await;

@@ -20,7 +20,8 @@ use russh::{Channel, ChannelMsg};
 use serde_json::{json, Value};
 
 use super::command::HookCmd;
-use super::session::{json_line, reply_and_close, ExecContext};
+use super::context::ExecContext;
+use super::reply::{json_line, reply_and_close};
 use crate::authz;
 use crate::db::webhooks::{self as store, Attempt, Webhook};
 use crate::webhooks::{self, message_id, AttemptResult};

@@ -618,5 +618,3 @@ type StatementCache = RefCell<std::collections::HashMap<String, postgres::Statem
 /// `testing` feature) the server's tests through `collab-testkit`.
 #[cfg(any(test, feature = "testing"))]
 pub mod test_database;
-#[cfg(any(test, feature = "testing"))]
-pub mod testing;

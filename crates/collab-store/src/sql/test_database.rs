@@ -1,6 +1,6 @@
 //! Throwaway PostgreSQL databases for tests, on the server
 //! `GIT_COLLAB_TEST_POSTGRES` names (an admin URL; scripts/ci-postgres.sh
-//! starts one). Shared by the database unit tests (`sql::testing`) and, through
+//! starts one). Shared by the database unit tests (`crate::testing`) and, through
 //! the `testing` feature, the test harness (`collab-testkit`). With `GIT_COLLAB_TEST_BACKEND=postgres` both
 //! run on PostgreSQL; scripts/test.sh runs them once per backend.
 

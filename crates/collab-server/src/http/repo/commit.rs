@@ -4,7 +4,7 @@
 //! text: `/{repo}/-/commit/{oid}.patch` and `.diff`.
 //!
 //! A log page costs what `git log` costs for the same commits: the walk is
-//! incremental (see [`super::commits`]), and a deep page is walked by `git
+//! incremental (see [`super::ctx::commits`]), and a deep page is walked by `git
 //! rev-list`, which reads the commit-graph chain maintenance keeps.
 //!
 //! Diffs never load a file over `http.max_file_shown`: libgit2 is told to
@@ -21,10 +21,10 @@ use axum::response::Response;
 use git2::{Delta, DiffFindOptions, DiffOptions, ObjectType, Repository, Tree};
 use serde::Deserialize;
 
-use super::CommitRow;
+use super::ctx::CommitRow;
 use crate::http::highlight;
+use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
-use crate::http::AppState;
 
 /// Commits per log page.
 pub const LOG_PAGE: usize = 50;
@@ -153,7 +153,7 @@ pub async fn commit(
 }
 
 /// The commit named by `oid` (4 to 40 hex digits), or the 404 that says so.
-fn find_commit<'r>(ctx: &'r super::RepoCtx, oid: &str) -> Result<git2::Commit<'r>, PageError> {
+fn find_commit<'r>(ctx: &'r super::ctx::RepoCtx, oid: &str) -> Result<git2::Commit<'r>, PageError> {
     let missing = || PageError::Missing("No such commit.".into());
     if !(4..=40).contains(&oid.len()) || !oid.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(missing());
@@ -178,7 +178,7 @@ async fn commit_text(
 ) -> Response {
     let app = st.app.clone();
     let found = view::blocking_value(&app, move || {
-        let ctx = super::open(&st.app, &repo)?;
+        let ctx = super::ctx::open(&st.app, &repo)?;
         let commit = find_commit(&ctx, &oid)?;
         Ok((ctx.entry.path.clone(), commit.id()))
     })
@@ -231,7 +231,7 @@ async fn commit_text(
 }
 
 pub async fn log_default(State(st): State<AppState>, Path(repo): Path<String>) -> Response {
-    super::to_default_branch(st, repo, "log").await
+    super::ctx::to_default_branch(st, repo, "log").await
 }
 
 pub async fn log(
@@ -261,16 +261,16 @@ pub async fn log(
 }
 
 fn log_page(st: &AppState, requested: &str, rest: &str, page: usize, deep: bool) -> PageResult {
-    let ctx = super::open(&st.app, requested)?;
-    let at = super::resolve_rev_path(&ctx.git, rest)
+    let ctx = super::ctx::open(&st.app, requested)?;
+    let at = super::ctx::resolve_rev_path(&ctx.git, rest)
         .filter(|at| at.path.is_empty())
         .ok_or_else(|| PageError::Missing("No such branch, tag or commit.".into()))?;
     let skip = (page - 1).saturating_mul(LOG_PAGE);
     let mut commits = if deep {
-        let ids = super::commit_ids(&ctx.entry.path, at.commit, skip, LOG_PAGE + 1)?;
-        super::commit_rows(&ctx.git, &ids)?
+        let ids = super::ctx::commit_ids(&ctx.entry.path, at.commit, skip, LOG_PAGE + 1)?;
+        super::ctx::commit_rows(&ctx.git, &ids)?
     } else {
-        super::commits(&ctx.git, at.commit, skip, LOG_PAGE + 1)?
+        super::ctx::commits(&ctx.git, at.commit, skip, LOG_PAGE + 1)?
     };
     let has_more = commits.len() > LOG_PAGE;
     commits.truncate(LOG_PAGE);
@@ -279,7 +279,7 @@ fn log_page(st: &AppState, requested: &str, rest: &str, page: usize, deep: bool)
             "There are no commits on this page.".into(),
         ));
     }
-    let nav = super::nav(st, &ctx, "log")?;
+    let nav = super::ctx::nav(st, &ctx, "log")?;
     let view = LogPage {
         site_title: nav.site_title,
         repo_name: nav.repo_name,
@@ -297,7 +297,7 @@ fn log_page(st: &AppState, requested: &str, rest: &str, page: usize, deep: bool)
 }
 
 fn commit_page(st: &AppState, requested: &str, oid: &str, only: Option<&str>) -> PageResult {
-    let ctx = super::open(&st.app, requested)?;
+    let ctx = super::ctx::open(&st.app, requested)?;
     let commit = find_commit(&ctx, oid)?;
     let message = commit.message_bytes();
     let message = String::from_utf8_lossy(message);
@@ -330,7 +330,7 @@ fn commit_page(st: &AppState, requested: &str, oid: &str, only: Option<&str>) ->
 
     let author = commit.author();
     let committer = commit.committer();
-    let nav = super::nav(st, &ctx, "log")?;
+    let nav = super::ctx::nav(st, &ctx, "log")?;
     let id = commit.id().to_string();
     let file_link = format!("/{}/-/commit/{id}?path=", ctx.name());
     let page = CommitPage {

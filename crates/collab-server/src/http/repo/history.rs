@@ -20,10 +20,10 @@ use axum::response::Response;
 use git2::{Oid, Repository, Tree};
 use serde::Deserialize;
 
-use super::{CommitRow, RepoCtx, RevPath};
+use super::ctx::{CommitRow, RepoCtx, RevPath};
 use crate::http::highlight;
+use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
-use crate::http::AppState;
 
 /// Commits per history page.
 pub const HISTORY_PAGE: usize = 50;
@@ -114,7 +114,7 @@ pub async fn blame(
 }
 
 fn resolve(ctx: &RepoCtx, rest: &str) -> Result<RevPath, PageError> {
-    let at = super::resolve_rev_path(&ctx.git, rest)
+    let at = super::ctx::resolve_rev_path(&ctx.git, rest)
         .ok_or_else(|| PageError::Missing("No such branch, tag or commit.".into()))?;
     if at.path.is_empty() || !super::tree::is_tree_path(&at.path) {
         return Err(PageError::Missing("No such path.".into()));
@@ -258,7 +258,7 @@ impl<'r> DateWalk<'r> {
 }
 
 fn history_page(st: &AppState, requested: &str, rest: &str, page: usize) -> PageResult {
-    let ctx = super::open(&st.app, requested)?;
+    let ctx = super::ctx::open(&st.app, requested)?;
     let at = resolve(&ctx, rest)?;
     let tip_tree = ctx.git.find_commit(at.commit)?.tree()?;
     let kind = match tip_tree.get_path(std::path::Path::new(&at.path)) {
@@ -284,7 +284,7 @@ fn history_page(st: &AppState, requested: &str, rest: &str, page: usize) -> Page
         .iter()
         .map(|oid| Ok(CommitRow::of(&ctx.git.find_commit(*oid)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let nav = super::nav(st, &ctx, "tree")?;
+    let nav = super::ctx::nav(st, &ctx, "tree")?;
     let view = HistoryPage {
         site_title: nav.site_title,
         repo_name: nav.repo_name,
@@ -307,7 +307,7 @@ fn history_page(st: &AppState, requested: &str, rest: &str, page: usize) -> Page
 }
 
 fn blame_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
-    let ctx = super::open(&st.app, requested)?;
+    let ctx = super::ctx::open(&st.app, requested)?;
     let at = resolve(&ctx, rest)?;
     let tree = ctx.git.find_commit(at.commit)?.tree()?;
     let missing = || PageError::Missing("No such file.".into());
@@ -366,7 +366,7 @@ fn blame_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
             }
         }
     }
-    let nav = super::nav(st, &ctx, "tree")?;
+    let nav = super::ctx::nav(st, &ctx, "tree")?;
     let view = BlamePage {
         site_title: nav.site_title,
         repo_name: nav.repo_name,

@@ -20,14 +20,14 @@ use chrono::{TimeZone as _, Utc};
 
 use serde::Deserialize;
 
-use super::RepoCtx;
+use super::ctx::RepoCtx;
 use crate::db::issues::{
     self, Issue, IssueError, IssueKey, IssueStatus, ListQuery, Person, StateFilter,
 };
 use crate::db::leases::Lease;
 use crate::http::markdown;
+use crate::http::state::AppState;
 use crate::http::view::{self, PageError};
-use crate::http::AppState;
 
 /// Issues per list page.
 pub const ISSUES_PAGE: usize = 50;
@@ -181,7 +181,13 @@ fn read_issues<T: Send + 'static>(
     f: impl FnOnce(&crate::db::sql::Connection) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, PageError> {
     let app = &st.app;
-    crate::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
+    app.imports.ensure(
+        &app.reads,
+        &app.writer,
+        &app.export,
+        &ctx.entry,
+        &tokio::runtime::Handle::current(),
+    )?;
     Ok(app.reads.read_blocking(f)?)
 }
 
@@ -226,7 +232,7 @@ fn claim_of<'a>(issue: &Issue, claims: &'a HashMap<String, Lease>) -> Option<&'a
 /// The name to show for a principal or key fingerprint: its governed name
 /// when governance maps it to one.
 fn governed(st: &AppState, principal: &str) -> Option<String> {
-    super::governed_name(st, principal)
+    super::ctx::governed_name(st, principal)
 }
 
 /// An author as shown: the governed name, else the display name.
@@ -276,7 +282,7 @@ async fn list_page(st: &AppState, repo: String, query: ListParams) -> Result<Res
     let requested_page = query.page.unwrap_or(1).max(1);
     let st2 = st.clone();
     let (canonical, nav, data) = blocking(st, move || {
-        let ctx = super::open(&st2.app, &repo)?;
+        let ctx = super::ctx::open(&st2.app, &repo)?;
         let name = ctx.entry.name.clone();
         let data = read_issues(&st2, &ctx, move |conn| {
             let state = filter.state();
@@ -301,15 +307,15 @@ async fn list_page(st: &AppState, repo: String, query: ListParams) -> Result<Res
                     matching,
                     open: issues::count(conn, &name, StateFilter::Open, &[])?,
                     closed: issues::count(conn, &name, StateFilter::Closed, &[])?,
-                    open_patches: super::open_counts(conn, &name)?.patches,
+                    open_patches: super::ctx::open_counts(conn, &name)?.patches,
                 },
             ))
         })?;
-        let counts = super::OpenCounts {
+        let counts = super::ctx::OpenCounts {
             issues: data.1.open as usize,
             patches: data.1.open_patches,
         };
-        let nav = super::nav_with_counts(&st2, &ctx, "issues", counts);
+        let nav = super::ctx::nav_with_counts(&st2, &ctx, "issues", counts);
         Ok((ctx.entry.name.clone(), nav, data))
     })
     .await?;
@@ -398,7 +404,7 @@ pub async fn detail(
 async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response, PageError> {
     let st2 = st.clone();
     let (canonical, nav, detail) = blocking(st, move || {
-        let ctx = super::open(&st2.app, &repo)?;
+        let ctx = super::ctx::open(&st2.app, &repo)?;
         let name = ctx.entry.name.clone();
         let (detail, patches, counts) = read_issues(&st2, &ctx, move |conn| {
             let detail = issues::show(conn, &name, &id);
@@ -406,7 +412,7 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
                 Ok(d) => crate::db::patches::for_issue(conn, &name, &d.issue.id)?,
                 Err(_) => Vec::new(),
             };
-            Ok((detail, patches, super::open_counts(conn, &name)?))
+            Ok((detail, patches, super::ctx::open_counts(conn, &name)?))
         })?;
         let mut detail = match detail {
             Ok(d) => d,
@@ -422,10 +428,10 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
         };
         // Links into repositories anonymous readers cannot see stay hidden.
         let here = ctx.entry.name.clone();
-        detail
-            .links
-            .retain(|k| k.repo == here || crate::http::visible_repo(&st2.app, &k.repo).is_some());
-        let nav = super::nav_with_counts(&st2, &ctx, "issues", counts);
+        detail.links.retain(|k| {
+            k.repo == here || crate::http::state::visible_repo(&st2.app, &k.repo).is_some()
+        });
+        let nav = super::ctx::nav_with_counts(&st2, &ctx, "issues", counts);
         Ok((ctx.entry.name.clone(), nav, (detail, patches)))
     })
     .await?;

@@ -28,15 +28,15 @@ use git2::Oid;
 use serde::Deserialize;
 
 use super::commit::{bounded_diff, collect_files, FileDiff, LineNote};
-use super::{OpenCounts, RepoCtx};
+use super::ctx::{OpenCounts, RepoCtx};
 use crate::db::issues::Person;
 use crate::db::patches::{
     self, ListQuery, MergeRule, PatchDetail, PatchError, PatchStatus, Revision, StateFilter,
     Verdict,
 };
 use crate::http::markdown;
+use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
-use crate::http::AppState;
 
 /// Patches per list page.
 pub const PATCHES_PAGE: usize = 50;
@@ -227,14 +227,20 @@ fn read<T: Send + 'static>(
     f: impl FnOnce(&crate::db::sql::Connection) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, PageError> {
     let app = &st.app;
-    crate::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
+    app.imports.ensure(
+        &app.reads,
+        &app.writer,
+        &app.export,
+        &ctx.entry,
+        &tokio::runtime::Handle::current(),
+    )?;
     Ok(app.reads.read_blocking(f)?)
 }
 
 /// An author as shown: the governed name, else the recorded name, else
 /// the principal.
 fn person(st: &AppState, p: &Person) -> String {
-    super::governed_name(st, &p.principal).unwrap_or_else(|| {
+    super::ctx::governed_name(st, &p.principal).unwrap_or_else(|| {
         if p.name.trim().is_empty() {
             p.principal.clone()
         } else {
@@ -271,7 +277,7 @@ struct ListData {
 }
 
 fn list_page(st: &AppState, requested: &str, query: ListParams) -> PageResult {
-    let ctx = super::open(&st.app, requested)?;
+    let ctx = super::ctx::open(&st.app, requested)?;
     let (state, state_word) = parse_state(query.state.as_deref());
     let after = parse_cursor(query.after.as_deref());
     let name = ctx.entry.name.clone();
@@ -297,10 +303,10 @@ fn list_page(st: &AppState, requested: &str, query: ListParams) -> PageResult {
             open: patches::count(conn, &name, StateFilter::Open)?,
             merged: patches::count(conn, &name, StateFilter::Merged)?,
             closed: patches::count(conn, &name, StateFilter::Closed)?,
-            counts: super::open_counts(conn, &name)?,
+            counts: super::ctx::open_counts(conn, &name)?,
         })
     })?;
-    let nav = super::nav_with_counts(st, &ctx, "patches", data.counts);
+    let nav = super::ctx::nav_with_counts(st, &ctx, "patches", data.counts);
     let base = format!("/{}/-/patches", nav.repo_name);
     let next_url = match data.page.patches.last() {
         Some(last) if data.page.more => format!(
@@ -404,7 +410,7 @@ fn find(st: &AppState, ctx: &RepoCtx, id: &str) -> Result<Found, PageError> {
                 }
             }
         }
-        Ok((detail, issues, super::open_counts(conn, &name)?))
+        Ok((detail, issues, super::ctx::open_counts(conn, &name)?))
     })?;
     let detail = match detail {
         Ok(d) => d,
@@ -473,7 +479,7 @@ async fn revision_text(
 ) -> Response {
     let app = st.app.clone();
     let found = view::blocking_value(&app, move || {
-        let ctx = super::open(&st.app, &repo)?;
+        let ctx = super::ctx::open(&st.app, &repo)?;
         let found = find(&st, &ctx, &id)?;
         let d = &found.detail;
         let n = revision_number(d, &query.rev)?;
@@ -525,7 +531,7 @@ async fn revision_text(
 }
 
 fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> PageResult {
-    let ctx = super::open(&st.app, requested)?;
+    let ctx = super::ctx::open(&st.app, requested)?;
     let Found {
         detail: d,
         issues,
@@ -655,7 +661,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         _ => (false, String::new()),
     };
     let merge = p.merge.as_ref();
-    let nav = super::nav_with_counts(st, &ctx, "patches", counts);
+    let nav = super::ctx::nav_with_counts(st, &ctx, "patches", counts);
     let page = PatchDetailPage {
         site_title: nav.site_title,
         repo_name: nav.repo_name,
@@ -675,7 +681,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         merge_short: merge.map(|m| view::short_id(&m.commit)).unwrap_or_default(),
         merged_by: merge
             .filter(|m| !m.by.is_empty())
-            .map(|m| super::principal_name(st, &m.by))
+            .map(|m| super::ctx::principal_name(st, &m.by))
             .unwrap_or_default(),
         merged_when: merge
             .filter(|m| m.at_ms > 0)
@@ -853,7 +859,7 @@ fn timeline(st: &AppState, d: &PatchDetail) -> Vec<TimelineView> {
     if let Some(m) = &p.merge {
         push(
             m.at_ms,
-            super::principal_name(st, &m.by),
+            super::ctx::principal_name(st, &m.by),
             "merged",
             "merged the patch".into(),
             "",

@@ -12,8 +12,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use git2::Repository;
 
+use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
-use crate::http::AppState;
 
 /// Branches and tags listed in the switcher, each; the rest are on the
 /// branches and tags pages.
@@ -50,7 +50,7 @@ struct RefsPage {
 
 /// Every local branch, newest commit first.
 pub fn branch_rows(git: &Repository) -> anyhow::Result<Vec<RefRow>> {
-    let default = super::default_branch(git).map(|(name, _)| name);
+    let default = super::ctx::default_branch(git).map(|(name, _)| name);
     let mut rows = Vec::new();
     for branch in git.branches(Some(git2::BranchType::Local))? {
         let (branch, _) = branch?;
@@ -126,13 +126,13 @@ pub async fn tags(State(st): State<AppState>, Path(repo): Path<String>) -> Respo
 }
 
 fn refs_page(st: &AppState, requested: &str, kind: &'static str) -> PageResult {
-    let ctx = super::open(&st.app, requested)?;
+    let ctx = super::ctx::open(&st.app, requested)?;
     let rows = if kind == "branches" {
         branch_rows(&ctx.git)?
     } else {
         tag_rows(&ctx.git)?
     };
-    let nav = super::nav(st, &ctx, kind)?;
+    let nav = super::ctx::nav(st, &ctx, kind)?;
     let page = RefsPage {
         site_title: nav.site_title,
         repo_name: nav.repo_name,
@@ -269,8 +269,8 @@ pub async fn archive(
     let found = view::blocking_value(&app, move || {
         let (rev, format) = Format::split(&rest)
             .ok_or(PageError::Missing("Archives are .tar.gz or .zip.".into()))?;
-        let ctx = super::open(&st.app, &repo)?;
-        let at = super::resolve_rev_path(&ctx.git, rev)
+        let ctx = super::ctx::open(&st.app, &repo)?;
+        let at = super::ctx::resolve_rev_path(&ctx.git, rev)
             .filter(|at| at.path.is_empty())
             .ok_or_else(|| PageError::Missing("No such branch, tag or commit.".into()))?;
         let base = ctx.name().rsplit('/').next().unwrap_or("repo").to_string();

@@ -3,7 +3,7 @@
 //! streamed from disk with its Content-Length).
 //!
 //! Storage and its rules are `crate::releases`'; visibility is the web UI's
-//! one rule (`super::open`: a private repository is the generic 404).
+//! one rule (`super::ctx::open`: a private repository is the generic 404).
 //! Downloads are always attachments, and their content type comes from a
 //! short allowlist of inert types by extension, else
 //! `application/octet-stream`: a release file is user content and must
@@ -16,9 +16,9 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse as _, Response};
 use tokio_util::io::ReaderStream;
 
-use super::RepoCtx;
+use super::ctx::RepoCtx;
+use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
-use crate::http::AppState;
 use crate::releases::{ReleaseError, ReleaseStore};
 
 /// One file on the page.
@@ -66,8 +66,8 @@ pub async fn list(State(st): State<AppState>, Path(repo): Path<String>) -> Respo
 }
 
 fn list_page(st: &AppState, requested: &str) -> PageResult {
-    let ctx = super::open(&st.app, requested)?;
-    let nav = super::nav(st, &ctx, "releases")?;
+    let ctx = super::ctx::open(&st.app, requested)?;
+    let nav = super::ctx::nav(st, &ctx, "releases")?;
     let releases = store(st)
         .list(&ctx.entry.name)
         .map_err(|e| PageError::Internal(e.into()))?;
@@ -89,7 +89,7 @@ fn list_page(st: &AppState, requested: &str) -> PageResult {
                         uploaded: view::fmt_time(f.uploaded_at),
                         name: f.name,
                         sha256: f.sha256,
-                        uploader: super::principal_name(st, &f.uploader),
+                        uploader: super::ctx::principal_name(st, &f.uploader),
                     })
                     .collect(),
                 tag: r.tag,
@@ -143,7 +143,7 @@ pub async fn download(
 ) -> Response {
     let app = st.app.clone();
     let opened = tokio::task::spawn_blocking(move || {
-        let ctx = super::open(&st.app, &repo)?;
+        let ctx = super::ctx::open(&st.app, &repo)?;
         let (tag, file) = rest
             .rsplit_once('/')
             .ok_or_else(|| PageError::Missing("No such release file.".into()))?;

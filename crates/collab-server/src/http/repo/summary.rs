@@ -8,10 +8,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use git2::{ObjectType, Repository, Tree};
 
-use super::{BranchRow, CommitRow, RepoCtx};
+use super::ctx::{BranchRow, CommitRow, RepoCtx};
 use crate::http::markdown::{self, LinkBase};
+use crate::http::state::AppState;
 use crate::http::view::{self, PageResult};
-use crate::http::AppState;
 
 /// Recent commits shown on the summary page.
 const RECENT_COMMITS: usize = 10;
@@ -56,14 +56,17 @@ pub async fn summary(
 }
 
 fn page(st: &AppState, requested: &str, headers: &HeaderMap) -> PageResult {
-    let ctx = super::open(&st.app, requested)?;
-    let nav = super::nav(st, &ctx, "summary")?;
-    let head = super::default_branch(&ctx.git);
+    let ctx = super::ctx::open(&st.app, requested)?;
+    let nav = super::ctx::nav(st, &ctx, "summary")?;
+    let head = super::ctx::default_branch(&ctx.git);
     let (commits, readme) = match &head {
         Some((branch, oid)) => {
             let tree = ctx.git.find_commit(*oid)?.tree()?;
             let readme = find_readme(&ctx, &tree, branch, "")?;
-            (super::commits(&ctx.git, *oid, 0, RECENT_COMMITS)?, readme)
+            (
+                super::ctx::commits(&ctx.git, *oid, 0, RECENT_COMMITS)?,
+                readme,
+            )
         }
         None => (Vec::new(), None),
     };
@@ -73,11 +76,11 @@ fn page(st: &AppState, requested: &str, headers: &HeaderMap) -> PageResult {
         active_section: nav.active_section,
         open_patches: nav.open_patches,
         open_issues: nav.open_issues,
-        description: super::description(&ctx.entry.path),
-        ssh_url: crate::http::ssh_clone_url(st, headers, &ctx.entry),
+        description: super::ctx::description(&ctx.entry.path),
+        ssh_url: crate::http::state::ssh_clone_url(st, headers, &ctx.entry),
         http_url: format!("{}/{}", view::request_origin(headers), ctx.entry.name),
         default_branch: head.map(|(b, _)| b).unwrap_or_default(),
-        branches: super::branches(&ctx.git, MAX_BRANCHES)?,
+        branches: super::ctx::branches(&ctx.git, MAX_BRANCHES)?,
         commits,
         readme,
     };

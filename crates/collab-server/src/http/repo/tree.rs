@@ -19,12 +19,12 @@ use axum::response::{IntoResponse, Redirect, Response};
 use futures_util::StreamExt as _;
 use git2::{ObjectType, Oid, Tree};
 
+use super::ctx::{RepoCtx, RevPath};
 use super::summary::{find_readme, Readme};
-use super::{RepoCtx, RevPath};
 use crate::http::blobs::{self, BlobStream};
 use crate::http::highlight;
+use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
-use crate::http::AppState;
 
 /// Read buffer of a streamed raw file.
 const RAW_CHUNK: usize = 64 * 1024;
@@ -84,7 +84,7 @@ struct BlobPage {
 }
 
 pub async fn tree_default(State(st): State<AppState>, Path(repo): Path<String>) -> Response {
-    super::to_default_branch(st, repo, "tree").await
+    super::ctx::to_default_branch(st, repo, "tree").await
 }
 
 pub async fn tree(
@@ -179,7 +179,7 @@ pub(super) fn is_tree_path(path: &str) -> bool {
 }
 
 fn resolve(ctx: &RepoCtx, rest: &str) -> Result<RevPath, PageError> {
-    super::resolve_rev_path(&ctx.git, rest)
+    super::ctx::resolve_rev_path(&ctx.git, rest)
         .ok_or_else(|| PageError::Missing("No such branch, tag or commit.".into()))
 }
 
@@ -208,7 +208,7 @@ fn join(dir: &str, name: &str) -> String {
 }
 
 fn tree_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
-    let ctx = super::open(&st.app, requested)?;
+    let ctx = super::ctx::open(&st.app, requested)?;
     let at = resolve(&ctx, rest)?;
     let tree = match lookup(&ctx, &at)? {
         None => return Err(PageError::Missing("No such path.".into())),
@@ -257,7 +257,7 @@ fn tree_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
             .then(a.name.cmp(&b.name))
     });
     let readme = find_readme(&ctx, &tree, &at.rev, &at.path)?;
-    let nav = super::nav(st, &ctx, "tree")?;
+    let nav = super::ctx::nav(st, &ctx, "tree")?;
     let parent = (!at.path.is_empty()).then(|| {
         at.path
             .rsplit_once('/')
@@ -282,7 +282,7 @@ fn tree_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
 }
 
 fn blob_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
-    let ctx = super::open(&st.app, requested)?;
+    let ctx = super::ctx::open(&st.app, requested)?;
     let at = resolve(&ctx, rest)?;
     let oid = match lookup(&ctx, &at)? {
         None | Some(Found::Other) => return Err(PageError::Missing("No such file.".into())),
@@ -328,7 +328,7 @@ fn blob_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
         };
         (note, lines)
     };
-    let nav = super::nav(st, &ctx, "tree")?;
+    let nav = super::ctx::nav(st, &ctx, "tree")?;
     let page = BlobPage {
         site_title: nav.site_title,
         repo_name: nav.repo_name,
@@ -360,7 +360,7 @@ fn image_type(path: &str) -> Option<&'static str> {
 }
 
 fn raw_lookup(st: &AppState, requested: &str, rest: &str) -> Result<RawFile, PageError> {
-    let ctx = super::open(&st.app, requested)?;
+    let ctx = super::ctx::open(&st.app, requested)?;
     let at = resolve(&ctx, rest)?;
     let Some(Found::Blob(oid)) = lookup(&ctx, &at)? else {
         return Err(PageError::Missing("No such file.".into()));

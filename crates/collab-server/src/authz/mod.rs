@@ -4,7 +4,9 @@
 //!
 //! Levels are ordered, Read < Write < Rewind (gitolite's R / RW / RW+):
 //! Read clones and fetches; Write fast-forwards and creates refs (and takes
-//! leases); Rewind rewrites or deletes refs and administers.
+//! leases); Rewind rewrites or deletes refs and administers. The levels
+//! themselves are the protocol's `collab_proto::Access` (re-exported
+//! here), which the verb table names too.
 //!
 //! The regime of a caller is fixed per command from the live governance
 //! state: `Ungoverned` (per-repo `collab-policy.toml`, admins rewind

@@ -3,8 +3,8 @@
 //! `test_database`. scripts/test.sh runs the database tests once per
 //! backend, so one suite covers both.
 
-use super::test_database::{wanted, TestDatabase};
-use super::Connection;
+use crate::sql::test_database::{wanted, TestDatabase};
+use crate::sql::Connection;
 
 /// A migrated test database; derefs to its connection, and drops the
 /// PostgreSQL database (if any) after the connection.

@@ -1,0 +1,73 @@
+//! Everything a verb needs besides its channel (`ExecContext`: the shared
+//! state, the caller, the channel's environment, the session), and what the
+//! verbs ask of it: `authorize_or_reply` (the repository at a level, or the
+//! reply that refuses it) and `fenced_refs`.
+
+use std::sync::Arc;
+
+use russh::server::Msg;
+use russh::Channel;
+
+use super::reply::{reply_and_close, NOT_FOUND};
+use crate::app::App;
+use crate::authz::Caller;
+
+/// The environment a client set on its channel (only `GIT_PROTOCOL` is
+/// accepted).
+#[derive(Debug, Clone, Default)]
+pub struct ChannelEnv {
+    pub git_protocol: Option<String>,
+}
+
+/// Everything a verb needs besides its channel.
+pub struct ExecContext {
+    pub app: Arc<App>,
+    pub caller: Caller,
+    pub env: ChannelEnv,
+    /// The connection's session, for the few verbs that must send past a
+    /// full window (a watcher's last line) or drop a stalled connection.
+    pub session: russh::server::Handle,
+}
+
+/// Resolve `repo` with at least `needed` for a verb, or reply and give the
+/// channel back as `None`. A caller who cannot read the repository gets
+/// the one not-found reply (existence stays secret); a reader who lacks the
+/// level learns only that: `error: permission denied: {what_needs} {level}
+/// access` (`what_needs` like "releases need").
+pub async fn authorize_or_reply(
+    ctx: &ExecContext,
+    channel: Channel<Msg>,
+    repo: &str,
+    needed: crate::authz::Access,
+    what_needs: &str,
+) -> Option<(crate::repos::RepoEntry, Channel<Msg>)> {
+    use crate::authz::{authorize, Access};
+    match authorize(&ctx.app, &ctx.caller, repo, needed) {
+        Ok((entry, _)) => Some((entry, channel)),
+        Err(_)
+            if needed > Access::Read
+                && authorize(&ctx.app, &ctx.caller, repo, Access::Read).is_ok() =>
+        {
+            let message = format!(
+                "error: permission denied: {what_needs} {} access",
+                needed.as_str()
+            );
+            reply_and_close(channel, &message, 1).await;
+            None
+        }
+        Err(_) => {
+            reply_and_close(channel, NOT_FOUND, 1).await;
+            None
+        }
+    }
+}
+
+/// The repository's fenced refs: its `collab-policy.toml`'s, plus
+/// governance's when governance is active.
+pub(super) fn fenced_refs(ctx: &ExecContext, entry: &crate::repos::RepoEntry) -> Vec<String> {
+    let mut fenced = entry.policy.fenced_refs.clone();
+    if let crate::governance::GovState::Active(conf) = ctx.app.governance.state().as_ref() {
+        fenced.extend(conf.fenced_refs().iter().cloned());
+    }
+    fenced
+}

@@ -1,0 +1,59 @@
+//! How every verb answers: one line and the exit status
+//! (`reply_and_close`, or `reply_on` for a verb that kept the read half),
+//! JSON replies (`json_line`), the one not-found reply (`NOT_FOUND`), and
+//! the exit status noted for the verbs-by-outcome metric
+//! (`note_exit_status`; `exec` scopes it per request).
+
+use russh::server::Msg;
+use russh::{Channel, ChannelWriteHalf};
+
+use crate::authz::NotFound;
+
+/// The reply for an unknown or invisible repository, identical for every verb.
+pub const NOT_FOUND: &str = NotFound::MESSAGE;
+
+/// Send one reply and end the channel: `message` goes to stderr when it is an
+/// `error: …` line, else to stdout; a newline is added; then the exit status,
+/// EOF and close. The read half is dropped first so the session never waits
+/// on a reader that is not there.
+pub async fn reply_and_close(channel: Channel<Msg>, message: &str, exit_code: u32) {
+    let (read, write) = channel.split();
+    drop(read);
+    reply_on(write, message, exit_code).await;
+}
+
+/// `reply_and_close` on the write half of a channel whose read half the
+/// verb kept (to notice the client leaving while it waits). False when the
+/// reply could not be sent (the client is gone).
+pub async fn reply_on(write: ChannelWriteHalf<Msg>, message: &str, exit_code: u32) -> bool {
+    let mut line = message.trim_end_matches('\n').to_string();
+    line.push('\n');
+    let sent = if message.starts_with("error:") {
+        write.extended_data_bytes(1, line.into_bytes()).await
+    } else {
+        write.data_bytes(line.into_bytes()).await
+    };
+    if sent.is_err() {
+        return false;
+    }
+    note_exit_status(exit_code);
+    let delivered = write.exit_status(exit_code).await.is_ok();
+    let _ = write.eof().await;
+    let _ = write.close().await;
+    delivered
+}
+
+/// Serialize a reply object (one line of JSON).
+pub fn json_line(value: &serde_json::Value) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "{}".to_string())
+}
+
+tokio::task_local! {
+    /// The exit status the running verb sent, for the verbs-by-outcome metric.
+    pub(super) static EXIT_STATUS: std::cell::Cell<Option<u32>>;
+}
+
+/// Record the exit status a verb sends (called next to every `exit_status`).
+pub fn note_exit_status(code: u32) {
+    let _ = EXIT_STATUS.try_with(|status| status.set(Some(code)));
+}
