@@ -45,9 +45,9 @@ pub struct App {
     /// Read-only connections to `collab.db` that never wait for the writer.
     pub reads: ReadPool,
     /// Which repositories' issue DAGs are imported into `collab.db`.
-    pub imports: crate::import::Imports,
+    pub imports: crate::objects::import::Imports,
     /// Repositories whose signed issue export is behind (`export`).
-    pub export: crate::export::ExportQueue,
+    pub export: crate::objects::export::ExportQueue,
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<collab_record::sign::SigningKey>,
     /// Webhook delivery (HTTP client, SSRF guard).
@@ -147,19 +147,21 @@ pub struct ServeOptions {
 /// Import the issue DAGs of every repository not imported yet. A
 /// repository that fails is logged and retried on first use or next start.
 fn import_at_start(app: &App, runtime: tokio::runtime::Handle) {
-    let mut is_done = |repo: &str| -> anyhow::Result<crate::import::Done> {
+    let mut is_done = |repo: &str| -> anyhow::Result<crate::objects::import::Done> {
         let repo = repo.to_string();
         app.reads
-            .read_blocking(move |c| Ok(crate::import::import_state(c, &repo)?))
+            .read_blocking(move |c| Ok(crate::objects::import::import_state(c, &repo)?))
     };
-    let mut sink = crate::import::WriterSink {
+    let mut sink = crate::objects::import::WriterSink {
         writer: &app.writer,
         runtime,
     };
-    for result in crate::import::import_all(&app.config.repos_dir, None, &mut is_done, &mut sink) {
+    for result in
+        crate::objects::import::import_all(&app.config.repos_dir, None, &mut is_done, &mut sink)
+    {
         match result {
             Ok(report) => {
-                crate::import::log_report(&report);
+                crate::objects::import::log_report(&report);
                 app.imports.mark(&report.repo);
             }
             Err((repo, error)) => {
@@ -230,8 +232,8 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     tokio::task::spawn_blocking(move || import_at_start(&importing, runtime))
         .await
         .context("importing issue DAGs")?;
-    crate::export::spawn(app.clone());
-    crate::patch_export::spawn(app.clone());
+    crate::objects::export::issue::spawn(app.clone());
+    crate::objects::export::patch::spawn(app.clone());
     crate::events::spawn_background(&app);
     crate::webhooks::spawn(app.clone());
     tokio::spawn(crate::maintenance::sweep::run(

@@ -1,6 +1,7 @@
 //! The `git-collab-server` command line: parses flags and dispatches; it
 //! owns no behaviour.
 
+use crate::objects::import;
 use crate::*;
 use std::path::PathBuf;
 use std::process::ExitCode;

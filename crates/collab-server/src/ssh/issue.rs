@@ -479,7 +479,7 @@ pub(super) async fn authorized_entry(
     // Authorization reads policy files, the import reads git: blocking I/O.
     let found = tokio::task::spawn_blocking(move || {
         let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
-        Some(crate::import::ensure(&app, &entry, &runtime).map(|()| entry))
+        Some(crate::objects::import::ensure(&app, &entry, &runtime).map(|()| entry))
     })
     .await;
     let failed = |e: &dyn std::fmt::Display| {

@@ -167,7 +167,7 @@ async fn answer(
     let checked = tokio::task::spawn_blocking(move || {
         let (entry, _) = authz::authorize(&app, &caller, &requested, needed).ok()?;
         // Issues live in collab.db once the repository's DAGs are imported.
-        if let Err(e) = crate::import::ensure(&app, &entry, &runtime) {
+        if let Err(e) = crate::objects::import::ensure(&app, &entry, &runtime) {
             return Some((entry, Resolved::Failed(format!("importing issues: {e:#}"))));
         }
         let issue = lookup.resolve(&entry, &app.reads);

@@ -181,7 +181,7 @@ fn read_issues<T: Send + 'static>(
     f: impl FnOnce(&crate::db::sql::Connection) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, PageError> {
     let app = &st.app;
-    crate::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
+    crate::objects::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
     Ok(app.reads.read_blocking(f)?)
 }
 

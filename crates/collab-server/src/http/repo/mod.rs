@@ -64,7 +64,7 @@ pub struct RepoNav {
 /// repository's DAGs are imported first if the server has not seen it yet).
 pub fn nav(st: &AppState, ctx: &RepoCtx, section: &'static str) -> Result<RepoNav, PageError> {
     let app = &st.app;
-    crate::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
+    crate::objects::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
     let name = ctx.entry.name.clone();
     let counts = app
         .reads

@@ -227,7 +227,7 @@ fn read<T: Send + 'static>(
     f: impl FnOnce(&crate::db::sql::Connection) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, PageError> {
     let app = &st.app;
-    crate::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
+    crate::objects::import::ensure(app, &ctx.entry, &tokio::runtime::Handle::current())?;
     Ok(app.reads.read_blocking(f)?)
 }
 
