@@ -151,11 +151,109 @@ impl ExportKind for IssueExport {
     fn append_changes(
         git: &Repository,
         key: &SigningKey,
-        tip: Option<Oid>,
+        mut tip: Option<Oid>,
         before: Option<Summary>,
         detail: &IssueDetail,
     ) -> anyhow::Result<(Option<Oid>, Summary)> {
-        append_changes(git, key, tip, before, detail)
+        let issue = &detail.issue;
+        let server_key = key.public_key_line();
+        let by = |name: &str| super::by(&server_key, name);
+        let mut write = |event: Event, latest: &mut i64| -> anyhow::Result<()> {
+            *latest = (*latest).max(event.at.timestamp_millis());
+            write_event(git, key, &mut tip, &event)?;
+            Ok(())
+        };
+        let mut latest;
+        let mut s = match before {
+            Some(s) => {
+                latest = s.updated_ms;
+                s
+            }
+            None => {
+                latest = issue.created_ms;
+                let open = Action::IssueOpen(IssueOpen {
+                    title: issue.title.clone(),
+                    body: issue.body.clone(),
+                    labels: issue.labels.clone(),
+                    nonce: hex::encode(rand::random::<[u8; 16]>()),
+                });
+                write(
+                    Event::new(by(&issue.author.name), at(issue.created_ms), open),
+                    &mut latest,
+                )?;
+                Summary {
+                    title: issue.title.clone(),
+                    body: issue.body.clone(),
+                    labels: issue.labels.clone(),
+                    ..Default::default()
+                }
+            }
+        };
+        for c in detail.comments.iter().skip(s.comments) {
+            let comment = Action::IssueComment(IssueComment {
+                body: c.body.clone(),
+            });
+            write(
+                Event::new(by(&c.author.name), at(c.at_ms), comment),
+                &mut latest,
+            )?;
+            s.comments += 1;
+        }
+        let when = at(issue.updated_ms);
+        if s.title != issue.title || s.body != issue.body {
+            let edit = Action::IssueEdit(IssueEdit {
+                title: (s.title != issue.title).then(|| issue.title.clone()),
+                body: (s.body != issue.body).then(|| issue.body.clone()),
+            });
+            write(Event::new(by(SERVER_NAME), when, edit), &mut latest)?;
+            s.title = issue.title.clone();
+            s.body = issue.body.clone();
+        }
+        if s.labels != issue.labels {
+            let add = issue
+                .labels
+                .iter()
+                .filter(|l| !s.labels.contains(l))
+                .cloned()
+                .collect();
+            let remove = s
+                .labels
+                .iter()
+                .filter(|l| !issue.labels.contains(l))
+                .cloned()
+                .collect();
+            let label = Action::IssueLabel(IssueLabel { add, remove });
+            write(Event::new(by(SERVER_NAME), when, label), &mut latest)?;
+            s.labels = issue.labels.clone();
+        }
+        let closed = issue.status == IssueStatus::Closed;
+        if s.closed && (!closed || s.reason != issue.closed_reason) {
+            write(
+                Event::new(by(SERVER_NAME), when, Action::IssueReopen),
+                &mut latest,
+            )?;
+            s.closed = false;
+            s.reason = None;
+        }
+        if closed && !s.closed {
+            let close = Action::IssueClose(IssueClose {
+                reason: issue.closed_reason.clone(),
+            });
+            write(Event::new(by(SERVER_NAME), when, close), &mut latest)?;
+            s.closed = true;
+            s.reason = issue.closed_reason.clone();
+        }
+        // A write the export does not show (a link) still moves `updated_at`:
+        // an empty label event carries the time and changes nothing else.
+        if latest < issue.updated_ms {
+            let nothing = Action::IssueLabel(IssueLabel {
+                add: Vec::new(),
+                remove: Vec::new(),
+            });
+            write(Event::new(by(SERVER_NAME), when, nothing), &mut latest)?;
+        }
+        s.updated_ms = latest;
+        Ok((tip, s))
     }
 
     fn log_exported(n: usize) {
@@ -165,114 +263,4 @@ impl ExportKind for IssueExport {
     fn log_failed(repo: &str, id: &str, e: &anyhow::Error) {
         tracing::warn!(repo, issue = id, "exporting the issue failed: {e:#}");
     }
-}
-
-/// Append to the chain at `tip` the events that take `before` (nothing:
-/// start a chain) to `detail`; returns the new tip and the summary.
-fn append_changes(
-    git: &Repository,
-    key: &SigningKey,
-    mut tip: Option<Oid>,
-    before: Option<Summary>,
-    detail: &IssueDetail,
-) -> anyhow::Result<(Option<Oid>, Summary)> {
-    let issue = &detail.issue;
-    let server_key = key.public_key_line();
-    let by = |name: &str| super::by(&server_key, name);
-    let mut write = |event: Event, latest: &mut i64| -> anyhow::Result<()> {
-        *latest = (*latest).max(event.at.timestamp_millis());
-        write_event(git, key, &mut tip, &event)?;
-        Ok(())
-    };
-    let mut latest;
-    let mut s = match before {
-        Some(s) => {
-            latest = s.updated_ms;
-            s
-        }
-        None => {
-            latest = issue.created_ms;
-            let open = Action::IssueOpen(IssueOpen {
-                title: issue.title.clone(),
-                body: issue.body.clone(),
-                labels: issue.labels.clone(),
-                nonce: hex::encode(rand::random::<[u8; 16]>()),
-            });
-            write(
-                Event::new(by(&issue.author.name), at(issue.created_ms), open),
-                &mut latest,
-            )?;
-            Summary {
-                title: issue.title.clone(),
-                body: issue.body.clone(),
-                labels: issue.labels.clone(),
-                ..Default::default()
-            }
-        }
-    };
-    for c in detail.comments.iter().skip(s.comments) {
-        let comment = Action::IssueComment(IssueComment {
-            body: c.body.clone(),
-        });
-        write(
-            Event::new(by(&c.author.name), at(c.at_ms), comment),
-            &mut latest,
-        )?;
-        s.comments += 1;
-    }
-    let when = at(issue.updated_ms);
-    if s.title != issue.title || s.body != issue.body {
-        let edit = Action::IssueEdit(IssueEdit {
-            title: (s.title != issue.title).then(|| issue.title.clone()),
-            body: (s.body != issue.body).then(|| issue.body.clone()),
-        });
-        write(Event::new(by(SERVER_NAME), when, edit), &mut latest)?;
-        s.title = issue.title.clone();
-        s.body = issue.body.clone();
-    }
-    if s.labels != issue.labels {
-        let add = issue
-            .labels
-            .iter()
-            .filter(|l| !s.labels.contains(l))
-            .cloned()
-            .collect();
-        let remove = s
-            .labels
-            .iter()
-            .filter(|l| !issue.labels.contains(l))
-            .cloned()
-            .collect();
-        let label = Action::IssueLabel(IssueLabel { add, remove });
-        write(Event::new(by(SERVER_NAME), when, label), &mut latest)?;
-        s.labels = issue.labels.clone();
-    }
-    let closed = issue.status == IssueStatus::Closed;
-    if s.closed && (!closed || s.reason != issue.closed_reason) {
-        write(
-            Event::new(by(SERVER_NAME), when, Action::IssueReopen),
-            &mut latest,
-        )?;
-        s.closed = false;
-        s.reason = None;
-    }
-    if closed && !s.closed {
-        let close = Action::IssueClose(IssueClose {
-            reason: issue.closed_reason.clone(),
-        });
-        write(Event::new(by(SERVER_NAME), when, close), &mut latest)?;
-        s.closed = true;
-        s.reason = issue.closed_reason.clone();
-    }
-    // A write the export does not show (a link) still moves `updated_at`:
-    // an empty label event carries the time and changes nothing else.
-    if latest < issue.updated_ms {
-        let nothing = Action::IssueLabel(IssueLabel {
-            add: Vec::new(),
-            remove: Vec::new(),
-        });
-        write(Event::new(by(SERVER_NAME), when, nothing), &mut latest)?;
-    }
-    s.updated_ms = latest;
-    Ok((tip, s))
 }

@@ -35,36 +35,6 @@ pub struct Batch {
     issues: Vec<(Issue, Vec<Comment>)>,
 }
 
-/// The rows of one replayed issue.
-fn rows(repo: &str, s: &IssueState) -> (Issue, Vec<Comment>) {
-    let comments: Vec<Comment> = s
-        .comments
-        .iter()
-        .map(|c| Comment {
-            id: c.id.clone(),
-            author: person(&c.author),
-            at_ms: c.at.timestamp_millis(),
-            body: c.body.clone(),
-        })
-        .collect();
-    let issue = Issue {
-        repo: repo.to_string(),
-        id: s.id.clone(),
-        title: s.title.clone(),
-        body: s.body.clone(),
-        author: person(&s.author),
-        created_ms: s.created_at.timestamp_millis(),
-        updated_ms: s.updated_at.timestamp_millis(),
-        status: s.status,
-        closed_reason: s.closed_reason.clone(),
-        priority: None,
-        imported: true,
-        labels: s.labels.clone(),
-        comment_count: comments.len() as i64,
-    };
-    (issue, comments)
-}
-
 /// Store one batch inside the caller's transaction; the last batch also
 /// records the repository as imported. Returns (issues, comments) inserted.
 pub(super) fn store(
@@ -122,13 +92,39 @@ impl DagKind for IssueDags {
         })
     }
 
+    /// The rows of one replayed issue.
     fn rows(
         _: &Repository,
         repo: &str,
         s: &IssueState,
         _: &mut RepoReport,
     ) -> Result<(Issue, Vec<Comment>), String> {
-        Ok(rows(repo, s))
+        let comments: Vec<Comment> = s
+            .comments
+            .iter()
+            .map(|c| Comment {
+                id: c.id.clone(),
+                author: person(&c.author),
+                at_ms: c.at.timestamp_millis(),
+                body: c.body.clone(),
+            })
+            .collect();
+        let issue = Issue {
+            repo: repo.to_string(),
+            id: s.id.clone(),
+            title: s.title.clone(),
+            body: s.body.clone(),
+            author: person(&s.author),
+            created_ms: s.created_at.timestamp_millis(),
+            updated_ms: s.updated_at.timestamp_millis(),
+            status: s.status,
+            closed_reason: s.closed_reason.clone(),
+            priority: None,
+            imported: true,
+            labels: s.labels.clone(),
+            comment_count: comments.len() as i64,
+        };
+        Ok((issue, comments))
     }
 
     fn note_replayed(report: &mut RepoReport, id: &str, events: usize, dropped: Vec<DroppedEvent>) {
