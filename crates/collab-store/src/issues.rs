@@ -417,6 +417,15 @@ impl StateFilter {
             _ => None,
         }
     }
+
+    /// The status `list` keeps (`None`: any).
+    fn status(self) -> Option<&'static str> {
+        match self {
+            StateFilter::Open => Some("open"),
+            StateFilter::Closed => Some("closed"),
+            StateFilter::All => None,
+        }
+    }
 }
 
 /// Where a page starts: after the issue `(created_ms, id)` in list order
@@ -478,17 +487,6 @@ impl Default for ListQuery {
 pub struct Page {
     pub issues: Vec<Issue>,
     pub next: Option<Cursor>,
-}
-
-impl StateFilter {
-    /// The status `list` keeps (`None`: any).
-    fn status(self) -> Option<&'static str> {
-        match self {
-            StateFilter::Open => Some("open"),
-            StateFilter::Closed => Some("closed"),
-            StateFilter::All => None,
-        }
-    }
 }
 
 /// Issues of `repo` with `state` and every one of `labels`, selecting

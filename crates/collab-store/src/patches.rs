@@ -426,6 +426,16 @@ impl StateFilter {
             _ => None,
         }
     }
+
+    /// The status `list` keeps (`None`: any).
+    fn status(self) -> Option<&'static str> {
+        match self {
+            StateFilter::Open => Some("open"),
+            StateFilter::Merged => Some("merged"),
+            StateFilter::Closed => Some("closed"),
+            StateFilter::All => None,
+        }
+    }
 }
 
 /// A `list` request: newest first, ties by id; `after` is the last
@@ -452,18 +462,6 @@ impl Default for ListQuery {
 pub struct Page {
     pub patches: Vec<Patch>,
     pub more: bool,
-}
-
-impl StateFilter {
-    /// The status `list` keeps (`None`: any).
-    fn status(self) -> Option<&'static str> {
-        match self {
-            StateFilter::Open => Some("open"),
-            StateFilter::Merged => Some("merged"),
-            StateFilter::Closed => Some("closed"),
-            StateFilter::All => None,
-        }
-    }
 }
 
 /// Patches of `repo`, newest first (ties by id), filtered and paged.
