@@ -17,7 +17,7 @@
 use crate::sql::{Connection, OptionalExtension};
 use serde_json::json;
 
-use super::event_log::{self, NewEvent};
+use super::event_log;
 use super::leases::{self, Lease};
 use super::objects::{self, append_event, ms, person_at, person_json, short, Filter, ISSUES};
 pub use super::objects::{new_id, Person};
@@ -1136,24 +1136,16 @@ pub fn insert_imported(
         ])?;
     }
     // The server imports; the issue's author is in the payload.
-    let seq = event_log::append(
-        conn,
-        &NewEvent {
-            kind: "issue.imported",
-            repo: Some(&issue.repo),
-            object_id: Some(&issue.id),
-            actor: None,
-            payload: json!({
-            "title": issue.title,
-            "status": status_str(issue.status),
-            "labels": issue.labels,
-            "comments": comments.len(),
-            "created_ms": issue.created_ms,
-            "author": person_json(&issue.author),
-            }),
-        },
-        now,
-    )?;
+    let payload = json!({
+        "title": issue.title,
+        "status": status_str(issue.status),
+        "labels": issue.labels,
+        "comments": comments.len(),
+        "created_ms": issue.created_ms,
+        "author": person_json(&issue.author),
+    });
+    let seq =
+        objects::append_imported(conn, "issue.imported", &issue.repo, &issue.id, payload, now)?;
     Ok(Some(seq))
 }
 

@@ -172,17 +172,34 @@ pub(crate) fn append_event(
     payload: serde_json::Value,
     now: i64,
 ) -> crate::sql::Result<i64> {
-    event_log::append(
-        conn,
-        &NewEvent {
-            kind,
-            repo: Some(repo),
-            object_id: Some(id),
-            actor: Some(&actor.principal),
-            payload,
-        },
-        now,
-    )
+    let event = NewEvent {
+        kind,
+        repo: Some(repo),
+        object_id: Some(id),
+        actor: Some(&actor.principal),
+        payload,
+    };
+    event_log::append(conn, &event, now)
+}
+
+/// `append_event` for an object the server imported: no actor (the
+/// server imports; the author is in the payload).
+pub(crate) fn append_imported(
+    conn: &Connection,
+    kind: &str,
+    repo: &str,
+    id: &str,
+    payload: serde_json::Value,
+    now: i64,
+) -> crate::sql::Result<i64> {
+    let event = NewEvent {
+        kind,
+        repo: Some(repo),
+        object_id: Some(id),
+        actor: None,
+        payload,
+    };
+    event_log::append(conn, &event, now)
 }
 
 /// Record a write on object `id`: its update time (never earlier than

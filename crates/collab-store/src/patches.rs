@@ -24,7 +24,6 @@ use crate::sql::{Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::json;
 
-use super::event_log::{self, NewEvent};
 pub use super::issues::{check_body, check_title};
 use super::objects::{self, ms, person_at, person_json, short, Filter, PATCHES};
 pub use super::objects::{new_id, Person};
@@ -1223,28 +1222,18 @@ pub fn insert_imported(
             other => failure(other.to_string()),
         })?;
     }
-    event_log::append(
-        conn,
-        &NewEvent {
-            kind: "patch.imported",
-            repo: Some(&p.repo),
-            object_id: Some(&p.id),
-            actor: None,
-            payload: json!({
-                "title": p.title,
-                "base": p.base,
-                "status": p.status.as_str(),
-                "revisions": detail.revisions.len(),
-                "reviews": detail.reviews.len(),
-                "comments": detail.comments.len(),
-                "created_ms": p.created_ms,
-                "author": person_json(&p.author),
-                "merged_commit": p.merge.as_ref().map(|m| m.commit.as_str()),
-            }),
-        },
-        now,
-    )
-    .map(Some)
+    let payload = json!({
+        "title": p.title,
+        "base": p.base,
+        "status": p.status.as_str(),
+        "revisions": detail.revisions.len(),
+        "reviews": detail.reviews.len(),
+        "comments": detail.comments.len(),
+        "created_ms": p.created_ms,
+        "author": person_json(&p.author),
+        "merged_commit": p.merge.as_ref().map(|m| m.commit.as_str()),
+    });
+    objects::append_imported(conn, "patch.imported", &p.repo, &p.id, payload, now).map(Some)
 }
 
 fn failure(message: String) -> crate::sql::Error {
@@ -1254,6 +1243,7 @@ fn failure(message: String) -> crate::sql::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event_log;
 
     const A: &str = "1111111111111111111111111111111111111111";
     const B: &str = "2222222222222222222222222222222222222222";
