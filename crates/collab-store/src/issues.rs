@@ -597,7 +597,7 @@ pub fn open(conn: &Connection, w: &WriteCtx<'_>, new: &NewIssue) -> Result<Writt
         "issue.opened",
         repo,
         &id,
-        actor,
+        Some(actor),
         json!({
             "title": title,
             "body": new.body,
@@ -665,7 +665,7 @@ fn record(
     payload: serde_json::Value,
 ) -> Result<Written> {
     touch(conn, &issue, w.now)?;
-    let seq = append_event(conn, kind, w.repo, &issue.id, w.actor, payload, w.now)?;
+    let seq = append_event(conn, kind, w.repo, &issue.id, Some(w.actor), payload, w.now)?;
     Ok(Written {
         issue: issue.id,
         event: None,
@@ -718,7 +718,7 @@ pub fn comment(
         "issue.commented",
         repo,
         &issue.id,
-        actor,
+        Some(actor),
         json!({ "comment": { "id": comment_id, "position": position, "body": body } }),
         now,
     )?;
@@ -906,7 +906,7 @@ pub fn close(
             "lease.released",
             repo,
             &written.issue,
-            actor,
+            Some(actor),
             json!({
                 "holder": lease.holder,
                 "token": lease.token,
@@ -1144,8 +1144,15 @@ pub fn insert_imported(
         "created_ms": issue.created_ms,
         "author": person_json(&issue.author),
     });
-    let seq =
-        objects::append_imported(conn, "issue.imported", &issue.repo, &issue.id, payload, now)?;
+    let seq = objects::append_event(
+        conn,
+        "issue.imported",
+        &issue.repo,
+        &issue.id,
+        None,
+        payload,
+        now,
+    )?;
     Ok(Some(seq))
 }
 

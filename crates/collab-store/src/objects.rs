@@ -161,14 +161,15 @@ pub(crate) fn resolve(
 
 // ---------------------------------------------------------------- writes
 
-/// Append the event of a write on object `id` of `repo`, by `actor`, in
-/// the caller's transaction; returns its `seq`.
+/// Append the event of a write on object `id` of `repo`, by `actor` (none:
+/// the server, as when it imports), in the caller's transaction; returns
+/// its `seq`.
 pub(crate) fn append_event(
     conn: &Connection,
     kind: &str,
     repo: &str,
     id: &str,
-    actor: &Person,
+    actor: Option<&Person>,
     payload: serde_json::Value,
     now: i64,
 ) -> crate::sql::Result<i64> {
@@ -176,27 +177,7 @@ pub(crate) fn append_event(
         kind,
         repo: Some(repo),
         object_id: Some(id),
-        actor: Some(&actor.principal),
-        payload,
-    };
-    event_log::append(conn, &event, now)
-}
-
-/// `append_event` for an object the server imported: no actor (the
-/// server imports; the author is in the payload).
-pub(crate) fn append_imported(
-    conn: &Connection,
-    kind: &str,
-    repo: &str,
-    id: &str,
-    payload: serde_json::Value,
-    now: i64,
-) -> crate::sql::Result<i64> {
-    let event = NewEvent {
-        kind,
-        repo: Some(repo),
-        object_id: Some(id),
-        actor: None,
+        actor: actor.map(|a| a.principal.as_str()),
         payload,
     };
     event_log::append(conn, &event, now)

@@ -576,7 +576,7 @@ fn append_event(
     id: &str,
     payload: serde_json::Value,
 ) -> crate::sql::Result<i64> {
-    objects::append_event(conn, kind, w.repo, id, w.actor, payload, w.now)
+    objects::append_event(conn, kind, w.repo, id, Some(w.actor), payload, w.now)
 }
 
 /// Resolve the patch and return its row.
@@ -1233,7 +1233,7 @@ pub fn insert_imported(
         "author": person_json(&p.author),
         "merged_commit": p.merge.as_ref().map(|m| m.commit.as_str()),
     });
-    objects::append_imported(conn, "patch.imported", &p.repo, &p.id, payload, now).map(Some)
+    objects::append_event(conn, "patch.imported", &p.repo, &p.id, None, payload, now).map(Some)
 }
 
 fn failure(message: String) -> crate::sql::Error {
