@@ -22,8 +22,11 @@ import cycles; each is printed with its files.
 
     python3 scripts/import-graph.py [--check] [--edges] [WORKSPACE]
 
-`--check` exits 1 if any cycle spans more than one folder, or if a crate
-has more than one cycle, printing a one-line reason per failure.
+`--check` exits 1 if any cycle spans more than one folder, printing a
+one-line reason per failure. A cycle inside one folder is a folder module
+and its own parts (`mod.rs` re-exports what its files define, and they use
+its types): one concern, listed but allowed. Between folders, every arrow
+must point one way.
 `--edges` also prints every arrow that stays inside a cycle.
 """
 
@@ -444,15 +447,13 @@ def main(argv):
                 failures.append(
                     f"{name}: cycle {number} spans {len(folders)} folders ({', '.join(folders)}): {', '.join(cycle)}"
                 )
-        if len(cycles) > 1:
-            failures.append(f"{name}: {len(cycles)} cycles (at most one per crate)")
     print(f"total: {total} cycle(s)")
     if check:
         for reason in failures:
             print(f"FAIL {reason}")
         if failures:
             return 1
-        print("ok: no cycle spans folders, at most one cycle per crate")
+        print("ok: no cycle spans folders")
     return 0
 
 

@@ -40,9 +40,9 @@ pub struct App {
     /// Read-only connections to `collab.db` that never wait for the writer.
     pub reads: ReadPool,
     /// Which repositories' issue DAGs are imported into `collab.db`.
-    pub imports: crate::import::Imports,
+    pub imports: crate::objects::import::Imports,
     /// Repositories whose signed issue export is behind (`export`).
-    pub export: crate::export::ExportQueue,
+    pub export: crate::objects::export::ExportQueue,
     /// The server's Ed25519 signing key (`signing`).
     pub signing_key: Arc<collab_record::sign::SigningKey>,
     /// Webhook delivery (HTTP client, SSRF guard).

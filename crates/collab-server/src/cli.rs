@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::{config, db, events, healthcheck, hooks, import, logging, ops, repos, serve};
+use crate::objects::import;
+use crate::{config, db, events, healthcheck, hooks, logging, ops, repos, serve};
 
 #[derive(Parser)]
 #[command(

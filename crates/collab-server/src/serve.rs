@@ -28,19 +28,21 @@ pub struct ServeOptions {
 /// Import the issue DAGs of every repository not imported yet. A
 /// repository that fails is logged and retried on first use or next start.
 fn import_at_start(app: &App, runtime: tokio::runtime::Handle) {
-    let mut is_done = |repo: &str| -> anyhow::Result<crate::import::Done> {
+    let mut is_done = |repo: &str| -> anyhow::Result<crate::objects::import::Done> {
         let repo = repo.to_string();
         app.reads
-            .read_blocking(move |c| Ok(crate::import::import_state(c, &repo)?))
+            .read_blocking(move |c| Ok(crate::objects::import::import_state(c, &repo)?))
     };
-    let mut sink = crate::import::WriterSink {
+    let mut sink = crate::objects::import::WriterSink {
         writer: &app.writer,
         runtime,
     };
-    for result in crate::import::import_all(&app.config.repos_dir, None, &mut is_done, &mut sink) {
+    for result in
+        crate::objects::import::import_all(&app.config.repos_dir, None, &mut is_done, &mut sink)
+    {
         match result {
             Ok(report) => {
-                crate::import::log_report(&report);
+                crate::objects::import::log_report(&report);
                 app.imports.mark(&report.repo);
             }
             Err((repo, error)) => {
@@ -111,14 +113,14 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     tokio::task::spawn_blocking(move || import_at_start(&importing, runtime))
         .await
         .context("importing issue DAGs")?;
-    crate::export::spawn(
-        &app.export,
-        app.reads.clone(),
-        app.writer.clone(),
-        app.config.repos_dir.clone(),
-        app.signing_key.clone(),
-    );
-    crate::patch_export::spawn(app.clone());
+    let exporter = crate::objects::export::Exporter {
+        reads: app.reads.clone(),
+        writer: app.writer.clone(),
+        repos_dir: app.config.repos_dir.clone(),
+        key: app.signing_key.clone(),
+    };
+    crate::objects::export::issue::spawn(&app.export, exporter.clone());
+    crate::objects::export::patch::spawn(exporter, app.stopping.clone());
     crate::events::spawn_background(&app);
     crate::webhooks::spawn(app.clone());
     tokio::spawn(crate::maintenance::sweep::run(

@@ -20,7 +20,7 @@ pub struct Pending {
 pub struct Exported {
     pub revision: i64,
     pub tip: String,
-    /// JSON summary (see `export::Summary`).
+    /// JSON summary (see the server's `objects::export`).
     pub state: String,
 }
 

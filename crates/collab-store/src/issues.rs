@@ -15,11 +15,12 @@
 //! is written.
 
 use crate::sql::{Connection, OptionalExtension};
-use serde::Serialize;
 use serde_json::json;
 
-use super::event_log::{self, NewEvent};
+use super::event_log;
 use super::leases::{self, Lease};
+use super::objects::{self, append_event, ms, person_at, person_json, short, Filter, ISSUES};
+pub use super::objects::{new_id, Person};
 pub use collab_record::state::IssueStatus;
 
 /// Longest title, in bytes.
@@ -33,19 +34,6 @@ pub const MAX_REASON_BYTES: usize = 1024;
 /// Default and largest page of `list`.
 pub const DEFAULT_PAGE: usize = 50;
 pub const MAX_PAGE: usize = 500;
-/// Most candidates an ambiguous prefix lists.
-const MAX_CANDIDATES: usize = 20;
-
-/// Who wrote something: the principal (a governed name, else the key's
-/// `SHA256:` fingerprint), a display name, and the OpenSSH key line where
-/// it is known.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Person {
-    pub principal: String,
-    pub name: String,
-    pub key: Option<String>,
-}
-
 /// One issue row with its labels (comments and links are in [`IssueDetail`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Issue {
@@ -194,10 +182,7 @@ fn invalid(message: impl Into<String>) -> IssueError {
     IssueError::Invalid(message.into())
 }
 
-/// A new random 160-bit id, as 40 lowercase hex digits.
-pub fn new_id() -> String {
-    hex::encode(rand::random::<[u8; 20]>())
-}
+objects::from_unresolved!(IssueError);
 
 // ---------------------------------------------------------------- input rules
 
@@ -284,30 +269,7 @@ fn sorted_labels(labels: &[String]) -> Result<Vec<String>> {
 /// A full 40-hex id or a unique prefix of 4+ hex digits (any case) to the
 /// full id of an issue of `repo`.
 pub fn resolve(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<String> {
-    let prefix = id_or_prefix.trim().to_ascii_lowercase();
-    if prefix.len() < 4 || prefix.len() > 40 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(IssueError::InvalidId(id_or_prefix.to_string()));
-    }
-    // Every id starting with `prefix` sorts in [prefix, prefix + "g"): hex
-    // digits are all below 'g'. A range scan on the primary key, portable.
-    let upper = format!("{prefix}g");
-    let mut stmt = conn.prepare_cached(
-        "SELECT id FROM issues WHERE repo = ?1 AND id >= ?2 AND id < ?3 ORDER BY id LIMIT ?4",
-    )?;
-    let ids: Vec<String> = stmt
-        .query_map(
-            crate::sql::params![repo, prefix, upper, MAX_CANDIDATES as i64 + 1],
-            |r| r.get(0),
-        )?
-        .collect::<crate::sql::Result<_>>()?;
-    match ids.len() {
-        0 => Err(IssueError::NotFound(id_or_prefix.to_string())),
-        1 => Ok(ids.into_iter().next().expect("one id")),
-        _ => Err(IssueError::Ambiguous {
-            prefix: id_or_prefix.to_string(),
-            candidates: ids,
-        }),
-    }
+    Ok(objects::resolve(conn, ISSUES, repo, id_or_prefix)?)
 }
 
 // ---------------------------------------------------------------- reads
@@ -322,11 +284,7 @@ fn issue_from_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<Issue> {
         id: r.get(1)?,
         title: r.get(2)?,
         body: r.get(3)?,
-        author: Person {
-            principal: r.get(4)?,
-            name: r.get(5)?,
-            key: r.get(6)?,
-        },
+        author: person_at(r, 4)?,
         created_ms: r.get(7)?,
         updated_ms: r.get(8)?,
         status: if status == "closed" {
@@ -387,11 +345,7 @@ pub fn show(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<IssueDe
         .query_map([repo, &id], |r| {
             Ok(Comment {
                 id: r.get(0)?,
-                author: Person {
-                    principal: r.get(1)?,
-                    name: r.get(2)?,
-                    key: r.get(3)?,
-                },
+                author: person_at(r, 1)?,
                 at_ms: r.get(4)?,
                 body: r.get(5)?,
             })
@@ -463,6 +417,15 @@ impl StateFilter {
             _ => None,
         }
     }
+
+    /// The status `list` keeps (`None`: any).
+    fn status(self) -> Option<&'static str> {
+        match self {
+            StateFilter::Open => Some("open"),
+            StateFilter::Closed => Some("closed"),
+            StateFilter::All => None,
+        }
+    }
 }
 
 /// Where a page starts: after the issue `(created_ms, id)` in list order
@@ -526,38 +489,34 @@ pub struct Page {
     pub next: Option<Cursor>,
 }
 
-/// Issues of `repo`, newest first (ties by id), filtered and paged.
-pub fn list(conn: &Connection, repo: &str, query: &ListQuery) -> Result<Page> {
-    let limit = query.limit.clamp(1, MAX_PAGE);
-    let mut sql = format!("SELECT {ISSUE_COLUMNS} FROM issues i WHERE i.repo = ?");
-    let mut params: Vec<crate::sql::Value> = vec![repo.to_string().into()];
-    match query.state {
-        StateFilter::Open => sql.push_str(" AND i.status = 'open'"),
-        StateFilter::Closed => sql.push_str(" AND i.status = 'closed'"),
-        StateFilter::All => {}
-    }
-    if let Some(after) = &query.after {
-        sql.push_str(" AND (i.created_ms < ? OR (i.created_ms = ? AND i.id > ?))");
-        params.push(after.created_ms.into());
-        params.push(after.created_ms.into());
-        params.push(after.id.clone().into());
-    }
-    for label in &query.labels {
-        sql.push_str(
+/// Issues of `repo` with `state` and every one of `labels`, selecting
+/// `what`.
+fn filter<'a>(what: &str, repo: &str, state: StateFilter, labels: &[String]) -> Filter<'a> {
+    let mut f = Filter::new(what, ISSUES, "i", repo);
+    f.status(state.status());
+    for label in labels {
+        f.sql.push_str(
             " AND EXISTS (SELECT 1 FROM issue_labels l \
              WHERE l.repo = i.repo AND l.issue_id = i.id AND l.label = ?)",
         );
-        params.push(label.clone().into());
+        f.params.push(label.clone().into());
     }
-    sql.push_str(" ORDER BY i.created_ms DESC, i.id LIMIT ? OFFSET ?");
-    params.push((limit as i64 + 1).into());
-    params.push((query.offset as i64).into());
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let mut issues = stmt
-        .query_map(crate::sql::params_from_iter(params), issue_from_row)?
+    f
+}
+
+/// Issues of `repo`, newest first (ties by id), filtered and paged.
+pub fn list(conn: &Connection, repo: &str, query: &ListQuery) -> Result<Page> {
+    let limit = query.limit.clamp(1, MAX_PAGE);
+    let mut f = filter(ISSUE_COLUMNS, repo, query.state, &query.labels);
+    if let Some(after) = &query.after {
+        f.after(after.created_ms, &after.id);
+    }
+    f.page(limit, Some(query.offset));
+    let mut issues = conn
+        .prepare_cached(&f.sql)?
+        .query_map(crate::sql::params_from_iter(f.params), issue_from_row)?
         .collect::<crate::sql::Result<Vec<_>>>()?;
-    let next = if issues.len() > limit {
-        issues.truncate(limit);
+    let next = if objects::cut_page(&mut issues, limit) {
         issues.last().map(|i| Cursor {
             created_ms: i.created_ms,
             id: i.id.clone(),
@@ -574,23 +533,10 @@ pub fn list(conn: &Connection, repo: &str, query: &ListQuery) -> Result<Page> {
 /// How many issues of `repo` match a state and labels (for page counts).
 // Used by the importer and the web pages (landing next).
 pub fn count(conn: &Connection, repo: &str, state: StateFilter, labels: &[String]) -> Result<i64> {
-    let mut sql = "SELECT COUNT(*) FROM issues i WHERE i.repo = ?".to_string();
-    let mut params: Vec<crate::sql::Value> = vec![repo.to_string().into()];
-    match state {
-        StateFilter::Open => sql.push_str(" AND i.status = 'open'"),
-        StateFilter::Closed => sql.push_str(" AND i.status = 'closed'"),
-        StateFilter::All => {}
-    }
-    for label in labels {
-        sql.push_str(
-            " AND EXISTS (SELECT 1 FROM issue_labels l \
-             WHERE l.repo = i.repo AND l.issue_id = i.id AND l.label = ?)",
-        );
-        params.push(label.clone().into());
-    }
+    let f = filter("COUNT(*)", repo, state, labels);
     Ok(conn
-        .prepare_cached(&sql)?
-        .query_row(crate::sql::params_from_iter(params), |r| r.get(0))?)
+        .prepare_cached(&f.sql)?
+        .query_row(crate::sql::params_from_iter(f.params), |r| r.get(0))?)
 }
 
 // ---------------------------------------------------------------- writes
@@ -615,36 +561,6 @@ pub struct NewIssue {
     pub title: String,
     pub body: String,
     pub labels: Vec<String>,
-}
-
-fn ms(now: i64) -> i64 {
-    now.saturating_mul(1000)
-}
-
-fn append_event(
-    conn: &Connection,
-    kind: &str,
-    repo: &str,
-    id: &str,
-    actor: &Person,
-    payload: serde_json::Value,
-    now: i64,
-) -> crate::sql::Result<i64> {
-    event_log::append(
-        conn,
-        &NewEvent {
-            kind,
-            repo: Some(repo),
-            object_id: Some(id),
-            actor: Some(&actor.principal),
-            payload,
-        },
-        now,
-    )
-}
-
-fn person_json(p: &Person) -> serde_json::Value {
-    json!({ "principal": p.principal, "name": p.name, "key": p.key })
 }
 
 /// Open a new issue.
@@ -681,7 +597,7 @@ pub fn open(conn: &Connection, w: &WriteCtx<'_>, new: &NewIssue) -> Result<Writt
         "issue.opened",
         repo,
         &id,
-        actor,
+        Some(actor),
         json!({
             "title": title,
             "body": new.body,
@@ -736,16 +652,32 @@ fn target(
 /// Record a write on `issue`: its time and a new revision (the export
 /// follows revisions).
 fn touch(conn: &Connection, issue: &Issue, now: i64) -> crate::sql::Result<()> {
-    conn.prepare_cached(
-        "UPDATE issues SET updated_ms = ?3, revision = revision + 1 WHERE repo = ?1 AND id = ?2",
-    )?
-    .execute(crate::sql::params![
-        issue.repo,
-        issue.id,
-        issue.updated_ms.max(ms(now))
-    ])?;
-    Ok(())
+    objects::touch(conn, ISSUES, &issue.repo, &issue.id, issue.updated_ms, now)
 }
+
+/// The end of every write on an existing issue: record the write
+/// ([`touch`]) and append its event `kind` with `payload`.
+fn record(
+    conn: &Connection,
+    w: &WriteCtx<'_>,
+    issue: Issue,
+    kind: &str,
+    payload: serde_json::Value,
+) -> Result<Written> {
+    touch(conn, &issue, w.now)?;
+    let seq = append_event(conn, kind, w.repo, &issue.id, Some(w.actor), payload, w.now)?;
+    Ok(Written {
+        issue: issue.id,
+        event: None,
+        seq,
+    })
+}
+
+/// A comment row.
+const INSERT_COMMENT: &str =
+    "INSERT INTO issue_comments (repo, issue_id, position, id, author, author_name,
+                                 author_key, at_ms, body)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 
 /// Add a comment at the end of the issue's thread.
 pub fn comment(
@@ -767,38 +699,26 @@ pub fn comment(
     check_body("comment", body, max_body)?;
     let issue = target(conn, repo, id_or_prefix, fence, now)?;
     let comment_id = new_id();
-    let position: i64 = conn
-        .prepare_cached(
-            "UPDATE issues SET comment_count = comment_count + 1, updated_ms = ?3,
-                               revision = revision + 1
-             WHERE repo = ?1 AND id = ?2 RETURNING comment_count",
-        )?
-        .query_row(
-            crate::sql::params![repo, issue.id, issue.updated_ms.max(ms(now))],
-            |r| r.get(0),
-        )?;
-    conn.prepare_cached(
-        "INSERT INTO issue_comments (repo, issue_id, position, id, author, author_name,
-                                     author_key, at_ms, body)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?
-    .execute(crate::sql::params![
-        repo,
-        issue.id,
-        position,
-        comment_id,
-        actor.principal,
-        actor.name,
-        actor.key,
-        ms(now),
-        body
-    ])?;
+    let position =
+        objects::touch_for_comment(conn, ISSUES, repo, &issue.id, issue.updated_ms, now)?;
+    conn.prepare_cached(INSERT_COMMENT)?
+        .execute(crate::sql::params![
+            repo,
+            issue.id,
+            position,
+            comment_id,
+            actor.principal,
+            actor.name,
+            actor.key,
+            ms(now),
+            body
+        ])?;
     let seq = append_event(
         conn,
         "issue.commented",
         repo,
         &issue.id,
-        actor,
+        Some(actor),
         json!({ "comment": { "id": comment_id, "position": position, "body": body } }),
         now,
     )?;
@@ -819,10 +739,10 @@ pub fn edit(
 ) -> Result<Written> {
     let WriteCtx {
         repo,
-        actor,
         fence,
         max_body,
         now,
+        ..
     } = *w;
     if title.is_none() && body.is_none() {
         return Err(invalid("nothing to edit: give a title or a body"));
@@ -837,7 +757,6 @@ pub fn edit(
          WHERE repo = ?1 AND id = ?2",
     )?
     .execute(crate::sql::params![repo, issue.id, title, body])?;
-    touch(conn, &issue, now)?;
     let mut payload = serde_json::Map::new();
     if let Some(t) = &title {
         payload.insert("title".into(), json!(t));
@@ -845,20 +764,7 @@ pub fn edit(
     if let Some(b) = body {
         payload.insert("body".into(), json!(b));
     }
-    let seq = append_event(
-        conn,
-        "issue.edited",
-        repo,
-        &issue.id,
-        actor,
-        payload.into(),
-        now,
-    )?;
-    Ok(Written {
-        issue: issue.id,
-        event: None,
-        seq,
-    })
+    record(conn, w, issue, "issue.edited", payload.into())
 }
 
 /// Highest priority accepted (0 is the most urgent).
@@ -874,11 +780,7 @@ pub fn set_priority(
     priority: Option<i64>,
 ) -> Result<Written> {
     let WriteCtx {
-        repo,
-        actor,
-        fence,
-        now,
-        ..
+        repo, fence, now, ..
     } = *w;
     if let Some(p) = priority {
         if !(0..=MAX_PRIORITY).contains(&p) {
@@ -897,21 +799,13 @@ pub fn set_priority(
     }
     conn.prepare_cached("UPDATE issues SET priority = ?3 WHERE repo = ?1 AND id = ?2")?
         .execute(crate::sql::params![repo, issue.id, priority])?;
-    touch(conn, &issue, now)?;
-    let seq = append_event(
+    record(
         conn,
+        w,
+        issue,
         "issue.edited",
-        repo,
-        &issue.id,
-        actor,
         json!({ "priority": priority }),
-        now,
-    )?;
-    Ok(Written {
-        issue: issue.id,
-        event: None,
-        seq,
-    })
+    )
 }
 
 /// Add and remove labels. Only real changes are recorded; asking for no
@@ -924,11 +818,7 @@ pub fn label(
     remove: &[String],
 ) -> Result<Written> {
     let WriteCtx {
-        repo,
-        actor,
-        fence,
-        now,
-        ..
+        repo, fence, now, ..
     } = *w;
     for l in add.iter().chain(remove) {
         check_label(l)?;
@@ -969,21 +859,13 @@ pub fn label(
     for label in &removed {
         delete.execute([repo, &issue.id, label])?;
     }
-    touch(conn, &issue, now)?;
-    let seq = append_event(
+    record(
         conn,
+        w,
+        issue,
         "issue.labeled",
-        repo,
-        &issue.id,
-        actor,
         json!({ "add": added, "remove": removed }),
-        now,
-    )?;
-    Ok(Written {
-        issue: issue.id,
-        event: None,
-        seq,
-    })
+    )
 }
 
 /// Close an open issue, ending its live lease (recorded as a
@@ -1016,24 +898,15 @@ pub fn close(
         "UPDATE issues SET status = 'closed', closed_reason = ?3 WHERE repo = ?1 AND id = ?2",
     )?
     .execute(crate::sql::params![repo, issue.id, reason])?;
-    touch(conn, &issue, now)?;
-    let seq = append_event(
-        conn,
-        "issue.closed",
-        repo,
-        &issue.id,
-        actor,
-        json!({ "reason": reason }),
-        now,
-    )?;
-    let ended_lease = leases::end_on_close_in(conn, repo, &issue.id, now)?;
+    let written = record(conn, w, issue, "issue.closed", json!({ "reason": reason }))?;
+    let ended_lease = leases::end_on_close_in(conn, repo, &written.issue, now)?;
     if let Some(lease) = &ended_lease {
         append_event(
             conn,
             "lease.released",
             repo,
-            &issue.id,
-            actor,
+            &written.issue,
+            Some(actor),
             json!({
                 "holder": lease.holder,
                 "token": lease.token,
@@ -1043,11 +916,7 @@ pub fn close(
         )?;
     }
     Ok(Closed {
-        written: Written {
-            issue: issue.id,
-            event: None,
-            seq,
-        },
+        written,
         ended_lease,
     })
 }
@@ -1055,11 +924,7 @@ pub fn close(
 /// Reopen a closed issue.
 pub fn reopen(conn: &Connection, w: &WriteCtx<'_>, id_or_prefix: &str) -> Result<Written> {
     let WriteCtx {
-        repo,
-        actor,
-        fence,
-        now,
-        ..
+        repo, fence, now, ..
     } = *w;
     let issue = target(conn, repo, id_or_prefix, fence, now)?;
     if issue.status == IssueStatus::Open {
@@ -1072,21 +937,7 @@ pub fn reopen(conn: &Connection, w: &WriteCtx<'_>, id_or_prefix: &str) -> Result
         "UPDATE issues SET status = 'open', closed_reason = NULL WHERE repo = ?1 AND id = ?2",
     )?
     .execute([repo, &issue.id])?;
-    touch(conn, &issue, now)?;
-    let seq = append_event(
-        conn,
-        "issue.reopened",
-        repo,
-        &issue.id,
-        actor,
-        json!({}),
-        now,
-    )?;
-    Ok(Written {
-        issue: issue.id,
-        event: None,
-        seq,
-    })
+    record(conn, w, issue, "issue.reopened", json!({}))
 }
 
 /// `repo#id8`: how a link target is written in text.
@@ -1184,21 +1035,7 @@ pub fn link(
         actor.principal,
         ms(now)
     ])?;
-    touch(conn, &issue, now)?;
-    let seq = append_event(
-        conn,
-        "issue.linked",
-        repo,
-        &issue.id,
-        actor,
-        link_payload(kind, &other),
-        now,
-    )?;
-    Ok(Written {
-        issue: issue.id,
-        event: None,
-        seq,
-    })
+    record(conn, w, issue, "issue.linked", link_payload(kind, &other))
 }
 
 fn link_payload(kind: LinkKind, other: &IssueKey) -> serde_json::Value {
@@ -1219,9 +1056,6 @@ pub fn unlink(
     target_repo: &str,
     target_prefix: &str,
 ) -> Result<Written> {
-    let WriteCtx {
-        repo, actor, now, ..
-    } = *w;
     let (issue, me, other) = link_ends(conn, w, id_or_prefix, target_repo, target_prefix)?;
     let Some((from, to)) = find_link(conn, &me, kind, &other)? else {
         return Err(invalid(format!(
@@ -1246,25 +1080,7 @@ pub fn unlink(
         to.repo,
         to.id
     ])?;
-    touch(conn, &issue, now)?;
-    let seq = append_event(
-        conn,
-        "issue.unlinked",
-        repo,
-        &issue.id,
-        actor,
-        link_payload(kind, &other),
-        now,
-    )?;
-    Ok(Written {
-        issue: issue.id,
-        event: None,
-        seq,
-    })
-}
-
-fn short(id: &str) -> &str {
-    &id[..id.len().min(8)]
+    record(conn, w, issue, "issue.unlinked", link_payload(kind, &other))
 }
 
 // ---------------------------------------------------------------- import
@@ -1305,11 +1121,7 @@ pub fn insert_imported(
         return Ok(None);
     }
     insert_labels(conn, &issue.repo, &issue.id, &issue.labels)?;
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO issue_comments (repo, issue_id, position, id, author, author_name,
-                                     author_key, at_ms, body)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?;
+    let mut stmt = conn.prepare_cached(INSERT_COMMENT)?;
     for (i, c) in comments.iter().enumerate() {
         stmt.execute(crate::sql::params![
             issue.repo,
@@ -1324,22 +1136,21 @@ pub fn insert_imported(
         ])?;
     }
     // The server imports; the issue's author is in the payload.
-    let seq = event_log::append(
+    let payload = json!({
+        "title": issue.title,
+        "status": status_str(issue.status),
+        "labels": issue.labels,
+        "comments": comments.len(),
+        "created_ms": issue.created_ms,
+        "author": person_json(&issue.author),
+    });
+    let seq = objects::append_event(
         conn,
-        &NewEvent {
-            kind: "issue.imported",
-            repo: Some(&issue.repo),
-            object_id: Some(&issue.id),
-            actor: None,
-            payload: json!({
-            "title": issue.title,
-            "status": status_str(issue.status),
-            "labels": issue.labels,
-            "comments": comments.len(),
-            "created_ms": issue.created_ms,
-            "author": person_json(&issue.author),
-            }),
-        },
+        "issue.imported",
+        &issue.repo,
+        &issue.id,
+        None,
+        payload,
         now,
     )?;
     Ok(Some(seq))

@@ -6,7 +6,8 @@
 //! gives the read-only connections that read beside it, and `reads` pools
 //! them for request handlers. `issues` holds the issue decisions; `queue`
 //! the work queue (ready issues, `next`); `patches` the patch decisions
-//! (push-to-review).
+//! (push-to-review); `objects` what issues and patches share (people, ids
+//! by prefix, the bookkeeping of every write, keyset paging).
 
 pub mod connect;
 pub mod event_log;
@@ -15,6 +16,7 @@ pub mod guard;
 pub mod issues;
 pub mod leases;
 pub mod migrations;
+pub mod objects;
 pub mod patches;
 pub mod queue;
 pub mod reads;

@@ -24,16 +24,15 @@ use crate::sql::{Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::json;
 
-use super::event_log::{self, NewEvent};
-pub use super::issues::{check_body, check_title, new_id, Person};
+pub use super::issues::{check_body, check_title};
+use super::objects::{self, ms, person_at, person_json, short, Filter, PATCHES};
+pub use super::objects::{new_id, Person};
 
 /// Default and largest page of `list`.
 pub const DEFAULT_PAGE: usize = 50;
 pub const MAX_PAGE: usize = 500;
 /// Longest path of an inline comment, in bytes.
 pub const MAX_PATH_BYTES: usize = 4096;
-/// Most candidates an ambiguous prefix lists.
-const MAX_CANDIDATES: usize = 20;
 
 /// Where a patch stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -228,6 +227,8 @@ fn invalid(message: impl Into<String>) -> PatchError {
     PatchError::Invalid(message.into())
 }
 
+objects::from_unresolved!(PatchError);
+
 fn from_issue_rule(e: super::issues::IssueError) -> PatchError {
     match e {
         super::issues::IssueError::Invalid(m) => PatchError::Invalid(m),
@@ -277,28 +278,7 @@ fn check_path(path: &str) -> Result<()> {
 /// A full 40-hex id or a unique prefix of 4+ hex digits (any case) to the
 /// full id of a patch of `repo`.
 pub fn resolve(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<String> {
-    let prefix = id_or_prefix.trim().to_ascii_lowercase();
-    if prefix.len() < 4 || prefix.len() > 40 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(PatchError::InvalidId(id_or_prefix.to_string()));
-    }
-    let upper = format!("{prefix}g");
-    let mut stmt = conn.prepare_cached(
-        "SELECT id FROM patches WHERE repo = ?1 AND id >= ?2 AND id < ?3 ORDER BY id LIMIT ?4",
-    )?;
-    let ids: Vec<String> = stmt
-        .query_map(
-            crate::sql::params![repo, prefix, upper, MAX_CANDIDATES as i64 + 1],
-            |r| r.get(0),
-        )?
-        .collect::<crate::sql::Result<_>>()?;
-    match ids.len() {
-        0 => Err(PatchError::NotFound(id_or_prefix.to_string())),
-        1 => Ok(ids.into_iter().next().expect("one id")),
-        _ => Err(PatchError::Ambiguous {
-            prefix: id_or_prefix.to_string(),
-            candidates: ids,
-        }),
-    }
+    Ok(objects::resolve(conn, PATCHES, repo, id_or_prefix)?)
 }
 
 // ---------------------------------------------------------------- reads
@@ -316,11 +296,7 @@ fn patch_from_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<Patch> {
         title: r.get(2)?,
         body: r.get(3)?,
         base: r.get(4)?,
-        author: Person {
-            principal: r.get(5)?,
-            name: r.get(6)?,
-            key: r.get(7)?,
-        },
+        author: person_at(r, 5)?,
         created_ms: r.get(8)?,
         updated_ms: r.get(9)?,
         status: PatchStatus::parse(&status),
@@ -351,14 +327,6 @@ pub fn get(conn: &Connection, repo: &str, id: &str) -> crate::sql::Result<Option
 pub fn exists(conn: &Connection, repo: &str, id: &str) -> crate::sql::Result<bool> {
     conn.prepare_cached("SELECT 1 FROM patches WHERE repo = ?1 AND id = ?2")?
         .exists([repo, id])
-}
-
-fn person_at(r: &crate::sql::Row<'_>, i: usize) -> crate::sql::Result<Person> {
-    Ok(Person {
-        principal: r.get(i)?,
-        name: r.get(i + 1)?,
-        key: r.get(i + 2)?,
-    })
 }
 
 /// The revisions of a patch, in order.
@@ -457,6 +425,16 @@ impl StateFilter {
             _ => None,
         }
     }
+
+    /// The status `list` keeps (`None`: any).
+    fn status(self) -> Option<&'static str> {
+        match self {
+            StateFilter::Open => Some("open"),
+            StateFilter::Merged => Some("merged"),
+            StateFilter::Closed => Some("closed"),
+            StateFilter::All => None,
+        }
+    }
 }
 
 /// A `list` request: newest first, ties by id; `after` is the last
@@ -488,47 +466,26 @@ pub struct Page {
 /// Patches of `repo`, newest first (ties by id), filtered and paged.
 pub fn list(conn: &Connection, repo: &str, query: &ListQuery) -> Result<Page> {
     let limit = query.limit.clamp(1, MAX_PAGE);
-    let mut sql = format!("SELECT {PATCH_COLUMNS} FROM patches WHERE repo = ?");
-    let mut params: Vec<crate::sql::Value> = vec![repo.to_string().into()];
-    match query.state {
-        StateFilter::Open => sql.push_str(" AND status = 'open'"),
-        StateFilter::Merged => sql.push_str(" AND status = 'merged'"),
-        StateFilter::Closed => sql.push_str(" AND status = 'closed'"),
-        StateFilter::All => {}
-    }
+    let mut f = Filter::new(PATCH_COLUMNS, PATCHES, "", repo);
+    f.status(query.state.status());
     if let Some((created_ms, id)) = &query.after {
-        sql.push_str(" AND (created_ms < ? OR (created_ms = ? AND id > ?))");
-        params.push((*created_ms).into());
-        params.push((*created_ms).into());
-        params.push(id.clone().into());
+        f.after(*created_ms, id);
     }
-    sql.push_str(" ORDER BY created_ms DESC, id LIMIT ?");
-    params.push((limit as i64 + 1).into());
+    f.page(limit, None);
     let mut patches = conn
-        .prepare_cached(&sql)?
-        .query_map(crate::sql::params_from_iter(params), patch_from_row)?
+        .prepare_cached(&f.sql)?
+        .query_map(crate::sql::params_from_iter(f.params), patch_from_row)?
         .collect::<crate::sql::Result<Vec<_>>>()?;
-    let more = patches.len() > limit;
-    patches.truncate(limit);
+    let more = objects::cut_page(&mut patches, limit);
     Ok(Page { patches, more })
 }
 
 /// How many patches of `repo` `state` admits (an index range count).
 pub fn count(conn: &Connection, repo: &str, state: StateFilter) -> crate::sql::Result<i64> {
-    let status = match state {
-        StateFilter::Open => Some("open"),
-        StateFilter::Merged => Some("merged"),
-        StateFilter::Closed => Some("closed"),
-        StateFilter::All => None,
-    };
-    match status {
-        Some(status) => conn
-            .prepare_cached("SELECT COUNT(*) FROM patches WHERE repo = ?1 AND status = ?2")?
-            .query_row([repo, status], |r| r.get(0)),
-        None => conn
-            .prepare_cached("SELECT COUNT(*) FROM patches WHERE repo = ?1")?
-            .query_row([repo], |r| r.get(0)),
-    }
+    let mut f = Filter::new("COUNT(*)", PATCHES, "", repo);
+    f.status(state.status());
+    conn.prepare_cached(&f.sql)?
+        .query_row(crate::sql::params_from_iter(f.params), |r| r.get(0))
 }
 
 /// The patches of `repo` linked to issue `issue_id` (full id), newest
@@ -612,14 +569,6 @@ pub struct NewPatch {
     pub issues: Vec<String>,
 }
 
-fn ms(now: i64) -> i64 {
-    now.saturating_mul(1000)
-}
-
-fn person_json(p: &Person) -> serde_json::Value {
-    json!({ "principal": p.principal, "name": p.name, "key": p.key })
-}
-
 fn append_event(
     conn: &Connection,
     w: &WriteCtx<'_>,
@@ -627,17 +576,7 @@ fn append_event(
     id: &str,
     payload: serde_json::Value,
 ) -> crate::sql::Result<i64> {
-    event_log::append(
-        conn,
-        &NewEvent {
-            kind,
-            repo: Some(w.repo),
-            object_id: Some(id),
-            actor: Some(&w.actor.principal),
-            payload,
-        },
-        w.now,
-    )
+    objects::append_event(conn, kind, w.repo, id, Some(w.actor), payload, w.now)
 }
 
 /// Resolve the patch and return its row.
@@ -659,16 +598,44 @@ fn require_open(patch: &Patch, doing: &str) -> Result<()> {
 
 /// Record a write on `patch`: its time and a new version.
 fn touch(conn: &Connection, patch: &Patch, now: i64) -> crate::sql::Result<()> {
-    conn.prepare_cached(
-        "UPDATE patches SET updated_ms = ?3, version = version + 1 WHERE repo = ?1 AND id = ?2",
-    )?
-    .execute(crate::sql::params![
-        patch.repo,
-        patch.id,
-        patch.updated_ms.max(ms(now))
-    ])?;
-    Ok(())
+    objects::touch(conn, PATCHES, &patch.repo, &patch.id, patch.updated_ms, now)
 }
+
+/// The end of every write on an existing patch: record the write
+/// ([`touch`]) and append its event `kind` with `payload`; returns the
+/// event's `seq`.
+fn record(
+    conn: &Connection,
+    w: &WriteCtx<'_>,
+    patch: &Patch,
+    kind: &str,
+    payload: serde_json::Value,
+) -> crate::sql::Result<i64> {
+    touch(conn, patch, w.now)?;
+    append_event(conn, w, kind, &patch.id, payload)
+}
+
+/// A revision row (its patch's `revision_count` is the caller's).
+const INSERT_REVISION: &str =
+    "INSERT INTO patch_revisions (repo, patch_id, n, head, base_commit, base_tip, author,
+                                  author_name, author_key, at_ms, event_id)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+
+/// A vote row, replacing the author's earlier vote on that revision.
+const UPSERT_REVIEW: &str =
+    "INSERT INTO patch_reviews (repo, patch_id, revision, author, author_name, author_key,
+                                id, verdict, body, at_ms)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+     ON CONFLICT (repo, patch_id, revision, author) DO UPDATE SET
+       author_name = excluded.author_name, author_key = excluded.author_key,
+       id = excluded.id, verdict = excluded.verdict, body = excluded.body,
+       at_ms = excluded.at_ms";
+
+/// A comment row.
+const INSERT_COMMENT: &str =
+    "INSERT INTO patch_comments (repo, patch_id, position, id, author, author_name,
+                                 author_key, at_ms, body, revision, path, line)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 
 fn check_revision(r: &NewRevision) -> Result<()> {
     check_oid("head", &r.head)?;
@@ -692,24 +659,20 @@ fn insert_revision(
     r: &NewRevision,
     event_id: Option<&str>,
 ) -> crate::sql::Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO patch_revisions (repo, patch_id, n, head, base_commit, base_tip, author,
-                                      author_name, author_key, at_ms, event_id)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-    )?
-    .execute(crate::sql::params![
-        w.repo,
-        patch_id,
-        n,
-        r.head,
-        r.base_commit,
-        r.base_tip,
-        w.actor.principal,
-        w.actor.name,
-        w.actor.key,
-        ms(w.now),
-        event_id
-    ])?;
+    conn.prepare_cached(INSERT_REVISION)?
+        .execute(crate::sql::params![
+            w.repo,
+            patch_id,
+            n,
+            r.head,
+            r.base_commit,
+            r.base_tip,
+            w.actor.principal,
+            w.actor.name,
+            w.actor.key,
+            ms(w.now),
+            event_id
+        ])?;
     conn.prepare_cached("UPDATE patches SET revision_count = ?3 WHERE repo = ?1 AND id = ?2")?
         .execute(crate::sql::params![w.repo, patch_id, n])?;
     Ok(())
@@ -816,12 +779,11 @@ pub fn revise(
     }
     let n = patch.revision_count + 1;
     insert_revision(conn, w, &patch.id, n, revision, None)?;
-    touch(conn, &patch, w.now)?;
-    let mut seq = append_event(
+    let mut seq = record(
         conn,
         w,
+        &patch,
         "patch.revised",
-        &patch.id,
         json!({ "revision": revision_json(n, revision) }),
     )?;
     for issue in &issues {
@@ -859,14 +821,7 @@ pub fn link_issue(
             short(&issue)
         )));
     }
-    touch(conn, &patch, w.now)?;
-    let seq = append_event(
-        conn,
-        w,
-        "patch.linked",
-        &patch.id,
-        json!({ "issue": issue }),
-    )?;
+    let seq = record(conn, w, &patch, "patch.linked", json!({ "issue": issue }))?;
     Ok(Written {
         patch: patch.id,
         revision: None,
@@ -914,33 +869,24 @@ pub fn review(
         )
         .optional()?;
     let review_id = new_id();
-    conn.prepare_cached(
-        "INSERT INTO patch_reviews (repo, patch_id, revision, author, author_name, author_key,
-                                    id, verdict, body, at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-         ON CONFLICT (repo, patch_id, revision, author) DO UPDATE SET
-           author_name = excluded.author_name, author_key = excluded.author_key,
-           id = excluded.id, verdict = excluded.verdict, body = excluded.body,
-           at_ms = excluded.at_ms",
-    )?
-    .execute(crate::sql::params![
-        w.repo,
-        patch.id,
-        n,
-        w.actor.principal,
-        w.actor.name,
-        w.actor.key,
-        review_id,
-        verdict.as_str(),
-        body,
-        ms(w.now)
-    ])?;
-    touch(conn, &patch, w.now)?;
-    let seq = append_event(
+    conn.prepare_cached(UPSERT_REVIEW)?
+        .execute(crate::sql::params![
+            w.repo,
+            patch.id,
+            n,
+            w.actor.principal,
+            w.actor.name,
+            w.actor.key,
+            review_id,
+            verdict.as_str(),
+            body,
+            ms(w.now)
+        ])?;
+    let seq = record(
         conn,
         w,
+        &patch,
         "patch.reviewed",
-        &patch.id,
         json!({
             "review": {"id": review_id, "revision": n, "verdict": verdict.as_str(), "body": body},
             "replaces": replaces,
@@ -981,35 +927,23 @@ pub fn comment(
         _ => Some(pick_revision(&patch, revision)?),
     };
     let comment_id = new_id();
-    let position: i64 = conn
-        .prepare_cached(
-            "UPDATE patches SET comment_count = comment_count + 1, updated_ms = ?3,
-                                version = version + 1
-             WHERE repo = ?1 AND id = ?2 RETURNING comment_count",
-        )?
-        .query_row(
-            crate::sql::params![w.repo, patch.id, patch.updated_ms.max(ms(w.now))],
-            |r| r.get(0),
-        )?;
-    conn.prepare_cached(
-        "INSERT INTO patch_comments (repo, patch_id, position, id, author, author_name,
-                                     author_key, at_ms, body, revision, path, line)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-    )?
-    .execute(crate::sql::params![
-        w.repo,
-        patch.id,
-        position,
-        comment_id,
-        w.actor.principal,
-        w.actor.name,
-        w.actor.key,
-        ms(w.now),
-        body,
-        n,
-        inline.map(|i| i.path.as_str()),
-        inline.and_then(|i| i.line),
-    ])?;
+    let position =
+        objects::touch_for_comment(conn, PATCHES, w.repo, &patch.id, patch.updated_ms, w.now)?;
+    conn.prepare_cached(INSERT_COMMENT)?
+        .execute(crate::sql::params![
+            w.repo,
+            patch.id,
+            position,
+            comment_id,
+            w.actor.principal,
+            w.actor.name,
+            w.actor.key,
+            ms(w.now),
+            body,
+            n,
+            inline.map(|i| i.path.as_str()),
+            inline.and_then(|i| i.line),
+        ])?;
     let seq = append_event(
         conn,
         w,
@@ -1033,8 +967,7 @@ pub fn close(conn: &Connection, w: &WriteCtx<'_>, id_or_prefix: &str) -> Result<
     let patch = target(conn, w.repo, id_or_prefix)?;
     require_open(&patch, "close")?;
     set_status(conn, &patch, PatchStatus::Closed)?;
-    touch(conn, &patch, w.now)?;
-    let seq = append_event(conn, w, "patch.closed", &patch.id, json!({}))?;
+    let seq = record(conn, w, &patch, "patch.closed", json!({}))?;
     Ok(Written {
         patch: patch.id,
         revision: None,
@@ -1054,8 +987,7 @@ pub fn reopen(conn: &Connection, w: &WriteCtx<'_>, id_or_prefix: &str) -> Result
         )));
     }
     set_status(conn, &patch, PatchStatus::Open)?;
-    touch(conn, &patch, w.now)?;
-    let seq = append_event(conn, w, "patch.reopened", &patch.id, json!({}))?;
+    let seq = record(conn, w, &patch, "patch.reopened", json!({}))?;
     Ok(Written {
         patch: patch.id,
         revision: None,
@@ -1114,7 +1046,6 @@ pub fn mark_merged(
         w.actor.principal,
         ms(w.now)
     ])?;
-    touch(conn, &patch, w.now)?;
     let payload = match by {
         MergedBy::Verb => {
             json!({ "commit": commit, "revision": patch.revision_count, "by": "merge" })
@@ -1124,7 +1055,7 @@ pub fn mark_merged(
             "push": { "ref": refname, "new": new }, "how": how,
         }),
     };
-    let seq = append_event(conn, w, "patch.merged", &patch.id, payload)?;
+    let seq = record(conn, w, &patch, "patch.merged", payload)?;
     Ok(Written {
         patch: patch.id,
         revision: Some(patch.revision_count),
@@ -1192,15 +1123,11 @@ pub fn rule_allows(detail: &PatchDetail, rule: &MergeRule) -> std::result::Resul
     Ok(())
 }
 
-fn short(id: &str) -> &str {
-    &id[..id.len().min(8)]
-}
-
 // ---------------------------------------------------------------- import
 
-/// Insert a patch replayed from a client-written DAG (`patch_import`), with
-/// its revisions (`revision_events[i]` is the id of the event that made
-/// revision `i + 1`), votes and comments as given, unless the repository
+/// Insert a patch replayed from a client-written DAG (the server's
+/// `objects::import::patch`), with its revisions (`revision_events[i]` is
+/// the id of the event that made revision `i + 1`), votes and comments as given, unless the repository
 /// already holds a patch with that id. Appends `patch.imported` (actor: the
 /// server; the author is in the payload). Returns the event's `seq`, `None`
 /// when the patch was there already. The caller has made the rows fit the
@@ -1241,11 +1168,7 @@ pub fn insert_imported(
     if inserted == 0 {
         return Ok(None);
     }
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO patch_revisions (repo, patch_id, n, head, base_commit, base_tip, author,
-                                      author_name, author_key, at_ms, event_id)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-    )?;
+    let mut stmt = conn.prepare_cached(INSERT_REVISION)?;
     for (i, r) in detail.revisions.iter().enumerate() {
         stmt.execute(crate::sql::params![
             p.repo,
@@ -1261,15 +1184,7 @@ pub fn insert_imported(
             revision_events.get(i),
         ])?;
     }
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO patch_reviews (repo, patch_id, revision, author, author_name, author_key,
-                                    id, verdict, body, at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-         ON CONFLICT (repo, patch_id, revision, author) DO UPDATE SET
-           author_name = excluded.author_name, author_key = excluded.author_key,
-           id = excluded.id, verdict = excluded.verdict, body = excluded.body,
-           at_ms = excluded.at_ms",
-    )?;
+    let mut stmt = conn.prepare_cached(UPSERT_REVIEW)?;
     for r in &detail.reviews {
         stmt.execute(crate::sql::params![
             p.repo,
@@ -1284,11 +1199,7 @@ pub fn insert_imported(
             r.at_ms,
         ])?;
     }
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO patch_comments (repo, patch_id, position, id, author, author_name,
-                                     author_key, at_ms, body, revision, path, line)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-    )?;
+    let mut stmt = conn.prepare_cached(INSERT_COMMENT)?;
     for (i, c) in detail.comments.iter().enumerate() {
         stmt.execute(crate::sql::params![
             p.repo,
@@ -1311,28 +1222,18 @@ pub fn insert_imported(
             other => failure(other.to_string()),
         })?;
     }
-    event_log::append(
-        conn,
-        &NewEvent {
-            kind: "patch.imported",
-            repo: Some(&p.repo),
-            object_id: Some(&p.id),
-            actor: None,
-            payload: json!({
-                "title": p.title,
-                "base": p.base,
-                "status": p.status.as_str(),
-                "revisions": detail.revisions.len(),
-                "reviews": detail.reviews.len(),
-                "comments": detail.comments.len(),
-                "created_ms": p.created_ms,
-                "author": person_json(&p.author),
-                "merged_commit": p.merge.as_ref().map(|m| m.commit.as_str()),
-            }),
-        },
-        now,
-    )
-    .map(Some)
+    let payload = json!({
+        "title": p.title,
+        "base": p.base,
+        "status": p.status.as_str(),
+        "revisions": detail.revisions.len(),
+        "reviews": detail.reviews.len(),
+        "comments": detail.comments.len(),
+        "created_ms": p.created_ms,
+        "author": person_json(&p.author),
+        "merged_commit": p.merge.as_ref().map(|m| m.commit.as_str()),
+    });
+    objects::append_event(conn, "patch.imported", &p.repo, &p.id, None, payload, now).map(Some)
 }
 
 fn failure(message: String) -> crate::sql::Error {
@@ -1342,6 +1243,7 @@ fn failure(message: String) -> crate::sql::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event_log;
 
     const A: &str = "1111111111111111111111111111111111111111";
     const B: &str = "2222222222222222222222222222222222222222";

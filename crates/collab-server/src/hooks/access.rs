@@ -30,8 +30,8 @@ use collab_record::refs;
 /// starts maintaining a namespace.
 ///
 /// `refs/collab/revisions/*` is the server's since the client-written
-/// patch DAGs are imported (`patch_import`, at start, before the server
-/// listens): the server writes every revision pin itself, from the
+/// patch DAGs are imported (`objects::import::patch`, at start, before the
+/// server listens): the server writes every revision pin itself, from the
 /// `proc-receive` hook (`hooks::review`) and the import, never through a
 /// push, so no client push may touch one.
 pub const SERVER_MAINTAINED_PREFIXES: &[&str] = &[refs::EXPORT_PREFIX, refs::REVISIONS_PREFIX];

@@ -5,7 +5,7 @@
 //! one of their DAG refs (`refs/collab/issues/*`, `refs/collab/patches/*`,
 //! what `git collab issue|patch …` and `sync` wrote before) is refused with
 //! one line saying what to use instead. The DAGs already in a repository
-//! stay as they were imported (`import`, `patch_import`, at start and on
+//! stay as they were imported (`objects::import`, at start and on
 //! first use, before any push can reach the repository), a read-only record
 //! of the history before the server took over; the server's own signed
 //! copies are under `refs/collab/export/*`. The revision pins beside the

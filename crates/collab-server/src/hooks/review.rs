@@ -25,8 +25,9 @@
 //!
 //! The revision refs are the server's: `access` refuses every client push
 //! touching `refs/collab/revisions/*` (a server-maintained prefix since the
-//! client-written patch DAGs are imported, `patch_import`), and [`check`]
-//! still names the way to add a revision for a patch the server holds.
+//! client-written patch DAGs are imported, `objects::import::patch`), and
+//! [`check`] still names the way to add a revision for a patch the server
+//! holds.
 //!
 //! Push options: `title=`, `description=`, `patch=<id>`, `issue=<id>`
 //! (repeatable). Others are left to other checks.

@@ -3,7 +3,7 @@
 //! into the patch tables of `collab.db`, after which the server is the
 //! only writer of that repository's patches: `refs/collab/patches/*` and
 //! `refs/collab/revisions/*` can no longer be pushed (`hooks::records`,
-//! `hooks::access`). It runs with the issue import (`import`), under the
+//! `hooks::access`). It runs with the issue import ([`super`]), under the
 //! same rules:
 //!
 //! - Replay is the library's (`record::patch::replay_ref`): signatures are
@@ -30,13 +30,12 @@
 //!   pins were numbered otherwise), so the server's next revision pin is
 //!   free and every head stays reachable.
 //! - Idempotent: patches are inserted with `ON CONFLICT DO NOTHING`, in
-//!   batches of [`crate::import_shared::BATCH`]; the repository's `patch_imports`
+//!   batches of [`super::BATCH`]; the repository's `patch_imports`
 //!   row is written with the last batch, so a crash mid-import is finished
 //!   by the next start and a finished repository is never imported again.
 //!   The DAGs stay in the repository, untouched, as the read-only record of
 //!   the history before the server took over.
 
-use crate::db::sql::{Connection, OptionalExtension};
 use collab_record::patch::{self as record_patch, PatchState, PatchStatus as DagStatus};
 use collab_record::refs;
 use collab_record::replay::DroppedEvent;
@@ -44,10 +43,11 @@ use collab_record::trust::TrustList;
 use git2::{Oid, Repository};
 use serde::Serialize;
 
+use super::{person, replay_in_batches, DagKind, Replayed};
 use crate::db::patches::{
     self, Comment, Inline, Merge, Patch, PatchDetail, PatchStatus, Review, Revision, Verdict,
 };
-use crate::import_shared::person;
+use crate::db::sql::Connection;
 
 /// What importing one repository's patch DAGs found and did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -97,15 +97,6 @@ pub struct PatchBatch {
 
 /// Rows inserted: `(patches, revisions, reviews, comments)`.
 pub type Counts = (usize, usize, usize, usize);
-
-/// Whether `repo`'s patch DAGs have been imported.
-pub fn is_imported(conn: &Connection, repo: &str) -> crate::db::sql::Result<bool> {
-    Ok(conn
-        .prepare_cached("SELECT 1 FROM patch_imports WHERE repo = ?1")?
-        .query_row([repo], |_| Ok(()))
-        .optional()?
-        .is_some())
-}
 
 /// Store one batch inside the caller's transaction; the last batch also
 /// records the repository's patches as imported. Returns the rows inserted
@@ -291,6 +282,78 @@ fn pin_revisions(git: &Repository, s: &PatchState) -> usize {
     written
 }
 
+/// Patch DAGs, as [`replay_in_batches`] replays them.
+struct PatchDags;
+
+impl DagKind for PatchDags {
+    type State = PatchState;
+    type Rows = (PatchDetail, Vec<String>);
+    type Report = PatchReport;
+    type Counts = Counts;
+
+    fn replay(
+        git: &Repository,
+        ref_name: &str,
+        id: &str,
+        trust: Option<&TrustList>,
+    ) -> Result<Replayed<PatchState>, String> {
+        let replay =
+            record_patch::replay_ref(git, ref_name, id, trust).map_err(|e| e.to_string())?;
+        let applied = replay.state.as_ref().map_or(0, |s| s.timeline.len());
+        Ok(Replayed {
+            events: replay.dropped.len() + applied,
+            dropped: replay.dropped,
+            state: replay.state,
+        })
+    }
+
+    /// The rows, and the revisions pinned at their numbers.
+    fn rows(
+        git: &Repository,
+        repo: &str,
+        s: &PatchState,
+        report: &mut PatchReport,
+    ) -> Result<(PatchDetail, Vec<String>), String> {
+        let rows = rows(git, repo, s)?;
+        report.pins += pin_revisions(git, s);
+        Ok(rows)
+    }
+
+    fn note_replayed(
+        report: &mut PatchReport,
+        id: &str,
+        events: usize,
+        dropped: Vec<DroppedEvent>,
+    ) {
+        report.events += events;
+        report
+            .dropped
+            .extend(dropped.into_iter().map(|event| DroppedPatchEvent {
+                patch: id.to_string(),
+                event,
+            }));
+    }
+
+    fn note_left_out(report: &mut PatchReport, id: &str, reason: String, invalid: bool) {
+        let skipped = SkippedPatch {
+            patch: id.to_string(),
+            reason,
+        };
+        if invalid {
+            report.invalid_patches.push(skipped);
+        } else {
+            report.skipped.push(skipped);
+        }
+    }
+
+    fn add(report: &mut PatchReport, (p, r, v, c): Counts) {
+        report.patches += p;
+        report.revisions += r;
+        report.reviews += v;
+        report.comments += c;
+    }
+}
+
 /// Replay every patch DAG of the repository at `git` (canonical name
 /// `repo`) and hand the rows to `store` in batches; the last call carries
 /// the report (`Some`), and its counts are added to the report returned.
@@ -305,50 +368,14 @@ pub fn import(
         found: found.len(),
         ..Default::default()
     };
-    let chunks: Vec<&[(String, String)]> = found.chunks(crate::import_shared::BATCH).collect();
-    let total = chunks.len().max(1);
-    for i in 0..total {
-        let chunk: &[(String, String)] = chunks.get(i).copied().unwrap_or(&[]);
-        let mut batch = PatchBatch::default();
-        for (ref_name, id) in chunk {
-            match record_patch::replay_ref(git, ref_name, id, trust.as_ref()) {
-                Ok(replay) => {
-                    report.events += replay.dropped.len();
-                    report
-                        .dropped
-                        .extend(replay.dropped.into_iter().map(|event| DroppedPatchEvent {
-                            patch: id.clone(),
-                            event,
-                        }));
-                    let state = replay.state.and_then(|s| {
-                        report.events += s.timeline.len();
-                        let rows = rows(git, repo, &s)?;
-                        Ok((s, rows))
-                    });
-                    match state {
-                        Ok((s, rows)) => {
-                            report.pins += pin_revisions(git, &s);
-                            batch.patches.push(rows);
-                        }
-                        Err(reason) => report.invalid_patches.push(SkippedPatch {
-                            patch: id.clone(),
-                            reason,
-                        }),
-                    }
-                }
-                Err(e) => report.skipped.push(SkippedPatch {
-                    patch: id.clone(),
-                    reason: e.to_string(),
-                }),
-            }
-        }
-        let last = (i + 1 == total).then(|| report.clone());
-        let (p, r, v, c) = store(batch, last)?;
-        report.patches += p;
-        report.revisions += r;
-        report.reviews += v;
-        report.comments += c;
-    }
+    replay_in_batches::<PatchDags>(
+        git,
+        repo,
+        &found,
+        trust.as_ref(),
+        &mut report,
+        &mut |patches, last| store(PatchBatch { patches }, last),
+    )?;
     Ok(report)
 }
 

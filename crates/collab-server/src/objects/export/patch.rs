@@ -1,19 +1,11 @@
-//! The signed git export of the patches the server holds: for each patch,
-//! a chain of event commits in the ordinary patch DAG format
-//! (`refs/collab/export/patches/<id>`), every event signed by the server's
-//! Ed25519 key (`signing`, `server_key` in `collab-whoami`), so any clone
-//! can fetch an offline copy and verify it
-//! (`git fetch origin 'refs/collab/export/*:refs/collab/export/*'`;
-//! `collab_record::export::replay_patch_export`, `git collab verify`).
-//!
-//! The export follows the database. A background task wakes whenever the
-//! event log's head moves (writes of this process, and of the push hooks,
-//! seen by the head poller), waits [`crate::export::DEBOUNCE`], and brings
-//! every patch of the repositories with new `patch.*` events whose
-//! `version` is ahead of its export up to date: it appends the events for
-//! what changed since the last export, moves the ref by compare-and-swap
-//! and records the version (`db::exports::record`). At start,
-//! everything behind is caught up.
+//! The export of patches ([`PatchExport`]): each patch as a chain of event
+//! commits in the ordinary patch DAG format
+//! (`refs/collab/export/patches/<id>`; read back by
+//! `collab_record::export::replay_patch_export`). Its exporter ([`spawn`])
+//! wakes whenever the event log's head moves (writes of this process, and
+//! of the push hooks, seen by the head poller), waits [`super::DEBOUNCE`],
+//! and exports the repositories with new `patch.*` events. An export
+//! whose record does not match its ref is rebuilt from a new root.
 //!
 //! Shape of an exported DAG: a linear chain. The root is a `patch.open`
 //! (title, body, base branch, revision 1's head and base commit, `at` =
@@ -43,32 +35,31 @@
 //! is the server's alone, so clones follow it with a forced fetch.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use collab_record::event::{
-    Action, Author, Event, PatchComment, PatchMerge, PatchOpen, PatchReview, PatchRevise,
+    Action, Event, PatchComment, PatchMerge, PatchOpen, PatchReview, PatchRevise,
     Verdict as EventVerdict,
 };
+use collab_record::refs;
 use collab_record::sign::SigningKey;
-use collab_record::{refs, store};
 use git2::{Oid, Repository};
 use serde::{Deserialize, Serialize};
 
-use crate::app::App;
-use crate::db::exports::{self, Exported};
+use super::{
+    at, export_pending, run_blocking, write_event, ExportKind, Exporter, DEBOUNCE, SERVER_NAME,
+};
+use crate::db::exports;
 use crate::db::patches::{self, PatchDetail, PatchStatus, Verdict};
+use crate::db::sql::Connection;
+use crate::shutdown::Stop;
 
-/// Patches exported per database read.
-const CHUNK: i64 = 500;
-
-/// The author name of state changes the export cannot attribute.
-const SERVER_NAME: &str = "git-collab-server";
+/// The export of patches.
+pub struct PatchExport;
 
 /// What an export shows, kept beside it so the next run appends only the
 /// difference.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct Summary {
+pub struct Summary {
     title: String,
     body: String,
     base: String,
@@ -81,33 +72,33 @@ struct Summary {
     status: String,
 }
 
-/// Start the background exporter of patches.
-pub fn spawn(app: Arc<App>) {
+/// Start the background exporter of patches: it follows the event log's
+/// head until `stopping` fires.
+pub fn spawn(ex: Exporter, stopping: Stop) {
     tokio::spawn(async move {
-        let mut head = app.writer.subscribe_event_head();
+        let mut head = ex.writer.subscribe_event_head();
         let mut seen = *head.borrow_and_update();
-        let catch_up = app.clone();
-        run_blocking(move || export_pending(&catch_up, None)).await;
-        let stopping = app.stopping.clone();
+        let catch_up = ex.clone();
+        run_blocking::<PatchExport>(move || export_pending::<PatchExport>(&catch_up, None)).await;
         loop {
             tokio::select! {
                 changed = head.changed() => if changed.is_err() { return },
                 _ = stopping.clone().wait() => return,
             }
-            tokio::time::sleep(crate::export::DEBOUNCE).await;
+            tokio::time::sleep(DEBOUNCE).await;
             let upto = *head.borrow_and_update();
             let after = std::mem::replace(&mut seen, upto);
             if upto <= after {
                 continue;
             }
-            let app = app.clone();
-            run_blocking(move || {
-                let repos = app.reads.read_blocking(move |c| {
+            let ex = ex.clone();
+            run_blocking::<PatchExport>(move || {
+                let repos = ex.reads.read_blocking(move |c| {
                     Ok(exports::repos_with_patch_events(c, after, upto)?)
                 })?;
                 let mut done = 0;
                 for repo in repos {
-                    done += export_pending(&app, Some(&repo))?;
+                    done += export_pending::<PatchExport>(&ex, Some(&repo))?;
                 }
                 Ok(done)
             })
@@ -116,115 +107,56 @@ pub fn spawn(app: Arc<App>) {
     });
 }
 
-async fn run_blocking(work: impl FnOnce() -> anyhow::Result<usize> + Send + 'static) {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(Ok(0)) => {}
-        Ok(Ok(n)) => tracing::debug!(patches = n, "exported patches"),
-        Ok(Err(e)) => tracing::warn!("patch export: {e:#}"),
-        Err(e) => tracing::warn!("patch export task: {e}"),
-    }
-}
+impl ExportKind for PatchExport {
+    const KIND: exports::Kind = exports::Kind::Patch;
+    const NOUN: &'static str = "patch";
+    const RECORD_LABEL: &'static str = "patch export record";
 
-/// Bring every patch of `repo` (of every repository when `None`) whose
-/// export is behind up to date; returns how many were exported. Blocking.
-pub fn export_pending(app: &App, repo: Option<&str>) -> anyhow::Result<usize> {
-    let mut done = 0;
-    let mut failed = BTreeSet::new();
-    loop {
-        let only = repo.map(str::to_string);
-        let pending = app.reads.read_blocking(move |c| {
-            Ok(exports::pending(
-                c,
-                exports::Kind::Patch,
-                only.as_deref(),
-                CHUNK,
-            )?)
-        })?;
-        let pending: Vec<_> = pending
-            .into_iter()
-            .filter(|p| !failed.contains(&(p.repo.clone(), p.id.clone())))
-            .collect();
-        if pending.is_empty() {
-            return Ok(done);
-        }
-        let mut git: Option<(String, Repository)> = None;
-        for p in pending {
-            if git.as_ref().map(|(name, _)| name) != Some(&p.repo) {
-                let Some(entry) = crate::repos::find_repo(&app.config.repos_dir, &p.repo) else {
-                    failed.insert((p.repo.clone(), p.id.clone()));
-                    continue;
-                };
-                git = Some((p.repo.clone(), Repository::open_bare(&entry.path)?));
-            }
-            let (_, repository) = git.as_ref().expect("opened above");
-            match export_patch(app, repository, &p.repo, &p.id) {
-                Ok(()) => done += 1,
-                Err(e) => {
-                    tracing::warn!(
-                        repo = p.repo,
-                        patch = p.id,
-                        "exporting the patch failed: {e:#}"
-                    );
-                    failed.insert((p.repo.clone(), p.id.clone()));
-                }
-            }
-        }
-    }
-}
+    type Detail = PatchDetail;
+    type Summary = Summary;
 
-/// Export one patch: read it and its export record in one read
-/// transaction, append the events for what changed, move the ref, record.
-fn export_patch(app: &App, git: &Repository, repo: &str, id: &str) -> anyhow::Result<()> {
-    let (r, i) = (repo.to_string(), id.to_string());
-    let (detail, version, recorded) = app.reads.read_blocking(move |c| {
-        let detail = patches::show(c, &r, &i)?;
+    fn ref_name(id: &str) -> String {
+        refs::server_export_patch_ref(id)
+    }
+
+    fn load(c: &Connection, repo: &str, id: &str) -> anyhow::Result<(PatchDetail, i64)> {
+        let detail = patches::show(c, repo, id)?;
         let version: i64 = c.query_row(
             "SELECT version FROM patches WHERE repo = ?1 AND id = ?2",
-            [&r, &i],
+            [repo, id],
             |row| row.get(0),
         )?;
-        Ok((
-            detail,
-            version,
-            exports::get(c, exports::Kind::Patch, &r, &i)?,
-        ))
-    })?;
-    let ref_name = refs::server_export_patch_ref(id);
-    let tip = store::ref_tip(git, &ref_name)?;
-    let before = match (&tip, recorded) {
-        (Some(tip), Some(rec)) if rec.tip == tip.to_string() => {
-            serde_json::from_str::<Summary>(&rec.state).ok()
-        }
-        // No export yet, or the ref and the record disagree (a crash
-        // between them, a restored repository): start a new chain.
-        _ => None,
-    };
-    let (new_tip, after) = append_changes(git, &app.signing_key, tip, before, &detail)?;
-    if Some(new_tip) != tip {
-        store::compare_and_swap(git, &ref_name, tip, new_tip, "export")?;
+        Ok((detail, version))
     }
-    let record = Exported {
-        revision: version,
-        tip: new_tip.to_string(),
-        state: serde_json::to_string(&after)?,
-    };
-    let (r, i) = (repo.to_string(), id.to_string());
-    tokio::runtime::Handle::current().block_on(app.writer.write(
-        "patch export record",
-        move |conn, _now| {
-            Ok(exports::record(
-                conn,
-                exports::Kind::Patch,
-                &r,
-                &i,
-                &record,
-            )?)
-        },
-    ))
-}
 
-fn at(ms: i64) -> DateTime<Utc> {
-    DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or_default()
+    /// An unreadable record starts a new chain.
+    fn recorded(state: &str) -> anyhow::Result<Option<Summary>> {
+        Ok(serde_json::from_str::<Summary>(state).ok())
+    }
+
+    /// A new chain.
+    fn unrecorded(_: &Repository, _: &str, _: &str) -> anyhow::Result<Option<Summary>> {
+        Ok(None)
+    }
+
+    fn append_changes(
+        git: &Repository,
+        key: &SigningKey,
+        tip: Option<Oid>,
+        before: Option<Summary>,
+        detail: &PatchDetail,
+    ) -> anyhow::Result<(Option<Oid>, Summary)> {
+        let (tip, s) = append_changes(git, key, tip, before, detail)?;
+        Ok((Some(tip), s))
+    }
+
+    fn log_exported(n: usize) {
+        tracing::debug!(patches = n, "exported patches");
+    }
+
+    fn log_failed(repo: &str, id: &str, e: &anyhow::Error) {
+        tracing::warn!(repo, patch = id, "exporting the patch failed: {e:#}");
+    }
 }
 
 fn status_str(status: PatchStatus) -> &'static str {
@@ -277,19 +209,11 @@ fn append_changes(
         .first()
         .ok_or_else(|| anyhow::anyhow!("patch {} has no revision", p.id))?;
     let server_key = key.public_key_line();
-    let by = |name: &str| Author {
-        name: name.to_string(),
-        key: server_key.clone(),
-    };
+    let by = |name: &str| super::by(&server_key, name);
     let before = before.filter(|s| appendable(s, detail));
     // A new chain starts from no parent.
     let mut tip = if before.is_some() { tip } else { None };
-    let mut write = |event: Event| -> anyhow::Result<Oid> {
-        let parents: Vec<Oid> = tip.into_iter().collect();
-        let oid = store::write_event_commit(git, &parents, &event, key)?;
-        tip = Some(oid);
-        Ok(oid)
-    };
+    let mut write = |event: Event| write_event(git, key, &mut tip, &event);
     let mut s = match before {
         Some(s) => s,
         None => {
@@ -411,6 +335,7 @@ mod tests {
     use crate::db::patches::{Comment, Inline, Merge, Patch, Person, Review, Revision};
     use collab_record::patch::{self as record_patch, PatchState};
     use collab_record::replay::Checker;
+    use collab_record::store;
 
     fn person(p: &str) -> Person {
         Person {
