@@ -27,6 +27,8 @@ in
         ../Cargo.toml
         ../Cargo.lock
         ../crates
+        # collab-proto's unit test checks the verb reference against it
+        ../docs/ssh-verbs.md
         (fs.maybeMissing ../README.md)
       ];
     };

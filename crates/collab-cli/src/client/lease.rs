@@ -230,20 +230,9 @@ struct ReadyList {
     issues: Vec<ReadyRow>,
 }
 
+use collab_proto::replies::lease::LeaseList;
 /// One row of the server's reply to list.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ListedLease {
-    pub issue: String,
-    pub holder: String,
-    pub token: i64,
-    pub acquired_at: String,
-    pub expires_at: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct LeaseList {
-    leases: Vec<ListedLease>,
-}
+pub use collab_proto::replies::lease::LeaseRow as ListedLease;
 
 /// What the CLI prints and its exit status.
 #[derive(Debug, Clone, PartialEq, Eq)]

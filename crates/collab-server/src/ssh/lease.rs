@@ -49,6 +49,7 @@ use crate::db::queue::{Next, NextRequest, ReadyIssue};
 use crate::db::reads::ReadPool;
 use crate::leasing::waiters::{Waited, Want, Won};
 use crate::repos::RepoEntry;
+use collab_proto::replies::lease as replies;
 use collab_record::state::IssueStatus;
 
 pub use collab_proto::exit::{CONFLICT as EXIT_CONFLICT, EMPTY as EXIT_EMPTY};
@@ -292,8 +293,10 @@ async fn answer(
                 Break::NotHeld => ok(json!({ "status": "free", "repo": repo, "issue": issue })),
             }),
         LeaseCmd::List { .. } => leases.list(repo).await.map(|live| {
-            let rows: Vec<Value> = live.iter().map(list_row).collect();
-            ok(json!({ "leases": rows }))
+            let list = replies::LeaseList {
+                leases: live.iter().map(list_row).collect(),
+            };
+            ok(serde_json::to_value(list).expect("a reply serializes"))
         }),
         LeaseCmd::Show { .. } => leases
             .status(repo, &issue)
@@ -555,32 +558,38 @@ fn locked(repo: &str, issue: &str, holder: &str, until: i64) -> Reply {
     (json_line(&reply), EXIT_CONFLICT)
 }
 
-/// The reply of an acquire or renew.
-fn tenure(status: &str, lease: &Lease) -> Value {
-    json!({
-        "status": status,
-        "repo": lease.repo,
-        "issue": lease.issue_id,
-        "holder": lease.holder,
-        "token": lease.token,
-        "acquired_at": rfc3339(Some(lease.acquired_at)),
-        "renewed_at": rfc3339(lease.renewed_at),
-        "expires_at": rfc3339(lease.expires_at),
-        "note": lease.note,
-    })
+/// A lease time as the replies show it.
+fn time(secs: Option<i64>) -> Option<String> {
+    rfc3339(secs).as_str().map(str::to_string)
 }
 
-fn list_row(lease: &Lease) -> Value {
-    json!({
-        "issue": lease.issue_id,
-        "holder": lease.holder,
-        "token": lease.token,
-        "acquired_at": rfc3339(Some(lease.acquired_at)),
-        "renewed_at": rfc3339(lease.renewed_at),
-        "expires_at": rfc3339(lease.expires_at),
-        "note": lease.note,
-        "transitions": lease.transitions,
+/// The reply of an acquire or renew (`collab_proto::replies::lease`).
+fn tenure(status: &str, lease: &Lease) -> Value {
+    serde_json::to_value(replies::Tenure {
+        status: status.to_string(),
+        repo: lease.repo.clone(),
+        issue: lease.issue_id.clone(),
+        holder: lease.holder.clone(),
+        token: lease.token,
+        acquired_at: time(Some(lease.acquired_at)).unwrap_or_default(),
+        renewed_at: time(lease.renewed_at),
+        expires_at: time(lease.expires_at),
+        note: lease.note.clone(),
     })
+    .expect("a reply serializes")
+}
+
+fn list_row(lease: &Lease) -> replies::LeaseRow {
+    replies::LeaseRow {
+        issue: lease.issue_id.clone(),
+        holder: lease.holder.clone(),
+        token: lease.token,
+        acquired_at: time(Some(lease.acquired_at)).unwrap_or_default(),
+        renewed_at: time(lease.renewed_at),
+        expires_at: time(lease.expires_at),
+        note: lease.note.clone(),
+        transitions: lease.transitions,
+    }
 }
 
 /// `show`: the issue's lease state, held or not.
