@@ -88,6 +88,10 @@ const READ: Need = Need::Repo(Access::Read);
 const WRITE: Need = Need::Repo(Access::Write);
 const REWIND: Need = Need::Repo(Access::Rewind);
 
+/// Who may manage webhooks: owners of every repository a hook's glob
+/// matches, or an admin (the handler decides).
+const HOOK_OWNER: Need = Need::Rule("rewind on every repository the glob matches (or admin)");
+
 const U32_MAX: i64 = u32::MAX as i64;
 
 const REPO: Arg = one(
@@ -743,34 +747,19 @@ pub static VERBS: &[Verb] = &[
             ),
             switch("--secret-stdin", "read an HMAC secret from standard input"),
         ],
-        ..verb(
-            "collab-hook",
-            "add",
-            Need::Rule("rewind on every repository the glob matches (or admin)"),
-            "add a webhook",
-        )
+        ..verb("collab-hook", "add", HOOK_OWNER, "add a webhook")
     },
-    verb(
-        "collab-hook",
-        "list",
-        Need::Rule("rewind on every repository the glob matches (or admin)"),
-        "your webhooks",
-    ),
+    verb("collab-hook", "list", HOOK_OWNER, "your webhooks"),
     Verb {
         args: &[HOOK],
-        ..verb(
-            "collab-hook",
-            "remove",
-            Need::Rule("rewind on every repository the glob matches (or admin)"),
-            "remove a webhook",
-        )
+        ..verb("collab-hook", "remove", HOOK_OWNER, "remove a webhook")
     },
     Verb {
         args: &[HOOK],
         ..verb(
             "collab-hook",
             "enable",
-            Need::Rule("rewind on every repository the glob matches (or admin)"),
+            HOOK_OWNER,
             "enable a webhook the server disabled after failures",
         )
     },
@@ -779,7 +768,7 @@ pub static VERBS: &[Verb] = &[
         ..verb(
             "collab-hook",
             "test",
-            Need::Rule("rewind on every repository the glob matches (or admin)"),
+            HOOK_OWNER,
             "send a test delivery now",
         )
     },
@@ -797,7 +786,7 @@ pub static VERBS: &[Verb] = &[
         ..verb(
             "collab-hook",
             "deliveries",
-            Need::Rule("rewind on every repository the glob matches (or admin)"),
+            HOOK_OWNER,
             "recent deliveries and their outcomes",
         )
     },
@@ -806,7 +795,7 @@ pub static VERBS: &[Verb] = &[
         ..verb(
             "collab-hook",
             "redeliver",
-            Need::Rule("rewind on every repository the glob matches (or admin)"),
+            HOOK_OWNER,
             "deliver one message again",
         )
     },
