@@ -25,7 +25,9 @@ const LINE_LIMIT: Duration = Duration::from_secs(60);
 struct Watcher {
     child: Child,
     lines: mpsc::Receiver<String>,
-    stderr: std::thread::JoinHandle<String>,
+    /// What the watcher wrote on stderr, read once it ends (to say why a
+    /// watch ended early).
+    stderr: std::sync::Mutex<Option<std::thread::JoinHandle<String>>>,
 }
 
 impl Watcher {
@@ -57,17 +59,21 @@ impl Watcher {
         Watcher {
             child,
             lines,
-            stderr,
+            stderr: std::sync::Mutex::new(Some(stderr)),
         }
     }
 
     /// The next non-heartbeat line as JSON; panics after LINE_LIMIT.
     fn next_event(&self) -> Value {
         loop {
-            let line = self
-                .lines
-                .recv_timeout(LINE_LIMIT)
-                .expect("an event line in time");
+            let line = match self.lines.recv_timeout(LINE_LIMIT) {
+                Ok(line) => line,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let why = self.stderr.lock().unwrap().take().map(|t| t.join().unwrap());
+                    panic!("the watcher ended early; its stderr: {why:?}")
+                }
+                Err(e) => panic!("no event line in time: {e}"),
+            };
             let value: Value = serde_json::from_str(&line).expect("a JSON line");
             assert!(value["seq"].is_i64(), "every line has a seq: {line}");
             if value["type"] != "heartbeat" {
