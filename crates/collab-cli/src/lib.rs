@@ -6,7 +6,7 @@
 //!
 //! - [`client`]: `sync` (fetch and push of `refs/collab/*`), `mode` (which
 //!   of the two holds a remote's issues), `server_issue`, `server_patch`,
-//!   `lease`, `release`, `events` (SSH verbs through `remote_ssh`, the
+//!   `lease`, `release`, `watch` (SSH verbs through `remote_ssh`, the
 //!   user's own `ssh`), `terminal` (what is safe to print).
 //!
 //! Writing issues on a clone (the serverless mode) is `collab_record::issue`.

@@ -1,4 +1,4 @@
-//! The library's error type. Every fallible function in `git_collab` returns
+//! The library's error type. Every fallible function in `collab_record` returns
 //! [`Error`]; binaries wrap it with context (anyhow) and print it as one
 //! `error: ...` line. Messages are single lines and never contain secrets.
 

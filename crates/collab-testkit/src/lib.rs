@@ -6,7 +6,7 @@
 //! server, killed on drop. With `GIT_COLLAB_TEST_BACKEND=postgres` the
 //! harness gives each server a fresh PostgreSQL database instead of
 //! `collab.db` ([`pg`]); the `postgres` nextest profile runs the suites that
-//! go through the harness once more that way (ARCHITECTURE.md, "Tests").
+//! go through the harness once more that way (ARCHITECTURE.md, "Cross-cutting concerns", Testing).
 //!
 //! # Layout
 //!

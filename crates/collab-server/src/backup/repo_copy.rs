@@ -85,6 +85,13 @@ fn skipped(rel: &Path, is_dir: bool) -> bool {
         ["objects", entry] if is_dir && is_quarantine(entry) => true,
         ["objects", entry, ..] if is_quarantine(entry) => true,
         ["objects", "pack", entry] => is_temp_pack(entry),
+        // A loose object being written, not yet renamed into place: by
+        // libgit2 (`objects/tmp_object_git2_*`, the issue and patch
+        // exporters write this way without the repository's lock) or by
+        // git (`objects/ab/tmp_obj_*`). No ref read before it can name it,
+        // and it may vanish before it is read.
+        ["objects", entry] if !is_dir && entry.starts_with("tmp_") => true,
+        ["objects", _, entry] if entry.starts_with("tmp_obj") => true,
         _ => false,
     }
 }
@@ -159,6 +166,8 @@ mod tests {
             ("objects/pack/pack-1.pack", false, false),
             ("objects/pack/pack-1.keep", false, true),
             ("objects/pack/tmp_pack_x", false, true),
+            ("objects/tmp_object_git2_e7ca7925cf923663", false, true),
+            ("objects/ab/tmp_obj_Xy12", false, true),
             ("objects/pack/.tmp-1-pack", false, true),
             ("objects/info/commit-graph", false, false),
             ("config.lock", false, true),

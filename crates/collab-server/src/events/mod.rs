@@ -5,7 +5,7 @@
 //! creation, releases, ref updates), and the background tasks (retention
 //! pruning, picking up rows other processes committed).
 //!
-//! Storage and `seq` are `db::event_log`'; the stream is `ssh::events`';
+//! Storage and `seq` are `db::event_log`'; the stream is `ssh::watch`';
 //! delivery to URLs is `webhooks`'. `docs/events.md` documents every type.
 
 pub mod filter;

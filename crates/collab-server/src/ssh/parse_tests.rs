@@ -1,6 +1,6 @@
 //! The `collab-issue` and `collab-patch` parsers' tests, through
 //! `command::parse_exec_command` as a request line arrives. They live here
-//! rather than beside the parsers because `session` imports both verb
+//! rather than beside the parsers because `command` imports both verb
 //! modules.
 
 mod issue {

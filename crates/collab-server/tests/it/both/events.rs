@@ -69,7 +69,12 @@ impl Watcher {
             let line = match self.lines.recv_timeout(LINE_LIMIT) {
                 Ok(line) => line,
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let why = self.stderr.lock().unwrap().take().map(|t| t.join().unwrap());
+                    let why = self
+                        .stderr
+                        .lock()
+                        .unwrap()
+                        .take()
+                        .map(|t| t.join().unwrap());
                     panic!("the watcher ended early; its stderr: {why:?}")
                 }
                 Err(e) => panic!("no event line in time: {e}"),

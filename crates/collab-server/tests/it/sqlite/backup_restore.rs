@@ -112,6 +112,10 @@ fn restore_drill_during_a_storm_of_pushes_leases_and_issue_writes() {
     let mut backup_started = None;
     let mut backup_reply = None;
     std::thread::scope(|s| {
+        // If this thread panics (a failed backup, a storm that never got
+        // going), the storm must still stop, or the scope waits for it
+        // forever and the failure becomes a hang.
+        let _stop_on_exit = StopOnDrop(&stop);
         for (r, clone) in clones.iter().enumerate() {
             let (h, stop, acks) = (&h, &stop, &acks);
             s.spawn(move || {
@@ -573,4 +577,13 @@ fn keep_prunes_only_older_backups() {
         "1",
     ]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// Sets its flag when dropped, on a panic's unwinding too.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
