@@ -100,6 +100,14 @@ impl<'t> Invocation<'t> {
     }
 }
 
+/// How many tokens `alias` (`git upload-pack`) takes, if `tokens` start
+/// with its words.
+fn spelled(alias: &str, tokens: &[String]) -> Option<usize> {
+    let words: Vec<&str> = alias.split(' ').collect();
+    (tokens.len() >= words.len() && words.iter().zip(tokens).all(|(w, t)| w == t))
+        .then_some(words.len())
+}
+
 /// The row `tokens` names, and how many tokens its command words took.
 fn lookup(tokens: &[String]) -> Option<(&'static Verb, usize)> {
     let first = tokens.first()?.as_str();
@@ -109,9 +117,8 @@ fn lookup(tokens: &[String]) -> Option<(&'static Verb, usize)> {
             return Some((verb, if verb.action.is_empty() { 1 } else { 2 }));
         }
         for alias in verb.aliases {
-            let words: Vec<&str> = alias.split(' ').collect();
-            if tokens.len() >= words.len() && words.iter().zip(tokens).all(|(w, t)| w == t) {
-                return Some((verb, words.len()));
+            if let Some(taken) = spelled(alias, tokens) {
+                return Some((verb, taken));
             }
         }
     }
@@ -126,10 +133,9 @@ fn family_of(tokens: &[String]) -> Option<&'static str> {
         return Some(verb.family);
     }
     VERBS.iter().find_map(|v| {
-        v.aliases.iter().find_map(|alias| {
-            let words: Vec<&str> = alias.split(' ').collect();
-            (words.len() > 1 && words.iter().zip(tokens).all(|(w, t)| w == t)).then_some(v.family)
-        })
+        v.aliases
+            .iter()
+            .find_map(|alias| spelled(alias, tokens).filter(|&n| n > 1).map(|_| v.family))
     })
 }
 

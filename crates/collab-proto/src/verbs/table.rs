@@ -175,6 +175,22 @@ const REV: Flag = value(
 );
 const TYPE_PATTERN: Kind = Kind::Word;
 
+/// `collab-issue link|unlink`'s arguments.
+const ISSUE_LINK: &[Arg] = &[
+    REPO,
+    ISSUE,
+    one(
+        "kind",
+        Kind::Choice(&["blocks", "relates"]),
+        "the link's kind",
+    ),
+    one(
+        "other",
+        Kind::Word,
+        "the other issue: an id, or `repo#id` across repositories",
+    ),
+];
+
 /// Every verb.
 pub static VERBS: &[Verb] = &[
     // Git transport.
@@ -510,20 +526,7 @@ pub static VERBS: &[Verb] = &[
         ..verb("collab-issue", "reopen", WRITE, "reopen an issue")
     },
     Verb {
-        args: &[
-            REPO,
-            ISSUE,
-            one(
-                "kind",
-                Kind::Choice(&["blocks", "relates"]),
-                "the link's kind",
-            ),
-            one(
-                "other",
-                Kind::Word,
-                "the other issue: an id, or `repo#id` across repositories",
-            ),
-        ],
+        args: ISSUE_LINK,
         flags: &[LEASE_TOKEN],
         ..verb(
             "collab-issue",
@@ -533,20 +536,7 @@ pub static VERBS: &[Verb] = &[
         )
     },
     Verb {
-        args: &[
-            REPO,
-            ISSUE,
-            one(
-                "kind",
-                Kind::Choice(&["blocks", "relates"]),
-                "the link's kind",
-            ),
-            one(
-                "other",
-                Kind::Word,
-                "the other issue: an id, or `repo#id` across repositories",
-            ),
-        ],
+        args: ISSUE_LINK,
         flags: &[LEASE_TOKEN],
         ..verb("collab-issue", "unlink", WRITE, "remove a link")
     },

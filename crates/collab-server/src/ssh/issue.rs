@@ -180,8 +180,9 @@ impl IssueCmd {
     }
 }
 
-/// `--body B` or `--body-stdin`, if either (the table allows at most one).
-fn body_arg(inv: &Invocation<'_>) -> Option<BodyArg> {
+/// `--body B` or `--body-stdin`, if either (the table allows at most one);
+/// issues and patches alike.
+pub(super) fn body_arg(inv: &Invocation<'_>) -> Option<BodyArg> {
     match inv.flag("--body") {
         Some(text) => Some(BodyArg::Text(text.to_string())),
         None => inv.has("--body-stdin").then_some(BodyArg::Stdin),

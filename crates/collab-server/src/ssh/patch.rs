@@ -34,7 +34,7 @@ use russh::Channel;
 use serde_json::{json, Value};
 
 use super::context::ExecContext;
-use super::issue::{authorized_entry, person_json, read_body, time_json, BodyArg, Reply};
+use super::issue::{authorized_entry, body_arg, person_json, read_body, time_json, BodyArg, Reply};
 use super::reply::{json_line, reply_and_close};
 use crate::authz::{self, Access};
 use crate::db::patches::{
@@ -171,14 +171,6 @@ fn parse_cursor(text: &str) -> Option<(i64, String)> {
     let ms: i64 = ms.parse().ok()?;
     (id.len() == 40 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
         .then(|| (ms, id.to_string()))
-}
-
-/// `--body B` or `--body-stdin`, if either (the table allows at most one).
-fn body_arg(inv: &Invocation<'_>) -> Option<BodyArg> {
-    match inv.flag("--body") {
-        Some(text) => Some(BodyArg::Text(text.to_string())),
-        None => inv.has("--body-stdin").then_some(BodyArg::Stdin),
-    }
 }
 
 impl PatchCmd {
