@@ -71,7 +71,7 @@ impl App {
         let webhooks = crate::webhooks::client::Webhooks::new(&config.webhooks)?;
         let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
-            waiters: Waiters::new(writer.clone()),
+            waiters: Waiters::new(writer.clone(), config.leases.max_waiters),
             writer,
             reads: ReadPool::new(&location),
             imports: Default::default(),

@@ -19,6 +19,7 @@ static LEASE_OPS: Mutex<BTreeMap<(String, String), u64>> = Mutex::new(BTreeMap::
 static HTTP_REQUESTS: Mutex<BTreeMap<u16, u64>> = Mutex::new(BTreeMap::new());
 static REFUSED: Mutex<BTreeMap<(&'static str, &'static str), u64>> = Mutex::new(BTreeMap::new());
 static WATCHERS: AtomicU64 = AtomicU64::new(0);
+static SSH_IDLE_CLOSED: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
 static WEBHOOK_DELIVERIES: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
 static WEBHOOK_QUEUE_DEPTH: AtomicU64 = AtomicU64::new(0);
 static WEBHOOK_OLDEST_AGE: AtomicU64 = AtomicU64::new(0);
@@ -77,6 +78,12 @@ pub fn http_request(status: u16) {
 /// limit that was reached (`max_connections`, `per_ip`, ...).
 pub fn refused(what: &'static str, limit: &'static str) {
     bump(&REFUSED, (what, limit));
+}
+
+/// An idle authenticated SSH connection was closed: `why` is
+/// `idle_timeout` or `pressure` (near the connection cap).
+pub fn ssh_idle_closed(why: &'static str) {
+    bump(&SSH_IDLE_CLOSED, why);
 }
 
 fn bump<K: Ord>(map: &Mutex<BTreeMap<K, u64>>, key: K) {
@@ -159,6 +166,17 @@ pub fn render() -> String {
         let _ = writeln!(
             out,
             "git_collab_limit_refusals_total{{what=\"{what}\",limit=\"{limit}\"}} {n}"
+        );
+    }
+    header(
+        &mut out,
+        "git_collab_ssh_idle_closed_total",
+        "Idle authenticated SSH connections closed, by why (idle_timeout, pressure).",
+    );
+    for (why, n) in snapshot(&SSH_IDLE_CLOSED) {
+        let _ = writeln!(
+            out,
+            "git_collab_ssh_idle_closed_total{{why=\"{why}\"}} {n}"
         );
     }
     let gauge = |out: &mut String, name: &str, help: &str, value: u64| {

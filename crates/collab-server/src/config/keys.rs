@@ -115,6 +115,10 @@ pub const KEYS: &[Key] = &[
     key("ssh.max_startups_per_ip", LIMIT, Given("32"), "Unauthenticated connections from one IP address."),
     key("ssh.login_grace_time", Duration, Given("120s"), "Time a connection has to authenticate (LoginGraceTime)."),
     key("ssh.max_sessions", LIMIT, Given("10"), "Channels open at once on one connection (MaxSessions)."),
+    key("ssh.max_connections_per_principal", LIMIT, Given("64"), "Authenticated SSH connections of one key at once (at most a quarter of ssh.max_connections)."),
+    key("ssh.idle_timeout", Duration, Given("1h"), "An authenticated connection with no channel open this long is closed."),
+    key("ssh.pressure_idle_timeout", Duration, Given("60s"), "The idle timeout while the server is near its connection cap."),
+    key("ssh.pressure_percent", Count { min: 1, max: 100 }, Given("80"), "Percent of ssh.max_connections open at which the pressure idle timeout applies."),
     key("http.listen", SocketAddr, Given("0.0.0.0:8080"), "HTTP listen address."),
     key("http.max_connections", LIMIT, Given("512"), "HTTP connections open at once."),
     key("http.max_connections_per_ip", LIMIT, Given("64"), "HTTP connections open at once from one IP address."),
@@ -132,6 +136,7 @@ pub const KEYS: &[Key] = &[
     key("events.heartbeat_secs", Count { min: 1, max: 3600 }, Given("30"), "A watcher gets a heartbeat line after this many idle seconds."),
     key("events.stall_timeout_secs", Count { min: 1, max: 3600 }, Given("30"), "A watcher whose client stopped reading this long is cut off."),
     key("events.max_watchers", Count { min: 1, max: 100_000 }, Given("256"), "Most watchers connected at once."),
+    key("events.max_watchers_per_principal", Count { min: 1, max: 100_000 }, Given("16"), "Most watchers connected at once with one key."),
     key("webhooks.allowed_hosts", List, Given("[]"), "Hosts, IPs or CIDRs deliverable although private (the SSRF guard)."),
     key("webhooks.attempt_timeout_secs", Count { min: 1, max: 300 }, Given("10"), "Longest one delivery attempt may take."),
     key("webhooks.retry_base_secs", Count { min: 1, max: 3600 }, Given("5"), "First retry delay; each next one is twice as long."),
@@ -144,6 +149,8 @@ pub const KEYS: &[Key] = &[
     key("leases.max_lifetime", LeaseSecs { zero: Some("unlimited") }, Given("0"), "Longest one lease tenure may last, renewals included."),
     key("leases.lock_delay", LeaseSecs { zero: Some("none") }, Given("0"), "After a lease ends by expiry, others wait this long."),
     key("leases.max_ttl", LeaseSecs { zero: None }, Given("3650d"), "Longest lease --ttl accepted."),
+    key("leases.max_waiters", LIMIT, Given("1024"), "Callers waiting in collab-lease acquire|next --wait at once."),
+    key("leases.max_waiters_per_principal", LIMIT, Given("16"), "Callers waiting in collab-lease --wait at once with one key."),
 ];
 
 /// The key named `name`, if it is one.

@@ -85,6 +85,10 @@ pub struct SshConfig {
     pub max_startups_per_ip: usize,
     pub login_grace_time: Duration,
     pub max_sessions: usize,
+    pub max_connections_per_principal: usize,
+    pub idle_timeout: Duration,
+    pub pressure_idle_timeout: Duration,
+    pub pressure_percent: usize,
 }
 
 /// OpenSSH's `MaxStartups start:rate:full`: past `start` unauthenticated
@@ -138,6 +142,8 @@ pub struct LeasesConfig {
     /// 0 = none.
     pub lock_delay: u64,
     pub max_ttl: u64,
+    pub max_waiters: usize,
+    pub max_waiters_per_principal: usize,
 }
 
 /// Default of `leases.max_ttl` and the cap of every `leases.*` key: ten
@@ -161,6 +167,7 @@ pub struct EventsConfig {
     pub heartbeat_secs: u64,
     pub stall_timeout_secs: u64,
     pub max_watchers: u64,
+    pub max_watchers_per_principal: u64,
 }
 
 /// `webhooks.*`: webhook delivery.

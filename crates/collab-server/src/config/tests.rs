@@ -54,53 +54,60 @@ fn defaults_match_the_spec_table() {
 #[test]
 fn defaults_are_pinned() {
     let expected = "\
-state_dir                        /var/lib/git-collab                       default
-repos_dir                        /var/lib/git-collab/repos                 derived
-collab_db                        /var/lib/git-collab/repos/collab.db       derived
-site_title                       git-collab                                default
-max_release_size                 104857600 (100 MiB)                       default
-max_issue_body                   262144 (256 KiB)                          default
-initial_admin_keys               (none)                                    default
-push_to_create                   false                                     default
-ssh.listen                       0.0.0.0:2222                              default
-ssh.host_key                     /var/lib/git-collab/ssh_host_ed25519_key  derived
-ssh.authorized_keys              /var/lib/git-collab/authorized_keys       derived
-ssh.allow_sha1_rsa               false                                     default
-ssh.legacy_host_keys             false                                     default
-ssh.max_connections              512                                       default
-ssh.max_startups                 64:30:256                                 default
-ssh.max_startups_per_ip          32                                        default
-ssh.login_grace_time             2m                                        default
-ssh.max_sessions                 10                                        default
-http.listen                      0.0.0.0:8080                              default
-http.max_connections             512                                       default
-http.max_connections_per_ip      64                                        default
-http.header_read_timeout         10s                                       default
-http.idle_timeout                1m                                        default
-http.max_request_body            10485760 (10 MiB)                         default
-http.max_concurrent_pages        8                                         default
-http.max_file_shown              1048576 (1 MiB)                           default
-git.max_processes                32                                        default
-git.max_processes_per_principal  8                                         default
-git.queue_timeout                30s                                       default
-log.level                        info                                      default
-log.format                       text                                      default
-events.retention_days            30                                        default
-events.heartbeat_secs            30                                        default
-events.stall_timeout_secs        30                                        default
-events.max_watchers              256                                       default
-webhooks.allowed_hosts           []                                        default
-webhooks.attempt_timeout_secs    10                                        default
-webhooks.retry_base_secs         5                                         default
-webhooks.retry_max_secs          3600                                      default
-webhooks.disable_after_secs      259200                                    default
-webhooks.subscriptions           []                                        default
-maintenance.after_pushes         50                                        default
-maintenance.idle_secs            600                                       default
-maintenance.concurrency          1                                         default
-leases.max_lifetime              0 (unlimited)                             default
-leases.lock_delay                0 (none)                                  default
-leases.max_ttl                   315360000                                 default
+state_dir                          /var/lib/git-collab                       default
+repos_dir                          /var/lib/git-collab/repos                 derived
+collab_db                          /var/lib/git-collab/repos/collab.db       derived
+site_title                         git-collab                                default
+max_release_size                   104857600 (100 MiB)                       default
+max_issue_body                     262144 (256 KiB)                          default
+initial_admin_keys                 (none)                                    default
+push_to_create                     false                                     default
+ssh.listen                         0.0.0.0:2222                              default
+ssh.host_key                       /var/lib/git-collab/ssh_host_ed25519_key  derived
+ssh.authorized_keys                /var/lib/git-collab/authorized_keys       derived
+ssh.allow_sha1_rsa                 false                                     default
+ssh.legacy_host_keys               false                                     default
+ssh.max_connections                512                                       default
+ssh.max_startups                   64:30:256                                 default
+ssh.max_startups_per_ip            32                                        default
+ssh.login_grace_time               2m                                        default
+ssh.max_sessions                   10                                        default
+ssh.max_connections_per_principal  64                                        default
+ssh.idle_timeout                   1h                                        default
+ssh.pressure_idle_timeout          1m                                        default
+ssh.pressure_percent               80                                        default
+http.listen                        0.0.0.0:8080                              default
+http.max_connections               512                                       default
+http.max_connections_per_ip        64                                        default
+http.header_read_timeout           10s                                       default
+http.idle_timeout                  1m                                        default
+http.max_request_body              10485760 (10 MiB)                         default
+http.max_concurrent_pages          8                                         default
+http.max_file_shown                1048576 (1 MiB)                           default
+git.max_processes                  32                                        default
+git.max_processes_per_principal    8                                         default
+git.queue_timeout                  30s                                       default
+log.level                          info                                      default
+log.format                         text                                      default
+events.retention_days              30                                        default
+events.heartbeat_secs              30                                        default
+events.stall_timeout_secs          30                                        default
+events.max_watchers                256                                       default
+events.max_watchers_per_principal  16                                        default
+webhooks.allowed_hosts             []                                        default
+webhooks.attempt_timeout_secs      10                                        default
+webhooks.retry_base_secs           5                                         default
+webhooks.retry_max_secs            3600                                      default
+webhooks.disable_after_secs        259200                                    default
+webhooks.subscriptions             []                                        default
+maintenance.after_pushes           50                                        default
+maintenance.idle_secs              600                                       default
+maintenance.concurrency            1                                         default
+leases.max_lifetime                0 (unlimited)                             default
+leases.lock_delay                  0 (none)                                  default
+leases.max_ttl                     315360000                                 default
+leases.max_waiters                 1024                                      default
+leases.max_waiters_per_principal   16                                        default
 ";
     assert_eq!(load_env(&[]).unwrap().to_text(), expected);
 }
@@ -512,7 +519,9 @@ fn lease_policy_keys_take_seconds_or_units() {
         LeasesConfig {
             max_lifetime: 7200,
             lock_delay: 15,
-            max_ttl: 600
+            max_ttl: 600,
+            max_waiters: 1024,
+            max_waiters_per_principal: 16,
         }
     );
     assert_eq!(

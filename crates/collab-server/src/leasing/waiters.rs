@@ -21,7 +21,8 @@
 //!
 //! Waiters live in this process only: a restart drops them and their
 //! clients get an error telling them to try again. Their number is bounded
-//! ([`MAX_WAITERS`]).
+//! (`leases.max_waiters`; each key's share, `leases.max_waiters_per_principal`,
+//! is taken by the SSH verb before it queues).
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
@@ -34,9 +35,6 @@ use crate::db::leases::{Acquire, Claim, Lease};
 use crate::db::queue::{Next, NextRequest, ReadyIssue};
 use crate::db::writer::Writer;
 use crate::shutdown::Stop;
-
-/// Most callers waiting at once, server-wide.
-pub const MAX_WAITERS: usize = 1024;
 
 /// What a waiter waits for.
 #[derive(Debug, Clone)]
@@ -82,6 +80,8 @@ pub enum Waited {
 /// The queue of waiters and its dispatcher.
 pub struct Waiters {
     service: Writer,
+    /// Most callers waiting at once, server-wide.
+    max: usize,
     state: Mutex<State>,
     kick: Notify,
 }
@@ -98,9 +98,10 @@ struct Ticket {
 }
 
 impl Waiters {
-    pub fn new(service: Writer) -> Arc<Waiters> {
+    pub fn new(service: Writer, max: usize) -> Arc<Waiters> {
         Arc::new(Waiters {
             service,
+            max,
             state: Mutex::new(State::default()),
             kick: Notify::new(),
         })
@@ -154,7 +155,7 @@ impl Waiters {
         };
         let ticket = {
             let mut state = self.state.lock().unwrap();
-            if state.tickets.len() >= MAX_WAITERS {
+            if state.tickets.len() >= self.max {
                 return Waited::Full;
             }
             let id = state.next_ticket;

@@ -6,6 +6,11 @@
 //!   (a plain cap) and SSH (a cap on all connections, plus OpenSSH's
 //!   `MaxStartups` random early drop on the unauthenticated ones);
 //! - `processes`: git child processes server-wide and per principal;
+//! - `shares`: fair shares per principal (key) of authenticated SSH
+//!   connections, event watchers and lease waiters, so one key cannot take
+//!   a whole pool;
+//! - `idle`: idle authenticated SSH connections closed after
+//!   `ssh.idle_timeout`, sooner when the server is near its cap;
 //! - the page semaphore: expensive anonymous web pages rendered at once;
 //! - `fds`: the open-file budget. The soft `RLIMIT_NOFILE` is raised to the
 //!   hard limit at start, and the connection caps are lowered to fit in it,
@@ -17,7 +22,9 @@
 
 pub mod conns;
 pub mod fds;
+pub mod idle;
 pub mod processes;
+pub mod shares;
 
 use std::sync::Arc;
 
@@ -26,6 +33,7 @@ use tokio::sync::Semaphore;
 use crate::config::ServerConfig;
 pub use conns::{ConnLimiter, ConnPermit};
 pub use processes::{Busy, ProcessGate, ProcessPermit};
+pub use shares::{Share, Shares};
 
 /// Every limiter, shared through `App`.
 #[derive(Debug)]
@@ -40,6 +48,14 @@ pub struct Limits {
     pub git: ProcessGate,
     /// Expensive anonymous pages rendered at once.
     pub pages: Arc<Semaphore>,
+    /// Authenticated SSH connections per key.
+    pub ssh_per_principal: Shares,
+    /// When idle authenticated SSH connections are closed.
+    pub ssh_idle: idle::IdlePolicy,
+    /// `collab-events watch` streams per key.
+    pub watchers_per_principal: Shares,
+    /// `collab-lease … --wait` callers per key.
+    pub waiters_per_principal: Shares,
     /// The effective connection caps, for the log and docs.
     pub budget: fds::Budget,
 }
@@ -62,6 +78,25 @@ impl Limits {
                 config.git.queue_timeout,
             ),
             pages: Arc::new(Semaphore::new(config.http.max_concurrent_pages)),
+            // At most a quarter of the (fitted) cap, so one key alone can
+            // never bring the server to the pressure threshold, let alone
+            // fill it, whatever the configured share.
+            ssh_per_principal: Shares::new(
+                config
+                    .ssh
+                    .max_connections_per_principal
+                    .min((budget.ssh / 4).max(1)),
+            ),
+            ssh_idle: idle::IdlePolicy::new(
+                config.ssh.idle_timeout,
+                config.ssh.pressure_idle_timeout,
+                config.ssh.pressure_percent,
+                budget.ssh,
+            ),
+            watchers_per_principal: Shares::new(
+                config.events.max_watchers_per_principal.min(usize::MAX as u64) as usize,
+            ),
+            waiters_per_principal: Shares::new(config.leases.max_waiters_per_principal),
             budget,
         }
     }

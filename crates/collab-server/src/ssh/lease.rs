@@ -345,6 +345,18 @@ async fn wait_for(
     limit: Duration,
     gone: impl Future<Output = ()>,
 ) -> Option<Answer> {
+    // The key's share of waiters, so one key cannot fill the queue.
+    let fingerprint = &ctx.caller.identity.fingerprint;
+    let shares = &ctx.app.limits.waiters_per_principal;
+    let Some(_share) = shares.try_take(fingerprint) else {
+        let limit = shares.limit();
+        crate::limits::shares::note_refusal("lease_wait", fingerprint, || {
+            format!("{limit} callers waiting with this key")
+        });
+        return Some(Answer::Reply(error(&format!(
+            "error: too many lease waits with this key ({limit} waiting); try again when one ends"
+        ))));
+    };
     let on_timeout = want.clone();
     let waited = ctx
         .app
@@ -368,7 +380,13 @@ async fn wait_for(
         },
         Waited::Gone => return None,
         Waited::Stopped => error(STOPPING),
-        Waited::Full => error(TOO_MANY_WAITERS),
+        Waited::Full => {
+            let max = ctx.app.config.leases.max_waiters;
+            crate::limits::note_refusal("lease_wait", "max_waiters", || {
+                format!("{max} callers waiting")
+            });
+            error(TOO_MANY_WAITERS)
+        }
     }))
 }
 

@@ -15,6 +15,13 @@
 //! released by a successful login; `ssh.login_grace_time` bounds how long
 //! it may hold it. One connection may have `ssh.max_sessions` channels
 //! open; more are refused with `resource shortage`.
+//!
+//! Fair shares: once authenticated, a connection also holds one of its
+//! key's `ssh.max_connections_per_principal` places; past that share the
+//! login is answered with a disconnect naming the limit, so one key cannot
+//! hold every connection slot. Authenticated connections with no channel
+//! open are closed after `ssh.idle_timeout`, sooner near the cap
+//! (`limits::idle`; the reaper runs in `serve`).
 
 pub mod admin;
 pub mod command;
@@ -33,8 +40,8 @@ pub mod webhook;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use russh::keys::PrivateKey;
@@ -45,7 +52,8 @@ use tokio::task::JoinSet;
 use crate::app::App;
 use crate::authz;
 use crate::identity::{fingerprint, Identity};
-use crate::limits::{self, ConnPermit};
+use crate::limits::idle::{self, Activity, IdleConn};
+use crate::limits::{self, ConnPermit, Share};
 use crate::shutdown::DRAIN_LIMIT;
 use crate::shutdown::{stop_pair, Stop};
 use context::{ChannelEnv, ExecContext};
@@ -126,6 +134,8 @@ pub async fn serve(
     let login_grace = app.config.ssh.login_grace_time;
     let (disconnect_all, disconnecting) = stop_pair();
     let mut sessions = JoinSet::new();
+    let registry = Registry::default();
+    let reaper = tokio::spawn(reap_idle(app.clone(), registry.clone(), stopping.clone()));
     loop {
         tokio::select! {
             _ = stopping.clone().wait() => break,
@@ -151,9 +161,17 @@ pub async fn serve(
                     tracing::debug!("ssh set_nodelay for {peer}: {e}");
                 }
                 let authenticated = Arc::new(AtomicBool::new(false));
-                let handler = Connection::new(app.clone(), peer, authenticated.clone(), startup);
+                let shared = Arc::new(Shared::default());
+                let handler = Connection::new(
+                    app.clone(),
+                    peer,
+                    authenticated.clone(),
+                    startup,
+                    shared.clone(),
+                );
                 let config = config.clone();
                 let disconnecting = disconnecting.clone();
+                let registry = registry.clone();
                 sessions.spawn(async move {
                     // Held until the session ends, however it ends.
                     let _connection = connection;
@@ -174,6 +192,8 @@ pub async fn serve(
                         }
                     };
                     let handle = session.handle();
+                    // Known to the idle reaper until the session ends.
+                    let _registered = registry.add(shared, handle.clone());
                     // Like OpenSSH's LoginGraceTime: a connection that has not
                     // authenticated in time is dropped, so silent or stalled
                     // clients cannot pile up.
@@ -206,6 +226,7 @@ pub async fn serve(
         }
     }
     drop(listener);
+    reaper.abort();
     if !app.work.wait_idle(DRAIN_LIMIT).await {
         tracing::warn!(
             "{} commands still running; disconnecting",
@@ -244,6 +265,96 @@ fn admit(app: &App, peer: SocketAddr) -> Option<(ConnPermit, ConnPermit)> {
                 format!("dropped {peer} ({waiting} connections not authenticated yet)")
             });
             None
+        }
+    }
+}
+
+/// What the accept loop and the idle reaper share with a `Connection`.
+#[derive(Default)]
+struct Shared {
+    /// The key's fingerprint, set once the login holds its share.
+    principal: OnceLock<String>,
+    /// Channels open (each a `ChannelSlot`) and since when.
+    activity: Arc<Activity>,
+}
+
+/// The live SSH sessions the idle reaper looks at.
+#[derive(Clone, Default)]
+struct Registry {
+    next: Arc<AtomicU64>,
+    live: Arc<Mutex<HashMap<u64, (Arc<Shared>, russh::server::Handle)>>>,
+}
+
+/// A session in the registry; dropping it takes it out.
+struct Registered {
+    id: u64,
+    registry: Registry,
+}
+
+impl Registry {
+    fn add(&self, shared: Arc<Shared>, handle: russh::server::Handle) -> Registered {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, (shared, handle));
+        Registered {
+            id,
+            registry: self.clone(),
+        }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.registry
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+    }
+}
+
+/// Close idle authenticated connections (see `limits::idle`), looking
+/// every `IdlePolicy::tick`, until the server stops.
+async fn reap_idle(app: Arc<App>, registry: Registry, stopping: Stop) {
+    let policy = app.limits.ssh_idle;
+    let mut tick = tokio::time::interval(policy.tick());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stopping.clone().wait() => return,
+            _ = tick.tick() => {}
+        }
+        let now = tokio::time::Instant::now();
+        let (candidates, handles): (Vec<IdleConn>, HashMap<u64, russh::server::Handle>) = {
+            let live = registry.live.lock().unwrap_or_else(|e| e.into_inner());
+            live.iter()
+                .filter_map(|(id, (shared, handle))| {
+                    // Unauthenticated ones are the login grace time's.
+                    let principal = shared.principal.get()?;
+                    let idle_for = shared.activity.idle_for(now)?;
+                    let conn = IdleConn {
+                        id: *id,
+                        principal_holds: app.limits.ssh_per_principal.held(principal),
+                        idle_for,
+                    };
+                    Some((conn, (*id, handle.clone())))
+                })
+                .unzip()
+        };
+        if candidates.is_empty() {
+            continue;
+        }
+        for (id, why) in idle::victims(&policy, app.limits.ssh_conns.open(), candidates) {
+            let Some(handle) = handles.get(&id) else {
+                continue;
+            };
+            crate::metrics::ssh_idle_closed(why.label());
+            tracing::debug!("ssh: closing an idle connection ({})", why.label());
+            let _ = handle
+                .disconnect(Disconnect::ByApplication, why.message(&policy), String::new())
+                .await;
         }
     }
 }
@@ -293,11 +404,18 @@ pub struct Connection {
     authenticated: Arc<AtomicBool>,
     /// The `MaxStartups` place, held until the login succeeds.
     startup: Option<ConnPermit>,
-    /// Channels open on this connection (for `ssh.max_sessions`). Each
-    /// holds a `ChannelSlot`: in `slots` until a command takes the channel,
-    /// then in the command's task. russh reports only client-initiated
-    /// closes, so the count must follow the command, not `channel_close`.
-    open_channels: Arc<AtomicUsize>,
+    /// One of the key's `ssh.max_connections_per_principal` places, held
+    /// for the connection's life once the login is in.
+    _principal_share: Option<Share>,
+    /// Set when the login succeeded past the key's share: the one line the
+    /// client is disconnected with.
+    over_share: Option<String>,
+    /// Channels open on this connection (for `ssh.max_sessions` and the
+    /// idle reaper). Each holds a `ChannelSlot`: in `slots` until a command
+    /// takes the channel, then in the command's task. russh reports only
+    /// client-initiated closes, so the count must follow the command, not
+    /// `channel_close`.
+    shared: Arc<Shared>,
     slots: HashMap<ChannelId, ChannelSlot>,
     channels: HashMap<ChannelId, Channel<Msg>>,
     envs: HashMap<ChannelId, ChannelEnv>,
@@ -311,6 +429,7 @@ impl Connection {
         peer: SocketAddr,
         authenticated: Arc<AtomicBool>,
         startup: ConnPermit,
+        shared: Arc<Shared>,
     ) -> Self {
         Connection {
             app,
@@ -318,7 +437,9 @@ impl Connection {
             identity: None,
             authenticated,
             startup: Some(startup),
-            open_channels: Arc::new(AtomicUsize::new(0)),
+            _principal_share: None,
+            over_share: None,
+            shared,
             slots: HashMap::new(),
             channels: HashMap::new(),
             envs: HashMap::new(),
@@ -342,11 +463,18 @@ impl Connection {
 
 /// One open channel counted against `ssh.max_sessions`; dropping it (the
 /// command finished, or the client closed the channel) frees the place.
-struct ChannelSlot(Arc<AtomicUsize>);
+struct ChannelSlot(Arc<Activity>);
+
+impl ChannelSlot {
+    fn open(activity: &Arc<Activity>) -> ChannelSlot {
+        activity.opened();
+        ChannelSlot(activity.clone())
+    }
+}
 
 impl Drop for ChannelSlot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.closed();
     }
 }
 
@@ -385,6 +513,22 @@ impl russh::server::Handler for Connection {
             log_refused_key(&self.peer, &fp, "ssh-rsa (SHA-1) signature");
             return Ok(Auth::reject());
         }
+        // The key's share of connections: past it the login goes through
+        // only to be answered with a disconnect that says why
+        // (`auth_succeeded`); a rejected key would read "Permission denied".
+        let Some(share) = self.app.limits.ssh_per_principal.try_take(&fp) else {
+            let limit = self.app.limits.ssh_per_principal.limit();
+            let peer = self.peer;
+            limits::shares::note_refusal("ssh", &fp, || {
+                format!("refused a connection from {peer}: {limit} open with this key")
+            });
+            self.over_share = Some(format!(
+                "too many connections with this key ({limit} open); close one and try again"
+            ));
+            return Ok(Auth::Accept);
+        };
+        self._principal_share = Some(share);
+        let _ = self.shared.principal.set(fp.clone());
         tracing::debug!(peer = %self.peer, key = fp, "authenticated");
         self.identity = Some(Identity {
             fingerprint: fp,
@@ -398,6 +542,13 @@ impl russh::server::Handler for Connection {
         Ok(Auth::Accept)
     }
 
+    async fn auth_succeeded(&mut self, session: &mut Session) -> Result<(), Self::Error> {
+        if let Some(message) = self.over_share.take() {
+            session.disconnect(Disconnect::TooManyConnections, &message, "")?;
+        }
+        Ok(())
+    }
+
     async fn channel_open_session(
         &mut self,
         channel: Channel<Msg>,
@@ -408,7 +559,7 @@ impl russh::server::Handler for Connection {
             return Ok(()); // dropping `reply` rejects
         }
         let max = self.app.config.ssh.max_sessions;
-        if self.open_channels.load(Ordering::Acquire) >= max {
+        if self.shared.activity.channels() >= max {
             let peer = self.peer;
             limits::note_refusal("ssh_channel", "max_sessions", || {
                 format!("{peer} asked for more than {max} channels on one connection")
@@ -416,9 +567,8 @@ impl russh::server::Handler for Connection {
             reply.reject(ChannelOpenFailure::ResourceShortage).await;
             return Ok(());
         }
-        self.open_channels.fetch_add(1, Ordering::AcqRel);
         self.slots
-            .insert(channel.id(), ChannelSlot(self.open_channels.clone()));
+            .insert(channel.id(), ChannelSlot::open(&self.shared.activity));
         self.channels.insert(channel.id(), channel);
         reply.accept().await;
         Ok(())

@@ -23,6 +23,10 @@
 //! off with a last stderr line naming the seq to resume from (sent past the
 //! full window: one short line) and exit status 1. An idle stream gets a
 //! heartbeat line every `events.heartbeat_secs`.
+//!
+//! Watchers are capped server-wide (`events.max_watchers`) and per key
+//! (`events.max_watchers_per_principal`, a fair share: one key cannot take
+//! every slot).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -173,7 +177,23 @@ pub async fn watch(ctx: &ExecContext, channel: Channel<Msg>, cmd: WatchCmd) {
         }
     }
     let config = &ctx.app.config.events;
+    // The key's share first, so one key cannot take every server-wide slot.
+    let fingerprint = &ctx.caller.identity.fingerprint;
+    let shares = &ctx.app.limits.watchers_per_principal;
+    let Some(_share) = shares.try_take(fingerprint) else {
+        let limit = shares.limit();
+        crate::limits::shares::note_refusal("watch", fingerprint, || {
+            format!("{limit} watchers connected with this key")
+        });
+        let message = format!(
+            "error: too many event watchers with this key ({limit} connected); stop one and try again"
+        );
+        return reply_and_close(channel, &message, 1).await;
+    };
     let Some(_slot) = WatcherSlot::take(config.max_watchers) else {
+        crate::limits::note_refusal("watch", "max_watchers", || {
+            format!("{} watchers connected", config.max_watchers)
+        });
         return reply_and_close(
             channel,
             "error: too many event watchers are connected; try again later",
