@@ -9,6 +9,7 @@ mod both {
     mod access_hardening;
     mod auth_binding;
     mod events;
+    mod fair_shares;
     mod governance;
     mod hostile_input;
     mod issue_export;
