@@ -174,10 +174,7 @@ pub fn render() -> String {
         "Idle authenticated SSH connections closed, by why (idle_timeout, pressure).",
     );
     for (why, n) in snapshot(&SSH_IDLE_CLOSED) {
-        let _ = writeln!(
-            out,
-            "git_collab_ssh_idle_closed_total{{why=\"{why}\"}} {n}"
-        );
+        let _ = writeln!(out, "git_collab_ssh_idle_closed_total{{why=\"{why}\"}} {n}");
     }
     let gauge = |out: &mut String, name: &str, help: &str, value: u64| {
         let _ = writeln!(

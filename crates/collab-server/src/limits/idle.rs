@@ -227,6 +227,9 @@ mod tests {
         let p = IdlePolicy::new(Duration::from_secs(30), Duration::from_secs(60), 80, 512);
         assert_eq!(p.pressure_idle_timeout, Duration::from_secs(30));
         assert_eq!(p.pressure_at, 409);
-        assert_eq!(p.tick(), Duration::from_millis(7500).min(Duration::from_secs(5)));
+        assert_eq!(
+            p.tick(),
+            Duration::from_millis(7500).min(Duration::from_secs(5))
+        );
     }
 }

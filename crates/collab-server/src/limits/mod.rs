@@ -94,7 +94,10 @@ impl Limits {
                 budget.ssh,
             ),
             watchers_per_principal: Shares::new(
-                config.events.max_watchers_per_principal.min(usize::MAX as u64) as usize,
+                config
+                    .events
+                    .max_watchers_per_principal
+                    .min(usize::MAX as u64) as usize,
             ),
             waiters_per_principal: Shares::new(config.leases.max_waiters_per_principal),
             budget,

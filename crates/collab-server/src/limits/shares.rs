@@ -96,7 +96,11 @@ pub fn note_refusal(what: &'static str, principal: &str, detail: impl FnOnce() -
             detail()
         );
     } else {
-        tracing::debug!(principal, "{what}: share per principal reached: {}", detail());
+        tracing::debug!(
+            principal,
+            "{what}: share per principal reached: {}",
+            detail()
+        );
     }
 }
 

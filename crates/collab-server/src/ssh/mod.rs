@@ -353,7 +353,11 @@ async fn reap_idle(app: Arc<App>, registry: Registry, stopping: Stop) {
             crate::metrics::ssh_idle_closed(why.label());
             tracing::debug!("ssh: closing an idle connection ({})", why.label());
             let _ = handle
-                .disconnect(Disconnect::ByApplication, why.message(&policy), String::new())
+                .disconnect(
+                    Disconnect::ByApplication,
+                    why.message(&policy),
+                    String::new(),
+                )
                 .await;
         }
     }

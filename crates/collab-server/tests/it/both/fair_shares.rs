@@ -246,7 +246,10 @@ fn one_key_fills_only_its_own_share_of_connections_watchers_and_waiters() {
         h.log()
     );
     for (id, _) in &held[1..] {
-        assert!(bg.running(*id), "a K1 connection within its share was closed");
+        assert!(
+            bg.running(*id),
+            "a K1 connection within its share was closed"
+        );
     }
 
     // Watchers: K3 holds its 3; the 4th is refused with one line, exit 1.
@@ -299,12 +302,15 @@ fn one_key_fills_only_its_own_share_of_connections_watchers_and_waiters() {
         refused
             .stdout
             .contains("too many lease waits with this key (2 waiting); try again when one ends")
-            || refused
-                .stderr
-                .contains("too many lease waits with this key (2 waiting); try again when one ends"),
+            || refused.stderr.contains(
+                "too many lease waits with this key (2 waiting); try again when one ends"
+            ),
         "{refused:?}"
     );
-    assert!(started.elapsed() < Duration::from_secs(60), "refused only after waiting");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "refused only after waiting"
+    );
     assert_eq!(metric(&h, "lease_wait"), 1);
     let other = h.ssh_exec_as(
         &k5,
