@@ -149,7 +149,7 @@ pub const KEYS: &[Key] = &[
     key("leases.max_lifetime", LeaseSecs { zero: Some("unlimited") }, Given("0"), "Longest one lease tenure may last, renewals included."),
     key("leases.lock_delay", LeaseSecs { zero: Some("none") }, Given("0"), "After a lease ends by expiry, others wait this long."),
     key("leases.max_ttl", LeaseSecs { zero: None }, Given("3650d"), "Longest lease --ttl accepted."),
-    key("leases.max_waiters", LIMIT, Given("1024"), "Callers waiting in collab-lease acquire|next --wait at once."),
+    key("leases.max_waiters", LIMIT, Given("1024"), "Callers waiting in collab-lease acquire/next --wait at once."),
     key("leases.max_waiters_per_principal", LIMIT, Given("16"), "Callers waiting in collab-lease --wait at once with one key."),
 ];
 

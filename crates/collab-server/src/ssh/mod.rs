@@ -278,11 +278,14 @@ struct Shared {
     activity: Arc<Activity>,
 }
 
+/// A live session: what it shares, and how to disconnect it.
+type Live = (Arc<Shared>, russh::server::Handle);
+
 /// The live SSH sessions the idle reaper looks at.
 #[derive(Clone, Default)]
 struct Registry {
     next: Arc<AtomicU64>,
-    live: Arc<Mutex<HashMap<u64, (Arc<Shared>, russh::server::Handle)>>>,
+    live: Arc<Mutex<HashMap<u64, Live>>>,
 }
 
 /// A session in the registry; dropping it takes it out.
