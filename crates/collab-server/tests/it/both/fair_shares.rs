@@ -386,3 +386,44 @@ fn idle_connections_are_reclaimed_near_the_cap_biggest_holder_first() {
     let whoami = h.ssh_exec_as(&kb, "collab-whoami", b"");
     assert_eq!(whoami.code, 0, "{whoami:?}");
 }
+
+#[test]
+fn an_idle_connection_is_closed_after_the_idle_timeout_but_a_busy_one_is_not() {
+    let h = server(&[
+        ("GIT_COLLAB_SSH__IDLE_TIMEOUT", "2s"),
+        ("GIT_COLLAB_EVENTS__HEARTBEAT_SECS", "1"),
+    ]);
+    let key = h.authorized_key("k");
+    let mut bg = Background::default();
+    // Keepalives every second are not use: nothing runs on it.
+    let log = h.temp_dir().join("pinging.log");
+    let pinging = bg.ssh(
+        &h,
+        &key,
+        "DEBUG1",
+        &["-N", "-o", "ServerAliveInterval=1", "git@127.0.0.1"],
+        &log,
+    );
+    let busy = watcher(&h, &mut bg, &key, "busy-watch");
+    assert!(
+        eventually(Duration::from_secs(15), || !bg.running(pinging)),
+        "the idle connection was not closed: {}",
+        read(&log)
+    );
+    assert!(
+        read(&log).contains("idle connection closed: no command for 2s"),
+        "{}",
+        read(&log)
+    );
+    // The watcher has been connected past the timeout and still runs.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        bg.running(busy),
+        "a connection with a command running was closed"
+    );
+    let text = web_support::get(&h, "/metrics").text();
+    assert!(
+        text.contains("git_collab_ssh_idle_closed_total{why=\"idle_timeout\"} 1\n"),
+        "{text}"
+    );
+}
