@@ -276,6 +276,9 @@ struct Shared {
     principal: OnceLock<String>,
     /// Channels open (each a `ChannelSlot`) and since when.
     activity: Arc<Activity>,
+    /// Told to disconnect by the reaper: it still counts as open until its
+    /// client has gone, but must not be chosen (or counted) again.
+    closing: AtomicBool,
 }
 
 /// A live session: what it shares, and how to disconnect it.
@@ -330,10 +333,15 @@ async fn reap_idle(app: Arc<App>, registry: Registry, stopping: Stop) {
             _ = tick.tick() => {}
         }
         let now = tokio::time::Instant::now();
-        let (candidates, handles): (Vec<IdleConn>, HashMap<u64, russh::server::Handle>) = {
+        let mut closing = 0;
+        let (candidates, handles): (Vec<IdleConn>, HashMap<u64, Live>) = {
             let live = registry.live.lock().unwrap_or_else(|e| e.into_inner());
             live.iter()
                 .filter_map(|(id, (shared, handle))| {
+                    if shared.closing.load(Ordering::Acquire) {
+                        closing += 1;
+                        return None;
+                    }
                     // Unauthenticated ones are the login grace time's.
                     let principal = shared.principal.get()?;
                     let idle_for = shared.activity.idle_for(now)?;
@@ -342,17 +350,21 @@ async fn reap_idle(app: Arc<App>, registry: Registry, stopping: Stop) {
                         principal_holds: app.limits.ssh_per_principal.held(principal),
                         idle_for,
                     };
-                    Some((conn, (*id, handle.clone())))
+                    Some((conn, (*id, (shared.clone(), handle.clone()))))
                 })
                 .unzip()
         };
         if candidates.is_empty() {
             continue;
         }
-        for (id, why) in idle::victims(&policy, app.limits.ssh_conns.open(), candidates) {
-            let Some(handle) = handles.get(&id) else {
+        // Connections already told to go are on their way out: without
+        // this, a slow client would make the next look reclaim one more.
+        let open = app.limits.ssh_conns.open().saturating_sub(closing);
+        for (id, why) in idle::victims(&policy, open, candidates) {
+            let Some((shared, handle)) = handles.get(&id) else {
                 continue;
             };
+            shared.closing.store(true, Ordering::Release);
             crate::metrics::ssh_idle_closed(why.label());
             tracing::debug!("ssh: closing an idle connection ({})", why.label());
             let _ = handle
