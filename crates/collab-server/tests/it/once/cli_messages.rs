@@ -174,3 +174,108 @@ fn man_pages_are_generated_and_git_collab_help_finds_them() {
         assert!(String::from_utf8_lossy(&shown.stdout).contains("issue"));
     }
 }
+
+/// `events --help` says what `--follow` does (issue 32: it said the
+/// replay came first, while without `--since` only new events are shown,
+/// as docs/cli.md says).
+#[test]
+fn events_help_says_follow_shows_only_new_events() {
+    let out = cli().args(["events", "--help"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let help = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(help.contains("without --since, only new ones"), "{help}");
+    assert!(!help.contains("then with --follow"), "{help}");
+    let docs =
+        std::fs::read_to_string(collab_testkit::workspace_root().join("docs/cli.md")).unwrap();
+    let docs = docs.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        docs.contains("(without `--since`, only new ones)"),
+        "docs/cli.md and --help disagree"
+    );
+}
+
+/// A clone made from the web page's HTTP URL, or from the repository's
+/// path on the server's disk, of a server that holds 3 issues: `git collab
+/// issue list` used to print nothing and succeed (issue 32). Now it fails
+/// and says to use the server's ssh URL; a plain git remote without the
+/// export stays local.
+#[test]
+fn an_http_or_path_clone_of_a_collab_server_says_to_use_ssh() {
+    let h = ServerHarness::start();
+    let repo = h.create_repo("r");
+    std::fs::write(repo.join("collab-policy.toml"), "public = true\n").unwrap();
+    let work = h.clone_repo("r", "seed");
+    h.commit_file(&work, "f", b"1", "one");
+    h.ssh_push(&work, &["HEAD:main"]);
+    for n in 0..3 {
+        h.open_server_issue("r", &format!("issue {n}"));
+    }
+    let http_url = format!("{}/r.git", h.http_url());
+    // The signed export follows the writes; wait until git can see it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = Command::new("git")
+            .args(["ls-remote", &http_url, "refs/collab/export/*"])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).lines().count() >= 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no export over http: {out:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    for (name, url) in [
+        ("http", http_url.clone()),
+        ("path", repo.display().to_string()),
+    ] {
+        let dir = h.temp_dir().join(format!("clone-{name}"));
+        let out = Command::new("git")
+            .args(["clone", "-q", &url])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let listed = git_with_cli(&h, &dir)
+            .args(["collab", "issue", "list"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&listed.stderr);
+        assert_eq!(listed.status.code(), Some(1), "{name}: {listed:?}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("is a git-collab server"), "{stderr}");
+        assert!(stderr.contains("ssh://"), "{stderr}");
+        // Forcing local mode still works (the DAGs in this clone).
+        let local = git_with_cli(&h, &dir)
+            .args(["collab", "issue", "list", "--mode", "local"])
+            .output()
+            .unwrap();
+        assert!(local.status.success(), "{local:?}");
+    }
+    // A plain git repository (no export) as the remote: local, as before.
+    let plain = h.temp_dir().join("plain.git");
+    assert!(Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(&plain)
+        .status()
+        .unwrap()
+        .success());
+    let dir = h.temp_dir().join("clone-plain");
+    assert!(Command::new("git")
+        .args(["clone", "-q"])
+        .arg(&plain)
+        .arg(&dir)
+        .status()
+        .unwrap()
+        .success());
+    let listed = git_with_cli(&h, &dir)
+        .args(["collab", "issue", "list"])
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{listed:?}");
+}
