@@ -279,3 +279,82 @@ fn an_http_or_path_clone_of_a_collab_server_says_to_use_ssh() {
         .unwrap();
     assert!(listed.status.success(), "{listed:?}");
 }
+
+/// PuTTY's plink takes the port as `-P` (issue 32: the CLI always passed
+/// OpenSSH's `-p`). The CLI follows git's rules: the variant from
+/// GIT_SSH_VARIANT, else `ssh.variant`, else the program's name. A stand-in
+/// `plink` logs its arguments and hands them to OpenSSH translated back.
+#[test]
+fn plink_and_the_other_ssh_variants_get_their_own_options() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let h = ServerHarness::start();
+    h.create_repo("r");
+    let clone = h.clone_repo("r", "c");
+    let bin = h.temp_dir().join("putty-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = h.temp_dir().join("plink.log");
+    let mut options = h.ssh_options(&h.ssh_client_key());
+    let p = options.iter().position(|o| o == "-p").unwrap();
+    options.drain(p..p + 2);
+    let quoted: Vec<String> = options
+        .iter()
+        .map(|o| collab_proto::tokens::shell_quote(o))
+        .collect();
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" >> {log}\n\
+         for a; do shift; case \"$a\" in -P) set -- \"$@\" -p;; -batch) ;; *) set -- \"$@\" \"$a\";; esac; done\n\
+         exec ssh {} \"$@\"\n",
+        quoted.join(" "),
+        log = log.display()
+    );
+    for name in ["plink", "tortoiseplink", "ssh-wrapper"] {
+        let path = bin.join(name);
+        std::fs::write(&path, &script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let port = h.ssh_port().to_string();
+    let run = |program: &str, variant: Option<&str>| {
+        let _ = std::fs::remove_file(&log);
+        let mut cmd = h.client_command(collab_testkit::cli_bin(), &h.ssh_client_key(), &clone);
+        cmd.env("GIT_COLLAB_SSH_COMMAND", bin.join(program))
+            .args(["issue", "list", "--json"]);
+        if let Some(variant) = variant {
+            cmd.env("GIT_SSH_VARIANT", variant);
+        }
+        let out = cmd.output().unwrap();
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        (out, logged)
+    };
+    let (out, logged) = run("plink", None);
+    assert!(out.status.success(), "{out:?}");
+    assert!(logged.contains(&format!("-P {port} ")), "{logged}");
+    assert!(!logged.contains(" -p "), "{logged}");
+    let (out, logged) = run("tortoiseplink", None);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        logged.starts_with(&format!("-batch -P {port} ")),
+        "{logged}"
+    );
+    // Any other name is OpenSSH-compatible; GIT_SSH_VARIANT overrides.
+    let (out, logged) = run("ssh-wrapper", None);
+    assert!(out.status.success(), "{out:?}");
+    assert!(logged.starts_with(&format!("-p {port} ")), "{logged}");
+    let (out, logged) = run("ssh-wrapper", Some("plink"));
+    assert!(out.status.success(), "{out:?}");
+    assert!(logged.starts_with(&format!("-P {port} ")), "{logged}");
+    // `simple` takes no options: a port it cannot pass is a clear error.
+    let (out, logged) = run("ssh-wrapper", Some("simple"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stderr.contains("ssh variant 'simple' does not support setting port"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(logged.is_empty(), "nothing ran: {logged}");
+    let (out, _) = run("ssh-wrapper", Some("openssh"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("GIT_SSH_VARIANT is 'openssh'"),
+        "{out:?}"
+    );
+}
