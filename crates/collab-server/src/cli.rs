@@ -142,7 +142,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let loaded = config::load(&cli.flags)?;
     logging::init(&loaded.config.log)?;
     for (name, meant) in config::misspelled_env_vars(&config::process_env()) {
-        tracing::warn!("{name} is not a server setting and is ignored; did you mean {meant}?");
+        if meant.is_empty() {
+            tracing::warn!(
+                "{name} is not a server setting and is ignored (docs/configuration.md lists them)"
+            );
+        } else {
+            tracing::warn!("{name} is not a server setting and is ignored; did you mean {meant}?");
+        }
     }
     match cli.command {
         Command::Serve { allow_empty_db } => {

@@ -42,7 +42,10 @@ pub enum Error {
     BadUrl { url: String, reason: String },
     /// `GIT_SSH_VARIANT` or `ssh.variant` names no variant git knows.
     #[error("{setting} is '{value}': expected auto, ssh, plink, putty, tortoiseplink or simple")]
-    BadVariant { setting: &'static str, value: String },
+    BadVariant {
+        setting: &'static str,
+        value: String,
+    },
     /// The `simple` ssh variant takes no options, so no port.
     #[error(
         "ssh variant 'simple' does not support setting port {0}: set GIT_SSH_VARIANT \
@@ -149,7 +152,10 @@ impl SshVariant {
             Some((source, value)) => match SshVariant::parse(&value) {
                 Some(Some(variant)) => Ok(variant),
                 Some(None) => Ok(SshVariant::of_command(ssh_command)),
-                None => Err(Error::BadVariant { setting: source, value }),
+                None => Err(Error::BadVariant {
+                    setting: source,
+                    value,
+                }),
             },
         }
     }
@@ -652,7 +658,10 @@ mod tests {
         for (command, want) in [
             ("ssh -i key", SshVariant::Ssh),
             ("/usr/bin/plink -v", SshVariant::Plink),
-            ("'C:\\Program Files\\PuTTY\\PLINK.EXE' -v", SshVariant::Plink),
+            (
+                "'C:\\Program Files\\PuTTY\\PLINK.EXE' -v",
+                SshVariant::Plink,
+            ),
             ("tortoiseplink.exe", SshVariant::TortoisePlink),
             ("putty", SshVariant::Putty),
             ("my-wrapper", SshVariant::Ssh),
