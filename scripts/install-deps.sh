@@ -3,8 +3,10 @@
 # Debian 12 machine (as root). Idempotent: a second run installs nothing.
 set -euo pipefail
 
-# python3 runs scripts/import-graph.py (collab-testkit's import-loop test).
-packages=(git openssh-client openssh-server sqlite3 pkg-config chromium curl python3)
+# python3 runs scripts/import-graph.py (collab-testkit's import-loop test);
+# python3-paramiko is the SSH client that lies about its window in the
+# advisory suite (tests/it/once/advisories.rs).
+packages=(git openssh-client openssh-server sqlite3 pkg-config chromium curl python3 python3-paramiko)
 # PostgreSQL for the tests' throwaway cluster (scripts/ci-postgres.sh). Only
 # root can install it; without it, and without root, those tests skip.
 if [ "$(id -u)" = 0 ]; then

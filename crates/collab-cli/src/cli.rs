@@ -71,9 +71,10 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// The server's event log for the remote's repository: replay (from
-    /// --since, else everything retained), then with --follow keep
-    /// printing new events as they happen.
+    /// The server's event log for the remote's repository. Without
+    /// --follow: replay and exit (from --since, else everything retained).
+    /// With --follow: print new events as they happen, until interrupted
+    /// (from --since if given, else only new ones).
     Events {
         /// The git remote whose server and repository to watch.
         #[arg(long, default_value = "origin")]
@@ -81,10 +82,12 @@ pub enum Command {
         /// Every repository your key can read, not only the remote's.
         #[arg(long)]
         all: bool,
-        /// Start after this seq (resume with the last seq you saw).
+        /// Start after this seq (resume with the last seq you saw); with
+        /// --follow, replay from it before following.
         #[arg(long, value_name = "SEQ")]
         since: Option<u64>,
-        /// Keep following new events (until interrupted).
+        /// Follow new events until interrupted; without --since, only new
+        /// ones (nothing is replayed first).
         #[arg(long)]
         follow: bool,
         /// Only event types matching this pattern (`lease.*`); repeatable.

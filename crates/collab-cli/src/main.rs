@@ -294,6 +294,8 @@ fn push(repo: &Repository, remote: &str, args: &[String]) -> Result<ExitCode> {
     use collab_cli::client::lease;
     let tokens = lease::remembered_tokens(repo, remote)?;
     let dir = repo.workdir().unwrap_or_else(|| repo.path());
+    // git-args: the user's own `git push` arguments, passed through as
+    // `git push` itself would take them (options included).
     let status = std::process::Command::new("git")
         .current_dir(dir)
         .arg("push")

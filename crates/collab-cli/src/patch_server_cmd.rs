@@ -298,6 +298,9 @@ fn checkout(
     let head = r["head"].as_str().unwrap_or_default().to_string();
     let pin = collab_record::refs::revision_ref(&full, n as u32);
     let workdir = repo.workdir().unwrap_or(repo.path());
+    // git-args: every caller puts `--end-of-options` before the remote,
+    // refs and commits it passes (the server's reply is not trusted to name
+    // only commits).
     let git = |args: &[&str]| -> Result<()> {
         let out = std::process::Command::new("git")
             .current_dir(workdir)
@@ -312,9 +315,9 @@ fn checkout(
         }
         Ok(())
     };
-    git(&["fetch", "-q", remote_name, &pin])?;
+    git(&["fetch", "-q", "--end-of-options", remote_name, &pin])?;
     let branch = format!("patch/{}", short_id(&full));
-    git(&["switch", "-q", "-C", &branch, &head])?;
+    git(&["switch", "-q", "-C", &branch, "--end-of-options", &head])?;
     if json {
         print_json(&json!({ "patch": full, "revision": n, "head": head, "branch": branch }))?;
     } else {

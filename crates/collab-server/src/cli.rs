@@ -142,7 +142,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let loaded = config::load(&cli.flags)?;
     logging::init(&loaded.config.log)?;
     for (name, meant) in config::misspelled_env_vars(&config::process_env()) {
-        tracing::warn!("{name} is not a server setting and is ignored; did you mean {meant}?");
+        if meant.is_empty() {
+            tracing::warn!(
+                "{name} is not a server setting and is ignored (docs/configuration.md lists them)"
+            );
+        } else {
+            tracing::warn!("{name} is not a server setting and is ignored; did you mean {meant}?");
+        }
     }
     match cli.command {
         Command::Serve { allow_empty_db } => {
@@ -211,6 +217,10 @@ fn db_migrate_cmd(config: &config::ServerConfig, to: &str, json: bool) -> anyhow
         db::Location::Sqlite(_) => anyhow::bail!("--to must be a postgres:// URL"),
     };
     let shown = db::Location::Postgres(target.clone()).display();
+    // No server may write the SQLite file while it is copied, nor start
+    // before the copy is done and collab_db points at PostgreSQL.
+    let _offline = crate::server_lock::ServerLock::offline(&config.state_dir)
+        .map_err(|held| anyhow::anyhow!("db migrate: {held}"))?;
     let copied = db::transfer::sqlite_to_postgres(&source, &target)
         .map_err(|e| anyhow::anyhow!("db migrate to {shown}: {e:#}"))?;
     if json {

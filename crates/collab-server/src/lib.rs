@@ -26,6 +26,7 @@ pub mod releases;
 pub mod repo_admin;
 pub mod repos;
 pub mod serve;
+pub mod server_lock;
 pub mod setup;
 pub mod shutdown;
 pub mod signing;

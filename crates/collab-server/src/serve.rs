@@ -63,6 +63,8 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     // Before any listener exists: the connection caps are fitted into it.
     fds::raise_open_file_limit();
     let prepared = crate::setup::prepare(&config)?;
+    // Held until serve returns: `db migrate` refuses while it is.
+    let _server_lock = crate::server_lock::ServerLock::serve(&config.state_dir)?;
     // The database calls are blocking (a PostgreSQL client runs its own
     // small runtime): off the async workers.
     tokio::task::block_in_place(|| {

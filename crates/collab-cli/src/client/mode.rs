@@ -10,8 +10,12 @@
 //! 3. what an earlier detection remembered for the remote, in
 //!    `remote.<name>.collabMode`, while the remote's URL is still the one
 //!    recorded beside it in `remote.<name>.collabModeUrl`;
-//! 4. detection: a remote that is not an ssh URL is a plain git host
-//!    (local, nothing remembered); otherwise one round trip asks the server
+//! 4. detection: a remote that is not an ssh URL (https, a path) is a
+//!    plain git host (local, remembered) unless `git ls-remote` shows it
+//!    carries a git-collab server's issue export (`refs/collab/export/`):
+//!    then the issues are that server's and the command fails, saying to
+//!    add the server's ssh URL (an https clone of a git-collab repository
+//!    would otherwise list nothing and succeed); otherwise one round trip asks the server
 //!    for the first issue of the repository (`collab-issue list '<repo>'
 //!    --limit 1`): a page of issues, or the verb's own `repository not
 //!    found`, comes from a git-collab server that holds issues (server);
@@ -83,6 +87,13 @@ pub enum Error {
          retry, or choose with --mode server|local (or git config {MODE_KEY})"
     )]
     Unreachable { remote: String, detail: String },
+    #[error(
+        "remote '{remote}' ({url}) is a git-collab server, whose issues and patches are \
+         reached over ssh only: add its ssh URL as a remote (`git remote add collab \
+         ssh://git@HOST:2222/REPO`, the web page's clone box shows it) and pass \
+         --remote collab, or choose --mode local to use only the issues in this clone"
+    )]
+    ServerNotOverSsh { remote: String, url: String },
     #[error(transparent)]
     Remote(#[from] remote_ssh::Error),
     #[error("git: {}", .0.message())]
@@ -129,12 +140,30 @@ pub fn choose(repo: &Repository, remote_name: &str, flag: Option<Mode>) -> Resul
     let url = remote_url(repo, remote_name);
     let remote = match remote_ssh::ssh_remote(repo, remote_name) {
         Ok(remote) => remote,
-        // https, a path, file://: a plain git host, cheap to tell again.
-        Err(remote_ssh::Error::NotSsh { .. }) => {
-            return Ok(Chosen {
-                mode: Mode::Local,
-                source: Source::Detected,
-            })
+        // https, a path, file://: a plain git host, unless what it
+        // serves says it is a git-collab server that holds the issues
+        // (reached only over ssh).
+        Err(remote_ssh::Error::NotSsh { url, .. }) => {
+            return match serves_export(repo, &url) {
+                Some(true) => Err(Error::ServerNotOverSsh {
+                    remote: remote_name.to_string(),
+                    url,
+                }),
+                Some(false) => {
+                    remember(repo, remote_name, &url, Mode::Local)?;
+                    Ok(Chosen {
+                        mode: Mode::Local,
+                        source: Source::Detected,
+                    })
+                }
+                // Unreachable or not readable anonymously: the DAGs in
+                // this clone are what there is, as before; ask again next
+                // time.
+                None => Ok(Chosen {
+                    mode: Mode::Local,
+                    source: Source::Detected,
+                }),
+            };
         }
         Err(e) => return Err(e.into()),
     };
@@ -196,6 +225,27 @@ fn remote_url(repo: &Repository, remote_name: &str) -> String {
         Ok(remote) => remote.url().unwrap_or_default().to_string(),
         Err(_) => String::new(),
     }
+}
+
+/// Whether the git repository at `url` (https, a path) carries a
+/// git-collab server's signed issue export (`refs/collab/export/...`):
+/// then its issues live in that server's database, not in DAGs a clone
+/// syncs. `None` when git could not ask (unreachable, private).
+fn serves_export(repo: &Repository, url: &str) -> Option<bool> {
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(repo.path())
+        .env_remove("GIT_DIR")
+        .args(["ls-remote", "--end-of-options", url])
+        .arg(format!("{}*", collab_record::refs::EXPORT_PREFIX))
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| !String::from_utf8_lossy(&out.stdout).trim().is_empty())
 }
 
 /// One round trip: `Ok(mode)` when the far side answered, `Err(ssh's

@@ -40,6 +40,18 @@ pub enum Error {
     /// An SSH URL that cannot be used.
     #[error("invalid ssh url '{url}': {reason}")]
     BadUrl { url: String, reason: String },
+    /// `GIT_SSH_VARIANT` or `ssh.variant` names no variant git knows.
+    #[error("{setting} is '{value}': expected auto, ssh, plink, putty, tortoiseplink or simple")]
+    BadVariant {
+        setting: &'static str,
+        value: String,
+    },
+    /// The `simple` ssh variant takes no options, so no port.
+    #[error(
+        "ssh variant 'simple' does not support setting port {0}: set GIT_SSH_VARIANT \
+         (or git config ssh.variant) to ssh, plink, putty or tortoiseplink"
+    )]
+    SimpleWithPort(u16),
     /// Reading the repository's configuration failed.
     #[error("git: {}", .0.message())]
     Git(#[from] git2::Error),
@@ -70,6 +82,83 @@ pub struct SshRemote {
     pub path: String,
     /// The shell command that runs ssh (see [`ssh_command`]).
     pub ssh_command: String,
+    /// Which options that command takes (see [`SshVariant`]).
+    pub variant: SshVariant,
+}
+
+/// The ssh programs whose options differ, by git's own rules
+/// (`GIT_SSH_VARIANT`, `ssh.variant`, else the program's name): OpenSSH
+/// takes `-p PORT`; PuTTY's `plink` and `putty` take `-P PORT`;
+/// TortoisePlink takes `-P PORT` and needs `-batch` (else it asks in a
+/// window); `simple` takes no options at all, so it cannot reach a port
+/// other than 22.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SshVariant {
+    #[default]
+    Ssh,
+    Plink,
+    Putty,
+    TortoisePlink,
+    Simple,
+}
+
+impl SshVariant {
+    /// A variant's name as git spells it (`ssh.variant`); `auto` is
+    /// decided from the command.
+    pub fn parse(name: &str) -> Option<Option<SshVariant>> {
+        Some(Some(match name.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => return Some(None),
+            "ssh" => SshVariant::Ssh,
+            "plink" => SshVariant::Plink,
+            "putty" => SshVariant::Putty,
+            "tortoiseplink" => SshVariant::TortoisePlink,
+            "simple" => SshVariant::Simple,
+            _ => return None,
+        }))
+    }
+
+    /// The variant git guesses from the program's name: the base name of
+    /// the first word, without `.exe`, case-insensitive. Anything not
+    /// PuTTY's is taken to be OpenSSH-compatible (git's `auto` checks that
+    /// with `ssh -G`; an incompatible program says so on its first use).
+    pub fn of_command(ssh_command: &str) -> SshVariant {
+        // The first word as a shell reads it (a quoted path may hold spaces).
+        let words = collab_proto::tokens::shell_tokens(ssh_command).unwrap_or_default();
+        let program = words.first().map(String::as_str).unwrap_or("ssh");
+        let base = program.rsplit(['/', '\\']).next().unwrap_or(program);
+        let base = base.to_ascii_lowercase();
+        match base.strip_suffix(".exe").unwrap_or(&base) {
+            "plink" => SshVariant::Plink,
+            "putty" => SshVariant::Putty,
+            "tortoiseplink" => SshVariant::TortoisePlink,
+            _ => SshVariant::Ssh,
+        }
+    }
+
+    /// `GIT_SSH_VARIANT`, else git config `ssh.variant`, else the name of
+    /// `ssh_command`'s program.
+    pub fn resolve(config: &git2::Config, ssh_command: &str) -> Result<SshVariant, Error> {
+        let chosen = std::env::var("GIT_SSH_VARIANT")
+            .ok()
+            .map(|v| ("GIT_SSH_VARIANT", v))
+            .or_else(|| {
+                config
+                    .get_string("ssh.variant")
+                    .ok()
+                    .map(|v| ("ssh.variant", v))
+            });
+        match chosen {
+            None => Ok(SshVariant::of_command(ssh_command)),
+            Some((source, value)) => match SshVariant::parse(&value) {
+                Some(Some(variant)) => Ok(variant),
+                Some(None) => Ok(SshVariant::of_command(ssh_command)),
+                None => Err(Error::BadVariant {
+                    setting: source,
+                    value,
+                }),
+            },
+        }
+    }
 }
 
 impl SshRemote {
@@ -81,16 +170,25 @@ impl SshRemote {
         }
     }
 
-    /// The arguments appended to the ssh command for `remote_cmd`.
-    pub fn ssh_args(&self, remote_cmd: &str) -> Vec<String> {
+    /// The arguments appended to the ssh command for `remote_cmd`, in
+    /// the spelling of its [`SshVariant`].
+    pub fn ssh_args(&self, remote_cmd: &str) -> Result<Vec<String>, Error> {
         let mut args = Vec::new();
+        if self.variant == SshVariant::TortoisePlink {
+            args.push("-batch".to_string());
+        }
         if let Some(port) = self.port {
-            args.push("-p".to_string());
+            let flag = match self.variant {
+                SshVariant::Ssh => "-p",
+                SshVariant::Plink | SshVariant::Putty | SshVariant::TortoisePlink => "-P",
+                SshVariant::Simple => return Err(Error::SimpleWithPort(port)),
+            };
+            args.push(flag.to_string());
             args.push(port.to_string());
         }
         args.push(self.destination());
         args.push(remote_cmd.to_string());
-        args
+        Ok(args)
     }
 }
 
@@ -215,6 +313,7 @@ pub fn parse_ssh_remote(url: &str) -> Result<SshRemote, Error> {
         port,
         path,
         ssh_command: DEFAULT_SSH_COMMAND.to_string(),
+        variant: SshVariant::Ssh,
     })
 }
 
@@ -245,7 +344,9 @@ pub fn ssh_remote(repo: &Repository, remote_name: &str) -> Result<SshRemote, Err
         },
         other => other,
     })?;
-    ssh.ssh_command = ssh_command(&repo.config()?);
+    let config = repo.config()?;
+    ssh.ssh_command = ssh_command(&config);
+    ssh.variant = SshVariant::resolve(&config, &ssh.ssh_command)?;
     Ok(ssh)
 }
 
@@ -328,7 +429,7 @@ pub fn run_remote_into(
         source,
     };
     let mut cmd = ssh_process(&remote.ssh_command);
-    cmd.args(remote.ssh_args(remote_cmd))
+    cmd.args(remote.ssh_args(remote_cmd)?)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut bytes = None;
@@ -453,6 +554,7 @@ mod tests {
             port,
             path: path.to_string(),
             ssh_command: DEFAULT_SSH_COMMAND.to_string(),
+            variant: SshVariant::Ssh,
         }
     }
 
@@ -522,11 +624,53 @@ mod tests {
     fn ssh_args_carry_port_and_destination() {
         let r = remote(Some("git"), "h", Some(2222), "r.git");
         assert_eq!(
-            r.ssh_args("collab-whoami"),
+            r.ssh_args("collab-whoami").unwrap(),
             ["-p", "2222", "git@h", "collab-whoami"]
         );
         let r = remote(None, "h", None, "r.git");
-        assert_eq!(r.ssh_args("x"), ["h", "x"]);
+        assert_eq!(r.ssh_args("x").unwrap(), ["h", "x"]);
+    }
+
+    /// git's rules for PuTTY and friends (connect.c): `-P` for the port,
+    /// `-batch` for TortoisePlink, no options at all for `simple`.
+    #[test]
+    fn ssh_args_follow_the_variant() {
+        let mut r = remote(Some("git"), "h", Some(2222), "r.git");
+        for (variant, want) in [
+            (SshVariant::Plink, vec!["-P", "2222", "git@h", "x"]),
+            (SshVariant::Putty, vec!["-P", "2222", "git@h", "x"]),
+            (
+                SshVariant::TortoisePlink,
+                vec!["-batch", "-P", "2222", "git@h", "x"],
+            ),
+        ] {
+            r.variant = variant;
+            assert_eq!(r.ssh_args("x").unwrap(), want, "{variant:?}");
+        }
+        r.variant = SshVariant::Simple;
+        assert!(matches!(r.ssh_args("x"), Err(Error::SimpleWithPort(2222))));
+        r.port = None;
+        assert_eq!(r.ssh_args("x").unwrap(), ["git@h", "x"]);
+    }
+
+    #[test]
+    fn the_variant_comes_from_the_program_name() {
+        for (command, want) in [
+            ("ssh -i key", SshVariant::Ssh),
+            ("/usr/bin/plink -v", SshVariant::Plink),
+            (
+                "'C:\\Program Files\\PuTTY\\PLINK.EXE' -v",
+                SshVariant::Plink,
+            ),
+            ("tortoiseplink.exe", SshVariant::TortoisePlink),
+            ("putty", SshVariant::Putty),
+            ("my-wrapper", SshVariant::Ssh),
+        ] {
+            assert_eq!(SshVariant::of_command(command), want, "{command}");
+        }
+        assert_eq!(SshVariant::parse("Simple"), Some(Some(SshVariant::Simple)));
+        assert_eq!(SshVariant::parse("auto"), Some(None));
+        assert_eq!(SshVariant::parse("openssh"), None);
     }
 
     #[test]

@@ -160,7 +160,8 @@ pub fn push_for_review(workdir: &Path, p: &ReviewPush<'_>) -> Result<Pushed, Pus
     for o in &options {
         cmd.arg("-o").arg(o);
     }
-    cmd.arg(p.remote)
+    cmd.arg("--end-of-options")
+        .arg(p.remote)
         .arg(format!("{}:refs/for/{}", p.head, p.base));
     let out = cmd.output()?;
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -135,6 +135,7 @@ pub fn fetch_export(repo: &Repository, remote: &str) -> Result<usize> {
             "--no-tags",
             "--prune",
             "--no-write-fetch-head",
+            "--end-of-options",
             remote,
         ])
         .arg(refs::export_refspec(remote))
@@ -169,6 +170,7 @@ fn fetch(git_dir: &Path, remote: &str) -> Result<()> {
             "--no-tags",
             "--prune",
             "--no-write-fetch-head",
+            "--end-of-options",
             remote,
         ])
         .arg(refs::tracking_refspec(remote))
@@ -236,7 +238,7 @@ enum Pushed {
 fn push(git_dir: &Path, remote: &str, push_issues: bool) -> Result<Pushed> {
     let mut cmd = git(git_dir);
     // Not --quiet: it silences the porcelain lines that say what moved.
-    cmd.args(["push", "--porcelain", remote])
+    cmd.args(["push", "--porcelain", "--end-of-options", remote])
         .arg(refs::push_refspec());
     if !push_issues {
         cmd.args(refs::not_server_held_refspecs());
@@ -274,6 +276,8 @@ fn push(git_dir: &Path, remote: &str, push_issues: bool) -> Result<Pushed> {
     }
 }
 
+/// git-args: a builder; every caller puts `--end-of-options` before the
+/// remote name and refspecs it adds.
 fn git(git_dir: &Path) -> Command {
     let mut cmd = Command::new("git");
     cmd.arg("--git-dir").arg(git_dir);

@@ -368,20 +368,98 @@ fn load_layers(
     Ok(loaded)
 }
 
-/// Environment variables that look like a mistyped key: a single `_` where
-/// the nesting needs `__` (`GIT_COLLAB_SSH_LISTEN`). They are ignored (other
-/// `GIT_COLLAB_*` variables belong to the client), so the caller warns.
+/// `GIT_COLLAB_*` variables that are not server settings but are known:
+/// the client's, the hooks' (set by the server for `receive-pack`), the
+/// `authorized_keys` role marker, and the tests' and CI's. The server
+/// ignores them silently; any other unknown `GIT_COLLAB_*` name gets a
+/// warning ([`misspelled_env_vars`]). A test scans the tree for names
+/// missing here.
+pub const OTHER_ENV_VARS: &[&str] = &[
+    // The server's own, not a key.
+    CONFIG_ENV,
+    // The client.
+    "GIT_COLLAB_SSH_COMMAND",
+    // Hook context (hooks::context).
+    "GIT_COLLAB_PRINCIPAL",
+    "GIT_COLLAB_FINGERPRINT",
+    "GIT_COLLAB_REPO",
+    "GIT_COLLAB_ACCESS",
+    "GIT_COLLAB_DB",
+    "GIT_COLLAB_FENCED_REFS",
+    "GIT_COLLAB_MAX_BODY",
+    "GIT_COLLAB_WEB_URL",
+    // `environment="GIT_COLLAB_ROLE=admin"` in authorized_keys.
+    "GIT_COLLAB_ROLE",
+    // Tests, benchmarks and CI.
+    "GIT_COLLAB_TEST_BACKEND",
+    "GIT_COLLAB_TEST_POSTGRES",
+    "GIT_COLLAB_REQUIRE_CONTAINER_TESTS",
+    "GIT_COLLAB_REQUIRE_BROWSER_TESTS",
+    "GIT_COLLAB_REQUIRE_POSTGRES_TESTS",
+    "GIT_COLLAB_REQUIRE_NIX_TESTS",
+    "GIT_COLLAB_REQUIRE_STATIX",
+    "GIT_COLLAB_BENCH_DOCS",
+    "GIT_COLLAB_CI_PG_DIR",
+    "GIT_COLLAB_CI_CACHE",
+    "GIT_COLLAB_E2E_IMAGE",
+    "GIT_COLLAB_IMAGE",
+];
+
+/// `GIT_COLLAB_*` variables that are neither a setting (nor its `_FILE`
+/// form) nor one of [`OTHER_ENV_VARS`], each with the known name nearest
+/// to it, when one is near (`GIT_COLLAB_SSH_LISTEN` → `GIT_COLLAB_SSH__LISTEN`,
+/// `GIT_COLLAB_SITE_TITEL` → `GIT_COLLAB_SITE_TITLE`); an empty suggestion
+/// when none is. The server ignores them, so the caller warns.
 pub fn misspelled_env_vars(env: &BTreeMap<String, OsString>) -> Vec<(String, String)> {
+    let settings: Vec<String> = keys::KEYS.iter().map(|key| env_name(key.name)).collect();
+    let known = |name: &str| {
+        let stem = name.strip_suffix("_FILE").unwrap_or(name);
+        settings.iter().any(|s| s == name || s == stem) || OTHER_ENV_VARS.contains(&name)
+    };
     env.keys()
-        .filter_map(|name| {
-            let rest = name.strip_prefix(ENV_PREFIX)?.to_ascii_lowercase();
-            let rest = rest.strip_suffix("_file").unwrap_or(&rest);
-            keys::KEYS
+        .filter(|name| name.starts_with(ENV_PREFIX) && !known(name))
+        .map(|name| {
+            let (stem, file) = match name.strip_suffix("_FILE") {
+                Some(stem) => (stem, "_FILE"),
+                None => (name.as_str(), ""),
+            };
+            // Settings first: a near setting is the likelier meaning.
+            let nearest = settings
                 .iter()
-                .find(|key| key.name.contains('.') && key.name.replace('.', "_") == rest)
-                .map(|key| (name.clone(), env_name(key.name)))
+                .map(String::as_str)
+                .chain(OTHER_ENV_VARS.iter().copied())
+                .map(|candidate| (edit_distance(stem, candidate), candidate))
+                .min_by_key(|(distance, _)| *distance)
+                .filter(|(distance, candidate)| *distance <= 2.max(candidate.len() / 8))
+                .map(|(_, candidate)| {
+                    // `_FILE` belongs only to settings.
+                    if settings.iter().any(|s| s == candidate) {
+                        format!("{candidate}{file}")
+                    } else {
+                        candidate.to_string()
+                    }
+                })
+                .unwrap_or_default();
+            (name.clone(), nearest)
         })
         .collect()
+}
+
+/// Levenshtein distance over bytes, case-insensitive (names are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.to_ascii_uppercase(), b.to_ascii_uppercase());
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, &ca) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substituted = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
 }
 
 /// `ssh.listen` -> `GIT_COLLAB_SSH__LISTEN`.

@@ -675,25 +675,93 @@ fn limits_from_a_file() {
 }
 
 #[test]
-fn misspelled_nesting_is_reported() {
+fn misspelled_env_vars_get_the_nearest_name() {
     let vars = env(&[
         ("GIT_COLLAB_SSH_LISTEN", "x"),
         ("GIT_COLLAB_SSH_COMMAND", "ssh"),
         ("GIT_COLLAB_LOG_LEVEL_FILE", "/x"),
+        ("GIT_COLLAB_SITE_TITEL", "x"),
+        ("GIT_COLLAB_STATEDIR", "x"),
+        ("GIT_COLLAB_REQUIRE_POSTGRES_TEST", "1"),
+        ("GIT_COLLAB_SITE_TITLE", "fine"),
+        ("GIT_COLLAB_SITE_TITLE_FILE", "/fine"),
+        ("GIT_COLLAB_TEST_BACKEND", "postgres"),
+        ("GIT_COLLAB_NOTHING_LIKE_IT_AT_ALL", "x"),
     ]);
-    assert_eq!(
-        misspelled_env_vars(&vars),
-        vec![
-            (
-                "GIT_COLLAB_LOG_LEVEL_FILE".to_string(),
-                "GIT_COLLAB_LOG__LEVEL".to_string()
-            ),
-            (
-                "GIT_COLLAB_SSH_LISTEN".to_string(),
-                "GIT_COLLAB_SSH__LISTEN".to_string()
-            ),
-        ]
+    let got = misspelled_env_vars(&vars);
+    let want = [
+        ("GIT_COLLAB_LOG_LEVEL_FILE", "GIT_COLLAB_LOG__LEVEL_FILE"),
+        ("GIT_COLLAB_NOTHING_LIKE_IT_AT_ALL", ""),
+        (
+            "GIT_COLLAB_REQUIRE_POSTGRES_TEST",
+            "GIT_COLLAB_REQUIRE_POSTGRES_TESTS",
+        ),
+        ("GIT_COLLAB_SITE_TITEL", "GIT_COLLAB_SITE_TITLE"),
+        ("GIT_COLLAB_SSH_LISTEN", "GIT_COLLAB_SSH__LISTEN"),
+        ("GIT_COLLAB_STATEDIR", "GIT_COLLAB_STATE_DIR"),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(got, want);
+}
+
+/// Every `GIT_COLLAB_*` name the tree uses is a setting or listed in
+/// `OTHER_ENV_VARS`, so a real variable never draws the warning.
+#[test]
+fn every_env_var_the_tree_uses_is_known() {
+    let root = collab_testkit_root();
+    let mut unknown = std::collections::BTreeSet::new();
+    let mut dirs = vec![root.join("crates"), root.join("scripts"), root.join(".ci")];
+    let settings: Vec<String> = keys::KEYS.iter().map(|k| env_name(k.name)).collect();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            // These test unknown and misspelled names on purpose.
+            if path.ends_with("config/tests.rs") || path.ends_with("tests/it/once/config.rs") {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            // Comments give misspellings as examples.
+            let text: String = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            for (i, _) in text.match_indices("GIT_COLLAB_") {
+                let name: String = text[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                let name = name.trim_end_matches('_');
+                let stem = name.strip_suffix("_FILE").unwrap_or(name);
+                let is_prefix = settings.iter().any(|s| s.starts_with(&format!("{name}__")));
+                if name == "GIT_COLLAB"
+                    || is_prefix
+                    || settings.iter().any(|s| s == name || s == stem)
+                    || OTHER_ENV_VARS.contains(&name)
+                {
+                    continue;
+                }
+                unknown.insert(format!("{name} ({})", path.display()));
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "add these to OTHER_ENV_VARS or fix them: {unknown:#?}"
     );
+}
+
+fn collab_testkit_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 #[test]

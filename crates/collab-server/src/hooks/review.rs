@@ -137,8 +137,9 @@ fn read_pkt(input: &mut impl Read) -> Result<Option<String>, String> {
         .map_err(|_| "proc-receive: a pkt-line is not UTF-8".into())
 }
 
-/// Every pkt-line up to the next flush.
-fn read_section(input: &mut impl Read) -> Result<Vec<String>, String> {
+/// Every pkt-line up to the next flush. Public for the fuzz target
+/// (fuzz/fuzz_targets/pkt_line.rs): what receive-pack sends is input.
+pub fn read_section(input: &mut impl Read) -> Result<Vec<String>, String> {
     let mut lines = Vec::new();
     while let Some(line) = read_pkt(input)? {
         if lines.len() == MAX_LINES {

@@ -52,7 +52,7 @@ fn cat_file(repo: &Path, oid: Oid) -> std::process::Command {
     }
     cmd.arg("--git-dir")
         .arg(repo)
-        .args(["cat-file", "blob"])
+        .args(["cat-file", "blob", "--end-of-options"])
         .arg(oid.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

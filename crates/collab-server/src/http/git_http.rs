@@ -111,7 +111,8 @@ fn upload_pack(entry: &RepoEntry, headers: &HeaderMap, advertise: bool) -> Comma
     if advertise {
         cmd.arg("--advertise-refs");
     }
-    cmd.arg(&entry.path)
+    cmd.arg("--end-of-options")
+        .arg(&entry.path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

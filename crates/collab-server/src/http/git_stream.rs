@@ -20,6 +20,8 @@ use crate::limits::ProcessPermit;
 /// Read buffer of a streamed download.
 const CHUNK: usize = 64 * 1024;
 
+/// git-args: a builder; every caller ends its options with
+/// `--end-of-options` before the commits it names.
 /// `git -C <repo_dir> <args>` with a clean environment (no `GIT_*`
 /// variables of the server's), stdout piped, stdin and stderr closed.
 pub fn git(repo_dir: &Path, args: &[String]) -> tokio::process::Command {

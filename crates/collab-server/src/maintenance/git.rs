@@ -8,6 +8,8 @@ use std::path::Path;
 use std::process::Command;
 
 /// `git -C <repo_dir>` with a clean environment; add arguments and run.
+/// git-args: a builder; its callers pass fixed housekeeping arguments
+/// (maintenance steps, `fsck`), never a value from a user.
 pub fn git(repo_dir: &Path) -> Command {
     let mut cmd = Command::new("git");
     for (key, _) in std::env::vars_os() {

@@ -125,8 +125,14 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
             cmd.envs(hook.to_env());
         }
     }
-    cmd.arg(service.subcommand())
-        .arg(&entry.path)
+    cmd.arg(service.subcommand());
+    // The path is the server's own (absolute), but no value reaches git
+    // where it could be read as an option. `upload-archive` takes exactly
+    // one argument and no options, so it gets none.
+    if !matches!(service, GitService::UploadArchive) {
+        cmd.arg("--end-of-options");
+    }
+    cmd.arg(&entry.path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

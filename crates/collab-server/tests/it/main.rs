@@ -60,6 +60,7 @@ mod sqlite {
 /// (the container image, the Nix module, a browser, git housekeeping, the
 /// README, configuration and CLI messages): run once.
 mod once {
+    mod advisories;
     mod cli_messages;
     mod config;
     mod container;

@@ -206,7 +206,7 @@ async fn commit_text(
         ]
         .iter()
         .map(|s| s.to_string())
-        .chain([id.to_string()])
+        .chain(["--end-of-options".to_string(), id.to_string()])
         .collect()
     } else {
         [
@@ -220,7 +220,7 @@ async fn commit_text(
         ]
         .iter()
         .map(|s| s.to_string())
-        .chain([id.to_string()])
+        .chain(["--end-of-options".to_string(), id.to_string()])
         .collect()
     };
     let cmd = crate::http::git_stream::git(&repo_dir, &args);

@@ -341,6 +341,7 @@ pub fn commit_ids(
         "rev-list".to_string(),
         format!("--skip={skip}"),
         format!("--max-count={limit}"),
+        "--end-of-options".to_string(),
         from.to_string(),
     ]))?;
     String::from_utf8_lossy(&out)

@@ -518,6 +518,7 @@ async fn revision_text(
             .map(|s| s.to_string())
             .collect()
     };
+    args.push("--end-of-options".into());
     if patch {
         args.push(format!("{base}..{head}"));
     } else {

@@ -296,6 +296,7 @@ pub async fn archive(
             "archive".into(),
             format!("--format={fmt}"),
             format!("--prefix={stem}/"),
+            "--end-of-options".into(),
             commit.to_string(),
         ],
     );

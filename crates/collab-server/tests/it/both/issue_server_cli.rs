@@ -305,13 +305,22 @@ fn the_mode_is_detected_once_remembered_and_can_be_forced() {
         "{remote_refs:?}"
     );
 
-    // A remote URL that moved is detected again: a plain path is local.
+    // A remote URL that moved is detected again: the server's repository
+    // as a plain path carries its issue export, so the issues are the
+    // server's, reached over ssh only: the command says so (issue 32)
+    // instead of listing this clone's DAGs as if they were all there is.
     let bare = f.h.repos_dir().join("r.git");
     f.h.git(
         &f.clone,
         &["remote", "set-url", "origin", &bare.display().to_string()],
     );
-    assert_eq!(titles(f.json(&["issue", "list"])), ["local one"]);
+    let out = f.run(&["issue", "list"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("is a git-collab server"), "{out:?}");
+    assert_eq!(
+        titles(f.json(&["issue", "list", "--mode", "local"])),
+        ["local one"]
+    );
 
     // An unreachable server decides nothing and says how to choose.
     let g = setup();

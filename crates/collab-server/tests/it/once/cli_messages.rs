@@ -174,3 +174,187 @@ fn man_pages_are_generated_and_git_collab_help_finds_them() {
         assert!(String::from_utf8_lossy(&shown.stdout).contains("issue"));
     }
 }
+
+/// `events --help` says what `--follow` does (issue 32: it said the
+/// replay came first, while without `--since` only new events are shown,
+/// as docs/cli.md says).
+#[test]
+fn events_help_says_follow_shows_only_new_events() {
+    let out = cli().args(["events", "--help"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let help = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(help.contains("without --since, only new ones"), "{help}");
+    assert!(!help.contains("then with --follow"), "{help}");
+    let docs =
+        std::fs::read_to_string(collab_testkit::workspace_root().join("docs/cli.md")).unwrap();
+    let docs = docs.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        docs.contains("(without `--since`, only new ones)"),
+        "docs/cli.md and --help disagree"
+    );
+}
+
+/// A clone made from the web page's HTTP URL, or from the repository's
+/// path on the server's disk, of a server that holds 3 issues: `git collab
+/// issue list` used to print nothing and succeed (issue 32). Now it fails
+/// and says to use the server's ssh URL; a plain git remote without the
+/// export stays local.
+#[test]
+fn an_http_or_path_clone_of_a_collab_server_says_to_use_ssh() {
+    let h = ServerHarness::start();
+    let repo = h.create_repo("r");
+    std::fs::write(repo.join("collab-policy.toml"), "public = true\n").unwrap();
+    let work = h.clone_repo("r", "seed");
+    h.commit_file(&work, "f", b"1", "one");
+    h.ssh_push(&work, &["HEAD:main"]);
+    for n in 0..3 {
+        h.open_server_issue("r", &format!("issue {n}"));
+    }
+    let http_url = format!("{}/r.git", h.http_url());
+    // The signed export follows the writes; wait until git can see it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = Command::new("git")
+            .args(["ls-remote", &http_url, "refs/collab/export/*"])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).lines().count() >= 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no export over http: {out:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    for (name, url) in [
+        ("http", http_url.clone()),
+        ("path", repo.display().to_string()),
+    ] {
+        let dir = h.temp_dir().join(format!("clone-{name}"));
+        let out = Command::new("git")
+            .args(["clone", "-q", &url])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let listed = git_with_cli(&h, &dir)
+            .args(["collab", "issue", "list"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&listed.stderr);
+        assert_eq!(listed.status.code(), Some(1), "{name}: {listed:?}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("is a git-collab server"), "{stderr}");
+        assert!(stderr.contains("ssh://"), "{stderr}");
+        // Forcing local mode still works (the DAGs in this clone).
+        let local = git_with_cli(&h, &dir)
+            .args(["collab", "issue", "list", "--mode", "local"])
+            .output()
+            .unwrap();
+        assert!(local.status.success(), "{local:?}");
+    }
+    // A plain git repository (no export) as the remote: local, as before.
+    let plain = h.temp_dir().join("plain.git");
+    assert!(Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(&plain)
+        .status()
+        .unwrap()
+        .success());
+    let dir = h.temp_dir().join("clone-plain");
+    assert!(Command::new("git")
+        .args(["clone", "-q"])
+        .arg(&plain)
+        .arg(&dir)
+        .status()
+        .unwrap()
+        .success());
+    let listed = git_with_cli(&h, &dir)
+        .args(["collab", "issue", "list"])
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{listed:?}");
+}
+
+/// PuTTY's plink takes the port as `-P` (issue 32: the CLI always passed
+/// OpenSSH's `-p`). The CLI follows git's rules: the variant from
+/// GIT_SSH_VARIANT, else `ssh.variant`, else the program's name. A stand-in
+/// `plink` logs its arguments and hands them to OpenSSH translated back.
+#[test]
+fn plink_and_the_other_ssh_variants_get_their_own_options() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let h = ServerHarness::start();
+    h.create_repo("r");
+    let clone = h.clone_repo("r", "c");
+    let bin = h.temp_dir().join("putty-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = h.temp_dir().join("plink.log");
+    let mut options = h.ssh_options(&h.ssh_client_key());
+    let p = options.iter().position(|o| o == "-p").unwrap();
+    options.drain(p..p + 2);
+    let quoted: Vec<String> = options
+        .iter()
+        .map(|o| collab_proto::tokens::shell_quote(o))
+        .collect();
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" >> {log}\n\
+         for a; do shift; case \"$a\" in -P) set -- \"$@\" -p;; -batch) ;; *) set -- \"$@\" \"$a\";; esac; done\n\
+         exec ssh {} \"$@\"\n",
+        quoted.join(" "),
+        log = log.display()
+    );
+    for name in ["plink", "tortoiseplink", "ssh-wrapper"] {
+        let path = bin.join(name);
+        std::fs::write(&path, &script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let port = h.ssh_port().to_string();
+    let run = |program: &str, variant: Option<&str>| {
+        let _ = std::fs::remove_file(&log);
+        let mut cmd = h.client_command(collab_testkit::cli_bin(), &h.ssh_client_key(), &clone);
+        cmd.env("GIT_COLLAB_SSH_COMMAND", bin.join(program))
+            .args(["issue", "list", "--json"]);
+        if let Some(variant) = variant {
+            cmd.env("GIT_SSH_VARIANT", variant);
+        }
+        let out = cmd.output().unwrap();
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        (out, logged)
+    };
+    let (out, logged) = run("plink", None);
+    assert!(out.status.success(), "{out:?}");
+    assert!(logged.contains(&format!("-P {port} ")), "{logged}");
+    assert!(!logged.contains(" -p "), "{logged}");
+    let (out, logged) = run("tortoiseplink", None);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        logged.starts_with(&format!("-batch -P {port} ")),
+        "{logged}"
+    );
+    // Any other name is OpenSSH-compatible; GIT_SSH_VARIANT overrides.
+    let (out, logged) = run("ssh-wrapper", None);
+    assert!(out.status.success(), "{out:?}");
+    assert!(logged.starts_with(&format!("-p {port} ")), "{logged}");
+    let (out, logged) = run("ssh-wrapper", Some("plink"));
+    assert!(out.status.success(), "{out:?}");
+    assert!(logged.starts_with(&format!("-P {port} ")), "{logged}");
+    // `simple` takes no options: a port it cannot pass is a clear error.
+    let (out, logged) = run("ssh-wrapper", Some("simple"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stderr.contains("ssh variant 'simple' does not support setting port"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(logged.is_empty(), "nothing ran: {logged}");
+    let (out, _) = run("ssh-wrapper", Some("openssh"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("GIT_SSH_VARIANT is 'openssh'"),
+        "{out:?}"
+    );
+}

@@ -446,6 +446,31 @@ fn client_variables_do_not_break_the_server() {
     );
 }
 
+/// A mistyped setting is ignored, as every unknown variable is, but the
+/// server says so with the nearest name (issue 32: it was silent); known
+/// client and test variables draw nothing.
+#[test]
+fn a_mistyped_variable_gets_the_nearest_name() {
+    let setup = Setup::new("")
+        .env("GIT_COLLAB_SITE_TITEL", "Mine")
+        .env("GIT_COLLAB_SSH_LISTEN", "127.0.0.1:1")
+        .env("GIT_COLLAB_SSH_COMMAND", "ssh")
+        .env("GIT_COLLAB_REQUIRE_CONTAINER_TESTS", "1");
+    let out = setup.run(&["config", "check"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("GIT_COLLAB_SITE_TITEL is not a server setting and is ignored; did you mean GIT_COLLAB_SITE_TITLE?"),
+        "{err}"
+    );
+    assert!(
+        err.contains("did you mean GIT_COLLAB_SSH__LISTEN?"),
+        "{err}"
+    );
+    assert!(!err.contains("GIT_COLLAB_SSH_COMMAND"), "{err}");
+    assert!(!err.contains("GIT_COLLAB_REQUIRE_CONTAINER_TESTS"), "{err}");
+}
+
 #[test]
 fn show_text_is_aligned_with_sources() {
     let setup = Setup::new("site_title = \"T\"\n").env("GIT_COLLAB_SSH__LISTEN", "127.0.0.1:22");

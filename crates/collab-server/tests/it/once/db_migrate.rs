@@ -70,6 +70,19 @@ fn a_sqlite_server_moves_to_postgres_and_carries_on() {
     assert_eq!(held.code, 0, "{held:?}");
     let before_events = events(&h);
     let before_list = h.ssh_exec("collab-issue list 'r.git'").json();
+
+    // While the server runs, the copy is refused (issue 32: it ran, and
+    // every write after its snapshot was lost at the switch) and the
+    // target is left empty.
+    let early = TestDatabase::create();
+    let (code, stdout, stderr) = migrate(&h, &early.url);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("a server is running on"), "{stderr}");
+    assert!(stderr.contains(&h.pid().to_string()), "{stderr}");
+    let (code, _, stderr) = migrate(&h, &early.url);
+    assert_eq!(code, 1, "still refused, still nothing written: {stderr}");
+    assert!(stderr.contains("a server is running on"), "{stderr}");
     h.stop();
 
     let db = TestDatabase::create();
@@ -117,8 +130,10 @@ fn a_sqlite_server_moves_to_postgres_and_carries_on() {
 
 #[test]
 fn a_bad_target_gets_one_line_and_no_copy() {
-    let h = ServerHarness::start();
+    let mut h = ServerHarness::start();
     h.create_repo("r");
+    // Stopped: a running server would be the first refusal.
+    h.stop();
     let (code, _, stderr) = migrate(&h, "/tmp/not-a-url.db");
     assert_eq!(code, 1);
     assert_eq!(stderr.trim(), "error: --to must be a postgres:// URL");
