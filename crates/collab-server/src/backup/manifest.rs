@@ -422,7 +422,7 @@ fn check_signature(dir: &Path, json: &[u8], want: &ExpectedKey) -> anyhow::Resul
 
 fn parse_manifest(json: &[u8]) -> anyhow::Result<Manifest> {
     let manifest: Manifest =
-        serde_json::from_slice(&json).with_context(|| format!("{MANIFEST} does not parse"))?;
+        serde_json::from_slice(json).with_context(|| format!("{MANIFEST} does not parse"))?;
     if manifest.format != FORMAT {
         bail!(
             "{MANIFEST}: not a git-collab backup (format {:?})",
@@ -584,6 +584,90 @@ mod tests {
             }
             assert!(safe_relative(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn open_in_follows_no_link_and_opens_no_special_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/file"), b"data").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("a/link")).unwrap();
+        std::os::unix::fs::symlink(root.join("a/b"), root.join("a/dirlink")).unwrap();
+        let fifo = std::ffi::CString::new(root.join("a/fifo").to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert_eq!(read_in(root, Path::new("a/b/file")).unwrap(), b"data");
+        for bad in ["a/link", "a/dirlink/file", "a/fifo", "a/b"] {
+            let err = open_in(root, Path::new(bad)).unwrap_err();
+            assert!(
+                err.to_string().contains("refused, not followed"),
+                "{bad}: {err}"
+            );
+        }
+        assert!(open_in(root, Path::new("../x")).is_err());
+        let found = walk_special(root).unwrap();
+        let names: Vec<_> = found.iter().map(|(p, _)| p.to_str().unwrap()).collect();
+        assert_eq!(names, ["a/dirlink", "a/fifo", "a/link"]);
+    }
+
+    fn manifest_in(dir: &Path, key: &SigningKey) {
+        let manifest = Manifest {
+            format: FORMAT.into(),
+            version: VERSION,
+            started_at: "2026-12-05T00:00:00Z".into(),
+            server_version: "test".into(),
+            counts: Counts::default(),
+            database: None,
+            repos: Vec::new(),
+            files: Vec::new(),
+        };
+        write_manifest(dir, &manifest, key).unwrap();
+    }
+
+    #[test]
+    fn a_manifest_reads_only_with_the_key_that_signed_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = SigningKey::generate(&dir.path().join("k"), "server", false).unwrap();
+        let other = SigningKey::generate(&dir.path().join("o"), "other", false).unwrap();
+        let backup = dir.path().join("b");
+        std::fs::create_dir(&backup).unwrap();
+        manifest_in(&backup, &key);
+        for file in [MANIFEST, MANIFEST_SUM, MANIFEST_SIG] {
+            assert_eq!(mode_of(&backup.join(file)).unwrap(), FILE_MODE, "{file}");
+        }
+        let by_line = Trust::Key(ExpectedKey::parse(&key.public_key_line()).unwrap());
+        let by_fp = Trust::Key(ExpectedKey::parse(&key.fingerprint()).unwrap());
+        for trust in [&by_line, &by_fp] {
+            let (_, signer) = read_manifest(&backup, trust).unwrap();
+            assert_eq!(signer, Signer::Verified(key.fingerprint()));
+        }
+        let wrong = Trust::Key(ExpectedKey::parse(&other.public_key_line()).unwrap());
+        let err = read_manifest(&backup, &wrong).unwrap_err().to_string();
+        assert!(err.contains("not by the key given with --key"), "{err}");
+        assert_eq!(
+            read_manifest(&backup, &Trust::Unsigned).unwrap().1,
+            Signer::Unchecked
+        );
+
+        // Re-sealed after a change: the checksum passes, the signature not.
+        let mut json = std::fs::read(backup.join(MANIFEST)).unwrap();
+        json.extend_from_slice(b" ");
+        std::fs::write(backup.join(MANIFEST), &json).unwrap();
+        std::fs::write(
+            backup.join(MANIFEST_SUM),
+            format!("{}  {MANIFEST}\n", sha256_hex(&json)),
+        )
+        .unwrap();
+        let err = read_manifest(&backup, &by_fp).unwrap_err().to_string();
+        assert!(err.contains("changed after it was signed"), "{err}");
+
+        // No signature: refused unless trusted unsigned.
+        std::fs::remove_file(backup.join(MANIFEST_SIG)).unwrap();
+        let err = read_manifest(&backup, &by_fp).unwrap_err().to_string();
+        assert!(err.contains("not signed"), "{err}");
+        assert!(read_manifest(&backup, &Trust::Unsigned).is_ok());
+        assert!(ExpectedKey::parse("ssh-rsa AAAA").is_err());
     }
 
     #[test]
