@@ -271,8 +271,9 @@ in {
         description = ''
           Directory that holds the backups, one subdirectory per run
           (`20261203T031500Z`). It must lie outside `stateDir`. Restore one
-          with `git-collab-server restore --from DIR` into an empty state
-          directory (docs/operations.md).
+          with `git-collab-server restore --from DIR --key SHA256:...` (the
+          fingerprint each backup run logs) into an empty state directory
+          (docs/operations.md).
         '';
       };
       keep = mkOption {

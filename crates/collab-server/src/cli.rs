@@ -62,9 +62,20 @@ enum Command {
         /// Write the backup into DIR (missing or empty, outside the state directory).
         #[arg(long, value_name = "DIR", required_unless_present = "verify")]
         to: Option<PathBuf>,
-        /// Check the backup in DIR (hashes, database, git fsck) without restoring it.
+        /// Check the backup in DIR (signature, hashes, database, git fsck)
+        /// without restoring it; needs --key (or --trust-unsigned).
         #[arg(long, value_name = "DIR", conflicts_with = "to")]
         verify: Option<PathBuf>,
+        /// With --verify: the key the backup must be signed by, as `backup`
+        /// printed it (`ssh-ed25519 AAAA…`, `SHA256:…`, or a file holding the
+        /// key line such as collab_signing_key.pub).
+        #[arg(long, value_name = "KEY", requires = "verify")]
+        key: Option<String>,
+        /// With --verify: check an unsigned backup (written before backups
+        /// were signed) by its checksum only, which proves nothing against
+        /// whoever could write it.
+        #[arg(long, requires = "verify", conflicts_with = "key")]
+        trust_unsigned: bool,
         /// After a successful backup, keep only the N newest backups beside it
         /// (directories of DIR's parent holding a backup manifest).
         #[arg(long, value_name = "N", conflicts_with = "verify", value_parser = clap::value_parser!(u32).range(1..))]
@@ -78,6 +89,21 @@ enum Command {
         /// The backup directory (written by `backup --to`).
         #[arg(long, value_name = "DIR")]
         from: PathBuf,
+        /// The key the backup must be signed by, as `backup` printed it
+        /// (`ssh-ed25519 AAAA…`, `SHA256:…`, or a file holding the key line).
+        /// Required unless --trust-unsigned.
+        #[arg(long, value_name = "KEY", required_unless_present = "trust_unsigned")]
+        key: Option<String>,
+        /// Restore a backup without checking its signature (one written
+        /// before backups were signed): only for a backup nobody else could
+        /// have written.
+        #[arg(long, conflicts_with = "key")]
+        trust_unsigned: bool,
+        /// The server's signing key file (collab_signing_key, kept apart
+        /// from the backups) to put back; without it the restored server
+        /// makes a new one at start.
+        #[arg(long, value_name = "FILE")]
+        signing_key: Option<PathBuf>,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -186,11 +212,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => ops::backup(&loaded.config, &to, keep, json)?,
         Command::Backup {
             verify: Some(dir),
+            key,
+            trust_unsigned,
             json,
             ..
-        } => return ops::verify(&dir, json),
+        } => return ops::verify(&dir, &ops::trust(key.as_deref(), trust_unsigned)?, json),
         Command::Backup { .. } => unreachable!("clap requires --to or --verify"),
-        Command::Restore { from, json } => ops::restore(&loaded.config, &from, json)?,
+        Command::Restore {
+            from,
+            key,
+            trust_unsigned,
+            signing_key,
+            json,
+        } => ops::restore(
+            &loaded.config,
+            &from,
+            &ops::trust(key.as_deref(), trust_unsigned)?,
+            signing_key.as_deref(),
+            json,
+        )?,
         Command::Hook { .. } => unreachable!("handled above"),
     }
     Ok(ExitCode::SUCCESS)

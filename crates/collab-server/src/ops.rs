@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
+use crate::backup::manifest::{ExpectedKey, Signer, Trust};
 use crate::backup::progress::Progress;
 use crate::backup::{self, human_bytes, restore, take, verify};
 use crate::config::ServerConfig;
@@ -34,6 +35,8 @@ pub fn backup(
         reply["dir"] = json!(taken.dir);
         reply["seconds"] = json!(taken.seconds);
         reply["pruned"] = json!(pruned);
+        reply["key"] = json!(taken.key_line);
+        reply["fingerprint"] = json!(taken.fingerprint);
         println!("{reply}");
     } else {
         for old in &pruned {
@@ -49,14 +52,32 @@ pub fn backup(
             human_bytes(c.bytes),
             taken.seconds
         );
+        println!(
+            "signed by the server key {} ({}): keep it apart from the backups and give it to \
+             `backup --verify DIR --key` and `restore --key`",
+            taken.fingerprint, taken.key_line
+        );
     }
     Ok(())
 }
 
+/// `--key KEY` or `--trust-unsigned` (clap makes sure of one of them for
+/// `restore`; `backup --verify` without either is refused here).
+pub fn trust(key: Option<&str>, trust_unsigned: bool) -> anyhow::Result<Trust> {
+    match (key, trust_unsigned) {
+        (Some(key), _) => Ok(Trust::Key(ExpectedKey::parse(key)?)),
+        (None, true) => Ok(Trust::Unsigned),
+        (None, false) => anyhow::bail!(
+            "--key is required: the server key `backup` printed (ssh-ed25519 line, SHA256: \
+             fingerprint or a .pub file); --trust-unsigned checks an unsigned backup's checksum only"
+        ),
+    }
+}
+
 /// `backup --verify DIR`: exit 0 if sound, 1 with every problem otherwise.
-pub fn verify(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
+pub fn verify(dir: &Path, trust: &Trust, json: bool) -> anyhow::Result<ExitCode> {
     let mut progress = Progress::for_terminal();
-    let checked = verify::check(dir, verify::Depth::Full, &mut progress);
+    let checked = verify::check(dir, trust, verify::Depth::Full, &mut progress);
     progress.finish();
     let ok = checked.problems.is_empty();
     if json {
@@ -68,10 +89,18 @@ pub fn verify(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
         reply["status"] = json!(if ok { "ok" } else { "failed" });
         reply["dir"] = json!(dir);
         reply["problems"] = json!(checked.problems);
+        reply["signed_by"] = json!(signed_by(checked.signer.as_ref()));
         println!("{reply}");
     } else if ok {
         let files = checked.manifest.as_ref().map_or(0, |m| m.files.len());
-        println!("backup {} is sound: {files} files checked", dir.display());
+        println!(
+            "backup {} is sound: {files} files checked, {}",
+            dir.display(),
+            match signed_by(checked.signer.as_ref()) {
+                Some(fp) => format!("signed by {fp}"),
+                None => "NOT authenticated (--trust-unsigned)".into(),
+            }
+        );
     } else {
         for problem in &checked.problems {
             eprintln!("problem: {problem}");
@@ -89,11 +118,25 @@ pub fn verify(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
     })
 }
 
+fn signed_by(signer: Option<&Signer>) -> Option<&str> {
+    match signer {
+        Some(Signer::Verified(fp)) => Some(fp),
+        _ => None,
+    }
+}
+
 /// `restore --from DIR`.
-pub fn restore(config: &ServerConfig, from: &Path, json: bool) -> anyhow::Result<()> {
+pub fn restore(
+    config: &ServerConfig,
+    from: &Path,
+    trust: &Trust,
+    signing_key: Option<&Path>,
+    json: bool,
+) -> anyhow::Result<()> {
     let config = &crate::config::absolute_paths(config.clone())?;
     let mut progress = Progress::for_terminal();
-    let restored = restore::restore(config, from, &mut progress)?;
+    let restored = restore::restore(config, from, trust, signing_key, &mut progress)?;
+    let signed = signed_by(Some(&restored.signer)).map(str::to_string);
     let c = &restored.manifest.counts;
     if json {
         let mut reply = backup::summary(&restored.manifest);
@@ -105,6 +148,8 @@ pub fn restore(config: &ServerConfig, from: &Path, json: bool) -> anyhow::Result
             "token_high_water": c.max_token,
         });
         reply["seconds"] = json!(restored.seconds);
+        reply["signed_by"] = json!(signed);
+        reply["signing_key_restored"] = json!(restored.signing_key_restored);
         println!("{reply}");
     } else {
         println!(
@@ -115,6 +160,17 @@ pub fn restore(config: &ServerConfig, from: &Path, json: bool) -> anyhow::Result
             c.max_token.unwrap_or(0),
             restored.seconds
         );
+        match &signed {
+            Some(fp) => println!("the backup was signed by {fp}"),
+            None => println!("the backup's signature was NOT checked (--trust-unsigned)"),
+        }
+        if !restored.signing_key_restored {
+            println!(
+                "no server signing key restored (backups never hold it): the server makes a new \
+                 one at start; webhook receivers need its new server_key (collab-whoami), or \
+                 restore again with --signing-key"
+            );
+        }
     }
     Ok(())
 }

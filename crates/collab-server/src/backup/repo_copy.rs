@@ -128,10 +128,15 @@ pub fn files_to_copy(repo_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 /// lists only files).
 pub const SKELETON: [&str; 4] = ["refs/heads", "refs/tags", "objects/info", "objects/pack"];
 
-/// Make the empty directories of a repository copy.
-pub fn make_skeleton(repo_copy: &Path) -> std::io::Result<()> {
+/// Make the empty directories of a repository copy (`mode` before the
+/// umask: 0700 in a backup, 0777 in a restored repository).
+pub fn make_skeleton(repo_copy: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
     for dir in SKELETON {
-        std::fs::create_dir_all(repo_copy.join(dir))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(repo_copy.join(dir))?;
     }
     Ok(())
 }

@@ -3,8 +3,10 @@
 //! backup took, the database passes SQLite's integrity check and holds what
 //! the manifest counted (rows, counters, fencing-token high-water marks).
 //!
-//! The backup is checked (manifest, hashes, database) before anything is
-//! written, and every file is hashed again as it is copied. Every target
+//! The backup is checked (the manifest's signature by the key the operator
+//! names, hashes, database, no symbolic link or special file anywhere)
+//! before anything is written, and every file is opened again without
+//! following links and hashed as it is copied. Every target
 //! (the state directory, `repos_dir`, the release directory, the database,
 //! the keys) must be missing or an empty directory; a failure at any point
 //! removes what the restore wrote, so it never leaves a half-restored
@@ -15,7 +17,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 
-use super::manifest::{copy_hashed, layout, safe_relative, sync_filesystem, Manifest};
+use super::manifest::{
+    copy_hashed_from, layout, open_in, safe_relative, sync_filesystem, Manifest, Signer, Trust,
+};
 use super::progress::Progress;
 use super::repo_copy;
 use super::verify::{self, Depth};
@@ -26,17 +30,26 @@ use crate::maintenance::git::{git, output};
 /// What `restore` reports.
 pub struct Restored {
     pub manifest: Manifest,
+    /// Who vouched for the backup.
+    pub signer: Signer,
+    /// Whether `--signing-key` put the server's signing key back.
+    pub signing_key_restored: bool,
     pub seconds: f64,
 }
 
-/// Restore the backup in `from` into the (empty) places `config` names.
+/// Restore the backup in `from` into the (empty) places `config` names,
+/// trusting it as `trust` says. `signing_key`: the server's signing key
+/// file, kept apart from the backups, to put back (its public half must be
+/// the key that signed the backup).
 pub fn restore(
     config: &ServerConfig,
     from: &Path,
+    trust: &Trust,
+    signing_key: Option<&Path>,
     progress: &mut Progress,
 ) -> anyhow::Result<Restored> {
     let started = Instant::now();
-    let checked = verify::check(from, Depth::Files, progress);
+    let checked = verify::check(from, trust, Depth::Files, progress);
     if !checked.problems.is_empty() {
         bail!(
             "the backup in {} failed its check, nothing restored: {}",
@@ -47,10 +60,19 @@ pub fn restore(
     let manifest = checked
         .manifest
         .expect("a check without problems read the manifest");
+    let signer = checked.signer.expect("a read manifest has a signer");
+    let key = match signing_key {
+        Some(path) => Some(signing_key_to_restore(path, &signer)?),
+        None => None,
+    };
     check_targets_empty(config)?;
 
     let mut written = Written::default();
     let result = copy_all(config, from, &manifest, &mut written, progress)
+        .and_then(|()| match &key {
+            Some(bytes) => install_signing_key(config, bytes, &mut written),
+            None => Ok(()),
+        })
         .and_then(|()| prove(config, &manifest, progress));
     progress.finish();
     if let Err(e) = result {
@@ -59,8 +81,64 @@ pub fn restore(
     }
     Ok(Restored {
         manifest,
+        signer,
+        signing_key_restored: key.is_some(),
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The server signing key `--signing-key` puts back.
+struct KeyFiles {
+    private: Vec<u8>,
+    public_line: String,
+}
+
+/// Read `--signing-key FILE`, if it is the key that signed the backup (any
+/// Ed25519 key with `--trust-unsigned`).
+fn signing_key_to_restore(path: &Path, signer: &Signer) -> anyhow::Result<KeyFiles> {
+    let key = collab_record::sign::SigningKey::load(path)
+        .map_err(|e| anyhow::anyhow!("--signing-key: {e}"))?;
+    if let Signer::Verified(fingerprint) = signer {
+        if key.fingerprint() != *fingerprint {
+            bail!(
+                "--signing-key {} is {}, but the backup was signed by {fingerprint}",
+                path.display(),
+                key.fingerprint()
+            );
+        }
+    }
+    Ok(KeyFiles {
+        private: std::fs::read(path)?,
+        public_line: format!("{}\n", key.public_key_line()),
+    })
+}
+
+/// Write the signing key to `{state_dir}/collab_signing_key` (0600) and
+/// its `.pub`.
+fn install_signing_key(
+    config: &ServerConfig,
+    key: &KeyFiles,
+    written: &mut Written,
+) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let path = config.signing_key_path();
+    let public_path = PathBuf::from(format!("{}.pub", path.display()));
+    for (file, data, mode) in [
+        (&path, key.private.as_slice(), 0o600),
+        (&public_path, key.public_line.as_bytes(), 0o644),
+    ] {
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(file)
+            .with_context(|| format!("writing {}", file.display()))?;
+        written.files.push(file.clone());
+        out.write_all(data)?;
+        out.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
 }
 
 /// Refuse to mix a backup with anything already there.
@@ -161,7 +239,10 @@ fn copy_all(
                 .make_dirs(parent)
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
-        let (size, sha) = copy_hashed(&from.join(&rel), &dest, file.mode)
+        // Never a link (checked above, and again here: the backup may have
+        // changed since), and never a set-id or sticky bit.
+        let (size, sha) = open_in(from, &rel)
+            .and_then(|src| copy_hashed_from(src, &dest, file.mode & 0o777))
             .with_context(|| format!("restoring {}", dest.display()))?;
         written.files.push(dest.clone());
         if size != file.size || sha != file.sha256 {
@@ -173,7 +254,7 @@ fn copy_all(
     for repo in &manifest.repos {
         let path = config.repos_dir.join(safe_relative(&repo.name)?);
         written.make_dirs(&path)?;
-        repo_copy::make_skeleton(&path)?;
+        repo_copy::make_skeleton(&path, 0o777)?;
     }
     for dir in [&config.state_dir, &config.repos_dir] {
         sync_filesystem(dir).with_context(|| format!("syncing {}", dir.display()))?;

@@ -7,15 +7,28 @@
 //! backup started, so every write acknowledged before it started is in it.
 //! A backup without `manifest.json` is incomplete; on failure the directory
 //! is removed again.
+//!
+//! The manifest is signed with the server's signing key
+//! (`{state_dir}/collab_signing_key`), whose public half `backup` prints:
+//! the operator keeps it (or its fingerprint) apart from the backups and
+//! names it to `--verify` and `restore`. The private key itself is left out
+//! of the backup: whoever can read a backup could otherwise sign a forged
+//! one. Every file is written 0600 in 0700 directories (the manifest keeps
+//! the original modes for the restore): a backup holds the host key and the
+//! database.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 
+use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+
+use collab_record::sign::SigningKey;
+
 use super::manifest::{
     self, copy_hashed, hash_file, layout, manifest_path, mode_of, walk_files, Counts, FileRecord,
-    Manifest, RepoRecord,
+    Manifest, RepoRecord, DIR_MODE, FILE_MODE,
 };
 use super::progress::Progress;
 use super::repo_copy;
@@ -26,6 +39,9 @@ use crate::repos;
 /// What `backup` reports.
 pub struct Taken {
     pub dir: PathBuf,
+    /// The key that signed the manifest: `ssh-ed25519 AAAA…` and `SHA256:…`.
+    pub key_line: String,
+    pub fingerprint: String,
     pub manifest: Manifest,
     pub seconds: f64,
 }
@@ -36,6 +52,8 @@ pub fn take(config: &ServerConfig, to: &Path, progress: &mut Progress) -> anyhow
     let started = Instant::now();
     let to = std::path::absolute(to).with_context(|| format!("resolving {}", to.display()))?;
     check_outside(config, &to)?;
+    let key = crate::signing::load_or_generate(&config.signing_key_path())
+        .context("the server signing key, which signs the backup")?;
     let created = match std::fs::read_dir(&to) {
         Ok(mut entries) => {
             if entries.next().is_some() {
@@ -44,18 +62,28 @@ pub fn take(config: &ServerConfig, to: &Path, progress: &mut Progress) -> anyhow
                     to.display()
                 );
             }
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(DIR_MODE))
+                .with_context(|| format!("making {} private", to.display()))?;
             false
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(&to).with_context(|| format!("creating {}", to.display()))?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(DIR_MODE)
+                .create(&to)
+                .with_context(|| format!("creating {}", to.display()))?;
+            // The mode asked for is filtered by the umask; set it exactly.
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(DIR_MODE))?;
             true
         }
         Err(e) => bail!("{}: {e}", to.display()),
     };
-    let result = write(config, &to, progress);
+    let result = write(config, &to, &key, progress);
     match result {
         Ok(manifest) => Ok(Taken {
             dir: to,
+            key_line: key.public_key_line(),
+            fingerprint: key.fingerprint(),
             manifest,
             seconds: started.elapsed().as_secs_f64(),
         }),
@@ -116,7 +144,8 @@ impl Writer {
             }
             Err(e) => return Err(e).with_context(|| format!("reading {}", src.display())),
         };
-        let (size, sha256) = match copy_hashed(src, &self.root.join(rel), mode) {
+        // Written private; the manifest keeps the mode a restore puts back.
+        let (size, sha256) = match copy_hashed(src, &self.root.join(rel), FILE_MODE) {
             Ok(done) => done,
             Err(e) if tolerate_vanished && e.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(false)
@@ -127,13 +156,15 @@ impl Writer {
         Ok(true)
     }
 
-    /// Record a file already written into the backup at `rel`.
+    /// Record a file already written into the backup at `rel`, making it
+    /// private (it is restored 0600 as well).
     fn record_written(&mut self, rel: &Path) -> anyhow::Result<()> {
         let path = self.root.join(rel);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(FILE_MODE))
+            .with_context(|| format!("making {} private", path.display()))?;
         let (size, sha256) =
             hash_file(&path).with_context(|| format!("reading {}", path.display()))?;
-        let mode = mode_of(&path)?;
-        self.record(rel, size, mode, sha256)
+        self.record(rel, size, FILE_MODE, sha256)
     }
 
     fn record(&mut self, rel: &Path, size: u64, mode: u32, sha256: String) -> anyhow::Result<()> {
@@ -185,7 +216,12 @@ fn is_temporary(rel: &Path) -> bool {
     name.ends_with(".lock") || name.contains(".tmp-") || name.starts_with(".#creating-")
 }
 
-fn write(config: &ServerConfig, to: &Path, progress: &mut Progress) -> anyhow::Result<Manifest> {
+fn write(
+    config: &ServerConfig,
+    to: &Path,
+    key: &SigningKey,
+    progress: &mut Progress,
+) -> anyhow::Result<Manifest> {
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let mut out = Writer {
         root: to.to_path_buf(),
@@ -221,6 +257,9 @@ fn write(config: &ServerConfig, to: &Path, progress: &mut Progress) -> anyhow::R
             &config.ssh.host_key,
             &config.ssh.authorized_keys,
             &to.to_path_buf(),
+            // The key that signs backups is never in one (see above).
+            &config.signing_key_path(),
+            &PathBuf::from(format!("{}.pub", config.signing_key_path().display())),
         ]
         .into_iter()
         .map(|p| resolved(p)),
@@ -254,9 +293,10 @@ fn write(config: &ServerConfig, to: &Path, progress: &mut Progress) -> anyhow::R
         }
         drop(lock);
         let packed = dest_rel.join("packed-refs");
+        manifest::create_private_dirs(&to.join(&dest_rel))?;
         std::fs::write(to.join(&packed), refs.packed_refs())?;
         out.record_written(&packed)?;
-        repo_copy::make_skeleton(&to.join(&dest_rel))?;
+        repo_copy::make_skeleton(&to.join(&dest_rel), DIR_MODE)?;
         refs_total += refs.lines.len() as u64;
         repo_records.push(RepoRecord {
             name: entry.name.clone(),
@@ -332,7 +372,7 @@ fn write(config: &ServerConfig, to: &Path, progress: &mut Progress) -> anyhow::R
     };
     // Data first, then the manifest that declares the backup complete.
     manifest::sync_filesystem(to).context("syncing the backup")?;
-    manifest::write_manifest(to, &manifest)?;
+    manifest::write_manifest(to, &manifest, key)?;
     manifest::sync_filesystem(to).context("syncing the backup")?;
     Ok(manifest)
 }
@@ -354,7 +394,7 @@ pub fn prune_siblings(newest: &Path, keep: usize) -> anyhow::Result<Vec<PathBuf>
         if !path.is_dir() {
             continue;
         }
-        let Ok(found) = manifest::read_manifest(&path) else {
+        let Ok(found) = manifest::read_manifest_unchecked(&path) else {
             continue;
         };
         let started = chrono::DateTime::parse_from_rfc3339(&found.started_at)

@@ -1,13 +1,19 @@
 //! `backup --verify DIR`: check a backup without restoring it. The manifest
-//! must match its checksum; every file it lists must be there with its size
+//! must match its checksum and carry the signature of the key the operator
+//! named (`manifest::Trust`); every file it lists must be there with its size
 //! and SHA-256, and no other file may be; the database copy must pass
 //! SQLite's integrity check and hold what the manifest counted; every
-//! repository copy must have its refs and pass `git fsck`.
+//! repository copy must have its refs and pass `git fsck`. Nothing in the
+//! backup but directories and regular files is allowed, and no symbolic
+//! link is followed: each is a problem of its own.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use super::manifest::{self, hash_file, layout, safe_relative, walk_files, Manifest};
+use super::manifest::{
+    self, hash_open, layout, open_in, read_in, safe_relative, walk_files, walk_special, Manifest,
+    Signer, Trust,
+};
 use super::progress::Progress;
 use crate::db::snapshot;
 use crate::maintenance::git::git;
@@ -16,6 +22,8 @@ use crate::maintenance::git::git;
 /// problem found. No problems means the backup is sound.
 pub struct Checked {
     pub manifest: Option<Manifest>,
+    /// Who vouches for the manifest (when it could be read).
+    pub signer: Option<Signer>,
     pub problems: Vec<String>,
 }
 
@@ -29,17 +37,36 @@ pub enum Depth {
 }
 
 /// Check the backup in `dir`.
-pub fn check(dir: &Path, depth: Depth, progress: &mut Progress) -> Checked {
-    let manifest = match manifest::read_manifest(dir) {
-        Ok(m) => m,
+pub fn check(dir: &Path, trust: &Trust, depth: Depth, progress: &mut Progress) -> Checked {
+    let (manifest, signer) = match manifest::read_manifest(dir, trust) {
+        Ok(read) => read,
         Err(e) => {
             return Checked {
                 manifest: None,
+                signer: None,
                 problems: vec![format!("{e:#}")],
             }
         }
     };
     let mut problems = Vec::new();
+    // Links, FIFOs and devices first: none is ever opened or followed.
+    match walk_special(dir) {
+        Ok(found) => problems.extend(found.into_iter().map(|(rel, what)| {
+            format!(
+                "{}: {what}, not a regular file: refused, not followed",
+                rel.display()
+            )
+        })),
+        Err(e) => problems.push(format!("listing {}: {e}", dir.display())),
+    }
+    if !problems.is_empty() {
+        // SQLite and git fsck would follow such links: check nothing more.
+        return Checked {
+            manifest: Some(manifest),
+            signer: Some(signer),
+            problems,
+        };
+    }
     let mut listed = BTreeSet::new();
     let total = manifest.files.len();
     for (i, file) in manifest.files.iter().enumerate() {
@@ -52,7 +79,7 @@ pub fn check(dir: &Path, depth: Depth, progress: &mut Progress) -> Checked {
             }
         };
         listed.insert(rel.clone());
-        match hash_file(&dir.join(&rel)) {
+        match open_in(dir, &rel).and_then(hash_open) {
             Ok((size, sha)) if size == file.size && sha == file.sha256 => {}
             Ok((size, _)) if size != file.size => problems.push(format!(
                 "{}: size {size}, the manifest says {}",
@@ -70,7 +97,13 @@ pub fn check(dir: &Path, depth: Depth, progress: &mut Progress) -> Checked {
         Ok(present) => {
             for rel in present {
                 let top = rel.to_str().unwrap_or("");
-                if top == manifest::MANIFEST || top == manifest::MANIFEST_SUM {
+                if [
+                    manifest::MANIFEST,
+                    manifest::MANIFEST_SUM,
+                    manifest::MANIFEST_SIG,
+                ]
+                .contains(&top)
+                {
                     continue;
                 }
                 if !listed.contains(&rel) {
@@ -107,9 +140,17 @@ pub fn check(dir: &Path, depth: Depth, progress: &mut Progress) -> Checked {
             ));
             continue;
         };
-        let path = dir.join(layout::REPOS).join(rel);
-        let refs = std::fs::read_to_string(path.join("packed-refs"))
-            .map(|text| text.lines().filter(|l| !l.starts_with('#')).count() as u64);
+        let path = dir.join(layout::REPOS).join(&rel);
+        let refs = read_in(
+            dir,
+            &Path::new(layout::REPOS).join(&rel).join("packed-refs"),
+        )
+        .map(|text| {
+            String::from_utf8_lossy(&text)
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .count() as u64
+        });
         match refs {
             Ok(n) if n == repo.refs => {}
             Ok(n) => problems.push(format!(
@@ -127,6 +168,7 @@ pub fn check(dir: &Path, depth: Depth, progress: &mut Progress) -> Checked {
     progress.finish();
     Checked {
         manifest: Some(manifest),
+        signer: Some(signer),
         problems,
     }
 }

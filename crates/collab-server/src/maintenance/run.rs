@@ -19,6 +19,13 @@
 //! 4. `git commit-graph write --reachable --split`: an incremental
 //!    commit-graph chain for fast history walks (negotiation, merge bases).
 //!
+//! A push never needs a directory a step removes: pushes are kept as
+//! packs (`receive.unpackLimit=1`, set in `ssh/git.rs`), because
+//! `repack -d` removes the loose-object fan-out directories it empties,
+//! under a push moving loose objects into them. A step that fails (the
+//! multi-pack bitmap when a pack lands mid-run) is tried again, and the
+//! repack finally runs without the bitmap rather than fail the run.
+//!
 //! Every step is one git command that replaces files by atomic rename and
 //! removes a pack only after the packs replacing it are in place; a clone
 //! that already opened a pack keeps reading it (the file lives on until it
@@ -47,6 +54,9 @@ pub struct RunReport {
     pub loose_after: u64,
     /// Quarantine and temporary-pack leftovers removed.
     pub leftovers_removed: usize,
+    /// Whether the run wrote a reachability bitmap (false when pushes kept
+    /// landing during the repack; see `run_step_retrying`).
+    pub bitmap: bool,
 }
 
 /// How long one git step may take before it is killed (a hang guard; a
@@ -86,8 +96,28 @@ pub async fn run(repo_dir: &Path) -> anyhow::Result<RunReport> {
     })
     .await?
     .context("removing leftovers")?;
+    let mut bitmap = true;
     for step in STEPS {
-        run_step(repo_dir, step).await?;
+        match run_step_retrying(repo_dir, step).await {
+            Ok(()) => {}
+            // Pushes kept landing mid-repack: settle for the packs and the
+            // multi-pack index without a bitmap this time (the next run
+            // writes it; clones are only slower meanwhile).
+            Err(e) if step.contains(&"--write-bitmap-index") => {
+                tracing::info!(
+                    repo = %repo_dir.display(),
+                    "repack without a bitmap this time: {e:#}"
+                );
+                let without: Vec<&str> = step
+                    .iter()
+                    .copied()
+                    .filter(|a| *a != "--write-bitmap-index")
+                    .collect();
+                run_step(repo_dir, &without).await?;
+                bitmap = false;
+            }
+            Err(e) => return Err(e),
+        }
     }
     let (packs_after, loose_after) = count_objects(repo_dir);
     Ok(RunReport {
@@ -98,7 +128,39 @@ pub async fn run(repo_dir: &Path) -> anyhow::Result<RunReport> {
         loose_before,
         loose_after,
         leftovers_removed,
+        bitmap,
     })
+}
+
+/// How many times a step is tried before the run fails.
+const ATTEMPTS: u32 = 3;
+
+/// Run a step, again if it fails. `git repack --geometric --write-midx
+/// --write-bitmap-index` lists the packs before it reads the refs it picks
+/// bitmap commits from, so a push whose pack lands in between leaves a tip
+/// outside the multi-pack index and the bitmap fails ("could not write
+/// multi-pack bitmap"). The push is unharmed (its pack and ref are in
+/// place) and a failed repack removes nothing (the redundant packs are
+/// deleted only after the index is written), so trying again is safe and
+/// almost always enough; after `ATTEMPTS` the run repacks without the
+/// bitmap. The other steps are idempotent and are retried the same way.
+async fn run_step_retrying(repo_dir: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let mut attempt = 1;
+    loop {
+        match run_step(repo_dir, args).await {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt < ATTEMPTS => {
+                tracing::debug!(
+                    repo = %repo_dir.display(),
+                    attempt,
+                    "maintenance step failed, trying again: {e:#}"
+                );
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 async fn run_step(repo_dir: &Path, args: &[&str]) -> anyhow::Result<()> {

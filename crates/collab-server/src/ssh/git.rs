@@ -103,6 +103,15 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
             // Repacking is the server's maintenance (single-flight, under
             // the repository's lock), never a `gc --auto` after a push.
             cmd.args(["-c", "receive.autogc=false"]);
+            // Every push is kept as a pack (`index-pack`), never unpacked
+            // into loose objects: moving loose objects out of the push's
+            // quarantine needs the fan-out directories `objects/xx/`, which
+            // maintenance's `repack -d` (`prune-packed`) removes when it has
+            // emptied them, so a push landing then failed with `unable to
+            // write file ./objects/xx/…`. Packs go to `objects/pack/`, which
+            // nothing removes. The small packs are what the geometric repack
+            // rolls up (see maintenance::run, docs/operations.md).
+            cmd.args(["-c", "receive.unpackLimit=1"]);
             if level < Access::Rewind {
                 cmd.args([
                     "-c",

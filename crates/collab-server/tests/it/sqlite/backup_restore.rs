@@ -7,7 +7,10 @@
 //! is in the restore (every push's commit, every lease with its token),
 //! every repository is fsck-clean, and fencing tokens continue above the
 //! restored high-water mark. A damaged backup fails `--verify` and is never
-//! restored; a non-empty target is refused.
+//! restored; a non-empty target is refused. A backup is signed by the
+//! server key `backup` prints: a re-sealed, re-signed or unsigned backup,
+//! or one holding a symbolic link or a FIFO, is refused (never followed),
+//! and what a backup writes is private (0600 files, 0700 directories).
 
 use collab_testkit as common;
 
@@ -247,7 +250,18 @@ fn restore_drill_during_a_storm_of_pushes_leases_and_issue_writes() {
     let churn_high_water = *churn_before.iter().max().unwrap();
     assert!(reply["counts"]["max_token"].as_i64().unwrap() >= churn_high_water);
 
-    let ok = server_cli(&["backup", "--verify", path_str(&backup_dir), "--json"]);
+    let key = reply["fingerprint"]
+        .as_str()
+        .expect("the signing key's fingerprint");
+    assert!(key.starts_with("SHA256:"), "{reply}");
+    let ok = server_cli(&[
+        "backup",
+        "--verify",
+        path_str(&backup_dir),
+        "--key",
+        key,
+        "--json",
+    ]);
     assert!(
         ok.status.success(),
         "{}",
@@ -264,6 +278,8 @@ fn restore_drill_during_a_storm_of_pushes_leases_and_issue_writes() {
         "restore",
         "--from",
         path_str(&backup_dir),
+        "--key",
+        key,
         "--json",
     ]);
     assert!(
@@ -275,6 +291,7 @@ fn restore_drill_during_a_storm_of_pushes_leases_and_issue_writes() {
     assert_eq!(restored["status"], "restored", "{restored}");
     assert_eq!(restored["checks"]["git_fsck"], "clean");
     assert_eq!(restored["checks"]["database_integrity"], "ok");
+    assert_eq!(restored["signed_by"], key, "{restored}");
 
     // A server starts on it as on any other state directory.
     let r = ServerHarness::start_in(new_state.clone(), h.ssh_client_key());
@@ -370,6 +387,8 @@ fn restore_drill_during_a_storm_of_pushes_leases_and_issue_writes() {
         "restore",
         "--from",
         path_str(&backup_dir),
+        "--key",
+        key,
     ]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -400,8 +419,9 @@ fn flip_byte(file: &Path) {
     std::fs::write(file, bytes).unwrap();
 }
 
-/// A small backup of a server with one pushed repository and one lease.
-fn small_backup(h: &ServerHarness) -> PathBuf {
+/// A small backup of a server with one pushed repository and one lease,
+/// and the key line `backup` printed as the one that signed it.
+fn small_backup(h: &ServerHarness) -> (PathBuf, String) {
     h.create_repo("one");
     let clone = h.clone_repo("one", "one-work");
     h.commit_file(&clone, "a.txt", &vec![b'a'; 10_000], "first");
@@ -424,14 +444,26 @@ fn small_backup(h: &ServerHarness) -> PathBuf {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    dir
+    // The text report names the key: `signed by the server key SHA256:… (ssh-ed25519 …)`.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("signed by the server key "))
+        .unwrap_or_else(|| panic!("backup printed no key: {stdout}"));
+    let key = line
+        .split_once('(')
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(key, _)| key.to_string())
+        .unwrap();
+    assert!(key.starts_with("ssh-ed25519 "), "{line}");
+    (dir, key)
 }
 
 #[test]
 fn a_flipped_byte_fails_verify_and_is_never_restored() {
     let h = ServerHarness::start();
-    let good = small_backup(&h);
-    let verify = |dir: &Path| server_cli(&["backup", "--verify", path_str(dir)]);
+    let (good, key) = small_backup(&h);
+    let verify = |dir: &Path| server_cli(&["backup", "--verify", path_str(dir), "--key", &key]);
     assert!(verify(&good).status.success());
 
     // One flipped bit in any part: an object, the database, the manifest.
@@ -469,6 +501,8 @@ fn a_flipped_byte_fails_verify_and_is_never_restored() {
             "restore",
             "--from",
             path_str(&bad),
+            "--key",
+            &key,
         ]);
         assert_eq!(
             out.status.code(),
@@ -486,6 +520,8 @@ fn a_flipped_byte_fails_verify_and_is_never_restored() {
         "restore",
         "--from",
         path_str(&good),
+        "--key",
+        &key,
     ]);
     assert!(
         out.status.success(),
@@ -502,6 +538,313 @@ fn a_flipped_byte_fails_verify_and_is_never_restored() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600);
+}
+
+/// `restore --from DIR --key KEY` into the missing directory `target`.
+fn restore_into(target: &Path, from: &Path, trust: &[&str]) -> Output {
+    let mut args = vec![
+        "--state-dir",
+        path_str(target),
+        "restore",
+        "--from",
+        path_str(from),
+    ];
+    args.extend_from_slice(trust);
+    server_cli(&args)
+}
+
+/// The one `error: …` line a refused command printed last.
+fn last_error(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or("").to_string();
+    assert!(last.starts_with("error: "), "{stderr}");
+    last
+}
+
+/// Rewrite `manifest.json` with `edit`, and re-seal `manifest.sha256` as
+/// anyone who can write the backup can.
+fn edit_and_reseal(dir: &Path, edit: impl FnOnce(&mut Value)) -> Vec<u8> {
+    let mut manifest: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    edit(&mut manifest);
+    let mut json = serde_json::to_vec_pretty(&manifest).unwrap();
+    json.push(b'\n');
+    use sha2::Digest as _;
+    let sum = hex::encode(sha2::Sha256::digest(&json));
+    std::fs::write(dir.join("manifest.json"), &json).unwrap();
+    std::fs::write(
+        dir.join("manifest.sha256"),
+        format!("{sum}  manifest.json\n"),
+    )
+    .unwrap();
+    json
+}
+
+/// The manifest entry of `path` updated to the file's new content.
+fn relist(manifest: &mut Value, path: &str, content: &[u8]) {
+    use sha2::Digest as _;
+    let entry = manifest["files"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|f| f["path"] == path)
+        .unwrap_or_else(|| panic!("{path} is not in the manifest"));
+    entry["size"] = serde_json::json!(content.len());
+    entry["sha256"] = serde_json::json!(hex::encode(sha2::Sha256::digest(content)));
+}
+
+#[test]
+fn a_resealed_re_signed_unsigned_or_linked_backup_is_refused_and_never_followed() {
+    let h = ServerHarness::start();
+    let (good, key) = small_backup(&h);
+    let verify =
+        |dir: &Path, key: &str| server_cli(&["backup", "--verify", path_str(dir), "--key", key]);
+    // The key as `backup` printed it, its fingerprint, or its .pub file.
+    let pub_file = h.temp_dir().join("server.pub");
+    std::fs::write(&pub_file, format!("{key}\n")).unwrap();
+    let fingerprint = common::fingerprint(&pub_file);
+    for named in [key.as_str(), fingerprint.as_str(), path_str(&pub_file)] {
+        let out = verify(&good, named);
+        assert!(
+            out.status.success(),
+            "--key {named}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Naming no key is refused, not a silent checksum-only pass.
+    let out = server_cli(&["backup", "--verify", path_str(&good)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(last_error(&out).contains("--key is required"));
+    let out = restore_into(&h.temp_dir().join("no-key"), &good, &[]);
+    assert_eq!(out.status.code(), Some(2), "restore without --key");
+    assert!(!h.temp_dir().join("no-key").exists());
+
+    // The backup never holds the private key that signs it, and all of it
+    // is private to its owner.
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut stack = vec![good.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            let mode = meta.permissions().mode() & 0o777;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            assert!(
+                !name.starts_with("collab_signing_key"),
+                "{:?}",
+                entry.path()
+            );
+            if meta.is_dir() {
+                assert_eq!(mode, 0o700, "{:?}", entry.path());
+                stack.push(entry.path());
+            } else {
+                assert_eq!(mode, 0o600, "{:?}", entry.path());
+            }
+        }
+    }
+    assert_eq!(
+        std::fs::metadata(&good).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+
+    // 1. An attacker's admin key in authorized_keys, the manifest entry and
+    //    its checksum updated to match: the signature no longer does.
+    let mallory = h.named_key("mallory");
+    let attacker = common::public_key_line(&mallory);
+    let resealed = h.temp_dir().join("resealed");
+    copy_tree(&good, &resealed);
+    let keys_file = resealed.join("keys/authorized_keys");
+    let mut keys = std::fs::read(&keys_file).unwrap();
+    keys.extend_from_slice(format!("{attacker}\n").as_bytes());
+    std::fs::write(&keys_file, &keys).unwrap();
+    let json = edit_and_reseal(&resealed, |m| relist(m, "keys/authorized_keys", &keys));
+    let out = verify(&resealed, &key);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("changed after it was signed"), "{stderr}");
+    let target = h.temp_dir().join("restore-resealed");
+    let out = restore_into(&target, &resealed, &["--key", &key]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(last_error(&out).contains("changed after it was signed"));
+    assert!(!target.exists(), "a refused restore wrote {target:?}");
+
+    // 2. The same, re-signed with the attacker's own key (and its public
+    //    line in manifest.sig): the key is not the one the operator named.
+    let forger_path = h.temp_dir().join("forger_key");
+    let forger = collab_record::sign::SigningKey::generate(&forger_path, "forger", false).unwrap();
+    let mut signed = collab_server::backup::manifest::SIG_CONTEXT.to_vec();
+    signed.extend_from_slice(&json);
+    std::fs::write(
+        resealed.join("manifest.sig"),
+        format!(
+            "{}\n{}",
+            forger.public_key_line(),
+            collab_record::sign::encode_signature(&forger.sign(&signed))
+        ),
+    )
+    .unwrap();
+    for named in [key.as_str(), fingerprint.as_str()] {
+        let out = verify(&resealed, named);
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "signed by {}, not by the key",
+                forger.fingerprint()
+            )),
+            "{stderr}"
+        );
+        let out = restore_into(&target, &resealed, &["--key", named]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(last_error(&out).contains("not by the key given with --key"));
+        assert!(!target.exists());
+    }
+    // The forger's key verifies its own forgery: the signature is sound,
+    // only the pinned key tells the two apart.
+    assert!(verify(&resealed, &forger.public_key_line())
+        .status
+        .success());
+
+    // 3. An old (unsigned) backup: refused with --key, restored only with
+    //    the explicit --trust-unsigned.
+    let unsigned = h.temp_dir().join("unsigned");
+    copy_tree(&good, &unsigned);
+    std::fs::remove_file(unsigned.join("manifest.sig")).unwrap();
+    let out = verify(&unsigned, &key);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not signed"));
+    let out = restore_into(&target, &unsigned, &["--key", &key]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(last_error(&out).contains("--trust-unsigned"));
+    assert!(!target.exists());
+    let out = server_cli(&[
+        "backup",
+        "--verify",
+        path_str(&unsigned),
+        "--trust-unsigned",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("NOT authenticated"));
+    let unsigned_target = h.temp_dir().join("restore-unsigned");
+    let out = restore_into(&unsigned_target, &unsigned, &["--trust-unsigned"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // 4. Links and FIFOs: refused, never followed or opened. A listed file
+    //    replaced by a link to /etc/passwd (a size oracle and a restored
+    //    copy of it, before), an unlisted link, a FIFO (a hang, before).
+    let passwd_size = std::fs::metadata("/etc/passwd").unwrap().len().to_string();
+    for (n, plant) in ["listed-link", "unlisted-link", "linked-dir", "fifo"]
+        .into_iter()
+        .enumerate()
+    {
+        let bad = h.temp_dir().join(format!("planted-{n}"));
+        copy_tree(&good, &bad);
+        let victim = bad.join("keys/authorized_keys");
+        match plant {
+            "listed-link" => {
+                std::fs::remove_file(&victim).unwrap();
+                std::os::unix::fs::symlink("/etc/passwd", &victim).unwrap();
+            }
+            "unlisted-link" => {
+                std::os::unix::fs::symlink("/etc/passwd", bad.join("state-passwd")).unwrap()
+            }
+            "linked-dir" => {
+                // keys/ → a directory outside holding the same file.
+                let outside = h.temp_dir().join(format!("outside-{n}"));
+                std::fs::rename(bad.join("keys"), &outside).unwrap();
+                std::os::unix::fs::symlink(&outside, bad.join("keys")).unwrap();
+            }
+            _ => {
+                std::fs::remove_file(&victim).unwrap();
+                let status = Command::new("mkfifo").arg(&victim).status().unwrap();
+                assert!(status.success());
+            }
+        }
+        let started = Instant::now();
+        let out = verify(&bad, &key);
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{plant}: verify hung"
+        );
+        assert_eq!(out.status.code(), Some(1), "{plant}: passed");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let what = if plant == "fifo" {
+            "a FIFO"
+        } else {
+            "a symbolic link"
+        };
+        assert!(
+            stderr.contains(&format!(
+                "{what}, not a regular file: refused, not followed"
+            )),
+            "{plant}: {stderr}"
+        );
+        assert!(
+            !stderr.contains(&format!("size {passwd_size}")),
+            "{plant}: the size of /etc/passwd leaked: {stderr}"
+        );
+        let target = h.temp_dir().join(format!("restore-planted-{n}"));
+        let out = restore_into(&target, &bad, &["--key", &key]);
+        assert_eq!(out.status.code(), Some(1), "{plant}: restored");
+        assert!(
+            last_error(&out).contains("refused, not followed"),
+            "{plant}"
+        );
+        assert!(!target.exists(), "{plant}: a refused restore wrote files");
+    }
+
+    // 5. The untampered backup restores into a fresh state directory with
+    //    the printed key and, given the signing key file, keeps the
+    //    server's identity (a wrong key file is refused).
+    let fresh = tempfile::tempdir().unwrap();
+    let new_state = fresh.path().join("state");
+    let wrong = restore_into(
+        &new_state,
+        &good,
+        &["--key", &key, "--signing-key", path_str(&forger_path)],
+    );
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(last_error(&wrong).contains("but the backup was signed by"));
+    assert!(!new_state.exists());
+    let signing_key = h.state_dir().join("collab_signing_key");
+    let out = restore_into(
+        &new_state,
+        &good,
+        &[
+            "--key",
+            &key,
+            "--signing-key",
+            path_str(&signing_key),
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reply = stdout_json(&out);
+    assert_eq!(reply["signed_by"], fingerprint.as_str(), "{reply}");
+    assert_eq!(reply["signing_key_restored"], true, "{reply}");
+    assert_eq!(
+        std::fs::read(new_state.join("collab_signing_key")).unwrap(),
+        std::fs::read(&signing_key).unwrap()
+    );
+    let r = ServerHarness::start_in(new_state.clone(), h.ssh_client_key());
+    let who = r.ssh_exec("collab-whoami");
+    assert_eq!(who.code, 0, "{who:?}");
+    assert_eq!(who.json()["server_key"], key.as_str());
+    // The attacker's key was never admitted.
+    let out = r.ssh_exec_as(&mallory, "collab-whoami", b"");
+    assert_ne!(out.code, 0, "{out:?}");
 }
 
 #[test]
@@ -566,7 +909,14 @@ fn keep_prunes_only_older_backups() {
         .collect();
     left.sort();
     assert_eq!(left, ["README", "b2", "b3", "notes", "unfinished"]);
-    let out = server_cli(&["backup", "--verify", path_str(&parent.join("b3"))]);
+    let key = last["key"].as_str().unwrap();
+    let out = server_cli(&[
+        "backup",
+        "--verify",
+        path_str(&parent.join("b3")),
+        "--key",
+        key,
+    ]);
     assert!(out.status.success());
     // --keep needs a positive count and --to.
     let out = server_cli(&[
