@@ -57,6 +57,12 @@ pub fn backup(
              `backup --verify DIR --key` and `restore --key`",
             taken.fingerprint, taken.key_line
         );
+        if let Some(url) = &taken.manifest.database_elsewhere {
+            println!(
+                "the collab database is NOT in this backup: it is on PostgreSQL ({url}); back it \
+                 up with pg_dump (docs/postgres.md)"
+            );
+        }
     }
     Ok(())
 }
@@ -93,6 +99,13 @@ pub fn verify(dir: &Path, trust: &Trust, json: bool) -> anyhow::Result<ExitCode>
         println!("{reply}");
     } else if ok {
         let files = checked.manifest.as_ref().map_or(0, |m| m.files.len());
+        if let Some(url) = checked
+            .manifest
+            .as_ref()
+            .and_then(|m| m.database_elsewhere.as_ref())
+        {
+            println!("the collab database is not in this backup: it was on PostgreSQL ({url})");
+        }
         println!(
             "backup {} is sound: {files} files checked, {}",
             dir.display(),
@@ -144,7 +157,11 @@ pub fn restore(
         reply["state_dir"] = json!(config.state_dir);
         reply["checks"] = json!({
             "git_fsck": "clean",
-            "database_integrity": if restored.manifest.database.is_some() { "ok" } else { "no database" },
+            "database_integrity": match (&restored.manifest.database, &restored.manifest.database_elsewhere) {
+                (Some(_), _) => "ok",
+                (None, Some(_)) => "not in the backup",
+                (None, None) => "no database",
+            },
             "token_high_water": c.max_token,
         });
         reply["seconds"] = json!(restored.seconds);
@@ -152,12 +169,25 @@ pub fn restore(
         reply["signing_key_restored"] = json!(restored.signing_key_restored);
         println!("{reply}");
     } else {
+        let database = match (
+            &restored.manifest.database,
+            &restored.manifest.database_elsewhere,
+        ) {
+            (Some(_), _) => format!(
+                "database ok, highest fencing token {}",
+                c.max_token.unwrap_or(0)
+            ),
+            (None, Some(url)) => format!(
+                "database NOT restored (it was on PostgreSQL, {url}, and is not in the backup: \
+                 restore it with pg_restore)"
+            ),
+            (None, None) => "no database (the server had none yet)".to_string(),
+        };
         println!(
-            "restored {} into {}: {} repositories fsck-clean, database ok, highest fencing token {}, in {:.1} s",
+            "restored {} into {}: {} repositories fsck-clean, {database}, in {:.1} s",
             from.display(),
             config.state_dir.display(),
             c.repos,
-            c.max_token.unwrap_or(0),
             restored.seconds
         );
         match &signed {

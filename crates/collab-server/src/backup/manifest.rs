@@ -78,8 +78,15 @@ pub struct Manifest {
     /// The `git-collab-server` version that wrote it.
     pub server_version: String,
     pub counts: Counts,
-    /// The database copy's census; `None` when the server had no database yet.
+    /// The database copy's census; `None` when the server had no database
+    /// yet, or its database is elsewhere ([`Manifest::database_elsewhere`]).
     pub database: Option<Census>,
+    /// Where the collab database was when it is not in the backup: the
+    /// PostgreSQL URL (without its password). Back that up with PostgreSQL's
+    /// own tools; a SQLite file left beside the server from before `db
+    /// migrate` is stale and never taken in its place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database_elsewhere: Option<String>,
     pub repos: Vec<RepoRecord>,
     pub files: Vec<FileRecord>,
 }
@@ -619,6 +626,7 @@ mod tests {
             server_version: "test".into(),
             counts: Counts::default(),
             database: None,
+            database_elsewhere: None,
             repos: Vec::new(),
             files: Vec::new(),
         };

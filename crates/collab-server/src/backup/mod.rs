@@ -30,6 +30,7 @@ pub fn summary(manifest: &Manifest) -> Value {
         "started_at": manifest.started_at,
         "server_version": manifest.server_version,
         "schema_version": manifest.database.as_ref().map(|d| d.schema_version),
+        "database_elsewhere": manifest.database_elsewhere,
         "counts": manifest.counts,
     })
 }

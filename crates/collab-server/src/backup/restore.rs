@@ -66,6 +66,17 @@ pub fn restore(
         None => None,
     };
     check_targets_empty(config)?;
+    // A SQLite database restored beside a server configured for PostgreSQL
+    // would be a file nobody reads, reported as restored.
+    if let (Some(_), crate::db::Location::Postgres(_)) =
+        (&manifest.database, config.collab_db_location())
+    {
+        bail!(
+            "the backup holds a SQLite collab database, but collab_db is PostgreSQL ({}): \
+             restore with collab_db unset, then move it with `db migrate`",
+            config.collab_db_location().display()
+        );
+    }
 
     let mut written = Written::default();
     let result = copy_all(config, from, &manifest, &mut written, progress)

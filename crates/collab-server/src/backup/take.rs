@@ -229,9 +229,15 @@ fn write(
         bytes: 0,
     };
 
-    // 1. The database, as of one read transaction.
+    // 1. The database, as of one read transaction. On PostgreSQL it is not
+    // ours to copy; a SQLite file left from before `db migrate` is stale
+    // and never stands in for it (it is skipped below as well).
     let db = config.collab_db_path();
-    let census = if db.exists() {
+    let database_elsewhere = match config.collab_db_location() {
+        crate::db::Location::Postgres(_) => Some(config.collab_db_location().display()),
+        crate::db::Location::Sqlite(_) => None,
+    };
+    let census = if database_elsewhere.is_none() && db.exists() {
         let copy = to.join(layout::DATABASE);
         snapshot::copy_online(&db, &copy)
             .with_context(|| format!("copying the database {}", db.display()))?;
@@ -367,6 +373,7 @@ fn write(
         server_version: env!("CARGO_PKG_VERSION").into(),
         counts,
         database: census,
+        database_elsewhere,
         repos: repo_records,
         files: out.files,
     };

@@ -126,6 +126,138 @@ fn a_sqlite_server_moves_to_postgres_and_carries_on() {
         after_events.len() > before_events.len(),
         "the new acquire appended its event"
     );
+
+    // The SQLite file `db migrate` left behind is stale now. A backup
+    // neither takes it nor reports its counts as the server's (issue 32:
+    // it did, `--verify` called it sound, and restore wrote it back while
+    // PostgreSQL stayed empty); it says the database is elsewhere.
+    assert!(
+        h.repos_dir().join("collab.db").exists(),
+        "the leftover is there"
+    );
+    let backup_dir = h.temp_dir().join("backup");
+    let out = host(
+        &h,
+        &db.url,
+        &["backup", "--to", &backup_dir.display().to_string()],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains("the collab database is NOT in this backup: it is on PostgreSQL"),
+        "{text}"
+    );
+    assert!(!backup_dir.join("collab.db").exists());
+    let found = walk(&backup_dir);
+    assert!(
+        !found.iter().any(|p| p.ends_with("collab.db")),
+        "the stale SQLite file was copied: {found:?}"
+    );
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(backup_dir.join("manifest.json")).unwrap()).unwrap();
+    assert!(manifest["database"].is_null(), "{manifest}");
+    assert!(
+        manifest["database_elsewhere"]
+            .as_str()
+            .unwrap()
+            .starts_with("postgres"),
+        "{manifest}"
+    );
+    // The fingerprint it printed: "signed by the server key SHA256:… (…)".
+    let fingerprint = text
+        .split("signed by the server key ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no key in {text}"))
+        .to_string();
+    let shown = backup_dir.display().to_string();
+    let verify = ["backup", "--verify", &shown, "--key", &fingerprint];
+    let out = host(&h, &db.url, &verify);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains("not in this backup: it was on PostgreSQL"),
+        "{text}"
+    );
+}
+
+/// `git-collab-server` on the host with this harness's state directory and
+/// `collab_db` = `url`.
+fn host(h: &ServerHarness, url: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_git-collab-server"))
+        .env("GIT_COLLAB_COLLAB_DB", url)
+        .arg("--state-dir")
+        .arg(h.state_dir())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path.clone());
+            }
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// A SQLite backup restored under a PostgreSQL `collab_db` would be a file
+/// nobody reads, reported as restored: refused, nothing written.
+#[test]
+fn a_sqlite_backup_is_not_restored_beside_a_postgres_database() {
+    if admin_url().is_none() {
+        return;
+    }
+    std::env::remove_var("GIT_COLLAB_TEST_BACKEND");
+    let mut h = ServerHarness::start();
+    h.create_repo("r");
+    h.open_server_issue("r", "One");
+    let backup_dir = h.temp_dir().join("backup");
+    let out = Command::new(env!("CARGO_BIN_EXE_git-collab-server"))
+        .env_remove("GIT_COLLAB_COLLAB_DB")
+        .arg("--state-dir")
+        .arg(h.state_dir())
+        .args([
+            "backup",
+            "--to",
+            &backup_dir.display().to_string(),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let key = serde_json::from_slice::<Value>(&out.stdout).unwrap()["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    h.stop();
+    let db = TestDatabase::create();
+    let fresh = h.temp_dir().join("fresh-state");
+    let out = Command::new(env!("CARGO_BIN_EXE_git-collab-server"))
+        .env("GIT_COLLAB_COLLAB_DB", &db.url)
+        .arg("--state-dir")
+        .arg(&fresh)
+        .args([
+            "restore",
+            "--from",
+            &backup_dir.display().to_string(),
+            "--key",
+            &key,
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("collab_db is PostgreSQL"), "{stderr}");
+    assert!(!fresh.join("repos").exists(), "nothing was restored");
 }
 
 #[test]
