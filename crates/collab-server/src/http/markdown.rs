@@ -13,10 +13,14 @@ use super::highlight;
 
 /// Where relative link and image targets of a document point.
 pub struct LinkBase {
-    /// Prefix for relative links, e.g. `/r/-/blob/main/docs/`.
+    /// The tree's root for links, e.g. `/r/-/blob/main/`.
     pub links: String,
-    /// Prefix for relative images, e.g. `/r/-/raw/main/docs/`.
+    /// The tree's root for images, e.g. `/r/-/raw/main/`.
     pub images: String,
+    /// The document's directory inside the tree (URL-encoded, ending in
+    /// `/`, or empty): relative targets start here, and `..` climbs from
+    /// here but never above the root.
+    pub dir: String,
 }
 
 /// Render `source` to HTML that is safe to embed as is.
@@ -33,7 +37,7 @@ pub fn render(source: &str, base: Option<&LinkBase>) -> String {
             id,
         }) => Event::Start(Tag::Link {
             link_type,
-            dest_url: safe_url(dest_url, base.map(|b| b.links.as_str())),
+            dest_url: safe_url(dest_url, base.map(|b| (b.links.as_str(), b.dir.as_str()))),
             title,
             id,
         }),
@@ -44,7 +48,7 @@ pub fn render(source: &str, base: Option<&LinkBase>) -> String {
             id,
         }) => Event::Start(Tag::Image {
             link_type,
-            dest_url: safe_url(dest_url, base.map(|b| b.images.as_str())),
+            dest_url: safe_url(dest_url, base.map(|b| (b.images.as_str(), b.dir.as_str()))),
             title,
             id,
         }),
@@ -100,8 +104,9 @@ fn highlight_code_blocks<'a>(events: impl Iterator<Item = Event<'a>>) -> Vec<Eve
     out
 }
 
-/// `url` if its scheme is harmless, rebased when relative; `#` otherwise.
-fn safe_url<'a>(url: CowStr<'a>, base: Option<&str>) -> CowStr<'a> {
+/// `url` if its scheme is harmless, rebased when relative (onto `root` +
+/// `dir`, with `.` and `..` resolved); `#` otherwise.
+fn safe_url<'a>(url: CowStr<'a>, base: Option<(&str, &str)>) -> CowStr<'a> {
     // Browsers ignore tabs and newlines inside URLs ("java\tscript:"), so
     // judge the URL with every whitespace and control character removed.
     let squeezed: String = url
@@ -128,12 +133,36 @@ fn safe_url<'a>(url: CowStr<'a>, base: Option<&str>) -> CowStr<'a> {
         return CowStr::Borrowed("#");
     }
     match base {
-        Some(prefix) if !url.starts_with('/') && !url.starts_with('#') && !url.starts_with('?') => {
-            let relative = url.strip_prefix("./").unwrap_or(&url);
-            CowStr::Boxed(format!("{prefix}{relative}").into_boxed_str())
+        Some((root, dir))
+            if !url.starts_with('/') && !url.starts_with('#') && !url.starts_with('?') =>
+        {
+            let split = url.find(['?', '#']).unwrap_or(url.len());
+            let (path, rest) = url.split_at(split);
+            let joined = normalise(&format!("{dir}{path}"));
+            CowStr::Boxed(format!("{root}{joined}{rest}").into_boxed_str())
         }
         _ => url,
     }
+}
+
+/// `a/./b/../c` → `a/c`; `..` above the start stays at the start. A
+/// trailing `/` is kept.
+fn normalise(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    let mut out = parts.join("/");
+    if path.ends_with('/') && !out.is_empty() {
+        out.push('/');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -200,6 +229,7 @@ mod tests {
         let base = LinkBase {
             links: "/r/-/blob/main/".into(),
             images: "/r/-/raw/main/".into(),
+            dir: String::new(),
         };
         let out = render(
             "[doc](docs/a.md) ![logo](./logo.png) [top](#x) [abs](/y)",
@@ -209,5 +239,31 @@ mod tests {
         assert!(out.contains("src=\"/r/-/raw/main/logo.png\""), "{out}");
         assert!(out.contains("href=\"#x\""), "{out}");
         assert!(out.contains("href=\"/y\""), "{out}");
+    }
+
+    /// A README in `lib/` linking `../doc/x.md` points at `doc/x.md`, not
+    /// `lib/../doc/x.md` (issue 32); `..` never climbs above the tree.
+    #[test]
+    fn relative_targets_are_normalised() {
+        let base = LinkBase {
+            links: "/r/-/blob/main/".into(),
+            images: "/r/-/raw/main/".into(),
+            dir: "lib/sub/".into(),
+        };
+        let out = render(
+            "[a](../../doc/x.md#part) [b](./c/../d.md?plain=1) [c](../../../../etc) ![i](../img.png)",
+            Some(&base),
+        );
+        assert!(
+            out.contains("href=\"/r/-/blob/main/doc/x.md#part\""),
+            "{out}"
+        );
+        assert!(
+            out.contains("href=\"/r/-/blob/main/lib/sub/d.md?plain=1\""),
+            "{out}"
+        );
+        assert!(out.contains("href=\"/r/-/blob/main/etc\""), "{out}");
+        assert!(out.contains("src=\"/r/-/raw/main/lib/img.png\""), "{out}");
+        assert!(!out.contains(".."), "{out}");
     }
 }

@@ -67,6 +67,7 @@ pub fn router(app: Arc<App>, ssh_port: u16) -> Router {
     Router::new()
         .route("/", get(index::index))
         .route("/-/static/style.css", get(style_css))
+        .route("/favicon.ico", get(favicon))
         .route("/livez", get(health::livez))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
@@ -163,6 +164,24 @@ async fn style_css() -> Response {
             (header::CACHE_CONTROL, "public, max-age=3600"),
         ],
         STYLESHEET.as_str(),
+    )
+        .into_response()
+}
+
+/// The site icon: a small SVG (browsers ask for `/favicon.ico` on every
+/// first visit; without one each page load logged a 404).
+const FAVICON: &str = "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 16\">\
+<rect width=\"16\" height=\"16\" rx=\"3\" fill=\"#24292f\"/>\
+<circle cx=\"5\" cy=\"5\" r=\"2\" fill=\"#fff\"/><circle cx=\"11\" cy=\"11\" r=\"2\" fill=\"#fff\"/>\
+<path d=\"M5 7v2a2 2 0 0 0 2 2h2\" stroke=\"#fff\" fill=\"none\"/></svg>";
+
+async fn favicon() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CACHE_CONTROL, "public, max-age=86400"),
+        ],
+        FAVICON,
     )
         .into_response()
 }

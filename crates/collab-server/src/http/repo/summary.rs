@@ -160,12 +160,9 @@ fn render_readme(
         format!("{}/", view::url_path(dir))
     };
     let base = LinkBase {
-        links: format!(
-            "/{}/-/blob/{}/{dir_prefix}",
-            ctx.name(),
-            view::url_path(rev)
-        ),
-        images: format!("/{}/-/raw/{}/{dir_prefix}", ctx.name(), view::url_path(rev)),
+        links: format!("/{}/-/blob/{}/", ctx.name(), view::url_path(rev)),
+        images: format!("/{}/-/raw/{}/", ctx.name(), view::url_path(rev)),
+        dir: dir_prefix,
     };
     Ok(Readme {
         name: name.to_string(),

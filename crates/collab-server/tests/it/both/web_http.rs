@@ -915,3 +915,19 @@ fn log_pages_of_a_big_history() {
     assert!(summary.contains("Commit number 20000"), "{summary}");
     assert!(summary.contains("Commit number 19991"), "{summary}");
 }
+
+/// Browsers ask for `/favicon.ico` on the first visit to a site; it used
+/// to be a 404, a console error on every first page load (issue 32). Every
+/// page links the icon.
+#[test]
+fn the_site_has_an_icon() {
+    let h = ServerHarness::start();
+    let icon = get(&h, "/favicon.ico");
+    assert_eq!(icon.status, 200, "{}", icon.text());
+    assert_eq!(icon.header("content-type"), Some("image/svg+xml"));
+    assert!(icon.text().starts_with("<svg"), "{}", icon.text());
+    let index = get(&h, "/");
+    assert!(index
+        .text()
+        .contains("<link rel=\"icon\" href=\"/favicon.ico\">"));
+}
