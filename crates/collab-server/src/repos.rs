@@ -70,6 +70,11 @@ pub struct RepoPolicy {
     /// (`-o collab-lease=<issue>:<token>`; see `hooks::fencing`).
     #[serde(default)]
     pub fenced_refs: Vec<String>,
+    /// Patterns naming the issue a fenced ref belongs to
+    /// (`refs/heads/issue/{issue}`): such a ref needs the live lease of that
+    /// issue. Unset is `hooks::fencing::DEFAULT_REF_ISSUE`; `[]` ties no ref.
+    #[serde(default)]
+    pub fenced_ref_issue: Option<Vec<String>>,
     /// When `collab-patch merge` may merge a patch (`merge = { approvals =
     /// 1, ... }`); unset is `MergeRule::default()`.
     #[serde(default)]
@@ -92,6 +97,7 @@ impl Default for RepoPolicy {
             rewind: Vec::new(),
             public: false,
             fenced_refs: Vec::new(),
+            fenced_ref_issue: None,
             merge: None,
             broken: None,
         }
@@ -107,6 +113,7 @@ impl RepoPolicy {
             rewind: Vec::new(),
             public: false,
             fenced_refs: Vec::new(),
+            fenced_ref_issue: None,
             merge: None,
             broken: Some(reason),
         }
@@ -116,6 +123,10 @@ impl RepoPolicy {
         let policy: RepoPolicy = toml::from_str(text)?;
         crate::hooks::fencing::compile(&policy.fenced_refs)
             .map_err(<toml::de::Error as serde::de::Error>::custom)?;
+        if let Some(patterns) = &policy.fenced_ref_issue {
+            crate::hooks::fencing::compile_ref_issue(patterns)
+                .map_err(<toml::de::Error as serde::de::Error>::custom)?;
+        }
         Ok(policy)
     }
 

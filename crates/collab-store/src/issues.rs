@@ -186,7 +186,8 @@ objects::from_unresolved!(IssueError);
 
 // ---------------------------------------------------------------- input rules
 
-/// A title: one non-empty line, no control characters, at most
+/// A title: one non-empty line, no control characters, no invisible or
+/// text-direction characters (`collab_record::text`), at most
 /// [`MAX_TITLE_BYTES`]. Returns it trimmed.
 pub fn check_title(title: &str) -> Result<String> {
     let trimmed = title.trim();
@@ -196,6 +197,7 @@ pub fn check_title(title: &str) -> Result<String> {
     if title.chars().any(char::is_control) {
         return Err(invalid("title must be one line without control characters"));
     }
+    collab_record::text::check_line("title", title).map_err(invalid)?;
     if trimmed.len() > MAX_TITLE_BYTES {
         return Err(invalid(format!(
             "title is longer than {MAX_TITLE_BYTES} bytes"
@@ -220,6 +222,7 @@ pub fn check_body(what: &str, body: &str, max: usize) -> Result<()> {
             "{what} contains a NUL or control character"
         )));
     }
+    collab_record::text::check_body(what, body).map_err(invalid)?;
     Ok(())
 }
 
@@ -237,6 +240,7 @@ pub fn check_label(label: &str) -> Result<()> {
             label.escape_default()
         )));
     }
+    collab_record::text::check_line("label", label).map_err(invalid)?;
     Ok(())
 }
 

@@ -28,7 +28,7 @@ use tokio::io::{AsyncWriteExt as _, BufReader};
 use tokio::process::Command;
 
 use super::command::GitService;
-use super::context::{fenced_refs, ExecContext};
+use super::context::{fenced_ref_issue, fenced_refs, ExecContext};
 use super::reply::{reply_and_close, NOT_FOUND};
 use crate::authz::{self, Access};
 use crate::hooks::HookContext;
@@ -119,6 +119,8 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
                 state_dir: ctx.app.config.state_dir.clone(),
                 collab_db: ctx.app.config.collab_db_location(),
                 fenced_refs: fenced_refs(ctx, &entry),
+                fenced_ref_issue: fenced_ref_issue(ctx, &entry),
+                others_may_revise: crate::authz::merge_rule(&ctx.app, &entry).others_may_revise,
                 max_body: ctx.app.config.max_issue_body as usize,
                 web_url: web_url(&ctx.app.config.http.listen),
             };
