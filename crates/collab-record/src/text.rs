@@ -26,7 +26,8 @@ pub fn is_hidden(c: char) -> bool {
     is_bidi_control(c)
         || matches!(
             c,
-            '\u{200E}' | '\u{200F}' | '\u{061C}' | '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}'
+            '\u{200E}' | '\u{200F}' | '\u{061C}' | '\u{200B}'
+                ..='\u{200D}' | '\u{2060}' | '\u{FEFF}'
         )
 }
 
@@ -108,7 +109,8 @@ mod tests {
         );
         // Ordinary text of any script passes, and so do the marks and
         // joiners right-to-left prose and emoji need in a body.
-        for ok in ["Fix the parser", "ünïcode 🙂", "עברית", "العربية", "日本語"] {
+        for ok in ["Fix the parser", "ünïcode 🙂", "עברית", "العربية", "日本語"]
+        {
             assert_eq!(check_line("title", ok), Ok(()));
         }
         assert_eq!(check_body("body", "שלום\u{200F} 👩\u{200D}💻\n"), Ok(()));

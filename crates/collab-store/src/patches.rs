@@ -785,8 +785,8 @@ pub fn revise(
     require_open(&patch, "revise")?;
     if revisers == Revisers::AuthorOnly && patch.author.principal != w.actor.principal {
         return Err(invalid(format!(
-            "patch {} is {}'s: only its author may push a revision (the repository's merge rule \
-             has others_may_revise = false)",
+            "patch {} belongs to {}: only its author may push a revision (the repository's merge \
+             rule has others_may_revise = false)",
             short(&patch.id),
             patch.author.name
         )));
@@ -1363,7 +1363,15 @@ mod tests {
         let conn = db();
         let alice = person("alice");
         let id = open_one(&conn, &alice);
-        let w = revise(&conn, &ctx(&alice, 200), &id[..8], &rev(B), &[], Revisers::AuthorOnly).unwrap();
+        let w = revise(
+            &conn,
+            &ctx(&alice, 200),
+            &id[..8],
+            &rev(B),
+            &[],
+            Revisers::AuthorOnly,
+        )
+        .unwrap();
         assert_eq!(w.revision, Some(2));
         let d = show(&conn, REPO, &id[..6]).unwrap();
         assert_eq!(d.patch.title, "Fix a typo");
@@ -1383,7 +1391,15 @@ mod tests {
             vec![(id.clone(), B.to_string())]
         );
         // The same head again is refused and writes nothing.
-        let err = revise(&conn, &ctx(&alice, 300), &id, &rev(B), &[], Revisers::AuthorOnly).unwrap_err();
+        let err = revise(
+            &conn,
+            &ctx(&alice, 300),
+            &id,
+            &rev(B),
+            &[],
+            Revisers::AuthorOnly,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("already proposes"), "{err}");
         assert_eq!(kinds(&conn).len(), 2);
     }
@@ -1456,7 +1472,15 @@ mod tests {
         assert_eq!(last.kind, "patch.reviewed");
         assert_eq!(last.payload["replaces"], json!(first.event));
         // A vote on revision 2 is a separate vote.
-        revise(&conn, &ctx(&alice, 130), &id, &rev(B), &[], Revisers::AuthorOnly).unwrap();
+        revise(
+            &conn,
+            &ctx(&alice, 130),
+            &id,
+            &rev(B),
+            &[],
+            Revisers::AuthorOnly,
+        )
+        .unwrap();
         review(&conn, &ctx(&bob, 140), &id, None, Verdict::Comment, "").unwrap();
         let d = show(&conn, REPO, &id).unwrap();
         assert_eq!(
@@ -1646,7 +1670,15 @@ mod tests {
         .unwrap();
         assert_eq!(latest_votes(&conn, REPO, &id).unwrap(), (1, 1));
         // Votes on an older revision do not count.
-        revise(&conn, &ctx(&alice, 120), &id, &rev(B), &[], Revisers::AuthorOnly).unwrap();
+        revise(
+            &conn,
+            &ctx(&alice, 120),
+            &id,
+            &rev(B),
+            &[],
+            Revisers::AuthorOnly,
+        )
+        .unwrap();
         assert_eq!(latest_votes(&conn, REPO, &id).unwrap(), (0, 0));
         close(&conn, &ctx(&alice, 130), &id).unwrap();
         assert_eq!(count(&conn, REPO, StateFilter::Closed).unwrap(), 1);
@@ -1688,7 +1720,15 @@ mod tests {
         review(&conn, &ctx(&bob, 103), &id, None, Verdict::Approve, "").unwrap();
         assert!(why(&conn).is_ok());
         // A new revision needs its own approval.
-        revise(&conn, &ctx(&alice, 104), &id, &rev(B), &[], Revisers::AuthorOnly).unwrap();
+        revise(
+            &conn,
+            &ctx(&alice, 104),
+            &id,
+            &rev(B),
+            &[],
+            Revisers::AuthorOnly,
+        )
+        .unwrap();
         assert!(why(&conn).is_err());
         let lenient = MergeRule {
             approvals: 1,
@@ -1706,9 +1746,16 @@ mod tests {
         let (alice, bob, carol) = (person("alice"), person("bob"), person("carol"));
         let id = open_one(&conn, &alice);
         // Bob may not push onto alice's patch by default; nothing is written.
-        let err = revise(&conn, &ctx(&bob, 110), &id, &rev(B), &[], Revisers::AuthorOnly)
-            .unwrap_err()
-            .to_string();
+        let err = revise(
+            &conn,
+            &ctx(&bob, 110),
+            &id,
+            &rev(B),
+            &[],
+            Revisers::AuthorOnly,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("only its author may push a revision")
                 && err.contains("others_may_revise = false"),
@@ -1740,7 +1787,15 @@ mod tests {
         review(&conn, &ctx(&carol, 140), &id, None, Verdict::Approve, "").unwrap();
         assert!(why(&conn).is_ok());
         // The author still revises her own patch under the default.
-        revise(&conn, &ctx(&alice, 150), &id, &rev(C), &[], Revisers::AuthorOnly).unwrap();
+        revise(
+            &conn,
+            &ctx(&alice, 150),
+            &id,
+            &rev(C),
+            &[],
+            Revisers::AuthorOnly,
+        )
+        .unwrap();
     }
 
     #[test]

@@ -62,12 +62,7 @@ enum Style {
     Json,
 }
 
-fn neutralize<'a>(
-    s: &'a str,
-    keep: &[char],
-    also: fn(char) -> bool,
-    style: Style,
-) -> Cow<'a, str> {
+fn neutralize<'a>(s: &'a str, keep: &[char], also: fn(char) -> bool, style: Style) -> Cow<'a, str> {
     let unsafe_char = |c: char| (c.is_control() && !keep.contains(&c)) || also(c);
     if !s.chars().any(unsafe_char) {
         return Cow::Borrowed(s);

@@ -71,7 +71,10 @@ impl HookContext {
             (ENV_STATE_DIR, self.state_dir.clone().into_os_string()),
             (ENV_COLLAB_DB, self.collab_db.to_setting().into()),
             (ENV_FENCED_REFS, self.fenced_refs.join("\n").into()),
-            (ENV_FENCED_REF_ISSUE, self.fenced_ref_issue.join("\n").into()),
+            (
+                ENV_FENCED_REF_ISSUE,
+                self.fenced_ref_issue.join("\n").into(),
+            ),
             (
                 ENV_OTHERS_MAY_REVISE,
                 if self.others_may_revise { "1" } else { "0" }.into(),

@@ -63,7 +63,9 @@ pub fn compile_ref_issue(patterns: &[String]) -> Result<Vec<RefIssuePattern>, St
         .map(|pattern| {
             let bad = |why: &str| format!("fenced_ref_issue: {pattern:?}: {why}");
             if !pattern.starts_with("refs/") {
-                return Err(bad("must start with refs/ (for example refs/heads/issue/{issue})"));
+                return Err(bad(
+                    "must start with refs/ (for example refs/heads/issue/{issue})",
+                ));
             }
             if pattern.matches(ISSUE_HOLE).count() != 1 {
                 return Err(bad("must hold {issue} exactly once"));
@@ -72,7 +74,9 @@ pub fn compile_ref_issue(patterns: &[String]) -> Result<Vec<RefIssuePattern>, St
                 .split('/')
                 .map(|seg| {
                     if let Some((before, after)) = seg.split_once(ISSUE_HOLE) {
-                        if before.contains(['*', '?', '[', '{']) || after.contains(['*', '?', '[', '{']) {
+                        if before.contains(['*', '?', '[', '{'])
+                            || after.contains(['*', '?', '[', '{'])
+                        {
                             return Err(bad("only literal text may surround {issue}"));
                         }
                         Ok(Segment::Issue {
@@ -107,7 +111,9 @@ pub fn issue_of<'r>(patterns: &[RefIssuePattern], refname: &'r str) -> Option<&'
                 Segment::Literal(l) if l == part => {}
                 Segment::Any => {}
                 Segment::Issue { before, after } => {
-                    let id = part.strip_prefix(before.as_str())?.strip_suffix(after.as_str())?;
+                    let id = part
+                        .strip_prefix(before.as_str())?
+                        .strip_suffix(after.as_str())?;
                     let hex = id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
                     if !(4..=40).contains(&id.len()) || !hex {
                         return None;
@@ -397,7 +403,10 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(issue_of(&p, "refs/heads/issue/a1b2c3d4"), Some("a1b2c3d4"));
-        assert_eq!(issue_of(&p, &format!("refs/heads/issue/{ISSUE}")), Some(ISSUE));
+        assert_eq!(
+            issue_of(&p, &format!("refs/heads/issue/{ISSUE}")),
+            Some(ISSUE)
+        );
         assert_eq!(issue_of(&p, "refs/heads/team/task-beef.wip"), Some("beef"));
         // Not an id: the plain rule applies.
         for no in [

@@ -10,6 +10,7 @@ mod both {
     mod auth_binding;
     mod events;
     mod governance;
+    mod hidden_text;
     mod hostile_input;
     mod issue_export;
     mod issue_fleet;
@@ -26,6 +27,7 @@ mod both {
     mod release;
     mod repo_admin;
     mod review_cli;
+    mod review_integrity;
     mod review_verb;
     mod ssh_access;
     mod ssh_channel_requests;
