@@ -495,6 +495,26 @@ mod tests {
         assert!(GovernanceConf::parse(&conf(bad)).is_err());
         let empty = "[[merge_rules]]\nrepos = []\n";
         assert!(GovernanceConf::parse(&conf(empty)).is_err());
+        assert!(!core.others_may_revise, "others_may_revise is off by default");
+        let open = "[[merge_rules]]\nrepos = [\"**\"]\nothers_may_revise = true\n";
+        let c = GovernanceConf::parse(&conf(open)).unwrap();
+        assert!(c.merge_rule("any").unwrap().others_may_revise);
+    }
+
+    #[test]
+    fn fenced_ref_issue_patterns_are_validated() {
+        let c = GovernanceConf::parse(&format!(
+            "fenced_ref_issue = [\"refs/heads/task/{{issue}}\"]\n{}",
+            conf("")
+        ))
+        .unwrap();
+        assert_eq!(c.fenced_ref_issue(), ["refs/heads/task/{issue}"]);
+        let err = GovernanceConf::parse(&format!(
+            "fenced_ref_issue = [\"refs/heads/task/*\"]\n{}",
+            conf("")
+        ))
+        .unwrap_err();
+        assert!(err.to_string().contains("fenced_ref_issue"), "{err}");
     }
 
     #[test]
