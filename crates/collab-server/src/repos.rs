@@ -538,7 +538,10 @@ mod tests {
         assert_eq!((rule.approvals, rule.author_may_approve), (1, true));
         assert!(rule.no_changes_requested, "unset keys keep their default");
         assert!(RepoPolicy::parse("merge = { approvals = 1, quorum = 2 }\n").is_err());
-        assert!(!rule.others_may_revise, "others_may_revise is off by default");
+        assert!(
+            !rule.others_may_revise,
+            "others_may_revise is off by default"
+        );
         let p = RepoPolicy::parse("merge = { others_may_revise = true }\n").unwrap();
         assert!(p.merge.unwrap().others_may_revise);
         assert_eq!(RepoPolicy::default().fenced_ref_issue, None);

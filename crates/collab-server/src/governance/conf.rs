@@ -495,7 +495,10 @@ mod tests {
         assert!(GovernanceConf::parse(&conf(bad)).is_err());
         let empty = "[[merge_rules]]\nrepos = []\n";
         assert!(GovernanceConf::parse(&conf(empty)).is_err());
-        assert!(!core.others_may_revise, "others_may_revise is off by default");
+        assert!(
+            !core.others_may_revise,
+            "others_may_revise is off by default"
+        );
         let open = "[[merge_rules]]\nrepos = [\"**\"]\nothers_may_revise = true\n";
         let c = GovernanceConf::parse(&conf(open)).unwrap();
         assert!(c.merge_rule("any").unwrap().others_may_revise);
