@@ -228,7 +228,7 @@ fn check_title(title: &str) -> Result<()> {
     if title.contains(['\n', '\r']) {
         return Err(Error::Invalid("title must be one line".into()));
     }
-    Ok(())
+    crate::text::check_line("title", title).map_err(Error::Invalid)
 }
 
 fn check_label(label: &str) -> Result<()> {
@@ -241,5 +241,5 @@ fn check_label(label: &str) -> Result<()> {
             "invalid label '{label}': labels are non-empty, without spaces or commas"
         )));
     }
-    Ok(())
+    crate::text::check_line("label", label).map_err(Error::Invalid)
 }

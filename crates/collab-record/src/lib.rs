@@ -56,6 +56,8 @@
 //! - `state` and `patch`: replay of issue and patch DAGs; `replay`: the
 //!   shared fold; `cache`, `timeline`, `diff`, `merge_scan`, `verify`.
 //! - `export`: the signed export format the server writes.
+//! - `text`: which invisible and text-direction characters titles, names
+//!   and bodies refuse.
 //! - [`error`]: the crate's [`Error`] enum.
 
 pub mod cache;
@@ -73,6 +75,7 @@ pub mod replay;
 pub mod sign;
 pub mod state;
 pub mod store;
+pub mod text;
 pub mod timeline;
 pub mod trust;
 pub mod verify;

@@ -919,7 +919,7 @@ fn check_title(title: &str) -> Result<()> {
     if title.contains(['\n', '\r']) {
         return Err(Error::Invalid("title must be one line".into()));
     }
-    Ok(())
+    crate::text::check_line("title", title).map_err(Error::Invalid)
 }
 
 fn check_branch_name(base: &str) -> Result<()> {

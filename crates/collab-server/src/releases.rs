@@ -93,7 +93,7 @@ impl Release {
 pub enum ReleaseError {
     #[error("invalid file name '{0}': {rule}", rule = collab_proto::limits::FILE_NAME_RULE)]
     FileName(String),
-    #[error("invalid tag name '{0}'")]
+    #[error("invalid tag name '{}'", .0.escape_default())]
     TagName(String),
     #[error("release {tag} already has a file {file}; delete it first")]
     Exists { tag: String, file: String },
@@ -110,9 +110,11 @@ pub enum ReleaseError {
 /// The file name rule is the client's too: one place decides it.
 pub use collab_proto::limits::valid_file_name;
 
-/// Whether `tag` is a name git accepts under `refs/tags/`.
+/// Whether `tag` is a name git accepts under `refs/tags/`, free of
+/// invisible and text-direction characters (`collab_record::text`).
 pub fn valid_tag_name(tag: &str) -> bool {
     !tag.is_empty()
+        && !tag.chars().any(collab_record::text::is_hidden)
         && git2::Reference::is_valid_name(&collab_record::refs::tag_ref(tag))
         && encode_tag(tag).len() <= MAX_SEGMENT
 }

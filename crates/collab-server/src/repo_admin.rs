@@ -35,7 +35,7 @@ pub fn check_description(text: &str) -> Result<(), String> {
     if text.chars().any(char::is_control) {
         return Err("description must be one line without control characters".into());
     }
-    Ok(())
+    collab_record::text::check_line("description", text)
 }
 
 /// Replace the description (empty clears it).

@@ -70,6 +70,11 @@ pub struct RepoPolicy {
     /// (`-o collab-lease=<issue>:<token>`; see `hooks::fencing`).
     #[serde(default)]
     pub fenced_refs: Vec<String>,
+    /// Patterns naming the issue a fenced ref belongs to
+    /// (`refs/heads/issue/{issue}`): such a ref needs the live lease of that
+    /// issue. Unset is `hooks::fencing::DEFAULT_REF_ISSUE`; `[]` ties no ref.
+    #[serde(default)]
+    pub fenced_ref_issue: Option<Vec<String>>,
     /// When `collab-patch merge` may merge a patch (`merge = { approvals =
     /// 1, ... }`); unset is `MergeRule::default()`.
     #[serde(default)]
@@ -92,6 +97,7 @@ impl Default for RepoPolicy {
             rewind: Vec::new(),
             public: false,
             fenced_refs: Vec::new(),
+            fenced_ref_issue: None,
             merge: None,
             broken: None,
         }
@@ -107,6 +113,7 @@ impl RepoPolicy {
             rewind: Vec::new(),
             public: false,
             fenced_refs: Vec::new(),
+            fenced_ref_issue: None,
             merge: None,
             broken: Some(reason),
         }
@@ -116,6 +123,10 @@ impl RepoPolicy {
         let policy: RepoPolicy = toml::from_str(text)?;
         crate::hooks::fencing::compile(&policy.fenced_refs)
             .map_err(<toml::de::Error as serde::de::Error>::custom)?;
+        if let Some(patterns) = &policy.fenced_ref_issue {
+            crate::hooks::fencing::compile_ref_issue(patterns)
+                .map_err(<toml::de::Error as serde::de::Error>::custom)?;
+        }
         Ok(policy)
     }
 
@@ -527,6 +538,17 @@ mod tests {
         assert_eq!((rule.approvals, rule.author_may_approve), (1, true));
         assert!(rule.no_changes_requested, "unset keys keep their default");
         assert!(RepoPolicy::parse("merge = { approvals = 1, quorum = 2 }\n").is_err());
+        assert!(
+            !rule.others_may_revise,
+            "others_may_revise is off by default"
+        );
+        let p = RepoPolicy::parse("merge = { others_may_revise = true }\n").unwrap();
+        assert!(p.merge.unwrap().others_may_revise);
+        assert_eq!(RepoPolicy::default().fenced_ref_issue, None);
+        let p = RepoPolicy::parse("fenced_ref_issue = [\"refs/heads/t/{issue}\"]\n").unwrap();
+        assert_eq!(p.fenced_ref_issue.unwrap(), ["refs/heads/t/{issue}"]);
+        let err = RepoPolicy::parse("fenced_ref_issue = [\"refs/heads/t/*\"]\n").unwrap_err();
+        assert!(err.to_string().contains("fenced_ref_issue"), "{err}");
     }
 
     #[test]

@@ -186,7 +186,8 @@ objects::from_unresolved!(IssueError);
 
 // ---------------------------------------------------------------- input rules
 
-/// A title: one non-empty line, no control characters, at most
+/// A title: one non-empty line, no control characters, no invisible or
+/// text-direction characters (`collab_record::text`), at most
 /// [`MAX_TITLE_BYTES`]. Returns it trimmed.
 pub fn check_title(title: &str) -> Result<String> {
     let trimmed = title.trim();
@@ -196,6 +197,7 @@ pub fn check_title(title: &str) -> Result<String> {
     if title.chars().any(char::is_control) {
         return Err(invalid("title must be one line without control characters"));
     }
+    collab_record::text::check_line("title", title).map_err(invalid)?;
     if trimmed.len() > MAX_TITLE_BYTES {
         return Err(invalid(format!(
             "title is longer than {MAX_TITLE_BYTES} bytes"
@@ -220,6 +222,7 @@ pub fn check_body(what: &str, body: &str, max: usize) -> Result<()> {
             "{what} contains a NUL or control character"
         )));
     }
+    collab_record::text::check_body(what, body).map_err(invalid)?;
     Ok(())
 }
 
@@ -237,6 +240,7 @@ pub fn check_label(label: &str) -> Result<()> {
             label.escape_default()
         )));
     }
+    collab_record::text::check_line("label", label).map_err(invalid)?;
     Ok(())
 }
 
@@ -246,6 +250,7 @@ fn check_reason(reason: &str) -> Result<()> {
             "reason must be one line of at most {MAX_REASON_BYTES} bytes"
         )));
     }
+    collab_record::text::check_line("reason", reason).map_err(invalid)?;
     Ok(())
 }
 
@@ -1202,6 +1207,39 @@ mod tests {
             labels: labels.iter().map(|s| s.to_string()).collect(),
         };
         open(conn, &at(now), &new).unwrap().issue
+    }
+
+    #[test]
+    fn hidden_characters_are_refused_and_nothing_is_written() {
+        let conn = crate::testing::db();
+        let issue = |title: &str, body: &str, label: &str| NewIssue {
+            title: title.into(),
+            body: body.into(),
+            labels: vec![label.to_string()],
+        };
+        for (new, says) in [
+            (issue("a\u{202E}b", "", "x"), "title contains U+202E"),
+            (issue("a\u{200B}b", "", "x"), "title contains U+200B"),
+            (issue("ok", "", "b\u{2060}ug"), "label contains U+2060"),
+            (
+                issue("ok", "x \u{2066}y\u{2069}", "x"),
+                "body contains U+2066",
+            ),
+        ] {
+            let err = open(&conn, &at(100), &new).unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
+        assert_eq!(row_counts(&conn), [0, 0, 0, 0, 0]);
+        // Marks and joiners pass in a body.
+        let id = open(
+            &conn,
+            &at(100),
+            &issue("ok", "שלום\u{200F} 👩\u{200D}💻", "x"),
+        )
+        .unwrap()
+        .issue;
+        let err = close(&conn, &at(101), &id, Some("done\u{202D}")).unwrap_err();
+        assert!(err.to_string().contains("reason contains U+202D"), "{err}");
     }
 
     fn event_kinds(conn: &Connection) -> Vec<(i64, String)> {

@@ -250,7 +250,12 @@ fn check_oid(what: &str, oid: &str) -> Result<()> {
 /// A base branch name: what follows `refs/heads/`, as git allows it
 /// (checked by the caller with git); here only non-empty and one line.
 fn check_base(base: &str) -> Result<()> {
-    if base.is_empty() || base.len() > 255 || base.chars().any(|c| c.is_control() || c == ' ') {
+    if base.is_empty()
+        || base.len() > 255
+        || base
+            .chars()
+            .any(|c| c.is_control() || c == ' ' || collab_record::text::is_hidden(c))
+    {
         return Err(invalid(format!(
             "invalid base branch '{}'",
             base.escape_default()
@@ -754,18 +759,38 @@ fn insert_issue_link(conn: &Connection, repo: &str, patch: &str, issue: &str) ->
         == 1)
 }
 
+/// Who besides a patch's author may add a revision to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revisers {
+    /// Its author only (`others_may_revise = false`, the default).
+    AuthorOnly,
+    /// Anyone the caller let write (`others_may_revise = true`, or the
+    /// pusher holds Rewind on the repository).
+    Anyone,
+}
+
 /// Add a revision to an open patch. `issues` are linked too (those not
-/// linked yet, each recorded as `patch.linked`).
+/// linked yet, each recorded as `patch.linked`). Only the patch's author
+/// may, unless `revisers` is [`Revisers::Anyone`].
 pub fn revise(
     conn: &Connection,
     w: &WriteCtx<'_>,
     id_or_prefix: &str,
     revision: &NewRevision,
     issues: &[String],
+    revisers: Revisers,
 ) -> Result<Written> {
     check_revision(revision)?;
     let patch = target(conn, w.repo, id_or_prefix)?;
     require_open(&patch, "revise")?;
+    if revisers == Revisers::AuthorOnly && patch.author.principal != w.actor.principal {
+        return Err(invalid(format!(
+            "patch {} belongs to {}: only its author may push a revision (the repository's merge \
+             rule has others_may_revise = false)",
+            short(&patch.id),
+            patch.author.name
+        )));
+    }
     let issues = resolve_issues(conn, w.repo, issues)?;
     if let Some(latest) = revisions(conn, w.repo, &patch.id)?.last() {
         if latest.head == revision.head {
@@ -1076,6 +1101,12 @@ pub struct MergeRule {
     pub no_changes_requested: bool,
     /// Whether the patch author's own approval counts.
     pub author_may_approve: bool,
+    /// Whether a writer other than the patch's author may push a revision
+    /// onto it (a principal with Rewind on the repository always may).
+    /// Off by default: otherwise a writer could replace another's patch
+    /// under its approvals' eyes. Whoever pushed a revision never counts as
+    /// an approver, whatever this says.
+    pub others_may_revise: bool,
 }
 
 impl Default for MergeRule {
@@ -1084,6 +1115,7 @@ impl Default for MergeRule {
             approvals: 0,
             no_changes_requested: true,
             author_may_approve: false,
+            others_may_revise: false,
         }
     }
 }
@@ -1106,19 +1138,41 @@ pub fn rule_allows(detail: &PatchDetail, rule: &MergeRule) -> std::result::Resul
             ));
         }
     }
-    let approvals = votes
-        .iter()
-        .filter(|r| r.verdict == Verdict::Approve)
-        .filter(|r| rule.author_may_approve || r.author.principal != detail.patch.author.principal)
-        .count() as u32;
+    // Whoever pushed a revision of the patch (besides its author, whom
+    // `author_may_approve` governs) wrote code under review: their approval
+    // is not a review.
+    let author = &detail.patch.author.principal;
+    let revised = |principal: &str| {
+        detail
+            .revisions
+            .iter()
+            .any(|rev| rev.author.principal == principal)
+    };
+    let mut discounted: Vec<&str> = Vec::new();
+    let mut approvals = 0u32;
+    for r in votes.iter().filter(|r| r.verdict == Verdict::Approve) {
+        if &r.author.principal == author {
+            approvals += u32::from(rule.author_may_approve);
+        } else if revised(&r.author.principal) {
+            discounted.push(&r.author.name);
+        } else {
+            approvals += 1;
+        }
+    }
     if approvals < rule.approvals {
         let missing = rule.approvals - approvals;
-        return Err(format!(
+        let mut why = format!(
             "needs {missing} more approval{} on revision {} ({approvals} of {})",
             if missing == 1 { "" } else { "s" },
             latest.n,
             rule.approvals
-        ));
+        );
+        for name in discounted {
+            why.push_str(&format!(
+                "; {name}'s approval does not count: {name} pushed a revision of this patch"
+            ));
+        }
+        return Err(why);
     }
     Ok(())
 }
@@ -1309,7 +1363,15 @@ mod tests {
         let conn = db();
         let alice = person("alice");
         let id = open_one(&conn, &alice);
-        let w = revise(&conn, &ctx(&alice, 200), &id[..8], &rev(B), &[]).unwrap();
+        let w = revise(
+            &conn,
+            &ctx(&alice, 200),
+            &id[..8],
+            &rev(B),
+            &[],
+            Revisers::AuthorOnly,
+        )
+        .unwrap();
         assert_eq!(w.revision, Some(2));
         let d = show(&conn, REPO, &id[..6]).unwrap();
         assert_eq!(d.patch.title, "Fix a typo");
@@ -1329,7 +1391,15 @@ mod tests {
             vec![(id.clone(), B.to_string())]
         );
         // The same head again is refused and writes nothing.
-        let err = revise(&conn, &ctx(&alice, 300), &id, &rev(B), &[]).unwrap_err();
+        let err = revise(
+            &conn,
+            &ctx(&alice, 300),
+            &id,
+            &rev(B),
+            &[],
+            Revisers::AuthorOnly,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("already proposes"), "{err}");
         assert_eq!(kinds(&conn).len(), 2);
     }
@@ -1402,7 +1472,15 @@ mod tests {
         assert_eq!(last.kind, "patch.reviewed");
         assert_eq!(last.payload["replaces"], json!(first.event));
         // A vote on revision 2 is a separate vote.
-        revise(&conn, &ctx(&alice, 130), &id, &rev(B), &[]).unwrap();
+        revise(
+            &conn,
+            &ctx(&alice, 130),
+            &id,
+            &rev(B),
+            &[],
+            Revisers::AuthorOnly,
+        )
+        .unwrap();
         review(&conn, &ctx(&bob, 140), &id, None, Verdict::Comment, "").unwrap();
         let d = show(&conn, REPO, &id).unwrap();
         assert_eq!(
@@ -1543,6 +1621,7 @@ mod tests {
             &id,
             &rev(B),
             std::slice::from_ref(&issue),
+            Revisers::AuthorOnly,
         )
         .unwrap();
         assert!(link_issue(&conn, &ctx(&alice, 12), &id, &issue).is_err());
@@ -1591,7 +1670,15 @@ mod tests {
         .unwrap();
         assert_eq!(latest_votes(&conn, REPO, &id).unwrap(), (1, 1));
         // Votes on an older revision do not count.
-        revise(&conn, &ctx(&alice, 120), &id, &rev(B), &[]).unwrap();
+        revise(
+            &conn,
+            &ctx(&alice, 120),
+            &id,
+            &rev(B),
+            &[],
+            Revisers::AuthorOnly,
+        )
+        .unwrap();
         assert_eq!(latest_votes(&conn, REPO, &id).unwrap(), (0, 0));
         close(&conn, &ctx(&alice, 130), &id).unwrap();
         assert_eq!(count(&conn, REPO, StateFilter::Closed).unwrap(), 1);
@@ -1633,15 +1720,82 @@ mod tests {
         review(&conn, &ctx(&bob, 103), &id, None, Verdict::Approve, "").unwrap();
         assert!(why(&conn).is_ok());
         // A new revision needs its own approval.
-        revise(&conn, &ctx(&alice, 104), &id, &rev(B), &[]).unwrap();
+        revise(
+            &conn,
+            &ctx(&alice, 104),
+            &id,
+            &rev(B),
+            &[],
+            Revisers::AuthorOnly,
+        )
+        .unwrap();
         assert!(why(&conn).is_err());
         let lenient = MergeRule {
             approvals: 1,
             no_changes_requested: false,
             author_may_approve: true,
+            ..MergeRule::default()
         };
         review(&conn, &ctx(&alice, 105), &id, None, Verdict::Approve, "").unwrap();
         assert!(rule_allows(&show(&conn, REPO, &id).unwrap(), &lenient).is_ok());
+    }
+
+    #[test]
+    fn only_the_author_revises_unless_allowed_and_revisers_never_approve() {
+        let conn = db();
+        let (alice, bob, carol) = (person("alice"), person("bob"), person("carol"));
+        let id = open_one(&conn, &alice);
+        // Bob may not push onto alice's patch by default; nothing is written.
+        let err = revise(
+            &conn,
+            &ctx(&bob, 110),
+            &id,
+            &rev(B),
+            &[],
+            Revisers::AuthorOnly,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("only its author may push a revision")
+                && err.contains("others_may_revise = false"),
+            "{err}"
+        );
+        assert_eq!(show(&conn, REPO, &id).unwrap().revisions.len(), 1);
+        // Allowed by the rule: bob's revision lands, but his approval of it
+        // is no review, and the merge verdict says why.
+        revise(&conn, &ctx(&bob, 120), &id, &rev(B), &[], Revisers::Anyone).unwrap();
+        review(&conn, &ctx(&bob, 130), &id, None, Verdict::Approve, "").unwrap();
+        let rule = MergeRule {
+            approvals: 1,
+            others_may_revise: true,
+            ..MergeRule::default()
+        };
+        let why = |conn: &Connection| rule_allows(&show(conn, REPO, &id).unwrap(), &rule);
+        assert_eq!(
+            why(&conn).unwrap_err(),
+            "needs 1 more approval on revision 2 (0 of 1); bob's approval does not count: \
+             bob pushed a revision of this patch"
+        );
+        // Not even with author_may_approve, which is about the author alone.
+        let lenient = MergeRule {
+            author_may_approve: true,
+            ..rule
+        };
+        assert!(rule_allows(&show(&conn, REPO, &id).unwrap(), &lenient).is_err());
+        // A third person's approval counts.
+        review(&conn, &ctx(&carol, 140), &id, None, Verdict::Approve, "").unwrap();
+        assert!(why(&conn).is_ok());
+        // The author still revises her own patch under the default.
+        revise(
+            &conn,
+            &ctx(&alice, 150),
+            &id,
+            &rev(C),
+            &[],
+            Revisers::AuthorOnly,
+        )
+        .unwrap();
     }
 
     #[test]

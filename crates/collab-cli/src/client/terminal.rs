@@ -14,6 +14,12 @@
 //!   the output stays valid JSON and parses to the same values (serde_json
 //!   already escapes C0 inside strings, but not DEL or C1).
 //!
+//! Text-direction and invisible characters (Trojan Source) are shown as
+//! escapes too: in a one-line field every one `collab_record::text` refuses
+//! in titles, in bodies and JSON the bidi embeddings, overrides and
+//! isolates. The server refuses them in new titles and bodies; this keeps
+//! older records and other servers' replies from reordering what is shown.
+//!
 //! Only this module decides what is neutralized; printers do not
 //! filter on their own.
 
@@ -23,13 +29,18 @@ use std::fmt::Write as _;
 /// A one-line field, with every control character shown as an escape
 /// (`\x1b`, `\n`, `\u{9b}`).
 pub fn line(s: &str) -> Cow<'_, str> {
-    neutralize(s, &[], Style::Display)
+    neutralize(s, &[], collab_record::text::is_hidden, Style::Display)
 }
 
 /// A multi-line text, with every control character but newline and tab
 /// shown as an escape.
 pub fn text(s: &str) -> Cow<'_, str> {
-    neutralize(s, &['\n', '\t'], Style::Display)
+    neutralize(
+        s,
+        &['\n', '\t'],
+        collab_record::text::is_bidi_control,
+        Style::Display,
+    )
 }
 
 /// Serialized JSON with every control character but newline and tab (the
@@ -38,7 +49,12 @@ pub fn text(s: &str) -> Cow<'_, str> {
 /// valid and means the same; outside strings valid JSON has no control
 /// characters but layout.
 pub fn json(s: &str) -> Cow<'_, str> {
-    neutralize(s, &['\n', '\t'], Style::Json)
+    neutralize(
+        s,
+        &['\n', '\t'],
+        collab_record::text::is_bidi_control,
+        Style::Json,
+    )
 }
 
 enum Style {
@@ -46,8 +62,8 @@ enum Style {
     Json,
 }
 
-fn neutralize<'a>(s: &'a str, keep: &[char], style: Style) -> Cow<'a, str> {
-    let unsafe_char = |c: char| c.is_control() && !keep.contains(&c);
+fn neutralize<'a>(s: &'a str, keep: &[char], also: fn(char) -> bool, style: Style) -> Cow<'a, str> {
+    let unsafe_char = |c: char| (c.is_control() && !keep.contains(&c)) || also(c);
     if !s.chars().any(unsafe_char) {
         return Cow::Borrowed(s);
     }
@@ -111,5 +127,16 @@ mod tests {
         assert!(!has_control(&safe, &['\n', '\t']), "{safe}");
         let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
         assert_eq!(back, value);
+    }
+
+    #[test]
+    fn direction_and_invisible_characters_are_shown_not_obeyed() {
+        assert_eq!(line("a\u{202e}b\u{200b}c"), "a\\u{202e}b\\u{200b}c");
+        // Bodies keep the joiners and marks prose needs.
+        assert_eq!(text("x\u{2066}y \u{200d}\n"), "x\\u{2066}y \u{200d}\n");
+        let safe = json("{\"t\":\"a\u{202e}b\"}");
+        assert_eq!(safe, "{\"t\":\"a\\u202eb\"}");
+        let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+        assert_eq!(back["t"], "a\u{202e}b");
     }
 }

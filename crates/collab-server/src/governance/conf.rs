@@ -21,7 +21,9 @@
 //! ```
 //!
 //! A top-level `fenced_refs = ["refs/heads/issue/*"]` makes a live lease
-//! token mandatory for pushes touching those refs, in every repository.
+//! token mandatory for pushes touching those refs, in every repository;
+//! `fenced_ref_issue = ["refs/heads/task/{issue}"]` adds patterns naming
+//! the issue whose lease such a ref needs (`hooks::fencing`).
 //!
 //! `[[webhooks]]` tables declare webhook subscriptions (id
 //! `governance-<name>`), synced by `webhooks` whenever the file changes:
@@ -74,6 +76,8 @@ struct RawConf {
     #[serde(default)]
     fenced_refs: Vec<String>,
     #[serde(default)]
+    fenced_ref_issue: Vec<String>,
+    #[serde(default)]
     webhooks: Vec<GovWebhook>,
     #[serde(default)]
     merge_rules: Vec<RawMergeRule>,
@@ -87,6 +91,7 @@ struct RawMergeRule {
     approvals: Option<u32>,
     no_changes_requested: Option<bool>,
     author_may_approve: Option<bool>,
+    others_may_revise: Option<bool>,
 }
 
 impl RawMergeRule {
@@ -96,6 +101,7 @@ impl RawMergeRule {
             approvals: self.approvals.unwrap_or(d.approvals),
             no_changes_requested: self.no_changes_requested.unwrap_or(d.no_changes_requested),
             author_may_approve: self.author_may_approve.unwrap_or(d.author_may_approve),
+            others_may_revise: self.others_may_revise.unwrap_or(d.others_may_revise),
         }
     }
 }
@@ -218,6 +224,8 @@ pub struct GovernanceConf {
     public: GlobSet,
     /// Ref globs fenced in every governed repository (`hooks::fencing`).
     fenced_refs: Vec<String>,
+    /// Patterns tying fenced refs to their issue (`hooks::fencing`).
+    fenced_ref_issue: Vec<String>,
     /// Declared webhook subscriptions (`webhooks` syncs them).
     webhooks: Vec<GovWebhook>,
     /// `[[merge_rules]]` in file order: the first whose globs match wins.
@@ -331,6 +339,7 @@ impl GovernanceConf {
         }
         let public = compile_globs(&raw.public, "public")?;
         crate::hooks::fencing::compile(&raw.fenced_refs).map_err(invalid)?;
+        crate::hooks::fencing::compile_ref_issue(&raw.fenced_ref_issue).map_err(invalid)?;
         check_webhooks(&raw.webhooks)?;
         let mut merge_rules = Vec::new();
         for (i, m) in raw.merge_rules.iter().enumerate() {
@@ -347,6 +356,7 @@ impl GovernanceConf {
             grants,
             public,
             fenced_refs: raw.fenced_refs,
+            fenced_ref_issue: raw.fenced_ref_issue,
             webhooks: raw.webhooks,
             merge_rules,
         })
@@ -404,6 +414,12 @@ impl GovernanceConf {
     /// Ref globs fenced in every governed repository.
     pub fn fenced_refs(&self) -> &[String] {
         &self.fenced_refs
+    }
+
+    /// Top-level `fenced_ref_issue`: patterns naming the issue a fenced
+    /// ref belongs to, added to every repository's own.
+    pub fn fenced_ref_issue(&self) -> &[String] {
+        &self.fenced_ref_issue
     }
 
     /// Whether anonymous HTTP may read `repo` (short name).
@@ -479,6 +495,29 @@ mod tests {
         assert!(GovernanceConf::parse(&conf(bad)).is_err());
         let empty = "[[merge_rules]]\nrepos = []\n";
         assert!(GovernanceConf::parse(&conf(empty)).is_err());
+        assert!(
+            !core.others_may_revise,
+            "others_may_revise is off by default"
+        );
+        let open = "[[merge_rules]]\nrepos = [\"**\"]\nothers_may_revise = true\n";
+        let c = GovernanceConf::parse(&conf(open)).unwrap();
+        assert!(c.merge_rule("any").unwrap().others_may_revise);
+    }
+
+    #[test]
+    fn fenced_ref_issue_patterns_are_validated() {
+        let c = GovernanceConf::parse(&format!(
+            "fenced_ref_issue = [\"refs/heads/task/{{issue}}\"]\n{}",
+            conf("")
+        ))
+        .unwrap();
+        assert_eq!(c.fenced_ref_issue(), ["refs/heads/task/{issue}"]);
+        let err = GovernanceConf::parse(&format!(
+            "fenced_ref_issue = [\"refs/heads/task/*\"]\n{}",
+            conf("")
+        ))
+        .unwrap_err();
+        assert!(err.to_string().contains("fenced_ref_issue"), "{err}");
     }
 
     #[test]

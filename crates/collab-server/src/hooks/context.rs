@@ -17,6 +17,8 @@ const ENV_ACCESS: &str = "GIT_COLLAB_ACCESS";
 const ENV_STATE_DIR: &str = "GIT_COLLAB_STATE_DIR";
 const ENV_COLLAB_DB: &str = "GIT_COLLAB_DB";
 const ENV_FENCED_REFS: &str = "GIT_COLLAB_FENCED_REFS";
+const ENV_FENCED_REF_ISSUE: &str = "GIT_COLLAB_FENCED_REF_ISSUE";
+const ENV_OTHERS_MAY_REVISE: &str = "GIT_COLLAB_OTHERS_MAY_REVISE";
 const ENV_MAX_BODY: &str = "GIT_COLLAB_MAX_BODY";
 const ENV_WEB_URL: &str = "GIT_COLLAB_WEB_URL";
 
@@ -44,6 +46,13 @@ pub struct HookContext {
     /// (`hooks::fencing`): the repository policy's and governance's, as the
     /// server resolved them. Passed one per line.
     pub fenced_refs: Vec<String>,
+    /// Which fenced refs belong to which issue (`fenced_ref_issue`
+    /// patterns such as `refs/heads/issue/{issue}`; `hooks::fencing`): such
+    /// a ref needs the live lease of that very issue. Passed one per line.
+    pub fenced_ref_issue: Vec<String>,
+    /// The merge rule's `others_may_revise`: whether a writer may push a
+    /// revision onto someone else's patch (`hooks::review`).
+    pub others_may_revise: bool,
     /// `max_issue_body`: the largest patch description a push may set.
     pub max_body: usize,
     /// Where the web UI is reached (`http://host:port`), for the addresses
@@ -62,6 +71,14 @@ impl HookContext {
             (ENV_STATE_DIR, self.state_dir.clone().into_os_string()),
             (ENV_COLLAB_DB, self.collab_db.to_setting().into()),
             (ENV_FENCED_REFS, self.fenced_refs.join("\n").into()),
+            (
+                ENV_FENCED_REF_ISSUE,
+                self.fenced_ref_issue.join("\n").into(),
+            ),
+            (
+                ENV_OTHERS_MAY_REVISE,
+                if self.others_may_revise { "1" } else { "0" }.into(),
+            ),
             (ENV_MAX_BODY, self.max_body.to_string().into()),
             (ENV_WEB_URL, self.web_url.clone().into()),
         ]
@@ -94,14 +111,8 @@ impl HookContext {
             "rewind" => Access::Rewind,
             _ => return Err(missing(ENV_ACCESS)),
         };
-        Ok(HookContext {
-            principal: text(ENV_PRINCIPAL)?,
-            fingerprint: text(ENV_FINGERPRINT)?,
-            repo: text(ENV_REPO)?,
-            access,
-            state_dir: path(ENV_STATE_DIR)?,
-            collab_db: crate::db::Location::parse(&text(ENV_COLLAB_DB)?),
-            fenced_refs: get(ENV_FENCED_REFS)
+        let lines = |name: &str| -> Vec<String> {
+            get(name)
                 .and_then(|v| v.into_string().ok())
                 .map(|v| {
                     v.lines()
@@ -109,7 +120,19 @@ impl HookContext {
                         .map(str::to_string)
                         .collect()
                 })
-                .unwrap_or_default(),
+                .unwrap_or_default()
+        };
+        Ok(HookContext {
+            principal: text(ENV_PRINCIPAL)?,
+            fingerprint: text(ENV_FINGERPRINT)?,
+            repo: text(ENV_REPO)?,
+            access,
+            state_dir: path(ENV_STATE_DIR)?,
+            collab_db: crate::db::Location::parse(&text(ENV_COLLAB_DB)?),
+            fenced_refs: lines(ENV_FENCED_REFS),
+            fenced_ref_issue: lines(ENV_FENCED_REF_ISSUE),
+            // Anything but "1" is the safe default: only the author revises.
+            others_may_revise: get(ENV_OTHERS_MAY_REVISE).is_some_and(|v| v == "1"),
             max_body: get(ENV_MAX_BODY)
                 .and_then(|v| v.into_string().ok())
                 .and_then(|v| v.parse().ok())
@@ -143,6 +166,8 @@ mod tests {
             state_dir: "/srv/state".into(),
             collab_db: "/srv/state/repos/collab.db".into(),
             fenced_refs: vec!["refs/heads/issue/*".into(), "refs/heads/wip/**".into()],
+            fenced_ref_issue: vec!["refs/heads/issue/{issue}".into()],
+            others_may_revise: true,
             max_body: 1000,
             web_url: "http://forge.example:8080".into(),
         };

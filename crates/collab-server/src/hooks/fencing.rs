@@ -10,6 +10,16 @@
 //! `governance.toml`; the server passes their union in the hook context).
 //! A push touching a fenced ref must carry a valid token.
 //!
+//! A fenced ref whose name carries an issue id needs the live lease of
+//! *that* issue, not of any issue the pusher holds: otherwise a zombie
+//! agent with some other live claim could overwrite its successor's branch.
+//! Which refs carry an id is said by `fenced_ref_issue` patterns (default
+//! [`DEFAULT_REF_ISSUE`], `refs/heads/issue/{issue}`): `{issue}` stands
+//! for 4 to 40 lowercase hex digits, a full issue id or a unique prefix of
+//! one, within one path segment (literal text may surround it, `issue-{issue}`);
+//! a `*` segment matches any one segment. A fenced ref no pattern matches
+//! keeps the plain rule: any live lease of the pusher's.
+//!
 //! The whole push is refused on the first bad token: one line names the
 //! issue's current holder and token. The lease is read from `collab.db`
 //! with the hook's own read-only connection (WAL lets it read beside the
@@ -25,6 +35,97 @@ use crate::db::leases;
 
 /// The push option's name.
 pub const OPTION: &str = "collab-lease";
+
+/// The `fenced_ref_issue` patterns of a repository that sets none.
+pub const DEFAULT_REF_ISSUE: &str = "refs/heads/issue/{issue}";
+
+/// The placeholder of a `fenced_ref_issue` pattern.
+const ISSUE_HOLE: &str = "{issue}";
+
+/// One compiled `fenced_ref_issue` pattern: its segments, one of which
+/// holds `{issue}` (split into the literal text before and after it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefIssuePattern {
+    segments: Vec<Segment>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Literal(String),
+    Any,
+    Issue { before: String, after: String },
+}
+
+/// Compile `fenced_ref_issue` patterns. Used to validate the policy files.
+pub fn compile_ref_issue(patterns: &[String]) -> Result<Vec<RefIssuePattern>, String> {
+    patterns
+        .iter()
+        .map(|pattern| {
+            let bad = |why: &str| format!("fenced_ref_issue: {pattern:?}: {why}");
+            if !pattern.starts_with("refs/") {
+                return Err(bad(
+                    "must start with refs/ (for example refs/heads/issue/{issue})",
+                ));
+            }
+            if pattern.matches(ISSUE_HOLE).count() != 1 {
+                return Err(bad("must hold {issue} exactly once"));
+            }
+            let segments = pattern
+                .split('/')
+                .map(|seg| {
+                    if let Some((before, after)) = seg.split_once(ISSUE_HOLE) {
+                        if before.contains(['*', '?', '[', '{'])
+                            || after.contains(['*', '?', '[', '{'])
+                        {
+                            return Err(bad("only literal text may surround {issue}"));
+                        }
+                        Ok(Segment::Issue {
+                            before: before.to_string(),
+                            after: after.to_string(),
+                        })
+                    } else if seg == "*" {
+                        Ok(Segment::Any)
+                    } else if seg.is_empty() || seg.contains(['*', '?', '[', '{', '}']) {
+                        Err(bad("a segment is literal text, * or holds {issue}"))
+                    } else {
+                        Ok(Segment::Literal(seg.to_string()))
+                    }
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            Ok(RefIssuePattern { segments })
+        })
+        .collect()
+}
+
+/// The issue id (or prefix) `refname` carries by the first pattern that
+/// matches it, if any.
+pub fn issue_of<'r>(patterns: &[RefIssuePattern], refname: &'r str) -> Option<&'r str> {
+    let parts: Vec<&str> = refname.split('/').collect();
+    patterns.iter().find_map(|p| {
+        if p.segments.len() != parts.len() {
+            return None;
+        }
+        let mut issue = None;
+        for (seg, part) in p.segments.iter().zip(&parts) {
+            match seg {
+                Segment::Literal(l) if l == part => {}
+                Segment::Any => {}
+                Segment::Issue { before, after } => {
+                    let id = part
+                        .strip_prefix(before.as_str())?
+                        .strip_suffix(after.as_str())?;
+                    let hex = id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+                    if !(4..=40).contains(&id.len()) || !hex {
+                        return None;
+                    }
+                    issue = Some(id);
+                }
+                Segment::Literal(_) => return None,
+            }
+        }
+        issue
+    })
+}
 
 /// Most `collab-lease` options one push may carry.
 const MAX_LEASE_OPTIONS: usize = 16;
@@ -118,22 +219,59 @@ pub fn check(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), Refusal> {
             ))),
         };
     }
+    let tied = compile_ref_issue(&ctx.fenced_ref_issue).map_err(Refusal::one)?;
     let now = chrono::Utc::now().timestamp();
     let conn = crate::db::open_reader(&ctx.collab_db)
         .map_err(|e| Refusal::one(format!("push refused: cannot read the lease store: {e}")))?;
+    let mut held = Vec::new();
     for option in &options {
-        judge(&conn, ctx, option, now).map_err(Refusal::one)?;
+        held.push(judge(&conn, ctx, option, now).map_err(Refusal::one)?);
+    }
+    for refname in touched {
+        if let Some(issue) = issue_of(&tied, refname) {
+            belongs(&conn, ctx, refname, issue, &held).map_err(Refusal::one)?;
+        }
     }
     Ok(())
 }
 
-/// Is `option` the pusher's live tenure? `Err` is the refusal line.
+/// A fenced ref tied to `issue` (an id or prefix from its name) is pushed
+/// under a live lease of that issue: `held` are the issues of the push's
+/// (already judged live) lease options. `Err` is the refusal line.
+fn belongs(
+    conn: &Connection,
+    ctx: &HookContext,
+    refname: &str,
+    issue: &str,
+    held: &[String],
+) -> Result<(), String> {
+    let ids = leases::issues_with_prefix(conn, &ctx.repo, issue)
+        .map_err(|e| format!("push refused: reading the lease store: {e}"))?;
+    match ids.as_slice() {
+        [one] if held.contains(one) => Ok(()),
+        [one] => Err(format!(
+            "{refname}: fenced ref of issue {short}: push with -o {OPTION}={short}:<token> of your \
+             live lease of that issue (a lease of another issue does not count)",
+            short = &one[..one.len().min(8)]
+        )),
+        [] => Err(format!(
+            "{refname}: fenced ref of issue {issue}, which has no live lease: claim it first"
+        )),
+        _ => Err(format!(
+            "{refname}: fenced ref of issue {issue}, an ambiguous id prefix: name the branch \
+             with more digits"
+        )),
+    }
+}
+
+/// Is `option` the pusher's live tenure? `Ok` is the issue's full id;
+/// `Err` is the refusal line.
 pub fn judge(
     conn: &Connection,
     ctx: &HookContext,
     option: &LeaseOption,
     now: i64,
-) -> Result<(), String> {
+) -> Result<String, String> {
     let internal = |e: crate::db::sql::Error| format!("push refused: reading the lease store: {e}");
     let ids = leases::issues_with_prefix(conn, &ctx.repo, &option.issue).map_err(internal)?;
     let issue = match ids.as_slice() {
@@ -153,7 +291,7 @@ pub fn judge(
     };
     let short = &issue[..issue.len().min(8)];
     match leases::current_in(conn, &ctx.repo, &issue, now).map_err(internal)? {
-        Some(live) if live.token == option.token && live.holder == ctx.principal => Ok(()),
+        Some(live) if live.token == option.token && live.holder == ctx.principal => Ok(issue),
         Some(live) => Err(format!(
             "push refused: lease token {} for issue {short} is not live: the issue is held by {} \
              with token {}",
@@ -185,6 +323,8 @@ mod tests {
             state_dir: "/nonexistent".into(),
             collab_db: "/nonexistent/collab.db".into(),
             fenced_refs: Vec::new(),
+            fenced_ref_issue: Vec::new(),
+            others_may_revise: false,
             max_body: 1000,
             web_url: String::new(),
         }
@@ -239,8 +379,9 @@ mod tests {
         let p = Policy::default();
         let claim = |holder: &str| Claim::new("r.git", ISSUE, holder, Some(10));
         leases::acquire_in(&conn, &claim("alice"), &p, T0).unwrap();
-        assert_eq!(judge(&conn, &ctx("alice"), &opt(ISSUE, 1), T0), Ok(()));
-        assert_eq!(judge(&conn, &ctx("alice"), &opt("a1b2", 1), T0), Ok(()));
+        let live = Ok(ISSUE.to_string());
+        assert_eq!(judge(&conn, &ctx("alice"), &opt(ISSUE, 1), T0), live);
+        assert_eq!(judge(&conn, &ctx("alice"), &opt("a1b2", 1), T0), live);
         let err = judge(&conn, &ctx("bob"), &opt(ISSUE, 1), T0).unwrap_err();
         assert!(err.contains("held by alice with token 1"), "{err}");
         // Expired: alice is a zombie; after bob takes over, her token is stale.
@@ -249,8 +390,75 @@ mod tests {
         leases::acquire_in(&conn, &claim("bob"), &p, T0 + 10).unwrap();
         let err = judge(&conn, &ctx("alice"), &opt(ISSUE, 1), T0 + 11).unwrap_err();
         assert!(err.contains("held by bob with token 2"), "{err}");
-        assert_eq!(judge(&conn, &ctx("bob"), &opt(ISSUE, 2), T0 + 11), Ok(()));
+        assert_eq!(judge(&conn, &ctx("bob"), &opt(ISSUE, 2), T0 + 11), live);
         let err = judge(&conn, &ctx("bob"), &opt("ffff", 2), T0 + 11).unwrap_err();
         assert!(err.contains("never leased"), "{err}");
+    }
+
+    #[test]
+    fn ref_issue_patterns_capture_the_id() {
+        let p = compile_ref_issue(&[
+            DEFAULT_REF_ISSUE.into(),
+            "refs/heads/*/task-{issue}.wip".into(),
+        ])
+        .unwrap();
+        assert_eq!(issue_of(&p, "refs/heads/issue/a1b2c3d4"), Some("a1b2c3d4"));
+        assert_eq!(
+            issue_of(&p, &format!("refs/heads/issue/{ISSUE}")),
+            Some(ISSUE)
+        );
+        assert_eq!(issue_of(&p, "refs/heads/team/task-beef.wip"), Some("beef"));
+        // Not an id: the plain rule applies.
+        for no in [
+            "refs/heads/issue/parser",
+            "refs/heads/issue/abc",
+            "refs/heads/issue/A1B2",
+            "refs/heads/issue/a1b2/x",
+            "refs/heads/main",
+            "refs/heads/team/task-beef",
+        ] {
+            assert_eq!(issue_of(&p, no), None, "{no}");
+        }
+        for bad in [
+            "heads/issue/{issue}",
+            "refs/heads/issue/*",
+            "refs/heads/{issue}/{issue}",
+            "refs/heads/x*{issue}",
+            "refs/**/{issue}",
+        ] {
+            assert!(compile_ref_issue(&[bad.into()]).is_err(), "{bad}");
+        }
+    }
+
+    /// Agent z holds issue X; its lease of issue Y expired and agent s took
+    /// Y. z's live X token does not open Y's branch; s's Y token does.
+    #[test]
+    fn a_ref_tied_to_an_issue_needs_that_issues_lease() {
+        const X: &str = "0123456789abcdef0123456789abcdef01234567";
+        let conn = crate::db::testing::db();
+        let p = Policy::default();
+        let claim = |issue: &str, holder: &str, ttl| Claim::new("r.git", issue, holder, Some(ttl));
+        leases::acquire_in(&conn, &claim(X, "z", 1000), &p, T0).unwrap();
+        leases::acquire_in(&conn, &claim(ISSUE, "z", 10), &p, T0).unwrap();
+        leases::acquire_in(&conn, &claim(ISSUE, "s", 1000), &p, T0 + 20).unwrap();
+        let now = T0 + 30;
+        let tied = compile_ref_issue(&[DEFAULT_REF_ISSUE.into()]).unwrap();
+        let y_branch = "refs/heads/issue/a1b2c3d4";
+        let y = issue_of(&tied, y_branch).unwrap();
+
+        let held = vec![judge(&conn, &ctx("z"), &opt("0123", 1), now).unwrap()];
+        let err = belongs(&conn, &ctx("z"), y_branch, y, &held).unwrap_err();
+        assert!(
+            err.contains("fenced ref of issue a1b2c3d4")
+                && err.contains("a lease of another issue does not count"),
+            "{err}"
+        );
+        // z's own issue's branch is fine with the same token.
+        belongs(&conn, &ctx("z"), "refs/heads/issue/0123", "0123", &held).unwrap();
+
+        let held = vec![judge(&conn, &ctx("s"), &opt(ISSUE, 2), now).unwrap()];
+        belongs(&conn, &ctx("s"), y_branch, y, &held).unwrap();
+        let err = belongs(&conn, &ctx("s"), "refs/heads/issue/ffff", "ffff", &held).unwrap_err();
+        assert!(err.contains("no live lease"), "{err}");
     }
 }

@@ -59,6 +59,8 @@ mod tests {
             state_dir: "/s".into(),
             collab_db: "/s/collab.db".into(),
             fenced_refs: Vec::new(),
+            fenced_ref_issue: Vec::new(),
+            others_may_revise: false,
             max_body: 1000,
             web_url: String::new(),
         };

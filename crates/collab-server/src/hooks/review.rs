@@ -331,7 +331,16 @@ fn propose(
         now: chrono::Utc::now().timestamp(),
     };
     let written: Written = match &patch_id {
-        Some(id) => patches::revise(&tx, &w, id, &revision, &options.issues),
+        Some(id) => {
+            // Review integrity: someone else's patch takes a revision only
+            // if the merge rule allows it, or from a maintainer (Rewind).
+            let revisers = if ctx.others_may_revise || ctx.access >= collab_proto::Access::Rewind {
+                patches::Revisers::Anyone
+            } else {
+                patches::Revisers::AuthorOnly
+            };
+            patches::revise(&tx, &w, id, &revision, &options.issues, revisers)
+        }
         None => {
             let (subject, body) = split_message(&message);
             patches::open(

@@ -71,3 +71,17 @@ pub(super) fn fenced_refs(ctx: &ExecContext, entry: &crate::repos::RepoEntry) ->
     }
     fenced
 }
+
+/// The repository's fenced-ref-to-issue patterns: its `collab-policy.toml`'s
+/// `fenced_ref_issue` (unset: [`crate::hooks::fencing::DEFAULT_REF_ISSUE`]),
+/// plus governance's when governance is active.
+pub(super) fn fenced_ref_issue(ctx: &ExecContext, entry: &crate::repos::RepoEntry) -> Vec<String> {
+    let mut patterns = match &entry.policy.fenced_ref_issue {
+        Some(own) => own.clone(),
+        None => vec![crate::hooks::fencing::DEFAULT_REF_ISSUE.to_string()],
+    };
+    if let crate::governance::GovState::Active(conf) = ctx.app.governance.state().as_ref() {
+        patterns.extend(conf.fenced_ref_issue().iter().cloned());
+    }
+    patterns
+}

@@ -16,6 +16,13 @@
 //! `receive.denyDeletes` on the command line, above any repository config):
 //! defense in depth, not the rule.
 //!
+//! A git process whose client went away (the connection dropped, the
+//! channel closed, the session ended) is sent SIGTERM, never SIGKILL first
+//! ([`GitChild`]): git then removes the push's quarantine directory
+//! (`objects/tmp_objdir-incoming-*`) itself, instead of leaving it to the
+//! hourly sweep (`maintenance::quarantine`). SIGKILL follows only if it has
+//! not ended after [`TERM_GRACE`].
+//!
 //! Each git process takes a slot from the git process gate
 //! (`git.max_processes`, `git.max_processes_per_principal`) before it
 //! starts; without one the client gets a one-line `error: …` and exit 1.
@@ -28,13 +35,141 @@ use tokio::io::{AsyncWriteExt as _, BufReader};
 use tokio::process::Command;
 
 use super::command::GitService;
-use super::context::{fenced_refs, ExecContext};
+use super::context::{fenced_ref_issue, fenced_refs, ExecContext};
 use super::reply::{reply_and_close, NOT_FOUND};
 use crate::authz::{self, Access};
 use crate::hooks::HookContext;
 
 /// Copy buffer: one SSH packet's worth.
 const CHUNK: usize = 32 * 1024;
+
+/// How long a git process told to end (SIGTERM) has before SIGKILL.
+const TERM_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A running git process that, when dropped before it was waited for
+/// (the client went away mid-push, or the session's task was dropped), is
+/// told to end with SIGTERM and reaped in the background: git's signal
+/// handler removes the push's quarantine, which a SIGKILL would leave.
+struct GitChild(Option<tokio::process::Child>);
+
+impl GitChild {
+    fn get(&mut self) -> &mut tokio::process::Child {
+        self.0
+            .as_mut()
+            .expect("a GitChild holds its child until dropped")
+    }
+}
+
+impl Drop for GitChild {
+    fn drop(&mut self) {
+        let Some(mut child) = self.0.take() else {
+            return;
+        };
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        let pid = child.id().and_then(|p| i32::try_from(p).ok());
+        // Where this push keeps its objects, read before it ends: if git
+        // does not get to remove it (SIGKILL after the grace), we do.
+        let quarantines = pid.map(quarantines_of).unwrap_or_default();
+        if let Some(pid) = pid {
+            // SAFETY: kill(2) on our own child, which has not been reaped
+            // (try_wait said it runs), so the pid is still ours.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if tokio::time::timeout(TERM_GRACE, child.wait())
+                        .await
+                        .is_err()
+                    {
+                        let _ = child.kill().await;
+                    }
+                    for dir in quarantines {
+                        // Still there: its objects never reached the
+                        // repository, so no ref can point at them.
+                        if let Err(e) = std::fs::remove_dir_all(&dir) {
+                            if e.kind() != std::io::ErrorKind::NotFound {
+                                tracing::warn!("removing {}: {e}", dir.display());
+                            }
+                        }
+                    }
+                });
+            }
+            // No runtime left (shutdown): kill_on_drop ends it.
+            Err(_) => drop(child),
+        }
+    }
+}
+
+/// Whether `child` (receive-pack) still holds a push in quarantine.
+fn in_quarantine(child: &tokio::process::Child) -> bool {
+    child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .is_some_and(|pid| quarantines_of(pid).iter().any(|q| q.exists()))
+}
+
+/// The quarantine directories (`GIT_QUARANTINE_PATH`, which receive-pack
+/// gives index-pack and the hooks) of `pid`'s descendants, read from
+/// `/proc`. Only `tmp_objdir-*` directories inside an `objects` directory
+/// are taken. Best effort: empty where there is no `/proc`.
+fn quarantines_of(pid: i32) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let parents: Vec<(i32, i32)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let child: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
+            // `pid (comm) state ppid …`: comm may hold spaces.
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((child, ppid))
+        })
+        .collect();
+    let mut found = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(parent) = todo.pop() {
+        for &(child, _) in parents.iter().filter(|(_, p)| *p == parent) {
+            todo.push(child);
+            let Ok(environ) = std::fs::read(format!("/proc/{child}/environ")) else {
+                continue;
+            };
+            for var in environ.split(|&b| b == 0) {
+                let Some(path) = var.strip_prefix(b"GIT_QUARANTINE_PATH=") else {
+                    continue;
+                };
+                let mut path = std::path::PathBuf::from(String::from_utf8_lossy(path).into_owned());
+                if path.is_relative() {
+                    match std::fs::read_link(format!("/proc/{child}/cwd")) {
+                        Ok(cwd) => path = cwd.join(path),
+                        Err(_) => continue,
+                    }
+                }
+                let is_quarantine = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(crate::maintenance::quarantine::is_quarantine)
+                    && path
+                        .parent()
+                        .and_then(|p| p.file_name())
+                        .is_some_and(|n| n == "objects");
+                if is_quarantine && !found.contains(&path) {
+                    found.push(path);
+                }
+            }
+        }
+    }
+    found
+}
 
 /// Only `version=N` style values are passed on to git.
 fn sane_git_protocol(value: &str) -> bool {
@@ -128,6 +263,8 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
                 state_dir: ctx.app.config.state_dir.clone(),
                 collab_db: ctx.app.config.collab_db_location(),
                 fenced_refs: fenced_refs(ctx, &entry),
+                fenced_ref_issue: fenced_ref_issue(ctx, &entry),
+                others_may_revise: crate::authz::merge_rule(&ctx.app, &entry).others_may_revise,
                 max_body: ctx.app.config.max_issue_body as usize,
                 web_url: web_url(&ctx.app.config.http.listen),
             };
@@ -156,19 +293,25 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
     }
 
     let mut child = match cmd.spawn() {
-        Ok(c) => c,
+        Ok(c) => GitChild(Some(c)),
         Err(e) => {
             tracing::error!("cannot run git {}: {e}", service.subcommand());
             return reply_and_close(channel, "error: internal error", 1).await;
         }
     };
-    let (mut stdin, stdout, stderr) =
-        match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
-            (Some(i), Some(o), Some(e)) => (Some(i), o, e),
-            _ => return reply_and_close(channel, "error: internal error", 1).await,
-        };
+    let (mut stdin, stdout, stderr) = match (
+        child.get().stdin.take(),
+        child.get().stdout.take(),
+        child.get().stderr.take(),
+    ) {
+        (Some(i), Some(o), Some(e)) => (Some(i), o, e),
+        _ => return reply_and_close(channel, "error: internal error", 1).await,
+    };
 
     let (mut rx, tx) = channel.split();
+    // Resolves when the client has closed the channel (or the session
+    // ended): nobody will read git's answer any more.
+    let (gone_tx, mut gone) = tokio::sync::oneshot::channel::<()>();
     // Client -> child stdin, in its own task; keeps draining after the child
     // stops reading so the session never blocks on this channel.
     tokio::spawn(async move {
@@ -186,25 +329,54 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
                 _ => {}
             }
         }
+        let _ = gone_tx.send(());
     });
 
     let mut out = tx.make_writer();
     let mut err = tx.make_writer_ext(Some(1));
     let mut stdout = BufReader::with_capacity(CHUNK, stdout);
     let mut stderr = BufReader::with_capacity(CHUNK, stderr);
-    let (a, b) = tokio::join!(
-        tokio::io::copy_buf(&mut stdout, &mut out),
-        tokio::io::copy_buf(&mut stderr, &mut err)
-    );
+    let (a, b) = {
+        let copies = async {
+            tokio::join!(
+                tokio::io::copy_buf(&mut stdout, &mut out),
+                tokio::io::copy_buf(&mut stderr, &mut err)
+            )
+        };
+        tokio::pin!(copies);
+        let mut client_gone = false;
+        loop {
+            tokio::select! {
+                done = &mut copies => break done,
+                _ = &mut gone, if !client_gone => {
+                    client_gone = true;
+                    // A push whose client went away while its objects are still
+                    // in quarantine (receiving, or in pre-receive) can never be
+                    // answered: end it now, so that git removes the quarantine,
+                    // rather than leave it to a slow hook and the hourly sweep.
+                    // Past the quarantine the refs are moving: let it finish.
+                    if service == GitService::ReceivePack && in_quarantine(child.get()) {
+                        tracing::info!(
+                            "git receive-pack for {}: the client went away before the push was in; \
+                             ending it",
+                            entry.name
+                        );
+                        return;
+                    }
+                }
+            }
+        }
+    };
     if let Err(e) = a.and(b) {
-        // The client went away; kill_on_drop reaps git.
+        // The client went away; dropping `child` ends git gently (SIGTERM)
+        // so that it removes its quarantine.
         tracing::info!("git {} for {}: {e}", service.subcommand(), entry.name);
         return;
     }
     // Never shutdown() the writers: that sends EOF before the exit status.
     let _ = out.flush().await;
     let _ = err.flush().await;
-    let code = match child.wait().await {
+    let code = match child.get().wait().await {
         Ok(status) => status.code().unwrap_or(255) as u32,
         Err(_) => 255,
     };

@@ -860,6 +860,7 @@ fn detail_json(d: &PatchDetail, rule: &MergeRule) -> Value {
             "approvals": rule.approvals,
             "no_changes_requested": rule.no_changes_requested,
             "author_may_approve": rule.author_may_approve,
+            "others_may_revise": rule.others_may_revise,
             "ready": verdict.is_ok(),
             "reason": verdict.err(),
         },

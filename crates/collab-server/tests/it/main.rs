@@ -11,6 +11,7 @@ mod both {
     mod events;
     mod fair_shares;
     mod governance;
+    mod hidden_text;
     mod hostile_input;
     mod issue_export;
     mod issue_fleet;
@@ -27,6 +28,7 @@ mod both {
     mod release;
     mod repo_admin;
     mod review_cli;
+    mod review_integrity;
     mod review_verb;
     mod ssh_access;
     mod ssh_channel_requests;

@@ -728,6 +728,10 @@ fn rule_text(rule: &MergeRule) -> String {
         } else {
             "the author's own approval does not count".into()
         });
+        parts.push("a reviser's approval does not count".into());
+    }
+    if rule.others_may_revise {
+        parts.push("others may push revisions".into());
     }
     parts.join(", ")
 }

@@ -9,6 +9,10 @@
 //! moves. B's pushes keep working; a push to a fenced ref without a token
 //! is refused; a private repository answers a push carrying the option
 //! exactly as a missing one does.
+//!
+//! A fenced ref named for an issue (`refs/heads/issue/<id>`, the default
+//! `fenced_ref_issue`) wants the lease of that issue: a zombie whose other
+//! lease is still live cannot use it on its lost issue's branch.
 
 use collab_testkit as common;
 
@@ -285,4 +289,119 @@ fn a_bad_fenced_refs_policy_closes_the_repository() {
     let out = h.ls_remote_as(&writer, "r");
     assert_ne!(out.code, 0, "{out:?}");
     assert!(out.stderr.contains("repository not found"), "{out:?}");
+}
+
+/// Issue 25: agent Z holds issue X and held issue Y, whose lease expired
+/// and went to agent S. Z's live X token does not open Y's branch; S's Y
+/// token does; Z's X token still opens X's branch.
+#[test]
+fn a_ref_named_for_an_issue_needs_that_issues_lease() {
+    let h = ServerHarness::start();
+    h.create_repo("r");
+    std::fs::write(
+        h.repos_dir().join("r.git").join("collab-policy.toml"),
+        "fenced_refs = [\"refs/heads/issue/*\"]\n",
+    )
+    .unwrap();
+    let seed = h.clone_repo("r", "seed");
+    h.commit_file(&seed, "README", b"hello\n", "Start");
+    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
+    let short = |opened: String| opened.rsplit(' ').next().unwrap().to_string();
+    let x = short(h.open_issue(&seed, "Issue X"));
+    let y = short(h.open_issue(&seed, "Issue Y"));
+
+    let z = agent(&h, "agent-z");
+    let s = agent(&h, "agent-s");
+    let x_lease = lease(&h, &z.key, &format!("acquire 'r' '{x}' --ttl 600"));
+    let x_token = x_lease["token"].as_i64().unwrap();
+    let x_id = x_lease["issue"].as_str().unwrap().to_string();
+    // Z's lease of Y expires (a short TTL); S waits for it and takes Y.
+    let y_lease = lease(&h, &z.key, &format!("acquire 'r' '{y}' --ttl 1"));
+    let y_id = y_lease["issue"].as_str().unwrap().to_string();
+    let taken = lease(
+        &h,
+        &s.key,
+        &format!("acquire 'r' '{y}' --ttl 600 --wait 120"),
+    );
+    assert_eq!(taken["holder"].as_str(), Some(s.fp.as_str()), "{taken}");
+    let y_token = taken["token"].as_i64().unwrap();
+    assert!(y_token > y_lease["token"].as_i64().unwrap());
+
+    let y_branch = format!("refs/heads/issue/{}", &y_id[..8]);
+    let s_tip = commit(&h, &s, "y.rs", "s: Y's work");
+    let out = push(
+        &h,
+        &s,
+        &lease_opt(&y_id, y_token),
+        &[&format!("HEAD:{y_branch}")],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(remote_ref(&h, &y_branch).as_deref(), Some(s_tip.as_str()));
+
+    // The zombie pushes onto Y's branch under its live X token: refused,
+    // naming the rule, and nothing moves (a fast-forward, so that only
+    // the fence can refuse it).
+    ok_fetch_reset(&h, &z, &y_branch);
+    commit(&h, &z, "y.rs", "z: zombie overwrite");
+    let out = push(
+        &h,
+        &z,
+        &lease_opt(&x_id, x_token),
+        &[&format!("HEAD:{y_branch}")],
+    );
+    assert_ne!(out.code, 0, "{out:?}");
+    assert_eq!(
+        remote_errors(&out),
+        [format!(
+            "error: {y_branch}: fenced ref of issue {y8}: push with -o collab-lease={y8}:<token> \
+             of your live lease of that issue (a lease of another issue does not count)",
+            y8 = &y_id[..8]
+        )],
+        "{out:?}"
+    );
+    assert_eq!(remote_ref(&h, &y_branch).as_deref(), Some(s_tip.as_str()));
+    // The full id in the ref name is the same issue.
+    let full = format!("refs/heads/issue/{y_id}");
+    let out = push(
+        &h,
+        &z,
+        &lease_opt(&x_id, x_token),
+        &[&format!("HEAD:{full}")],
+    );
+    assert_ne!(out.code, 0, "{out:?}");
+    assert_eq!(remote_ref(&h, &full), None);
+
+    // Z's X token still opens X's own branch.
+    let x_branch = format!("refs/heads/issue/{}", &x_id[..8]);
+    let out = push(
+        &h,
+        &z,
+        &lease_opt(&x_id, x_token),
+        &[&format!("HEAD:{x_branch}")],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+
+    // S keeps working on Y.
+    ok_fetch_reset(&h, &s, &y_branch);
+    let s_tip = commit(&h, &s, "y.rs", "s: more");
+    let out = push(
+        &h,
+        &s,
+        &lease_opt(&y_id[..8], y_token),
+        &[&format!("HEAD:{y_branch}")],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(remote_ref(&h, &y_branch).as_deref(), Some(s_tip.as_str()));
+}
+
+/// Bring `a`'s HEAD to the server's `refname`.
+fn ok_fetch_reset(h: &ServerHarness, a: &Agent, refname: &str) {
+    assert!(h
+        .git_as(&a.key, &a.clone, &["fetch", "-q", "origin", refname])
+        .status
+        .success());
+    assert!(h
+        .git_as(&a.key, &a.clone, &["reset", "-q", "--hard", "FETCH_HEAD"])
+        .status
+        .success());
 }

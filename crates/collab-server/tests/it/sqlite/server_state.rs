@@ -6,7 +6,9 @@
 //! - a database with corrupt pages fails the start (`PRAGMA quick_check`),
 //!   and, corrupted while the server runs, makes `/readyz` answer 503;
 //! - the quarantine of a push whose git processes were SIGKILLed (and other
-//!   stale leftovers) is removed when the server starts; fresh ones stay.
+//!   stale leftovers) is removed when the server starts; fresh ones stay;
+//! - the quarantine of a push whose *client* was SIGKILLed mid-transfer is
+//!   gone promptly, not an hour later (issue 25).
 //!
 //! Regressions for issue 12.
 
@@ -210,12 +212,9 @@ fn age(path: &Path) {
     );
 }
 
-#[test]
-fn quarantines_of_killed_pushes_are_removed_at_start() {
-    let mut h = ServerHarness::start();
-    let repo = h.create_repo("r");
-    let clone = h.clone_repo("r", "work");
-    // A big incompressible file, so that the push takes a while.
+/// Commit a big incompressible file in `clone`, so that pushing it takes a
+/// while.
+fn commit_big_file(h: &ServerHarness, clone: &Path) {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let data: Vec<u8> = (0..48 << 20)
         .map(|_| {
@@ -226,8 +225,16 @@ fn quarantines_of_killed_pushes_are_removed_at_start() {
         })
         .collect();
     std::fs::write(clone.join("big.bin"), &data).unwrap();
-    h.git(&clone, &["add", "big.bin"]);
-    h.git(&clone, &["commit", "-q", "-m", "big"]);
+    h.git(clone, &["add", "big.bin"]);
+    h.git(clone, &["commit", "-q", "-m", "big"]);
+}
+
+#[test]
+fn quarantines_of_killed_pushes_are_removed_at_start() {
+    let mut h = ServerHarness::start();
+    let repo = h.create_repo("r");
+    let clone = h.clone_repo("r", "work");
+    commit_big_file(&h, &clone);
 
     // Push, and SIGKILL the server's git processes once the push's
     // quarantine exists: git gets no chance to clean up.
@@ -287,4 +294,90 @@ fn quarantines_of_killed_pushes_are_removed_at_start() {
     h.git(&clone, &["remote", "set-url", "origin", &h.repo_url("r")]);
     h.ssh_push(&clone, &["HEAD:refs/heads/main"]);
     assert_eq!(quarantines(&repo).len(), 1);
+}
+
+/// A client killed in the middle of its push (network gone, laptop lid
+/// closed) leaves no quarantine behind until the hourly sweep: the server
+/// ends that push's receive-pack so that git removes it. The pre-receive
+/// hook is made slow (it blocks), so the push is cut off while its objects
+/// sit in quarantine: before, receive-pack waited for the hook, and then
+/// was SIGKILLed on its first keepalive to the gone client, which left the
+/// quarantine. The wait is a bounded poll, not a timing assertion.
+#[test]
+fn a_push_whose_client_is_killed_leaves_no_quarantine() {
+    let h = ServerHarness::start();
+    let repo = h.create_repo("r");
+    let clone = h.clone_repo("r", "work");
+    h.commit_file(&clone, "a.txt", b"hello\n", "First");
+    // A pre-receive that says where it is, then blocks.
+    let hooks = h.state_dir().join("hooks");
+    let blocked = h.temp_dir().join("blocked-hook.pid");
+    let real_hook = std::fs::read_to_string(hooks.join("pre-receive")).unwrap();
+    std::fs::write(
+        hooks.join("pre-receive"),
+        format!(
+            "#!/bin/sh\necho $$ > {}.tmp && mv {0}.tmp {0}\nexec sleep 600\n",
+            blocked.display()
+        ),
+    )
+    .unwrap();
+
+    let mut push = h
+        .git_command(&h.ssh_client_key(), &clone)
+        .args(["push", "-q", "origin", "HEAD:refs/heads/main"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !blocked.exists() {
+        assert!(start.elapsed() < WAIT_LIMIT, "the hook never ran");
+        assert!(push.try_wait().unwrap().is_none(), "the push ended first");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let hook_pid: i32 = std::fs::read_to_string(&blocked)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(quarantines(&repo).len(), 1, "the push is in quarantine");
+
+    // SIGKILL the client's ssh (git may run it through `sh -c`, so look
+    // through git push's descendants).
+    let mut ssh = Vec::new();
+    let mut parents = vec![push.id()];
+    while let Some(parent) = parents.pop() {
+        for (pid, cmd) in children_of(parent) {
+            if cmd.starts_with("ssh ") {
+                ssh.push(pid);
+            } else {
+                parents.push(pid);
+            }
+        }
+    }
+    assert_eq!(ssh.len(), 1, "one ssh under git push");
+    // SAFETY: kill(2) on the ssh process this test started.
+    unsafe { libc::kill(ssh[0] as i32, libc::SIGKILL) };
+    assert!(!push.wait().unwrap().success(), "the push was not cut off");
+
+    let start = Instant::now();
+    let mut left = quarantines(&repo);
+    while !left.is_empty() && start.elapsed() < WAIT_LIMIT {
+        std::thread::sleep(Duration::from_millis(50));
+        left = quarantines(&repo);
+    }
+    // SAFETY: kill(2) on the blocked hook this test's script started.
+    unsafe { libc::kill(hook_pid, libc::SIGKILL) };
+    assert!(
+        left.is_empty(),
+        "the killed push's quarantine stayed: {left:?}\n{}",
+        h.log()
+    );
+
+    // Nothing of the cut-off push landed, and the repository takes it whole.
+    std::fs::write(hooks.join("pre-receive"), real_hook).unwrap();
+    let refs = h.ls_remote_as(&h.ssh_client_key(), "r");
+    assert!(!refs.stdout.contains("refs/heads/main"), "{refs:?}");
+    h.ssh_push(&clone, &["HEAD:refs/heads/main"]);
+    assert!(quarantines(&repo).is_empty());
 }
