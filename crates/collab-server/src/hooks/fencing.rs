@@ -224,15 +224,55 @@ pub fn check(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), Refusal> {
     let conn = crate::db::open_reader(&ctx.collab_db)
         .map_err(|e| Refusal::one(format!("push refused: cannot read the lease store: {e}")))?;
     let mut held = Vec::new();
+    let mut stale = Vec::new();
     for option in &options {
-        held.push(judge(&conn, ctx, option, now).map_err(Refusal::one)?);
+        match judge(&conn, ctx, option, now) {
+            Ok(issue) => held.push(issue),
+            Err(Judged::Stale(line)) => stale.push(line),
+            Err(Judged::Bad(line)) => return Err(Refusal::one(line)),
+        }
+    }
+    // A push works under the live leases among its options. With none
+    // live, it works under none: refused, naming the first stale one (the
+    // zombie's case). A stale option beside a live one is a claim the
+    // client still remembers (`git collab push` sends them all): ignored,
+    // with a note, since the refs tied to an issue are checked against
+    // that issue's own lease below.
+    if held.is_empty() {
+        return Err(Refusal::one(stale.swap_remove(0)));
     }
     for refname in touched {
         if let Some(issue) = issue_of(&tied, refname) {
             belongs(&conn, ctx, refname, issue, &held).map_err(Refusal::one)?;
         }
     }
+    for line in stale {
+        let line = line.strip_prefix("push refused: ").unwrap_or(&line);
+        eprintln!(
+            "note: {line}; ignored, the push carries a live lease (forget the old claim: \
+             git collab issue unclaim <issue>)"
+        );
+    }
     Ok(())
+}
+
+/// Why a `collab-lease` option does not count.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Judged {
+    /// A well-formed token that is not the issue's live tenure of this
+    /// pusher (expired, broken, taken over, never leased).
+    Stale(String),
+    /// The option cannot be judged (ambiguous prefix, the store unread):
+    /// always refuses.
+    Bad(String),
+}
+
+impl std::fmt::Display for Judged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Judged::Stale(line) | Judged::Bad(line) => f.write_str(line),
+        }
+    }
 }
 
 /// A fenced ref tied to `issue` (an id or prefix from its name) is pushed
@@ -265,43 +305,45 @@ fn belongs(
 }
 
 /// Is `option` the pusher's live tenure? `Ok` is the issue's full id;
-/// `Err` is the refusal line.
+/// `Err` says why not, as a refusal line.
 pub fn judge(
     conn: &Connection,
     ctx: &HookContext,
     option: &LeaseOption,
     now: i64,
-) -> Result<String, String> {
-    let internal = |e: crate::db::sql::Error| format!("push refused: reading the lease store: {e}");
+) -> Result<String, Judged> {
+    let internal = |e: crate::db::sql::Error| {
+        Judged::Bad(format!("push refused: reading the lease store: {e}"))
+    };
     let ids = leases::issues_with_prefix(conn, &ctx.repo, &option.issue).map_err(internal)?;
     let issue = match ids.as_slice() {
         [one] => one.clone(),
         [] => {
-            return Err(format!(
+            return Err(Judged::Stale(format!(
                 "push refused: lease token {} for issue {} is not live: the issue was never leased",
                 option.token, option.issue
-            ))
+            )))
         }
         _ => {
-            return Err(format!(
+            return Err(Judged::Bad(format!(
                 "push refused: issue id {} is ambiguous in {OPTION}; give more digits",
                 option.issue
-            ))
+            )))
         }
     };
     let short = &issue[..issue.len().min(8)];
     match leases::current_in(conn, &ctx.repo, &issue, now).map_err(internal)? {
         Some(live) if live.token == option.token && live.holder == ctx.principal => Ok(issue),
-        Some(live) => Err(format!(
+        Some(live) => Err(Judged::Stale(format!(
             "push refused: lease token {} for issue {short} is not live: the issue is held by {} \
              with token {}",
             option.token, live.holder, live.token
-        )),
-        None => Err(format!(
+        ))),
+        None => Err(Judged::Stale(format!(
             "push refused: lease token {} for issue {short} is not live: the issue has no live \
              lease",
             option.token
-        )),
+        ))),
     }
 }
 
@@ -382,16 +424,24 @@ mod tests {
         let live = Ok(ISSUE.to_string());
         assert_eq!(judge(&conn, &ctx("alice"), &opt(ISSUE, 1), T0), live);
         assert_eq!(judge(&conn, &ctx("alice"), &opt("a1b2", 1), T0), live);
-        let err = judge(&conn, &ctx("bob"), &opt(ISSUE, 1), T0).unwrap_err();
+        let err = judge(&conn, &ctx("bob"), &opt(ISSUE, 1), T0)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("held by alice with token 1"), "{err}");
         // Expired: alice is a zombie; after bob takes over, her token is stale.
-        let err = judge(&conn, &ctx("alice"), &opt(ISSUE, 1), T0 + 10).unwrap_err();
+        let err = judge(&conn, &ctx("alice"), &opt(ISSUE, 1), T0 + 10)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("no live lease"), "{err}");
         leases::acquire_in(&conn, &claim("bob"), &p, T0 + 10).unwrap();
-        let err = judge(&conn, &ctx("alice"), &opt(ISSUE, 1), T0 + 11).unwrap_err();
+        let err = judge(&conn, &ctx("alice"), &opt(ISSUE, 1), T0 + 11)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("held by bob with token 2"), "{err}");
         assert_eq!(judge(&conn, &ctx("bob"), &opt(ISSUE, 2), T0 + 11), live);
-        let err = judge(&conn, &ctx("bob"), &opt("ffff", 2), T0 + 11).unwrap_err();
+        let err = judge(&conn, &ctx("bob"), &opt("ffff", 2), T0 + 11)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("never leased"), "{err}");
     }
 

@@ -156,3 +156,78 @@ fn next_remembers_the_token_and_push_is_fenced_with_it() {
     let remembered = String::from_utf8_lossy(&remembered.stdout);
     assert!(!remembered.contains(&taken), "{remembered}");
 }
+
+/// The documented agent loop with a lapse (issue 32): claim A, let it
+/// expire, claim B, `git collab push` B's branch. The clone still
+/// remembers A's token and sends it; the push works under B's live lease,
+/// so A's stale token is ignored with a note naming how to forget it. A
+/// ref tied to A by its name still needs A's live lease: the zombie stays
+/// fenced out.
+#[test]
+fn a_lapsed_claim_does_not_block_the_next_push() {
+    let h = ServerHarness::start();
+    h.create_repo("r");
+    std::fs::write(
+        h.repos_dir().join("r.git").join("collab-policy.toml"),
+        "fenced_refs = [\"refs/heads/issue/*\"]\n",
+    )
+    .unwrap();
+    let seed = h.clone_repo("r", "seed");
+    h.commit_file(&seed, "README", b"hi\n", "Start");
+    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
+    let a = open(&h, "A", "");
+    let b = open(&h, "B", "");
+    let agent = h.authorized_key("agent");
+    let clone = h.clone_as(&agent, "r", "agent");
+    let run = |args: &[&str]| collab(&h, &agent, &clone, args);
+
+    let out = run(&["issue", "claim", &a[..8], "--ttl", "1"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    // Wait until A's lease has lapsed on the server.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let shown = h.ssh_exec(&format!("collab-lease show 'r' '{a}'"));
+        if shown.code != 0 || shown.json()["holder"].is_null() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A never lapsed: {shown:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let out = run(&["issue", "claim", &b[..8], "--ttl", "600"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let remembered = h.git(
+        &clone,
+        &["config", "--get-all", "remote.origin.collabLease"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&remembered.stdout).lines().count(),
+        2,
+        "both claims are remembered: {remembered:?}"
+    );
+
+    h.commit_file(&clone, "b.txt", b"b\n", "Work on B");
+    let branch = format!("refs/heads/issue/{}", &b[..8]);
+    let out = run(&["push", "origin", &format!("HEAD:{branch}")]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(remote_ref(&h, &branch).is_some(), "{out:?}");
+    assert!(
+        out.stderr
+            .contains(&format!("lease token 1 for issue {} is not live", &a[..8])),
+        "{out:?}"
+    );
+    assert!(out.stderr.contains("git collab issue unclaim"), "{out:?}");
+
+    // A's own branch still needs A's live lease.
+    let a_branch = format!("refs/heads/issue/{}", &a[..8]);
+    let out = run(&["push", "origin", &format!("HEAD:{a_branch}")]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(remote_ref(&h, &a_branch).is_none());
+    assert!(
+        out.stderr
+            .contains(&format!("fenced ref of issue {}", &a[..8])),
+        "{out:?}"
+    );
+}
