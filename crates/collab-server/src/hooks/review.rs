@@ -342,6 +342,31 @@ fn propose(
             patches::revise(&tx, &w, id, &revision, &options.issues, revisers)
         }
         None => {
+            // The same commit pushed again for the same base: an open patch
+            // already has it as its latest revision. Nothing new to open (a
+            // retrying agent would otherwise open a duplicate each time).
+            let same = patches::open_on_base(&tx, &ctx.repo, base)
+                .map_err(|e| format!("collab database: {e}"))?
+                .into_iter()
+                .find(|(_, head)| *head == revision.head);
+            if let Some((existing, _)) = same {
+                let n = patches::get(&tx, &ctx.repo, &existing)
+                    .map_err(|e| format!("collab database: {e}"))?
+                    .map_or(1, |p| p.revision_count);
+                eprintln!(
+                    "patch {} already has {} as its revision {n} against {base}: nothing new \
+                     (to update it, push a new commit with: git push -o patch={} origin \
+                     HEAD:refs/for/{base})",
+                    short(&existing),
+                    short(&revision.head),
+                    short(&existing)
+                );
+                eprintln!("  {}", web_url(ctx, &existing));
+                return Ok(Outcome::Done {
+                    pin: refs::revision_ref(&existing, n as u32),
+                    head: fork.head,
+                });
+            }
             let (subject, body) = split_message(&message);
             patches::open(
                 &tx,

@@ -301,3 +301,39 @@ fn options_set_title_body_and_issue_and_bad_proposals_are_refused() {
         .unwrap();
     assert_eq!(count, 1);
 }
+
+/// The same commit pushed to `refs/for/main` again without `-o patch=`
+/// (an agent retrying a push whose answer it lost) opened a duplicate
+/// patch (issue 32). Now the push says which patch already has it and adds
+/// nothing; a new commit still opens a new patch.
+#[test]
+fn pushing_the_same_commit_again_opens_no_duplicate() {
+    let (h, a, _b) = setup();
+    ok(&h, &a, &["switch", "-q", "-c", "feature"]);
+    commit(&h, &a, "a.txt", "one\n", "Add a.txt");
+    let first = ok(&h, &a, &["push", "origin", "HEAD:refs/for/main"]);
+    let short = printed_id(&first);
+    let count = || -> i64 {
+        db(&h)
+            .query_row("SELECT count(*) FROM patches", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(count(), 1);
+    for _ in 0..2 {
+        let again = ok(&h, &a, &["push", "origin", "HEAD:refs/for/main"]);
+        assert!(
+            again
+                .stderr
+                .contains(&format!("remote: patch {short} already has")),
+            "{again:?}"
+        );
+        assert!(again.stderr.contains("nothing new"), "{again:?}");
+        assert_eq!(count(), 1, "{again:?}");
+    }
+    assert_eq!(revisions(&h, &full_id(&h, &short)).len(), 1);
+    // Another base is another proposal; a new commit is a new patch.
+    commit(&h, &a, "b.txt", "two\n", "Add b.txt");
+    let other = ok(&h, &a, &["push", "origin", "HEAD:refs/for/main"]);
+    assert_ne!(printed_id(&other), short, "{other:?}");
+    assert_eq!(count(), 2);
+}
