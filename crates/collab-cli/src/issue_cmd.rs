@@ -494,16 +494,31 @@ fn server_cmd(remote: &SshRemote, cmd: IssueCmd) -> Result<ExitCode> {
         print_json(&value)?;
     } else {
         let id = server::written_issue(&value).unwrap_or_default();
+        // The issue the server resolved the typed prefix to (`repo#id8`),
+        // not the prefix as typed.
+        let target = |other: &str| -> String {
+            let resolved = value["link"]["target"]["id"].as_str().map(|id| {
+                let repo = value["link"]["target"]["repo"].as_str().unwrap_or("");
+                let repo = repo.strip_suffix(".git").unwrap_or(repo);
+                let ours = value["repo"].as_str().unwrap_or("");
+                if repo.is_empty() || repo == ours.strip_suffix(".git").unwrap_or(ours) {
+                    short_id(id).to_string()
+                } else {
+                    format!("{repo}#{}", short_id(id))
+                }
+            });
+            resolved.unwrap_or_else(|| other.to_string())
+        };
         match &req {
             Request::Link { kind, other, .. } => println!(
                 "linked {} {kind} {}",
                 terminal::line(short_id(id)),
-                terminal::line(other)
+                terminal::line(&target(other))
             ),
             Request::Unlink { kind, other, .. } => println!(
                 "unlinked {} {kind} {}",
                 terminal::line(short_id(id)),
-                terminal::line(other)
+                terminal::line(&target(other))
             ),
             _ => println!("{} {}", written_verb(&req), terminal::line(short_id(id))),
         }
