@@ -127,7 +127,11 @@ async fn create(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &str,
     match tokio::task::spawn_blocking(move || tag_exists(&path, &owned_tag)).await {
         Ok(Ok(true)) => {}
         Ok(Ok(false)) => {
-            let message = format!("error: no tag {tag} in {}", entry.name);
+            // The usual cause: the tag exists only in the caller's clone.
+            let message = format!(
+                "error: no tag {tag} in {}: push it first (git push origin tag {tag})",
+                entry.name
+            );
             return reply_and_close(channel, &message, 1).await;
         }
         Ok(Err(e)) => {

@@ -235,12 +235,12 @@ fn bad_tags_and_file_names_are_refused() {
     for (cmd, expected) in [
         (
             "collab-release create app v9 a.bin",
-            "error: no tag v9 in app.git\n",
+            "error: no tag v9 in app.git: push it first (git push origin tag v9)\n",
         ),
         // A branch is not a tag.
         (
             "collab-release create app main a.bin",
-            "error: no tag main in app.git\n",
+            "error: no tag main in app.git: push it first (git push origin tag main)\n",
         ),
         (
             "collab-release create app 'v1..x' a.bin",
@@ -547,7 +547,7 @@ fn cli_refusals_are_one_line() {
     );
     assert_eq!(
         (unknown_tag.code, unknown_tag.stderr.as_str()),
-        (1, "error: no tag v2 in app.git\n")
+        (1, "error: no tag v2 in app.git: push it first (git push origin tag v2)\n")
     );
     std::fs::write(work.join(".hidden"), b"h").unwrap();
     let bad_name = cli(
