@@ -66,7 +66,9 @@ pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> crate::sql::
     // always starts a new one: whatever held the name before (a deleted
     // repository, or one removed by hand) keeps its id and its events.
     let repo_id = match event.repo {
-        Some(name) if event.kind == "repo.created" => Some(crate::repos::new_identity(conn, name, now)?),
+        Some(name) if event.kind == "repo.created" => {
+            Some(crate::repos::new_identity(conn, name, now)?)
+        }
         Some(name) => Some(crate::repos::id_of(conn, name, now)?),
         None => None,
     };

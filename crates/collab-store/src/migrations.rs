@@ -450,7 +450,9 @@ fn backfill_repo_ids(conn: &Connection) -> Result<(), Error> {
                AND type IN ('repo.created', 'repo.renamed', 'repo.deleted')
              ORDER BY seq",
         )?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?;
         rows.collect::<Result<_, _>>()?
     };
     let names: Vec<String> = {
@@ -493,7 +495,12 @@ fn backfill_repo_ids(conn: &Connection) -> Result<(), Error> {
                     // Whatever this name wrote before was a predecessor's.
                     let old = new_repo_id();
                     ids.insert(old.clone(), (at, Some(at)));
-                    segments.push(Segment { id: old, name: repo.clone(), from: 0, to: Some(seq) });
+                    segments.push(Segment {
+                        id: old,
+                        name: repo.clone(),
+                        from: 0,
+                        to: Some(seq),
+                    });
                 }
                 let id = new_repo_id();
                 ids.insert(id.clone(), (at, None));
@@ -512,7 +519,12 @@ fn backfill_repo_ids(conn: &Connection) -> Result<(), Error> {
                         let id = new_repo_id();
                         ids.insert(id.clone(), (at, None));
                         if let Some(from) = &from {
-                            segments.push(Segment { id: id.clone(), name: from.clone(), from: 0, to: Some(seq) });
+                            segments.push(Segment {
+                                id: id.clone(),
+                                name: from.clone(),
+                                from: 0,
+                                to: Some(seq),
+                            });
                         }
                         id
                     }
@@ -530,7 +542,12 @@ fn backfill_repo_ids(conn: &Connection) -> Result<(), Error> {
                     None => {
                         let id = new_repo_id();
                         ids.insert(id.clone(), (at, None));
-                        segments.push(Segment { id, name: repo.clone(), from: 0, to: None });
+                        segments.push(Segment {
+                            id,
+                            name: repo.clone(),
+                            from: 0,
+                            to: None,
+                        });
                         segments.len() - 1
                     }
                 };
@@ -546,8 +563,10 @@ fn backfill_repo_ids(conn: &Connection) -> Result<(), Error> {
             start(&mut segments, &mut open, id, &name, 0);
         }
     }
-    let live: HashMap<String, String> =
-        open.iter().map(|(name, &i)| (segments[i].id.clone(), name.clone())).collect();
+    let live: HashMap<String, String> = open
+        .iter()
+        .map(|(name, &i)| (segments[i].id.clone(), name.clone()))
+        .collect();
     for (id, (created_at, deleted_at)) in &ids {
         // An id with an open segment is live under that name.
         let name = live
@@ -740,7 +759,12 @@ mod tests {
             (4, "repo.deleted", "p.git", "{}"),
             (5, "repo.created", "p.git", "{}"),
             (6, "issue.opened", "p.git", "{}"),
-            (7, "repo.renamed", "q.git", r#"{"from":"p.git","to":"q.git"}"#),
+            (
+                7,
+                "repo.renamed",
+                "q.git",
+                r#"{"from":"p.git","to":"q.git"}"#,
+            ),
             (8, "issue.opened", "q.git", "{}"),
             (9, "issue.opened", "other.git", "{}"),
         ];

@@ -52,10 +52,8 @@ fn insert_identity(conn: &Connection, name: &str, now: i64) -> crate::sql::Resul
 /// Mark the repository now called `name` (if any) deleted: it loses the
 /// name and keeps its id, so its events stay with it, admin-only.
 fn retire(conn: &Connection, name: &str, now: i64) -> crate::sql::Result<()> {
-    conn.prepare_cached(
-        "UPDATE repositories SET name = NULL, deleted_at = ?2 WHERE name = ?1",
-    )?
-    .execute(crate::sql::params![name, now])?;
+    conn.prepare_cached("UPDATE repositories SET name = NULL, deleted_at = ?2 WHERE name = ?1")?
+        .execute(crate::sql::params![name, now])?;
     Ok(())
 }
 
@@ -355,7 +353,10 @@ mod tests {
         assert_ne!(old, new);
         // Created, opened and deleted carry the old id, which has no name.
         for row in &all[..3] {
-            assert_eq!((row.1.as_deref(), row.2.as_deref()), (Some(old.as_str()), None));
+            assert_eq!(
+                (row.1.as_deref(), row.2.as_deref()),
+                (Some(old.as_str()), None)
+            );
         }
         for row in &all[3..] {
             assert_eq!(

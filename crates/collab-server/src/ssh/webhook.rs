@@ -24,6 +24,7 @@ use super::context::ExecContext;
 use super::reply::{json_line, reply_and_close};
 use crate::authz;
 use crate::db::webhooks::{self as store, Attempt, Webhook};
+use crate::events::TypeFilter;
 use crate::webhooks::{self, message_id, AttemptResult};
 
 const NOT_FOUND: &str = "error: webhook not found";
@@ -396,6 +397,14 @@ async fn redeliver(ctx: &ExecContext, message: &str) -> Reply {
     };
     if seq > hook.cursor + 1 {
         return err("no such delivery: that event has not been delivered yet");
+    }
+    // Only what the subscription would deliver now: an event it skipped (or
+    // of a repository its owner may no longer read) is no delivery of it.
+    if !TypeFilter::new(hook.events.clone()).matches(&event.kind)
+        || !webhooks::glob_matches(&hook, &event)
+        || !webhooks::owner_sees(&ctx.app, &hook, &event)
+    {
+        return err("no such delivery");
     }
     let message = message_id(&hook.id, seq);
     match send_and_log(

@@ -74,6 +74,31 @@ pub fn declared_id(origin: &str, name: &str) -> String {
     format!("{origin}-{name}")
 }
 
+/// Whether `event`'s repository falls under `hook`'s glob: the name the
+/// repository has now (a renamed repository's history follows it), or, for
+/// a deleted one, the name it had.
+pub fn glob_matches(hook: &Webhook, event: &Event) -> bool {
+    let Some(repo) = event.repo_now.as_ref().or(event.repo.as_ref()) else {
+        return true;
+    };
+    let short = repo.strip_suffix(".git").unwrap_or(repo);
+    let glob = hook
+        .repo_glob
+        .strip_suffix(".git")
+        .unwrap_or(&hook.repo_glob);
+    glob_match(glob, short)
+}
+
+/// Whether `hook`'s owner may read `event` now: decided by the repository
+/// the event carries the id of, under its current name. Events of a deleted
+/// repository (or written without an id) are like server-wide ones: for
+/// administrators (and the operator's own subscriptions) only.
+pub fn owner_sees(app: &App, hook: &Webhook, event: &Event) -> bool {
+    // `None` (server-wide, deleted, no id) is administrators' only.
+    let repo = event.repo_id.as_ref().and(event.repo_now.as_deref());
+    crate::authz::owner_can_read(app, &hook.owner, &hook.origin, repo)
+}
+
 /// Start the supervisor (and through it the workers).
 pub fn spawn(app: Arc<App>) {
     tokio::spawn(supervise(app));
@@ -525,6 +550,7 @@ struct Worker {
     queue: std::collections::VecDeque<Event>,
     /// How far `queue` reaches (every event up to here was read).
     read_to: i64,
+    /// Access decisions by repository id (`None`: server-wide events).
     access: HashMap<Option<String>, (bool, Instant)>,
 }
 
@@ -603,33 +629,21 @@ impl Worker {
         if !self.types.matches(&event.kind) {
             return false;
         }
-        if let Some(repo) = &event.repo {
-            let short = repo.strip_suffix(".git").unwrap_or(repo);
-            let glob = self
-                .hook
-                .repo_glob
-                .strip_suffix(".git")
-                .unwrap_or(&self.hook.repo_glob);
-            if !glob_match(glob, short) {
-                return false;
-            }
+        if !glob_matches(&self.hook, event) {
+            return false;
         }
         let now = Instant::now();
-        if let Some((ok, at)) = self.access.get(&event.repo) {
+        let key = event.repo_id.clone();
+        if let Some((ok, at)) = self.access.get(&key) {
             if now.duration_since(*at) < ACCESS_TTL {
                 return *ok;
             }
         }
-        let ok = crate::authz::owner_can_read(
-            &self.app,
-            &self.hook.owner,
-            &self.hook.origin,
-            event.repo.as_deref(),
-        );
+        let ok = owner_sees(&self.app, &self.hook, event);
         if self.access.len() > 10_000 {
             self.access.clear();
         }
-        self.access.insert(event.repo.clone(), (ok, now));
+        self.access.insert(key, (ok, now));
         ok
     }
 

@@ -25,6 +25,7 @@ mod both {
     mod limits;
     mod release;
     mod repo_admin;
+    mod repo_identity;
     mod review_cli;
     mod review_verb;
     mod ssh_access;
