@@ -380,6 +380,9 @@ CREATE TABLE patch_exports (
     // `repos::rename`/`delete` (which sweep every `repo` column) leave it
     // to the code that owns it. Existing events get ids by replaying the
     // log's `repo.created`/`renamed`/`deleted` rows (`backfill_repo_ids`).
+    // Webhooks gain an administrator's approval: a subscription whose
+    // target is not on the public internet, added by someone who is not an
+    // administrator, waits (`needs_approval`) until `approved_by` is set.
     Step {
         version: 9,
         sql: REPOSITORIES_SQL,
@@ -396,6 +399,8 @@ CREATE TABLE repositories (
 );
 ALTER TABLE events ADD COLUMN repo_id TEXT;
 CREATE INDEX events_repo_id_seq ON events (repo_id, seq);
+ALTER TABLE webhooks ADD COLUMN needs_approval INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE webhooks ADD COLUMN approved_by TEXT;
 ";
 
 /// PostgreSQL's steps. Append only, with the version numbers of `STEPS`.
@@ -415,6 +420,8 @@ CREATE TABLE repositories (
 );
 ALTER TABLE events ADD COLUMN repo_id TEXT;
 CREATE INDEX events_repo_id_seq ON events (repo_id, seq);
+ALTER TABLE webhooks ADD COLUMN needs_approval BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE webhooks ADD COLUMN approved_by TEXT;
 ",
     },
 ];

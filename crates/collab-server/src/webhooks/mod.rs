@@ -99,6 +99,16 @@ pub fn owner_sees(app: &App, hook: &Webhook, event: &Event) -> bool {
     crate::authz::owner_can_read(app, &hook.owner, &hook.origin, repo)
 }
 
+/// Whether `hook` may be delivered to a target that is not on the public
+/// internet (one the operator's allowlist lets through): the operator's own
+/// declared subscriptions, an administrator's, and approved ones. Decided
+/// at each attempt, so a demoted owner loses it at once.
+pub fn may_reach_internal(app: &App, hook: &Webhook) -> bool {
+    hook.origin != "ssh"
+        || hook.approved_by.is_some()
+        || crate::authz::owner_is_admin(app, &hook.owner)
+}
+
 /// Start the supervisor (and through it the workers).
 pub fn spawn(app: Arc<App>) {
     tokio::spawn(supervise(app));
@@ -352,6 +362,8 @@ fn declared_webhook(
         attempts: 0,
         failing_since: None,
         next_attempt_at: None,
+        needs_approval: false,
+        approved_by: None,
     }
 }
 
@@ -539,6 +551,28 @@ fn record_one(
     Ok((now, false))
 }
 
+/// Disable `hook` with `reason` and a `webhook.disabled` event, in one
+/// transaction.
+async fn disable(app: &App, hook: &Webhook, reason: &'static str) -> anyhow::Result<()> {
+    let (id, url) = (hook.id.clone(), hook.url.clone());
+    app.writer
+        .write("disable webhook", move |conn, now| {
+            store::disable(conn, &id, reason)?;
+            Recorded {
+                kind: "webhook.disabled",
+                repo: None,
+                object_id: Some(id.clone()),
+                actor: None,
+                payload: json!({ "subscription": id, "url": url, "reason": reason }),
+            }
+            .append_in(conn, now)?;
+            Ok(())
+        })
+        .await?;
+    app.webhooks.poke();
+    Ok(())
+}
+
 /// One subscription's delivery loop.
 struct Worker {
     app: Arc<App>,
@@ -552,6 +586,10 @@ struct Worker {
     read_to: i64,
     /// Access decisions by repository id (`None`: server-wide events).
     access: HashMap<Option<String>, (bool, Instant)>,
+    /// Whether the owner is still admitted, and since when that is known.
+    admitted: Option<(bool, Instant)>,
+    /// The owner is no longer admitted: stop and disable.
+    owner_gone: bool,
 }
 
 impl Worker {
@@ -564,6 +602,8 @@ impl Worker {
             read_to: hook.cursor,
             queue: Default::default(),
             access: HashMap::new(),
+            admitted: None,
+            owner_gone: false,
             app,
             hook,
         }
@@ -573,6 +613,18 @@ impl Worker {
         let mut head = self.app.writer.subscribe_event_head();
         loop {
             let Some(event) = self.next_match(&mut head).await else {
+                if self.owner_gone {
+                    let reason = "its owner is no longer admitted (key line removed, or no longer \
+                                  a principal of governance.toml)";
+                    tracing::warn!(
+                        webhook = self.hook.id,
+                        owner = self.hook.owner,
+                        "webhook disabled: {reason}"
+                    );
+                    if let Err(e) = disable(&self.app, &self.hook, reason).await {
+                        tracing::warn!(webhook = self.hook.id, "disabling: {e:#}");
+                    }
+                }
                 return;
             };
             if !self.deliver(&event).await {
@@ -589,6 +641,10 @@ impl Worker {
             while let Some(event) = self.queue.pop_front() {
                 if self.matches(&event) {
                     return Some(event);
+                }
+                if self.owner_gone {
+                    // Not consumed: re-judged if an administrator re-enables.
+                    return None;
                 }
                 skipped_to = Some(event.seq);
             }
@@ -628,6 +684,23 @@ impl Worker {
     fn matches(&mut self, event: &Event) -> bool {
         if !self.types.matches(&event.kind) {
             return false;
+        }
+        // The owner must still be admitted at delivery, not only when the
+        // subscription was added; if not, the subscription is disabled.
+        if self.hook.origin == "ssh" {
+            let now = Instant::now();
+            let admitted = match self.admitted {
+                Some((ok, at)) if now.duration_since(at) < ACCESS_TTL => ok,
+                _ => {
+                    let ok = crate::authz::owner_admitted(&self.app, &self.hook.owner);
+                    self.admitted = Some((ok, now));
+                    ok
+                }
+            };
+            if !admitted {
+                self.owner_gone = true;
+                return false;
+            }
         }
         if !glob_matches(&self.hook, event) {
             return false;
@@ -669,6 +742,7 @@ impl Worker {
                     &payload,
                     self.hook.secret.as_deref(),
                     &self.app.signing_key,
+                    may_reach_internal(&self.app, &self.hook),
                 )
                 .await;
             crate::metrics::webhook_delivery(result.outcome);
