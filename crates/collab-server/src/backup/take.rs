@@ -47,7 +47,14 @@ pub fn take(config: &ServerConfig, to: &Path, progress: &mut Progress) -> anyhow
             false
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(&to).with_context(|| format!("creating {}", to.display()))?;
+            // It holds the keys and the database: owner-only, whatever the
+            // umask.
+            use std::os::unix::fs::DirBuilderExt as _;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&to)
+                .with_context(|| format!("creating {}", to.display()))?;
             true
         }
         Err(e) => bail!("{}: {e}", to.display()),
@@ -197,6 +204,9 @@ fn write(config: &ServerConfig, to: &Path, progress: &mut Progress) -> anyhow::R
     let db = config.collab_db_path();
     let census = if db.exists() {
         let copy = to.join(layout::DATABASE);
+        // Created 0600 before SQLite writes into it (it would use 0644).
+        crate::db::leases::make_private(&copy)
+            .with_context(|| format!("creating {}", copy.display()))?;
         snapshot::copy_online(&db, &copy)
             .with_context(|| format!("copying the database {}", db.display()))?;
         out.record_written(Path::new(layout::DATABASE))?;

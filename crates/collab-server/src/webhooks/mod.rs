@@ -586,8 +586,6 @@ struct Worker {
     read_to: i64,
     /// Access decisions by repository id (`None`: server-wide events).
     access: HashMap<Option<String>, (bool, Instant)>,
-    /// Whether the owner is still admitted, and since when that is known.
-    admitted: Option<(bool, Instant)>,
     /// The owner is no longer admitted: stop and disable.
     owner_gone: bool,
 }
@@ -602,7 +600,6 @@ impl Worker {
             read_to: hook.cursor,
             queue: Default::default(),
             access: HashMap::new(),
-            admitted: None,
             owner_gone: false,
             app,
             hook,
@@ -687,20 +684,10 @@ impl Worker {
         }
         // The owner must still be admitted at delivery, not only when the
         // subscription was added; if not, the subscription is disabled.
-        if self.hook.origin == "ssh" {
-            let now = Instant::now();
-            let admitted = match self.admitted {
-                Some((ok, at)) if now.duration_since(at) < ACCESS_TTL => ok,
-                _ => {
-                    let ok = crate::authz::owner_admitted(&self.app, &self.hook.owner);
-                    self.admitted = Some((ok, now));
-                    ok
-                }
-            };
-            if !admitted {
-                self.owner_gone = true;
-                return false;
-            }
+        // Not cached (an in-memory lookup): a removed key gets nothing more.
+        if self.hook.origin == "ssh" && !crate::authz::owner_admitted(&self.app, &self.hook.owner) {
+            self.owner_gone = true;
+            return false;
         }
         if !glob_matches(&self.hook, event) {
             return false;

@@ -44,6 +44,7 @@ mod both {
 /// mid-write, backups, upgrades from old files): SQLite only.
 mod sqlite {
     mod backup_restore;
+    mod file_modes;
     mod issue_crash;
     mod issue_import;
     mod issue_upgrade;
