@@ -750,15 +750,37 @@ mod tests {
         assert_eq!(count("SELECT COUNT(*) FROM patch_exports"), 0);
     }
 
-    /// Version 9 splits a name's history at each `repo.created`, follows
-    /// `repo.renamed` and ends at `repo.deleted`.
-    #[test]
-    fn a_version_8_database_gets_repository_ids_from_its_history() {
+    /// A database at version 8 on the test backend (SQLite in memory, or a
+    /// fresh PostgreSQL database kept alive by the second value).
+    fn at_version_8() -> (Connection, Option<crate::sql::test_database::TestDatabase>) {
+        use crate::sql::test_database::{wanted, TestDatabase};
+        if wanted() {
+            let pg = TestDatabase::create();
+            let conn = Connection::open_postgres(&pg.url).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE collab_schema (
+                     one     BIGINT NOT NULL PRIMARY KEY CHECK (one = 1),
+                     version BIGINT NOT NULL
+                 )",
+            )
+            .unwrap();
+            conn.execute_batch(POSTGRES_STEPS[0].sql).unwrap();
+            set_version(&conn, 8).unwrap();
+            return (conn, Some(pg));
+        }
         let conn = Connection::open_in_memory().unwrap();
         for step in STEPS.iter().filter(|s| s.version <= 8) {
             conn.execute_batch(step.sql).unwrap();
         }
         set_version(&conn, 8).unwrap();
+        (conn, None)
+    }
+
+    /// Version 9 splits a name's history at each `repo.created`, follows
+    /// `repo.renamed` and ends at `repo.deleted` (on both backends).
+    #[test]
+    fn a_version_8_database_gets_repository_ids_from_its_history() {
+        let (conn, pg) = at_version_8();
         let rows = [
             (1, "issue.opened", "p.git", "{}"), // before any created: a predecessor's
             (2, "repo.created", "p.git", "{}"),
@@ -811,5 +833,8 @@ mod tests {
         // New events of q continue its id; p is free.
         let next = crate::repos::id_of(&conn, "q.git", 10).unwrap();
         assert_eq!(next, id(4));
+        // The connection goes before its database.
+        drop(conn);
+        drop(pg);
     }
 }
