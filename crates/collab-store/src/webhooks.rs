@@ -167,6 +167,15 @@ pub fn enable(conn: &Connection, id: &str) -> crate::sql::Result<bool> {
     )? > 0)
 }
 
+/// Replace the stored (sealed) secret.
+pub fn set_secret(conn: &Connection, id: &str, secret: &str) -> crate::sql::Result<()> {
+    conn.execute(
+        "UPDATE webhooks SET secret = ?2 WHERE id = ?1",
+        [id, secret],
+    )?;
+    Ok(())
+}
+
 /// An administrator's approval of a subscription to a non-public target:
 /// recorded, and the subscription activated; false if it does not exist.
 pub fn approve(conn: &Connection, id: &str, by: &str) -> crate::sql::Result<bool> {

@@ -211,6 +211,8 @@ async fn add(
         ctx.app.config.webhooks.max_per_owner as usize,
         ctx.app.config.webhooks.max_per_repo as usize,
     );
+    // Stored sealed with the key outside the database (`webhooks::secrets`).
+    let secret = secret.map(|s| ctx.app.webhooks.secrets.seal(&s));
     let id = format!("wh{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
     let hook = Webhook {
         id: id.clone(),

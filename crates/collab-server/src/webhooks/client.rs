@@ -46,6 +46,8 @@ pub struct Webhooks {
     public_client: reqwest::Client,
     public_guard: Arc<ssrf::Guard>,
     pub(super) config: WebhooksConfig,
+    /// Seals the signing secrets stored in the database (`secrets`).
+    pub secrets: Arc<super::secrets::SecretBox>,
     /// Wakes the supervisor (a subscription was added, removed, enabled).
     pub(super) changed: Notify,
 }
@@ -67,7 +69,10 @@ impl AttemptResult {
 }
 
 impl Webhooks {
-    pub fn new(config: &WebhooksConfig) -> anyhow::Result<Webhooks> {
+    /// `secrets_key`: the key file that seals stored secrets (created if
+    /// missing).
+    pub fn new(config: &WebhooksConfig, secrets_key: &std::path::Path) -> anyhow::Result<Webhooks> {
+        let secrets = Arc::new(super::secrets::SecretBox::load_or_create(secrets_key)?);
         // rustls on ring, the provider the rest of the server uses.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let guard = Arc::new(ssrf::Guard::new(&config.allowed_hosts).map_err(anyhow::Error::msg)?);
@@ -90,6 +95,7 @@ impl Webhooks {
             public_client: build(&public_guard)?,
             public_guard,
             config: config.clone(),
+            secrets,
             changed: Notify::new(),
         })
     }
@@ -143,6 +149,20 @@ impl Webhooks {
         key: &collab_record::sign::SigningKey,
         internal: bool,
     ) -> AttemptResult {
+        // Stored sealed (`secrets`); opened only for signing.
+        let opened = match secret.map(|s| self.secrets.open(s)).transpose() {
+            Ok(opened) => opened,
+            Err(e) => {
+                tracing::error!(url, "webhook attempt: {e}");
+                return AttemptResult {
+                    status: None,
+                    outcome: "failed",
+                    latency_ms: 0,
+                    response: "the server cannot open this subscription's secret".into(),
+                };
+            }
+        };
+        let secret = opened.as_deref();
         let (client, guard) = if internal {
             (&self.client, &self.guard)
         } else {

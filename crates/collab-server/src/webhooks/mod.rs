@@ -26,6 +26,7 @@
 //! delivery metrics.
 
 pub mod client;
+pub mod secrets;
 pub mod sign;
 pub mod ssrf;
 
@@ -128,6 +129,9 @@ pub async fn read<T: Send + 'static>(
 }
 
 async fn supervise(app: Arc<App>) {
+    if let Err(e) = seal_plain_secrets(&app).await {
+        tracing::error!("webhooks: sealing the secrets stored in plain text: {e:#}");
+    }
     if let Err(e) = sync_declared(&app).await {
         tracing::error!("webhooks: syncing the declared subscriptions: {e:#}");
     }
@@ -174,7 +178,7 @@ async fn supervise(app: Arc<App>) {
                 workers.retain(|id, (task, definition)| {
                     let keep = active
                         .get(id)
-                        .is_some_and(|hook| *definition == Definition::of(hook))
+                        .is_some_and(|hook| *definition == Definition::of(&app, hook))
                         && !task.is_finished();
                     if !keep {
                         task.abort();
@@ -183,7 +187,7 @@ async fn supervise(app: Arc<App>) {
                 });
                 for (id, hook) in active {
                     workers.entry(id).or_insert_with(|| {
-                        let definition = Definition::of(&hook);
+                        let definition = Definition::of(&app, &hook);
                         (
                             tokio::spawn(Worker::new(app.clone(), hook).run()),
                             definition,
@@ -205,6 +209,28 @@ async fn supervise(app: Arc<App>) {
             }
         }
     }
+}
+
+/// Seal the secrets an older server stored in plain text (`secrets`).
+async fn seal_plain_secrets(app: &App) -> anyhow::Result<()> {
+    let secrets = app.webhooks.secrets.clone();
+    let sealed = app
+        .writer
+        .write("seal webhook secrets", move |conn, _| {
+            let mut n = 0;
+            for hook in store::list(conn)? {
+                if let Some(plain) = hook.secret.filter(|s| !secrets::SecretBox::is_sealed(s)) {
+                    store::set_secret(conn, &hook.id, &secrets.seal(&plain))?;
+                    n += 1;
+                }
+            }
+            Ok(n)
+        })
+        .await?;
+    if sealed > 0 {
+        tracing::info!("sealed {sealed} webhook secrets stored in plain text");
+    }
+    Ok(())
 }
 
 /// Which node delivers. On SQLite there is one server and it always does.
@@ -275,13 +301,17 @@ struct Definition {
 }
 
 impl Definition {
-    fn of(hook: &Webhook) -> Definition {
+    fn of(app: &App, hook: &Webhook) -> Definition {
         Definition {
             origin: hook.origin.clone(),
             repo_glob: hook.repo_glob.clone(),
             url: hook.url.clone(),
             events: hook.events.clone(),
-            secret: hook.secret.clone(),
+            // Opened: each sync seals the same secret anew (fresh nonce).
+            secret: hook
+                .secret
+                .as_deref()
+                .map(|s| app.webhooks.secrets.open(s).unwrap_or_default()),
         }
     }
 }
@@ -433,7 +463,7 @@ async fn sync_declared(app: &App) -> anyhow::Result<()> {
                 let text = text.trim().to_string();
                 sign::secret_key(&text)
                     .map_err(|e| anyhow::anyhow!("webhooks.subscriptions {}: {e}", hook.name))?;
-                Some(text)
+                Some(app.webhooks.secrets.seal(&text))
             }
             None => None,
         };

@@ -103,3 +103,70 @@ fn the_state_directory_database_and_backups_are_owner_only_under_umask_022() {
         }
     }
 }
+
+/// Webhook signing secrets are sealed with `webhook-secrets.key` (0600,
+/// outside the database): the database file never holds the plain secret,
+/// and the subscription still signs with it (the server opens it), also
+/// after a restart.
+#[test]
+fn webhook_secrets_are_sealed_with_a_key_outside_the_database() {
+    let mut h = ServerHarness::start_with(HarnessOptions {
+        env: vec![(
+            "GIT_COLLAB_WEBHOOKS__ALLOWED_HOSTS".into(),
+            "127.0.0.1".into(),
+        )],
+        ..Default::default()
+    });
+    h.create_repo("r");
+    let secret = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+    let added = h.ssh_exec_with_stdin(
+        "collab-hook add 'r' 'http://127.0.0.1:9/hook' --secret-stdin",
+        secret.as_bytes(),
+    );
+    assert_eq!(added.code, 0, "{added:?}");
+    let key = h.state_dir().join("webhook-secrets.key");
+    assert_eq!(mode(&key), 0o600);
+    let stored = |h: &ServerHarness| -> String {
+        let db = rusqlite::Connection::open_with_flags(
+            h.repos_dir().join("collab.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap();
+        db.query_row("SELECT secret FROM webhooks", [], |r| r.get(0))
+            .unwrap()
+    };
+    let sealed = stored(&h);
+    assert!(sealed.starts_with("sealed1:"), "{sealed}");
+    // The secret's key material appears nowhere in the database files.
+    h.stop();
+    let needle = &secret.as_bytes()["whsec_".len()..];
+    for file in ["collab.db", "collab.db-wal"] {
+        let path = h.repos_dir().join(file);
+        if let Ok(bytes) = std::fs::read(&path) {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "{file} holds the plain secret"
+            );
+        }
+    }
+    h.start_again();
+    assert_eq!(
+        stored(&h),
+        sealed,
+        "a restart does not re-seal a sealed secret"
+    );
+
+    // A secret an older server stored in plain text is sealed at start.
+    h.stop();
+    {
+        let db = rusqlite::Connection::open(h.repos_dir().join("collab.db")).unwrap();
+        db.execute("UPDATE webhooks SET secret = ?1", [secret])
+            .unwrap();
+    }
+    h.start_again();
+    let start = std::time::Instant::now();
+    while !stored(&h).starts_with("sealed1:") {
+        assert!(start.elapsed().as_secs() < 60, "never sealed");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
