@@ -217,18 +217,32 @@ async fn seal_plain_secrets(app: &App) -> anyhow::Result<()> {
     let sealed = app
         .writer
         .write("seal webhook secrets", move |conn, _| {
-            let mut n = 0;
+            let (mut n, mut foreign) = (0, 0);
             for hook in store::list(conn)? {
-                if let Some(plain) = hook.secret.filter(|s| !secrets::SecretBox::is_sealed(s)) {
-                    store::set_secret(conn, &hook.id, &secrets.seal(&plain))?;
-                    n += 1;
+                match hook.secret {
+                    Some(s) if !secrets::SecretBox::is_sealed(&s) => {
+                        store::set_secret(conn, &hook.id, &secrets.seal(&s))?;
+                        n += 1;
+                    }
+                    Some(s) if secrets.open(&s).is_err() => foreign += 1,
+                    _ => {}
                 }
             }
-            Ok(n)
+            Ok((n, foreign))
         })
         .await?;
+    let (sealed, foreign) = sealed;
     if sealed > 0 {
         tracing::info!("sealed {sealed} webhook secrets stored in plain text");
+    }
+    if foreign > 0 {
+        // Another node (or a lost key file) sealed them: say so at start,
+        // not only at each failing attempt.
+        tracing::error!(
+            "{foreign} webhook secrets cannot be opened with {}/webhook-secrets.key: copy the \
+             key file of the node that sealed them (every node needs the same one)",
+            app.config.state_dir.display()
+        );
     }
     Ok(())
 }
