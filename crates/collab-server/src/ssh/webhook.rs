@@ -118,7 +118,9 @@ fn attempt_json(attempt: &Attempt) -> Value {
         "at": crate::events::rfc3339(attempt.at),
         "status": attempt.status,
         "outcome": attempt.outcome,
-        "latency_ms": attempt.latency_ms,
+        // Without a response, how long it took would tell a closed port
+        // from a silent one: not shown (the server log has it).
+        "latency_ms": attempt.status.map(|_| attempt.latency_ms),
         "response": attempt.response,
     })
 }

@@ -899,7 +899,10 @@ fn failures_without_a_response_all_read_the_same() {
         replies.push(what.to_string());
         let log = h.ssh_exec(&format!("collab-hook deliveries '{id}'")).json();
         let attempt = &log["deliveries"][0];
-        replies.push(format!("{} {}", attempt["outcome"], attempt["response"]));
+        replies.push(format!(
+            "{} {} {}",
+            attempt["outcome"], attempt["response"], attempt["latency_ms"]
+        ));
     }
     drop(silent);
     assert!(replies[0].starts_with("no response"), "{replies:?}");
