@@ -68,7 +68,10 @@ impl App {
         )
         .with_context(|| format!("collab_db: opening {}", location.display()))?;
         let signing_key = crate::signing::load_or_generate(&config.signing_key_path())?;
-        let webhooks = crate::webhooks::client::Webhooks::new(&config.webhooks)?;
+        let webhooks = crate::webhooks::client::Webhooks::new(
+            &config.webhooks,
+            &config.state_dir.join("webhook-secrets.key"),
+        )?;
         let limits = Limits::new(&config, fds::open_file_limit());
         Ok(App {
             waiters: Waiters::new(writer.clone(), config.leases.max_waiters),

@@ -6,7 +6,7 @@
 //! Nothing here serves requests; `serve::serve` calls `prepare` once.
 
 use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::Path;
 
 use anyhow::{bail, Context as _};
@@ -34,9 +34,15 @@ impl Prepared {
 
 /// Create or check everything the server needs on disk.
 pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
-    for dir in [&config.state_dir, &config.repos_dir] {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
+    // The state directory holds the keys and the database: created 0700
+    // whatever the umask (an existing one is the operator's to set).
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&config.state_dir)
+        .with_context(|| format!("creating {}", config.state_dir.display()))?;
+    std::fs::create_dir_all(&config.repos_dir)
+        .with_context(|| format!("creating {}", config.repos_dir.display()))?;
     let host_key = load_or_generate_host_key(&config.ssh.host_key)?;
     let mut legacy_host_keys = Vec::new();
     if config.ssh.legacy_host_keys {

@@ -33,10 +33,26 @@ pub struct Event {
     pub at: i64,
     #[serde(rename = "type")]
     pub kind: String,
+    /// The name the repository had when the event was written.
     pub repo: Option<String>,
+    /// The repository's lasting id (`repositories`): what visibility is
+    /// decided by, never the name.
+    pub repo_id: Option<String>,
+    /// The name the repository with `repo_id` has now; `None` once it was
+    /// deleted (its events are then for administrators only).
+    #[serde(skip)]
+    pub repo_now: Option<String>,
     pub object_id: Option<String>,
     pub actor: Option<String>,
     pub payload: serde_json::Value,
+}
+
+impl Event {
+    /// Whether the event belongs to a repository (live or deleted) rather
+    /// than to the server.
+    pub fn has_repo(&self) -> bool {
+        self.repo.is_some() || self.repo_id.is_some()
+    }
 }
 
 /// Append `event` at `now` inside the caller's transaction; returns its seq.
@@ -46,15 +62,26 @@ pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> crate::sql::
             "UPDATE counters SET value = value + 1 WHERE name = 'events' RETURNING value",
         )?
         .query_row([], |r| r.get(0))?;
+    // The repository's lasting id, assigned at first use. `repo.created`
+    // always starts a new one: whatever held the name before (a deleted
+    // repository, or one removed by hand) keeps its id and its events.
+    let repo_id = match event.repo {
+        Some(name) if event.kind == "repo.created" => {
+            Some(crate::repos::new_identity(conn, name, now)?)
+        }
+        Some(name) => Some(crate::repos::id_of(conn, name, now)?),
+        None => None,
+    };
     conn.prepare_cached(
-        "INSERT INTO events (seq, at, type, repo, object_id, actor, payload)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO events (seq, at, type, repo, repo_id, object_id, actor, payload)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?
     .execute(crate::sql::params![
         seq,
         now,
         event.kind,
         event.repo,
+        repo_id,
         event.object_id,
         event.actor,
         event.payload.to_string(),
@@ -101,8 +128,9 @@ pub fn prune_before(conn: &Connection, cutoff: i64, limit: i64) -> crate::sql::R
 /// Events with `seq > after`, oldest first, at most `limit`.
 pub fn after(conn: &Connection, after: i64, limit: i64) -> crate::sql::Result<Vec<Event>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT seq, at, type, repo, object_id, actor, payload FROM events
-         WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+        "SELECT e.seq, e.at, e.type, e.repo, e.object_id, e.actor, e.payload, e.repo_id, r.name
+         FROM events e LEFT JOIN repositories r ON r.id = e.repo_id
+         WHERE e.seq > ?1 ORDER BY e.seq LIMIT ?2",
     )?;
     let rows = stmt.query_map(crate::sql::params![after, limit], |r| {
         let payload: String = r.get(6)?;
@@ -111,6 +139,8 @@ pub fn after(conn: &Connection, after: i64, limit: i64) -> crate::sql::Result<Ve
             at: r.get(1)?,
             kind: r.get(2)?,
             repo: r.get(3)?,
+            repo_id: r.get(7)?,
+            repo_now: r.get(8)?,
             object_id: r.get(4)?,
             actor: r.get(5)?,
             payload: serde_json::from_str(&payload).unwrap_or(serde_json::Value::Null),

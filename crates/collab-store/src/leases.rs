@@ -186,6 +186,7 @@ pub enum InvalidTtl {
 /// COMMIT durable (fsync of the WAL) before it returns, which is what lets
 /// a reply promise that the lease survives a crash.
 pub fn open(path: &Path) -> crate::sql::Result<Connection> {
+    make_private(path).map_err(|e| failure(format!("{}: {e}", path.display())))?;
     let conn = rusqlite::Connection::open(path)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
@@ -202,6 +203,38 @@ pub fn open(path: &Path) -> crate::sql::Result<Connection> {
     let conn = Connection::from(conn);
     init_schema(&conn)?;
     Ok(conn)
+}
+
+/// The database holds issue bodies, webhook secrets and everything else:
+/// owner-only whatever the umask. The file is created 0600 before SQLite
+/// opens it (SQLite gives its `-wal` and `-shm` the main file's mode), and
+/// a file an older server left 0644 is tightened, with its `-wal`/`-shm`.
+pub fn make_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        let file = std::path::PathBuf::from(file);
+        match std::fs::metadata(&file) {
+            Ok(meta) if meta.permissions().mode() & 0o077 != 0 => {
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))?;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Create or migrate the schema on any connection (tests use in-memory

@@ -11,7 +11,7 @@
 //! Version numbers are taken in order by the work that adds tables:
 //! 1 leases (first release), 2 events, 3 issues, 4 lease policy and the
 //! work queue, 5 webhooks, 6 patches, 7 the work queue's index, 8 patch
-//! import and export. SQL here stays portable where it can
+//! import and export, 9 repository identity. SQL here stays portable where it can
 //! (no SQLite-only functions in the domain queries), because the same
 //! tables live in PostgreSQL too.
 //!
@@ -370,13 +370,237 @@ CREATE TABLE patch_exports (
 );
 ",
     },
+    // Version 9: repository identity. `repositories` gives every
+    // repository a random id that outlives its name: a rename changes
+    // `name`, a delete sets it NULL (the row stays for ever, so the
+    // deleted repository's events stay admin-only); a new repository
+    // under a reused name gets a new id. Each event carries the id of the
+    // repository it was written for (`events.repo_id`), and readers judge
+    // visibility by that id. The column is named `name`, not `repo`, so
+    // `repos::rename`/`delete` (which sweep every `repo` column) leave it
+    // to the code that owns it. Existing events get ids by replaying the
+    // log's `repo.created`/`renamed`/`deleted` rows (`backfill_repo_ids`).
+    // Webhooks gain an administrator's approval: a subscription whose
+    // target is not on the public internet, added by someone who is not an
+    // administrator, waits (`needs_approval`) until `approved_by` is set.
+    Step {
+        version: 9,
+        sql: REPOSITORIES_SQL,
+    },
 ];
 
+/// Version 9's tables (SQLite; PostgreSQL's are in `POSTGRES_STEPS`).
+const REPOSITORIES_SQL: &str = "
+CREATE TABLE repositories (
+    id         TEXT    NOT NULL PRIMARY KEY,
+    name       TEXT    UNIQUE,
+    created_at INTEGER NOT NULL,
+    deleted_at INTEGER
+);
+ALTER TABLE events ADD COLUMN repo_id TEXT;
+CREATE INDEX events_repo_id_seq ON events (repo_id, seq);
+ALTER TABLE webhooks ADD COLUMN needs_approval INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE webhooks ADD COLUMN approved_by TEXT;
+";
+
 /// PostgreSQL's steps. Append only, with the version numbers of `STEPS`.
-const POSTGRES_STEPS: &[Step] = &[Step {
-    version: 8,
-    sql: include_str!("postgres_v8.sql"),
-}];
+const POSTGRES_STEPS: &[Step] = &[
+    Step {
+        version: 8,
+        sql: include_str!("postgres_v8.sql"),
+    },
+    Step {
+        version: 9,
+        sql: "
+CREATE TABLE repositories (
+    id         TEXT   NOT NULL PRIMARY KEY,
+    name       TEXT   UNIQUE,
+    created_at BIGINT NOT NULL,
+    deleted_at BIGINT
+);
+ALTER TABLE events ADD COLUMN repo_id TEXT;
+CREATE INDEX events_repo_id_seq ON events (repo_id, seq);
+ALTER TABLE webhooks ADD COLUMN needs_approval BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE webhooks ADD COLUMN approved_by TEXT;
+",
+    },
+];
+
+/// Work a step needs beyond its SQL, run in the same transaction.
+fn after_step(conn: &Connection, version: i64) -> Result<(), Error> {
+    match version {
+        9 => backfill_repo_ids(conn),
+        _ => Ok(()),
+    }
+}
+
+/// Give the events written before version 9 the ids of the repositories
+/// they belonged to. The log itself says where one repository ended and
+/// the next began under the same name: a `repo.created` starts a new one
+/// (events of that name before it were a predecessor's, which is treated
+/// as deleted), `repo.renamed {from}` carries the id to the new name, and
+/// `repo.deleted` ends it. A name whose history is still open is assigned
+/// to its last id. Pruned history cannot be replayed: events that survive
+/// from before the oldest kept lifecycle row go to the first id seen.
+fn backfill_repo_ids(conn: &Connection) -> Result<(), Error> {
+    use std::collections::HashMap;
+    struct Segment {
+        id: String,
+        name: String,
+        from: i64,
+        to: Option<i64>,
+    }
+    let lifecycle: Vec<(i64, i64, String, String, String)> = {
+        let mut stmt = conn.prepare(
+            "SELECT seq, at, type, repo, payload FROM events
+             WHERE repo IS NOT NULL
+               AND type IN ('repo.created', 'repo.renamed', 'repo.deleted')
+             ORDER BY seq",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?;
+        rows.collect::<Result<_, _>>()?
+    };
+    let names: Vec<String> = {
+        let mut stmt =
+            conn.prepare("SELECT DISTINCT repo FROM events WHERE repo IS NOT NULL ORDER BY repo")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    let mut segments: Vec<Segment> = Vec::new();
+    // name -> index of its open segment.
+    let mut open: HashMap<String, usize> = HashMap::new();
+    // id -> (created_at, deleted_at)
+    let mut ids: HashMap<String, (i64, Option<i64>)> = HashMap::new();
+    let mut first_at = 0;
+    fn start(
+        segments: &mut Vec<Segment>,
+        open: &mut HashMap<String, usize>,
+        id: String,
+        name: &str,
+        from: i64,
+    ) {
+        segments.push(Segment {
+            id,
+            name: name.to_string(),
+            from,
+            to: None,
+        });
+        open.insert(name.to_string(), segments.len() - 1);
+    }
+    for (seq, at, kind, repo, payload) in lifecycle {
+        if first_at == 0 {
+            first_at = at;
+        }
+        match kind.as_str() {
+            "repo.created" => {
+                if let Some(i) = open.remove(&repo) {
+                    segments[i].to = Some(seq);
+                    ids.entry(segments[i].id.clone()).or_insert((at, None)).1 = Some(at);
+                } else {
+                    // Whatever this name wrote before was a predecessor's.
+                    let old = new_repo_id();
+                    ids.insert(old.clone(), (at, Some(at)));
+                    segments.push(Segment {
+                        id: old,
+                        name: repo.clone(),
+                        from: 0,
+                        to: Some(seq),
+                    });
+                }
+                let id = new_repo_id();
+                ids.insert(id.clone(), (at, None));
+                start(&mut segments, &mut open, id, &repo, seq);
+            }
+            "repo.renamed" => {
+                let from = serde_json::from_str::<serde_json::Value>(&payload)
+                    .ok()
+                    .and_then(|p| p.get("from").and_then(|f| f.as_str()).map(str::to_string));
+                let id = match from.as_deref().and_then(|f| open.remove(f)) {
+                    Some(i) => {
+                        segments[i].to = Some(seq);
+                        segments[i].id.clone()
+                    }
+                    None => {
+                        let id = new_repo_id();
+                        ids.insert(id.clone(), (at, None));
+                        if let Some(from) = &from {
+                            segments.push(Segment {
+                                id: id.clone(),
+                                name: from.clone(),
+                                from: 0,
+                                to: Some(seq),
+                            });
+                        }
+                        id
+                    }
+                };
+                if let Some(i) = open.remove(&repo) {
+                    segments[i].to = Some(seq);
+                    ids.entry(segments[i].id.clone()).or_insert((at, None)).1 = Some(at);
+                }
+                start(&mut segments, &mut open, id, &repo, seq);
+            }
+            _ => {
+                // repo.deleted: the row itself is the repository's last.
+                let i = match open.remove(&repo) {
+                    Some(i) => i,
+                    None => {
+                        let id = new_repo_id();
+                        ids.insert(id.clone(), (at, None));
+                        segments.push(Segment {
+                            id,
+                            name: repo.clone(),
+                            from: 0,
+                            to: None,
+                        });
+                        segments.len() - 1
+                    }
+                };
+                segments[i].to = Some(seq + 1);
+                ids.entry(segments[i].id.clone()).or_insert((at, None)).1 = Some(at);
+            }
+        }
+    }
+    for name in names {
+        if !open.contains_key(&name) && !segments.iter().any(|s| s.name == name) {
+            let id = new_repo_id();
+            ids.insert(id.clone(), (first_at, None));
+            start(&mut segments, &mut open, id, &name, 0);
+        }
+    }
+    let live: HashMap<String, String> = open
+        .iter()
+        .map(|(name, &i)| (segments[i].id.clone(), name.clone()))
+        .collect();
+    for (id, (created_at, deleted_at)) in &ids {
+        // An id with an open segment is live under that name.
+        let name = live
+            .get(id)
+            .filter(|_| deleted_at.is_none())
+            .map(String::as_str);
+        conn.execute(
+            "INSERT INTO repositories (id, name, created_at, deleted_at) VALUES (?1, ?2, ?3, ?4)",
+            crate::sql::params![id, name, created_at, deleted_at],
+        )?;
+    }
+    // In the order the segments were opened: a later catch-all for a name
+    // (`from: 0`) only takes the rows no earlier segment claimed.
+    for s in &segments {
+        conn.execute(
+            "UPDATE events SET repo_id = ?1
+             WHERE repo = ?2 AND seq >= ?3 AND seq < ?4 AND repo_id IS NULL",
+            crate::sql::params![s.id, s.name, s.from, s.to.unwrap_or(i64::MAX)],
+        )?;
+    }
+    Ok(())
+}
+
+/// A new random repository id: 128 bits as 32 lowercase hex digits.
+pub fn new_repo_id() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
+}
 
 /// The schema version this code reads and writes (`PRAGMA user_version`,
 /// `collab_schema.version`).
@@ -423,6 +647,7 @@ pub fn migrate(conn: &Connection) -> Result<(), Error> {
             return tx.commit();
         };
         tx.execute_batch(step.sql)?;
+        after_step(&tx, step.version)?;
         set_version(&tx, step.version)?;
         tx.commit()?;
     }
@@ -523,5 +748,93 @@ mod tests {
         assert_eq!(count("SELECT COUNT(*) FROM patches"), 1);
         assert_eq!(count("SELECT COUNT(*) FROM patch_imports"), 0);
         assert_eq!(count("SELECT COUNT(*) FROM patch_exports"), 0);
+    }
+
+    /// A database at version 8 on the test backend (SQLite in memory, or a
+    /// fresh PostgreSQL database kept alive by the second value).
+    fn at_version_8() -> (Connection, Option<crate::sql::test_database::TestDatabase>) {
+        use crate::sql::test_database::{wanted, TestDatabase};
+        if wanted() {
+            let pg = TestDatabase::create();
+            let conn = Connection::open_postgres(&pg.url).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE collab_schema (
+                     one     BIGINT NOT NULL PRIMARY KEY CHECK (one = 1),
+                     version BIGINT NOT NULL
+                 )",
+            )
+            .unwrap();
+            conn.execute_batch(POSTGRES_STEPS[0].sql).unwrap();
+            set_version(&conn, 8).unwrap();
+            return (conn, Some(pg));
+        }
+        let conn = Connection::open_in_memory().unwrap();
+        for step in STEPS.iter().filter(|s| s.version <= 8) {
+            conn.execute_batch(step.sql).unwrap();
+        }
+        set_version(&conn, 8).unwrap();
+        (conn, None)
+    }
+
+    /// Version 9 splits a name's history at each `repo.created`, follows
+    /// `repo.renamed` and ends at `repo.deleted` (on both backends).
+    #[test]
+    fn a_version_8_database_gets_repository_ids_from_its_history() {
+        let (conn, pg) = at_version_8();
+        let rows = [
+            (1, "issue.opened", "p.git", "{}"), // before any created: a predecessor's
+            (2, "repo.created", "p.git", "{}"),
+            (3, "issue.opened", "p.git", "{}"),
+            (4, "repo.deleted", "p.git", "{}"),
+            (5, "repo.created", "p.git", "{}"),
+            (6, "issue.opened", "p.git", "{}"),
+            (
+                7,
+                "repo.renamed",
+                "q.git",
+                r#"{"from":"p.git","to":"q.git"}"#,
+            ),
+            (8, "issue.opened", "q.git", "{}"),
+            (9, "issue.opened", "other.git", "{}"),
+        ];
+        for (seq, kind, repo, payload) in rows {
+            conn.execute(
+                "INSERT INTO events (seq, at, type, repo, payload) VALUES (?1, ?1, ?2, ?3, ?4)",
+                crate::sql::params![seq, kind, repo, payload],
+            )
+            .unwrap();
+        }
+        migrate(&conn).unwrap();
+        assert_eq!(version(&conn).unwrap(), SCHEMA_VERSION);
+        let got: Vec<(String, Option<String>)> = {
+            let mut stmt = conn
+                .prepare(
+                    "SELECT e.repo_id, r.name FROM events e
+                     JOIN repositories r ON r.id = e.repo_id ORDER BY e.seq",
+                )
+                .unwrap();
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+            rows.collect::<Result<_, _>>().unwrap()
+        };
+        assert_eq!(got.len(), 9, "every event has an id");
+        let id = |i: usize| got[i].0.clone();
+        let name = |i: usize| got[i].1.clone();
+        // 1: predecessor, deleted. 2-4: the first p, deleted.
+        assert_eq!(name(0), None);
+        assert_ne!(id(0), id(1));
+        assert_eq!((id(1), id(2)), (id(3), id(3)));
+        assert_eq!(name(1), None);
+        // 5-8: the second p, renamed to q and live.
+        assert_ne!(id(4), id(1));
+        for i in 4..8 {
+            assert_eq!((id(i), name(i).as_deref()), (id(4), Some("q.git")));
+        }
+        assert_eq!(name(8).as_deref(), Some("other.git"));
+        // New events of q continue its id; p is free.
+        let next = crate::repos::id_of(&conn, "q.git", 10).unwrap();
+        assert_eq!(next, id(4));
+        // The connection goes before its database.
+        drop(conn);
+        drop(pg);
     }
 }

@@ -15,6 +15,48 @@ use crate::sql::Connection;
 
 use super::event_log::{self, NewEvent};
 
+/// The lasting id of the live repository called `name`, assigned now if it
+/// has none yet (repositories from before version 9 that wrote no event,
+/// or created by hand on disk).
+pub fn id_of(conn: &Connection, name: &str, now: i64) -> crate::sql::Result<String> {
+    let found: Option<String> = conn
+        .prepare_cached("SELECT id FROM repositories WHERE name = ?1")?
+        .query_row([name], |r| r.get(0))
+        .map(Some)
+        .or_else(|e| match e {
+            crate::sql::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })?;
+    match found {
+        Some(id) => Ok(id),
+        None => insert_identity(conn, name, now),
+    }
+}
+
+/// A new id for a repository just created as `name`: whatever held the
+/// name before is retired (deleted) with its events.
+pub fn new_identity(conn: &Connection, name: &str, now: i64) -> crate::sql::Result<String> {
+    retire(conn, name, now)?;
+    insert_identity(conn, name, now)
+}
+
+fn insert_identity(conn: &Connection, name: &str, now: i64) -> crate::sql::Result<String> {
+    let id = crate::migrations::new_repo_id();
+    conn.prepare_cached(
+        "INSERT INTO repositories (id, name, created_at, deleted_at) VALUES (?1, ?2, ?3, NULL)",
+    )?
+    .execute(crate::sql::params![id, name, now])?;
+    Ok(id)
+}
+
+/// Mark the repository now called `name` (if any) deleted: it loses the
+/// name and keeps its id, so its events stay with it, admin-only.
+fn retire(conn: &Connection, name: &str, now: i64) -> crate::sql::Result<()> {
+    conn.prepare_cached("UPDATE repositories SET name = NULL, deleted_at = ?2 WHERE name = ?1")?
+        .execute(crate::sql::params![name, now])?;
+    Ok(())
+}
+
 /// Every table with a `repo` column, except the event log.
 fn tables_with_repo(conn: &Connection) -> crate::sql::Result<Vec<String>> {
     if conn.is_postgres() {
@@ -81,6 +123,14 @@ pub fn rename(
         "UPDATE issue_links SET target_repo = ?1 WHERE target_repo = ?2",
         [new, old],
     )?;
+    // The identity follows the repository; a stale holder of the new name
+    // (removed by hand, never deleted through the server) is retired.
+    let id = id_of(conn, old, now)?;
+    retire(conn, new, now)?;
+    conn.execute(
+        "UPDATE repositories SET name = ?1 WHERE id = ?2",
+        [new, id.as_str()],
+    )?;
     event_log::append(
         conn,
         &NewEvent {
@@ -116,6 +166,8 @@ pub fn delete(conn: &Connection, repo: &str, actor: &str, now: i64) -> crate::sq
         },
         now,
     )?;
+    // After its last event: the id loses the name for ever.
+    retire(conn, repo, now)?;
     Ok(())
 }
 
@@ -259,5 +311,79 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    fn ev(repo: &str) -> NewEvent<'_> {
+        NewEvent {
+            kind: "issue.opened",
+            repo: Some(repo),
+            object_id: None,
+            actor: Some("alice"),
+            payload: serde_json::json!({"title": "secret"}),
+        }
+    }
+
+    fn created(repo: &str) -> NewEvent<'_> {
+        NewEvent {
+            kind: "repo.created",
+            ..ev(repo)
+        }
+    }
+
+    /// (seq, repo_id, the id's name now) of every event.
+    fn ids(conn: &Connection) -> Vec<(i64, Option<String>, Option<String>)> {
+        event_log::after(conn, 0, 100)
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.seq, e.repo_id, e.repo_now))
+            .collect()
+    }
+
+    #[test]
+    fn a_reused_name_gets_a_new_identity_and_the_old_events_keep_theirs() {
+        let conn = db();
+        event_log::append(&conn, &created("p.git"), 1).unwrap();
+        event_log::append(&conn, &ev("p.git"), 2).unwrap();
+        delete(&conn, "p.git", "admin", 3).unwrap();
+        event_log::append(&conn, &created("p.git"), 4).unwrap();
+        event_log::append(&conn, &ev("p.git"), 5).unwrap();
+        let all = ids(&conn);
+        let old = all[0].1.clone().unwrap();
+        let new = all[3].1.clone().unwrap();
+        assert_ne!(old, new);
+        // Created, opened and deleted carry the old id, which has no name.
+        for row in &all[..3] {
+            assert_eq!(
+                (row.1.as_deref(), row.2.as_deref()),
+                (Some(old.as_str()), None)
+            );
+        }
+        for row in &all[3..] {
+            assert_eq!(
+                (row.1.as_deref(), row.2.as_deref()),
+                (Some(new.as_str()), Some("p.git"))
+            );
+        }
+        // Re-created without a delete (removed by hand): still a new id.
+        event_log::append(&conn, &created("p.git"), 6).unwrap();
+        let last = ids(&conn).pop().unwrap();
+        assert_ne!(last.1.as_deref(), Some(new.as_str()));
+        assert_eq!(ids(&conn)[3].2, None);
+    }
+
+    #[test]
+    fn a_rename_keeps_the_identity_and_frees_the_old_name() {
+        let conn = db();
+        event_log::append(&conn, &created("a.git"), 1).unwrap();
+        event_log::append(&conn, &ev("a.git"), 2).unwrap();
+        rename(&conn, "a.git", "b.git", "admin", 3).unwrap();
+        event_log::append(&conn, &created("a.git"), 4).unwrap();
+        let all = ids(&conn);
+        let id = all[0].1.clone();
+        for row in &all[..3] {
+            assert_eq!((&row.1, row.2.as_deref()), (&id, Some("b.git")));
+        }
+        assert_ne!(all[3].1, id);
+        assert_eq!(all[3].2.as_deref(), Some("a.git"));
     }
 }

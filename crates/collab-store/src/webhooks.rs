@@ -33,6 +33,18 @@ pub struct Webhook {
     pub attempts: i64,
     pub failing_since: Option<i64>,
     pub next_attempt_at: Option<i64>,
+    /// Its target was not on the public internet when a non-administrator
+    /// added it: it stays inactive until an administrator approves it.
+    pub needs_approval: bool,
+    /// The administrator who approved it.
+    pub approved_by: Option<String>,
+}
+
+impl Webhook {
+    /// Waiting for an administrator's `collab-hook approve`.
+    pub fn pending_approval(&self) -> bool {
+        self.needs_approval && self.approved_by.is_none()
+    }
 }
 
 /// One HTTP attempt.
@@ -54,7 +66,8 @@ pub struct Attempt {
 }
 
 const COLUMNS: &str = "id, origin, owner, repo_glob, url, events, secret, active, \
-     disabled_reason, created_at, cursor, attempts, failing_since, next_attempt_at";
+     disabled_reason, created_at, cursor, attempts, failing_since, next_attempt_at, \
+     needs_approval, approved_by";
 
 fn row(r: &crate::sql::Row<'_>) -> crate::sql::Result<Webhook> {
     let events: String = r.get(5)?;
@@ -73,6 +86,8 @@ fn row(r: &crate::sql::Row<'_>) -> crate::sql::Result<Webhook> {
         attempts: r.get(11)?,
         failing_since: r.get(12)?,
         next_attempt_at: r.get(13)?,
+        needs_approval: r.get::<_, i64>(14)? != 0,
+        approved_by: r.get(15)?,
     })
 }
 
@@ -80,7 +95,7 @@ fn row(r: &crate::sql::Row<'_>) -> crate::sql::Result<Webhook> {
 pub fn insert(conn: &Connection, hook: &Webhook) -> crate::sql::Result<()> {
     conn.execute(
         &format!(
-            "INSERT INTO webhooks ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+            "INSERT INTO webhooks ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
         ),
         params![
             hook.id,
@@ -97,6 +112,8 @@ pub fn insert(conn: &Connection, hook: &Webhook) -> crate::sql::Result<()> {
             hook.attempts,
             hook.failing_since,
             hook.next_attempt_at,
+            hook.needs_approval as i64,
+            hook.approved_by,
         ],
     )?;
     Ok(())
@@ -139,12 +156,33 @@ pub fn remove(conn: &Connection, id: &str) -> crate::sql::Result<bool> {
     Ok(conn.execute("DELETE FROM webhooks WHERE id = ?1", [id])? > 0)
 }
 
-/// Re-activate a subscription, clearing its failure streak.
+/// Re-activate a subscription, clearing its failure streak; false if it
+/// does not exist or still waits for an administrator's approval.
 pub fn enable(conn: &Connection, id: &str) -> crate::sql::Result<bool> {
     Ok(conn.execute(
         "UPDATE webhooks SET active = 1, disabled_reason = NULL, attempts = 0,
-             failing_since = NULL, next_attempt_at = NULL WHERE id = ?1",
+             failing_since = NULL, next_attempt_at = NULL
+         WHERE id = ?1 AND (needs_approval = 0 OR approved_by IS NOT NULL)",
         [id],
+    )? > 0)
+}
+
+/// Replace the stored (sealed) secret.
+pub fn set_secret(conn: &Connection, id: &str, secret: &str) -> crate::sql::Result<()> {
+    conn.execute(
+        "UPDATE webhooks SET secret = ?2 WHERE id = ?1",
+        [id, secret],
+    )?;
+    Ok(())
+}
+
+/// An administrator's approval of a subscription to a non-public target:
+/// recorded, and the subscription activated; false if it does not exist.
+pub fn approve(conn: &Connection, id: &str, by: &str) -> crate::sql::Result<bool> {
+    Ok(conn.execute(
+        "UPDATE webhooks SET approved_by = ?2, active = 1, disabled_reason = NULL, attempts = 0,
+             failing_since = NULL, next_attempt_at = NULL WHERE id = ?1",
+        [id, by],
     )? > 0)
 }
 
@@ -264,7 +302,30 @@ mod tests {
             attempts: 0,
             failing_since: None,
             next_attempt_at: None,
+            needs_approval: false,
+            approved_by: None,
         }
+    }
+
+    #[test]
+    fn a_subscription_waiting_for_approval_is_enabled_only_by_approving_it() {
+        let conn = db();
+        let waiting = Webhook {
+            active: false,
+            needs_approval: true,
+            ..hook("wh2")
+        };
+        insert(&conn, &waiting).unwrap();
+        assert!(get(&conn, "wh2").unwrap().unwrap().pending_approval());
+        assert!(!enable(&conn, "wh2").unwrap());
+        assert!(!get(&conn, "wh2").unwrap().unwrap().active);
+        assert!(approve(&conn, "wh2", "root").unwrap());
+        let h = get(&conn, "wh2").unwrap().unwrap();
+        assert!(h.active && !h.pending_approval());
+        assert_eq!(h.approved_by.as_deref(), Some("root"));
+        disable(&conn, "wh2", "failing").unwrap();
+        assert!(enable(&conn, "wh2").unwrap());
+        assert!(!approve(&conn, "nope", "root").unwrap());
     }
 
     #[test]

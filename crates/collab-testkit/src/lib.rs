@@ -280,13 +280,19 @@ impl ServerHarness {
     /// Start a server on an existing state directory (a restored one, say),
     /// talking to it with `client_key`, which that directory must admit.
     pub fn start_in(state_dir: PathBuf, client_key: PathBuf) -> Self {
+        Self::start_in_with(state_dir, client_key, HarnessOptions::default())
+    }
+
+    /// `start_in` with `options` (the directory need not exist yet when
+    /// `options` admit `client_key`, through `initial_admin_keys`, say).
+    pub fn start_in_with(state_dir: PathBuf, client_key: PathBuf, options: HarnessOptions) -> Self {
         let tmp = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(tmp.path().join("keys")).unwrap();
         std::fs::create_dir_all(tmp.path().join("home")).unwrap();
         let mut h = ServerHarness {
             tmp,
             state_dir,
-            options: HarnessOptions::default(),
+            options,
             child: None,
             log: Arc::new(Mutex::new(String::new())),
             ssh_addr: "127.0.0.1:0".parse().unwrap(),

@@ -757,6 +757,15 @@ pub static VERBS: &[Verb] = &[
         args: &[HOOK],
         ..verb(
             "collab-hook",
+            "approve",
+            Need::Rule("admin"),
+            "let a webhook reach a target that is not on the public internet",
+        )
+    },
+    Verb {
+        args: &[HOOK],
+        ..verb(
+            "collab-hook",
             "test",
             HOOK_OWNER,
             "send a test delivery now",

@@ -221,7 +221,8 @@ fn help_groups_by_family_and_access() {
     };
     assert_eq!(of("collab-issue show"), ["read"]);
     assert_eq!(of("collab-issue open"), ["write"]);
-    assert_eq!(of("collab-hook").len(), 1);
+    // The owner's verbs, and `approve` (administrators).
+    assert_eq!(of("collab-hook").len(), 2);
     assert_eq!(of("collab-events watch").len(), 1);
     let issue_reads = groups
         .iter()

@@ -217,6 +217,32 @@ pub fn is_server_admin(_app: &App, caller: &Caller) -> bool {
     }
 }
 
+/// Whether a webhook owner (an `ssh`-origin subscription's principal) is
+/// still admitted: its key line is still in authorized_keys (ungoverned),
+/// or it is still a principal of governance.toml (governed). Checked at
+/// every delivery, so a removed key stops its subscriptions.
+pub fn owner_admitted(app: &App, owner: &str) -> bool {
+    match app.governance.state().as_ref() {
+        GovState::Inactive => app.authorized_keys.lookup(owner).is_some(),
+        GovState::Active(conf) => conf.principals().any(|p| p == owner),
+        GovState::Broken(_) => false,
+    }
+}
+
+/// Whether a webhook owner is a server administrator now (may aim at
+/// non-public targets without approval, sees delivery details).
+pub fn owner_is_admin(app: &App, owner: &str) -> bool {
+    match app.governance.state().as_ref() {
+        GovState::Inactive => app.authorized_keys.lookup(owner).is_some_and(|k| k.admin()),
+        GovState::Active(conf) => conf.allows_repo(
+            owner,
+            crate::repos::GOVERNANCE_REPO.trim_end_matches(".git"),
+            Access::Rewind,
+        ),
+        GovState::Broken(_) => false,
+    }
+}
+
 /// Whether the owner of a webhook subscription may read `repo` now (`None`,
 /// or a repository that no longer exists: for administrators only). Subscriptions declared by
 /// the operator (`config`, `governance` origins) see everything. `owner` is

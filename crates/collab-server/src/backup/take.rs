@@ -239,6 +239,9 @@ fn write(
     };
     let census = if database_elsewhere.is_none() && db.exists() {
         let copy = to.join(layout::DATABASE);
+        // Created 0600 before SQLite writes into it (it would use 0644).
+        crate::db::leases::make_private(&copy)
+            .with_context(|| format!("creating {}", copy.display()))?;
         snapshot::copy_online(&db, &copy)
             .with_context(|| format!("copying the database {}", db.display()))?;
         out.record_written(Path::new(layout::DATABASE))?;

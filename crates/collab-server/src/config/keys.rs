@@ -142,6 +142,8 @@ pub const KEYS: &[Key] = &[
     key("webhooks.retry_base_secs", Count { min: 1, max: 3600 }, Given("5"), "First retry delay; each next one is twice as long."),
     key("webhooks.retry_max_secs", Count { min: 1, max: 86_400 }, Given("3600"), "Longest retry delay."),
     key("webhooks.disable_after_secs", Count { min: 10, max: 365 * 86_400 }, Given("259200"), "A subscription failing this long without a success is disabled."),
+    key("webhooks.max_per_owner", Count { min: 1, max: 100_000 }, Given("20"), "Most subscriptions one principal may add with collab-hook."),
+    key("webhooks.max_per_repo", Count { min: 1, max: 100_000 }, Given("10"), "Most collab-hook subscriptions whose glob matches any one repository."),
     key("webhooks.subscriptions", Webhooks, Given("[]"), "Subscriptions declared by the operator."),
     key("maintenance.after_pushes", Count { min: 0, max: 1_000_000 }, Given("50"), "Maintain a repository after this many pushes (0: never on count)."),
     key("maintenance.idle_secs", Count { min: 0, max: 604_800 }, Given("600"), "Maintain a pushed-to repository idle this long (0: never on idleness)."),

@@ -178,6 +178,10 @@ pub struct WebhooksConfig {
     pub retry_base_secs: u64,
     pub retry_max_secs: u64,
     pub disable_after_secs: u64,
+    /// `collab-hook add` subscriptions per owner.
+    pub max_per_owner: u64,
+    /// `collab-hook add` subscriptions matching any one repository.
+    pub max_per_repo: u64,
     pub subscriptions: Vec<DeclaredWebhook>,
 }
 

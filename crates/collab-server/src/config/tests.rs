@@ -99,6 +99,8 @@ webhooks.attempt_timeout_secs      10                                        def
 webhooks.retry_base_secs           5                                         default
 webhooks.retry_max_secs            3600                                      default
 webhooks.disable_after_secs        259200                                    default
+webhooks.max_per_owner             20                                        default
+webhooks.max_per_repo              10                                        default
 webhooks.subscriptions             []                                        default
 maintenance.after_pushes           50                                        default
 maintenance.idle_secs              600                                       default

@@ -55,6 +55,7 @@ pub fn wire(event: &Event) -> Value {
         "at": rfc3339(event.at),
         "type": event.kind,
         "repo": event.repo,
+        "repo_id": event.repo_id,
         "object_id": event.object_id,
         "actor": event.actor,
         "payload": event.payload,
@@ -341,6 +342,8 @@ mod tests {
             at: 0,
             kind: "ref.updated".into(),
             repo: Some("r.git".into()),
+            repo_id: Some("0f".into()),
+            repo_now: Some("r.git".into()),
             object_id: Some("refs/heads/main".into()),
             actor: Some("alice".into()),
             payload: json!({"ref": "refs/heads/main"}),
@@ -349,7 +352,7 @@ mod tests {
             wire(&event),
             json!({
                 "schema": 1, "seq": 7, "at": "1970-01-01T00:00:00Z", "type": "ref.updated",
-                "repo": "r.git", "object_id": "refs/heads/main", "actor": "alice",
+                "repo": "r.git", "repo_id": "0f", "object_id": "refs/heads/main", "actor": "alice",
                 "payload": {"ref": "refs/heads/main"},
             })
         );

@@ -196,6 +196,9 @@ pub enum HookCmd {
     Enable {
         id: String,
     },
+    Approve {
+        id: String,
+    },
     Test {
         id: String,
     },
@@ -305,6 +308,7 @@ impl ExecCommand {
             ExecCommand::Hook(HookCmd::List) => "collab-hook list",
             ExecCommand::Hook(HookCmd::Remove { .. }) => "collab-hook remove",
             ExecCommand::Hook(HookCmd::Enable { .. }) => "collab-hook enable",
+            ExecCommand::Hook(HookCmd::Approve { .. }) => "collab-hook approve",
             ExecCommand::Hook(HookCmd::Test { .. }) => "collab-hook test",
             ExecCommand::Hook(HookCmd::Deliveries { .. }) => "collab-hook deliveries",
             ExecCommand::Hook(HookCmd::Redeliver { .. }) => "collab-hook redeliver",
@@ -527,6 +531,7 @@ impl HookCmd {
             "list" => HookCmd::List,
             "remove" => HookCmd::Remove { id: id() },
             "enable" => HookCmd::Enable { id: id() },
+            "approve" => HookCmd::Approve { id: id() },
             "test" => HookCmd::Test { id: id() },
             "deliveries" => HookCmd::Deliveries {
                 id: id(),

@@ -11,10 +11,13 @@
 //! lock and committed in order, so a row with a lower seq can never appear
 //! after a higher one was read: nothing is skipped, nothing repeats.
 //!
-//! Visibility is decided per event by `authz` (cached for a few seconds):
-//! an event of a repository the caller cannot read is skipped, as if it did
-//! not exist; events without a repository go to server administrators
-//! only. A repository named on the command line that the caller cannot read
+//! Visibility is decided per event by `authz` (cached for a few seconds)
+//! on the repository the event carries the id of (`events.repo_id`), under
+//! the name that repository has now: an event of a repository the caller
+//! cannot read is skipped, as if it did not exist; events of a deleted
+//! repository, and events without a repository, go to server
+//! administrators only. A new repository reusing a name never sees its
+//! predecessor's events. A repository named on the command line that the caller cannot read
 //! gets the one `repository not found` reply.
 //!
 //! Output goes through the channel writer, which waits for the client's
@@ -119,36 +122,43 @@ struct Visibility {
 impl Visibility {
     fn sees(&mut self, ctx: &ExecContext, event: &Event) -> bool {
         let now = Instant::now();
-        match &event.repo {
-            Some(repo) => {
-                if let Some((visible, at)) = self.repos.get(repo) {
-                    if now.duration_since(*at) < ACCESS_TTL {
-                        return *visible;
-                    }
+        if event.has_repo() {
+            // Judged by the repository the event was written for (its
+            // lasting id), never by whatever holds its name today.
+            let key = event.repo_id.clone().unwrap_or_default();
+            if let Some((visible, at)) = self.repos.get(&key) {
+                if now.duration_since(*at) < ACCESS_TTL {
+                    return *visible;
                 }
-                // A repository that no longer exists under this name
-                // (renamed away, deleted: its `repo.deleted` row too) has
-                // events only administrators see, like server-wide ones.
-                let visible = authz::authorize(&ctx.app, &self.caller, repo, Access::Read).is_ok()
-                    || (crate::repos::find_repo(&ctx.app.config.repos_dir, repo).is_none()
-                        && authz::is_server_admin(&ctx.app, &self.caller));
-                if self.repos.len() > 10_000 {
-                    self.repos.clear();
-                }
-                self.repos.insert(repo.clone(), (visible, now));
-                visible
             }
-            None => {
-                if let Some((visible, at)) = self.server_events {
-                    if now.duration_since(at) < ACCESS_TTL {
-                        return visible;
-                    }
+            let admin = || authz::is_server_admin(&ctx.app, &self.caller);
+            let visible = match (&event.repo_id, &event.repo_now) {
+                // Live under `name` (its name now, after any rename). A
+                // name without a repository on disk (removed by hand) is
+                // like a deleted one.
+                (Some(_), Some(name)) => {
+                    authz::authorize(&ctx.app, &self.caller, name, Access::Read).is_ok()
+                        || (crate::repos::find_repo(&ctx.app.config.repos_dir, name).is_none()
+                            && admin())
                 }
-                let visible = authz::is_server_admin(&ctx.app, &self.caller);
-                self.server_events = Some((visible, now));
-                visible
+                // Deleted (its `repo.deleted` row too), or written without
+                // an id: administrators only, for ever.
+                _ => admin(),
+            };
+            if self.repos.len() > 10_000 {
+                self.repos.clear();
+            }
+            self.repos.insert(key, (visible, now));
+            return visible;
+        }
+        if let Some((visible, at)) = self.server_events {
+            if now.duration_since(at) < ACCESS_TTL {
+                return visible;
             }
         }
+        let visible = authz::is_server_admin(&ctx.app, &self.caller);
+        self.server_events = Some((visible, now));
+        visible
     }
 }
 
@@ -432,7 +442,13 @@ impl Stream<'_> {
         if !self.types.matches(&event.kind) {
             return false;
         }
-        if !self.only.is_empty() && !event.repo.as_ref().is_some_and(|r| self.only.contains(r)) {
+        // Named repositories: their events under any earlier name too.
+        if !self.only.is_empty()
+            && !event
+                .repo_now
+                .as_ref()
+                .is_some_and(|r| self.only.contains(r))
+        {
             return false;
         }
         self.visibility.sees(self.ctx, event)

@@ -4,6 +4,7 @@
 //! collab-hook add '<repo-glob>' '<url>' [--event PATTERN]... [--secret-stdin]
 //! collab-hook list
 //! collab-hook remove|enable|test '<id>'
+//! collab-hook approve '<id>'            (administrators)
 //! collab-hook deliveries '<id>' [--limit N]
 //! collab-hook redeliver '<webhook-id>'
 //! ```
@@ -14,6 +15,13 @@
 //! administrators; anyone else gets `error: webhook not found`, whether it
 //! exists or not. Subscriptions declared in the server configuration are
 //! listed but changed only there. Delivery is `webhooks`'.
+//!
+//! A target that is not on the public internet (one `webhooks.allowed_hosts`
+//! lets through) is for administrators: anyone else's subscription to it is
+//! stored inactive until an administrator runs `collab-hook approve`. Adds
+//! are capped per owner (`webhooks.max_per_owner`) and per repository the
+//! glob matches (`webhooks.max_per_repo`). `test` and `redeliver` report
+//! the HTTP status only.
 
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
@@ -24,9 +32,14 @@ use super::context::ExecContext;
 use super::reply::{json_line, reply_and_close};
 use crate::authz;
 use crate::db::webhooks::{self as store, Attempt, Webhook};
+use crate::events::TypeFilter;
 use crate::webhooks::{self, message_id, AttemptResult};
 
 const NOT_FOUND: &str = "error: webhook not found";
+
+/// Why a subscription waits.
+const PENDING_REASON: &str =
+    "awaiting an administrator's approval (collab-hook approve): the target is not on the public internet";
 
 /// The largest secret read from stdin.
 const MAX_SECRET: usize = 4096;
@@ -54,6 +67,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: HookCmd) {
         HookCmd::List => list(ctx).await,
         HookCmd::Remove { id } => remove(ctx, &id).await,
         HookCmd::Enable { id } => enable(ctx, &id).await,
+        HookCmd::Approve { id } => approve(ctx, &id).await,
         HookCmd::Test { id } => test(ctx, &id).await,
         HookCmd::Deliveries { id, limit } => deliveries(ctx, &id, limit).await,
         HookCmd::Redeliver { message_id } => redeliver(ctx, &message_id).await,
@@ -92,6 +106,8 @@ fn hook_json(hook: &Webhook) -> Value {
         "attempts": hook.attempts,
         "failing_since": hook.failing_since.map(crate::events::rfc3339),
         "next_attempt_at": hook.next_attempt_at.map(crate::events::rfc3339),
+        "needs_approval": hook.pending_approval(),
+        "approved_by": hook.approved_by,
     })
 }
 
@@ -102,7 +118,9 @@ fn attempt_json(attempt: &Attempt) -> Value {
         "at": crate::events::rfc3339(attempt.at),
         "status": attempt.status,
         "outcome": attempt.outcome,
-        "latency_ms": attempt.latency_ms,
+        // Without a response, how long it took would tell a closed port
+        // from a silent one: not shown (the server log has it).
+        "latency_ms": attempt.status.map(|_| attempt.latency_ms),
         "response": attempt.response,
     })
 }
@@ -170,9 +188,33 @@ async fn add(
     if url.len() > 2048 {
         return err("invalid URL: longer than 2048 bytes");
     }
-    if let Err(e) = ctx.app.webhooks.vet_url(&url).await {
-        return err(e);
-    }
+    let target = match ctx.app.webhooks.vet_url(&url).await {
+        Ok((_, target)) => target,
+        Err(e) => return err(e),
+    };
+    // A target inside (let through by `webhooks.allowed_hosts`) is the
+    // operator's to hand out: a non-administrator's subscription waits,
+    // inactive, for `collab-hook approve`.
+    let pending = target == webhooks::client::Target::Internal
+        && !authz::is_server_admin(&ctx.app, &ctx.caller);
+    let owner = ctx.caller.principal().to_string();
+    // Fair shares: subscriptions per owner, and per repository (each one
+    // multiplies every event of the repository into a POST).
+    let glob = repo_glob
+        .strip_suffix(".git")
+        .unwrap_or(&repo_glob)
+        .to_string();
+    let matching: Vec<String> = crate::repos::list_repos(&ctx.app.config.repos_dir)
+        .into_iter()
+        .map(|e| e.short_name().to_string())
+        .filter(|name| crate::events::filter::glob_match(&glob, name))
+        .collect();
+    let (per_owner, per_repo) = (
+        ctx.app.config.webhooks.max_per_owner as usize,
+        ctx.app.config.webhooks.max_per_repo as usize,
+    );
+    // Stored sealed with the key outside the database (`webhooks::secrets`).
+    let secret = secret.map(|s| ctx.app.webhooks.secrets.seal(&s));
     let id = format!("wh{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
     let hook = Webhook {
         id: id.clone(),
@@ -189,11 +231,46 @@ async fn add(
         attempts: 0,
         failing_since: None,
         next_attempt_at: None,
+        needs_approval: pending,
+        approved_by: None,
+    };
+    let hook = if pending {
+        Webhook {
+            active: false,
+            disabled_reason: Some(PENDING_REASON.to_string()),
+            ..hook
+        }
+    } else {
+        hook
     };
     let stored = ctx
         .app
         .writer
         .write("add webhook", move |conn, now| {
+            // Counted in the writer, so concurrent adds cannot overshoot.
+            let added: Vec<Webhook> = store::list(conn)?
+                .into_iter()
+                .filter(|h| h.origin == "ssh")
+                .collect();
+            if added.iter().filter(|h| h.owner == owner).count() >= per_owner {
+                return Ok(Err(format!(
+                    "too many webhooks: you have {per_owner} (webhooks.max_per_owner); remove one first"
+                )));
+            }
+            for repo in &matching {
+                let on_repo = added
+                    .iter()
+                    .filter(|h| {
+                        let g = h.repo_glob.strip_suffix(".git").unwrap_or(&h.repo_glob);
+                        crate::events::filter::glob_match(g, repo)
+                    })
+                    .count();
+                if on_repo >= per_repo {
+                    return Ok(Err(format!(
+                        "too many webhooks on {repo}: it has {per_repo} (webhooks.max_per_repo)"
+                    )));
+                }
+            }
             // Delivery starts with the events after this moment.
             let hook = Webhook {
                 created_at: now,
@@ -201,18 +278,24 @@ async fn add(
                 ..hook
             };
             store::insert(conn, &hook)?;
-            Ok(hook)
+            Ok(Ok(hook))
         })
         .await;
     match stored {
-        Ok(hook) => {
+        Ok(Err(refusal)) => err(refusal),
+        Ok(Ok(hook)) => {
             ctx.app.webhooks.poke();
             tracing::info!(
                 principal = ctx.caller.principal(),
                 webhook = hook.id,
                 "webhook added"
             );
-            ok(json!({ "status": "added", "webhook": hook_json(&hook) }))
+            let status = if hook.pending_approval() {
+                "pending_approval"
+            } else {
+                "added"
+            };
+            ok(json!({ "status": status, "webhook": hook_json(&hook) }))
         }
         Err(e) => internal(e),
     }
@@ -265,8 +348,15 @@ async fn remove(ctx: &ExecContext, id: &str) -> Reply {
 }
 
 async fn enable(ctx: &ExecContext, id: &str) -> Reply {
-    if let Err(reply) = visible(ctx, id).await {
-        return reply;
+    match visible(ctx, id).await {
+        Err(reply) => return reply,
+        Ok(hook) if hook.pending_approval() => {
+            return err(format!(
+                "webhook {id} waits for an administrator's approval (collab-hook approve): its \
+                 target is not on the public internet"
+            ))
+        }
+        Ok(_) => {}
     }
     let owned = id.to_string();
     match ctx
@@ -280,6 +370,38 @@ async fn enable(ctx: &ExecContext, id: &str) -> Reply {
         Ok(_) => {
             ctx.app.webhooks.poke();
             ok(json!({ "status": "enabled", "id": id }))
+        }
+        Err(e) => internal(e),
+    }
+}
+
+/// `collab-hook approve`: an administrator lets a subscription reach a
+/// target that is not on the public internet (one the operator's
+/// `webhooks.allowed_hosts` lets through), and activates it.
+async fn approve(ctx: &ExecContext, id: &str) -> Reply {
+    if !authz::is_server_admin(&ctx.app, &ctx.caller) {
+        return err("permission denied: approving a webhook needs a server administrator");
+    }
+    if let Err(reply) = visible(ctx, id).await {
+        return reply;
+    }
+    let (owned, by) = (id.to_string(), ctx.caller.principal().to_string());
+    match ctx
+        .app
+        .writer
+        .write("approve webhook", move |conn, _| {
+            Ok(store::approve(conn, &owned, &by)?)
+        })
+        .await
+    {
+        Ok(_) => {
+            ctx.app.webhooks.poke();
+            tracing::info!(
+                principal = ctx.caller.principal(),
+                webhook = id,
+                "webhook approved"
+            );
+            ok(json!({ "status": "approved", "id": id }))
         }
         Err(e) => internal(e),
     }
@@ -303,6 +425,7 @@ async fn send_and_log(
             &body,
             hook.secret.as_deref(),
             &ctx.app.signing_key,
+            webhooks::may_reach_internal(&ctx.app, hook),
         )
         .await;
     crate::metrics::webhook_delivery(result.outcome);
@@ -397,6 +520,14 @@ async fn redeliver(ctx: &ExecContext, message: &str) -> Reply {
     if seq > hook.cursor + 1 {
         return err("no such delivery: that event has not been delivered yet");
     }
+    // Only what the subscription would deliver now: an event it skipped (or
+    // of a repository its owner may no longer read) is no delivery of it.
+    if !TypeFilter::new(hook.events.clone()).matches(&event.kind)
+        || !webhooks::glob_matches(&hook, &event)
+        || !webhooks::owner_sees(&ctx.app, &hook, &event)
+    {
+        return err("no such delivery");
+    }
     let message = message_id(&hook.id, seq);
     match send_and_log(
         ctx,
@@ -412,18 +543,16 @@ async fn redeliver(ctx: &ExecContext, message: &str) -> Reply {
     }
 }
 
-/// A delivered attempt as JSON; any other as one error line.
+/// A delivered attempt as JSON; any other as one error line. Either way
+/// only the status (never a response body): `client` keeps no more.
 fn attempt_reply(message: &str, result: &AttemptResult) -> Reply {
     if result.delivered() {
         return ok(result_json(message, result));
     }
-    err(format!(
-        "delivery {message} {}: {}{}",
-        result.outcome,
-        result
-            .status
-            .map(|s| format!("HTTP {s}: "))
-            .unwrap_or_default(),
-        result.response.lines().next().unwrap_or("")
-    ))
+    let what = match result.status {
+        Some(s) if result.response.is_empty() => format!("HTTP {s}"),
+        Some(s) => format!("HTTP {s}: {}", result.response),
+        None => result.response.clone(),
+    };
+    err(format!("delivery {message} failed: {what}"))
 }

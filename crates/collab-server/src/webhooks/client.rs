@@ -2,6 +2,11 @@
 //! ([`Webhooks`], held in `App`): the HTTP client (no redirects, no proxy,
 //! names resolved through the SSRF guard, `ssrf`), a URL's check before it
 //! is stored, one signed POST per attempt (`sign`), and the retry backoff.
+//! Two clients: one whose resolver applies the operator's allowlist (for
+//! administrators' subscriptions, approved ones and declared ones) and one
+//! that reaches public addresses only (everyone else's). An attempt keeps
+//! only the HTTP status; every failure without a response reads the same
+//! (`NO_RESPONSE`), its cause going to the server log.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,14 +18,36 @@ use tokio::sync::Notify;
 use super::{sign, ssrf};
 use crate::config::WebhooksConfig;
 
-/// How much of a response body the log keeps.
-const RESPONSE_KEEP: usize = 1024;
+/// What every attempt that got no HTTP response says, whatever the cause
+/// (connection refused, reset, timed out, name not found, TLS): telling
+/// them apart would make webhooks a port scanner. The cause goes to the
+/// server log.
+pub const NO_RESPONSE: &str =
+    "no response (could not connect, timed out, or the name did not resolve)";
+
+/// Where a vetted URL points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Only public addresses.
+    Public,
+    /// A non-public address the operator's `webhooks.allowed_hosts` lets
+    /// through: for administrators' subscriptions and approved ones.
+    Internal,
+}
 
 /// The delivery side shared by the workers and the `collab-hook` verbs.
 pub struct Webhooks {
+    /// Resolves through the guard with the operator's allowlist.
     client: reqwest::Client,
     guard: Arc<ssrf::Guard>,
+    /// Resolves through the bare guard: public addresses only. Used for
+    /// every subscription not allowed to reach internal targets, so a name
+    /// that later resolves inside is refused at delivery too.
+    public_client: reqwest::Client,
+    public_guard: Arc<ssrf::Guard>,
     pub(super) config: WebhooksConfig,
+    /// Seals the signing secrets stored in the database (`secrets`).
+    pub secrets: Arc<super::secrets::SecretBox>,
     /// Wakes the supervisor (a subscription was added, removed, enabled).
     pub(super) changed: Notify,
 }
@@ -42,24 +69,33 @@ impl AttemptResult {
 }
 
 impl Webhooks {
-    pub fn new(config: &WebhooksConfig) -> anyhow::Result<Webhooks> {
+    /// `secrets_key`: the key file that seals stored secrets (created if
+    /// missing).
+    pub fn new(config: &WebhooksConfig, secrets_key: &std::path::Path) -> anyhow::Result<Webhooks> {
+        let secrets = Arc::new(super::secrets::SecretBox::load_or_create(secrets_key)?);
         // rustls on ring, the provider the rest of the server uses.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let guard = Arc::new(ssrf::Guard::new(&config.allowed_hosts).map_err(anyhow::Error::msg)?);
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .timeout(Duration::from_secs(config.attempt_timeout_secs))
-            .connect_timeout(Duration::from_secs(config.attempt_timeout_secs))
-            .dns_resolver(Arc::new(ssrf::GuardedResolver(guard.clone())))
-            .user_agent(concat!("git-collab-webhooks/", env!("CARGO_PKG_VERSION")))
-            .pool_max_idle_per_host(4)
-            .build()
-            .context("building the webhook HTTP client")?;
+        let public_guard = Arc::new(ssrf::Guard::default());
+        let build = |guard: &Arc<ssrf::Guard>| {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .no_proxy()
+                .timeout(Duration::from_secs(config.attempt_timeout_secs))
+                .connect_timeout(Duration::from_secs(config.attempt_timeout_secs))
+                .dns_resolver(Arc::new(ssrf::GuardedResolver(guard.clone())))
+                .user_agent(concat!("git-collab-webhooks/", env!("CARGO_PKG_VERSION")))
+                .pool_max_idle_per_host(4)
+                .build()
+                .context("building the webhook HTTP client")
+        };
         Ok(Webhooks {
-            client,
+            client: build(&guard)?,
             guard,
+            public_client: build(&public_guard)?,
+            public_guard,
             config: config.clone(),
+            secrets,
             changed: Notify::new(),
         })
     }
@@ -71,8 +107,8 @@ impl Webhooks {
 
     /// Check a URL before it is stored: http(s), a host, no credentials,
     /// and an address the guard accepts now (it is checked again at every
-    /// delivery).
-    pub async fn vet_url(&self, url: &str) -> Result<reqwest::Url, String> {
+    /// delivery); whether it reaches only public addresses.
+    pub async fn vet_url(&self, url: &str) -> Result<(reqwest::Url, Target), String> {
         let parsed = reqwest::Url::parse(url).map_err(|e| format!("invalid URL: {e}"))?;
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err("the URL must be http:// or https://".into());
@@ -87,14 +123,23 @@ impl Webhooks {
             .trim_end_matches(']')
             .to_string();
         let port = parsed.port_or_known_default().unwrap_or(80);
-        self.guard
+        let addrs = self
+            .guard
             .resolve(&host, port)
             .await
             .map_err(|e| format!("refused: {e}"))?;
-        Ok(parsed)
+        // One non-public address (let through by the allowlist) makes the
+        // target internal: delivery could go there.
+        let target = if addrs.iter().any(|a| ssrf::forbidden(a.ip()).is_some()) {
+            Target::Internal
+        } else {
+            Target::Public
+        };
+        Ok((parsed, target))
     }
 
-    /// POST `body` to `url`, signed, once.
+    /// POST `body` to `url`, signed, once; to an address the allowlist lets
+    /// through only when `internal` (see `Target`).
     pub async fn post(
         &self,
         url: &str,
@@ -102,7 +147,27 @@ impl Webhooks {
         body: &[u8],
         secret: Option<&str>,
         key: &collab_record::sign::SigningKey,
+        internal: bool,
     ) -> AttemptResult {
+        // Stored sealed (`secrets`); opened only for signing.
+        let opened = match secret.map(|s| self.secrets.open(s)).transpose() {
+            Ok(opened) => opened,
+            Err(e) => {
+                tracing::error!(url, "webhook attempt: {e}");
+                return AttemptResult {
+                    status: None,
+                    outcome: "failed",
+                    latency_ms: 0,
+                    response: "the server cannot open this subscription's secret".into(),
+                };
+            }
+        };
+        let secret = opened.as_deref();
+        let (client, guard) = if internal {
+            (&self.client, &self.guard)
+        } else {
+            (&self.public_client, &self.public_guard)
+        };
         let started = Instant::now();
         let finish = |status, outcome, response: String| AttemptResult {
             status,
@@ -118,21 +183,21 @@ impl Webhooks {
         if let Some(host) = parsed.host_str() {
             let bare = host.trim_start_matches('[').trim_end_matches(']');
             if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
-                if let Err(e) = self.guard.check(bare, ip) {
-                    return finish(None, "refused", format!("refused: {e}"));
+                if let Err(e) = guard.check(bare, ip) {
+                    tracing::info!(url, "webhook attempt refused: {e}");
+                    return finish(None, "refused", NO_RESPONSE.to_string());
                 }
             }
         }
         let timestamp = chrono::Utc::now().timestamp();
-        let mut request = self
-            .client
+        let mut request = client
             .post(parsed)
             .header("content-type", "application/json")
             .body(body.to_vec());
         for (name, value) in sign::headers(message_id, timestamp, body, key, secret) {
             request = request.header(name, value);
         }
-        let mut response = match request.send().await {
+        let response = match request.send().await {
             Ok(r) => r,
             Err(e) => {
                 let refused = std::error::Error::source(&e)
@@ -141,32 +206,20 @@ impl Webhooks {
                         e.source()
                     }))
                     .any(|s| s.downcast_ref::<ssrf::Refused>().is_some());
-                let text = error_chain(&e);
-                return if refused {
-                    finish(None, "refused", format!("refused: {text}"))
-                } else {
-                    finish(None, "failed", text)
-                };
+                tracing::info!(url, "webhook attempt: {}", error_chain(&e));
+                let outcome = if refused { "refused" } else { "failed" };
+                return finish(None, outcome, NO_RESPONSE.to_string());
             }
         };
+        // Only the status is kept and shown: a response body (or a redirect
+        // target) would make webhooks a way to read internal services.
         let status = response.status();
-        let mut kept = Vec::new();
-        while kept.len() < RESPONSE_KEEP {
-            match response.chunk().await {
-                Ok(Some(chunk)) => kept.extend_from_slice(&chunk),
-                _ => break,
-            }
-        }
-        kept.truncate(RESPONSE_KEEP);
-        let mut text = String::from_utf8_lossy(&kept).into_owned();
-        if status.is_redirection() {
-            let location = response
-                .headers()
-                .get("location")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            text = format!("redirect to {location:?} not followed; {text}");
-        }
+        drop(response);
+        let text = if status.is_redirection() {
+            "redirect not followed".to_string()
+        } else {
+            String::new()
+        };
         let outcome = if status.is_success() {
             "delivered"
         } else {

@@ -26,6 +26,7 @@
 //! delivery metrics.
 
 pub mod client;
+pub mod secrets;
 pub mod sign;
 pub mod ssrf;
 
@@ -74,6 +75,41 @@ pub fn declared_id(origin: &str, name: &str) -> String {
     format!("{origin}-{name}")
 }
 
+/// Whether `event`'s repository falls under `hook`'s glob: the name the
+/// repository has now (a renamed repository's history follows it), or, for
+/// a deleted one, the name it had.
+pub fn glob_matches(hook: &Webhook, event: &Event) -> bool {
+    let Some(repo) = event.repo_now.as_ref().or(event.repo.as_ref()) else {
+        return true;
+    };
+    let short = repo.strip_suffix(".git").unwrap_or(repo);
+    let glob = hook
+        .repo_glob
+        .strip_suffix(".git")
+        .unwrap_or(&hook.repo_glob);
+    glob_match(glob, short)
+}
+
+/// Whether `hook`'s owner may read `event` now: decided by the repository
+/// the event carries the id of, under its current name. Events of a deleted
+/// repository (or written without an id) are like server-wide ones: for
+/// administrators (and the operator's own subscriptions) only.
+pub fn owner_sees(app: &App, hook: &Webhook, event: &Event) -> bool {
+    // `None` (server-wide, deleted, no id) is administrators' only.
+    let repo = event.repo_id.as_ref().and(event.repo_now.as_deref());
+    crate::authz::owner_can_read(app, &hook.owner, &hook.origin, repo)
+}
+
+/// Whether `hook` may be delivered to a target that is not on the public
+/// internet (one the operator's allowlist lets through): the operator's own
+/// declared subscriptions, an administrator's, and approved ones. Decided
+/// at each attempt, so a demoted owner loses it at once.
+pub fn may_reach_internal(app: &App, hook: &Webhook) -> bool {
+    hook.origin != "ssh"
+        || hook.approved_by.is_some()
+        || crate::authz::owner_is_admin(app, &hook.owner)
+}
+
 /// Start the supervisor (and through it the workers).
 pub fn spawn(app: Arc<App>) {
     tokio::spawn(supervise(app));
@@ -93,6 +129,9 @@ pub async fn read<T: Send + 'static>(
 }
 
 async fn supervise(app: Arc<App>) {
+    if let Err(e) = seal_plain_secrets(&app).await {
+        tracing::error!("webhooks: sealing the secrets stored in plain text: {e:#}");
+    }
     if let Err(e) = sync_declared(&app).await {
         tracing::error!("webhooks: syncing the declared subscriptions: {e:#}");
     }
@@ -139,7 +178,7 @@ async fn supervise(app: Arc<App>) {
                 workers.retain(|id, (task, definition)| {
                     let keep = active
                         .get(id)
-                        .is_some_and(|hook| *definition == Definition::of(hook))
+                        .is_some_and(|hook| *definition == Definition::of(&app, hook))
                         && !task.is_finished();
                     if !keep {
                         task.abort();
@@ -148,7 +187,7 @@ async fn supervise(app: Arc<App>) {
                 });
                 for (id, hook) in active {
                     workers.entry(id).or_insert_with(|| {
-                        let definition = Definition::of(&hook);
+                        let definition = Definition::of(&app, &hook);
                         (
                             tokio::spawn(Worker::new(app.clone(), hook).run()),
                             definition,
@@ -170,6 +209,42 @@ async fn supervise(app: Arc<App>) {
             }
         }
     }
+}
+
+/// Seal the secrets an older server stored in plain text (`secrets`).
+async fn seal_plain_secrets(app: &App) -> anyhow::Result<()> {
+    let secrets = app.webhooks.secrets.clone();
+    let sealed = app
+        .writer
+        .write("seal webhook secrets", move |conn, _| {
+            let (mut n, mut foreign) = (0, 0);
+            for hook in store::list(conn)? {
+                match hook.secret {
+                    Some(s) if !secrets::SecretBox::is_sealed(&s) => {
+                        store::set_secret(conn, &hook.id, &secrets.seal(&s))?;
+                        n += 1;
+                    }
+                    Some(s) if secrets.open(&s).is_err() => foreign += 1,
+                    _ => {}
+                }
+            }
+            Ok((n, foreign))
+        })
+        .await?;
+    let (sealed, foreign) = sealed;
+    if sealed > 0 {
+        tracing::info!("sealed {sealed} webhook secrets stored in plain text");
+    }
+    if foreign > 0 {
+        // Another node (or a lost key file) sealed them: say so at start,
+        // not only at each failing attempt.
+        tracing::error!(
+            "{foreign} webhook secrets cannot be opened with {}/webhook-secrets.key: copy the \
+             key file of the node that sealed them (every node needs the same one)",
+            app.config.state_dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// Which node delivers. On SQLite there is one server and it always does.
@@ -240,13 +315,17 @@ struct Definition {
 }
 
 impl Definition {
-    fn of(hook: &Webhook) -> Definition {
+    fn of(app: &App, hook: &Webhook) -> Definition {
         Definition {
             origin: hook.origin.clone(),
             repo_glob: hook.repo_glob.clone(),
             url: hook.url.clone(),
             events: hook.events.clone(),
-            secret: hook.secret.clone(),
+            // Opened: each sync seals the same secret anew (fresh nonce).
+            secret: hook
+                .secret
+                .as_deref()
+                .map(|s| app.webhooks.secrets.open(s).unwrap_or_default()),
         }
     }
 }
@@ -327,6 +406,8 @@ fn declared_webhook(
         attempts: 0,
         failing_since: None,
         next_attempt_at: None,
+        needs_approval: false,
+        approved_by: None,
     }
 }
 
@@ -396,7 +477,7 @@ async fn sync_declared(app: &App) -> anyhow::Result<()> {
                 let text = text.trim().to_string();
                 sign::secret_key(&text)
                     .map_err(|e| anyhow::anyhow!("webhooks.subscriptions {}: {e}", hook.name))?;
-                Some(text)
+                Some(app.webhooks.secrets.seal(&text))
             }
             None => None,
         };
@@ -514,6 +595,28 @@ fn record_one(
     Ok((now, false))
 }
 
+/// Disable `hook` with `reason` and a `webhook.disabled` event, in one
+/// transaction.
+async fn disable(app: &App, hook: &Webhook, reason: &'static str) -> anyhow::Result<()> {
+    let (id, url) = (hook.id.clone(), hook.url.clone());
+    app.writer
+        .write("disable webhook", move |conn, now| {
+            store::disable(conn, &id, reason)?;
+            Recorded {
+                kind: "webhook.disabled",
+                repo: None,
+                object_id: Some(id.clone()),
+                actor: None,
+                payload: json!({ "subscription": id, "url": url, "reason": reason }),
+            }
+            .append_in(conn, now)?;
+            Ok(())
+        })
+        .await?;
+    app.webhooks.poke();
+    Ok(())
+}
+
 /// One subscription's delivery loop.
 struct Worker {
     app: Arc<App>,
@@ -525,7 +628,10 @@ struct Worker {
     queue: std::collections::VecDeque<Event>,
     /// How far `queue` reaches (every event up to here was read).
     read_to: i64,
+    /// Access decisions by repository id (`None`: server-wide events).
     access: HashMap<Option<String>, (bool, Instant)>,
+    /// The owner is no longer admitted: stop and disable.
+    owner_gone: bool,
 }
 
 impl Worker {
@@ -538,6 +644,7 @@ impl Worker {
             read_to: hook.cursor,
             queue: Default::default(),
             access: HashMap::new(),
+            owner_gone: false,
             app,
             hook,
         }
@@ -547,6 +654,18 @@ impl Worker {
         let mut head = self.app.writer.subscribe_event_head();
         loop {
             let Some(event) = self.next_match(&mut head).await else {
+                if self.owner_gone {
+                    let reason = "its owner is no longer admitted (key line removed, or no longer \
+                                  a principal of governance.toml)";
+                    tracing::warn!(
+                        webhook = self.hook.id,
+                        owner = self.hook.owner,
+                        "webhook disabled: {reason}"
+                    );
+                    if let Err(e) = disable(&self.app, &self.hook, reason).await {
+                        tracing::warn!(webhook = self.hook.id, "disabling: {e:#}");
+                    }
+                }
                 return;
             };
             if !self.deliver(&event).await {
@@ -563,6 +682,10 @@ impl Worker {
             while let Some(event) = self.queue.pop_front() {
                 if self.matches(&event) {
                     return Some(event);
+                }
+                if self.owner_gone {
+                    // Not consumed: re-judged if an administrator re-enables.
+                    return None;
                 }
                 skipped_to = Some(event.seq);
             }
@@ -603,33 +726,28 @@ impl Worker {
         if !self.types.matches(&event.kind) {
             return false;
         }
-        if let Some(repo) = &event.repo {
-            let short = repo.strip_suffix(".git").unwrap_or(repo);
-            let glob = self
-                .hook
-                .repo_glob
-                .strip_suffix(".git")
-                .unwrap_or(&self.hook.repo_glob);
-            if !glob_match(glob, short) {
-                return false;
-            }
+        // The owner must still be admitted at delivery, not only when the
+        // subscription was added; if not, the subscription is disabled.
+        // Not cached (an in-memory lookup): a removed key gets nothing more.
+        if self.hook.origin == "ssh" && !crate::authz::owner_admitted(&self.app, &self.hook.owner) {
+            self.owner_gone = true;
+            return false;
+        }
+        if !glob_matches(&self.hook, event) {
+            return false;
         }
         let now = Instant::now();
-        if let Some((ok, at)) = self.access.get(&event.repo) {
+        let key = event.repo_id.clone();
+        if let Some((ok, at)) = self.access.get(&key) {
             if now.duration_since(*at) < ACCESS_TTL {
                 return *ok;
             }
         }
-        let ok = crate::authz::owner_can_read(
-            &self.app,
-            &self.hook.owner,
-            &self.hook.origin,
-            event.repo.as_deref(),
-        );
+        let ok = owner_sees(&self.app, &self.hook, event);
         if self.access.len() > 10_000 {
             self.access.clear();
         }
-        self.access.insert(event.repo.clone(), (ok, now));
+        self.access.insert(key, (ok, now));
         ok
     }
 
@@ -655,6 +773,7 @@ impl Worker {
                     &payload,
                     self.hook.secret.as_deref(),
                     &self.app.signing_key,
+                    may_reach_internal(&self.app, &self.hook),
                 )
                 .await;
             crate::metrics::webhook_delivery(result.outcome);

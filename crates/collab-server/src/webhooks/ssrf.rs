@@ -4,8 +4,10 @@
 //! (RFC 1918), shared (CGNAT), link-local (which holds the cloud metadata
 //! endpoint 169.254.169.254), unique-local or site-local IPv6, multicast,
 //! broadcast, documentation or reserved — for IPv4, IPv6, and IPv4 carried
-//! inside IPv6 (v4-mapped, v4-compatible, NAT64). The operator lifts the
-//! refusal per host name, address or CIDR with `webhooks.allowed_hosts`.
+//! inside IPv6 (v4-mapped, v4-translated, v4-compatible, NAT64, 6to4: the
+//! embedded IPv4 address decides; local-use NAT64 and Teredo are refused).
+//! The operator lifts the refusal per host name, address or CIDR with
+//! `webhooks.allowed_hosts`.
 //!
 //! Names are resolved once, here; the HTTP client connects to exactly the
 //! addresses this guard vetted (it is the client's DNS resolver), so a
@@ -155,25 +157,53 @@ fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
     })
 }
 
+/// The IPv4 address in the low 32 bits of `seg[6..8]`.
+fn low_v4(seg: &[u16; 8]) -> Ipv4Addr {
+    Ipv4Addr::new(
+        (seg[6] >> 8) as u8,
+        seg[6] as u8,
+        (seg[7] >> 8) as u8,
+        seg[7] as u8,
+    )
+}
+
 fn forbidden_v6(ip: Ipv6Addr) -> Option<&'static str> {
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return forbidden_v4(v4);
-    }
     let seg = ip.segments();
-    // NAT64 (64:ff9b::/96) and the deprecated v4-compatible form carry an
-    // IPv4 address that decides.
-    if seg[0..6] == [0x64, 0xff9b, 0, 0, 0, 0] || (seg[0..6] == [0; 6] && seg[6] != 0) {
+    if ip.is_loopback() {
+        return Some("loopback");
+    }
+    if ip.is_unspecified() {
+        return Some("unspecified");
+    }
+    // Forms that carry an IPv4 address which a translator, tunnel or dual
+    // stack may deliver to: the IPv4 address decides.
+    // ::ffff:0:0/96 (IPv4-mapped), ::ffff:0:0:0/96 (IPv4-translated, SIIT),
+    // 64:ff9b::/96 (well-known NAT64 prefix), ::/96 (IPv4-compatible).
+    if seg[0..6] == [0, 0, 0, 0, 0, 0xffff]
+        || seg[0..6] == [0, 0, 0, 0, 0xffff, 0]
+        || seg[0..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+        || seg[0..6] == [0; 6]
+    {
+        return forbidden_v4(low_v4(&seg));
+    }
+    // 2002::/16 (6to4): the IPv4 address is bits 16..48.
+    if seg[0] == 0x2002 {
         let v4 = Ipv4Addr::new(
-            (seg[6] >> 8) as u8,
-            seg[6] as u8,
-            (seg[7] >> 8) as u8,
-            seg[7] as u8,
+            (seg[1] >> 8) as u8,
+            seg[1] as u8,
+            (seg[2] >> 8) as u8,
+            seg[2] as u8,
         );
-        return forbidden_v4(v4);
+        return forbidden_v4(v4).map(|_| "6to4 with a non-public IPv4");
     }
     Some(match () {
-        _ if ip.is_loopback() => "loopback",
-        _ if ip.is_unspecified() => "unspecified",
+        // 64:ff9b:1::/48 (RFC 8215, local-use NAT64): where the IPv4 address
+        // sits depends on the operator's prefix length, so it cannot be
+        // judged; it only ever leads into a local network.
+        _ if seg[0..3] == [0x64, 0xff9b, 1] => "local-use NAT64",
+        // 2001::/32 (Teredo): the IPv4 server and client are obfuscated
+        // inside; a tunnel endpoint is never a webhook receiver.
+        _ if seg[0] == 0x2001 && seg[1] == 0 => "Teredo",
         _ if (seg[0] & 0xfe00) == 0xfc00 => "unique-local",
         _ if (seg[0] & 0xffc0) == 0xfe80 => "link-local",
         _ if (seg[0] & 0xffc0) == 0xfec0 => "site-local",
@@ -229,6 +259,45 @@ mod tests {
             "::ffff:8.8.8.8",
         ] {
             assert!(!refused(good), "{good} must pass");
+        }
+    }
+
+    /// Every IPv4-embedding IPv6 form is judged by the IPv4 address it
+    /// carries (or refused when that cannot be told).
+    #[test]
+    fn ipv4_embedding_ipv6_is_judged_by_the_embedded_address() {
+        let cases = [
+            // ::ffff:0:0/96, IPv4-mapped.
+            ("::ffff:127.0.0.1", true),
+            ("::ffff:192.168.0.1", true),
+            ("::ffff:8.8.8.8", false),
+            // ::ffff:0:0:0/96, IPv4-translated.
+            ("::ffff:0:127.0.0.1", true),
+            ("::ffff:0:a9fe:a9fe", true),
+            ("::ffff:0:10.1.2.3", true),
+            ("::ffff:0:8.8.8.8", false),
+            // 64:ff9b::/96, well-known NAT64.
+            ("64:ff9b::127.0.0.1", true),
+            ("64:ff9b::10.0.0.1", true),
+            ("64:ff9b::8.8.8.8", false),
+            // 64:ff9b:1::/48, local-use NAT64: refused whatever it carries.
+            ("64:ff9b:1::8.8.8.8", true),
+            ("64:ff9b:1:a9fe:a900::", true),
+            // 2002::/16, 6to4.
+            ("2002:7f00:1::", true),
+            ("2002:a9fe:a9fe::1", true),
+            ("2002:c0a8:0101::", true),
+            ("2002:0808:0808::1", false),
+            // ::/96, IPv4-compatible.
+            ("::127.0.0.1", true),
+            ("::10.0.0.1", true),
+            ("::0.0.0.2", true),
+            ("::8.8.8.8", false),
+            // Teredo.
+            ("2001:0:4136:e378:8000:63bf:3fff:fdd2", true),
+        ];
+        for (text, refuse) in cases {
+            assert_eq!(refused(text), refuse, "{text}");
         }
     }
 

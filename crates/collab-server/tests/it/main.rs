@@ -27,6 +27,7 @@ mod both {
     mod limits;
     mod release;
     mod repo_admin;
+    mod repo_identity;
     mod review_cli;
     mod review_integrity;
     mod review_verb;
@@ -46,6 +47,7 @@ mod both {
 /// mid-write, backups, upgrades from old files): SQLite only.
 mod sqlite {
     mod backup_restore;
+    mod file_modes;
     mod issue_crash;
     mod issue_import;
     mod issue_upgrade;

@@ -24,6 +24,9 @@ const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STA
 /// Hang guard for waiting on deliveries (not a timing assertion).
 const WAIT_LIMIT: Duration = Duration::from_secs(120);
 
+/// What `Mode::Leaky` answers; no reply may ever show it.
+const LEAKED_BODY: &str = "INTERNAL-ADMIN-PANEL db_password=hunter2";
+
 /// The Standard Webhooks timestamp tolerance receivers use.
 const TOLERANCE: i64 = 5 * 60;
 
@@ -34,6 +37,8 @@ enum Mode {
     Down,
     /// 302 to the other listener.
     Redirect,
+    /// 500 with a body an internal service would not want read.
+    Leaky,
 }
 
 /// A verified, accepted delivery.
@@ -222,6 +227,9 @@ fn handle(
                 [("location", format!("http://{other}/private"))],
             )
                 .into_response()
+        }
+        Mode::Leaky => {
+            return (StatusCode::INTERNAL_SERVER_ERROR, LEAKED_BODY).into_response();
         }
         Mode::Up => {}
     }
@@ -754,4 +762,332 @@ fn subscriptions_declared_in_governance_toml_deliver_and_follow_the_file() {
         !hooks.iter().any(|w| w["id"] == "governance-ci")
     });
     receiver.with(|s| assert!(s.bad.is_empty(), "{:?}", s.bad));
+}
+
+/// `key`'s line removed from authorized_keys (the server picks it up live).
+fn revoke(h: &ServerHarness, key: &Path) {
+    let line = common::public_key_line(key);
+    let line = line.trim();
+    let path = h.authorized_keys_path();
+    let kept: String = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains(line))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&path, kept).unwrap();
+}
+
+/// `repo`'s policy: `rewind` for `keys` (they may subscribe to it).
+fn grant_rewind(repo_dir: &Path, keys: &[&Path]) {
+    let list: Vec<String> = keys
+        .iter()
+        .map(|k| format!("\"{}\"", common::fingerprint(k)))
+        .collect();
+    std::fs::write(
+        repo_dir.join("collab-policy.toml"),
+        format!("rewind = [{}]\n", list.join(", ")),
+    )
+    .unwrap();
+}
+
+fn hook_list(h: &ServerHarness) -> Vec<Value> {
+    h.ssh_exec("collab-hook list").json()["webhooks"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Issue 25: a target the operator's allowlist lets through although it is
+/// not on the public internet is the administrators'. Another owner's
+/// subscription to it waits inactive (and cannot be enabled, tested or
+/// delivered) until an administrator approves it; `test` shows the status
+/// only, never the body.
+#[test]
+fn a_non_administrators_internal_target_waits_for_approval() {
+    let receiver = Receiver::start_ed25519_only();
+    let h = server_with(true, &[]);
+    receiver.set_server_key(
+        h.ssh_exec("collab-whoami").json()["server_key"]
+            .as_str()
+            .unwrap(),
+    );
+    let dir = h.create_repo("r");
+    let user = h.authorized_key("user");
+    grant_rewind(&dir, &[&user]);
+    let added = h.ssh_exec_as(
+        &user,
+        &format!("collab-hook add 'r' '{}' --event 'ref.*'", receiver.url()),
+        b"",
+    );
+    assert_eq!(added.code, 0, "{added:?}");
+    let added = added.json();
+    assert_eq!(added["status"], "pending_approval", "{added}");
+    assert_eq!(added["webhook"]["active"], false);
+    assert_eq!(added["webhook"]["needs_approval"], true);
+    let id = added["webhook"]["id"].as_str().unwrap().to_string();
+
+    // The owner can neither switch it on nor reach the target with it.
+    let enable = h.ssh_exec_as(&user, &format!("collab-hook enable '{id}'"), b"");
+    assert_eq!(enable.code, 1, "{enable:?}");
+    assert!(enable.stderr.contains("approval"), "{enable:?}");
+    let test = h.ssh_exec_as(&user, &format!("collab-hook test '{id}'"), b"");
+    assert_eq!(test.code, 1, "{test:?}");
+    assert!(test.stderr.contains("no response"), "{test:?}");
+    let clone = h.clone_repo("r", "work");
+    h.commit_file(&clone, "a", b"a", "a");
+    h.ssh_push(&clone, &["HEAD:refs/heads/main"]);
+    // Only an administrator approves.
+    let approve = h.ssh_exec_as(&user, &format!("collab-hook approve '{id}'"), b"");
+    assert_eq!(approve.code, 1, "{approve:?}");
+    assert!(approve.stderr.contains("permission denied"), "{approve:?}");
+    assert_eq!(receiver.with(|s| s.accepted.len() + s.bad.len()), 0);
+
+    let approved = h.ssh_exec(&format!("collab-hook approve '{id}'"));
+    assert_eq!(approved.code, 0, "{approved:?}");
+    h.commit_file(&clone, "b", b"b", "b");
+    h.ssh_push(&clone, &["HEAD:refs/heads/main"]);
+    receiver.wait("the push after approval", |s| {
+        s.accepted.iter().any(|d| d.kind == "ref.updated")
+    });
+    let hook = hook_list(&h)
+        .into_iter()
+        .find(|x| x["id"] == id.as_str())
+        .unwrap();
+    assert_eq!(
+        (hook["active"].clone(), hook["needs_approval"].clone()),
+        (Value::Bool(true), Value::Bool(false))
+    );
+    assert!(hook["approved_by"].is_string(), "{hook}");
+
+    // A receiver that answers with a body: the owner sees the status only.
+    receiver.set_mode(Mode::Leaky);
+    let test = h.ssh_exec_as(&user, &format!("collab-hook test '{id}'"), b"");
+    assert_eq!(test.code, 1, "{test:?}");
+    assert!(test.stderr.ends_with("failed: HTTP 500\n"), "{test:?}");
+    let log = h.ssh_exec_as(&user, &format!("collab-hook deliveries '{id}'"), b"");
+    assert!(!log.stdout.contains("hunter2"), "{log:?}");
+    assert!(!test.stderr.contains("hunter2"), "{test:?}");
+}
+
+/// Issue 25: what an attempt that got no response says does not tell a
+/// closed port from one that never answers (no port oracle).
+#[test]
+fn failures_without_a_response_all_read_the_same() {
+    let h = server_with(true, &[("GIT_COLLAB_WEBHOOKS__ATTEMPT_TIMEOUT_SECS", "1")]);
+    h.create_repo("r");
+    // A port nobody listens on, and a listener that accepts and never
+    // answers.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let mut replies = Vec::new();
+    for port in [closed, silent_port] {
+        let added = hook_add(&h, &format!("'r' 'http://127.0.0.1:{port}/hook'"), None);
+        assert_eq!(added.code, 0, "{added:?}");
+        let id = added.json()["webhook"]["id"].as_str().unwrap().to_string();
+        let test = h.ssh_exec(&format!("collab-hook test '{id}'"));
+        assert_eq!(test.code, 1, "{test:?}");
+        // The message id differs per attempt; the rest must not.
+        let (_, what) = test
+            .stderr
+            .split_once(" failed: ")
+            .expect("one failure line");
+        replies.push(what.to_string());
+        let log = h.ssh_exec(&format!("collab-hook deliveries '{id}'")).json();
+        let attempt = &log["deliveries"][0];
+        replies.push(format!(
+            "{} {} {}",
+            attempt["outcome"], attempt["response"], attempt["latency_ms"]
+        ));
+    }
+    drop(silent);
+    assert!(replies[0].starts_with("no response"), "{replies:?}");
+    assert_eq!(replies[0], replies[2], "{replies:?}");
+    assert_eq!(replies[1], replies[3], "{replies:?}");
+}
+
+/// Issue 25: subscriptions are capped per owner and per repository.
+#[test]
+fn subscriptions_are_capped_per_owner_and_per_repository() {
+    let receiver = Receiver::start();
+    let h = server_with(
+        true,
+        &[
+            ("GIT_COLLAB_WEBHOOKS__MAX_PER_OWNER", "2"),
+            ("GIT_COLLAB_WEBHOOKS__MAX_PER_REPO", "3"),
+        ],
+    );
+    let dir = h.create_repo("r");
+    h.create_repo("s");
+    let (one, two) = (h.authorized_key("one"), h.authorized_key("two"));
+    grant_rewind(&dir, &[&one, &two]);
+    let url = receiver.url();
+    for _ in 0..2 {
+        let out = hook_add(&h, &format!("'r' '{url}'"), None);
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    let third = hook_add(&h, &format!("'s' '{url}'"), None);
+    assert_eq!(third.code, 1, "{third:?}");
+    assert!(third.stderr.contains("webhooks.max_per_owner"), "{third:?}");
+    // A second owner fills `r` up to its cap; a third subscription on it
+    // from anyone is refused, even through a glob.
+    let out = h.ssh_exec_as(&one, &format!("collab-hook add 'r' '{url}'"), b"");
+    assert_eq!(out.code, 0, "{out:?}");
+    for glob in ["r", "*"] {
+        let out = h.ssh_exec_as(&two, &format!("collab-hook add '{glob}' '{url}'"), b"");
+        assert_eq!(out.code, 1, "{glob}: {out:?}");
+        assert!(
+            out.stderr.contains("webhooks.max_per_repo")
+                || out.stderr.contains("permission denied"),
+            "{glob}: {out:?}"
+        );
+    }
+    let out = h.ssh_exec_as(&two, &format!("collab-hook add 'r' '{url}'"), b"");
+    assert!(out.stderr.contains("webhooks.max_per_repo"), "{out:?}");
+    assert_eq!(hook_list(&h).len(), 3);
+}
+
+/// Issue 25: at delivery the owner must still be admitted; a subscription
+/// whose owner's key line was removed delivers nothing more and is
+/// disabled with the reason.
+#[test]
+fn a_removed_owners_subscription_stops_and_is_disabled() {
+    let receiver = Receiver::start_ed25519_only();
+    let h = server_with(true, &[]);
+    receiver.set_server_key(
+        h.ssh_exec("collab-whoami").json()["server_key"]
+            .as_str()
+            .unwrap(),
+    );
+    let dir = h.create_repo("r");
+    let user = h.authorized_key("user");
+    grant_rewind(&dir, &[&user]);
+    let added = h.ssh_exec_as(
+        &user,
+        &format!("collab-hook add 'r' '{}' --event 'ref.*'", receiver.url()),
+        b"",
+    );
+    assert_eq!(added.code, 0, "{added:?}");
+    let id = added.json()["webhook"]["id"].as_str().unwrap().to_string();
+    assert_eq!(h.ssh_exec(&format!("collab-hook approve '{id}'")).code, 0);
+    let clone = h.clone_repo("r", "work");
+    h.commit_file(&clone, "a", b"a", "a");
+    h.ssh_push(&clone, &["HEAD:refs/heads/main"]);
+    receiver.wait("the first push", |s| s.accepted.len() == 1);
+
+    revoke(&h, &user);
+    // The key is out once the server no longer lets it in.
+    let start = Instant::now();
+    while h.ssh_exec_as(&user, "collab-whoami", b"").code == 0 {
+        assert!(start.elapsed() < WAIT_LIMIT, "the key stayed admitted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    h.commit_file(&clone, "b", b"b", "b");
+    h.ssh_push(&clone, &["HEAD:refs/heads/main"]);
+    let start = Instant::now();
+    let hook = loop {
+        let hook = hook_list(&h)
+            .into_iter()
+            .find(|x| x["id"] == id.as_str())
+            .unwrap();
+        if hook["active"] == false {
+            break hook;
+        }
+        assert!(start.elapsed() < WAIT_LIMIT, "never disabled: {hook}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        hook["disabled_reason"]
+            .as_str()
+            .unwrap()
+            .contains("no longer admitted"),
+        "{hook}"
+    );
+    assert_eq!(receiver.with(|s| s.accepted.len()), 1);
+}
+
+/// Issue 25: a subscription matching a reused name never receives the
+/// deleted predecessor's events, even when they are still in its backlog
+/// once the new repository exists, nor by redelivery.
+#[test]
+fn a_reused_names_subscription_never_gets_the_deleted_repositorys_events() {
+    let receiver = Receiver::start_ed25519_only();
+    let h = server_with(true, &[]);
+    receiver.set_server_key(
+        h.ssh_exec("collab-whoami").json()["server_key"]
+            .as_str()
+            .unwrap(),
+    );
+    let dir = h.create_repo("pa");
+    let user = h.authorized_key("user");
+    grant_rewind(&dir, &[&user]);
+    let added = h.ssh_exec_as(
+        &user,
+        &format!("collab-hook add 'p*' '{}'", receiver.url()),
+        b"",
+    );
+    assert_eq!(added.code, 0, "{added:?}");
+    let id = added.json()["webhook"]["id"].as_str().unwrap().to_string();
+    assert_eq!(h.ssh_exec(&format!("collab-hook approve '{id}'")).code, 0);
+    // The receiver is down: the subscription stalls on its first event and
+    // the rest wait behind it.
+    receiver.set_mode(Mode::Down);
+    let run = |cmd: &str| {
+        let out = h.ssh_exec(cmd);
+        assert_eq!(out.code, 0, "{cmd}: {out:?}");
+    };
+    run("collab-issue open 'pa' --title 'first'");
+    receiver.wait("a refused attempt", |s| s.refused_while_down > 0);
+    run("collab-repo create 'p'");
+    std::fs::write(
+        h.repos_dir().join("p.git").join("collab-policy.toml"),
+        "read = []\nwrite = []\n",
+    )
+    .unwrap();
+    run("collab-issue open 'p' --title 'SECRET-old-p'");
+    run("collab-repo delete 'p' --confirm 'p'");
+    run("collab-repo create 'p'");
+    run("collab-issue open 'p' --title 'fresh'");
+    let events = h.ssh_exec("collab-events watch --since 0 --no-follow");
+    let events: Vec<Value> = events
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let secret_seq = events
+        .iter()
+        .find(|e| e.to_string().contains("SECRET-old-p"))
+        .unwrap()["seq"]
+        .as_i64()
+        .unwrap();
+    let last = events.last().unwrap()["seq"].as_i64().unwrap();
+    let old_id = events.iter().find(|e| e["seq"] == secret_seq).unwrap()["repo_id"].clone();
+    let old_seqs: Vec<i64> = events
+        .iter()
+        .filter(|e| e["repo_id"] == old_id)
+        .map(|e| e["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(old_seqs.len(), 3, "created, opened, deleted: {events:?}");
+
+    receiver.set_mode(Mode::Up);
+    receiver.wait("the new repository's issue", |s| {
+        s.accepted.iter().any(|d| d.seq == last)
+    });
+    let got: Vec<i64> = receiver.with(|s| s.accepted.iter().map(|d| d.seq).collect());
+    for seq in &old_seqs {
+        assert!(!got.contains(seq), "old-p event {seq} delivered: {got:?}");
+    }
+    // Nor can it be had by redelivery.
+    let again = h.ssh_exec_as(
+        &user,
+        &format!("collab-hook redeliver '{id}-{secret_seq}'"),
+        b"",
+    );
+    assert_eq!(again.code, 1, "{again:?}");
+    assert!(again.stderr.contains("no such delivery"), "{again:?}");
+    assert!(receiver.with(|s| s.accepted.iter().all(|d| !old_seqs.contains(&d.seq))));
 }

@@ -432,12 +432,18 @@ fn patch_dags_from_before_the_upgrade_import_intact_once_and_are_frozen_after() 
     )
     .unwrap();
 
-    // The previous release's collab.db: schema version 7, the (empty) issue
+    // The previous release's collab.db: schema version 7 (version 9's and
+    // 8's tables and columns undone), the (empty) issue
     // import of both repositories done, no patch import.
     {
         let conn = rusqlite::Connection::open(repos.join("collab.db")).unwrap();
         conn.execute_batch(
-            "DROP TABLE patch_imports;
+            "DROP TABLE repositories;
+             DROP INDEX events_repo_id_seq;
+             ALTER TABLE events DROP COLUMN repo_id;
+             ALTER TABLE webhooks DROP COLUMN needs_approval;
+             ALTER TABLE webhooks DROP COLUMN approved_by;
+             DROP TABLE patch_imports;
              DROP TABLE patch_exports;
              INSERT INTO imports VALUES ('app.git', 'imported', 1, 0, 0, 0, 0, '{}'),
                                         ('plain.git', 'imported', 1, 0, 0, 0, 0, '{}');
@@ -877,7 +883,12 @@ fn an_import_killed_part_way_is_finished_exactly_once_by_the_next_start() {
     {
         let conn = rusqlite::Connection::open(h.repos_dir().join("collab.db")).unwrap();
         conn.execute_batch(
-            "DROP TABLE patch_imports;
+            "DROP TABLE repositories;
+             DROP INDEX events_repo_id_seq;
+             ALTER TABLE events DROP COLUMN repo_id;
+             ALTER TABLE webhooks DROP COLUMN needs_approval;
+             ALTER TABLE webhooks DROP COLUMN approved_by;
+             DROP TABLE patch_imports;
              DROP TABLE patch_exports;
              INSERT INTO imports VALUES ('many.git', 'imported', 1, 0, 0, 0, 0, '{}');
              PRAGMA user_version = 7;",
