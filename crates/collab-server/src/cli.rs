@@ -30,6 +30,11 @@ enum Command {
         /// directory that was used before (fencing tokens start again at 1).
         #[arg(long)]
         allow_empty_db: bool,
+        /// Create the state directory if it does not exist: a new, empty
+        /// forge. Without it, only the default state directory is created;
+        /// a missing (mistyped?) --state-dir is an error.
+        #[arg(long)]
+        init: bool,
     },
     /// Inspect the effective configuration.
     Config {
@@ -177,9 +182,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
     match cli.command {
-        Command::Serve { allow_empty_db } => {
+        Command::Serve {
+            allow_empty_db,
+            init,
+        } => {
             let rt = tokio::runtime::Runtime::new()?;
-            let options = serve::ServeOptions { allow_empty_db };
+            let options = serve::ServeOptions {
+                allow_empty_db,
+                init,
+            };
             rt.block_on(serve::serve(loaded.config, options))?;
         }
         Command::Config { command } => match command {

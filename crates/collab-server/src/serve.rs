@@ -23,6 +23,8 @@ pub struct ServeOptions {
     /// Start even though `collab.db` is missing or empty where the state
     /// directory was used before (`serve --allow-empty-db`).
     pub allow_empty_db: bool,
+    /// Create a missing state directory (`serve --init`).
+    pub init: bool,
 }
 
 /// Import the issue DAGs of every repository not imported yet. A
@@ -62,6 +64,18 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     let mut config = crate::config::absolute_paths(config)?;
     // Before any listener exists: the connection caps are fitted into it.
     fds::raise_open_file_limit();
+    // A mistyped --state-dir must not become a new, empty forge with a
+    // new host key: only the documented default, or `--init`, creates one.
+    if !config.state_dir.exists()
+        && !options.init
+        && config.state_dir != std::path::Path::new(crate::config::DEFAULT_STATE_DIR)
+    {
+        anyhow::bail!(
+            "state directory {} does not exist: check --state-dir (or state_dir in the \
+             configuration); to start a new, empty forge there, run `serve --init` once",
+            config.state_dir.display()
+        );
+    }
     let prepared = crate::setup::prepare(&config)?;
     // Held until serve returns: `db migrate` refuses while it is.
     let _server_lock = crate::server_lock::ServerLock::serve(&config.state_dir)?;

@@ -325,6 +325,10 @@ impl ServerHarness {
             ])
             .args(&self.options.args)
             .arg("serve")
+            // The harness makes new forges: a state directory it did not
+            // create is created by the server (`once::config` tests the
+            // refusal without --init).
+            .arg("--init")
             // The server's working directory is the test's own, so a stray
             // file created by a command would show up there.
             .current_dir(self.tmp.path())

@@ -547,7 +547,10 @@ fn cli_refusals_are_one_line() {
     );
     assert_eq!(
         (unknown_tag.code, unknown_tag.stderr.as_str()),
-        (1, "error: no tag v2 in app.git: push it first (git push origin tag v2)\n")
+        (
+            1,
+            "error: no tag v2 in app.git: push it first (git push origin tag v2)\n"
+        )
     );
     std::fs::write(work.join(".hidden"), b"h").unwrap();
     let bad_name = cli(

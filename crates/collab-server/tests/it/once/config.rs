@@ -544,3 +544,59 @@ fn healthcheck_asks_readyz() {
         )
     );
 }
+
+/// A missing or mistyped `--state-dir` used to be created silently, with a
+/// new host key and an empty forge (issue 32). Now `serve` refuses with
+/// one line naming the directory and `--init`, creating nothing; with
+/// `--init` it makes the new forge.
+#[test]
+fn a_missing_state_dir_is_created_only_with_init() {
+    let tmp = tempfile::tempdir().unwrap();
+    let typo = tmp.path().join("stat");
+    let serve = |extra: &[&str]| {
+        let mut args = vec![
+            "--state-dir".to_string(),
+            typo.display().to_string(),
+            "--ssh-listen".into(),
+            "127.0.0.1:0".into(),
+            "--http-listen".into(),
+            "127.0.0.1:0".into(),
+            "serve".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let out = run_server(&serve(&[]), &[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = one_line_error(&out);
+    assert!(
+        err.contains(&format!(
+            "state directory {} does not exist",
+            typo.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("serve --init"), "{err}");
+    assert!(!typo.exists(), "nothing was created");
+
+    // With --init the server makes it (and serves; stopped here once ready).
+    let mut child = Command::new(env!("CARGO_BIN_EXE_git-collab-server"))
+        .args(serve(&["--init"]))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !typo.join("ssh_host_ed25519_key").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server made no state"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the server exited");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
