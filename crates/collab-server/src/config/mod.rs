@@ -390,6 +390,8 @@ pub const OTHER_ENV_VARS: &[&str] = &[
     "GIT_COLLAB_ACCESS",
     "GIT_COLLAB_DB",
     "GIT_COLLAB_FENCED_REFS",
+    "GIT_COLLAB_FENCED_REF_ISSUE",
+    "GIT_COLLAB_OTHERS_MAY_REVISE",
     "GIT_COLLAB_MAX_BODY",
     "GIT_COLLAB_WEB_URL",
     // `environment="GIT_COLLAB_ROLE=admin"` in authorized_keys.

@@ -311,6 +311,28 @@ fn the_mode_is_detected_once_remembered_and_can_be_forced() {
     // server's, reached over ssh only: the command says so (issue 32)
     // instead of listing this clone's DAGs as if they were all there is.
     let bare = f.h.repos_dir().join("r.git");
+    // The signed export follows the server's writes; wait until it is there.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while f
+        .h
+        .git(
+            &f.clone,
+            &[
+                "ls-remote",
+                &bare.display().to_string(),
+                "refs/collab/export/*",
+            ],
+        )
+        .stdout
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no issue export in {}",
+            bare.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     f.h.git(
         &f.clone,
         &["remote", "set-url", "origin", &bare.display().to_string()],
