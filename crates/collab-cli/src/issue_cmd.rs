@@ -546,7 +546,7 @@ fn pass_through(reply: &RemoteOutput, json: bool) -> ExitCode {
 /// The server's issue as the local `IssueState`, for the shared text output.
 fn as_state(s: server::ServerIssue) -> Result<IssueState> {
     let author = |p: server::Person| Author {
-        name: p.name,
+        name: p.display_name.unwrap_or(p.name),
         key: p.key.unwrap_or_default(),
     };
     Ok(IssueState {

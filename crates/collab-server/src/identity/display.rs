@@ -15,9 +15,15 @@
 //! key's comment or `name=` (or governance) renames the key everywhere at
 //! once, and the records keep the full fingerprint. Full fingerprints stay
 //! in `--json` output and in `title` attributes on web pages.
+//!
+//! SSH replies carry both: [`annotate`] adds `display_name` beside every
+//! person object (`{"principal", "name", …}`), `holder_name` beside every
+//! `holder` and `by_name` beside every `by`, and changes no other field.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+
+use serde_json::Value;
 
 use super::options::check_name;
 use super::KeyLines;
@@ -113,6 +119,44 @@ impl DisplayNames {
     }
 }
 
+/// Add the display names to a JSON reply, in place (see the module doc):
+/// only new `*_name` fields; what was there stays as it was.
+pub fn annotate(value: &mut Value, names: &DisplayNames) {
+    match value {
+        Value::Array(items) => items.iter_mut().for_each(|v| annotate(v, names)),
+        Value::Object(map) => {
+            map.values_mut().for_each(|v| annotate(v, names));
+            if let Some(Value::String(principal)) = map.get("principal") {
+                let recorded = map.get("name").and_then(Value::as_str).unwrap_or("");
+                let name = names.author(principal, recorded);
+                map.entry("display_name").or_insert(Value::String(name));
+            }
+            for (field, named) in [("holder", "holder_name"), ("by", "by_name")] {
+                if let Some(Value::String(who)) = map.get(field) {
+                    let name = names.name(who);
+                    map.entry(named).or_insert(Value::String(name));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// [`annotate`] a reply line that is a JSON object; other lines (`error:
+/// …`) unchanged.
+pub fn annotate_line(line: String, names: &DisplayNames) -> String {
+    if !line.starts_with('{') {
+        return line;
+    }
+    match serde_json::from_str::<Value>(&line) {
+        Ok(mut value) => {
+            annotate(&mut value, names);
+            serde_json::to_string(&value).unwrap_or(line)
+        }
+        Err(_) => line,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +205,20 @@ mod tests {
         assert_eq!(n.author(unknown, "Alice Liddell"), "Alice Liddell");
         assert_eq!(n.author(unknown, unknown), "SHA256:GlgxX2Cw\u{2026}");
         assert_eq!(n.name("alice"), "alice", "a governed principal stays");
+
+        let mut reply = serde_json::json!({
+            "holder": fps[1],
+            "author": {"principal": fps[0], "name": fps[0], "key": null},
+            "leases": [{"holder": unknown}],
+            "by": "alice",
+        });
+        annotate(&mut reply, &n);
+        assert_eq!(reply["holder"], fps[1].as_str(), "the principal stays");
+        assert_eq!(reply["holder_name"], "Build Bot");
+        assert_eq!(reply["author"]["name"], fps[0].as_str());
+        assert_eq!(reply["author"]["display_name"], "alice@laptop");
+        assert_eq!(reply["leases"][0]["holder_name"], "SHA256:GlgxX2Cw\u{2026}");
+        assert_eq!(reply["by_name"], "alice");
 
         let (n, fps) = names(&format!("{ALICE}\n{BOT} evil\u{202E}txt\n"));
         assert!(n.name(&fps[0]).ends_with('\u{2026}'), "no comment");
