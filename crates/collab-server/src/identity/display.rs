@@ -82,7 +82,7 @@ impl DisplayNames {
     /// The key's `name=`, else its comment, from the first line that has
     /// one. Lines refused for an option give no name (they admit nothing);
     /// an expired line still names its key (old records keep a name).
-    fn from_keys(&self, fingerprint: &str) -> Option<String> {
+    fn listed_name(&self, fingerprint: &str) -> Option<String> {
         let lines = &self.keys.get(fingerprint)?.usable;
         lines
             .iter()
@@ -99,7 +99,7 @@ impl DisplayNames {
     /// The display name of a principal (a lease holder, a merger).
     pub fn name(&self, principal: &str) -> String {
         self.governed(principal)
-            .or_else(|| self.from_keys(principal))
+            .or_else(|| self.listed_name(principal))
             .unwrap_or_else(|| short_fingerprint(principal))
     }
 
@@ -110,7 +110,7 @@ impl DisplayNames {
             return self.name(recorded);
         }
         self.governed(principal)
-            .or_else(|| self.from_keys(principal))
+            .or_else(|| self.listed_name(principal))
             .or_else(|| {
                 (recorded != principal && !is_fingerprint(recorded) && check_name(recorded).is_ok())
                     .then(|| recorded.to_string())
