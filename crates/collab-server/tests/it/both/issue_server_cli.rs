@@ -493,6 +493,13 @@ fn offline_reads_and_verify_use_the_signed_export() {
         (Some("closed"), Some("dup"))
     );
     assert!(f.ok(&["issue", "list", "--offline"]).contains("First"));
+    // The export records the author by fingerprint: text shows it short.
+    let me = fingerprint(&f.key);
+    let text = f.ok(&["issue", "show", &a[..8], "--offline"]);
+    assert!(
+        text.contains(&format!("\nauthor: {}\u{2026}\n", &me[..15])) && !text.contains(&me),
+        "{text}"
+    );
 
     // Without an allowlist the export is only signature-checked.
     let v = f.json(&["verify"]);
