@@ -909,6 +909,7 @@ async fn push_clone_issue_and_lease_survive_a_restart() {
     assert_eq!(status, 200, "{page}");
     let page = html_text(&page);
     assert!(page.contains(title), "issue title not on the page:\n{page}");
+    // The holder by display name: the admin key's comment.
     assert!(
         page.contains("claimed by admin"),
         "claim not on the page:\n{page}"
