@@ -561,7 +561,7 @@ fn pass_through(reply: &RemoteOutput, json: bool) -> ExitCode {
 /// The server's issue as the local `IssueState`, for the shared text output.
 fn as_state(s: server::ServerIssue) -> Result<IssueState> {
     let author = |p: server::Person| Author {
-        name: p.name,
+        name: p.display_name.unwrap_or(p.name),
         key: p.key.unwrap_or_default(),
     };
     Ok(IssueState {
@@ -696,6 +696,24 @@ fn list_line(id: &str, status: &str, title: &str, labels: &[String]) -> String {
     )
 }
 
+/// A name as text output shows it: a bare `SHA256:` fingerprint (what an
+/// ungoverned server records, and what `--offline` reads back from its
+/// export) as its short form `SHA256:GlgxX2Cw…`, as the server's display
+/// names do; `--json` keeps it whole.
+fn person(name: &str) -> String {
+    match name.strip_prefix("SHA256:") {
+        Some(rest)
+            if rest.len() == 43
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/') =>
+        {
+            format!("SHA256:{}\u{2026}", &rest[..8])
+        }
+        _ => name.to_string(),
+    }
+}
+
 fn print_issue(i: &IssueState, links: &[String]) {
     println!(
         "{} {}",
@@ -710,7 +728,7 @@ fn print_issue(i: &IssueState, links: &[String]) {
             .map(|r| format!(" ({})", terminal::line(r)))
             .unwrap_or_default()
     );
-    println!("author: {}", terminal::line(&i.author.name));
+    println!("author: {}", terminal::line(&person(&i.author.name)));
     println!("created: {}", i.created_at.to_rfc3339());
     println!("updated: {}", i.updated_at.to_rfc3339());
     if !i.labels.is_empty() {
@@ -728,7 +746,7 @@ fn print_issue(i: &IssueState, links: &[String]) {
         println!(
             "--- {} {} at {}",
             terminal::line(short_id(&c.id)),
-            terminal::line(&c.author.name),
+            terminal::line(&person(&c.author.name)),
             c.at.to_rfc3339()
         );
         println!("{}", terminal::text(c.body.trim_end()));

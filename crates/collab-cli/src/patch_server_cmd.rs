@@ -416,8 +416,10 @@ fn print_patch(v: &Value) {
     fn s(v: &Value, k: &str) -> String {
         terminal::line(v[k].as_str().unwrap_or_default()).into_owned()
     }
+    /// A person by display name (older servers send only `name`).
     fn name(v: &Value) -> String {
-        terminal::line(v["name"].as_str().unwrap_or_default()).into_owned()
+        let shown = v["display_name"].as_str().or(v["name"].as_str());
+        terminal::line(shown.unwrap_or_default()).into_owned()
     }
     println!(
         "{} {}",

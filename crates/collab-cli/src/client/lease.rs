@@ -194,6 +194,9 @@ pub struct LeaseReply {
     pub issue: String,
     #[serde(default)]
     pub holder: Option<String>,
+    /// The holder's display name (`holder` is the full principal).
+    #[serde(default)]
+    pub holder_name: Option<String>,
     #[serde(default)]
     pub token: Option<i64>,
     #[serde(default)]
@@ -293,7 +296,9 @@ fn expiry(expires_at: &Option<String>) -> String {
 
 fn reply_line(op: &LeaseOp, reply: &LeaseReply) -> String {
     let id = short_id(&reply.issue);
-    let line = match (reply.status.as_str(), &reply.holder) {
+    // People by their display name; an older server sends only `holder`.
+    let holder = reply.holder_name.as_ref().or(reply.holder.as_ref());
+    let line = match (reply.status.as_str(), holder) {
         ("acquired", _) => match &reply.title {
             Some(title) => format!("claimed {id} {title} ({})", expiry(&reply.expires_at)),
             None => format!("claimed {id} ({})", expiry(&reply.expires_at)),
@@ -397,7 +402,7 @@ fn claims_line(lease: &ListedLease) -> String {
     format!(
         "{}  {}  token {}  since {}  {}\n",
         short_id(&lease.issue),
-        lease.holder,
+        lease.holder_name.as_deref().unwrap_or(&lease.holder),
         lease.token,
         lease.acquired_at,
         expiry(&lease.expires_at)

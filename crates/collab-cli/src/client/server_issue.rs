@@ -233,6 +233,10 @@ pub fn run(
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Person {
     pub name: String,
+    /// What to show (`identity::display` on the server); older servers
+    /// leave it out, and then `name` is shown.
+    #[serde(default)]
+    pub display_name: Option<String>,
     #[serde(default)]
     pub key: Option<String>,
     #[serde(default)]
@@ -372,7 +376,9 @@ pub fn fenced_line(stdout: &[u8]) -> Option<String> {
     let issue = collab_record::issue::short_id(issue);
     Some(
         match (
-            v.get("holder").and_then(Value::as_str),
+            v.get("holder_name")
+                .or_else(|| v.get("holder"))
+                .and_then(Value::as_str),
             v.get("token").and_then(Value::as_i64),
         ) {
             (Some(holder), Some(token)) => format!(

@@ -41,6 +41,10 @@ pub struct LeaseRow {
     /// How many times the lease changed hands or state.
     #[serde(default)]
     pub transitions: i64,
+    /// The holder's display name (the server adds it to every reply that
+    /// names a holder); `holder` stays the full principal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_name: Option<String>,
 }
 
 /// `collab-lease list`.

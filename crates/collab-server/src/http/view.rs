@@ -14,6 +14,7 @@ use chrono::{DateTime, TimeZone as _, Utc};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use crate::app::App;
+use crate::identity::display::DisplayNames;
 
 /// Why a page could not be shown.
 #[derive(Debug)]
@@ -170,6 +171,43 @@ pub fn not_found(app: &App) -> Response {
         "Not found",
         "There is nothing here, or you are not allowed to see it.",
     )
+}
+
+/// A person as pages show them: the display name (`identity::display`),
+/// with the full principal (a `SHA256:` fingerprint or a governed name) for
+/// the `title` attribute. Templates write
+/// `<span class="who" title="{{ w.id }}">{{ w.name }}</span>`.
+#[derive(Debug, Clone, Default)]
+pub struct Who {
+    pub name: String,
+    pub id: String,
+}
+
+impl Who {
+    /// `principal` (a lease holder, a merger) as named now.
+    pub fn principal(names: &DisplayNames, principal: &str) -> Who {
+        Who {
+            name: names.name(principal),
+            id: principal.to_string(),
+        }
+    }
+
+    /// An author recorded as `principal` with the name `recorded`.
+    pub fn author(names: &DisplayNames, principal: &str, recorded: &str) -> Who {
+        Who {
+            name: names.author(principal, recorded),
+            id: if principal.is_empty() {
+                recorded.to_string()
+            } else {
+                principal.to_string()
+            },
+        }
+    }
+
+    /// No one (an unclaimed issue).
+    pub fn is_empty(&self) -> bool {
+        self.name.is_empty()
+    }
 }
 
 /// The first 8 hex digits of an id, as the CLI shows it.

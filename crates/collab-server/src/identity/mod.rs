@@ -9,6 +9,7 @@
 //! when one of them admits it for this client address at this time. This
 //! module admits keys; what a key may do is `authz`'s business.
 
+pub mod display;
 pub mod options;
 
 use std::collections::HashMap;
@@ -47,6 +48,8 @@ pub fn fingerprint(key: &PublicKey) -> String {
 pub struct AuthorizedLine {
     pub options: String,
     pub fingerprint: String,
+    /// The key's comment (the text after the key), as written.
+    pub comment: String,
     /// The options text carries [`ADMIN_OPTION`].
     pub admin: bool,
 }
@@ -57,6 +60,8 @@ pub struct AuthorizedKey {
     pub line: usize,
     pub fingerprint: String,
     pub options: KeyOptions,
+    /// The key's comment (`alice@laptop`), as written; may be empty.
+    pub comment: String,
 }
 
 impl AuthorizedKey {
@@ -119,9 +124,11 @@ pub fn parse_authorized_line(line: &str) -> Option<AuthorizedLine> {
     };
     let admin = split_options(&options).any(|o| o == ADMIN_OPTION);
     let fingerprint = fingerprint(&key);
+    let comment = key.comment().as_str_lossy().trim().to_string();
     Some(AuthorizedLine {
         options,
         fingerprint,
+        comment,
         admin,
     })
 }
@@ -148,6 +155,7 @@ pub fn parse_authorized_keys(text: &str) -> (HashMap<String, KeyLines>, Vec<(usi
                 line: number,
                 fingerprint: parsed.fingerprint,
                 options,
+                comment: parsed.comment,
             }),
             Err(reason) => {
                 entry.refused.push(number);

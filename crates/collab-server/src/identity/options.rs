@@ -5,7 +5,10 @@
 //!   wildcards, `!` negation, `addr/len` CIDR; matched against the address,
 //!   as OpenSSH does with `UseDNS no`), `expiry-time="YYYYMMDD[HHMM[SS]][Z]"`
 //!   (local time unless `Z`), and our own admin mark
-//!   `environment="GIT_COLLAB_ROLE=admin"`;
+//!   `environment="GIT_COLLAB_ROLE=admin"`, and our own
+//!   `name="Display Name"` (the name shown for the key on web pages and in
+//!   replies, see `display`; printable, no control or bidi characters, at
+//!   most [`MAX_NAME_CHARS`] characters, else the line is refused);
 //! - honoured because the server never offers what they forbid: `restrict`,
 //!   `no-pty`, `no-port-forwarding`, `no-agent-forwarding`,
 //!   `no-X11-forwarding`, `no-user-rc`; and accepted because the server
@@ -34,6 +37,8 @@ pub struct KeyOptions {
     pub from: Option<AddressPatterns>,
     /// `expiry-time=`: unix seconds after which the line admits nothing.
     pub expires_at: Option<i64>,
+    /// `name=`: the display name of the key (validated, see [`check_name`]).
+    pub name: Option<String>,
 }
 
 /// Why a line admits nothing for this connection.
@@ -67,6 +72,10 @@ impl KeyOptions {
                     out.expires_at =
                         Some(parse_expiry(&v).ok_or_else(|| format!("expiry-time={v:?} is not YYYYMMDD[HHMM[SS]][Z]"))?)
                 }
+                ("name", Some(v)) => {
+                    check_name(&v).map_err(|e| format!("name={v:?}: {e}"))?;
+                    out.name = Some(v)
+                }
                 ("cert-authority", None) => {
                     return Err("a cert-authority line is a CA key, not a user key; certificates are not supported".into())
                 }
@@ -92,6 +101,41 @@ impl KeyOptions {
         }
         Ok(())
     }
+}
+
+/// The longest display name, in characters: long enough for a full name or
+/// `user@host`, short enough not to swamp a page or a terminal line.
+pub const MAX_NAME_CHARS: usize = 64;
+
+/// Whether `name` may be shown as a display name: not blank, at most
+/// [`MAX_NAME_CHARS`] characters, and no control, bidi-override or
+/// invisible formatting characters (they would let a name rewrite the
+/// terminal or pose as another one on a page).
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.trim().is_empty() {
+        return Err("the name is empty".into());
+    }
+    if name.chars().count() > MAX_NAME_CHARS {
+        return Err(format!("longer than {MAX_NAME_CHARS} characters"));
+    }
+    if let Some(c) = name.chars().find(|&c| !printable(c)) {
+        return Err(format!(
+            "contains the character U+{:04X}, which is not printable",
+            c as u32
+        ));
+    }
+    Ok(())
+}
+
+/// Not a control character and not a Unicode format character that
+/// reorders or hides text (bidi embeddings, overrides and isolates,
+/// zero-width characters, line and paragraph separators, BOM).
+fn printable(c: char) -> bool {
+    !c.is_control()
+        && !matches!(c,
+            '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{180E}' | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FEFF}'
+            | '\u{FFA0}' | '\u{FFF9}'..='\u{FFFB}')
 }
 
 fn bad_quotes(option: &str) -> String {
@@ -313,6 +357,21 @@ mod tests {
         ] {
             assert!(KeyOptions::parse(bad).is_err(), "{bad} accepted");
         }
+        let named = KeyOptions::parse("no-pty,name=\"Build Bot\"").unwrap();
+        assert_eq!(named.name.as_deref(), Some("Build Bot"));
+        for bad in [
+            "name=\"\"",
+            "name=\"  \"",
+            "name=Bot",
+            "name=\"a\u{7}b\"",
+            "name=\"a\tb\"",
+            "name=\"evil\u{202E}gnp\"",
+            "name=\"zero\u{200B}width\"",
+        ] {
+            assert!(KeyOptions::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        let long = format!("name=\"{}\"", "é".repeat(MAX_NAME_CHARS + 1));
+        assert!(KeyOptions::parse(&long).unwrap_err().contains("longer"));
         let err = KeyOptions::parse("no-pty,command=\"x\"").unwrap_err();
         assert!(err.contains("command"), "{err}");
     }

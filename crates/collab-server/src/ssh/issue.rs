@@ -26,6 +26,7 @@
 //! `<repo>#<id>` in another repository of this server. JSON shapes:
 //! docs/ssh-verbs.md.
 
+use crate::identity::display::{annotate_line, DisplayNames};
 use chrono::{DateTime, Utc};
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
@@ -328,6 +329,7 @@ pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: IssueCmd) {
         );
         ctx.app.export.touch(&repo);
     }
+    let message = annotate_line(message, &DisplayNames::of(&ctx.app));
     reply_and_close(channel, &message, code).await
 }
 

@@ -32,6 +32,7 @@
 //! {"status":"empty","repo":"r.git","labels":["…"]}               exit 3 (next: nothing ready)
 //! ```
 
+use crate::identity::display::{annotate_line, DisplayNames};
 use std::future::Future;
 use std::time::Duration;
 
@@ -104,6 +105,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: LeaseCmd) {
         }
     };
     crate::metrics::lease_op(op, crate::metrics::outcome_of_exit(code));
+    let message = annotate_line(message, &DisplayNames::of(&ctx.app));
     if !reply_on(write, &message, code).await {
         // A lease won after a long wait by a caller that has just gone:
         // give it back rather than leave it to nobody.
@@ -607,6 +609,8 @@ fn list_row(lease: &Lease) -> replies::LeaseRow {
         expires_at: time(lease.expires_at),
         note: lease.note.clone(),
         transitions: lease.transitions,
+        // Added to the whole reply by `annotate_line`.
+        holder_name: None,
     }
 }
 

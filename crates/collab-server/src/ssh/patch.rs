@@ -26,6 +26,7 @@
 //!
 //! JSON shapes: docs/ssh-verbs.md.
 
+use crate::identity::display::{annotate_line, DisplayNames};
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -295,6 +296,7 @@ pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: PatchCmd) {
         );
         ctx.app.export.touch(&entry.name);
     }
+    let message = annotate_line(message, &DisplayNames::of(&ctx.app));
     reply_and_close(channel, &message, code).await
 }
 

@@ -99,7 +99,7 @@ pub(super) struct DiffLine {
 
 /// A comment shown under a diff line.
 pub(super) struct LineNote {
-    pub(super) author: String,
+    pub(super) author: crate::http::view::Who,
     pub(super) when: String,
     /// Where the comment points when it is not under its line (`line 40`),
     /// else empty.

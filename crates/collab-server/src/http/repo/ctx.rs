@@ -1,8 +1,7 @@
 //! What every repository page shares: [`open`] (the visibility check, then
 //! the git repository: [`RepoCtx`]), [`RepoNav`] (the fields
-//! `repo_base.html` needs, with the open issue and patch counts), names
-//! shown for principals, resolving `<ref>/<path>` URL tails, and small git
-//! helpers (branches, commit rows).
+//! `repo_base.html` needs, with the open issue and patch counts), resolving
+//! `<ref>/<path>` URL tails, and small git helpers (branches, commit rows).
 
 use std::path::Path;
 
@@ -96,22 +95,6 @@ pub fn nav_with_counts(
         open_patches: counts.patches,
         open_issues: counts.issues,
     }
-}
-
-/// The governed name of a principal or `SHA256:` key fingerprint, when
-/// governance maps it to one.
-pub fn governed_name(st: &AppState, principal: &str) -> Option<String> {
-    match st.app.governance.state().as_ref() {
-        crate::governance::GovState::Active(conf) => conf
-            .principal_for_fingerprint(principal)
-            .map(str::to_string),
-        _ => None,
-    }
-}
-
-/// A principal as shown: its governed name, else as recorded.
-pub fn principal_name(st: &AppState, principal: &str) -> String {
-    governed_name(st, principal).unwrap_or_else(|| principal.to_string())
 }
 
 /// The repository's `description` file, unless it is git's placeholder.

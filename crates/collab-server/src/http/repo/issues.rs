@@ -6,8 +6,8 @@
 //! no replay, no snapshot cache; a repository whose issue DAGs were never
 //! imported is imported first (`import`). Claims are the live leases of the
 //! repository (`Writer::list`); a claim is shown on OPEN issues only
-//! ("claimed by <holder>"). Holders and authors show their governed name
-//! where governance maps their key to one. Links into repositories that
+//! ("claimed by <holder>"). Holders and authors show their display name
+//! (`identity::display`) with the full principal in a `title`. Links into repositories that
 //! anonymous readers cannot see are left out.
 
 use std::collections::HashMap;
@@ -27,7 +27,8 @@ use crate::db::issues::{
 use crate::db::leases::Lease;
 use crate::http::markdown;
 use crate::http::state::AppState;
-use crate::http::view::{self, PageError};
+use crate::http::view::{self, PageError, Who};
+use crate::identity::display::DisplayNames;
 
 /// Issues per list page.
 pub const ISSUES_PAGE: usize = 50;
@@ -39,18 +40,18 @@ pub struct IssueListItem {
     pub title: String,
     pub status: &'static str,
     pub labels: Vec<String>,
-    pub author: String,
+    pub author: Who,
     pub created: String,
     pub comments: usize,
     /// The holder of a live lease on this open issue; empty = unclaimed.
-    pub claimed_by: String,
+    pub claimed_by: Who,
     /// The holder's note on its lease; empty = none.
     pub claim_note: String,
 }
 
 /// One comment, its body rendered.
 pub struct CommentView {
-    pub author: String,
+    pub author: Who,
     pub when: String,
     pub html: String,
 }
@@ -63,7 +64,7 @@ pub struct IssueDetailView {
     pub status: &'static str,
     pub closed_reason: String,
     pub labels: Vec<String>,
-    pub author: String,
+    pub author: Who,
     pub created: String,
     pub updated: String,
     pub body_html: String,
@@ -73,7 +74,7 @@ pub struct IssueDetailView {
     pub blocked_by: Vec<LinkView>,
     pub relates: Vec<LinkView>,
     /// The holder of a live lease on this open issue; empty = unclaimed.
-    pub claimed_by: String,
+    pub claimed_by: Who,
     /// `until <time>`, or `no expiry` for an open-ended claim.
     pub claim_until: String,
     /// The holder's note on its lease; empty = none.
@@ -229,20 +230,9 @@ fn claim_of<'a>(issue: &Issue, claims: &'a HashMap<String, Lease>) -> Option<&'a
     claims.get(&issue.id)
 }
 
-/// The name to show for a principal or key fingerprint: its governed name
-/// when governance maps it to one.
-fn governed(st: &AppState, principal: &str) -> Option<String> {
-    super::ctx::governed_name(st, principal)
-}
-
-/// An author as shown: the governed name, else the display name.
-fn author_name(st: &AppState, p: &Person) -> String {
-    governed(st, &p.principal).unwrap_or_else(|| p.name.clone())
-}
-
-/// A lease holder as shown: the governed name, else the principal.
-fn holder_name(st: &AppState, holder: &str) -> String {
-    governed(st, holder).unwrap_or_else(|| holder.to_string())
+/// An author as shown.
+fn author_name(names: &DisplayNames, p: &Person) -> Who {
+    Who::author(names, &p.principal, &p.name)
 }
 
 fn time(ms: i64) -> String {
@@ -322,6 +312,7 @@ async fn list_page(st: &AppState, repo: String, query: ListParams) -> Result<Res
     let (page, data) = data;
     let claims = claims(st, &canonical).await;
     let pages = (data.matching as usize).div_ceil(ISSUES_PAGE).max(1);
+    let names = DisplayNames::of(&st.app);
     let issues = data
         .page
         .iter()
@@ -331,11 +322,11 @@ async fn list_page(st: &AppState, repo: String, query: ListParams) -> Result<Res
             title: i.title.clone(),
             status: status_word(i.status),
             labels: i.labels.clone(),
-            author: author_name(st, &i.author),
+            author: author_name(&names, &i.author),
             created: time(i.created_ms),
             comments: i.comment_count as usize,
             claimed_by: claim_of(i, &claims)
-                .map(|l| holder_name(st, &l.holder))
+                .map(|l| Who::principal(&names, &l.holder))
                 .unwrap_or_default(),
             claim_note: claim_of(i, &claims)
                 .and_then(|l| l.note.clone())
@@ -439,6 +430,7 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
     let issue = &detail.issue;
     let claims = claims(st, &canonical).await;
     let claim = claim_of(issue, &claims);
+    let names = DisplayNames::of(&st.app);
     let links = |keys: &[IssueKey]| -> Vec<LinkView> {
         keys.iter()
             .map(|k| LinkView {
@@ -458,7 +450,7 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
         status: status_word(issue.status),
         closed_reason: issue.closed_reason.clone().unwrap_or_default(),
         labels: issue.labels.clone(),
-        author: author_name(st, &issue.author),
+        author: author_name(&names, &issue.author),
         created: time(issue.created_ms),
         updated: time(issue.updated_ms),
         body_html: markdown::render(&issue.body, None),
@@ -466,7 +458,7 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
             .comments
             .iter()
             .map(|c| CommentView {
-                author: author_name(st, &c.author),
+                author: author_name(&names, &c.author),
                 when: time(c.at_ms),
                 html: markdown::render(&c.body, None),
             })
@@ -475,7 +467,7 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
         blocked_by: links(&detail.links.blocked_by),
         relates: links(&detail.links.relates),
         claimed_by: claim
-            .map(|l| holder_name(st, &l.holder))
+            .map(|l| Who::principal(&names, &l.holder))
             .unwrap_or_default(),
         claim_note: claim.and_then(|l| l.note.clone()).unwrap_or_default(),
         patches: patches

@@ -36,7 +36,8 @@ use crate::db::patches::{
 };
 use crate::http::markdown;
 use crate::http::state::AppState;
-use crate::http::view::{self, PageError, PageResult};
+use crate::http::view::{self, PageError, PageResult, Who};
+use crate::identity::display::DisplayNames;
 
 /// Patches per list page.
 pub const PATCHES_PAGE: usize = 50;
@@ -49,7 +50,7 @@ struct PatchListItem {
     base: String,
     revisions: i64,
     comments: i64,
-    author: String,
+    author: Who,
     created: String,
     /// Votes that count on the latest revision.
     approvals: i64,
@@ -81,7 +82,7 @@ struct PatchesPage {
 
 /// A vote shown beside a revision.
 struct VoteView {
-    author: String,
+    author: Who,
     /// `approve`, `request_changes` or `comment`: also the CSS class.
     verdict: &'static str,
     label: &'static str,
@@ -92,7 +93,7 @@ struct RevisionView {
     head: String,
     head_short: String,
     base_short: String,
-    author: String,
+    author: Who,
     when: String,
     votes: Vec<VoteView>,
     /// The revision whose diff is shown.
@@ -101,7 +102,7 @@ struct RevisionView {
 
 struct TimelineView {
     when: String,
-    author: String,
+    author: Who,
     /// What happened, without who and when (`approved revision 2`).
     what: String,
     /// The entry's kind, as a CSS class.
@@ -139,13 +140,13 @@ struct PatchDetailPage {
     title: String,
     status: &'static str,
     base: String,
-    author: String,
+    author: Who,
     created: String,
     updated: String,
     body_html: String,
     merge_commit: String,
     merge_short: String,
-    merged_by: String,
+    merged_by: Who,
     merged_when: String,
     /// Whether the merge rule lets the patch merge now.
     ready: bool,
@@ -237,16 +238,9 @@ fn read<T: Send + 'static>(
     Ok(app.reads.read_blocking(f)?)
 }
 
-/// An author as shown: the governed name, else the recorded name, else
-/// the principal.
-fn person(st: &AppState, p: &Person) -> String {
-    super::ctx::governed_name(st, &p.principal).unwrap_or_else(|| {
-        if p.name.trim().is_empty() {
-            p.principal.clone()
-        } else {
-            p.name.clone()
-        }
-    })
+/// An author as shown (`identity::display`), the principal in `title`.
+fn person(names: &DisplayNames, p: &Person) -> Who {
+    Who::author(names, &p.principal, &p.name)
 }
 
 fn time(ms: i64) -> String {
@@ -307,6 +301,7 @@ fn list_page(st: &AppState, requested: &str, query: ListParams) -> PageResult {
         })
     })?;
     let nav = super::ctx::nav_with_counts(st, &ctx, "patches", data.counts);
+    let names = DisplayNames::of(&st.app);
     let base = format!("/{}/-/patches", nav.repo_name);
     let next_url = match data.page.patches.last() {
         Some(last) if data.page.more => format!(
@@ -332,7 +327,7 @@ fn list_page(st: &AppState, requested: &str, query: ListParams) -> PageResult {
             base: p.base.clone(),
             revisions: p.revision_count,
             comments: p.comment_count,
-            author: person(st, &p.author),
+            author: person(&names, &p.author),
             created: time(p.created_ms),
             approvals: *approvals,
             changes_requested: *changes_requested,
@@ -539,6 +534,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         counts,
     } = find(st, &ctx, id)?;
     let p = &d.patch;
+    let names = DisplayNames::of(&st.app);
     let (rev, from, to) = (
         revision_number(&d, &query.rev)?,
         revision_number(&d, &query.from)?,
@@ -616,7 +612,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         None => (Vec::new(), false, 0, 0),
     };
     let off_diff = if from.is_none() {
-        anchor_comments(st, &d, shown, only, &mut files)
+        anchor_comments(&names, &d, shown, only, &mut files)
     } else {
         Vec::new()
     };
@@ -640,12 +636,12 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
             head: r.head.clone(),
             head_short: view::short_id(&r.head),
             base_short: view::short_id(&r.base_commit),
-            author: person(st, &r.author),
+            author: person(&names, &r.author),
             when: time(r.at_ms),
             votes: d
                 .votes_on(r.n)
                 .map(|v| VoteView {
-                    author: person(st, &v.author),
+                    author: person(&names, &v.author),
                     verdict: v.verdict.as_str(),
                     label: verdict_label(v.verdict),
                 })
@@ -674,7 +670,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         title: p.title.clone(),
         status: p.status.as_str(),
         base: p.base.clone(),
-        author: person(st, &p.author),
+        author: person(&names, &p.author),
         created: time(p.created_ms),
         updated: time(p.updated_ms),
         body_html: markdown::render(&p.body, None),
@@ -682,7 +678,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         merge_short: merge.map(|m| view::short_id(&m.commit)).unwrap_or_default(),
         merged_by: merge
             .filter(|m| !m.by.is_empty())
-            .map(|m| super::ctx::principal_name(st, &m.by))
+            .map(|m| Who::principal(&names, &m.by))
             .unwrap_or_default(),
         merged_when: merge
             .filter(|m| m.at_ms > 0)
@@ -693,7 +689,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         rule_text: rule_text(&rule),
         issues,
         revisions,
-        timeline: timeline(st, &d),
+        timeline: timeline(&names, &d),
         diff_title,
         diff_notes,
         files,
@@ -741,7 +737,7 @@ fn rule_text(rule: &MergeRule) -> String {
 /// diff does not show (or on a whole file) is listed under its file; one
 /// on a file the diff leaves out is returned, to be listed after the diff.
 fn anchor_comments(
-    st: &AppState,
+    names: &DisplayNames,
     d: &PatchDetail,
     shown: i64,
     only: Option<&str>,
@@ -754,7 +750,7 @@ fn anchor_comments(
             continue;
         }
         let note = |at: String| LineNote {
-            author: person(st, &c.author),
+            author: person(names, &c.author),
             when: time(c.at_ms),
             at,
             html: markdown::render(&c.body, None),
@@ -783,11 +779,11 @@ fn anchor_comments(
 
 /// The patch's history as one list, oldest first: opened, revisions,
 /// votes that count, comments, merged.
-fn timeline(st: &AppState, d: &PatchDetail) -> Vec<TimelineView> {
+fn timeline(names: &DisplayNames, d: &PatchDetail) -> Vec<TimelineView> {
     let p = &d.patch;
     let mut entries: Vec<(i64, TimelineView)> = Vec::new();
     let mut push =
-        |at: i64, who: String, kind: &'static str, what: String, body: &str, commit: &str| {
+        |at: i64, who: Who, kind: &'static str, what: String, body: &str, commit: &str| {
             entries.push((
                 at,
                 TimelineView {
@@ -809,7 +805,7 @@ fn timeline(st: &AppState, d: &PatchDetail) -> Vec<TimelineView> {
         if r.n == 1 {
             push(
                 p.created_ms.min(r.at_ms),
-                person(st, &p.author),
+                person(names, &p.author),
                 "opened",
                 format!("opened the patch onto {} with revision 1", p.base),
                 "",
@@ -818,7 +814,7 @@ fn timeline(st: &AppState, d: &PatchDetail) -> Vec<TimelineView> {
         } else {
             push(
                 r.at_ms,
-                person(st, &r.author),
+                person(names, &r.author),
                 "revised",
                 format!("pushed revision {}", r.n),
                 "",
@@ -834,7 +830,7 @@ fn timeline(st: &AppState, d: &PatchDetail) -> Vec<TimelineView> {
         };
         push(
             v.at_ms,
-            person(st, &v.author),
+            person(names, &v.author),
             "reviewed",
             format!("{what} revision {}", v.revision),
             &v.body,
@@ -854,7 +850,7 @@ fn timeline(st: &AppState, d: &PatchDetail) -> Vec<TimelineView> {
         }
         push(
             c.at_ms,
-            person(st, &c.author),
+            person(names, &c.author),
             "commented",
             what,
             &c.body,
@@ -864,7 +860,7 @@ fn timeline(st: &AppState, d: &PatchDetail) -> Vec<TimelineView> {
     if let Some(m) = &p.merge {
         push(
             m.at_ms,
-            super::ctx::principal_name(st, &m.by),
+            Who::principal(names, &m.by),
             "merged",
             "merged the patch".into(),
             "",

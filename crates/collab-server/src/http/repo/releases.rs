@@ -30,7 +30,7 @@ pub struct FileView {
     pub bytes: u64,
     pub sha256: String,
     pub uploaded: String,
-    pub uploader: String,
+    pub uploader: crate::http::view::Who,
 }
 
 /// One release on the page.
@@ -71,6 +71,7 @@ fn list_page(st: &AppState, requested: &str) -> PageResult {
     let releases = store(st)
         .list(&ctx.entry.name)
         .map_err(|e| PageError::Internal(e.into()))?;
+    let names = crate::identity::display::DisplayNames::of(&st.app);
     let releases = releases
         .into_iter()
         .map(|r| {
@@ -89,7 +90,7 @@ fn list_page(st: &AppState, requested: &str) -> PageResult {
                         uploaded: view::fmt_time(f.uploaded_at),
                         name: f.name,
                         sha256: f.sha256,
-                        uploader: super::ctx::principal_name(st, &f.uploader),
+                        uploader: crate::http::view::Who::principal(&names, &f.uploader),
                     })
                     .collect(),
                 tag: r.tag,

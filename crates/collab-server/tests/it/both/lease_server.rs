@@ -86,7 +86,9 @@ fn acquire_open_issue_succeeds() {
     assert_eq!(v["holder"], fingerprint(&key).as_str());
     assert_eq!(v["token"], 1);
     assert_eq!(v["expires_at"], Value::Null);
-    assert_eq!(v.as_object().unwrap().len(), 9, "{v}");
+    // The nine fields, and the holder's display name (the key's comment).
+    assert_eq!(v.as_object().unwrap().len(), 10, "{v}");
+    assert_eq!(v["holder_name"], "client", "{v}");
     assert_eq!(v["note"], Value::Null);
     assert_eq!(v["renewed_at"], Value::Null);
 }
@@ -430,7 +432,8 @@ fn list_shows_live_leases_json() {
     assert_eq!(a["token"], 1);
     assert_eq!(a["expires_at"], Value::Null);
     assert!((before..=after).contains(&timestamp(&a["acquired_at"])));
-    assert_eq!(a.as_object().unwrap().len(), 8, "{a}");
+    assert_eq!(a.as_object().unwrap().len(), 9, "{a}");
+    assert_eq!(a["holder_name"], "client", "{a}");
     assert_eq!(a["transitions"], 0);
     assert_eq!(a["note"], Value::Null);
     let b = row(&other);

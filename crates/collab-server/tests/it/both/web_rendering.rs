@@ -49,6 +49,9 @@ fn live_claims_show_on_the_list_and_the_issue_page() {
     let agent = h.authorized_key("agent");
     let admin_fp = fingerprint(&h.ssh_client_key());
     let agent_fp = fingerprint(&agent);
+    // Holders by display name (the key's comment), the principal in `title`.
+    let admin_who = format!("<span class=\"who\" title=\"{admin_fp}\">client</span>");
+    let agent_who = format!("<span class=\"who\" title=\"{agent_fp}\">agent</span>");
 
     // Before any lease, nothing is claimed.
     assert!(!get(&h, "/claims/-/issues").text().contains("claimed by"));
@@ -61,12 +64,12 @@ fn live_claims_show_on_the_list_and_the_issue_page() {
     let page = list.text();
     assert!(
         list_row(&page, &mine).contains(&format!(
-            "<span class=\"claim\">claimed by {admin_fp}</span>"
+            "<span class=\"claim\">claimed by {admin_who}</span>"
         )),
         "{page}"
     );
     assert!(
-        list_row(&page, &agents).contains(&format!("claimed by {agent_fp}")),
+        list_row(&page, &agents).contains(&format!("claimed by {agent_who}")),
         "{page}"
     );
     assert!(!list_row(&page, &free).contains("claimed by"), "{page}");
@@ -74,13 +77,13 @@ fn live_claims_show_on_the_list_and_the_issue_page() {
 
     let detail = get(&h, &format!("/claims/-/issues/{}", &mine[..8])).text();
     assert!(
-        detail.contains(&format!("claimed by {admin_fp}")),
+        detail.contains(&format!("claimed by {admin_who}")),
         "{detail}"
     );
     assert!(detail.contains("no expiry"), "{detail}");
     let detail = get(&h, &format!("/claims/-/issues/{agents}")).text();
     assert!(
-        detail.contains(&format!("claimed by {agent_fp}")),
+        detail.contains(&format!("claimed by {agent_who}")),
         "{detail}"
     );
     assert!(detail.contains("until 20"), "{detail}");

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{fingerprint, ServerHarness};
+use common::ServerHarness;
 
 /// Hang guard for one browser run (not a performance assertion).
 const BROWSER_LIMIT: Duration = Duration::from_secs(120);
@@ -178,7 +178,8 @@ fn repository_issues_and_issue_pages_render_in_chromium() {
     web_support::push_collab(&h, &clone);
     let out = h.ssh_exec(&format!("collab-lease acquire browse {claimed} --ttl 3600"));
     assert!(out.success(), "{out:?}");
-    let holder = fingerprint(&h.ssh_client_key());
+    // Shown by display name: the key's comment.
+    let holder = "client";
     let base = h.http_url();
 
     // The repository page.

@@ -265,11 +265,15 @@ fn patches_list_and_detail_from_the_server() {
         "{text}"
     );
     let bob = common::fingerprint(&h.temp_dir().join("keys").join("bob"));
+    // The voter by display name (the key's comment), the key in `title`.
     let vote = |verdict: &str, label: &str| {
         text.split(&format!("<span class=\"vote {verdict}\">"))
             .nth(1)
-            .and_then(|v| v.split("</span>").next())
-            .is_some_and(|v| v.starts_with(&bob[..12]) && v.ends_with(&format!(": {label}")))
+            .is_some_and(|v| {
+                v.starts_with(&format!(
+                    "<span class=\"who\" title=\"{bob}\">bob</span>: {label}</span>"
+                ))
+            })
     };
     assert!(vote("approve", "approved"), "{text}");
     assert!(vote("request_changes", "changes requested"), "{text}");
