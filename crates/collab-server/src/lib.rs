@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod objects;
 pub mod ops;
 pub mod patch_merge;
+pub mod people;
 pub mod releases;
 pub mod repo_admin;
 pub mod repos;

@@ -233,7 +233,7 @@ pub fn run(
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Person {
     pub name: String,
-    /// What to show (`identity::display` on the server); older servers
+    /// What to show (`people` on the server); older servers
     /// leave it out, and then `name` is shown.
     #[serde(default)]
     pub display_name: Option<String>,

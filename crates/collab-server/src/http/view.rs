@@ -14,7 +14,7 @@ use chrono::{DateTime, TimeZone as _, Utc};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use crate::app::App;
-use crate::identity::display::DisplayNames;
+use crate::people::DisplayNames;
 
 /// Why a page could not be shown.
 #[derive(Debug)]
@@ -173,7 +173,7 @@ pub fn not_found(app: &App) -> Response {
     )
 }
 
-/// A person as pages show them: the display name (`identity::display`),
+/// A person as pages show them: the display name (`people`),
 /// with the full principal (a `SHA256:` fingerprint or a governed name) for
 /// the `title` attribute. Templates write
 /// `<span class="who" title="{{ w.id }}">{{ w.name }}</span>`.

@@ -9,7 +9,6 @@
 //! when one of them admits it for this client address at this time. This
 //! module admits keys; what a key may do is `authz`'s business.
 
-pub mod display;
 pub mod options;
 
 use std::collections::HashMap;

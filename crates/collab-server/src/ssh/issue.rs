@@ -26,7 +26,7 @@
 //! `<repo>#<id>` in another repository of this server. JSON shapes:
 //! docs/ssh-verbs.md.
 
-use crate::identity::display::{annotate_line, DisplayNames};
+use crate::people::{annotate_line, DisplayNames};
 use chrono::{DateTime, Utc};
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg};

@@ -32,7 +32,7 @@
 //! {"status":"empty","repo":"r.git","labels":["…"]}               exit 3 (next: nothing ready)
 //! ```
 
-use crate::identity::display::{annotate_line, DisplayNames};
+use crate::people::{annotate_line, DisplayNames};
 use std::future::Future;
 use std::time::Duration;
 

@@ -26,7 +26,7 @@
 //!
 //! JSON shapes: docs/ssh-verbs.md.
 
-use crate::identity::display::{annotate_line, DisplayNames};
+use crate::people::{annotate_line, DisplayNames};
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 

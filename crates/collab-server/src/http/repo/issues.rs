@@ -7,7 +7,7 @@
 //! imported is imported first (`import`). Claims are the live leases of the
 //! repository (`Writer::list`); a claim is shown on OPEN issues only
 //! ("claimed by <holder>"). Holders and authors show their display name
-//! (`identity::display`) with the full principal in a `title`. Links into repositories that
+//! (`people`) with the full principal in a `title`. Links into repositories that
 //! anonymous readers cannot see are left out.
 
 use std::collections::HashMap;
@@ -28,7 +28,7 @@ use crate::db::leases::Lease;
 use crate::http::markdown;
 use crate::http::state::AppState;
 use crate::http::view::{self, PageError, Who};
-use crate::identity::display::DisplayNames;
+use crate::people::DisplayNames;
 
 /// Issues per list page.
 pub const ISSUES_PAGE: usize = 50;

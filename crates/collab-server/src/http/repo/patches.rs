@@ -37,7 +37,7 @@ use crate::db::patches::{
 use crate::http::markdown;
 use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult, Who};
-use crate::identity::display::DisplayNames;
+use crate::people::DisplayNames;
 
 /// Patches per list page.
 pub const PATCHES_PAGE: usize = 50;
@@ -238,7 +238,7 @@ fn read<T: Send + 'static>(
     Ok(app.reads.read_blocking(f)?)
 }
 
-/// An author as shown (`identity::display`), the principal in `title`.
+/// An author as shown (`people`), the principal in `title`.
 fn person(names: &DisplayNames, p: &Person) -> Who {
     Who::author(names, &p.principal, &p.name)
 }

@@ -71,7 +71,7 @@ fn list_page(st: &AppState, requested: &str) -> PageResult {
     let releases = store(st)
         .list(&ctx.entry.name)
         .map_err(|e| PageError::Internal(e.into()))?;
-    let names = crate::identity::display::DisplayNames::of(&st.app);
+    let names = crate::people::DisplayNames::of(&st.app);
     let releases = releases
         .into_iter()
         .map(|r| {

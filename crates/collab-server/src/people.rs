@@ -25,10 +25,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::options::check_name;
-use super::KeyLines;
 use crate::app::App;
 use crate::governance::GovState;
+use crate::identity::options::check_name;
+use crate::identity::KeyLines;
 
 const PREFIX: &str = "SHA256:";
 
