@@ -910,9 +910,14 @@ async fn push_clone_issue_and_lease_survive_a_restart() {
     let page = html_text(&page);
     assert!(page.contains(title), "issue title not on the page:\n{page}");
     // The holder by display name: the admin key's comment.
+    let claim = page
+        .split("<span class=\"claim\">claimed by ")
+        .nth(1)
+        .and_then(|rest| rest.split("</span></span>").next())
+        .unwrap_or_else(|| panic!("claim not on the page:\n{page}"));
     assert!(
-        page.contains("claimed by admin"),
-        "claim not on the page:\n{page}"
+        claim.starts_with("<span class=\"who\" title=\"SHA256:") && claim.ends_with(">admin"),
+        "the claim's holder is not shown as `admin` with its fingerprint in a title: {claim}"
     );
 
     // SIGTERM: the server shuts down cleanly (exit 0, not killed).
