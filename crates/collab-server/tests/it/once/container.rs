@@ -499,6 +499,20 @@ fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
 
 /// The text of an HTML page with the character references a template engine
 /// may use for user content turned back into characters.
+/// The issues page shows the claim's holder by display name (the admin
+/// key's comment), with its fingerprint in a `title` attribute.
+fn assert_claimed_by_admin(page: &str) {
+    let claim = page
+        .split("<span class=\"claim\">claimed by ")
+        .nth(1)
+        .and_then(|rest| rest.split("</span></span>").next())
+        .unwrap_or_else(|| panic!("claim not on the page:\n{page}"));
+    assert!(
+        claim.starts_with("<span class=\"who\" title=\"SHA256:") && claim.ends_with(">admin"),
+        "the claim's holder is not shown as `admin` with its fingerprint in a title: {claim}"
+    );
+}
+
 fn html_text(html: &str) -> String {
     html.replace("&#x2f;", "/")
         .replace("&#x2F;", "/")
@@ -910,15 +924,7 @@ async fn push_clone_issue_and_lease_survive_a_restart() {
     let page = html_text(&page);
     assert!(page.contains(title), "issue title not on the page:\n{page}");
     // The holder by display name: the admin key's comment.
-    let claim = page
-        .split("<span class=\"claim\">claimed by ")
-        .nth(1)
-        .and_then(|rest| rest.split("</span></span>").next())
-        .unwrap_or_else(|| panic!("claim not on the page:\n{page}"));
-    assert!(
-        claim.starts_with("<span class=\"who\" title=\"SHA256:") && claim.ends_with(">admin"),
-        "the claim's holder is not shown as `admin` with its fingerprint in a title: {claim}"
-    );
+    assert_claimed_by_admin(&page);
 
     // SIGTERM: the server shuts down cleanly (exit 0, not killed).
     assert_eq!(server.stop().await, 0, "exit code after SIGTERM");
@@ -970,10 +976,7 @@ async fn push_clone_issue_and_lease_survive_a_restart() {
     assert_eq!(lease["expires_at"], expires_at, "{listed}");
     let (status, page) = http_get(server.http_port, "/demo/-/issues").expect("GET issues page");
     assert_eq!(status, 200, "{page}");
-    assert!(
-        html_text(&page).contains("claimed by admin"),
-        "claim lost:\n{page}"
-    );
+    assert_claimed_by_admin(&html_text(&page));
 
     assert_eq!(server.stop().await, 0, "exit code after SIGTERM");
 }
