@@ -293,21 +293,29 @@ fn restore_drill_during_a_storm_of_pushes_leases_and_issue_writes() {
     assert_eq!(restored["checks"]["database_integrity"], "ok");
     assert_eq!(restored["signed_by"], key, "{restored}");
 
-    // A server starts on it as on any other state directory.
-    let r = ServerHarness::start_in(new_state.clone(), h.ssh_client_key());
-    for (i, pushes) in acks.pushes.iter().enumerate() {
+    // Every restored repository is whole. Checked before a server starts
+    // on them: its start-up maintenance may repack beside a running fsck,
+    // which then reports objects moving under it.
+    for i in 0..acks.pushes.len() {
         let name = format!("r{i}");
         let fsck = Command::new("git")
             .args(["-c", "safe.directory=*", "-C"])
-            .arg(r.repos_dir().join(format!("{name}.git")))
+            .arg(new_state.join("repos").join(format!("{name}.git")))
             .args(["fsck", "--no-dangling"])
             .output()
             .unwrap();
         assert!(
             fsck.status.success(),
-            "{name}: {}",
+            "{name}: {}{}",
+            String::from_utf8_lossy(&fsck.stdout),
             String::from_utf8_lossy(&fsck.stderr)
         );
+    }
+
+    // A server starts on it as on any other state directory.
+    let r = ServerHarness::start_in(new_state.clone(), h.ssh_client_key());
+    for (i, pushes) in acks.pushes.iter().enumerate() {
+        let name = format!("r{i}");
         let tip = remote_tip(&r, &name, "main");
         let tip_at = pushes
             .iter()
