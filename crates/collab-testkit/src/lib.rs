@@ -636,6 +636,22 @@ impl ServerHarness {
         PathBuf::from(text.trim().trim_start_matches("created "))
     }
 
+    /// Repository `name` whose `refs/heads/issue/*` are fenced (pushes
+    /// need a live lease token), with a first commit on `main`; the seed
+    /// clone it was pushed from.
+    pub fn create_fenced_repo(&self, name: &str) -> PathBuf {
+        let dir = self.create_repo(name);
+        std::fs::write(
+            dir.join("collab-policy.toml"),
+            "fenced_refs = [\"refs/heads/issue/*\"]\n",
+        )
+        .unwrap();
+        let seed = self.clone_repo(name, "seed");
+        self.commit_file(&seed, "README", b"hello\n", "Start");
+        self.ssh_push(&seed, &["HEAD:refs/heads/main"]);
+        seed
+    }
+
     /// The client environment: a private HOME, no system git config, a
     /// fixed author, and ssh commands that use `key`.
     pub fn client_env(&self, key: &Path) -> Vec<(String, String)> {

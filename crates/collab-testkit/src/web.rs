@@ -109,6 +109,17 @@ pub fn make_public(h: &ServerHarness, name: &str) {
     std::fs::write(dir.join("collab-policy.toml"), "public = true\n").unwrap();
 }
 
+/// A public repository `r` with one commit and one issue; the issue id.
+pub fn public_repo_with_issue(h: &ServerHarness) -> String {
+    h.create_repo("r");
+    let clone = h.clone_repo("r", "seed");
+    h.commit_file(&clone, "README.md", b"hello\n", "first");
+    h.ssh_push(&clone, &["HEAD:main"]);
+    let issue = h.open_server_issue("r", "Something to claim");
+    make_public(h, "r");
+    issue
+}
+
 /// Run the `git-collab` CLI in `clone` as the harness's default key
 /// (generating its signing key on first use); returns stdout.
 pub fn collab(h: &ServerHarness, clone: &Path, args: &[&str]) -> String {

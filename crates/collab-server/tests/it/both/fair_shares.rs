@@ -167,17 +167,6 @@ fn metric(h: &ServerHarness, what: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// A public repository `r` with one commit and one issue; the issue id.
-fn repo_with_issue(h: &ServerHarness) -> String {
-    h.create_repo("r");
-    let clone = h.clone_repo("r", "seed");
-    h.commit_file(&clone, "README.md", b"hello\n", "first");
-    h.ssh_push(&clone, &["HEAD:main"]);
-    let issue = h.open_server_issue("r", "Something to claim");
-    web_support::make_public(h, "r");
-    issue
-}
-
 #[test]
 fn one_key_fills_only_its_own_share_of_connections_watchers_and_waiters() {
     let h = server(&[
@@ -186,7 +175,7 @@ fn one_key_fills_only_its_own_share_of_connections_watchers_and_waiters() {
         ("GIT_COLLAB_EVENTS__HEARTBEAT_SECS", "1"),
         ("GIT_COLLAB_LEASES__MAX_WAITERS_PER_PRINCIPAL", "2"),
     ]);
-    let issue = repo_with_issue(&h);
+    let issue = web_support::public_repo_with_issue(&h);
     // The hogs: K1 (read-only) takes connections, K3 (read-only) watchers,
     // K4 (a writer: an admin) lease waiters. K2, the default admin key, is
     // everybody else; all from 127.0.0.1.

@@ -91,15 +91,7 @@ fn remote_errors(out: &SshOutput) -> Vec<String> {
 #[test]
 fn a_zombie_with_a_stale_token_cannot_push_and_its_successor_can() {
     let h = ServerHarness::start();
-    h.create_repo("r");
-    std::fs::write(
-        h.repos_dir().join("r.git").join("collab-policy.toml"),
-        "fenced_refs = [\"refs/heads/issue/*\"]\n",
-    )
-    .unwrap();
-    let seed = h.clone_repo("r", "seed");
-    h.commit_file(&seed, "README", b"hello\n", "Start");
-    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
+    let seed = h.create_fenced_repo("r");
     let opened = h.open_issue(&seed, "Write the parser");
     let short = opened.rsplit(' ').next().unwrap().to_string();
 
@@ -297,15 +289,7 @@ fn a_bad_fenced_refs_policy_closes_the_repository() {
 #[test]
 fn a_ref_named_for_an_issue_needs_that_issues_lease() {
     let h = ServerHarness::start();
-    h.create_repo("r");
-    std::fs::write(
-        h.repos_dir().join("r.git").join("collab-policy.toml"),
-        "fenced_refs = [\"refs/heads/issue/*\"]\n",
-    )
-    .unwrap();
-    let seed = h.clone_repo("r", "seed");
-    h.commit_file(&seed, "README", b"hello\n", "Start");
-    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
+    let seed = h.create_fenced_repo("r");
     let short = |opened: String| opened.rsplit(' ').next().unwrap().to_string();
     let x = short(h.open_issue(&seed, "Issue X"));
     let y = short(h.open_issue(&seed, "Issue Y"));

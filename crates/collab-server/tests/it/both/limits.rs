@@ -179,17 +179,6 @@ where
     })
 }
 
-/// A public repository `r` with one commit and one issue; the issue id.
-fn repo_with_issue(h: &ServerHarness) -> String {
-    h.create_repo("r");
-    let clone = h.clone_repo("r", "seed");
-    h.commit_file(&clone, "README.md", b"hello\n", "first");
-    h.ssh_push(&clone, &["HEAD:main"]);
-    let issue = h.open_server_issue("r", "Something to claim");
-    web_support::make_public(h, "r");
-    issue
-}
-
 /// The honest client on 127.0.0.1: an SSH clone, an HTTP clone and a lease.
 fn honest_client_works(h: &ServerHarness, issue: &str, tag: &str, http: bool) {
     let ssh_clone = h.clone_repo("r", &format!("ssh-{tag}"));
@@ -234,7 +223,7 @@ fn slow_http_and_idle_ssh_floods_leave_room_for_honest_clients() {
         "the fitted caps are announced:\n{}",
         h.log()
     );
-    let issue = repo_with_issue(&h);
+    let issue = web_support::public_repo_with_issue(&h);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let hold = Duration::from_secs(40);
 
@@ -467,7 +456,7 @@ fn channels_and_git_processes_are_capped_per_connection_and_principal() {
         ],
         None,
     );
-    let _ = repo_with_issue(&h);
+    let _ = web_support::public_repo_with_issue(&h);
     let key = h.ssh_client_key();
     let addr = h.ssh_addr;
     let rt = tokio::runtime::Runtime::new().unwrap();

@@ -174,7 +174,10 @@ impl Receiver {
         self.state.lock().unwrap().0 = mode;
     }
 
-    fn set_server_key(&self, line: &str) {
+    /// Check signatures against `h`'s signing key (its `collab-whoami`).
+    fn trust(&self, h: &ServerHarness) {
+        let whoami = h.ssh_exec("collab-whoami").json();
+        let line = whoami["server_key"].as_str().unwrap();
         let key = russh::keys::ssh_key::PublicKey::from_openssh(line).unwrap();
         let bytes = key.key_data().ed25519().unwrap().0;
         *self.server_key.lock().unwrap() =
@@ -338,11 +341,7 @@ fn sigkill(h: &mut ServerHarness) {
 fn every_event_is_delivered_once_per_webhook_id_in_order_across_outage_crash_and_burst() {
     let receiver = Receiver::start();
     let mut h = server_with(true, &[]);
-    receiver.set_server_key(
-        h.ssh_exec("collab-whoami").json()["server_key"]
-            .as_str()
-            .unwrap(),
-    );
+    receiver.trust(&h);
     h.create_repo("r");
     let clone = h.clone_repo("r", "work");
     h.commit_file(&clone, "a.txt", b"a", "first");
@@ -515,11 +514,7 @@ fn private_and_loopback_targets_are_refused_without_the_allowlist() {
 fn redirects_are_not_followed_and_a_failing_subscription_is_disabled() {
     let receiver = Receiver::start();
     let h = server_with(true, &[("GIT_COLLAB_WEBHOOKS__DISABLE_AFTER_SECS", "10")]);
-    receiver.set_server_key(
-        h.ssh_exec("collab-whoami").json()["server_key"]
-            .as_str()
-            .unwrap(),
-    );
+    receiver.trust(&h);
     h.create_repo("r");
     let added = hook_add(
         &h,
@@ -623,11 +618,7 @@ fn wait_hooks(h: &ServerHarness, what: &str, done: impl Fn(&[Value]) -> bool) ->
 fn subscriptions_declared_in_governance_toml_deliver_and_follow_the_file() {
     let receiver = Receiver::start_ed25519_only();
     let h = server_with(true, &[]);
-    receiver.set_server_key(
-        h.ssh_exec("collab-whoami").json()["server_key"]
-            .as_str()
-            .unwrap(),
-    );
+    receiver.trust(&h);
     assert_eq!(h.ssh_exec("collab-repo create '_governance'").code, 0);
     assert_eq!(h.ssh_exec("collab-repo create 'team/app'").code, 0);
     assert_eq!(h.ssh_exec("collab-repo create 'other'").code, 0);
@@ -791,6 +782,16 @@ fn grant_rewind(repo_dir: &Path, keys: &[&Path]) {
     .unwrap();
 }
 
+/// `collab-hook add ARGS` as `owner` (a non-administrator, so it waits
+/// for approval), approved by the administrator; its id.
+fn add_approved(h: &ServerHarness, owner: &Path, args: &str) -> String {
+    let added = h.ssh_exec_as(owner, &format!("collab-hook add {args}"), b"");
+    assert_eq!(added.code, 0, "{added:?}");
+    let id = added.json()["webhook"]["id"].as_str().unwrap().to_string();
+    assert_eq!(h.ssh_exec(&format!("collab-hook approve '{id}'")).code, 0);
+    id
+}
+
 fn hook_list(h: &ServerHarness) -> Vec<Value> {
     h.ssh_exec("collab-hook list").json()["webhooks"]
         .as_array()
@@ -807,11 +808,7 @@ fn hook_list(h: &ServerHarness) -> Vec<Value> {
 fn a_non_administrators_internal_target_waits_for_approval() {
     let receiver = Receiver::start_ed25519_only();
     let h = server_with(true, &[]);
-    receiver.set_server_key(
-        h.ssh_exec("collab-whoami").json()["server_key"]
-            .as_str()
-            .unwrap(),
-    );
+    receiver.trust(&h);
     let dir = h.create_repo("r");
     let user = h.authorized_key("user");
     grant_rewind(&dir, &[&user]);
@@ -958,22 +955,15 @@ fn subscriptions_are_capped_per_owner_and_per_repository() {
 fn a_removed_owners_subscription_stops_and_is_disabled() {
     let receiver = Receiver::start_ed25519_only();
     let h = server_with(true, &[]);
-    receiver.set_server_key(
-        h.ssh_exec("collab-whoami").json()["server_key"]
-            .as_str()
-            .unwrap(),
-    );
+    receiver.trust(&h);
     let dir = h.create_repo("r");
     let user = h.authorized_key("user");
     grant_rewind(&dir, &[&user]);
-    let added = h.ssh_exec_as(
+    let id = add_approved(
+        &h,
         &user,
-        &format!("collab-hook add 'r' '{}' --event 'ref.*'", receiver.url()),
-        b"",
+        &format!("'r' '{}' --event 'ref.*'", receiver.url()),
     );
-    assert_eq!(added.code, 0, "{added:?}");
-    let id = added.json()["webhook"]["id"].as_str().unwrap().to_string();
-    assert_eq!(h.ssh_exec(&format!("collab-hook approve '{id}'")).code, 0);
     let clone = h.clone_repo("r", "work");
     h.commit_file(&clone, "a", b"a", "a");
     h.ssh_push(&clone, &["HEAD:refs/heads/main"]);
@@ -1017,22 +1007,11 @@ fn a_removed_owners_subscription_stops_and_is_disabled() {
 fn a_reused_names_subscription_never_gets_the_deleted_repositorys_events() {
     let receiver = Receiver::start_ed25519_only();
     let h = server_with(true, &[]);
-    receiver.set_server_key(
-        h.ssh_exec("collab-whoami").json()["server_key"]
-            .as_str()
-            .unwrap(),
-    );
+    receiver.trust(&h);
     let dir = h.create_repo("pa");
     let user = h.authorized_key("user");
     grant_rewind(&dir, &[&user]);
-    let added = h.ssh_exec_as(
-        &user,
-        &format!("collab-hook add 'p*' '{}'", receiver.url()),
-        b"",
-    );
-    assert_eq!(added.code, 0, "{added:?}");
-    let id = added.json()["webhook"]["id"].as_str().unwrap().to_string();
-    assert_eq!(h.ssh_exec(&format!("collab-hook approve '{id}'")).code, 0);
+    let id = add_approved(&h, &user, &format!("'p*' '{}'", receiver.url()));
     // The receiver is down: the subscription stalls on its first event and
     // the rest wait behind it.
     receiver.set_mode(Mode::Down);

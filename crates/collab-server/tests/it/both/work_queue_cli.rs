@@ -38,15 +38,7 @@ fn remote_ref(h: &ServerHarness, refname: &str) -> Option<String> {
 #[test]
 fn next_remembers_the_token_and_push_is_fenced_with_it() {
     let h = ServerHarness::start();
-    h.create_repo("r");
-    std::fs::write(
-        h.repos_dir().join("r.git").join("collab-policy.toml"),
-        "fenced_refs = [\"refs/heads/issue/*\"]\n",
-    )
-    .unwrap();
-    let seed = h.clone_repo("r", "seed");
-    h.commit_file(&seed, "README", b"hi\n", "Start");
-    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
+    let seed = h.create_fenced_repo("r");
     let later = open(&h, "Later", " --label backend");
     let first = open(&h, "First", " --label backend");
     open(&h, "Frontend", " --label frontend");
@@ -166,15 +158,7 @@ fn next_remembers_the_token_and_push_is_fenced_with_it() {
 #[test]
 fn a_lapsed_claim_does_not_block_the_next_push() {
     let h = ServerHarness::start();
-    h.create_repo("r");
-    std::fs::write(
-        h.repos_dir().join("r.git").join("collab-policy.toml"),
-        "fenced_refs = [\"refs/heads/issue/*\"]\n",
-    )
-    .unwrap();
-    let seed = h.clone_repo("r", "seed");
-    h.commit_file(&seed, "README", b"hi\n", "Start");
-    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
+    h.create_fenced_repo("r");
     let a = open(&h, "A", "");
     let b = open(&h, "B", "");
     let agent = h.authorized_key("agent");

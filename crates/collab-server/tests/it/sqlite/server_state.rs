@@ -214,6 +214,17 @@ fn age(path: &Path) {
 
 /// Commit a big incompressible file in `clone`, so that pushing it takes a
 /// while.
+/// `git push -q origin HEAD:refs/heads/main` from `clone`, in the
+/// background, its output discarded.
+fn spawn_push(h: &ServerHarness, clone: &Path) -> std::process::Child {
+    h.git_command(&h.ssh_client_key(), clone)
+        .args(["push", "-q", "origin", "HEAD:refs/heads/main"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn commit_big_file(h: &ServerHarness, clone: &Path) {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let data: Vec<u8> = (0..48 << 20)
@@ -238,13 +249,7 @@ fn quarantines_of_killed_pushes_are_removed_at_start() {
 
     // Push, and SIGKILL the server's git processes once the push's
     // quarantine exists: git gets no chance to clean up.
-    let mut push = h
-        .git_command(&h.ssh_client_key(), &clone)
-        .args(["push", "-q", "origin", "HEAD:refs/heads/main"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut push = spawn_push(&h, &clone);
     let start = Instant::now();
     while quarantines(&repo).is_empty() {
         assert!(start.elapsed() < WAIT_LIMIT, "no quarantine appeared");
@@ -322,13 +327,7 @@ fn a_push_whose_client_is_killed_leaves_no_quarantine() {
     )
     .unwrap();
 
-    let mut push = h
-        .git_command(&h.ssh_client_key(), &clone)
-        .args(["push", "-q", "origin", "HEAD:refs/heads/main"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut push = spawn_push(&h, &clone);
     let start = Instant::now();
     while !blocked.exists() {
         assert!(start.elapsed() < WAIT_LIMIT, "the hook never ran");
