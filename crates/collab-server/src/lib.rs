@@ -9,6 +9,7 @@ pub mod backup;
 pub mod cli;
 pub mod config;
 pub mod events;
+pub mod flock;
 pub mod governance;
 pub mod healthcheck;
 pub mod hooks;

@@ -9,8 +9,9 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _, Seek as _, Write as _};
-use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
+
+use crate::flock::{self, Mode};
 
 /// The lock file's name in the state directory.
 pub const LOCK_FILE: &str = "server.lock";
@@ -47,37 +48,6 @@ fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(LOCK_FILE)
 }
 
-fn open(state_dir: &Path) -> Result<File, Held> {
-    let lock = path(state_dir);
-    OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&lock)
-        .map_err(|source| Held::Io {
-            lock: lock.display().to_string(),
-            source,
-        })
-}
-
-/// `flock(fd, op | LOCK_NB)`: `Ok(false)` when somebody holds it.
-fn try_flock(file: &File, op: i32) -> io::Result<bool> {
-    loop {
-        // SAFETY: flock on a descriptor we own for the call's duration.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
-        if rc == 0 {
-            return Ok(true);
-        }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EWOULDBLOCK) => return Ok(false),
-            _ => return Err(err),
-        }
-    }
-}
-
 /// The pid the last holder wrote, for messages.
 fn holder(file: &mut File) -> String {
     let mut text = String::new();
@@ -91,49 +61,53 @@ fn holder(file: &mut File) -> String {
     }
 }
 
-/// Records this process as the holder.
-fn write_pid(file: &mut File) {
-    let _ = file.set_len(0);
-    let _ = file.rewind();
-    let _ = write!(file, "{}", std::process::id());
-}
-
 impl ServerLock {
     /// For a serving server: shared (several processes of one deployment
     /// may serve one state directory's repositories), refused while an
     /// offline command holds it.
     pub fn serve(state_dir: &Path) -> Result<ServerLock, Held> {
-        let mut file = open(state_dir)?;
-        let lock = path(state_dir).display().to_string();
-        match try_flock(&file, libc::LOCK_SH) {
-            Ok(true) => {
-                write_pid(&mut file);
-                Ok(ServerLock { _file: file })
-            }
-            Ok(false) => Err(Held::ByCommand {
-                pid: holder(&mut file),
-                lock,
-            }),
-            Err(source) => Err(Held::Io { lock, source }),
-        }
+        Self::take(state_dir, Mode::Shared, |pid, lock| Held::ByCommand {
+            lock,
+            pid,
+        })
     }
 
     /// For an offline command: exclusive, refused while a server runs.
     pub fn offline(state_dir: &Path) -> Result<ServerLock, Held> {
-        let mut file = open(state_dir)?;
+        Self::take(state_dir, Mode::Exclusive, |pid, lock| Held::ByServer {
+            state_dir: state_dir.display().to_string(),
+            pid,
+            lock,
+        })
+    }
+
+    /// Take the lock in `mode` without waiting and record this process as
+    /// its holder; `refused` (the holder's pid, the lock's path) says who
+    /// is in the way.
+    fn take(
+        state_dir: &Path,
+        mode: Mode,
+        refused: impl FnOnce(String, String) -> Held,
+    ) -> Result<ServerLock, Held> {
         let lock = path(state_dir).display().to_string();
-        match try_flock(&file, libc::LOCK_EX) {
-            Ok(true) => {
-                write_pid(&mut file);
-                Ok(ServerLock { _file: file })
-            }
-            Ok(false) => Err(Held::ByServer {
-                state_dir: state_dir.display().to_string(),
-                pid: holder(&mut file),
-                lock,
-            }),
-            Err(source) => Err(Held::Io { lock, source }),
+        let io = |source| Held::Io {
+            lock: lock.clone(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path(state_dir))
+            .map_err(io)?;
+        if !flock::lock(&file, mode, false).map_err(io)? {
+            return Err(refused(holder(&mut file), lock));
         }
+        let _ = file.set_len(0);
+        let _ = file.rewind();
+        let _ = write!(file, "{}", std::process::id());
+        Ok(ServerLock { _file: file })
     }
 }
 

@@ -52,6 +52,21 @@ impl Shares {
         })
     }
 
+    /// [`try_take`](Self::try_take), with a refusal counted and logged
+    /// ([`note_refusal`] as `what`, `detail` given the limit); `Err` is the
+    /// limit, for the caller's message.
+    pub fn take(
+        &self,
+        what: &'static str,
+        principal: &str,
+        detail: impl FnOnce(usize) -> String,
+    ) -> Result<Share, usize> {
+        self.try_take(principal).ok_or_else(|| {
+            note_refusal(what, principal, || detail(self.limit));
+            self.limit
+        })
+    }
+
     /// Units `principal` holds now.
     pub fn held(&self, principal: &str) -> usize {
         let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
@@ -83,7 +98,7 @@ impl Drop for Share {
 /// Count a share refusal in `/metrics` (`what`, `per_principal`: the
 /// principal is never a label, its cardinality is the attacker's) and log
 /// it at most once a minute per principal and resource.
-pub fn note_refusal(what: &'static str, principal: &str, detail: impl FnOnce() -> String) {
+fn note_refusal(what: &'static str, principal: &str, detail: impl FnOnce() -> String) {
     crate::metrics::refused(what, "per_principal");
     let due = LOG
         .lock()

@@ -9,7 +9,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd as _;
 use std::path::Path;
 
 /// The lock file's name inside a bare repository. Backups skip it.
@@ -38,24 +37,8 @@ impl RepoLock {
             .truncate(false)
             .write(true)
             .open(repo_dir.join(LOCK_FILE))?;
-        let op = if wait {
-            libc::LOCK_EX
-        } else {
-            libc::LOCK_EX | libc::LOCK_NB
-        };
-        loop {
-            // SAFETY: flock on a descriptor we own for the call's duration.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
-            if rc == 0 {
-                return Ok(Some(RepoLock { _file: file }));
-            }
-            let err = io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EWOULDBLOCK) if !wait => return Ok(None),
-                _ => return Err(err),
-            }
-        }
+        let held = crate::flock::lock(&file, crate::flock::Mode::Exclusive, wait)?;
+        Ok(held.then_some(RepoLock { _file: file }))
     }
 }
 

@@ -350,14 +350,15 @@ async fn wait_for(
     // The key's share of waiters, so one key cannot fill the queue.
     let fingerprint = &ctx.caller.identity.fingerprint;
     let shares = &ctx.app.limits.waiters_per_principal;
-    let Some(_share) = shares.try_take(fingerprint) else {
-        let limit = shares.limit();
-        crate::limits::shares::note_refusal("lease_wait", fingerprint, || {
-            format!("{limit} callers waiting with this key")
-        });
-        return Some(Answer::Reply(error(&format!(
-            "error: too many lease waits with this key ({limit} waiting); try again when one ends"
-        ))));
+    let _share = match shares.take("lease_wait", fingerprint, |most| {
+        format!("{most} callers waiting with this key")
+    }) {
+        Ok(share) => share,
+        Err(most) => {
+            return Some(Answer::Reply(error(&format!(
+            "error: too many lease waits with this key ({most} waiting); try again when one ends"
+        ))))
+        }
     };
     let on_timeout = want.clone();
     let waited = ctx

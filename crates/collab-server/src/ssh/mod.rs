@@ -535,16 +535,17 @@ impl russh::server::Handler for Connection {
         // The key's share of connections: past it the login goes through
         // only to be answered with a disconnect that says why
         // (`auth_succeeded`); a rejected key would read "Permission denied".
-        let Some(share) = self.app.limits.ssh_per_principal.try_take(&fp) else {
-            let limit = self.app.limits.ssh_per_principal.limit();
-            let peer = self.peer;
-            limits::shares::note_refusal("ssh", &fp, || {
-                format!("refused a connection from {peer}: {limit} open with this key")
-            });
-            self.over_share = Some(format!(
-                "too many connections with this key ({limit} open); close one and try again"
-            ));
-            return Ok(Auth::Accept);
+        let peer = self.peer;
+        let share = match self.app.limits.ssh_per_principal.take("ssh", &fp, |limit| {
+            format!("refused a connection from {peer}: {limit} open with this key")
+        }) {
+            Ok(share) => share,
+            Err(limit) => {
+                self.over_share = Some(format!(
+                    "too many connections with this key ({limit} open); close one and try again"
+                ));
+                return Ok(Auth::Accept);
+            }
         };
         self._principal_share = Some(share);
         let _ = self.shared.principal.set(fp.clone());

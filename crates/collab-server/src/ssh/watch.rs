@@ -190,15 +190,16 @@ pub async fn watch(ctx: &ExecContext, channel: Channel<Msg>, cmd: WatchCmd) {
     // The key's share first, so one key cannot take every server-wide slot.
     let fingerprint = &ctx.caller.identity.fingerprint;
     let shares = &ctx.app.limits.watchers_per_principal;
-    let Some(_share) = shares.try_take(fingerprint) else {
-        let limit = shares.limit();
-        crate::limits::shares::note_refusal("watch", fingerprint, || {
-            format!("{limit} watchers connected with this key")
-        });
-        let message = format!(
-            "error: too many event watchers with this key ({limit} connected); stop one and try again"
-        );
-        return reply_and_close(channel, &message, 1).await;
+    let _share = match shares.take("watch", fingerprint, |limit| {
+        format!("{limit} watchers connected with this key")
+    }) {
+        Ok(share) => share,
+        Err(limit) => {
+            let message = format!(
+                "error: too many event watchers with this key ({limit} connected); stop one and try again"
+            );
+            return reply_and_close(channel, &message, 1).await;
+        }
     };
     let Some(_slot) = WatcherSlot::take(config.max_watchers) else {
         crate::limits::note_refusal("watch", "max_watchers", || {
