@@ -96,10 +96,15 @@ impl DisplayNames {
             })
     }
 
-    /// The display name of a principal (a lease holder, a merger).
-    pub fn name(&self, principal: &str) -> String {
+    /// A name the server knows for `principal`: governed, else listed.
+    fn known(&self, principal: &str) -> Option<String> {
         self.governed(principal)
             .or_else(|| self.listed_name(principal))
+    }
+
+    /// The display name of a principal (a lease holder, a merger).
+    pub fn name(&self, principal: &str) -> String {
+        self.known(principal)
             .unwrap_or_else(|| short_fingerprint(principal))
     }
 
@@ -109,8 +114,7 @@ impl DisplayNames {
         if principal.is_empty() && !recorded.is_empty() {
             return self.name(recorded);
         }
-        self.governed(principal)
-            .or_else(|| self.listed_name(principal))
+        self.known(principal)
             .or_else(|| {
                 (recorded != principal && !is_fingerprint(recorded) && check_name(recorded).is_ok())
                     .then(|| recorded.to_string())

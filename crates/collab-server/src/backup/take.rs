@@ -233,10 +233,9 @@ fn write(
     // ours to copy; a SQLite file left from before `db migrate` is stale
     // and never stands in for it (it is skipped below as well).
     let db = config.collab_db_path();
-    let database_elsewhere = match config.collab_db_location() {
-        crate::db::Location::Postgres(_) => Some(config.collab_db_location().display()),
-        crate::db::Location::Sqlite(_) => None,
-    };
+    let location = config.collab_db_location();
+    let database_elsewhere =
+        matches!(location, crate::db::Location::Postgres(_)).then(|| location.display());
     let census = if database_elsewhere.is_none() && db.exists() {
         let copy = to.join(layout::DATABASE);
         // Created 0600 before SQLite writes into it (it would use 0644).
