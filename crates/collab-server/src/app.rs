@@ -13,6 +13,7 @@ use crate::db::leases::Policy;
 use crate::db::reads::ReadPool;
 use crate::db::writer::Writer;
 use crate::governance::Governance;
+use crate::identity::certs::CertAuthority;
 use crate::identity::AuthorizedKeys;
 use crate::leasing::waiters::Waiters;
 use crate::limits::{fds, Limits};
@@ -23,6 +24,8 @@ pub struct App {
     pub config: Arc<ServerConfig>,
     /// The live `ssh.authorized_keys` (re-read when it changes).
     pub authorized_keys: AuthorizedKeys,
+    /// The live `ssh.trusted_user_ca_keys` and `ssh.revoked_keys`.
+    pub certs: CertAuthority,
     /// The live governance state (`_governance.git`).
     pub governance: Governance,
     /// In-flight exec commands, for a clean shutdown.
@@ -84,6 +87,10 @@ impl App {
             limits,
             maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
+            certs: CertAuthority::new(
+                config.ssh.trusted_user_ca_keys.clone(),
+                config.ssh.revoked_keys.clone(),
+            ),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),
             work: WorkTracker::default(),

@@ -160,6 +160,7 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     let mut ssh = tokio::spawn(crate::ssh::serve(
         app.clone(),
         prepared.host_keys(),
+        prepared.host_certificates.clone(),
         ssh_listener,
         stopping.clone(),
     ));

@@ -10,7 +10,8 @@ use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt 
 use std::path::Path;
 
 use anyhow::{bail, Context as _};
-use russh::keys::ssh_key::{LineEnding, PublicKey};
+use russh::keys::ssh_key::certificate::CertType;
+use russh::keys::ssh_key::{Certificate, LineEnding, PublicKey};
 use russh::keys::{Algorithm, PrivateKey};
 
 use crate::config::ServerConfig;
@@ -21,6 +22,8 @@ pub struct Prepared {
     pub host_key: PrivateKey,
     /// RSA and ECDSA host keys, when `ssh.legacy_host_keys` is on.
     pub legacy_host_keys: Vec<PrivateKey>,
+    /// `ssh.host_certificate`, checked against the host keys.
+    pub host_certificates: Vec<Certificate>,
 }
 
 impl Prepared {
@@ -63,10 +66,60 @@ pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
     ensure_authorized_keys(&config.ssh.authorized_keys)?;
     merge_admin_keys(&config.ssh.authorized_keys, &config.initial_admin_keys)?;
     write_hooks(&config.hooks_dir())?;
-    Ok(Prepared {
+    let mut prepared = Prepared {
         host_key,
         legacy_host_keys,
-    })
+        host_certificates: Vec::new(),
+    };
+    if let Some(path) = &config.ssh.host_certificate {
+        let cert = load_host_certificate(path, &prepared.host_keys())?;
+        prepared.host_certificates.push(cert);
+    }
+    Ok(prepared)
+}
+
+/// Read `ssh.host_certificate` and refuse to start with one that clients
+/// would reject: not a host certificate, or not of one of our host keys.
+/// (Its validity window and principals are the CA's business: an expired
+/// one is logged, and clients fall back to the plain host key.)
+pub fn load_host_certificate(path: &Path, host_keys: &[PrivateKey]) -> anyhow::Result<Certificate> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("ssh.host_certificate: cannot read {}", path.display()))?;
+    let cert = Certificate::from_openssh(text.trim()).with_context(|| {
+        format!(
+            "ssh.host_certificate: {} is not an OpenSSH certificate",
+            path.display()
+        )
+    })?;
+    if cert.cert_type() != CertType::Host {
+        bail!(
+            "ssh.host_certificate: {} is a user certificate, not a host certificate",
+            path.display()
+        );
+    }
+    if !host_keys
+        .iter()
+        .any(|k| k.public_key().key_data() == cert.public_key())
+    {
+        bail!(
+            "ssh.host_certificate: {} certifies another key, not ssh.host_key",
+            path.display()
+        );
+    }
+    let now = crate::identity::unix_now().max(0) as u64;
+    if now < cert.valid_after() || now >= cert.valid_before() {
+        tracing::warn!(
+            "ssh.host_certificate: {} is outside its validity window; clients will not accept it",
+            path.display()
+        );
+    }
+    tracing::info!(
+        "presenting host certificate {} (key id {:?}, serial {})",
+        path.display(),
+        cert.key_id(),
+        cert.serial()
+    );
+    Ok(cert)
 }
 
 /// Read the Ed25519 host key, or generate it (mode 0600) on first start.

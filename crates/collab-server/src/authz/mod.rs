@@ -22,6 +22,8 @@ use crate::app::App;
 use crate::governance::conf::GovernanceConf;
 use crate::governance::GovState;
 use crate::identity::{Admission, Identity};
+use russh::keys::ssh_key::public::KeyData;
+use russh::keys::ssh_key::PublicKey;
 use crate::repos::RepoEntry;
 
 /// An access level (read < write < rewind): the protocol's, since the verb
@@ -62,11 +64,13 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// The principal: the governed name, else the key's `SHA256:` fingerprint.
+    /// The principal: the governed name, else the certificate's principal
+    /// for a certificate login, else the key's `SHA256:` fingerprint.
     /// This is also the lease holder string.
     pub fn principal(&self) -> &str {
-        match &self.regime {
-            Regime::Governed { name, .. } => name,
+        match (&self.regime, &self.identity.certificate) {
+            (Regime::Governed { name, .. }, _) => name,
+            (_, Some(cert)) => &cert.principal,
             _ => &self.identity.fingerprint,
         }
     }
@@ -85,7 +89,11 @@ impl Caller {
 /// enrolled through governance and authorized_keys does not restrict it (a
 /// key listed there whose every line refuses this connection is refused in
 /// both regimes). `Err` carries the reason for the log.
-pub fn admission(app: &App, fingerprint: &str, peer: IpAddr) -> Result<(), String> {
+pub fn admission(app: &App, key: &KeyData, peer: IpAddr) -> Result<(), String> {
+    if let Some(why) = app.certs.key_revoked(key) {
+        return Err(why);
+    }
+    let fingerprint = &crate::identity::fingerprint(&PublicKey::new(key.clone(), ""));
     match app
         .authorized_keys
         .admit(fingerprint, peer, crate::identity::unix_now())
@@ -101,15 +109,52 @@ pub fn admission(app: &App, fingerprint: &str, peer: IpAddr) -> Result<(), Strin
     }
 }
 
-/// `admission` as a yes/no.
-pub fn is_admitted(app: &App, fingerprint: &str, peer: IpAddr) -> bool {
-    admission(app, fingerprint, peer).is_ok()
+/// Whether an authenticated identity is still admitted (asked again
+/// before each command and by long-running streams): its key by
+/// `admission`, or its certificate by the whole certificate check again,
+/// so a certificate revoked, expired, or whose CA is no longer trusted
+/// stops working on open connections too.
+pub fn identity_admission(app: &App, identity: &Identity) -> Result<(), String> {
+    match &identity.certificate {
+        None => admission(app, identity.key.key_data(), identity.peer),
+        Some(cert) => app
+            .certs
+            .check(
+                &cert.certificate,
+                &cert.principal,
+                identity.peer,
+                crate::identity::unix_now().max(0) as u64,
+            )
+            .map(|_| ()),
+    }
+}
+
+/// `identity_admission` as a yes/no.
+pub fn is_admitted(app: &App, identity: &Identity) -> bool {
+    identity_admission(app, identity).is_ok()
 }
 
 /// Fix the regime for `identity` from the live governance state. Admin
 /// status is re-read from authorized_keys (the line that admits this
 /// connection) so a demotion applies at once.
 pub fn caller_for(app: &App, mut identity: Identity) -> Caller {
+    if let Some(cert) = &identity.certificate {
+        // A certificate is never an admin key; governance may still grant
+        // its principal anything.
+        identity.admin = false;
+        let regime = match app.governance.state().as_ref() {
+            GovState::Inactive => Regime::Ungoverned { admin: false },
+            GovState::Active(conf) => match conf.principal_for_certificate(&cert.principal) {
+                Some(name) => Regime::Governed {
+                    name: name.to_string(),
+                    conf: conf.clone(),
+                },
+                None => Regime::Closed,
+            },
+            GovState::Broken(_) => Regime::Closed,
+        };
+        return Caller { identity, regime };
+    }
     identity.admin = matches!(
         app.authorized_keys.admit(
             &identity.fingerprint,
@@ -360,6 +405,7 @@ mod tests {
                 key,
                 admin: false,
                 peer: [127, 0, 0, 1].into(),
+                certificate: None,
             },
             regime,
         }

@@ -78,6 +78,12 @@ pub struct SshConfig {
     pub listen: String,
     pub host_key: PathBuf,
     pub authorized_keys: PathBuf,
+    /// CA keys whose user certificates log in (unset: none).
+    pub trusted_user_ca_keys: Option<PathBuf>,
+    /// A KRL or a list of revoked keys and certificates (unset: none).
+    pub revoked_keys: Option<PathBuf>,
+    /// A certificate of the host key, presented to clients (unset: none).
+    pub host_certificate: Option<PathBuf>,
     pub allow_sha1_rsa: bool,
     pub legacy_host_keys: bool,
     pub max_connections: usize,
@@ -308,6 +314,17 @@ pub fn absolute_paths(mut config: ServerConfig) -> anyhow::Result<ServerConfig> 
         &mut config.ssh.host_key,
         &mut config.ssh.authorized_keys,
     ] {
+        *path =
+            std::path::absolute(&*path).with_context(|| format!("resolving {}", path.display()))?;
+    }
+    for path in [
+        &mut config.ssh.trusted_user_ca_keys,
+        &mut config.ssh.revoked_keys,
+        &mut config.ssh.host_certificate,
+    ]
+    .into_iter()
+    .flatten()
+    {
         *path =
             std::path::absolute(&*path).with_context(|| format!("resolving {}", path.display()))?;
     }

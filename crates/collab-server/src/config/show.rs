@@ -177,6 +177,7 @@ impl LoadedConfig {
             Kind::Duration => vec![fmt_duration(field_as(fields, key))],
             _ => match self.shown(key, fields) {
                 serde_json::Value::String(s) => vec![s],
+                serde_json::Value::Null => vec!["(none)".into()],
                 other => vec![other.to_string()],
             },
         }

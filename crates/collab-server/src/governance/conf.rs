@@ -10,6 +10,8 @@
 //! keys = ["ssh-ed25519 AAAA… alice@laptop"]
 //! [principals.bot-1]
 //! keys = ["ssh-ed25519 AAAA… bot-1"]
+//! [principals.fleet]                # SSH certificates only
+//! certificate_principals = ["agent-7", "agent-8"]
 //!
 //! [groups]
 //! agents = ["bot-1"]
@@ -188,7 +190,11 @@ fn check_webhooks(hooks: &[GovWebhook]) -> Result<(), GovernanceError> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPrincipal {
+    #[serde(default)]
     keys: Vec<String>,
+    /// SSH certificate principals this principal logs in as (default: its
+    /// own name).
+    certificate_principals: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -218,6 +224,9 @@ struct Grant {
 pub struct GovernanceConf {
     /// Fingerprint -> principal name.
     by_fingerprint: HashMap<String, String>,
+    /// SSH certificate principal -> principal name (`certificate_principals`,
+    /// default each principal's own name).
+    by_cert_principal: HashMap<String, String>,
     principals: BTreeSet<String>,
     groups: BTreeMap<String, BTreeSet<String>>,
     grants: Vec<Grant>,
@@ -264,6 +273,8 @@ impl GovernanceConf {
         let raw: RawConf = toml::from_str(text).map_err(|e| invalid(e.to_string().trim_end()))?;
 
         let mut by_fingerprint = HashMap::new();
+        // Certificate principal -> (principal, named explicitly).
+        let mut by_cert_principal: HashMap<String, (String, bool)> = HashMap::new();
         let mut principals = BTreeSet::new();
         for (name, p) in &raw.principals {
             if !valid_ident(name) {
@@ -271,8 +282,37 @@ impl GovernanceConf {
                     "principals.{name}: a principal name uses only letters, digits, '.', '_' and '-' (at most 64)"
                 )));
             }
-            if p.keys.is_empty() {
-                return Err(invalid(format!("principals.{name}.keys: no key given")));
+            // Without keys a principal can only log in with a certificate,
+            // which the operator must then name explicitly.
+            if p.keys.is_empty() && p.certificate_principals.is_none() {
+                return Err(invalid(format!(
+                    "principals.{name}.keys: no key given (nor certificate_principals)"
+                )));
+            }
+            let cert_names = p
+                .certificate_principals
+                .clone()
+                .unwrap_or_else(|| vec![name.clone()]);
+            for (i, cert_name) in cert_names.iter().enumerate() {
+                if !crate::identity::certs::valid_principal(cert_name) {
+                    return Err(invalid(format!(
+                        "principals.{name}.certificate_principals[{i}]: {cert_name:?} is not a valid principal name"
+                    )));
+                }
+                let explicit = p.certificate_principals.is_some();
+                match by_cert_principal.get(cert_name) {
+                    // An explicit mapping wins over another principal's
+                    // default (its own name); two explicit ones are a mistake.
+                    Some((other, true)) if explicit => {
+                        return Err(invalid(format!(
+                            "principals.{name}.certificate_principals[{i}]: {cert_name:?} already belongs to principal {other}"
+                        )))
+                    }
+                    Some((_, true)) => {}
+                    _ => {
+                        by_cert_principal.insert(cert_name.clone(), (name.clone(), explicit));
+                    }
+                }
             }
             for (i, line) in p.keys.iter().enumerate() {
                 let key = PublicKey::from_openssh(line.trim()).map_err(|e| {
@@ -351,6 +391,10 @@ impl GovernanceConf {
         }
         Ok(GovernanceConf {
             by_fingerprint,
+            by_cert_principal: by_cert_principal
+                .into_iter()
+                .map(|(cert, (name, _))| (cert, name))
+                .collect(),
             principals,
             groups,
             grants,
@@ -380,6 +424,13 @@ impl GovernanceConf {
     /// The principal a key is enrolled as.
     pub fn principal_for_fingerprint(&self, fingerprint: &str) -> Option<&str> {
         self.by_fingerprint.get(fingerprint).map(String::as_str)
+    }
+
+    /// The principal an SSH certificate principal logs in as.
+    pub fn principal_for_certificate(&self, cert_principal: &str) -> Option<&str> {
+        self.by_cert_principal
+            .get(cert_principal)
+            .map(String::as_str)
     }
 
     /// Every principal name.
@@ -478,6 +529,31 @@ mod tests {
         assert!(c.is_public("docs/site") && !c.is_public("docs") && !c.is_public("_governance"));
         assert!(c.check_keeps_admin(&alice_fp).is_ok());
         assert!(c.check_keeps_admin("SHA256:nobody").is_err());
+    }
+
+    #[test]
+    fn certificate_principals_default_to_the_name_and_may_be_listed() {
+        let c = GovernanceConf::parse(&conf("")).unwrap();
+        assert_eq!(c.principal_for_certificate("alice"), Some("alice"));
+        assert_eq!(c.principal_for_certificate("carol"), None);
+        // A certificate-only principal, and an explicit name that takes
+        // over another principal's default.
+        let fleet = "[principals.fleet]\ncertificate_principals = [\"agent-7\", \"bob\"]\n";
+        let c = GovernanceConf::parse(&conf(fleet)).unwrap();
+        assert_eq!(c.principal_for_certificate("agent-7"), Some("fleet"));
+        assert_eq!(c.principal_for_certificate("bob"), Some("fleet"));
+        assert_eq!(c.principal_for_certificate("fleet"), None);
+        assert_eq!(c.principal_for_certificate("alice"), Some("alice"));
+        // Two explicit claims on one name, a bad name, or neither keys nor
+        // certificate principals: refused.
+        let twice = "[principals.a]\ncertificate_principals = [\"x\"]\n\
+                     [principals.b]\ncertificate_principals = [\"x\"]\n";
+        assert!(GovernanceConf::parse(&conf(twice)).is_err());
+        let bad = "[principals.a]\ncertificate_principals = [\"SHA256:abc\"]\n";
+        assert!(GovernanceConf::parse(&conf(bad)).is_err());
+        let neither = "[principals.a]\n";
+        let e = GovernanceConf::parse(&conf(neither)).unwrap_err();
+        assert!(e.0.contains("no key given"), "{e}");
     }
 
     #[test]

@@ -8,7 +8,12 @@
 //! the line (`options`). A key may appear on several lines: it is admitted
 //! when one of them admits it for this client address at this time. This
 //! module admits keys; what a key may do is `authz`'s business.
+//!
+//! SSH user certificates (`certs`: trusted CAs, the checks; `krl`: the
+//! revocation list) make an identity of a certificate principal instead.
 
+pub mod certs;
+pub mod krl;
 pub mod options;
 
 use std::collections::HashMap;
@@ -34,6 +39,21 @@ pub struct Identity {
     pub admin: bool,
     /// The client's address, for `from=`.
     pub peer: IpAddr,
+    /// Set when the login was an SSH certificate: then the certificate's
+    /// principal, not the key, is who this is (`authz::Caller::principal`).
+    pub certificate: Option<certs::CertLogin>,
+}
+
+impl Identity {
+    /// What the per-principal shares (connections, watchers, waiters) count
+    /// by: the certificate principal, so that many short-lived
+    /// certificates of one principal share one allowance; else the key.
+    pub fn share_key(&self) -> String {
+        match &self.certificate {
+            Some(cert) => format!("cert:{}", cert.principal),
+            None => self.fingerprint.clone(),
+        }
+    }
 }
 
 /// The SHA256 fingerprint of a key: `SHA256:<base64, no padding>`.

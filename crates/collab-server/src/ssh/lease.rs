@@ -348,9 +348,9 @@ async fn wait_for(
     gone: impl Future<Output = ()>,
 ) -> Option<Answer> {
     // The key's share of waiters, so one key cannot fill the queue.
-    let fingerprint = &ctx.caller.identity.fingerprint;
+    let share_key = ctx.caller.identity.share_key();
     let shares = &ctx.app.limits.waiters_per_principal;
-    let _share = match shares.take("lease_wait", fingerprint, |most| {
+    let _share = match shares.take("lease_wait", &share_key, |most| {
         format!("{most} callers waiting with this key")
     }) {
         Ok(share) => share,

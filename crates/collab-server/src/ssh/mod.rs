@@ -44,6 +44,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use russh::keys::ssh_key::Certificate;
 use russh::keys::PrivateKey;
 use russh::server::{Auth, ChannelOpenHandle, Msg, PublicKeyOffer, Session, VerifiedPublicKey};
 use russh::{Channel, ChannelId, ChannelOpenFailure, Disconnect, MethodKind, MethodSet, SshId};
@@ -102,7 +103,11 @@ fn key_algorithms(allow_sha1_rsa: bool) -> Vec<russh::keys::Algorithm> {
     algorithms
 }
 
-fn russh_config(host_keys: Vec<PrivateKey>, allow_sha1_rsa: bool) -> russh::server::Config {
+fn russh_config(
+    host_keys: Vec<PrivateKey>,
+    host_certificates: Vec<Certificate>,
+    allow_sha1_rsa: bool,
+) -> russh::server::Config {
     let preferred = russh::Preferred {
         cipher: CIPHERS.into(),
         key: key_algorithms(allow_sha1_rsa).into(),
@@ -111,6 +116,8 @@ fn russh_config(host_keys: Vec<PrivateKey>, allow_sha1_rsa: bool) -> russh::serv
     russh::server::Config {
         server_id: SshId::Standard("SSH-2.0-git-collab".into()),
         keys: host_keys,
+        // Offered first to clients that trust a host CA (@cert-authority).
+        certificates: host_certificates,
         preferred,
         methods: MethodSet::from(&[MethodKind::PublicKey][..]),
         auth_rejection_time: Duration::from_secs(1),
@@ -127,10 +134,15 @@ fn russh_config(host_keys: Vec<PrivateKey>, allow_sha1_rsa: bool) -> russh::serv
 pub async fn serve(
     app: Arc<App>,
     host_keys: Vec<PrivateKey>,
+    host_certificates: Vec<Certificate>,
     listener: tokio::net::TcpListener,
     stopping: Stop,
 ) -> anyhow::Result<()> {
-    let config = Arc::new(russh_config(host_keys, app.config.ssh.allow_sha1_rsa));
+    let config = Arc::new(russh_config(
+        host_keys,
+        host_certificates,
+        app.config.ssh.allow_sha1_rsa,
+    ));
     let login_grace = app.config.ssh.login_grace_time;
     let (disconnect_all, disconnecting) = stop_pair();
     let mut sessions = JoinSet::new();
@@ -388,6 +400,31 @@ async fn all_closed(sessions: &mut JoinSet<()>, limit: Duration) -> bool {
 /// can admit it; at most [`REFUSED_LOG_BURST`] lines per minute, so a
 /// stranger cycling keys cannot flood the log.
 fn log_refused_key(peer: &SocketAddr, fingerprint: &str, why: &str) {
+    rate_limited(|| tracing::info!(peer = %peer, key = fingerprint, "ssh key refused: {why}"));
+}
+
+/// Log a refused certificate: its own line (not "key refused"), with what
+/// the operator needs to find it (key id, serial, CA) and why.
+fn log_refused_certificate(peer: &SocketAddr, cert: &Certificate, why: &str) {
+    let ca = fingerprint(&russh::keys::ssh_key::PublicKey::new(
+        cert.signature_key().clone(),
+        "",
+    ));
+    // The key id is the CA's text: quoted (`?`) so it cannot forge a line.
+    rate_limited(|| {
+        tracing::info!(
+            peer = %peer,
+            key_id = ?cert.key_id(),
+            serial = cert.serial(),
+            ca = ca,
+            "ssh certificate refused: {why}"
+        )
+    });
+}
+
+/// Run `log` at most [`REFUSED_LOG_BURST`] times a minute (refusals of
+/// keys and certificates together), then say how many were left out.
+fn rate_limited(log: impl FnOnce()) {
     static WINDOW: std::sync::Mutex<(Option<std::time::Instant>, u32)> =
         std::sync::Mutex::new((None, 0));
     let mut window = WINDOW.lock().unwrap_or_else(|e| e.into_inner());
@@ -406,7 +443,7 @@ fn log_refused_key(peer: &SocketAddr, fingerprint: &str, why: &str) {
     }
     window.1 += 1;
     if window.1 <= REFUSED_LOG_BURST {
-        tracing::info!(peer = %peer, key = fingerprint, "ssh key refused: {why}");
+        log();
     }
 }
 
@@ -466,6 +503,38 @@ impl Connection {
         }
     }
 
+    /// Bind the connection to `identity`, whose key (or certificate) has
+    /// just been verified and admitted. The principal's share of
+    /// connections: past it the login goes through only to be answered
+    /// with a disconnect that says why (`auth_succeeded`); a rejected key
+    /// would read "Permission denied".
+    fn log_in(&mut self, identity: Identity) -> Auth {
+        let peer = self.peer;
+        let share_key = identity.share_key();
+        let share = match self
+            .app
+            .limits
+            .ssh_per_principal
+            .take("ssh", &share_key, |limit| {
+                format!("refused a connection from {peer}: {limit} open with this key")
+            }) {
+            Ok(share) => share,
+            Err(limit) => {
+                self.over_share = Some(format!(
+                    "too many connections with this key ({limit} open); close one and try again"
+                ));
+                return Auth::Accept;
+            }
+        };
+        self._principal_share = Some(share);
+        let _ = self.shared.principal.set(share_key);
+        self.identity = Some(identity);
+        self.authenticated.store(true, Ordering::Release);
+        // Authenticated: no longer one of the MaxStartups.
+        self.startup = None;
+        Auth::Accept
+    }
+
     /// Take the channel out of the map and answer on it in the background.
     fn reply_on(&mut self, id: ChannelId, message: &'static str) {
         if let Some(channel) = self.channels.remove(&id) {
@@ -507,8 +576,22 @@ impl russh::server::Handler for Connection {
     ) -> Result<Auth, Self::Error> {
         // Ownership is not proven here: answer the probe, bind nothing.
         let fp = fingerprint(offer.public_key);
-        match authz::admission(&self.app, &fp, self.peer.ip()) {
+        if *offer.algorithm == (russh::keys::Algorithm::Rsa { hash: None })
+            && !self.app.config.ssh.allow_sha1_rsa
+        {
+            log_refused_key(&self.peer, &fp, "ssh-rsa (SHA-1) signature");
+            return Ok(Auth::reject());
+        }
+        match authz::admission(&self.app, offer.public_key.key_data(), self.peer.ip()) {
             Ok(()) => Ok(Auth::Accept),
+            // russh shows us a certificate's key here, not the certificate:
+            // with CAs configured any key may be one, so let the client
+            // sign; `auth_publickey` or `auth_openssh_certificate` decides.
+            Err(_) if self.app.certs.enabled()
+                && self.app.certs.key_revoked(offer.public_key.key_data()).is_none() =>
+            {
+                Ok(Auth::Accept)
+            }
             Err(why) => {
                 log_refused_key(&self.peer, &fp, &why);
                 Ok(Auth::reject())
@@ -522,7 +605,7 @@ impl russh::server::Handler for Connection {
         key: VerifiedPublicKey<'_>,
     ) -> Result<Auth, Self::Error> {
         let fp = fingerprint(key.public_key);
-        if let Err(why) = authz::admission(&self.app, &fp, self.peer.ip()) {
+        if let Err(why) = authz::admission(&self.app, key.public_key.key_data(), self.peer.ip()) {
             log_refused_key(&self.peer, &fp, &why);
             return Ok(Auth::reject());
         }
@@ -532,34 +615,51 @@ impl russh::server::Handler for Connection {
             log_refused_key(&self.peer, &fp, "ssh-rsa (SHA-1) signature");
             return Ok(Auth::reject());
         }
-        // The key's share of connections: past it the login goes through
-        // only to be answered with a disconnect that says why
-        // (`auth_succeeded`); a rejected key would read "Permission denied".
-        let peer = self.peer;
-        let share = match self.app.limits.ssh_per_principal.take("ssh", &fp, |limit| {
-            format!("refused a connection from {peer}: {limit} open with this key")
-        }) {
-            Ok(share) => share,
-            Err(limit) => {
-                self.over_share = Some(format!(
-                    "too many connections with this key ({limit} open); close one and try again"
-                ));
-                return Ok(Auth::Accept);
-            }
-        };
-        self._principal_share = Some(share);
-        let _ = self.shared.principal.set(fp.clone());
         tracing::debug!(peer = %self.peer, key = fp, "authenticated");
-        self.identity = Some(Identity {
+        Ok(self.log_in(Identity {
             fingerprint: fp,
             key: key.public_key.clone(),
             admin: false,
             peer: self.peer.ip(),
-        });
-        self.authenticated.store(true, Ordering::Release);
-        // Authenticated: no longer one of the MaxStartups.
-        self.startup = None;
-        Ok(Auth::Accept)
+            certificate: None,
+        }))
+    }
+
+    /// russh has checked the certificate's signature and validity window
+    /// (refusing with its own "Certificate is expired or not yet valid"
+    /// warning before we see it) and that the client holds its key.
+    async fn auth_openssh_certificate(
+        &mut self,
+        user: &str,
+        certificate: &Certificate,
+    ) -> Result<Auth, Self::Error> {
+        let now = crate::identity::unix_now().max(0) as u64;
+        let login = match self.app.certs.check(certificate, user, self.peer.ip(), now) {
+            Ok(login) => login,
+            Err(why) => {
+                log_refused_certificate(&self.peer, certificate, &why);
+                return Ok(Auth::reject());
+            }
+        };
+        let key = russh::keys::ssh_key::PublicKey::new(certificate.public_key().clone(), "");
+        let fp = fingerprint(&key);
+        // The key id is the CA's text: quoted (`?`) so it cannot forge a line.
+        tracing::info!(
+            peer = %self.peer,
+            principal = login.principal,
+            key_id = ?login.key_id,
+            serial = login.serial,
+            ca = login.ca,
+            key = fp,
+            "ssh certificate login"
+        );
+        Ok(self.log_in(Identity {
+            fingerprint: fp,
+            key,
+            admin: false,
+            peer: self.peer.ip(),
+            certificate: Some(login),
+        }))
     }
 
     async fn auth_succeeded(&mut self, session: &mut Session) -> Result<(), Self::Error> {
@@ -642,7 +742,7 @@ impl russh::server::Handler for Connection {
         let app = self.app.clone();
         let refusal = if app.stopping.is_stopped() {
             Some("error: the server is shutting down")
-        } else if !authz::is_admitted(&app, &identity.fingerprint, identity.peer) {
+        } else if !authz::is_admitted(&app, &identity) {
             Some("error: this key is no longer admitted")
         } else {
             None

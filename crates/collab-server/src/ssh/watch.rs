@@ -188,9 +188,9 @@ pub async fn watch(ctx: &ExecContext, channel: Channel<Msg>, cmd: WatchCmd) {
     }
     let config = &ctx.app.config.events;
     // The key's share first, so one key cannot take every server-wide slot.
-    let fingerprint = &ctx.caller.identity.fingerprint;
+    let share_key = ctx.caller.identity.share_key();
     let shares = &ctx.app.limits.watchers_per_principal;
-    let _share = match shares.take("watch", fingerprint, |limit| {
+    let _share = match shares.take("watch", &share_key, |limit| {
         format!("{limit} watchers connected with this key")
     }) {
         Ok(share) => share,
@@ -352,11 +352,7 @@ impl Stream<'_> {
         loop {
             if admitted_at.elapsed() >= ACCESS_TTL {
                 // A key removed from authorized_keys (or governance) stops here.
-                if !authz::is_admitted(
-                    app,
-                    &self.ctx.caller.identity.fingerprint,
-                    self.ctx.caller.identity.peer,
-                ) {
+                if !authz::is_admitted(app, &self.ctx.caller.identity) {
                     return End::Cut("error: this key is no longer admitted".into());
                 }
                 self.visibility.caller = authz::caller_for(app, self.ctx.caller.identity.clone());
