@@ -54,6 +54,22 @@ pub async fn authenticate(handle: &mut Handle<AcceptAnyHost>, key: &PrivateKey) 
         .expect("authenticate")
 }
 
+/// Authenticate with an OpenSSH certificate (the file `cert`) of `key`,
+/// whatever its type: OpenSSH's client will not even offer some (a host
+/// certificate as a user one), which the server must still refuse.
+pub async fn authenticate_with_certificate(
+    handle: &mut Handle<AcceptAnyHost>,
+    key: &PrivateKey,
+    cert: &Path,
+) -> AuthResult {
+    let text = std::fs::read_to_string(cert).expect("read certificate");
+    let cert = russh::keys::ssh_key::Certificate::from_openssh(text.trim()).expect("certificate");
+    handle
+        .authenticate_openssh_cert("git", Arc::new(key.clone()), cert)
+        .await
+        .expect("authenticate")
+}
+
 /// Refuses every signature request, and remembers that it was asked.
 pub struct RefuseToSign {
     pub asked: bool,

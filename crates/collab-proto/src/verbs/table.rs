@@ -227,6 +227,18 @@ pub static VERBS: &[Verb] = &[
         "your principal, your access and the server's signing key, as JSON",
     ),
     Verb {
+        flags: &[switch(
+            "--json",
+            "one JSON object: access, open issues and patches, your leases, the server",
+        )],
+        ..verb(
+            "info",
+            "",
+            Need::Rule("read (lists what you may read)"),
+            "the repositories you may read with R / RW / RW+ (gitolite's `info`)",
+        )
+    },
+    Verb {
         aliases: &["collab-help"],
         ..verb(
             "help",

@@ -36,13 +36,8 @@ pub(super) fn resolve(figment: &Figment) -> anyhow::Result<LoadedConfig> {
                 given.convert(key.kind)?
             }
             None => {
-                let value = derived(key, &fields);
-                // An optional path left unset is its default (none); an
-                // unset database is derived from repos_dir when read.
-                let unset_path = value.is_null() && matches!(key.kind, Kind::Path);
-                let source = if unset_path { "default" } else { "derived" };
-                sources.insert(key.name.to_string(), source.into());
-                value
+                sources.insert(key.name.to_string(), "derived".into());
+                derived(key, &fields)
             }
         };
         insert_dotted(&mut fields, key.name, value);

@@ -65,9 +65,9 @@ push_to_create                     false                                     def
 ssh.listen                         0.0.0.0:2222                              default
 ssh.host_key                       /var/lib/git-collab/ssh_host_ed25519_key  derived
 ssh.authorized_keys                /var/lib/git-collab/authorized_keys       derived
-ssh.trusted_user_ca_keys           (none)                                    default
-ssh.revoked_keys                   (none)                                    default
-ssh.host_certificate               (none)                                    default
+ssh.trusted_user_ca_keys           (none)                                    derived
+ssh.revoked_keys                   (none)                                    derived
+ssh.host_certificate               (none)                                    derived
 ssh.allow_sha1_rsa                 false                                     default
 ssh.legacy_host_keys               false                                     default
 ssh.max_connections                512                                       default

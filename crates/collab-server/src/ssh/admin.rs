@@ -1,5 +1,6 @@
 //! The identity and administration verbs: `collab-whoami` (who the server
-//! thinks you are), `help` (the verbs open to you) and `collab-repo
+//! thinks you are), `help` (the verbs open to you), `info` (what you may
+//! read, gitolite-style) and `collab-repo
 //! create|list|gc|describe|visibility|set-head|rename|delete`. Access
 //! decisions are `authz`'s, the disk work `repo_admin`'s and the database
 //! side `db::repos`'; this module checks arguments and formats replies.
@@ -22,7 +23,8 @@ const CREATE_HINT: &str = "error: permission denied: creating repositories needs
      on the host; see docs/access-control.md)";
 
 /// `collab-whoami` -> `{"principal", "regime", "name", "fingerprint",
-/// "admin", "key", "server_key"}`; `key` is the OpenSSH line to enroll in
+/// "admin", "key", "server_key"}` (and `certificate` for a certificate
+/// login); `key` is the OpenSSH line to enroll in
 /// governance, `server_key` the server's signing key (webhook `v1a,`
 /// signatures are made with it).
 pub async fn whoami(ctx: &ExecContext, channel: Channel<Msg>) {
@@ -38,6 +40,17 @@ pub async fn whoami(ctx: &ExecContext, channel: Channel<Msg>) {
         "admin": caller.identity.admin,
         "server_key": ctx.app.signing_key.public_key_line(),
     });
+    // A certificate login: which certificate, so an agent can tell which
+    // of its credentials the server saw.
+    if let Some(cert) = &caller.identity.certificate {
+        reply["certificate"] = json!({
+            "principal": cert.principal,
+            "key_id": cert.key_id,
+            "serial": cert.serial,
+            "ca": cert.ca,
+            "valid_before": cert.certificate.valid_before(),
+        });
+    }
     // A key the server knows (authorized_keys) that governance has not
     // enrolled gets no repository access; say so, and how to fix it.
     if matches!(caller.regime, Regime::Closed) {
@@ -62,6 +75,144 @@ pub async fn repo(ctx: &ExecContext, channel: Channel<Msg>, cmd: RepoCmd) {
         RepoCmd::Rename { repo, new_name } => rename(ctx, channel, &repo, &new_name).await,
         RepoCmd::Delete { repo, confirm } => delete(ctx, channel, &repo, &confirm).await,
         RepoCmd::Gc { name } => gc(ctx, channel, &name).await,
+    }
+}
+
+/// Most repositories `info` reports on; past it the reply says it was cut
+/// (each one costs a few index reads, and the answer must stay one line).
+pub const INFO_MAX_REPOS: usize = 1000;
+
+/// `info [--json]`: every repository the caller may read, with its access.
+///
+/// Text (gitolite's `info`): a greeting line naming the principal and the
+/// server version, a blank line, then ` R    name`, ` RW   name` or
+/// ` RW+  name` per repository (Read, Write, Rewind), sorted by name.
+/// `--json`: `{"principal", "regime", "server": {"version", "features"},
+/// "repos": [{"name", "access", "open_issues", "open_patches"}],
+/// "leases": [{"repo", "issue", "token", "expires_at", "note"}],
+/// "truncated"}`, the leases being the caller's own live ones. Only
+/// repositories `authz` says the caller may read are ever named.
+pub async fn info(ctx: &ExecContext, channel: Channel<Msg>, json: bool) {
+    let repos_dir = ctx.app.config.repos_dir.clone();
+    let entries = tokio::task::spawn_blocking(move || repos::list_repos(&repos_dir))
+        .await
+        .unwrap_or_default();
+    let mut visible: Vec<(RepoEntry, Access)> = entries
+        .into_iter()
+        .filter_map(|entry| {
+            let level = authz::repo_access(&ctx.app, &ctx.caller, &entry)?;
+            Some((entry, level))
+        })
+        .collect();
+    visible.sort_by(|a, b| a.0.short_name().cmp(b.0.short_name()));
+    let truncated = visible.len() > INFO_MAX_REPOS;
+    visible.truncate(INFO_MAX_REPOS);
+    let principal = ctx.caller.principal().to_string();
+    let version = env!("CARGO_PKG_VERSION");
+    if !json {
+        let mut out = format!(
+            "hello {principal}, this is git-collab-server {version}\n\n"
+        );
+        for (entry, level) in &visible {
+            let letters = letters(*level);
+            out.push_str(&format!(" {letters:<4} {}\n", entry.short_name()));
+        }
+        if truncated {
+            out.push_str(&format!("(only the first {INFO_MAX_REPOS} are shown)\n"));
+        }
+        return reply_and_close(channel, &out, 0).await;
+    }
+    let names: Vec<String> = visible.iter().map(|(e, _)| e.name.clone()).collect();
+    let holder = principal.clone();
+    let now = chrono::Utc::now().timestamp();
+    let counted = ctx
+        .app
+        .reads
+        .read(move |conn| {
+            let mut counts = Vec::with_capacity(names.len());
+            let mut leases = Vec::new();
+            for name in &names {
+                let issues =
+                    crate::db::issues::count(conn, name, crate::db::issues::StateFilter::Open, &[])?;
+                let patches =
+                    crate::db::patches::count(conn, name, crate::db::patches::StateFilter::Open)?;
+                counts.push((issues, patches));
+                leases.extend(
+                    crate::db::leases::list(conn, name, now)?
+                        .into_iter()
+                        .filter(|l| l.holder == holder),
+                );
+            }
+            Ok((counts, leases))
+        })
+        .await;
+    let (counts, leases) = match counted {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("info: reading the collab database: {e:#}");
+            return reply_and_close(channel, "error: internal error", 1).await;
+        }
+    };
+    let repos: Vec<_> = visible
+        .iter()
+        .zip(&counts)
+        .map(|((entry, level), (issues, patches))| {
+            json!({
+                "name": entry.short_name(),
+                "access": level.as_str(),
+                "letters": letters(*level),
+                "open_issues": issues,
+                "open_patches": patches,
+            })
+        })
+        .collect();
+    let leases: Vec<_> = leases
+        .iter()
+        .map(|l| {
+            json!({
+                "repo": l.repo.strip_suffix(".git").unwrap_or(&l.repo),
+                "issue": l.issue_id,
+                "token": l.token,
+                "expires_at": l.expires_at,
+                "note": l.note,
+            })
+        })
+        .collect();
+    let mut features = vec![
+        "issues",
+        "patches",
+        "leases",
+        "work-queue",
+        "releases",
+        "events",
+        "webhooks",
+    ];
+    if ctx.app.certs.enabled() {
+        features.push("ssh-certificates");
+    }
+    if matches!(
+        ctx.app.governance.state().as_ref(),
+        crate::governance::GovState::Active(_)
+    ) {
+        features.push("governance");
+    }
+    let reply = json!({
+        "principal": principal,
+        "regime": ctx.caller.regime.as_str(),
+        "server": { "version": version, "features": features },
+        "repos": repos,
+        "leases": leases,
+        "truncated": truncated,
+    });
+    reply_and_close(channel, &json_line(&reply), 0).await
+}
+
+/// gitolite's letters for a level.
+fn letters(level: Access) -> &'static str {
+    match level {
+        Access::Read => "R",
+        Access::Write => "RW",
+        Access::Rewind => "RW+",
     }
 }
 

@@ -33,6 +33,7 @@ mod both {
     mod review_integrity;
     mod review_verb;
     mod ssh_access;
+    mod ssh_certificates;
     mod ssh_channel_requests;
     mod ssh_git;
     mod web_code;

@@ -135,15 +135,16 @@ fn many_serials_use_bitmaps_and_still_agree() {
 
 #[test]
 fn key_ids_keys_and_hashes() {
-    let w = world(&[10, 11, 12, 13]);
+    let w = world(&[10, 11, 12, 13, 14]);
     let d = w.dir.path();
     let key1 = std::fs::read_to_string(d.join("user1.pub")).unwrap();
     let key2 = std::fs::read_to_string(d.join("user2.pub")).unwrap();
     let fp3 = String::from_utf8(keygen(&["-lf", "user3.pub"], d).stdout).unwrap();
     let fp3 = fp3.split_whitespace().nth(1).unwrap().to_string();
+    let key4 = std::fs::read_to_string(d.join("user4.pub")).unwrap();
     std::fs::write(
         d.join("spec"),
-        format!("id: id-0\nkey: {key1}sha256: {fp3}\n"),
+        format!("id: id-0\nkey: {key1}hash: {fp3}\nsha1: {key4}"),
     )
     .unwrap();
     ok(&["-q", "-k", "-f", "krl", "-s", "ca.pub", "spec"], d);
@@ -159,6 +160,8 @@ fn key_ids_keys_and_hashes() {
     assert_eq!(why[1], Some("its key is revoked"));
     assert_eq!(why[2], None);
     assert_eq!(why[3], Some("its key is revoked"));
+    assert_eq!(why[4], Some("its key is revoked"));
+    assert!(!revoked.sha1.is_empty() && !revoked.sha256.is_empty());
     for p in &w.certs {
         assert_eq!(
             revoked.revokes_certificate(&cert(p)).is_some(),
