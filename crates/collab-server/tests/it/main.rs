@@ -14,6 +14,7 @@ mod both {
     mod governance;
     mod hidden_text;
     mod hostile_input;
+    mod info_verb;
     mod issue_export;
     mod issue_fleet;
     mod issue_list_paging;
