@@ -113,6 +113,8 @@
   # A database reached over TCP needs the network, which the backup unit
   # otherwise does without.
   dbNeedsNetwork = usePostgres && !dbHostIsSocket;
+  # A path literal is copied to the store; a string must be absolute.
+  absolutePath = types.coercedTo types.path (p: "${p}") (types.strMatching "/.+");
   isOutsideStore = path: lib.hasPrefix "/" path && !(lib.hasPrefix "${builtins.storeDir}/" path);
   dbIdentifier = types.strMatching "[A-Za-z0-9_][A-Za-z0-9_.-]*";
 
@@ -355,6 +357,36 @@ in {
               default = null;
               defaultText = lib.literalMD "`${runtimeAuthorizedKeys}` when `authorizedKeys` is set, else null";
               description = "authorized_keys file; null means `{state_dir}/authorized_keys`.";
+            };
+            trusted_user_ca_keys = mkOption {
+              type = types.nullOr absolutePath;
+              default = null;
+              example = lib.literalExpression ''pkgs.writeText "user-ca.pub" "ssh-ed25519 AAAA... fleet-ca"'';
+              description = ''
+                File of CA public keys (OpenSSH `TrustedUserCAKeys`) whose user
+                certificates log in as their principal. Public keys are not
+                secret, so a store path is fine; the server re-reads the file
+                when it changes.
+              '';
+            };
+            revoked_keys = mkOption {
+              type = types.nullOr absolutePath;
+              default = null;
+              example = "/var/lib/git-collab/revoked.krl";
+              description = ''
+                Revoked keys and certificates: a KRL (`ssh-keygen -k`) or a list
+                of keys. Re-read when it changes, so keep it at a mutable path
+                (not the store) to revoke without a rebuild. A file that cannot
+                be read refuses every key.
+              '';
+            };
+            host_certificate = mkOption {
+              type = types.nullOr absolutePath;
+              default = null;
+              description = ''
+                Certificate of the host key (`ssh-keygen -s HOST_CA -h`), for
+                clients with `@cert-authority` in known_hosts. Not secret.
+              '';
             };
           };
           http.listen = mkOption {

@@ -18,8 +18,13 @@
 #                      fails when GIT_COLLAB_REQUIRE_STATIX=1; `nix flake
 #                      check` runs it (checks.nix-lint).
 # Module evaluation needs the nixpkgs lib (nix-community/nixpkgs.lib, in no
-# registry): $NIXPKGS_LIB, else $GIT_COLLAB_CI_CACHE/nixpkgs-lib. Without it
-# that step is skipped with a notice.
+# registry): $NIXPKGS_LIB, else the copy vendored beside the clone
+# (../shared/vendor/nixpkgs-lib from the project root), else
+# $GIT_COLLAB_CI_CACHE/nixpkgs-lib. Without one that step is skipped with a
+# notice, or fails when GIT_COLLAB_REQUIRE_NIX_TESTS=1 (.ci/run sets it).
+# Here the module is evaluated once as a smoke test; every assertion about
+# what it produces is in crates/collab-server/tests/it/once/nix_module.rs,
+# which scripts/test.sh runs with the same lib (found the same way).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -96,11 +101,28 @@ alejandra --check "${nix_files[@]}"
 # --- module evaluation --------------------------------------------------------
 step "NixOS module evaluation (crates/collab-server/tests/it/once/nix_module.rs)"
 lib_dir=${NIXPKGS_LIB:-}
+if [ -z "$lib_dir" ] && [ -d "$repo/../shared/vendor/nixpkgs-lib" ]; then
+  lib_dir=$(cd "$repo/../shared/vendor/nixpkgs-lib" && pwd)
+fi
 if [ -z "$lib_dir" ] && [ -f "$cache/nixpkgs-lib/lib/default.nix" ]; then
   lib_dir=$cache/nixpkgs-lib
 fi
 if [ -n "$lib_dir" ]; then
-  NIXPKGS_LIB=$lib_dir GIT_COLLAB_REQUIRE_NIX_TESTS=1 cargo test --test nix_module_test
+  lib_path=$lib_dir
+  [ -f "$lib_path/modules.nix" ] || lib_path=$lib_dir/lib
+  [ -f "$lib_path/modules.nix" ] || { echo "error: $lib_dir holds no nixpkgs lib" >&2; exit 1; }
+  # Evaluation fails (and so this script) on a type error or a failed
+  # assertion of the module; the Rust test checks the values.
+  nix-instantiate --eval --strict --json --readonly-mode nixos/tests/eval/eval-module.nix \
+    --argstr libPath "$lib_path" \
+    --arg configuration '{ services.git-collab = { enable = true; settings.ssh.trusted_user_ca_keys = "/etc/ssh/git-collab-user-ca.pub"; }; }' \
+    | grep -q '"ExecStart"' || { echo "error: the NixOS module did not evaluate to a unit" >&2; exit 1; }
+  echo "module evaluates with $lib_path"
+  echo "export NIXPKGS_LIB=$lib_dir  # for the module tests in scripts/test.sh"
+elif [ "${GIT_COLLAB_REQUIRE_NIX_TESTS:-0}" = 1 ]; then
+  echo "error: no nixpkgs lib (NIXPKGS_LIB, ../shared/vendor/nixpkgs-lib, $cache/nixpkgs-lib)" >&2
+  echo "       and GIT_COLLAB_REQUIRE_NIX_TESTS=1" >&2
+  exit 1
 else
   echo "SKIPPED: no nixpkgs lib (set NIXPKGS_LIB to a checkout of nix-community/nixpkgs.lib,"
   echo "         or extract one to $cache/nixpkgs-lib)."

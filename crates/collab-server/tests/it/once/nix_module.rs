@@ -7,10 +7,12 @@
 //! `git-collab-server config check`.
 //!
 //! Needs `nix-instantiate` (Debian: `apt-get install nix-bin`) and the
-//! nixpkgs lib, which no package registry carries: point `NIXPKGS_LIB` at a
-//! checkout of nix-community/nixpkgs.lib (its `lib/` directory or the
-//! repository root). Without them each test prints why it is skipped and
-//! passes, unless `GIT_COLLAB_REQUIRE_NIX_TESTS=1` makes that a failure.
+//! nixpkgs lib, which no package registry carries: `NIXPKGS_LIB` (a
+//! checkout of nix-community/nixpkgs.lib, its `lib/` directory or the
+//! repository root), else the vendored copy beside the clone,
+//! `../shared/vendor/nixpkgs-lib` from the project root. Without them each
+//! test prints why it is skipped and passes, unless
+//! `GIT_COLLAB_REQUIRE_NIX_TESTS=1` (set by `.ci/run`) makes that a failure.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,17 +28,22 @@ fn nixpkgs_lib() -> Option<PathBuf> {
         eprintln!("skipping NixOS module evaluation: {why}");
         None
     };
-    let Some(root) = std::env::var_os("NIXPKGS_LIB").filter(|v| !v.is_empty()) else {
-        return skip(
-            "NIXPKGS_LIB is not set (point it at a checkout of nix-community/nixpkgs.lib)".into(),
-        );
+    let vendored = vendored_lib();
+    let Some(root) = std::env::var_os("NIXPKGS_LIB")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| vendored.is_dir().then(|| vendored.clone()))
+    else {
+        return skip(format!(
+            "NIXPKGS_LIB is not set and there is no {} (point it at a checkout of nix-community/nixpkgs.lib)",
+            vendored.display()
+        ));
     };
     if let Err(e) = Command::new("nix-instantiate").arg("--version").output() {
         return skip(format!(
             "nix-instantiate cannot run ({e}); apt-get install nix-bin"
         ));
     }
-    let root = PathBuf::from(root);
     // A set but wrong NIXPKGS_LIB is a mistake, not a reason to skip.
     [root.clone(), root.join("lib")]
         .into_iter()
@@ -48,6 +55,13 @@ fn nixpkgs_lib() -> Option<PathBuf> {
                 root.display()
             )
         })
+}
+
+/// The nixpkgs lib vendored beside the clone: `../shared/vendor/nixpkgs-lib`
+/// from the project root (its README says so), wherever the clone is.
+fn vendored_lib() -> PathBuf {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/vendor/nixpkgs-lib"))
+        .to_path_buf()
 }
 
 fn harness() -> PathBuf {
@@ -143,7 +157,14 @@ fn defaults_give_the_spec_settings_and_a_hardened_unit() {
             "site_title": "git-collab",
             "max_release_size": 104857600,
             "initial_admin_keys": [],
-            "ssh": {"listen": "0.0.0.0:2222", "host_key": null, "authorized_keys": null},
+            "ssh": {
+                "listen": "0.0.0.0:2222",
+                "host_key": null,
+                "authorized_keys": null,
+                "trusted_user_ca_keys": null,
+                "revoked_keys": null,
+                "host_certificate": null,
+            },
             "http": {"listen": "0.0.0.0:8080"},
             "log": {"level": "info", "format": "text"},
         })
@@ -269,6 +290,70 @@ fn rendered_file_holds_the_settings_and_the_server_accepts_it() {
         "git-collab-server config check rejected the module's file:\n{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn certificate_files_render_as_paths_and_the_server_accepts_them() {
+    let Some(lib) = nixpkgs_lib() else { return };
+    let state = tempfile::tempdir().unwrap();
+    let state_dir = state.path().to_str().unwrap();
+    let ca = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFGcO/3H2J4Iz3IIZ+Q83UCxEhu5/ic2LhsNeb/62hMF fleet-ca";
+    let result = eval(
+        &lib,
+        &format!(
+            r#"{{ lib, pkgs, ... }}: {{ services.git-collab = {{
+                 enable = true;
+                 stateDir = "{state_dir}";
+                 settings.ssh.trusted_user_ca_keys = pkgs.writeText "user-ca.pub" "{ca}\n";
+                 settings.ssh.revoked_keys = "{state_dir}/revoked.krl";
+                 settings.ssh.host_certificate = "/etc/ssh/git-collab-host-cert.pub";
+               }}; }}"#
+        ),
+    );
+    assert_eq!(result["failedAssertions"], json!([]), "{result:#}");
+    let ssh = &result["settings"]["ssh"];
+    // The CA file is a store path (public keys: no secret in the store);
+    // the KRL stays where the operator rewrites it.
+    let ca_path = ssh["trusted_user_ca_keys"].as_str().unwrap();
+    assert!(
+        ca_path.starts_with('/') && ca_path.ends_with("-user-ca.pub"),
+        "{ssh:#}"
+    );
+    assert_eq!(ssh["revoked_keys"], format!("{state_dir}/revoked.krl"));
+    assert_eq!(ssh["host_certificate"], "/etc/ssh/git-collab-host-cert.pub");
+    let text = rendered_toml(&result);
+    assert!(
+        text.contains(&format!("trusted_user_ca_keys = \"{ca_path}\"")),
+        "{text}"
+    );
+    // Nothing else about the unit changes: no credentials, no pre-start.
+    assert!(service_config(&result).get("ExecStartPre").is_none());
+    assert!(service_config(&result).get("LoadCredential").is_none());
+
+    // The server takes the rendered file.
+    let file = state.path().join("server.toml");
+    std::fs::write(&file, &text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_git-collab-server"))
+        .env_remove("GIT_COLLAB_SSH__TRUSTED_USER_CA_KEYS")
+        .arg("--config")
+        .arg(&file)
+        .args(["config", "show", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["ssh.trusted_user_ca_keys"]["value"], ca_path);
+    assert_eq!(
+        shown["ssh.revoked_keys"]["value"],
+        format!("{state_dir}/revoked.krl")
+    );
+
+    // A relative path is refused at evaluation, naming the option.
+    let error = eval_error(
+        &lib,
+        &enabled(r#"settings.ssh.trusted_user_ca_keys = "user-ca.pub";"#),
+    );
+    assert!(error.contains("trusted_user_ca_keys"), "{error}");
 }
 
 #[test]
