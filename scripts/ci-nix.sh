@@ -118,7 +118,6 @@ if [ -n "$lib_dir" ]; then
     --arg configuration '{ services.git-collab = { enable = true; settings.ssh.trusted_user_ca_keys = "/etc/ssh/git-collab-user-ca.pub"; }; }' \
     | grep -q '"ExecStart"' || { echo "error: the NixOS module did not evaluate to a unit" >&2; exit 1; }
   echo "module evaluates with $lib_path"
-  echo "export NIXPKGS_LIB=$lib_dir  # for the module tests in scripts/test.sh"
 elif [ "${GIT_COLLAB_REQUIRE_NIX_TESTS:-0}" = 1 ]; then
   echo "error: no nixpkgs lib (NIXPKGS_LIB, ../shared/vendor/nixpkgs-lib, $cache/nixpkgs-lib)" >&2
   echo "       and GIT_COLLAB_REQUIRE_NIX_TESTS=1" >&2
