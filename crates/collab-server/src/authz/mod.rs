@@ -22,9 +22,9 @@ use crate::app::App;
 use crate::governance::conf::GovernanceConf;
 use crate::governance::GovState;
 use crate::identity::{Admission, Identity};
+use crate::repos::RepoEntry;
 use russh::keys::ssh_key::public::KeyData;
 use russh::keys::ssh_key::PublicKey;
-use crate::repos::RepoEntry;
 
 /// An access level (read < write < rewind): the protocol's, since the verb
 /// table says which one each verb needs.

@@ -237,9 +237,9 @@ impl CertAuthority {
             Revocations::List(list) => list
                 .revokes_key(key)
                 .then(|| "revoked in ssh.revoked_keys".to_string()),
-            Revocations::Refused(why) => {
-                Some(format!("ssh.revoked_keys is unreadable ({why}): fail closed"))
-            }
+            Revocations::Refused(why) => Some(format!(
+                "ssh.revoked_keys is unreadable ({why}): fail closed"
+            )),
         }
     }
 
@@ -289,9 +289,7 @@ impl CertAuthority {
             match name.as_str() {
                 "source-address" => {
                     if !source_address_allows(value, peer)? {
-                        return Err(format!(
-                            "source-address {value:?} does not match {peer}"
-                        ));
+                        return Err(format!("source-address {value:?} does not match {peer}"));
                     }
                 }
                 other => {
@@ -357,7 +355,9 @@ pub fn choose_principal(principals: &[String], user: &str) -> Result<String, Str
         .find(|p| *p == user)
         .unwrap_or(&principals[0]);
     if !valid_principal(chosen) {
-        return Err(format!("principal {chosen:?} is not a valid principal name"));
+        return Err(format!(
+            "principal {chosen:?} is not a valid principal name"
+        ));
     }
     Ok(chosen.clone())
 }
@@ -389,7 +389,8 @@ mod tests {
 
     #[test]
     fn ca_file() {
-        let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICtQ/RYc3WhAmSKhGYkTZDTD1K+ATpny91Oy682hu+Dg ca";
+        let key =
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICtQ/RYc3WhAmSKhGYkTZDTD1K+ATpny91Oy682hu+Dg ca";
         let cas = TrustedCas::parse(&format!("# ca\n\n{key}\nnot a key\n"), Path::new("f"));
         assert_eq!(cas.len(), 1);
         let fp = super::super::fingerprint(&PublicKey::from_openssh(key).unwrap());

@@ -110,9 +110,7 @@ pub async fn info(ctx: &ExecContext, channel: Channel<Msg>, json: bool) {
     let principal = ctx.caller.principal().to_string();
     let version = env!("CARGO_PKG_VERSION");
     if !json {
-        let mut out = format!(
-            "hello {principal}, this is git-collab-server {version}\n\n"
-        );
+        let mut out = format!("hello {principal}, this is git-collab-server {version}\n\n");
         for (entry, level) in &visible {
             let letters = letters(*level);
             out.push_str(&format!(" {letters:<4} {}\n", entry.short_name()));
@@ -132,8 +130,12 @@ pub async fn info(ctx: &ExecContext, channel: Channel<Msg>, json: bool) {
             let mut counts = Vec::with_capacity(names.len());
             let mut leases = Vec::new();
             for name in &names {
-                let issues =
-                    crate::db::issues::count(conn, name, crate::db::issues::StateFilter::Open, &[])?;
+                let issues = crate::db::issues::count(
+                    conn,
+                    name,
+                    crate::db::issues::StateFilter::Open,
+                    &[],
+                )?;
                 let patches =
                     crate::db::patches::count(conn, name, crate::db::patches::StateFilter::Open)?;
                 counts.push((issues, patches));

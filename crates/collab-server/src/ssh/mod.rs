@@ -587,8 +587,13 @@ impl russh::server::Handler for Connection {
             // russh shows us a certificate's key here, not the certificate:
             // with CAs configured any key may be one, so let the client
             // sign; `auth_publickey` or `auth_openssh_certificate` decides.
-            Err(_) if self.app.certs.enabled()
-                && self.app.certs.key_revoked(offer.public_key.key_data()).is_none() =>
+            Err(_)
+                if self.app.certs.enabled()
+                    && self
+                        .app
+                        .certs
+                        .key_revoked(offer.public_key.key_data())
+                        .is_none() =>
             {
                 Ok(Auth::Accept)
             }

@@ -13,7 +13,11 @@ fn info_lists_what_each_caller_may_read_and_nothing_else() {
     let fp = fingerprint(&user);
     h.create_repo("open");
     let private = h.create_repo("secret/plans");
-    std::fs::write(private.join("collab-policy.toml"), "read = []\nwrite = []\n").unwrap();
+    std::fs::write(
+        private.join("collab-policy.toml"),
+        "read = []\nwrite = []\n",
+    )
+    .unwrap();
     let shared = h.create_repo("shared");
     std::fs::write(
         shared.join("collab-policy.toml"),
@@ -30,7 +34,10 @@ fn info_lists_what_each_caller_may_read_and_nothing_else() {
     let lines: Vec<&str> = text.stdout.lines().collect();
     assert_eq!(
         lines[0],
-        format!("hello {fp}, this is git-collab-server {}", env!("CARGO_PKG_VERSION"))
+        format!(
+            "hello {fp}, this is git-collab-server {}",
+            env!("CARGO_PKG_VERSION")
+        )
     );
     assert_eq!(lines[1], "");
     assert_eq!(&lines[2..], [" RW   open", " R    shared"], "{text:?}");

@@ -36,11 +36,17 @@ impl Pki {
     fn new() -> Pki {
         let dir = tempfile::tempdir().unwrap();
         for name in ["ca", "other-ca", "agent"] {
-            keygen(dir.path(), &["-q", "-t", "ed25519", "-N", "", "-C", name, "-f", name]);
+            keygen(
+                dir.path(),
+                &["-q", "-t", "ed25519", "-N", "", "-C", name, "-f", name],
+            );
         }
         std::fs::write(
             dir.path().join("trusted"),
-            format!("# the fleet CA\n{}\n", public_key_line(&dir.path().join("ca"))),
+            format!(
+                "# the fleet CA\n{}\n",
+                public_key_line(&dir.path().join("ca"))
+            ),
         )
         .unwrap();
         let pki = Pki { dir };
@@ -130,7 +136,16 @@ fn a_certificate_logs_in_as_its_principal_and_bad_ones_are_refused_each_with_its
     let valid = pki.sign(
         "valid",
         "ca",
-        &["-I", "agent-7 task 42", "-n", "agent-7", "-z", "7", "-V", "-5m:+1h"],
+        &[
+            "-I",
+            "agent-7 task 42",
+            "-n",
+            "agent-7",
+            "-z",
+            "7",
+            "-V",
+            "-5m:+1h",
+        ],
     );
     let who = whoami_with(&h, &pki, &valid);
     assert_eq!(who.code, 0, "{who:?}\n{}", h.log());
@@ -167,26 +182,70 @@ fn a_certificate_logs_in_as_its_principal_and_bad_ones_are_refused_each_with_its
     let matching = pki.sign(
         "source-ok",
         "ca",
-        &["-I", "src-ok", "-n", "agent-7", "-O", "source-address=10.0.0.0/8,127.0.0.1/32"],
+        &[
+            "-I",
+            "src-ok",
+            "-n",
+            "agent-7",
+            "-O",
+            "source-address=10.0.0.0/8,127.0.0.1/32",
+        ],
     );
     assert_eq!(whoami_with(&h, &pki, &matching).code, 0);
 
     // Each bad certificate: refused like an unknown key, and its own line.
     let cases: Vec<(&str, Vec<&str>, &str, &str)> = vec![
-        ("expired", vec!["-I", "old", "-n", "agent-7", "-V", "20200101:20200102"], "ca",
-         "Certificate is expired or not yet valid"),
-        ("future", vec!["-I", "later", "-n", "agent-7", "-V", "+1d:+2d"], "ca",
-         "Certificate is expired or not yet valid"),
-        ("other-ca", vec!["-I", "stranger", "-n", "agent-7"], "other-ca",
-         "not a trusted CA"),
-        ("no-principal", vec!["-I", "anyone"], "ca",
-         "no principal"),
-        ("source-other", vec!["-I", "src-bad", "-n", "agent-7", "-O", "source-address=10.9.8.7/32"], "ca",
-         "does not match 127.0.0.1"),
-        ("force-command", vec!["-I", "forced", "-n", "agent-7", "-O", "force-command=/bin/true"], "ca",
-         "critical option \"force-command\" is not supported"),
-        ("bad-principal", vec!["-I", "spoof", "-n", "SHA256:abcdef"], "ca",
-         "is not a valid principal name"),
+        (
+            "expired",
+            vec!["-I", "old", "-n", "agent-7", "-V", "20200101:20200102"],
+            "ca",
+            "Certificate is expired or not yet valid",
+        ),
+        (
+            "future",
+            vec!["-I", "later", "-n", "agent-7", "-V", "+1d:+2d"],
+            "ca",
+            "Certificate is expired or not yet valid",
+        ),
+        (
+            "other-ca",
+            vec!["-I", "stranger", "-n", "agent-7"],
+            "other-ca",
+            "not a trusted CA",
+        ),
+        ("no-principal", vec!["-I", "anyone"], "ca", "no principal"),
+        (
+            "source-other",
+            vec![
+                "-I",
+                "src-bad",
+                "-n",
+                "agent-7",
+                "-O",
+                "source-address=10.9.8.7/32",
+            ],
+            "ca",
+            "does not match 127.0.0.1",
+        ),
+        (
+            "force-command",
+            vec![
+                "-I",
+                "forced",
+                "-n",
+                "agent-7",
+                "-O",
+                "force-command=/bin/true",
+            ],
+            "ca",
+            "critical option \"force-command\" is not supported",
+        ),
+        (
+            "bad-principal",
+            vec!["-I", "spoof", "-n", "SHA256:abcdef"],
+            "ca",
+            "is not a valid principal name",
+        ),
     ];
     for (name, flags, ca, reason) in cases {
         let cert = pki.sign(name, ca, &flags);
@@ -225,7 +284,8 @@ fn a_certificate_logs_in_as_its_principal_and_bad_ones_are_refused_each_with_its
         assert_eq!(v["principal"], "agent-7");
     });
     assert!(
-        h.log().contains("a host certificate, not a user certificate"),
+        h.log()
+            .contains("a host certificate, not a user certificate"),
         "{}",
         h.log()
     );
@@ -245,7 +305,8 @@ fn a_krl_rewritten_while_the_server_runs_revokes_at_the_next_login() {
     let out = whoami_with(&h, &pki, &eight);
     assert_refused_like_an_unknown_key(&out, "serial 8 revoked");
     assert!(
-        h.log().contains("revoked in ssh.revoked_keys: its serial is revoked"),
+        h.log()
+            .contains("revoked in ssh.revoked_keys: its serial is revoked"),
         "{}",
         h.log()
     );
@@ -306,11 +367,29 @@ fn governance_maps_certificate_principals_and_unmapped_ones_are_closed() {
 fn a_host_certificate_lets_a_client_that_trusts_only_the_host_ca_connect_strictly() {
     let pki = Pki::new();
     let d = pki.dir.path();
-    keygen(d, &["-q", "-t", "ed25519", "-N", "", "-C", "host-ca", "-f", "host-ca"]);
-    keygen(d, &["-q", "-t", "ed25519", "-N", "", "-C", "host", "-f", "host"]);
     keygen(
         d,
-        &["-q", "-s", "host-ca", "-h", "-I", "forge", "-n", "127.0.0.1", "host.pub"],
+        &[
+            "-q", "-t", "ed25519", "-N", "", "-C", "host-ca", "-f", "host-ca",
+        ],
+    );
+    keygen(
+        d,
+        &["-q", "-t", "ed25519", "-N", "", "-C", "host", "-f", "host"],
+    );
+    keygen(
+        d,
+        &[
+            "-q",
+            "-s",
+            "host-ca",
+            "-h",
+            "-I",
+            "forge",
+            "-n",
+            "127.0.0.1",
+            "host.pub",
+        ],
     );
     let mut options = pki.options();
     options.env.push((
@@ -325,7 +404,10 @@ fn a_host_certificate_lets_a_client_that_trusts_only_the_host_ca_connect_strictl
     let known_hosts = pki.path("known_hosts");
     std::fs::write(
         &known_hosts,
-        format!("@cert-authority * {}\n", public_key_line(&pki.path("host-ca"))),
+        format!(
+            "@cert-authority * {}\n",
+            public_key_line(&pki.path("host-ca"))
+        ),
     )
     .unwrap();
     let strict = |known: &Path| {
@@ -336,7 +418,12 @@ fn a_host_certificate_lets_a_client_that_trusts_only_the_host_ca_connect_strictl
             .args(["-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"])
             .arg("-o")
             .arg(format!("UserKnownHostsFile={}", known.display()))
-            .args(["-o", "StrictHostKeyChecking=yes", "-o", "GlobalKnownHostsFile=/dev/null"])
+            .args([
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                "GlobalKnownHostsFile=/dev/null",
+            ])
             .args(["git@127.0.0.1", "collab-whoami"])
             .output()
             .unwrap();
@@ -344,11 +431,18 @@ fn a_host_certificate_lets_a_client_that_trusts_only_the_host_ca_connect_strictl
     };
     let out = strict(&known_hosts);
     assert_eq!(out.code, 0, "{out:?}\n{}", h.log());
-    assert!(h.log().contains("presenting host certificate"), "{}", h.log());
+    assert!(
+        h.log().contains("presenting host certificate"),
+        "{}",
+        h.log()
+    );
     // The control: a client that does not trust the host CA refuses.
     let empty = pki.path("known_hosts.empty");
     std::fs::write(&empty, "").unwrap();
     let out = strict(&empty);
     assert_eq!(out.code, 255, "{out:?}");
-    assert!(out.stderr.contains("Host key verification failed"), "{out:?}");
+    assert!(
+        out.stderr.contains("Host key verification failed"),
+        "{out:?}"
+    );
 }

@@ -60,8 +60,11 @@ fn nixpkgs_lib() -> Option<PathBuf> {
 /// The nixpkgs lib vendored beside the clone: `../shared/vendor/nixpkgs-lib`
 /// from the project root (its README says so), wherever the clone is.
 fn vendored_lib() -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/vendor/nixpkgs-lib"))
-        .to_path_buf()
+    Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/vendor/nixpkgs-lib"
+    ))
+    .to_path_buf()
 }
 
 fn harness() -> PathBuf {
@@ -297,7 +300,8 @@ fn certificate_files_render_as_paths_and_the_server_accepts_them() {
     let Some(lib) = nixpkgs_lib() else { return };
     let state = tempfile::tempdir().unwrap();
     let state_dir = state.path().to_str().unwrap();
-    let ca = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFGcO/3H2J4Iz3IIZ+Q83UCxEhu5/ic2LhsNeb/62hMF fleet-ca";
+    let ca =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFGcO/3H2J4Iz3IIZ+Q83UCxEhu5/ic2LhsNeb/62hMF fleet-ca";
     let result = eval(
         &lib,
         &format!(
@@ -340,7 +344,11 @@ fn certificate_files_render_as_paths_and_the_server_accepts_them() {
         .args(["config", "show", "--json"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(shown["ssh.trusted_user_ca_keys"]["value"], ca_path);
     assert_eq!(
