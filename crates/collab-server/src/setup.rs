@@ -291,6 +291,42 @@ mod tests {
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIN3QmJ0vwcw0ie88/iXLtsBJjbfPedY+frkLSCrD/NGf bob";
 
     #[test]
+    fn a_host_certificate_must_be_a_host_certificate_of_a_host_key() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let keygen = |args: &[&str]| {
+            let out = std::process::Command::new("ssh-keygen")
+                .args(args)
+                .current_dir(d)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {out:?}");
+        };
+        for name in ["ca", "host", "other"] {
+            keygen(&["-q", "-t", "ed25519", "-N", "", "-f", name]);
+        }
+        keygen(&["-q", "-s", "ca", "-h", "-I", "h", "-n", "forge", "host.pub"]);
+        std::fs::rename(d.join("host-cert.pub"), d.join("host-cert")).unwrap();
+        keygen(&["-q", "-s", "ca", "-I", "u", "-n", "forge", "host.pub"]);
+        std::fs::rename(d.join("host-cert.pub"), d.join("user-cert")).unwrap();
+        keygen(&["-q", "-s", "ca", "-h", "-I", "o", "-n", "forge", "other.pub"]);
+        let host = load_or_generate_host_key(&d.join("host")).unwrap();
+        let keys = [host];
+        let cert = load_host_certificate(&d.join("host-cert"), &keys).unwrap();
+        assert_eq!(cert.key_id(), "h");
+        let err = |file: &str| {
+            format!(
+                "{:#}",
+                load_host_certificate(&d.join(file), &keys).unwrap_err()
+            )
+        };
+        assert!(err("user-cert").contains("not a host certificate"));
+        assert!(err("other-cert.pub").contains("another key"));
+        assert!(err("host.pub").contains("not an OpenSSH certificate"));
+        assert!(err("missing").contains("cannot read"));
+    }
+
+    #[test]
     fn prepare_creates_state_and_keeps_host_key() {
         let tmp = tempfile::tempdir().unwrap();
         let config = ServerConfig::with_state_dir(tmp.path().join("state"));
