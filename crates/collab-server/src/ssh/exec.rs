@@ -26,12 +26,24 @@ pub async fn run_exec(ctx: ExecContext, channel: Channel<Msg>, raw: Vec<u8>) {
         );
         return reply_and_close(channel, &message, 1).await;
     };
-    tracing::info!(
-        principal = ctx.caller.principal(),
-        verb = command.verb(),
-        repo = command.repo().unwrap_or(""),
-        "exec"
-    );
+    match &ctx.caller.identity.certificate {
+        // Which certificate acted, for the audit trail (events record the
+        // principal only).
+        Some(cert) => tracing::info!(
+            principal = ctx.caller.principal(),
+            verb = command.verb(),
+            repo = command.repo().unwrap_or(""),
+            key_id = ?cert.key_id,
+            serial = cert.serial,
+            "exec"
+        ),
+        None => tracing::info!(
+            principal = ctx.caller.principal(),
+            verb = command.verb(),
+            repo = command.repo().unwrap_or(""),
+            "exec"
+        ),
+    }
     let verb = command.verb();
     let status = EXIT_STATUS
         .scope(std::cell::Cell::new(None), async {

@@ -167,6 +167,13 @@ fn a_certificate_logs_in_as_its_principal_and_bad_ones_are_refused_each_with_its
             && log.contains("serial=7"),
         "{log}"
     );
+    // Each command it runs names the certificate too.
+    assert!(
+        log.lines().any(|l| l.contains("exec")
+            && l.contains("verb=\"collab-whoami\"")
+            && l.contains("key_id=\"agent-7 task 42\"")),
+        "{log}"
+    );
 
     // The user name picks among several principals; otherwise the first.
     let two = pki.sign("two", "ca", &["-I", "two", "-n", "first,second", "-z", "9"]);
