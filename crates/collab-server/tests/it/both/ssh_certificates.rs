@@ -306,8 +306,26 @@ fn a_krl_rewritten_while_the_server_runs_revokes_at_the_next_login() {
     let eight = pki.sign("eight", "ca", &["-I", "eight", "-n", "agent-8", "-z", "8"]);
     assert_eq!(whoami_with(&h, &pki, &seven).code, 0, "{}", h.log());
     assert_eq!(whoami_with(&h, &pki, &eight).code, 0);
+    // A connection logged in with serial 8 before the revocation.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let key = client::load_key(&pki.path("agent"));
+    let open = rt.block_on(async {
+        let mut conn = client::connect(h.ssh_addr).await;
+        let auth = client::authenticate_with_certificate(&mut conn, &key, &eight).await;
+        assert!(auth.success());
+        let who = client::exec(&conn, b"collab-whoami").await;
+        assert_eq!(who.exit_status, Some(0), "{who:?}");
+        conn
+    });
 
     pki.write_krl(&[8]);
+    // Its next command is refused: the certificate is checked again.
+    let after = rt.block_on(client::exec(&open, b"collab-whoami"));
+    assert_eq!(after.exit_status, Some(1), "{after:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&after.stderr),
+        "error: this key is no longer admitted\n"
+    );
     assert_eq!(whoami_with(&h, &pki, &seven).code, 0, "{}", h.log());
     let out = whoami_with(&h, &pki, &eight);
     assert_refused_like_an_unknown_key(&out, "serial 8 revoked");
