@@ -309,7 +309,17 @@ mod tests {
         std::fs::rename(d.join("host-cert.pub"), d.join("host-cert")).unwrap();
         keygen(&["-q", "-s", "ca", "-I", "u", "-n", "forge", "host.pub"]);
         std::fs::rename(d.join("host-cert.pub"), d.join("user-cert")).unwrap();
-        keygen(&["-q", "-s", "ca", "-h", "-I", "o", "-n", "forge", "other.pub"]);
+        keygen(&[
+            "-q",
+            "-s",
+            "ca",
+            "-h",
+            "-I",
+            "o",
+            "-n",
+            "forge",
+            "other.pub",
+        ]);
         let host = load_or_generate_host_key(&d.join("host")).unwrap();
         let keys = [host];
         let cert = load_host_certificate(&d.join("host-cert"), &keys).unwrap();

@@ -117,15 +117,11 @@ pub fn admission(app: &App, key: &KeyData, peer: IpAddr) -> Result<(), String> {
 pub fn identity_admission(app: &App, identity: &Identity) -> Result<(), String> {
     match &identity.certificate {
         None => admission(app, identity.key.key_data(), identity.peer),
-        Some(cert) => app
-            .certs
-            .check(
-                &cert.certificate,
-                &cert.principal,
-                identity.peer,
-                crate::identity::unix_now().max(0) as u64,
-            )
-            .map(|_| ()),
+        Some(cert) => app.certs.recheck(
+            cert,
+            identity.peer,
+            crate::identity::unix_now().max(0) as u64,
+        ),
     }
 }
 

@@ -252,6 +252,32 @@ impl CertAuthority {
         peer: IpAddr,
         now: u64,
     ) -> Result<CertLogin, String> {
+        // russh checked the signature already; checked again here so this
+        // function alone decides (a certificate is small, this is cheap).
+        cert.verify_signature()
+            .map_err(|_| "the CA signature does not verify".to_string())?;
+        let ca = self.admits(cert, peer, now)?;
+        let principal = choose_principal(cert.valid_principals(), user)?;
+        Ok(CertLogin {
+            principal,
+            key_id: cert.key_id().to_string(),
+            serial: cert.serial(),
+            ca,
+            certificate: Arc::new(cert.clone()),
+        })
+    }
+
+    /// Whether a login's certificate still admits it (before each command):
+    /// what can change while a connection is open, the CA file, the
+    /// revocation file and the clock. The signature is not verified again:
+    /// these are the very bytes verified at login.
+    pub fn recheck(&self, login: &CertLogin, peer: IpAddr, now: u64) -> Result<(), String> {
+        self.admits(&login.certificate, peer, now).map(|_| ())
+    }
+
+    /// Every check but the signature and the principal; `Ok` is the CA's
+    /// fingerprint.
+    fn admits(&self, cert: &Certificate, peer: IpAddr, now: u64) -> Result<String, String> {
         let ca = super::fingerprint(&PublicKey::new(cert.signature_key().clone(), ""));
         if !self.enabled() {
             return Err("certificates are not accepted (no ssh.trusted_user_ca_keys)".into());
@@ -259,10 +285,6 @@ impl CertAuthority {
         if !self.cas().trusts(&ca) {
             return Err(format!("signed by {ca}, not a trusted CA"));
         }
-        // russh checked the signature; a re-check (before each command)
-        // must not rely on that.
-        cert.verify_signature()
-            .map_err(|_| "the CA signature does not verify".to_string())?;
         if cert.cert_type() != CertType::User {
             return Err("a host certificate, not a user certificate".into());
         }
@@ -297,14 +319,7 @@ impl CertAuthority {
                 }
             }
         }
-        let principal = choose_principal(cert.valid_principals(), user)?;
-        Ok(CertLogin {
-            principal,
-            key_id: cert.key_id().to_string(),
-            serial: cert.serial(),
-            ca,
-            certificate: Arc::new(cert.clone()),
-        })
+        Ok(ca)
     }
 }
 
