@@ -145,7 +145,11 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     ));
     tokio::spawn(app.maintenance.clone().idle_loop(stopping.clone().wait()));
 
+    // Read the certificate files now, so a mistake in them is in the log
+    // at start rather than at the first certificate login.
+    let trusted_cas = app.certs.load_now();
     if app.authorized_keys.current().is_empty()
+        && trusted_cas == 0
         && !matches!(
             app.governance.state().as_ref(),
             crate::governance::GovState::Active(_)

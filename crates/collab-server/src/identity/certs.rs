@@ -177,6 +177,20 @@ impl CertAuthority {
         }
     }
 
+    /// Read both files now (they are read on use anyway; this puts what
+    /// they hold, or what is wrong with them, in the log at start). The
+    /// number of trusted CA keys.
+    pub fn load_now(&self) -> usize {
+        if self.revoked.path.is_some() {
+            self.revocations();
+        }
+        if self.enabled() {
+            self.cas().len()
+        } else {
+            0
+        }
+    }
+
     /// Whether certificates may log in at all (a CA file is configured).
     pub fn enabled(&self) -> bool {
         self.cas.path.is_some()
