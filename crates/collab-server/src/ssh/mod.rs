@@ -5,6 +5,12 @@
 //! proven) only answers whether a key would be admitted; the identity is
 //! bound in `auth_publickey`, after russh has verified the signature, and
 //! only to that key (GHSA-pchf-49fh-w34r: never to a key merely offered).
+//! An OpenSSH user certificate is decided in `auth_openssh_certificate`,
+//! also after the signature (`identity::certs` says whether it admits,
+//! and as which principal); with a CA configured every offer is let
+//! through to the signature, since russh shows the offer without its
+//! certificate. Host certificates (`ssh.host_certificate`) are russh's to
+//! present.
 //! Exec requests go to `exec::run_exec`; shells and ptys get a hint;
 //! every other channel request is refused with an answer when one is
 //! wanted.
