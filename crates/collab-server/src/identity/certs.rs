@@ -5,12 +5,13 @@
 //!
 //! russh has already verified the certificate's signature, its validity
 //! window, and that the client holds the certified key. `check` decides
-//! the rest, each refusal with its own reason for the log (the client only
-//! ever sees the answer an unknown key gets): a trusted CA, type user,
-//! within its validity window (again: the check also runs again before
-//! each command), not revoked, a usable principal, `source-address`
-//! matching the client, and no critical option we do not honour
-//! (`force-command` included: a forge cannot run someone else's command).
+//! at login, each refusal with its own reason for the log (the client only
+//! ever sees the answer an unknown key gets): the signature (again), a
+//! trusted CA, type user, within its validity window, not revoked, a
+//! usable principal, `source-address` matching the client, and no critical
+//! option we do not honour (`force-command` included: a forge cannot run
+//! someone else's command). `recheck` repeats what can change while a
+//! connection is open (the files, the clock) before each command.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
