@@ -309,13 +309,12 @@ fn a_krl_rewritten_while_the_server_runs_revokes_at_the_next_login() {
     // A connection logged in with serial 8 before the revocation.
     let rt = tokio::runtime::Runtime::new().unwrap();
     let key = client::load_key(&pki.path("agent"));
-    let open = rt.block_on(async {
-        let mut conn = client::connect(h.ssh_addr).await;
-        let auth = client::authenticate_with_certificate(&mut conn, &key, &eight).await;
+    let mut open = rt.block_on(client::connect(h.ssh_addr));
+    rt.block_on(async {
+        let auth = client::authenticate_with_certificate(&mut open, &key, &eight).await;
         assert!(auth.success());
-        let who = client::exec(&conn, b"collab-whoami").await;
+        let who = client::exec(&open, b"collab-whoami").await;
         assert_eq!(who.exit_status, Some(0), "{who:?}");
-        conn
     });
 
     pki.write_krl(&[8]);
