@@ -222,6 +222,8 @@ async fn git(run: &Run<'_>, args: &[String]) -> Result<(), String> {
             "internal error preparing the run".to_string()
         })?;
     }
+    // git-args: `fetch` and `push` put `--end-of-options` before the URL;
+    // everything before it here is the server's own.
     let mut cmd = tokio::process::Command::new("git");
     for (key, _) in std::env::vars_os() {
         let k = key.to_string_lossy();
