@@ -7,19 +7,20 @@
 //! `git daemon` and `ssh` on loopback.
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use collab_testkit as common;
 use serde_json::Value;
 
+use common::git_daemon::{free_port, GitDaemon};
 use common::{HarnessOptions, ServerHarness, NOT_FOUND};
 
-/// A server whose mirrors may reach loopback (where every test upstream
-/// runs), retrying failures after 1s, 2s, 4s, … at most 4s.
-fn mirroring_server() -> ServerHarness {
-    ServerHarness::start_with(HarnessOptions {
+/// What a server whose mirrors may reach loopback (where every test
+/// upstream runs) is given: failures retried after 1s, 2s, 4s, … at most 4s.
+pub fn mirroring_options() -> HarnessOptions {
+    HarnessOptions {
         env: vec![
             ("GIT_COLLAB_MIRRORS__ALLOWED_HOSTS".into(), "127.0.0.1".into()),
             ("GIT_COLLAB_MIRRORS__MIN_INTERVAL_SECS".into(), "1".into()),
@@ -27,73 +28,11 @@ fn mirroring_server() -> ServerHarness {
             ("GIT_COLLAB_MIRRORS__TIMEOUT_SECS".into(), "30".into()),
         ],
         ..Default::default()
-    })
-}
-
-/// `git daemon` serving the bare repositories under `base` on a loopback
-/// port (receive-pack enabled), killed when dropped.
-struct GitDaemon {
-    child: Child,
-    port: u16,
-    base: PathBuf,
-}
-
-impl GitDaemon {
-    fn start(base: &Path) -> GitDaemon {
-        std::fs::create_dir_all(base).unwrap();
-        let port = free_port();
-        let child = Command::new("git")
-            .arg("daemon")
-            .arg("--export-all")
-            .arg("--enable=receive-pack")
-            .arg("--reuseaddr")
-            .arg("--listen=127.0.0.1")
-            .arg(format!("--port={port}"))
-            .arg(format!("--base-path={}", base.display()))
-            .arg(base)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("git daemon");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(20), "git daemon did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        GitDaemon {
-            child,
-            port,
-            base: base.to_path_buf(),
-        }
-    }
-
-    fn url(&self, name: &str) -> String {
-        format!("git://127.0.0.1:{}/{name}", self.port)
-    }
-
-    /// A new bare repository `name` in the daemon's base.
-    fn bare(&self, name: &str) -> PathBuf {
-        let path = self.base.join(name);
-        git(&self.base, &["init", "-q", "--bare", "-b", "main", name]);
-        path
     }
 }
 
-impl Drop for GitDaemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+fn mirroring_server() -> ServerHarness {
+    ServerHarness::start_with(mirroring_options())
 }
 
 /// Plain local git with a fixed identity and no user configuration.
