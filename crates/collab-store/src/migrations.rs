@@ -837,7 +837,9 @@ mod tests {
         migrate(&conn).unwrap();
         assert_eq!(version(&conn).unwrap(), SCHEMA_VERSION);
         let n: i64 = conn
-            .query_row("SELECT COUNT(*) FROM mirrors WHERE repo = 'x'", [], |r| r.get(0))
+            .query_row("SELECT COUNT(*) FROM mirrors WHERE repo = 'x'", [], |r| {
+                r.get(0)
+            })
             .unwrap();
         assert_eq!(n, 0);
     }

@@ -355,7 +355,10 @@ mod tests {
         assert!(!finish(&conn, "mr1", "node-a", 210, Ok(()), 10, 100).unwrap());
         assert!(finish(&conn, "mr1", "node-b", 210, Ok(()), 10, 100).unwrap());
         let m = get(&conn, "r.git", "mr1").unwrap().unwrap();
-        assert_eq!((m.next_at, m.last_success_at, m.claimed_by), (810, Some(210), None));
+        assert_eq!(
+            (m.next_at, m.last_success_at, m.claimed_by),
+            (810, Some(210), None)
+        );
         assert_eq!(next_due(&conn).unwrap(), Some(810));
     }
 

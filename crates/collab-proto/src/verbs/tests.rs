@@ -61,13 +61,19 @@ fn two_word_actions_parse_and_their_family_gets_the_usage() {
     assert_eq!(parse(&sync).unwrap().opt_arg("id"), None);
     // `mirror` alone, or an unknown second word, is a usage error of the
     // family, not a command.
-    for line in ["collab-repo mirror", "collab-repo mirror frob r", "collab-repo mirror add r"] {
+    for line in [
+        "collab-repo mirror",
+        "collab-repo mirror frob r",
+        "collab-repo mirror add r",
+    ] {
         match parse(&tokens(line)) {
             Err(Refusal::Usage(usage)) => assert!(usage.contains("mirror add"), "{usage}"),
             other => panic!("{line}: {other:?}"),
         }
     }
-    let call = Call::new("collab-repo", "mirror remove").arg("r").arg("mr1");
+    let call = Call::new("collab-repo", "mirror remove")
+        .arg("r")
+        .arg("mr1");
     let line = call.line();
     assert!(parses(&line), "{line}");
 }

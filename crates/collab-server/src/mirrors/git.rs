@@ -163,7 +163,10 @@ pub struct Run<'a> {
 /// `+refs/*:refs/*` except the forge's own record (`refs/collab/*`), which
 /// an upstream never overwrites and a downstream never gets.
 fn refspecs() -> [String; 2] {
-    ["+refs/*:refs/*".to_string(), format!("^{}", refs::COLLAB_GLOB)]
+    [
+        "+refs/*:refs/*".to_string(),
+        format!("^{}", refs::COLLAB_GLOB),
+    ]
 }
 
 /// Fetch the upstream into the repository: every ref but `refs/collab/*`,
@@ -227,7 +230,10 @@ async fn git(run: &Run<'_>, args: &[String]) -> Result<(), String> {
     let mut cmd = tokio::process::Command::new("git");
     for (key, _) in std::env::vars_os() {
         let k = key.to_string_lossy();
-        if k.starts_with("GIT_") || k.starts_with("SSH_") || k.to_ascii_lowercase().ends_with("_proxy") {
+        if k.starts_with("GIT_")
+            || k.starts_with("SSH_")
+            || k.to_ascii_lowercase().ends_with("_proxy")
+        {
             cmd.env_remove(&key);
         }
     }
@@ -282,7 +288,8 @@ async fn git(run: &Run<'_>, args: &[String]) -> Result<(), String> {
                 ssh.push_str(&format!(" -i {}", shell_quote(&file.0.to_string_lossy())));
                 _key_file = Some(file);
             }
-            cmd.env("GIT_SSH_COMMAND", ssh).env("GIT_SSH_VARIANT", "ssh");
+            cmd.env("GIT_SSH_COMMAND", ssh)
+                .env("GIT_SSH_VARIANT", "ssh");
         }
         _ => {}
     }

@@ -168,7 +168,11 @@ impl Mirrors {
             Err(e) => Outcome::Failed(e.clone()),
         };
         if let Err(e) = &result {
-            tracing::warn!(mirror = mirror.id, repo = mirror.repo, "mirror sync failed: {e}");
+            tracing::warn!(
+                mirror = mirror.id,
+                repo = mirror.repo,
+                "mirror sync failed: {e}"
+            );
         } else {
             tracing::info!(
                 mirror = mirror.id,
@@ -224,7 +228,12 @@ impl Mirrors {
                     }
                 }
             }
-            Some(_) => return (Err("the stored credential is not sealed".into()), Vec::new()),
+            Some(_) => {
+                return (
+                    Err("the stored credential is not sealed".into()),
+                    Vec::new(),
+                )
+            }
         };
         // Checked and resolved again at every sync: a name may have moved.
         let pinned = match self.vet(&mirror.url).await {
@@ -253,7 +262,10 @@ impl Mirrors {
             Ok(refs) => refs,
             Err(e) => {
                 tracing::error!(mirror = mirror.id, "reading refs: {e:#}");
-                return (Err("internal error reading the repository".into()), Vec::new());
+                return (
+                    Err("internal error reading the repository".into()),
+                    Vec::new(),
+                );
             }
         };
         let result = git::fetch(&run).await;
@@ -263,7 +275,9 @@ impl Mirrors {
         });
         // An empty repository's HEAD may name a branch the upstream lacks.
         let repair = path.clone();
-        let _ = tokio::task::spawn_blocking(move || crate::repo_admin::repair_dangling_head(&repair)).await;
+        let _ =
+            tokio::task::spawn_blocking(move || crate::repo_admin::repair_dangling_head(&repair))
+                .await;
         (result, ref_events(&mirror.repo, &before, &after))
     }
 
@@ -276,7 +290,11 @@ impl Mirrors {
         // Pushes before this start are not followed (the schedule covers
         // them).
         let mut seen = loop {
-            match self.reads.read(|conn| Ok(crate::db::event_log::head(conn)?)).await {
+            match self
+                .reads
+                .read(|conn| Ok(crate::db::event_log::head(conn)?))
+                .await
+            {
                 Ok(seq) => break seq,
                 Err(e) => tracing::warn!("mirrors: reading the event head: {e:#}"),
             }
@@ -345,7 +363,7 @@ impl Mirrors {
         }
         let next = self.reads.read(|conn| Ok(store::next_due(conn)?)).await?;
         let now = chrono::Utc::now().timestamp();
-        if !next.is_some_and(|at| at <= now) {
+        if next.is_none_or(|at| at > now) {
             return Ok(());
         }
         let (node, secs) = (self.node.clone(), self.claim_secs());
@@ -408,8 +426,16 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect()
         };
-        let before = map(&[("refs/heads/a", "11"), ("refs/heads/b", "22"), ("refs/tags/t", "33")]);
-        let after = map(&[("refs/heads/a", "11"), ("refs/heads/b", "44"), ("refs/heads/c", "55")]);
+        let before = map(&[
+            ("refs/heads/a", "11"),
+            ("refs/heads/b", "22"),
+            ("refs/tags/t", "33"),
+        ]);
+        let after = map(&[
+            ("refs/heads/a", "11"),
+            ("refs/heads/b", "44"),
+            ("refs/heads/c", "55"),
+        ]);
         let events = ref_events("r.git", &before, &after);
         let got: Vec<(String, String, String)> = events
             .iter()

@@ -205,10 +205,16 @@ mod tests {
     #[tokio::test]
     async fn internal_addresses_need_the_allowlist_and_git_is_pinned_to_the_vetted_one() {
         let checked = check("http://127.0.0.1:8080/x.git").unwrap();
-        let err = pin(&Guard::for_key("mirrors.allowed_hosts", &[]).unwrap(), checked.clone())
-            .await
-            .unwrap_err();
-        assert!(err.contains("loopback") && err.contains("mirrors.allowed_hosts"), "{err}");
+        let err = pin(
+            &Guard::for_key("mirrors.allowed_hosts", &[]).unwrap(),
+            checked.clone(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.contains("loopback") && err.contains("mirrors.allowed_hosts"),
+            "{err}"
+        );
         let guard = Guard::for_key("mirrors.allowed_hosts", &["127.0.0.0/8".into()]).unwrap();
         let pinned = pin(&guard, checked).await.unwrap();
         assert_eq!(
@@ -221,6 +227,11 @@ mod tests {
         let git = pin(&guard, check("git://localhost:9000/x.git").unwrap()).await;
         // `localhost` is not on the list by name; its address is.
         let git = git.unwrap();
-        assert!(git.git_url().starts_with("git://127.0.0.1:9000/") || git.git_url().starts_with("git://[::1]:9000/"), "{}", git.git_url());
+        assert!(
+            git.git_url().starts_with("git://127.0.0.1:9000/")
+                || git.git_url().starts_with("git://[::1]:9000/"),
+            "{}",
+            git.git_url()
+        );
     }
 }

@@ -155,11 +155,9 @@ async fn add(
         Err(e) => return err(e),
     };
     let credential = match credential {
-        Some(text) if text.is_empty() => {
-            return err(
-                "the credential is empty: send the file on standard input (`--credential-file F < F`)",
-            )
-        }
+        Some(text) if text.is_empty() => return err(
+            "the credential is empty: send the file on standard input (`--credential-file F < F`)",
+        ),
         Some(text) => {
             if let Err(e) = Credential::classify(&text).fits(pinned.checked.scheme) {
                 return err(e);
@@ -211,7 +209,10 @@ async fn add(
                 "mirror added"
             );
             mirrors.poke();
-            (json_line(&json!({ "repo": repo, "mirror": mirror_json(&mirror) })), 0)
+            (
+                json_line(&json!({ "repo": repo, "mirror": mirror_json(&mirror) })),
+                0,
+            )
         }
         Ok(Err(AddRefused::Full { max })) => err(format!(
             "the repository has {max} mirrors already (mirrors.max_per_repo)"
@@ -295,7 +296,12 @@ async fn remove(ctx: &ExecContext, repo: &str, id: &str) -> Reply {
         .await
     {
         Ok(true) => {
-            tracing::info!(repo, mirror = id, by = ctx.caller.principal(), "mirror removed");
+            tracing::info!(
+                repo,
+                mirror = id,
+                by = ctx.caller.principal(),
+                "mirror removed"
+            );
             (json_line(&json!({ "repo": repo, "removed": id })), 0)
         }
         Ok(false) => (NOT_FOUND.into(), 1),
@@ -313,7 +319,9 @@ mod tests {
         assert_eq!(interval_secs(None, 900), Ok(900));
         assert_eq!(interval_secs(Some("90s"), 60), Ok(90));
         assert_eq!(interval_secs(Some("2h"), 60), Ok(7200));
-        assert!(interval_secs(Some("30s"), 60).unwrap_err().contains("at least 60s"));
+        assert!(interval_secs(Some("30s"), 60)
+            .unwrap_err()
+            .contains("at least 60s"));
         assert!(interval_secs(Some("31d"), 60).is_err());
         assert!(interval_secs(Some("soon"), 60).is_err());
     }

@@ -22,7 +22,10 @@ use common::{HarnessOptions, ServerHarness, NOT_FOUND};
 pub fn mirroring_options() -> HarnessOptions {
     HarnessOptions {
         env: vec![
-            ("GIT_COLLAB_MIRRORS__ALLOWED_HOSTS".into(), "127.0.0.1".into()),
+            (
+                "GIT_COLLAB_MIRRORS__ALLOWED_HOSTS".into(),
+                "127.0.0.1".into(),
+            ),
             ("GIT_COLLAB_MIRRORS__MIN_INTERVAL_SECS".into(), "1".into()),
             ("GIT_COLLAB_MIRRORS__MAX_BACKOFF_SECS".into(), "4".into()),
             ("GIT_COLLAB_MIRRORS__TIMEOUT_SECS".into(), "30".into()),
@@ -117,7 +120,10 @@ fn ref_events(h: &ServerHarness, repo: &str) -> Vec<(String, String, String)> {
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
     while !done() {
-        assert!(started.elapsed() < Duration::from_secs(30), "timed out: {what}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "timed out: {what}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -158,24 +164,27 @@ fn a_pull_mirror_of_another_forge_follows_force_pushes_and_refuses_pushes() {
     assert_eq!(sync.code, 0, "{sync:?}");
     assert_eq!(sync.json()["synced"][0]["outcome"], "synced");
     let down = h.repos_dir().join("down.git");
-    assert_eq!(ref_of(&down, "refs/heads/main").as_deref(), Some(first.as_str()));
+    assert_eq!(
+        ref_of(&down, "refs/heads/main").as_deref(),
+        Some(first.as_str())
+    );
     assert!(ref_of(&down, "refs/tags/v1").is_some());
 
     // The upstream rewrites main: the mirror follows.
     up.git(&seed, &["reset", "-q", "--hard", "HEAD"]);
     up.git(&seed, &["commit", "-q", "--amend", "-m", "one, rewritten"]);
     let rewritten = up.rev_parse(&seed, "HEAD");
-    up.git(&seed, &["push", "-q", "--force", "origin", "HEAD:refs/heads/main"]);
+    up.git(
+        &seed,
+        &["push", "-q", "--force", "origin", "HEAD:refs/heads/main"],
+    );
     let sync = h.ssh_exec("collab-repo mirror sync down");
     assert_eq!(sync.code, 0, "{sync:?}");
     assert_eq!(ref_of(&down, "refs/heads/main"), Some(rewritten.clone()));
 
     // Each move is a ref.updated event by `mirror`.
     let events = ref_events(&h, "down");
-    for (refname, new) in [
-        ("refs/heads/main", &first),
-        ("refs/heads/main", &rewritten),
-    ] {
+    for (refname, new) in [("refs/heads/main", &first), ("refs/heads/main", &rewritten)] {
         assert!(
             events
                 .iter()
@@ -190,7 +199,12 @@ fn a_pull_mirror_of_another_forge_follows_force_pushes_and_refuses_pushes() {
     let push = h.git_as(
         &h.ssh_client_key(),
         &clone,
-        &["push", "origin", "HEAD:refs/heads/main", "HEAD:refs/heads/other"],
+        &[
+            "push",
+            "origin",
+            "HEAD:refs/heads/main",
+            "HEAD:refs/heads/other",
+        ],
     );
     assert!(!push.status.success());
     let stderr = String::from_utf8_lossy(&push.stderr);
@@ -210,7 +224,10 @@ fn a_pull_mirror_of_another_forge_follows_force_pushes_and_refuses_pushes() {
     assert!(list(&h, "down").is_empty());
     h.ssh_push(&clone, &["HEAD:refs/heads/other"]);
     let again = h.ssh_exec(&format!("collab-repo mirror remove down {id}"));
-    assert_eq!((again.code, again.stderr.trim()), (1, "error: mirror not found"));
+    assert_eq!(
+        (again.code, again.stderr.trim()),
+        (1, "error: mirror not found")
+    );
 }
 
 #[test]
@@ -221,7 +238,10 @@ fn a_pull_mirror_of_git_daemon_prunes_and_never_touches_the_forges_record_refs()
     let work = tmp.path().join("work");
     let main = work_tree(&work, "one");
     git(&work, &["branch", "gone"]);
-    git(&work, &["push", "-q", upstream.to_str().unwrap(), "main", "gone"]);
+    git(
+        &work,
+        &["push", "-q", upstream.to_str().unwrap(), "main", "gone"],
+    );
     // The upstream has refs under refs/collab/ of its own.
     commit(&work, "two");
     git(
@@ -239,8 +259,19 @@ fn a_pull_mirror_of_git_daemon_prunes_and_never_touches_the_forges_record_refs()
     h.create_repo("down");
     let down = h.repos_dir().join("down.git");
     // The forge's own record ref, which the upstream also names.
-    git(&down, &["fetch", "-q", upstream.to_str().unwrap(), "main:refs/heads/seed"]);
-    git(&down, &["update-ref", "refs/collab/export/issues/abcd", &main]);
+    git(
+        &down,
+        &[
+            "fetch",
+            "-q",
+            upstream.to_str().unwrap(),
+            "main:refs/heads/seed",
+        ],
+    );
+    git(
+        &down,
+        &["update-ref", "refs/collab/export/issues/abcd", &main],
+    );
     git(&down, &["update-ref", "-d", "refs/heads/seed"]);
     git(&down, &["update-ref", "refs/heads/stale", &main]);
 
@@ -248,7 +279,11 @@ fn a_pull_mirror_of_git_daemon_prunes_and_never_touches_the_forges_record_refs()
     let sync = h.ssh_exec("collab-repo mirror sync down");
     assert_eq!(sync.code, 0, "{sync:?}");
     let refs = refs_of(&down);
-    assert_eq!(ref_of(&down, "refs/heads/main"), Some(main.clone()), "{refs}");
+    assert_eq!(
+        ref_of(&down, "refs/heads/main"),
+        Some(main.clone()),
+        "{refs}"
+    );
     assert!(ref_of(&down, "refs/heads/gone").is_some(), "{refs}");
     assert_eq!(ref_of(&down, "refs/heads/stale"), None, "pruned: {refs}");
     assert_eq!(
@@ -280,7 +315,11 @@ fn an_unreachable_upstream_backs_off_and_shows_its_error_in_the_list_and_on_the_
         .to_string();
     let sync = h.ssh_exec(&format!("collab-repo mirror sync down {id}"));
     assert_eq!(sync.code, 1, "{sync:?}");
-    assert!(sync.stderr.starts_with(&format!("error: mirror {id} failed: ")), "{sync:?}");
+    assert!(
+        sync.stderr
+            .starts_with(&format!("error: mirror {id} failed: ")),
+        "{sync:?}"
+    );
     assert_eq!(sync.stderr.trim().lines().count(), 1, "{sync:?}");
 
     // The schedule retries on its own, backing off: 1s, 2s, 4s, 4s …
@@ -315,7 +354,10 @@ fn push_mirrors_follow_pushes_to_git_daemon_and_push_to_another_forge_with_a_key
     let first = h.commit_file(&clone, "a.txt", b"a\n", "a");
     h.ssh_push(&clone, &["HEAD:refs/heads/main"]);
     // The forge's record is not pushed.
-    git(&src, &["update-ref", "refs/collab/export/issues/abcd", &first]);
+    git(
+        &src,
+        &["update-ref", "refs/collab/export/issues/abcd", &first],
+    );
     // Soon after the push, without a sync: the push mirror follows.
     wait_until("the push reached the daemon", || {
         ref_of(&target, "refs/heads/main").as_deref() == Some(first.as_str())
@@ -331,7 +373,11 @@ fn push_mirrors_follow_pushes_to_git_daemon_and_push_to_another_forge_with_a_key
     assert_eq!(sync.code, 0, "{sync:?}");
     assert_eq!(ref_of(&target, "refs/heads/topic"), None);
     assert_eq!(ref_of(&target, "refs/heads/main"), Some(second.clone()));
-    assert!(!refs_of(&target).contains("refs/collab/"), "{}", refs_of(&target));
+    assert!(
+        !refs_of(&target).contains("refs/collab/"),
+        "{}",
+        refs_of(&target)
+    );
 
     // To another forge over ssh, with a key as the credential.
     let other = ServerHarness::start();
@@ -360,7 +406,9 @@ fn push_mirrors_follow_pushes_to_git_daemon_and_push_to_another_forge_with_a_key
         .collect();
     assert!(!secret_lines.is_empty());
     let listed = h.ssh_exec("collab-repo mirror list src").stdout;
-    let events = h.ssh_exec("collab-events watch --since 0 --no-follow").stdout;
+    let events = h
+        .ssh_exec("collab-events watch --since 0 --no-follow")
+        .stdout;
     let page = web_page(&h, "src");
     let config = Command::new(common::bin("git-collab-server"))
         .arg("--state-dir")
@@ -421,7 +469,9 @@ fn an_https_token_is_sent_as_a_header_and_never_shown() {
     let (port, requests) = capture_http();
     let token = "alice:s3cret-token-4242";
     let add = h.ssh_exec_with_stdin(
-        &format!("collab-repo mirror add down 'http://127.0.0.1:{port}/x.git' --credential-file tok"),
+        &format!(
+            "collab-repo mirror add down 'http://127.0.0.1:{port}/x.git' --credential-file tok"
+        ),
         format!("{token}\n").as_bytes(),
     );
     assert_eq!(add.code, 0, "{add:?}");
@@ -503,7 +553,10 @@ fn refusals_ssrf_transports_passwords_rights_and_caps() {
         "collab-repo mirror add r 'ssh://git@127.0.0.1:1/x.git' --credential-file t",
         b"token",
     );
-    assert!(token_for_ssh.stderr.contains("private key"), "{token_for_ssh:?}");
+    assert!(
+        token_for_ssh.stderr.contains("private key"),
+        "{token_for_ssh:?}"
+    );
     let empty = m.ssh_exec_with_stdin(
         "collab-repo mirror add r 'http://127.0.0.1:1/x.git' --credential-file t",
         b"",

@@ -630,7 +630,10 @@ fn mirror_urls_reach_no_internal_address_not_even_through_a_redirect() {
         }
     });
     let allowed = ServerHarness::start_with(common::HarnessOptions {
-        env: vec![("GIT_COLLAB_MIRRORS__ALLOWED_HOSTS".into(), "127.0.0.1".into())],
+        env: vec![(
+            "GIT_COLLAB_MIRRORS__ALLOWED_HOSTS".into(),
+            "127.0.0.1".into(),
+        )],
         ..Default::default()
     });
     allowed.create_repo("adv");
@@ -641,8 +644,14 @@ fn mirror_urls_reach_no_internal_address_not_even_through_a_redirect() {
     let sync = allowed.ssh_exec("collab-repo mirror sync adv");
     assert_eq!(sync.code, 1, "{sync:?}");
     // The redirect was offered (the test is not passing for another reason) ...
-    assert!(redirected.load(std::sync::atomic::Ordering::SeqCst) > 0, "{sync:?}");
-    assert!(sync.stderr.contains("302") || sync.stderr.contains("redirect"), "{sync:?}");
+    assert!(
+        redirected.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "{sync:?}"
+    );
+    assert!(
+        sync.stderr.contains("302") || sync.stderr.contains("redirect"),
+        "{sync:?}"
+    );
     // ... and not taken.
     match listener.accept() {
         Ok((_, from)) => panic!("a mirror reached the internal listener (from {from})"),

@@ -331,7 +331,10 @@ fn waiters_and_expiry_work_across_nodes() {
 fn one_node_syncs_a_mirror_at_a_time() {
     let options = HarnessOptions {
         env: vec![
-            ("GIT_COLLAB_MIRRORS__ALLOWED_HOSTS".into(), "127.0.0.1".into()),
+            (
+                "GIT_COLLAB_MIRRORS__ALLOWED_HOSTS".into(),
+                "127.0.0.1".into(),
+            ),
             ("GIT_COLLAB_MIRRORS__MIN_INTERVAL_SECS".into(), "1".into()),
         ],
         ..Default::default()
@@ -375,7 +378,10 @@ fn one_node_syncs_a_mirror_at_a_time() {
     };
     let started = std::time::Instant::now();
     while synced() == 0 {
-        assert!(started.elapsed() < Duration::from_secs(30), "no node synced");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no node synced"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // Every node's scheduler looks at least twice more in this time.
@@ -384,6 +390,7 @@ fn one_node_syncs_a_mirror_at_a_time() {
     let listed = nodes[1].ssh_exec("collab-repo mirror list down");
     let m = &listed.json()["mirrors"][0];
     assert!(m["last_success_at"].is_string(), "{listed:?}");
-    let events = first.ssh_exec("collab-events watch down --since 0 --no-follow --type ref.updated");
+    let events =
+        first.ssh_exec("collab-events watch down --since 0 --no-follow --type ref.updated");
     assert_eq!(events.stdout.lines().count(), 1, "{events:?}");
 }
