@@ -167,6 +167,10 @@ impl Mirrors {
             },
             Err(e) => Outcome::Failed(e.clone()),
         };
+        crate::metrics::mirror_sync(
+            if mirror.is_pull() { "pull" } else { "push" },
+            if result.is_ok() { "ok" } else { "error" },
+        );
         if let Err(e) = &result {
             tracing::warn!(
                 mirror = mirror.id,

@@ -337,6 +337,11 @@ fn an_unreachable_upstream_backs_off_and_shows_its_error_in_the_list_and_on_the_
     let page = web_page(&h, "down");
     assert!(page.contains("Mirror of"), "{page}");
     assert!(page.contains("The last sync failed"), "{page}");
+    let metrics = web_page(&h, "metrics");
+    assert!(
+        metrics.contains("git_collab_mirror_syncs_total{direction=\"pull\",outcome=\"error\"}"),
+        "{metrics}"
+    );
 }
 
 #[test]
