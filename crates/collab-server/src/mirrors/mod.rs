@@ -308,8 +308,13 @@ impl Mirrors {
             }
         };
         loop {
-            if let Err(e) = self.follow_pushes(&mut seen).await {
-                tracing::warn!("mirrors: following pushes: {e:#}");
+            // Only when the log moved (this process's writes, hooks' and
+            // other nodes' as the event poller publishes them).
+            let published = *head.borrow_and_update();
+            if published > seen {
+                if let Err(e) = self.follow_pushes(&mut seen).await {
+                    tracing::warn!("mirrors: following pushes: {e:#}");
+                }
             }
             if let Err(e) = self.start_due().await {
                 tracing::warn!("mirrors: starting due syncs: {e:#}");
