@@ -78,6 +78,12 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: MirrorCmd) {
                 }
                 None => (channel, None),
             };
+            // Its pushes are validated (`hooks::governance`); a fetch is not.
+            if !push && entry.is_governance() {
+                let line = "error: the governance repository cannot be a pull mirror: \
+                            its changes are checked when pushed";
+                return reply_and_close(channel, line, 1).await;
+            }
             let reply = add(ctx, &repo, &url, interval.as_deref(), credential, push).await;
             return reply_and_close(channel, &reply.0, reply.1).await;
         }

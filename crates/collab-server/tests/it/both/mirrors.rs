@@ -545,6 +545,12 @@ fn refusals_ssrf_transports_passwords_rights_and_caps() {
             );
         }
     }
+    // The governance repository's changes are checked at push: no fetch
+    // may write it.
+    assert_eq!(h.ssh_exec("collab-repo create '_governance'").code, 0);
+    let gov = h.ssh_exec("collab-repo mirror add _governance 'https://example.com/g.git'");
+    assert_eq!(gov.code, 1, "{gov:?}");
+    assert!(gov.stderr.contains("cannot be a pull mirror"), "{gov:?}");
     let missing = h.ssh_exec("collab-repo mirror list missing");
     assert_eq!((missing.code, missing.stderr.trim()), (1, NOT_FOUND.trim()));
 
