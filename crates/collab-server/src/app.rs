@@ -76,11 +76,13 @@ impl App {
         )?;
         let limits = Limits::new(&config, fds::open_file_limit());
         let reads = ReadPool::new(&location);
+        let maintenance = crate::maintenance::Maintenance::new(config.maintenance.clone());
         let mirrors = Arc::new(crate::mirrors::Mirrors::new(
             &config,
             webhooks.secrets.clone(),
             writer.clone(),
             reads.clone(),
+            maintenance.clone(),
         )?);
         Ok(App {
             waiters: Waiters::new(writer.clone(), config.leases.max_waiters),
@@ -92,7 +94,7 @@ impl App {
             signing_key,
             webhooks,
             limits,
-            maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
+            maintenance,
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             governance: Governance::load(&config.repos_dir),
             config: Arc::new(config),

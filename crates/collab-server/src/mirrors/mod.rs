@@ -66,6 +66,8 @@ pub struct Mirrors {
     /// Syncs at once on this node (`mirrors.concurrency`).
     slots: Arc<Semaphore>,
     wake: Notify,
+    /// A fetch that moved refs counts as a push towards maintenance.
+    maintenance: Arc<crate::maintenance::Maintenance>,
 }
 
 /// What a sync came to.
@@ -85,6 +87,7 @@ impl Mirrors {
         secrets: Arc<SecretBox>,
         writer: Writer,
         reads: ReadPool,
+        maintenance: Arc<crate::maintenance::Maintenance>,
     ) -> anyhow::Result<Mirrors> {
         let guard = Guard::for_key("mirrors.allowed_hosts", &config.mirrors.allowed_hosts)
             .map_err(anyhow::Error::msg)?;
@@ -99,6 +102,7 @@ impl Mirrors {
             node: format!("{}-{:08x}", std::process::id(), rand::random::<u32>()),
             slots: Arc::new(Semaphore::new(config.mirrors.concurrency.max(1) as usize)),
             wake: Notify::new(),
+            maintenance,
         })
     }
 
@@ -282,7 +286,14 @@ impl Mirrors {
         let _ =
             tokio::task::spawn_blocking(move || crate::repo_admin::repair_dangling_head(&repair))
                 .await;
-        (result, ref_events(&mirror.repo, &before, &after))
+        let events = ref_events(&mirror.repo, &before, &after);
+        if !events.is_empty() {
+            // Each fetch leaves a pack, like a push; `false`: the
+            // per-repository maintenance metrics stay off for it (they are
+            // shown only for repositories known to be public).
+            self.maintenance.push_finished(&path, &mirror.repo, false);
+        }
+        (result, events)
     }
 
     /// The scheduler: syncs due mirrors (at most `mirrors.concurrency` at
