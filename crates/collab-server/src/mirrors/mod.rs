@@ -377,8 +377,7 @@ impl Mirrors {
 
     /// Claim what is due, as many as there are free slots, and start them.
     async fn start_due(self: &Arc<Self>) -> anyhow::Result<()> {
-        let free = self.slots.available_permits() as i64;
-        if free == 0 {
+        if self.slots.available_permits() == 0 {
             return Ok(());
         }
         let next = self.reads.read(|conn| Ok(store::next_due(conn)?)).await?;
@@ -386,19 +385,20 @@ impl Mirrors {
         if next.is_none_or(|at| at > now) {
             return Ok(());
         }
-        let (node, secs) = (self.node.clone(), self.claim_secs());
+        // The slots first, then as many claims: a claimed row always has a
+        // slot to run in (an on-demand sync cannot take it in between).
+        let mut slots = Vec::new();
+        while let Ok(slot) = self.slots.clone().try_acquire_owned() {
+            slots.push(slot);
+        }
+        let (node, secs, free) = (self.node.clone(), self.claim_secs(), slots.len() as i64);
         let claimed = self
             .writer
             .write("claim due mirrors", move |conn, now| {
                 Ok(store::claim_due(conn, &node, now, now + secs, free)?)
             })
             .await?;
-        for mirror in claimed {
-            let Ok(slot) = self.slots.clone().try_acquire_owned() else {
-                // Taken by an on-demand sync meanwhile: the claim lapses
-                // and the row is picked up again.
-                break;
-            };
+        for (mirror, slot) in claimed.into_iter().zip(slots) {
             let this = self.clone();
             tokio::spawn(async move {
                 this.sync(mirror).await;
