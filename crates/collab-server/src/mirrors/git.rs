@@ -66,12 +66,13 @@ impl Credential {
     /// Whether it fits the URL's transport; the refusal otherwise.
     pub fn fits(&self, scheme: &str) -> Result<(), String> {
         match (self, scheme) {
+            // It becomes an HTTP header line: no line breaks or controls.
+            (Credential::Token(t), _) if t.chars().any(char::is_control) => {
+                Err("the credential is neither a one-line token nor an OpenSSH private key".into())
+            }
             (Credential::SshKey(_), "ssh") | (Credential::Token(_), "http" | "https") => Ok(()),
             (Credential::SshKey(_), _) => {
                 Err("a private key is a credential for ssh:// URLs only".into())
-            }
-            (Credential::Token(t), _) if t.contains('\n') => {
-                Err("the credential is neither a one-line token nor an OpenSSH private key".into())
             }
             (Credential::Token(_), "ssh") => {
                 Err("an ssh:// mirror takes an OpenSSH private key as its credential".into())
@@ -382,6 +383,10 @@ mod tests {
         assert!(token.fits("ssh").is_err());
         assert!(token.fits("git").is_err());
         assert!(!format!("{token:?}").contains("ghp"));
+        // A token is one header value: no second line smuggled in.
+        let two_lines = Credential::classify("tok\r\nX-Injected: 1");
+        assert!(two_lines.fits("https").is_err());
+        assert!(Credential::classify("a\u{7}b").fits("http").is_err());
     }
 
     #[test]
