@@ -300,6 +300,34 @@ fn a_pull_mirror_of_git_daemon_prunes_and_never_touches_the_forges_record_refs()
     assert!(ref_events(&h, "down")
         .iter()
         .any(|(r, n, a)| r == "refs/heads/gone" && n.bytes().all(|b| b == b'0') && a == "mirror"));
+
+    // A renamed repository keeps its mirror, under the new name.
+    let renamed = h.ssh_exec("collab-repo rename down moved");
+    assert_eq!(renamed.code, 0, "{renamed:?}");
+    assert_eq!(list(&h, "moved").len(), 1);
+    git(
+        &work,
+        &[
+            "push",
+            "-q",
+            upstream.to_str().unwrap(),
+            "HEAD:refs/heads/later",
+        ],
+    );
+    assert_eq!(h.ssh_exec("collab-repo mirror sync moved").code, 0);
+    let moved = h.repos_dir().join("moved.git");
+    assert!(
+        ref_of(&moved, "refs/heads/later").is_some(),
+        "{}",
+        refs_of(&moved)
+    );
+    let clone = h.clone_repo("moved", "moved-clone");
+    let push = h.git_as(
+        &h.ssh_client_key(),
+        &clone,
+        &["push", "origin", "HEAD:refs/heads/mine"],
+    );
+    assert!(!push.status.success(), "{push:?}");
 }
 
 #[test]
