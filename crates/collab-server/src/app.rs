@@ -52,6 +52,8 @@ pub struct App {
     pub webhooks: crate::webhooks::client::Webhooks,
     /// Repository maintenance: push counts, single flight, the bound.
     pub maintenance: Arc<crate::maintenance::Maintenance>,
+    /// Pull and push mirrors (the scheduler is started by `serve`).
+    pub mirrors: Arc<crate::mirrors::Mirrors>,
 }
 
 impl App {
@@ -76,16 +78,26 @@ impl App {
             &config.state_dir.join("webhook-secrets.key"),
         )?;
         let limits = Limits::new(&config, fds::open_file_limit());
+        let reads = ReadPool::new(&location);
+        let maintenance = crate::maintenance::Maintenance::new(config.maintenance.clone());
+        let mirrors = Arc::new(crate::mirrors::Mirrors::new(
+            &config,
+            webhooks.secrets.clone(),
+            writer.clone(),
+            reads.clone(),
+            maintenance.clone(),
+        )?);
         Ok(App {
             waiters: Waiters::new(writer.clone(), config.leases.max_waiters),
             writer,
-            reads: ReadPool::new(&location),
+            reads,
+            mirrors,
             imports: Default::default(),
             export: Default::default(),
             signing_key,
             webhooks,
             limits,
-            maintenance: crate::maintenance::Maintenance::new(config.maintenance.clone()),
+            maintenance,
             authorized_keys: AuthorizedKeys::new(config.ssh.authorized_keys.clone()),
             certs: CertAuthority::new(
                 config.ssh.trusted_user_ca_keys.clone(),

@@ -20,6 +20,7 @@ pub mod limits;
 pub mod logging;
 pub mod maintenance;
 pub mod metrics;
+pub mod mirrors;
 pub mod objects;
 pub mod ops;
 pub mod patch_merge;

@@ -23,6 +23,14 @@ static SSH_IDLE_CLOSED: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap
 static WEBHOOK_DELIVERIES: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
 static WEBHOOK_QUEUE_DEPTH: AtomicU64 = AtomicU64::new(0);
 static WEBHOOK_OLDEST_AGE: AtomicU64 = AtomicU64::new(0);
+static MIRROR_SYNCS: Mutex<BTreeMap<(&'static str, &'static str), u64>> =
+    Mutex::new(BTreeMap::new());
+
+/// A mirror sync on this node ended: `direction` `pull`/`push`, `outcome`
+/// `ok`/`error`.
+pub fn mirror_sync(direction: &'static str, outcome: &'static str) {
+    bump(&MIRROR_SYNCS, (direction, outcome));
+}
 
 /// A webhook attempt ended with `outcome` (`delivered`, `failed`, `refused`).
 pub fn webhook_delivery(outcome: &str) {
@@ -212,6 +220,17 @@ pub fn render() -> String {
         "collab-events watch streams connected now.",
         WATCHERS.load(Ordering::Relaxed),
     );
+    header(
+        &mut out,
+        "git_collab_mirror_syncs_total",
+        "Mirror syncs run on this node, by direction and outcome.",
+    );
+    for ((direction, outcome), n) in snapshot(&MIRROR_SYNCS) {
+        let _ = writeln!(
+            out,
+            "git_collab_mirror_syncs_total{{direction=\"{direction}\",outcome=\"{outcome}\"}} {n}"
+        );
+    }
     render_maintenance(&mut out);
     out
 }

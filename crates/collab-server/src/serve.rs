@@ -139,6 +139,7 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     crate::objects::export::patch::spawn(exporter, app.stopping.clone());
     crate::events::spawn_background(&app);
     crate::webhooks::spawn(app.clone());
+    tokio::spawn(app.mirrors.clone().run(app.stopping.clone()));
     tokio::spawn(crate::maintenance::sweep::run(
         app.config.repos_dir.clone(),
         app.stopping.clone(),

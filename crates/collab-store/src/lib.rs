@@ -16,6 +16,7 @@ pub mod guard;
 pub mod issues;
 pub mod leases;
 pub mod migrations;
+pub mod mirrors;
 pub mod objects;
 pub mod patches;
 pub mod queue;

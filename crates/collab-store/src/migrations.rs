@@ -11,7 +11,7 @@
 //! Version numbers are taken in order by the work that adds tables:
 //! 1 leases (first release), 2 events, 3 issues, 4 lease policy and the
 //! work queue, 5 webhooks, 6 patches, 7 the work queue's index, 8 patch
-//! import and export, 9 repository identity. SQL here stays portable where it can
+//! import and export, 9 repository identity, 10 mirrors. SQL here stays portable where it can
 //! (no SQLite-only functions in the domain queries), because the same
 //! tables live in PostgreSQL too.
 //!
@@ -387,6 +387,35 @@ CREATE TABLE patch_exports (
         version: 9,
         sql: REPOSITORIES_SQL,
     },
+    // Version 10: repository mirrors (`mirrors`). `credential` is sealed by
+    // the server with `{state_dir}/webhook-secrets.key` before it is
+    // stored; `claimed_by`/`claimed_until` say which node syncs the mirror
+    // now (one at a time); `repo` moves with a rename and goes with a
+    // delete like every `repo` column (`repos`).
+    Step {
+        version: 10,
+        sql: "
+CREATE TABLE mirrors (
+    id              TEXT    NOT NULL PRIMARY KEY,
+    repo            TEXT    NOT NULL,
+    direction       TEXT    NOT NULL CHECK (direction IN ('pull', 'push')),
+    url             TEXT    NOT NULL,
+    credential      TEXT,
+    interval_secs   INTEGER NOT NULL CHECK (interval_secs > 0),
+    created_by      TEXT    NOT NULL,
+    created_at      INTEGER NOT NULL,
+    next_at         INTEGER NOT NULL,
+    failures        INTEGER NOT NULL DEFAULT 0,
+    last_attempt_at INTEGER,
+    last_success_at INTEGER,
+    last_error      TEXT,
+    claimed_by      TEXT,
+    claimed_until   INTEGER
+);
+CREATE INDEX mirrors_repo ON mirrors (repo);
+CREATE INDEX mirrors_next_at ON mirrors (next_at);
+",
+    },
 ];
 
 /// Version 9's tables (SQLite; PostgreSQL's are in `POSTGRES_STEPS`).
@@ -422,6 +451,30 @@ ALTER TABLE events ADD COLUMN repo_id TEXT;
 CREATE INDEX events_repo_id_seq ON events (repo_id, seq);
 ALTER TABLE webhooks ADD COLUMN needs_approval BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE webhooks ADD COLUMN approved_by TEXT;
+",
+    },
+    Step {
+        version: 10,
+        sql: "
+CREATE TABLE mirrors (
+    id              TEXT    NOT NULL PRIMARY KEY,
+    repo            TEXT    NOT NULL,
+    direction       TEXT    NOT NULL CHECK (direction IN ('pull', 'push')),
+    url             TEXT    NOT NULL,
+    credential      TEXT,
+    interval_secs   BIGINT  NOT NULL CHECK (interval_secs > 0),
+    created_by      TEXT    NOT NULL,
+    created_at      BIGINT  NOT NULL,
+    next_at         BIGINT  NOT NULL,
+    failures        BIGINT  NOT NULL DEFAULT 0,
+    last_attempt_at BIGINT,
+    last_success_at BIGINT,
+    last_error      TEXT,
+    claimed_by      TEXT,
+    claimed_until   BIGINT
+);
+CREATE INDEX mirrors_repo ON mirrors (repo);
+CREATE INDEX mirrors_next_at ON mirrors (next_at);
 ",
     },
 ];
@@ -774,6 +827,21 @@ mod tests {
         }
         set_version(&conn, 8).unwrap();
         (conn, None)
+    }
+
+    /// Version 10 adds the empty `mirrors` table, whose `repo` column the
+    /// rename and delete sweeps of `repos` pick up (on both backends).
+    #[test]
+    fn an_older_database_gains_an_empty_mirrors_table_with_a_repo_column() {
+        let (conn, _pg) = at_version_8();
+        migrate(&conn).unwrap();
+        assert_eq!(version(&conn).unwrap(), SCHEMA_VERSION);
+        let n: i64 = conn
+            .query_row("SELECT COUNT(*) FROM mirrors WHERE repo = 'x'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(n, 0);
     }
 
     /// Version 9 splits a name's history at each `repo.created`, follows

@@ -24,6 +24,7 @@
 pub mod bench;
 pub mod cli;
 pub mod client;
+pub mod git_daemon;
 pub mod review;
 pub mod web;
 

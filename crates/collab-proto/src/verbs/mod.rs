@@ -205,13 +205,13 @@ impl Verb {
     }
 
     /// The MCP tool name, `<family>_<action>` without `collab-`:
-    /// `issue_open`, `lease_next`, `whoami`.
+    /// `issue_open`, `lease_next`, `whoami`, `repo_mirror_add`.
     pub fn tool_name(&self) -> String {
         let family = self.family.trim_start_matches("collab-").replace('-', "_");
         if self.action.is_empty() {
             family
         } else {
-            format!("{family}_{}", self.action.replace('-', "_"))
+            format!("{family}_{}", self.action.replace(['-', ' '], "_"))
         }
     }
 

@@ -111,10 +111,15 @@ fn spelled(alias: &str, tokens: &[String]) -> Option<usize> {
 /// The row `tokens` names, and how many tokens its command words took.
 fn lookup(tokens: &[String]) -> Option<(&'static Verb, usize)> {
     let first = tokens.first()?.as_str();
-    let second = tokens.get(1).map(String::as_str);
     for verb in VERBS {
-        if verb.family == first && (verb.action.is_empty() || Some(verb.action) == second) {
-            return Some((verb, if verb.action.is_empty() { 1 } else { 2 }));
+        if verb.family == first {
+            if verb.action.is_empty() {
+                return Some((verb, 1));
+            }
+            // An action may be two words (`collab-repo mirror add`).
+            if let Some(taken) = spelled(verb.action, &tokens[1..]) {
+                return Some((verb, 1 + taken));
+            }
         }
         for alias in verb.aliases {
             if let Some(taken) = spelled(alias, tokens) {

@@ -90,6 +90,8 @@ const REWIND: Need = Need::Repo(Access::Rewind);
 
 /// Who may manage webhooks: owners of every repository a hook's glob
 /// matches, or an admin (the handler decides).
+/// Server administrators only (mirrors reach other hosts with stored credentials).
+const ADMIN: Need = Need::Rule("admin");
 const HOOK_OWNER: Need = Need::Rule("rewind on every repository the glob matches (or admin)");
 
 const U32_MAX: i64 = u32::MAX as i64;
@@ -323,6 +325,58 @@ pub static VERBS: &[Verb] = &[
             "delete",
             REWIND,
             "delete the repository and everything kept for it",
+        )
+    },
+    // Mirrors (docs/operations.md, "Mirrors"): two-word actions.
+    Verb {
+        args: &[REPO, one("url", Kind::Word, "https://, http://, ssh:// or git:// only")],
+        flags: &[
+            value(
+                "--interval",
+                "<duration>",
+                Kind::Word,
+                "how often it syncs on schedule: 90s, 10m, 1h (default 10m; mirrors.min_interval_secs at least)",
+            ),
+            value(
+                "--credential-file",
+                "<path>",
+                Kind::Word,
+                "send the credential on standard input (`< PATH`): a token (or user:token) for http(s), a private key for ssh",
+            ),
+            switch("--push", "a push mirror (the forge pushes to the URL) instead of a pull mirror"),
+        ],
+        ..verb(
+            "collab-repo",
+            "mirror add",
+            ADMIN,
+            "keep the repository in sync with another (pull), or copy it there (--push)",
+        )
+    },
+    Verb {
+        args: &[REPO],
+        ..verb(
+            "collab-repo",
+            "mirror list",
+            ADMIN,
+            "the repository's mirrors with their ids, status and last error",
+        )
+    },
+    Verb {
+        args: &[REPO, optional("id", Kind::Word, "a mirror id from `mirror list` (default: all)")],
+        ..verb(
+            "collab-repo",
+            "mirror sync",
+            ADMIN,
+            "sync the repository's mirrors (or one) now, waiting for the outcome",
+        )
+    },
+    Verb {
+        args: &[REPO, one("id", Kind::Word, "a mirror id from `mirror list`")],
+        ..verb(
+            "collab-repo",
+            "mirror remove",
+            ADMIN,
+            "remove a mirror (the repository keeps its refs)",
         )
     },
     // Leases and the work queue.

@@ -49,12 +49,43 @@ fn every_row_is_well_formed() {
 }
 
 #[test]
+fn two_word_actions_parse_and_their_family_gets_the_usage() {
+    let inv = tokens("collab-repo mirror add 'a/b' 'https://x/y.git' --push --interval 10m");
+    let inv = parse(&inv).unwrap();
+    assert_eq!(inv.verb.name(), "collab-repo mirror add");
+    assert_eq!(inv.arg("repo"), "a/b");
+    assert_eq!(inv.arg("url"), "https://x/y.git");
+    assert!(inv.has("--push"));
+    assert_eq!(inv.flag("--interval"), Some("10m"));
+    let sync = tokens("collab-repo mirror sync r");
+    assert_eq!(parse(&sync).unwrap().opt_arg("id"), None);
+    // `mirror` alone, or an unknown second word, is a usage error of the
+    // family, not a command.
+    for line in [
+        "collab-repo mirror",
+        "collab-repo mirror frob r",
+        "collab-repo mirror add r",
+    ] {
+        match parse(&tokens(line)) {
+            Err(Refusal::Usage(usage)) => assert!(usage.contains("mirror add"), "{usage}"),
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+    let call = Call::new("collab-repo", "mirror remove")
+        .arg("r")
+        .arg("mr1");
+    let line = call.line();
+    assert!(parses(&line), "{line}");
+}
+
+#[test]
 fn tool_names_are_family_and_action() {
     let tool = |f, a| find(f, a).unwrap().tool_name();
     assert_eq!(tool("collab-issue", "open"), "issue_open");
     assert_eq!(tool("collab-lease", "next"), "lease_next");
     assert_eq!(tool("collab-repo", "set-head"), "repo_set_head");
     assert_eq!(tool("collab-whoami", ""), "whoami");
+    assert_eq!(tool("collab-repo", "mirror add"), "repo_mirror_add");
     assert_eq!(
         find("collab-issue", "comment")
             .unwrap()

@@ -69,6 +69,7 @@ pub struct ServerConfig {
     pub events: EventsConfig,
     pub webhooks: WebhooksConfig,
     pub maintenance: MaintenanceConfig,
+    pub mirrors: MirrorsConfig,
 }
 
 /// `ssh.*`.
@@ -200,6 +201,20 @@ pub struct MaintenanceConfig {
     pub after_pushes: u64,
     /// Seconds; 0: never on idleness.
     pub idle_secs: u64,
+    pub concurrency: u64,
+}
+
+/// `mirrors.*`: pull and push mirrors (`mirrors`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct MirrorsConfig {
+    pub allowed_hosts: Vec<String>,
+    pub max_per_repo: u64,
+    /// Seconds.
+    pub min_interval_secs: u64,
+    /// Seconds.
+    pub max_backoff_secs: u64,
+    /// Seconds.
+    pub timeout_secs: u64,
     pub concurrency: u64,
 }
 

@@ -108,6 +108,12 @@ webhooks.subscriptions             []                                        def
 maintenance.after_pushes           50                                        default
 maintenance.idle_secs              600                                       default
 maintenance.concurrency            1                                         default
+mirrors.allowed_hosts              []                                        default
+mirrors.max_per_repo               4                                         default
+mirrors.min_interval_secs          60                                        default
+mirrors.max_backoff_secs           21600                                     default
+mirrors.timeout_secs               600                                       default
+mirrors.concurrency                2                                         default
 leases.max_lifetime                0 (unlimited)                             default
 leases.lock_delay                  0 (none)                                  default
 leases.max_ttl                     315360000                                 default

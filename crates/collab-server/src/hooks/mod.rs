@@ -22,7 +22,9 @@
 //! - `governance`: a push to `_governance.git` must keep a valid
 //!   `governance.toml` that still has an admin;
 //! - `review`: the revision refs of patches the server holds are the
-//!   server's.
+//!   server's;
+//! - `mirrored`: a repository with a pull mirror takes no push to the refs
+//!   its upstream provides.
 //!
 //! `proc-receive` takes the `refs/for/<base>` updates (push-to-review,
 //! `review`): git hands them to it instead of storing them, and it records
@@ -43,6 +45,7 @@ pub mod context;
 pub mod fencing;
 pub mod governance;
 pub mod merge_scan;
+pub mod mirrored;
 pub mod post_receive;
 pub mod records;
 pub mod review;
@@ -66,6 +69,7 @@ pub const PRE_RECEIVE: &[(&str, Check)] = &[
     ("fencing", fencing::check),
     ("governance", governance::check),
     ("review", review::check),
+    ("mirrored", mirrored::check),
 ];
 
 /// Most ref updates one push may carry; the hook input is read whole.

@@ -66,6 +66,75 @@ pub enum RepoCmd {
     },
 }
 
+/// `collab-repo mirror …` (see `super::mirror`; administrators only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MirrorCmd {
+    /// `interval` as given (`10m`), checked by the handler against
+    /// `mirrors.min_interval_secs`; `credential` names the file whose
+    /// contents come on stdin.
+    Add {
+        repo: String,
+        url: String,
+        interval: Option<String>,
+        credential: Option<String>,
+        push: bool,
+    },
+    List {
+        repo: String,
+    },
+    Sync {
+        repo: String,
+        id: Option<String>,
+    },
+    Remove {
+        repo: String,
+        id: String,
+    },
+}
+
+impl MirrorCmd {
+    pub fn repo(&self) -> &str {
+        match self {
+            MirrorCmd::Add { repo, .. }
+            | MirrorCmd::List { repo }
+            | MirrorCmd::Sync { repo, .. }
+            | MirrorCmd::Remove { repo, .. } => repo,
+        }
+    }
+
+    pub fn verb(&self) -> &'static str {
+        match self {
+            MirrorCmd::Add { .. } => "collab-repo mirror add",
+            MirrorCmd::List { .. } => "collab-repo mirror list",
+            MirrorCmd::Sync { .. } => "collab-repo mirror sync",
+            MirrorCmd::Remove { .. } => "collab-repo mirror remove",
+        }
+    }
+
+    fn from_invocation(inv: &Invocation<'_>) -> MirrorCmd {
+        let repo = inv.arg("repo").to_string();
+        match inv.verb.action {
+            "mirror add" => MirrorCmd::Add {
+                repo,
+                url: inv.arg("url").to_string(),
+                interval: inv.flag("--interval").map(str::to_string),
+                credential: inv.flag("--credential-file").map(str::to_string),
+                push: inv.has("--push"),
+            },
+            "mirror list" => MirrorCmd::List { repo },
+            "mirror sync" => MirrorCmd::Sync {
+                repo,
+                id: inv.opt_arg("id").map(str::to_string),
+            },
+            "mirror remove" => MirrorCmd::Remove {
+                repo,
+                id: inv.arg("id").to_string(),
+            },
+            other => unreachable!("collab-repo {other} is not in the verb table"),
+        }
+    }
+}
+
 /// `collab-lease` subcommands (see `super::lease`). `ttl_secs` is a positive
 /// number of seconds, at most [`MAX_LEASE_TTL_SECS`] (the configured
 /// `leases.max_ttl` is checked when the command runs); `wait_secs` at most
@@ -237,6 +306,8 @@ pub enum ExecCommand {
     Events(WatchCmd),
     /// `collab-hook add|list|remove|enable|test|deliveries|redeliver …`
     Hook(HookCmd),
+    /// `collab-repo mirror add|list|sync|remove …`
+    Mirror(MirrorCmd),
 }
 
 impl ExecCommand {
@@ -263,6 +334,7 @@ impl ExecCommand {
             ExecCommand::Patch(cmd) => Some(cmd.repo()),
             ExecCommand::Events(watch) => watch.repos.first().map(String::as_str),
             ExecCommand::Hook(_) => None,
+            ExecCommand::Mirror(cmd) => Some(cmd.repo()),
             ExecCommand::Whoami
             | ExecCommand::Help
             | ExecCommand::Info { .. }
@@ -318,6 +390,7 @@ impl ExecCommand {
             ExecCommand::Hook(HookCmd::Test { .. }) => "collab-hook test",
             ExecCommand::Hook(HookCmd::Deliveries { .. }) => "collab-hook deliveries",
             ExecCommand::Hook(HookCmd::Redeliver { .. }) => "collab-hook redeliver",
+            ExecCommand::Mirror(cmd) => cmd.verb(),
         }
     }
 }
@@ -368,6 +441,9 @@ impl ExecCommand {
             "info" => ExecCommand::Info {
                 json: inv.has("--json"),
             },
+            "collab-repo" if inv.verb.action.starts_with("mirror ") => {
+                ExecCommand::Mirror(MirrorCmd::from_invocation(inv))
+            }
             "collab-repo" => ExecCommand::Repo(RepoCmd::from_invocation(inv)),
             "collab-lease" => ExecCommand::Lease(LeaseCmd::from_invocation(inv)?),
             "collab-release" => ExecCommand::Release(ReleaseCmd::from_invocation(inv)),

@@ -36,6 +36,7 @@ pub mod exec;
 pub mod git;
 pub mod issue;
 pub mod lease;
+pub mod mirror;
 #[cfg(test)]
 mod parse_tests;
 pub mod patch;

@@ -126,14 +126,24 @@ fn attempt_json(attempt: &Attempt) -> Value {
 }
 
 /// Read the secret: everything on stdin up to EOF (trimmed), bounded.
-async fn read_secret(mut channel: Channel<Msg>) -> Option<(Channel<Msg>, String)> {
+async fn read_secret(channel: Channel<Msg>) -> Option<(Channel<Msg>, String)> {
+    read_stdin(channel, MAX_SECRET, "error: the secret is too long").await
+}
+
+/// Everything on stdin up to EOF (trimmed), at most `max` bytes; past
+/// that, `too_long` is the reply and `None` comes back.
+pub(super) async fn read_stdin(
+    mut channel: Channel<Msg>,
+    max: usize,
+    too_long: &str,
+) -> Option<(Channel<Msg>, String)> {
     let mut bytes = Vec::new();
     while let Some(msg) = channel.wait().await {
         match msg {
             ChannelMsg::Data { data } => {
                 bytes.extend_from_slice(&data);
-                if bytes.len() > MAX_SECRET {
-                    reply_and_close(channel, "error: the secret is too long", 1).await;
+                if bytes.len() > max {
+                    reply_and_close(channel, too_long, 1).await;
                     return None;
                 }
             }

@@ -73,12 +73,24 @@ impl SecretBox {
 
     /// Seal `plain` for storage (a fresh random nonce each time).
     pub fn seal(&self, plain: &str) -> String {
+        self.seal_for(AAD, plain)
+    }
+
+    /// The secret `stored` holds: opened if sealed, as is if an older server
+    /// wrote it in plain text.
+    pub fn open(&self, stored: &str) -> Result<String, String> {
+        self.open_for(AAD, stored)
+    }
+
+    /// Seal `plain` bound to the use `aad` (another use's value does not
+    /// open with it): mirror credentials use their own.
+    pub fn seal_for(&self, aad: &'static [u8], plain: &str) -> String {
         let nonce_bytes = rand::random::<[u8; NONCE_LEN]>();
         let mut data = plain.as_bytes().to_vec();
         self.key
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce_bytes),
-                Aad::from(AAD),
+                Aad::from(aad),
                 &mut data,
             )
             .expect("sealing cannot fail for small inputs");
@@ -87,9 +99,9 @@ impl SecretBox {
         format!("{PREFIX}{}", B64.encode(out))
     }
 
-    /// The secret `stored` holds: opened if sealed, as is if an older server
-    /// wrote it in plain text.
-    pub fn open(&self, stored: &str) -> Result<String, String> {
+    /// Open what [`seal_for`](Self::seal_for) sealed for `aad`; a value
+    /// without the prefix is returned as it is.
+    pub fn open_for(&self, aad: &'static [u8], stored: &str) -> Result<String, String> {
         let Some(b64) = stored.strip_prefix(PREFIX) else {
             return Ok(stored.to_string());
         };
@@ -104,7 +116,7 @@ impl SecretBox {
         let mut sealed = sealed.to_vec();
         let plain = self
             .key
-            .open_in_place(nonce, Aad::from(AAD), &mut sealed)
+            .open_in_place(nonce, Aad::from(aad), &mut sealed)
             .map_err(|_| {
                 "the webhook secret cannot be opened with webhook-secrets.key (another key?)"
                     .to_string()

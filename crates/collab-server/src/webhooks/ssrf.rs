@@ -7,7 +7,8 @@
 //! inside IPv6 (v4-mapped, v4-translated, v4-compatible, NAT64, 6to4: the
 //! embedded IPv4 address decides; local-use NAT64 and Teredo are refused).
 //! The operator lifts the refusal per host name, address or CIDR with
-//! `webhooks.allowed_hosts`.
+//! `webhooks.allowed_hosts` (for webhooks) or `mirrors.allowed_hosts` (for
+//! repository mirrors, `mirrors::url`, which use this same guard).
 //!
 //! Names are resolved once, here; the HTTP client connects to exactly the
 //! addresses this guard vetted (it is the client's DNS resolver), so a
@@ -20,20 +21,33 @@ use std::sync::Arc;
 use ipnet::IpNet;
 
 /// The vetting rules: the built-in refusals minus the operator's allowlist.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Guard {
     allowed_names: Vec<String>,
     allowed_nets: Vec<IpNet>,
+    /// The configuration key of the allowlist, for the refusals' words.
+    key: &'static str,
+}
+
+impl Default for Guard {
+    fn default() -> Guard {
+        Guard {
+            allowed_names: Vec::new(),
+            allowed_nets: Vec::new(),
+            key: "webhooks.allowed_hosts",
+        }
+    }
 }
 
 /// Why a target was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
-    #[error("{host} resolves to {addr}, a {kind} address; allow it with webhooks.allowed_hosts")]
+    #[error("{host} resolves to {addr}, a {kind} address; allow it with {key}")]
     Address {
         host: String,
         addr: IpAddr,
         kind: &'static str,
+        key: &'static str,
     },
     #[error("cannot resolve {host}: {reason}")]
     Resolve { host: String, reason: String },
@@ -42,7 +56,15 @@ pub enum Refused {
 impl Guard {
     /// `allowed`: host names (case-insensitive), IP addresses or CIDRs.
     pub fn new(allowed: &[String]) -> Result<Guard, String> {
-        let mut guard = Guard::default();
+        Guard::for_key("webhooks.allowed_hosts", allowed)
+    }
+
+    /// A guard whose allowlist is the configuration key `key`.
+    pub fn for_key(key: &'static str, allowed: &[String]) -> Result<Guard, String> {
+        let mut guard = Guard {
+            key,
+            ..Guard::default()
+        };
         for entry in allowed {
             let entry = entry.trim();
             if let Ok(net) = entry.parse::<IpNet>() {
@@ -57,7 +79,7 @@ impl Guard {
                 guard.allowed_names.push(entry.to_ascii_lowercase());
             } else {
                 return Err(format!(
-                    "webhooks.allowed_hosts: {entry:?} is not a host name, address or CIDR"
+                    "{key}: {entry:?} is not a host name, address or CIDR"
                 ));
             }
         }
@@ -78,6 +100,7 @@ impl Guard {
                 host: host.to_string(),
                 addr,
                 kind,
+                key: self.key,
             }),
         }
     }

@@ -27,6 +27,7 @@ mod both {
     mod lease_policy;
     mod lease_server;
     mod limits;
+    mod mirrors;
     mod release;
     mod repo_admin;
     mod repo_identity;

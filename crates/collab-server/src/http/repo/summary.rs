@@ -35,6 +35,38 @@ struct SummaryPage {
     branches: Vec<BranchRow>,
     commits: Vec<CommitRow>,
     readme: Option<Readme>,
+    upstreams: Vec<UpstreamRow>,
+}
+
+/// A pull mirror as the page shows it: where from, when it last synced,
+/// and its last error while it fails (never its credential; push mirrors
+/// are for administrators' `collab-repo mirror list` only).
+pub struct UpstreamRow {
+    pub url: String,
+    pub last_success: String,
+    pub last_error: Option<String>,
+}
+
+fn upstreams(st: &AppState, repo: &str) -> anyhow::Result<Vec<UpstreamRow>> {
+    let name = repo.to_string();
+    let mirrors = st
+        .app
+        .reads
+        .read_blocking(move |conn| Ok(crate::db::mirrors::list(conn, &name)?))?;
+    let when = |at: Option<i64>| {
+        at.and_then(|t| chrono::DateTime::from_timestamp(t, 0))
+            .map(view::fmt_time)
+            .unwrap_or_else(|| "never".into())
+    };
+    Ok(mirrors
+        .into_iter()
+        .filter(|m| m.is_pull())
+        .map(|m| UpstreamRow {
+            last_success: when(m.last_success_at),
+            last_error: m.last_error,
+            url: m.url,
+        })
+        .collect())
 }
 
 /// A rendered README.
@@ -83,6 +115,7 @@ fn page(st: &AppState, requested: &str, headers: &HeaderMap) -> PageResult {
         branches: super::ctx::branches(&ctx.git, MAX_BRANCHES)?,
         commits,
         readme,
+        upstreams: upstreams(st, &ctx.entry.name)?,
     };
     Ok(view::render(StatusCode::OK, &page))
 }

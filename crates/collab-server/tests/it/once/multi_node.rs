@@ -323,3 +323,74 @@ fn waiters_and_expiry_work_across_nodes() {
     assert_eq!(waited.json()["holder"], c_fp.as_str());
     assert_eq!(waited.json()["token"], 4);
 }
+
+/// A pull mirror due at once on three nodes is synced by exactly one of
+/// them (the row claim), and its refs arrive once; a node that sees it
+/// claimed leaves it.
+#[test]
+fn one_node_syncs_a_mirror_at_a_time() {
+    let options = HarnessOptions {
+        env: vec![
+            (
+                "GIT_COLLAB_MIRRORS__ALLOWED_HOSTS".into(),
+                "127.0.0.1".into(),
+            ),
+            ("GIT_COLLAB_MIRRORS__MIN_INTERVAL_SECS".into(), "1".into()),
+        ],
+        ..Default::default()
+    };
+    let Some(first) = ServerHarness::start_on_postgres(options) else {
+        return;
+    };
+    let nodes = [first.start_node(), first.start_node()];
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = common::git_daemon::GitDaemon::start(&tmp.path().join("daemon"));
+    let upstream = daemon.bare("up.git");
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .current_dir(&work)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .args(["-c", "user.name=Up", "-c", "user.email=up@example.com"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["commit", "-q", "--allow-empty", "-m", "one"]);
+    git(&["push", "-q", upstream.to_str().unwrap(), "main"]);
+
+    first.create_repo("down");
+    // An hour's interval: after the first sync nothing is due again.
+    let add = nodes[0].ssh_exec(&format!(
+        "collab-repo mirror add down '{}' --interval 1h",
+        daemon.url("up.git")
+    ));
+    assert_eq!(add.code, 0, "{add:?}");
+    let synced = || {
+        [&first, &nodes[0], &nodes[1]]
+            .iter()
+            .map(|n| n.log().matches("mirror synced").count())
+            .sum::<usize>()
+    };
+    let started = std::time::Instant::now();
+    while synced() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no node synced"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Every node's scheduler looks at least twice more in this time.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(synced(), 1, "one sync, on one node");
+    let listed = nodes[1].ssh_exec("collab-repo mirror list down");
+    let m = &listed.json()["mirrors"][0];
+    assert!(m["last_success_at"].is_string(), "{listed:?}");
+    let events =
+        first.ssh_exec("collab-events watch down --since 0 --no-follow --type ref.updated");
+    assert_eq!(events.stdout.lines().count(), 1, "{events:?}");
+}

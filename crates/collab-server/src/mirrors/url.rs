@@ -1,0 +1,237 @@
+//! Which mirror URLs are taken, and where git may connect for them.
+//!
+//! Only `https://`, `http://`, `ssh://` and `git://` URLs: never `file://`
+//! (the server's own files), `ext::` (a command line), scp-like
+//! `host:path` (git reads a local path or an ssh host depending on the
+//! characters in it) or any other transport. A URL carrying a password is
+//! refused (the credential goes in `--credential-file`, sealed); an http(s)
+//! URL carries no user name either, and an ssh one only a plain user name.
+//! The host is resolved through the webhooks' SSRF guard with its own
+//! allowlist (`mirrors.allowed_hosts`), at `add` and again at every sync,
+//! and git is pinned to the address the guard vetted ([`Pinned`]), so a
+//! name cannot resolve to a public address for the check and an internal
+//! one for the connection.
+
+use std::net::SocketAddr;
+
+use crate::webhooks::ssrf::Guard;
+
+/// The transports a mirror may use.
+pub const SCHEMES: &[&str] = &["https", "http", "ssh", "git"];
+
+/// The longest URL taken.
+pub const MAX_URL: usize = 2048;
+
+/// A URL that passed the shape checks (not yet the address check).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    pub url: reqwest::Url,
+    pub scheme: &'static str,
+    /// Without brackets for IPv6.
+    pub host: String,
+    pub port: u16,
+}
+
+/// Check a URL's shape: transport, host, no credentials, no option-like
+/// parts. The message is the one-line refusal.
+pub fn check(raw: &str) -> Result<Checked, String> {
+    if raw.len() > MAX_URL {
+        return Err(format!("invalid URL: longer than {MAX_URL} bytes"));
+    }
+    // git's `<transport>::<address>` form (`ext::<command>`, `fd::`, a
+    // remote helper): `::` before any `://`.
+    if raw.split("://").next().unwrap_or(raw).contains("::") {
+        return Err("refused: the ext:: and <transport>:: forms are never allowed; use https://, http://, ssh:// or git://".into());
+    }
+    if raw.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err("invalid URL: it holds spaces or control characters".into());
+    }
+    let Ok(url) = reqwest::Url::parse(raw) else {
+        return Err(
+            "invalid URL: give a full https://, http://, ssh:// or git:// URL (scp-like host:path is not taken)"
+                .into(),
+        );
+    };
+    let Some(scheme) = SCHEMES.iter().copied().find(|s| *s == url.scheme()) else {
+        return Err(format!(
+            "refused: the {}:// transport is not allowed; use https://, http://, ssh:// or git://",
+            url.scheme()
+        ));
+    };
+    if url.password().is_some() {
+        return Err(
+            "refused: the URL carries a password; pass it with --credential-file (it is stored sealed)"
+                .into(),
+        );
+    }
+    let user = url.username();
+    if !user.is_empty() {
+        if scheme != "ssh" {
+            return Err(
+                "refused: an http(s) or git URL carries no user name; put user:token in --credential-file"
+                    .into(),
+            );
+        }
+        if user.starts_with('-')
+            || !user
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        {
+            return Err("invalid URL: the ssh user name is not a plain name".into());
+        }
+    }
+    let host = url
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or("invalid URL: it has no host")?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    if host.starts_with('-') {
+        return Err("invalid URL: the host may not start with '-'".into());
+    }
+    if url.fragment().is_some() {
+        return Err("invalid URL: a fragment (#…) is not taken".into());
+    }
+    if url.path().trim_start_matches('/').is_empty() {
+        return Err("invalid URL: it names no repository path".into());
+    }
+    let port = url.port_or_known_default().unwrap_or(match scheme {
+        "ssh" => 22,
+        "git" => 9418,
+        "https" => 443,
+        _ => 80,
+    });
+    Ok(Checked {
+        url,
+        scheme,
+        host,
+        port,
+    })
+}
+
+/// A checked URL and the one address git will connect to.
+#[derive(Debug, Clone)]
+pub struct Pinned {
+    pub checked: Checked,
+    pub addr: SocketAddr,
+}
+
+/// Resolve the URL's host through the guard: the first vetted address.
+pub async fn pin(guard: &Guard, checked: Checked) -> Result<Pinned, String> {
+    let addrs = guard
+        .resolve(&checked.host, checked.port)
+        .await
+        .map_err(|e| format!("refused: {e}"))?;
+    Ok(Pinned {
+        addr: addrs[0],
+        checked,
+    })
+}
+
+impl Pinned {
+    /// The URL git is given: `git://` gets the address itself (git's own
+    /// resolver would ask the name again); the others keep the name and are
+    /// pinned by [`Pinned::git_config`] / the ssh command line.
+    pub fn git_url(&self) -> String {
+        let mut url = self.checked.url.clone();
+        if self.checked.scheme == "git" {
+            let _ = url.set_ip_host(self.addr.ip());
+        }
+        url.to_string()
+    }
+
+    /// `-c` settings that pin http(s) to the vetted address
+    /// (`http.curloptResolve`, git ≥ 2.37) and never follow a redirect.
+    pub fn git_config(&self) -> Vec<String> {
+        match self.checked.scheme {
+            "http" | "https" => {
+                let ip = match self.addr.ip() {
+                    std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+                    v4 => v4.to_string(),
+                };
+                vec![
+                    format!(
+                        "http.curloptResolve={}:{}:{ip}",
+                        self.checked.host, self.checked.port
+                    ),
+                    "http.followRedirects=false".into(),
+                ]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_full_urls_of_four_transports_without_passwords_are_taken() {
+        for ok in [
+            "https://example.com/a/b.git",
+            "http://example.com:8080/x",
+            "ssh://git@example.com:2222/team/app.git",
+            "git://example.com/x.git",
+            "https://[::1]:8443/x.git",
+        ] {
+            assert!(check(ok).is_ok(), "{ok}: {:?}", check(ok));
+        }
+        for (bad, says) in [
+            ("file:///etc/passwd", "file://"),
+            ("ext::sh -c touch% /tmp/pwned", "ext::"),
+            ("ext::ssh", "ext::"),
+            ("fd::17", "::"),
+            ("https::example.com/x", "::"),
+            ("git@example.com:team/app.git", "scp-like"),
+            ("/srv/repos/x.git", "scp-like"),
+            ("ftp://example.com/x", "ftp://"),
+            ("https://user:hunter2@example.com/x", "password"),
+            ("ssh://git:pw@example.com/x", "password"),
+            ("https://token@example.com/x", "user name"),
+            ("ssh://-oProxyCommand=x@example.com/x", "plain name"),
+            ("ssh://-oProxyCommand=x/x", "'-'"),
+            ("https://example.com/x#frag", "fragment"),
+            ("https://example.com/", "no repository path"),
+            ("https://exa mple.com/x", "spaces"),
+        ] {
+            let err = check(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+            assert!(!err.contains("hunter2"), "{err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn internal_addresses_need_the_allowlist_and_git_is_pinned_to_the_vetted_one() {
+        let checked = check("http://127.0.0.1:8080/x.git").unwrap();
+        let err = pin(
+            &Guard::for_key("mirrors.allowed_hosts", &[]).unwrap(),
+            checked.clone(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.contains("loopback") && err.contains("mirrors.allowed_hosts"),
+            "{err}"
+        );
+        let guard = Guard::for_key("mirrors.allowed_hosts", &["127.0.0.0/8".into()]).unwrap();
+        let pinned = pin(&guard, checked).await.unwrap();
+        assert_eq!(
+            pinned.git_config(),
+            vec![
+                "http.curloptResolve=127.0.0.1:8080:127.0.0.1".to_string(),
+                "http.followRedirects=false".into()
+            ]
+        );
+        let git = pin(&guard, check("git://localhost:9000/x.git").unwrap()).await;
+        // `localhost` is not on the list by name; its address is.
+        let git = git.unwrap();
+        assert!(
+            git.git_url().starts_with("git://127.0.0.1:9000/")
+                || git.git_url().starts_with("git://[::1]:9000/"),
+            "{}",
+            git.git_url()
+        );
+    }
+}
