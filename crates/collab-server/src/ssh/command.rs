@@ -220,6 +220,8 @@ pub enum ExecCommand {
     Whoami,
     /// `help`: the verbs available to the caller.
     Help,
+    /// `tui`: the terminal UI (needs a pty).
+    Tui,
     /// `collab-repo create|list|gc|describe|visibility|set-head|rename|delete`
     Repo(RepoCmd),
     /// `collab-lease acquire|renew|release|list …`
@@ -261,7 +263,10 @@ impl ExecCommand {
             ExecCommand::Patch(cmd) => Some(cmd.repo()),
             ExecCommand::Events(watch) => watch.repos.first().map(String::as_str),
             ExecCommand::Hook(_) => None,
-            ExecCommand::Whoami | ExecCommand::Help | ExecCommand::Repo(RepoCmd::List) => None,
+            ExecCommand::Whoami
+            | ExecCommand::Help
+            | ExecCommand::Tui
+            | ExecCommand::Repo(RepoCmd::List) => None,
         }
     }
 
@@ -289,6 +294,7 @@ impl ExecCommand {
             ExecCommand::Repo(RepoCmd::Rename { .. }) => "collab-repo rename",
             ExecCommand::Repo(RepoCmd::Delete { .. }) => "collab-repo delete",
             ExecCommand::Help => "help",
+            ExecCommand::Tui => "tui",
             ExecCommand::Repo(RepoCmd::Gc { .. }) => "collab-repo gc",
             ExecCommand::Lease(LeaseCmd::Acquire { .. }) => "collab-lease acquire",
             ExecCommand::Lease(LeaseCmd::Renew { .. }) => "collab-lease renew",
@@ -359,6 +365,7 @@ impl ExecCommand {
             "git-upload-archive" => git(GitService::UploadArchive),
             "collab-whoami" => ExecCommand::Whoami,
             "help" => ExecCommand::Help,
+            "tui" => ExecCommand::Tui,
             "collab-repo" => ExecCommand::Repo(RepoCmd::from_invocation(inv)),
             "collab-lease" => ExecCommand::Lease(LeaseCmd::from_invocation(inv)?),
             "collab-release" => ExecCommand::Release(ReleaseCmd::from_invocation(inv)),

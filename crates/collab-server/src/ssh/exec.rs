@@ -49,6 +49,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Git { service, repo } => super::git::run(&ctx, channel, service, &repo).await,
         ExecCommand::Whoami => super::admin::whoami(&ctx, channel).await,
         ExecCommand::Help => super::admin::help(&ctx, channel).await,
+        ExecCommand::Tui => crate::tui::run(ctx, channel).await,
         ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
         ExecCommand::Lease(cmd) => super::lease::run(&ctx, channel, cmd).await,
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
