@@ -417,7 +417,7 @@ mod tests {
         assert_eq!(lines.len(), 4);
         assert_eq!(lines[2].sign, '-');
         assert_eq!(lines[3].sign, '+');
-        assert!(lines[3].segs.iter().any(|s| s.class.contains("keyword")), "{:?}", lines[3]);
+        assert!(lines[3].segs.iter().any(|s| s.class.contains("hl-storage")), "{:?}", lines[3]);
         let all: String = lines.iter().flat_map(|l| l.segs.iter().map(|s| s.text.clone())).collect();
         assert!(!all.contains('\x1b') && all.contains("\\x1b[2J"), "{all}");
     }

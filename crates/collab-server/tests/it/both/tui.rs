@@ -1,0 +1,282 @@
+//! The terminal UI driven like a person: tmux runs the real `ssh -tt`
+//! against the real server, `send-keys` types and `capture-pane` reads the
+//! screen. Navigate to an issue, comment, claim it and see the events
+//! appear (one of them written by someone else, live); resize; a private
+//! repository is never listed; hostile text is shown, never acted on;
+//! `NO_COLOR`, `TERM=dumb` and a session without a pty.
+
+use collab_testkit as common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::ServerHarness;
+
+/// Hang guard for a screen to show something (not a speed assertion).
+const SCREEN_LIMIT: Duration = Duration::from_secs(60);
+
+/// One tmux server of its own (its own socket) with one session running
+/// `ssh -tt` into the harness.
+struct Tmux {
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tmux {
+    fn start(h: &ServerHarness, key: &Path, extra: &[&str], cols: u16, rows: u16) -> Tmux {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("tmux.sock");
+        let mut ssh = vec!["ssh".to_string()];
+        ssh.extend(h.ssh_options(key));
+        ssh.extend(extra.iter().map(|s| s.to_string()));
+        ssh.extend(["-tt".to_string(), "git@127.0.0.1".to_string()]);
+        let line = ssh
+            .iter()
+            .map(|w| format!("'{}'", w.replace('\'', "'\\''")))
+            .collect::<Vec<_>>()
+            .join(" ");
+        // `remain-on-exit` keeps the pane (and its last screen) after ssh exits.
+        let t = Tmux {
+            socket,
+            _dir: dir,
+        };
+        t.run(&[
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "tui",
+            "-x",
+            &cols.to_string(),
+            "-y",
+            &rows.to_string(),
+            &format!("TERM=xterm-256color {line}; sleep 600"),
+        ]);
+        t
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let out = Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("tmux (scripts/install-deps.sh installs it)");
+        assert!(out.status.success(), "tmux {args:?}: {out:?}");
+        out
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "tui"];
+        args.extend(keys);
+        self.run(&args);
+    }
+
+    fn type_text(&self, text: &str) {
+        self.run(&["send-keys", "-t", "tui", "-l", text]);
+    }
+
+    /// The screen as text (`colors`: with tmux's SGR sequences).
+    fn screen(&self, colors: bool) -> String {
+        let mut args = vec!["capture-pane", "-p", "-t", "tui"];
+        if colors {
+            args.push("-e");
+        }
+        String::from_utf8_lossy(&self.run(&args).stdout).into_owned()
+    }
+
+    /// Wait until the screen shows `needle`; the screen then.
+    fn wait_for(&self, needle: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen(false);
+            if screen.contains(needle) {
+                return screen;
+            }
+            assert!(
+                start.elapsed() < SCREEN_LIMIT,
+                "the screen never showed {needle:?}:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
+    }
+}
+
+/// A repository with an issue, and a private one the user may not read.
+fn setup(h: &ServerHarness) -> (PathBuf, String) {
+    let repo = h.create_repo("team/app");
+    std::fs::write(repo.join("description"), "The app\n").unwrap();
+    let secret = h.create_repo("hidden-vault");
+    std::fs::write(secret.join("collab-policy.toml"), "read = []\nwrite = []\n").unwrap();
+    let opened = h.ssh_exec("collab-issue open 'team/app' --title 'Crash on start' --body 'boom'");
+    assert_eq!(opened.code, 0, "{opened:?}");
+    let id = opened.json()["issue"].as_str().unwrap().to_string();
+    let user = h.authorized_key("user");
+    (user, id)
+}
+
+#[test]
+fn navigate_comment_claim_and_see_events_live() {
+    let h = ServerHarness::start();
+    let (user, id) = setup(&h);
+    let tmux = Tmux::start(&h, &user, &[], 80, 24);
+
+    // The repositories the user can read, and only those.
+    let screen = tmux.wait_for("team/app");
+    assert!(screen.contains("The app"), "{screen}");
+    assert!(!screen.contains("hidden-vault"), "{screen}");
+    assert!(screen.contains("events (live)"), "{screen}");
+
+    // Enter: the issues; Enter: the issue.
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("Crash on start");
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("lease: none");
+    assert!(screen.contains("boom"), "{screen}");
+
+    // Comment: through collab-issue comment, as the user.
+    tmux.keys(&["c"]);
+    tmux.wait_for("comment:");
+    tmux.type_text("Looks like a null deref");
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("commented");
+    assert!(screen.contains("Looks like a null deref"), "{screen}");
+    let shown = h.ssh_exec(&format!("collab-issue show 'team/app' '{id}'"));
+    let comment = &shown.json()["comments"][0];
+    assert_eq!(comment["body"], "Looks like a null deref");
+    assert_eq!(comment["author"]["principal"], common::fingerprint(&user));
+
+    // Claim: collab-lease acquire, the user's lease.
+    tmux.keys(&["a"]);
+    tmux.wait_for("claimed");
+    tmux.wait_for("lease: held by");
+    let lease = h.ssh_exec(&format!("collab-lease show 'team/app' '{id}'"));
+    assert_eq!(lease.json()["status"], "held", "{lease:?}");
+    assert_eq!(lease.json()["holder"], common::fingerprint(&user));
+
+    // The events pane shows the user's writes ...
+    tmux.wait_for("issue.commented");
+    tmux.wait_for("lease.acquired");
+    // ... and someone else's, live, without a key press.
+    let labeled = h.ssh_exec(&format!("collab-issue label 'team/app' '{id}' --add urgent"));
+    assert_eq!(labeled.code, 0, "{labeled:?}");
+    tmux.wait_for("issue.labeled");
+
+    // A write the user may not make is refused with the verb's words.
+    tmux.keys(&["q", "q"]);
+    tmux.wait_for("repositories");
+
+    // Resize: the next frame fills the new window.
+    tmux.run(&["resize-window", "-t", "tui", "-x", "100", "-y", "30"]);
+    let start = Instant::now();
+    loop {
+        let screen = tmux.screen(false);
+        let lines: Vec<&str> = screen.lines().collect();
+        if lines.len() >= 30 && lines[29].contains("q quit") {
+            break;
+        }
+        assert!(start.elapsed() < SCREEN_LIMIT, "not redrawn at 100x30:\n{screen}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // q at the top quits: ssh exits 0 and the screen is given back.
+    tmux.keys(&["q"]);
+    let start = Instant::now();
+    while tmux.screen(false).contains("events (live)") {
+        assert!(start.elapsed() < SCREEN_LIMIT, "the UI did not quit");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn hostile_text_is_inert_and_colour_follows_no_color() {
+    let h = ServerHarness::start();
+    let (user, _) = setup(&h);
+    // A description written on the host: an OSC title change, a screen
+    // clear, a colour, a C1 CSI, a bell.
+    let repo = h.repos_dir().join("team/app.git");
+    std::fs::write(
+        repo.join("description"),
+        "evil\x1b]2;pwned\x07\x1b[2J\x1b[31mred\u{9b}1mbold\x07 end\n",
+    )
+    .unwrap();
+
+    let tmux = Tmux::start(&h, &user, &[], 120, 24);
+    let screen = tmux.wait_for("team/app");
+    // Shown as escapes, never acted on.
+    assert!(screen.contains("evil\\x1b]2;pwned\\x07\\x1b[2J"), "{screen}");
+    assert!(screen.contains("\\u{9b}1mbold"), "{screen}");
+    let title = tmux.run(&["display-message", "-p", "-t", "tui", "#{pane_title}"]);
+    assert!(!String::from_utf8_lossy(&title.stdout).contains("pwned"));
+    // With colour, the screen has colour.
+    let coloured = tmux.screen(true);
+    assert!(has_colour(&coloured), "{coloured:?}");
+    drop(tmux);
+
+    // NO_COLOR (sent with SetEnv): the same screen without a colour.
+    let tmux = Tmux::start(&h, &user, &["-o", "SetEnv=NO_COLOR=1"], 120, 24);
+    tmux.wait_for("team/app");
+    let plain = tmux.screen(true);
+    assert!(!has_colour(&plain), "{plain:?}");
+    assert!(plain.contains("\x1b[7m"), "reverse video still marks the selection: {plain:?}");
+}
+
+/// Whether any SGR sequence in `screen` sets a foreground or background
+/// colour (30-38, 40-48, 90-97, 100-107; 39 and 49 are the defaults).
+fn has_colour(screen: &str) -> bool {
+    screen.split("\x1b[").skip(1).any(|rest| {
+        let Some(end) = rest.find(|c: char| !(c.is_ascii_digit() || c == ';')) else {
+            return false;
+        };
+        if !rest[end..].starts_with('m') {
+            return false;
+        }
+        rest[..end].split(';').filter_map(|p| p.parse::<u32>().ok()).any(|p| {
+            matches!(p, 30..=38 | 40..=48 | 90..=97 | 100..=107)
+        })
+    })
+}
+
+#[test]
+fn no_pty_and_dumb_terminals_get_one_clear_line() {
+    let h = ServerHarness::start();
+    let key = h.ssh_client_key();
+
+    // `tui` without a pty, and a shell without one.
+    let tui = h.ssh_raw(&key, &["-T", "git@127.0.0.1", "tui"], b"");
+    assert_eq!(tui.code, 1, "{tui:?}");
+    assert!(tui.stderr.contains("needs a terminal: run `ssh -t HOST tui`"), "{tui:?}");
+    let shell = h.ssh_raw(&key, &["-T", "git@127.0.0.1"], b"");
+    assert_eq!(shell.code, 1, "{shell:?}");
+    assert!(shell.stderr.contains("ssh -t HOST"), "{shell:?}");
+
+    // TERM=dumb on a pty: the message, exit 1, no screen drawn.
+    let out = Command::new("ssh")
+        .args(h.ssh_options(&key))
+        .args(["-tt", "git@127.0.0.1"])
+        .env("TERM", "dumb")
+        .stdin(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains("TERM is dumb"), "{all:?}");
+    assert!(!all.contains("\x1b[?1049h"), "{all:?}");
+}
