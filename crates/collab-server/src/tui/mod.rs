@@ -23,6 +23,8 @@
 pub mod backend;
 pub mod data;
 pub mod keys;
+#[cfg(test)]
+mod snapshot_tests;
 pub mod view;
 
 use std::time::Duration;
