@@ -46,9 +46,10 @@ pub async fn call(ctx: &ExecContext, argv: &[&str], stdin: Option<String>) -> An
         ExecCommand::Issue(cmd) => super::issue::reply(ctx, cmd, stdin).await,
         ExecCommand::Patch(cmd) => super::patch::reply(ctx, cmd, stdin).await,
         ExecCommand::Lease(cmd) => super::lease::reply(ctx, cmd).await,
-        ExecCommand::Repo(RepoCmd::List) => {
-            (super::reply::json_line(&super::admin::visible_repos(ctx).await), 0)
-        }
+        ExecCommand::Repo(RepoCmd::List) => (
+            super::reply::json_line(&super::admin::visible_repos(ctx).await),
+            0,
+        ),
         _ => ("error: not available in the terminal UI".to_string(), 1),
     };
     crate::metrics::verb_finished(verb, crate::metrics::outcome_of_exit(code));
@@ -93,7 +94,10 @@ mod tests {
             Err("repository not found".to_string())
         );
         assert_eq!(
-            answer(r#"{"status":"held","holder":"SHA256:x","holder_name":"bob"}"#, 4),
+            answer(
+                r#"{"status":"held","holder":"SHA256:x","holder_name":"bob"}"#,
+                4
+            ),
             Err("held by bob".to_string())
         );
         assert_eq!(

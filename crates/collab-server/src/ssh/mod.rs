@@ -710,7 +710,6 @@ impl russh::server::Handler for Connection {
         }
     }
 
-
     #[allow(clippy::too_many_arguments)]
     async fn pty_request(
         &mut self,

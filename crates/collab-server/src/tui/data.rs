@@ -37,7 +37,11 @@ impl Loaded {
 }
 
 /// Load what `kind` shows; `after` is the page cursor of a list.
-pub async fn load(ctx: &ExecContext, kind: &ViewKind, after: Option<&str>) -> Result<Loaded, String> {
+pub async fn load(
+    ctx: &ExecContext,
+    kind: &ViewKind,
+    after: Option<&str>,
+) -> Result<Loaded, String> {
     let limit = PAGE.to_string();
     match kind {
         ViewKind::Repos => repos(ctx).await.map(Loaded::of),
@@ -47,7 +51,15 @@ pub async fn load(ctx: &ExecContext, kind: &ViewKind, after: Option<&str>) -> Re
             label,
             queue: false,
         } => {
-            let mut argv = vec!["collab-issue", "list", repo, "--state", state, "--limit", &limit];
+            let mut argv = vec![
+                "collab-issue",
+                "list",
+                repo,
+                "--state",
+                state,
+                "--limit",
+                &limit,
+            ];
             if let Some(label) = label {
                 argv.extend(["--label", label]);
             }
@@ -66,7 +78,15 @@ pub async fn load(ctx: &ExecContext, kind: &ViewKind, after: Option<&str>) -> Re
             .await
             .map(Loaded::of),
         ViewKind::Patches { repo, state } => {
-            let mut argv = vec!["collab-patch", "list", repo, "--state", state, "--limit", &limit];
+            let mut argv = vec![
+                "collab-patch",
+                "list",
+                repo,
+                "--state",
+                state,
+                "--limit",
+                &limit,
+            ];
             if let Some(after) = after {
                 argv.extend(["--after", after]);
             }
@@ -170,7 +190,15 @@ async fn queue(ctx: &ExecContext, repo: &str, label: Option<&str>) -> Result<Val
         .map(|a| a.iter().filter_map(|i| i["id"].as_str()).collect())
         .unwrap_or_default();
     let limit = MAX_EXPLAINED.to_string();
-    let mut argv = vec!["collab-issue", "list", repo, "--state", "open", "--limit", &limit];
+    let mut argv = vec![
+        "collab-issue",
+        "list",
+        repo,
+        "--state",
+        "open",
+        "--limit",
+        &limit,
+    ];
     if let Some(label) = label {
         argv.extend(["--label", label]);
     }
@@ -367,6 +395,7 @@ pub async fn events_after(
     let Ok(events) = read else {
         return after;
     };
+    let names = crate::people::DisplayNames::of(&ctx.app);
     let mut last = after;
     for event in events {
         last = event.seq;
@@ -379,7 +408,12 @@ pub async fn events_after(
             kind: event.kind.clone(),
             repo: event.repo.clone().unwrap_or_default(),
             object: event.object_id.clone().unwrap_or_default(),
-            actor: event.actor.clone().unwrap_or_default(),
+            // The display name, as replies show people (docs/access-control.md).
+            actor: event
+                .actor
+                .as_deref()
+                .map(|a| names.name(a))
+                .unwrap_or_default(),
         });
         while rows.len() > MAX_EVENTS {
             rows.pop_front();
@@ -404,7 +438,10 @@ mod tests {
     #[test]
     fn highlighter_html_becomes_pieces() {
         let segs = segments("<span class=\"hl-source hl-rust\"><span class=\"hl-keyword\">fn</span> a&lt;b&gt;</span>");
-        let texts: Vec<_> = segs.iter().map(|s| (s.class.as_str(), s.text.as_str())).collect();
+        let texts: Vec<_> = segs
+            .iter()
+            .map(|s| (s.class.as_str(), s.text.as_str()))
+            .collect();
         assert_eq!(
             texts,
             vec![("hl-keyword", "fn"), ("hl-source hl-rust", " a<b>")]
@@ -413,12 +450,21 @@ mod tests {
 
     #[test]
     fn diffs_are_coloured_and_hostile_bytes_escaped() {
-        let lines = colour_diff("diff --git a/x.rs b/x.rs\n@@ -1 +1 @@\n-fn a() {}\n+fn b() {} // \x1b[2J\n");
+        let lines = colour_diff(
+            "diff --git a/x.rs b/x.rs\n@@ -1 +1 @@\n-fn a() {}\n+fn b() {} // \x1b[2J\n",
+        );
         assert_eq!(lines.len(), 4);
         assert_eq!(lines[2].sign, '-');
         assert_eq!(lines[3].sign, '+');
-        assert!(lines[3].segs.iter().any(|s| s.class.contains("hl-storage")), "{:?}", lines[3]);
-        let all: String = lines.iter().flat_map(|l| l.segs.iter().map(|s| s.text.clone())).collect();
+        assert!(
+            lines[3].segs.iter().any(|s| s.class.contains("hl-storage")),
+            "{:?}",
+            lines[3]
+        );
+        let all: String = lines
+            .iter()
+            .flat_map(|l| l.segs.iter().map(|s| s.text.clone()))
+            .collect();
         assert!(!all.contains('\x1b') && all.contains("\\x1b[2J"), "{all}");
     }
 }

@@ -91,7 +91,10 @@ fn parse_one(b: &[u8]) -> Step {
             if b.len() < len {
                 return Step::Incomplete;
             }
-            match std::str::from_utf8(&b[..len]).ok().and_then(|s| s.chars().next()) {
+            match std::str::from_utf8(&b[..len])
+                .ok()
+                .and_then(|s| s.chars().next())
+            {
                 Some(ch) if !ch.is_control() => Step::Key(Key::Char(ch), len),
                 _ => Step::Skip(1),
             }
@@ -180,7 +183,10 @@ mod tests {
         );
         assert_eq!(keys(b"\x1b[5~\x1b[6~"), vec![Key::PageUp, Key::PageDown]);
         assert_eq!(keys(b"\x1b"), vec![Key::Esc]);
-        assert_eq!(keys("é🙂".as_bytes()), vec![Key::Char('é'), Key::Char('🙂')]);
+        assert_eq!(
+            keys("é🙂".as_bytes()),
+            vec![Key::Char('é'), Key::Char('🙂')]
+        );
         assert_eq!(keys(b"\x03"), vec![Key::Ctrl('c')]);
     }
 

@@ -181,7 +181,13 @@ pub async fn run(ctx: ExecContext, channel: Channel<Msg>) {
             }
         }
     };
-    let _ = send(&ctx, &write, b"\x1b[0m\x1b[2J\x1b[?25h\x1b[?1049l".to_vec(), stall).await;
+    let _ = send(
+        &ctx,
+        &write,
+        b"\x1b[0m\x1b[2J\x1b[?25h\x1b[?1049l".to_vec(),
+        stall,
+    )
+    .await;
     drain.abort();
     finish(&write, outcome, u32::from(outcome.is_some())).await;
 }
@@ -210,7 +216,12 @@ async fn load(ctx: &ExecContext, ui: &mut Ui) {
 
 /// Send one frame, waiting for the client's window at most `stall`; false
 /// (and the connection dropped) when the client stopped reading or left.
-async fn send(ctx: &ExecContext, write: &ChannelWriteHalf<Msg>, bytes: Vec<u8>, stall: Duration) -> bool {
+async fn send(
+    ctx: &ExecContext,
+    write: &ChannelWriteHalf<Msg>,
+    bytes: Vec<u8>,
+    stall: Duration,
+) -> bool {
     match tokio::time::timeout(stall, write.data_bytes(bytes)).await {
         Ok(Ok(())) => true,
         Ok(Err(_)) => false,

@@ -40,8 +40,12 @@ fn check(name: &str, actual: &str) {
         std::fs::write(&path, actual).unwrap();
         return;
     }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|_| panic!("{} missing: run with UPDATE_TUI_SNAPSHOTS=1", path.display()));
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "{} missing: run with UPDATE_TUI_SNAPSHOTS=1",
+            path.display()
+        )
+    });
     assert_eq!(
         actual, expected,
         "screen {name} changed (UPDATE_TUI_SNAPSHOTS=1 rewrites it):\n{actual}"
@@ -218,7 +222,10 @@ fn leases_help_and_a_small_window() {
     check("leases", &screen(&ui, 80, 24));
     ui.key(Key::Char('m'));
     let mine = screen(&ui, 80, 24);
-    assert!(mine.contains("team/app.git") && !mine.contains("team/lib.git"), "{mine}");
+    assert!(
+        mine.contains("team/app.git") && !mine.contains("team/lib.git"),
+        "{mine}"
+    );
     ui.key(Key::Char('?'));
     check("help", &screen(&ui, 80, 24));
     // Any key closes the overlay; a 40x10 window still draws (no events pane).

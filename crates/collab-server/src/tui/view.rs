@@ -145,7 +145,10 @@ pub enum Cmd {
     Load,
     /// Run this verb as the caller, then load the top screen again; say
     /// `done` when it succeeded.
-    Act { argv: Vec<String>, done: String },
+    Act {
+        argv: Vec<String>,
+        done: String,
+    },
 }
 
 pub struct Ui {
@@ -302,9 +305,7 @@ impl Ui {
                 Key::Backspace => {
                     input.text.pop();
                 }
-                Key::Char(c) if input.text.len() + c.len_utf8() <= MAX_INPUT => {
-                    input.text.push(c)
-                }
+                Key::Char(c) if input.text.len() + c.len_utf8() <= MAX_INPUT => input.text.push(c),
                 _ => {}
             }
             return Cmd::None;
@@ -539,7 +540,14 @@ impl Ui {
                 self.ask(Ask::PatchComment);
                 Cmd::None
             }
-            ('d', ViewKind::Patch { repo, id, interdiff }) => self.replace(ViewKind::Patch {
+            (
+                'd',
+                ViewKind::Patch {
+                    repo,
+                    id,
+                    interdiff,
+                },
+            ) => self.replace(ViewKind::Patch {
                 repo: repo.clone(),
                 id: id.clone(),
                 interdiff: !interdiff,
@@ -665,7 +673,10 @@ impl Ui {
                         Line::from(vec![
                             Span::styled(fit(&name, 22), self.bold()),
                             Span::styled(
-                                format!("{:>4} issues {:>4} patches ", r["open_issues"], r["open_patches"]),
+                                format!(
+                                    "{:>4} issues {:>4} patches ",
+                                    r["open_issues"], r["open_patches"]
+                                ),
                                 cyan,
                             ),
                             Span::styled(fit(&pushed, 9), dim),
@@ -751,7 +762,10 @@ impl Ui {
                         Line::from(vec![
                             Span::styled(short(&id), yellow),
                             Span::raw(" "),
-                            Span::styled(fit(status, 7), if status == "open" { green } else { dim }),
+                            Span::styled(
+                                fit(status, 7),
+                                if status == "open" { green } else { dim },
+                            ),
                             Span::raw(field(&p["title"])),
                             Span::styled(
                                 format!(
@@ -776,7 +790,10 @@ impl Ui {
                     }
                     let repo = l["repo"].as_str().unwrap_or("").to_string();
                     let id = l["issue"].as_str().unwrap_or("").to_string();
-                    let holder = l["holder_name"].as_str().or(l["holder"].as_str()).unwrap_or("");
+                    let holder = l["holder_name"]
+                        .as_str()
+                        .or(l["holder"].as_str())
+                        .unwrap_or("");
                     let expires = if l["expires_at"].is_null() {
                         "no expiry".to_string()
                     } else {
@@ -855,7 +872,11 @@ impl Ui {
                         format!("until {}", when(&lease["expires_at"]))
                     };
                     Line::styled(
-                        format!("lease: held by {} (token {}, {until})", line(holder), lease["token"]),
+                        format!(
+                            "lease: held by {} (token {}, {until})",
+                            line(holder),
+                            lease["token"]
+                        ),
                         self.style(Color::Yellow),
                     )
                 });
@@ -863,7 +884,11 @@ impl Ui {
                     let why: Vec<_> = why.iter().map(field).collect();
                     out.push(Line::styled(format!("not ready: {}", why.join("; ")), dim));
                 }
-                for (kind, name) in [("blocks", "blocks"), ("blocked_by", "blocked by"), ("relates", "relates to")] {
+                for (kind, name) in [
+                    ("blocks", "blocks"),
+                    ("blocked_by", "blocked by"),
+                    ("relates", "relates to"),
+                ] {
                     if let Some(links) = d["links"][kind].as_array().filter(|a| !a.is_empty()) {
                         let texts: Vec<_> = links.iter().map(|l| field(&l["text"])).collect();
                         out.push(Line::raw(format!("{name}: {}", texts.join(", "))));
@@ -919,7 +944,10 @@ impl Ui {
                     ));
                     body(&mut out, &c["body"]);
                 }
-                out.push(Line::styled(format!("── {}", field(&d["diff_title"])), head));
+                out.push(Line::styled(
+                    format!("── {}", field(&d["diff_title"])),
+                    head,
+                ));
                 for l in &view.diff {
                     out.push(self.diff_line(l));
                 }
@@ -1034,7 +1062,10 @@ impl Ui {
         ])
         .areas(area);
         f.render_widget(
-            Paragraph::new(Line::styled(self.title(), Style::default().add_modifier(Modifier::REVERSED))),
+            Paragraph::new(Line::styled(
+                self.title(),
+                Style::default().add_modifier(Modifier::REVERSED),
+            )),
             top,
         );
         self.draw_main(f, main);
@@ -1153,7 +1184,10 @@ impl Ui {
                 let actor: String = line(&e.actor).chars().take(14).collect();
                 Line::from(vec![
                     Span::styled(format!("{at} "), self.style(Color::DarkGray)),
-                    Span::styled(format!("{} ", fit(&line(&e.kind), 16)), self.style(Color::Cyan)),
+                    Span::styled(
+                        format!("{} ", fit(&line(&e.kind), 16)),
+                        self.style(Color::Cyan),
+                    ),
                     Span::raw(format!("{} {} ", line(&e.repo), short(&e.object))),
                     Span::styled(actor, self.style(Color::DarkGray)),
                 ])

@@ -37,10 +37,7 @@ impl Tmux {
             .collect::<Vec<_>>()
             .join(" ");
         // `remain-on-exit` keeps the pane (and its last screen) after ssh exits.
-        let t = Tmux {
-            socket,
-            _dir: dir,
-        };
+        let t = Tmux { socket, _dir: dir };
         t.run(&[
             "-f",
             "/dev/null",
@@ -171,7 +168,9 @@ fn navigate_comment_claim_and_see_events_live() {
     tmux.wait_for("issue.commented");
     tmux.wait_for("lease.acquired");
     // ... and someone else's, live, without a key press.
-    let labeled = h.ssh_exec(&format!("collab-issue label 'team/app' '{id}' --add urgent"));
+    let labeled = h.ssh_exec(&format!(
+        "collab-issue label 'team/app' '{id}' --add urgent"
+    ));
     assert_eq!(labeled.code, 0, "{labeled:?}");
     tmux.wait_for("issue.labeled");
 
@@ -188,7 +187,10 @@ fn navigate_comment_claim_and_see_events_live() {
         if lines.len() >= 30 && lines[29].contains("q quit") {
             break;
         }
-        assert!(start.elapsed() < SCREEN_LIMIT, "not redrawn at 100x30:\n{screen}");
+        assert!(
+            start.elapsed() < SCREEN_LIMIT,
+            "not redrawn at 100x30:\n{screen}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 
@@ -217,7 +219,10 @@ fn hostile_text_is_inert_and_colour_follows_no_color() {
     let tmux = Tmux::start(&h, &user, &[], 120, 24);
     let screen = tmux.wait_for("team/app");
     // Shown as escapes, never acted on.
-    assert!(screen.contains("evil\\x1b]2;pwned\\x07\\x1b[2J"), "{screen}");
+    assert!(
+        screen.contains("evil\\x1b]2;pwned\\x07\\x1b[2J"),
+        "{screen}"
+    );
     assert!(screen.contains("\\u{9b}1mbold"), "{screen}");
     let title = tmux.run(&["display-message", "-p", "-t", "tui", "#{pane_title}"]);
     assert!(!String::from_utf8_lossy(&title.stdout).contains("pwned"));
@@ -231,7 +236,10 @@ fn hostile_text_is_inert_and_colour_follows_no_color() {
     tmux.wait_for("team/app");
     let plain = tmux.screen(true);
     assert!(!has_colour(&plain), "{plain:?}");
-    assert!(plain.contains("\x1b[7m"), "reverse video still marks the selection: {plain:?}");
+    assert!(
+        plain.contains("\x1b[7m"),
+        "reverse video still marks the selection: {plain:?}"
+    );
 }
 
 /// Whether any SGR sequence in `screen` sets a foreground or background
@@ -244,9 +252,10 @@ fn has_colour(screen: &str) -> bool {
         if !rest[end..].starts_with('m') {
             return false;
         }
-        rest[..end].split(';').filter_map(|p| p.parse::<u32>().ok()).any(|p| {
-            matches!(p, 30..=38 | 40..=48 | 90..=97 | 100..=107)
-        })
+        rest[..end]
+            .split(';')
+            .filter_map(|p| p.parse::<u32>().ok())
+            .any(|p| matches!(p, 30..=38 | 40..=48 | 90..=97 | 100..=107))
     })
 }
 
@@ -258,7 +267,11 @@ fn no_pty_and_dumb_terminals_get_one_clear_line() {
     // `tui` without a pty, and a shell without one.
     let tui = h.ssh_raw(&key, &["-T", "git@127.0.0.1", "tui"], b"");
     assert_eq!(tui.code, 1, "{tui:?}");
-    assert!(tui.stderr.contains("needs a terminal: run `ssh -t HOST tui`"), "{tui:?}");
+    assert!(
+        tui.stderr
+            .contains("needs a terminal: run `ssh -t HOST tui`"),
+        "{tui:?}"
+    );
     let shell = h.ssh_raw(&key, &["-T", "git@127.0.0.1"], b"");
     assert_eq!(shell.code, 1, "{shell:?}");
     assert!(shell.stderr.contains("ssh -t HOST"), "{shell:?}");
