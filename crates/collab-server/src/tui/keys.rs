@@ -33,6 +33,11 @@ pub struct Parser {
 }
 
 impl Parser {
+    /// Bytes of an unfinished sequence waiting for the next read.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
     /// The keys in `bytes` (with what was pending before). A lone ESC at
     /// the end of a read is a key press of its own: terminals send a
     /// sequence in one write.
