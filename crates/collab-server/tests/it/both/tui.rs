@@ -293,3 +293,95 @@ fn no_pty_and_dumb_terminals_get_one_clear_line() {
     assert!(all.contains("TERM is dumb"), "{all:?}");
     assert!(!all.contains("\x1b[?1049h"), "{all:?}");
 }
+
+/// A client that stops reading (its SSH window stays full) is dropped
+/// after `ssh.tui_stall_timeout`: the session holds one frame, not a
+/// growing buffer, and no task outlives it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_stops_reading_is_dropped() {
+    use common::client;
+    use std::sync::Arc;
+
+    let h = ServerHarness::start_with(common::HarnessOptions {
+        env: vec![("GIT_COLLAB_SSH__TUI_STALL_TIMEOUT".into(), "2s".into())],
+        ..Default::default()
+    });
+    let opened = h.ssh_exec("collab-repo create 'team/app'");
+    assert_eq!(opened.code, 0, "{opened:?}");
+    // A small window, and a one-message queue this test never reads: once
+    // it is full the client's session stops reading the socket and sends
+    // no more window adjustments.
+    let config = Arc::new(russh::client::Config {
+        window_size: 4096,
+        channel_buffer_size: 1,
+        ..Default::default()
+    });
+    let mut conn = russh::client::connect(config, h.ssh_addr, client::AcceptAnyHost)
+        .await
+        .expect("connect");
+    let key = client::load_key(&h.ssh_client_key());
+    assert!(client::authenticate(&mut conn, &key).await.success());
+    let channel = conn.channel_open_session().await.expect("session");
+    channel
+        .request_pty(false, "xterm-256color", 200, 60, 0, 0, &[])
+        .await
+        .unwrap();
+    channel.request_shell(false).await.unwrap();
+
+    // Every write redraws the events pane: frames keep coming.
+    let start = Instant::now();
+    let mut n = 0;
+    while !h.log().contains("tui: the client stopped reading") {
+        assert!(
+            start.elapsed() < SCREEN_LIMIT,
+            "never dropped:\n{}",
+            h.log()
+        );
+        n += 1;
+        let title = format!("issue {n} with a title long enough to fill the events pane");
+        let out = tokio::task::block_in_place(|| {
+            h.ssh_exec(&format!("collab-issue open 'team/app' --title '{title}'"))
+        });
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    // The server closed its end: the stuck client's socket waits in
+    // CLOSE_WAIT (the client, blocked by its own full queue, never looks).
+    let start = Instant::now();
+    while !closed_by_server(h.ssh_port()) {
+        assert!(
+            start.elapsed() < SCREEN_LIMIT,
+            "the server kept the connection"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(channel);
+    drop(conn);
+}
+
+/// Whether a local TCP connection to `port` is in CLOSE_WAIT: its peer (the
+/// server) closed it (/proc/net/tcp, state 08).
+fn closed_by_server(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let remote = format!(":{port:04X}");
+    table.lines().skip(1).any(|row| {
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        cols.len() > 3 && cols[2].ends_with(&remote) && cols[3] == "08"
+    })
+}
+
+/// No key press for `ssh.tui_idle_timeout`: the session ends with one line.
+#[test]
+fn an_idle_session_is_closed() {
+    let h = ServerHarness::start_with(common::HarnessOptions {
+        env: vec![("GIT_COLLAB_SSH__TUI_IDLE_TIMEOUT".into(), "2s".into())],
+        ..Default::default()
+    });
+    let key = h.ssh_client_key();
+    let tmux = Tmux::start(&h, &key, &[], 80, 24);
+    tmux.wait_for("repositories");
+    let screen = tmux.wait_for("closed after ssh.tui_idle_timeout");
+    assert!(
+        !screen.contains("events (live)"),
+        "the screen was given back:\n{screen}"
+    );
+}
