@@ -230,7 +230,6 @@ async fn send(
                 principal = ctx.caller.principal(),
                 "tui: the client stopped reading; dropping the connection"
             );
-            crate::metrics::verb_finished("tui", "stalled");
             let _ = ctx
                 .session
                 .disconnect(
