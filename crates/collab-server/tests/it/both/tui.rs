@@ -174,7 +174,26 @@ fn navigate_comment_claim_and_see_events_live() {
     assert_eq!(labeled.code, 0, "{labeled:?}");
     tmux.wait_for("issue.labeled");
 
-    // A write the user may not make is refused with the verb's words.
+    // Label, release and close from the keyboard, each the verb's write.
+    tmux.keys(&["l"]);
+    tmux.wait_for("labels (+add -remove):");
+    tmux.type_text("+p1 -urgent");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("labels changed");
+    let shown = h
+        .ssh_exec(&format!("collab-issue show 'team/app' '{id}'"))
+        .json();
+    assert_eq!(shown["labels"], serde_json::json!(["p1"]), "{shown:#}");
+    tmux.keys(&["r"]);
+    tmux.wait_for("released");
+    tmux.wait_for("lease: none");
+    tmux.keys(&["x"]);
+    tmux.wait_for("closed");
+    let shown = h
+        .ssh_exec(&format!("collab-issue show 'team/app' '{id}'"))
+        .json();
+    assert_eq!(shown["status"], "closed", "{shown:#}");
+
     tmux.keys(&["q", "q"]);
     tmux.wait_for("repositories");
 
@@ -383,5 +402,91 @@ fn an_idle_session_is_closed() {
     assert!(
         !screen.contains("events (live)"),
         "the screen was given back:\n{screen}"
+    );
+}
+
+/// A patch: its diff, a review requesting changes and an approval made in
+/// the UI are the reviewer's (read back through `collab-patch show`); a
+/// write the policy refuses shows the verb's own refusal.
+#[test]
+fn review_a_patch_and_see_the_verbs_refusals() {
+    use common::review;
+    let (h, alice, bob) = review::setup();
+    review::commit(
+        &h,
+        &alice,
+        "lib.rs",
+        "pub fn answer() -> u32 {\n    42\n}\n",
+        "Add the answer",
+    );
+    let pushed = review::ok(&h, &alice, &["push", "origin", "HEAD:refs/for/main"]);
+    assert!(pushed.stderr.contains("remote: patch "), "{pushed:?}");
+    let listed = h.ssh_exec("collab-patch list 'r'").json();
+    let id = listed["patches"][0]["id"].as_str().unwrap().to_string();
+
+    let tmux = Tmux::start(&h, &bob.key, &[], 100, 30);
+    tmux.wait_for("r.git");
+    tmux.keys(&["p"]);
+    tmux.wait_for("Add the answer");
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("diff r1");
+    assert!(screen.contains("pub fn answer"), "{screen}");
+
+    tmux.keys(&["R"]);
+    tmux.wait_for("request changes, saying why:");
+    tmux.type_text("Please add a test");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("changes requested");
+    let shown = h.ssh_exec(&format!("collab-patch show 'r' '{id}'")).json();
+    let review = shown["reviews"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["author"]["principal"] == common::fingerprint(&bob.key))
+        .unwrap_or_else(|| panic!("no review by bob: {shown:#}"));
+    assert_eq!(review["verdict"], "request_changes", "{review:#}");
+    assert_eq!(review["body"], "Please add a test");
+
+    tmux.keys(&["A"]);
+    tmux.wait_for("approve, with a comment (optional):");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("approved");
+    let shown = h.ssh_exec(&format!("collab-patch show 'r' '{id}'")).json();
+    assert!(
+        shown["reviews"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["verdict"] == "approve"
+                && r["author"]["principal"] == common::fingerprint(&bob.key)),
+        "{shown:#}"
+    );
+
+    // Bob may read but no longer write: the UI says what the verb says.
+    std::fs::write(
+        h.repos_dir().join("r.git/collab-policy.toml"),
+        "write = []\n",
+    )
+    .unwrap();
+    let refused = h.ssh_exec_as(
+        &bob.key,
+        &format!("collab-patch comment 'r' '{id}' --body 'hi'"),
+        b"",
+    );
+    assert_eq!(refused.code, 1, "{refused:?}");
+    let words = refused
+        .stderr
+        .trim()
+        .trim_start_matches("error: ")
+        .to_string();
+    tmux.keys(&["c"]);
+    tmux.wait_for("comment:");
+    tmux.type_text("hi");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for(&words);
+    let shown = h.ssh_exec(&format!("collab-patch show 'r' '{id}'")).json();
+    assert!(
+        shown["comments"].as_array().is_none_or(|c| c.is_empty()),
+        "nothing written: {shown:#}"
     );
 }
