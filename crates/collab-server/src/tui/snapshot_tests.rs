@@ -232,3 +232,46 @@ fn leases_help_and_a_small_window() {
     ui.key(Key::Char('x'));
     check("small", &screen(&ui, 40, 10));
 }
+
+/// What goes down the channel: the first frame draws every cell that is
+/// not blank (the screen was cleared before it), a new
+/// event redraws only the cells that changed (ratatui's diff), so a live
+/// pane costs a few hundred bytes a line, not a screen.
+#[test]
+fn a_new_event_sends_only_what_changed() {
+    use super::backend::AnsiBackend;
+    use ratatui::layout::{Rect, Size};
+    use ratatui::{TerminalOptions, Viewport};
+    let mut ui = ui();
+    push(
+        &mut ui,
+        ViewKind::Issue {
+            repo: "team/app.git".into(),
+            id: "8bab8db77d3d7f5dfaffa06e4f0fe88ae2dce610".into(),
+        },
+        issue(),
+    );
+    let options = TerminalOptions {
+        viewport: Viewport::Fixed(Rect::new(0, 0, 80, 24)),
+    };
+    let mut terminal =
+        Terminal::with_options(AnsiBackend::new(Size::new(80, 24), true), options).unwrap();
+    terminal.draw(|f| ui.draw(f)).unwrap();
+    let full = terminal.backend_mut().take().len();
+    ui.events.push_back(EventRow {
+        seq: 44,
+        at: NOW,
+        kind: "issue.labeled".into(),
+        repo: "team/app.git".into(),
+        object: "8bab8db77d3d".into(),
+        actor: "bob".into(),
+    });
+    terminal.draw(|f| ui.draw(f)).unwrap();
+    let update = terminal.backend_mut().take().len();
+    eprintln!("80x24 issue screen: first frame {full} bytes, one new event {update} bytes");
+    assert!(full > 800, "the text drawn once: {full}");
+    assert!(
+        update * 4 < full,
+        "an event redraws the pane only: {update} of {full}"
+    );
+}
