@@ -17,7 +17,7 @@ use crate::authz::Caller;
 #[derive(Debug, Clone, Default)]
 pub struct ChannelEnv {
     pub git_protocol: Option<String>,
-    /// `NO_COLOR` was set (any value): the terminal UI draws without colour.
+    /// `NO_COLOR` was set, not empty: the terminal UI draws without colour.
     pub no_color: bool,
     /// The pty the client asked for: only the terminal UI is served on one.
     pub pty: Option<PtyRequest>,

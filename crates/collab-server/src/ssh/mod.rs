@@ -62,7 +62,8 @@ use crate::shutdown::{stop_pair, Stop};
 use context::{ChannelEnv, ExecContext, PtyRequest};
 use reply::reply_and_close;
 
-/// The one-line answer to a shell or pty request.
+/// The one-line answer to a shell without a pty, and to any verb but
+/// `tui` on a pty.
 pub const SHELL_HINT: &str = "error: git-collab-server has no shell; use git over ssh, a verb such as `ssh HOST collab-whoami`, or the terminal UI: `ssh -t HOST`";
 
 /// Ciphers offered, most preferred first: russh's defaults plus
@@ -670,8 +671,8 @@ impl russh::server::Handler for Connection {
             self.envs.entry(id).or_default().git_protocol = Some(value.to_string());
             session.channel_success(id)?;
         } else if name == "NO_COLOR" && self.channels.contains_key(&id) {
-            // no-color.org: set to anything, colour is off.
-            self.envs.entry(id).or_default().no_color = true;
+            // no-color.org: set and not empty, colour is off.
+            self.envs.entry(id).or_default().no_color = !value.is_empty();
             session.channel_success(id)?;
         } else {
             session.channel_failure(id)?;
