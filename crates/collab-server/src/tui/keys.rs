@@ -205,6 +205,21 @@ mod tests {
         assert_eq!(p.feed(&smile[2..]), vec![Key::Char('🙂')]);
     }
 
+    proptest::proptest! {
+        /// Any bytes, in any two reads: no panic, at most one key a byte,
+        /// at most `MAX_PENDING` bytes kept.
+        #[test]
+        fn any_bytes_make_bounded_keys(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300), split in 0usize..300) {
+            let split = split.min(bytes.len());
+            let mut p = Parser::default();
+            let mut keys = p.feed(&bytes[..split]);
+            proptest::prop_assert!(p.pending() <= MAX_PENDING);
+            keys.extend(p.feed(&bytes[split..]));
+            proptest::prop_assert!(p.pending() <= MAX_PENDING);
+            proptest::prop_assert!(keys.len() <= bytes.len());
+        }
+    }
+
     #[test]
     fn unknown_and_hostile_input_is_dropped_and_bounded() {
         // A mouse report, an OSC, C1 bytes, a huge unfinished CSI.

@@ -155,6 +155,15 @@ fn an_issue_with_hostile_text_and_a_lease() {
     let shown = screen(&ui, 80, 24);
     assert!(!shown.contains('\x1b') && !shown.contains('\r'), "{shown}");
     check("issue", &shown);
+    // `/` in an issue finds the next line with the text.
+    ui.key(Key::Char('/'));
+    for c in "on it".chars() {
+        ui.key(Key::Char(c));
+    }
+    ui.key(Key::Enter);
+    assert!(ui.top().sel > 5, "scrolled to the comment");
+    assert!(screen(&ui, 80, 24).lines().nth(1).unwrap().contains("On it."));
+    ui.key(Key::Home);
     // The comment prompt.
     assert_eq!(ui.key(Key::Char('c')), super::view::Cmd::None);
     for c in "Looks fine".chars() {

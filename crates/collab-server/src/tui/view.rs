@@ -368,8 +368,12 @@ impl Ui {
     }
 
     fn ask(&mut self, ask: Ask) {
+        let detail = matches!(
+            self.top().kind,
+            ViewKind::Issue { .. } | ViewKind::Patch { .. }
+        );
         let text = match ask {
-            Ask::Search => self.top().filter.clone(),
+            Ask::Search if !detail => self.top().filter.clone(),
             _ => String::new(),
         };
         self.input = Some(Input { ask, text });
@@ -586,6 +590,20 @@ impl Ui {
                         label,
                         queue: *queue,
                     });
+                }
+                if matches!(kind, ViewKind::Issue { .. } | ViewKind::Patch { .. }) {
+                    // An issue or a patch: scroll to the next line with it.
+                    let needle = body.to_lowercase();
+                    let from = self.top().sel + 1;
+                    let lines = self.detail_lines();
+                    let found = (from..lines.len())
+                        .chain(0..from.min(lines.len()))
+                        .find(|&i| lines[i].to_string().to_lowercase().contains(&needle));
+                    match found {
+                        Some(i) if !needle.is_empty() => self.top_mut().sel = i,
+                        _ => self.status = Some((format!("not found: {}", body), true)),
+                    }
+                    return Cmd::None;
                 }
                 let view = self.top_mut();
                 view.filter = body;
@@ -1074,7 +1092,10 @@ impl Ui {
         }
         let bottom_line = if let Some(input) = &self.input {
             let prompt = match input.ask {
-                Ask::Search => "search (label:NAME filters issues): ",
+                Ask::Search => match self.top().kind {
+                    ViewKind::Issue { .. } | ViewKind::Patch { .. } => "find: ",
+                    _ => "search (label:NAME filters issues): ",
+                },
                 Ask::Comment | Ask::PatchComment => "comment: ",
                 Ask::Labels => "labels (+add -remove): ",
                 Ask::Review("--approve") => "approve, with a comment (optional): ",
@@ -1218,7 +1239,7 @@ impl Ui {
 pub const HELP: &[&str] = &[
     "j/k ↓/↑  move        PgDn/PgUp  by ten    Enter  open",
     "q Esc    back/quit   Tab  events pane     g  reload",
-    "/        search (issues: label:NAME)      ] [  next/prev page",
+    "/        search, find, label:NAME         ] [  next/prev page",
     "i        issues      p  patches           L  leases",
     "issues:  s state (open/closed/all)        w  work queue",
     "issue:   c comment   l label (+a -b)      x  close/reopen",
