@@ -162,7 +162,11 @@ fn an_issue_with_hostile_text_and_a_lease() {
     }
     ui.key(Key::Enter);
     assert!(ui.top().sel > 5, "scrolled to the comment");
-    assert!(screen(&ui, 80, 24).lines().nth(1).unwrap().contains("On it."));
+    assert!(screen(&ui, 80, 24)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .contains("On it."));
     ui.key(Key::Home);
     // The comment prompt.
     assert_eq!(ui.key(Key::Char('c')), super::view::Cmd::None);
