@@ -5,8 +5,9 @@ set -euo pipefail
 
 # python3 runs scripts/import-graph.py (collab-testkit's import-loop test);
 # python3-paramiko is the SSH client that lies about its window in the
-# advisory suite (tests/it/once/advisories.rs).
-packages=(git openssh-client openssh-server sqlite3 pkg-config chromium curl python3 python3-paramiko)
+# advisory suite (tests/it/once/advisories.rs); tmux drives the terminal UI
+# like a person (tests/it/both/tui.rs).
+packages=(git openssh-client openssh-server sqlite3 pkg-config chromium curl python3 python3-paramiko tmux)
 # PostgreSQL for the tests' throwaway cluster (scripts/ci-postgres.sh). Only
 # root can install it; without it, and without root, those tests skip.
 if [ "$(id -u)" = 0 ]; then

@@ -81,6 +81,59 @@ pub fn check_body(what: &str, s: &str) -> Result<(), String> {
     }
 }
 
+/// A one-line field made safe to show on a terminal: every control
+/// character (Unicode Cc: C0, DEL, C1; newline and tab too) and every
+/// [`is_hidden`] character becomes a visible escape (`\x1b`, `\n`,
+/// `\u{9b}`), so it is shown but never acted on. The CLI's printers and
+/// the server's terminal UI both use it.
+pub fn escape_line(s: &str) -> std::borrow::Cow<'_, str> {
+    escape(s, &[], is_hidden, false)
+}
+
+/// [`escape_line`] for a multi-line text (a body, a comment, a diff):
+/// newline and tab stay, and only the [`is_bidi_control`] characters are
+/// escaped besides the control characters.
+pub fn escape_text(s: &str) -> std::borrow::Cow<'_, str> {
+    escape(s, &['\n', '\t'], is_bidi_control, false)
+}
+
+/// Serialized JSON with every control character but newline and tab
+/// written as a JSON escape (`\u009b`): inside a string that is the same
+/// character, so valid JSON stays valid and means the same.
+pub fn escape_json(s: &str) -> std::borrow::Cow<'_, str> {
+    escape(s, &['\n', '\t'], is_bidi_control, true)
+}
+
+fn escape<'a>(
+    s: &'a str,
+    keep: &[char],
+    also: fn(char) -> bool,
+    json: bool,
+) -> std::borrow::Cow<'a, str> {
+    use std::fmt::Write as _;
+    let unsafe_char = |c: char| (c.is_control() && !keep.contains(&c)) || also(c);
+    if !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if !unsafe_char(c) {
+            out.push(c);
+            continue;
+        }
+        let code = u32::from(c);
+        let _ = match c {
+            _ if json => write!(out, "\\u{code:04x}"),
+            '\n' => write!(out, "\\n"),
+            '\t' => write!(out, "\\t"),
+            '\r' => write!(out, "\\r"),
+            _ if code < 0x80 => write!(out, "\\x{code:02x}"),
+            _ => write!(out, "\\u{{{code:x}}}"),
+        };
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,7 @@ pub mod setup;
 pub mod shutdown;
 pub mod signing;
 pub mod ssh;
+pub mod tui;
 pub mod webhooks;
 
 /// The collab database is the `collab_store` crate; `crate::db::…` keeps

@@ -21,26 +21,21 @@
 //! older records and other servers' replies from reordering what is shown.
 //!
 //! Only this module decides what is neutralized; printers do not
-//! filter on their own.
+//! filter on their own. The escaping itself is `collab_record::text`'s,
+//! shared with the server's terminal UI.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 
 /// A one-line field, with every control character shown as an escape
 /// (`\x1b`, `\n`, `\u{9b}`).
 pub fn line(s: &str) -> Cow<'_, str> {
-    neutralize(s, &[], collab_record::text::is_hidden, Style::Display)
+    collab_record::text::escape_line(s)
 }
 
 /// A multi-line text, with every control character but newline and tab
 /// shown as an escape.
 pub fn text(s: &str) -> Cow<'_, str> {
-    neutralize(
-        s,
-        &['\n', '\t'],
-        collab_record::text::is_bidi_control,
-        Style::Display,
-    )
+    collab_record::text::escape_text(s)
 }
 
 /// Serialized JSON with every control character but newline and tab (the
@@ -49,43 +44,7 @@ pub fn text(s: &str) -> Cow<'_, str> {
 /// valid and means the same; outside strings valid JSON has no control
 /// characters but layout.
 pub fn json(s: &str) -> Cow<'_, str> {
-    neutralize(
-        s,
-        &['\n', '\t'],
-        collab_record::text::is_bidi_control,
-        Style::Json,
-    )
-}
-
-enum Style {
-    Display,
-    Json,
-}
-
-fn neutralize<'a>(s: &'a str, keep: &[char], also: fn(char) -> bool, style: Style) -> Cow<'a, str> {
-    let unsafe_char = |c: char| (c.is_control() && !keep.contains(&c)) || also(c);
-    if !s.chars().any(unsafe_char) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 16);
-    for c in s.chars() {
-        if !unsafe_char(c) {
-            out.push(c);
-            continue;
-        }
-        let code = u32::from(c);
-        let _ = match style {
-            Style::Json => write!(out, "\\u{code:04x}"),
-            Style::Display => match c {
-                '\n' => write!(out, "\\n"),
-                '\t' => write!(out, "\\t"),
-                '\r' => write!(out, "\\r"),
-                _ if code < 0x80 => write!(out, "\\x{code:02x}"),
-                _ => write!(out, "\\u{{{code:x}}}"),
-            },
-        };
-    }
-    Cow::Owned(out)
+    collab_record::text::escape_json(s)
 }
 
 #[cfg(test)]

@@ -249,6 +249,13 @@ pub static VERBS: &[Verb] = &[
             "the verbs open to your key and the access each needs",
         )
     },
+    // The terminal UI (docs/tui.md); `ssh -t HOST` with no command opens it too.
+    verb(
+        "tui",
+        "",
+        Need::Rule("read (shows what you may read; each action asks its verb's access)"),
+        "the terminal UI, on a terminal (`ssh -t HOST tui`)",
+    ),
     // Repositories.
     Verb {
         args: &[one("name", Kind::Repo, "the new repository's path")],

@@ -122,6 +122,8 @@ pub const KEYS: &[Key] = &[
     key("ssh.idle_timeout", Duration, Given("1h"), "An authenticated connection with no channel open this long is closed."),
     key("ssh.pressure_idle_timeout", Duration, Given("60s"), "The idle timeout while the server is near its connection cap."),
     key("ssh.pressure_percent", Count { min: 1, max: 100 }, Given("80"), "Percent of ssh.max_connections open at which the pressure idle timeout applies."),
+    key("ssh.tui_idle_timeout", Duration, Given("15m"), "A terminal UI session with no key press this long is closed."),
+    key("ssh.tui_stall_timeout", Duration, Given("30s"), "A terminal UI client that stops reading this long is disconnected."),
     key("http.listen", SocketAddr, Given("0.0.0.0:8080"), "HTTP listen address."),
     key("http.max_connections", LIMIT, Given("512"), "HTTP connections open at once."),
     key("http.max_connections_per_ip", LIMIT, Given("64"), "HTTP connections open at once from one IP address."),

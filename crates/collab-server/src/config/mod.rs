@@ -96,6 +96,11 @@ pub struct SshConfig {
     pub idle_timeout: Duration,
     pub pressure_idle_timeout: Duration,
     pub pressure_percent: usize,
+    /// The terminal UI: no key press this long ends the session.
+    pub tui_idle_timeout: Duration,
+    /// The terminal UI: a client whose window stays full this long is
+    /// disconnected.
+    pub tui_stall_timeout: Duration,
 }
 
 /// OpenSSH's `MaxStartups start:rate:full`: past `start` unauthenticated

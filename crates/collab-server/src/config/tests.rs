@@ -79,6 +79,8 @@ ssh.max_connections_per_principal  64                                        def
 ssh.idle_timeout                   1h                                        default
 ssh.pressure_idle_timeout          1m                                        default
 ssh.pressure_percent               80                                        default
+ssh.tui_idle_timeout               15m                                       default
+ssh.tui_stall_timeout              30s                                       default
 http.listen                        0.0.0.0:8080                              default
 http.max_connections               512                                       default
 http.max_connections_per_ip        64                                        default

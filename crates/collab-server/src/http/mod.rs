@@ -27,7 +27,7 @@ mod blobs;
 mod git_http;
 mod git_stream;
 mod health;
-mod highlight;
+pub(crate) mod highlight;
 mod index;
 pub mod listener;
 mod markdown;

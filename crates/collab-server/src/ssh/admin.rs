@@ -611,6 +611,13 @@ async fn create(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
 }
 
 async fn list(ctx: &ExecContext, channel: Channel<Msg>) {
+    let visible = visible_repos(ctx).await;
+    reply_and_close(channel, &json_line(&visible), 0).await
+}
+
+/// `collab-repo list`'s reply: the repositories the caller can read, each
+/// with the caller's access (the terminal UI lists the same).
+pub async fn visible_repos(ctx: &ExecContext) -> serde_json::Value {
     let repos_dir = ctx.app.config.repos_dir.clone();
     let entries = tokio::task::spawn_blocking(move || repos::list_repos(&repos_dir))
         .await
@@ -622,5 +629,5 @@ async fn list(ctx: &ExecContext, channel: Channel<Msg>) {
                 .map(|level| json!({ "name": entry.name, "access": level.as_str() }))
         })
         .collect();
-    reply_and_close(channel, &json_line(&json!({ "repos": visible })), 0).await
+    json!({ "repos": visible })
 }

@@ -291,6 +291,8 @@ pub enum ExecCommand {
     Help,
     /// `info [--json]`: what the caller may read, gitolite-style.
     Info { json: bool },
+    /// `tui`: the terminal UI (needs a pty).
+    Tui,
     /// `collab-repo create|list|gc|describe|visibility|set-head|rename|delete`
     Repo(RepoCmd),
     /// `collab-lease acquire|renew|release|list …`
@@ -338,6 +340,7 @@ impl ExecCommand {
             ExecCommand::Whoami
             | ExecCommand::Help
             | ExecCommand::Info { .. }
+            | ExecCommand::Tui
             | ExecCommand::Repo(RepoCmd::List) => None,
         }
     }
@@ -367,6 +370,7 @@ impl ExecCommand {
             ExecCommand::Repo(RepoCmd::Delete { .. }) => "collab-repo delete",
             ExecCommand::Help => "help",
             ExecCommand::Info { .. } => "info",
+            ExecCommand::Tui => "tui",
             ExecCommand::Repo(RepoCmd::Gc { .. }) => "collab-repo gc",
             ExecCommand::Lease(LeaseCmd::Acquire { .. }) => "collab-lease acquire",
             ExecCommand::Lease(LeaseCmd::Renew { .. }) => "collab-lease renew",
@@ -444,6 +448,7 @@ impl ExecCommand {
             "collab-repo" if inv.verb.action.starts_with("mirror ") => {
                 ExecCommand::Mirror(MirrorCmd::from_invocation(inv))
             }
+            "tui" => ExecCommand::Tui,
             "collab-repo" => ExecCommand::Repo(RepoCmd::from_invocation(inv)),
             "collab-lease" => ExecCommand::Lease(LeaseCmd::from_invocation(inv)?),
             "collab-release" => ExecCommand::Release(ReleaseCmd::from_invocation(inv)),

@@ -12,11 +12,23 @@ use super::reply::{reply_and_close, NOT_FOUND};
 use crate::app::App;
 use crate::authz::Caller;
 
-/// The environment a client set on its channel (only `GIT_PROTOCOL` is
-/// accepted).
+/// The environment a client set on its channel (only `GIT_PROTOCOL` and
+/// `NO_COLOR` are accepted) and its pty request, if any.
 #[derive(Debug, Clone, Default)]
 pub struct ChannelEnv {
     pub git_protocol: Option<String>,
+    /// `NO_COLOR` was set, not empty: the terminal UI draws without colour.
+    pub no_color: bool,
+    /// The pty the client asked for: only the terminal UI is served on one.
+    pub pty: Option<PtyRequest>,
+}
+
+/// What a pty request said (`TERM` and the window size).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PtyRequest {
+    pub term: String,
+    pub cols: u32,
+    pub rows: u32,
 }
 
 /// Everything a verb needs besides its channel.

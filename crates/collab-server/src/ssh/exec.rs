@@ -62,6 +62,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Whoami => super::admin::whoami(&ctx, channel).await,
         ExecCommand::Help => super::admin::help(&ctx, channel).await,
         ExecCommand::Info { json } => super::admin::info(&ctx, channel, json).await,
+        ExecCommand::Tui => crate::tui::run(ctx, channel).await,
         ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
         ExecCommand::Lease(cmd) => super::lease::run(&ctx, channel, cmd).await,
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,

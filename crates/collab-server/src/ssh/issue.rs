@@ -292,7 +292,7 @@ impl IssueCmd {
 }
 
 /// One reply: the line to send and the exit status.
-pub(super) type Reply = (String, u32);
+pub type Reply = (String, u32);
 
 fn error(message: impl std::fmt::Display) -> Reply {
     (format!("error: {message}"), 1)
@@ -318,6 +318,31 @@ pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: IssueCmd) {
     } else {
         None
     };
+    let (message, code) = authorized_reply(ctx, repo, cmd, body).await;
+    reply_and_close(channel, &message, code).await
+}
+
+/// The reply to one `collab-issue` command without a channel (the
+/// terminal UI's calls): the same authorization and work as [`run`];
+/// `stdin` stands for the channel's stdin of a `--body-stdin`.
+pub async fn reply(ctx: &ExecContext, cmd: IssueCmd, stdin: Option<String>) -> Reply {
+    let needed = cmd.needed_access();
+    let repo = match authorized_repo(ctx, cmd.repo().to_string(), needed).await {
+        Ok(repo) => repo,
+        Err(reply) => return reply,
+    };
+    authorized_reply(ctx, repo, cmd, stdin).await
+}
+
+/// The work of an authorized command, the log line and export of a write,
+/// and the reply with its display names.
+async fn authorized_reply(
+    ctx: &ExecContext,
+    repo: String,
+    cmd: IssueCmd,
+    body: Option<String>,
+) -> Reply {
+    let needed = cmd.needed_access();
     let verb = cmd.verb();
     let (message, code) = answer(ctx, repo.clone(), cmd, body).await;
     if code == 0 && needed == Access::Write {
@@ -329,8 +354,7 @@ pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: IssueCmd) {
         );
         ctx.app.export.touch(&repo);
     }
-    let message = annotate_line(message, &DisplayNames::of(&ctx.app));
-    reply_and_close(channel, &message, code).await
+    (annotate_line(message, &DisplayNames::of(&ctx.app)), code)
 }
 
 /// Authorize `requested` at `needed` and make sure its collab records are

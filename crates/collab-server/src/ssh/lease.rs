@@ -62,7 +62,7 @@ const STOPPING: &str = "error: the server is shutting down; the wait was cancell
 const TOO_MANY_WAITERS: &str = "error: too many callers are waiting; try again later";
 
 /// One reply: the line to send and the exit status.
-type Reply = (String, u32);
+pub type Reply = (String, u32);
 
 fn error(message: &str) -> Reply {
     (message.to_string(), 1)
@@ -125,6 +125,22 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: LeaseCmd) {
             }
         }
     }
+}
+
+/// The reply to one `collab-lease` command without a channel (the
+/// terminal UI's calls): the same authorization and decisions as [`run`].
+/// A `--wait` is not offered there; one would be answered like its
+/// acquire or next.
+pub async fn reply(ctx: &ExecContext, cmd: LeaseCmd) -> Reply {
+    let op = cmd.name();
+    let (message, code) = match answer(ctx, cmd, std::future::pending::<()>()).await {
+        Some(Answer::Reply(reply)) => reply,
+        Some(Answer::Waited(Won::Acquired(lease))) => acquired(&lease),
+        Some(Answer::Waited(Won::Next { lease, issue })) => next_acquired(&lease, &issue),
+        None => error(INTERNAL),
+    };
+    crate::metrics::lease_op(op, crate::metrics::outcome_of_exit(code));
+    (annotate_line(message, &DisplayNames::of(&ctx.app)), code)
 }
 
 /// What `answer` produced: a reply, or a lease won by waiting (answered

@@ -11,7 +11,9 @@
 //! through to the signature, since russh shows the offer without its
 //! certificate. Host certificates (`ssh.host_certificate`) are russh's to
 //! present.
-//! Exec requests go to `exec::run_exec`; shells and ptys get a hint;
+//! Exec requests go to `exec::run_exec`; a channel with a pty that asks
+//! for a shell or runs `tui` gets the terminal UI (`crate::tui`), any
+//! other command on a pty and a shell without one get a hint;
 //! every other channel request is refused with an answer when one is
 //! wanted.
 //!
@@ -30,6 +32,7 @@
 //! (`limits::idle`; the reaper runs in `serve`).
 
 pub mod admin;
+pub mod call;
 pub mod command;
 pub mod context;
 pub mod exec;
@@ -45,7 +48,7 @@ pub mod reply;
 pub mod watch;
 pub mod webhook;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -64,11 +67,12 @@ use crate::limits::idle::{self, Activity, IdleConn};
 use crate::limits::{self, ConnPermit, Share};
 use crate::shutdown::DRAIN_LIMIT;
 use crate::shutdown::{stop_pair, Stop};
-use context::{ChannelEnv, ExecContext};
+use context::{ChannelEnv, ExecContext, PtyRequest};
 use reply::reply_and_close;
 
-/// The one-line answer to a shell or pty request.
-pub const SHELL_HINT: &str = "error: git-collab-server has no shell; use git over ssh, or a verb such as `ssh HOST collab-whoami`";
+/// The one-line answer to a shell without a pty, and to any verb but
+/// `tui` on a pty.
+pub const SHELL_HINT: &str = "error: git-collab-server has no shell; use git over ssh, a verb such as `ssh HOST collab-whoami`, or the terminal UI: `ssh -t HOST`";
 
 /// Ciphers offered, most preferred first: russh's defaults plus
 /// aes128-gcm, which OpenSSH also offers and some clients prefer.
@@ -482,8 +486,9 @@ pub struct Connection {
     slots: HashMap<ChannelId, ChannelSlot>,
     channels: HashMap<ChannelId, Channel<Msg>>,
     envs: HashMap<ChannelId, ChannelEnv>,
-    /// Channels that asked for a pty: their shell or exec gets the hint.
-    ptys: HashSet<ChannelId>,
+    /// Channels that asked for a pty: a shell or `tui` gets the terminal
+    /// UI, any other exec the hint.
+    ptys: HashMap<ChannelId, PtyRequest>,
 }
 
 impl Connection {
@@ -506,7 +511,7 @@ impl Connection {
             slots: HashMap::new(),
             channels: HashMap::new(),
             envs: HashMap::new(),
-            ptys: HashSet::new(),
+            ptys: HashMap::new(),
         }
     }
 
@@ -553,6 +558,59 @@ impl Connection {
                 drop(slot);
             });
         }
+    }
+
+    /// Run one command line on channel `id` (an exec request, or `tui` for
+    /// a shell on a pty) as the authenticated caller.
+    fn run_command(
+        &mut self,
+        id: ChannelId,
+        data: &[u8],
+        pty: Option<PtyRequest>,
+        session: &mut Session,
+    ) -> Result<(), anyhow::Error> {
+        let (Some(identity), Some(channel)) = (self.identity.clone(), self.channels.remove(&id))
+        else {
+            session.channel_failure(id)?;
+            return Ok(());
+        };
+        // Accept the request and answer on the channel: a refused exec
+        // request shows the user nothing but "exec request failed".
+        session.channel_success(id)?;
+        let mut env = self.envs.remove(&id).unwrap_or_default();
+        env.pty = pty;
+        let slot = self.slots.remove(&id);
+        let app = self.app.clone();
+        let refusal = if app.stopping.is_stopped() {
+            Some("error: the server is shutting down")
+        } else if !authz::is_admitted(&app, &identity) {
+            Some("error: this key is no longer admitted")
+        } else {
+            None
+        };
+        if let Some(message) = refusal {
+            tokio::spawn(async move {
+                reply_and_close(channel, message, 1).await;
+                drop(slot);
+            });
+            return Ok(());
+        }
+        let guard = app.work.track();
+        let raw = data.to_vec();
+        let handle = session.handle();
+        tokio::spawn(async move {
+            let caller = authz::caller_for(&app, identity);
+            let ctx = ExecContext {
+                app,
+                caller,
+                env,
+                session: handle,
+            };
+            exec::run_exec(ctx, channel, raw).await;
+            drop(guard);
+            drop(slot);
+        });
+        Ok(())
     }
 }
 
@@ -724,6 +782,10 @@ impl russh::server::Handler for Connection {
         if name == "GIT_PROTOCOL" && self.channels.contains_key(&id) {
             self.envs.entry(id).or_default().git_protocol = Some(value.to_string());
             session.channel_success(id)?;
+        } else if name == "NO_COLOR" && self.channels.contains_key(&id) {
+            // no-color.org: set and not empty, colour is off.
+            self.envs.entry(id).or_default().no_color = !value.is_empty();
+            session.channel_success(id)?;
         } else {
             session.channel_failure(id)?;
         }
@@ -736,52 +798,13 @@ impl russh::server::Handler for Connection {
         data: &[u8],
         session: &mut Session,
     ) -> Result<(), Self::Error> {
-        if self.ptys.contains(&id) {
+        let pty = self.ptys.remove(&id);
+        if pty.is_some() && data.trim_ascii() != b"tui" {
             session.channel_success(id)?;
             self.reply_on(id, SHELL_HINT);
             return Ok(());
         }
-        let (Some(identity), Some(channel)) = (self.identity.clone(), self.channels.remove(&id))
-        else {
-            session.channel_failure(id)?;
-            return Ok(());
-        };
-        // Accept the request and answer on the channel: a refused exec
-        // request shows the user nothing but "exec request failed".
-        session.channel_success(id)?;
-        let env = self.envs.remove(&id).unwrap_or_default();
-        let slot = self.slots.remove(&id);
-        let app = self.app.clone();
-        let refusal = if app.stopping.is_stopped() {
-            Some("error: the server is shutting down")
-        } else if !authz::is_admitted(&app, &identity) {
-            Some("error: this key is no longer admitted")
-        } else {
-            None
-        };
-        if let Some(message) = refusal {
-            tokio::spawn(async move {
-                reply_and_close(channel, message, 1).await;
-                drop(slot);
-            });
-            return Ok(());
-        }
-        let guard = app.work.track();
-        let raw = data.to_vec();
-        let handle = session.handle();
-        tokio::spawn(async move {
-            let caller = authz::caller_for(&app, identity);
-            let ctx = ExecContext {
-                app,
-                caller,
-                env,
-                session: handle,
-            };
-            exec::run_exec(ctx, channel, raw).await;
-            drop(guard);
-            drop(slot);
-        });
-        Ok(())
+        self.run_command(id, data, pty, session)
     }
 
     async fn shell_request(
@@ -789,28 +812,36 @@ impl russh::server::Handler for Connection {
         id: ChannelId,
         session: &mut Session,
     ) -> Result<(), Self::Error> {
-        session.channel_success(id)?;
-        self.reply_on(id, SHELL_HINT);
-        Ok(())
+        match self.ptys.remove(&id) {
+            // `ssh -t HOST`: the terminal UI, exactly as `ssh -t HOST tui`.
+            Some(pty) => self.run_command(id, b"tui", Some(pty), session),
+            None => {
+                session.channel_success(id)?;
+                self.reply_on(id, SHELL_HINT);
+                Ok(())
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
     async fn pty_request(
         &mut self,
         id: ChannelId,
-        _term: &str,
-        _cols: u32,
-        _rows: u32,
+        term: &str,
+        cols: u32,
+        rows: u32,
         _pw: u32,
         _ph: u32,
         _modes: &[(russh::Pty, u32)],
         session: &mut Session,
     ) -> Result<(), Self::Error> {
-        // No terminal is ever served; the shell or exec that follows gets
-        // the hint (answering now would make OpenSSH report a failed exec).
+        // Only the terminal UI is served on a pty: the shell or `tui` that
+        // follows gets it, any other exec the hint (answering now would
+        // make OpenSSH report a failed exec).
         session.channel_success(id)?;
         if self.channels.contains_key(&id) {
-            self.ptys.insert(id);
+            let term = term.chars().take(64).collect();
+            self.ptys.insert(id, PtyRequest { term, cols, rows });
         }
         Ok(())
     }

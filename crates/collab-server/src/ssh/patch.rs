@@ -285,8 +285,33 @@ pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: PatchCmd) {
     } else {
         None
     };
+    let (message, code) = authorized_reply(ctx, &entry, cmd, stdin).await;
+    reply_and_close(channel, &message, code).await
+}
+
+/// The reply to one `collab-patch` command without a channel (the
+/// terminal UI's calls): the same authorization and work as [`run`];
+/// `stdin` stands for the channel's stdin of a `--body-stdin`.
+pub async fn reply(ctx: &ExecContext, cmd: PatchCmd, stdin: Option<String>) -> (String, u32) {
+    let needed = cmd.needed_access();
+    let entry = match authorized_entry(ctx, cmd.repo().to_string(), needed).await {
+        Ok(entry) => entry,
+        Err(reply) => return reply,
+    };
+    authorized_reply(ctx, &entry, cmd, stdin).await
+}
+
+/// The work of an authorized command, the log line and export of a write,
+/// and the reply with its display names.
+async fn authorized_reply(
+    ctx: &ExecContext,
+    entry: &RepoEntry,
+    cmd: PatchCmd,
+    stdin: Option<String>,
+) -> (String, u32) {
+    let needed = cmd.needed_access();
     let verb = cmd.verb();
-    let (message, code) = answer(ctx, &entry, cmd, stdin).await;
+    let (message, code) = answer(ctx, entry, cmd, stdin).await;
     if code == 0 && needed == Access::Write {
         tracing::info!(
             principal = ctx.caller.principal(),
@@ -296,8 +321,7 @@ pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: PatchCmd) {
         );
         ctx.app.export.touch(&entry.name);
     }
-    let message = annotate_line(message, &DisplayNames::of(&ctx.app));
-    reply_and_close(channel, &message, code).await
+    (annotate_line(message, &DisplayNames::of(&ctx.app)), code)
 }
 
 async fn answer(

@@ -112,15 +112,24 @@ impl Reader {
     }
 }
 
-/// Which events the caller may see, re-decided every `ACCESS_TTL`.
-struct Visibility {
+/// Which events the caller may see, re-decided every `ACCESS_TTL` (the
+/// terminal UI's events pane decides with it too).
+pub struct Visibility {
     caller: Caller,
     repos: HashMap<String, (bool, Instant)>,
     server_events: Option<(bool, Instant)>,
 }
 
 impl Visibility {
-    fn sees(&mut self, ctx: &ExecContext, event: &Event) -> bool {
+    pub fn new(caller: Caller) -> Visibility {
+        Visibility {
+            caller,
+            repos: HashMap::new(),
+            server_events: None,
+        }
+    }
+
+    pub fn sees(&mut self, ctx: &ExecContext, event: &Event) -> bool {
         let now = Instant::now();
         if event.has_repo() {
             // Judged by the repository the event was written for (its
@@ -263,11 +272,7 @@ pub async fn watch(ctx: &ExecContext, channel: Channel<Msg>, cmd: WatchCmd) {
         ctx,
         only,
         types: TypeFilter::new(cmd.types),
-        visibility: Visibility {
-            caller: ctx.caller.clone(),
-            repos: HashMap::new(),
-            server_events: None,
-        },
+        visibility: Visibility::new(ctx.caller.clone()),
         last_seen: start,
         stop_at,
         stall: Duration::from_secs(config.stall_timeout_secs),

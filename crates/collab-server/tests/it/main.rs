@@ -38,6 +38,7 @@ mod both {
     mod ssh_certificates;
     mod ssh_channel_requests;
     mod ssh_git;
+    mod tui;
     mod web_code;
     mod web_http;
     mod web_malformed_paths;
