@@ -47,6 +47,12 @@ impl<'t> Invocation<'t> {
             .collect()
     }
 
+    /// Every positional value and every flag given, in order (a switch
+    /// with `None`): what the MCP tool test turns back into arguments.
+    pub fn given(&self) -> (&[(&'static str, &'t str)], &[(&'static str, Option<&'t str>)]) {
+        (&self.args, &self.flags)
+    }
+
     /// The value of a flag given once.
     pub fn flag(&self, long: &str) -> Option<&'t str> {
         self.check_flag(long);

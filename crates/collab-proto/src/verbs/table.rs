@@ -226,6 +226,12 @@ pub static VERBS: &[Verb] = &[
         Need::Anyone,
         "your principal, your access and the server's signing key, as JSON",
     ),
+    verb(
+        "collab-mcp",
+        "",
+        Need::Anyone,
+        "the Model Context Protocol on this channel (stdio transport): these verbs as tools",
+    ),
     Verb {
         aliases: &["collab-help"],
         ..verb(
