@@ -153,6 +153,9 @@ pub const KEYS: &[Key] = &[
     key("leases.max_ttl", LeaseSecs { zero: None }, Given("3650d"), "Longest lease --ttl accepted."),
     key("leases.max_waiters", LIMIT, Given("1024"), "Callers waiting in collab-lease acquire/next --wait at once."),
     key("leases.max_waiters_per_principal", LIMIT, Given("16"), "Callers waiting in collab-lease --wait at once with one key."),
+    key("mcp.max_calls_in_flight", LIMIT, Given("8"), "Tool calls one collab-mcp session runs at once; more are answered with an error."),
+    key("mcp.max_message_size", Size, Given("1MiB"), "Largest JSON-RPC message a collab-mcp session reads; a longer one is refused and skipped."),
+    key("mcp.idle_timeout", Duration, Given("15m"), "A collab-mcp session with no message, call or subscription this long is closed."),
 ];
 
 /// The key named `name`, if it is one.

@@ -69,6 +69,7 @@ pub struct ServerConfig {
     pub events: EventsConfig,
     pub webhooks: WebhooksConfig,
     pub maintenance: MaintenanceConfig,
+    pub mcp: McpConfig,
 }
 
 /// `ssh.*`.
@@ -157,6 +158,15 @@ pub struct LogConfig {
     pub level: String,
     /// `text` or `json`.
     pub format: String,
+}
+
+/// `mcp.*`: the limits of one `collab-mcp` session.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct McpConfig {
+    pub max_calls_in_flight: usize,
+    /// Bytes.
+    pub max_message_size: u64,
+    pub idle_timeout: Duration,
 }
 
 /// `events.*`: the event stream (`collab-events watch`) and the event
@@ -402,6 +412,9 @@ pub const OTHER_ENV_VARS: &[&str] = &[
     "GIT_COLLAB_REQUIRE_CONTAINER_TESTS",
     "GIT_COLLAB_REQUIRE_BROWSER_TESTS",
     "GIT_COLLAB_REQUIRE_POSTGRES_TESTS",
+    "GIT_COLLAB_REQUIRE_MCP_TESTS",
+    "GIT_COLLAB_MCP_PYTHON",
+    "GIT_COLLAB_MCP_VENV",
     "GIT_COLLAB_REQUIRE_NIX_TESTS",
     "GIT_COLLAB_REQUIRE_STATIX",
     "GIT_COLLAB_BENCH_DOCS",

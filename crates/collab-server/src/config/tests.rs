@@ -110,6 +110,9 @@ leases.lock_delay                  0 (none)                                  def
 leases.max_ttl                     315360000                                 default
 leases.max_waiters                 1024                                      default
 leases.max_waiters_per_principal   16                                        default
+mcp.max_calls_in_flight            8                                         default
+mcp.max_message_size               1048576 (1 MiB)                           default
+mcp.idle_timeout                   15m                                       default
 ";
     assert_eq!(load_env(&[]).unwrap().to_text(), expected);
 }

@@ -218,6 +218,8 @@ pub enum ExecCommand {
     Git { service: GitService, repo: String },
     /// `collab-whoami`
     Whoami,
+    /// `collab-mcp`: an MCP session on the channel (`crate::mcp`).
+    Mcp,
     /// `help`: the verbs available to the caller.
     Help,
     /// `collab-repo create|list|gc|describe|visibility|set-head|rename|delete`
@@ -261,7 +263,10 @@ impl ExecCommand {
             ExecCommand::Patch(cmd) => Some(cmd.repo()),
             ExecCommand::Events(watch) => watch.repos.first().map(String::as_str),
             ExecCommand::Hook(_) => None,
-            ExecCommand::Whoami | ExecCommand::Help | ExecCommand::Repo(RepoCmd::List) => None,
+            ExecCommand::Whoami
+            | ExecCommand::Mcp
+            | ExecCommand::Help
+            | ExecCommand::Repo(RepoCmd::List) => None,
         }
     }
 
@@ -281,6 +286,7 @@ impl ExecCommand {
                 ..
             } => "git-upload-archive",
             ExecCommand::Whoami => "collab-whoami",
+            ExecCommand::Mcp => "collab-mcp",
             ExecCommand::Repo(RepoCmd::Create { .. }) => "collab-repo create",
             ExecCommand::Repo(RepoCmd::List) => "collab-repo list",
             ExecCommand::Repo(RepoCmd::Describe { .. }) => "collab-repo describe",
@@ -358,6 +364,7 @@ impl ExecCommand {
             "git-receive-pack" => git(GitService::ReceivePack),
             "git-upload-archive" => git(GitService::UploadArchive),
             "collab-whoami" => ExecCommand::Whoami,
+            "collab-mcp" => ExecCommand::Mcp,
             "help" => ExecCommand::Help,
             "collab-repo" => ExecCommand::Repo(RepoCmd::from_invocation(inv)),
             "collab-lease" => ExecCommand::Lease(LeaseCmd::from_invocation(inv)?),

@@ -48,6 +48,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
     match command {
         ExecCommand::Git { service, repo } => super::git::run(&ctx, channel, service, &repo).await,
         ExecCommand::Whoami => super::admin::whoami(&ctx, channel).await,
+        ExecCommand::Mcp => crate::mcp::serve(ctx, channel).await,
         ExecCommand::Help => super::admin::help(&ctx, channel).await,
         ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
         ExecCommand::Lease(cmd) => super::lease::run(&ctx, channel, cmd).await,

@@ -26,6 +26,7 @@ mod both {
     mod lease_policy;
     mod lease_server;
     mod limits;
+    mod mcp;
     mod release;
     mod repo_admin;
     mod repo_identity;
