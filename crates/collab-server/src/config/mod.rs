@@ -84,6 +84,7 @@ pub struct SshConfig {
     pub max_connections: usize,
     pub max_startups: MaxStartups,
     pub max_startups_per_ip: usize,
+    pub max_queued_per_ip: usize,
     pub login_grace_time: Duration,
     pub max_sessions: usize,
     pub max_connections_per_principal: usize,

@@ -70,6 +70,7 @@ ssh.legacy_host_keys               false                                     def
 ssh.max_connections                512                                       default
 ssh.max_startups                   64:30:256                                 default
 ssh.max_startups_per_ip            32                                        default
+ssh.max_queued_per_ip              256                                       default
 ssh.login_grace_time               2m                                        default
 ssh.max_sessions                   10                                        default
 ssh.max_connections_per_principal  64                                        default
