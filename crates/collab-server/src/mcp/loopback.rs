@@ -1,5 +1,5 @@
 //! How an MCP tool call reaches the verbs: through the same dispatcher an
-//! SSH exec request does (`ssh::exec::run_exec`), with the session's
+//! SSH exec request does (`ssh::exec::run_exec`, given as `RunExec`), with the session's
 //! identity. The verb handlers answer on russh channels, and russh only
 //! makes channels for a session, so each MCP session runs one in-process
 //! SSH session over a memory pipe: its server side is [`Loopback`], a
@@ -56,6 +56,7 @@ fn server_config() -> Arc<russh::server::Config> {
 struct Loopback {
     app: Arc<App>,
     identity: Identity,
+    run_exec: super::RunExec,
     channels: HashMap<ChannelId, Channel<Msg>>,
 }
 
@@ -112,6 +113,7 @@ impl russh::server::Handler for Loopback {
         let guard = app.work.track();
         let raw = data.to_vec();
         let handle = session.handle();
+        let run_exec = self.run_exec;
         tokio::spawn(async move {
             let caller = authz::caller_for(&app, identity);
             let ctx = ExecContext {
@@ -120,7 +122,7 @@ impl russh::server::Handler for Loopback {
                 env: ChannelEnv::default(),
                 session: handle,
             };
-            crate::ssh::exec::run_exec(ctx, channel, raw).await;
+            run_exec(ctx, channel, raw).await;
             drop(guard);
         });
         Ok(())
@@ -159,11 +161,16 @@ pub struct Answer {
 
 impl Verbs {
     /// Start the in-process session for `identity`.
-    pub async fn connect(app: Arc<App>, identity: Identity) -> anyhow::Result<Verbs> {
+    pub async fn connect(
+        app: Arc<App>,
+        identity: Identity,
+        run_exec: super::RunExec,
+    ) -> anyhow::Result<Verbs> {
         let (server_end, client_end) = tokio::io::duplex(PIPE);
         let handler = Loopback {
             app,
             identity,
+            run_exec,
             channels: HashMap::new(),
         };
         let config = Arc::new(client::Config {

@@ -12,7 +12,8 @@
 //!   `collab_proto::verbs::tools`), which the caller sees, and how a call
 //!   runs and becomes a tool result; the event tools.
 //! - `loopback`: the in-process SSH session through which every call runs
-//!   the real verb dispatcher (`ssh::exec::run_exec`) as the caller.
+//!   the real verb dispatcher (`ssh::exec::run_exec`, passed in as
+//!   [`RunExec`]) as the caller.
 //!
 //! A malformed message gets a JSON-RPC error and the session goes on; it
 //! never affects another session.
@@ -102,12 +103,22 @@ fn error(id: &Value, code: i64, message: &str) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } })
 }
 
+/// How a verb's command line runs: `ssh::exec::run_exec`, which the SSH
+/// dispatcher passes in (this module does not name it: it is named by it).
+pub type RunExec = fn(
+    ExecContext,
+    Channel<Msg>,
+    Vec<u8>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// Serve one MCP session on `channel` until the client closes it, the
-/// idle timeout passes, or the server stops.
-pub async fn serve(ctx: ExecContext, channel: Channel<Msg>) {
+/// idle timeout passes, or the server stops; every tool call runs through
+/// `run_exec`.
+pub async fn serve(ctx: ExecContext, channel: Channel<Msg>, run_exec: RunExec) {
     let (mut read, write) = channel.split();
-    let verbs = match loopback::Verbs::connect(ctx.app.clone(), ctx.caller.identity.clone()).await
-    {
+    let connected =
+        loopback::Verbs::connect(ctx.app.clone(), ctx.caller.identity.clone(), run_exec).await;
+    let verbs = match connected {
         Ok(v) => v,
         Err(e) => {
             tracing::error!("collab-mcp: starting the session: {e:#}");
