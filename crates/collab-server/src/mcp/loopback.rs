@@ -28,9 +28,26 @@ use crate::ssh::reply::reply_and_close;
 /// Bytes buffered in the memory pipe each way.
 const PIPE: usize = 256 * 1024;
 
+/// No cipher and no MAC: the pipe is memory inside this process, with
+/// nothing to protect from, and a tool call should not pay for encrypting
+/// its way from one task to another (the one key exchange per session is
+/// kept: russh's client does not take "none" there). The network server's
+/// configuration (`ssh::russh_config`) offers neither.
+fn in_process() -> russh::Preferred {
+    use std::borrow::Cow;
+    russh::Preferred {
+        kex: Cow::Owned(vec![russh::kex::CURVE25519]),
+        key: Cow::Owned(vec![russh::keys::Algorithm::Ed25519]),
+        cipher: Cow::Owned(vec![russh::cipher::NONE]),
+        mac: Cow::Owned(vec![russh::mac::NONE]),
+        compression: Cow::Owned(vec![russh::compression::NONE]),
+        ..russh::Preferred::DEFAULT
+    }
+}
+
 /// The in-process server's configuration: one throwaway host key per
 /// process (nobody outside ever sees it), "none" authentication (the
-/// caller is fixed when the session is made).
+/// caller is fixed when the session is made), no crypto ([`in_process`]).
 fn server_config() -> Arc<russh::server::Config> {
     static CONFIG: OnceLock<Arc<russh::server::Config>> = OnceLock::new();
     CONFIG
@@ -40,6 +57,7 @@ fn server_config() -> Arc<russh::server::Config> {
             let key = PrivateKey::from(pair);
             Arc::new(russh::server::Config {
                 keys: vec![key],
+                preferred: in_process(),
                 methods: MethodSet::from(&[MethodKind::None][..]),
                 auth_rejection_time: Duration::ZERO,
                 auth_rejection_time_initial: Some(Duration::ZERO),
@@ -175,6 +193,7 @@ impl Verbs {
         };
         let config = Arc::new(client::Config {
             inactivity_timeout: None,
+            preferred: in_process(),
             ..Default::default()
         });
         // Both ends at once: each waits for the other's version line.
