@@ -45,6 +45,8 @@ struct Drain {
     doubles: usize,
     /// Latency of each `next`.
     nexts: Vec<Duration>,
+    /// SSH logins the server counted during the drain.
+    logins: u64,
 }
 
 impl Drain {
@@ -149,10 +151,12 @@ fn seed(h: &ServerHarness, repo: &str, n: usize) -> String {
 /// Run `agent(i)` on AGENTS threads; each returns `(closed, failures,
 /// issues it was handed, next latencies)`.
 fn drain(
+    h: &ServerHarness,
     name: &'static str,
     agents: usize,
     agent: impl Fn(usize) -> (usize, usize, Vec<String>, Vec<Duration>) + Sync,
 ) -> Drain {
+    let logins_before = sessions(h);
     let handed: Mutex<HashMap<String, usize>> = Mutex::new(HashMap::new());
     let totals = Mutex::new((0usize, 0usize, Vec::new()));
     let start = Instant::now();
@@ -183,7 +187,18 @@ fn drain(
         failures,
         doubles,
         nexts,
+        logins: sessions(h) - logins_before,
     }
+}
+
+/// SSH sessions the server has opened so far (its metrics).
+fn sessions(h: &ServerHarness) -> u64 {
+    collab_testkit::web::get(h, "/metrics")
+        .text()
+        .lines()
+        .find_map(|l| l.strip_prefix("git_collab_ssh_sessions_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// Wait until the server has gone quiet (its CPU time stops growing for a
@@ -335,13 +350,13 @@ fn main() {
     let h = Arc::new(h);
 
     settle(&h);
-    let fresh = drain("fresh `ssh` per command", agents, |i| fresh_ssh_agent(&h, &keys[i], "fresh"));
+    let fresh = drain(&h, "fresh `ssh` per command", agents, |i| fresh_ssh_agent(&h, &keys[i], "fresh"));
     eprintln!("fresh: {:.1} issues/s", fresh.rate());
     settle(&h);
-    let cli = drain("`git-collab` with connection reuse", agents, |i| cli_agent(&h, &keys[i], &clones[i]));
+    let cli = drain(&h, "`git-collab` with connection reuse", agents, |i| cli_agent(&h, &keys[i], &clones[i]));
     eprintln!("cli: {:.1} issues/s", cli.rate());
     settle(&h);
-    let mcp = drain("one MCP session per agent", agents, |i| mcp_agent(&h, &keys[i], "mcp"));
+    let mcp = drain(&h, "one MCP session per agent", agents, |i| mcp_agent(&h, &keys[i], "mcp"));
     eprintln!("mcp: {:.1} issues/s", mcp.rate());
     settle(&h);
 
@@ -420,18 +435,19 @@ fn render(
          configuration, OpenSSH client and server on loopback. {agents} agents, each with its own \
          key, drain {issues} ready issues (`next` with a TTL, then `close` with the lease's \
          token) three ways, each on its own repository:\n\n\
-         | way | issues closed | failures | double hand-outs | time | issues/s | vs fresh ssh | `next` p50 | `next` p99 |\n\
-         |---|---|---|---|---|---|---|---|---|\n",
+         | way | issues closed | failures | double hand-outs | SSH logins | time | issues/s | vs fresh ssh | `next` p50 | `next` p99 |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
         support::cpu_name(),
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
     );
     for d in drains {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:.1} | {:.2}× | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {:.1} | {:.2}× | {} | {} |\n",
             d.name,
             d.closed,
             d.failures,
             d.doubles,
+            d.logins,
             fmt(d.elapsed),
             d.rate(),
             d.rate() / base,

@@ -13,9 +13,10 @@
 //!
 //! The socket lives in a directory only its user may enter
 //! (`$XDG_RUNTIME_DIR/git-collab/`, else `~/.ssh/git-collab/`), named by
-//! a hash of the ssh command as well as OpenSSH's `%C` (local host, remote
-//! host, port, user): two commands with different keys (`ssh -i a`,
-//! `ssh -i b`) never share a connection, and so never each other's identity.
+//! a hash of the ssh command, the destination and the port: two commands
+//! with different keys (`ssh -i a`, `ssh -i b`) never share a connection,
+//! and so never each other's identity. While that socket is live, the
+//! `ssh -G` check is not run again.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -47,24 +48,44 @@ pub fn options(remote: &SshRemote, config: &git2::Config) -> Vec<String> {
     if remote.variant != SshVariant::Ssh || !enabled(config) {
         return Vec::new();
     }
-    if !user_leaves_it_to_us(remote) {
-        return Vec::new();
-    }
     let Some(dir) = socket_dir() else {
         return Vec::new();
     };
-    let mut hash = Sha256::new();
-    hash.update(remote.ssh_command.as_bytes());
-    let tag = hex::encode(&hash.finalize()[..6]);
-    let path = dir.join(format!("{tag}-%C"));
+    let path = dir.join(socket_name(remote));
+    // A live socket of ours means the question below was answered when
+    // its master started: skip a process per command.
+    let live = std::fs::symlink_metadata(&path).is_ok_and(|m| {
+        use std::os::unix::fs::FileTypeExt as _;
+        m.file_type().is_socket()
+    });
+    if !live && !user_leaves_it_to_us(remote) {
+        return Vec::new();
+    }
     vec![
         "-o".into(),
         "ControlMaster=auto".into(),
         "-o".into(),
-        format!("ControlPath={}", path.display()),
+        // `%` would be read as one of ssh's tokens.
+        format!("ControlPath={}", path.display().to_string().replace('%', "%%")),
         "-o".into(),
         format!("ControlPersist={PERSIST}"),
     ]
+}
+
+/// The socket's name: a hash of everything that picks the connection and
+/// its identity (the ssh command with its key options, the destination,
+/// the port), so different keys or servers never share one.
+fn socket_name(remote: &SshRemote) -> String {
+    let mut hash = Sha256::new();
+    for part in [
+        remote.ssh_command.as_str(),
+        &remote.destination(),
+        &remote.port.map(|p| p.to_string()).unwrap_or_default(),
+    ] {
+        hash.update(part.as_bytes());
+        hash.update([0]);
+    }
+    hex::encode(&hash.finalize()[..8])
 }
 
 /// Whether the user's ssh, as configured for this destination, sets
@@ -120,7 +141,7 @@ fn socket_dir() -> Option<PathBuf> {
     let private = meta.is_dir() && meta.uid() == me && meta.permissions().mode() & 0o077 == 0;
     // Unix socket paths are short (108 bytes); OpenSSH adds a suffix
     // while it binds.
-    (private && dir.as_os_str().len() < 60).then_some(dir)
+    (private && dir.as_os_str().len() < 80).then_some(dir)
 }
 
 /// True when ssh failed at its control socket before it ran anything on
@@ -193,6 +214,21 @@ mod tests {
         ));
         assert!(!failed_before_exec(255, "Connection to h closed by remote host.\n"));
         assert!(!failed_before_exec(1, "error: mux_client in a reply\n"));
+    }
+
+    #[test]
+    fn sockets_are_per_command_destination_and_port() {
+        let mut a = super::super::remote_ssh::parse_ssh_remote("ssh://git@h:2222/r.git").unwrap();
+        a.ssh_command = "ssh -i /k/a".into();
+        let mut b = a.clone();
+        b.ssh_command = "ssh -i /k/b".into();
+        let mut c = a.clone();
+        c.port = Some(2223);
+        let names = [socket_name(&a), socket_name(&b), socket_name(&c)];
+        assert_ne!(names[0], names[1]);
+        assert_ne!(names[0], names[2]);
+        assert_eq!(socket_name(&a.clone()), names[0]);
+        assert_eq!(names[0].len(), 16);
     }
 
     #[test]
