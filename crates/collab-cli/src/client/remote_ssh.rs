@@ -504,8 +504,7 @@ fn run_once(
             let _ = err_pipe.read_to_end(&mut buf);
             buf
         });
-        let copied = std::io::copy(&mut out_pipe, stdout)
-            .and_then(|n| stdout.flush().map(|()| n));
+        let copied = std::io::copy(&mut out_pipe, stdout).and_then(|n| stdout.flush().map(|()| n));
         if copied.is_err() {
             let _ = child.kill();
         }

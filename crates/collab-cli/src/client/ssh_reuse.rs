@@ -66,7 +66,10 @@ pub fn options(remote: &SshRemote, config: &git2::Config) -> Vec<String> {
         "ControlMaster=auto".into(),
         "-o".into(),
         // `%` would be read as one of ssh's tokens.
-        format!("ControlPath={}", path.display().to_string().replace('%', "%%")),
+        format!(
+            "ControlPath={}",
+            path.display().to_string().replace('%', "%%")
+        ),
         "-o".into(),
         format!("ControlPersist={PERSIST}"),
     ]
@@ -212,7 +215,10 @@ mod tests {
             255,
             "ControlSocket /x/y already exists, disabling multiplexing\n"
         ));
-        assert!(!failed_before_exec(255, "Connection to h closed by remote host.\n"));
+        assert!(!failed_before_exec(
+            255,
+            "Connection to h closed by remote host.\n"
+        ));
         assert!(!failed_before_exec(1, "error: mux_client in a reply\n"));
     }
 

@@ -47,10 +47,15 @@ impl<'t> Invocation<'t> {
             .collect()
     }
 
-    /// Every positional value and every flag given, in order (a switch
-    /// with `None`): what the MCP tool test turns back into arguments.
-    pub fn given(&self) -> (&[(&'static str, &'t str)], &[(&'static str, Option<&'t str>)]) {
-        (&self.args, &self.flags)
+    /// Every positional value given, in order: what the MCP tool test
+    /// turns back into arguments.
+    pub fn given_args(&self) -> &[(&'static str, &'t str)] {
+        &self.args
+    }
+
+    /// Every flag given, in order (a switch with `None`).
+    pub fn given_flags(&self) -> &[(&'static str, Option<&'t str>)] {
+        &self.flags
     }
 
     /// The value of a flag given once.

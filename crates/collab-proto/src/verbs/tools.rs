@@ -56,7 +56,9 @@ pub fn arg_property(name: &str) -> String {
 fn stdin_switch(verb: &Verb, property: &str) -> Option<&'static str> {
     verb.flags
         .iter()
-        .find(|f| f.value.is_none() && f.long.ends_with("-stdin") && stdin_property(f.long) == property)
+        .find(|f| {
+            f.value.is_none() && f.long.ends_with("-stdin") && stdin_property(f.long) == property
+        })
         .map(|f| f.long)
 }
 
@@ -198,7 +200,10 @@ pub fn description(verb: &Verb) -> String {
 /// One entry of `tools/list`.
 pub fn tool(verb: &Verb) -> Value {
     let read_only = matches!(verb.need, Need::Repo(super::Access::Read) | Need::Anyone)
-        || matches!(verb.action, "list" | "show" | "ready" | "diff" | "interdiff" | "deliveries");
+        || matches!(
+            verb.action,
+            "list" | "show" | "ready" | "diff" | "interdiff" | "deliveries"
+        );
     let destructive = matches!(verb.action, "delete" | "break" | "remove");
     json!({
         "name": verb.tool_name(),
@@ -373,7 +378,9 @@ pub const MAX_EVENTS_PAGE: i64 = 500;
 pub fn session_tools() -> Vec<Value> {
     let watch = super::find("collab-events", "watch").expect("collab-events watch is in the table");
     let mut page = input_schema(watch);
-    let props = page["properties"].as_object_mut().expect("an object schema");
+    let props = page["properties"]
+        .as_object_mut()
+        .expect("an object schema");
     props.remove("no_follow");
     let mut subscribe = page.clone();
     page["properties"]["limit"] = json!({
@@ -384,7 +391,8 @@ pub fn session_tools() -> Vec<Value> {
         .as_object_mut()
         .expect("an object schema")
         .remove("limit");
-    let read_only = json!({ "readOnlyHint": true, "destructiveHint": false, "openWorldHint": false });
+    let read_only =
+        json!({ "readOnlyHint": true, "destructiveHint": false, "openWorldHint": false });
     vec![
         json!({
             "name": "events_read",
@@ -458,7 +466,11 @@ pub fn tools_markdown() -> String {
             .map(|p| p.keys().map(|k| format!("`{k}`")).collect())
             .unwrap_or_default();
         let help = tool["description"].as_str().unwrap_or_default();
-        let first = help.split(". ").next().unwrap_or_default().trim_end_matches('.');
+        let first = help
+            .split(". ")
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches('.');
         let _ = writeln!(
             out,
             "| `{}` | {} | {} | `{}` |",

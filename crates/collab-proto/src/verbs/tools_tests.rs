@@ -30,7 +30,10 @@ fn validate(schema: &Value, value: &Value, at: &str) -> Result<(), String> {
         "description",
     ];
     for key in schema.as_object().expect("a schema is an object").keys() {
-        assert!(known.contains(&key.as_str()), "{at}: unchecked keyword {key}");
+        assert!(
+            known.contains(&key.as_str()),
+            "{at}: unchecked keyword {key}"
+        );
     }
     let ty = schema["type"].as_str().expect("every schema has a type");
     let ok = match ty {
@@ -75,7 +78,10 @@ fn validate(schema: &Value, value: &Value, at: &str) -> Result<(), String> {
         }
     }
     if let Value::Object(map) = value {
-        let properties = schema["properties"].as_object().cloned().unwrap_or_default();
+        let properties = schema["properties"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
         for name in schema["required"].as_array().into_iter().flatten() {
             let name = name.as_str().unwrap();
             if !map.contains_key(name) {
@@ -99,7 +105,7 @@ fn validate(schema: &Value, value: &Value, at: &str) -> Result<(), String> {
 /// `command_line`.
 fn arguments_of(inv: &Invocation, stdin: Option<&str>) -> Map<String, Value> {
     let verb = inv.verb;
-    let (args, flags) = inv.given();
+    let (args, flags) = (inv.given_args(), inv.given_flags());
     let mut out = Map::new();
     for (name, value) in args {
         let arg = verb.arg(name).unwrap();
@@ -182,7 +188,9 @@ fn example_line(verb: &Verb) -> String {
         if skip.contains(&flag.long) {
             continue;
         }
-        if flag.long.ends_with("-stdin") && verb.flag(flag.long.trim_end_matches("-stdin")).is_some() {
+        if flag.long.ends_with("-stdin")
+            && verb.flag(flag.long.trim_end_matches("-stdin")).is_some()
+        {
             continue;
         }
         line.push(' ');
@@ -214,7 +222,10 @@ fn documented_lines() -> Vec<String> {
             let rest = &line[at + "git@host ".len()..];
             let command = match rest.strip_prefix('"') {
                 Some(quoted) => quoted.split('"').next().unwrap_or_default(),
-                None => rest.split(['`', '#', '|', '<', '>']).next().unwrap_or_default(),
+                None => rest
+                    .split(['`', '#', '|', '<', '>'])
+                    .next()
+                    .unwrap_or_default(),
             };
             let command = command.trim();
             if let Ok(tokens) = shell_tokens(command) {
@@ -239,14 +250,21 @@ fn check_example(line: &str) {
     let tool = tool_verb(&verb.tool_name()).expect("a tool per row");
     assert_eq!(tool, verb);
     let arguments = arguments_of(&inv, None);
-    validate(&input_schema(verb), &Value::Object(arguments.clone()), &verb.tool_name())
-        .unwrap_or_else(|e| panic!("{line}: {e}"));
-    let (built, stdin) =
-        command_line(verb, &arguments).unwrap_or_else(|e| panic!("{line}: {e}"));
+    validate(
+        &input_schema(verb),
+        &Value::Object(arguments.clone()),
+        &verb.tool_name(),
+    )
+    .unwrap_or_else(|e| panic!("{line}: {e}"));
+    let (built, stdin) = command_line(verb, &arguments).unwrap_or_else(|e| panic!("{line}: {e}"));
     let rebuilt_tokens = shell_tokens(&built).unwrap();
     let again = parse(&rebuilt_tokens).unwrap_or_else(|e| panic!("{built}: {e:?}"));
     assert_eq!(again.verb, verb, "{built}");
-    assert_eq!(arguments_of(&again, stdin.as_deref()), arguments, "{line} came back as {built}");
+    assert_eq!(
+        arguments_of(&again, stdin.as_deref()),
+        arguments,
+        "{line} came back as {built}"
+    );
 }
 
 #[test]
@@ -360,7 +378,10 @@ fn schemas_and_calls_refuse_what_the_row_refuses() {
         (json!({"repo": "", "issue": "4f2a"}), "repo"),
     ];
     for (arguments, what) in bad {
-        assert!(validate(&schema, &arguments, "acquire").is_err(), "{arguments}");
+        assert!(
+            validate(&schema, &arguments, "acquire").is_err(),
+            "{arguments}"
+        );
         let err = command_line(acquire, arguments.as_object().unwrap()).unwrap_err();
         assert!(err.contains(what), "{err} should name {what}");
     }
@@ -384,7 +405,10 @@ fn a_body_goes_on_standard_input() {
     let long = "x".repeat(10_000);
     let arguments = json!({"repo": "r", "issue": "4f2a", "body": long, "lease_token": 7});
     let (line, stdin) = command_line(comment, arguments.as_object().unwrap()).unwrap();
-    assert_eq!(line, "collab-issue comment 'r' '4f2a' --body-stdin --lease-token 7");
+    assert_eq!(
+        line,
+        "collab-issue comment 'r' '4f2a' --body-stdin --lease-token 7"
+    );
     assert_eq!(stdin.as_deref(), Some(long.as_str()));
 }
 
@@ -394,9 +418,17 @@ fn a_body_goes_on_standard_input() {
 fn the_docs_tool_list_is_the_table() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/mcp.md");
     let doc = std::fs::read_to_string(&path).unwrap();
-    let start = doc.find(tools::BEGIN).expect("docs/mcp.md has the BEGIN marker") + tools::BEGIN.len();
+    let start = doc
+        .find(tools::BEGIN)
+        .expect("docs/mcp.md has the BEGIN marker")
+        + tools::BEGIN.len();
     let end = doc[start..].find(tools::END).expect("and the END marker") + start;
-    let want = format!("{}\n\n{}{}", &doc[..start], tools::tools_markdown(), &doc[end..]);
+    let want = format!(
+        "{}\n\n{}{}",
+        &doc[..start],
+        tools::tools_markdown(),
+        &doc[end..]
+    );
     if want != doc {
         if std::env::var_os("UPDATE_VERB_DOCS").is_some() {
             std::fs::write(&path, want).unwrap();

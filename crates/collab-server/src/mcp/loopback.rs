@@ -256,11 +256,9 @@ impl Verbs {
                     }
                     answer.stdout.extend_from_slice(&data);
                 }
-                ChannelMsg::ExtendedData { data, ext: 1 } => {
-                    // One error line is all a verb sends there.
-                    if answer.stderr.len() < 64 * 1024 {
-                        answer.stderr.extend_from_slice(&data);
-                    }
+                // One error line is all a verb sends there.
+                ChannelMsg::ExtendedData { data, ext: 1 } if answer.stderr.len() < 64 * 1024 => {
+                    answer.stderr.extend_from_slice(&data);
                 }
                 ChannelMsg::ExitStatus { exit_status } => answer.exit_status = Some(exit_status),
                 ChannelMsg::Close => break,

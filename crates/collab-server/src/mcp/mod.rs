@@ -84,7 +84,11 @@ impl Session {
     }
 
     fn busy(&self) -> bool {
-        let calls = !self.calls.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
+        let calls = !self
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty();
         let subscribed = self
             .subscription
             .lock()
@@ -182,10 +186,12 @@ pub async fn serve(ctx: ExecContext, channel: Channel<Msg>, run_exec: RunExec) {
             let line = match item {
                 Line::Complete(line) => line,
                 Line::TooLong => {
-                    let message = format!(
-                        "message larger than mcp.max_message_size ({max} bytes); skipped"
-                    );
-                    if !session.send(error(&Value::Null, INVALID_REQUEST, &message)).await {
+                    let message =
+                        format!("message larger than mcp.max_message_size ({max} bytes); skipped");
+                    if !session
+                        .send(error(&Value::Null, INVALID_REQUEST, &message))
+                        .await
+                    {
                         break 'session;
                     }
                     continue;
@@ -197,7 +203,12 @@ pub async fn serve(ctx: ExecContext, channel: Channel<Msg>, run_exec: RunExec) {
         }
     }
     // Stop what still runs: calls, and the subscription.
-    for call in session.calls.lock().unwrap_or_else(|e| e.into_inner()).values() {
+    for call in session
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+    {
         call.cancel();
     }
     let subscription = session
@@ -209,7 +220,12 @@ pub async fn serve(ctx: ExecContext, channel: Channel<Msg>, run_exec: RunExec) {
         sub.cancel();
     }
     finish_calls(&session, std::time::Duration::from_secs(2)).await;
-    for call in session.calls.lock().unwrap_or_else(|e| e.into_inner()).values() {
+    for call in session
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+    {
         call.task.abort();
     }
     if let Some(sub) = subscription {
@@ -305,7 +321,11 @@ async fn handle_line(session: &Arc<Session>, line: &[u8], initialized: &mut bool
     }
     let message: Value = match serde_json::from_slice(trimmed) {
         Ok(v) => v,
-        Err(_) => return session.send(error(&Value::Null, PARSE_ERROR, "Parse error")).await,
+        Err(_) => {
+            return session
+                .send(error(&Value::Null, PARSE_ERROR, "Parse error"))
+                .await
+        }
     };
     let Value::Object(message) = message else {
         let why = if message.is_array() {
@@ -313,7 +333,9 @@ async fn handle_line(session: &Arc<Session>, line: &[u8], initialized: &mut bool
         } else {
             "a message is a JSON object"
         };
-        return session.send(error(&Value::Null, INVALID_REQUEST, why)).await;
+        return session
+            .send(error(&Value::Null, INVALID_REQUEST, why))
+            .await;
     };
     let id = message.get("id").cloned();
     let valid_id = matches!(&id, None | Some(Value::String(_) | Value::Number(_)));
@@ -356,7 +378,11 @@ async fn handle_line(session: &Arc<Session>, line: &[u8], initialized: &mut bool
         },
         "tools/call" => return start_call(session, id, params).await,
         "logging/setLevel" => response(&id, json!({})),
-        _ => error(&id, METHOD_NOT_FOUND, &format!("Method not found: {method}")),
+        _ => error(
+            &id,
+            METHOD_NOT_FOUND,
+            &format!("Method not found: {method}"),
+        ),
     };
     session.send(reply).await
 }
@@ -413,7 +439,10 @@ async fn start_call(session: &Arc<Session>, id: Value, params: Value) -> bool {
     let refusal = {
         let calls = session.calls.lock().unwrap_or_else(|e| e.into_inner());
         if calls.contains_key(&key) {
-            Some((INVALID_REQUEST, "a call with this id is running".to_string()))
+            Some((
+                INVALID_REQUEST,
+                "a call with this id is running".to_string(),
+            ))
         } else if calls.len() >= max {
             Some((
                 LIMITED,
@@ -459,11 +488,9 @@ async fn start_call(session: &Arc<Session>, id: Value, params: Value) -> bool {
             Ok(result) => Some(response(&id, result)),
             // A cancelled request gets no response (the spec).
             Err(tools::CallError::Cancelled) => None,
-            Err(tools::CallError::UnknownTool) => Some(error(
-                &id,
-                INVALID_PARAMS,
-                &format!("Unknown tool: {name}"),
-            )),
+            Err(tools::CallError::UnknownTool) => {
+                Some(error(&id, INVALID_PARAMS, &format!("Unknown tool: {name}")))
+            }
             Err(tools::CallError::Internal(e)) => {
                 tracing::error!("collab-mcp: {name}: {e:#}");
                 Some(error(&id, INTERNAL_ERROR, "internal error"))
@@ -510,7 +537,10 @@ mod tests {
         assert_eq!(complete(lines.push(b"\":2}\n")), ["{\"b\":2}"]);
         // Too long in one piece, then across pieces: reported once each,
         // and the line after is whole again.
-        assert_eq!(complete(lines.push(b"0123456789\nok\n")), ["<too long>", "ok"]);
+        assert_eq!(
+            complete(lines.push(b"0123456789\nok\n")),
+            ["<too long>", "ok"]
+        );
         assert_eq!(complete(lines.push(b"01234")), Vec::<String>::new());
         assert_eq!(complete(lines.push(b"56789")), ["<too long>"]);
         assert_eq!(complete(lines.push(b"more\nfine\n")), ["fine"]);
@@ -520,7 +550,10 @@ mod tests {
     #[test]
     fn versions_are_negotiated() {
         for v in ["2025-06-18", "2025-03-26", "2025-11-25"] {
-            assert_eq!(initialize(&json!({ "protocolVersion": v }))["protocolVersion"], v);
+            assert_eq!(
+                initialize(&json!({ "protocolVersion": v }))["protocolVersion"],
+                v
+            );
         }
         assert_eq!(
             initialize(&json!({ "protocolVersion": "1999-01-01" }))["protocolVersion"],

@@ -391,7 +391,9 @@ async fn events_subscribe(
         };
         // Refused at once: the call answers with it. Cut later (the
         // server stopping, a stalled client): a notification says so.
-        let told = refusal_tx.take().is_some_and(|tx| tx.send(line.clone()).is_ok());
+        let told = refusal_tx
+            .take()
+            .is_some_and(|tx| tx.send(line.clone()).is_ok());
         match told {
             true => {}
             false => {

@@ -330,10 +330,7 @@ async fn wait_turn(
         return None;
     }
     let limits = &app.limits;
-    let turn = limits
-        .ssh_startups
-        .admit_waiting(peer.ip(), deadline)
-        .await;
+    let turn = limits.ssh_startups.admit_waiting(peer.ip(), deadline).await;
     drop(queued);
     match turn {
         Ok(startup) => Some(startup),

@@ -25,7 +25,13 @@ fn sessions(h: &ServerHarness) -> u64 {
 }
 
 /// `git-collab ARGS` in `dir` as `key`, with `env` on top.
-fn collab(h: &ServerHarness, key: &Path, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> SshOutput {
+fn collab(
+    h: &ServerHarness,
+    key: &Path,
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> SshOutput {
     let out = h
         .client_command(cli_bin(), key, dir)
         .env_remove("XDG_RUNTIME_DIR")
@@ -53,7 +59,13 @@ fn our_sockets(h: &ServerHarness) -> Vec<PathBuf> {
 fn stop_masters(h: &ServerHarness, key: &Path) {
     for socket in our_sockets(h) {
         let _ = std::process::Command::new("ssh")
-            .args(["-o", &format!("ControlPath={}", socket.display()), "-O", "exit", "x"])
+            .args([
+                "-o",
+                &format!("ControlPath={}", socket.display()),
+                "-O",
+                "exit",
+                "x",
+            ])
             .stderr(Stdio::null())
             .status();
     }
@@ -70,7 +82,13 @@ fn cli_commands_share_one_connection_unless_switched_off() {
     // Reuse on (the default): one login for every command.
     let before = sessions(&h);
     for i in 0..5 {
-        collab(&h, &key, &clone, &["issue", "open", "-t", &format!("t{i}")], &[]);
+        collab(
+            &h,
+            &key,
+            &clone,
+            &["issue", "open", "-t", &format!("t{i}")],
+            &[],
+        );
     }
     let listed = collab(&h, &key, &clone, &["issue", "list", "--json"], &[]);
     let rows: Value = serde_json::from_str(&listed.stdout).unwrap();
@@ -81,7 +99,13 @@ fn cli_commands_share_one_connection_unless_switched_off() {
     // Switched off by the environment or git config: a login each.
     let before = sessions(&h);
     for _ in 0..3 {
-        collab(&h, &key, &clone, &["issue", "list"], &[("GIT_COLLAB_SSH_REUSE", "0")]);
+        collab(
+            &h,
+            &key,
+            &clone,
+            &["issue", "list"],
+            &[("GIT_COLLAB_SSH_REUSE", "0")],
+        );
     }
     assert_eq!(sessions(&h) - before, 3);
     h.git(&clone, &["config", "collab.sshReuse", "false"]);
@@ -95,7 +119,13 @@ fn cli_commands_share_one_connection_unless_switched_off() {
     // Another key in the same home gets its own connection, as itself.
     let other = h.authorized_key("other");
     let before = sessions(&h);
-    let opened = collab(&h, &other, &clone, &["issue", "open", "-t", "mine", "--json"], &[]);
+    let opened = collab(
+        &h,
+        &other,
+        &clone,
+        &["issue", "open", "-t", "mine", "--json"],
+        &[],
+    );
     let id = serde_json::from_str::<Value>(&opened.stdout).unwrap()["issue"]
         .as_str()
         .unwrap()
@@ -103,7 +133,11 @@ fn cli_commands_share_one_connection_unless_switched_off() {
     collab(&h, &other, &clone, &["issue", "list"], &[]);
     assert_eq!(sessions(&h) - before, 1);
     let shown = h.ssh_exec(&format!("collab-issue show 'r' '{id}'"));
-    assert_eq!(shown.json()["author"]["principal"], fingerprint(&other).as_str(), "{shown:?}");
+    assert_eq!(
+        shown.json()["author"]["principal"],
+        fingerprint(&other).as_str(),
+        "{shown:?}"
+    );
     assert_eq!(our_sockets(&h).len(), 2);
     stop_masters(&h, &key);
 }
@@ -131,7 +165,13 @@ fn a_users_own_control_master_is_left_alone() {
     assert!(ssh.contains("ssh_config"), "{ssh}");
     let before = sessions(&h);
     for _ in 0..3 {
-        collab(&h, &key, &clone, &["issue", "list"], &[("GIT_COLLAB_SSH_COMMAND", &ssh)]);
+        collab(
+            &h,
+            &key,
+            &clone,
+            &["issue", "list"],
+            &[("GIT_COLLAB_SSH_COMMAND", &ssh)],
+        );
     }
     // Their socket, their persistence: one connection, and none of ours.
     assert_eq!(sessions(&h) - before, 1);
@@ -140,7 +180,13 @@ fn a_users_own_control_master_is_left_alone() {
     assert_eq!(sockets.len(), 1);
     let socket = sockets[0].as_ref().unwrap().path();
     let _ = std::process::Command::new("ssh")
-        .args(["-o", &format!("ControlPath={}", socket.display()), "-O", "exit", "x"])
+        .args([
+            "-o",
+            &format!("ControlPath={}", socket.display()),
+            "-O",
+            "exit",
+            "x",
+        ])
         .stderr(Stdio::null())
         .status();
 }

@@ -817,7 +817,8 @@ fn a_fleet_behind_one_address_logs_in_at_once_while_an_idle_flood_is_dropped() {
     for (started, child) in fleet {
         let out = child.wait_with_output().unwrap();
         times.push(started.elapsed());
-        if !out.status.success() || !String::from_utf8_lossy(&out.stdout).contains("\"principal\"") {
+        if !out.status.success() || !String::from_utf8_lossy(&out.stdout).contains("\"principal\"")
+        {
             failures.push(String::from_utf8_lossy(&out.stderr).into_owned());
         }
     }
@@ -837,9 +838,7 @@ fn a_fleet_behind_one_address_logs_in_at_once_while_an_idle_flood_is_dropped() {
     times.sort();
     eprintln!(
         "256 simultaneous logins from one address: p50 {:?}, p99 {:?}, max {:?}",
-        times[127],
-        times[252],
-        times[255]
+        times[127], times[252], times[255]
     );
 
     let idle = rt.block_on(idle).unwrap();
@@ -847,15 +846,23 @@ fn a_fleet_behind_one_address_logs_in_at_once_while_an_idle_flood_is_dropped() {
     // time, as before); every other connection of it was dropped within
     // seconds, before the server said a word.
     let greeted = idle.iter().filter(|f| !f.first_bytes.is_empty()).count();
-    assert!(greeted <= 32, "{greeted} idle connections got a handshake place");
+    assert!(
+        greeted <= 32,
+        "{greeted} idle connections got a handshake place"
+    );
     let dropped = idle
         .iter()
         .filter(|f| f.first_bytes.is_empty() && f.closed_within(Duration::from_secs(10)))
         .count();
-    assert!(dropped >= 300 - 32, "only {dropped} of 300 idle connections dropped");
+    assert!(
+        dropped >= 300 - 32,
+        "only {dropped} of 300 idle connections dropped"
+    );
     let metrics = web_support::get(&h, "/metrics").text();
     assert!(
-        metrics.contains("git_collab_limit_refusals_total{what=\"ssh_startups\",limit=\"queued_idle\"}"),
+        metrics.contains(
+            "git_collab_limit_refusals_total{what=\"ssh_startups\",limit=\"queued_idle\"}"
+        ),
         "{metrics}"
     );
 }

@@ -63,12 +63,17 @@ fn the_python_sdk_runs_an_agents_loop() {
     let h = ServerHarness::start();
     h.create_repo("agents");
     let other = h.authorized_key("other-agent");
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/agent_loop.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/agent_loop.py");
     let out = Command::new(python)
         .arg(&script)
-        .env("MCP_SSH_A", serde_json::to_string(&mcp_argv(&h, &h.ssh_client_key())).unwrap())
-        .env("MCP_SSH_B", serde_json::to_string(&mcp_argv(&h, &other)).unwrap())
+        .env(
+            "MCP_SSH_A",
+            serde_json::to_string(&mcp_argv(&h, &h.ssh_client_key())).unwrap(),
+        )
+        .env(
+            "MCP_SSH_B",
+            serde_json::to_string(&mcp_argv(&h, &other)).unwrap(),
+        )
         .env("MCP_REPO", "agents")
         .output()
         .unwrap();
@@ -159,7 +164,11 @@ impl Raw {
     }
 
     fn call(&mut self, id: i64, tool: &str, arguments: Value) -> Value {
-        self.request(id, "tools/call", json!({"name": tool, "arguments": arguments}))["result"]
+        self.request(
+            id,
+            "tools/call",
+            json!({"name": tool, "arguments": arguments}),
+        )["result"]
             .clone()
     }
 }
@@ -191,7 +200,10 @@ fn malformed_messages_get_json_rpc_errors_and_the_session_goes_on() {
     }
     let init = s.initialize("2099-01-01");
     assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
-    assert_eq!(init["result"]["capabilities"]["tools"]["listChanged"], false);
+    assert_eq!(
+        init["result"]["capabilities"]["tools"]["listChanged"],
+        false
+    );
 
     s.send_raw(b"{not json\n");
     let parse = s.next().unwrap();
@@ -201,16 +213,23 @@ fn malformed_messages_get_json_rpc_errors_and_the_session_goes_on() {
     assert_eq!(s.next().unwrap()["error"]["code"], -32600);
     s.send_raw(b"{\"jsonrpc\":\"1.0\",\"id\":10,\"method\":\"ping\"}\n");
     let old = s.next().unwrap();
-    assert_eq!((old["id"].clone(), old["error"]["code"].clone()), (json!(10), json!(-32600)));
+    assert_eq!(
+        (old["id"].clone(), old["error"]["code"].clone()),
+        (json!(10), json!(-32600))
+    );
     // A line past mcp.max_message_size is skipped whole, with one error.
-    let mut big = b"{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"ping\",\"params\":{\"x\":\"".to_vec();
+    let mut big =
+        b"{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"ping\",\"params\":{\"x\":\"".to_vec();
     big.extend(std::iter::repeat_n(b'x', 64 * 1024));
     big.extend_from_slice(b"\"}}\n");
     s.send_raw(&big);
     let too_long = s.next().unwrap();
     assert_eq!(too_long["error"]["code"], -32600, "{too_long}");
     assert!(
-        too_long["error"]["message"].as_str().unwrap().contains("mcp.max_message_size"),
+        too_long["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("mcp.max_message_size"),
         "{too_long}"
     );
     let unknown = s.request(12, "resources/list", json!({}));
@@ -257,13 +276,31 @@ fn tools_follow_the_callers_access() {
     let mut u = Raw::open(&h, &user);
     u.initialize("2025-06-18");
     let user_tools = names(&mut u);
-    for shared in ["issue_open", "lease_next", "repo_list", "events_read", "whoami"] {
-        assert!(user_tools.iter().any(|t| t == shared), "{shared}: {user_tools:?}");
+    for shared in [
+        "issue_open",
+        "lease_next",
+        "repo_list",
+        "events_read",
+        "whoami",
+    ] {
+        assert!(
+            user_tools.iter().any(|t| t == shared),
+            "{shared}: {user_tools:?}"
+        );
     }
     // Admin-only and rewind-only tools are the admin's alone.
-    for admin_only in ["hook_approve", "repo_create", "repo_delete", "lease_break", "repo_gc"] {
+    for admin_only in [
+        "hook_approve",
+        "repo_create",
+        "repo_delete",
+        "lease_break",
+        "repo_gc",
+    ] {
         assert!(admin_tools.iter().any(|t| t == admin_only), "{admin_only}");
-        assert!(!user_tools.iter().any(|t| t == admin_only), "{admin_only}: {user_tools:?}");
+        assert!(
+            !user_tools.iter().any(|t| t == admin_only),
+            "{admin_only}: {user_tools:?}"
+        );
     }
 
     // A private repository answers exactly as a missing one.
@@ -271,7 +308,10 @@ fn tools_follow_the_callers_access() {
     let missing = u.call(3, "issue_show", json!({"repo": "nothing", "issue": issue}));
     assert_eq!(hidden, missing);
     assert_eq!(hidden["isError"], true);
-    assert_eq!(hidden["structuredContent"]["error"], "error: repository not found");
+    assert_eq!(
+        hidden["structuredContent"]["error"],
+        "error: repository not found"
+    );
     // Calling a tool that is not listed gets the verb's own refusal.
     let approve = u.call(4, "hook_approve", json!({"id": "1"}));
     assert_eq!(approve["isError"], true, "{approve}");
@@ -281,7 +321,11 @@ fn tools_follow_the_callers_access() {
     // Events of the private repository are not in the user's pages.
     let page = u.call(5, "events_read", json!({"since": 0}));
     assert_eq!(page["isError"], false, "{page}");
-    let types: Vec<&Value> = page["structuredContent"]["events"].as_array().unwrap().iter().collect();
+    let types: Vec<&Value> = page["structuredContent"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .collect();
     assert!(types.iter().all(|e| e["repo"] != "secret.git"), "{page}");
     let admin_page = admin.call(3, "events_read", json!({"since": 0}));
     assert!(
@@ -320,7 +364,10 @@ fn calls_in_flight_are_bounded_and_cancellation_ends_a_wait() {
     let third = s.response(3);
     assert_eq!(third["error"]["code"], -32000, "{third}");
     assert!(
-        third["error"]["message"].as_str().unwrap().contains("mcp.max_calls_in_flight"),
+        third["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("mcp.max_calls_in_flight"),
         "{third}"
     );
     // Cancel call 1: its waiter goes, so when the holder lets `a` go
@@ -335,7 +382,10 @@ fn calls_in_flight_are_bounded_and_cancellation_ends_a_wait() {
         assert_eq!(out.code, 0, "{out:?}");
     }
     let won = s.response(2);
-    assert_eq!(won["result"]["structuredContent"]["status"], "acquired", "{won}");
+    assert_eq!(
+        won["result"]["structuredContent"]["status"], "acquired",
+        "{won}"
+    );
     let show = h.ssh_exec(&format!("collab-lease show 'q' '{a}'"));
     assert_eq!(show.json()["status"], "free", "{show:?}");
 }
