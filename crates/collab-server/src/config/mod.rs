@@ -394,6 +394,7 @@ pub const OTHER_ENV_VARS: &[&str] = &[
     CONFIG_ENV,
     // The client.
     "GIT_COLLAB_SSH_COMMAND",
+    "GIT_COLLAB_SSH_REUSE",
     // Hook context (hooks::context).
     "GIT_COLLAB_PRINCIPAL",
     "GIT_COLLAB_FINGERPRINT",
