@@ -387,17 +387,23 @@ pub fn session_tools() -> Vec<Value> {
         "type": "integer", "minimum": 1, "maximum": MAX_EVENTS_PAGE,
         "description": format!("at most this many events (default and most: {MAX_EVENTS_PAGE})"),
     });
-    subscribe["properties"]
-        .as_object_mut()
-        .expect("an object schema")
-        .remove("limit");
+    page["properties"]["wait"] = json!({
+        "type": "integer", "minimum": 0, "maximum": crate::limits::MAX_WAIT_SECS,
+        "description": "when nothing is there yet, wait up to this many seconds for the first event (progress is reported meanwhile)",
+    });
+    for own in ["limit", "wait"] {
+        subscribe["properties"]
+            .as_object_mut()
+            .expect("an object schema")
+            .remove(own);
+    }
     let read_only =
         json!({ "readOnlyHint": true, "destructiveHint": false, "openWorldHint": false });
     vec![
         json!({
             "name": "events_read",
             "title": "collab-events watch --no-follow",
-            "description": "The events after `since` (a seq; 0 for the oldest kept), oldest first, at most `limit` of them: `{\"events\": [...], \"next_since\": N, \"more\": bool}`; call again with `next_since` for the next page. Needs: read (per event's repository). (SSH verb: `collab-events watch --no-follow`)",
+            "description": "The events after `since` (a seq; 0 for the oldest kept), oldest first, at most `limit` of them: `{\"events\": [...], \"next_since\": N, \"more\": bool}`; call again with `next_since` for the next page. With `wait`, an empty page waits up to that many seconds for the first event: a long poll. Needs: read (per event's repository). (SSH verb: `collab-events watch --no-follow`)",
             "inputSchema": page,
             "outputSchema": output_schema(),
             "annotations": read_only,

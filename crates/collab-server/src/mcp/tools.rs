@@ -30,6 +30,10 @@ const MAX_REPLY: usize = 8 * 1024 * 1024;
 /// How often a long call reports progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
+/// How long a long poll (`events_read` with `wait`) keeps reading after
+/// an event, for the ones right behind it.
+const GATHER: Duration = Duration::from_millis(100);
+
 /// How long `events_subscribe` waits for its stream to be refused before
 /// it answers that it is running.
 const SUBSCRIBE_SETTLE: Duration = Duration::from_millis(300);
@@ -96,7 +100,7 @@ pub async fn call(
     stop: &Arc<Notify>,
 ) -> Result<Value, CallError> {
     match name {
-        "events_read" => return events_read(session, arguments, stop).await,
+        "events_read" => return events_read(session, arguments, progress, stop).await,
         "events_subscribe" => return events_subscribe(session, arguments).await,
         "events_unsubscribe" => {
             let was = session
@@ -228,7 +232,8 @@ fn watch_line(arguments: &Map<String, Value>, follow: bool) -> Result<String, St
 /// `events_read`: one bounded page of the log after `since`.
 async fn events_read(
     session: &Arc<Session>,
-    arguments: Map<String, Value>,
+    mut arguments: Map<String, Value>,
+    progress: Value,
     stop: &Notify,
 ) -> Result<Value, CallError> {
     let limit = match arguments.get("limit") {
@@ -244,8 +249,20 @@ async fn events_read(
             }
         },
     } as usize;
+    let max_wait = collab_proto::limits::MAX_WAIT_SECS;
+    let wait = match arguments.remove("wait") {
+        None | Some(Value::Null) => 0,
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= max_wait => n,
+            _ => {
+                let why = format!("error: `wait` must be an integer from 0 to {max_wait}");
+                return Ok(refused(&why, Map::new(), None));
+            }
+        },
+    };
     let since = arguments.get("since").and_then(Value::as_i64).unwrap_or(0);
-    let line = match watch_line(&arguments, false) {
+    // A long poll follows the log; a plain page stops at its end.
+    let line = match watch_line(&arguments, wait > 0) {
         Ok(line) => line,
         Err(why) => return Ok(refused(&format!("error: {why}"), Map::new(), None)),
     };
@@ -255,12 +272,36 @@ async fn events_read(
     let mut partial: Vec<u8> = Vec::new();
     let mut stderr: Vec<u8> = Vec::new();
     let mut code = None;
+    let started = tokio::time::Instant::now();
+    // Following, the page ends at `wait` with nothing, or once what is
+    // there has been read: no new line for `GATHER` after the first.
+    let mut due = started + Duration::from_secs(wait);
+    let mut tick = tokio::time::interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
+    let mut ticks = 0u64;
     'read: loop {
         let msg = tokio::select! {
             msg = channel.wait() => msg,
             _ = stop.notified() => {
                 let _ = channel.close().await;
                 return Err(CallError::Cancelled);
+            }
+            _ = tokio::time::sleep_until(due), if wait > 0 => {
+                code = Some(0);
+                break 'read;
+            }
+            _ = tick.tick(), if wait > 0 && !progress.is_null() => {
+                ticks += 1;
+                session.send(json!({
+                    "jsonrpc": "2.0",
+                    "method": "notifications/progress",
+                    "params": {
+                        "progressToken": progress,
+                        "progress": ticks,
+                        "total": wait.max(ticks),
+                        "message": format!("waiting for events for {ticks}s"),
+                    },
+                })).await;
+                continue;
             }
         };
         let Some(msg) = msg else { break };
@@ -280,6 +321,9 @@ async fn events_read(
                         break 'read;
                     }
                     events.push(event);
+                    if wait > 0 {
+                        due = tokio::time::Instant::now() + GATHER;
+                    }
                 }
                 // One event is far below this; a line that is not is cut.
                 if partial.len() > MAX_REPLY {

@@ -159,6 +159,27 @@ async def main():
             pushed = [e["type"] for e in events if e.get("object_id") == issue]
             assert pushed[0] == "issue.opened", pushed
 
+            # A long poll: nothing after the head yet, so events_read with
+            # `wait` waits (reporting progress) until an issue is opened.
+            polled_progress = []
+
+            async def on_poll_progress(value, total, message):
+                polled_progress.append(value)
+
+            async def open_later():
+                await anyio.sleep(2.5)
+                r, _ = await call(a, "issue_open", {"repo": REPO, "title": "new work"})
+                assert not r.is_error, r
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(open_later)
+                r, polled = await call(a, "events_read", {
+                    "repo": [REPO], "since": page["next_since"], "wait": 60},
+                    progress_callback=on_poll_progress)
+            assert not r.is_error, r
+            assert [e["type"] for e in polled["events"]] == ["issue.opened"], polled
+            assert polled_progress, "no progress while the long poll waited"
+
             # Arguments the schema refuses are a tool error the model can
             # correct, and the session goes on.
             r = await a.call_tool("lease_acquire", {"repo": REPO, "issue": issue, "ttl": 0})
