@@ -22,7 +22,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 
 use super::Session;
-use crate::authz::{self, Regime};
+use crate::authz::{self, Access, Regime};
 
 /// The largest reply a call passes on (a diff, a long list).
 const MAX_REPLY: usize = 8 * 1024 * 1024;
@@ -52,9 +52,9 @@ impl From<anyhow::Error> for CallError {
 }
 
 /// The tools the caller may use: a row needing a repository level shows
-/// only when the caller has that level somewhere; an admin-only row only
-/// to administrators; repository creation as `help` shows it; a key
-/// governance closes out sees only what any key may run.
+/// only when the caller has that level somewhere (webhooks: rewind); an
+/// admin-only row only to administrators; repository creation as `help`
+/// shows it; a key governance closes out sees only what any key may run.
 pub async fn list(session: &Arc<Session>) -> anyhow::Result<Vec<Value>> {
     let app = session.ctx.app.clone();
     let caller = session.ctx.caller.clone();
@@ -76,6 +76,13 @@ pub async fn list(session: &Arc<Session>) -> anyhow::Result<Vec<Value>> {
             Need::Repo(level) => admin || best.is_some_and(|b| b >= level),
             Need::Rule("admin") => admin,
             Need::Rule(_) if verb.family == "collab-repo" && verb.action == "create" => may_create,
+            // Webhooks need rewind on every repository their glob matches.
+            Need::Rule(_) if verb.family == "collab-hook" => {
+                admin || best.is_some_and(|b| b >= Access::Rewind)
+            }
+            Need::Rule(text) if text.starts_with("read") && verb.names_repo() => {
+                admin || best.is_some()
+            }
             Need::Rule(_) => true,
         };
         let mut tools: Vec<Value> = generated::tool_verbs()

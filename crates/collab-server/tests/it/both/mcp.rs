@@ -291,6 +291,7 @@ fn tools_follow_the_callers_access() {
     // Admin-only and rewind-only tools are the admin's alone.
     for admin_only in [
         "hook_approve",
+        "hook_add",
         "repo_create",
         "repo_delete",
         "lease_break",
