@@ -243,6 +243,15 @@ pub fn command_line(
             return Err(format!("unknown argument `{key}`"));
         }
     }
+    // What the schema requires (a one-of group that is one property, like
+    // `body`, included), said by name.
+    let schema = input_schema(verb);
+    for name in schema["required"].as_array().into_iter().flatten() {
+        let name = name.as_str().unwrap_or_default();
+        if arguments.get(name).is_none_or(Value::is_null) {
+            return Err(format!("missing argument `{name}`"));
+        }
+    }
     let mut line = verb.name();
     let mut missing_optional: Option<String> = None;
     for arg in verb.args {
@@ -324,6 +333,19 @@ pub fn command_line(
             "arguments too long (the command line is at most {MAX_COMMAND_LEN} bytes)"
         ));
     }
+    // The rules between flags (exactly one of, at least one of, …) are the
+    // parser's: the line must parse as the server will parse it.
+    let parses = crate::tokens::shell_tokens(&line)
+        .ok()
+        .is_some_and(|tokens| super::parse(&tokens).is_ok_and(|inv| inv.verb == verb));
+    if !parses {
+        let rules = rules_text(verb);
+        return Err(if rules.is_empty() {
+            format!("these arguments do not fit `{}`", verb.usage())
+        } else {
+            format!("these arguments do not fit:{rules}")
+        });
+    }
     Ok((line, stdin))
 }
 
@@ -343,6 +365,13 @@ fn push_value(line: &mut String, name: &str, kind: Kind, value: &Value) -> Resul
         (_, Value::String(s)) => s.clone(),
         _ => return Err(format!("`{name}` must be a string")),
     };
+    // The command line takes no control character (the tokenizer refuses
+    // the whole line); multi-line text goes as `body`, on standard input.
+    if text.chars().any(char::is_control) {
+        return Err(format!(
+            "`{name}` must not contain control characters (newlines go in `body`)"
+        ));
+    }
     if !kind.accepts(&text) {
         return Err(match kind {
             Kind::Int { .. } => int_error(name, kind),

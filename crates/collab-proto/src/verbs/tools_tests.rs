@@ -389,6 +389,36 @@ fn schemas_and_calls_refuse_what_the_row_refuses() {
     let arguments = json!({"repo": "r", "state": "everything"});
     assert!(validate(&input_schema(list), &arguments, "list").is_err());
     assert!(command_line(list, arguments.as_object().unwrap()).is_err());
+    // A control character would make the server refuse the whole line
+    // (found by the `mcp_tool_call` fuzz target): refused here, by name.
+    let next = find("collab-lease", "next").unwrap();
+    for arguments in [
+        json!({"repo": "r", "label": ["a", "b\u{7f}c"]}),
+        json!({"repo": "r\nx"}),
+        json!({"repo": "r", "note": "two\nlines"}),
+    ] {
+        let err = command_line(next, arguments.as_object().unwrap()).unwrap_err();
+        assert!(err.contains("control characters"), "{err}");
+    }
+    // The rules between flags are the parser's (also found by fuzzing).
+    let comment = find("collab-issue", "comment").unwrap();
+    let err = command_line(
+        comment,
+        json!({"repo": "r", "issue": "4f2a", "lease_token": 3})
+            .as_object()
+            .unwrap(),
+    )
+    .unwrap_err();
+    assert!(err == "missing argument `body`", "{err}");
+    let review = find("collab-patch", "review").unwrap();
+    let err = command_line(
+        review,
+        json!({"repo": "r", "patch": "abcd", "approve": true, "comment": true})
+            .as_object()
+            .unwrap(),
+    )
+    .unwrap_err();
+    assert!(err.contains("exactly one of"), "{err}");
     // Quoting: a hostile value stays one argument.
     let show = find("collab-issue", "show").unwrap();
     let arguments = json!({"repo": "a'; rm -rf / #", "issue": "$(id)"});
