@@ -28,7 +28,7 @@ else
 fi
 work="${FUZZ_WORK:-$(mktemp -d)}"
 
-targets=(verb_line pkt_line push_options policy_toml governance_toml authorized_keys webhook_target event_decode krl tui_keys)
+targets=(verb_line pkt_line push_options policy_toml governance_toml authorized_keys webhook_target event_decode krl tui_keys mcp_tool_call)
 limits=(-max_len=4096 -rss_limit_mb=512 -timeout=10)
 if [ "$#" -ge 1 ]; then
     targets=("$1")

@@ -19,6 +19,7 @@ pub mod leasing;
 pub mod limits;
 pub mod logging;
 pub mod maintenance;
+pub mod mcp;
 pub mod metrics;
 pub mod mirrors;
 pub mod objects;

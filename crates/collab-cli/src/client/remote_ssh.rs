@@ -84,6 +84,9 @@ pub struct SshRemote {
     pub ssh_command: String,
     /// Which options that command takes (see [`SshVariant`]).
     pub variant: SshVariant,
+    /// OpenSSH options that reuse one connection across commands
+    /// (`super::ssh_reuse`); empty when reuse is off or not ours to set.
+    pub reuse: Vec<String>,
 }
 
 /// The ssh programs whose options differ, by git's own rules
@@ -176,6 +179,9 @@ impl SshRemote {
         let mut args = Vec::new();
         if self.variant == SshVariant::TortoisePlink {
             args.push("-batch".to_string());
+        }
+        if self.variant == SshVariant::Ssh {
+            args.extend(self.reuse.iter().cloned());
         }
         if let Some(port) = self.port {
             let flag = match self.variant {
@@ -314,6 +320,7 @@ pub fn parse_ssh_remote(url: &str) -> Result<SshRemote, Error> {
         path,
         ssh_command: DEFAULT_SSH_COMMAND.to_string(),
         variant: SshVariant::Ssh,
+        reuse: Vec::new(),
     })
 }
 
@@ -347,6 +354,7 @@ pub fn ssh_remote(repo: &Repository, remote_name: &str) -> Result<SshRemote, Err
     let config = repo.config()?;
     ssh.ssh_command = ssh_command(&config);
     ssh.variant = SshVariant::resolve(&config, &ssh.ssh_command)?;
+    ssh.reuse = super::ssh_reuse::options(&ssh, &config);
     Ok(ssh)
 }
 
@@ -383,7 +391,7 @@ pub fn quote_arg(arg: &str) -> String {
 /// (`ssh -i key -p 22`), else through `sh -c '<ssh_command> "$@"'` as git
 /// does, so a configured command may carry its own quoting. Skipping the
 /// shell saves a process per round trip.
-fn ssh_process(ssh_command: &str) -> Command {
+pub(crate) fn ssh_process(ssh_command: &str) -> Command {
     let plain = |c: char| c.is_ascii_alphanumeric() || " \t-_./,:@+=".contains(c);
     let words: Vec<&str> = ssh_command.split_whitespace().collect();
     if !words.is_empty() && ssh_command.chars().all(plain) && !words[0].contains('=') {
@@ -424,6 +432,37 @@ pub fn run_remote_into(
     stdin: RemoteInput<'_>,
     stdout: &mut dyn Write,
 ) -> Result<RemoteOutput, Error> {
+    let retry_input = match &stdin {
+        RemoteInput::Empty => Some(RemoteInput::Empty),
+        RemoteInput::Bytes(b) => Some(RemoteInput::Bytes(b)),
+        RemoteInput::File(_) => None,
+    };
+    let (out, copied) = run_once(remote, remote_cmd, stdin, stdout)?;
+    // A shared connection that could not take one more session: the
+    // command never ran, so it runs once more on a connection of its own.
+    if copied == 0
+        && !remote.reuse.is_empty()
+        && super::ssh_reuse::failed_before_exec(out.code, &out.stderr_text())
+    {
+        if let Some(input) = retry_input {
+            let alone = SshRemote {
+                reuse: Vec::new(),
+                ..remote.clone()
+            };
+            return run_once(&alone, remote_cmd, input, stdout).map(|(out, _)| out);
+        }
+    }
+    Ok(out)
+}
+
+/// One run of ssh for [`run_remote_into`]; also how many bytes of stdout
+/// it copied.
+fn run_once(
+    remote: &SshRemote,
+    remote_cmd: &str,
+    stdin: RemoteInput<'_>,
+    stdout: &mut dyn Write,
+) -> Result<(RemoteOutput, u64), Error> {
     let spawn_error = |source| Error::Spawn {
         command: remote.ssh_command.clone(),
         source,
@@ -465,7 +504,7 @@ pub fn run_remote_into(
             let _ = err_pipe.read_to_end(&mut buf);
             buf
         });
-        let copied = std::io::copy(&mut out_pipe, stdout).and_then(|_| stdout.flush());
+        let copied = std::io::copy(&mut out_pipe, stdout).and_then(|n| stdout.flush().map(|()| n));
         if copied.is_err() {
             let _ = child.kill();
         }
@@ -474,12 +513,13 @@ pub fn run_remote_into(
         (copied, status, stderr.join().unwrap_or_default())
     });
     let status = status.map_err(spawn_error)?;
-    copied.map_err(Error::Output)?;
-    Ok(RemoteOutput {
+    let copied = copied.map_err(Error::Output)?;
+    let out = RemoteOutput {
         stdout: Vec::new(),
-        stderr,
+        stderr: super::ssh_reuse::without_mux_notices(stderr),
         code: status.code().unwrap_or(-1),
-    })
+    };
+    Ok((out, copied))
 }
 
 /// How often, at most, [`run_remote_retrying`] runs a command.
@@ -555,6 +595,7 @@ mod tests {
             path: path.to_string(),
             ssh_command: DEFAULT_SSH_COMMAND.to_string(),
             variant: SshVariant::Ssh,
+            reuse: Vec::new(),
         }
     }
 

@@ -12,7 +12,9 @@
 //!   table, every argument quoted).
 //! - [`reference_markdown`]: docs/ssh-verbs.md's reference tables (a test
 //!   fails when the file and the table disagree).
-//! - later, the MCP tool list: a tool per row, named [`Verb::tool_name`].
+//! - [`tools`]: the MCP tool list (a tool per row, named
+//!   [`Verb::tool_name`], its input schema from the row) and how a tool
+//!   call's arguments become the command line.
 //!
 //! The rows themselves are in [`table`]; adding a verb is one row there and
 //! one handler in the server (CONTRIBUTING.md).
@@ -21,6 +23,7 @@ mod call;
 pub mod docs;
 mod parse;
 pub mod table;
+pub mod tools;
 
 use serde::{Deserialize, Serialize};
 
@@ -380,3 +383,5 @@ pub fn help_groups(shown: impl Fn(&Verb) -> bool) -> Vec<HelpGroup> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tools_tests;

@@ -47,6 +47,17 @@ impl<'t> Invocation<'t> {
             .collect()
     }
 
+    /// Every positional value given, in order: what the MCP tool test
+    /// turns back into arguments.
+    pub fn given_args(&self) -> &[(&'static str, &'t str)] {
+        &self.args
+    }
+
+    /// Every flag given, in order (a switch with `None`).
+    pub fn given_flags(&self) -> &[(&'static str, Option<&'t str>)] {
+        &self.flags
+    }
+
     /// The value of a flag given once.
     pub fn flag(&self, long: &str) -> Option<&'t str> {
         self.check_flag(long);

@@ -228,6 +228,12 @@ pub static VERBS: &[Verb] = &[
         Need::Anyone,
         "your principal, your access and the server's signing key, as JSON",
     ),
+    verb(
+        "collab-mcp",
+        "",
+        Need::Anyone,
+        "the Model Context Protocol on this channel (stdio transport): these verbs as tools",
+    ),
     Verb {
         flags: &[switch(
             "--json",
@@ -349,6 +355,10 @@ pub static VERBS: &[Verb] = &[
                 "<path>",
                 Kind::Word,
                 "send the credential on standard input (`< PATH`): a token (or user:token) for http(s), a private key for ssh",
+            ),
+            switch(
+                "--credential-stdin",
+                "the credential on standard input: the same as --credential-file, for a caller with no file (MCP)",
             ),
             switch("--push", "a push mirror (the forge pushes to the URL) instead of a pull mirror"),
         ],

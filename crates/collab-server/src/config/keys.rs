@@ -115,7 +115,8 @@ pub const KEYS: &[Key] = &[
     key("ssh.legacy_host_keys", Bool, Given("false"), "Also serve RSA and ECDSA host keys for clients that cannot verify Ed25519."),
     key("ssh.max_connections", LIMIT, Given("512"), "SSH connections open at once, authenticated or not."),
     key("ssh.max_startups", MaxStartups, Given("64:30:256"), "Unauthenticated connections, as OpenSSH's MaxStartups start:rate:full."),
-    key("ssh.max_startups_per_ip", LIMIT, Given("32"), "Unauthenticated connections from one IP address."),
+    key("ssh.max_startups_per_ip", LIMIT, Given("32"), "Connections from one IP address in their SSH handshake at once; more wait in the queue."),
+    key("ssh.max_queued_per_ip", LIMIT, Given("256"), "Connections from one IP address waiting for a handshake place (at most half of ssh.max_connections); more are dropped."),
     key("ssh.login_grace_time", Duration, Given("120s"), "Time a connection has to authenticate (LoginGraceTime)."),
     key("ssh.max_sessions", LIMIT, Given("10"), "Channels open at once on one connection (MaxSessions)."),
     key("ssh.max_connections_per_principal", LIMIT, Given("64"), "Authenticated SSH connections of one key at once (at most a quarter of ssh.max_connections)."),
@@ -164,6 +165,9 @@ pub const KEYS: &[Key] = &[
     key("leases.max_ttl", LeaseSecs { zero: None }, Given("3650d"), "Longest lease --ttl accepted."),
     key("leases.max_waiters", LIMIT, Given("1024"), "Callers waiting in collab-lease acquire/next --wait at once."),
     key("leases.max_waiters_per_principal", LIMIT, Given("16"), "Callers waiting in collab-lease --wait at once with one key."),
+    key("mcp.max_calls_in_flight", LIMIT, Given("8"), "Tool calls one collab-mcp session runs at once; more are answered with an error."),
+    key("mcp.max_message_size", Size, Given("1MiB"), "Largest JSON-RPC message a collab-mcp session reads; a longer one is refused and skipped."),
+    key("mcp.idle_timeout", Duration, Given("15m"), "A collab-mcp session with no message, call or subscription this long is closed."),
 ];
 
 /// The key named `name`, if it is one.

@@ -70,6 +70,7 @@ pub struct ServerConfig {
     pub webhooks: WebhooksConfig,
     pub maintenance: MaintenanceConfig,
     pub mirrors: MirrorsConfig,
+    pub mcp: McpConfig,
 }
 
 /// `ssh.*`.
@@ -90,6 +91,7 @@ pub struct SshConfig {
     pub max_connections: usize,
     pub max_startups: MaxStartups,
     pub max_startups_per_ip: usize,
+    pub max_queued_per_ip: usize,
     pub login_grace_time: Duration,
     pub max_sessions: usize,
     pub max_connections_per_principal: usize,
@@ -169,6 +171,15 @@ pub struct LogConfig {
     pub level: String,
     /// `text` or `json`.
     pub format: String,
+}
+
+/// `mcp.*`: the limits of one `collab-mcp` session.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct McpConfig {
+    pub max_calls_in_flight: usize,
+    /// Bytes.
+    pub max_message_size: u64,
+    pub idle_timeout: Duration,
 }
 
 /// `events.*`: the event stream (`collab-events watch`) and the event
@@ -420,6 +431,7 @@ pub const OTHER_ENV_VARS: &[&str] = &[
     CONFIG_ENV,
     // The client.
     "GIT_COLLAB_SSH_COMMAND",
+    "GIT_COLLAB_SSH_REUSE",
     // Hook context (hooks::context).
     "GIT_COLLAB_PRINCIPAL",
     "GIT_COLLAB_FINGERPRINT",
@@ -439,6 +451,9 @@ pub const OTHER_ENV_VARS: &[&str] = &[
     "GIT_COLLAB_REQUIRE_CONTAINER_TESTS",
     "GIT_COLLAB_REQUIRE_BROWSER_TESTS",
     "GIT_COLLAB_REQUIRE_POSTGRES_TESTS",
+    "GIT_COLLAB_REQUIRE_MCP_TESTS",
+    "GIT_COLLAB_MCP_PYTHON",
+    "GIT_COLLAB_MCP_VENV",
     "GIT_COLLAB_REQUIRE_NIX_TESTS",
     "GIT_COLLAB_REQUIRE_STATIX",
     "GIT_COLLAB_BENCH_DOCS",

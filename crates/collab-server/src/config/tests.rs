@@ -73,6 +73,7 @@ ssh.legacy_host_keys               false                                     def
 ssh.max_connections                512                                       default
 ssh.max_startups                   64:30:256                                 default
 ssh.max_startups_per_ip            32                                        default
+ssh.max_queued_per_ip              256                                       default
 ssh.login_grace_time               2m                                        default
 ssh.max_sessions                   10                                        default
 ssh.max_connections_per_principal  64                                        default
@@ -121,6 +122,9 @@ leases.lock_delay                  0 (none)                                  def
 leases.max_ttl                     315360000                                 default
 leases.max_waiters                 1024                                      default
 leases.max_waiters_per_principal   16                                        default
+mcp.max_calls_in_flight            8                                         default
+mcp.max_message_size               1048576 (1 MiB)                           default
+mcp.idle_timeout                   15m                                       default
 ";
     assert_eq!(load_env(&[]).unwrap().to_text(), expected);
 }

@@ -77,6 +77,8 @@ pub struct ConnLimiter {
     policy: Policy,
     per_client: usize,
     counts: Arc<Mutex<Counts>>,
+    /// Told whenever a place is freed, for `admit_waiting`.
+    freed: Arc<tokio::sync::Notify>,
 }
 
 /// One admitted connection; dropping it frees its place.
@@ -84,6 +86,7 @@ pub struct ConnLimiter {
 pub struct ConnPermit {
     key: ClientKey,
     counts: Arc<Mutex<Counts>>,
+    freed: Arc<tokio::sync::Notify>,
 }
 
 impl ConnLimiter {
@@ -103,6 +106,41 @@ impl ConnLimiter {
             policy,
             per_client,
             counts: Arc::default(),
+            freed: Arc::default(),
+        }
+    }
+
+    /// Whether a connection from `ip` would find its client's place free
+    /// now (the server-wide policy aside).
+    pub fn client_has_room(&self, ip: IpAddr) -> bool {
+        let key = ClientKey::of(ip);
+        let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        counts.per_client.get(&key).copied().unwrap_or(0) < self.per_client
+    }
+
+    /// `try_admit` for a connection that waits its turn: while the
+    /// client's own cap or the server-wide `full` refuses, it waits for a
+    /// place to free, until `deadline`. It is never early-dropped: it has
+    /// shown itself a client, and its address's queue is bounded already.
+    pub async fn admit_waiting(
+        &self,
+        ip: IpAddr,
+        deadline: tokio::time::Instant,
+    ) -> Result<ConnPermit, Refusal> {
+        loop {
+            // Registered before the try, so a place freed in between
+            // is not missed.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            // A roll of 100 is under no drop percentage.
+            let refusal = match self.try_admit(ip, 100) {
+                Ok(permit) => return Ok(permit),
+                Err(refusal) => refusal,
+            };
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return Err(refusal);
+            }
         }
     }
 
@@ -130,6 +168,7 @@ impl ConnLimiter {
         Ok(ConnPermit {
             key,
             counts: self.counts.clone(),
+            freed: self.freed.clone(),
         })
     }
 
@@ -161,6 +200,8 @@ impl Drop for ConnPermit {
                 counts.per_client.remove(&self.key);
             }
         }
+        drop(counts);
+        self.freed.notify_waiters();
     }
 }
 
@@ -202,6 +243,42 @@ mod tests {
             l.try_admit(ip("::ffff:192.0.2.7"), 0).unwrap_err(),
             Refusal::PerClient
         );
+    }
+
+    #[tokio::test]
+    async fn a_waiting_admission_gets_the_next_free_place() {
+        let l = ConnLimiter::startups(
+            MaxStartups {
+                start: 100,
+                rate: 30,
+                full: 200,
+            },
+            2,
+        );
+        let a = l.try_admit(ip("10.0.0.1"), 0).unwrap();
+        let _b = l.try_admit(ip("10.0.0.1"), 0).unwrap();
+        assert!(!l.client_has_room(ip("10.0.0.1")));
+        assert!(l.client_has_room(ip("10.0.0.2")));
+        // Nothing frees a place: refused at the deadline.
+        let soon = tokio::time::Instant::now() + std::time::Duration::from_millis(50);
+        assert_eq!(
+            l.admit_waiting(ip("10.0.0.1"), soon).await.unwrap_err(),
+            Refusal::PerClient
+        );
+        // A place freed while waiting is taken.
+        let waiting = {
+            let l = l.clone();
+            tokio::spawn(async move {
+                let later = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+                l.admit_waiting(ip("10.0.0.1"), later).await
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        drop(a);
+        let permit = waiting.await.unwrap().unwrap();
+        assert_eq!(l.open(), 2);
+        drop(permit);
+        assert_eq!(l.open(), 1);
     }
 
     #[test]

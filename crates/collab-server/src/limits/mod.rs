@@ -4,7 +4,8 @@
 //!
 //! - `conns`: open connections in total and per client address, for HTTP
 //!   (a plain cap) and SSH (a cap on all connections, plus OpenSSH's
-//!   `MaxStartups` random early drop on the unauthenticated ones);
+//!   `MaxStartups` random early drop on the unauthenticated ones, and the
+//!   queue of connections waiting for their address's handshake place);
 //! - `processes`: git child processes server-wide and per principal;
 //! - `shares`: fair shares per principal (key) of authenticated SSH
 //!   connections, event watchers and lease waiters, so one key cannot take
@@ -44,6 +45,9 @@ pub struct Limits {
     pub ssh_conns: ConnLimiter,
     /// SSH connections that have not authenticated yet.
     pub ssh_startups: ConnLimiter,
+    /// SSH connections queued for one of their address's handshake places
+    /// (`ssh_startups`' per-address cap), per address.
+    pub ssh_queued: ConnLimiter,
     /// git child processes.
     pub git: ProcessGate,
     /// Expensive anonymous pages rendered at once.
@@ -71,6 +75,12 @@ impl Limits {
             ssh_startups: ConnLimiter::startups(
                 config.ssh.max_startups,
                 config.ssh.max_startups_per_ip,
+            ),
+            // At most half of the (fitted) cap, so one address queueing
+            // can never keep the others out.
+            ssh_queued: ConnLimiter::capped(
+                usize::MAX,
+                config.ssh.max_queued_per_ip.min((budget.ssh / 2).max(1)),
             ),
             git: ProcessGate::new(
                 config.git.max_processes,

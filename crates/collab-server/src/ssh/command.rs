@@ -118,7 +118,10 @@ impl MirrorCmd {
                 repo,
                 url: inv.arg("url").to_string(),
                 interval: inv.flag("--interval").map(str::to_string),
-                credential: inv.flag("--credential-file").map(str::to_string),
+                credential: inv
+                    .flag("--credential-file")
+                    .map(str::to_string)
+                    .or_else(|| inv.has("--credential-stdin").then(|| "-".to_string())),
                 push: inv.has("--push"),
             },
             "mirror list" => MirrorCmd::List { repo },
@@ -287,6 +290,8 @@ pub enum ExecCommand {
     Git { service: GitService, repo: String },
     /// `collab-whoami`
     Whoami,
+    /// `collab-mcp`: an MCP session on the channel (`crate::mcp`).
+    Mcp,
     /// `help`: the verbs available to the caller.
     Help,
     /// `info [--json]`: what the caller may read, gitolite-style.
@@ -338,6 +343,7 @@ impl ExecCommand {
             ExecCommand::Hook(_) => None,
             ExecCommand::Mirror(cmd) => Some(cmd.repo()),
             ExecCommand::Whoami
+            | ExecCommand::Mcp
             | ExecCommand::Help
             | ExecCommand::Info { .. }
             | ExecCommand::Tui
@@ -361,6 +367,7 @@ impl ExecCommand {
                 ..
             } => "git-upload-archive",
             ExecCommand::Whoami => "collab-whoami",
+            ExecCommand::Mcp => "collab-mcp",
             ExecCommand::Repo(RepoCmd::Create { .. }) => "collab-repo create",
             ExecCommand::Repo(RepoCmd::List) => "collab-repo list",
             ExecCommand::Repo(RepoCmd::Describe { .. }) => "collab-repo describe",
@@ -441,6 +448,7 @@ impl ExecCommand {
             "git-receive-pack" => git(GitService::ReceivePack),
             "git-upload-archive" => git(GitService::UploadArchive),
             "collab-whoami" => ExecCommand::Whoami,
+            "collab-mcp" => ExecCommand::Mcp,
             "help" => ExecCommand::Help,
             "info" => ExecCommand::Info {
                 json: inv.has("--json"),

@@ -56,10 +56,22 @@ pub async fn run_exec(ctx: ExecContext, channel: Channel<Msg>, raw: Vec<u8>) {
     crate::metrics::verb_finished(verb, outcome);
 }
 
+/// `run_exec` as the MCP session takes it: it runs each tool call through
+/// here, and gets it passed in rather than naming this module (which names
+/// it).
+fn boxed_run_exec(
+    ctx: ExecContext,
+    channel: Channel<Msg>,
+    raw: Vec<u8>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(run_exec(ctx, channel, raw))
+}
+
 async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand) {
     match command {
         ExecCommand::Git { service, repo } => super::git::run(&ctx, channel, service, &repo).await,
         ExecCommand::Whoami => super::admin::whoami(&ctx, channel).await,
+        ExecCommand::Mcp => crate::mcp::serve(ctx, channel, boxed_run_exec).await,
         ExecCommand::Help => super::admin::help(&ctx, channel).await,
         ExecCommand::Info { json } => super::admin::info(&ctx, channel, json).await,
         ExecCommand::Tui => crate::tui::run(ctx, channel).await,

@@ -21,7 +21,10 @@
 //! `ssh.max_connections`, and while it has not authenticated it also holds
 //! a `MaxStartups` place (`ssh.max_startups`, `ssh.max_startups_per_ip`),
 //! released by a successful login; `ssh.login_grace_time` bounds how long
-//! it may hold it. One connection may have `ssh.max_sessions` channels
+//! it may hold it. A connection whose address has every handshake place
+//! taken waits in that address's queue (`ssh.max_queued_per_ip`) instead of
+//! being reset, once it has sent its version line (within 2 s: an idle one
+//! is dropped), until a place frees or the login grace time ends. One connection may have `ssh.max_sessions` channels
 //! open; more are refused with `resource shortage`.
 //!
 //! Fair shares: once authenticated, a connection also holds one of its
@@ -173,7 +176,7 @@ pub async fn serve(
                         continue;
                     }
                 };
-                let Some((connection, startup)) = admit(&app, peer) else {
+                let Some((connection, turn)) = admit(&app, peer) else {
                     drop(socket);
                     continue;
                 };
@@ -185,13 +188,7 @@ pub async fn serve(
                 }
                 let authenticated = Arc::new(AtomicBool::new(false));
                 let shared = Arc::new(Shared::default());
-                let handler = Connection::new(
-                    app.clone(),
-                    peer,
-                    authenticated.clone(),
-                    startup,
-                    shared.clone(),
-                );
+                let app = app.clone();
                 let config = config.clone();
                 let disconnecting = disconnecting.clone();
                 let registry = registry.clone();
@@ -199,6 +196,22 @@ pub async fn serve(
                     // Held until the session ends, however it ends.
                     let _connection = connection;
                     let started = tokio::time::Instant::now();
+                    let startup = match turn {
+                        Turn::Now(startup) => startup,
+                        Turn::Queued(queued) => {
+                            match wait_turn(&app, &socket, peer, started + login_grace, queued).await {
+                                Some(startup) => startup,
+                                None => return,
+                            }
+                        }
+                    };
+                    let handler = Connection::new(
+                        app.clone(),
+                        peer,
+                        authenticated.clone(),
+                        startup,
+                        shared.clone(),
+                    );
                     let stream = russh::server::run_stream(config, socket, handler);
                     let session = match tokio::time::timeout(login_grace, stream).await {
                         Ok(Ok(s)) => {
@@ -265,10 +278,26 @@ pub async fn serve(
     Ok(())
 }
 
-/// Admit a new connection from `peer`: a place under `ssh.max_connections`
-/// and one under `MaxStartups` (released at login). `None` (logged and
+/// When a connection admitted by `admit` may start its handshake.
+enum Turn {
+    /// Now: it holds its `MaxStartups` place.
+    Now(ConnPermit),
+    /// When one of its address's handshake places frees up: it holds a
+    /// place in the address's queue meanwhile.
+    Queued(ConnPermit),
+}
+
+/// How long a queued connection has to send its SSH version line (every
+/// client sends it on connecting, unprompted): one that has not is an idle
+/// flood and is dropped, rather than held for the login grace time.
+const QUEUED_VERSION_WAIT: Duration = Duration::from_secs(2);
+
+/// Admit a new connection from `peer`: a place under `ssh.max_connections`,
+/// and a `MaxStartups` place (released at login), or, when its address
+/// has all its handshake places (`ssh.max_startups_per_ip`) taken, a place
+/// in that address's queue (`ssh.max_queued_per_ip`). `None` (logged and
 /// counted) when a limit refuses it; the caller closes the socket.
-fn admit(app: &App, peer: SocketAddr) -> Option<(ConnPermit, ConnPermit)> {
+fn admit(app: &App, peer: SocketAddr) -> Option<(ConnPermit, Turn)> {
     let limits = &app.limits;
     let connection = match limits.ssh_conns.try_admit(peer.ip(), 0) {
         Ok(p) => p,
@@ -280,8 +309,21 @@ fn admit(app: &App, peer: SocketAddr) -> Option<(ConnPermit, ConnPermit)> {
             return None;
         }
     };
+    // A fleet behind one address logging in at once waits its turn
+    // instead of being reset (OpenSSH's client does not retry).
+    if !limits.ssh_startups.client_has_room(peer.ip()) {
+        return match limits.ssh_queued.try_admit(peer.ip(), 0) {
+            Ok(queued) => Some((connection, Turn::Queued(queued))),
+            Err(_) => {
+                limits::note_refusal("ssh_startups", "per_ip", || {
+                    format!("dropped {peer}: its address has a full handshake queue")
+                });
+                None
+            }
+        };
+    }
     match limits.ssh_startups.try_admit(peer.ip(), limits::roll()) {
-        Ok(startup) => Some((connection, startup)),
+        Ok(startup) => Some((connection, Turn::Now(startup))),
         Err(refusal) => {
             let waiting = limits.ssh_startups.open();
             limits::note_refusal("ssh_startups", refusal.label(), || {
@@ -290,6 +332,59 @@ fn admit(app: &App, peer: SocketAddr) -> Option<(ConnPermit, ConnPermit)> {
             None
         }
     }
+}
+
+/// Hold a queued connection until its address has a handshake place free
+/// (and the server is under `MaxStartups`' `full`): its `MaxStartups` place,
+/// or `None` (logged and counted) when it sent no version line in time or
+/// its turn did not come before `deadline` (the login grace time).
+async fn wait_turn(
+    app: &App,
+    socket: &tokio::net::TcpStream,
+    peer: SocketAddr,
+    deadline: tokio::time::Instant,
+    queued: ConnPermit,
+) -> Option<ConnPermit> {
+    let version_by = (tokio::time::Instant::now() + QUEUED_VERSION_WAIT).min(deadline);
+    if !sent_version_line(socket, version_by).await {
+        limits::note_refusal("ssh_startups", "queued_idle", || {
+            format!("dropped {peer}: queued, and sent no version line")
+        });
+        return None;
+    }
+    let limits = &app.limits;
+    let turn = limits.ssh_startups.admit_waiting(peer.ip(), deadline).await;
+    drop(queued);
+    match turn {
+        Ok(startup) => Some(startup),
+        Err(refusal) => {
+            let label = match refusal {
+                limits::conns::Refusal::Total => "queue_timeout_full",
+                _ => "queue_timeout",
+            };
+            limits::note_refusal("ssh_startups", label, || {
+                format!("dropped {peer}: queued, and its turn did not come ({label})")
+            });
+            None
+        }
+    }
+}
+
+/// Whether the client's SSH version line (`SSH-2.0-…\r\n`) has arrived
+/// by `by`, looked at without reading it (russh reads it later).
+async fn sent_version_line(socket: &tokio::net::TcpStream, by: tokio::time::Instant) -> bool {
+    let mut buf = [0u8; 256];
+    let look = async {
+        loop {
+            match socket.peek(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) if buf[..n].contains(&b'\n') || n == buf.len() => return true,
+                // Part of a line: look again shortly.
+                Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    };
+    tokio::time::timeout_at(by, look).await.unwrap_or(false)
 }
 
 /// What the accept loop and the idle reaper share with a `Connection`.

@@ -8,6 +8,7 @@
 mod both {
     mod access_hardening;
     mod auth_binding;
+    mod cli_reuse;
     mod display_names;
     mod events;
     mod fair_shares;
@@ -27,6 +28,7 @@ mod both {
     mod lease_policy;
     mod lease_server;
     mod limits;
+    mod mcp;
     mod mirrors;
     mod release;
     mod repo_admin;

@@ -777,3 +777,92 @@ fn gzip_bomb_and_oversized_requests_are_refused_early() {
     );
     let _ = std::io::stderr().flush();
 }
+
+/// Issue 26: on the default config, a fleet of 256 clients behind one
+/// address (127.0.0.1) that connect at the same instant all log in: past
+/// `ssh.max_startups_per_ip` (32) they wait their turn instead of being
+/// reset, while an idle flood from 127.0.0.2 is dropped past its 32
+/// handshake places within seconds.
+#[test]
+fn a_fleet_behind_one_address_logs_in_at_once_while_an_idle_flood_is_dropped() {
+    let h = ServerHarness::start();
+    // Eight keys, as agents have their own; each under its share of
+    // connections (`ssh.max_connections_per_principal`).
+    let keys: Vec<_> = (0..8)
+        .map(|i| h.authorized_key(&format!("agent-{i}")))
+        .collect();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ssh_addr = h.ssh_addr;
+    let idle = flood(&rt, vec![loopback(0, 0, 2)], 300, move |from| {
+        idle_ssh(from, ssh_addr, Duration::from_secs(15))
+    });
+    std::thread::sleep(Duration::from_millis(500));
+
+    let fleet: Vec<_> = (0..256)
+        .map(|i| {
+            let started = Instant::now();
+            let child = Command::new("ssh")
+                .args(h.ssh_options(&keys[i % keys.len()]))
+                .args(["git@127.0.0.1", "collab-whoami"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            (started, child)
+        })
+        .collect();
+    let mut failures = Vec::new();
+    let mut times = Vec::new();
+    for (started, child) in fleet {
+        let out = child.wait_with_output().unwrap();
+        times.push(started.elapsed());
+        if !out.status.success() || !String::from_utf8_lossy(&out.stdout).contains("\"principal\"")
+        {
+            failures.push(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+    }
+    if !failures.is_empty() {
+        let metrics = web_support::get(&h, "/metrics").text();
+        let refusals: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with("git_collab_limit_refusals_total"))
+            .collect();
+        panic!(
+            "{} of 256 logins failed, e.g. {:?}\n{refusals:#?}\n{}",
+            failures.len(),
+            failures.first(),
+            h.log()
+        );
+    }
+    times.sort();
+    eprintln!(
+        "256 simultaneous logins from one address: p50 {:?}, p99 {:?}, max {:?}",
+        times[127], times[252], times[255]
+    );
+
+    let idle = rt.block_on(idle).unwrap();
+    // The flood got its 32 handshake places (held until the login grace
+    // time, as before); every other connection of it was dropped within
+    // seconds, before the server said a word.
+    let greeted = idle.iter().filter(|f| !f.first_bytes.is_empty()).count();
+    assert!(
+        greeted <= 32,
+        "{greeted} idle connections got a handshake place"
+    );
+    let dropped = idle
+        .iter()
+        .filter(|f| f.first_bytes.is_empty() && f.closed_within(Duration::from_secs(10)))
+        .count();
+    assert!(
+        dropped >= 300 - 32,
+        "only {dropped} of 300 idle connections dropped"
+    );
+    let metrics = web_support::get(&h, "/metrics").text();
+    assert!(
+        metrics.contains(
+            "git_collab_limit_refusals_total{what=\"ssh_startups\",limit=\"queued_idle\"}"
+        ),
+        "{metrics}"
+    );
+}

@@ -526,6 +526,22 @@ fn an_https_token_is_sent_as_a_header_and_never_shown() {
     }
     // The credential is stored sealed, never as given.
     assert!(!format!("{:?}", list(&h, "down")).contains("s3cret"));
+    // `--credential-stdin` (what the MCP tool sends) is the same, no file named.
+    let again = h.ssh_exec_with_stdin(
+        &format!("collab-repo mirror add down 'http://127.0.0.1:{port}/y.git' --credential-stdin"),
+        b"bob:other-token\n",
+    );
+    assert_eq!(again.code, 0, "{again:?}");
+    assert_eq!(again.json()["mirror"]["credential"], true);
+    let empty = h.ssh_exec_with_stdin(
+        &format!("collab-repo mirror add down 'http://127.0.0.1:{port}/z.git' --credential-stdin"),
+        b"",
+    );
+    assert_eq!(empty.code, 1, "{empty:?}");
+    assert!(
+        empty.stderr.contains("the credential is empty"),
+        "{empty:?}"
+    );
 }
 
 #[test]
