@@ -42,6 +42,9 @@ use view::{Cmd, Ui};
 /// Reads from the client waiting to be handled; past this they are
 /// dropped (a paste flood), so the connection is never stalled by us.
 pub const INPUT_QUEUE: usize = 64;
+/// How long a decision that the key is admitted stands for the live
+/// events pane (the same as `collab-events watch`); an action always asks.
+const ADMISSION_TTL: Duration = Duration::from_secs(5);
 /// Largest screen drawn; a bigger window is drawn at this size.
 const MAX_COLS: u16 = 500;
 const MAX_ROWS: u16 = 200;
@@ -62,7 +65,7 @@ fn size_of(cols: u32, rows: u32) -> Size {
 
 /// Serve the terminal UI on `channel` until the user quits, goes idle,
 /// stops reading, or the server stops.
-pub async fn run(ctx: ExecContext, channel: Channel<Msg>) {
+pub async fn run(mut ctx: ExecContext, channel: Channel<Msg>) {
     let Some(pty) = ctx.env.pty.clone() else {
         let (read, write) = channel.split();
         drop(read);
@@ -120,6 +123,7 @@ pub async fn run(ctx: ExecContext, channel: Channel<Msg>) {
     }
     load(&ctx, &mut ui).await;
     let mut last_key = tokio::time::Instant::now();
+    let mut admitted_at = tokio::time::Instant::now();
     let outcome = loop {
         ui.now = chrono::Utc::now().timestamp();
         if terminal.draw(|f| ui.draw(f)).is_err() {
@@ -131,6 +135,7 @@ pub async fn run(ctx: ExecContext, channel: Channel<Msg>) {
             return;
         }
         let mut cmd = Cmd::None;
+        let mut events_due = false;
         tokio::select! {
             msg = rx.recv() => match msg {
                 Some(ChannelMsg::Data { data }) => {
@@ -158,12 +163,27 @@ pub async fn run(ctx: ExecContext, channel: Channel<Msg>) {
                 if changed.is_err() {
                     break Some("error: the server is shutting down");
                 }
-                seen = data::events_after(&ctx, &mut visibility, seen, &mut ui.events).await;
+                events_due = true;
             }
             _ = tokio::time::sleep_until(last_key + idle) => {
                 break Some("error: closed after ssh.tui_idle_timeout without a key press");
             }
             _ = stopping.clone().wait() => break Some("error: the server is shutting down"),
+        }
+        // A session lasts until it goes idle, so the key's admission (a
+        // line removed from authorized_keys, a revoked certificate, a
+        // governance change) is decided again before each action, as the
+        // next `ssh` command would be, and before live events are shown.
+        if cmd != Cmd::None || (events_due && admitted_at.elapsed() >= ADMISSION_TTL) {
+            if !crate::authz::is_admitted(&ctx.app, &ctx.caller.identity) {
+                break Some("error: this key is no longer admitted");
+            }
+            ctx.caller = crate::authz::caller_for(&ctx.app, ctx.caller.identity.clone());
+            visibility = crate::ssh::watch::Visibility::new(ctx.caller.clone());
+            admitted_at = tokio::time::Instant::now();
+        }
+        if events_due {
+            seen = data::events_after(&ctx, &mut visibility, seen, &mut ui.events).await;
         }
         match cmd {
             Cmd::None => {}

@@ -490,3 +490,38 @@ fn review_a_patch_and_see_the_verbs_refusals() {
         "nothing written: {shown:#}"
     );
 }
+
+/// A session lasts until it goes idle, so a key taken out of
+/// authorized_keys while its session is open is cut at its next action,
+/// as its next `ssh` command would be refused.
+#[test]
+fn a_key_removed_while_its_session_is_open_is_cut_at_the_next_action() {
+    let h = ServerHarness::start();
+    let (user, _) = setup(&h);
+    let tmux = Tmux::start(&h, &user, &[], 80, 24);
+    tmux.wait_for("team/app");
+
+    let blob = common::public_key_line(&user)
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    let keys = std::fs::read_to_string(h.authorized_keys_path()).unwrap();
+    let kept: String = keys
+        .lines()
+        .filter(|l| !l.contains(&blob))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(kept, keys, "the user's line was in authorized_keys");
+    std::fs::write(h.authorized_keys_path(), kept).unwrap();
+    // The server reads the file live: wait until a new login is refused.
+    let start = Instant::now();
+    while h.ssh_exec_as(&user, "collab-whoami", b"").code == 0 {
+        assert!(start.elapsed() < SCREEN_LIMIT, "the removal never took");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("this key is no longer admitted");
+    assert!(!screen.contains("Crash on start"), "{screen}");
+}
