@@ -43,8 +43,19 @@ use std::time::Duration;
 const START_LIMIT: Duration = Duration::from_secs(120);
 
 /// The workspace's root directory (README.md, docs/, nixos/).
+///
+/// Taken from the running test's `CARGO_MANIFEST_DIR` (cargo and nextest
+/// set it to the tested crate, one of `crates/*`), not from this crate's
+/// compile-time one: a build cached from a checkout elsewhere (CI shares
+/// one target directory between clones) would point at that checkout.
 pub fn workspace_root() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let crate_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+        crate_dir.join("../..")
+    })
 }
 
 /// The path of one of the workspace's binaries (`git-collab-server`,

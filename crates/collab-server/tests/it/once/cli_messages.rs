@@ -335,10 +335,16 @@ fn plink_and_the_other_ssh_variants_get_their_own_options() {
         logged.starts_with(&format!("-batch -P {port} ")),
         "{logged}"
     );
-    // Any other name is OpenSSH-compatible; GIT_SSH_VARIANT overrides.
+    // PuTTY has no OpenSSH connection sharing: the CLI never offers it one.
+    assert!(!logged.contains("ControlMaster"), "{logged}");
+    // Any other name is OpenSSH-compatible (and gets connection reuse, so
+    // the command is the last line logged, after `-G`'s probe);
+    // GIT_SSH_VARIANT overrides.
     let (out, logged) = run("ssh-wrapper", None);
     assert!(out.status.success(), "{out:?}");
-    assert!(logged.starts_with(&format!("-p {port} ")), "{logged}");
+    let command = logged.lines().last().unwrap_or_default();
+    assert!(command.contains(&format!("-p {port} git@")), "{logged}");
+    assert!(!logged.contains("-P "), "{logged}");
     let (out, logged) = run("ssh-wrapper", Some("plink"));
     assert!(out.status.success(), "{out:?}");
     assert!(logged.starts_with(&format!("-P {port} ")), "{logged}");
