@@ -23,6 +23,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod mirrors;
 pub mod objects;
+pub mod pack_cache;
 pub mod ops;
 pub mod patch_merge;
 pub mod people;

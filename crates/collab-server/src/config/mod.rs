@@ -145,6 +145,13 @@ pub struct GitConfig {
     pub max_processes: usize,
     pub max_processes_per_principal: usize,
     pub queue_timeout: Duration,
+    /// `uploadpack.packObjectsHook` = the server's pack cache (`pack_cache`).
+    pub pack_cache: bool,
+    /// Bytes.
+    pub pack_cache_max_size: u64,
+    pub pack_cache_max_age: Duration,
+    pub pack_cache_min_occurrences: u64,
+    pub max_concurrent_pack_objects: usize,
 }
 
 /// `leases.*`, in seconds. The defaults keep phase 1's behaviour: no
@@ -297,6 +304,24 @@ impl ServerConfig {
     /// Release artifacts live under the state directory so the volume keeps them.
     pub fn releases_dir(&self) -> PathBuf {
         self.state_dir.join("releases")
+    }
+
+    /// The pack cache (`pack_cache`): rebuilt on demand, never backed up.
+    pub fn pack_cache_dir(&self) -> PathBuf {
+        self.state_dir.join("pack-cache")
+    }
+
+    /// What `git upload-pack`'s pack-objects hook needs to serve `repo`,
+    /// or `None` when the pack cache is off.
+    pub fn pack_cache_settings(&self, repo: &Path) -> Option<crate::pack_cache::Settings> {
+        self.git.pack_cache.then(|| crate::pack_cache::Settings {
+            dir: self.pack_cache_dir(),
+            repo: repo.to_path_buf(),
+            max_size: self.git.pack_cache_max_size,
+            max_age: self.git.pack_cache_max_age,
+            min_occurrences: self.git.pack_cache_min_occurrences,
+            slots: self.git.max_concurrent_pack_objects,
+        })
     }
 
     /// Server-managed git hooks (`core.hooksPath` for every served repo).
