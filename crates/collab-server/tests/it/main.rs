@@ -78,6 +78,7 @@ mod once {
     mod db_migrate;
     mod maintenance;
     mod multi_node;
+    mod pack_cache;
     mod nix_module;
     mod readme_quickstart;
     mod web_browser;
