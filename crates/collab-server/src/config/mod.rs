@@ -468,6 +468,13 @@ pub const OTHER_ENV_VARS: &[&str] = &[
     "GIT_COLLAB_OTHERS_MAY_REVISE",
     "GIT_COLLAB_MAX_BODY",
     "GIT_COLLAB_WEB_URL",
+    // The pack cache hook's context (pack_cache::Settings).
+    "GIT_COLLAB_PACK_CACHE_DIR",
+    "GIT_COLLAB_PACK_CACHE_REPO",
+    "GIT_COLLAB_PACK_CACHE_MAX_SIZE",
+    "GIT_COLLAB_PACK_CACHE_MAX_AGE",
+    "GIT_COLLAB_PACK_CACHE_MIN_OCCURRENCES",
+    "GIT_COLLAB_PACK_CACHE_SLOTS",
     // `environment="GIT_COLLAB_ROLE=admin"` in authorized_keys.
     "GIT_COLLAB_ROLE",
     // Tests, benchmarks and CI.
