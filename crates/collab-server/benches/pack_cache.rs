@@ -38,16 +38,27 @@ fn ticks_per_sec() -> f64 {
 /// The server's CPU seconds so far, its own and its reaped children's.
 fn server_cpu(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
     // After the comm: state ppid ... utime(14) stime(15) cutime(16) cstime(17),
     // 1-based over the whole line, so 11..=14 here.
-    let sum: f64 = fields[11..=14].iter().map(|f| f.parse::<f64>().unwrap()).sum();
+    let sum: f64 = fields[11..=14]
+        .iter()
+        .map(|f| f.parse::<f64>().unwrap())
+        .sum();
     sum / ticks_per_sec()
 }
 
 fn server(cache: bool) -> ServerHarness {
     let env = [
-        ("GIT_COLLAB_GIT__PACK_CACHE", if cache { "true" } else { "false" }),
+        (
+            "GIT_COLLAB_GIT__PACK_CACHE",
+            if cache { "true" } else { "false" },
+        ),
         ("GIT_COLLAB_GIT__MAX_PROCESSES", "256"),
         ("GIT_COLLAB_GIT__MAX_PROCESSES_PER_PRINCIPAL", "256"),
         ("GIT_COLLAB_GIT__QUEUE_TIMEOUT", "10m"),
@@ -55,7 +66,10 @@ fn server(cache: bool) -> ServerHarness {
         ("GIT_COLLAB_HTTP__MAX_CONNECTIONS_PER_IP", "256"),
     ];
     ServerHarness::start_with(HarnessOptions {
-        env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         ..Default::default()
     })
 }
@@ -80,7 +94,12 @@ fn make_source(h: &ServerHarness, mb: usize) -> PathBuf {
         }
         std::fs::write(src.join(format!("blob{i:03}.bin")), blob).unwrap();
         let text: String = (0..8_000)
-            .map(|l| format!("{i}:{l} the quick brown fox {} jumps\n", seed.wrapping_mul(l)))
+            .map(|l| {
+                format!(
+                    "{i}:{l} the quick brown fox {} jumps\n",
+                    seed.wrapping_mul(l)
+                )
+            })
             .collect();
         std::fs::write(src.join(format!("text{i:03}.txt")), text).unwrap();
         if i % 4 == 3 || i + 1 == per {
@@ -172,9 +191,7 @@ fn main() {
                 let p50 = percentile(walls.clone(), 0.5);
                 let p99 = percentile(walls, 0.99);
                 let (cpu1, wall1) = *base.get_or_insert((cpu, p50));
-                eprintln!(
-                    "cache={cache} {transport} n={n}: cpu {cpu:.2}s p50 {p50:?} p99 {p99:?}"
-                );
+                eprintln!("cache={cache} {transport} n={n}: cpu {cpu:.2}s p50 {p50:?} p99 {p99:?}");
                 rows.push(format!(
                     "| {} | {transport} | {n} | {cpu:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
                     if cache { "on" } else { "off" },

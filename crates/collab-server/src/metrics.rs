@@ -45,16 +45,59 @@ pub fn pack_cache_stats() -> crate::pack_cache::Stats {
 fn render_pack_cache(out: &mut String) {
     let s = pack_cache_stats();
     for (name, kind, help, value) in [
-        ("git_collab_pack_cache_hits_total", "counter", "upload-pack requests served from the pack cache or a concurrent producer.", s.hits as i64),
-        ("git_collab_pack_cache_misses_total", "counter", "upload-pack requests that ran pack-objects.", s.misses as i64),
-        ("git_collab_pack_cache_bytes_served_total", "counter", "Pack bytes served from the pack cache or a concurrent producer.", s.bytes_from_cache as i64),
-        ("git_collab_pack_objects_runs_total", "counter", "git pack-objects runs started by the pack cache hook.", s.pack_objects as i64),
-        ("git_collab_pack_cache_corrupt_total", "counter", "Cached packs that failed their checksum and were regenerated.", s.corrupt as i64),
-        ("git_collab_pack_cache_evicted_total", "counter", "Cached packs removed to stay under git.pack_cache_max_size.", s.evicted as i64),
-        ("git_collab_pack_cache_producers", "gauge", "pack-objects runs producing a shared pack now.", s.producers),
-        ("git_collab_pack_objects_queued", "gauge", "upload-pack requests waiting for a pack-objects slot now.", s.queued),
+        (
+            "git_collab_pack_cache_hits_total",
+            "counter",
+            "upload-pack requests served from the pack cache or a concurrent producer.",
+            s.hits as i64,
+        ),
+        (
+            "git_collab_pack_cache_misses_total",
+            "counter",
+            "upload-pack requests that ran pack-objects.",
+            s.misses as i64,
+        ),
+        (
+            "git_collab_pack_cache_bytes_served_total",
+            "counter",
+            "Pack bytes served from the pack cache or a concurrent producer.",
+            s.bytes_from_cache as i64,
+        ),
+        (
+            "git_collab_pack_objects_runs_total",
+            "counter",
+            "git pack-objects runs started by the pack cache hook.",
+            s.pack_objects as i64,
+        ),
+        (
+            "git_collab_pack_cache_corrupt_total",
+            "counter",
+            "Cached packs that failed their checksum and were regenerated.",
+            s.corrupt as i64,
+        ),
+        (
+            "git_collab_pack_cache_evicted_total",
+            "counter",
+            "Cached packs removed to stay under git.pack_cache_max_size.",
+            s.evicted as i64,
+        ),
+        (
+            "git_collab_pack_cache_producers",
+            "gauge",
+            "pack-objects runs producing a shared pack now.",
+            s.producers,
+        ),
+        (
+            "git_collab_pack_objects_queued",
+            "gauge",
+            "upload-pack requests waiting for a pack-objects slot now.",
+            s.queued,
+        ),
     ] {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
     }
 }
 

@@ -120,7 +120,8 @@ pub fn run(argv: &[String]) -> ExitCode {
 
 fn run_inner(argv: &[String]) -> io::Result<ExitCode> {
     // `git [--shallow-file ''] pack-objects <args>`.
-    if argv.first().map(String::as_str) != Some("git") || !argv.iter().any(|a| a == "pack-objects") {
+    if argv.first().map(String::as_str) != Some("git") || !argv.iter().any(|a| a == "pack-objects")
+    {
         return Err(io::Error::other("expected `git pack-objects …`"));
     }
     let settings = Settings::from_env();
@@ -173,7 +174,10 @@ fn pack_objects(argv: &[String]) -> Command {
 
 fn exit_of(status: std::process::ExitStatus) -> io::Result<ExitCode> {
     Ok(ExitCode::from(
-        status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1),
+        status
+            .code()
+            .and_then(|c| u8::try_from(c).ok())
+            .unwrap_or(1),
     ))
 }
 
@@ -272,7 +276,12 @@ impl Cache<'_> {
     }
 
     /// Run `pack-objects` as git would (within a slot), no caching.
-    fn direct(&self, argv: &[String], request: &[u8], out: &mut impl Write) -> io::Result<ExitCode> {
+    fn direct(
+        &self,
+        argv: &[String],
+        request: &[u8],
+        out: &mut impl Write,
+    ) -> io::Result<ExitCode> {
         let _slot = self.slot()?;
         stat("pack_objects", 1);
         let mut child = pack_objects(argv).stdin(Stdio::piped()).spawn()?;
@@ -295,7 +304,10 @@ impl Cache<'_> {
         election: File,
     ) -> io::Result<ExitCode> {
         let tmp = self.path("tmp");
-        let fresh = self.settings.dir.join(format!("{}.{}.new", self.key, std::process::id()));
+        let fresh = self
+            .settings
+            .dir
+            .join(format!("{}.{}.new", self.key, std::process::id()));
         let mut file = File::create(&fresh)?;
         flock::lock(&file, Mode::Exclusive, true)?;
         std::fs::rename(&fresh, &tmp)?;
@@ -363,6 +375,18 @@ impl Cache<'_> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Followed::Retry),
             Err(e) => return Err(e),
         };
+        // Nobody producing into this file: it is finished, or a dead
+        // producer's leftover. Check it whole before sending a byte.
+        if flock::lock(&file, Mode::Shared, false)? {
+            let Some(len) = verify(&mut file)? else {
+                return Ok(Followed::Retry);
+            };
+            file.seek(SeekFrom::Start(0))?;
+            io::copy(&mut (&mut file).take(len), out)?;
+            out.flush()?;
+            stat("bytes_from_cache", len);
+            return Ok(Followed::Done);
+        }
         stat("followers", 1);
         let mut hash = Sha256::new();
         let mut sent = 0u64;
@@ -557,14 +581,14 @@ pub fn evict(settings: &Settings, keep: Option<&Path>) -> io::Result<()> {
             }
             // Occurrence counts and leftovers of dead producers: old ones
             // only (a live producer holds its files open and locked).
-            "seen" | "lock" | "tmp" | "new" => {
-                if age_of(&meta) > settings.max_age.max(Duration::from_secs(60)) {
-                    let unheld = File::open(&path)
-                        .and_then(|f| flock::lock(&f, Mode::Exclusive, false))
-                        .unwrap_or(false);
-                    if unheld || ext == "seen" {
-                        let _ = std::fs::remove_file(&path);
-                    }
+            "seen" | "lock" | "tmp" | "new"
+                if age_of(&meta) > settings.max_age.max(Duration::from_secs(60)) =>
+            {
+                let unheld = File::open(&path)
+                    .and_then(|f| flock::lock(&f, Mode::Exclusive, false))
+                    .unwrap_or(false);
+                if unheld || ext == "seen" {
+                    let _ = std::fs::remove_file(&path);
                 }
             }
             _ => {}
@@ -652,7 +676,10 @@ impl StatsReader {
         };
         for e in dir.flatten() {
             let path = e.path();
-            let Some(pid) = path.file_name().and_then(|n| n.to_str()?.parse::<i32>().ok()) else {
+            let Some(pid) = path
+                .file_name()
+                .and_then(|n| n.to_str()?.parse::<i32>().ok())
+            else {
                 continue;
             };
             let Ok(text) = std::fs::read_to_string(&path) else {
@@ -706,10 +733,26 @@ mod tests {
     #[test]
     fn the_key_separates_repositories_arguments_and_requests() {
         let a = key(Path::new("/r/a.git"), &["--revs".into()], b"want1\n");
-        assert_eq!(a, key(Path::new("/r/a.git"), &["--revs".into()], b"want1\n"));
-        assert_ne!(a, key(Path::new("/r/b.git"), &["--revs".into()], b"want1\n"));
-        assert_ne!(a, key(Path::new("/r/a.git"), &["--revs".into(), "--filter=blob:none".into()], b"want1\n"));
-        assert_ne!(a, key(Path::new("/r/a.git"), &["--revs".into()], b"want2\n"));
+        assert_eq!(
+            a,
+            key(Path::new("/r/a.git"), &["--revs".into()], b"want1\n")
+        );
+        assert_ne!(
+            a,
+            key(Path::new("/r/b.git"), &["--revs".into()], b"want1\n")
+        );
+        assert_ne!(
+            a,
+            key(
+                Path::new("/r/a.git"),
+                &["--revs".into(), "--filter=blob:none".into()],
+                b"want1\n"
+            )
+        );
+        assert_ne!(
+            a,
+            key(Path::new("/r/a.git"), &["--revs".into()], b"want2\n")
+        );
         // Field boundaries count: moving bytes between fields changes it.
         assert_ne!(
             key(Path::new("/r/a"), &["b".into()], b""),
@@ -728,7 +771,10 @@ mod tests {
         bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
         bytes.extend_from_slice(&Sha256::digest(&body));
         std::fs::write(&path, &bytes).unwrap();
-        assert_eq!(verify(&mut File::open(&path).unwrap()).unwrap(), Some(body.len() as u64));
+        assert_eq!(
+            verify(&mut File::open(&path).unwrap()).unwrap(),
+            Some(body.len() as u64)
+        );
         let mut flipped = bytes.clone();
         flipped[2] ^= 1;
         std::fs::write(&path, &flipped).unwrap();

@@ -78,8 +78,8 @@ mod once {
     mod db_migrate;
     mod maintenance;
     mod multi_node;
-    mod pack_cache;
     mod nix_module;
+    mod pack_cache;
     mod readme_quickstart;
     mod web_browser;
 }

@@ -56,7 +56,12 @@ fn seed(h: &ServerHarness, name: &str, mb: usize) -> String {
             .map(|i| format!("line {i} of commit {c}: some text to compress\n"))
             .collect();
         h.commit_file(&clone, &format!("text{c}.txt"), text.as_bytes(), "text");
-        h.commit_file(&clone, &format!("blob{c}.bin"), &noise(mb * 64 * 1024), "binary");
+        h.commit_file(
+            &clone,
+            &format!("blob{c}.bin"),
+            &noise(mb * 64 * 1024),
+            "binary",
+        );
     }
     h.ssh_push(&clone, &["HEAD:main"]);
     h.rev_parse(&clone, "HEAD")
@@ -126,7 +131,10 @@ fn concurrent_identical_clones_share_one_pack_objects_over_ssh_and_http() {
         check_clone(&h, &dest, &head);
     }
     let http_runs = metric(&h, "git_collab_pack_objects_runs_total") - before;
-    assert!(http_runs <= 1, "3 identical HTTP clones ran pack-objects {http_runs} times");
+    assert!(
+        http_runs <= 1,
+        "3 identical HTTP clones ran pack-objects {http_runs} times"
+    );
 }
 
 #[test]
@@ -145,10 +153,16 @@ fn a_client_killed_mid_stream_does_not_break_the_others() {
     let cache = h.state_dir().join("pack-cache");
     let start = Instant::now();
     while !std::fs::read_dir(&cache)
-        .map(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "tmp")))
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.path().extension().is_some_and(|x| x == "tmp"))
+        })
         .unwrap_or(false)
     {
-        assert!(start.elapsed() < Duration::from_secs(60), "no producer started");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no producer started"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let others: Vec<_> = (0..3)
@@ -180,8 +194,12 @@ fn a_force_push_between_identical_looking_requests_serves_the_new_objects() {
     h.git(&a, &["push", "-q", "-f", "origin", "HEAD:main"]);
     let b = h.clone_repo("app", "b");
     check_clone(&h, &b, &new);
-    assert!(!h.git_as(&h.ssh_client_key(), &b, &["cat-file", "-e", &old]).status.success(),
-        "the old, force-pushed-away commit reached a new clone");
+    assert!(
+        !h.git_as(&h.ssh_client_key(), &b, &["cat-file", "-e", &old])
+            .status
+            .success(),
+        "the old, force-pushed-away commit reached a new clone"
+    );
 }
 
 #[test]
@@ -191,7 +209,10 @@ fn a_private_repositorys_pack_never_serves_a_public_one() {
     let head = seed(&h, "secret", 1);
     let seed_clone = h.temp_dir().join("secret-seed");
     h.create_repo("open");
-    h.git(&seed_clone, &["push", "-q", &h.repo_url("open"), "HEAD:main"]);
+    h.git(
+        &seed_clone,
+        &["push", "-q", &h.repo_url("open"), "HEAD:main"],
+    );
     web_support::make_public(&h, "open");
 
     let mine = h.clone_repo("secret", "mine");
@@ -203,9 +224,14 @@ fn a_private_repositorys_pack_never_serves_a_public_one() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     check_clone(&h, &open, &head);
-    let out = clone_cmd(&h, &format!("{}/secret.git", h.http_url()), &h.temp_dir().join("anon-secret"), &[])
-        .output()
-        .unwrap();
+    let out = clone_cmd(
+        &h,
+        &format!("{}/secret.git", h.http_url()),
+        &h.temp_dir().join("anon-secret"),
+        &[],
+    )
+    .output()
+    .unwrap();
     assert!(!out.status.success());
     // Byte-identical requests, two repositories: two entries, never one.
     assert_eq!(cache_entries(&h).len(), 2, "{:?}", cache_entries(&h));
@@ -240,7 +266,11 @@ fn the_size_limit_holds_and_a_corrupted_entry_is_regenerated() {
         let c = small.clone_repo("app", &format!("s{i}"));
         check_clone(&small, &c, &head);
     }
-    assert!(cache_entries(&small).is_empty(), "{:?}", cache_entries(&small));
+    assert!(
+        cache_entries(&small).is_empty(),
+        "{:?}",
+        cache_entries(&small)
+    );
 }
 
 #[test]
@@ -272,7 +302,10 @@ fn shallow_and_partial_clones_are_correct_and_cached_apart() {
         }
     }
     // The same shapes again: all from the cache.
-    assert_eq!(metric(&h, "git_collab_pack_objects_runs_total"), runs_after_first);
+    assert_eq!(
+        metric(&h, "git_collab_pack_objects_runs_total"),
+        runs_after_first
+    );
     // A full clone is another request: its own run, its own entry.
     let full = h.clone_repo("app", "full");
     check_clone(&h, &full, &head);
