@@ -315,3 +315,42 @@ fn shallow_and_partial_clones_are_correct_and_cached_apart() {
     );
     assert!(cache_entries(&h).len() >= 3, "{:?}", cache_entries(&h));
 }
+
+#[test]
+fn pack_objects_wait_their_turn_for_a_slot_with_progress_shown() {
+    let h = server(&[EAGER, ("GIT_COLLAB_GIT__MAX_CONCURRENT_PACK_OBJECTS", "1")]);
+    let head = seed(&h, "app", 1);
+    // Hold the only slot from outside, as a running pack-objects would.
+    let slots = h.state_dir().join("pack-cache/slots");
+    std::fs::create_dir_all(&slots).unwrap();
+    let holder = std::fs::File::create(slots.join("0")).unwrap();
+    assert!(
+        collab_server::flock::lock(&holder, collab_server::flock::Mode::Exclusive, false).unwrap()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let dest = h.temp_dir().join("queued");
+    let mut cmd = h.git_command(&h.ssh_client_key(), h.temp_dir());
+    cmd.args(["clone", "--progress", &h.repo_url("app")])
+        .arg(&dest)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let client = cmd.spawn().unwrap();
+    // It waits (not refused), and the queue gauge shows it.
+    let start = Instant::now();
+    while metric(&h, "git_collab_pack_objects_queued") < 1 {
+        assert!(start.elapsed() < Duration::from_secs(30), "never queued");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!dest.join("README").exists());
+    drop(holder);
+    let out = client.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("waiting for a pack-objects slot"),
+        "{stderr}"
+    );
+    check_clone(&h, &dest, &head);
+    assert_eq!(metric(&h, "git_collab_pack_objects_queued"), 0);
+}
