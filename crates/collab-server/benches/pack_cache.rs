@@ -85,7 +85,7 @@ fn make_source(h: &ServerHarness, mb: usize) -> PathBuf {
     let mut seed = 0x2545f4914f6cdd1du64;
     let per = mb.max(2) / 2;
     for i in 0..per {
-        let mut blob = vec![0u8; 512 * 1024];
+        let mut blob = vec![0u8; 1024 * 1024];
         for chunk in blob.chunks_mut(8) {
             seed ^= seed << 13;
             seed ^= seed >> 7;
@@ -93,7 +93,7 @@ fn make_source(h: &ServerHarness, mb: usize) -> PathBuf {
             chunk.copy_from_slice(&seed.to_le_bytes()[..chunk.len()]);
         }
         std::fs::write(src.join(format!("blob{i:03}.bin")), blob).unwrap();
-        let text: String = (0..8_000)
+        let text: String = (0..24_000)
             .map(|l| {
                 format!(
                     "{i}:{l} the quick brown fox {} jumps\n",
@@ -210,7 +210,7 @@ fn main() {
         .unwrap_or_default();
     let section = format!(
         "## Clone storms (pack cache)\n\n\
-         `cargo bench --bench pack_cache`, {git_version}, {} CPUs ({}), load average {load} at start. \
+         `cargo bench --bench pack_cache`{}, {git_version}, {} CPUs ({}), load average {load} at start. \
          One repository: 3000 commits of history plus {mb} MiB of files (half random binary, half text) \
          in a few commits, {:.1} MiB on disk. N identical `git clone --no-checkout` at once over \
          SSH and smart HTTP; the cache's entries are removed before each storm (cold start, default \
@@ -219,6 +219,11 @@ fn main() {
          the same mode and transport, the p99 ratio against that storm's wall time.\n\n\
          | cache | transport | N | server CPU s | CPU vs 1 | p50 s | p99 s | p99 vs 1 |\n\
          |---|---|---:|---:|---:|---:|---:|---:|\n{}\n",
+        if cfg!(debug_assertions) {
+            " (run with `--profile dev`: a debug build of the server; git is the system's)"
+        } else {
+            ""
+        },
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         support::cpu_name(),
         size as f64 / 1048576.0,
