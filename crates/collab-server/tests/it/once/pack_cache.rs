@@ -354,3 +354,36 @@ fn pack_objects_wait_their_turn_for_a_slot_with_progress_shown() {
     check_clone(&h, &dest, &head);
     assert_eq!(metric(&h, "git_collab_pack_objects_queued"), 0);
 }
+
+#[test]
+fn fetches_after_a_push_share_one_pack() {
+    let h = server(&[EAGER]);
+    seed(&h, "app", 1);
+    let agents: Vec<PathBuf> = (0..6)
+        .map(|i| h.clone_repo("app", &format!("agent{i}")))
+        .collect();
+    let pusher = h.clone_repo("app", "pusher");
+    let new = h.commit_file(&pusher, "merged.txt", b"merged\n", "a merge");
+    h.ssh_push(&pusher, &["HEAD:main"]);
+    let before = metric(&h, "git_collab_pack_objects_runs_total");
+    let fetches: Vec<_> = agents
+        .iter()
+        .map(|dir| {
+            h.git_command(&h.ssh_client_key(), dir)
+                .args(["fetch", "-q", "origin"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for f in fetches {
+        let out = f.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    for dir in &agents {
+        assert_eq!(h.rev_parse(dir, "origin/main"), new);
+        let fsck = h.git(dir, &["fsck", "--no-progress"]);
+        assert!(fsck.status.success());
+    }
+    // Same haves, same wants: one pack-objects for all of them.
+    assert_eq!(metric(&h, "git_collab_pack_objects_runs_total") - before, 1);
+}
