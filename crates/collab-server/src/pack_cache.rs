@@ -244,6 +244,11 @@ impl Cache<'_> {
             .create(true)
             .append(true)
             .open(self.path("seen"))?;
+        // Counting stops at the threshold: the file stays tiny.
+        let so_far = seen.metadata()?.len();
+        if so_far >= self.settings.min_occurrences {
+            return Ok(so_far);
+        }
         seen.write_all(b".")?;
         Ok(seen.metadata()?.len())
     }
@@ -781,5 +786,36 @@ mod tests {
         assert_eq!(verify(&mut File::open(&path).unwrap()).unwrap(), None);
         std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
         assert_eq!(verify(&mut File::open(&path).unwrap()).unwrap(), None);
+    }
+
+    #[test]
+    fn eviction_keeps_the_total_under_the_limit_least_recently_used_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let settings = Settings {
+            dir: tmp.path().to_path_buf(),
+            repo: PathBuf::new(),
+            max_size: 250,
+            max_age: Duration::from_secs(3600),
+            min_occurrences: 1,
+            slots: 1,
+        };
+        let now = SystemTime::now();
+        for (name, ago) in [("old", 30), ("mid", 20), ("new", 10)] {
+            let path = tmp.path().join(format!("{name}.pack"));
+            std::fs::write(&path, [0u8; 100]).unwrap();
+            File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(now - Duration::from_secs(ago))
+                .unwrap();
+        }
+        evict(&settings, None).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["mid.pack", "new.pack"]);
     }
 }

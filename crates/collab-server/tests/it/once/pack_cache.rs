@@ -387,3 +387,19 @@ fn fetches_after_a_push_share_one_pack() {
     // Same haves, same wants: one pack-objects for all of them.
     assert_eq!(metric(&h, "git_collab_pack_objects_runs_total") - before, 1);
 }
+
+#[test]
+fn a_one_off_request_is_not_cached_by_default() {
+    let h = server(&[]);
+    let head = seed(&h, "app", 1);
+    let first = h.clone_repo("app", "first");
+    check_clone(&h, &first, &head);
+    assert!(cache_entries(&h).is_empty(), "{:?}", cache_entries(&h));
+    // The second time (git.pack_cache_min_occurrences = 2) it is kept.
+    let second = h.clone_repo("app", "second");
+    check_clone(&h, &second, &head);
+    assert_eq!(cache_entries(&h).len(), 1);
+    let third = h.clone_repo("app", "third");
+    check_clone(&h, &third, &head);
+    assert_eq!(metric(&h, "git_collab_pack_objects_runs_total"), 2);
+}
