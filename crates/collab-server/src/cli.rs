@@ -116,6 +116,13 @@ enum Command {
     /// Internal: the server's git hooks run this (`hook pre-receive`).
     #[command(hide = true)]
     Hook { name: String },
+    /// Internal: `git upload-pack` runs this instead of `git pack-objects`
+    /// (`uploadpack.packObjectsHook`, the pack cache).
+    #[command(hide = true)]
+    PackObjectsHook {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        argv: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -169,6 +176,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // Hooks run inside `git receive-pack` and need no configuration.
     if let Command::Hook { name } = &cli.command {
         return Ok(ExitCode::from(hooks::run(name)));
+    }
+    if let Command::PackObjectsHook { argv } = &cli.command {
+        return Ok(crate::pack_cache::run(argv));
     }
     let loaded = config::load(&cli.flags)?;
     logging::init(&loaded.config.log)?;
@@ -242,7 +252,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             signing_key.as_deref(),
             json,
         )?,
-        Command::Hook { .. } => unreachable!("handled above"),
+        Command::Hook { .. } | Command::PackObjectsHook { .. } => {
+            unreachable!("handled above")
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod mirrors;
 pub mod objects;
 pub mod ops;
+pub mod pack_cache;
 pub mod patch_merge;
 pub mod people;
 pub mod releases;

@@ -23,8 +23,83 @@ static SSH_IDLE_CLOSED: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap
 static WEBHOOK_DELIVERIES: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
 static WEBHOOK_QUEUE_DEPTH: AtomicU64 = AtomicU64::new(0);
 static WEBHOOK_OLDEST_AGE: AtomicU64 = AtomicU64::new(0);
+static PACK_CACHE_DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+static PACK_CACHE_STATS: Mutex<Option<crate::pack_cache::StatsReader>> = Mutex::new(None);
 static MIRROR_SYNCS: Mutex<BTreeMap<(&'static str, &'static str), u64>> =
     Mutex::new(BTreeMap::new());
+
+/// Where the pack cache's hooks leave their counters (set once at start).
+pub fn set_pack_cache_dir(dir: std::path::PathBuf) {
+    let _ = PACK_CACHE_DIR.set(dir);
+}
+
+/// The pack cache's counters now (zero when it is off).
+pub fn pack_cache_stats() -> crate::pack_cache::Stats {
+    let Some(dir) = PACK_CACHE_DIR.get() else {
+        return crate::pack_cache::Stats::default();
+    };
+    let mut reader = PACK_CACHE_STATS.lock().unwrap_or_else(|e| e.into_inner());
+    reader.get_or_insert_with(Default::default).read(dir)
+}
+
+fn render_pack_cache(out: &mut String) {
+    let s = pack_cache_stats();
+    for (name, kind, help, value) in [
+        (
+            "git_collab_pack_cache_hits_total",
+            "counter",
+            "upload-pack requests served from the pack cache or a concurrent producer.",
+            s.hits as i64,
+        ),
+        (
+            "git_collab_pack_cache_misses_total",
+            "counter",
+            "upload-pack requests that ran pack-objects.",
+            s.misses as i64,
+        ),
+        (
+            "git_collab_pack_cache_bytes_served_total",
+            "counter",
+            "Pack bytes served from the pack cache or a concurrent producer.",
+            s.bytes_from_cache as i64,
+        ),
+        (
+            "git_collab_pack_objects_runs_total",
+            "counter",
+            "git pack-objects runs started by the pack cache hook.",
+            s.pack_objects as i64,
+        ),
+        (
+            "git_collab_pack_cache_corrupt_total",
+            "counter",
+            "Cached packs that failed their checksum and were regenerated.",
+            s.corrupt as i64,
+        ),
+        (
+            "git_collab_pack_cache_evicted_total",
+            "counter",
+            "Cached packs removed to stay under git.pack_cache_max_size.",
+            s.evicted as i64,
+        ),
+        (
+            "git_collab_pack_cache_producers",
+            "gauge",
+            "pack-objects runs producing a shared pack now.",
+            s.producers,
+        ),
+        (
+            "git_collab_pack_objects_queued",
+            "gauge",
+            "upload-pack requests waiting for a pack-objects slot now.",
+            s.queued,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    }
+}
 
 /// A mirror sync on this node ended: `direction` `pull`/`push`, `outcome`
 /// `ok`/`error`.
@@ -232,6 +307,7 @@ pub fn render() -> String {
         );
     }
     render_maintenance(&mut out);
+    render_pack_cache(&mut out);
     out
 }
 

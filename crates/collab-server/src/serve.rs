@@ -140,6 +140,12 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     crate::events::spawn_background(&app);
     crate::webhooks::spawn(app.clone());
     tokio::spawn(app.mirrors.clone().run(app.stopping.clone()));
+    if let Some(settings) = app.config.pack_cache_settings(std::path::Path::new("")) {
+        tokio::spawn(crate::maintenance::pack_cache::run(
+            settings,
+            app.stopping.clone(),
+        ));
+    }
     tokio::spawn(crate::maintenance::sweep::run(
         app.config.repos_dir.clone(),
         app.stopping.clone(),

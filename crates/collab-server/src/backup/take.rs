@@ -262,6 +262,8 @@ fn write(
             &config.repos_dir,
             &config.releases_dir(),
             &config.hooks_dir(),
+            // Rebuilt on demand; a restored server starts with it empty.
+            &config.pack_cache_dir(),
             &config.ssh.host_key,
             &config.ssh.authorized_keys,
             &to.to_path_buf(),

@@ -145,6 +145,13 @@ pub struct GitConfig {
     pub max_processes: usize,
     pub max_processes_per_principal: usize,
     pub queue_timeout: Duration,
+    /// `uploadpack.packObjectsHook` = the server's pack cache (`pack_cache`).
+    pub pack_cache: bool,
+    /// Bytes.
+    pub pack_cache_max_size: u64,
+    pub pack_cache_max_age: Duration,
+    pub pack_cache_min_occurrences: u64,
+    pub max_concurrent_pack_objects: usize,
 }
 
 /// `leases.*`, in seconds. The defaults keep phase 1's behaviour: no
@@ -299,6 +306,24 @@ impl ServerConfig {
         self.state_dir.join("releases")
     }
 
+    /// The pack cache (`pack_cache`): rebuilt on demand, never backed up.
+    pub fn pack_cache_dir(&self) -> PathBuf {
+        self.state_dir.join("pack-cache")
+    }
+
+    /// What `git upload-pack`'s pack-objects hook needs to serve `repo`,
+    /// or `None` when the pack cache is off.
+    pub fn pack_cache_settings(&self, repo: &Path) -> Option<crate::pack_cache::Settings> {
+        self.git.pack_cache.then(|| crate::pack_cache::Settings {
+            dir: self.pack_cache_dir(),
+            repo: repo.to_path_buf(),
+            max_size: self.git.pack_cache_max_size,
+            max_age: self.git.pack_cache_max_age,
+            min_occurrences: self.git.pack_cache_min_occurrences,
+            slots: self.git.max_concurrent_pack_objects,
+        })
+    }
+
     /// Server-managed git hooks (`core.hooksPath` for every served repo).
     pub fn hooks_dir(&self) -> PathBuf {
         self.state_dir.join("hooks")
@@ -443,6 +468,13 @@ pub const OTHER_ENV_VARS: &[&str] = &[
     "GIT_COLLAB_OTHERS_MAY_REVISE",
     "GIT_COLLAB_MAX_BODY",
     "GIT_COLLAB_WEB_URL",
+    // The pack cache hook's context (pack_cache::Settings).
+    "GIT_COLLAB_PACK_CACHE_DIR",
+    "GIT_COLLAB_PACK_CACHE_REPO",
+    "GIT_COLLAB_PACK_CACHE_MAX_SIZE",
+    "GIT_COLLAB_PACK_CACHE_MAX_AGE",
+    "GIT_COLLAB_PACK_CACHE_MIN_OCCURRENCES",
+    "GIT_COLLAB_PACK_CACHE_SLOTS",
     // `environment="GIT_COLLAB_ROLE=admin"` in authorized_keys.
     "GIT_COLLAB_ROLE",
     // Tests, benchmarks and CI.

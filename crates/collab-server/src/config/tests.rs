@@ -93,6 +93,11 @@ http.max_file_shown                1048576 (1 MiB)                           def
 git.max_processes                  32                                        default
 git.max_processes_per_principal    8                                         default
 git.queue_timeout                  30s                                       default
+git.pack_cache                     true                                      default
+git.pack_cache_max_size            1073741824 (1 GiB)                        default
+git.pack_cache_max_age             5m                                        default
+git.pack_cache_min_occurrences     2                                         default
+git.max_concurrent_pack_objects    4                                         default
 log.level                          info                                      default
 log.format                         text                                      default
 events.retention_days              30                                        default

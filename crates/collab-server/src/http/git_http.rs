@@ -96,12 +96,23 @@ fn git_protocol(headers: &HeaderMap) -> Option<String> {
 /// `git upload-pack --stateless-rpc [extra] <dir>` with a clean
 /// environment.
 fn upload_pack(entry: &RepoEntry, headers: &HeaderMap, advertise: bool) -> Command {
+    upload_pack_with(entry, headers, advertise, &[])
+}
+
+/// [`upload_pack`] with more git options before the subcommand.
+fn upload_pack_with(
+    entry: &RepoEntry,
+    headers: &HeaderMap,
+    advertise: bool,
+    options: &[&str],
+) -> Command {
     let mut cmd = Command::new("git");
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("GIT_") {
             cmd.env_remove(&key);
         }
     }
+    cmd.args(options);
     cmd.args([
         "-c",
         "uploadpack.allowFilter=true",
@@ -310,7 +321,16 @@ pub async fn upload_pack_post(
         Ok(slot) => slot,
         Err(busy) => return busy,
     };
-    let mut child = match upload_pack(&entry, &headers, false).spawn() {
+    let mut cmd = upload_pack(&entry, &headers, false);
+    // The same pack cache as SSH's (`visible` authorized the reader).
+    if let Some(settings) = app.config.pack_cache_settings(&entry.path) {
+        if let Some(hook) = crate::pack_cache::hook_config() {
+            // `-c` must come before the subcommand: rebuild the front.
+            cmd = upload_pack_with(&entry, &headers, false, &["-c", &hook]);
+            cmd.envs(settings.to_env());
+        }
+    }
+    let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
             tracing::error!("cannot run git upload-pack: {e}");

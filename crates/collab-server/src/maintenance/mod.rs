@@ -7,7 +7,9 @@
 //! - `quarantine`: the leftovers of killed pushes, and `sweep`, which
 //!   removes them in every repository at start and every 15 minutes (a
 //!   killed push counts as no push, so no run follows it);
-//! - `git`: how the server runs git on its own repositories.
+//! - `git`: how the server runs git on its own repositories;
+//! - `pack_cache`: trims the pack cache (`crate::pack_cache`) and reports
+//!   its counters.
 //!
 //! This module decides *when* and *how many*: a run is triggered after
 //! `maintenance.after_pushes` pushes to a repository (counted by `ssh/git.rs`
@@ -23,6 +25,7 @@
 
 pub mod git;
 pub mod lock;
+pub mod pack_cache;
 pub mod quarantine;
 pub mod run;
 pub mod sweep;

@@ -214,6 +214,15 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
     match service {
         GitService::UploadPack => {
             cmd.args(["-c", "uploadpack.allowFilter=true"]);
+            // The pack cache (after authorization: the caller may read this
+            // repository). Only on the command line: git ignores the key in
+            // a repository's own config.
+            if let Some(settings) = ctx.app.config.pack_cache_settings(&entry.path) {
+                if let Some(hook) = crate::pack_cache::hook_config() {
+                    cmd.arg("-c").arg(hook);
+                    cmd.envs(settings.to_env());
+                }
+            }
         }
         GitService::UploadArchive => {}
         GitService::ReceivePack => {

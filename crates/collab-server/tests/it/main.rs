@@ -79,6 +79,7 @@ mod once {
     mod maintenance;
     mod multi_node;
     mod nix_module;
+    mod pack_cache;
     mod readme_quickstart;
     mod web_browser;
 }

@@ -1,0 +1,405 @@
+//! The pack cache (issue 29) with the real server, `git` over `ssh` and
+//! smart HTTP: identical concurrent clones share one `pack-objects` run
+//! (counted through the server's own metric), a killed client does not
+//! break the others, a force-push never serves stale objects, packs never
+//! cross repositories, the size limit holds, a corrupted entry is
+//! regenerated, and shallow and partial clones stay correct.
+//! Runs once: the cache keeps nothing in the collab database.
+
+use collab_testkit as common;
+use collab_testkit::web as web_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{HarnessOptions, ServerHarness};
+
+fn server(env: &[(&str, &str)]) -> ServerHarness {
+    ServerHarness::start_with(HarnessOptions {
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    })
+}
+
+/// Cache every request from the first (the threshold is tested apart).
+const EAGER: (&str, &str) = ("GIT_COLLAB_GIT__PACK_CACHE_MIN_OCCURRENCES", "1");
+
+/// A metric's value from `/metrics`.
+fn metric(h: &ServerHarness, name: &str) -> i64 {
+    let text = web_support::get(h, "/metrics").text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// `name` with a few MB of text and binary over some commits; its HEAD.
+fn seed(h: &ServerHarness, name: &str, mb: usize) -> String {
+    h.create_repo(name);
+    let clone = h.clone_repo(name, &format!("{}-seed", name.replace('/', "-")));
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut noise = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect()
+    };
+    for c in 0..4 {
+        let text: String = (0..mb * 4_000)
+            .map(|i| format!("line {i} of commit {c}: some text to compress\n"))
+            .collect();
+        h.commit_file(&clone, &format!("text{c}.txt"), text.as_bytes(), "text");
+        h.commit_file(
+            &clone,
+            &format!("blob{c}.bin"),
+            &noise(mb * 64 * 1024),
+            "binary",
+        );
+    }
+    h.ssh_push(&clone, &["HEAD:main"]);
+    h.rev_parse(&clone, "HEAD")
+}
+
+fn clone_cmd(h: &ServerHarness, url: &str, dest: &Path, extra: &[&str]) -> Command {
+    let mut cmd = h.git_command(&h.ssh_client_key(), h.temp_dir());
+    cmd.args(["clone", "-q"]).args(extra).arg(url).arg(dest);
+    cmd
+}
+
+fn check_clone(h: &ServerHarness, dir: &Path, head: &str) {
+    let fsck = h.git(dir, &["fsck", "--no-progress"]);
+    assert!(fsck.status.success(), "{fsck:?}");
+    assert_eq!(h.rev_parse(dir, "HEAD"), head);
+}
+
+fn cache_entries(h: &ServerHarness) -> Vec<PathBuf> {
+    let Ok(dir) = std::fs::read_dir(h.state_dir().join("pack-cache")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pack"))
+        .collect()
+}
+
+#[test]
+fn concurrent_identical_clones_share_one_pack_objects_over_ssh_and_http() {
+    let h = server(&[EAGER]);
+    let head = seed(&h, "fleet/app", 2);
+    let runs_before = metric(&h, "git_collab_pack_objects_runs_total");
+
+    let n = 8;
+    let children: Vec<_> = (0..n)
+        .map(|i| {
+            let dest = h.temp_dir().join(format!("c{i}"));
+            let child = clone_cmd(&h, &h.repo_url("fleet/app"), &dest, &[])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            (dest, child)
+        })
+        .collect();
+    for (dest, child) in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        check_clone(&h, &dest, &head);
+    }
+    let runs = metric(&h, "git_collab_pack_objects_runs_total") - runs_before;
+    let hits = metric(&h, "git_collab_pack_cache_hits_total");
+    println!("{n} concurrent clones: {runs} pack-objects runs, {hits} hits");
+    assert_eq!(runs, 1, "identical clones ran pack-objects {runs} times");
+    assert!(hits >= n - 1, "{hits} hits");
+    assert!(metric(&h, "git_collab_pack_cache_bytes_served_total") > 0);
+    // Every client got the same pack: one entry.
+    assert_eq!(cache_entries(&h).len(), 1);
+
+    // Smart HTTP goes through the same cache (public repository).
+    web_support::make_public(&h, "fleet/app");
+    let url = format!("{}/fleet/app.git", h.http_url());
+    let before = metric(&h, "git_collab_pack_objects_runs_total");
+    for i in 0..3 {
+        let dest = h.temp_dir().join(format!("http{i}"));
+        let out = clone_cmd(&h, &url, &dest, &[]).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        check_clone(&h, &dest, &head);
+    }
+    let http_runs = metric(&h, "git_collab_pack_objects_runs_total") - before;
+    assert!(
+        http_runs <= 1,
+        "3 identical HTTP clones ran pack-objects {http_runs} times"
+    );
+}
+
+#[test]
+fn a_client_killed_mid_stream_does_not_break_the_others() {
+    // Slow producer: one thread, no deltas reused, a big random file.
+    let h = server(&[EAGER]);
+    let head = seed(&h, "big", 12);
+    let url = h.repo_url("big");
+    let first_dest = h.temp_dir().join("killed");
+    let mut first = clone_cmd(&h, &url, &first_dest, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until its pack is being produced.
+    let cache = h.state_dir().join("pack-cache");
+    let start = Instant::now();
+    while !std::fs::read_dir(&cache)
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.path().extension().is_some_and(|x| x == "tmp"))
+        })
+        .unwrap_or(false)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no producer started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let others: Vec<_> = (0..3)
+        .map(|i| {
+            let dest = h.temp_dir().join(format!("other{i}"));
+            let child = clone_cmd(&h, &url, &dest, &[]).spawn().unwrap();
+            (dest, child)
+        })
+        .collect();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    for (dest, child) in others {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        check_clone(&h, &dest, &head);
+    }
+    assert_eq!(metric(&h, "git_collab_pack_objects_runs_total"), 1);
+}
+
+#[test]
+fn a_force_push_between_identical_looking_requests_serves_the_new_objects() {
+    let h = server(&[EAGER]);
+    let old = seed(&h, "app", 1);
+    let a = h.clone_repo("app", "a");
+    check_clone(&h, &a, &old);
+    // Rewrite main: same ref name, other commit.
+    h.git(&a, &["reset", "-q", "--hard", "HEAD~1"]);
+    let new = h.commit_file(&a, "other.txt", b"rewritten\n", "rewritten");
+    h.git(&a, &["push", "-q", "-f", "origin", "HEAD:main"]);
+    let b = h.clone_repo("app", "b");
+    check_clone(&h, &b, &new);
+    assert!(
+        !h.git_as(&h.ssh_client_key(), &b, &["cat-file", "-e", &old])
+            .status
+            .success(),
+        "the old, force-pushed-away commit reached a new clone"
+    );
+}
+
+#[test]
+fn a_private_repositorys_pack_never_serves_a_public_one() {
+    let h = server(&[EAGER]);
+    // The same objects in two repositories: one private, one public.
+    let head = seed(&h, "secret", 1);
+    let seed_clone = h.temp_dir().join("secret-seed");
+    h.create_repo("open");
+    h.git(
+        &seed_clone,
+        &["push", "-q", &h.repo_url("open"), "HEAD:main"],
+    );
+    web_support::make_public(&h, "open");
+
+    let mine = h.clone_repo("secret", "mine");
+    check_clone(&h, &mine, &head);
+    // Anonymous HTTP: the public one clones, the private one does not exist.
+    let open = h.temp_dir().join("anon-open");
+    let out = clone_cmd(&h, &format!("{}/open.git", h.http_url()), &open, &[])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    check_clone(&h, &open, &head);
+    let out = clone_cmd(
+        &h,
+        &format!("{}/secret.git", h.http_url()),
+        &h.temp_dir().join("anon-secret"),
+        &[],
+    )
+    .output()
+    .unwrap();
+    assert!(!out.status.success());
+    // Byte-identical requests, two repositories: two entries, never one.
+    assert_eq!(cache_entries(&h).len(), 2, "{:?}", cache_entries(&h));
+}
+
+#[test]
+fn the_size_limit_holds_and_a_corrupted_entry_is_regenerated() {
+    let h = server(&[EAGER]);
+    let head = seed(&h, "app", 1);
+    h.clone_repo("app", "warm");
+    let entries = cache_entries(&h);
+    assert_eq!(entries.len(), 1);
+    // Flip one byte in the middle of the cached pack.
+    let mut bytes = std::fs::read(&entries[0]).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x55;
+    std::fs::write(&entries[0], &bytes).unwrap();
+    let runs = metric(&h, "git_collab_pack_objects_runs_total");
+    let again = h.clone_repo("app", "again");
+    check_clone(&h, &again, &head);
+    assert_eq!(metric(&h, "git_collab_pack_cache_corrupt_total"), 1);
+    assert_eq!(metric(&h, "git_collab_pack_objects_runs_total"), runs + 1);
+    // Regenerated: the entry is whole again and serves the next clone.
+    let third = h.clone_repo("app", "third");
+    check_clone(&h, &third, &head);
+    assert_eq!(metric(&h, "git_collab_pack_objects_runs_total"), runs + 1);
+
+    // A cache smaller than one pack keeps nothing, and still serves.
+    let small = server(&[EAGER, ("GIT_COLLAB_GIT__PACK_CACHE_MAX_SIZE", "64KiB")]);
+    let head = seed(&small, "app", 1);
+    for i in 0..2 {
+        let c = small.clone_repo("app", &format!("s{i}"));
+        check_clone(&small, &c, &head);
+    }
+    assert!(
+        cache_entries(&small).is_empty(),
+        "{:?}",
+        cache_entries(&small)
+    );
+}
+
+#[test]
+fn shallow_and_partial_clones_are_correct_and_cached_apart() {
+    let h = server(&[EAGER]);
+    let head = seed(&h, "app", 1);
+    let url = h.repo_url("app");
+    let shapes: [&[&str]; 2] = [&["--depth", "1"], &["--filter=blob:none"]];
+    let mut runs_after_first = 0;
+    for round in 0..2 {
+        for (i, extra) in shapes.iter().enumerate() {
+            let dest = h.temp_dir().join(format!("p{round}-{i}"));
+            let out = clone_cmd(&h, &url, &dest, extra).output().unwrap();
+            assert!(out.status.success(), "{out:?}");
+            check_clone(&h, &dest, &head);
+            if extra[0] == "--depth" {
+                let count = h.git(&dest, &["rev-list", "--count", "HEAD"]);
+                assert_eq!(String::from_utf8_lossy(&count.stdout).trim(), "1");
+                assert!(dest.join(".git/shallow").exists());
+            } else {
+                let promisor = h.git(&dest, &["config", "remote.origin.promisor"]);
+                assert_eq!(String::from_utf8_lossy(&promisor.stdout).trim(), "true");
+            }
+        }
+        if round == 0 {
+            runs_after_first = metric(&h, "git_collab_pack_objects_runs_total");
+            // depth 1, filter, and the filtered clone's lazy blob fetch.
+            assert!(runs_after_first >= 2, "{runs_after_first}");
+        }
+    }
+    // The same shapes again: all from the cache.
+    assert_eq!(
+        metric(&h, "git_collab_pack_objects_runs_total"),
+        runs_after_first
+    );
+    // A full clone is another request: its own run, its own entry.
+    let full = h.clone_repo("app", "full");
+    check_clone(&h, &full, &head);
+    assert_eq!(
+        metric(&h, "git_collab_pack_objects_runs_total"),
+        runs_after_first + 1
+    );
+    assert!(cache_entries(&h).len() >= 3, "{:?}", cache_entries(&h));
+}
+
+#[test]
+fn pack_objects_wait_their_turn_for_a_slot_with_progress_shown() {
+    let h = server(&[EAGER, ("GIT_COLLAB_GIT__MAX_CONCURRENT_PACK_OBJECTS", "1")]);
+    let head = seed(&h, "app", 1);
+    // Hold the only slot from outside, as a running pack-objects would.
+    let slots = h.state_dir().join("pack-cache/slots");
+    std::fs::create_dir_all(&slots).unwrap();
+    let holder = std::fs::File::create(slots.join("0")).unwrap();
+    assert!(
+        collab_server::flock::lock(&holder, collab_server::flock::Mode::Exclusive, false).unwrap()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let dest = h.temp_dir().join("queued");
+    let mut cmd = h.git_command(&h.ssh_client_key(), h.temp_dir());
+    cmd.args(["clone", "--progress", &h.repo_url("app")])
+        .arg(&dest)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let client = cmd.spawn().unwrap();
+    // It waits (not refused), and the queue gauge shows it.
+    let start = Instant::now();
+    while metric(&h, "git_collab_pack_objects_queued") < 1 {
+        assert!(start.elapsed() < Duration::from_secs(30), "never queued");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!dest.join("README").exists());
+    drop(holder);
+    let out = client.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("waiting for a pack-objects slot"),
+        "{stderr}"
+    );
+    check_clone(&h, &dest, &head);
+    assert_eq!(metric(&h, "git_collab_pack_objects_queued"), 0);
+}
+
+#[test]
+fn fetches_after_a_push_share_one_pack() {
+    let h = server(&[EAGER]);
+    seed(&h, "app", 1);
+    let agents: Vec<PathBuf> = (0..6)
+        .map(|i| h.clone_repo("app", &format!("agent{i}")))
+        .collect();
+    let pusher = h.clone_repo("app", "pusher");
+    let new = h.commit_file(&pusher, "merged.txt", b"merged\n", "a merge");
+    h.ssh_push(&pusher, &["HEAD:main"]);
+    let before = metric(&h, "git_collab_pack_objects_runs_total");
+    let fetches: Vec<_> = agents
+        .iter()
+        .map(|dir| {
+            h.git_command(&h.ssh_client_key(), dir)
+                .args(["fetch", "-q", "origin"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for f in fetches {
+        let out = f.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    for dir in &agents {
+        assert_eq!(h.rev_parse(dir, "origin/main"), new);
+        let fsck = h.git(dir, &["fsck", "--no-progress"]);
+        assert!(fsck.status.success());
+    }
+    // Same haves, same wants: one pack-objects for all of them.
+    assert_eq!(metric(&h, "git_collab_pack_objects_runs_total") - before, 1);
+}
+
+#[test]
+fn a_one_off_request_is_not_cached_by_default() {
+    let h = server(&[]);
+    let head = seed(&h, "app", 1);
+    let first = h.clone_repo("app", "first");
+    check_clone(&h, &first, &head);
+    assert!(cache_entries(&h).is_empty(), "{:?}", cache_entries(&h));
+    // The second time (git.pack_cache_min_occurrences = 2) it is kept.
+    let second = h.clone_repo("app", "second");
+    check_clone(&h, &second, &head);
+    assert_eq!(cache_entries(&h).len(), 1);
+    let third = h.clone_repo("app", "third");
+    check_clone(&h, &third, &head);
+    assert_eq!(metric(&h, "git_collab_pack_objects_runs_total"), 2);
+}
