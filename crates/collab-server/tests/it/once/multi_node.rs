@@ -3,7 +3,9 @@
 //! 48 racers spread over three nodes get exactly one winner per issue, 64
 //! `next` callers over three nodes drain 48 ready issues without handing one
 //! out twice (16 find the queue empty), a node killed mid-storm loses nothing acknowledged and repeats no
-//! token, and a watcher on one node sees what another node wrote. Needs
+//! token, a watcher on one node sees what another node wrote, and a watcher
+//! on each node sees every event of 72 racing write calls over three nodes once,
+//! in `seq` order, with no gap. Needs
 //! `GIT_COLLAB_TEST_POSTGRES` (skips without it, fails without it under
 //! `GIT_COLLAB_REQUIRE_POSTGRES_TESTS=1`).
 
