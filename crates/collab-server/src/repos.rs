@@ -52,13 +52,17 @@ impl RepoEntry {
 /// Ungoverned access rules for one repository (`collab-policy.toml`).
 ///
 /// Each list holds principals (`SHA256:` fingerprints) or `*` (any admitted
-/// key). A missing key keeps its default: `read = ["*"]`, `write = ["*"]`,
+/// key). A missing key keeps its default: `read = ["*"]`, `checks = []`,
+/// `write = ["*"]`,
 /// `rewind = []` (admins always rewind), `public = false`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RepoPolicy {
     #[serde(default = "everyone")]
     pub read: Vec<String>,
+    /// Principals who may read and post commit checks but not push (CI).
+    #[serde(default)]
+    pub checks: Vec<String>,
     #[serde(default = "everyone")]
     pub write: Vec<String>,
     #[serde(default)]
@@ -93,6 +97,7 @@ impl Default for RepoPolicy {
     fn default() -> Self {
         RepoPolicy {
             read: everyone(),
+            checks: Vec::new(),
             write: everyone(),
             rewind: Vec::new(),
             public: false,
@@ -109,6 +114,7 @@ impl RepoPolicy {
     fn closed(reason: String) -> Self {
         RepoPolicy {
             read: Vec::new(),
+            checks: Vec::new(),
             write: Vec::new(),
             rewind: Vec::new(),
             public: false,
@@ -157,7 +163,12 @@ impl RepoPolicy {
     }
 
     pub fn allows_read(&self, principal: &str) -> bool {
-        Self::list_allows(&self.read, principal) || self.allows_write(principal)
+        Self::list_allows(&self.read, principal) || self.allows_checks(principal)
+    }
+
+    /// Posting commit checks: the `checks` list, or write.
+    pub fn allows_checks(&self, principal: &str) -> bool {
+        Self::list_allows(&self.checks, principal) || self.allows_write(principal)
     }
 
     pub fn allows_write(&self, principal: &str) -> bool {

@@ -19,7 +19,7 @@
 //! [[grants]]
 //! repos = ["**"]                   # `*` stays in one segment, `**` crosses `/`
 //! to = ["alice"]                   # principal, `@group`, or `*` (every principal)
-//! access = "rewind"                # read | write | rewind
+//! access = "rewind"                # read | checks | write | rewind
 //! ```
 //!
 //! A top-level `fenced_refs = ["refs/heads/issue/*"]` makes a live lease
