@@ -35,6 +35,7 @@
 //! (`limits::idle`; the reaper runs in `serve`).
 
 pub mod admin;
+pub mod check;
 pub mod call;
 pub mod command;
 pub mod context;

@@ -394,7 +394,17 @@ async fn answer(
         PatchCmd::Show { id, .. } => match read_detail(ctx, &repo, id).await {
             Ok(detail) => {
                 let rule = merge_rule(ctx, entry).await;
-                ok(detail_json(&detail, &rule))
+                let checks = match head_checks(ctx, &repo, &detail).await {
+                    Ok(checks) => checks,
+                    Err(e) => return internal(&repo, e),
+                };
+                let mut reply = detail_json(&detail, &rule);
+                reply["checks"] = checks
+                    .iter()
+                    .map(super::check::check_json)
+                    .collect::<Vec<_>>()
+                    .into();
+                ok(reply)
             }
             Err(reply) => reply,
         },
@@ -489,6 +499,23 @@ async fn read_detail(ctx: &ExecContext, repo: &str, id: String) -> Result<PatchD
         Ok(Err(e)) => Err(patch_error(repo, e)),
         Err(e) => Err(internal(repo, e)),
     }
+}
+
+/// The checks on the head of the patch's latest revision (older
+/// revisions' checks are not the patch's any more).
+async fn head_checks(
+    ctx: &ExecContext,
+    repo: &str,
+    detail: &PatchDetail,
+) -> anyhow::Result<Vec<crate::db::checks::Check>> {
+    let Some(head) = detail.latest().map(|r| r.head.clone()) else {
+        return Ok(Vec::new());
+    };
+    let r = repo.to_string();
+    ctx.app
+        .reads
+        .read(move |conn| Ok(crate::db::checks::list(conn, &r, &head)?))
+        .await
 }
 
 async fn merge_rule(ctx: &ExecContext, entry: &RepoEntry) -> MergeRule {
