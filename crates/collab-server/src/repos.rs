@@ -129,6 +129,10 @@ impl RepoPolicy {
         let policy: RepoPolicy = toml::from_str(text)?;
         crate::hooks::fencing::compile(&policy.fenced_refs)
             .map_err(<toml::de::Error as serde::de::Error>::custom)?;
+        if let Some(rule) = &policy.merge {
+            rule.validate()
+                .map_err(<toml::de::Error as serde::de::Error>::custom)?;
+        }
         if let Some(patterns) = &policy.fenced_ref_issue {
             crate::hooks::fencing::compile_ref_issue(patterns)
                 .map_err(<toml::de::Error as serde::de::Error>::custom)?;
@@ -419,6 +423,17 @@ pub fn create_repo_in(repos_dir: &Path, name: &str) -> Result<(String, PathBuf),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_policy_with_a_bad_required_check_name_is_refused() {
+        let ok = RepoPolicy::parse("merge = { required_checks = [\"ci/test\"] }\n").unwrap();
+        assert_eq!(ok.merge.unwrap().required_checks, ["ci/test"]);
+        let e = RepoPolicy::parse("merge = { required_checks = [\"ci test\"] }\n").unwrap_err();
+        assert!(e.message().contains("required_checks"), "{e}");
+        let checks = RepoPolicy::parse("checks = [\"SHA256:ci\"]\nwrite = []\n").unwrap();
+        assert!(checks.allows_checks("SHA256:ci") && !checks.allows_write("SHA256:ci"));
+        assert!(checks.allows_read("SHA256:ci"));
+    }
 
     #[test]
     fn normalizes_and_validates_names() {

@@ -12,6 +12,29 @@ use crate::sql::{params, Connection, OptionalExtension as _};
 /// The states a check may be in.
 pub const STATES: &[&str] = &["pending", "success", "failure", "error", "skipped"];
 
+/// Longest check name, in bytes.
+pub const MAX_NAME: usize = 100;
+
+/// A check name: letters, digits and `/._:-`, starting with a letter or
+/// digit, at most [`MAX_NAME`] bytes (in verbs and in merge rules alike).
+pub fn valid_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b':' | b'-'))
+        && name.as_bytes()[0].is_ascii_alphanumeric();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid check name '{}': 1 to {MAX_NAME} letters, digits and '/._:-', \
+             starting with a letter or digit",
+            name.escape_default()
+        ))
+    }
+}
+
 /// A stored check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {

@@ -364,7 +364,7 @@ pub fn merge_rule(app: &App, entry: &RepoEntry) -> crate::db::patches::MergeRule
         GovState::Active(conf) => conf.merge_rule(entry.short_name()),
         _ => None,
     };
-    governed.or(entry.policy.merge).unwrap_or_default()
+    governed.or(entry.policy.merge.clone()).unwrap_or_default()
 }
 
 /// Whether anonymous HTTP may read this repository.

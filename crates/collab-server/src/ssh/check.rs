@@ -24,8 +24,7 @@ use crate::db::patches;
 use crate::repos::RepoEntry;
 use collab_proto::verbs::Invocation;
 
-/// Longest check name, in bytes.
-pub const MAX_NAME: usize = 100;
+pub use crate::db::checks::MAX_NAME;
 /// Longest `--url`, in bytes.
 pub const MAX_URL: usize = 2048;
 /// Longest `--description`, in bytes.
@@ -102,27 +101,7 @@ fn full_commit_id(text: &str) -> Option<String> {
         .then(|| text.to_ascii_lowercase())
 }
 
-/// A check name: letters, digits and `/._:-`, not starting with a
-/// punctuation mark, at most [`MAX_NAME`] bytes.
-pub fn valid_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > MAX_NAME {
-        return Err(format!(
-            "invalid check name: 1 to {MAX_NAME} characters of letters, digits and '/._:-'"
-        ));
-    }
-    let ok = name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b':' | b'-'))
-        && name.as_bytes()[0].is_ascii_alphanumeric();
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "invalid check name '{}': letters, digits and '/._:-', starting with a letter or digit",
-            name.escape_default()
-        ))
-    }
-}
+pub use crate::db::checks::valid_name;
 
 /// A `--url`: http or https with a host, no whitespace or control
 /// characters, at most [`MAX_URL`] bytes (shown as a link on the web, so

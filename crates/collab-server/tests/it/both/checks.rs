@@ -316,3 +316,83 @@ fn a_webhook_receiver_gets_check_updated_with_the_previous_state() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Items 2 of issue 27: the merge rule's `required_checks`.
+#[test]
+fn a_merge_waits_for_every_required_check_on_the_latest_head() {
+    let (h, a, id, head) = setup_with_patch(HarnessOptions::default());
+    let admin = h.ssh_client_key();
+    std::fs::write(
+        h.repos_dir().join("r.git/collab-policy.toml"),
+        "merge = { required_checks = [\"ci/test\", \"lint\"] }\n",
+    )
+    .unwrap();
+    let merge = |h: &ServerHarness| h.ssh_exec_as(&a.key, &format!("collab-patch merge 'r' {}", &id[..8]), b"");
+    let verdict = |h: &ServerHarness| {
+        let shown = h.ssh_exec_as(&a.key, &format!("collab-patch show 'r' {}", &id[..8]), b"");
+        let rule = shown.json()["merge_rule"].clone();
+        assert_eq!(rule["required_checks"], serde_json::json!(["ci/test", "lint"]));
+        (rule["ready"].clone(), rule["reason"].clone(), shown)
+    };
+
+    // Missing is not green.
+    let out = merge(&h);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.contains("ci/test is missing, lint is missing"),
+        "{out:?}"
+    );
+    // Pending is not green; failing and skipped (by default) neither.
+    check(&h, &admin, &format!("set 'r' {head} ci/test --state pending"));
+    check(&h, &admin, &format!("set 'r' {head} lint --state skipped"));
+    let out = merge(&h);
+    assert!(
+        out.code == 1 && out.stderr.contains("ci/test is pending, lint is skipped"),
+        "{out:?}"
+    );
+    let (ready, _, shown) = verdict(&h);
+    assert_eq!(ready, false, "{shown:?}");
+    assert!(shown.stdout.contains("ci/test is pending"), "{shown:?}");
+    check(&h, &admin, &format!("set 'r' {head} ci/test --state failure"));
+    check(&h, &admin, &format!("set 'r' {head} lint --state success"));
+    let out = merge(&h);
+    assert!(out.code == 1 && out.stderr.contains("ci/test is failure"), "{out:?}");
+
+    // Green on the old head does not carry to a new revision.
+    check(&h, &admin, &format!("set 'r' {head} ci/test --state success"));
+    std::fs::write(a.clone.join("a.txt"), "one\ntwo\n").unwrap();
+    ok(&h, &a, &["commit", "-q", "-a", "--amend", "--no-edit"]);
+    ok(&h, &a, &["push", "-o", &format!("patch={}", &id[..8]), "origin", "HEAD:refs/for/main"]);
+    let new_head = ok(&h, &a, &["rev-parse", "HEAD"]).stdout.trim().to_string();
+    let out = merge(&h);
+    assert!(
+        out.code == 1 && out.stderr.contains("ci/test is missing, lint is missing"),
+        "{out:?}"
+    );
+
+    // Green on the latest head: it merges.
+    check(&h, &admin, &format!("set 'r' {new_head} ci/test --state success"));
+    check(&h, &admin, &format!("set 'r' {new_head} lint --state success"));
+    let (ready, _, shown) = verdict(&h);
+    assert_eq!(ready, true, "{shown:?}");
+    let out = merge(&h);
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+#[test]
+fn skipped_counts_only_when_the_rule_says_so() {
+    let (h, a, id, head) = setup_with_patch(HarnessOptions::default());
+    let admin = h.ssh_client_key();
+    check(&h, &admin, &format!("set 'r' {head} lint --state skipped"));
+    let policy = h.repos_dir().join("r.git/collab-policy.toml");
+    let merge = || h.ssh_exec_as(&a.key, &format!("collab-patch merge 'r' {}", &id[..8]), b"");
+    std::fs::write(&policy, "merge = { required_checks = [\"lint\"] }\n").unwrap();
+    let out = merge();
+    assert!(out.code == 1 && out.stderr.contains("lint is skipped"), "{out:?}");
+    std::fs::write(
+        &policy,
+        "merge = { required_checks = [\"lint\"], skipped_is_success = true }\n",
+    )
+    .unwrap();
+    assert_eq!(merge().code, 0);
+}
