@@ -1868,7 +1868,7 @@ mod tests {
         // Not even with author_may_approve, which is about the author alone.
         let lenient = MergeRule {
             author_may_approve: true,
-            ..rule
+            ..rule.clone()
         };
         assert!(rule_allows(&show(&conn, REPO, &id).unwrap(), &lenient).is_err());
         // A third person's approval counts.
