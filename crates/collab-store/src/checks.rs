@@ -165,6 +165,8 @@ mod tests {
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].state, "success");
         assert_eq!(rows[0].updated_at, 11);
-        assert!(list(&conn, "other.git", &"a".repeat(40)).unwrap().is_empty());
+        assert!(list(&conn, "other.git", &"a".repeat(40))
+            .unwrap()
+            .is_empty());
     }
 }

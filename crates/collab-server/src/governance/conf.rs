@@ -589,14 +589,18 @@ mod tests {
 
     #[test]
     fn merge_rules_take_required_checks_and_validate_their_names() {
-        let rules = "[[merge_rules]]\nrepos = [\"**\"]\nrequired_checks = [\"ci/test\", \"lint\"]\n\
+        let rules =
+            "[[merge_rules]]\nrepos = [\"**\"]\nrequired_checks = [\"ci/test\", \"lint\"]\n\
                      skipped_is_success = true\n";
         let c = GovernanceConf::parse(&conf(rules)).unwrap();
         let rule = c.merge_rule("any").unwrap();
         assert_eq!(rule.required_checks, ["ci/test", "lint"]);
         assert!(rule.skipped_is_success);
         let plain = "[[merge_rules]]\nrepos = [\"**\"]\n";
-        let rule = GovernanceConf::parse(&conf(plain)).unwrap().merge_rule("x").unwrap();
+        let rule = GovernanceConf::parse(&conf(plain))
+            .unwrap()
+            .merge_rule("x")
+            .unwrap();
         assert!(rule.required_checks.is_empty() && !rule.skipped_is_success);
         for bad in ["\"a b\"", "\"\"", "\"/ci\""] {
             let text = format!("[[merge_rules]]\nrepos = [\"**\"]\nrequired_checks = [{bad}]\n");

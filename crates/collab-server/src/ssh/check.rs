@@ -281,7 +281,9 @@ pub async fn patch_head(
         .read(move |conn| Ok(patches::show(conn, &r, &id)))
         .await;
     match read {
-        Ok(Ok(detail)) => Ok(detail.latest().map(|rev| (detail.patch.id.clone(), rev.head.clone()))),
+        Ok(Ok(detail)) => Ok(detail
+            .latest()
+            .map(|rev| (detail.patch.id.clone(), rev.head.clone()))),
         Ok(Err(patches::PatchError::NotFound(_) | patches::PatchError::InvalidId(_))) => Ok(None),
         Ok(Err(patches::PatchError::Sql(e))) => Err(internal(e.into())),
         Ok(Err(e)) => Err(err(e)),
@@ -334,7 +336,15 @@ mod tests {
     fn names_urls_and_descriptions_are_validated() {
         assert!(valid_name("ci/test").is_ok());
         assert!(valid_name("lint:rust-1.80").is_ok());
-        for bad in ["", "/x", "a b", "a\u{1b}[31m", "a\nb", "é", &"a".repeat(MAX_NAME + 1)] {
+        for bad in [
+            "",
+            "/x",
+            "a b",
+            "a\u{1b}[31m",
+            "a\nb",
+            "é",
+            &"a".repeat(MAX_NAME + 1),
+        ] {
             assert!(valid_name(bad).is_err(), "{bad:?}");
         }
         assert!(valid_url("https://ci.example/run/1?x=1#y").is_ok());

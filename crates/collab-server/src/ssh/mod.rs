@@ -35,8 +35,8 @@
 //! (`limits::idle`; the reaper runs in `serve`).
 
 pub mod admin;
-pub mod check;
 pub mod call;
+pub mod check;
 pub mod command;
 pub mod context;
 pub mod exec;

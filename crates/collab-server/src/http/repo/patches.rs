@@ -771,7 +771,11 @@ fn rule_text(rule: &MergeRule) -> String {
         parts.push(format!(
             "checks {} must pass{}",
             rule.required_checks.join(", "),
-            if rule.skipped_is_success { " (skipped counts)" } else { "" }
+            if rule.skipped_is_success {
+                " (skipped counts)"
+            } else {
+                ""
+            }
         ));
     }
     if rule.others_may_revise {

@@ -74,7 +74,12 @@ fn checks_are_set_listed_and_shown_on_the_patch_with_their_history_as_events() {
     let v = set.json();
     assert_eq!(v["state"], "pending");
     assert_eq!(v["previous_state"], Value::Null);
-    let v = check(&h, &admin, &format!("set 'r' {head} ci/test --state success")).json();
+    let v = check(
+        &h,
+        &admin,
+        &format!("set 'r' {head} ci/test --state success"),
+    )
+    .json();
     assert_eq!(v["previous_state"], "pending");
     check(&h, &admin, &format!("set 'r' {head} lint --state failure"));
 
@@ -88,7 +93,12 @@ fn checks_are_set_listed_and_shown_on_the_patch_with_their_history_as_events() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|c| (c["name"].as_str().unwrap().into(), c["state"].as_str().unwrap().into()))
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap().into(),
+                    c["state"].as_str().unwrap().into(),
+                )
+            })
             .collect();
         assert_eq!(
             states,
@@ -102,12 +112,26 @@ fn checks_are_set_listed_and_shown_on_the_patch_with_their_history_as_events() {
     let checks = shown.json()["checks"].clone();
     assert_eq!(checks.as_array().map(Vec::len), Some(2), "{shown:?}");
     assert_eq!(checks[0]["name"], "ci/test");
-    assert_eq!(checks[0]["url"], Value::Null, "the latest set replaced the url");
+    assert_eq!(
+        checks[0]["url"],
+        Value::Null,
+        "the latest set replaced the url"
+    );
 
     // A new revision: the old head's checks are not the patch's any more.
     std::fs::write(a.clone.join("a.txt"), "one\ntwo\n").unwrap();
     ok(&h, &a, &["commit", "-q", "-a", "--amend", "--no-edit"]);
-    ok(&h, &a, &["push", "-o", &format!("patch={}", &id[..8]), "origin", "HEAD:refs/for/main"]);
+    ok(
+        &h,
+        &a,
+        &[
+            "push",
+            "-o",
+            &format!("patch={}", &id[..8]),
+            "origin",
+            "HEAD:refs/for/main",
+        ],
+    );
     let shown = h.ssh_exec_as(&a.key, &format!("collab-patch show 'r' {}", &id[..8]), b"");
     assert_eq!(shown.json()["checks"], serde_json::json!([]), "{shown:?}");
 
@@ -117,7 +141,11 @@ fn checks_are_set_listed_and_shown_on_the_patch_with_their_history_as_events() {
         .iter()
         .map(|e| {
             let p = &e["payload"];
-            (p["name"].clone(), p["state"].clone(), p["previous_state"].clone())
+            (
+                p["name"].clone(),
+                p["state"].clone(),
+                p["previous_state"].clone(),
+            )
         })
         .collect();
     assert_eq!(
@@ -135,14 +163,20 @@ fn checks_are_set_listed_and_shown_on_the_patch_with_their_history_as_events() {
 fn concurrent_sets_of_one_check_each_leave_one_event_in_a_consistent_chain() {
     let (h, _a, _id, head) = setup_with_patch(HarnessOptions::default());
     let h = Arc::new(h);
-    const STATES: [&str; 6] = ["pending", "success", "failure", "error", "skipped", "success"];
+    const STATES: [&str; 6] = [
+        "pending", "success", "failure", "error", "skipped", "success",
+    ];
     let states = STATES;
     let threads: Vec<_> = states
         .into_iter()
         .map(|state| {
             let (h, head) = (h.clone(), head.clone());
             std::thread::spawn(move || {
-                let out = check(&h, &h.ssh_client_key(), &format!("set 'r' {head} ci --state {state}"));
+                let out = check(
+                    &h,
+                    &h.ssh_client_key(),
+                    &format!("set 'r' {head} ci --state {state}"),
+                );
                 assert_eq!(out.code, 0, "{out:?}");
             })
         })
@@ -170,18 +204,48 @@ fn hostile_checks_are_refused_with_one_line_and_nothing_is_written() {
     let admin = h.ssh_client_key();
     let not_here = "0123456789abcdef0123456789abcdef01234567";
     let cases = [
-        (format!("set 'r' {not_here} ci --state success"), "no commit"),
-        (format!("set 'r' {} ci --state success", &head[..12]), "full commit id"),
+        (
+            format!("set 'r' {not_here} ci --state success"),
+            "no commit",
+        ),
+        (
+            format!("set 'r' {} ci --state success", &head[..12]),
+            "full commit id",
+        ),
         (format!("set 'r' {head} '-x' --state success"), ""),
-        (format!("set 'r' {head} 'a b' --state success"), "invalid check name"),
+        (
+            format!("set 'r' {head} 'a b' --state success"),
+            "invalid check name",
+        ),
         (format!("set 'r' {head} 'ci\u{1b}[31m' --state success"), ""),
         (format!("set 'r' {head} ci --state done"), "usage"),
-        (format!("set 'r' {head} ci --state success --url 'javascript:alert(1)'"), "http"),
-        (format!("set 'r' {head} ci --state success --url 'file:///etc/passwd'"), "http"),
-        (format!("set 'r' {head} ci --state success --url 'https://a b'"), "--url"),
-        (format!("set 'r' {head} ci --state success --url https://{}", "a".repeat(3000)), "--url"),
-        (format!("set 'r' {head} ci --state success --description 'a\u{7}b'"), ""),
-        (format!("set 'r' {head} {} --state success", "n".repeat(101)), "invalid check name"),
+        (
+            format!("set 'r' {head} ci --state success --url 'javascript:alert(1)'"),
+            "http",
+        ),
+        (
+            format!("set 'r' {head} ci --state success --url 'file:///etc/passwd'"),
+            "http",
+        ),
+        (
+            format!("set 'r' {head} ci --state success --url 'https://a b'"),
+            "--url",
+        ),
+        (
+            format!(
+                "set 'r' {head} ci --state success --url https://{}",
+                "a".repeat(3000)
+            ),
+            "--url",
+        ),
+        (
+            format!("set 'r' {head} ci --state success --description 'a\u{7}b'"),
+            "",
+        ),
+        (
+            format!("set 'r' {head} {} --state success", "n".repeat(101)),
+            "invalid check name",
+        ),
         ("list 'r' zzzz".to_string(), "not a full commit id"),
     ];
     for (args, words) in &cases {
@@ -189,7 +253,10 @@ fn hostile_checks_are_refused_with_one_line_and_nothing_is_written() {
         assert_ne!(out.code, 0, "{args}: {out:?}");
         assert!(out.stdout.is_empty(), "{args}: {out:?}");
         let line = out.stderr.trim_end();
-        assert!(line.starts_with("error: ") && !line.contains('\n'), "{args}: {out:?}");
+        assert!(
+            line.starts_with("error: ") && !line.contains('\n'),
+            "{args}: {out:?}"
+        );
         assert!(line.contains(words), "{args}: {out:?}");
     }
     assert!(check_events(&h).is_empty());
@@ -201,7 +268,11 @@ fn hostile_checks_are_refused_with_one_line_and_nothing_is_written() {
     )
     .unwrap();
     let hidden = check(&h, &nobody, &format!("set 'r' {head} ci --state success"));
-    let missing = check(&h, &nobody, &format!("set 'ghost' {head} ci --state success"));
+    let missing = check(
+        &h,
+        &nobody,
+        &format!("set 'ghost' {head} ci --state success"),
+    );
     assert_eq!(hidden.stderr, missing.stderr);
     assert_eq!(hidden.code, missing.code);
 }
@@ -236,7 +307,10 @@ fn the_checks_level_posts_checks_but_cannot_push() {
         .unwrap();
     assert!(!push.status.success(), "{push:?}");
     // The author may post too (write includes checks).
-    assert_eq!(check(&h, &a.key, &format!("set 'r' {head} lint --state success")).code, 0);
+    assert_eq!(
+        check(&h, &a.key, &format!("set 'r' {head} lint --state success")).code,
+        0
+    );
 }
 
 /// A minimal webhook receiver: accepts every POST, keeps its body.
@@ -289,8 +363,16 @@ fn a_webhook_receiver_gets_check_updated_with_the_previous_state() {
         "collab-hook add 'r' 'http://127.0.0.1:{port}/hook' --event 'check.*'"
     ));
     assert_eq!(add.code, 0, "{add:?}");
-    check(&h, &h.ssh_client_key(), &format!("set 'r' {head} ci/test --state pending"));
-    check(&h, &h.ssh_client_key(), &format!("set 'r' {head} ci/test --state success"));
+    check(
+        &h,
+        &h.ssh_client_key(),
+        &format!("set 'r' {head} ci/test --state pending"),
+    );
+    check(
+        &h,
+        &h.ssh_client_key(),
+        &format!("set 'r' {head} ci/test --state success"),
+    );
     let start = Instant::now();
     loop {
         let got: Vec<Value> = bodies.lock().unwrap().clone();
@@ -299,7 +381,10 @@ fn a_webhook_receiver_gets_check_updated_with_the_previous_state() {
                 .iter()
                 .map(|b| {
                     assert_eq!(b["type"], "check.updated", "{b}");
-                    (b["data"]["payload"]["state"].clone(), b["data"]["payload"]["previous_state"].clone())
+                    (
+                        b["data"]["payload"]["state"].clone(),
+                        b["data"]["payload"]["previous_state"].clone(),
+                    )
                 })
                 .collect();
             assert_eq!(
@@ -327,11 +412,16 @@ fn a_merge_waits_for_every_required_check_on_the_latest_head() {
         "merge = { required_checks = [\"ci/test\", \"lint\"] }\n",
     )
     .unwrap();
-    let merge = |h: &ServerHarness| h.ssh_exec_as(&a.key, &format!("collab-patch merge 'r' {}", &id[..8]), b"");
+    let merge = |h: &ServerHarness| {
+        h.ssh_exec_as(&a.key, &format!("collab-patch merge 'r' {}", &id[..8]), b"")
+    };
     let verdict = |h: &ServerHarness| {
         let shown = h.ssh_exec_as(&a.key, &format!("collab-patch show 'r' {}", &id[..8]), b"");
         let rule = shown.json()["merge_rule"].clone();
-        assert_eq!(rule["required_checks"], serde_json::json!(["ci/test", "lint"]));
+        assert_eq!(
+            rule["required_checks"],
+            serde_json::json!(["ci/test", "lint"])
+        );
         (rule["ready"].clone(), rule["reason"].clone(), shown)
     };
 
@@ -343,7 +433,11 @@ fn a_merge_waits_for_every_required_check_on_the_latest_head() {
         "{out:?}"
     );
     // Pending is not green; failing and skipped (by default) neither.
-    check(&h, &admin, &format!("set 'r' {head} ci/test --state pending"));
+    check(
+        &h,
+        &admin,
+        &format!("set 'r' {head} ci/test --state pending"),
+    );
     check(&h, &admin, &format!("set 'r' {head} lint --state skipped"));
     let out = merge(&h);
     assert!(
@@ -353,16 +447,37 @@ fn a_merge_waits_for_every_required_check_on_the_latest_head() {
     let (ready, _, shown) = verdict(&h);
     assert_eq!(ready, false, "{shown:?}");
     assert!(shown.stdout.contains("ci/test is pending"), "{shown:?}");
-    check(&h, &admin, &format!("set 'r' {head} ci/test --state failure"));
+    check(
+        &h,
+        &admin,
+        &format!("set 'r' {head} ci/test --state failure"),
+    );
     check(&h, &admin, &format!("set 'r' {head} lint --state success"));
     let out = merge(&h);
-    assert!(out.code == 1 && out.stderr.contains("ci/test is failure"), "{out:?}");
+    assert!(
+        out.code == 1 && out.stderr.contains("ci/test is failure"),
+        "{out:?}"
+    );
 
     // Green on the old head does not carry to a new revision.
-    check(&h, &admin, &format!("set 'r' {head} ci/test --state success"));
+    check(
+        &h,
+        &admin,
+        &format!("set 'r' {head} ci/test --state success"),
+    );
     std::fs::write(a.clone.join("a.txt"), "one\ntwo\n").unwrap();
     ok(&h, &a, &["commit", "-q", "-a", "--amend", "--no-edit"]);
-    ok(&h, &a, &["push", "-o", &format!("patch={}", &id[..8]), "origin", "HEAD:refs/for/main"]);
+    ok(
+        &h,
+        &a,
+        &[
+            "push",
+            "-o",
+            &format!("patch={}", &id[..8]),
+            "origin",
+            "HEAD:refs/for/main",
+        ],
+    );
     let new_head = ok(&h, &a, &["rev-parse", "HEAD"]).stdout.trim().to_string();
     let out = merge(&h);
     assert!(
@@ -371,8 +486,16 @@ fn a_merge_waits_for_every_required_check_on_the_latest_head() {
     );
 
     // Green on the latest head: it merges.
-    check(&h, &admin, &format!("set 'r' {new_head} ci/test --state success"));
-    check(&h, &admin, &format!("set 'r' {new_head} lint --state success"));
+    check(
+        &h,
+        &admin,
+        &format!("set 'r' {new_head} ci/test --state success"),
+    );
+    check(
+        &h,
+        &admin,
+        &format!("set 'r' {new_head} lint --state success"),
+    );
     let (ready, _, shown) = verdict(&h);
     assert_eq!(ready, true, "{shown:?}");
     let out = merge(&h);
@@ -388,7 +511,10 @@ fn skipped_counts_only_when_the_rule_says_so() {
     let merge = || h.ssh_exec_as(&a.key, &format!("collab-patch merge 'r' {}", &id[..8]), b"");
     std::fs::write(&policy, "merge = { required_checks = [\"lint\"] }\n").unwrap();
     let out = merge();
-    assert!(out.code == 1 && out.stderr.contains("lint is skipped"), "{out:?}");
+    assert!(
+        out.code == 1 && out.stderr.contains("lint is skipped"),
+        "{out:?}"
+    );
     std::fs::write(
         &policy,
         "merge = { required_checks = [\"lint\"], skipped_is_success = true }\n",
