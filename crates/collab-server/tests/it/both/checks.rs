@@ -522,3 +522,32 @@ fn skipped_counts_only_when_the_rule_says_so() {
     .unwrap();
     assert_eq!(merge().code, 0);
 }
+
+/// The web's patch page lists the checks (links only to http(s), text
+/// escaped) and says which required check holds the merge.
+#[test]
+fn the_web_patch_page_shows_checks_and_the_verdict() {
+    let (h, _a, id, head) = setup_with_patch(HarnessOptions::default());
+    std::fs::write(
+        h.repos_dir().join("r.git/collab-policy.toml"),
+        "public = true\nmerge = { required_checks = [\"ci/test\", \"lint\"] }\n",
+    )
+    .unwrap();
+    let admin = h.ssh_client_key();
+    let out = check(
+        &h,
+        &admin,
+        &format!("set 'r' {head} ci/test --state pending --url https://ci.example/run/7 --description '<script>x</script>'"),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    check(&h, &admin, &format!("set 'r' {head} lint --state success"));
+    let page = collab_testkit::web::get(&h, &format!("/r/-/patches/{}", &id[..8]));
+    assert_eq!(page.status, 200);
+    let text = page.text();
+    assert!(text.contains("href=\"https://ci.example/run/7\""), "{text}");
+    assert!(text.contains("<code>lint</code>"), "{text}");
+    assert!(!text.contains("<script>x"), "{text}");
+    assert!(text.contains("&#60;script&#62;x"), "{text}");
+    assert!(text.contains("ci/test is pending"), "{text}");
+    assert!(text.contains("checks ci/test, lint must pass"), "{text}");
+}
