@@ -1774,6 +1774,56 @@ mod tests {
     }
 
     #[test]
+    fn required_checks_count_only_on_the_latest_head_and_join_the_votes_reasons() {
+        let conn = db();
+        let alice = person("alice");
+        let id = open_one(&conn, &alice);
+        let rule = MergeRule {
+            approvals: 1,
+            required_checks: vec!["ci".into(), "lint".into()],
+            ..MergeRule::default()
+        };
+        let detail = show(&conn, REPO, &id).unwrap();
+        let head = detail.latest().unwrap().head.clone();
+        let check = |commit: &str, name: &str, state: &str| crate::checks::Check {
+            commit: commit.into(),
+            name: name.into(),
+            state: state.into(),
+            url: None,
+            description: None,
+            updated_by: "ci".into(),
+            updated_at: 0,
+        };
+        let old = "f".repeat(40);
+        let checks = [
+            check(&old, "ci", "success"),
+            check(&head, "lint", "skipped"),
+        ];
+        assert_eq!(
+            verdict(&detail, &rule, &checks).unwrap_err(),
+            "needs 1 more approval on revision 1 (0 of 1); \
+             required checks are not green on revision 1: ci is missing, lint is skipped"
+        );
+        let lenient = MergeRule {
+            approvals: 0,
+            skipped_is_success: true,
+            ..rule.clone()
+        };
+        let green = [
+            check(&head, "ci", "success"),
+            check(&head, "lint", "skipped"),
+        ];
+        assert_eq!(verdict(&detail, &lenient, &green), Ok(()));
+        assert!(verdict(&detail, &rule, &green).is_err());
+        assert!(MergeRule {
+            required_checks: vec!["bad name".into()],
+            ..MergeRule::default()
+        }
+        .validate()
+        .is_err());
+    }
+
+    #[test]
     fn the_merge_rule_counts_votes_on_the_latest_revision() {
         let conn = db();
         let (alice, bob) = (person("alice"), person("bob"));
