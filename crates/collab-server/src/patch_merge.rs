@@ -274,7 +274,10 @@ pub fn commit(
             short(&prepared.patch)
         )));
     }
-    patches::rule_allows(&detail, &m.rule).map_err(PatchError::Rule)?;
+    // Checks too, read in this transaction: a check set to failure after
+    // the merge was prepared still stops it.
+    let checks = patches::head_checks(conn, &detail).map_err(PatchError::from)?;
+    patches::verdict(&detail, &m.rule, &checks).map_err(PatchError::Rule)?;
     check_fence(conn, w, &detail, m)?;
 
     let moved = prepared.kind != MergeKind::AlreadyMerged;

@@ -52,13 +52,17 @@ impl RepoEntry {
 /// Ungoverned access rules for one repository (`collab-policy.toml`).
 ///
 /// Each list holds principals (`SHA256:` fingerprints) or `*` (any admitted
-/// key). A missing key keeps its default: `read = ["*"]`, `write = ["*"]`,
+/// key). A missing key keeps its default: `read = ["*"]`, `checks = []`,
+/// `write = ["*"]`,
 /// `rewind = []` (admins always rewind), `public = false`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RepoPolicy {
     #[serde(default = "everyone")]
     pub read: Vec<String>,
+    /// Principals who may read and post commit checks but not push (CI).
+    #[serde(default)]
+    pub checks: Vec<String>,
     #[serde(default = "everyone")]
     pub write: Vec<String>,
     #[serde(default)]
@@ -93,6 +97,7 @@ impl Default for RepoPolicy {
     fn default() -> Self {
         RepoPolicy {
             read: everyone(),
+            checks: Vec::new(),
             write: everyone(),
             rewind: Vec::new(),
             public: false,
@@ -109,6 +114,7 @@ impl RepoPolicy {
     fn closed(reason: String) -> Self {
         RepoPolicy {
             read: Vec::new(),
+            checks: Vec::new(),
             write: Vec::new(),
             rewind: Vec::new(),
             public: false,
@@ -123,6 +129,10 @@ impl RepoPolicy {
         let policy: RepoPolicy = toml::from_str(text)?;
         crate::hooks::fencing::compile(&policy.fenced_refs)
             .map_err(<toml::de::Error as serde::de::Error>::custom)?;
+        if let Some(rule) = &policy.merge {
+            rule.validate()
+                .map_err(<toml::de::Error as serde::de::Error>::custom)?;
+        }
         if let Some(patterns) = &policy.fenced_ref_issue {
             crate::hooks::fencing::compile_ref_issue(patterns)
                 .map_err(<toml::de::Error as serde::de::Error>::custom)?;
@@ -157,7 +167,12 @@ impl RepoPolicy {
     }
 
     pub fn allows_read(&self, principal: &str) -> bool {
-        Self::list_allows(&self.read, principal) || self.allows_write(principal)
+        Self::list_allows(&self.read, principal) || self.allows_checks(principal)
+    }
+
+    /// Posting commit checks: the `checks` list, or write.
+    pub fn allows_checks(&self, principal: &str) -> bool {
+        Self::list_allows(&self.checks, principal) || self.allows_write(principal)
     }
 
     pub fn allows_write(&self, principal: &str) -> bool {
@@ -408,6 +423,17 @@ pub fn create_repo_in(repos_dir: &Path, name: &str) -> Result<(String, PathBuf),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_policy_with_a_bad_required_check_name_is_refused() {
+        let ok = RepoPolicy::parse("merge = { required_checks = [\"ci/test\"] }\n").unwrap();
+        assert_eq!(ok.merge.unwrap().required_checks, ["ci/test"]);
+        let e = RepoPolicy::parse("merge = { required_checks = [\"ci test\"] }\n").unwrap_err();
+        assert!(e.message().contains("required_checks"), "{e}");
+        let checks = RepoPolicy::parse("checks = [\"SHA256:ci\"]\nwrite = []\n").unwrap();
+        assert!(checks.allows_checks("SHA256:ci") && !checks.allows_write("SHA256:ci"));
+        assert!(checks.allows_read("SHA256:ci"));
+    }
 
     #[test]
     fn normalizes_and_validates_names() {

@@ -9,6 +9,7 @@
 //! (push-to-review); `objects` what issues and patches share (people, ids
 //! by prefix, the bookkeeping of every write, keyset paging).
 
+pub mod checks;
 pub mod connect;
 pub mod event_log;
 pub mod exports;

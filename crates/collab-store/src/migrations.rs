@@ -11,7 +11,7 @@
 //! Version numbers are taken in order by the work that adds tables:
 //! 1 leases (first release), 2 events, 3 issues, 4 lease policy and the
 //! work queue, 5 webhooks, 6 patches, 7 the work queue's index, 8 patch
-//! import and export, 9 repository identity, 10 mirrors. SQL here stays portable where it can
+//! import and export, 9 repository identity, 10 mirrors, 11 commit checks. SQL here stays portable where it can
 //! (no SQLite-only functions in the domain queries), because the same
 //! tables live in PostgreSQL too.
 //!
@@ -416,6 +416,28 @@ CREATE INDEX mirrors_repo ON mirrors (repo);
 CREATE INDEX mirrors_next_at ON mirrors (next_at);
 ",
     },
+    // Version 11: commit checks (`checks`), one row per (repository
+    // identity, commit, name) holding the latest state; their history is
+    // the `check.updated` events. `repo` follows renames and deletes.
+    Step {
+        version: 11,
+        sql: "
+CREATE TABLE checks (
+    repo_id     TEXT    NOT NULL,
+    repo        TEXT    NOT NULL,
+    commit_id   TEXT    NOT NULL,
+    name        TEXT    NOT NULL,
+    state       TEXT    NOT NULL
+        CHECK (state IN ('pending', 'success', 'failure', 'error', 'skipped')),
+    url         TEXT,
+    description TEXT,
+    updated_by  TEXT    NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (repo_id, commit_id, name)
+);
+CREATE INDEX checks_repo ON checks (repo);
+",
+    },
 ];
 
 /// Version 9's tables (SQLite; PostgreSQL's are in `POSTGRES_STEPS`).
@@ -475,6 +497,28 @@ CREATE TABLE mirrors (
 );
 CREATE INDEX mirrors_repo ON mirrors (repo);
 CREATE INDEX mirrors_next_at ON mirrors (next_at);
+",
+    },
+    // Version 11: commit checks (`checks`), one row per (repository
+    // identity, commit, name) holding the latest state; their history is
+    // the `check.updated` events. `repo` follows renames and deletes.
+    Step {
+        version: 11,
+        sql: "
+CREATE TABLE checks (
+    repo_id     TEXT    NOT NULL,
+    repo        TEXT    NOT NULL,
+    commit_id   TEXT    NOT NULL,
+    name        TEXT    NOT NULL,
+    state       TEXT    NOT NULL
+        CHECK (state IN ('pending', 'success', 'failure', 'error', 'skipped')),
+    url         TEXT,
+    description TEXT,
+    updated_by  TEXT    NOT NULL,
+    updated_at  BIGINT  NOT NULL,
+    PRIMARY KEY (repo_id, commit_id, name)
+);
+CREATE INDEX checks_repo ON checks (repo);
 ",
     },
 ];

@@ -1092,7 +1092,7 @@ pub fn mark_merged(
 // ---------------------------------------------------------------- merge rule
 
 /// A repository's merge rule (`merge = { ... }` in the policy files).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MergeRule {
     /// Approvals needed on the latest revision.
@@ -1107,7 +1107,15 @@ pub struct MergeRule {
     /// under its approvals' eyes. Whoever pushed a revision never counts as
     /// an approver, whatever this says.
     pub others_may_revise: bool,
+    /// Checks that must be `success` on the latest revision's head
+    /// (`collab-check set`); missing or pending is not green.
+    pub required_checks: Vec<String>,
+    /// Whether a required check in state `skipped` counts as green.
+    pub skipped_is_success: bool,
 }
+
+/// The most required checks one merge rule may name.
+pub const MAX_REQUIRED_CHECKS: usize = 32;
 
 impl Default for MergeRule {
     fn default() -> Self {
@@ -1116,7 +1124,87 @@ impl Default for MergeRule {
             no_changes_requested: true,
             author_may_approve: false,
             others_may_revise: false,
+            required_checks: Vec::new(),
+            skipped_is_success: false,
         }
+    }
+}
+
+impl MergeRule {
+    /// Whether the rule's own values are acceptable (check names, their
+    /// number); `Err` is the reason a policy file is refused.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.required_checks.len() > MAX_REQUIRED_CHECKS {
+            return Err(format!(
+                "required_checks: at most {MAX_REQUIRED_CHECKS} names"
+            ));
+        }
+        for name in &self.required_checks {
+            crate::checks::valid_name(name).map_err(|e| format!("required_checks: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether every check `rule` requires is green among `checks` (those of
+/// the latest revision's head); `Err` names each one that is not and its
+/// state ("ci/test is pending, lint is missing").
+pub fn checks_allow(
+    detail: &PatchDetail,
+    rule: &MergeRule,
+    checks: &[crate::checks::Check],
+) -> std::result::Result<(), String> {
+    let head = detail.latest().map(|r| r.head.as_str());
+    let mut not_green = Vec::new();
+    for name in &rule.required_checks {
+        // Only a check on the latest head counts (never an older revision's).
+        let found = checks
+            .iter()
+            .find(|c| &c.name == name && Some(c.commit.as_str()) == head);
+        match found.map(|c| c.state.as_str()) {
+            Some("success") => {}
+            Some("skipped") if rule.skipped_is_success => {}
+            Some(state) => not_green.push(format!("{name} is {state}")),
+            None => not_green.push(format!("{name} is missing")),
+        }
+    }
+    if not_green.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "required checks are not green on revision {}: {}",
+            detail.latest().map_or(0, |r| r.n),
+            not_green.join(", ")
+        ))
+    }
+}
+
+/// [`rule_allows`] and [`checks_allow`] together: the whole verdict, with
+/// every reason the patch may not merge.
+pub fn verdict(
+    detail: &PatchDetail,
+    rule: &MergeRule,
+    checks: &[crate::checks::Check],
+) -> std::result::Result<(), String> {
+    let votes = rule_allows(detail, rule);
+    if detail.patch.status != PatchStatus::Open || detail.latest().is_none() {
+        return votes;
+    }
+    match (votes, checks_allow(detail, rule, checks)) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(a), Err(b)) => Err(format!("{a}; {b}")),
+        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
+    }
+}
+
+/// The checks on the latest revision's head of `detail`.
+pub fn head_checks(
+    conn: &Connection,
+    detail: &PatchDetail,
+) -> crate::sql::Result<Vec<crate::checks::Check>> {
+    match detail.latest() {
+        Some(r) => crate::checks::list(conn, &detail.patch.repo, &r.head),
+        None => Ok(Vec::new()),
     }
 }
 
@@ -1686,6 +1774,56 @@ mod tests {
     }
 
     #[test]
+    fn required_checks_count_only_on_the_latest_head_and_join_the_votes_reasons() {
+        let conn = db();
+        let alice = person("alice");
+        let id = open_one(&conn, &alice);
+        let rule = MergeRule {
+            approvals: 1,
+            required_checks: vec!["ci".into(), "lint".into()],
+            ..MergeRule::default()
+        };
+        let detail = show(&conn, REPO, &id).unwrap();
+        let head = detail.latest().unwrap().head.clone();
+        let check = |commit: &str, name: &str, state: &str| crate::checks::Check {
+            commit: commit.into(),
+            name: name.into(),
+            state: state.into(),
+            url: None,
+            description: None,
+            updated_by: "ci".into(),
+            updated_at: 0,
+        };
+        let old = "f".repeat(40);
+        let checks = [
+            check(&old, "ci", "success"),
+            check(&head, "lint", "skipped"),
+        ];
+        assert_eq!(
+            verdict(&detail, &rule, &checks).unwrap_err(),
+            "needs 1 more approval on revision 1 (0 of 1); \
+             required checks are not green on revision 1: ci is missing, lint is skipped"
+        );
+        let lenient = MergeRule {
+            approvals: 0,
+            skipped_is_success: true,
+            ..rule.clone()
+        };
+        let green = [
+            check(&head, "ci", "success"),
+            check(&head, "lint", "skipped"),
+        ];
+        assert_eq!(verdict(&detail, &lenient, &green), Ok(()));
+        assert!(verdict(&detail, &rule, &green).is_err());
+        assert!(MergeRule {
+            required_checks: vec!["bad name".into()],
+            ..MergeRule::default()
+        }
+        .validate()
+        .is_err());
+    }
+
+    #[test]
     fn the_merge_rule_counts_votes_on_the_latest_revision() {
         let conn = db();
         let (alice, bob) = (person("alice"), person("bob"));
@@ -1780,7 +1918,7 @@ mod tests {
         // Not even with author_may_approve, which is about the author alone.
         let lenient = MergeRule {
             author_may_approve: true,
-            ..rule
+            ..rule.clone()
         };
         assert!(rule_allows(&show(&conn, REPO, &id).unwrap(), &lenient).is_err());
         // A third person's approval counts.

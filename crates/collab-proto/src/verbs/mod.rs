@@ -38,6 +38,9 @@ pub use table::VERBS;
 #[serde(rename_all = "lowercase")]
 pub enum Access {
     Read,
+    /// Read, and post commit checks (`collab-check set`): for CI keys that
+    /// must not push.
+    Checks,
     Write,
     Rewind,
 }
@@ -46,6 +49,7 @@ impl Access {
     pub fn as_str(self) -> &'static str {
         match self {
             Access::Read => "read",
+            Access::Checks => "checks",
             Access::Write => "write",
             Access::Rewind => "rewind",
         }

@@ -85,6 +85,8 @@ const fn verb(family: &'static str, action: &'static str, need: Need, help: &'st
 }
 
 const READ: Need = Need::Repo(Access::Read);
+/// Posting checks: write, or the `checks` level CI keys get.
+const CHECKS: Need = Need::Repo(Access::Checks);
 const WRITE: Need = Need::Repo(Access::Write);
 const REWIND: Need = Need::Repo(Access::Rewind);
 
@@ -767,6 +769,37 @@ pub static VERBS: &[Verb] = &[
     Verb {
         args: &[REPO, PATCH, one("issue", Kind::Id, "the issue it fixes")],
         ..verb("collab-patch", "link", WRITE, "link the patch to an issue")
+    },
+    // Commit checks (CI results).
+    Verb {
+        args: &[
+            REPO,
+            one("commit", Kind::Word, "a full commit id (40 hex digits) in the repository"),
+            one("name", Kind::Word, "the check's name: `ci/test`, `lint` (letters, digits, `/._-`)"),
+        ],
+        flags: &[
+            required(value(
+                "--state",
+                "<state>",
+                Kind::Choice(&["pending", "success", "failure", "error", "skipped"]),
+                "the check's state",
+            )),
+            value("--url", "<url>", Kind::Word, "where the run is (http or https)"),
+            value("--description", "<text>", Kind::Text, "one line about the run"),
+        ],
+        ..verb(
+            "collab-check",
+            "set",
+            CHECKS,
+            "set a check on a commit (CI's result); records check.updated",
+        )
+    },
+    Verb {
+        args: &[
+            REPO,
+            one("target", Kind::Word, "a full commit id, or a patch id (its latest revision's head)"),
+        ],
+        ..verb("collab-check", "list", READ, "the checks on a commit or a patch")
     },
     // Events.
     Verb {

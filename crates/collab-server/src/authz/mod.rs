@@ -187,6 +187,8 @@ pub fn repo_access(_app: &App, caller: &Caller, entry: &RepoEntry) -> Option<Acc
                 Some(Access::Rewind)
             } else if policy.allows_write(p) {
                 Some(Access::Write)
+            } else if policy.allows_checks(p) {
+                Some(Access::Checks)
             } else if policy.allows_read(p) {
                 Some(Access::Read)
             } else {
@@ -200,7 +202,7 @@ pub fn repo_access(_app: &App, caller: &Caller, entry: &RepoEntry) -> Option<Acc
         // and in the ungoverned regime only admins may see it at all.
         return match (&caller.regime, access) {
             (Regime::Ungoverned { admin: false }, _) => None,
-            (_, Some(Access::Write)) => Some(Access::Read),
+            (_, Some(Access::Write | Access::Checks)) => Some(Access::Read),
             (_, a) => a,
         };
     }
@@ -362,7 +364,7 @@ pub fn merge_rule(app: &App, entry: &RepoEntry) -> crate::db::patches::MergeRule
         GovState::Active(conf) => conf.merge_rule(entry.short_name()),
         _ => None,
     };
-    governed.or(entry.policy.merge).unwrap_or_default()
+    governed.or(entry.policy.merge.clone()).unwrap_or_default()
 }
 
 /// Whether anonymous HTTP may read this repository.

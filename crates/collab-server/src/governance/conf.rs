@@ -19,7 +19,7 @@
 //! [[grants]]
 //! repos = ["**"]                   # `*` stays in one segment, `**` crosses `/`
 //! to = ["alice"]                   # principal, `@group`, or `*` (every principal)
-//! access = "rewind"                # read | write | rewind
+//! access = "rewind"                # read | checks | write | rewind
 //! ```
 //!
 //! A top-level `fenced_refs = ["refs/heads/issue/*"]` makes a live lease
@@ -94,6 +94,8 @@ struct RawMergeRule {
     no_changes_requested: Option<bool>,
     author_may_approve: Option<bool>,
     others_may_revise: Option<bool>,
+    required_checks: Option<Vec<String>>,
+    skipped_is_success: Option<bool>,
 }
 
 impl RawMergeRule {
@@ -104,6 +106,8 @@ impl RawMergeRule {
             no_changes_requested: self.no_changes_requested.unwrap_or(d.no_changes_requested),
             author_may_approve: self.author_may_approve.unwrap_or(d.author_may_approve),
             others_may_revise: self.others_may_revise.unwrap_or(d.others_may_revise),
+            required_checks: self.required_checks.clone().unwrap_or(d.required_checks),
+            skipped_is_success: self.skipped_is_success.unwrap_or(d.skipped_is_success),
         }
     }
 }
@@ -387,7 +391,10 @@ impl GovernanceConf {
             if m.repos.is_empty() {
                 return Err(invalid(format!("{ctx}: no repository pattern")));
             }
-            merge_rules.push((compile_globs(&m.repos, &ctx)?, m.rule()));
+            let rule = m.rule();
+            rule.validate()
+                .map_err(|e| invalid(format!("merge_rules[{i}]: {e}")))?;
+            merge_rules.push((compile_globs(&m.repos, &ctx)?, rule));
         }
         Ok(GovernanceConf {
             by_fingerprint,
@@ -413,7 +420,7 @@ impl GovernanceConf {
         self.merge_rules
             .iter()
             .find(|(globs, _)| globs.is_match(repo))
-            .map(|(_, rule)| *rule)
+            .map(|(_, rule)| rule.clone())
     }
 
     /// The webhook subscriptions the file declares.
@@ -578,6 +585,28 @@ mod tests {
         let open = "[[merge_rules]]\nrepos = [\"**\"]\nothers_may_revise = true\n";
         let c = GovernanceConf::parse(&conf(open)).unwrap();
         assert!(c.merge_rule("any").unwrap().others_may_revise);
+    }
+
+    #[test]
+    fn merge_rules_take_required_checks_and_validate_their_names() {
+        let rules =
+            "[[merge_rules]]\nrepos = [\"**\"]\nrequired_checks = [\"ci/test\", \"lint\"]\n\
+                     skipped_is_success = true\n";
+        let c = GovernanceConf::parse(&conf(rules)).unwrap();
+        let rule = c.merge_rule("any").unwrap();
+        assert_eq!(rule.required_checks, ["ci/test", "lint"]);
+        assert!(rule.skipped_is_success);
+        let plain = "[[merge_rules]]\nrepos = [\"**\"]\n";
+        let rule = GovernanceConf::parse(&conf(plain))
+            .unwrap()
+            .merge_rule("x")
+            .unwrap();
+        assert!(rule.required_checks.is_empty() && !rule.skipped_is_success);
+        for bad in ["\"a b\"", "\"\"", "\"/ci\""] {
+            let text = format!("[[merge_rules]]\nrepos = [\"**\"]\nrequired_checks = [{bad}]\n");
+            let e = GovernanceConf::parse(&conf(&text)).unwrap_err();
+            assert!(e.0.contains("required_checks"), "{e}");
+        }
     }
 
     #[test]

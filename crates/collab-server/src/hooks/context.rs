@@ -107,6 +107,7 @@ impl HookContext {
         };
         let access = match text(ENV_ACCESS)?.as_str() {
             "read" => Access::Read,
+            "checks" => Access::Checks,
             "write" => Access::Write,
             "rewind" => Access::Rewind,
             _ => return Err(missing(ENV_ACCESS)),

@@ -213,6 +213,8 @@ pub async fn info(ctx: &ExecContext, channel: Channel<Msg>, json: bool) {
 fn letters(level: Access) -> &'static str {
     match level {
         Access::Read => "R",
+        // Read plus posting checks; gitolite has no letter for it.
+        Access::Checks => "RC",
         Access::Write => "RW",
         Access::Rewind => "RW+",
     }

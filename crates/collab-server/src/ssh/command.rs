@@ -315,6 +315,8 @@ pub enum ExecCommand {
     Hook(HookCmd),
     /// `collab-repo mirror add|list|sync|remove …`
     Mirror(MirrorCmd),
+    /// `collab-check set|list …`
+    Check(super::check::CheckCmd),
 }
 
 impl ExecCommand {
@@ -342,6 +344,7 @@ impl ExecCommand {
             ExecCommand::Events(watch) => watch.repos.first().map(String::as_str),
             ExecCommand::Hook(_) => None,
             ExecCommand::Mirror(cmd) => Some(cmd.repo()),
+            ExecCommand::Check(cmd) => Some(cmd.repo()),
             ExecCommand::Whoami
             | ExecCommand::Mcp
             | ExecCommand::Help
@@ -402,6 +405,7 @@ impl ExecCommand {
             ExecCommand::Hook(HookCmd::Deliveries { .. }) => "collab-hook deliveries",
             ExecCommand::Hook(HookCmd::Redeliver { .. }) => "collab-hook redeliver",
             ExecCommand::Mirror(cmd) => cmd.verb(),
+            ExecCommand::Check(cmd) => cmd.verb(),
         }
     }
 }
@@ -464,6 +468,7 @@ impl ExecCommand {
             "collab-patch" => ExecCommand::Patch(super::patch::PatchCmd::from_invocation(inv)?),
             "collab-events" => ExecCommand::Events(WatchCmd::from_invocation(inv)?),
             "collab-hook" => ExecCommand::Hook(HookCmd::from_invocation(inv)?),
+            "collab-check" => ExecCommand::Check(super::check::CheckCmd::from_invocation(inv)),
             // A row without a handler; `every_verb_has_a_handler` fails.
             _ => return None,
         })

@@ -83,5 +83,6 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Events(cmd) => super::watch::watch(&ctx, channel, cmd).await,
         ExecCommand::Hook(cmd) => super::webhook::run(&ctx, channel, cmd).await,
         ExecCommand::Mirror(cmd) => super::mirror::run(&ctx, channel, cmd).await,
+        ExecCommand::Check(cmd) => super::check::run(&ctx, channel, cmd).await,
     }
 }

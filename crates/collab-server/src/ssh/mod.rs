@@ -36,6 +36,7 @@
 
 pub mod admin;
 pub mod call;
+pub mod check;
 pub mod command;
 pub mod context;
 pub mod exec;

@@ -394,7 +394,11 @@ async fn answer(
         PatchCmd::Show { id, .. } => match read_detail(ctx, &repo, id).await {
             Ok(detail) => {
                 let rule = merge_rule(ctx, entry).await;
-                ok(detail_json(&detail, &rule))
+                let checks = match head_checks(ctx, &repo, &detail).await {
+                    Ok(checks) => checks,
+                    Err(e) => return internal(&repo, e),
+                };
+                ok(detail_json(&detail, &rule, &checks))
             }
             Err(reply) => reply,
         },
@@ -489,6 +493,23 @@ async fn read_detail(ctx: &ExecContext, repo: &str, id: String) -> Result<PatchD
         Ok(Err(e)) => Err(patch_error(repo, e)),
         Err(e) => Err(internal(repo, e)),
     }
+}
+
+/// The checks on the head of the patch's latest revision (older
+/// revisions' checks are not the patch's any more).
+async fn head_checks(
+    ctx: &ExecContext,
+    repo: &str,
+    detail: &PatchDetail,
+) -> anyhow::Result<Vec<crate::db::checks::Check>> {
+    let Some(head) = detail.latest().map(|r| r.head.clone()) else {
+        return Ok(Vec::new());
+    };
+    let r = repo.to_string();
+    ctx.app
+        .reads
+        .read(move |conn| Ok(crate::db::checks::list(conn, &r, &head)?))
+        .await
 }
 
 async fn merge_rule(ctx: &ExecContext, entry: &RepoEntry) -> MergeRule {
@@ -689,8 +710,12 @@ async fn merge(ctx: &ExecContext, entry: &RepoEntry, id: String, fence: Option<i
             Ok(d) => d,
             Err(reply) => return reply,
         };
+        let checks = match head_checks(ctx, &repo, &detail).await {
+            Ok(checks) => checks,
+            Err(e) => return internal(&repo, e),
+        };
         // The rule first: a refused merge makes no commit.
-        if let Err(why) = patches::rule_allows(&detail, &rule) {
+        if let Err(why) = patches::verdict(&detail, &rule, &checks) {
             return patch_error(&repo, PatchError::Rule(why));
         }
         let base_fenced = base_is_fenced(ctx, entry, &detail.patch.base);
@@ -711,6 +736,7 @@ async fn merge(ctx: &ExecContext, entry: &RepoEntry, id: String, fence: Option<i
         };
         let (path, name, merger) = (entry.path.clone(), repo.clone(), actor.clone());
         let undo = prepared.clone();
+        let rule = rule.clone();
         let done = ctx
             .app
             .writer
@@ -837,9 +863,9 @@ fn summary_json(row: &Row) -> Value {
 
 /// `show`: the patch, its revisions, current votes, comments, linked
 /// issues and the merge rule's verdict.
-fn detail_json(d: &PatchDetail, rule: &MergeRule) -> Value {
+fn detail_json(d: &PatchDetail, rule: &MergeRule, checks: &[crate::db::checks::Check]) -> Value {
     let p = &d.patch;
-    let verdict = patches::rule_allows(d, rule);
+    let verdict = patches::verdict(d, rule, checks);
     json!({
         "id": p.id,
         "repo": p.repo,
@@ -882,11 +908,14 @@ fn detail_json(d: &PatchDetail, rule: &MergeRule) -> Value {
             "line": c.inline.as_ref().and_then(|i| i.line),
         })).collect::<Vec<_>>(),
         "issues": d.issues,
+        "checks": checks.iter().map(super::check::check_json).collect::<Vec<_>>(),
         "merge_rule": {
             "approvals": rule.approvals,
             "no_changes_requested": rule.no_changes_requested,
             "author_may_approve": rule.author_may_approve,
             "others_may_revise": rule.others_may_revise,
+            "required_checks": rule.required_checks,
+            "skipped_is_success": rule.skipped_is_success,
             "ready": verdict.is_ok(),
             "reason": verdict.err(),
         },

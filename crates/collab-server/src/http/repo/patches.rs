@@ -127,6 +127,31 @@ struct OffDiffNote {
     note: LineNote,
 }
 
+/// A check on the page: its state, and a link only to http(s) URLs (the
+/// verb accepts no others; checked again here for rows from elsewhere).
+struct CheckView {
+    name: String,
+    state: String,
+    url: String,
+    description: String,
+}
+
+impl CheckView {
+    fn of(c: &crate::db::checks::Check) -> CheckView {
+        let url = c
+            .url
+            .clone()
+            .filter(|u| crate::ssh::check::valid_url(u).is_ok())
+            .unwrap_or_default();
+        CheckView {
+            name: c.name.clone(),
+            state: c.state.clone(),
+            url,
+            description: c.description.clone().unwrap_or_default(),
+        }
+    }
+}
+
 #[derive(Template)]
 #[template(path = "patch_detail.html")]
 struct PatchDetailPage {
@@ -156,6 +181,8 @@ struct PatchDetailPage {
     merge_state: String,
     /// The rule itself (`1 approval on the latest revision, ...`).
     rule_text: String,
+    /// The checks on the latest revision's head, by name.
+    checks: Vec<CheckView>,
     issues: Vec<IssueLinkView>,
     revisions: Vec<RevisionView>,
     timeline: Vec<TimelineView>,
@@ -381,6 +408,8 @@ pub async fn detail(
 /// linked issues, and the navigation counts; or the 404 that says why not.
 struct Found {
     detail: PatchDetail,
+    /// The checks on the latest revision's head.
+    checks: Vec<crate::db::checks::Check>,
     issues: Vec<IssueLinkView>,
     counts: OpenCounts,
 }
@@ -390,6 +419,10 @@ fn find(st: &AppState, ctx: &RepoCtx, id: &str) -> Result<Found, PageError> {
     let id = id.to_string();
     let (detail, issues, counts) = read(st, ctx, move |conn| {
         let detail = patches::show(conn, &name, &id);
+        let checks = match &detail {
+            Ok(d) => patches::head_checks(conn, d)?,
+            Err(_) => Vec::new(),
+        };
         let mut issues = Vec::new();
         if let Ok(d) = &detail {
             for issue in &d.issues {
@@ -405,8 +438,13 @@ fn find(st: &AppState, ctx: &RepoCtx, id: &str) -> Result<Found, PageError> {
                 }
             }
         }
-        Ok((detail, issues, super::ctx::open_counts(conn, &name)?))
+        Ok((
+            (detail, checks),
+            issues,
+            super::ctx::open_counts(conn, &name)?,
+        ))
     })?;
+    let (detail, checks) = detail;
     let detail = match detail {
         Ok(d) => d,
         Err(PatchError::Ambiguous { prefix, candidates }) => {
@@ -421,6 +459,7 @@ fn find(st: &AppState, ctx: &RepoCtx, id: &str) -> Result<Found, PageError> {
     };
     Ok(Found {
         detail,
+        checks,
         issues,
         counts,
     })
@@ -530,6 +569,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
     let ctx = super::ctx::open(&st.app, requested)?;
     let Found {
         detail: d,
+        checks,
         issues,
         counts,
     } = find(st, &ctx, id)?;
@@ -651,7 +691,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         .collect();
     let rule = crate::authz::merge_rule(&st.app, &ctx.entry);
     let (ready, merge_state) = match p.status {
-        PatchStatus::Open => match patches::rule_allows(&d, &rule) {
+        PatchStatus::Open => match patches::verdict(&d, &rule, &checks) {
             Ok(()) => (true, "the merge rule is met".to_string()),
             Err(why) => (false, why),
         },
@@ -687,6 +727,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         ready,
         merge_state,
         rule_text: rule_text(&rule),
+        checks: checks.iter().map(CheckView::of).collect(),
         issues,
         revisions,
         timeline: timeline(&names, &d),
@@ -725,6 +766,17 @@ fn rule_text(rule: &MergeRule) -> String {
             "the author's own approval does not count".into()
         });
         parts.push("a reviser's approval does not count".into());
+    }
+    if !rule.required_checks.is_empty() {
+        parts.push(format!(
+            "checks {} must pass{}",
+            rule.required_checks.join(", "),
+            if rule.skipped_is_success {
+                " (skipped counts)"
+            } else {
+                ""
+            }
+        ));
     }
     if rule.others_may_revise {
         parts.push("others may push revisions".into());

@@ -432,13 +432,14 @@ fn patch_dags_from_before_the_upgrade_import_intact_once_and_are_frozen_after() 
     )
     .unwrap();
 
-    // The previous release's collab.db: schema version 7 (version 10's, 9's
+    // The previous release's collab.db: schema version 7 (version 11's, 10's, 9's
     // and 8's tables and columns undone), the (empty) issue
     // import of both repositories done, no patch import.
     {
         let conn = rusqlite::Connection::open(repos.join("collab.db")).unwrap();
         conn.execute_batch(
-            "DROP TABLE mirrors;
+            "DROP TABLE checks;
+             DROP TABLE mirrors;
              DROP TABLE repositories;
              DROP INDEX events_repo_id_seq;
              ALTER TABLE events DROP COLUMN repo_id;
@@ -884,7 +885,8 @@ fn an_import_killed_part_way_is_finished_exactly_once_by_the_next_start() {
     {
         let conn = rusqlite::Connection::open(h.repos_dir().join("collab.db")).unwrap();
         conn.execute_batch(
-            "DROP TABLE mirrors;
+            "DROP TABLE checks;
+             DROP TABLE mirrors;
              DROP TABLE repositories;
              DROP INDEX events_repo_id_seq;
              ALTER TABLE events DROP COLUMN repo_id;
