@@ -523,6 +523,14 @@ pub enum PatchCmd {
     Merge {
         /// Patch id or unique prefix.
         id: String,
+        /// Queue the merge on the server: it merges the latest revision as
+        /// soon as the merge rule allows (checks green, votes in), with no
+        /// client connected (server mode).
+        #[arg(long, conflicts_with = "cancel")]
+        when_green: bool,
+        /// Drop a merge queued with --when-green (server mode).
+        #[arg(long)]
+        cancel: bool,
         #[command(flatten)]
         fence: FenceFlag,
         #[command(flatten)]

@@ -147,7 +147,18 @@ fn local(repo: &Repository, cmd: PatchCmd) -> Result<ExitCode> {
         PatchCmd::Push { .. } => {
             bail!("patch push needs a git-collab server remote (server mode); here use patch create and sync")
         }
-        PatchCmd::Merge { id, fence, out } => {
+        PatchCmd::Merge {
+            id,
+            fence,
+            out,
+            when_green,
+            cancel,
+        } => {
+            if when_green || cancel {
+                bail!(
+                    "--when-green and --cancel queue merges on a git-collab server (server mode)"
+                );
+            }
             if fence.lease_token.is_some() {
                 bail!("--lease-token applies to merges on a git-collab server (server mode)");
             }

@@ -128,14 +128,43 @@ pub fn run(
             )?;
             written(&reply, "closed", out.json)
         }
-        PatchCmd::Merge { id, fence, out } => {
+        PatchCmd::Merge {
+            id,
+            fence,
+            out,
+            when_green,
+            cancel,
+        } => {
             let call = server::call(remote, "merge")
                 .arg(&id_arg(&id)?)
+                .switch("--when-green", when_green)
+                .switch("--cancel", cancel)
                 .when(fence.lease_token.is_some(), |c| {
                     c.int("--lease-token", fence.lease_token.unwrap_or_default())
                 });
             let reply = server::run(remote, call, None)?;
             read_reply(&reply, out.json, |v| {
+                match v["status"].as_str() {
+                    Some("queued") => {
+                        println!(
+                            "queued: the server merges patch {} (revision {}) when the merge rule allows",
+                            short_id(v["patch"].as_str().unwrap_or_default()),
+                            v["revision"]
+                        );
+                        if let Some(why) = v["waiting_for"].as_str() {
+                            println!("waiting for: {}", terminal::line(why));
+                        }
+                        return;
+                    }
+                    Some("dequeued") => {
+                        println!(
+                            "dropped the queued merge of patch {}",
+                            short_id(v["patch"].as_str().unwrap_or_default())
+                        );
+                        return;
+                    }
+                    _ => {}
+                }
                 let commit = v["commit"].as_str().unwrap_or_default();
                 let how = match v["kind"].as_str().unwrap_or_default() {
                     "fast_forward" => "fast-forward".to_string(),

@@ -5,6 +5,7 @@
 
 pub mod app;
 pub mod authz;
+pub mod auto_merge;
 pub mod backup;
 pub mod cli;
 pub mod config;

@@ -18,11 +18,16 @@
 //!    the tip `prepare` saw, and records `patch.merged`, the `ref.updated`
 //!    event and what the scan found, in that one transaction.
 //!
-//! A base branch that moved between the steps fails the swap: the caller
-//! prepares again (a few times). The ref moves before the transaction
+//! A base branch that moved between the steps fails the swap: [`run`]
+//! prepares again (a few times). [`run`] is the whole merge, for the verb
+//! (`collab-patch merge`) and the driver of queued merges
+//! (`crate::auto_merge`) alike. The ref moves before the transaction
 //! commits: if the transaction then fails, the caller swaps the ref back
 //! ([`Prepared::undo`]), so the branch and the record never disagree for
 //! longer than the write takes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use crate::db::sql::Connection;
 use git2::{Oid, Repository};
@@ -342,7 +347,7 @@ impl Prepared {
 
 /// When the base is fenced, or a token is given: the merger must hold the
 /// live lease of an issue linked to the patch, with that token.
-fn check_fence(
+pub fn check_fence(
     conn: &Connection,
     w: &patches::WriteCtx<'_>,
     detail: &PatchDetail,
@@ -400,4 +405,156 @@ fn check_fence(
         token: live.as_ref().map(|l| l.token),
         message,
     })
+}
+
+// ---------------------------------------------------------------- the whole merge
+
+/// How often [`run`] prepares again when the base branch moves under it.
+const MERGE_ATTEMPTS: usize = 3;
+
+/// What [`run`] is asked to merge.
+pub struct Request<'a> {
+    pub app: &'a Arc<crate::app::App>,
+    pub entry: &'a crate::repos::RepoEntry,
+    /// The patch's id or a prefix of it.
+    pub patch: String,
+    /// The merger recorded (author and committer of a merge commit).
+    pub merger: Person,
+    /// `--lease-token`, if given.
+    pub token: Option<i64>,
+    /// Merge only this revision (a queued merge): a newer one refuses.
+    pub revision: Option<i64>,
+}
+
+/// A merge [`run`] made.
+#[derive(Debug, Clone)]
+pub struct Merged {
+    pub prepared: Prepared,
+    pub committed: Committed,
+}
+
+/// Why [`run`] did not merge.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Refused (the rule, a conflict, fencing, a missing patch, ...).
+    #[error(transparent)]
+    Refused(#[from] MergeError),
+    /// The base branch moved under every attempt.
+    #[error(
+        "the base branch kept moving; merge refused after {MERGE_ATTEMPTS} attempts, try again"
+    )]
+    KeptMoving,
+    /// The database or the repository failed.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+/// Merge `req.patch`'s latest revision into its base branch, by the
+/// repository's merge rule: read, check the rule (a refused merge makes no
+/// commit), [`prepare`] on a read-pool thread, [`commit`] in the writer;
+/// again when the base branch moved in between. One merge at a time per
+/// repository on this node (merges never race each other here; outside
+/// pushes and other nodes' merges can move the base, which the swap
+/// catches).
+pub async fn run(req: Request<'_>) -> Result<Merged, RunError> {
+    let app = req.app;
+    let repo = req.entry.name.clone();
+    let rule = {
+        let (rule_app, entry) = (app.clone(), req.entry.clone());
+        tokio::task::spawn_blocking(move || crate::authz::merge_rule(&rule_app, &entry))
+            .await
+            .unwrap_or_default()
+    };
+    let queue = merge_lock(&repo);
+    let _turn = queue.lock().await;
+    let max_body = usize::try_from(app.config.max_issue_body).unwrap_or(usize::MAX);
+    for _ in 0..MERGE_ATTEMPTS {
+        let (r, id) = (repo.clone(), req.patch.clone());
+        let (detail, checks) = app
+            .reads
+            .read(move |conn| {
+                Ok(patches::show(conn, &r, &id).and_then(|d| {
+                    let checks = patches::head_checks(conn, &d)?;
+                    Ok((d, checks))
+                }))
+            })
+            .await?
+            .map_err(MergeError::Patch)?;
+        if let (Some(wanted), Some(latest)) = (req.revision, detail.latest()) {
+            if latest.n != wanted {
+                return Err(refuse(format!(
+                    "patch {} has revision {} now; the merge was asked for revision {wanted}",
+                    short(&detail.patch.id),
+                    latest.n
+                ))
+                .into());
+            }
+        }
+        // The rule first: a refused merge makes no commit.
+        patches::verdict(&detail, &rule, &checks)
+            .map_err(|why| MergeError::Patch(PatchError::Rule(why)))?;
+        let base_fenced = crate::authz::base_is_fenced(app, req.entry, &detail.patch.base);
+        let (path, name, merger) = (req.entry.path.clone(), repo.clone(), req.merger.clone());
+        // Git work on a read-pool thread, with its read-only connection.
+        let prepared = app
+            .reads
+            .read(move |reader| {
+                let git = Repository::open_bare(&path)?;
+                Ok(prepare(&git, reader, &name, &detail, &merger))
+            })
+            .await??;
+        let (path, name, merger) = (req.entry.path.clone(), repo.clone(), req.merger.clone());
+        let (mine, rule, token) = (prepared.clone(), rule.clone(), req.token);
+        let done = app
+            .writer
+            .write("collab-patch merge", move |conn, now| {
+                let git = Repository::open_bare(&path)?;
+                let w = patches::WriteCtx {
+                    repo: &name,
+                    actor: &merger,
+                    max_body,
+                    now,
+                };
+                let m = MergeCtx {
+                    w: &w,
+                    rule,
+                    base_fenced,
+                    token,
+                };
+                Ok(commit(conn, &git, &mine, &m))
+            })
+            .await;
+        match done {
+            Ok(Ok(committed)) => {
+                return Ok(Merged {
+                    prepared,
+                    committed,
+                })
+            }
+            Ok(Err(MergeError::Moved)) => continue,
+            Ok(Err(e)) => return Err(e.into()),
+            Err(e) => {
+                // The transaction did not commit: put the branch back.
+                let path = req.entry.path.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    if let Ok(git) = Repository::open_bare(&path) {
+                        prepared.undo(&git);
+                    }
+                })
+                .await;
+                return Err(e.into());
+            }
+        }
+    }
+    Err(RunError::KeptMoving)
+}
+
+/// The merge lock of `repo`. Entries nobody holds are dropped when the
+/// next one is taken, so the map stays as small as the merges in flight.
+fn merge_lock(repo: &str) -> Arc<tokio::sync::Mutex<()>> {
+    static LOCKS: LazyLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> =
+        LazyLock::new(Default::default);
+    let mut locks = LOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    locks.retain(|_, q| Arc::strong_count(q) > 1);
+    locks.entry(repo.to_string()).or_default().clone()
 }

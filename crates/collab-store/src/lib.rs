@@ -16,6 +16,7 @@ pub mod exports;
 pub mod guard;
 pub mod issues;
 pub mod leases;
+pub mod merge_intents;
 pub mod migrations;
 pub mod mirrors;
 pub mod objects;

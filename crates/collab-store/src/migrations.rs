@@ -11,9 +11,10 @@
 //! Version numbers are taken in order by the work that adds tables:
 //! 1 leases (first release), 2 events, 3 issues, 4 lease policy and the
 //! work queue, 5 webhooks, 6 patches, 7 the work queue's index, 8 patch
-//! import and export, 9 repository identity, 10 mirrors, 11 commit checks. SQL here stays portable where it can
-//! (no SQLite-only functions in the domain queries), because the same
-//! tables live in PostgreSQL too.
+//! import and export, 9 repository identity, 10 mirrors, 11 commit checks,
+//! 12 merge intents. SQL here stays portable where it can (no SQLite-only
+//! functions in the domain queries), because the same tables live in
+//! PostgreSQL too.
 //!
 //! PostgreSQL keeps its own list of steps ([`POSTGRES_STEPS`]) with the same
 //! version numbers, its version in the one-row table `collab_schema`. Its
@@ -438,6 +439,29 @@ CREATE TABLE checks (
 CREATE INDEX checks_repo ON checks (repo);
 ",
     },
+    // Version 12: merge intents (`collab-patch merge --when-green`), one row
+    // per patch, claimed by the node that merges it; and, per revision, who
+    // held the live leases of the patch's linked issues when it was pushed
+    // (a merge rule treats them as authors: `lease_holder_is_author`).
+    Step {
+        version: 12,
+        sql: "
+CREATE TABLE merge_intents (
+    repo           TEXT    NOT NULL,
+    patch_id       TEXT    NOT NULL,
+    revision       INTEGER NOT NULL CHECK (revision > 0),
+    requested_by   TEXT    NOT NULL,
+    requester_name TEXT    NOT NULL,
+    requester_key  TEXT,
+    lease_token    INTEGER,
+    created_at     INTEGER NOT NULL,
+    claimed_by     TEXT,
+    claimed_until  INTEGER,
+    PRIMARY KEY (repo, patch_id)
+);
+ALTER TABLE patch_revisions ADD COLUMN lease_holders TEXT;
+",
+    },
 ];
 
 /// Version 9's tables (SQLite; PostgreSQL's are in `POSTGRES_STEPS`).
@@ -519,6 +543,29 @@ CREATE TABLE checks (
     PRIMARY KEY (repo_id, commit_id, name)
 );
 CREATE INDEX checks_repo ON checks (repo);
+",
+    },
+    // Version 12: merge intents (`collab-patch merge --when-green`), one row
+    // per patch, claimed by the node that merges it; and, per revision, who
+    // held the live leases of the patch's linked issues when it was pushed
+    // (a merge rule treats them as authors: `lease_holder_is_author`).
+    Step {
+        version: 12,
+        sql: "
+CREATE TABLE merge_intents (
+    repo           TEXT    NOT NULL,
+    patch_id       TEXT    NOT NULL,
+    revision       BIGINT  NOT NULL CHECK (revision > 0),
+    requested_by   TEXT    NOT NULL,
+    requester_name TEXT    NOT NULL,
+    requester_key  TEXT,
+    lease_token    BIGINT ,
+    created_at     BIGINT  NOT NULL,
+    claimed_by     TEXT,
+    claimed_until  BIGINT ,
+    PRIMARY KEY (repo, patch_id)
+);
+ALTER TABLE patch_revisions ADD COLUMN lease_holders TEXT;
 ",
     },
 ];

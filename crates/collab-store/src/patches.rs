@@ -131,6 +131,9 @@ pub struct Revision {
     pub base_tip: Option<String>,
     pub author: Person,
     pub at_ms: i64,
+    /// Who held the live leases of the patch's linked issues when the
+    /// revision was pushed (a merge rule may treat them as its authors).
+    pub lease_holders: Vec<String>,
 }
 
 /// A vote that counts (the principal's latest on that revision).
@@ -337,10 +340,12 @@ pub fn exists(conn: &Connection, repo: &str, id: &str) -> crate::sql::Result<boo
 /// The revisions of a patch, in order.
 pub fn revisions(conn: &Connection, repo: &str, id: &str) -> crate::sql::Result<Vec<Revision>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT n, head, base_commit, base_tip, author, author_name, author_key, at_ms
+        "SELECT n, head, base_commit, base_tip, author, author_name, author_key, at_ms,
+                lease_holders
          FROM patch_revisions WHERE repo = ?1 AND patch_id = ?2 ORDER BY n",
     )?;
     let rows = stmt.query_map([repo, id], |r| {
+        let holders: Option<String> = r.get(8)?;
         Ok(Revision {
             n: r.get(0)?,
             head: r.get(1)?,
@@ -348,6 +353,9 @@ pub fn revisions(conn: &Connection, repo: &str, id: &str) -> crate::sql::Result<
             base_tip: r.get(3)?,
             author: person_at(r, 4)?,
             at_ms: r.get(7)?,
+            lease_holders: holders
+                .and_then(|h| serde_json::from_str(&h).ok())
+                .unwrap_or_default(),
         })
     })?;
     rows.collect()
@@ -683,6 +691,44 @@ fn insert_revision(
     Ok(())
 }
 
+/// Record on revision `n` who holds the live leases of the patch's linked
+/// issues now (at its push).
+fn record_lease_holders(
+    conn: &Connection,
+    w: &WriteCtx<'_>,
+    patch_id: &str,
+    n: i64,
+) -> crate::sql::Result<()> {
+    let issues: Vec<String> = {
+        let mut stmt = conn.prepare_cached(
+            "SELECT issue_id FROM patch_issues WHERE repo = ?1 AND patch_id = ?2",
+        )?;
+        let rows = stmt.query_map([w.repo, patch_id], |r| r.get(0))?;
+        rows.collect::<crate::sql::Result<_>>()?
+    };
+    let mut holders = Vec::new();
+    for issue in &issues {
+        if let Some(lease) = crate::leases::current_in(conn, w.repo, issue, w.now)? {
+            holders.push(lease.holder);
+        }
+    }
+    if holders.is_empty() {
+        return Ok(());
+    }
+    holders.sort();
+    holders.dedup();
+    conn.prepare_cached(
+        "UPDATE patch_revisions SET lease_holders = ?4 WHERE repo = ?1 AND patch_id = ?2 AND n = ?3",
+    )?
+    .execute(crate::sql::params![
+        w.repo,
+        patch_id,
+        n,
+        serde_json::to_string(&holders).unwrap_or_default()
+    ])?;
+    Ok(())
+}
+
 /// Resolve issue ids or prefixes of the same repository to full ids.
 fn resolve_issues(conn: &Connection, repo: &str, issues: &[String]) -> Result<Vec<String>> {
     let mut out = Vec::new();
@@ -723,6 +769,7 @@ pub fn open(conn: &Connection, w: &WriteCtx<'_>, new: &NewPatch) -> Result<Writt
     for issue in &issues {
         insert_issue_link(conn, w.repo, &id, issue)?;
     }
+    record_lease_holders(conn, w, &id, 1)?;
     let seq = append_event(
         conn,
         w,
@@ -820,6 +867,19 @@ pub fn revise(
                 &patch.id,
                 json!({ "issue": issue }),
             )?;
+        }
+    }
+    record_lease_holders(conn, w, &patch.id, n)?;
+    // A merge asked for an earlier revision was not asked for this one.
+    if let Some(intent) = crate::merge_intents::get(conn, w.repo, &patch.id)? {
+        let reason = format!(
+            "revision {n} was pushed; the merge was queued for revision {}",
+            intent.revision
+        );
+        if let Some(s) =
+            crate::merge_intents::dequeue(conn, w.repo, &patch.id, Some(w.actor), &reason, w.now)?
+        {
+            seq = s;
         }
     }
     Ok(Written {
@@ -992,6 +1052,14 @@ pub fn close(conn: &Connection, w: &WriteCtx<'_>, id_or_prefix: &str) -> Result<
     let patch = target(conn, w.repo, id_or_prefix)?;
     require_open(&patch, "close")?;
     set_status(conn, &patch, PatchStatus::Closed)?;
+    crate::merge_intents::dequeue(
+        conn,
+        w.repo,
+        &patch.id,
+        Some(w.actor),
+        "the patch was closed",
+        w.now,
+    )?;
     let seq = record(conn, w, &patch, "patch.closed", json!({}))?;
     Ok(Written {
         patch: patch.id,
@@ -1071,7 +1139,7 @@ pub fn mark_merged(
         w.actor.principal,
         ms(w.now)
     ])?;
-    let payload = match by {
+    let mut payload = match by {
         MergedBy::Verb => {
             json!({ "commit": commit, "revision": patch.revision_count, "by": "merge" })
         }
@@ -1080,6 +1148,10 @@ pub fn mark_merged(
             "push": { "ref": refname, "new": new }, "how": how,
         }),
     };
+    // A merge queued with --when-green is done, whoever merged it.
+    if crate::merge_intents::fulfil(conn, w.repo, &patch.id)? {
+        payload["queued"] = json!(true);
+    }
     let seq = record(conn, w, &patch, "patch.merged", payload)?;
     Ok(Written {
         patch: patch.id,
@@ -1112,6 +1184,11 @@ pub struct MergeRule {
     pub required_checks: Vec<String>,
     /// Whether a required check in state `skipped` counts as green.
     pub skipped_is_success: bool,
+    /// Whether whoever held the live lease of a linked issue when a
+    /// revision was pushed counts as the patch's author (their approval
+    /// counts only when `author_may_approve`): an agent's work is not
+    /// approved by the agent that claimed it, whoever pushed it.
+    pub lease_holder_is_author: bool,
 }
 
 /// The most required checks one merge rule may name.
@@ -1126,6 +1203,7 @@ impl Default for MergeRule {
             others_may_revise: false,
             required_checks: Vec::new(),
             skipped_is_success: false,
+            lease_holder_is_author: true,
         }
     }
 }
@@ -1177,6 +1255,31 @@ pub fn checks_allow(
             not_green.join(", ")
         ))
     }
+}
+
+/// The required checks on the latest revision's head that have finished
+/// without passing (`failure`, `error`, or `skipped` when it does not
+/// count): "name is state" each. Waiting cannot make these green; a new run
+/// (a later `set`) or a new revision can.
+pub fn failed_checks(
+    detail: &PatchDetail,
+    rule: &MergeRule,
+    checks: &[crate::checks::Check],
+) -> Vec<String> {
+    let head = detail.latest().map(|r| r.head.as_str());
+    rule.required_checks
+        .iter()
+        .filter_map(|name| {
+            let c = checks
+                .iter()
+                .find(|c| &c.name == name && Some(c.commit.as_str()) == head)?;
+            match c.state.as_str() {
+                "failure" | "error" => Some(format!("{name} is {}", c.state)),
+                "skipped" if !rule.skipped_is_success => Some(format!("{name} is skipped")),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// [`rule_allows`] and [`checks_allow`] together: the whole verdict, with
@@ -1236,13 +1339,31 @@ pub fn rule_allows(detail: &PatchDetail, rule: &MergeRule) -> std::result::Resul
             .iter()
             .any(|rev| rev.author.principal == principal)
     };
-    let mut discounted: Vec<&str> = Vec::new();
+    // Whoever held the lease of a linked issue when a revision was pushed
+    // claimed the work: an author too, when the rule says so.
+    let held_lease = |principal: &str| {
+        rule.lease_holder_is_author
+            && detail
+                .revisions
+                .iter()
+                .any(|rev| rev.lease_holders.iter().any(|h| h == principal))
+    };
+    let mut discounted: Vec<(&str, &str)> = Vec::new();
     let mut approvals = 0u32;
     for r in votes.iter().filter(|r| r.verdict == Verdict::Approve) {
         if &r.author.principal == author {
             approvals += u32::from(rule.author_may_approve);
         } else if revised(&r.author.principal) {
-            discounted.push(&r.author.name);
+            discounted.push((&r.author.name, "pushed a revision of this patch"));
+        } else if held_lease(&r.author.principal) {
+            if rule.author_may_approve {
+                approvals += 1;
+            } else {
+                discounted.push((
+                    &r.author.name,
+                    "held the lease of a linked issue when a revision was pushed",
+                ));
+            }
         } else {
             approvals += 1;
         }
@@ -1255,9 +1376,9 @@ pub fn rule_allows(detail: &PatchDetail, rule: &MergeRule) -> std::result::Resul
             latest.n,
             rule.approvals
         );
-        for name in discounted {
+        for (name, because) in discounted {
             why.push_str(&format!(
-                "; {name}'s approval does not count: {name} pushed a revision of this patch"
+                "; {name}'s approval does not count: {name} {because}"
             ));
         }
         return Err(why);

@@ -758,12 +758,23 @@ pub static VERBS: &[Verb] = &[
     },
     Verb {
         args: &[REPO, PATCH],
-        flags: &[LEASE_TOKEN],
+        flags: &[
+            LEASE_TOKEN,
+            switch(
+                "--when-green",
+                "queue the merge: the server merges the latest revision as soon as the rule allows",
+            ),
+            switch("--cancel", "drop a merge queued with --when-green"),
+        ],
+        rules: &[
+            Rule::AtMostOne(&["--when-green", "--cancel"]),
+            Rule::AtMostOne(&["--cancel", "--lease-token"]),
+        ],
         ..verb(
             "collab-patch",
             "merge",
             WRITE,
-            "merge the latest revision into its base, as the merge rules allow",
+            "merge the latest revision into its base, as the merge rules allow (now, or when green)",
         )
     },
     Verb {

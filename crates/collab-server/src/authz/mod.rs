@@ -286,6 +286,30 @@ pub fn owner_is_admin(app: &App, owner: &str) -> bool {
     }
 }
 
+/// Whether `principal` may write `entry` now, with no session at hand (a
+/// merge queued with `--when-green`, merged later by the server): governed,
+/// by governance.toml's grants; ungoverned, a key fingerprint must still be
+/// admitted by authorized_keys and be an admin or a writer of the policy,
+/// a certificate principal must be a writer of the policy.
+pub fn principal_may_write(app: &App, principal: &str, entry: &RepoEntry) -> bool {
+    if entry.is_governance() {
+        return false;
+    }
+    match app.governance.state().as_ref() {
+        GovState::Inactive => {
+            let key = app.authorized_keys.lookup(principal);
+            if principal.starts_with("SHA256:") && key.is_none() {
+                return false;
+            }
+            key.is_some_and(|k| k.admin())
+                || entry.policy.allows_write(principal)
+                || entry.policy.allows_rewind(principal)
+        }
+        GovState::Active(conf) => conf.allows_repo(principal, entry.short_name(), Access::Write),
+        GovState::Broken(_) => false,
+    }
+}
+
 /// Whether the owner of a webhook subscription may read `repo` now (`None`,
 /// or a repository that no longer exists: for administrators only). Subscriptions declared by
 /// the operator (`config`, `governance` origins) see everything. `owner` is
@@ -365,6 +389,25 @@ pub fn merge_rule(app: &App, entry: &RepoEntry) -> crate::db::patches::MergeRule
         _ => None,
     };
     governed.or(entry.policy.merge.clone()).unwrap_or_default()
+}
+
+/// The repository's fenced refs: its `collab-policy.toml`'s plus
+/// governance's when governance is active.
+pub fn fenced_refs(app: &App, entry: &RepoEntry) -> Vec<String> {
+    let mut fenced = entry.policy.fenced_refs.clone();
+    if let GovState::Active(conf) = app.governance.state().as_ref() {
+        fenced.extend(conf.fenced_refs().iter().cloned());
+    }
+    fenced
+}
+
+/// Whether branch `base` is a fenced ref of the repository. A policy that
+/// does not compile fences everything it meant to.
+pub fn base_is_fenced(app: &App, entry: &RepoEntry, base: &str) -> bool {
+    match crate::hooks::fencing::compile(&fenced_refs(app, entry)) {
+        Ok(set) => set.is_match(collab_record::refs::branch_ref(base)),
+        Err(_) => true,
+    }
 }
 
 /// Whether anonymous HTTP may read this repository.

@@ -96,6 +96,7 @@ struct RawMergeRule {
     others_may_revise: Option<bool>,
     required_checks: Option<Vec<String>>,
     skipped_is_success: Option<bool>,
+    lease_holder_is_author: Option<bool>,
 }
 
 impl RawMergeRule {
@@ -108,6 +109,9 @@ impl RawMergeRule {
             others_may_revise: self.others_may_revise.unwrap_or(d.others_may_revise),
             required_checks: self.required_checks.clone().unwrap_or(d.required_checks),
             skipped_is_success: self.skipped_is_success.unwrap_or(d.skipped_is_success),
+            lease_holder_is_author: self
+                .lease_holder_is_author
+                .unwrap_or(d.lease_holder_is_author),
         }
     }
 }

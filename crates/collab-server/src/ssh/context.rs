@@ -77,11 +77,7 @@ pub async fn authorize_or_reply(
 /// The repository's fenced refs: its `collab-policy.toml`'s, plus
 /// governance's when governance is active.
 pub(super) fn fenced_refs(ctx: &ExecContext, entry: &crate::repos::RepoEntry) -> Vec<String> {
-    let mut fenced = entry.policy.fenced_refs.clone();
-    if let crate::governance::GovState::Active(conf) = ctx.app.governance.state().as_ref() {
-        fenced.extend(conf.fenced_refs().iter().cloned());
-    }
-    fenced
+    crate::authz::fenced_refs(&ctx.app, entry)
 }
 
 /// The repository's fenced-ref-to-issue patterns: its `collab-policy.toml`'s

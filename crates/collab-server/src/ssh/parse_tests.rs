@@ -167,6 +167,25 @@ mod patch {
                 repo: "r".into(),
                 id: "abcd".into(),
                 fence: Some(7),
+                mode: MergeMode::Now,
+            })
+        );
+        assert_eq!(
+            patch("collab-patch merge 'r' abcd --when-green --lease-token 7"),
+            Some(PatchCmd::Merge {
+                repo: "r".into(),
+                id: "abcd".into(),
+                fence: Some(7),
+                mode: MergeMode::WhenGreen,
+            })
+        );
+        assert_eq!(
+            patch("collab-patch merge 'r' abcd --cancel"),
+            Some(PatchCmd::Merge {
+                repo: "r".into(),
+                id: "abcd".into(),
+                fence: None,
+                mode: MergeMode::Cancel,
             })
         );
     }
@@ -183,6 +202,8 @@ mod patch {
             "collab-patch list 'r' --after nope",
             "collab-patch interdiff 'r' abcd 0 2",
             "collab-patch merge 'r' abcd --lease-token -1",
+            "collab-patch merge 'r' abcd --when-green --cancel",
+            "collab-patch merge 'r' abcd --cancel --lease-token 3",
             "collab-patch diff 'r' abcd --rev 1 --rev 2",
             "collab-patch close 'r'",
             "collab-patch frobnicate 'r' abcd",

@@ -27,8 +27,6 @@
 //! JSON shapes: docs/ssh-verbs.md.
 
 use crate::people::{annotate_line, DisplayNames};
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
 
 use russh::server::Msg;
 use russh::Channel;
@@ -38,11 +36,12 @@ use super::context::ExecContext;
 use super::issue::{authorized_entry, body_arg, person_json, read_body, time_json, BodyArg, Reply};
 use super::reply::{json_line, reply_and_close};
 use crate::authz::{self, Access};
+use crate::db::merge_intents;
 use crate::db::patches::{
     self, Inline, ListQuery, MergeRule, Patch, PatchDetail, PatchError, StateFilter, Verdict,
     WriteCtx, Written,
 };
-use crate::patch_merge::{self, MergeError};
+use crate::patch_merge::{self, MergeError, RunError};
 use crate::repos::RepoEntry;
 use collab_proto::verbs::Invocation;
 use collab_record::diff;
@@ -52,9 +51,6 @@ pub use collab_proto::exit::FENCED as EXIT_FENCED;
 /// Largest diff text one reply carries; a bigger one is refused with a
 /// hint to diff locally.
 pub const MAX_DIFF_BYTES: usize = 8 * 1024 * 1024;
-/// How often `merge` prepares again when the base branch keeps moving.
-const MERGE_ATTEMPTS: usize = 3;
-
 const INTERNAL: &str = "error: internal error";
 
 /// A parsed `collab-patch` command.
@@ -108,6 +104,7 @@ pub enum PatchCmd {
         repo: String,
         id: String,
         fence: Option<i64>,
+        mode: MergeMode,
     },
     /// Link an issue of the same repository.
     Link {
@@ -244,6 +241,13 @@ impl PatchCmd {
                 repo,
                 id: id(),
                 fence: inv.int("--lease-token"),
+                mode: if inv.has("--when-green") {
+                    MergeMode::WhenGreen
+                } else if inv.has("--cancel") {
+                    MergeMode::Cancel
+                } else {
+                    MergeMode::Now
+                },
             },
             other => unreachable!("collab-patch {other} is not in the verb table"),
         })
@@ -398,7 +402,17 @@ async fn answer(
                     Ok(checks) => checks,
                     Err(e) => return internal(&repo, e),
                 };
-                ok(detail_json(&detail, &rule, &checks))
+                let (r, pid) = (repo.clone(), detail.patch.id.clone());
+                let intent = match ctx
+                    .app
+                    .reads
+                    .read(move |conn| Ok(merge_intents::get(conn, &r, &pid)?))
+                    .await
+                {
+                    Ok(intent) => intent,
+                    Err(e) => return internal(&repo, e),
+                };
+                ok(detail_json(&detail, &rule, &checks, intent.as_ref()))
             }
             Err(reply) => reply,
         },
@@ -477,7 +491,9 @@ async fn answer(
             })
             .await
         }
-        PatchCmd::Merge { id, fence, .. } => merge(ctx, entry, id, fence).await,
+        PatchCmd::Merge {
+            id, fence, mode, ..
+        } => merge(ctx, entry, id, fence, mode).await,
     }
 }
 
@@ -683,70 +699,120 @@ fn interdiff(
 
 // ---------------------------------------------------------------- merge
 
-/// Whether `base` is a fenced ref of the repository.
-fn base_is_fenced(ctx: &ExecContext, entry: &RepoEntry, base: &str) -> bool {
-    let fenced = super::context::fenced_refs(ctx, entry);
-    match crate::hooks::fencing::compile(&fenced) {
-        Ok(set) => set.is_match(collab_record::refs::branch_ref(base)),
-        // A policy that does not compile fences everything it meant to.
-        Err(_) => true,
-    }
+/// How `collab-patch merge` was asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeMode {
+    /// Merge now, or refuse.
+    Now,
+    /// `--when-green`: queue it; the server merges when the rule allows.
+    WhenGreen,
+    /// `--cancel`: drop a queued merge.
+    Cancel,
 }
 
-async fn merge(ctx: &ExecContext, entry: &RepoEntry, id: String, fence: Option<i64>) -> Reply {
+async fn merge(
+    ctx: &ExecContext,
+    entry: &RepoEntry,
+    id: String,
+    fence: Option<i64>,
+    mode: MergeMode,
+) -> Reply {
     let repo = entry.name.clone();
     if entry.is_governance() {
         return error("the governance repository is changed by a push, not by collab-patch merge");
     }
-    let rule = merge_rule(ctx, entry).await;
-    let actor = super::issue::actor(&ctx.caller);
-    // One merge at a time per repository (a merge queue of one): merges
-    // never race each other, only outside pushes can move the base.
-    let queue = merge_queue(&repo);
-    let _turn = queue.lock().await;
-    let max_body = usize::try_from(ctx.app.config.max_issue_body).unwrap_or(usize::MAX);
-    for _ in 0..MERGE_ATTEMPTS {
-        let detail = match read_detail(ctx, &repo, id.clone()).await {
-            Ok(d) => d,
-            Err(reply) => return reply,
-        };
-        let checks = match head_checks(ctx, &repo, &detail).await {
-            Ok(checks) => checks,
-            Err(e) => return internal(&repo, e),
-        };
-        // The rule first: a refused merge makes no commit.
-        if let Err(why) = patches::verdict(&detail, &rule, &checks) {
-            return patch_error(&repo, PatchError::Rule(why));
+    match mode {
+        MergeMode::Now => merge_now(ctx, entry, id, fence).await,
+        MergeMode::WhenGreen => queue_merge(ctx, entry, id, fence).await,
+        MergeMode::Cancel => cancel_merge(ctx, &repo, id).await,
+    }
+}
+
+async fn merge_now(ctx: &ExecContext, entry: &RepoEntry, id: String, fence: Option<i64>) -> Reply {
+    let repo = entry.name.clone();
+    let request = patch_merge::Request {
+        app: &ctx.app,
+        entry,
+        patch: id,
+        merger: super::issue::actor(&ctx.caller),
+        token: fence,
+        revision: None,
+    };
+    match patch_merge::run(request).await {
+        Ok(merged) => {
+            let (done, found) = (&merged.prepared, &merged.committed.found);
+            ok(json!({
+                "status": "merged",
+                "repo": repo,
+                "patch": merged.committed.written.patch,
+                "revision": merged.committed.written.revision,
+                "seq": merged.committed.written.seq,
+                "branch": done.base_ref.strip_prefix("refs/heads/").unwrap_or(&done.base_ref),
+                "commit": done.commit.to_string(),
+                "kind": done.kind.as_str(),
+                "old": done.old_tip.to_string(),
+                "new": done.new_tip.to_string(),
+                "also_merged": found.merged.iter().map(|(p, c, how)| json!({"patch": p, "commit": c, "how": how})).collect::<Vec<_>>(),
+                "closed_issues": found.closed.iter().map(|(i, c)| json!({"issue": i, "commit": c})).collect::<Vec<_>>(),
+                "warnings": found.warnings,
+            }))
         }
-        let base_fenced = base_is_fenced(ctx, entry, &detail.patch.base);
-        let (path, name, merger) = (entry.path.clone(), repo.clone(), actor.clone());
-        // Git work on a read-pool thread, with its read-only connection.
-        let prepared = ctx
-            .app
+        Err(RunError::Refused(e)) => merge_error(&repo, e),
+        Err(e @ RunError::KeptMoving) => error(e.to_string()),
+        Err(RunError::Internal(e)) => internal(&repo, e),
+    }
+}
+
+/// `--when-green`: record the intent and answer at once. Refused now what
+/// waiting cannot mend: a patch that is not open, a required check that
+/// already failed, a fenced base without a live lease token.
+async fn queue_merge(
+    ctx: &ExecContext,
+    entry: &RepoEntry,
+    id: String,
+    fence: Option<i64>,
+) -> Reply {
+    let repo = entry.name.clone();
+    let detail = match read_detail(ctx, &repo, id).await {
+        Ok(d) => d,
+        Err(reply) => return reply,
+    };
+    if detail.patch.status != patches::PatchStatus::Open {
+        return patch_error(
+            &repo,
+            PatchError::Invalid(format!(
+                "cannot queue a merge of patch {}: it is {}",
+                short(&detail.patch.id),
+                detail.patch.status.as_str()
+            )),
+        );
+    }
+    let rule = merge_rule(ctx, entry).await;
+    let checks = match head_checks(ctx, &repo, &detail).await {
+        Ok(checks) => checks,
+        Err(e) => return internal(&repo, e),
+    };
+    let failed = patches::failed_checks(&detail, &rule, &checks);
+    if !failed.is_empty() {
+        return error(format!(
+            "merge not queued: required checks failed on revision {}: {}; push a new revision or run them again",
+            detail.latest().map_or(0, |r| r.n),
+            failed.join(", ")
+        ));
+    }
+    let actor = super::issue::actor(&ctx.caller);
+    // Fencing as a merge now would check it (and again at merge time).
+    let base_fenced = authz::base_is_fenced(&ctx.app, entry, &detail.patch.base);
+    let fenced = {
+        let (d, a, r, rule) = (detail.clone(), actor.clone(), repo.clone(), rule.clone());
+        ctx.app
             .reads
-            .read(move |reader| {
-                let git = git2::Repository::open_bare(&path)?;
-                Ok(patch_merge::prepare(&git, reader, &name, &detail, &merger))
-            })
-            .await;
-        let prepared = match prepared {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => return merge_error(&repo, e),
-            Err(e) => return internal(&repo, e),
-        };
-        let (path, name, merger) = (entry.path.clone(), repo.clone(), actor.clone());
-        let undo = prepared.clone();
-        let rule = rule.clone();
-        let done = ctx
-            .app
-            .writer
-            .write("collab-patch merge", move |conn, now| {
-                let git = git2::Repository::open_bare(&path)?;
+            .read(move |conn| {
                 let w = WriteCtx {
-                    repo: &name,
-                    actor: &merger,
-                    max_body,
-                    now,
+                    repo: &r,
+                    actor: &a,
+                    max_body: 0,
+                    now: chrono::Utc::now().timestamp(),
                 };
                 let m = patch_merge::MergeCtx {
                     w: &w,
@@ -754,56 +820,103 @@ async fn merge(ctx: &ExecContext, entry: &RepoEntry, id: String, fence: Option<i
                     base_fenced,
                     token: fence,
                 };
-                Ok(patch_merge::commit(conn, &git, &prepared, &m))
+                Ok(patch_merge::check_fence(conn, &w, &d, &m))
             })
-            .await;
-        match done {
-            Ok(Ok(committed)) => {
-                let found = &committed.found;
-                return ok(json!({
-                    "status": "merged",
-                    "repo": repo,
-                    "patch": committed.written.patch,
-                    "revision": committed.written.revision,
-                    "seq": committed.written.seq,
-                    "branch": undo.base_ref.strip_prefix("refs/heads/").unwrap_or(&undo.base_ref),
-                    "commit": undo.commit.to_string(),
-                    "kind": undo.kind.as_str(),
-                    "old": undo.old_tip.to_string(),
-                    "new": undo.new_tip.to_string(),
-                    "also_merged": found.merged.iter().map(|(p, c, how)| json!({"patch": p, "commit": c, "how": how})).collect::<Vec<_>>(),
-                    "closed_issues": found.closed.iter().map(|(i, c)| json!({"issue": i, "commit": c})).collect::<Vec<_>>(),
-                    "warnings": found.warnings,
-                }));
-            }
-            Ok(Err(MergeError::Moved)) => continue,
-            Ok(Err(e)) => return merge_error(&repo, e),
-            Err(e) => {
-                // The transaction did not commit: put the branch back.
-                let path = entry.path.clone();
-                let _ = tokio::task::spawn_blocking(move || {
-                    if let Ok(git) = git2::Repository::open_bare(&path) {
-                        undo.undo(&git);
-                    }
-                })
-                .await;
-                return internal(&repo, e);
-            }
-        }
+            .await
+    };
+    match fenced {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return merge_error(&repo, e),
+        Err(e) => return internal(&repo, e),
     }
-    error(format!(
-        "the base branch kept moving; merge refused after {MERGE_ATTEMPTS} attempts, try again"
-    ))
+    let waiting = patches::verdict(&detail, &rule, &checks).err();
+    let (r, a, patch_id) = (repo.clone(), actor.clone(), detail.patch.id.clone());
+    let written = ctx
+        .app
+        .writer
+        .write("collab-patch merge --when-green", move |conn, now| {
+            // Read again in the transaction: the revision queued is the
+            // latest one when the intent is recorded.
+            let detail = match patches::show(conn, &r, &patch_id) {
+                Ok(d) => d,
+                Err(e) => return Ok(Err(e)),
+            };
+            let Some(latest) = detail.latest().map(|l| l.n) else {
+                return Ok(Err(PatchError::Invalid("the patch has no revision".into())));
+            };
+            if detail.patch.status != patches::PatchStatus::Open {
+                return Ok(Err(PatchError::Invalid(format!(
+                    "cannot queue a merge of patch {}: it is {}",
+                    short(&patch_id),
+                    detail.patch.status.as_str()
+                ))));
+            }
+            let existing = merge_intents::get(conn, &r, &patch_id)?;
+            if existing.is_none()
+                && merge_intents::count_in(conn, &r)? >= merge_intents::MAX_PER_REPO
+            {
+                return Ok(Err(PatchError::Invalid(format!(
+                    "the repository has {} queued merges, the most it may hold",
+                    merge_intents::MAX_PER_REPO
+                ))));
+            }
+            let intent = merge_intents::Intent {
+                repo: r.clone(),
+                patch: patch_id.clone(),
+                revision: latest,
+                requester: a,
+                lease_token: fence,
+                created_at: now,
+            };
+            let (seq, replaced) = merge_intents::queue(conn, &intent, now)?;
+            Ok(Ok((latest, seq, replaced)))
+        })
+        .await;
+    match written {
+        Ok(Ok((revision, seq, replaced))) => ok(json!({
+            "status": "queued",
+            "repo": repo,
+            "patch": detail.patch.id,
+            "revision": revision,
+            "seq": seq,
+            "replaced": replaced,
+            "requested_by": actor.principal,
+            "lease_token": fence,
+            "waiting_for": waiting,
+        })),
+        Ok(Err(e)) => patch_error(&repo, e),
+        Err(e) => internal(&repo, e),
+    }
 }
 
-/// The merge lock of `repo`. Entries nobody holds are dropped when the
-/// next one is taken, so the map stays as small as the merges in flight.
-fn merge_queue(repo: &str) -> Arc<tokio::sync::Mutex<()>> {
-    static QUEUES: LazyLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> =
-        LazyLock::new(Default::default);
-    let mut queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
-    queues.retain(|_, q| Arc::strong_count(q) > 1);
-    queues.entry(repo.to_string()).or_default().clone()
+/// `--cancel`: drop the queued merge of a patch.
+async fn cancel_merge(ctx: &ExecContext, repo: &str, id: String) -> Reply {
+    let actor = super::issue::actor(&ctx.caller);
+    let (r, a) = (repo.to_string(), actor.clone());
+    let written = ctx
+        .app
+        .writer
+        .write("collab-patch merge --cancel", move |conn, now| {
+            let patch_id = match patches::resolve(conn, &r, &id) {
+                Ok(p) => p,
+                Err(e) => return Ok(Err(e)),
+            };
+            let reason = format!("cancelled by {}", a.name);
+            let seq = merge_intents::dequeue(conn, &r, &patch_id, Some(&a), &reason, now)?;
+            Ok(Ok((patch_id, seq)))
+        })
+        .await;
+    match written {
+        Ok(Ok((patch, Some(seq)))) => ok(json!({
+            "status": "dequeued",
+            "repo": repo,
+            "patch": patch,
+            "seq": seq,
+        })),
+        Ok(Ok((patch, None))) => error(format!("patch {} has no queued merge", short(&patch))),
+        Ok(Err(e)) => patch_error(repo, e),
+        Err(e) => internal(repo, e),
+    }
 }
 
 fn merge_error(repo: &str, e: MergeError) -> Reply {
@@ -863,7 +976,12 @@ fn summary_json(row: &Row) -> Value {
 
 /// `show`: the patch, its revisions, current votes, comments, linked
 /// issues and the merge rule's verdict.
-fn detail_json(d: &PatchDetail, rule: &MergeRule, checks: &[crate::db::checks::Check]) -> Value {
+fn detail_json(
+    d: &PatchDetail,
+    rule: &MergeRule,
+    checks: &[crate::db::checks::Check],
+    intent: Option<&merge_intents::Intent>,
+) -> Value {
     let p = &d.patch;
     let verdict = patches::verdict(d, rule, checks);
     json!({
@@ -889,6 +1007,7 @@ fn detail_json(d: &PatchDetail, rule: &MergeRule, checks: &[crate::db::checks::C
             "base_tip": r.base_tip,
             "author": person_json(&r.author),
             "at": time_json(r.at_ms),
+            "lease_holders": r.lease_holders,
         })).collect::<Vec<_>>(),
         "reviews": d.reviews.iter().map(|r| json!({
             "id": r.id,
@@ -916,8 +1035,15 @@ fn detail_json(d: &PatchDetail, rule: &MergeRule, checks: &[crate::db::checks::C
             "others_may_revise": rule.others_may_revise,
             "required_checks": rule.required_checks,
             "skipped_is_success": rule.skipped_is_success,
+            "lease_holder_is_author": rule.lease_holder_is_author,
             "ready": verdict.is_ok(),
             "reason": verdict.err(),
         },
+        "queued_merge": intent.map(|i| json!({
+            "revision": i.revision,
+            "requested_by": i.requester.principal,
+            "lease_token": i.lease_token,
+            "queued_at": time_json(i.created_at.saturating_mul(1000)),
+        })),
     })
 }

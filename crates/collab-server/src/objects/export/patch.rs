@@ -357,6 +357,7 @@ mod tests {
             base_tip: None,
             author: person("alice"),
             at_ms,
+            lease_holders: Vec::new(),
         }
     }
 

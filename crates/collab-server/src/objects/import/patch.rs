@@ -186,6 +186,7 @@ fn rows(
             base_tip: None,
             author: person(&r.author),
             at_ms: ms(r.at),
+            lease_holders: Vec::new(),
         })
         .collect();
     let revision_events = s.revisions.iter().map(|r| r.id.clone()).collect();

@@ -1,0 +1,379 @@
+//! The driver of queued merges (`collab-patch merge --when-green`): the
+//! server merges a queued patch as soon as its merge rule allows it, with
+//! no client connected.
+//!
+//! The intents live in `collab.db` (`db::merge_intents`), so they survive
+//! a restart and every node sees them. The driver looks at every intent
+//! when the event log moves (a check set, a vote, a push: this node's
+//! writes and other nodes' as the event poller publishes them), at most
+//! every [`MIN_GAP`], and at least every [`TICK`] (a lease that expired, a
+//! policy edited by a push). For each intent it decides, from the patch,
+//! its latest revision's checks and the repository's rule read now:
+//!
+//! - the patch is no longer open, a newer revision was pushed, a required
+//!   check finished without passing, or the requester may no longer write:
+//!   drop the intent, with `patch.merge_dequeued` naming the reason;
+//! - the rule allows the merge: claim the intent (one node merges it; a
+//!   claim lapses after [`CLAIM_SECS`] if the node dies) and merge as the
+//!   principal that asked, with its `--lease-token` checked now
+//!   ([`crate::patch_merge::run`], exactly as the verb does). A refusal that
+//!   waiting cannot mend (a conflict, fencing) drops the intent with that
+//!   reason; a base branch that moved, or a rule that stopped allowing it
+//!   in between, leaves it queued;
+//! - otherwise (a check pending or missing, approvals missing): wait.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::app::App;
+use crate::db::merge_intents::{self as store, Intent};
+use crate::db::patches::{self, PatchError, PatchStatus};
+use crate::patch_merge::{self, MergeError, RunError};
+
+/// The longest the driver sleeps when nothing wakes it.
+const TICK: Duration = Duration::from_secs(1);
+
+/// The shortest gap between two looks, however busy the event log is.
+const MIN_GAP: Duration = Duration::from_millis(200);
+
+/// How long a node's claim on an intent lasts (a merge takes far less).
+const CLAIM_SECS: i64 = 120;
+
+/// The most intents one look decides (the verb bounds them per repository).
+const PER_LOOK: i64 = 10_000;
+
+/// What one look decided for an intent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Decision {
+    Wait,
+    Merge,
+    Drop(String),
+}
+
+/// Run the driver until `stopping` fires.
+pub async fn run(app: Arc<App>, stopping: crate::shutdown::Stop) {
+    let node = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
+    let mut head = app.writer.subscribe_event_head();
+    loop {
+        if let Err(e) = look(&app, &node).await {
+            tracing::warn!("queued merges: {e:#}");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(MIN_GAP) => {}
+            _ = stopping.clone().wait() => return,
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(TICK.saturating_sub(MIN_GAP)) => {}
+            _ = head.changed() => {}
+            _ = stopping.clone().wait() => return,
+        }
+    }
+}
+
+/// Decide every intent once.
+async fn look(app: &Arc<App>, node: &str) -> anyhow::Result<()> {
+    let intents = app
+        .reads
+        .read(|conn| Ok(store::all(conn, PER_LOOK)?))
+        .await?;
+    for intent in intents {
+        if let Err(e) = drive(app, node, &intent).await {
+            tracing::warn!(
+                repo = intent.repo,
+                patch = intent.patch,
+                "queued merge: {e:#}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Decide one intent and act on it.
+async fn drive(app: &Arc<App>, node: &str, intent: &Intent) -> anyhow::Result<()> {
+    let Some(entry) = crate::repos::find_repo(&app.config.repos_dir, &intent.repo) else {
+        // Deleting a repository deletes its rows; a rename moves them. A
+        // row whose name resolves to nothing is left for that.
+        return Ok(());
+    };
+    let decision = {
+        let (app2, entry2, intent2) = (app.clone(), entry.clone(), intent.clone());
+        let rule = tokio::task::spawn_blocking(move || {
+            let rule = crate::authz::merge_rule(&app2, &entry2);
+            let may =
+                crate::authz::principal_may_write(&app2, &intent2.requester.principal, &entry2);
+            (rule, may)
+        })
+        .await?;
+        let (repo, id) = (intent.repo.clone(), intent.patch.clone());
+        let read = app
+            .reads
+            .read(move |conn| {
+                Ok(patches::show(conn, &repo, &id).and_then(|d| {
+                    let checks = patches::head_checks(conn, &d)?;
+                    Ok((d, checks))
+                }))
+            })
+            .await?;
+        match read {
+            Err(PatchError::NotFound(_)) => Decision::Drop("the patch is gone".into()),
+            Err(e) => return Err(anyhow::anyhow!("reading the patch: {e}")),
+            Ok((detail, checks)) => decide(intent, &detail, &rule.0, rule.1, &checks),
+        }
+    };
+    match decision {
+        Decision::Wait => Ok(()),
+        Decision::Drop(reason) => drop_intent(app, intent, &reason).await,
+        Decision::Merge => merge(app, node, &entry, intent).await,
+    }
+}
+
+/// The decision for `intent`, from what was read now.
+fn decide(
+    intent: &Intent,
+    detail: &patches::PatchDetail,
+    rule: &patches::MergeRule,
+    may_write: bool,
+    checks: &[crate::db::checks::Check],
+) -> Decision {
+    if detail.patch.status != PatchStatus::Open {
+        return Decision::Drop(format!("the patch is {}", detail.patch.status.as_str()));
+    }
+    let Some(latest) = detail.latest() else {
+        return Decision::Drop("the patch has no revision".into());
+    };
+    if latest.n != intent.revision {
+        return Decision::Drop(format!(
+            "revision {} was pushed; the merge was queued for revision {}",
+            latest.n, intent.revision
+        ));
+    }
+    if !may_write {
+        return Decision::Drop(format!(
+            "{} may no longer write the repository",
+            intent.requester.name
+        ));
+    }
+    let failed = patches::failed_checks(detail, rule, checks);
+    if !failed.is_empty() {
+        return Decision::Drop(format!(
+            "required checks failed on revision {}: {}",
+            latest.n,
+            failed.join(", ")
+        ));
+    }
+    match patches::verdict(detail, rule, checks) {
+        Ok(()) => Decision::Merge,
+        Err(_) => Decision::Wait,
+    }
+}
+
+async fn drop_intent(app: &Arc<App>, intent: &Intent, reason: &str) -> anyhow::Result<()> {
+    let (repo, patch, why) = (
+        intent.repo.clone(),
+        intent.patch.clone(),
+        reason.to_string(),
+    );
+    let dropped = app
+        .writer
+        .write("drop a queued merge", move |conn, now| {
+            Ok(store::dequeue(conn, &repo, &patch, None, &why, now)?)
+        })
+        .await?;
+    if dropped.is_some() {
+        tracing::info!(
+            repo = intent.repo,
+            patch = intent.patch,
+            "queued merge dropped: {reason}"
+        );
+    }
+    Ok(())
+}
+
+/// Claim `intent` and merge it; a refusal that waiting cannot mend drops it.
+async fn merge(
+    app: &Arc<App>,
+    node: &str,
+    entry: &crate::repos::RepoEntry,
+    intent: &Intent,
+) -> anyhow::Result<()> {
+    let (repo, patch, me) = (intent.repo.clone(), intent.patch.clone(), node.to_string());
+    let claimed = app
+        .writer
+        .write("claim a queued merge", move |conn, now| {
+            Ok(store::claim(
+                conn,
+                &repo,
+                &patch,
+                &me,
+                now,
+                now + CLAIM_SECS,
+            )?)
+        })
+        .await?;
+    // Another node is merging it, or it was dropped meanwhile.
+    let Some(intent) = claimed else {
+        return Ok(());
+    };
+    let request = patch_merge::Request {
+        app,
+        entry,
+        patch: intent.patch.clone(),
+        merger: intent.requester.clone(),
+        token: intent.lease_token,
+        revision: Some(intent.revision),
+    };
+    let outcome = patch_merge::run(request).await;
+    let drop_reason = match &outcome {
+        Ok(merged) => {
+            tracing::info!(
+                repo = intent.repo,
+                patch = intent.patch,
+                commit = %merged.prepared.commit,
+                merger = intent.requester.principal,
+                "queued merge merged"
+            );
+            return Ok(());
+        }
+        // Waiting may mend these: look again.
+        Err(RunError::Refused(MergeError::Moved))
+        | Err(RunError::KeptMoving)
+        | Err(RunError::Refused(MergeError::Patch(PatchError::Rule(_))))
+        | Err(RunError::Internal(_)) => None,
+        Err(RunError::Refused(MergeError::Fenced { message, .. })) => Some(message.clone()),
+        Err(RunError::Refused(e)) => Some(e.to_string()),
+    };
+    if let Err(RunError::Internal(e)) = &outcome {
+        tracing::warn!(
+            repo = intent.repo,
+            patch = intent.patch,
+            "queued merge failed, retrying: {e:#}"
+        );
+    }
+    match drop_reason {
+        Some(reason) => drop_intent(app, &intent, &reason).await,
+        None => {
+            let (repo, patch, me) = (intent.repo.clone(), intent.patch.clone(), node.to_string());
+            app.writer
+                .write("release a queued merge", move |conn, _now| {
+                    Ok(store::unclaim(conn, &repo, &patch, &me)?)
+                })
+                .await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::checks::Check;
+    use crate::db::issues::Person;
+    use crate::db::patches::{Patch, PatchDetail, Revision};
+
+    fn person(p: &str) -> Person {
+        Person {
+            principal: p.into(),
+            name: p.into(),
+            key: None,
+        }
+    }
+
+    fn detail(revisions: i64) -> PatchDetail {
+        let revs = (1..=revisions)
+            .map(|n| Revision {
+                n,
+                head: format!("{n:040}"),
+                base_commit: "b".repeat(40),
+                base_tip: None,
+                author: person("alice"),
+                at_ms: 0,
+                lease_holders: Vec::new(),
+            })
+            .collect();
+        PatchDetail {
+            patch: Patch {
+                repo: "r.git".into(),
+                id: "p".repeat(40),
+                title: "t".into(),
+                body: String::new(),
+                base: "main".into(),
+                author: person("alice"),
+                created_ms: 0,
+                updated_ms: 0,
+                status: PatchStatus::Open,
+                merge: None,
+                imported: false,
+                revision_count: revisions,
+                comment_count: 0,
+            },
+            revisions: revs,
+            reviews: Vec::new(),
+            comments: Vec::new(),
+            issues: Vec::new(),
+        }
+    }
+
+    fn intent(revision: i64) -> Intent {
+        Intent {
+            repo: "r.git".into(),
+            patch: "p".repeat(40),
+            revision,
+            requester: person("alice"),
+            lease_token: None,
+            created_at: 0,
+        }
+    }
+
+    fn check(rev: i64, name: &str, state: &str) -> Check {
+        Check {
+            commit: format!("{rev:040}"),
+            name: name.into(),
+            state: state.into(),
+            url: None,
+            description: None,
+            updated_by: "ci".into(),
+            updated_at: 0,
+        }
+    }
+
+    /// Pending or missing waits; success merges; a finished failure, a new
+    /// revision, a closed patch or a lost write right drops.
+    #[test]
+    fn decisions() {
+        let rule = patches::MergeRule {
+            required_checks: vec!["ci/test".into()],
+            ..Default::default()
+        };
+        let d = detail(1);
+        assert_eq!(decide(&intent(1), &d, &rule, true, &[]), Decision::Wait);
+        let pending = [check(1, "ci/test", "pending")];
+        assert_eq!(
+            decide(&intent(1), &d, &rule, true, &pending),
+            Decision::Wait
+        );
+        let green = [check(1, "ci/test", "success")];
+        assert_eq!(decide(&intent(1), &d, &rule, true, &green), Decision::Merge);
+        let red = [check(1, "ci/test", "failure")];
+        assert!(matches!(
+            decide(&intent(1), &d, &rule, true, &red),
+            Decision::Drop(r) if r.contains("ci/test is failure")
+        ));
+        // A green check on revision 1 does not count for revision 2, and
+        // the intent for revision 1 is dropped.
+        let d2 = detail(2);
+        assert!(matches!(
+            decide(&intent(1), &d2, &rule, true, &green),
+            Decision::Drop(r) if r.contains("revision 2 was pushed")
+        ));
+        assert_eq!(decide(&intent(2), &d2, &rule, true, &green), Decision::Wait);
+        assert!(matches!(
+            decide(&intent(1), &d, &rule, false, &green),
+            Decision::Drop(r) if r.contains("may no longer write")
+        ));
+        let mut closed = detail(1);
+        closed.patch.status = PatchStatus::Closed;
+        assert!(matches!(
+            decide(&intent(1), &closed, &rule, true, &green),
+            Decision::Drop(r) if r == "the patch is closed"
+        ));
+    }
+}
