@@ -523,3 +523,100 @@ fn watchers_on_three_nodes_see_racing_writers_events_once_and_in_order() {
         let _ = child.wait();
     }
 }
+
+/// Queued merges over three nodes: eight patches queued through different
+/// nodes, their required checks turned green through others; every node's
+/// driver sees every intent, and each patch is merged exactly once (one
+/// `patch.merged`, no drop), all eight onto `main`.
+#[test]
+fn queued_merges_over_three_nodes_merge_each_patch_once() {
+    use collab_testkit::review::{self as review_support, commit, ok};
+    let Some(nodes) = cluster() else { return };
+    let h = &nodes[0];
+    h.create_repo("r");
+    let seed = h.clone_repo("r", "seed");
+    h.commit_file(&seed, "README", b"hello\n", "Initial commit");
+    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
+    std::fs::write(
+        h.repos_dir().join("r.git/collab-policy.toml"),
+        "merge = { required_checks = [\"ci/test\"] }\n",
+    )
+    .unwrap();
+    let a = review_support::agent(h, "alice");
+    let mut patches = Vec::new();
+    for i in 0..8 {
+        ok(
+            h,
+            &a,
+            &["switch", "-q", "-c", &format!("f{i}"), "origin/main"],
+        );
+        let head = commit(h, &a, &format!("f{i}.txt"), "x\n", &format!("Add f{i}"));
+        let out = ok(h, &a, &["push", "origin", "HEAD:refs/for/main"]);
+        let short = out
+            .stderr
+            .lines()
+            .find_map(|l| l.split("remote: patch ").nth(1))
+            .map(|s| s[..8].to_string())
+            .unwrap_or_else(|| panic!("no patch line: {out:?}"));
+        patches.push((short, head));
+    }
+    for (i, (id, _)) in patches.iter().enumerate() {
+        let out = nodes[i % NODES].ssh_exec_as(
+            &a.key,
+            &format!("collab-patch merge 'r' {id} --when-green"),
+            b"",
+        );
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    std::thread::scope(|s| {
+        for (i, (_, head)) in patches.iter().enumerate() {
+            let node = &nodes[(i + 1) % NODES];
+            s.spawn(move || {
+                let out = node.ssh_exec(&format!(
+                    "collab-check set 'r' {head} ci/test --state success"
+                ));
+                assert_eq!(out.code, 0, "{out:?}");
+            });
+        }
+    });
+    let events = |kind: &str| -> Vec<serde_json::Value> {
+        nodes[2]
+            .ssh_exec("collab-events watch --since 1 --no-follow")
+            .stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["type"] == kind)
+            .collect()
+    };
+    // Hang guard, not a timing assertion.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while events("patch.merged").len() < patches.len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not all merged: {:?}; dropped: {:?}",
+            events("patch.merged"),
+            events("patch.merge_dequeued")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Let every driver look again: nothing is merged twice or dropped.
+    std::thread::sleep(Duration::from_secs(2));
+    let merged: Vec<String> = events("patch.merged")
+        .iter()
+        .map(|e| e["object_id"].as_str().unwrap().to_string())
+        .collect();
+    let distinct: BTreeSet<&String> = merged.iter().collect();
+    assert_eq!(merged.len(), patches.len(), "{merged:?}");
+    assert_eq!(distinct.len(), patches.len(), "{merged:?}");
+    assert!(events("patch.merge_dequeued").is_empty());
+    let tree = Command::new("git")
+        .arg("-C")
+        .arg(h.repos_dir().join("r.git"))
+        .args(["ls-tree", "--name-only", "main"])
+        .output()
+        .unwrap();
+    let files = String::from_utf8_lossy(&tree.stdout);
+    for i in 0..8 {
+        assert!(files.contains(&format!("f{i}.txt")), "{files}");
+    }
+}
