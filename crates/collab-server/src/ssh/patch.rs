@@ -544,7 +544,10 @@ where
         })
         .await;
     match done {
-        Ok(written) => ok(written_json(status, repo, &written)),
+        Ok(mut written) => {
+            written.seq = ctx.app.writer.final_seq(written.seq);
+            ok(written_json(status, repo, &written))
+        }
         Err(e) => match e.downcast::<PatchError>() {
             Ok(e) => patch_error(repo, e),
             Err(e) => internal(repo, e),
@@ -765,7 +768,7 @@ async fn merge(ctx: &ExecContext, entry: &RepoEntry, id: String, fence: Option<i
                     "repo": repo,
                     "patch": committed.written.patch,
                     "revision": committed.written.revision,
-                    "seq": committed.written.seq,
+                    "seq": ctx.app.writer.final_seq(committed.written.seq),
                     "branch": undo.base_ref.strip_prefix("refs/heads/").unwrap_or(&undo.base_ref),
                     "commit": undo.commit.to_string(),
                     "kind": undo.kind.as_str(),
