@@ -1263,6 +1263,159 @@ mod tests {
         }
     }
 
+    /// Three writers on one PostgreSQL database (three nodes' writers):
+    /// 96 racers, spread over them, race for 8 issues, 12 for each, in 4
+    /// rounds; each round every issue has exactly one winner, whom the
+    /// losers name, its token is the round's (tokens grow by one per
+    /// tenure, never repeat), and the winner releases through another node.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn racers_on_three_writers_get_one_winner_per_issue_and_growing_tokens() {
+        if !crate::sql::test_database::wanted() {
+            return;
+        }
+        let db =
+            crate::sql::test_database::off_runtime(crate::sql::test_database::TestDatabase::create);
+        let url = db.url.clone();
+        let nodes: Vec<Writer> = crate::sql::test_database::off_runtime(|| {
+            (0..3)
+                .map(|_| Writer::open(url.as_str()).unwrap())
+                .collect()
+        });
+        let issues: Vec<String> = (0..8).map(|i| format!("{:02x}", 0xa0 + i)).collect();
+        for round in 1..=4i64 {
+            let racers: Vec<_> = (0..96)
+                .map(|i| {
+                    let node = nodes[i % 3].clone();
+                    let issue = issues[i % 8].clone();
+                    tokio::spawn(async move {
+                        let holder = format!("agent-{i}");
+                        let got = node.acquire(REPO, &issue, &holder, Some(600)).await;
+                        (i, issue, holder, got.unwrap())
+                    })
+                })
+                .collect();
+            let mut winners: BTreeMap<String, Vec<(usize, String, i64)>> = BTreeMap::new();
+            let mut named: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for racer in racers {
+                match racer.await.unwrap() {
+                    (i, issue, holder, Acquire::Acquired { lease, .. }) => winners
+                        .entry(issue)
+                        .or_default()
+                        .push((i, holder, lease.token)),
+                    (_, issue, _, Acquire::Held { holder, .. }) => {
+                        named.entry(issue).or_default().insert(holder);
+                    }
+                    (_, _, _, other) => panic!("round {round}: {other:?}"),
+                }
+            }
+            for issue in &issues {
+                let won = &winners[issue];
+                assert_eq!(won.len(), 1, "round {round}, #{issue}: one winner: {won:?}");
+                let (i, holder, token) = &won[0];
+                assert_eq!(
+                    *token, round,
+                    "round {round}, #{issue}: the token grows by one"
+                );
+                assert_eq!(
+                    named[issue],
+                    BTreeSet::from([holder.clone()]),
+                    "round {round}, #{issue}: the losers name the winner"
+                );
+                let released = nodes[(i + 1) % 3]
+                    .release(REPO, issue, holder)
+                    .await
+                    .unwrap();
+                assert_eq!(released, Release::Released);
+            }
+        }
+        let status = nodes[2].status(REPO, &issues[0]).await.unwrap();
+        assert_eq!((status.last_token, status.live), (4, None));
+        drop(nodes);
+        drop(db);
+    }
+
+    /// Two nodes' writers whose groups take the same two issues in opposite
+    /// orders (lease operations on both, or a generic write that waits for
+    /// the issues' locks on one): no operation fails (on PostgreSQL a busy
+    /// issue is deferred to the writer's next group instead of waited for,
+    /// so no deadlock forms), and each issue ends with one holder.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn groups_taking_two_issues_in_opposite_orders_on_two_nodes_never_fail() {
+        if !crate::sql::test_database::wanted() {
+            return;
+        }
+        use crate::sql::test_database::{off_runtime, TestDatabase};
+        let db = off_runtime(TestDatabase::create);
+        let location = crate::sql::Location::parse(&db.url);
+        for round in 0..12 {
+            let (x, y) = (
+                format!("{:02x}", 2 * round),
+                format!("{:02x}", 2 * round + 1),
+            );
+            let (clock, _) = fixed_clock(T0 + round as i64);
+            let (a, open_a, b, open_b) = off_runtime(|| {
+                let (a, open_a) = paused(crate::connect::open(&location).unwrap(), clock.clone());
+                let (b, open_b) = paused(crate::connect::open(&location).unwrap(), clock.clone());
+                (a, open_a, b, open_b)
+            });
+            let mut pending = Vec::new();
+            if round % 2 == 0 {
+                for issue in [&x, &y] {
+                    pending.push(
+                        a.submit(acquire_op(issue, "alice", Some(60)))
+                            .await
+                            .unwrap(),
+                    );
+                }
+            } else {
+                // A generic write (an issue close ends its lease) waits for
+                // each issue's lock, in the order x, y.
+                let (x, y) = (x.clone(), y.clone());
+                let op = write_op("close two issues", move |conn, now| {
+                    leases::end_on_close_in(conn, REPO, &x, now)?;
+                    leases::end_on_close_in(conn, REPO, &y, now)?;
+                    Ok(0)
+                });
+                pending.push(a.submit(op).await.unwrap());
+            }
+            for issue in [&y, &x] {
+                pending.push(b.submit(acquire_op(issue, "bob", Some(60))).await.unwrap());
+            }
+            for issue in [&y, &x] {
+                pending.push(
+                    b.submit(Op::Renew(Claim::new(REPO, issue, "bob", Some(90))))
+                        .await
+                        .unwrap(),
+                );
+            }
+            open_a.send(()).unwrap();
+            open_b.send(()).unwrap();
+            for reply in pending {
+                let outcome = reply.await.unwrap();
+                assert!(
+                    outcome.is_ok(),
+                    "round {round}: {:#}",
+                    outcome.err().unwrap()
+                );
+            }
+            for issue in [&x, &y] {
+                let holders: Vec<_> = b
+                    .list(REPO)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .filter(|l| &l.issue_id == issue)
+                    .collect();
+                assert!(holders.len() <= 1, "round {round}: {holders:?}");
+            }
+            off_runtime(move || {
+                drop(a);
+                drop(b);
+            });
+        }
+        drop(db);
+    }
+
     #[tokio::test]
     async fn generic_writes_commit_with_the_group_and_a_failing_one_rolls_back_alone() {
         let (clock, _) = fixed_clock(T0);
