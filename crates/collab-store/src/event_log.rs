@@ -4,10 +4,18 @@
 //! queue) read this table; `docs/events.md` documents every type.
 //!
 //! `seq` is global, gap-free and increasing in commit order: it comes from
-//! the `counters` row `'events'`, bumped inside the writing transaction.
-//! All writes go through the one writer thread (`writer`), so no two
-//! transactions ever hold the counter at once; a rolled-back write returns
-//! its number with it.
+//! the `counters` row `'events'`. On SQLite the row is bumped at the
+//! append, inside the writing transaction, which holds the database's one
+//! write lock. On PostgreSQL, where writers on several nodes run at once,
+//! an append inside a transaction writes a provisional number (negative,
+//! unique among transactions in flight) and the COMMIT's round trip bumps
+//! the counter once by the transaction's count and renumbers its events:
+//! the counter's row lock is held from that statement to COMMIT only, so
+//! transactions commit in number order and a reader whose snapshot holds
+//! `n+1` holds `n` (docs/postgres.md). A rolled-back write returns its
+//! numbers with it, on both. The number `append` returns is then
+//! provisional until COMMIT: `Connection::final_seq` (or
+//! `Writer::final_seq`) gives the final one.
 
 use crate::sql::Connection;
 
@@ -56,12 +64,17 @@ impl Event {
 }
 
 /// Append `event` at `now` inside the caller's transaction; returns its seq.
+/// On PostgreSQL inside a transaction that seq is provisional (negative)
+/// until COMMIT (see the module's note).
 pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> crate::sql::Result<i64> {
-    let seq: i64 = conn
-        .prepare_cached(
-            "UPDATE counters SET value = value + 1 WHERE name = 'events' RETURNING value",
-        )?
-        .query_row([], |r| r.get(0))?;
+    let seq: i64 = match conn.provisional_seq() {
+        Some(provisional) => provisional,
+        None => conn
+            .prepare_cached(
+                "UPDATE counters SET value = value + 1 WHERE name = 'events' RETURNING value",
+            )?
+            .query_row([], |r| r.get(0))?,
+    };
     // The repository's lasting id, assigned at first use. `repo.created`
     // always starts a new one: whatever held the name before (a deleted
     // repository, or one removed by hand) keeps its id and its events.
@@ -115,8 +128,9 @@ pub fn oldest(conn: &Connection) -> crate::sql::Result<i64> {
 
 /// Delete events written before `cutoff` (unix seconds), at most `limit`
 /// rows (retention works in small batches so the writer is never held
-/// long); returns how many went. Only the oldest rows go: `at` follows
-/// `seq` because both are taken under the same write lock.
+/// long); returns how many went. Only rows older than `cutoff` go, oldest
+/// `seq` first (on PostgreSQL `at` is the writing node's clock, so near the
+/// cutoff it may not follow `seq` exactly).
 pub fn prune_before(conn: &Connection, cutoff: i64, limit: i64) -> crate::sql::Result<usize> {
     conn.prepare_cached(
         "DELETE FROM events WHERE seq IN
@@ -171,12 +185,15 @@ mod tests {
     fn seq_is_dense_and_a_rolled_back_append_gives_its_number_back() {
         let db = db();
         let conn = db.transaction().unwrap();
-        assert_eq!(append(&conn, &ev("a"), 10).unwrap(), 1);
+        let a = append(&conn, &ev("a"), 10).unwrap();
         conn.execute_batch("SAVEPOINT s").unwrap();
-        assert_eq!(append(&conn, &ev("b"), 11).unwrap(), 2);
+        append(&conn, &ev("b"), 11).unwrap();
         conn.execute_batch("ROLLBACK TO s; RELEASE s").unwrap();
-        assert_eq!(append(&conn, &ev("c"), 12).unwrap(), 2);
-        let all = after(&conn, 0, 10).unwrap();
+        let c = append(&conn, &ev("c"), 12).unwrap();
+        conn.commit().unwrap();
+        // On PostgreSQL the numbers were provisional until COMMIT.
+        assert_eq!((db.final_seq(a), db.final_seq(c)), (1, 2));
+        let all = after(&db, 0, 10).unwrap();
         assert_eq!(
             all.iter()
                 .map(|e| (e.seq, e.kind.as_str()))
@@ -184,6 +201,7 @@ mod tests {
             vec![(1, "a"), (2, "c")]
         );
         assert_eq!(all[0].payload, serde_json::json!({"n": 1}));
+        assert_eq!(head(&db).unwrap(), 2);
     }
 
     #[test]

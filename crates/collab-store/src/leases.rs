@@ -306,6 +306,7 @@ pub fn acquire_in(
 ) -> crate::sql::Result<Acquire> {
     check_ttl(claim.ttl_secs, policy)?;
     let (repo, issue_id, holder) = (&*claim.repo, &*claim.issue_id, &*claim.holder);
+    lock_issue(conn, repo, issue_id)?;
     match live_row(conn, repo, issue_id, policy, now)? {
         Some(live) if live.holder == holder => Ok(Acquire::Acquired {
             lease: extend(conn, live, claim, policy, now)?,
@@ -328,6 +329,7 @@ pub fn renew_in(
     now: i64,
 ) -> crate::sql::Result<Renew> {
     check_ttl(claim.ttl_secs, policy)?;
+    lock_issue(conn, &claim.repo, &claim.issue_id)?;
     match live_row(conn, &claim.repo, &claim.issue_id, policy, now)? {
         Some(live) if live.holder == claim.holder => {
             Ok(Renew::Renewed(extend(conn, live, claim, policy, now)?))
@@ -347,6 +349,7 @@ pub fn release_in(
     policy: &Policy,
     now: i64,
 ) -> crate::sql::Result<Release> {
+    lock_issue(conn, repo, issue_id)?;
     let Some(live) = live_row(conn, repo, issue_id, policy, now)? else {
         // Nothing live to release (an expired tenure was just ended, with
         // its event, by `live_row`): idempotent success.
@@ -382,6 +385,7 @@ pub fn break_in(
     policy: &Policy,
     now: i64,
 ) -> crate::sql::Result<Break> {
+    lock_issue(conn, repo, issue_id)?;
     let Some(live) = live_row(conn, repo, issue_id, policy, now)? else {
         return Ok(Break::NotHeld);
     };
@@ -430,6 +434,7 @@ pub fn end_on_close_in(
     issue_id: &str,
     now: i64,
 ) -> crate::sql::Result<Option<Lease>> {
+    lock_issue(conn, repo, issue_id)?;
     let live = live_row(conn, repo, issue_id, &Policy::default(), now)?;
     if live.is_some() {
         delete_row(conn, repo, issue_id)?;
@@ -501,16 +506,29 @@ pub fn status_in(
 /// event and lock delay, and say when the next one is due. The server's
 /// expiry timer runs this when the last answer's `next_due` arrives.
 pub fn expire_due_in(conn: &Connection, policy: &Policy, now: i64) -> crate::sql::Result<Expired> {
-    let ended: Vec<Lease> = conn
+    let due: Vec<Lease> = conn
         .prepare_cached(&format!(
             "{SELECT_LEASE} WHERE l.expires_at IS NOT NULL AND l.expires_at <= ?1
              ORDER BY l.expires_at, l.repo, l.issue_id"
         ))?
         .query_map([now], lease_from_row)?
         .collect::<crate::sql::Result<_>>()?;
-    for lease in &ended {
-        delete_row(conn, &lease.repo, &lease.issue_id)?;
-        end_by_expiry(conn, lease, policy, now)?;
+    let mut ended = Vec::with_capacity(due.len());
+    for lease in due {
+        // Another node deciding this issue ends it itself (every lease
+        // operation ends an expired tenure it finds), or a later pass does.
+        if !conn.lock_issue(&lease.repo, &lease.issue_id)? {
+            continue;
+        }
+        // Read again under the lock: the list was read before it.
+        match row(conn, &lease.repo, &lease.issue_id)? {
+            Some(now_row) if now_row.token == lease.token && !now_row.live(now) => {
+                delete_row(conn, &now_row.repo, &now_row.issue_id)?;
+                end_by_expiry(conn, &now_row, policy, now)?;
+                ended.push(now_row);
+            }
+            _ => {}
+        }
     }
     let next_expiry: Option<i64> = conn
         .prepare_cached("SELECT MIN(expires_at) FROM leases WHERE expires_at IS NOT NULL")?
@@ -532,6 +550,19 @@ pub fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
+    }
+}
+
+/// Take the issue's lock for the rest of the transaction before deciding
+/// anything about it (`Connection::lock_issue`): on PostgreSQL, where
+/// several nodes write at once, it is what makes one decision per issue at
+/// a time. Busy (tried in a concurrent group, held elsewhere):
+/// [`crate::sql::Error::Busy`], and the writer runs the operation again.
+pub(crate) fn lock_issue(conn: &Connection, repo: &str, issue_id: &str) -> crate::sql::Result<()> {
+    if conn.lock_issue(repo, issue_id)? {
+        Ok(())
+    } else {
+        Err(crate::sql::Error::Busy(format!("{repo}#{issue_id}")))
     }
 }
 

@@ -20,7 +20,7 @@
 //! version numbers, its version in the one-row table `collab_schema`. Its
 //! first step is the whole schema at version 8 (no PostgreSQL database was
 //! written before then); from there each new version is a step in both
-//! lists. Migration runs under the write lock ([`Behavior::Immediate`]), so
+//! lists. Migration runs under the global key taken exclusively ([`Behavior::Exclusive`]), so
 //! nodes starting together on one database migrate it once.
 
 use super::sql::{Behavior, Connection, Error, Transaction};
@@ -758,7 +758,7 @@ pub fn migrate(conn: &Connection) -> Result<(), Error> {
         // concurrent creators are serialized by the write lock.
         // (Checked first rather than `IF NOT EXISTS`, whose notice would
         // reach the log at every start.)
-        let tx = Transaction::new_unchecked(conn, Behavior::Immediate)?;
+        let tx = Transaction::new_unchecked(conn, Behavior::Exclusive)?;
         let exists: bool = tx.query_row(
             "SELECT EXISTS (SELECT 1 FROM information_schema.tables
                             WHERE table_schema = current_schema() AND table_name = 'collab_schema')",
@@ -779,7 +779,7 @@ pub fn migrate(conn: &Connection) -> Result<(), Error> {
         STEPS
     };
     loop {
-        let tx = Transaction::new_unchecked(conn, Behavior::Immediate)?;
+        let tx = Transaction::new_unchecked(conn, Behavior::Exclusive)?;
         let version = version(&tx)?;
         if version > SCHEMA_VERSION {
             return Err(Error::failure(format!(

@@ -86,7 +86,25 @@ pub fn ready_in(
     now: i64,
     limit: usize,
 ) -> crate::sql::Result<Vec<ReadyIssue>> {
-    let sql = ready_sql(labels.len());
+    ready_rows(conn, repo, labels, principal, now, limit, false)
+}
+
+/// `ready_in`; with `lock` (`next` on PostgreSQL) the rows are locked
+/// `FOR UPDATE OF i SKIP LOCKED`: an issue another transaction is deciding
+/// is passed over, not waited for.
+fn ready_rows(
+    conn: &Connection,
+    repo: &str,
+    labels: &[String],
+    principal: &str,
+    now: i64,
+    limit: usize,
+    lock: bool,
+) -> crate::sql::Result<Vec<ReadyIssue>> {
+    let mut sql = ready_sql(labels.len());
+    if lock {
+        sql.push_str(" FOR UPDATE OF i SKIP LOCKED");
+    }
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut params: Vec<&dyn crate::sql::ToSql> = vec![&repo, &now, &principal];
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -119,9 +137,16 @@ pub fn next_in(
     policy: &Policy,
     now: i64,
 ) -> crate::sql::Result<Next> {
-    // The query already left out held and locked issues; an acquire that
-    // is refused anyway (it cannot be, inside one transaction) moves on.
-    for issue in ready_in(conn, &req.repo, &req.labels, &req.holder, now, 4)? {
+    // The query already left out held and locked issues (and, on
+    // PostgreSQL, issues whose row another transaction has locked). Each
+    // candidate's lock is tried: one another node is deciding is passed
+    // over. The acquire reads the lease again under that lock, and one
+    // refused anyway (taken on another node since the query) moves on.
+    let lock = conn.is_postgres();
+    for issue in ready_rows(conn, &req.repo, &req.labels, &req.holder, now, 8, lock)? {
+        if !conn.lock_issue(&req.repo, &issue.id)? {
+            continue;
+        }
         let claim = Claim {
             repo: req.repo.clone(),
             issue_id: issue.id.clone(),

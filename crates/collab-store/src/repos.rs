@@ -27,10 +27,24 @@ pub fn id_of(conn: &Connection, name: &str, now: i64) -> crate::sql::Result<Stri
             crate::sql::Error::QueryReturnedNoRows => Ok(None),
             e => Err(e),
         })?;
-    match found {
-        Some(id) => Ok(id),
-        None => insert_identity(conn, name, now),
+    if let Some(id) = found {
+        return Ok(id);
     }
+    // First use. On PostgreSQL another node may be assigning the same
+    // name's id at this moment: the insert then waits for it (a lease group
+    // only up to its `lock_timeout`, and is deferred) and yields, and the
+    // id is the one that committed.
+    conn.prepare_cached(
+        "INSERT INTO repositories (id, name, created_at, deleted_at) VALUES (?1, ?2, ?3, NULL)
+         ON CONFLICT (name) DO NOTHING",
+    )?
+    .execute(crate::sql::params![
+        crate::migrations::new_repo_id(),
+        name,
+        now
+    ])?;
+    conn.prepare_cached("SELECT id FROM repositories WHERE name = ?1")?
+        .query_row([name], |r| r.get(0))
 }
 
 /// A new id for a repository just created as `name`: whatever held the

@@ -48,7 +48,7 @@ pub fn sqlite_to_postgres(source: &Path, target_url: &str) -> anyhow::Result<Tra
 
     let dst = Connection::open_postgres(target_url).context("connecting to the target")?;
     super::migrations::migrate(&dst).context("creating the schema in the target")?;
-    let tx = Transaction::new_unchecked(&dst, Behavior::Immediate)?;
+    let tx = Transaction::new_unchecked(&dst, Behavior::Exclusive)?;
     refuse_non_empty(&tx)?;
     tx.execute_batch("SET CONSTRAINTS ALL DEFERRED")?;
 

@@ -14,6 +14,19 @@
 //! caller. One fsync thus acknowledges the whole group, and no caller hears
 //! "acquired" before its lease is on disk. Operations run in arrival order.
 //!
+//! On PostgreSQL several nodes' writers run at once (docs/postgres.md,
+//! "Without a global write lock"). A group of lease operations only is a
+//! [`TransactionBehavior::Concurrent`] transaction: each operation takes its
+//! issue's lock without waiting, and one whose issue another node is
+//! deciding (or whose row lock is not free within a short timeout) is
+//! rolled back to its SAVEPOINT and carried, in order, to the next group;
+//! later operations on the same issue in the group go with it, so each
+//! issue's operations are still decided in arrival order. A group with a
+//! generic write is `Immediate` (generic writes stay serial among
+//! themselves), one with a whole-database write (`write_exclusive`: a
+//! repository rename) `Exclusive`. On SQLite all three are `BEGIN
+//! IMMEDIATE`.
+//!
 //! Reads (`current`, `list`, `status`) go through the same queue, which
 //! keeps every answer consistent with the writes queued before it. A group
 //! with nothing to write commits without an fsync.
@@ -25,8 +38,9 @@
 //! have made work available (a release, break, expiry, or any generic write
 //! such as an issue closing), which is when waiters try again.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::sql::Location;
@@ -43,6 +57,19 @@ pub const MAX_GROUP: usize = 256;
 
 /// Queued operations beyond this make callers wait to enqueue (backpressure).
 const QUEUE_DEPTH: usize = 4096;
+
+/// Groups an operation may be carried over to, because its issue was busy
+/// on another node, before it fails with the busy error (at about a
+/// millisecond per group, seconds of another transaction holding it).
+const MAX_DEFERRALS: u32 = 2000;
+
+/// How many times a lease group that PostgreSQL aborted as a whole (a
+/// deadlock it broke, a lock timeout outside an operation) runs again.
+const GROUP_RETRIES: u32 = 3;
+
+/// Groups whose provisional-to-final event numbers are kept for
+/// [`Writer::final_seq`] (a caller asks right after its answer).
+const KEPT_SEQ_MAPS: usize = 64;
 
 /// Unix seconds. Injected so tests can move time without sleeping.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
@@ -80,6 +107,41 @@ struct Inner {
     /// The writer's `changes` signal, also raised when another process
     /// (a hook, another node) was seen writing.
     changes_tx: watch::Sender<u64>,
+    /// Provisional to final event numbers of the last groups (PostgreSQL).
+    final_seqs: Arc<SeqMaps>,
+}
+
+/// The provisional-to-final event numbers of the last [`KEPT_SEQ_MAPS`]
+/// committed groups. Provisional numbers are unique per connection, so a
+/// number maps to one final `seq`.
+#[derive(Default)]
+struct SeqMaps {
+    groups: Mutex<VecDeque<HashMap<i64, i64>>>,
+}
+
+impl SeqMaps {
+    fn record(&self, map: HashMap<i64, i64>) {
+        if map.is_empty() {
+            return;
+        }
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        if groups.len() == KEPT_SEQ_MAPS {
+            groups.pop_front();
+        }
+        groups.push_back(map);
+    }
+
+    fn get(&self, seq: i64) -> i64 {
+        if seq >= 0 {
+            return seq;
+        }
+        let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        groups
+            .iter()
+            .rev()
+            .find_map(|g| g.get(&seq).copied())
+            .unwrap_or(seq)
+    }
 }
 
 #[derive(Default)]
@@ -102,6 +164,8 @@ impl Drop for Inner {
 struct Job {
     op: Op,
     reply: oneshot::Sender<anyhow::Result<Outcome>>,
+    /// Groups this job was carried over from (its issue was busy).
+    deferrals: u32,
 }
 
 enum Op {
@@ -139,6 +203,9 @@ enum Op {
     Write {
         label: String,
         run: WriteFn,
+        /// A whole-database write: the group takes the global key
+        /// exclusively (`TransactionBehavior::Exclusive`).
+        exclusive: bool,
     },
 }
 
@@ -217,13 +284,23 @@ impl Writer {
             event_head: event_head.clone(),
         };
         let writer_counters = Arc::clone(&counters);
+        let final_seqs = Arc::new(SeqMaps::default());
+        let writer_seqs = Arc::clone(&final_seqs);
         let writer = std::thread::Builder::new()
             .name("lease-writer".into())
             .spawn(move || {
                 if let Some(gate) = gate {
                     let _ = gate.recv();
                 }
-                run_writer(conn, jobs, policy, clock, &writer_counters, &signals);
+                run_writer(
+                    conn,
+                    jobs,
+                    policy,
+                    clock,
+                    &writer_counters,
+                    &signals,
+                    &writer_seqs,
+                );
             })
             .context("cannot start the lease writer thread")?;
         Ok(Writer {
@@ -236,6 +313,7 @@ impl Writer {
                 due,
                 changes,
                 changes_tx,
+                final_seqs,
             }),
         })
     }
@@ -405,11 +483,40 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection, i64, &Policy) -> anyhow::Result<T> + Send + 'static,
     {
+        self.write_op(label.into(), false, f).await
+    }
+
+    /// `write` for a whole-database change (a repository rename that moves
+    /// every child row): on PostgreSQL its group takes the global key
+    /// exclusively, so no other writer on any node runs beside it.
+    pub async fn write_exclusive<T, F>(&self, label: impl Into<String>, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, i64) -> anyhow::Result<T> + Send + 'static,
+    {
+        self.write_op(label.into(), true, move |conn, now, _| f(conn, now))
+            .await
+    }
+
+    /// The final `seq` of an event whose append returned `seq` inside a
+    /// write this writer committed (on PostgreSQL an append's number is
+    /// provisional until COMMIT: `event_log::append`). Ask right after the
+    /// write's answer; a final number comes back as it is.
+    pub fn final_seq(&self, seq: i64) -> i64 {
+        self.inner.final_seqs.get(seq)
+    }
+
+    async fn write_op<T, F>(&self, label: String, exclusive: bool, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, i64, &Policy) -> anyhow::Result<T> + Send + 'static,
+    {
         let op = Op::Write {
-            label: label.into(),
+            label,
             run: Box::new(move |conn, now, policy| {
                 f(conn, now, policy).map(|t| Box::new(t) as AnyOutcome)
             }),
+            exclusive,
         };
         let any: AnyOutcome = expect!(self.call(op).await?, Write)?;
         Ok(*any
@@ -463,7 +570,11 @@ impl Writer {
         let (reply, outcome) = oneshot::channel();
         let queue = self.inner.queue.as_ref().ok_or_else(writer_stopped)?;
         queue
-            .send(Job { op, reply })
+            .send(Job {
+                op,
+                reply,
+                deferrals: 0,
+            })
             .await
             .map_err(|_| writer_stopped())?;
         Ok(outcome)
@@ -541,56 +652,148 @@ fn run_writer(
     clock: Clock,
     counters: &Counters,
     signals: &Signals,
+    final_seqs: &SeqMaps,
 ) {
-    let mut group = Vec::with_capacity(MAX_GROUP);
+    let mut group: Vec<Job> = Vec::with_capacity(MAX_GROUP);
+    // Jobs whose issue was busy on another node, in arrival order: they
+    // open the next group.
+    let mut carried: Vec<Job> = Vec::new();
     // Lease decisions never see time run backwards, even if the wall clock does.
     let mut last_now = i64::MIN;
-    while jobs.blocking_recv_many(&mut group, MAX_GROUP) > 0 {
+    loop {
+        group.append(&mut carried);
+        if group.is_empty() {
+            if jobs.blocking_recv_many(&mut group, MAX_GROUP) == 0 {
+                break;
+            }
+        } else {
+            // Carried jobs are waiting already: take what else is queued,
+            // without blocking, and give the other node a moment.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            while group.len() < MAX_GROUP {
+                match jobs.try_recv() {
+                    Ok(job) => group.push(job),
+                    Err(_) => break,
+                }
+            }
+        }
         let mut ops: Vec<Op> = group.iter_mut().map(|job| job.op.take()).collect();
-        let outcomes = match run_group(&mut conn, &mut ops, &policy, || {
-            last_now = last_now.max(clock());
-            last_now
-        }) {
-            Ok(outcomes) => outcomes,
-            Err(e) => ops
-                .iter()
-                .map(|op| Err(anyhow!("{op}: collab database transaction failed: {e}")))
-                .collect(),
+        let behavior = group_behavior(&ops);
+        let mut attempt = 0;
+        let outcomes = loop {
+            let result = run_group(&mut conn, &mut ops, &policy, behavior, || {
+                last_now = last_now.max(clock());
+                last_now
+            });
+            match result {
+                Ok(outcomes) => break outcomes,
+                // A lease group holds no run-once closure: it can run again.
+                Err(e)
+                    if behavior == TransactionBehavior::Concurrent
+                        && e.is_busy()
+                        && attempt < GROUP_RETRIES =>
+                {
+                    attempt += 1;
+                    tracing::debug!("lease group aborted ({e}); running it again");
+                }
+                Err(e) => {
+                    break ops
+                        .iter()
+                        .map(|op| {
+                            Some(Err(anyhow!(
+                                "{op}: collab database transaction failed: {e}"
+                            )))
+                        })
+                        .collect()
+                }
+            }
         };
         // After COMMIT: whatever the group appended is visible to readers now.
+        final_seqs.record(conn.final_seqs());
         match crate::event_log::head(&conn) {
             Ok(seq) => publish_head(&signals.event_head, seq),
             Err(e) => tracing::warn!("reading the event log head: {e}"),
         }
+        let mut done_ops = Vec::with_capacity(ops.len());
+        let mut done_jobs = Vec::with_capacity(ops.len());
+        let mut done = Vec::with_capacity(ops.len());
+        for ((mut job, op), outcome) in group.drain(..).zip(ops).zip(outcomes) {
+            match outcome {
+                Some(outcome) => {
+                    done_ops.push(op);
+                    done_jobs.push(job);
+                    done.push(outcome);
+                }
+                None if job.deferrals >= MAX_DEFERRALS => {
+                    let e = anyhow!("{op}: the issue stayed busy on another node; try again");
+                    done_ops.push(op);
+                    done_jobs.push(job);
+                    done.push(Err(e));
+                }
+                None => {
+                    job.op = op;
+                    job.deferrals += 1;
+                    carried.push(job);
+                }
+            }
+        }
         counters.groups.fetch_add(1, Ordering::Relaxed);
-        counters
-            .ops
-            .fetch_add(group.len() as u64, Ordering::Relaxed);
-        signals.after_group(&ops, &outcomes);
+        counters.ops.fetch_add(done.len() as u64, Ordering::Relaxed);
+        signals.after_group(&done_ops, &done);
         // Answers go out only now, after COMMIT returned (or failed).
-        for (job, outcome) in group.drain(..).zip(outcomes) {
+        for (job, outcome) in done_jobs.into_iter().zip(done) {
             let _ = job.reply.send(outcome);
         }
     }
 }
 
-/// Run `ops` in one IMMEDIATE transaction, each under its own SAVEPOINT.
+/// How a group's transaction begins: lease operations only run beside
+/// other nodes' (`Concurrent`); a generic write makes it `Immediate`, a
+/// whole-database write `Exclusive` (all `BEGIN IMMEDIATE` on SQLite).
+fn group_behavior(ops: &[Op]) -> TransactionBehavior {
+    let mut behavior = TransactionBehavior::Concurrent;
+    for op in ops {
+        match op {
+            Op::Write {
+                exclusive: true, ..
+            } => return TransactionBehavior::Exclusive,
+            Op::Write { .. } => behavior = TransactionBehavior::Immediate,
+            _ => {}
+        }
+    }
+    behavior
+}
+
+/// Run `ops` in one write transaction, each under its own SAVEPOINT.
 /// `Err` means the transaction as a whole failed (BEGIN, COMMIT, or an error
-/// that made SQLite abandon it): nothing of the group was kept.
+/// that made SQLite abandon it): nothing of the group was kept. `None` for
+/// an operation: it was rolled back because its issue was busy (another
+/// node is deciding it) and runs again in the next group.
 fn run_group(
     conn: &mut Connection,
     ops: &mut [Op],
     policy: &Policy,
+    behavior: TransactionBehavior,
     now: impl FnOnce() -> i64,
-) -> crate::sql::Result<Vec<anyhow::Result<Outcome>>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+) -> crate::sql::Result<Vec<Option<anyhow::Result<Outcome>>>> {
+    let tx = conn.transaction_with_behavior(behavior)?;
     // Read the clock once the write lock is ours: that is when the group happens.
     let now = now();
     let mut outcomes = Vec::with_capacity(ops.len());
+    // Issues with a deferred operation: later operations on them wait too,
+    // so each issue's operations keep their arrival order.
+    let mut busy: Vec<(String, String)> = Vec::new();
     for op in ops.iter_mut() {
+        let key = op
+            .issue()
+            .map(|(repo, id)| (repo.to_string(), id.to_string()));
+        if key.as_ref().is_some_and(|key| busy.contains(key)) {
+            outcomes.push(None);
+            continue;
+        }
         run_cached(&tx, "SAVEPOINT lease_op")?;
         match op.run(&tx, policy, now) {
-            Ok(outcome) => outcomes.push(Ok(outcome)),
+            Ok(outcome) => outcomes.push(Some(Ok(outcome))),
             Err(e) => {
                 // Some errors (disk full, I/O) make SQLite abandon the whole
                 // transaction, and with it what the earlier operations did.
@@ -600,7 +803,15 @@ fn run_group(
                         .unwrap_or_else(|e| failure(format!("transaction abandoned: {e:#}"))));
                 }
                 run_cached(&tx, "ROLLBACK TO lease_op")?;
-                outcomes.push(Err(e.context(op.to_string())));
+                let is_busy = e
+                    .downcast_ref::<crate::sql::Error>()
+                    .is_some_and(crate::sql::Error::is_busy);
+                if is_busy && behavior == TransactionBehavior::Concurrent {
+                    busy.extend(key);
+                    outcomes.push(None);
+                } else {
+                    outcomes.push(Some(Err(e.context(op.to_string()))));
+                }
             }
         }
         run_cached(&tx, "RELEASE lease_op")?;
@@ -626,6 +837,17 @@ impl Op {
     /// each op once; `Write` closures can only run once).
     fn take(&mut self) -> Op {
         std::mem::replace(self, Op::ExpireDue)
+    }
+
+    /// The issue a lease operation decides, if it is one.
+    fn issue(&self) -> Option<(&str, &str)> {
+        match self {
+            Op::Acquire(c) | Op::Renew(c) => Some((&c.repo, &c.issue_id)),
+            Op::Release { repo, issue_id, .. } | Op::Break { repo, issue_id, .. } => {
+                Some((repo, issue_id))
+            }
+            _ => None,
+        }
     }
 
     fn run(&mut self, conn: &Connection, policy: &Policy, now: i64) -> anyhow::Result<Outcome> {
@@ -1019,6 +1241,7 @@ mod tests {
         Op::Write {
             label: label.into(),
             run: Box::new(move |conn, now, _| f(conn, now).map(|t| Box::new(t) as AnyOutcome)),
+            exclusive: false,
         }
     }
 
@@ -1038,6 +1261,159 @@ mod tests {
             Outcome::Write(any) => Ok(*any.downcast::<i64>().unwrap()),
             _ => unreachable!(),
         }
+    }
+
+    /// Three writers on one PostgreSQL database (three nodes' writers):
+    /// 96 racers, spread over them, race for 8 issues, 12 for each, in 4
+    /// rounds; each round every issue has exactly one winner, whom the
+    /// losers name, its token is the round's (tokens grow by one per
+    /// tenure, never repeat), and the winner releases through another node.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn racers_on_three_writers_get_one_winner_per_issue_and_growing_tokens() {
+        if !crate::sql::test_database::wanted() {
+            return;
+        }
+        let db =
+            crate::sql::test_database::off_runtime(crate::sql::test_database::TestDatabase::create);
+        let url = db.url.clone();
+        let nodes: Vec<Writer> = crate::sql::test_database::off_runtime(|| {
+            (0..3)
+                .map(|_| Writer::open(url.as_str()).unwrap())
+                .collect()
+        });
+        let issues: Vec<String> = (0..8).map(|i| format!("{:02x}", 0xa0 + i)).collect();
+        for round in 1..=4i64 {
+            let racers: Vec<_> = (0..96)
+                .map(|i| {
+                    let node = nodes[i % 3].clone();
+                    let issue = issues[i % 8].clone();
+                    tokio::spawn(async move {
+                        let holder = format!("agent-{i}");
+                        let got = node.acquire(REPO, &issue, &holder, Some(600)).await;
+                        (i, issue, holder, got.unwrap())
+                    })
+                })
+                .collect();
+            let mut winners: BTreeMap<String, Vec<(usize, String, i64)>> = BTreeMap::new();
+            let mut named: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for racer in racers {
+                match racer.await.unwrap() {
+                    (i, issue, holder, Acquire::Acquired { lease, .. }) => winners
+                        .entry(issue)
+                        .or_default()
+                        .push((i, holder, lease.token)),
+                    (_, issue, _, Acquire::Held { holder, .. }) => {
+                        named.entry(issue).or_default().insert(holder);
+                    }
+                    (_, _, _, other) => panic!("round {round}: {other:?}"),
+                }
+            }
+            for issue in &issues {
+                let won = &winners[issue];
+                assert_eq!(won.len(), 1, "round {round}, #{issue}: one winner: {won:?}");
+                let (i, holder, token) = &won[0];
+                assert_eq!(
+                    *token, round,
+                    "round {round}, #{issue}: the token grows by one"
+                );
+                assert_eq!(
+                    named[issue],
+                    BTreeSet::from([holder.clone()]),
+                    "round {round}, #{issue}: the losers name the winner"
+                );
+                let released = nodes[(i + 1) % 3]
+                    .release(REPO, issue, holder)
+                    .await
+                    .unwrap();
+                assert_eq!(released, Release::Released);
+            }
+        }
+        let status = nodes[2].status(REPO, &issues[0]).await.unwrap();
+        assert_eq!((status.last_token, status.live), (4, None));
+        drop(nodes);
+        drop(db);
+    }
+
+    /// Two nodes' writers whose groups take the same two issues in opposite
+    /// orders (lease operations on both, or a generic write that waits for
+    /// the issues' locks on one): no operation fails (on PostgreSQL a busy
+    /// issue is deferred to the writer's next group instead of waited for,
+    /// so no deadlock forms), and each issue ends with one holder.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn groups_taking_two_issues_in_opposite_orders_on_two_nodes_never_fail() {
+        if !crate::sql::test_database::wanted() {
+            return;
+        }
+        use crate::sql::test_database::{off_runtime, TestDatabase};
+        let db = off_runtime(TestDatabase::create);
+        let location = crate::sql::Location::parse(&db.url);
+        for round in 0..12 {
+            let (x, y) = (
+                format!("{:02x}", 2 * round),
+                format!("{:02x}", 2 * round + 1),
+            );
+            let (clock, _) = fixed_clock(T0 + round as i64);
+            let (a, open_a, b, open_b) = off_runtime(|| {
+                let (a, open_a) = paused(crate::connect::open(&location).unwrap(), clock.clone());
+                let (b, open_b) = paused(crate::connect::open(&location).unwrap(), clock.clone());
+                (a, open_a, b, open_b)
+            });
+            let mut pending = Vec::new();
+            if round % 2 == 0 {
+                for issue in [&x, &y] {
+                    pending.push(
+                        a.submit(acquire_op(issue, "alice", Some(60)))
+                            .await
+                            .unwrap(),
+                    );
+                }
+            } else {
+                // A generic write (an issue close ends its lease) waits for
+                // each issue's lock, in the order x, y.
+                let (x, y) = (x.clone(), y.clone());
+                let op = write_op("close two issues", move |conn, now| {
+                    leases::end_on_close_in(conn, REPO, &x, now)?;
+                    leases::end_on_close_in(conn, REPO, &y, now)?;
+                    Ok(0)
+                });
+                pending.push(a.submit(op).await.unwrap());
+            }
+            for issue in [&y, &x] {
+                pending.push(b.submit(acquire_op(issue, "bob", Some(60))).await.unwrap());
+            }
+            for issue in [&y, &x] {
+                pending.push(
+                    b.submit(Op::Renew(Claim::new(REPO, issue, "bob", Some(90))))
+                        .await
+                        .unwrap(),
+                );
+            }
+            open_a.send(()).unwrap();
+            open_b.send(()).unwrap();
+            for reply in pending {
+                let outcome = reply.await.unwrap();
+                assert!(
+                    outcome.is_ok(),
+                    "round {round}: {:#}",
+                    outcome.err().unwrap()
+                );
+            }
+            for issue in [&x, &y] {
+                let holders: Vec<_> = b
+                    .list(REPO)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .filter(|l| &l.issue_id == issue)
+                    .collect();
+                assert!(holders.len() <= 1, "round {round}: {holders:?}");
+            }
+            off_runtime(move || {
+                drop(a);
+                drop(b);
+            });
+        }
+        drop(db);
     }
 
     #[tokio::test]

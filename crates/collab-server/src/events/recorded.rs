@@ -100,11 +100,12 @@ impl Recorded {
     /// then its event; a crash in between loses the event, never invents one.
     pub async fn record(self, service: &Writer) -> anyhow::Result<i64> {
         let kind = self.kind;
-        service
+        let seq = service
             .write(format!("append {kind} event"), move |conn, now| {
                 Ok(self.append_in(conn, now)?)
             })
-            .await
+            .await?;
+        Ok(service.final_seq(seq))
     }
 
     /// `record`, logging instead of failing: the change it describes has

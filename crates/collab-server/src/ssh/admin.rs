@@ -415,7 +415,7 @@ async fn rename(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, new_name: 
     let db = ctx
         .app
         .writer
-        .write("rename repository", move |conn, now| {
+        .write_exclusive("rename repository", move |conn, now| {
             Ok(crate::db::repos::rename(conn, &old, &new, &actor, now)?)
         })
         .await;

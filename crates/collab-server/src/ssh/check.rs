@@ -256,7 +256,7 @@ async fn set(
                 "state": check.state,
                 "previous_state": w.previous,
                 "event": "check.updated",
-                "seq": w.seq,
+                "seq": ctx.app.writer.final_seq(w.seq),
             });
             (json_line(&reply), 0)
         }

@@ -676,7 +676,7 @@ where
                 "repo": repo,
                 "issue": written.issue,
                 "event": written.event,
-                "seq": written.seq,
+                "seq": ctx.app.writer.final_seq(written.seq),
             });
             if let (Value::Object(reply), Value::Object(extra)) = (&mut reply, extra) {
                 reply.extend(extra);

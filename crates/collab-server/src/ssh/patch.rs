@@ -560,7 +560,10 @@ where
         })
         .await;
     match done {
-        Ok(written) => ok(written_json(status, repo, &written)),
+        Ok(mut written) => {
+            written.seq = ctx.app.writer.final_seq(written.seq);
+            ok(written_json(status, repo, &written))
+        }
         Err(e) => match e.downcast::<PatchError>() {
             Ok(e) => patch_error(repo, e),
             Err(e) => internal(repo, e),
@@ -746,7 +749,7 @@ async fn merge_now(ctx: &ExecContext, entry: &RepoEntry, id: String, fence: Opti
                 "repo": repo,
                 "patch": merged.committed.written.patch,
                 "revision": merged.committed.written.revision,
-                "seq": merged.committed.written.seq,
+                "seq": ctx.app.writer.final_seq(merged.committed.written.seq),
                 "branch": done.base_ref.strip_prefix("refs/heads/").unwrap_or(&done.base_ref),
                 "commit": done.commit.to_string(),
                 "kind": done.kind.as_str(),
@@ -878,7 +881,7 @@ async fn queue_merge(
             "repo": repo,
             "patch": detail.patch.id,
             "revision": revision,
-            "seq": seq,
+            "seq": ctx.app.writer.final_seq(seq),
             "replaced": replaced,
             "requested_by": actor.principal,
             "lease_token": fence,
@@ -911,7 +914,7 @@ async fn cancel_merge(ctx: &ExecContext, repo: &str, id: String) -> Reply {
             "status": "dequeued",
             "repo": repo,
             "patch": patch,
-            "seq": seq,
+            "seq": ctx.app.writer.final_seq(seq),
         })),
         Ok(Ok((patch, None))) => error(format!("patch {} has no queued merge", short(&patch))),
         Ok(Err(e)) => patch_error(repo, e),

@@ -12,13 +12,17 @@
 //! database it runs on.
 //!
 //! What differs lives here and in `pg`:
-//! - **Transactions.** [`Behavior::Immediate`] is a write transaction: on
-//!   SQLite `BEGIN IMMEDIATE` (the database's one write lock), on PostgreSQL
-//!   `BEGIN` followed by the transaction-scoped advisory lock
-//!   [`pg::WRITE_LOCK`], which every writer on every node takes first. Writes
-//!   are therefore serial on both backends, which is what the lease
-//!   decisions, the gap-free event `seq` and every read-modify-write in the
-//!   domain code assume. A read transaction ([`Connection::begin_read`]) is a
+//! - **Transactions.** A write transaction is `BEGIN IMMEDIATE` on SQLite
+//!   (the database's one write lock: writes are serial there). On
+//!   PostgreSQL every writer on every node first takes the global advisory
+//!   key [`pg::WRITE_LOCK`], shared by ordinary writers and exclusive for
+//!   whole-database ones ([`Behavior::Exclusive`]); generic writes
+//!   ([`Behavior::Immediate`]) also take [`pg::GENERIC_WRITES_LOCK`], which
+//!   keeps them serial among themselves; the writer's lease groups
+//!   ([`Behavior::Concurrent`]) take per-issue locks instead
+//!   ([`Connection::lock_issue`]), and events get their final `seq` at
+//!   COMMIT (`event_log::append`). docs/postgres.md argues each guarantee.
+//!   A read transaction ([`Connection::begin_read`]) is a
 //!   WAL snapshot on SQLite and `REPEATABLE READ READ ONLY` on PostgreSQL:
 //!   one consistent view, never waiting for a writer.
 //! - **Errors inside a transaction.** PostgreSQL aborts the whole
@@ -145,6 +149,11 @@ pub enum Error {
     /// Refused by our own code (a newer schema, a bad setting, …).
     #[error("{0}")]
     Failure(String),
+    /// A lock another transaction holds could not be had at once (an
+    /// issue's lock tried in a [`Behavior::Concurrent`] transaction): the
+    /// operation runs again later (the writer defers it to its next group).
+    #[error("busy: {0} is being decided by another transaction")]
+    Busy(String),
 }
 
 impl Error {
@@ -154,6 +163,17 @@ impl Error {
 
     pub fn conversion(message: impl Into<String>) -> Error {
         Error::Conversion(message.into())
+    }
+
+    /// Whether the operation that failed so can simply run again: a lock
+    /// that was busy ([`Error::Busy`], PostgreSQL's `lock_timeout`), or a
+    /// deadlock or serialization failure PostgreSQL broke by aborting it.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            Error::Busy(_) => true,
+            Error::Postgres(e) => pg::is_busy(e),
+            _ => false,
+        }
     }
 }
 
@@ -180,8 +200,24 @@ pub enum Behavior {
     /// A read (or a write that takes no lock first): SQLite `BEGIN DEFERRED`,
     /// PostgreSQL `BEGIN`.
     Deferred,
-    /// A write that holds the database's write lock from its first statement.
+    /// A generic write (issues, patches, webhooks, hooks, imports): SQLite
+    /// `BEGIN IMMEDIATE`; PostgreSQL the global key shared and the generic
+    /// writes' key ([`pg::GENERIC_WRITES_LOCK`]) exclusive, so generic
+    /// writes are serial among themselves on every node but run beside
+    /// lease operations.
     Immediate,
+    /// The writer's groups of lease operations only (acquire, renew,
+    /// release, break, expiry, `next`, reads): SQLite `BEGIN IMMEDIATE`;
+    /// PostgreSQL the global key shared, nothing else up front. Each
+    /// operation takes its issue's lock with [`Connection::lock_issue`]
+    /// (tried, never waited for), and row locks wait at most a short
+    /// `lock_timeout`: a busy operation fails with an error for which
+    /// [`Error::is_busy`] holds and runs again in a later group.
+    Concurrent,
+    /// A whole-database write (migrations, `db migrate`'s copy, a
+    /// repository rename): SQLite `BEGIN IMMEDIATE`; PostgreSQL the global
+    /// key exclusive, which waits for every writer and excludes them all.
+    Exclusive,
 }
 
 /// rusqlite's name, kept so the call sites read the same.
@@ -317,6 +353,48 @@ impl Connection {
         }
     }
 
+    /// Take the issue's lock for the rest of the open write transaction.
+    /// SQLite's one write lock already covers it: always `true`. On
+    /// PostgreSQL a transaction-scoped advisory lock keyed by
+    /// `hashtextextended(length(repo) || ':' || repo || issue_id, 0)`, tried in a
+    /// [`Behavior::Concurrent`] transaction (`false`: another transaction
+    /// is deciding this issue) and waited for in any other.
+    pub fn lock_issue(&self, repo: &str, issue_id: &str) -> Result<bool> {
+        match self {
+            Connection::Sqlite(_) => Ok(true),
+            Connection::Postgres(c) => c.lock_issue(repo, issue_id),
+        }
+    }
+
+    /// The provisional number of an event appended in the open PostgreSQL
+    /// transaction, renumbered at COMMIT (`event_log::append`); `None` on
+    /// SQLite and outside a transaction, where the number is final at once.
+    pub fn provisional_seq(&self) -> Option<i64> {
+        match self {
+            Connection::Sqlite(_) => None,
+            Connection::Postgres(c) => c.provisional_seq(),
+        }
+    }
+
+    /// The final `seq` of an event whose append returned `seq` in the last
+    /// transaction this connection committed (`seq` itself if it was
+    /// final already).
+    pub fn final_seq(&self, seq: i64) -> i64 {
+        match self {
+            Connection::Sqlite(_) => seq,
+            Connection::Postgres(c) => c.final_seq(seq),
+        }
+    }
+
+    /// Every provisional to final event number of the last committed
+    /// transaction (empty on SQLite).
+    pub fn final_seqs(&self) -> std::collections::HashMap<i64, i64> {
+        match self {
+            Connection::Sqlite(_) => Default::default(),
+            Connection::Postgres(c) => c.final_seqs(),
+        }
+    }
+
     /// No transaction is open on this connection.
     pub fn is_autocommit(&self) -> bool {
         match self {
@@ -339,7 +417,9 @@ impl<'c> Transaction<'c> {
         match conn {
             Connection::Sqlite(c) => c.execute_batch(match behavior {
                 Behavior::Deferred => "BEGIN DEFERRED",
-                Behavior::Immediate => "BEGIN IMMEDIATE",
+                Behavior::Immediate | Behavior::Concurrent | Behavior::Exclusive => {
+                    "BEGIN IMMEDIATE"
+                }
             })?,
             Connection::Postgres(c) => c.begin(behavior)?,
         }

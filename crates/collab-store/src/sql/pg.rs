@@ -13,12 +13,27 @@ use postgres::types::{IsNull, Type};
 
 use super::{Behavior, Error, Result, StatementCache, ValueRef};
 
-/// The key of the transaction-scoped advisory lock every write transaction
-/// takes first (`pg_advisory_xact_lock`), on every node: writes to the
-/// collab database are serial, as SQLite's one write lock makes them. It is
-/// released by COMMIT or ROLLBACK, and by the server when a node's
-/// connection dies, so a killed node never holds it.
+/// The global key ("collab"), transaction-scoped: every write transaction
+/// takes it first, on every node. Ordinary writers take it SHARED
+/// (`pg_advisory_xact_lock_shared`), so they do not exclude each other;
+/// whole-database operations ([`Behavior::Exclusive`]: migrations, `db
+/// migrate`'s copy, a repository rename) take it EXCLUSIVE and so exclude
+/// every writer. Released by COMMIT or ROLLBACK, and by the server when a
+/// node's connection dies, so a killed node never holds it.
 pub const WRITE_LOCK: i64 = 0x636f_6c6c_6162; // "collab"
+
+/// The key ("writes") that serializes the generic writes among themselves
+/// ([`Behavior::Immediate`]: issues, patches, webhooks, hooks, imports):
+/// their closures run once and take row locks in any order, so two of them
+/// in parallel could deadlock. Lease operations ([`Behavior::Concurrent`])
+/// never take it.
+pub const GENERIC_WRITES_LOCK: i64 = 0x7772_6974_6573; // "writes"
+
+/// How long a statement of a [`Behavior::Concurrent`] transaction waits for
+/// a row lock before it fails as busy (and its operation is deferred to
+/// the writer's next group): such a transaction never waits long on
+/// anything, so it is never part of a deadlock that lasts.
+const CONCURRENT_LOCK_TIMEOUT: &str = "200ms";
 
 /// Statements cached per connection before the cache starts over (the
 /// domain code has a bounded set of statement shapes; this bounds a leak).
@@ -32,16 +47,35 @@ pub struct PgConnection {
     in_tx: Cell<bool>,
     /// Channels to NOTIFY when the open transaction commits.
     notify_at_commit: RefCell<Vec<&'static str>>,
+    /// How the open transaction began.
+    behavior: Cell<Option<Behavior>>,
+    /// This connection's backend process id (the high half of its
+    /// provisional event numbers).
+    backend_pid: Cell<i64>,
+    /// Provisional event numbers handed out on this connection so far (the
+    /// low half; never reset, so a number is unique per connection).
+    provisional: Cell<u32>,
+    /// The open transaction appended events with provisional numbers.
+    numbered_late: Cell<bool>,
+    /// Provisional to final event numbers of the last committed transaction.
+    final_seqs: RefCell<HashMap<i64, i64>>,
 }
 
 impl PgConnection {
     pub fn connect(url: &str) -> Result<PgConnection> {
+        let mut client = connect(url)?;
+        let pid = backend_pid(&mut client)?;
         Ok(PgConnection {
             url: url.to_string(),
-            client: RefCell::new(Some(connect(url)?)),
+            client: RefCell::new(Some(client)),
             statements: RefCell::new(HashMap::new()),
             in_tx: Cell::new(false),
             notify_at_commit: RefCell::new(Vec::new()),
+            behavior: Cell::new(None),
+            backend_pid: Cell::new(pid),
+            provisional: Cell::new(0),
+            numbered_late: Cell::new(false),
+            final_seqs: RefCell::new(HashMap::new()),
         })
     }
 
@@ -51,7 +85,9 @@ impl PgConnection {
     fn client(&self) -> Result<RefMut<'_, postgres::Client>> {
         let mut client = self.raw_client();
         if client.is_closed() && !self.in_tx.get() {
-            *client = connect(&self.url)?;
+            let mut fresh = connect(&self.url)?;
+            self.backend_pid.set(backend_pid(&mut fresh)?);
+            *client = fresh;
             self.statements.borrow_mut().clear();
         }
         Ok(client)
@@ -74,9 +110,70 @@ impl PgConnection {
     pub fn begin(&self, behavior: Behavior) -> Result<()> {
         let sql = match behavior {
             Behavior::Deferred => "BEGIN".to_string(),
-            Behavior::Immediate => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
+            Behavior::Concurrent => format!(
+                "BEGIN; SET LOCAL lock_timeout = '{CONCURRENT_LOCK_TIMEOUT}'; \
+                 SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})"
+            ),
+            Behavior::Immediate => format!(
+                "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); \
+                 SELECT pg_advisory_xact_lock({GENERIC_WRITES_LOCK})"
+            ),
+            Behavior::Exclusive => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
         };
-        self.start(&sql)
+        self.start(&sql)?;
+        self.behavior.set(Some(behavior));
+        Ok(())
+    }
+
+    /// Take the issue's lock (transaction-scoped advisory lock keyed by a
+    /// 64-bit hash of `len(repo):repo` followed by `issue_id`, which no other
+    /// pair spells: PostgreSQL text cannot hold the NUL the design named). In a
+    /// [`Behavior::Concurrent`] transaction it is only tried: `false` means
+    /// another transaction holds it (the caller defers or moves on). In any
+    /// other transaction it waits and returns `true`.
+    pub fn lock_issue(&self, repo: &str, issue_id: &str) -> Result<bool> {
+        let try_only = self.behavior.get() == Some(Behavior::Concurrent);
+        let sql = if try_only {
+            "SELECT pg_try_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, 0))"
+        } else {
+            "SELECT pg_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, 0))"
+        };
+        let stmt = self.cached(sql)?;
+        let row = self.client()?.query_one(&stmt, &[&repo, &issue_id])?;
+        Ok(!try_only || row.get::<_, bool>(0))
+    }
+
+    /// The next provisional event number of the open transaction (see
+    /// `event_log::append`): negative, unique among the transactions in
+    /// flight (the backend's pid in the high half), decreasing in append
+    /// order. `None` outside a transaction.
+    pub fn provisional_seq(&self) -> Option<i64> {
+        if !self.in_tx.get() {
+            return None;
+        }
+        let n = self.provisional.get().wrapping_add(1).max(1);
+        self.provisional.set(n);
+        self.numbered_late.set(true);
+        Some(-((self.backend_pid.get() << 32) | i64::from(n)))
+    }
+
+    /// The final number of an event appended with provisional number `seq`
+    /// in the last committed transaction (`seq` itself when it is not
+    /// provisional or unknown).
+    pub fn final_seq(&self, seq: i64) -> i64 {
+        if seq >= 0 {
+            return seq;
+        }
+        self.final_seqs.borrow().get(&seq).copied().unwrap_or(seq)
+    }
+
+    /// Provisional to final numbers of the last committed transaction.
+    pub fn final_seqs(&self) -> HashMap<i64, i64> {
+        self.final_seqs.borrow().clone()
+    }
+
+    fn cached(&self, sql: &str) -> Result<postgres::Statement> {
+        Ok(self.prepare(sql)?.stmt)
     }
 
     pub fn begin_read(&self) -> Result<()> {
@@ -86,6 +183,8 @@ impl PgConnection {
     fn start(&self, sql: &str) -> Result<()> {
         let mut client = self.client()?;
         self.in_tx.set(true);
+        self.behavior.set(None);
+        self.numbered_late.set(false);
         self.notify_at_commit.borrow_mut().clear();
         if let Err(e) = client.batch_execute(sql) {
             // The BEGIN may have run before the failure: end it.
@@ -100,6 +199,8 @@ impl PgConnection {
     /// COMMIT rolled back).
     pub fn end(&self, sql: &str) -> Result<()> {
         self.in_tx.set(false);
+        self.behavior.set(None);
+        let numbered_late = self.numbered_late.replace(false);
         let channels = std::mem::take(&mut *self.notify_at_commit.borrow_mut());
         let mut client = self.raw_client();
         if client.is_closed() {
@@ -107,12 +208,69 @@ impl PgConnection {
                 "the PostgreSQL connection was lost inside a transaction",
             ));
         }
+        if sql == "COMMIT" && numbered_late {
+            return self.commit_numbering(&mut client, &channels);
+        }
         if sql == "COMMIT" && !channels.is_empty() {
             // In the COMMIT's own round trip; delivered only if it commits.
             let notifies: String = channels.iter().map(|c| format!("NOTIFY {c}; ")).collect();
             return Ok(client.batch_execute(&format!("{notifies}COMMIT"))?);
         }
         Ok(client.batch_execute(sql)?)
+    }
+
+    /// COMMIT a transaction that appended events with provisional numbers,
+    /// in one round trip: bump the `counters` row by the number of events
+    /// the transaction kept (a rolled-back savepoint took its rows with it),
+    /// renumber them `head+1..` in append order, NOTIFY, COMMIT. The row
+    /// lock on `counters` is held from that statement to COMMIT only, so
+    /// transactions that hold numbers commit in number order: the next one
+    /// gets its numbers only after this one committed or rolled back. The
+    /// wait for it is not bounded by the transaction's `lock_timeout`: the
+    /// holder waits for nothing but its own COMMIT.
+    fn commit_numbering(&self, client: &mut postgres::Client, channels: &[&str]) -> Result<()> {
+        let high = self.backend_pid.get() << 32;
+        // Every provisional number of this backend: only this transaction's
+        // rows can carry one (earlier transactions renumbered theirs in
+        // their COMMIT's round trip, or rolled them back).
+        let (lo, hi) = (-(high | 0xffff_ffff), -high);
+        let notifies: String = channels.iter().map(|c| format!("NOTIFY {c}; ")).collect();
+        let sql = format!(
+            "SET LOCAL lock_timeout = 0;
+             UPDATE counters SET value = value +
+               (SELECT count(*) FROM events WHERE seq BETWEEN {lo} AND {hi})
+             WHERE name = 'events';
+             UPDATE events e SET seq = f.final
+             FROM (SELECT seq AS provisional,
+                          (SELECT value FROM counters WHERE name = 'events')
+                            - count(*) OVER () + row_number() OVER (ORDER BY seq DESC) AS final
+                   FROM events WHERE seq BETWEEN {lo} AND {hi}) f
+             WHERE e.seq = f.provisional
+             RETURNING f.provisional, f.final;
+             {notifies}COMMIT"
+        );
+        let messages = match client.simple_query(&sql) {
+            Ok(messages) => messages,
+            Err(e) => {
+                // A statement failed before COMMIT ran: end the aborted
+                // transaction (nothing was kept).
+                let _ = client.batch_execute("ROLLBACK");
+                return Err(e.into());
+            }
+        };
+        let mut map = self.final_seqs.borrow_mut();
+        map.clear();
+        for message in messages {
+            if let postgres::SimpleQueryMessage::Row(row) = message {
+                let number = |i: usize| -> Result<i64> {
+                    row.get(i)
+                        .and_then(|v| v.parse().ok())
+                        .ok_or_else(|| Error::conversion("event renumbering: not a number"))
+                };
+                map.insert(number(0)?, number(1)?);
+            }
+        }
+        Ok(())
     }
 
     /// NOTIFY `channel` once the open transaction commits (at once outside
@@ -166,6 +324,19 @@ impl Drop for PgConnection {
 
 fn connect(url: &str) -> Result<postgres::Client> {
     Ok(postgres::Client::connect(url, postgres::NoTls)?)
+}
+
+fn backend_pid(client: &mut postgres::Client) -> Result<i64> {
+    let pid: i32 = client.query_one("SELECT pg_backend_pid()", &[])?.get(0);
+    Ok(i64::from(pid))
+}
+
+/// Whether `e` is a lock that could not be had at once (SQLSTATE 55P03,
+/// `lock_timeout` or `NOWAIT`), a deadlock PostgreSQL broke (40P01) or a
+/// serialization failure (40001): an operation that fails so can run again.
+pub fn is_busy(e: &postgres::Error) -> bool {
+    e.as_db_error()
+        .is_some_and(|db| matches!(db.code().code(), "55P03" | "40P01" | "40001"))
 }
 
 pub struct PgStatement<'c> {

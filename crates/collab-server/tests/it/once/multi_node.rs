@@ -1,6 +1,7 @@
 //! Several server processes on one PostgreSQL database and one state
 //! directory (`collab_db = "postgres://…"`), driven by the real `ssh`:
-//! 48 racers spread over three nodes get exactly one winner per issue, 64
+//! 48 racers spread over three nodes get exactly one winner per issue (for
+//! one issue, and for four at once over three rounds, tokens growing), 64
 //! `next` callers over three nodes drain 48 ready issues without handing one
 //! out twice (16 find the queue empty), a node killed mid-storm loses nothing acknowledged and repeats no
 //! token, a watcher on one node sees what another node wrote, and a watcher
@@ -114,6 +115,77 @@ fn racers_over_three_nodes_get_exactly_one_winner() {
                 .ssh_exec(&format!("collab-lease show 'r.git' '{}'", &issue[..8]))
                 .json();
             assert_eq!(v["holder"], winners[0].as_str(), "{v}");
+        }
+    }
+}
+
+/// 48 racers over three nodes race for four issues at once (12 each, on
+/// every node), three rounds: each round every issue has exactly one
+/// winner, whom its losers name, with the round's token (tokens grow by
+/// one per tenure, on whichever node it was decided); the winner releases
+/// through another node.
+#[test]
+fn racers_for_several_issues_over_three_nodes_get_one_winner_each_and_growing_tokens() {
+    let Some(nodes) = cluster() else { return };
+    nodes[0].create_repo("r");
+    let agents = keys(&nodes[0], 48);
+    let issues: Vec<String> = (0..4)
+        .map(|i| {
+            nodes[i % NODES].open_server_issue("r", &format!("Contended {i}"))[..8].to_string()
+        })
+        .collect();
+    for round in 1..=3i64 {
+        let start = Barrier::new(agents.len());
+        let replies: Vec<(usize, SshOutput)> = std::thread::scope(|s| {
+            let racers: Vec<_> = agents
+                .iter()
+                .enumerate()
+                .map(|(i, (key, _))| {
+                    let (node, start, issue) = (&nodes[i % NODES], &start, &issues[i % 4]);
+                    s.spawn(move || {
+                        start.wait();
+                        let cmd = format!("collab-lease acquire 'r.git' '{issue}' --ttl 600");
+                        (i, node.ssh_exec_as(key, &cmd, b""))
+                    })
+                })
+                .collect();
+            racers.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        let mut winners: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        let mut named: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+        for (i, out) in &replies {
+            let v = out.json();
+            match out.code {
+                0 => {
+                    assert_eq!(v["status"], "acquired", "{out:?}");
+                    assert_eq!(v["token"], round, "round {round}: {out:?}");
+                    winners.entry(i % 4).or_default().push(*i);
+                }
+                4 => {
+                    assert_eq!(v["status"], "held", "{out:?}");
+                    named
+                        .entry(i % 4)
+                        .or_default()
+                        .insert(v["holder"].as_str().unwrap().to_string());
+                }
+                other => panic!("round {round}: exit {other}: {out:?}"),
+            }
+        }
+        for (n, issue) in issues.iter().enumerate() {
+            let won = &winners[&n];
+            assert_eq!(won.len(), 1, "round {round}, {issue}: one winner: {won:?}");
+            let (key, fp) = &agents[won[0]];
+            assert_eq!(
+                named[&n],
+                BTreeSet::from([fp.clone()]),
+                "round {round}, {issue}: every loser names the winner"
+            );
+            let out = nodes[(won[0] + 1) % NODES].ssh_exec_as(
+                key,
+                &format!("collab-lease release 'r.git' '{issue}'"),
+                b"",
+            );
+            assert_eq!(out.code, 0, "{out:?}");
         }
     }
 }
