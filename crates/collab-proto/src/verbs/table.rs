@@ -812,6 +812,16 @@ pub static VERBS: &[Verb] = &[
         ],
         ..verb("collab-check", "list", READ, "the checks on a commit or a patch")
     },
+    // The merge queue.
+    Verb {
+        args: &[REPO, one("branch", Kind::Word, "the base branch whose queue to show: `main`")],
+        ..verb(
+            "collab-queue",
+            "show",
+            READ,
+            "a branch's merge queue: its entries in order and its merge groups",
+        )
+    },
     // Events.
     Verb {
         args: &[Arg {
