@@ -1003,6 +1003,29 @@ mod tests {
         assert_eq!(n, 0);
     }
 
+    /// Version 13 adds the merge queue's empty tables and the queue order
+    /// of merge intents (on both backends); their `repo` columns follow
+    /// renames like every other.
+    #[test]
+    fn an_older_database_gains_the_merge_queue_tables() {
+        let (conn, _pg) = at_version_8();
+        migrate(&conn).unwrap();
+        assert_eq!(version(&conn).unwrap(), SCHEMA_VERSION);
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(count("SELECT COUNT(*) FROM merge_groups"), 0);
+        assert_eq!(count("SELECT COUNT(*) FROM merge_queue_branches"), 0);
+        assert_eq!(
+            count("SELECT COUNT(*) FROM merge_intents WHERE queued_seq IS NOT NULL"),
+            0
+        );
+        crate::merge_queue::claim(&conn, "a.git", "main", "n1", 1, 2).unwrap();
+        crate::repos::rename(&conn, "a.git", "b.git", "admin", 5).unwrap();
+        assert_eq!(
+            count("SELECT COUNT(*) FROM merge_queue_branches WHERE repo = 'b.git'"),
+            1
+        );
+    }
+
     /// Version 9 splits a name's history at each `repo.created`, follows
     /// `repo.renamed` and ends at `repo.deleted` (on both backends).
     #[test]
