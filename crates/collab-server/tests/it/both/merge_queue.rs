@@ -148,7 +148,8 @@ fn queue_all_then_switch_on(h: &ServerHarness, a: &Agent, ids: &[String]) {
         let v = enqueue(h, a, id);
         assert_eq!(v["queue"], Value::Null, "{v}");
     }
-    std::fs::write(&policy, QUEUE_RULE).unwrap();
+    // Public too, for the web's queue page.
+    std::fs::write(&policy, format!("public = true\n{QUEUE_RULE}")).unwrap();
 }
 
 /// The patches of a `merge_group.*` event (or a group of `queue show`).
@@ -246,8 +247,22 @@ fn a_batch_lands_in_one_group_when_the_checks_on_its_commit_are_green() {
     assert_eq!(server_tip(&h), base);
     assert!(patches.iter().all(|(id, _)| status(&h, &a, id) == "open"));
 
+    // The web's queue page shows the group under test and its check.
+    let page = common::web::get(&h, "/r/-/queue/main");
+    assert_eq!(page.status, 200);
+    let text = common::web::strip_tags(&page.text());
+    assert!(text.contains("Group 1"), "{text}");
+    assert!(text.contains("pending ci/test"), "{text}");
+    for (id, _) in &patches {
+        assert!(text.contains(&id[..8]), "{text}");
+    }
+    assert_eq!(common::web::get(&h, "/r/-/queue/a..b").status, 404);
+
     check_set(&h, &commit, "success");
     wait_until("the group to land", || server_tip(&h) == commit);
+    let text = common::web::strip_tags(&common::web::get(&h, "/r/-/queue/main").text());
+    assert!(text.contains("The queue is empty."), "{text}");
+    assert!(text.contains("merged"), "{text}");
     for (id, head) in &patches {
         assert_eq!(status(&h, &a, id), "merged");
         assert!(in_main(&h, head));
