@@ -774,7 +774,7 @@ pub static VERBS: &[Verb] = &[
             "collab-patch",
             "merge",
             WRITE,
-            "merge the latest revision into its base, as the merge rules allow (now, or when green)",
+            "merge the latest revision into its base, as the merge rules allow (now, or when green; a rule with a merge queue queues it)",
         )
     },
     Verb {

@@ -257,6 +257,11 @@ fn a_batch_lands_in_one_group_when_the_checks_on_its_commit_are_green() {
         assert!(text.contains(&id[..8]), "{text}");
     }
     assert_eq!(common::web::get(&h, "/r/-/queue/a..b").status, 404);
+    let patch_page = common::web::get(&h, &format!("/r/-/patches/{}", &patches[0].0[..8])).text();
+    assert!(
+        patch_page.contains("href=\"/r/-/queue/main\""),
+        "{patch_page}"
+    );
 
     check_set(&h, &commit, "success");
     wait_until("the group to land", || server_tip(&h) == commit);
