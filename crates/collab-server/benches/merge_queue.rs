@@ -366,10 +366,10 @@ fn main() {
             r.drain.as_secs_f64() / delay.as_secs_f64(),
             r.drain.as_secs_f64() / serial_drain.as_secs_f64(),
             r.evicted,
-            if r.evicted_right {
-                " (the broken one)"
-            } else {
-                " (WRONG)"
+            match (r.evicted_right, r.evicted) {
+                (true, 0) => "",
+                (true, _) => " (the broken one)",
+                (false, _) => " (WRONG)",
             },
             r.merged,
             r.not_green,

@@ -117,6 +117,18 @@ async fn drive(app: &Arc<App>, node: &str, repo: &str, branch: &str) -> anyhow::
         let (app2, entry2) = (app.clone(), entry.clone());
         tokio::task::spawn_blocking(move || crate::authz::merge_rule(&app2, &entry2)).await?
     };
+    if !rule.queue {
+        // Plain queued merges (`auto_merge`'s): nothing to do here unless a
+        // group is left from when the rule queued.
+        let (r, b) = (repo.to_string(), branch.to_string());
+        let left = app
+            .reads
+            .read(move |conn| Ok(store::current(conn, &r, &b)?))
+            .await?;
+        if left.is_none() {
+            return Ok(());
+        }
+    }
     let (r, b, me) = (repo.to_string(), branch.to_string(), node.to_string());
     let claimed = app
         .writer
