@@ -146,11 +146,19 @@ pub fn run(
             read_reply(&reply, out.json, |v| {
                 match v["status"].as_str() {
                     Some("queued") => {
-                        println!(
-                            "queued: the server merges patch {} (revision {}) when the merge rule allows",
-                            short_id(v["patch"].as_str().unwrap_or_default()),
-                            v["revision"]
-                        );
+                        match v["queue"].as_str() {
+                            Some(branch) => println!(
+                                "queued: patch {} (revision {}) is in the merge queue of {}; it merges with its group once the group's checks are green",
+                                short_id(v["patch"].as_str().unwrap_or_default()),
+                                v["revision"],
+                                terminal::line(branch)
+                            ),
+                            None => println!(
+                                "queued: the server merges patch {} (revision {}) when the merge rule allows",
+                                short_id(v["patch"].as_str().unwrap_or_default()),
+                                v["revision"]
+                            ),
+                        }
                         if let Some(why) = v["waiting_for"].as_str() {
                             println!("waiting for: {}", terminal::line(why));
                         }

@@ -168,9 +168,24 @@ pub fn push_refspec() -> String {
     format!("{COLLAB_GLOB}:{COLLAB_GLOB}")
 }
 
-/// The prefixes a git-collab server holds itself (issues, patches and
-/// their revision pins): sync never pushes them to such a server.
-pub const SERVER_HELD_PREFIXES: &[&str] = &[ISSUES_PREFIX, PATCHES_PREFIX, REVISIONS_PREFIX];
+/// The prefixes a git-collab server holds itself (issues, patches, their
+/// revision pins and merge-queue groups): sync never pushes them to such a
+/// server.
+pub const SERVER_HELD_PREFIXES: &[&str] = &[
+    ISSUES_PREFIX,
+    PATCHES_PREFIX,
+    REVISIONS_PREFIX,
+    QUEUE_PREFIX,
+];
+
+/// Merge-queue group commits, written by the server only:
+/// `refs/collab/queue/<branch>/<n>`.
+pub const QUEUE_PREFIX: &str = "refs/collab/queue/";
+
+/// The ref of merge group `n` of `branch`'s queue.
+pub fn queue_group_ref(branch: &str, n: i64) -> String {
+    format!("{QUEUE_PREFIX}{branch}/{n}")
+}
 
 /// The negative refspecs that keep [`SERVER_HELD_PREFIXES`] out of sync's
 /// push (server mode).

@@ -21,6 +21,10 @@
 //!   reason; a base branch that moved, or a rule that stopped allowing it
 //!   in between, leaves it queued;
 //! - otherwise (a check pending or missing, approvals missing): wait.
+//!
+//! Intents on a repository whose merge rule has `queue = true` are the
+//! entries of its branches' merge queues: `crate::merge_queue` drives
+//! them, this driver leaves them alone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,6 +108,10 @@ async fn drive(app: &Arc<App>, node: &str, intent: &Intent) -> anyhow::Result<()
             (rule, may)
         })
         .await?;
+        // A branch with a merge queue: `crate::merge_queue` drives it.
+        if rule.0.queue {
+            return Ok(());
+        }
         let (repo, id) = (intent.repo.clone(), intent.patch.clone());
         let read = app
             .reads

@@ -21,6 +21,7 @@ pub mod limits;
 pub mod logging;
 pub mod maintenance;
 pub mod mcp;
+pub mod merge_queue;
 pub mod metrics;
 pub mod mirrors;
 pub mod objects;

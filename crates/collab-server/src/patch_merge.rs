@@ -101,7 +101,7 @@ fn refuse(message: impl Into<String>) -> MergeError {
 }
 
 /// A signature git accepts for `who`: no angle brackets or newlines.
-fn signature(who: &Person) -> Result<git2::Signature<'static>, MergeError> {
+pub(crate) fn signature(who: &Person) -> Result<git2::Signature<'static>, MergeError> {
     let clean = |s: &str| -> String {
         s.chars()
             .filter(|c| !matches!(c, '<' | '>' | '\n' | '\r') && !c.is_control())
@@ -204,21 +204,7 @@ fn merge_commit(
     let theirs = repo.find_commit(head).map_err(git)?;
     let mut index = repo.merge_commits(&ours, &theirs, None).map_err(git)?;
     if index.has_conflicts() {
-        let mut paths: Vec<String> = index
-            .conflicts()
-            .map_err(git)?
-            .filter_map(|c| c.ok())
-            .filter_map(|c| c.our.or(c.their).or(c.ancestor))
-            .map(|e| String::from_utf8_lossy(&e.path).into_owned())
-            .collect();
-        paths.sort();
-        paths.dedup();
-        let more = paths.len().saturating_sub(10);
-        paths.truncate(10);
-        let mut listed = paths.join(", ");
-        if more > 0 {
-            listed.push_str(&format!(" and {more} more"));
-        }
+        let listed = conflict_paths(&index).map_err(git)?;
         return Err(refuse(format!(
             "merge refused: patch {} conflicts with '{}' in {listed}; push a revision rebased onto {}",
             short(&p.id),
@@ -240,6 +226,26 @@ fn merge_commit(
     );
     repo.commit(None, &sig, &sig, &message, &tree, &[&ours, &theirs])
         .map_err(git)
+}
+
+/// The conflicting paths of a merge's index, sorted, at most 10 named
+/// ("a.txt, b.txt and 3 more").
+pub(crate) fn conflict_paths(index: &git2::Index) -> Result<String, git2::Error> {
+    let mut paths: Vec<String> = index
+        .conflicts()?
+        .filter_map(|c| c.ok())
+        .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+        .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+        .collect();
+    paths.sort();
+    paths.dedup();
+    let more = paths.len().saturating_sub(10);
+    paths.truncate(10);
+    let mut listed = paths.join(", ");
+    if more > 0 {
+        listed.push_str(&format!(" and {more} more"));
+    }
+    Ok(listed)
 }
 
 /// Who merges, under which rule and fencing, inside the writer.
@@ -551,7 +557,7 @@ pub async fn run(req: Request<'_>) -> Result<Merged, RunError> {
 
 /// The merge lock of `repo`. Entries nobody holds are dropped when the
 /// next one is taken, so the map stays as small as the merges in flight.
-fn merge_lock(repo: &str) -> Arc<tokio::sync::Mutex<()>> {
+pub(crate) fn merge_lock(repo: &str) -> Arc<tokio::sync::Mutex<()>> {
     static LOCKS: LazyLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> =
         LazyLock::new(Default::default);
     let mut locks = LOCKS.lock().unwrap_or_else(|e| e.into_inner());

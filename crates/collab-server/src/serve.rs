@@ -141,6 +141,7 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     crate::webhooks::spawn(app.clone());
     tokio::spawn(app.mirrors.clone().run(app.stopping.clone()));
     tokio::spawn(crate::auto_merge::run(app.clone(), app.stopping.clone()));
+    tokio::spawn(crate::merge_queue::run(app.clone(), app.stopping.clone()));
     if let Some(settings) = app.config.pack_cache_settings(std::path::Path::new("")) {
         tokio::spawn(crate::maintenance::pack_cache::run(
             settings,

@@ -17,6 +17,7 @@ pub mod guard;
 pub mod issues;
 pub mod leases;
 pub mod merge_intents;
+pub mod merge_queue;
 pub mod migrations;
 pub mod mirrors;
 pub mod objects;

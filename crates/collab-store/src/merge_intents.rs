@@ -80,6 +80,11 @@ pub fn queue(conn: &Connection, intent: &Intent, now: i64) -> crate::sql::Result
         }),
         now,
     )?;
+    // The queue's order (a merge queue takes patches in this order).
+    conn.execute(
+        "UPDATE merge_intents SET queued_seq = ?3 WHERE repo = ?1 AND patch_id = ?2",
+        params![intent.repo, intent.patch, seq],
+    )?;
     Ok((seq, replaced))
 }
 

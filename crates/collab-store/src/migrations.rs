@@ -462,6 +462,40 @@ CREATE TABLE merge_intents (
 ALTER TABLE patch_revisions ADD COLUMN lease_holders TEXT;
 ",
     },
+    // Version 13: the merge queue (`merge_queue`): per branch, who drives
+    // it now (a claim with a deadline), the last group number and the
+    // bisect state (`suspects`); one row per merge group built; and the
+    // order of the queue (`merge_intents.queued_seq`, the seq of the
+    // `patch.merge_queued` event). `repo` follows renames and deletes.
+    Step {
+        version: 13,
+        sql: "
+CREATE TABLE merge_queue_branches (
+    repo          TEXT    NOT NULL,
+    branch        TEXT    NOT NULL,
+    last_group    INTEGER NOT NULL DEFAULT 0,
+    suspects      INTEGER NOT NULL DEFAULT 0,
+    claimed_by    TEXT,
+    claimed_until INTEGER,
+    PRIMARY KEY (repo, branch)
+);
+CREATE TABLE merge_groups (
+    repo        TEXT    NOT NULL,
+    branch      TEXT    NOT NULL,
+    n           INTEGER NOT NULL CHECK (n > 0),
+    commit_id   TEXT    NOT NULL,
+    base_commit TEXT    NOT NULL,
+    members     TEXT    NOT NULL,
+    state       TEXT    NOT NULL
+        CHECK (state IN ('testing', 'merged', 'failed', 'stale')),
+    reason      TEXT,
+    created_at  INTEGER NOT NULL,
+    finished_at INTEGER,
+    PRIMARY KEY (repo, branch, n)
+);
+ALTER TABLE merge_intents ADD COLUMN queued_seq INTEGER;
+",
+    },
 ];
 
 /// Version 9's tables (SQLite; PostgreSQL's are in `POSTGRES_STEPS`).
@@ -566,6 +600,40 @@ CREATE TABLE merge_intents (
     PRIMARY KEY (repo, patch_id)
 );
 ALTER TABLE patch_revisions ADD COLUMN lease_holders TEXT;
+",
+    },
+    // Version 13: the merge queue (`merge_queue`): per branch, who drives
+    // it now (a claim with a deadline), the last group number and the
+    // bisect state (`suspects`); one row per merge group built; and the
+    // order of the queue (`merge_intents.queued_seq`, the seq of the
+    // `patch.merge_queued` event). `repo` follows renames and deletes.
+    Step {
+        version: 13,
+        sql: "
+CREATE TABLE merge_queue_branches (
+    repo          TEXT    NOT NULL,
+    branch        TEXT    NOT NULL,
+    last_group    BIGINT  NOT NULL DEFAULT 0,
+    suspects      BIGINT  NOT NULL DEFAULT 0,
+    claimed_by    TEXT,
+    claimed_until BIGINT ,
+    PRIMARY KEY (repo, branch)
+);
+CREATE TABLE merge_groups (
+    repo        TEXT    NOT NULL,
+    branch      TEXT    NOT NULL,
+    n           BIGINT  NOT NULL CHECK (n > 0),
+    commit_id   TEXT    NOT NULL,
+    base_commit TEXT    NOT NULL,
+    members     TEXT    NOT NULL,
+    state       TEXT    NOT NULL
+        CHECK (state IN ('testing', 'merged', 'failed', 'stale')),
+    reason      TEXT,
+    created_at  BIGINT  NOT NULL,
+    finished_at BIGINT ,
+    PRIMARY KEY (repo, branch, n)
+);
+ALTER TABLE merge_intents ADD COLUMN queued_seq BIGINT ;
 ",
     },
 ];
@@ -933,6 +1001,29 @@ mod tests {
             })
             .unwrap();
         assert_eq!(n, 0);
+    }
+
+    /// Version 13 adds the merge queue's empty tables and the queue order
+    /// of merge intents (on both backends); their `repo` columns follow
+    /// renames like every other.
+    #[test]
+    fn an_older_database_gains_the_merge_queue_tables() {
+        let (conn, _pg) = at_version_8();
+        migrate(&conn).unwrap();
+        assert_eq!(version(&conn).unwrap(), SCHEMA_VERSION);
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(count("SELECT COUNT(*) FROM merge_groups"), 0);
+        assert_eq!(count("SELECT COUNT(*) FROM merge_queue_branches"), 0);
+        assert_eq!(
+            count("SELECT COUNT(*) FROM merge_intents WHERE queued_seq IS NOT NULL"),
+            0
+        );
+        crate::merge_queue::claim(&conn, "a.git", "main", "n1", 1, 2).unwrap();
+        crate::repos::rename(&conn, "a.git", "b.git", "admin", 5).unwrap();
+        assert_eq!(
+            count("SELECT COUNT(*) FROM merge_queue_branches WHERE repo = 'b.git'"),
+            1
+        );
     }
 
     /// Version 9 splits a name's history at each `repo.created`, follows

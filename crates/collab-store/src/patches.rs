@@ -1109,6 +1109,13 @@ pub enum MergedBy {
         /// `reachable` or `trailer`.
         how: &'static str,
     },
+    /// The branch's merge queue fast-forwarded the base to merge group
+    /// `group` (commit `group_commit`), which held the patch.
+    Queue {
+        branch: String,
+        group: i64,
+        group_commit: String,
+    },
 }
 
 /// Mark an open patch merged in `commit`. Merging a merged patch is
@@ -1146,6 +1153,14 @@ pub fn mark_merged(
         MergedBy::Push { refname, new, how } => json!({
             "commit": commit, "revision": patch.revision_count, "by": "push",
             "push": { "ref": refname, "new": new }, "how": how,
+        }),
+        MergedBy::Queue {
+            branch,
+            group,
+            group_commit,
+        } => json!({
+            "commit": commit, "revision": patch.revision_count, "by": "queue",
+            "queue": { "branch": branch, "group": group, "commit": group_commit },
         }),
     };
     // A merge queued with --when-green is done, whoever merged it.
@@ -1189,10 +1204,22 @@ pub struct MergeRule {
     /// counts only when `author_may_approve`): an agent's work is not
     /// approved by the agent that claimed it, whoever pushed it.
     pub lease_holder_is_author: bool,
+    /// Merge through the branch's merge queue (`crate::merge_queue`):
+    /// queued patches are tested together on a merge-group commit before
+    /// the base moves, and the required checks are those of the group.
+    pub queue: bool,
+    /// The most patches one merge group holds (1 to [`MAX_BATCH`]).
+    pub max_batch: u32,
 }
 
 /// The most required checks one merge rule may name.
 pub const MAX_REQUIRED_CHECKS: usize = 32;
+
+/// The largest `max_batch` a merge rule may set.
+pub const MAX_BATCH: u32 = 32;
+
+/// `max_batch` when the rule does not say.
+pub const DEFAULT_MAX_BATCH: u32 = 8;
 
 impl Default for MergeRule {
     fn default() -> Self {
@@ -1204,6 +1231,8 @@ impl Default for MergeRule {
             required_checks: Vec::new(),
             skipped_is_success: false,
             lease_holder_is_author: true,
+            queue: false,
+            max_batch: DEFAULT_MAX_BATCH,
         }
     }
 }
@@ -1219,6 +1248,9 @@ impl MergeRule {
         }
         for name in &self.required_checks {
             crate::checks::valid_name(name).map_err(|e| format!("required_checks: {e}"))?;
+        }
+        if !(1..=MAX_BATCH).contains(&self.max_batch) {
+            return Err(format!("max_batch: 1 to {MAX_BATCH}"));
         }
         Ok(())
     }

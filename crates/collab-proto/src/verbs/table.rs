@@ -774,7 +774,7 @@ pub static VERBS: &[Verb] = &[
             "collab-patch",
             "merge",
             WRITE,
-            "merge the latest revision into its base, as the merge rules allow (now, or when green)",
+            "merge the latest revision into its base, as the merge rules allow (now, or when green; a rule with a merge queue queues it)",
         )
     },
     Verb {
@@ -811,6 +811,16 @@ pub static VERBS: &[Verb] = &[
             one("target", Kind::Word, "a full commit id, or a patch id (its latest revision's head)"),
         ],
         ..verb("collab-check", "list", READ, "the checks on a commit or a patch")
+    },
+    // The merge queue.
+    Verb {
+        args: &[REPO, one("branch", Kind::Word, "the base branch whose queue to show: `main`")],
+        ..verb(
+            "collab-queue",
+            "show",
+            READ,
+            "a branch's merge queue: its entries in order and its merge groups",
+        )
     },
     // Events.
     Verb {

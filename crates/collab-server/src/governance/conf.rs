@@ -97,6 +97,8 @@ struct RawMergeRule {
     required_checks: Option<Vec<String>>,
     skipped_is_success: Option<bool>,
     lease_holder_is_author: Option<bool>,
+    queue: Option<bool>,
+    max_batch: Option<u32>,
 }
 
 impl RawMergeRule {
@@ -112,6 +114,8 @@ impl RawMergeRule {
             lease_holder_is_author: self
                 .lease_holder_is_author
                 .unwrap_or(d.lease_holder_is_author),
+            queue: self.queue.unwrap_or(d.queue),
+            max_batch: self.max_batch.unwrap_or(d.max_batch),
         }
     }
 }
@@ -586,6 +590,15 @@ mod tests {
             !core.others_may_revise,
             "others_may_revise is off by default"
         );
+        let queued = "[[merge_rules]]\nrepos = [\"q\"]\nqueue = true\nmax_batch = 4\n";
+        let q = GovernanceConf::parse(&conf(queued))
+            .unwrap()
+            .merge_rule("q")
+            .unwrap();
+        assert!(q.queue);
+        assert_eq!(q.max_batch, 4);
+        let too_big = "[[merge_rules]]\nrepos = [\"q\"]\nqueue = true\nmax_batch = 33\n";
+        assert!(GovernanceConf::parse(&conf(too_big)).is_err());
         let open = "[[merge_rules]]\nrepos = [\"**\"]\nothers_may_revise = true\n";
         let c = GovernanceConf::parse(&conf(open)).unwrap();
         assert!(c.merge_rule("any").unwrap().others_may_revise);

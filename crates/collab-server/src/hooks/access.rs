@@ -34,7 +34,14 @@ use collab_record::refs;
 /// server listens): the server writes every revision pin itself, from the
 /// `proc-receive` hook (`hooks::review`) and the import, never through a
 /// push, so no client push may touch one.
-pub const SERVER_MAINTAINED_PREFIXES: &[&str] = &[refs::EXPORT_PREFIX, refs::REVISIONS_PREFIX];
+///
+/// `refs/collab/queue/*` holds the merge queue's group commits, built by
+/// the server (`crate::merge_queue`) for CI to test.
+pub const SERVER_MAINTAINED_PREFIXES: &[&str] = &[
+    refs::EXPORT_PREFIX,
+    refs::REVISIONS_PREFIX,
+    refs::QUEUE_PREFIX,
+];
 
 /// What an update does to its ref.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -88,6 +88,7 @@ pub fn router(app: Arc<App>, ssh_port: u16) -> Router {
         .route("/{repo}/-/issues/{id}", get(repo::issues::detail))
         .route("/{repo}/-/patches", get(repo::patches::list))
         .route("/{repo}/-/patches/{id}", get(repo::patches::detail))
+        .route("/{repo}/-/queue/{*branch}", get(repo::queue::show))
         .route("/{repo}/-/releases", get(repo::releases::list))
         .route("/{repo}/-/releases/{*rest}", get(repo::releases::download))
         .route("/{repo}/info/refs", get(git_http::info_refs))

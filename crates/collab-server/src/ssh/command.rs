@@ -317,6 +317,8 @@ pub enum ExecCommand {
     Mirror(MirrorCmd),
     /// `collab-check set|list …`
     Check(super::check::CheckCmd),
+    /// `collab-queue show …`
+    Queue(super::queue::QueueCmd),
 }
 
 impl ExecCommand {
@@ -345,6 +347,7 @@ impl ExecCommand {
             ExecCommand::Hook(_) => None,
             ExecCommand::Mirror(cmd) => Some(cmd.repo()),
             ExecCommand::Check(cmd) => Some(cmd.repo()),
+            ExecCommand::Queue(cmd) => Some(cmd.repo()),
             ExecCommand::Whoami
             | ExecCommand::Mcp
             | ExecCommand::Help
@@ -406,6 +409,7 @@ impl ExecCommand {
             ExecCommand::Hook(HookCmd::Redeliver { .. }) => "collab-hook redeliver",
             ExecCommand::Mirror(cmd) => cmd.verb(),
             ExecCommand::Check(cmd) => cmd.verb(),
+            ExecCommand::Queue(cmd) => cmd.verb(),
         }
     }
 }
@@ -469,6 +473,7 @@ impl ExecCommand {
             "collab-events" => ExecCommand::Events(WatchCmd::from_invocation(inv)?),
             "collab-hook" => ExecCommand::Hook(HookCmd::from_invocation(inv)?),
             "collab-check" => ExecCommand::Check(super::check::CheckCmd::from_invocation(inv)),
+            "collab-queue" => ExecCommand::Queue(super::queue::QueueCmd::from_invocation(inv)),
             // A row without a handler; `every_verb_has_a_handler` fails.
             _ => return None,
         })

@@ -84,5 +84,6 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::Hook(cmd) => super::webhook::run(&ctx, channel, cmd).await,
         ExecCommand::Mirror(cmd) => super::mirror::run(&ctx, channel, cmd).await,
         ExecCommand::Check(cmd) => super::check::run(&ctx, channel, cmd).await,
+        ExecCommand::Queue(cmd) => super::queue::run(&ctx, channel, cmd).await,
     }
 }

@@ -47,6 +47,7 @@ pub mod mirror;
 #[cfg(test)]
 mod parse_tests;
 pub mod patch;
+pub mod queue;
 pub mod release;
 pub mod reply;
 pub mod watch;

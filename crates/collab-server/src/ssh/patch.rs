@@ -725,6 +725,11 @@ async fn merge(
         return error("the governance repository is changed by a push, not by collab-patch merge");
     }
     match mode {
+        // A branch with a merge queue: a plain merge joins the queue too
+        // (the required checks are those of the merge group).
+        MergeMode::Now if merge_rule(ctx, entry).await.queue => {
+            queue_merge(ctx, entry, id, fence).await
+        }
         MergeMode::Now => merge_now(ctx, entry, id, fence).await,
         MergeMode::WhenGreen => queue_merge(ctx, entry, id, fence).await,
         MergeMode::Cancel => cancel_merge(ctx, &repo, id).await,
@@ -795,7 +800,13 @@ async fn queue_merge(
         Ok(checks) => checks,
         Err(e) => return internal(&repo, e),
     };
-    let failed = patches::failed_checks(&detail, &rule, &checks);
+    // On a queued branch the required checks are the merge group's, not
+    // the patch head's.
+    let failed = if rule.queue {
+        Vec::new()
+    } else {
+        patches::failed_checks(&detail, &rule, &checks)
+    };
     if !failed.is_empty() {
         return error(format!(
             "merge not queued: required checks failed on revision {}: {}; push a new revision or run them again",
@@ -832,7 +843,12 @@ async fn queue_merge(
         Ok(Err(e)) => return merge_error(&repo, e),
         Err(e) => return internal(&repo, e),
     }
-    let waiting = patches::verdict(&detail, &rule, &checks).err();
+    let waiting = if rule.queue {
+        patches::rule_allows(&detail, &rule).err()
+    } else {
+        patches::verdict(&detail, &rule, &checks).err()
+    };
+    let queue = rule.queue.then(|| detail.patch.base.clone());
     let (r, a, patch_id) = (repo.clone(), actor.clone(), detail.patch.id.clone());
     let written = ctx
         .app
@@ -886,6 +902,7 @@ async fn queue_merge(
             "requested_by": actor.principal,
             "lease_token": fence,
             "waiting_for": waiting,
+            "queue": queue,
         })),
         Ok(Err(e)) => patch_error(&repo, e),
         Err(e) => internal(&repo, e),
@@ -986,7 +1003,13 @@ fn detail_json(
     intent: Option<&merge_intents::Intent>,
 ) -> Value {
     let p = &d.patch;
-    let verdict = patches::verdict(d, rule, checks);
+    // On a queued branch the required checks are the merge group's: a
+    // patch is ready to join a group on its votes alone.
+    let verdict = if rule.queue {
+        patches::rule_allows(d, rule)
+    } else {
+        patches::verdict(d, rule, checks)
+    };
     json!({
         "id": p.id,
         "repo": p.repo,
@@ -1039,6 +1062,8 @@ fn detail_json(
             "required_checks": rule.required_checks,
             "skipped_is_success": rule.skipped_is_success,
             "lease_holder_is_author": rule.lease_holder_is_author,
+            "queue": rule.queue,
+            "max_batch": rule.max_batch,
             "ready": verdict.is_ok(),
             "reason": verdict.err(),
         },

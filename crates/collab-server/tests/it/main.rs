@@ -30,6 +30,7 @@ mod both {
     mod lease_server;
     mod limits;
     mod mcp;
+    mod merge_queue;
     mod merge_when_green;
     mod mirrors;
     mod release;

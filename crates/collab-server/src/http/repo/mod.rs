@@ -2,7 +2,8 @@
 //! repository's front page), `tree` (directories, files, raw bytes),
 //! `commit` (a commit with its diff, its `.patch` and `.diff`, and the
 //! log), `history` (one file's history and blame), `refs` (branches,
-//! tags, the ref switcher, archives), `issues`, `patches`, `releases`.
+//! tags, the ref switcher, archives), `issues`, `patches`, `queue` (a
+//! branch's merge queue), `releases`.
 //!
 //! What they share lives in `ctx`: [`ctx::open`] (the visibility check,
 //! then the git repository), [`ctx::RepoNav`] (the fields `repo_base.html`
@@ -13,6 +14,7 @@ pub mod ctx;
 pub mod history;
 pub mod issues;
 pub mod patches;
+pub mod queue;
 pub mod refs;
 pub mod releases;
 pub mod summary;

@@ -181,6 +181,9 @@ struct PatchDetailPage {
     merge_state: String,
     /// The rule itself (`1 approval on the latest revision, ...`).
     rule_text: String,
+    /// The merge queue page of the patch's base when the rule queues and
+    /// the patch is open, else empty.
+    queue_url: String,
     /// The checks on the latest revision's head, by name.
     checks: Vec<CheckView>,
     issues: Vec<IssueLinkView>,
@@ -690,12 +693,23 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         })
         .collect();
     let rule = crate::authz::merge_rule(&st.app, &ctx.entry);
+    // On a queued branch the required checks are the merge group's: the
+    // patch is ready to join a group on its votes alone.
     let (ready, merge_state) = match p.status {
+        PatchStatus::Open if rule.queue => match patches::rule_allows(&d, &rule) {
+            Ok(()) => (true, "ready for the merge queue".to_string()),
+            Err(why) => (false, why),
+        },
         PatchStatus::Open => match patches::verdict(&d, &rule, &checks) {
             Ok(()) => (true, "the merge rule is met".to_string()),
             Err(why) => (false, why),
         },
         _ => (false, String::new()),
+    };
+    let queue_url = if rule.queue && p.status == PatchStatus::Open {
+        format!("/{}/-/queue/{}", ctx.name(), view::url_path(&p.base))
+    } else {
+        String::new()
     };
     let merge = p.merge.as_ref();
     let nav = super::ctx::nav_with_counts(st, &ctx, "patches", counts);
@@ -727,6 +741,7 @@ fn detail_page(st: &AppState, requested: &str, id: &str, query: DetailQuery) -> 
         ready,
         merge_state,
         rule_text: rule_text(&rule),
+        queue_url,
         checks: checks.iter().map(CheckView::of).collect(),
         issues,
         revisions,
@@ -780,6 +795,17 @@ fn rule_text(rule: &MergeRule) -> String {
     }
     if rule.others_may_revise {
         parts.push("others may push revisions".into());
+    }
+    if rule.queue {
+        parts.push(format!(
+            "merged through the merge queue (at most {} patches per group{})",
+            rule.max_batch,
+            if rule.required_checks.is_empty() {
+                ""
+            } else {
+                ", the checks on the group's commit"
+            }
+        ));
     }
     parts.join(", ")
 }

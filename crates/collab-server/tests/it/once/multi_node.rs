@@ -6,7 +6,8 @@
 //! out twice (16 find the queue empty), a node killed mid-storm loses nothing acknowledged and repeats no
 //! token, a watcher on one node sees what another node wrote, and a watcher
 //! on each node sees every event of 72 racing write calls over three nodes once,
-//! in `seq` order, with no gap. Needs
+//! in `seq` order, with no gap; one merge queue driven by three nodes
+//! builds each group once. Needs
 //! `GIT_COLLAB_TEST_POSTGRES` (skips without it, fails without it under
 //! `GIT_COLLAB_REQUIRE_POSTGRES_TESTS=1`).
 
@@ -691,4 +692,111 @@ fn queued_merges_over_three_nodes_merge_each_patch_once() {
     for i in 0..8 {
         assert!(files.contains(&format!("f{i}.txt")), "{files}");
     }
+}
+
+/// One merge queue over three nodes: eight patches queued through
+/// different nodes, a queue of `max_batch = 3`, CI's checks on each group
+/// posted through another node. Every node runs the queue's driver, but
+/// one drives the branch at a time (the claim): the groups are built one
+/// after another (3, 3, 2 patches, numbered 1 to 3, none built twice or
+/// gone stale), and each patch is merged exactly once, by its group.
+#[test]
+fn one_merge_queue_over_three_nodes_builds_each_group_once() {
+    use collab_testkit::review::{self as review_support, commit, ok};
+    let Some(nodes) = cluster() else { return };
+    let h = &nodes[0];
+    h.create_repo("r");
+    let seed = h.clone_repo("r", "seed");
+    h.commit_file(&seed, "README", b"hello\n", "Initial commit");
+    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
+    let policy = h.repos_dir().join("r.git/collab-policy.toml");
+    // Queued as plain merges first, so the queue takes them all at once
+    // when it is switched on.
+    std::fs::write(&policy, "merge = { required_checks = [\"ci/test\"] }\n").unwrap();
+    let a = review_support::agent(h, "alice");
+    let mut patches = Vec::new();
+    for i in 0..8 {
+        ok(
+            h,
+            &a,
+            &["switch", "-q", "-c", &format!("f{i}"), "origin/main"],
+        );
+        commit(h, &a, &format!("f{i}.txt"), "x\n", &format!("Add f{i}"));
+        let out = ok(h, &a, &["push", "origin", "HEAD:refs/for/main"]);
+        let short = out
+            .stderr
+            .lines()
+            .find_map(|l| l.split("remote: patch ").nth(1))
+            .map(|s| s[..8].to_string())
+            .unwrap_or_else(|| panic!("no patch line: {out:?}"));
+        patches.push(short);
+    }
+    for (i, id) in patches.iter().enumerate() {
+        let out = nodes[i % NODES].ssh_exec_as(
+            &a.key,
+            &format!("collab-patch merge 'r' {id} --when-green"),
+            b"",
+        );
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    std::fs::write(
+        &policy,
+        "merge = { required_checks = [\"ci/test\"], queue = true, max_batch = 3 }\n",
+    )
+    .unwrap();
+    let events = |kind: &str| -> Vec<serde_json::Value> {
+        nodes[2]
+            .ssh_exec("collab-events watch --since 1 --no-follow")
+            .stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["type"] == kind)
+            .collect()
+    };
+    // A simulated CI posting green on each group, through another node.
+    let mut ran = BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while events("patch.merged").len() < patches.len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not all merged: {:?}; dropped: {:?}",
+            events("patch.merged"),
+            events("patch.merge_dequeued")
+        );
+        for e in events("merge_group.checks_requested") {
+            let n = e["payload"]["group"].as_i64().unwrap();
+            if ran.insert(n) {
+                let commit = e["payload"]["commit"].as_str().unwrap();
+                let node = &nodes[usize::try_from(n).unwrap() % NODES];
+                let out = node.ssh_exec(&format!(
+                    "collab-check set 'r' {commit} ci/test --state success"
+                ));
+                assert_eq!(out.code, 0, "{out:?}");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Let every driver look again: nothing more happens.
+    std::thread::sleep(Duration::from_secs(2));
+    let requested = events("merge_group.checks_requested");
+    let numbers: Vec<i64> = requested
+        .iter()
+        .map(|e| e["payload"]["group"].as_i64().unwrap())
+        .collect();
+    assert_eq!(numbers, [1, 2, 3], "{requested:?}");
+    let sizes: Vec<usize> = requested
+        .iter()
+        .map(|e| e["payload"]["patches"].as_array().unwrap().len())
+        .collect();
+    assert_eq!(sizes, [3, 3, 2], "{requested:?}");
+    assert!(events("merge_group.stale").is_empty());
+    assert_eq!(events("merge_group.merged").len(), 3);
+    let merged: Vec<String> = events("patch.merged")
+        .iter()
+        .map(|e| e["object_id"].as_str().unwrap().to_string())
+        .collect();
+    let distinct: BTreeSet<&String> = merged.iter().collect();
+    assert_eq!(merged.len(), patches.len(), "{merged:?}");
+    assert_eq!(distinct.len(), patches.len(), "{merged:?}");
+    assert!(events("patch.merge_dequeued").is_empty());
 }

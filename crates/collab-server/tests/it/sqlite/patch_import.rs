@@ -432,13 +432,15 @@ fn patch_dags_from_before_the_upgrade_import_intact_once_and_are_frozen_after() 
     )
     .unwrap();
 
-    // The previous release's collab.db: schema version 7 (version 12's, 11's, 10's,
+    // The previous release's collab.db: schema version 7 (version 13's, 12's, 11's, 10's,
     // 9's and 8's tables and columns undone), the (empty) issue
     // import of both repositories done, no patch import.
     {
         let conn = rusqlite::Connection::open(repos.join("collab.db")).unwrap();
         conn.execute_batch(
-            "DROP TABLE merge_intents;
+            "DROP TABLE merge_groups;
+             DROP TABLE merge_queue_branches;
+             DROP TABLE merge_intents;
              ALTER TABLE patch_revisions DROP COLUMN lease_holders;
              DROP TABLE checks;
              DROP TABLE mirrors;
@@ -887,7 +889,9 @@ fn an_import_killed_part_way_is_finished_exactly_once_by_the_next_start() {
     {
         let conn = rusqlite::Connection::open(h.repos_dir().join("collab.db")).unwrap();
         conn.execute_batch(
-            "DROP TABLE merge_intents;
+            "DROP TABLE merge_groups;
+             DROP TABLE merge_queue_branches;
+             DROP TABLE merge_intents;
              ALTER TABLE patch_revisions DROP COLUMN lease_holders;
              DROP TABLE checks;
              DROP TABLE mirrors;

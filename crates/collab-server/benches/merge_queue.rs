@@ -1,0 +1,418 @@
+//! The merge queue against serial merging (issue 27, "Measure"): 32
+//! patches queued at once against one branch, one of them broken, and a
+//! simulated CI. Serial is the same queue with `max_batch = 1`: one patch
+//! at a time, each tested on the base its predecessor moved. The queue
+//! batches (`max_batch = 32`) and bisects the failure.
+//!
+//! The simulated CI is a real HTTP receiver subscribed to
+//! `merge_group.checks_requested` webhooks: for each group it waits a
+//! fixed delay (its "run") and posts `ci/test` on the group's commit over
+//! `ssh`: `failure` when the group holds the broken patch, else `success`.
+//! Measured per mode: the CI runs, the time to drain the queue (from the
+//! queue being switched on to every patch merged or dropped), which
+//! patches were evicted, merges whose group was not green (must be 0), and
+//! the latency from a green `set` returning to a watcher (connected
+//! before) reading the group's `merge_group.merged`.
+//!
+//! Run: `cargo bench --bench merge_queue`. `BENCH_PATCHES` (default 32),
+//! `BENCH_CI_DELAY_MS` (default 500). Writes docs/benchmarks.md under
+//! "## Merge queue".
+
+use collab_testkit::bench as support;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use collab_testkit::{HarnessOptions, ServerHarness};
+use support::{env_usize, fmt, write_section};
+
+const SECTION: &str = "## Merge queue";
+
+fn git(h: &ServerHarness, key: &Path, dir: &Path, args: &[&str]) -> String {
+    let out = h.git_command(key, dir).args(args).output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// What the simulated CI shares with the bench.
+#[derive(Default)]
+struct Ci {
+    /// Full ids of the broken patches.
+    bad: HashSet<String>,
+    /// Commits it posted `success` on, and when the `set` returned.
+    green: HashMap<String, Instant>,
+    /// Groups it ran, per repository.
+    runs: HashMap<String, usize>,
+}
+
+/// The simulated CI (see the module doc); its webhook URL.
+fn simulated_ci(h: &ServerHarness, delay: Duration, ci: Arc<Mutex<Ci>>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/ci", listener.local_addr().unwrap());
+    let ssh_args = h.ssh_options(&h.ssh_client_key());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let (ssh_args, ci) = (ssh_args.clone(), ci.clone());
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut len = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0u8; len];
+                let _ = reader.read_exact(&mut body);
+                let _ = stream.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n");
+                let Ok(event) = serde_json::from_slice::<serde_json::Value>(&body) else {
+                    return;
+                };
+                let payload = &event["data"]["payload"];
+                let (Some(repo), Some(commit)) =
+                    (payload["repo"].as_str(), payload["commit"].as_str())
+                else {
+                    return;
+                };
+                let broken = {
+                    let mut ci = ci.lock().unwrap();
+                    *ci.runs.entry(repo.to_string()).or_default() += 1;
+                    payload["patches"].as_array().is_some_and(|ps| {
+                        ps.iter()
+                            .any(|p| p["patch"].as_str().is_some_and(|id| ci.bad.contains(id)))
+                    })
+                };
+                std::thread::sleep(delay);
+                let state = if broken { "failure" } else { "success" };
+                let out = Command::new("ssh")
+                    .args(&ssh_args)
+                    .arg("git@127.0.0.1")
+                    .arg(format!(
+                        "collab-check set '{repo}' {commit} ci/test --state {state}"
+                    ))
+                    .stdin(Stdio::null())
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "{out:?}");
+                if !broken {
+                    ci.lock()
+                        .unwrap()
+                        .green
+                        .insert(commit.to_string(), Instant::now());
+                }
+            });
+        }
+    });
+    url
+}
+
+fn events(h: &ServerHarness, repo: &str, kind: &str) -> Vec<serde_json::Value> {
+    h.ssh_exec(&format!(
+        "collab-events watch '{repo}' --since 1 --no-follow"
+    ))
+    .stdout
+    .lines()
+    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    .filter(|v| v["type"] == kind)
+    .collect()
+}
+
+fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    v.sort();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+/// One measured mode.
+struct Row {
+    label: String,
+    runs: usize,
+    drain: Duration,
+    evicted: usize,
+    evicted_right: bool,
+    merged: usize,
+    not_green: usize,
+    latencies: Vec<Duration>,
+}
+
+/// Run one mode in a repository of its own.
+#[allow(clippy::too_many_arguments)]
+fn run_mode(
+    h: &ServerHarness,
+    ci: &Arc<Mutex<Ci>>,
+    url: &str,
+    merged_at: &Arc<Mutex<HashMap<String, Instant>>>,
+    repo: &str,
+    label: &str,
+    n: usize,
+    max_batch: usize,
+    broken: Option<usize>,
+) -> Row {
+    h.create_repo(repo);
+    let seed = h.clone_repo(repo, &format!("{repo}-seed"));
+    h.commit_file(&seed, "README", b"hello\n", "Initial commit");
+    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
+    let policy = h.repos_dir().join(format!("{repo}.git/collab-policy.toml"));
+    // Queued as plain merges first (no check is ever posted on a head), so
+    // the queue takes all of them at once when it is switched on.
+    std::fs::write(&policy, "merge = { required_checks = [\"ci/test\"] }\n").unwrap();
+    let added = h.ssh_exec(&format!(
+        "collab-hook add '{repo}' '{url}' --event 'merge_group.checks_requested'"
+    ));
+    assert_eq!(added.code, 0, "{added:?}");
+    let key = h.ssh_client_key();
+    let dir = h.clone_as(&key, repo, &format!("{repo}-agent"));
+    let mut ids = Vec::new();
+    for i in 0..n {
+        git(
+            h,
+            &key,
+            &dir,
+            &["switch", "-q", "-C", &format!("p{i}"), "origin/main"],
+        );
+        std::fs::write(dir.join(format!("p{i}.txt")), format!("{i}\n")).unwrap();
+        git(h, &key, &dir, &["add", "-A"]);
+        git(h, &key, &dir, &["commit", "-q", "-m", &format!("Add p{i}")]);
+        let out = git(h, &key, &dir, &["push", "origin", "HEAD:refs/for/main"]);
+        let short = out
+            .lines()
+            .find_map(|l| l.split("remote: patch ").nth(1))
+            .map(|s| s[..8].to_string())
+            .expect("a patch line");
+        let out = h.ssh_exec(&format!("collab-patch merge '{repo}' {short} --when-green"));
+        assert_eq!(out.code, 0, "{out:?}");
+        ids.push(out.json()["patch"].as_str().unwrap().to_string());
+    }
+    let bad = broken.map(|i| ids[i].clone());
+    if let Some(b) = &bad {
+        ci.lock().unwrap().bad.insert(b.clone());
+    }
+    let start = Instant::now();
+    std::fs::write(
+        &policy,
+        format!("merge = {{ required_checks = [\"ci/test\"], queue = true, max_batch = {max_batch} }}\n"),
+    )
+    .unwrap();
+    let deadline = start + Duration::from_secs(1800);
+    let drain = loop {
+        let done =
+            events(h, repo, "patch.merged").len() + events(h, repo, "patch.merge_dequeued").len();
+        if done >= n {
+            break start.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{label}: the queue did not drain"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let merged = events(h, repo, "patch.merged");
+    let dropped: BTreeSet<String> = events(h, repo, "patch.merge_dequeued")
+        .iter()
+        .map(|e| e["object_id"].as_str().unwrap().to_string())
+        .collect();
+    let ci = ci.lock().unwrap();
+    let not_green = merged
+        .iter()
+        .filter(|e| {
+            e["payload"]["queue"]["commit"]
+                .as_str()
+                .is_none_or(|c| !ci.green.contains_key(c))
+        })
+        .count();
+    let groups: BTreeSet<String> = merged
+        .iter()
+        .filter_map(|e| e["payload"]["queue"]["commit"].as_str().map(str::to_string))
+        .collect();
+    // Wait for the watcher to have read every group's merge.
+    let seen = Instant::now() + Duration::from_secs(10);
+    while groups
+        .iter()
+        .any(|g| !merged_at.lock().unwrap().contains_key(g))
+        && Instant::now() < seen
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let latencies = groups
+        .iter()
+        .filter_map(|g| {
+            let merged = *merged_at.lock().unwrap().get(g)?;
+            Some(merged.saturating_duration_since(*ci.green.get(g)?))
+        })
+        .collect();
+    Row {
+        label: label.to_string(),
+        runs: ci.runs.get(&format!("{repo}.git")).copied().unwrap_or(0),
+        drain,
+        evicted: dropped.len(),
+        evicted_right: match &bad {
+            Some(b) => dropped.len() == 1 && dropped.contains(b),
+            None => dropped.is_empty(),
+        },
+        merged: merged.len(),
+        not_green,
+        latencies,
+    }
+}
+
+fn main() {
+    let n = env_usize("BENCH_PATCHES", 32);
+    let delay = Duration::from_millis(env_usize("BENCH_CI_DELAY_MS", 500) as u64);
+    let h = ServerHarness::start_with(HarnessOptions {
+        env: vec![(
+            "GIT_COLLAB_WEBHOOKS__ALLOWED_HOSTS".into(),
+            "127.0.0.1".into(),
+        )],
+        ..Default::default()
+    });
+    let ci: Arc<Mutex<Ci>> = Arc::default();
+    let url = simulated_ci(&h, delay, ci.clone());
+
+    // The watcher of landed groups, connected before anything is queued.
+    let key = h.ssh_client_key();
+    let mut watcher = Command::new("ssh")
+        .args(h.ssh_options(&key))
+        .arg("git@127.0.0.1")
+        .arg("collab-events watch --type merge_group.merged")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let merged_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    {
+        let (stdout, merged_at) = (watcher.stdout.take().unwrap(), merged_at.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                    continue;
+                };
+                if let Some(commit) = v["payload"]["commit"].as_str() {
+                    merged_at
+                        .lock()
+                        .unwrap()
+                        .insert(commit.to_string(), Instant::now());
+                }
+            }
+        });
+    }
+    std::thread::sleep(Duration::from_millis(500));
+
+    let broken = Some(n / 3);
+    let rows = [
+        run_mode(
+            &h,
+            &ci,
+            &url,
+            &merged_at,
+            "serial",
+            "serial (`max_batch = 1`), one broken patch",
+            n,
+            1,
+            broken,
+        ),
+        run_mode(
+            &h,
+            &ci,
+            &url,
+            &merged_at,
+            "queue",
+            &format!("queue (`max_batch = {n}`), one broken patch"),
+            n,
+            n,
+            broken,
+        ),
+        run_mode(
+            &h,
+            &ci,
+            &url,
+            &merged_at,
+            "green",
+            &format!("queue (`max_batch = {n}`), none broken"),
+            n,
+            n,
+            None,
+        ),
+    ];
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+
+    let serial_drain = rows[0].drain;
+    let mut table = String::from(
+        "| mode | CI runs | drain time | in CI runs' time | vs serial | evicted | merged | merged not green | merge after green p50 | p99 |\n\
+         |---|---:|---:|---:|---:|---|---:|---:|---:|---:|\n",
+    );
+    for r in &rows {
+        table.push_str(&format!(
+            "| {} | {} | {} | {:.1} | {:.2}x | {}{} | {} | {} | {} | {} |\n",
+            r.label,
+            r.runs,
+            fmt(r.drain),
+            r.drain.as_secs_f64() / delay.as_secs_f64(),
+            r.drain.as_secs_f64() / serial_drain.as_secs_f64(),
+            r.evicted,
+            match (r.evicted_right, r.evicted) {
+                (true, 0) => "",
+                (true, _) => " (the broken one)",
+                (false, _) => " (WRONG)",
+            },
+            r.merged,
+            r.not_green,
+            fmt(percentile(r.latencies.clone(), 0.5)),
+            fmt(percentile(r.latencies.clone(), 0.99)),
+        ));
+    }
+    let section = format!(
+        "{SECTION}\n\n\
+         `cargo bench --bench merge_queue` ({build} build), one run on {date}, {cores} CPUs shared \
+         with other work, loopback, SQLite. {n} patches (one new file each, off `main`) queued at \
+         once against `main`, whose merge rule requires `ci/test` with `queue = true`. A simulated \
+         CI (a real HTTP receiver of `merge_group.checks_requested` webhooks) runs each merge group \
+         for {delay_ms} ms, then posts `ci/test` on the group's commit over `ssh`: `failure` when \
+         the group holds the broken patch (patch {broken_at} of {n}), else `success`. Serial is \
+         the queue with `max_batch = 1`: one patch at a time, each tested on the base its \
+         predecessor moved. Drain time runs from the queue being switched on to every patch \
+         merged or dropped; \"in CI runs' time\" is it divided by one run's {delay_ms} ms. \
+         \"merge after green\" is from the green `set` returning to a watcher connected before \
+         reading the group's `merge_group.merged`.\n\n\
+         {table}\n\
+         Goals (issue 27): the queue drains in at most 3 CI runs' time where serial takes {n}; \
+         exactly the broken patch evicted; no merge whose required check is not green; merge \
+         latency after the last green check p99 < 1 s. Without a broken patch the whole queue is \
+         one group and one CI run. With one, bisection runs one group at a time (about \
+         1 + 2·log2(batch) runs): it does not test the halves in parallel, so it does not reach \
+         3 runs' time; speculative groups (testing both halves, or the next batch, at once) are \
+         not built.\n",
+        date = chrono::Utc::now().format("%Y-%m-%d"),
+        cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        delay_ms = delay.as_millis(),
+        broken_at = n / 3 + 1,
+        build = if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+    );
+    println!("{section}");
+    write_section(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/benchmarks.md"),
+        &section,
+    );
+}

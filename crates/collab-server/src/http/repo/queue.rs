@@ -1,0 +1,231 @@
+//! `/{repo}/-/queue/{branch}`: a branch's merge queue (docs/checks.md, "The
+//! merge queue"): the merge rule's queue settings, the entries in order,
+//! the group under test with the checks on its commit, and the latest
+//! groups with how they ended. Read-only, like every page; the same data
+//! as `collab-queue show`.
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+
+use super::ctx::RepoCtx;
+use crate::db::merge_queue::{self as store, Group};
+use crate::http::state::AppState;
+use crate::http::view::{self, PageError, PageResult, Who};
+use crate::people::DisplayNames;
+
+/// A patch as listed on the page.
+pub struct PatchRow {
+    pub id: String,
+    pub short: String,
+    pub title: String,
+    pub revision: i64,
+}
+
+/// One queue entry.
+pub struct EntryRow {
+    pub position: usize,
+    pub patch: PatchRow,
+    pub requested_by: Who,
+    pub queued_at: String,
+    /// The group under test holding it, or 0.
+    pub in_group: i64,
+}
+
+/// One check on the group's commit.
+pub struct CheckRow {
+    pub name: String,
+    pub state: String,
+    pub url: String,
+}
+
+/// One merge group.
+pub struct GroupRow {
+    pub n: i64,
+    pub commit: String,
+    pub commit_short: String,
+    pub base_short: String,
+    pub state: String,
+    pub reason: String,
+    pub created: String,
+    pub patches: Vec<PatchRow>,
+}
+
+#[derive(Template)]
+#[template(path = "queue.html")]
+struct QueuePage {
+    site_title: String,
+    repo_name: String,
+    active_section: &'static str,
+    open_patches: usize,
+    open_issues: usize,
+    branch: String,
+    /// `branch` escaped for a URL path.
+    branch_url: String,
+    queue_on: bool,
+    max_batch: u32,
+    required_checks: String,
+    bisecting: i64,
+    entries: Vec<EntryRow>,
+    current: Option<GroupRow>,
+    checks: Vec<CheckRow>,
+    groups: Vec<GroupRow>,
+}
+
+pub async fn show(
+    State(st): State<AppState>,
+    Path((repo, branch)): Path<(String, String)>,
+) -> Response {
+    let app = st.app.clone();
+    view::blocking(&app, move || page(&st, &repo, &branch)).await
+}
+
+fn time(at: i64) -> String {
+    chrono::DateTime::from_timestamp(at, 0)
+        .map(view::fmt_time)
+        .unwrap_or_default()
+}
+
+fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
+    let ctx: RepoCtx = super::ctx::open(&st.app, requested)?;
+    if !git2::Reference::is_valid_name(&collab_record::refs::branch_ref(branch)) {
+        return Err(PageError::Missing("No such branch.".into()));
+    }
+    let rule = crate::authz::merge_rule(&st.app, &ctx.entry);
+    let (name, b) = (ctx.entry.name.clone(), branch.to_string());
+    st.app.imports.ensure(
+        &st.app.reads,
+        &st.app.writer,
+        &st.app.export,
+        &ctx.entry,
+        &tokio::runtime::Handle::current(),
+    )?;
+    type Read = (
+        Vec<(
+            crate::db::merge_intents::Intent,
+            Option<crate::db::patches::Patch>,
+        )>,
+        Vec<Group>,
+        Vec<(i64, Vec<(String, String, i64)>)>,
+        Vec<crate::db::checks::Check>,
+        i64,
+        super::ctx::OpenCounts,
+    );
+    let (entries, groups, titles, checks, bisecting, counts): Read =
+        st.app.reads.read_blocking(move |conn| {
+            let entries = store::entries(conn, &name, &b, crate::db::merge_intents::MAX_PER_REPO)?
+                .into_iter()
+                .map(|i| {
+                    let p = crate::db::patches::get(conn, &name, &i.patch)?;
+                    Ok((i, p))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let groups = store::recent(conn, &name, &b, crate::ssh::queue::GROUPS_SHOWN)?;
+            let titles = groups
+                .iter()
+                .map(|g| {
+                    let rows = g
+                        .members
+                        .iter()
+                        .map(|m| {
+                            let title = crate::db::patches::get(conn, &name, &m.patch)?
+                                .map(|p| p.title)
+                                .unwrap_or_default();
+                            Ok((m.patch.clone(), title, m.revision))
+                        })
+                        .collect::<anyhow::Result<Vec<_>>>()?;
+                    Ok((g.n, rows))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let checks = match groups.iter().find(|g| g.state == "testing") {
+                Some(g) => crate::db::checks::list(conn, &name, &g.commit)?,
+                None => Vec::new(),
+            };
+            Ok((
+                entries,
+                groups,
+                titles,
+                checks,
+                store::suspects(conn, &name, &b)?,
+                super::ctx::open_counts(conn, &name)?,
+            ))
+        })?;
+    let nav = super::ctx::nav_with_counts(st, &ctx, "patches", counts);
+    let names = DisplayNames::of(&st.app);
+    let current_n = groups
+        .iter()
+        .find(|g| g.state == "testing")
+        .map_or(0, |g| g.n);
+    let row = |g: &Group| GroupRow {
+        n: g.n,
+        commit: g.commit.clone(),
+        commit_short: view::short_id(&g.commit),
+        base_short: view::short_id(&g.base),
+        state: g.state.clone(),
+        reason: g.reason.clone().unwrap_or_default(),
+        created: time(g.created_at),
+        patches: titles
+            .iter()
+            .find(|(n, _)| *n == g.n)
+            .map(|(_, rows)| {
+                rows.iter()
+                    .map(|(id, title, revision)| PatchRow {
+                        id: id.clone(),
+                        short: view::short_id(id),
+                        title: title.clone(),
+                        revision: *revision,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    let current = groups.iter().find(|g| g.state == "testing").map(row);
+    let page = QueuePage {
+        site_title: nav.site_title,
+        repo_name: nav.repo_name,
+        active_section: nav.active_section,
+        open_patches: nav.open_patches,
+        open_issues: nav.open_issues,
+        branch: branch.to_string(),
+        branch_url: view::url_path(branch),
+        queue_on: rule.queue,
+        max_batch: rule.max_batch,
+        required_checks: rule.required_checks.join(", "),
+        bisecting,
+        entries: entries
+            .iter()
+            .enumerate()
+            .map(|(i, (e, p))| EntryRow {
+                position: i + 1,
+                patch: PatchRow {
+                    id: e.patch.clone(),
+                    short: view::short_id(&e.patch),
+                    title: p.as_ref().map(|p| p.title.clone()).unwrap_or_default(),
+                    revision: e.revision,
+                },
+                requested_by: Who::author(&names, &e.requester.principal, &e.requester.name),
+                queued_at: time(e.created_at),
+                in_group: if current
+                    .as_ref()
+                    .is_some_and(|g| g.patches.iter().any(|m| m.id == e.patch))
+                {
+                    current_n
+                } else {
+                    0
+                },
+            })
+            .collect(),
+        current,
+        checks: checks
+            .into_iter()
+            .map(|c| CheckRow {
+                name: c.name,
+                state: c.state,
+                url: c.url.unwrap_or_default(),
+            })
+            .collect(),
+        groups: groups.iter().map(row).collect(),
+    };
+    Ok(view::render(StatusCode::OK, &page))
+}

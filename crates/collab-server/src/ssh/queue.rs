@@ -1,0 +1,137 @@
+//! `collab-queue show '<repo>' '<branch>'`: a branch's merge queue (a merge
+//! rule with `queue = true`; docs/checks.md): its entries in queue order
+//! and its latest merge groups, the one under test first. Needs read.
+
+use russh::server::Msg;
+use russh::Channel;
+use serde_json::{json, Value};
+
+use super::context::{authorize_or_reply, ExecContext};
+use super::reply::{json_line, reply_and_close};
+use crate::db::merge_queue::{self as store, Group};
+use crate::repos::RepoEntry;
+use collab_proto::verbs::Invocation;
+
+/// How many of a branch's latest groups `show` lists.
+pub const GROUPS_SHOWN: i64 = 10;
+
+/// A parsed `collab-queue` command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueCmd {
+    Show { repo: String, branch: String },
+}
+
+impl QueueCmd {
+    pub fn repo(&self) -> &str {
+        match self {
+            QueueCmd::Show { repo, .. } => repo,
+        }
+    }
+
+    pub fn verb(&self) -> &'static str {
+        match self {
+            QueueCmd::Show { .. } => "collab-queue show",
+        }
+    }
+
+    pub fn from_invocation(inv: &Invocation<'_>) -> QueueCmd {
+        match inv.verb.action {
+            "show" => QueueCmd::Show {
+                repo: inv.arg("repo").to_string(),
+                branch: inv.arg("branch").to_string(),
+            },
+            other => unreachable!("collab-queue {other} is not in the verb table"),
+        }
+    }
+}
+
+/// A group's JSON shape (`collab-queue show`).
+pub fn group_json(g: &Group) -> Value {
+    json!({
+        "group": g.n,
+        "ref": collab_record::refs::queue_group_ref(&g.branch, g.n),
+        "commit": g.commit,
+        "base": g.base,
+        "state": g.state,
+        "reason": g.reason,
+        "patches": g.members,
+        "created_at": crate::events::rfc3339(g.created_at),
+        "finished_at": g.finished_at.map(crate::events::rfc3339),
+    })
+}
+
+/// Run one `collab-queue` command.
+pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: QueueCmd) {
+    let needed = collab_proto::verbs::repo_access(cmd.verb());
+    let Some((entry, channel)) = authorize_or_reply(
+        ctx,
+        channel,
+        cmd.repo(),
+        needed,
+        "reading a merge queue needs",
+    )
+    .await
+    else {
+        return;
+    };
+    let (line, code) = match cmd {
+        QueueCmd::Show { branch, .. } => show(ctx, &entry, branch).await,
+    };
+    reply_and_close(channel, &line, code).await
+}
+
+async fn show(ctx: &ExecContext, entry: &RepoEntry, branch: String) -> (String, u32) {
+    if !git2::Reference::is_valid_name(&collab_record::refs::branch_ref(&branch)) {
+        return (
+            format!("error: invalid branch name '{}'", branch.escape_default()),
+            1,
+        );
+    }
+    let rule = {
+        let (app, e) = (ctx.app.clone(), entry.clone());
+        tokio::task::spawn_blocking(move || crate::authz::merge_rule(&app, &e))
+            .await
+            .unwrap_or_default()
+    };
+    let (r, b) = (entry.name.clone(), branch.clone());
+    let read = ctx
+        .app
+        .reads
+        .read(move |conn| {
+            Ok((
+                store::entries(conn, &r, &b, crate::db::merge_intents::MAX_PER_REPO)?,
+                store::recent(conn, &r, &b, GROUPS_SHOWN)?,
+                store::suspects(conn, &r, &b)?,
+                store::driver(conn, &r, &b)?,
+            ))
+        })
+        .await;
+    let (entries, groups, suspects, driver) = match read {
+        Ok(read) => read,
+        Err(e) => {
+            tracing::error!("collab-queue show: {e:#}");
+            return ("error: internal error".to_string(), 1);
+        }
+    };
+    let current = groups.iter().find(|g| g.state == "testing");
+    let reply = json!({
+        "repo": entry.name,
+        "branch": branch,
+        "queue": rule.queue,
+        "max_batch": rule.max_batch,
+        "required_checks": rule.required_checks,
+        "entries": entries.iter().enumerate().map(|(i, e)| json!({
+            "position": i + 1,
+            "patch": e.patch,
+            "revision": e.revision,
+            "requested_by": e.requester.principal,
+            "queued_at": crate::events::rfc3339(e.created_at),
+            "in_group": current.and_then(|g| g.members.iter().any(|m| m.patch == e.patch).then_some(g.n)),
+        })).collect::<Vec<_>>(),
+        "current_group": current.map(group_json),
+        "groups": groups.iter().map(group_json).collect::<Vec<_>>(),
+        "bisecting": suspects,
+        "driven_by": driver.map(|(node, _)| node),
+    });
+    (json_line(&reply), 0)
+}

@@ -1,0 +1,401 @@
+//! The merge queue of a branch end to end (issue 27, item 4): patches
+//! queued on a branch whose merge rule has `queue = true` are tested
+//! together on a merge-group commit (`refs/collab/queue/<branch>/<n>`,
+//! announced by `merge_group.checks_requested`); CI's checks on that commit
+//! decide; a green group lands all its patches at once, a failing one is
+//! bisected until the patch that broke it is dropped; a patch that
+//! conflicts with the group is dropped with the paths; and the queue
+//! survives a crash of the server.
+
+use collab_testkit as common;
+use collab_testkit::review as review_support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::{ServerHarness, SshOutput};
+use review_support::{commit, ok, Agent};
+use serde_json::Value;
+
+/// Hang guard (not a timing assertion: the driver looks every second).
+const WAIT_LIMIT: Duration = Duration::from_secs(90);
+
+const QUEUE_RULE: &str =
+    "merge = { required_checks = [\"ci/test\"], queue = true, max_batch = 4 }\n";
+
+fn patch(h: &ServerHarness, a: &Agent, args: &str) -> SshOutput {
+    h.ssh_exec_as(&a.key, &format!("collab-patch {args}"), b"")
+}
+
+fn check_set(h: &ServerHarness, commit: &str, state: &str) {
+    let out = h.ssh_exec(&format!(
+        "collab-check set 'r' {commit} ci/test --state {state}"
+    ));
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+fn status(h: &ServerHarness, a: &Agent, id: &str) -> String {
+    let out = patch(h, a, &format!("show 'r' {}", &id[..8]));
+    assert_eq!(out.code, 0, "{out:?}");
+    out.json()["status"].as_str().unwrap().to_string()
+}
+
+fn queue_show(h: &ServerHarness, a: &Agent) -> Value {
+    let out = h.ssh_exec_as(&a.key, "collab-queue show 'r' main", b"");
+    assert_eq!(out.code, 0, "{out:?}");
+    out.json()
+}
+
+/// The events of `kind` so far, oldest first.
+fn events(h: &ServerHarness, kind: &str) -> Vec<Value> {
+    let out = h.ssh_exec("collab-events watch --since 1 --no-follow");
+    assert_eq!(out.code, 0, "{out:?}");
+    out.stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == kind)
+        .collect()
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < WAIT_LIMIT, "gave up waiting: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn server_git(h: &ServerHarness, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(h.repos_dir().join("r.git"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn server_tip(h: &ServerHarness) -> String {
+    let out = server_git(h, &["rev-parse", "refs/heads/main"]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Whether `commit` is in the server's `main`.
+fn in_main(h: &ServerHarness, commit: &str) -> bool {
+    server_git(
+        h,
+        &["merge-base", "--is-ancestor", commit, "refs/heads/main"],
+    )
+    .status
+    .success()
+}
+
+/// Push HEAD of `a` for review; the patch id.
+fn push_for_review(h: &ServerHarness, a: &Agent) -> String {
+    let out = ok(h, a, &["push", "origin", "HEAD:refs/for/main"]);
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("remote: patch "))
+        .unwrap_or_else(|| panic!("no patch line: {out:?}"));
+    let short = line.split("remote: patch ").nth(1).unwrap()[..8].to_string();
+    let listed = patch(h, a, "list 'r' --state all").json();
+    listed["patches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap().to_string())
+        .find(|id| id.starts_with(&short))
+        .expect("the pushed patch is listed")
+}
+
+/// A server with repository `r` under `policy` and alice's `files`, each a
+/// patch of its own off `main` writing that file: (server, alice,
+/// [(patch, head)]).
+fn setup(policy: &str, files: &[(&str, &str)]) -> (ServerHarness, Agent, Vec<(String, String)>) {
+    let h = ServerHarness::start();
+    h.create_repo("r");
+    let seed = h.clone_repo("r", "seed");
+    h.commit_file(&seed, "README", b"hello\n", "Initial commit");
+    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
+    std::fs::write(h.repos_dir().join("r.git/collab-policy.toml"), policy).unwrap();
+    let a = review_support::agent(&h, "alice");
+    let mut patches = Vec::new();
+    for (i, (file, text)) in files.iter().enumerate() {
+        ok(
+            &h,
+            &a,
+            &["switch", "-q", "-c", &format!("f{i}"), "origin/main"],
+        );
+        let head = commit(&h, &a, file, text, &format!("Write {file} ({i})"));
+        patches.push((push_for_review(&h, &a), head));
+    }
+    (h, a, patches)
+}
+
+fn enqueue(h: &ServerHarness, a: &Agent, id: &str) -> Value {
+    let out = patch(h, a, &format!("merge 'r' {} --when-green", &id[..8]));
+    assert_eq!(out.code, 0, "{out:?}");
+    out.json()
+}
+
+/// Queue every patch of `ids` while the rule does not queue yet (plain
+/// queued merges, waiting for their own checks), then switch the queue on:
+/// the queue takes them all at once, in the order they were queued.
+fn queue_all_then_switch_on(h: &ServerHarness, a: &Agent, ids: &[String]) {
+    let policy = h.repos_dir().join("r.git/collab-policy.toml");
+    std::fs::write(&policy, "merge = { required_checks = [\"ci/test\"] }\n").unwrap();
+    for id in ids {
+        let v = enqueue(h, a, id);
+        assert_eq!(v["queue"], Value::Null, "{v}");
+    }
+    // Public too, for the web's queue page.
+    std::fs::write(&policy, format!("public = true\n{QUEUE_RULE}")).unwrap();
+}
+
+/// The patches of a `merge_group.*` event (or a group of `queue show`).
+fn members(group: &Value) -> Vec<String> {
+    group["patches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["patch"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A simulated CI: for each group announced and not yet run, post
+/// `failure` when it holds `bad`, else `success`; until `done` holds.
+fn run_ci(h: &ServerHarness, bad: Option<&str>, mut done: impl FnMut() -> bool) -> Vec<Value> {
+    let mut ran = BTreeSet::new();
+    let mut groups = Vec::new();
+    wait_until("the simulated CI to drain the queue", || {
+        for e in events(h, "merge_group.checks_requested") {
+            let n = e["payload"]["group"].as_i64().unwrap();
+            if ran.insert(n) {
+                let broken = bad.is_some_and(|b| members(&e["payload"]).iter().any(|p| p == b));
+                let commit = e["payload"]["commit"].as_str().unwrap();
+                check_set(h, commit, if broken { "failure" } else { "success" });
+                groups.push(e["payload"].clone());
+            }
+        }
+        done()
+    });
+    groups
+}
+
+#[test]
+fn a_batch_lands_in_one_group_when_the_checks_on_its_commit_are_green() {
+    let files = [
+        ("a.txt", "a\n"),
+        ("b.txt", "b\n"),
+        ("c.txt", "c\n"),
+        ("d.txt", "d\n"),
+    ];
+    let (h, a, patches) = setup(QUEUE_RULE, &files);
+    let ids: Vec<String> = patches.iter().map(|(id, _)| id.clone()).collect();
+    queue_all_then_switch_on(&h, &a, &ids);
+    let shown = patch(&h, &a, &format!("show 'r' {}", &patches[0].0[..8])).json();
+    assert_eq!(shown["merge_rule"]["queue"], true, "{shown}");
+    assert_eq!(shown["merge_rule"]["max_batch"], 4, "{shown}");
+
+    // The group holds all four, in queue order, at its ref.
+    let base = server_tip(&h);
+    wait_until("a group of four", || {
+        queue_show(&h, &a)["current_group"]["patches"]
+            .as_array()
+            .is_some_and(|p| p.len() == 4)
+    });
+    let q = queue_show(&h, &a);
+    let group = &q["current_group"];
+    assert_eq!(members(group), ids, "{q}");
+    assert_eq!(group["base"], base.as_str());
+    assert_eq!(q["entries"].as_array().unwrap().len(), 4, "{q}");
+    assert_eq!(q["entries"][0]["in_group"], group["group"]);
+    let commit = group["commit"].as_str().unwrap().to_string();
+    let group_ref = group["ref"].as_str().unwrap().to_string();
+    assert_eq!(
+        group_ref,
+        format!("refs/collab/queue/main/{}", group["group"])
+    );
+    let announced = events(&h, "merge_group.checks_requested");
+    assert_eq!(announced.len(), 1, "{announced:?}");
+    assert_eq!(announced[0]["payload"]["commit"], commit.as_str());
+    assert_eq!(announced[0]["payload"]["base"], base.as_str());
+    assert_eq!(announced[0]["payload"]["branch"], "main");
+    // CI can fetch the group's commit; a client cannot push the ref.
+    ok(
+        &h,
+        &a,
+        &[
+            "fetch",
+            "-q",
+            "origin",
+            &format!("{group_ref}:refs/ci/group"),
+        ],
+    );
+    assert_eq!(
+        ok(&h, &a, &["rev-parse", "refs/ci/group"]).stdout.trim(),
+        commit
+    );
+    let pushed = review_support::git(&h, &a, &["push", "origin", &format!("HEAD:{group_ref}")]);
+    assert_ne!(pushed.code, 0, "{pushed:?}");
+
+    // A green check on a patch's own head does not land anything; pending
+    // on the group does not either.
+    check_set(&h, &patches[0].1, "success");
+    check_set(&h, &commit, "pending");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(server_tip(&h), base);
+    assert!(patches.iter().all(|(id, _)| status(&h, &a, id) == "open"));
+
+    // The web's queue page shows the group under test and its check.
+    let page = common::web::get(&h, "/r/-/queue/main");
+    assert_eq!(page.status, 200);
+    let text = common::web::strip_tags(&page.text());
+    assert!(text.contains("Group 1"), "{text}");
+    assert!(text.contains("pending ci/test"), "{text}");
+    for (id, _) in &patches {
+        assert!(text.contains(&id[..8]), "{text}");
+    }
+    assert_eq!(common::web::get(&h, "/r/-/queue/a..b").status, 404);
+    let patch_page = common::web::get(&h, &format!("/r/-/patches/{}", &patches[0].0[..8])).text();
+    assert!(
+        patch_page.contains("href=\"/r/-/queue/main\""),
+        "{patch_page}"
+    );
+
+    check_set(&h, &commit, "success");
+    wait_until("the group to land", || server_tip(&h) == commit);
+    let text = common::web::strip_tags(&common::web::get(&h, "/r/-/queue/main").text());
+    assert!(text.contains("The queue is empty."), "{text}");
+    assert!(text.contains("merged"), "{text}");
+    for (id, head) in &patches {
+        assert_eq!(status(&h, &a, id), "merged");
+        assert!(in_main(&h, head));
+    }
+    let merged = events(&h, "patch.merged");
+    assert_eq!(merged.len(), 4, "{merged:?}");
+    let seqs: BTreeSet<i64> = merged.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs.len(), 4);
+    for e in &merged {
+        assert_eq!(e["payload"]["by"], "queue", "{e}");
+        assert_eq!(e["payload"]["queue"]["commit"], commit.as_str(), "{e}");
+        assert_eq!(e["payload"]["queued"], true, "{e}");
+    }
+    assert_eq!(events(&h, "merge_group.merged").len(), 1);
+    assert_eq!(
+        events(&h, "merge_group.checks_requested").len(),
+        1,
+        "one group, one CI run"
+    );
+    let q = queue_show(&h, &a);
+    assert_eq!(q["entries"], serde_json::json!([]), "{q}");
+    assert_eq!(q["current_group"], Value::Null, "{q}");
+    assert_eq!(q["groups"][0]["state"], "merged", "{q}");
+}
+
+#[test]
+fn a_failing_patch_is_bisected_out_and_the_rest_merge() {
+    let files = [
+        ("a.txt", "a\n"),
+        ("b.txt", "b\n"),
+        ("c.txt", "c\n"),
+        ("d.txt", "d\n"),
+    ];
+    let (h, a, patches) = setup(QUEUE_RULE, &files);
+    let ids: Vec<String> = patches.iter().map(|(id, _)| id.clone()).collect();
+    queue_all_then_switch_on(&h, &a, &ids);
+    let bad = patches[2].0.clone();
+    let groups = run_ci(&h, Some(&bad), || {
+        events(&h, "patch.merge_dequeued").len() == 1
+            && patches
+                .iter()
+                .filter(|(id, _)| *id != bad)
+                .all(|(id, _)| status(&h, &a, id) == "merged")
+    });
+    // Only the breaker is dropped, its failing check named.
+    let dropped = events(&h, "patch.merge_dequeued");
+    assert_eq!(dropped[0]["object_id"], bad.as_str(), "{dropped:?}");
+    let reason = dropped[0]["payload"]["reason"].as_str().unwrap();
+    assert!(reason.contains("ci/test is failure"), "{reason}");
+    assert!(reason.contains("merge group"), "{reason}");
+    assert_eq!(status(&h, &a, &bad), "open");
+    assert!(!in_main(&h, &patches[2].1));
+    for (i, (_, head)) in patches.iter().enumerate() {
+        assert_eq!(in_main(&h, head), i != 2);
+    }
+    // Bisected: the four together failed, then a half, then the rest.
+    assert_eq!(members(&groups[0]).len(), 4, "{groups:?}");
+    assert!(groups.len() <= 5, "{groups:?}");
+    assert!(
+        groups.iter().any(|g| members(g) == [bad.clone()]),
+        "the breaker was tested alone: {groups:?}"
+    );
+    // No merge went through with a failing check: every patch merged was
+    // in a group whose check was green.
+    for e in events(&h, "patch.merged") {
+        let n = e["payload"]["queue"]["group"].as_i64().unwrap();
+        let g = groups.iter().find(|g| g["group"] == n).unwrap();
+        assert!(!members(g).contains(&bad), "{g}");
+    }
+    assert!(!events(&h, "merge_group.failed").is_empty());
+}
+
+#[test]
+fn a_patch_conflicting_with_the_group_is_dropped_with_its_paths() {
+    let files = [("a.txt", "one\n"), ("a.txt", "two\n"), ("c.txt", "c\n")];
+    let (h, a, patches) = setup(QUEUE_RULE, &files);
+    let ids: Vec<String> = patches.iter().map(|(id, _)| id.clone()).collect();
+    queue_all_then_switch_on(&h, &a, &ids);
+    wait_until("the conflicting patch dropped", || {
+        !events(&h, "patch.merge_dequeued").is_empty()
+    });
+    let dropped = events(&h, "patch.merge_dequeued");
+    assert_eq!(dropped.len(), 1, "{dropped:?}");
+    assert_eq!(dropped[0]["object_id"], patches[1].0.as_str());
+    let reason = dropped[0]["payload"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("conflicts with the merge group") && reason.contains("a.txt"),
+        "{reason}"
+    );
+    run_ci(&h, None, || {
+        status(&h, &a, &patches[0].0) == "merged" && status(&h, &a, &patches[2].0) == "merged"
+    });
+    assert_eq!(status(&h, &a, &patches[1].0), "open");
+    let text = server_git(&h, &["show", "refs/heads/main:a.txt"]);
+    assert_eq!(String::from_utf8_lossy(&text.stdout), "one\n");
+}
+
+/// The queue lives in the database: a SIGKILLed server comes back with its
+/// group under test and its waiting entries, and goes on when CI reports.
+/// (A plain merge on a queued branch joins the queue.)
+#[test]
+fn the_queue_survives_a_crash_of_the_server() {
+    let files = [("a.txt", "a\n"), ("b.txt", "b\n")];
+    let (mut h, a, patches) = setup(QUEUE_RULE, &files);
+    let plain = patch(&h, &a, &format!("merge 'r' {}", &patches[0].0[..8]));
+    assert_eq!(plain.code, 0, "{plain:?}");
+    let v = plain.json();
+    assert_eq!(
+        (v["status"].as_str(), v["queue"].as_str()),
+        (Some("queued"), Some("main")),
+        "{v}"
+    );
+    wait_until("a group of one", || {
+        queue_show(&h, &a)["current_group"]["patches"]
+            .as_array()
+            .is_some_and(|p| p.len() == 1)
+    });
+    enqueue(&h, &a, &patches[1].0);
+    let before = queue_show(&h, &a)["current_group"].clone();
+    h.kill();
+    h.start_again();
+    let after = queue_show(&h, &a);
+    assert_eq!(after["current_group"]["group"], before["group"], "{after}");
+    assert_eq!(after["entries"].as_array().unwrap().len(), 2, "{after}");
+    assert_eq!(after["entries"][1]["in_group"], Value::Null, "{after}");
+    run_ci(&h, None, || {
+        patches.iter().all(|(id, _)| status(&h, &a, id) == "merged")
+    });
+    assert_eq!(events(&h, "merge_group.checks_requested").len(), 2);
+    assert!(patches.iter().all(|(_, head)| in_main(&h, head)));
+}
