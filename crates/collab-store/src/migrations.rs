@@ -462,6 +462,22 @@ CREATE TABLE merge_intents (
 ALTER TABLE patch_revisions ADD COLUMN lease_holders TEXT;
 ",
     },
+    // Version 14: webhook deliveries claimed per subscription row
+    // (`claimed_by`, `claimed_until`: one node delivers a subscription at a
+    // time, a dead node's claims lapse) and the nodes that deliver, each
+    // with the instant its presence lapses (`webhook_nodes`), so every node
+    // takes its share. (Version 13 is another change's.)
+    Step {
+        version: 14,
+        sql: "
+ALTER TABLE webhooks ADD COLUMN claimed_by TEXT;
+ALTER TABLE webhooks ADD COLUMN claimed_until INTEGER;
+CREATE TABLE webhook_nodes (
+    node       TEXT    NOT NULL PRIMARY KEY,
+    seen_until INTEGER NOT NULL
+);
+",
+    },
 ];
 
 /// Version 9's tables (SQLite; PostgreSQL's are in `POSTGRES_STEPS`).
@@ -566,6 +582,22 @@ CREATE TABLE merge_intents (
     PRIMARY KEY (repo, patch_id)
 );
 ALTER TABLE patch_revisions ADD COLUMN lease_holders TEXT;
+",
+    },
+    // Version 14: webhook deliveries claimed per subscription row
+    // (`claimed_by`, `claimed_until`: one node delivers a subscription at a
+    // time, a dead node's claims lapse) and the nodes that deliver, each
+    // with the instant its presence lapses (`webhook_nodes`), so every node
+    // takes its share. (Version 13 is another change's.)
+    Step {
+        version: 14,
+        sql: "
+ALTER TABLE webhooks ADD COLUMN claimed_by TEXT;
+ALTER TABLE webhooks ADD COLUMN claimed_until BIGINT;
+CREATE TABLE webhook_nodes (
+    node       TEXT    NOT NULL PRIMARY KEY,
+    seen_until BIGINT NOT NULL
+);
 ",
     },
 ];
