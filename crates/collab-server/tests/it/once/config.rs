@@ -478,7 +478,7 @@ fn show_text_is_aligned_with_sources() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 76, "{text}");
+    assert_eq!(lines.len(), 77, "{text}");
     let file = format!("file {}", setup.file().display());
     let expect = [
         ("site_title", "T", file.as_str()),
