@@ -6,8 +6,9 @@ set -euo pipefail
 # python3 runs scripts/import-graph.py (collab-testkit's import-loop test);
 # python3-paramiko is the SSH client that lies about its window in the
 # advisory suite (tests/it/once/advisories.rs); tmux drives the terminal UI
-# like a person (tests/it/both/tui.rs); python3-venv holds the MCP SDK below.
-packages=(git openssh-client openssh-server sqlite3 pkg-config chromium curl python3 python3-paramiko tmux python3-venv)
+# like a person (tests/it/both/tui.rs); python3-venv holds the MCP SDK below;
+# openssl generates the CAs of the PostgreSQL TLS test (collab-store sql::tls).
+packages=(git openssh-client openssh-server sqlite3 pkg-config chromium curl python3 python3-paramiko tmux python3-venv openssl)
 # PostgreSQL for the tests' throwaway cluster (scripts/ci-postgres.sh). Only
 # root can install it; without it, and without root, those tests skip.
 if [ "$(id -u)" = 0 ]; then

@@ -496,6 +496,22 @@ CREATE TABLE merge_groups (
 ALTER TABLE merge_intents ADD COLUMN queued_seq INTEGER;
 ",
     },
+    // Version 14: webhook deliveries claimed per subscription row
+    // (`claimed_by`, `claimed_until`: one node delivers a subscription at a
+    // time, a dead node's claims lapse) and the nodes that deliver, each
+    // with the instant its presence lapses (`webhook_nodes`), so every node
+    // takes its share.
+    Step {
+        version: 14,
+        sql: "
+ALTER TABLE webhooks ADD COLUMN claimed_by TEXT;
+ALTER TABLE webhooks ADD COLUMN claimed_until INTEGER;
+CREATE TABLE webhook_nodes (
+    node       TEXT    NOT NULL PRIMARY KEY,
+    seen_until INTEGER NOT NULL
+);
+",
+    },
 ];
 
 /// Version 9's tables (SQLite; PostgreSQL's are in `POSTGRES_STEPS`).
@@ -634,6 +650,22 @@ CREATE TABLE merge_groups (
     PRIMARY KEY (repo, branch, n)
 );
 ALTER TABLE merge_intents ADD COLUMN queued_seq BIGINT ;
+",
+    },
+    // Version 14: webhook deliveries claimed per subscription row
+    // (`claimed_by`, `claimed_until`: one node delivers a subscription at a
+    // time, a dead node's claims lapse) and the nodes that deliver, each
+    // with the instant its presence lapses (`webhook_nodes`), so every node
+    // takes its share.
+    Step {
+        version: 14,
+        sql: "
+ALTER TABLE webhooks ADD COLUMN claimed_by TEXT;
+ALTER TABLE webhooks ADD COLUMN claimed_until BIGINT;
+CREATE TABLE webhook_nodes (
+    node       TEXT    NOT NULL PRIMARY KEY,
+    seen_until BIGINT NOT NULL
+);
 ",
     },
 ];

@@ -208,29 +208,170 @@ pub fn log_attempt(conn: &Connection, attempt: &Attempt) -> crate::sql::Result<i
 }
 
 /// The event after the cursor was delivered (or skipped): move the cursor
-/// to `seq` (never backwards) and clear the retry state.
-pub fn advance(conn: &Connection, id: &str, seq: i64) -> crate::sql::Result<()> {
-    conn.prepare_cached(
-        "UPDATE webhooks SET cursor = CASE WHEN ?2 > cursor THEN ?2 ELSE cursor END, attempts = 0, failing_since = NULL,
-             next_attempt_at = NULL WHERE id = ?1",
-    )?
-    .execute(params![id, seq])?;
-    Ok(())
+/// to `seq` (never backwards) and clear the retry state, if `node` still
+/// holds the subscription's claim (compare-and-set: a node whose claim
+/// lapsed and went to another never moves the cursor). False if it does not.
+pub fn advance(conn: &Connection, id: &str, node: &str, seq: i64) -> crate::sql::Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "UPDATE webhooks SET cursor = CASE WHEN ?2 > cursor THEN ?2 ELSE cursor END, attempts = 0,
+                 failing_since = NULL, next_attempt_at = NULL
+             WHERE id = ?1 AND claimed_by = ?3",
+        )?
+        .execute(params![id, seq, node])?
+        > 0)
 }
 
 /// An attempt at the event after the cursor failed: count it and schedule
-/// the next one.
+/// the next one, if `node` still holds the claim. False if it does not.
 pub fn failed(
     conn: &Connection,
     id: &str,
+    node: &str,
     now: i64,
     next_attempt_at: i64,
-) -> crate::sql::Result<()> {
-    conn.prepare_cached(
-        "UPDATE webhooks SET attempts = attempts + 1, failing_since = COALESCE(failing_since, ?2),
-             next_attempt_at = ?3 WHERE id = ?1",
-    )?
-    .execute(params![id, now, next_attempt_at])?;
+) -> crate::sql::Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "UPDATE webhooks SET attempts = attempts + 1, failing_since = COALESCE(failing_since, ?2),
+                 next_attempt_at = ?3 WHERE id = ?1 AND claimed_by = ?4",
+        )?
+        .execute(params![id, now, next_attempt_at, node])?
+        > 0)
+}
+
+/// Whether `node` holds the claim on subscription `id` (on PostgreSQL the
+/// row stays locked to the end of the transaction, so the answer holds for
+/// what the transaction writes next).
+pub fn holds(conn: &Connection, id: &str, node: &str) -> crate::sql::Result<bool> {
+    let sql = if conn.is_postgres() {
+        "SELECT 1 FROM webhooks WHERE id = ?1 AND claimed_by = ?2 FOR UPDATE"
+    } else {
+        "SELECT 1 FROM webhooks WHERE id = ?1 AND claimed_by = ?2"
+    };
+    Ok(conn
+        .prepare_cached(sql)?
+        .query_row(params![id, node], |r| r.get::<_, i64>(0))
+        .optional()?
+        .is_some())
+}
+
+/// What one node's claim pass left it with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claims {
+    /// The active subscriptions this node delivers now (renewed or newly
+    /// claimed), by id.
+    pub held: Vec<Webhook>,
+    /// The ones it gave back this pass (more than its share, or no longer
+    /// active): their workers must stop.
+    pub released: Vec<String>,
+}
+
+/// One node's claim pass, in one write transaction, run every few seconds
+/// by each delivering node:
+///
+/// 1. the node says it is alive until `until` (`webhook_nodes`; entries
+///    that lapsed are dropped);
+/// 2. it renews its claims on active subscriptions to `until` and gives back
+///    the ones no longer active;
+/// 3. its share is the active subscriptions divided by the live nodes,
+///    rounded up: above it, it gives back the excess (highest ids first);
+///    below it, it claims free subscriptions (never claimed, given back, or
+///    whose claim lapsed: a dead node's) with `FOR UPDATE SKIP LOCKED` on
+///    PostgreSQL, so concurrent passes never wait on or take the same row.
+///
+/// On SQLite one server runs and its passes claim everything.
+pub fn claim_pass(
+    conn: &Connection,
+    node: &str,
+    now: i64,
+    until: i64,
+) -> crate::sql::Result<Claims> {
+    conn.execute("DELETE FROM webhook_nodes WHERE seen_until < ?1", [now])?;
+    conn.execute(
+        "INSERT INTO webhook_nodes (node, seen_until) VALUES (?1, ?2)
+         ON CONFLICT (node) DO UPDATE SET seen_until = excluded.seen_until",
+        params![node, until],
+    )?;
+    let nodes: i64 = conn.query_row("SELECT COUNT(*) FROM webhook_nodes", [], |r| r.get(0))?;
+    let active: i64 =
+        conn.query_row("SELECT COUNT(*) FROM webhooks WHERE active = 1", [], |r| {
+            r.get(0)
+        })?;
+    let share = (active + nodes.max(1) - 1) / nodes.max(1);
+    let mut released: Vec<String> = {
+        let mut stmt = conn.prepare_cached(
+            "SELECT id FROM webhooks WHERE claimed_by = ?1 AND active = 0 ORDER BY id",
+        )?;
+        let rows = stmt.query_map([node], |r| r.get(0))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    conn.execute(
+        "UPDATE webhooks SET claimed_by = NULL, claimed_until = NULL
+         WHERE claimed_by = ?1 AND active = 0",
+        [node],
+    )?;
+    conn.execute(
+        "UPDATE webhooks SET claimed_until = ?2 WHERE claimed_by = ?1",
+        params![node, until],
+    )?;
+    let mine: Vec<String> = {
+        let mut stmt =
+            conn.prepare_cached("SELECT id FROM webhooks WHERE claimed_by = ?1 ORDER BY id")?;
+        let rows = stmt.query_map([node], |r| r.get(0))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    let held = mine.len() as i64;
+    if held > share {
+        for id in &mine[share as usize..] {
+            conn.execute(
+                "UPDATE webhooks SET claimed_by = NULL, claimed_until = NULL
+                 WHERE id = ?1 AND claimed_by = ?2",
+                [id.as_str(), node],
+            )?;
+            released.push(id.clone());
+        }
+    } else if held < share {
+        let sql = if conn.is_postgres() {
+            "SELECT id FROM webhooks
+             WHERE active = 1 AND (claimed_by IS NULL OR claimed_until < ?1)
+             ORDER BY id LIMIT ?2 FOR UPDATE SKIP LOCKED"
+        } else {
+            "SELECT id FROM webhooks
+             WHERE active = 1 AND (claimed_by IS NULL OR claimed_until < ?1)
+             ORDER BY id LIMIT ?2"
+        };
+        let free: Vec<String> = {
+            let mut stmt = conn.prepare_cached(sql)?;
+            let rows = stmt.query_map(params![now, share - held], |r| r.get(0))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        for id in free {
+            conn.execute(
+                "UPDATE webhooks SET claimed_by = ?2, claimed_until = ?4
+                 WHERE id = ?1 AND (claimed_by IS NULL OR claimed_until < ?3)",
+                params![id, node, now, until],
+            )?;
+        }
+    }
+    let held = {
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM webhooks WHERE claimed_by = ?1 AND active = 1 ORDER BY id"
+        ))?;
+        let rows = stmt.query_map([node], row)?;
+        rows.collect::<Result<_, _>>()?
+    };
+    Ok(Claims { held, released })
+}
+
+/// A stopping node gives its claims back and leaves `webhook_nodes`, so
+/// the others take its subscriptions at their next pass.
+pub fn release_all(conn: &Connection, node: &str) -> crate::sql::Result<()> {
+    conn.execute(
+        "UPDATE webhooks SET claimed_by = NULL, claimed_until = NULL WHERE claimed_by = ?1",
+        [node],
+    )?;
+    conn.execute("DELETE FROM webhook_nodes WHERE node = ?1", [node])?;
     Ok(())
 }
 
@@ -332,15 +473,20 @@ mod tests {
     fn delivery_state_moves_forward_only() {
         let conn = db();
         insert(&conn, &hook("wh1")).unwrap();
-        failed(&conn, "wh1", 200, 210).unwrap();
-        failed(&conn, "wh1", 210, 230).unwrap();
+        // Unclaimed: nothing moves.
+        assert!(!failed(&conn, "wh1", "n1", 200, 210).unwrap());
+        assert!(!advance(&conn, "wh1", "n1", 9).unwrap());
+        assert_eq!(claim_pass(&conn, "n1", 150, 180).unwrap().held.len(), 1);
+        assert!(failed(&conn, "wh1", "n1", 200, 210).unwrap());
+        assert!(failed(&conn, "wh1", "n1", 210, 230).unwrap());
         let h = get(&conn, "wh1").unwrap().unwrap();
         assert_eq!(
             (h.attempts, h.failing_since, h.next_attempt_at),
             (2, Some(200), Some(230))
         );
-        advance(&conn, "wh1", 9).unwrap();
-        advance(&conn, "wh1", 8).unwrap();
+        assert!(advance(&conn, "wh1", "n1", 9).unwrap());
+        assert!(advance(&conn, "wh1", "n1", 8).unwrap());
+        assert!(!advance(&conn, "wh1", "n2", 10).unwrap());
         let h = get(&conn, "wh1").unwrap().unwrap();
         assert_eq!((h.cursor, h.attempts, h.failing_since), (9, 0, None));
         assert_eq!(h.events, vec!["lease.*".to_string()]);
@@ -366,5 +512,63 @@ mod tests {
         assert_eq!(prune_attempts(&conn, 301, 10).unwrap(), 2);
         assert!(remove(&conn, "wh1").unwrap());
         assert!(get(&conn, "wh1").unwrap().is_none());
+    }
+
+    fn held(claims: &Claims) -> Vec<&str> {
+        claims.held.iter().map(|h| h.id.as_str()).collect()
+    }
+
+    #[test]
+    fn nodes_share_the_subscriptions_and_take_over_a_dead_nodes_claims() {
+        let conn = db();
+        for id in ["wh1", "wh2", "wh3", "wh4"] {
+            insert(&conn, &hook(id)).unwrap();
+        }
+        insert(
+            &conn,
+            &Webhook {
+                active: false,
+                ..hook("wh5")
+            },
+        )
+        .unwrap();
+        // Alone, node a takes every active one.
+        let a = claim_pass(&conn, "a", 100, 130).unwrap();
+        assert_eq!(held(&a), ["wh1", "wh2", "wh3", "wh4"]);
+        // Node b arrives: nothing is free yet, but a sees two live nodes
+        // and gives back its excess; b takes it at its next pass.
+        assert!(claim_pass(&conn, "b", 105, 135).unwrap().held.is_empty());
+        let a = claim_pass(&conn, "a", 110, 140).unwrap();
+        assert_eq!(
+            (held(&a), a.released.clone()),
+            (
+                vec!["wh1", "wh2"],
+                vec!["wh3".to_string(), "wh4".to_string()]
+            )
+        );
+        let b = claim_pass(&conn, "b", 111, 141).unwrap();
+        assert_eq!(held(&b), ["wh3", "wh4"]);
+        // Only the claimant moves a cursor.
+        assert!(!advance(&conn, "wh3", "a", 50).unwrap());
+        assert!(advance(&conn, "wh3", "b", 50).unwrap());
+        assert!(holds(&conn, "wh3", "b").unwrap() && !holds(&conn, "wh3", "a").unwrap());
+        // b dies: while its claims are live nobody takes them ...
+        let a = claim_pass(&conn, "a", 130, 160).unwrap();
+        assert_eq!(held(&a), ["wh1", "wh2"]);
+        // ... once they and its presence lapse, a takes them over, cursor kept.
+        let a = claim_pass(&conn, "a", 142, 172).unwrap();
+        assert_eq!(held(&a), ["wh1", "wh2", "wh3", "wh4"]);
+        assert_eq!(get(&conn, "wh3").unwrap().unwrap().cursor, 50);
+        // A disabled subscription is given back.
+        disable(&conn, "wh1", "failing").unwrap();
+        let a = claim_pass(&conn, "a", 150, 180).unwrap();
+        assert_eq!(
+            (held(&a), a.released.clone()),
+            (vec!["wh2", "wh3", "wh4"], vec!["wh1".to_string()])
+        );
+        // A stopping node gives everything back.
+        release_all(&conn, "a").unwrap();
+        let b = claim_pass(&conn, "b", 151, 181).unwrap();
+        assert_eq!(held(&b), ["wh2", "wh3", "wh4"]);
     }
 }

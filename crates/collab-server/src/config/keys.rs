@@ -153,6 +153,7 @@ pub const KEYS: &[Key] = &[
     key("webhooks.retry_base_secs", Count { min: 1, max: 3600 }, Given("5"), "First retry delay; each next one is twice as long."),
     key("webhooks.retry_max_secs", Count { min: 1, max: 86_400 }, Given("3600"), "Longest retry delay."),
     key("webhooks.disable_after_secs", Count { min: 10, max: 365 * 86_400 }, Given("259200"), "A subscription failing this long without a success is disabled."),
+    key("webhooks.claim_secs", Count { min: 10, max: 3600 }, Given("30"), "How long a node's claim on a subscription lasts unless renewed (a dead node's lapse after it)."),
     key("webhooks.max_per_owner", Count { min: 1, max: 100_000 }, Given("20"), "Most subscriptions one principal may add with collab-hook."),
     key("webhooks.max_per_repo", Count { min: 1, max: 100_000 }, Given("10"), "Most collab-hook subscriptions whose glob matches any one repository."),
     key("webhooks.subscriptions", Webhooks, Given("[]"), "Subscriptions declared by the operator."),

@@ -208,6 +208,8 @@ pub struct WebhooksConfig {
     pub retry_base_secs: u64,
     pub retry_max_secs: u64,
     pub disable_after_secs: u64,
+    /// Seconds a node's claim on a subscription lasts unless renewed.
+    pub claim_secs: u64,
     /// `collab-hook add` subscriptions per owner.
     pub max_per_owner: u64,
     /// `collab-hook add` subscriptions matching any one repository.

@@ -110,6 +110,7 @@ webhooks.attempt_timeout_secs      10                                        def
 webhooks.retry_base_secs           5                                         default
 webhooks.retry_max_secs            3600                                      default
 webhooks.disable_after_secs        259200                                    default
+webhooks.claim_secs                30                                        default
 webhooks.max_per_owner             20                                        default
 webhooks.max_per_repo              10                                        default
 webhooks.subscriptions             []                                        default

@@ -140,7 +140,7 @@ async fn supervise(app: Arc<App>) {
     // Each worker with the definition it was started with: a declared
     // subscription whose definition changed gets a new worker.
     let mut workers: HashMap<String, (tokio::task::JoinHandle<()>, Definition)> = HashMap::new();
-    let mut delivery = Delivery::default();
+    let delivery = Delivery::new(&app);
     loop {
         // governance.toml changed (a push to `_governance` reloads it and
         // pokes us): its `[[webhooks]]` are synced again.
@@ -161,22 +161,20 @@ async fn supervise(app: Arc<App>) {
                 tracing::error!("webhooks: syncing the governance subscriptions: {e:#}");
             }
         }
-        let leading = delivery.lead(&app).await;
-        if !leading {
-            for (_, (task, _)) in workers.drain() {
-                task.abort();
+        match delivery.pass(&app).await {
+            None => {
+                for (_, (task, _)) in workers.drain() {
+                    task.abort();
+                }
             }
-        }
-        match read(&app, store::list).await {
-            Ok(_) if !leading => {}
-            Ok(hooks) => {
-                let active: HashMap<String, Webhook> = hooks
-                    .into_iter()
-                    .filter(|h| h.active)
-                    .map(|h| (h.id.clone(), h))
-                    .collect();
+            Some(held) => {
+                let held: HashMap<String, Webhook> =
+                    held.into_iter().map(|h| (h.id.clone(), h)).collect();
+                // Not held any more (given back, lapsed, taken, disabled),
+                // changed, or finished: stopped (and started again below if
+                // still held).
                 workers.retain(|id, (task, definition)| {
-                    let keep = active
+                    let keep = held
                         .get(id)
                         .is_some_and(|hook| *definition == Definition::of(&app, hook))
                         && !task.is_finished();
@@ -185,17 +183,18 @@ async fn supervise(app: Arc<App>) {
                     }
                     keep
                 });
-                for (id, hook) in active {
+                for (id, hook) in held {
                     workers.entry(id).or_insert_with(|| {
                         let definition = Definition::of(&app, &hook);
                         (
-                            tokio::spawn(Worker::new(app.clone(), hook).run()),
+                            tokio::spawn(
+                                Worker::new(app.clone(), hook, delivery.node.clone()).run(),
+                            ),
                             definition,
                         )
                     });
                 }
             }
-            Err(e) => tracing::warn!("webhooks: listing subscriptions: {e:#}"),
         }
         refresh_metrics(&app).await;
         tokio::select! {
@@ -205,6 +204,7 @@ async fn supervise(app: Arc<App>) {
                 for (_, (task, _)) in workers {
                     task.abort();
                 }
+                delivery.release(&app).await;
                 return;
             }
         }
@@ -247,61 +247,78 @@ async fn seal_plain_secrets(app: &App) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Which node delivers. On SQLite there is one server and it always does.
-/// On PostgreSQL several nodes share the subscriptions and their cursors,
-/// and one node at a time delivers: the one whose dedicated connection
-/// holds the session advisory lock [`DELIVERY_LOCK`]. The lock goes with
-/// that connection, so when its node dies or loses the database another
-/// node takes over within `SUPERVISE_EVERY`; an attempt in flight at the
-/// switch may be repeated by the next node (delivery is at least once; the
-/// `webhook-id` header is the receiver's key to drop the repeat).
-#[derive(Default)]
+/// Which node delivers which subscription: each node claims a share of
+/// them, per subscription row (`db::webhooks::claim_pass`, run through the
+/// writer every `SUPERVISE_EVERY` and when poked): a claim names the node
+/// and lasts `webhooks.claim_secs`, renewed at each pass, so every node
+/// delivers (the active subscriptions divided by the live nodes, rounded
+/// up), one node at a time delivers a subscription (its events stay in
+/// order), and a dead node's claims lapse and go to the others. The cursor
+/// and the retry state move only if the writing node still holds the
+/// claim (compare-and-set in the same transaction): a node that lost its
+/// claim stops that worker at its next pass and its late records change
+/// nothing. An attempt in flight when a claim moves may be repeated by the
+/// next claimant (delivery is at least once; the `webhook-id` header is the
+/// receiver's key to drop the repeat). On SQLite one server claims them all.
 struct Delivery {
-    lock: Option<crate::db::sql::Connection>,
+    /// This process's name in claims.
+    node: String,
+    claim_secs: i64,
 }
 
-/// `pg_try_advisory_lock` key of the delivering node ("webhook").
-const DELIVERY_LOCK: i64 = 0x0077_6562_686f_6f6b;
-
 impl Delivery {
-    /// Whether this node delivers now: take the lock, or check the
-    /// connection that holds it still answers.
-    async fn lead(&mut self, app: &App) -> bool {
-        let location = app.config.collab_db_location();
-        let crate::db::Location::Postgres(url) = location else {
-            return true;
-        };
-        let held = self.lock.take();
-        let attempt = tokio::task::spawn_blocking(move || {
-            // Held: the lock lives as long as this connection answers.
-            if let Some(conn) = held {
-                conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?;
-                return Ok(Some(conn));
-            }
-            let conn = crate::db::sql::Connection::open_postgres(&url)?;
-            let leads: bool =
-                conn.query_row("SELECT pg_try_advisory_lock(?1)", [DELIVERY_LOCK], |r| {
-                    r.get(0)
-                })?;
-            Ok::<_, crate::db::sql::Error>(leads.then_some(conn))
-        })
-        .await;
-        match attempt {
-            Ok(Ok(Some(conn))) => {
-                self.lock = Some(conn);
-                true
-            }
-            Ok(Ok(None)) => false,
-            Ok(Err(e)) => {
-                tracing::warn!("webhooks: taking the delivery lock: {e}");
-                false
-            }
+    fn new(app: &App) -> Delivery {
+        Delivery {
+            node: format!(
+                "{}-{}-{:08x}",
+                hostname(),
+                std::process::id(),
+                rand::random::<u32>()
+            ),
+            claim_secs: app.webhooks.config.claim_secs as i64,
+        }
+    }
+
+    /// Renew, take and give back claims: the subscriptions this node
+    /// delivers now, or `None` if the pass failed (then it delivers none:
+    /// its claims may have lapsed).
+    async fn pass(&self, app: &App) -> Option<Vec<Webhook>> {
+        let (node, secs) = (self.node.clone(), self.claim_secs);
+        let claims = app
+            .writer
+            .write("claim webhooks", move |conn, now| {
+                Ok(store::claim_pass(conn, &node, now, now + secs)?)
+            })
+            .await;
+        match claims {
+            Ok(claims) => Some(claims.held),
             Err(e) => {
-                tracing::warn!("webhooks: taking the delivery lock: {e}");
-                false
+                tracing::warn!("webhooks: claiming subscriptions: {e:#}");
+                None
             }
         }
     }
+
+    /// Give every claim back (a stopping node), so the others take over at
+    /// their next pass rather than after the claims lapse.
+    async fn release(&self, app: &App) {
+        let node = self.node.clone();
+        let released = app.writer.write("release webhooks", move |conn, _| {
+            Ok(store::release_all(conn, &node)?)
+        });
+        if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(2), released).await {
+            tracing::debug!("webhooks: giving the claims back: {e:#}");
+        }
+    }
+}
+
+/// The host's name, for claims an operator can read.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "node".into())
 }
 
 /// What a worker was started for; a change means a new worker.
@@ -499,6 +516,8 @@ async fn sync_declared(app: &App) -> anyhow::Result<()> {
 /// committed.
 struct Record {
     attempt: Attempt,
+    /// The node that made it: its writes need its claim.
+    node: String,
     failure: Option<Failure>,
     reply: Option<tokio::sync::oneshot::Sender<Result<(i64, bool), String>>>,
 }
@@ -528,14 +547,14 @@ async fn record_attempts(app: Arc<App>, mut records: tokio::sync::mpsc::Receiver
         let mut work = Vec::with_capacity(batch.len());
         for record in batch {
             replies.push(record.reply);
-            work.push((record.attempt, record.failure));
+            work.push((record.attempt, record.node, record.failure));
         }
         let written = app
             .writer
             .write("webhook attempts", move |conn, now| {
                 let mut answers = Vec::with_capacity(work.len());
-                for (attempt, failure) in work {
-                    answers.push(record_one(conn, now, attempt, failure)?);
+                for (attempt, node, failure) in work {
+                    answers.push(record_one(conn, now, attempt, &node, failure)?);
                 }
                 Ok(answers)
             })
@@ -558,19 +577,25 @@ async fn record_attempts(app: Arc<App>, mut records: tokio::sync::mpsc::Receiver
     }
 }
 
-/// One attempt's rows; `(now, disabled)`.
+/// One attempt's rows; `(now, stop)`: stop when the subscription was
+/// disabled or `node` no longer holds its claim (then nothing but the log
+/// row is written: the cursor and retry state are the claimant's).
 fn record_one(
     conn: &crate::db::sql::Connection,
     now: i64,
     attempt: Attempt,
+    node: &str,
     failure: Option<Failure>,
 ) -> anyhow::Result<(i64, bool)> {
     let (id, seq) = (attempt.webhook_id.clone(), attempt.seq.unwrap_or(0));
     store::log_attempt(conn, &Attempt { at: now, ..attempt })?;
     let Some(failure) = failure else {
-        store::advance(conn, &id, seq)?;
-        return Ok((now, false));
+        let held = store::advance(conn, &id, node, seq)?;
+        return Ok((now, !held));
     };
+    if !store::holds(conn, &id, node)? {
+        return Ok((now, true));
+    }
     let since = failure.failing_since.unwrap_or(now);
     if now - since >= failure.disable_after {
         let reason = format!(
@@ -591,16 +616,24 @@ fn record_one(
         .append_in(conn, now)?;
         return Ok((now, true));
     }
-    store::failed(conn, &id, now, now + failure.delay_secs)?;
-    Ok((now, false))
+    let held = store::failed(conn, &id, node, now, now + failure.delay_secs)?;
+    Ok((now, !held))
 }
 
 /// Disable `hook` with `reason` and a `webhook.disabled` event, in one
-/// transaction.
-async fn disable(app: &App, hook: &Webhook, reason: &'static str) -> anyhow::Result<()> {
-    let (id, url) = (hook.id.clone(), hook.url.clone());
+/// transaction, if `node` still holds its claim.
+async fn disable(
+    app: &App,
+    hook: &Webhook,
+    node: &str,
+    reason: &'static str,
+) -> anyhow::Result<()> {
+    let (id, url, node) = (hook.id.clone(), hook.url.clone(), node.to_string());
     app.writer
         .write("disable webhook", move |conn, now| {
+            if !store::holds(conn, &id, &node)? {
+                return Ok(());
+            }
             store::disable(conn, &id, reason)?;
             Recorded {
                 kind: "webhook.disabled",
@@ -621,6 +654,8 @@ async fn disable(app: &App, hook: &Webhook, reason: &'static str) -> anyhow::Res
 struct Worker {
     app: Arc<App>,
     hook: Webhook,
+    /// This node's name in claims.
+    node: String,
     /// Attempts go to `record_attempts` in order.
     recorder: tokio::sync::mpsc::Sender<Record>,
     types: TypeFilter,
@@ -635,7 +670,7 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(app: Arc<App>, hook: Webhook) -> Worker {
+    fn new(app: Arc<App>, hook: Webhook, node: String) -> Worker {
         let (recorder, records) = tokio::sync::mpsc::channel(RECORD_BATCH * 4);
         tokio::spawn(record_attempts(app.clone(), records));
         Worker {
@@ -645,6 +680,7 @@ impl Worker {
             queue: Default::default(),
             access: HashMap::new(),
             owner_gone: false,
+            node,
             app,
             hook,
         }
@@ -662,7 +698,7 @@ impl Worker {
                         owner = self.hook.owner,
                         "webhook disabled: {reason}"
                     );
-                    if let Err(e) = disable(&self.app, &self.hook, reason).await {
+                    if let Err(e) = disable(&self.app, &self.hook, &self.node, reason).await {
                         tracing::warn!(webhook = self.hook.id, "disabling: {e:#}");
                     }
                 }
@@ -701,14 +737,18 @@ impl Worker {
             }
             // Caught up: remember what was skipped, then wait.
             if let Some(seq) = skipped_to.take() {
-                let id = self.hook.id.clone();
-                let _ = self
+                let (id, node) = (self.hook.id.clone(), self.node.clone());
+                let held = self
                     .app
                     .writer
                     .write("webhook cursor", move |conn, _| {
-                        Ok(store::advance(conn, &id, seq)?)
+                        Ok(store::advance(conn, &id, &node, seq)?)
                     })
                     .await;
+                if let Ok(false) = held {
+                    // The claim went to another node: it delivers from here.
+                    return None;
+                }
                 self.hook.cursor = seq;
             }
             let read_to = self.read_to;
@@ -794,6 +834,7 @@ impl Worker {
                 // before that commit sends it again (same webhook-id).
                 let record = Record {
                     attempt,
+                    node: self.node.clone(),
                     failure: None,
                     reply: None,
                 };
@@ -810,6 +851,7 @@ impl Worker {
             let (reply, answer) = tokio::sync::oneshot::channel();
             let record = Record {
                 attempt,
+                node: self.node.clone(),
                 failure: Some(Failure {
                     delay_secs: delay.as_secs().max(1) as i64,
                     failing_since: self.hook.failing_since,
@@ -833,7 +875,7 @@ impl Worker {
             if disabled {
                 tracing::warn!(
                     webhook = self.hook.id,
-                    "webhook disabled after continuous failure"
+                    "webhook disabled after continuous failure, or its claim went to another node"
                 );
                 return false;
             }

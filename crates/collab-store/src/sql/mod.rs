@@ -30,6 +30,7 @@
 //!   must do it under a `SAVEPOINT` (the writer runs every operation in one).
 
 mod pg;
+pub mod tls;
 mod value;
 
 use std::cell::RefCell;

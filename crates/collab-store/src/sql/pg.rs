@@ -322,8 +322,21 @@ impl Drop for PgConnection {
     }
 }
 
+/// Connect with the URL's TLS parameters (`tls`): rustls unless
+/// `sslmode=disable`. A certificate that fails verification is an error
+/// naming the reason.
 fn connect(url: &str) -> Result<postgres::Client> {
-    Ok(postgres::Client::connect(url, postgres::NoTls)?)
+    let (url, params) = super::tls::split(url).map_err(Error::failure)?;
+    let mut config: postgres::Config = url.parse()?;
+    config.ssl_mode(params.ssl_mode());
+    let connected = match params.connector().map_err(Error::failure)? {
+        None => config.connect(postgres::NoTls),
+        Some(tls) => config.connect(tls),
+    };
+    connected.map_err(|e| match super::tls::explain(&e) {
+        Some(reason) => Error::failure(reason),
+        None => e.into(),
+    })
 }
 
 fn backend_pid(client: &mut postgres::Client) -> Result<i64> {

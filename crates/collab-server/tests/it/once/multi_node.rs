@@ -7,7 +7,9 @@
 //! token, a watcher on one node sees what another node wrote, and a watcher
 //! on each node sees every event of 72 racing write calls over three nodes once,
 //! in `seq` order, with no gap; one merge queue driven by three nodes
-//! builds each group once. Needs
+//! builds each group once; six webhook subscriptions are claimed per
+//! row by all three nodes, delivered in order without gaps, and taken over
+//! when a node holding claims is killed. Needs
 //! `GIT_COLLAB_TEST_POSTGRES` (skips without it, fails without it under
 //! `GIT_COLLAB_REQUIRE_POSTGRES_TESTS=1`).
 
@@ -799,4 +801,222 @@ fn one_merge_queue_over_three_nodes_builds_each_group_once() {
     assert_eq!(merged.len(), patches.len(), "{merged:?}");
     assert_eq!(distinct.len(), patches.len(), "{merged:?}");
     assert!(events("patch.merge_dequeued").is_empty());
+}
+
+/// A webhook receiver on loopback speaking plain HTTP/1.1 (keep-alive
+/// included): it records, per request path, the `seq` of every delivery in
+/// arrival order, and answers 204.
+struct HookReceiver {
+    addr: std::net::SocketAddr,
+    seen: std::sync::Arc<std::sync::Mutex<BTreeMap<String, Vec<i64>>>>,
+}
+
+impl HookReceiver {
+    fn start() -> HookReceiver {
+        use std::io::{Read as _, Write as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: std::sync::Arc<std::sync::Mutex<BTreeMap<String, Vec<i64>>>> = Default::default();
+        let shared = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let seen = shared.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut writer = stream;
+                    loop {
+                        let mut request = String::new();
+                        if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let path = request.split(' ').nth(1).unwrap_or("").to_string();
+                        let mut length = 0usize;
+                        loop {
+                            let mut line = String::new();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            let line = line.trim_end();
+                            if line.is_empty() {
+                                break;
+                            }
+                            if let Some((k, v)) = line.split_once(':') {
+                                if k.eq_ignore_ascii_case("content-length") {
+                                    length = v.trim().parse().unwrap();
+                                }
+                            }
+                        }
+                        let mut body = vec![0u8; length];
+                        if reader.read_exact(&mut body).is_err() {
+                            return;
+                        }
+                        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                        if let Some(seq) = value["data"]["seq"].as_i64() {
+                            seen.lock().unwrap().entry(path).or_default().push(seq);
+                        }
+                        if writer
+                            .write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        HookReceiver { addr, seen }
+    }
+
+    fn seen(&self) -> BTreeMap<String, Vec<i64>> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// Each node's claims, by the pid in the claim's name (`host-pid-random`).
+fn webhook_claims(node: &ServerHarness) -> BTreeMap<String, u32> {
+    use collab_store as db;
+    let conn = db::open_reader(db::Location::parse(&node.db_setting())).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT id, claimed_by FROM webhooks WHERE claimed_by IS NOT NULL")
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .unwrap();
+    rows.map(|r| {
+        let (id, by) = r.unwrap();
+        let pid = by.rsplit('-').nth(1).unwrap().parse().unwrap();
+        (id, pid)
+    })
+    .collect()
+}
+
+/// Webhook deliveries claimed per subscription row: six subscriptions over
+/// three nodes are delivered by more than one node; each subscription gets
+/// every matching event, in `seq` order, with no gap (a repeat is allowed:
+/// at least once); after SIGKILL of a node holding claims, the other nodes
+/// take its subscriptions over once the claims lapse
+/// (`webhooks.claim_secs`), and nothing is skipped.
+#[test]
+fn webhook_subscriptions_are_claimed_per_row_spread_over_nodes_and_taken_over() {
+    let receiver = HookReceiver::start();
+    let env = vec![
+        (
+            "GIT_COLLAB_WEBHOOKS__ALLOWED_HOSTS".into(),
+            "127.0.0.1".into(),
+        ),
+        ("GIT_COLLAB_WEBHOOKS__CLAIM_SECS".into(), "10".into()),
+        ("GIT_COLLAB_WEBHOOKS__RETRY_BASE_SECS".into(), "1".into()),
+    ];
+    let Some(first) = ServerHarness::start_on_postgres(HarnessOptions {
+        env,
+        ..Default::default()
+    }) else {
+        return;
+    };
+    let mut nodes = vec![first];
+    for _ in 1..NODES {
+        let node = nodes[0].start_node();
+        nodes.push(node);
+    }
+    nodes[0].create_repo("r");
+    let mut starts = BTreeMap::new();
+    for i in 0..6 {
+        let url = format!("http://{}/s{i}", receiver.addr);
+        let added = nodes[i % NODES].ssh_exec(&format!(
+            "collab-hook add 'r' '{url}' --event 'issue.opened'"
+        ));
+        assert_eq!(added.code, 0, "{added:?}");
+        let cursor = added.json()["webhook"]["cursor"].as_i64().unwrap();
+        starts.insert(format!("/s{i}"), cursor);
+    }
+    let opened = |nodes: &[&ServerHarness], n: usize, tag: &str| {
+        for i in 0..n {
+            nodes[i % nodes.len()].open_server_issue("r", &format!("{tag} {i}"));
+        }
+    };
+    // Every subscription got exactly the `issue.opened` events after its
+    // start, in order: the first delivery of each seq in increasing order,
+    // and nothing missing.
+    let check = |node: &ServerHarness, what: &str| {
+        let expected: Vec<i64> = node
+            .ssh_exec("collab-events watch r --since 0 --no-follow --type issue.opened")
+            .stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v["seq"].as_i64())
+            .collect();
+        let started = std::time::Instant::now();
+        loop {
+            let seen = receiver.seen();
+            let complete = starts.iter().all(|(path, start)| {
+                let want: BTreeSet<i64> = expected.iter().copied().filter(|s| s > start).collect();
+                let got: BTreeSet<i64> = seen.get(path).into_iter().flatten().copied().collect();
+                want.is_subset(&got)
+            });
+            if complete {
+                for (path, start) in &starts {
+                    let mut firsts = Vec::new();
+                    for seq in &seen[path] {
+                        if !firsts.contains(seq) {
+                            firsts.push(*seq);
+                        }
+                    }
+                    let want: Vec<i64> = expected.iter().copied().filter(|s| s > start).collect();
+                    assert_eq!(
+                        firsts, want,
+                        "{what}: {path} in order, no gap, nothing else"
+                    );
+                }
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "{what}: not every event delivered: {seen:?}, expected {expected:?} after {starts:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    opened(&[&nodes[0], &nodes[1], &nodes[2]], 12, "before");
+    check(&nodes[0], "three nodes");
+    // The claims spread: more than one node delivers (each takes its share
+    // of six at its next passes).
+    let pids: Vec<u32> = nodes.iter().map(|n| n.pid()).collect();
+    let started = std::time::Instant::now();
+    let claims = loop {
+        let claims = webhook_claims(&nodes[0]);
+        let holders: BTreeSet<u32> = claims.values().copied().collect();
+        if claims.len() == 6 && holders.len() == NODES {
+            break claims;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "claims never spread over the nodes: {claims:?} (pids {pids:?})"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(claims.values().all(|pid| pids.contains(pid)), "{claims:?}");
+    // SIGKILL node 3 while it holds claims: the others take them over once
+    // they lapse, and every event still arrives, in order.
+    let victim = pids[2];
+    let its: Vec<String> = claims
+        .iter()
+        .filter(|(_, pid)| **pid == victim)
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert!(!its.is_empty());
+    // SAFETY: plain kill(2) on the server child this test owns.
+    unsafe {
+        libc::kill(victim as i32, libc::SIGKILL);
+    }
+    nodes[2].wait_exit();
+    opened(&[&nodes[0], &nodes[1]], 8, "after");
+    check(&nodes[1], "after the kill");
+    let claims = webhook_claims(&nodes[0]);
+    for id in &its {
+        assert!(
+            claims.get(id).is_some_and(|pid| *pid != victim),
+            "{id} taken over: {claims:?}"
+        );
+    }
 }

@@ -438,7 +438,10 @@ fn patch_dags_from_before_the_upgrade_import_intact_once_and_are_frozen_after() 
     {
         let conn = rusqlite::Connection::open(repos.join("collab.db")).unwrap();
         conn.execute_batch(
-            "DROP TABLE merge_groups;
+            "DROP TABLE webhook_nodes;
+             ALTER TABLE webhooks DROP COLUMN claimed_by;
+             ALTER TABLE webhooks DROP COLUMN claimed_until;
+             DROP TABLE merge_groups;
              DROP TABLE merge_queue_branches;
              DROP TABLE merge_intents;
              ALTER TABLE patch_revisions DROP COLUMN lease_holders;
@@ -889,7 +892,10 @@ fn an_import_killed_part_way_is_finished_exactly_once_by_the_next_start() {
     {
         let conn = rusqlite::Connection::open(h.repos_dir().join("collab.db")).unwrap();
         conn.execute_batch(
-            "DROP TABLE merge_groups;
+            "DROP TABLE webhook_nodes;
+             ALTER TABLE webhooks DROP COLUMN claimed_by;
+             ALTER TABLE webhooks DROP COLUMN claimed_until;
+             DROP TABLE merge_groups;
              DROP TABLE merge_queue_branches;
              DROP TABLE merge_intents;
              ALTER TABLE patch_revisions DROP COLUMN lease_holders;
