@@ -80,10 +80,15 @@ pub fn queue(conn: &Connection, intent: &Intent, now: i64) -> crate::sql::Result
         }),
         now,
     )?;
-    // The queue's order (a merge queue takes patches in this order).
+    // The queue's order (a merge queue takes patches in this order): one
+    // past the repository's last. Not the event's seq: on PostgreSQL that
+    // is a provisional number until COMMIT (event_log), and provisional
+    // numbers run downwards.
     conn.execute(
-        "UPDATE merge_intents SET queued_seq = ?3 WHERE repo = ?1 AND patch_id = ?2",
-        params![intent.repo, intent.patch, seq],
+        "UPDATE merge_intents SET queued_seq =
+             (SELECT COALESCE(MAX(queued_seq), 0) + 1 FROM merge_intents WHERE repo = ?1)
+         WHERE repo = ?1 AND patch_id = ?2",
+        params![intent.repo, intent.patch],
     )?;
     Ok((seq, replaced))
 }

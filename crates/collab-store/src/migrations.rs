@@ -465,8 +465,8 @@ ALTER TABLE patch_revisions ADD COLUMN lease_holders TEXT;
     // Version 13: the merge queue (`merge_queue`): per branch, who drives
     // it now (a claim with a deadline), the last group number and the
     // bisect state (`suspects`); one row per merge group built; and the
-    // order of the queue (`merge_intents.queued_seq`, the seq of the
-    // `patch.merge_queued` event). `repo` follows renames and deletes.
+    // order of the queue (`merge_intents.queued_seq`, one past the
+    // repository's last). `repo` follows renames and deletes.
     Step {
         version: 13,
         sql: "
@@ -621,8 +621,8 @@ ALTER TABLE patch_revisions ADD COLUMN lease_holders TEXT;
     // Version 13: the merge queue (`merge_queue`): per branch, who drives
     // it now (a claim with a deadline), the last group number and the
     // bisect state (`suspects`); one row per merge group built; and the
-    // order of the queue (`merge_intents.queued_seq`, the seq of the
-    // `patch.merge_queued` event). `repo` follows renames and deletes.
+    // order of the queue (`merge_intents.queued_seq`, one past the
+    // repository's last). `repo` follows renames and deletes.
     Step {
         version: 13,
         sql: "

@@ -59,6 +59,8 @@ struct CommitPage {
     only: String,
     /// A file's own diff is this followed by its `path_query`.
     file_link: String,
+    /// The checks CI reported on this commit (`collab-check set`), by name.
+    checks: Vec<super::patches::CheckView>,
 }
 
 /// One file of a rendered diff (also used by the patches pages).
@@ -333,6 +335,12 @@ fn commit_page(st: &AppState, requested: &str, oid: &str, only: Option<&str>) ->
     let nav = super::ctx::nav(st, &ctx, "log")?;
     let id = commit.id().to_string();
     let file_link = format!("/{}/-/commit/{id}?path=", ctx.name());
+    let checks = {
+        let (repo, commit) = (ctx.entry.name.clone(), id.clone());
+        st.app
+            .reads
+            .read_blocking(move |conn| Ok(crate::db::checks::list(conn, &repo, &commit)?))?
+    };
     let page = CommitPage {
         site_title: nav.site_title,
         repo_name: nav.repo_name,
@@ -357,6 +365,7 @@ fn commit_page(st: &AppState, requested: &str, oid: &str, only: Option<&str>) ->
         truncated,
         only: only.unwrap_or("").to_string(),
         file_link,
+        checks: checks.iter().map(super::patches::CheckView::of).collect(),
     };
     Ok(view::render(StatusCode::OK, &page))
 }

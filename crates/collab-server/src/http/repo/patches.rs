@@ -129,15 +129,15 @@ struct OffDiffNote {
 
 /// A check on the page: its state, and a link only to http(s) URLs (the
 /// verb accepts no others; checked again here for rows from elsewhere).
-struct CheckView {
-    name: String,
-    state: String,
-    url: String,
-    description: String,
+pub(super) struct CheckView {
+    pub(super) name: String,
+    pub(super) state: String,
+    pub(super) url: String,
+    pub(super) description: String,
 }
 
 impl CheckView {
-    fn of(c: &crate::db::checks::Check) -> CheckView {
+    pub(super) fn of(c: &crate::db::checks::Check) -> CheckView {
         let url = c
             .url
             .clone()

@@ -551,3 +551,36 @@ fn the_web_patch_page_shows_checks_and_the_verdict() {
     assert!(text.contains("ci/test is pending"), "{text}");
     assert!(text.contains("checks ci/test, lint must pass"), "{text}");
 }
+
+/// The web's commit page lists the checks reported on that commit, and only
+/// those: a commit without checks shows none.
+#[test]
+fn the_web_commit_page_shows_the_commits_checks() {
+    let (h, a, _id, head) = setup_with_patch(HarnessOptions::default());
+    std::fs::write(
+        h.repos_dir().join("r.git/collab-policy.toml"),
+        "public = true\n",
+    )
+    .unwrap();
+    let admin = h.ssh_client_key();
+    let out = check(
+        &h,
+        &admin,
+        &format!("set 'r' {head} ci/test --state failure --url https://ci.example/run/9 --description '<b>broke</b>'"),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let page = collab_testkit::web::get(&h, &format!("/r/-/commit/{head}"));
+    assert_eq!(page.status, 200);
+    let text = page.text();
+    assert!(text.contains("class=\"checks\""), "{text}");
+    assert!(text.contains("href=\"https://ci.example/run/9\""), "{text}");
+    assert!(text.contains("<code>ci/test</code>"), "{text}");
+    assert!(text.contains("state failure"), "{text}");
+    assert!(!text.contains("<b>broke"), "{text}");
+
+    // The base's tip has no checks: its page shows no list.
+    let base = h.rev_parse(&a.clone, "HEAD~1");
+    let page = collab_testkit::web::get(&h, &format!("/r/-/commit/{base}"));
+    assert_eq!(page.status, 200);
+    assert!(!page.text().contains("class=\"checks\""));
+}
