@@ -137,6 +137,23 @@ pub fn count(conn: &Connection, repo: &str, commit: &str) -> crate::sql::Result<
     )
 }
 
+/// The issues linked to a patch one of whose revisions has `commit` as its
+/// head: what a `--lease-token` on a check of that commit is fenced by.
+pub fn linked_issues_of_head(
+    conn: &Connection,
+    repo: &str,
+    commit: &str,
+) -> crate::sql::Result<Vec<String>> {
+    let mut stmt = conn.prepare(
+        "SELECT DISTINCT i.issue_id FROM patch_revisions r
+           JOIN patch_issues i ON i.repo = r.repo AND i.patch_id = r.patch_id
+          WHERE r.repo = ?1 AND r.head = ?2
+          ORDER BY i.issue_id",
+    )?;
+    let rows = stmt.query_map(params![repo, commit], |r| r.get::<_, String>(0))?;
+    rows.collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

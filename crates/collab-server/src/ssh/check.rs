@@ -3,14 +3,18 @@
 //! `check.updated` events (docs/checks.md).
 //!
 //! ```text
-//! collab-check set  '<repo>' '<commit>' '<name>' --state pending|success|failure|error|skipped [--url U] [--description D]
+//! collab-check set  '<repo>' '<commit>' '<name>' --state pending|success|failure|error|skipped [--url U] [--description D] [--lease-token N]
 //! collab-check list '<repo>' '<commit>|<patch id>'
 //! ```
 //!
 //! `set` needs the `checks` level (or write): a CI key may post results
 //! without being able to push. The commit must be in the repository; names,
 //! URLs and descriptions are bounded and validated before anything is
-//! written. `list` needs read; given a patch it lists the checks of its
+//! written. With `--lease-token N` the check is fenced: it is written only
+//! if the caller holds, with token N, the live lease of an issue linked to
+//! a patch one of whose revisions has this commit as its head (read in the
+//! write's transaction), so a CI run that lost its lease (a zombie) cannot
+//! overwrite the result of the run that took over. `list` needs read; given a patch it lists the checks of its
 //! latest revision's head.
 
 use russh::server::Msg;
@@ -43,6 +47,8 @@ pub enum CheckCmd {
         state: String,
         url: Option<String>,
         description: Option<String>,
+        /// `--lease-token`: fence the write by the caller's live tenure.
+        fence: Option<i64>,
     },
     List {
         repo: String,
@@ -74,6 +80,7 @@ impl CheckCmd {
                 state: inv.flag("--state").unwrap_or_default().to_string(),
                 url: inv.flag("--url").map(str::to_string),
                 description: inv.flag("--description").map(str::to_string),
+                fence: inv.int("--lease-token"),
             },
             "list" => CheckCmd::List {
                 repo,
@@ -165,8 +172,9 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: CheckCmd) {
             state,
             url,
             description,
+            fence,
             ..
-        } => set(ctx, &entry, commit, name, state, url, description).await,
+        } => set(ctx, &entry, commit, name, state, url, description, fence).await,
         CheckCmd::List { target, .. } => list(ctx, &entry, target).await,
     };
     reply_and_close(channel, &line, code).await
@@ -189,6 +197,68 @@ async fn has_commit(entry: &RepoEntry, commit: &str) -> bool {
     .unwrap_or(false)
 }
 
+/// What the write of a `set` did.
+enum SetOutcome {
+    Written(store::Set),
+    /// The commit has [`MAX_PER_COMMIT`] checks and this would be a new one.
+    Full,
+    /// `--lease-token` is not the caller's live tenure.
+    Fenced(Value),
+}
+
+/// The fencing of a check by `token`: `Ok` when the caller holds the live
+/// lease, with that token, of an issue linked to a patch whose revision has
+/// `commit` as its head; else the `fenced` reply's JSON.
+fn fence_check(
+    conn: &crate::db::sql::Connection,
+    repo: &str,
+    commit: &str,
+    principal: &str,
+    token: i64,
+    now: i64,
+) -> anyhow::Result<Result<(), Value>> {
+    let issues = store::linked_issues_of_head(conn, repo, commit)?;
+    let mut last = None;
+    for issue in &issues {
+        match crate::db::leases::live_in(conn, repo, issue, now)? {
+            Some(l) if l.token == token && l.holder == principal => return Ok(Ok(())),
+            other => last = Some((issue.clone(), other)),
+        }
+    }
+    let short = |id: &str| id[..id.len().min(8)].to_string();
+    Ok(Err(match last {
+        None => json!({
+            "status": "fenced",
+            "repo": repo,
+            "issue": null,
+            "holder": null,
+            "token": null,
+            "message": format!(
+                "commit {} is the head of no patch linked to an issue, so lease token {token} fences nothing",
+                short(commit)
+            ),
+        }),
+        Some((issue, live)) => json!({
+            "status": "fenced",
+            "repo": repo,
+            "issue": issue,
+            "holder": live.as_ref().map(|l| l.holder.clone()),
+            "token": live.as_ref().map(|l| l.token),
+            "message": match &live {
+                Some(l) => format!(
+                    "lease token {token} is not live: issue {} is held by {} with token {}",
+                    short(&issue), l.holder, l.token
+                ),
+                None => format!(
+                    "lease token {token} is not live: issue {} has no live lease",
+                    short(&issue)
+                ),
+            },
+        }),
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn set(
     ctx: &ExecContext,
     entry: &RepoEntry,
@@ -197,6 +267,7 @@ async fn set(
     state: String,
     url: Option<String>,
     description: Option<String>,
+    fence: Option<i64>,
 ) -> Reply {
     let Some(commit) = full_commit_id(&commit) else {
         return err("invalid commit: a full commit id (40 hex digits)");
@@ -228,18 +299,26 @@ async fn set(
         ctx.app
             .writer
             .write("collab-check set", move |conn, now| {
+                if let Some(token) = fence {
+                    let principal = check.updated_by.clone();
+                    if let Err(reply) =
+                        fence_check(conn, &repo, &check.commit, &principal, token, now)?
+                    {
+                        return Ok(SetOutcome::Fenced(reply));
+                    }
+                }
                 let known = store::list(conn, &repo, &check.commit)?
                     .iter()
                     .any(|c| c.name == check.name);
                 if !known && store::count(conn, &repo, &check.commit)? >= MAX_PER_COMMIT {
-                    return Ok(None);
+                    return Ok(SetOutcome::Full);
                 }
-                Ok(Some(store::set(conn, &repo, &check, now)?))
+                Ok(SetOutcome::Written(store::set(conn, &repo, &check, now)?))
             })
             .await
     };
     match written {
-        Ok(Some(w)) => {
+        Ok(SetOutcome::Written(w)) => {
             tracing::info!(
                 repo,
                 commit = check.commit,
@@ -260,7 +339,8 @@ async fn set(
             });
             (json_line(&reply), 0)
         }
-        Ok(None) => err(format!(
+        Ok(SetOutcome::Fenced(reply)) => (json_line(&reply), collab_proto::exit::FENCED),
+        Ok(SetOutcome::Full) => err(format!(
             "commit {} has {MAX_PER_COMMIT} checks already",
             check.commit
         )),

@@ -584,3 +584,87 @@ fn the_web_commit_page_shows_the_commits_checks() {
     assert_eq!(page.status, 200);
     assert!(!page.text().contains("class=\"checks\""));
 }
+
+/// `--lease-token` fences a check: it is written only while the caller
+/// holds that tenure of an issue linked to a patch with this head; a CI run
+/// whose lease is gone (a zombie) changes nothing and gets exit 4.
+#[test]
+fn a_lease_token_fences_a_check_by_the_linked_issues_lease() {
+    let (h, a, _id, unlinked_head) = setup_with_patch(HarnessOptions::default());
+    let refused = check(
+        &h,
+        &a.key,
+        &format!("set 'r' {unlinked_head} ci/test --state success --lease-token 1"),
+    );
+    assert_eq!(refused.code, 4, "{refused:?}");
+    assert_eq!(refused.json()["status"], "fenced");
+    assert!(
+        refused.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("fences nothing"),
+        "{refused:?}"
+    );
+
+    // A patch linked to an issue alice holds.
+    let issue = h.open_server_issue("r", "Add b.txt");
+    ok(&h, &a, &["switch", "-q", "-c", "linked", "origin/main"]);
+    let head = commit(&h, &a, "b.txt", "b\n", "Add b.txt");
+    ok(
+        &h,
+        &a,
+        &[
+            "push",
+            "-o",
+            &format!("issue={}", &issue[..8]),
+            "origin",
+            "HEAD:refs/for/main",
+        ],
+    );
+    let lease = h.ssh_exec_as(
+        &a.key,
+        &format!("collab-lease acquire 'r' '{issue}' --ttl 600"),
+        b"",
+    );
+    assert_eq!(lease.code, 0, "{lease:?}");
+    let token = lease.json()["token"].as_i64().unwrap();
+
+    let set = check(
+        &h,
+        &a.key,
+        &format!("set 'r' {head} ci/test --state pending --lease-token {token}"),
+    );
+    assert_eq!(set.code, 0, "{set:?}");
+    let stale = check(
+        &h,
+        &a.key,
+        &format!(
+            "set 'r' {head} ci/test --state success --lease-token {}",
+            token + 1
+        ),
+    );
+    assert_eq!(stale.code, 4, "{stale:?}");
+    assert_eq!(stale.json()["holder"], lease.json()["holder"]);
+    assert_eq!(stale.json()["token"], token);
+
+    // The lease is gone: the old run's report is refused.
+    let released = h.ssh_exec_as(&a.key, &format!("collab-lease release 'r' '{issue}'"), b"");
+    assert_eq!(released.code, 0, "{released:?}");
+    let zombie = check(
+        &h,
+        &a.key,
+        &format!("set 'r' {head} ci/test --state success --lease-token {token}"),
+    );
+    assert_eq!(zombie.code, 4, "{zombie:?}");
+    assert!(
+        zombie.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("has no live lease"),
+        "{zombie:?}"
+    );
+    // Nothing refused was written.
+    let listed = check(&h, &a.key, &format!("list 'r' {head}"));
+    assert_eq!(listed.code, 0, "{listed:?}");
+    assert_eq!(listed.json()["checks"][0]["state"], "pending", "{listed:?}");
+}
