@@ -214,16 +214,16 @@ fn restore_drill_during_a_storm_of_pushes_leases_and_issue_writes() {
             String::from_utf8_lossy(&out.stderr)
         );
         backup_reply = Some(stdout_json(&out));
-        // Every pusher is acknowledged once more after the backup began.
+        // Every pusher, and the issue writer, is acknowledged once more
+        // after the backup began (what the checks below assume).
         let started = backup_started.unwrap();
         let deadline = Instant::now() + Duration::from_secs(120);
-        while !acks
-            .lock()
-            .unwrap()
-            .pushes
-            .iter()
-            .all(|p| p.iter().any(|(t, _)| *t > started))
-        {
+        let storm_went_on = || {
+            let a = acks.lock().unwrap();
+            a.pushes.iter().all(|p| p.iter().any(|(t, _)| *t > started))
+                && a.issues.iter().any(|(t, _)| *t > started)
+        };
+        while !storm_went_on() {
             assert!(Instant::now() < deadline, "the storm stopped");
             std::thread::sleep(Duration::from_millis(50));
         }
