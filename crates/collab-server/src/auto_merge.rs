@@ -5,9 +5,9 @@
 //! The intents live in `collab.db` (`db::merge_intents`), so they survive
 //! a restart and every node sees them. The driver looks at every intent
 //! when the event log moves (a check set, a vote, a push: this node's
-//! writes and other nodes' as the event poller publishes them), at most
-//! every [`MIN_GAP`], and at least every [`TICK`] (a lease that expired, a
-//! policy edited by a push). For each intent it decides, from the patch,
+//! writes and other nodes' as the event poller publishes them), at the
+//! pace of [`crate::paced`] (at least every second: a lease that expired,
+//! a policy edited by a push). For each intent it decides, from the patch,
 //! its latest revision's checks and the repository's rule read now:
 //!
 //! - the patch is no longer open, a newer revision was pushed, a required
@@ -27,18 +27,11 @@
 //! them, this driver leaves them alone.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::app::App;
 use crate::db::merge_intents::{self as store, Intent};
 use crate::db::patches::{self, PatchError, PatchStatus};
 use crate::patch_merge::{self, MergeError, RunError};
-
-/// The longest the driver sleeps when nothing wakes it.
-const TICK: Duration = Duration::from_secs(1);
-
-/// The shortest gap between two looks, however busy the event log is.
-const MIN_GAP: Duration = Duration::from_millis(200);
 
 /// How long a node's claim on an intent lasts (a merge takes far less).
 const CLAIM_SECS: i64 = 120;
@@ -54,24 +47,12 @@ enum Decision {
     Drop(String),
 }
 
-/// Run the driver until `stopping` fires.
+/// Run the driver until `stopping` fires, at [`crate::paced`]'s pace.
 pub async fn run(app: Arc<App>, stopping: crate::shutdown::Stop) {
-    let node = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
-    let mut head = app.writer.subscribe_event_head();
-    loop {
-        if let Err(e) = look(&app, &node).await {
-            tracing::warn!("queued merges: {e:#}");
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(MIN_GAP) => {}
-            _ = stopping.clone().wait() => return,
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(TICK.saturating_sub(MIN_GAP)) => {}
-            _ = head.changed() => {}
-            _ = stopping.clone().wait() => return,
-        }
-    }
+    crate::paced::run(app, stopping, "queued merges", |app, node| async move {
+        look(&app, &node).await
+    })
+    .await
 }
 
 /// Decide every intent once.

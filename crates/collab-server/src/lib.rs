@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod mirrors;
 pub mod objects;
 pub mod ops;
+pub mod paced;
 pub mod pack_cache;
 pub mod patch_merge;
 pub mod people;

@@ -14,7 +14,7 @@
 //! moves the base by compare-and-swap, so nothing else can be lost.
 //!
 //! Each look at a branch (when the event log moves, at least every
-//! [`TICK`]):
+//! [`crate::paced::TICK`]):
 //!
 //! 1. Entries that cannot merge any more are dropped with
 //!    `patch.merge_dequeued` and the reason (the patch is not open, a newer
@@ -41,7 +41,6 @@
 //! checks, and the queue goes on with full batches.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use git2::{Oid, Repository};
 
@@ -57,12 +56,6 @@ use crate::patch_merge;
 use crate::repos::RepoEntry;
 use collab_record::refs;
 
-/// The longest the driver sleeps when nothing wakes it.
-const TICK: Duration = Duration::from_secs(1);
-
-/// The shortest gap between two looks, however busy the event log is.
-const MIN_GAP: Duration = Duration::from_millis(200);
-
 /// How long a node's claim on a branch's queue lasts (one look takes far
 /// less; it is released at the end of the look).
 pub const CLAIM_SECS: i64 = 60;
@@ -74,24 +67,12 @@ const BRANCHES_PER_LOOK: i64 = 10_000;
 /// per repository to `merge_intents::MAX_PER_REPO`).
 const ENTRIES_PER_LOOK: i64 = merge_intents::MAX_PER_REPO;
 
-/// Run the driver until `stopping` fires.
+/// Run the driver until `stopping` fires, at [`crate::paced`]'s pace.
 pub async fn run(app: Arc<App>, stopping: crate::shutdown::Stop) {
-    let node = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
-    let mut head = app.writer.subscribe_event_head();
-    loop {
-        if let Err(e) = look(&app, &node).await {
-            tracing::warn!("merge queue: {e:#}");
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(MIN_GAP) => {}
-            _ = stopping.clone().wait() => return,
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(TICK.saturating_sub(MIN_GAP)) => {}
-            _ = head.changed() => {}
-            _ = stopping.clone().wait() => return,
-        }
-    }
+    crate::paced::run(app, stopping, "merge queue", |app, node| async move {
+        look(&app, &node).await
+    })
+    .await
 }
 
 /// Drive every branch with a queue once.
