@@ -384,15 +384,53 @@ pub fn check_fence(
             ),
         });
     }
+    match holds_one_of(
+        conn,
+        w.repo,
+        &detail.issues,
+        &w.actor.principal,
+        token,
+        w.now,
+    )
+    .map_err(PatchError::Sql)?
+    {
+        Ok(()) => Ok(()),
+        Err(f) => Err(MergeError::Fenced {
+            issue: Some(f.issue),
+            holder: f.holder,
+            token: f.token,
+            message: f.message,
+        }),
+    }
+}
+
+/// Why a `--lease-token` fenced a write: the issue looked at last, its live
+/// tenure if any, and the sentence saying so.
+pub struct Fenced {
+    pub issue: String,
+    pub holder: Option<String>,
+    pub token: Option<i64>,
+    pub message: String,
+}
+
+/// Whether `principal` holds, with `token`, the live lease of one of
+/// `issues` (never empty): what a fenced merge and a fenced check both ask.
+pub fn holds_one_of(
+    conn: &Connection,
+    repo: &str,
+    issues: &[String],
+    principal: &str,
+    token: i64,
+    now: i64,
+) -> crate::db::sql::Result<Result<(), Fenced>> {
     let mut last = None;
-    for issue in &detail.issues {
-        let live = leases::current_in(conn, w.repo, issue, w.now).map_err(PatchError::Sql)?;
-        match live {
-            Some(l) if l.token == token && l.holder == w.actor.principal => return Ok(()),
+    for issue in issues {
+        match leases::current_in(conn, repo, issue, now)? {
+            Some(l) if l.token == token && l.holder == principal => return Ok(Ok(())),
             other => last = Some((issue.clone(), other)),
         }
     }
-    let (issue, live) = last.expect("at least one linked issue");
+    let (issue, live) = last.expect("at least one issue");
     let message = match &live {
         Some(l) => format!(
             "lease token {token} is not live: issue {} is held by {} with token {}",
@@ -405,12 +443,12 @@ pub fn check_fence(
             short(&issue)
         ),
     };
-    Err(MergeError::Fenced {
-        issue: Some(issue),
+    Ok(Err(Fenced {
+        issue,
         holder: live.as_ref().map(|l| l.holder.clone()),
         token: live.as_ref().map(|l| l.token),
         message,
-    })
+    }))
 }
 
 // ---------------------------------------------------------------- the whole merge

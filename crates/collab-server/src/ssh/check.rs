@@ -218,16 +218,8 @@ fn fence_check(
     now: i64,
 ) -> anyhow::Result<Result<(), Value>> {
     let issues = store::linked_issues_of_head(conn, repo, commit)?;
-    let mut last = None;
-    for issue in &issues {
-        match crate::db::leases::live_in(conn, repo, issue, now)? {
-            Some(l) if l.token == token && l.holder == principal => return Ok(Ok(())),
-            other => last = Some((issue.clone(), other)),
-        }
-    }
-    let short = |id: &str| id[..id.len().min(8)].to_string();
-    Ok(Err(match last {
-        None => json!({
+    if issues.is_empty() {
+        return Ok(Err(json!({
             "status": "fenced",
             "repo": repo,
             "issue": null,
@@ -235,26 +227,20 @@ fn fence_check(
             "token": null,
             "message": format!(
                 "commit {} is the head of no patch linked to an issue, so lease token {token} fences nothing",
-                short(commit)
+                &commit[..8]
             ),
-        }),
-        Some((issue, live)) => json!({
+        })));
+    }
+    let held = crate::patch_merge::holds_one_of(conn, repo, &issues, principal, token, now)?;
+    Ok(held.map_err(|f| {
+        json!({
             "status": "fenced",
             "repo": repo,
-            "issue": issue,
-            "holder": live.as_ref().map(|l| l.holder.clone()),
-            "token": live.as_ref().map(|l| l.token),
-            "message": match &live {
-                Some(l) => format!(
-                    "lease token {token} is not live: issue {} is held by {} with token {}",
-                    short(&issue), l.holder, l.token
-                ),
-                None => format!(
-                    "lease token {token} is not live: issue {} has no live lease",
-                    short(&issue)
-                ),
-            },
-        }),
+            "issue": f.issue,
+            "holder": f.holder,
+            "token": f.token,
+            "message": f.message,
+        })
     }))
 }
 
