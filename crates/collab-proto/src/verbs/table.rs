@@ -797,15 +797,7 @@ pub static VERBS: &[Verb] = &[
             )),
             value("--url", "<url>", Kind::Word, "where the run is (http or https)"),
             value("--description", "<text>", Kind::Text, "one line about the run"),
-            value(
-                "--lease-token",
-                "N",
-                Kind::Int {
-                    min: 1,
-                    max: i64::MAX,
-                },
-                "fencing: refused (exit 4) unless N is your live tenure on an issue linked to a patch with this head",
-            ),
+            LEASE_TOKEN,
         ],
         ..verb(
             "collab-check",
