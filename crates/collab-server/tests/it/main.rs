@@ -8,6 +8,7 @@
 mod both {
     mod access_hardening;
     mod auth_binding;
+    mod backup_drill;
     mod checks;
     mod cli_reuse;
     mod display_names;
