@@ -19,6 +19,7 @@ mod both {
     mod hostile_input;
     mod info_verb;
     mod issue_export;
+    mod issue_crash;
     mod issue_fleet;
     mod issue_list_paging;
     mod issue_server;
@@ -39,6 +40,7 @@ mod both {
     mod repo_identity;
     mod review_cli;
     mod review_integrity;
+    mod review_merge;
     mod review_verb;
     mod ssh_access;
     mod ssh_certificates;
@@ -59,12 +61,10 @@ mod both {
 mod sqlite {
     mod backup_restore;
     mod file_modes;
-    mod issue_crash;
     mod issue_import;
     mod issue_upgrade;
     mod patch_import;
     mod replay_bounds;
-    mod review_merge;
     mod review_push;
     mod server_state;
     mod web_patches;
