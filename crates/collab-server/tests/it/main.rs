@@ -18,12 +18,13 @@ mod both {
     mod hidden_text;
     mod hostile_input;
     mod info_verb;
-    mod issue_export;
     mod issue_crash;
+    mod issue_export;
     mod issue_fleet;
     mod issue_list_paging;
     mod issue_server;
     mod issue_server_cli;
+    mod issue_upgrade;
     mod lease_cli;
     mod lease_concurrency;
     mod lease_crash;
@@ -36,11 +37,13 @@ mod both {
     mod merge_when_green;
     mod mirrors;
     mod release;
+    mod replay_bounds;
     mod repo_admin;
     mod repo_identity;
     mod review_cli;
     mod review_integrity;
     mod review_merge;
+    mod review_push;
     mod review_verb;
     mod ssh_access;
     mod ssh_certificates;
@@ -62,10 +65,7 @@ mod sqlite {
     mod backup_restore;
     mod file_modes;
     mod issue_import;
-    mod issue_upgrade;
     mod patch_import;
-    mod replay_bounds;
-    mod review_push;
     mod server_state;
     mod web_patches;
 }
