@@ -53,6 +53,7 @@ mod both {
     mod web_code;
     mod web_http;
     mod web_malformed_paths;
+    mod web_patches;
     mod web_rendering;
     mod webhooks;
     mod work_queue;
@@ -67,7 +68,6 @@ mod sqlite {
     mod issue_import;
     mod patch_import;
     mod server_state;
-    mod web_patches;
 }
 
 /// Suites that pick their backend themselves (`multi_node`, `db_migrate`
