@@ -60,8 +60,10 @@ mod both {
     mod work_queue_cli;
 }
 
-/// Suites that open or copy the SQLite file itself (imports, crashes
-/// mid-write, backups, upgrades from old files): SQLite only.
+/// Suites about the SQLite file itself, which PostgreSQL has no counterpart
+/// of: its online copy and corruption in a backup, its file modes, a lost or
+/// damaged file at start, and upgrades from the SQLite schemas of earlier
+/// releases (which knew no other backend). SQLite only.
 mod sqlite {
     mod backup_restore;
     mod file_modes;
