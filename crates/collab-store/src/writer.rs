@@ -783,6 +783,9 @@ fn run_group(
     // Issues with a deferred operation: later operations on them wait too,
     // so each issue's operations keep their arrival order.
     let mut busy: Vec<(String, String)> = Vec::new();
+    // Whether `lease_op` is open (the previous operation's): COMMIT releases
+    // the last one, so no operation pays for its own RELEASE.
+    let mut savepoint = false;
     for op in ops.iter_mut() {
         let key = op
             .issue()
@@ -791,7 +794,8 @@ fn run_group(
             outcomes.push(None);
             continue;
         }
-        run_cached(&tx, "SAVEPOINT lease_op")?;
+        next_savepoint(&tx, savepoint)?;
+        savepoint = true;
         match op.run(&tx, policy, now) {
             Ok(outcome) => outcomes.push(Some(Ok(outcome))),
             Err(e) => {
@@ -814,10 +818,24 @@ fn run_group(
                 }
             }
         }
-        run_cached(&tx, "RELEASE lease_op")?;
     }
     tx.commit()?;
     Ok(outcomes)
+}
+
+/// Open the savepoint of the next operation, releasing the previous one's
+/// (`open`) first. On PostgreSQL both go in one round trip (the simple
+/// query protocol takes several statements); SQLite runs them from its
+/// statement cache.
+fn next_savepoint(conn: &Connection, open: bool) -> crate::sql::Result<()> {
+    match (open, conn.is_postgres()) {
+        (true, true) => conn.execute_batch("RELEASE lease_op; SAVEPOINT lease_op"),
+        (true, false) => {
+            run_cached(conn, "RELEASE lease_op")?;
+            run_cached(conn, "SAVEPOINT lease_op")
+        }
+        (false, _) => run_cached(conn, "SAVEPOINT lease_op"),
+    }
 }
 
 fn failure(message: String) -> crate::sql::Error {
