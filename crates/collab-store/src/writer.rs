@@ -794,7 +794,15 @@ fn run_group(
             outcomes.push(None);
             continue;
         }
-        next_savepoint(&tx, savepoint)?;
+        let locked_with_it = match (behavior, op.issue()) {
+            (TransactionBehavior::Concurrent, Some((repo, id))) => {
+                tx.savepoint_locking(savepoint, repo, id)?
+            }
+            _ => false,
+        };
+        if !locked_with_it {
+            next_savepoint(&tx, savepoint)?;
+        }
         savepoint = true;
         match op.run(&tx, policy, now) {
             Ok(outcome) => outcomes.push(Some(Ok(outcome))),
