@@ -2,12 +2,15 @@
 //! patches queued at once against one branch, one of them broken, and a
 //! simulated CI. Serial is the same queue with `max_batch = 1`: one patch
 //! at a time, each tested on the base its predecessor moved. The queue
-//! batches (`max_batch = 32`) and bisects the failure.
+//! batches (`max_batch = 32`) and finds the breaker either by bisection
+//! (`max_parallel = 1`, one group at a time) or by rounds of exclusion
+//! groups tested at once (`max_parallel = 8`, the default).
 //!
 //! The simulated CI is a real HTTP receiver subscribed to
-//! `merge_group.checks_requested` webhooks: for each group it waits a
-//! fixed delay (its "run") and posts `ci/test` on the group's commit over
-//! `ssh`: `failure` when the group holds the broken patch, else `success`.
+//! `merge_group.checks_requested` webhooks: for each group, concurrently
+//! (a thread per delivery, as a CI with free runners), it waits a fixed
+//! delay (its "run") and posts `ci/test` on the group's commit over `ssh`:
+//! `failure` when the group holds the broken patch, else `success`.
 //! Measured per mode: the CI runs, the time to drain the queue (from the
 //! queue being switched on to every patch merged or dropped), which
 //! patches were evicted, merges whose group was not green (must be 0), and
@@ -160,7 +163,7 @@ fn run_mode(
     repo: &str,
     label: &str,
     n: usize,
-    max_batch: usize,
+    rule: &str,
     broken: Option<usize>,
 ) -> Row {
     h.create_repo(repo);
@@ -205,7 +208,7 @@ fn run_mode(
     let start = Instant::now();
     std::fs::write(
         &policy,
-        format!("merge = {{ required_checks = [\"ci/test\"], queue = true, max_batch = {max_batch} }}\n"),
+        format!("merge = {{ required_checks = [\"ci/test\"], queue = true, {rule} }}\n"),
     )
     .unwrap();
     let deadline = start + Duration::from_secs(1800);
@@ -323,7 +326,18 @@ fn main() {
             "serial",
             "serial (`max_batch = 1`), one broken patch",
             n,
-            1,
+            "max_batch = 1",
+            broken,
+        ),
+        run_mode(
+            &h,
+            &ci,
+            &url,
+            &merged_at,
+            "bisect",
+            &format!("queue, bisection (`max_batch = {n}`, `max_parallel = 1`), one broken patch"),
+            n,
+            &format!("max_batch = {n}, max_parallel = 1"),
             broken,
         ),
         run_mode(
@@ -332,9 +346,11 @@ fn main() {
             &url,
             &merged_at,
             "queue",
-            &format!("queue (`max_batch = {n}`), one broken patch"),
+            &format!(
+                "queue, exclusion rounds (`max_batch = {n}`, `max_parallel = 8`), one broken patch"
+            ),
             n,
-            n,
+            &format!("max_batch = {n}, max_parallel = 8"),
             broken,
         ),
         run_mode(
@@ -345,7 +361,7 @@ fn main() {
             "green",
             &format!("queue (`max_batch = {n}`), none broken"),
             n,
-            n,
+            &format!("max_batch = {n}"),
             None,
         ),
     ];
@@ -383,7 +399,7 @@ fn main() {
          with other work, loopback, SQLite. {n} patches (one new file each, off `main`) queued at \
          once against `main`, whose merge rule requires `ci/test` with `queue = true`. A simulated \
          CI (a real HTTP receiver of `merge_group.checks_requested` webhooks) runs each merge group \
-         for {delay_ms} ms, then posts `ci/test` on the group's commit over `ssh`: `failure` when \
+         for {delay_ms} ms, all groups announced at once concurrently, then posts `ci/test` on the group's commit over `ssh`: `failure` when \
          the group holds the broken patch (patch {broken_at} of {n}), else `success`. Serial is \
          the queue with `max_batch = 1`: one patch at a time, each tested on the base its \
          predecessor moved. Drain time runs from the queue being switched on to every patch \
@@ -395,9 +411,11 @@ fn main() {
          exactly the broken patch evicted; no merge whose required check is not green; merge \
          latency after the last green check p99 < 1 s. Without a broken patch the whole queue is \
          one group and one CI run. With one, bisection runs one group at a time (about \
-         1 + 2·log2(batch) runs): it does not test the halves in parallel, so it does not reach \
-         3 runs' time; speculative groups (testing both halves, or the next batch, at once) are \
-         not built.\n",
+         1 + 2·log2(batch) runs one after another); exclusion rounds (docs/checks.md, \
+         \"Finding the patch that broke a group\") test up to `max_parallel` groups at once: \
+         3 rounds for {n} patches and 8 at once (1 + 8 + 4 runs). Each round costs one CI run \
+         plus the queue's own overhead (the driver's look, building the groups, the webhook, \
+         the landing), which the \"none broken\" row shows for one round.\n",
         date = chrono::Utc::now().format("%Y-%m-%d"),
         cores = std::thread::available_parallelism()
             .map(|n| n.get())

@@ -254,9 +254,15 @@ pub fn search(conn: &Connection, repo: &str, branch: &str) -> crate::sql::Result
              WHERE repo = ?1 AND branch = ?2",
             params![repo, branch],
             |r| {
+                let suspects: i64 = r.get(0)?;
+                // Suspects from before version 15 (no `search`) are bisected.
+                let how = match How::parse(&r.get::<_, String>(1)?) {
+                    How::None if suspects > 0 => How::Bisect,
+                    how => how,
+                };
                 Ok(Search {
-                    suspects: r.get(0)?,
-                    how: How::parse(&r.get::<_, String>(1)?),
+                    suspects,
+                    how,
                     round_from: r.get(2)?,
                 })
             },
@@ -670,7 +676,10 @@ mod tests {
         assert_eq!(recent[1].reason.as_deref(), Some("ci is failure"));
         assert_eq!(recent[0].excluded, Some(vec!["b".repeat(40)]));
         assert_eq!(recent[1].excluded, None);
-        assert_eq!(live(&conn, "r.git", "main").unwrap(), [g2.clone()]);
+        assert_eq!(
+            live(&conn, "r.git", "main").unwrap(),
+            std::slice::from_ref(&g2)
+        );
         assert_eq!(
             last_failed_with(&conn, "r.git", "main", &"b".repeat(40))
                 .unwrap()
@@ -772,7 +781,7 @@ mod tests {
         assert!(chunks(32, 8).iter().all(|c| c.len() == 4));
         assert_eq!(chunks(4, 8), [0..1, 1..2, 2..3, 3..4]);
         assert_eq!(chunks(7, 3), [0..2, 2..4, 4..7]);
-        assert_eq!(chunks(5, 1), [0..5]);
+        assert_eq!(chunks(5, 1), vec![std::ops::Range { start: 0, end: 5 }]);
         assert_eq!(
             after_failure(Search::NONE, 8, 4),
             (Search::of(8, How::Exclude), false)
@@ -830,6 +839,13 @@ mod tests {
             Some(Search::of(4, How::Bisect))
         );
         assert_eq!(search(&conn, r, b).unwrap(), Search::of(4, How::Bisect));
+        // Suspects written before version 15 (no `search`) are bisected.
+        conn.execute(
+            "UPDATE merge_queue_branches SET suspects = 3, search = '' WHERE repo = ?1",
+            params![r],
+        )
+        .unwrap();
+        assert_eq!(search(&conn, r, b).unwrap(), Search::of(3, How::Bisect));
         let next = open_group('c');
         set_search(
             &conn,
