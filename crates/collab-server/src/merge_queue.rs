@@ -138,7 +138,12 @@ async fn drive(app: &Arc<App>, node: &str, repo: &str, branch: &str) -> anyhow::
         return Ok(());
     }
     let stepped = if rule.queue {
-        step(app, &entry, &rule, branch).await
+        // A landing moves the base: build the next groups in the same look
+        // rather than at the next one.
+        match step(app, &entry, &rule, branch).await {
+            Ok(true) => step(app, &entry, &rule, branch).await.map(|_| ()),
+            other => other.map(|_| ()),
+        }
     } else {
         // The rule stopped queueing: the groups under test are void (the
         // intents go on as plain queued merges, `auto_merge`).
@@ -207,13 +212,14 @@ fn decide(intent: &Intent, detail: &PatchDetail, rule: &MergeRule, may_write: bo
     }
 }
 
-/// One step of `branch`'s queue (see the module doc).
+/// One step of `branch`'s queue (see the module doc); whether a group
+/// landed.
 async fn step(
     app: &Arc<App>,
     entry: &RepoEntry,
     rule: &MergeRule,
     branch: &str,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let repo = entry.name.clone();
     let (r, b) = (repo.clone(), branch.to_string());
     type Read = (
@@ -308,7 +314,9 @@ async fn step(
                 finish(app, &g, "failed", &failure(&g, &why)).await?;
             }
             GroupVerdict::Failed(why) => {
-                return fail(app, &g, &why, search, rule.max_parallel).await
+                return fail(app, &g, &why, search, rule.max_parallel)
+                    .await
+                    .map(|()| false)
             }
         }
     }
@@ -318,7 +326,7 @@ async fn step(
         return land(app, entry, rule, g, search).await;
     }
     if waiting {
-        return Ok(());
+        return Ok(false);
     }
     // Nothing under test: a round that ended without a green group
     // decides how the search goes on.
@@ -344,18 +352,20 @@ async fn step(
 
     // 3. New groups.
     if ready.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     let suspects = usize::try_from(search.suspects)
         .unwrap_or(0)
         .min(ready.len());
     if search.how == How::Exclude && rule.max_parallel >= 2 && suspects >= 2 {
         ready.truncate(suspects);
-        return build_round(app, entry, rule, branch, ready, search).await;
+        return build_round(app, entry, rule, branch, ready, search)
+            .await
+            .map(|()| false);
     }
     let size = store::batch_size(rule.max_batch, search.suspects);
     ready.truncate(size);
-    build(app, entry, rule, branch, ready).await
+    build(app, entry, rule, branch, ready).await.map(|()| false)
 }
 
 fn short(id: &str) -> &str {
@@ -853,7 +863,7 @@ async fn land(
     rule: &MergeRule,
     g: &Group,
     search: Search,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let lock = patch_merge::merge_lock(&entry.name);
     let _turn = lock.lock().await;
     let base_ref = refs::branch_ref(&g.branch);
@@ -995,9 +1005,9 @@ async fn land(
                 patches = g.members.len(),
                 "merge group merged"
             );
-            Ok(())
+            Ok(true)
         }
-        Ok(false) => Ok(()),
+        Ok(false) => Ok(false),
         Err(e) => {
             // The transaction did not commit: put the branch back if this
             // landing moved it.
