@@ -171,14 +171,20 @@ fn members(group: &Value) -> Vec<String> {
 
 /// A simulated CI: for each group announced and not yet run, post
 /// `failure` when it holds `bad`, else `success`; until `done` holds.
-fn run_ci(h: &ServerHarness, bad: Option<&str>, mut done: impl FnMut() -> bool) -> Vec<Value> {
+fn run_ci(h: &ServerHarness, bad: Option<&str>, done: impl FnMut() -> bool) -> Vec<Value> {
+    let bad: Vec<String> = bad.into_iter().map(str::to_string).collect();
+    run_ci_with(h, &bad, done)
+}
+
+/// [`run_ci`] with any number of broken patches.
+fn run_ci_with(h: &ServerHarness, bad: &[String], mut done: impl FnMut() -> bool) -> Vec<Value> {
     let mut ran = BTreeSet::new();
     let mut groups = Vec::new();
     wait_until("the simulated CI to drain the queue", || {
         for e in events(h, "merge_group.checks_requested") {
             let n = e["payload"]["group"].as_i64().unwrap();
             if ran.insert(n) {
-                let broken = bad.is_some_and(|b| members(&e["payload"]).iter().any(|p| p == b));
+                let broken = members(&e["payload"]).iter().any(|p| bad.contains(p));
                 let commit = e["payload"]["commit"].as_str().unwrap();
                 check_set(h, commit, if broken { "failure" } else { "success" });
                 groups.push(e["payload"].clone());
@@ -603,5 +609,65 @@ fn the_rebase_method_lands_linear_history() {
     for file in ["a.txt", "b.txt", "c.txt", "c2.txt"] {
         let shown = server_git(&h, &["show", &format!("refs/heads/main:{file}")]);
         assert!(shown.status.success(), "{file}");
+    }
+}
+
+/// Two broken patches in different chunks: every group of the round fails,
+/// so the queue bisects the suspects instead; both breakers are dropped,
+/// the other six land, none in a group that was not green.
+#[test]
+fn a_round_that_fails_entirely_falls_back_to_bisection() {
+    let files: Vec<(String, String)> = (0..8)
+        .map(|i| (format!("f{i}.txt"), format!("{i}\n")))
+        .collect();
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(f, t)| (f.as_str(), t.as_str()))
+        .collect();
+    let (h, a, patches) = setup(QUEUE_RULE, &files);
+    let ids: Vec<String> = patches.iter().map(|(id, _)| id.clone()).collect();
+    let rule = "merge = { required_checks = [\"ci/test\"], queue = true, max_batch = 8, \
+                max_parallel = 4 }\n";
+    queue_all_then_switch_on_with(&h, &a, &ids, rule);
+    let bad = vec![ids[1].clone(), ids[6].clone()];
+    let groups = run_ci_with(&h, &bad, || {
+        events(&h, "patch.merge_dequeued").len() == 2
+            && ids
+                .iter()
+                .filter(|id| !bad.contains(id))
+                .all(|id| status(&h, &a, id) == "merged")
+    });
+    let dropped: BTreeSet<String> = events(&h, "patch.merge_dequeued")
+        .iter()
+        .map(|e| e["object_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        dropped,
+        bad.iter().cloned().collect(),
+        "exactly the breakers"
+    );
+    // The batch, a round of four that all fail, then bisection: a plain
+    // group of the first half.
+    assert_eq!(members(&groups[0]), ids);
+    assert!(
+        groups[1..5].iter().all(|g| excluded(g).is_some()),
+        "{groups:?}"
+    );
+    assert_eq!(excluded(&groups[5]), None, "{groups:?}");
+    assert_eq!(members(&groups[5]), ids[..4], "{groups:?}");
+    let failed: BTreeSet<i64> = events(&h, "merge_group.failed")
+        .iter()
+        .map(|e| e["payload"]["group"].as_i64().unwrap())
+        .collect();
+    for g in &groups[..5] {
+        assert!(failed.contains(&g["group"].as_i64().unwrap()), "{g}");
+    }
+    for e in events(&h, "patch.merged") {
+        let n = e["payload"]["queue"]["group"].as_i64().unwrap();
+        let g = groups.iter().find(|g| g["group"] == n).unwrap();
+        assert!(members(g).iter().all(|p| !bad.contains(p)), "{g}");
+    }
+    for (i, (_, head)) in patches.iter().enumerate() {
+        assert_eq!(in_main(&h, head), i != 1 && i != 6, "patch {i}");
     }
 }
