@@ -138,8 +138,8 @@ async fn drive(app: &Arc<App>, node: &str, repo: &str, branch: &str) -> anyhow::
         return Ok(());
     }
     let stepped = if rule.queue {
-        // A landing moves the base: build the next groups in the same look
-        // rather than at the next one.
+        // A group that landed or failed: build the next groups in the same
+        // look rather than at the next one.
         match step(app, &entry, &rule, branch).await {
             Ok(true) => step(app, &entry, &rule, branch).await.map(|_| ()),
             other => other.map(|_| ()),
@@ -213,7 +213,7 @@ fn decide(intent: &Intent, detail: &PatchDetail, rule: &MergeRule, may_write: bo
 }
 
 /// One step of `branch`'s queue (see the module doc); whether a group
-/// landed.
+/// landed or failed (the next groups can be built at once).
 async fn step(
     app: &Arc<App>,
     entry: &RepoEntry,
@@ -316,7 +316,7 @@ async fn step(
             GroupVerdict::Failed(why) => {
                 return fail(app, &g, &why, search, rule.max_parallel)
                     .await
-                    .map(|()| false)
+                    .map(|()| true)
             }
         }
     }
