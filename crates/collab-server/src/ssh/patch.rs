@@ -1064,6 +1064,8 @@ fn detail_json(
             "lease_holder_is_author": rule.lease_holder_is_author,
             "queue": rule.queue,
             "max_batch": rule.max_batch,
+            "max_parallel": rule.max_parallel,
+            "queue_method": rule.queue_method.as_str(),
             "ready": verdict.is_ok(),
             "reason": verdict.err(),
         },
