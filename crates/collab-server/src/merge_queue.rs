@@ -281,6 +281,10 @@ async fn step(
         branch_tip(entry, branch).await?
     };
     let (mut waiting, mut greens) = (false, Vec::new());
+    // A batch tested beside the speculative round over its own patches
+    // (`speculate`): while it waits, a green of that round must not land
+    // (with nothing broken the batch lands whole).
+    let mut batch_waiting = false;
     for g in live {
         let left = g.members.iter().find(|m| {
             !ready
@@ -306,11 +310,16 @@ async fn step(
             .reads
             .read(move |conn| Ok(crate::db::checks::list(conn, &r, &c)?))
             .await?;
+        let speculated = g.excluded.is_none() && store::speculated_over(search, g.n);
         match store::verdict(rule, &checks) {
-            GroupVerdict::Waiting(_) => waiting = true,
+            GroupVerdict::Waiting(_) => {
+                waiting = true;
+                batch_waiting |= speculated;
+            }
             GroupVerdict::Green => greens.push(g),
-            GroupVerdict::Failed(why) if g.excluded.is_some() => {
-                // One group of a round: the round decides (below).
+            GroupVerdict::Failed(why) if g.excluded.is_some() || speculated => {
+                // One group of a round (or the batch a speculative round
+                // searches already): the round decides (below).
                 finish(app, &g, "failed", &failure(&g, &why)).await?;
             }
             GroupVerdict::Failed(why) => {
@@ -320,9 +329,11 @@ async fn step(
             }
         }
     }
-    // Of a round's green groups, the one leaving out the latest suspects:
-    // the earliest patches of the queue land.
-    if let Some(g) = greens.last() {
+    // A green batch lands whole; of a round's green groups, the one leaving
+    // out the latest suspects: the earliest patches of the queue land. Not
+    // while the batch of a speculative round may still pass.
+    let batch_green = greens.iter().find(|g| g.excluded.is_none());
+    if let Some(g) = batch_green.or(greens.last().filter(|_| !batch_waiting)) {
         return land(app, entry, rule, g, search).await;
     }
     if waiting {
@@ -365,7 +376,19 @@ async fn step(
     }
     let size = store::batch_size(rule.max_batch, search.suspects);
     ready.truncate(size);
-    build(app, entry, rule, branch, ready).await.map(|()| false)
+    let fresh = search.how == How::None;
+    let Some(batch) = build(app, entry, rule, branch, ready.clone()).await? else {
+        return Ok(false);
+    };
+    // `speculate`: the round that would search this batch if it failed is
+    // built beside it, so a failure costs one round less (and `k` runs of
+    // CI that are thrown away when the batch passes).
+    if fresh && rule.speculate && rule.max_parallel >= 2 && batch.members.len() >= 2 {
+        ready.retain(|(i, _)| batch.members.iter().any(|m| m.patch == i.patch));
+        let search = Search::of(i64::try_from(ready.len())?, How::Exclude);
+        build_round(app, entry, rule, branch, ready, search).await?;
+    }
+    Ok(false)
 }
 
 fn short(id: &str) -> &str {
@@ -620,7 +643,7 @@ async fn build(
     rule: &MergeRule,
     branch: &str,
     ready: Vec<(Intent, PatchDetail)>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<Group>> {
     let (path, b, method) = (entry.path.clone(), branch.to_string(), rule.queue_method);
     let built = tokio::task::spawn_blocking(move || {
         let git = Repository::open_bare(&path)?;
@@ -628,7 +651,7 @@ async fn build(
     })
     .await??;
     let Some(built) = built else {
-        return Ok(());
+        return Ok(None);
     };
     let (repo, b, path) = (entry.name.clone(), branch.to_string(), entry.path.clone());
     let opened = app
@@ -654,7 +677,7 @@ async fn build(
             Ok(Some(group))
         })
         .await?;
-    if let Some(g) = opened {
+    if let Some(g) = &opened {
         tracing::info!(
             repo = g.repo,
             branch = g.branch,
@@ -664,7 +687,7 @@ async fn build(
             "merge group built"
         );
     }
-    Ok(())
+    Ok(opened)
 }
 
 /// Build a round of exclusion groups over `suspects` (the head of the

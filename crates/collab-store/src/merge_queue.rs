@@ -559,6 +559,13 @@ pub fn chunks(suspects: usize, max_parallel: u32) -> Vec<std::ops::Range<usize>>
         .collect()
 }
 
+/// Whether the exclusion round of `s` was built beside group `n` as its
+/// speculative round (`speculate`): a round under way that began after
+/// the batch it searches.
+pub fn speculated_over(s: Search, n: i64) -> bool {
+    s.how == How::Exclude && s.round_from > n
+}
+
 /// The search after a plain group of `size` patches failed under `s`,
 /// with `max_parallel` groups allowed at once: `(search after, whether
 /// the group's one patch is the breaker)`. A full batch that failed is

@@ -1217,6 +1217,11 @@ pub struct MergeRule {
     /// How a patch enters a merge group: merged onto it (a merge commit,
     /// or a fast-forward) or its commits rebased onto it.
     pub queue_method: QueueMethod,
+    /// Build the round of exclusion groups that would search a batch
+    /// together with the batch (with `max_parallel` >= 2), so a failed
+    /// batch costs one round less, for `max_parallel` more CI runs per
+    /// batch that are thrown away when it passes.
+    pub speculate: bool,
 }
 
 /// How a patch enters a merge group (`queue_method` of a merge rule).
@@ -1269,6 +1274,7 @@ impl Default for MergeRule {
             max_batch: DEFAULT_MAX_BATCH,
             max_parallel: DEFAULT_MAX_PARALLEL,
             queue_method: QueueMethod::Merge,
+            speculate: false,
         }
     }
 }

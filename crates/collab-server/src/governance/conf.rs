@@ -101,6 +101,7 @@ struct RawMergeRule {
     max_batch: Option<u32>,
     max_parallel: Option<u32>,
     queue_method: Option<crate::db::patches::QueueMethod>,
+    speculate: Option<bool>,
 }
 
 impl RawMergeRule {
@@ -120,6 +121,7 @@ impl RawMergeRule {
             max_batch: self.max_batch.unwrap_or(d.max_batch),
             max_parallel: self.max_parallel.unwrap_or(d.max_parallel),
             queue_method: self.queue_method.unwrap_or(d.queue_method),
+            speculate: self.speculate.unwrap_or(d.speculate),
         }
     }
 }

@@ -1066,6 +1066,7 @@ fn detail_json(
             "max_batch": rule.max_batch,
             "max_parallel": rule.max_parallel,
             "queue_method": rule.queue_method.as_str(),
+            "speculate": rule.speculate,
             "ready": verdict.is_ok(),
             "reason": verdict.err(),
         },

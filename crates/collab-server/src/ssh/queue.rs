@@ -124,6 +124,7 @@ async fn show(ctx: &ExecContext, entry: &RepoEntry, branch: String) -> (String, 
         "max_batch": rule.max_batch,
         "max_parallel": rule.max_parallel,
         "queue_method": rule.queue_method.as_str(),
+            "speculate": rule.speculate,
         "required_checks": rule.required_checks,
         "entries": entries.iter().enumerate().map(|(i, e)| json!({
             "position": i + 1,

@@ -551,6 +551,109 @@ fn one_broken_patch_among_eight_is_found_in_three_rounds_of_parallel_groups() {
     assert_eq!(q["live_groups"], serde_json::json!([]), "{q}");
 }
 
+/// `speculate = true`: the round that would search a batch is built with
+/// it. With one broken patch among eight (`max_parallel = 4`) the batch and
+/// its four exclusion groups are announced at once; the batch fails, the
+/// group without the breaker's pair lands, a round of two finds the breaker:
+/// two rounds of CI instead of three. Then a batch with nothing broken lands
+/// whole, and its speculative groups end stale without landing anything.
+#[test]
+fn a_speculative_round_finds_one_broken_patch_in_two_rounds() {
+    let files: Vec<(String, String)> = (0..8)
+        .map(|i| (format!("f{i}.txt"), format!("{i}\n")))
+        .collect();
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(f, t)| (f.as_str(), t.as_str()))
+        .collect();
+    let (h, a, patches) = setup(QUEUE_RULE, &files);
+    let ids: Vec<String> = patches.iter().map(|(id, _)| id.clone()).collect();
+    let rule = "merge = { required_checks = [\"ci/test\"], queue = true, max_batch = 8, \
+                max_parallel = 4, speculate = true }\n";
+    queue_all_then_switch_on_with(&h, &a, &ids, rule);
+    let bad = ids[2].clone();
+
+    // Round 1: the batch and its four exclusion groups, all at once.
+    wait_until("the batch and its speculative round", || {
+        announced(&h).len() == 5
+    });
+    let first = announced(&h);
+    assert_eq!(members(&first[0]), ids, "{:?}", first[0]);
+    assert_eq!(excluded(&first[0]), None);
+    for (i, g) in first[1..].iter().enumerate() {
+        assert_eq!(excluded(g).unwrap(), ids[2 * i..2 * i + 2], "{g}");
+        assert_eq!(g["base"], first[0]["base"], "{g}");
+    }
+    let q = queue_show(&h, &a);
+    assert_eq!(q["speculate"], true, "{q}");
+    assert_eq!(q["live_groups"].as_array().unwrap().len(), 5, "{q}");
+    // A green exclusion group does not land while the batch may still pass.
+    let without_the_breaker = first[2]["commit"].as_str().unwrap();
+    assert!(!members(&first[2]).contains(&bad));
+    check_set(&h, without_the_breaker, "success");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(
+        events(&h, "merge_group.merged").is_empty(),
+        "landed before the batch's verdict"
+    );
+
+    let groups = run_ci(&h, Some(&bad), || {
+        !events(&h, "patch.merge_dequeued").is_empty()
+            && ids
+                .iter()
+                .filter(|id| **id != bad)
+                .all(|id| status(&h, &a, id) == "merged")
+    });
+    let all = announced(&h);
+    assert_eq!(all.len(), 7, "batch + 4, then 2: {all:?}");
+    // Round 2: the pair the landed group left out, without one each.
+    assert_eq!(
+        all[5..].iter().map(members).collect::<Vec<_>>(),
+        [vec![ids[3].clone()], vec![ids[2].clone()]],
+        "{all:?}"
+    );
+    let dropped = events(&h, "patch.merge_dequeued");
+    assert_eq!(dropped.len(), 1, "{dropped:?}");
+    assert_eq!(dropped[0]["object_id"], bad.as_str());
+    for (i, (_, head)) in patches.iter().enumerate() {
+        assert_eq!(in_main(&h, head), i != 2, "patch {i}");
+    }
+    for e in events(&h, "patch.merged") {
+        let n = e["payload"]["queue"]["group"].as_i64().unwrap();
+        let g = all.iter().find(|g| g["group"] == n).unwrap();
+        assert!(!members(g).contains(&bad), "{g}");
+    }
+    assert!(groups.len() >= 6, "{groups:?}");
+
+    // Nothing broken: the batch lands whole, its round ends stale.
+    ok(&h, &a, &["fetch", "-q", "origin"]);
+    let more: Vec<String> = (0..3)
+        .map(|i| {
+            ok(
+                &h,
+                &a,
+                &["switch", "-q", "-c", &format!("more{i}"), "origin/main"],
+            );
+            commit(&h, &a, &format!("g{i}.txt"), "g\n", &format!("More {i}"));
+            push_for_review(&h, &a)
+        })
+        .collect();
+    let before = announced(&h).len();
+    queue_all_then_switch_on_with(&h, &a, &more, rule);
+    wait_until("the second batch and its round", || {
+        announced(&h).len() == before + 4
+    });
+    let merged_before = events(&h, "merge_group.merged").len();
+    run_ci(&h, None, || {
+        more.iter().all(|id| status(&h, &a, id) == "merged")
+    });
+    let merged = events(&h, "merge_group.merged");
+    assert_eq!(merged.len(), merged_before + 1, "one landing: {merged:?}");
+    let batch = &announced(&h)[before];
+    assert_eq!(excluded(batch), None);
+    assert_eq!(merged.last().unwrap()["payload"]["group"], batch["group"]);
+}
+
 /// `queue_method = "rebase"`: each patch's commits are cherry-picked onto
 /// the group so far, so `main` stays linear; every patch is marked merged
 /// with the rebased commit that carries it, whose message is its own.
