@@ -381,9 +381,7 @@ fn main() {
             &url,
             &merged_at,
             "speculate",
-            &format!(
-                "queue, speculative rounds (`max_parallel = 8`, `speculate = true`), one broken patch"
-            ),
+            "queue, speculative rounds (`max_parallel = 8`, `speculate = true`), one broken patch",
             n,
             &format!("max_batch = {n}, max_parallel = 8, speculate = true"),
             broken,

@@ -27,6 +27,7 @@
 //! JSON shapes: docs/ssh-verbs.md.
 
 use crate::people::{annotate_line, DisplayNames};
+use collab_proto::replies::fenced::Fenced;
 
 use russh::server::Msg;
 use russh::Channel;
@@ -949,14 +950,10 @@ fn merge_error(repo: &str, e: MergeError) -> Reply {
             token,
             message,
         } => (
-            json_line(&json!({
-                "status": "fenced",
-                "repo": repo,
-                "issue": issue,
-                "holder": holder,
-                "token": token,
-                "message": message,
-            })),
+            json_line(
+                &serde_json::to_value(Fenced::new(repo, issue, holder, token, Some(message)))
+                    .expect("a reply serializes"),
+            ),
             EXIT_FENCED,
         ),
     }
