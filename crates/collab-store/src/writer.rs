@@ -67,6 +67,16 @@ const MAX_DEFERRALS: u32 = 2000;
 /// deadlock it broke, a lock timeout outside an operation) runs again.
 const GROUP_RETRIES: u32 = 3;
 
+/// How long the writer waits for an unreachable database (a PostgreSQL
+/// restart, a failover) before it fails a group's operations with
+/// [`crate::sql::Error::Unavailable`]; once an outage has lasted that long,
+/// each later group tries once and fails at once until the database is
+/// back. Between attempts it backs off from [`FIRST_BACKOFF`] to
+/// [`MAX_BACKOFF`].
+pub const DB_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const FIRST_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
+const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Groups whose provisional-to-final event numbers are kept for
 /// [`Writer::final_seq`] (a caller asks right after its answer).
 const KEPT_SEQ_MAPS: usize = 64;
@@ -644,6 +654,68 @@ impl Signals {
     }
 }
 
+/// The writer's view of an outage of the database: since when it has been
+/// unreachable, and the next pause between attempts.
+#[derive(Default)]
+struct Outage {
+    since: Option<std::time::Instant>,
+    backoff: std::time::Duration,
+}
+
+impl Outage {
+    /// Wait before trying again, unless the outage has lasted [`DB_WAIT`]
+    /// already (`false`: give up on this group).
+    fn wait(&mut self, e: &crate::sql::Error) -> bool {
+        let now = std::time::Instant::now();
+        let since = *self.since.get_or_insert_with(|| {
+            tracing::warn!("the collab database is unavailable ({e}); reconnecting");
+            now
+        });
+        let left = DB_WAIT.saturating_sub(now.duration_since(since));
+        if left.is_zero() {
+            return false;
+        }
+        self.backoff = (self.backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF);
+        std::thread::sleep(self.backoff.min(left));
+        true
+    }
+
+    fn over(&mut self) {
+        if let Some(since) = self.since.take() {
+            tracing::info!(
+                "the collab database is back after {:.1}s",
+                since.elapsed().as_secs_f64()
+            );
+        }
+        self.backoff = std::time::Duration::ZERO;
+    }
+}
+
+/// Where a group's transaction failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// At BEGIN: no operation ran.
+    Begin,
+    /// While the operations ran: the transaction rolled back.
+    Ops,
+    /// At COMMIT.
+    Commit,
+}
+
+/// Each operation's error for a group whose transaction failed at `stage`
+/// with `e`: nothing was written, except that a COMMIT sent without an
+/// answer may have committed ([`crate::sql::Error::CommitUnknown`]).
+fn group_failed(op: &Op, e: &crate::sql::Error) -> anyhow::Error {
+    use crate::sql::Error;
+    match e {
+        Error::CommitUnknown(m) => anyhow::Error::new(Error::CommitUnknown(m.clone())),
+        Error::Unavailable(m) => anyhow::Error::new(Error::Unavailable(m.clone())),
+        e if e.is_unavailable() => anyhow::Error::new(Error::Unavailable(e.to_string())),
+        e => return anyhow!("{op}: collab database transaction failed: {e}"),
+    }
+    .context(op.to_string())
+}
+
 /// The writer thread: one group per transaction until the queue closes.
 fn run_writer(
     mut conn: Connection,
@@ -660,6 +732,7 @@ fn run_writer(
     let mut carried: Vec<Job> = Vec::new();
     // Lease decisions never see time run backwards, even if the wall clock does.
     let mut last_now = i64::MIN;
+    let mut outage = Outage::default();
     loop {
         group.append(&mut carried);
         if group.is_empty() {
@@ -686,9 +759,12 @@ fn run_writer(
                 last_now
             });
             match result {
-                Ok(outcomes) => break outcomes,
+                Ok(outcomes) => {
+                    outage.over();
+                    break outcomes;
+                }
                 // A lease group holds no run-once closure: it can run again.
-                Err(e)
+                Err((_, e))
                     if behavior == TransactionBehavior::Concurrent
                         && e.is_busy()
                         && attempt < GROUP_RETRIES =>
@@ -696,14 +772,20 @@ fn run_writer(
                     attempt += 1;
                     tracing::debug!("lease group aborted ({e}); running it again");
                 }
-                Err(e) => {
+                // The database is unreachable or the connection was lost
+                // before COMMIT: nothing was written. A group runs again on
+                // a new connection if none of its closures ran (lost at
+                // BEGIN) or it holds none (lease operations are data).
+                Err((stage, e))
+                    if e.is_unavailable()
+                        && (stage == Stage::Begin
+                            || (stage == Stage::Ops
+                                && behavior == TransactionBehavior::Concurrent))
+                        && outage.wait(&e) => {}
+                Err((_, e)) => {
                     break ops
                         .iter()
-                        .map(|op| {
-                            Some(Err(anyhow!(
-                                "{op}: collab database transaction failed: {e}"
-                            )))
-                        })
+                        .map(|op| Some(Err(group_failed(op, &e))))
                         .collect()
                 }
             }
@@ -766,7 +848,9 @@ fn group_behavior(ops: &[Op]) -> TransactionBehavior {
 
 /// Run `ops` in one write transaction, each under its own SAVEPOINT.
 /// `Err` means the transaction as a whole failed (BEGIN, COMMIT, or an error
-/// that made SQLite abandon it): nothing of the group was kept. `None` for
+/// that made SQLite abandon it, or a lost connection), with where:
+/// nothing of the group was kept (but see
+/// [`crate::sql::Error::CommitUnknown`]). `None` for
 /// an operation: it was rolled back because its issue was busy (another
 /// node is deciding it) and runs again in the next group.
 fn run_group(
@@ -775,8 +859,11 @@ fn run_group(
     policy: &Policy,
     behavior: TransactionBehavior,
     now: impl FnOnce() -> i64,
-) -> crate::sql::Result<Vec<Option<anyhow::Result<Outcome>>>> {
-    let tx = conn.transaction_with_behavior(behavior)?;
+) -> Result<Vec<Option<anyhow::Result<Outcome>>>, (Stage, crate::sql::Error)> {
+    let tx = conn
+        .transaction_with_behavior(behavior)
+        .map_err(|e| (Stage::Begin, e))?;
+    let in_ops = |e| (Stage::Ops, e);
     // Read the clock once the write lock is ours: that is when the group happens.
     let now = now();
     let mut outcomes = Vec::with_capacity(ops.len());
@@ -791,18 +878,18 @@ fn run_group(
             outcomes.push(None);
             continue;
         }
-        run_cached(&tx, "SAVEPOINT lease_op")?;
+        run_cached(&tx, "SAVEPOINT lease_op").map_err(in_ops)?;
         match op.run(&tx, policy, now) {
             Ok(outcome) => outcomes.push(Some(Ok(outcome))),
             Err(e) => {
                 // Some errors (disk full, I/O) make SQLite abandon the whole
                 // transaction, and with it what the earlier operations did.
                 if tx.is_autocommit() {
-                    return Err(e
-                        .downcast::<crate::sql::Error>()
-                        .unwrap_or_else(|e| failure(format!("transaction abandoned: {e:#}"))));
+                    return Err(in_ops(e.downcast::<crate::sql::Error>().unwrap_or_else(
+                        |e| failure(format!("transaction abandoned: {e:#}")),
+                    )));
                 }
-                run_cached(&tx, "ROLLBACK TO lease_op")?;
+                run_cached(&tx, "ROLLBACK TO lease_op").map_err(in_ops)?;
                 let is_busy = e
                     .downcast_ref::<crate::sql::Error>()
                     .is_some_and(crate::sql::Error::is_busy);
@@ -814,9 +901,9 @@ fn run_group(
                 }
             }
         }
-        run_cached(&tx, "RELEASE lease_op")?;
+        run_cached(&tx, "RELEASE lease_op").map_err(in_ops)?;
     }
-    tx.commit()?;
+    tx.commit().map_err(|e| (Stage::Commit, e))?;
     Ok(outcomes)
 }
 
