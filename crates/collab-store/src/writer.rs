@@ -753,6 +753,7 @@ fn run_writer(
         let mut ops: Vec<Op> = group.iter_mut().map(|job| job.op.take()).collect();
         let behavior = group_behavior(&ops);
         let mut attempt = 0;
+        let mut committed = false;
         let outcomes = loop {
             let result = run_group(&mut conn, &mut ops, &policy, behavior, || {
                 last_now = last_now.max(clock());
@@ -761,6 +762,7 @@ fn run_writer(
             match result {
                 Ok(outcomes) => {
                     outage.over();
+                    committed = true;
                     break outcomes;
                 }
                 // A lease group holds no run-once closure: it can run again.
@@ -790,11 +792,15 @@ fn run_writer(
                 }
             }
         };
-        // After COMMIT: whatever the group appended is visible to readers now.
-        final_seqs.record(conn.final_seqs());
-        match crate::event_log::head(&conn) {
-            Ok(seq) => publish_head(&signals.event_head, seq),
-            Err(e) => tracing::warn!("reading the event log head: {e}"),
+        // After COMMIT: whatever the group appended is visible to readers
+        // now. (After a failed group there is nothing new to publish, and a
+        // database that is down would only be asked again.)
+        if committed {
+            final_seqs.record(conn.final_seqs());
+            match crate::event_log::head(&conn) {
+                Ok(seq) => publish_head(&signals.event_head, seq),
+                Err(e) => tracing::warn!("reading the event log head: {e}"),
+            }
         }
         let mut done_ops = Vec::with_capacity(ops.len());
         let mut done_jobs = Vec::with_capacity(ops.len());
@@ -1542,5 +1548,41 @@ mod tests {
         assert_eq!(service.stats().groups, 1, "all three rode one transaction");
         // The typed front door returns the closure's value after COMMIT.
         assert_eq!(service.write("append", append_test_event).await.unwrap(), 2);
+    }
+
+    /// The writer's backend terminated while idle (as a PostgreSQL restart
+    /// or an administrator's `pg_terminate_backend` does): the next lease
+    /// operation and the next generic write succeed on a new connection
+    /// (the BEGIN is sent again there), nothing fails.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_terminated_connection_is_replaced_without_failing_a_write() {
+        use crate::sql::test_database::{off_runtime, query_i64, TestDatabase};
+        if !crate::sql::test_database::wanted() {
+            return;
+        }
+        let db = off_runtime(TestDatabase::create);
+        let url = db.url.clone();
+        let service = off_runtime(|| Writer::open(url.as_str()).unwrap());
+        let terminate = || {
+            let cut = off_runtime(|| {
+                query_i64(
+                    &url,
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                )
+                .unwrap()
+            });
+            assert!(cut >= 1, "the writer's backend was terminated");
+            // The backend is gone once PostgreSQL has processed the signal.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        };
+        let first = service.acquire(REPO, "i1", "alice", Some(600)).await;
+        assert!(tenure(&first.unwrap()).is_some());
+        terminate();
+        let second = service.acquire(REPO, "i2", "alice", Some(600)).await;
+        assert_eq!(tenure(&second.unwrap()).map(|t| t.0), Some(1));
+        terminate();
+        let appended = service.write("append", append_test_event).await;
+        assert!(appended.is_ok(), "{appended:?}");
     }
 }

@@ -65,6 +65,9 @@ pub struct PgConnection {
     /// Provisional event numbers handed out on this connection so far (the
     /// low half; never reset, so a number is unique per connection).
     provisional: Cell<u32>,
+    /// The low half of the open transaction's first provisional number
+    /// (the next one when it began).
+    tx_first: Cell<u32>,
     /// The open transaction appended events with provisional numbers.
     numbered_late: Cell<bool>,
     /// Provisional to final event numbers of the last committed transaction.
@@ -85,6 +88,7 @@ impl PgConnection {
             behavior: Cell::new(None),
             backend_pid: Cell::new(pid),
             provisional: Cell::new(0),
+            tx_first: Cell::new(1),
             numbered_late: Cell::new(false),
             final_seqs: RefCell::new(HashMap::new()),
         })
@@ -214,6 +218,8 @@ impl PgConnection {
             self.in_tx.set(true);
             self.behavior.set(None);
             self.numbered_late.set(false);
+            self.tx_first
+                .set(self.provisional.get().wrapping_add(1).max(1));
             self.notify_at_commit.borrow_mut().clear();
             match client.batch_execute(sql) {
                 Ok(()) => return Ok(()),
@@ -287,10 +293,21 @@ impl PgConnection {
     /// holder waits for nothing but its own COMMIT.
     fn commit_numbering(&self, client: &mut postgres::Client, channels: &[&str]) -> Result<()> {
         let high = self.backend_pid.get() << 32;
-        // Every provisional number of this backend: only this transaction's
-        // rows can carry one (earlier transactions renumbered theirs in
-        // their COMMIT's round trip, or rolled them back).
-        let (lo, hi) = (-(high | 0xffff_ffff), -high);
+        // The provisional numbers this transaction handed out: only its
+        // rows carry them (earlier transactions of this backend used lower
+        // low halves and renumbered theirs in their COMMIT's round trip, or
+        // rolled them back). Not the backend's whole range: the index
+        // entries of earlier transactions' renumbered rows stay until
+        // vacuum, and while another transaction's snapshot holds them back
+        // (docs/postgres.md, "A long transaction held open") scanning them
+        // made every COMMIT slower than the last. After the low half
+        // wrapped within the transaction, the whole range.
+        let (first, last) = (self.tx_first.get(), self.provisional.get());
+        let (lo, hi) = if first <= last {
+            (-(high | i64::from(last)), -(high | i64::from(first)))
+        } else {
+            (-(high | 0xffff_ffff), -high)
+        };
         let notifies: String = channels.iter().map(|c| format!("NOTIFY {c}; ")).collect();
         let sql = format!(
             "SET LOCAL lock_timeout = 0;
