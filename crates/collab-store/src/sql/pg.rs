@@ -299,7 +299,7 @@ impl PgConnection {
         // rolled them back). Not the backend's whole range: the index
         // entries of earlier transactions' renumbered rows stay until
         // vacuum, and while another transaction's snapshot holds them back
-        // (docs/postgres.md, "A long transaction held open") scanning them
+        // (docs/postgres.md, "Faults of the database") scanning them
         // made every COMMIT slower than the last. After the low half
         // wrapped within the transaction, the whole range.
         let (first, last) = (self.tx_first.get(), self.provisional.get());
