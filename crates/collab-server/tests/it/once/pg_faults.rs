@@ -430,14 +430,15 @@ fn under_load(h: &ServerHarness, scene: &Scene, fault: impl FnOnce()) -> Vec<Don
 
 /// Every acknowledged write is there, read back over ssh; every failure
 /// was one clear line; the event log after `since` has no gap and the
-/// watcher saw exactly it. Returns (acknowledged, failed).
+/// watcher saw exactly it. Returns (acknowledged, failed as unavailable,
+/// failed as perhaps committed).
 fn check(
     h: &ServerHarness,
     scene: &Scene,
     done: &[Done],
     since: i64,
     watcher: (Child, mpsc::Receiver<i64>),
-) -> (usize, usize) {
+) -> (usize, usize, usize) {
     let events = events_after(h, since);
     let seqs: Vec<i64> = events.iter().filter_map(|v| v["seq"].as_i64()).collect();
     let last = *seqs.last().expect("events were written");
@@ -465,11 +466,15 @@ fn check(
             .entry(c["body"].as_str().unwrap().to_string())
             .or_default() += 1;
     }
-    let (mut acked, mut failed) = (0, 0);
+    let (mut acked, mut unavailable, mut unknown) = (0, 0, 0);
     for d in done {
         if d.out.code != 0 {
             assert_clear(&d.out);
-            failed += 1;
+            if d.out.stderr.trim_end() == UNAVAILABLE {
+                unavailable += 1;
+            } else {
+                unknown += 1;
+            }
             continue;
         }
         acked += 1;
@@ -511,7 +516,7 @@ fn check(
     );
     let _ = child.kill();
     let _ = child.wait();
-    (acked, failed)
+    (acked, unavailable, unknown)
 }
 
 /// A waiter for `issue` (held by `holder`) attached now; returns its
@@ -568,9 +573,9 @@ fn restarts_fast_and_immediate_under_load_lose_no_acknowledged_write() {
     });
     assert_eq!(waited.code, 0, "the waiter lost its wait: {waited:?}");
     assert_eq!(waited.json()["status"], "acquired", "{waited:?}");
-    let (acked, failed) = check(&h, &scene, &done, since, watch);
+    let (acked, unavailable, unknown) = check(&h, &scene, &done, since, watch);
     assert!(acked >= 30, "too little load to mean anything: {acked}");
-    eprintln!("restarts: {acked} writes acknowledged, {failed} failed clearly; served again after {recovered:?}");
+    eprintln!("restarts: {acked} writes acknowledged, {unavailable} unavailable, {unknown} perhaps committed; served again after {recovered:?}");
 }
 
 /// The server's backends terminated (`pg_terminate_backend`) every 150 ms
@@ -609,11 +614,11 @@ fn connections_cut_mid_transaction_lose_no_acknowledged_write() {
         }
     });
     let after = serves_again(&h, &scene.shared, "after the cuts");
-    let (acked, failed) = check(&h, &scene, &done, since, watch);
+    let (acked, unavailable, unknown) = check(&h, &scene, &done, since, watch);
     assert!(cut >= 20, "too few connections cut to mean anything: {cut}");
     assert!(acked >= 30, "too little load to mean anything: {acked}");
     eprintln!(
-        "cuts: {cut} backends terminated; {acked} writes acknowledged, {failed} failed clearly; served after {after:?}"
+        "cuts: {cut} backends terminated; {acked} writes acknowledged, {unavailable} unavailable, {unknown} perhaps committed; served after {after:?}"
     );
 }
 
@@ -650,10 +655,10 @@ fn failover_to_the_second_address_serves_again_with_every_acknowledged_write() {
         &format!("postgres://collab@{}/faults", standby.host()),
         "SELECT count(*) FROM issue_comments",
     );
-    let (acked, failed) = check(&h, &scene, &done, since, watch);
+    let (acked, unavailable, unknown) = check(&h, &scene, &done, since, watch);
     assert!(acked >= 20, "too little load to mean anything: {acked}");
     eprintln!(
-        "failover: {acked} writes acknowledged, {failed} failed clearly; served again after {recovered:?}; \
+        "failover: {acked} writes acknowledged, {unavailable} unavailable, {unknown} perhaps committed; served again after {recovered:?}; \
          {comments:?} comments on the standby"
     );
 }
