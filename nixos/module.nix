@@ -283,6 +283,19 @@ in {
         default = 7;
         description = "How many of the newest backups to keep; older ones are removed after a successful run.";
       };
+      postgresqlPackage = mkOption {
+        type = types.package;
+        default =
+          if db.createLocally
+          then config.services.postgresql.package
+          else pkgs.postgresql;
+        defaultText = lib.literalExpression ''if database.createLocally then config.services.postgresql.package else pkgs.postgresql'';
+        description = ''
+          With `database.type = "postgres"`: the PostgreSQL whose `pg_dump`
+          the backup runs (on one snapshot, before the repositories). Its
+          major version must be the database server's or newer.
+        '';
+      };
     };
 
     extraArgs = mkOption {
@@ -459,10 +472,6 @@ in {
       }
     ];
 
-    warnings =
-      lib.optional (cfg.backup.enable && usePostgres)
-      "services.git-collab.backup copies the repositories and the server's files, not the PostgreSQL database: dump that with pg_dump as well (docs/operations.md, \"PostgreSQL\").";
-
     services.postgresql = lib.mkIf db.createLocally {
       enable = true;
       ensureDatabases = [db.name];
@@ -517,7 +526,8 @@ in {
       after = ["git-collab.service"] ++ dbAfter;
       environment = dbEnvironment "/run/git-collab-backup";
       inherit (cfg.backup) startAt;
-      path = [pkgs.git pkgs.coreutils];
+      # pg_dump dumps a PostgreSQL collab database into the backup.
+      path = [pkgs.git pkgs.coreutils] ++ lib.optional usePostgres cfg.backup.postgresqlPackage;
       script = ''
         exec ${serverExe} --config ${configPath} backup \
           --to ${lib.escapeShellArg cfg.backup.directory}/"$(date -u +%Y%m%dT%H%M%SZ)" \

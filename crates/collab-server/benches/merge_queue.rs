@@ -2,12 +2,15 @@
 //! patches queued at once against one branch, one of them broken, and a
 //! simulated CI. Serial is the same queue with `max_batch = 1`: one patch
 //! at a time, each tested on the base its predecessor moved. The queue
-//! batches (`max_batch = 32`) and bisects the failure.
+//! batches (`max_batch = 32`) and finds the breaker either by bisection
+//! (`max_parallel = 1`, one group at a time) or by rounds of exclusion
+//! groups tested at once (`max_parallel = 8`, the default).
 //!
 //! The simulated CI is a real HTTP receiver subscribed to
-//! `merge_group.checks_requested` webhooks: for each group it waits a
-//! fixed delay (its "run") and posts `ci/test` on the group's commit over
-//! `ssh`: `failure` when the group holds the broken patch, else `success`.
+//! `merge_group.checks_requested` webhooks: for each group, concurrently
+//! (a thread per delivery, as a CI with free runners), it waits a fixed
+//! delay (its "run") and posts `ci/test` on the group's commit over `ssh`:
+//! `failure` when the group holds the broken patch, else `success`.
 //! Measured per mode: the CI runs, the time to drain the queue (from the
 //! queue being switched on to every patch merged or dropped), which
 //! patches were evicted, merges whose group was not green (must be 0), and
@@ -48,10 +51,12 @@ struct Ci {
     green: HashMap<String, Instant>,
     /// Groups it ran, per repository.
     runs: HashMap<String, usize>,
+    /// How long one run takes now.
+    delay: Duration,
 }
 
 /// The simulated CI (see the module doc); its webhook URL.
-fn simulated_ci(h: &ServerHarness, delay: Duration, ci: Arc<Mutex<Ci>>) -> String {
+fn simulated_ci(h: &ServerHarness, ci: Arc<Mutex<Ci>>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/ci", listener.local_addr().unwrap());
     let ssh_args = h.ssh_options(&h.ssh_client_key());
@@ -76,7 +81,13 @@ fn simulated_ci(h: &ServerHarness, delay: Duration, ci: Arc<Mutex<Ci>>) -> Strin
                 }
                 let mut body = vec![0u8; len];
                 let _ = reader.read_exact(&mut body);
-                let _ = stream.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n");
+                // Answered and closed before the run: the server may send
+                // the next group's webhook meanwhile, on a new connection
+                // (one kept alive would wait for this thread's run).
+                let _ = stream.write_all(
+                    b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                let _ = stream.shutdown(std::net::Shutdown::Both);
                 let Ok(event) = serde_json::from_slice::<serde_json::Value>(&body) else {
                     return;
                 };
@@ -86,13 +97,14 @@ fn simulated_ci(h: &ServerHarness, delay: Duration, ci: Arc<Mutex<Ci>>) -> Strin
                 else {
                     return;
                 };
-                let broken = {
+                let (broken, delay) = {
                     let mut ci = ci.lock().unwrap();
                     *ci.runs.entry(repo.to_string()).or_default() += 1;
-                    payload["patches"].as_array().is_some_and(|ps| {
+                    let broken = payload["patches"].as_array().is_some_and(|ps| {
                         ps.iter()
                             .any(|p| p["patch"].as_str().is_some_and(|id| ci.bad.contains(id)))
-                    })
+                    });
+                    (broken, ci.delay)
                 };
                 std::thread::sleep(delay);
                 let state = if broken { "failure" } else { "success" };
@@ -140,7 +152,11 @@ fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
 
 /// One measured mode.
 struct Row {
+    /// The mode, also the repository's name.
+    mode: String,
     label: String,
+    /// One CI run.
+    delay: Duration,
     runs: usize,
     drain: Duration,
     evicted: usize,
@@ -160,9 +176,11 @@ fn run_mode(
     repo: &str,
     label: &str,
     n: usize,
-    max_batch: usize,
+    rule: &str,
     broken: Option<usize>,
+    delay: Duration,
 ) -> Row {
+    ci.lock().unwrap().delay = delay;
     h.create_repo(repo);
     let seed = h.clone_repo(repo, &format!("{repo}-seed"));
     h.commit_file(&seed, "README", b"hello\n", "Initial commit");
@@ -205,7 +223,7 @@ fn run_mode(
     let start = Instant::now();
     std::fs::write(
         &policy,
-        format!("merge = {{ required_checks = [\"ci/test\"], queue = true, max_batch = {max_batch} }}\n"),
+        format!("merge = {{ required_checks = [\"ci/test\"], queue = true, {rule} }}\n"),
     )
     .unwrap();
     let deadline = start + Duration::from_secs(1800);
@@ -256,7 +274,9 @@ fn run_mode(
         })
         .collect();
     Row {
+        mode: repo.to_string(),
         label: label.to_string(),
+        delay,
         runs: ci.runs.get(&format!("{repo}.git")).copied().unwrap_or(0),
         drain,
         evicted: dropped.len(),
@@ -273,6 +293,8 @@ fn run_mode(
 fn main() {
     let n = env_usize("BENCH_PATCHES", 32);
     let delay = Duration::from_millis(env_usize("BENCH_CI_DELAY_MS", 500) as u64);
+    // A longer CI run, closer to a real one, for the queue's modes (0: none).
+    let long = Duration::from_millis(env_usize("BENCH_CI_LONG_MS", 5000) as u64);
     let h = ServerHarness::start_with(HarnessOptions {
         env: vec![(
             "GIT_COLLAB_WEBHOOKS__ALLOWED_HOSTS".into(),
@@ -281,7 +303,7 @@ fn main() {
         ..Default::default()
     });
     let ci: Arc<Mutex<Ci>> = Arc::default();
-    let url = simulated_ci(&h, delay, ci.clone());
+    let url = simulated_ci(&h, ci.clone());
 
     // The watcher of landed groups, connected before anything is queued.
     let key = h.ssh_client_key();
@@ -323,8 +345,21 @@ fn main() {
             "serial",
             "serial (`max_batch = 1`), one broken patch",
             n,
-            1,
+            "max_batch = 1",
             broken,
+            delay,
+        ),
+        run_mode(
+            &h,
+            &ci,
+            &url,
+            &merged_at,
+            "bisect",
+            &format!("queue, bisection (`max_batch = {n}`, `max_parallel = 1`), one broken patch"),
+            n,
+            &format!("max_batch = {n}, max_parallel = 1"),
+            broken,
+            delay,
         ),
         run_mode(
             &h,
@@ -332,10 +367,25 @@ fn main() {
             &url,
             &merged_at,
             "queue",
-            &format!("queue (`max_batch = {n}`), one broken patch"),
+            &format!(
+                "queue, exclusion rounds (`max_batch = {n}`, `max_parallel = 8`), one broken patch"
+            ),
             n,
-            n,
+            &format!("max_batch = {n}, max_parallel = 8"),
             broken,
+            delay,
+        ),
+        run_mode(
+            &h,
+            &ci,
+            &url,
+            &merged_at,
+            "speculate",
+            "queue, speculative rounds (`max_parallel = 8`, `speculate = true`), one broken patch",
+            n,
+            &format!("max_batch = {n}, max_parallel = 8, speculate = true"),
+            broken,
+            delay,
         ),
         run_mode(
             &h,
@@ -345,14 +395,82 @@ fn main() {
             "green",
             &format!("queue (`max_batch = {n}`), none broken"),
             n,
-            n,
+            &format!("max_batch = {n}"),
             None,
+            delay,
         ),
     ];
+    let mut rows = Vec::from(rows);
+    if !long.is_zero() {
+        let s = long.as_secs_f64();
+        rows.push(run_mode(
+            &h,
+            &ci,
+            &url,
+            &merged_at,
+            "bisect-long",
+            &format!("queue, bisection (`max_parallel = 1`), one broken patch, {s} s runs"),
+            n,
+            &format!("max_batch = {n}, max_parallel = 1"),
+            broken,
+            long,
+        ));
+        rows.push(run_mode(
+            &h,
+            &ci,
+            &url,
+            &merged_at,
+            "queue-long",
+            &format!("queue, exclusion rounds (`max_parallel = 8`), one broken patch, {s} s runs"),
+            n,
+            &format!("max_batch = {n}, max_parallel = 8"),
+            broken,
+            long,
+        ));
+        rows.push(run_mode(
+            &h,
+            &ci,
+            &url,
+            &merged_at,
+            "speculate-long",
+            &format!(
+                "queue, speculative rounds (`speculate = true`), one broken patch, {s} s runs"
+            ),
+            n,
+            &format!("max_batch = {n}, max_parallel = 8, speculate = true"),
+            broken,
+            long,
+        ));
+        rows.push(run_mode(
+            &h,
+            &ci,
+            &url,
+            &merged_at,
+            "speculate-green-long",
+            &format!("queue, speculative rounds, none broken, {s} s runs"),
+            n,
+            &format!("max_batch = {n}, max_parallel = 8, speculate = true"),
+            None,
+            long,
+        ));
+        rows.push(run_mode(
+            &h,
+            &ci,
+            &url,
+            &merged_at,
+            "green-long",
+            &format!("queue, none broken, {s} s runs"),
+            n,
+            &format!("max_batch = {n}"),
+            None,
+            long,
+        ));
+    }
     let _ = watcher.kill();
     let _ = watcher.wait();
 
-    let serial_drain = rows[0].drain;
+    let runs_time = |r: &Row| r.drain.as_secs_f64() / r.delay.as_secs_f64();
+    let serial = runs_time(&rows[0]);
     let mut table = String::from(
         "| mode | CI runs | drain time | in CI runs' time | vs serial | evicted | merged | merged not green | merge after green p50 | p99 |\n\
          |---|---:|---:|---:|---:|---|---:|---:|---:|---:|\n",
@@ -363,8 +481,8 @@ fn main() {
             r.label,
             r.runs,
             fmt(r.drain),
-            r.drain.as_secs_f64() / delay.as_secs_f64(),
-            r.drain.as_secs_f64() / serial_drain.as_secs_f64(),
+            runs_time(r),
+            runs_time(r) / serial,
             r.evicted,
             match (r.evicted_right, r.evicted) {
                 (true, 0) => "",
@@ -377,17 +495,54 @@ fn main() {
             fmt(percentile(r.latencies.clone(), 0.99)),
         ));
     }
+    // The goal, met or not, from the exclusion rounds' rows (3 rounds)
+    // and the speculative ones (2 rounds).
+    let verdict = |r: &Row, rounds: f64| {
+        let t = runs_time(r);
+        let overhead = (r.drain.as_secs_f64() - rounds * r.delay.as_secs_f64()) / rounds;
+        format!(
+            "{t:.1} runs' time with {} s runs ({}: about {overhead:.2} s of overhead per round, \
+             the queue's and the simulated CI's `ssh` post, on top of {rounds} rounds of runs)",
+            r.delay.as_secs_f64(),
+            if t <= 3.0 { "goal met" } else { "goal not met" },
+        )
+    };
+    let row = |mode: &str| rows.iter().find(|r| r.mode == mode);
+    let result = format!(
+        "Result: exclusion rounds drained the queue with one broken patch in {}{}; speculative \
+         rounds in {}{}; {}. Exclusion rounds take 3 rounds one after another, so their drain \
+         is 3 runs plus 3 rounds' overhead and meets the goal strictly only when runs are long \
+         against the overhead; speculative rounds take 2 (the batch and its round together, \
+         then the chunk), for 8 more CI runs per batch, thrown away when the batch passes.",
+        row("queue").map(|r| verdict(r, 3.0)).unwrap_or_default(),
+        row("queue-long")
+            .map(|r| format!(" and in {}", verdict(r, 3.0)))
+            .unwrap_or_default(),
+        row("speculate")
+            .map(|r| verdict(r, 2.0))
+            .unwrap_or_default(),
+        row("speculate-long")
+            .map(|r| format!(" and in {}", verdict(r, 2.0)))
+            .unwrap_or_default(),
+        if rows.iter().all(|r| r.evicted_right && r.not_green == 0) {
+            "in every row exactly the broken patch was evicted and no merge was of a group not green"
+        } else {
+            "SOME ROW EVICTED THE WRONG PATCHES OR MERGED A GROUP NOT GREEN (see the table)"
+        },
+    );
     let section = format!(
         "{SECTION}\n\n\
          `cargo bench --bench merge_queue` ({build} build), one run on {date}, {cores} CPUs shared \
          with other work, loopback, SQLite. {n} patches (one new file each, off `main`) queued at \
          once against `main`, whose merge rule requires `ci/test` with `queue = true`. A simulated \
          CI (a real HTTP receiver of `merge_group.checks_requested` webhooks) runs each merge group \
-         for {delay_ms} ms, then posts `ci/test` on the group's commit over `ssh`: `failure` when \
+         for {delay_ms} ms, all groups announced at once concurrently, then posts `ci/test` on the group's commit over `ssh`: `failure` when \
          the group holds the broken patch (patch {broken_at} of {n}), else `success`. Serial is \
          the queue with `max_batch = 1`: one patch at a time, each tested on the base its \
          predecessor moved. Drain time runs from the queue being switched on to every patch \
-         merged or dropped; \"in CI runs' time\" is it divided by one run's {delay_ms} ms. \
+         merged or dropped; \"in CI runs' time\" is it divided by one run's time, and \
+         \"vs serial\" compares that with serial's. The last rows run the queue's modes again \
+         with {long_s} s runs, closer to a real CI, where the queue's own overhead weighs less. \
          \"merge after green\" is from the green `set` returning to a watcher connected before \
          reading the group's `merge_group.merged`.\n\n\
          {table}\n\
@@ -395,14 +550,19 @@ fn main() {
          exactly the broken patch evicted; no merge whose required check is not green; merge \
          latency after the last green check p99 < 1 s. Without a broken patch the whole queue is \
          one group and one CI run. With one, bisection runs one group at a time (about \
-         1 + 2·log2(batch) runs): it does not test the halves in parallel, so it does not reach \
-         3 runs' time; speculative groups (testing both halves, or the next batch, at once) are \
-         not built.\n",
+         1 + 2·log2(batch) runs one after another); exclusion rounds (docs/checks.md, \
+         \"Finding the patch that broke a group\") test up to `max_parallel` groups at once: \
+         3 rounds for {n} patches and 8 at once (1 + 8 + 4 runs); with `speculate = true` the \
+         batch's round is built beside the batch: 2 rounds (1 + 8, then 4 runs). Each round costs one CI run \
+         plus the queue's own overhead (the driver's look, building the groups, the webhook, \
+         the landing), which the \"none broken\" row shows for one round.\n\n\
+         {result}\n",
         date = chrono::Utc::now().format("%Y-%m-%d"),
         cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(0),
         delay_ms = delay.as_millis(),
+        long_s = long.as_secs_f64(),
         broken_at = n / 3 + 1,
         build = if cfg!(debug_assertions) {
             "debug"

@@ -21,24 +21,39 @@
 //!    revision was pushed, the requester may no longer write). Entries
 //!    whose votes are not yet sufficient wait (they are skipped, not
 //!    dropped); the rest are *ready*.
-//! 2. The group under test, if any: stale (and rebuilt) when the base
-//!    branch moved or one of its patches left the queue; otherwise its
-//!    required checks decide: pending or missing waits; green lands it
-//!    (the base fast-forwards to the group commit and every patch in it is
-//!    marked merged, in one transaction); a finished failure fails it and
-//!    starts or continues a bisection.
-//! 3. No group under test: build one from the head of the ready entries,
-//!    `max_batch` patches (or, while bisecting, the first half of the
-//!    suspects), each merged onto the one before (fast-forward when it
-//!    can); a patch that conflicts with the group so far is dropped with the
-//!    conflicting paths. The commit goes to `refs/collab/queue/<branch>/<n>`
-//!    and `merge_group.checks_requested` announces it (webhooks follow).
+//! 2. The groups under test (one, or a round of several): each is stale
+//!    (ended) when the base branch moved or one of its patches left the
+//!    queue; otherwise its required checks decide: pending or missing
+//!    waits; green lands it (the base fast-forwards to the group commit and
+//!    every patch in it is marked merged, in one transaction; the other
+//!    groups under test end stale); a finished failure fails it and starts
+//!    or continues the search for the patch that broke it.
+//! 3. Nothing under test: build from the head of the ready entries either
+//!    one group of `max_batch` patches (or, while bisecting, the first half
+//!    of the suspects), or, while searching by exclusion, a round of
+//!    groups over the suspects. Each patch enters the group so far by the
+//!    rule's `queue_method`: merged (fast-forward when it can) or its
+//!    commits rebased; a patch that conflicts is dropped with the
+//!    conflicting paths. Each group's commit goes to
+//!    `refs/collab/queue/<branch>/<n>` and `merge_group.checks_requested`
+//!    announces it (webhooks follow).
 //!
-//! Bisection: a failed group of several patches makes them the suspects;
-//! the next group holds the first half of them. A passing half lands and
-//! leaves the rest suspect; a failing half is halved again; a single patch
-//! that fails alone is the breaker: it is dropped, naming the failing
-//! checks, and the queue goes on with full batches.
+//! The search for a breaker (docs/checks.md, "Finding the patch that
+//! broke a group"). A failed group of several patches makes them the
+//! suspects. With `max_parallel` >= 2, a *round* tests at once
+//! `k = min(suspects, max_parallel)` exclusion groups: the suspects split
+//! into `k` chunks in queue order ([`store::chunks`]), group `i` holds
+//! every suspect but chunk `i`. With one breaker among them, exactly the
+//! group without its chunk is green: it lands (when several are green,
+//! the one leaving out the latest chunk) and that chunk becomes the
+//! suspects of the next round; a chunk of one patch is the breaker and is
+//! dropped, naming the group that failed with it and the one that passed
+//! without it. A round in which every group failed holds two or more
+//! breakers: the suspects are bisected instead (as with
+//! `max_parallel = 1`): the next group holds the first half; a passing
+//! half lands and leaves the rest suspect; a failing half is halved
+//! again; a single patch that fails alone is the breaker and is dropped.
+//! The queue then goes on with full batches.
 
 use std::sync::Arc;
 
@@ -47,8 +62,10 @@ use git2::{Oid, Repository};
 use crate::app::App;
 use crate::db::issues::Person;
 use crate::db::merge_intents::{self, Intent};
-use crate::db::merge_queue::{self as store, Group, GroupVerdict, Member};
-use crate::db::patches::{self, MergeRule, MergedBy, PatchDetail, PatchError, PatchStatus};
+use crate::db::merge_queue::{self as store, Group, GroupVerdict, How, Member, Search};
+use crate::db::patches::{
+    self, MergeRule, MergedBy, PatchDetail, PatchError, PatchStatus, QueueMethod,
+};
 use crate::events::Recorded;
 use crate::hooks::merge_scan;
 use crate::hooks::RefUpdate;
@@ -104,9 +121,9 @@ async fn drive(app: &Arc<App>, node: &str, repo: &str, branch: &str) -> anyhow::
         let (r, b) = (repo.to_string(), branch.to_string());
         let left = app
             .reads
-            .read(move |conn| Ok(store::current(conn, &r, &b)?))
+            .read(move |conn| Ok(store::live(conn, &r, &b)?))
             .await?;
-        if left.is_none() {
+        if left.is_empty() {
             return Ok(());
         }
     }
@@ -121,14 +138,19 @@ async fn drive(app: &Arc<App>, node: &str, repo: &str, branch: &str) -> anyhow::
         return Ok(());
     }
     let stepped = if rule.queue {
-        step(app, &entry, &rule, branch).await
+        // A group that landed or failed: build the next groups in the same
+        // look rather than at the next one.
+        match step(app, &entry, &rule, branch).await {
+            Ok(true) => step(app, &entry, &rule, branch).await.map(|_| ()),
+            other => other.map(|_| ()),
+        }
     } else {
-        // The rule stopped queueing: a group under test is void (the
+        // The rule stopped queueing: the groups under test are void (the
         // intents go on as plain queued merges, `auto_merge`).
         let (r, b) = (repo.to_string(), branch.to_string());
         app.writer
             .write("end a merge group", move |conn, now| {
-                if let Some(g) = store::current(conn, &r, &b)? {
+                for g in store::live(conn, &r, &b)? {
                     store::finish(
                         conn,
                         &r,
@@ -139,6 +161,7 @@ async fn drive(app: &Arc<App>, node: &str, repo: &str, branch: &str) -> anyhow::
                         now,
                     )?;
                 }
+                store::set_search(conn, &r, &b, Search::NONE)?;
                 Ok(())
             })
             .await
@@ -189,21 +212,22 @@ fn decide(intent: &Intent, detail: &PatchDetail, rule: &MergeRule, may_write: bo
     }
 }
 
-/// One step of `branch`'s queue (see the module doc).
+/// One step of `branch`'s queue (see the module doc); whether a group
+/// landed or failed (the next groups can be built at once).
 async fn step(
     app: &Arc<App>,
     entry: &RepoEntry,
     rule: &MergeRule,
     branch: &str,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let repo = entry.name.clone();
     let (r, b) = (repo.clone(), branch.to_string());
     type Read = (
         Vec<(Intent, Result<PatchDetail, PatchError>)>,
-        Option<Group>,
-        i64,
+        Vec<Group>,
+        Search,
     );
-    let (entries, group, suspects): Read = app
+    let (entries, live, search): Read = app
         .reads
         .read(move |conn| {
             let entries = store::entries(conn, &r, &b, ENTRIES_PER_LOOK)?
@@ -215,8 +239,8 @@ async fn step(
                 .collect();
             Ok((
                 entries,
-                store::current(conn, &r, &b)?,
-                store::suspects(conn, &r, &b)?,
+                store::live(conn, &r, &b)?,
+                store::search(conn, &r, &b)?,
             ))
         })
         .await?;
@@ -250,9 +274,18 @@ async fn step(
         }
     }
 
-    // 2. The group under test.
-    if let Some(g) = group {
-        let tip = branch_tip(entry, branch).await?;
+    // 2. The groups under test (several during a round).
+    let tip = if live.is_empty() {
+        None
+    } else {
+        branch_tip(entry, branch).await?
+    };
+    let (mut waiting, mut greens) = (false, Vec::new());
+    // A batch tested beside the speculative round over its own patches
+    // (`speculate`): while it waits, a green of that round must not land
+    // (with nothing broken the batch lands whole).
+    let mut batch_waiting = false;
+    for g in live {
         let left = g.members.iter().find(|m| {
             !ready
                 .iter()
@@ -268,30 +301,94 @@ async fn step(
         } else {
             None
         };
-        match stale {
-            Some(why) => finish(app, &g, "stale", &why).await?,
-            None => {
-                let (r, c) = (repo.clone(), g.commit.clone());
-                let checks = app
-                    .reads
-                    .read(move |conn| Ok(crate::db::checks::list(conn, &r, &c)?))
-                    .await?;
-                return match store::verdict(rule, &checks) {
-                    GroupVerdict::Waiting(_) => Ok(()),
-                    GroupVerdict::Green => land(app, entry, rule, &g, suspects).await,
-                    GroupVerdict::Failed(why) => fail(app, &g, &why, suspects).await,
-                };
+        if let Some(why) = stale {
+            finish(app, &g, "stale", &why).await?;
+            continue;
+        }
+        let (r, c) = (repo.clone(), g.commit.clone());
+        let checks = app
+            .reads
+            .read(move |conn| Ok(crate::db::checks::list(conn, &r, &c)?))
+            .await?;
+        let speculated = g.excluded.is_none() && store::speculated_over(search, g.n);
+        match store::verdict(rule, &checks) {
+            GroupVerdict::Waiting(_) => {
+                waiting = true;
+                batch_waiting |= speculated;
+            }
+            GroupVerdict::Green => greens.push(g),
+            GroupVerdict::Failed(why) if g.excluded.is_some() || speculated => {
+                // One group of a round (or the batch a speculative round
+                // searches already): the round decides (below).
+                finish(app, &g, "failed", &failure(&g, &why)).await?;
+            }
+            GroupVerdict::Failed(why) => {
+                return fail(app, &g, &why, search, rule.max_parallel)
+                    .await
+                    .map(|()| true)
             }
         }
     }
-
-    // 3. A new group.
-    if ready.is_empty() {
-        return Ok(());
+    // A green batch lands whole; of a round's green groups, the one leaving
+    // out the latest suspects: the earliest patches of the queue land. Not
+    // while the batch of a speculative round may still pass.
+    let batch_green = greens.iter().find(|g| g.excluded.is_none());
+    if let Some(g) = batch_green.or(greens.last().filter(|_| !batch_waiting)) {
+        return land(app, entry, rule, g, search).await;
     }
-    let size = store::batch_size(rule.max_batch, suspects);
+    if waiting {
+        return Ok(false);
+    }
+    // Nothing under test: a round that ended without a green group
+    // decides how the search goes on.
+    let mut search = search;
+    if search.how == How::Exclude && search.round_from > 0 {
+        let (r, b) = (repo.clone(), branch.to_string());
+        if let Some(next) = app
+            .writer
+            .write("end a round of merge groups", move |conn, _now| {
+                Ok(store::end_round(conn, &r, &b)?)
+            })
+            .await?
+        {
+            tracing::info!(
+                repo,
+                branch,
+                "merge queue round ended without a green group: {}",
+                next.how.as_str()
+            );
+            search = next;
+        }
+    }
+
+    // 3. New groups.
+    if ready.is_empty() {
+        return Ok(false);
+    }
+    let suspects = usize::try_from(search.suspects)
+        .unwrap_or(0)
+        .min(ready.len());
+    if search.how == How::Exclude && rule.max_parallel >= 2 && suspects >= 2 {
+        ready.truncate(suspects);
+        return build_round(app, entry, rule, branch, ready, search)
+            .await
+            .map(|()| false);
+    }
+    let size = store::batch_size(rule.max_batch, search.suspects);
     ready.truncate(size);
-    build(app, entry, branch, ready).await
+    let fresh = search.how == How::None;
+    let Some(batch) = build(app, entry, rule, branch, ready.clone()).await? else {
+        return Ok(false);
+    };
+    // `speculate`: the round that would search this batch if it failed is
+    // built beside it, so a failure costs one round less (and `k` runs of
+    // CI that are thrown away when the batch passes).
+    if fresh && rule.speculate && rule.max_parallel >= 2 && batch.members.len() >= 2 {
+        ready.retain(|(i, _)| batch.members.iter().any(|m| m.patch == i.patch));
+        let search = Search::of(i64::try_from(ready.len())?, How::Exclude);
+        build_round(app, entry, rule, branch, ready, search).await?;
+    }
+    Ok(false)
 }
 
 fn short(id: &str) -> &str {
@@ -358,11 +455,13 @@ struct Built {
     conflicts: Vec<(String, String)>,
 }
 
-/// Merge `ready` onto the branch's tip, one after another (objects only).
+/// Bring each of `ready` onto the branch's tip, one after another, by
+/// `method` (objects only).
 fn build_in_git(
     git: &Repository,
     branch: &str,
-    ready: &[(Intent, PatchDetail)],
+    ready: &[&(Intent, PatchDetail)],
+    method: QueueMethod,
 ) -> anyhow::Result<Option<Built>> {
     let Ok(base) = git
         .find_reference(&refs::branch_ref(branch))
@@ -373,7 +472,7 @@ fn build_in_git(
     };
     let mut tip = base;
     let (mut members, mut conflicts) = (Vec::new(), Vec::new());
-    for (intent, detail) in ready {
+    for (intent, detail) in ready.iter().copied() {
         let Some(latest) = detail.latest() else {
             continue;
         };
@@ -394,32 +493,20 @@ fn build_in_git(
             tip = head;
             head
         } else {
-            let ours = git.find_commit(tip)?;
-            let theirs = git.find_commit(head)?;
-            let mut index = git.merge_commits(&ours, &theirs, None)?;
-            if index.has_conflicts() {
-                let paths = patch_merge::conflict_paths(&index)?;
-                conflicts.push((
-                    intent.patch.clone(),
-                    format!(
-                        "conflicts with the merge group of '{branch}' (its base and the patches \
-                         queued before it) in {paths}; push a revision rebased onto {branch}"
-                    ),
-                ));
-                continue;
+            let added = match method {
+                QueueMethod::Merge => merge_onto(git, branch, tip, head, intent, detail)?,
+                QueueMethod::Rebase => rebase_onto(git, branch, tip, head, intent)?,
+            };
+            match added {
+                Ok(commit) => {
+                    tip = commit;
+                    commit
+                }
+                Err(reason) => {
+                    conflicts.push((intent.patch.clone(), reason));
+                    continue;
+                }
             }
-            let tree = git.find_tree(index.write_tree_to(git)?)?;
-            let sig = patch_merge::signature(&intent.requester)
-                .map_err(|e| anyhow::anyhow!("merge commit author: {e}"))?;
-            let message = format!(
-                "Merge patch {}: {}\n\nRevision {} of the patch onto {branch}, in its merge queue.\n\nPatch: {}\n",
-                short(&detail.patch.id),
-                detail.patch.title,
-                latest.n,
-                detail.patch.id
-            );
-            tip = git.commit(None, &sig, &sig, &message, &tree, &[&ours, &theirs])?;
-            tip
         };
         members.push(Member {
             patch: intent.patch.clone(),
@@ -435,22 +522,136 @@ fn build_in_git(
     }))
 }
 
+fn conflict_reason(branch: &str, paths: &str) -> String {
+    format!(
+        "conflicts with the merge group of '{branch}' (its base and the patches queued before \
+         it) in {paths}; push a revision rebased onto {branch}"
+    )
+}
+
+/// A merge commit of `head` onto `tip` (`queue_method = "merge"`), or why
+/// the patch cannot enter the group.
+fn merge_onto(
+    git: &Repository,
+    branch: &str,
+    tip: Oid,
+    head: Oid,
+    intent: &Intent,
+    detail: &PatchDetail,
+) -> anyhow::Result<Result<Oid, String>> {
+    let ours = git.find_commit(tip)?;
+    let theirs = git.find_commit(head)?;
+    let mut index = git.merge_commits(&ours, &theirs, None)?;
+    if index.has_conflicts() {
+        let paths = patch_merge::conflict_paths(&index)?;
+        return Ok(Err(conflict_reason(branch, &paths)));
+    }
+    let tree = git.find_tree(index.write_tree_to(git)?)?;
+    let sig = patch_merge::signature(&intent.requester)
+        .map_err(|e| anyhow::anyhow!("merge commit author: {e}"))?;
+    let message = format!(
+        "Merge patch {}: {}\n\nRevision {} of the patch onto {branch}, in its merge queue.\n\nPatch: {}\n",
+        short(&detail.patch.id),
+        detail.patch.title,
+        intent.revision,
+        detail.patch.id
+    );
+    Ok(Ok(git.commit(
+        None,
+        &sig,
+        &sig,
+        &message,
+        &tree,
+        &[&ours, &theirs],
+    )?))
+}
+
+/// The patch's commits not yet in `tip`, cherry-picked in order onto it
+/// (`queue_method = "rebase"`): the last one, or why the patch cannot
+/// enter the group. Each keeps its author and message; the committer is
+/// the requester. A commit whose change is already in adds nothing.
+fn rebase_onto(
+    git: &Repository,
+    branch: &str,
+    tip: Oid,
+    head: Oid,
+    intent: &Intent,
+) -> anyhow::Result<Result<Oid, String>> {
+    let committer = patch_merge::signature(&intent.requester)
+        .map_err(|e| anyhow::anyhow!("rebased commit committer: {e}"))?;
+    let mut walk = git.revwalk()?;
+    walk.push(head)?;
+    walk.hide(tip)?;
+    walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE)?;
+    let mut onto = git.find_commit(tip)?;
+    for oid in walk {
+        let commit = git.find_commit(oid?)?;
+        if commit.parent_count() > 1 {
+            return Ok(Err(format!(
+                "holds merge commit {} and the merge rule of '{branch}' rebases \
+                 (queue_method = \"rebase\"); push a revision without merges",
+                short(&commit.id().to_string())
+            )));
+        }
+        let mut index = git.cherrypick_commit(&commit, &onto, 0, None)?;
+        if index.has_conflicts() {
+            let paths = patch_merge::conflict_paths(&index)?;
+            return Ok(Err(conflict_reason(branch, &paths)));
+        }
+        let tree_id = index.write_tree_to(git)?;
+        if tree_id == onto.tree_id() {
+            continue;
+        }
+        let tree = git.find_tree(tree_id)?;
+        let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
+        let new = git.commit(
+            None,
+            &commit.author(),
+            &committer,
+            &message,
+            &tree,
+            &[&onto],
+        )?;
+        onto = git.find_commit(new)?;
+    }
+    Ok(Ok(onto.id()))
+}
+
+/// Write group `n`'s ref (before the transaction recording it commits, so
+/// a recorded group always has it).
+fn write_group_ref(
+    path: &std::path::Path,
+    branch: &str,
+    n: i64,
+    commit: Oid,
+) -> anyhow::Result<()> {
+    let git = Repository::open_bare(path)?;
+    git.reference(
+        &refs::queue_group_ref(branch, n),
+        commit,
+        true,
+        &format!("git-collab: merge group {n}"),
+    )?;
+    Ok(())
+}
+
 /// Build the next group of `branch` from `ready`, drop the patches that
 /// conflict with it, record it and write its ref.
 async fn build(
     app: &Arc<App>,
     entry: &RepoEntry,
+    rule: &MergeRule,
     branch: &str,
     ready: Vec<(Intent, PatchDetail)>,
-) -> anyhow::Result<()> {
-    let (path, b) = (entry.path.clone(), branch.to_string());
+) -> anyhow::Result<Option<Group>> {
+    let (path, b, method) = (entry.path.clone(), branch.to_string(), rule.queue_method);
     let built = tokio::task::spawn_blocking(move || {
         let git = Repository::open_bare(&path)?;
-        build_in_git(&git, &b, &ready)
+        build_in_git(&git, &b, &ready.iter().collect::<Vec<_>>(), method)
     })
     .await??;
     let Some(built) = built else {
-        return Ok(());
+        return Ok(None);
     };
     let (repo, b, path) = (entry.name.clone(), branch.to_string(), entry.path.clone());
     let opened = app
@@ -469,21 +670,14 @@ async fn build(
                 &built.commit.to_string(),
                 &built.base.to_string(),
                 &built.members,
+                None,
                 now,
             )?;
-            // The ref CI fetches; written before the transaction commits,
-            // so a recorded group always has it.
-            let git = Repository::open_bare(&path)?;
-            git.reference(
-                &refs::queue_group_ref(&b, group.n),
-                built.commit,
-                true,
-                &format!("git-collab: merge group {}", group.n),
-            )?;
+            write_group_ref(&path, &b, group.n, built.commit)?;
             Ok(Some(group))
         })
         .await?;
-    if let Some(g) = opened {
+    if let Some(g) = &opened {
         tracing::info!(
             repo = g.repo,
             branch = g.branch,
@@ -493,19 +687,130 @@ async fn build(
             "merge group built"
         );
     }
+    Ok(opened)
+}
+
+/// Build a round of exclusion groups over `suspects` (the head of the
+/// ready entries, at least two): one group per chunk
+/// ([`store::chunks`]), each every suspect but that chunk, all on the
+/// same base and announced at once. When a patch conflicts in any of
+/// them it is dropped and the round is left to the next look.
+async fn build_round(
+    app: &Arc<App>,
+    entry: &RepoEntry,
+    rule: &MergeRule,
+    branch: &str,
+    suspects: Vec<(Intent, PatchDetail)>,
+    search: Search,
+) -> anyhow::Result<()> {
+    let chunks = store::chunks(suspects.len(), rule.max_parallel);
+    let (path, b, method) = (entry.path.clone(), branch.to_string(), rule.queue_method);
+    let built = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let git = Repository::open_bare(&path)?;
+        let mut round = Vec::new();
+        for chunk in &chunks {
+            let kept: Vec<&(Intent, PatchDetail)> = suspects
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !chunk.contains(i))
+                .map(|(_, s)| s)
+                .collect();
+            let excluded: Vec<String> = suspects[chunk.clone()]
+                .iter()
+                .map(|(i, _)| i.patch.clone())
+                .collect();
+            if let Some(built) = build_in_git(&git, &b, &kept, method)? {
+                round.push((built, excluded));
+            }
+        }
+        Ok(round)
+    })
+    .await??;
+    if built.is_empty() {
+        return Ok(());
+    }
+    let (repo, b, path) = (entry.name.clone(), branch.to_string(), entry.path.clone());
+    let opened = app
+        .writer
+        .write("build a round of merge groups", move |conn, now| {
+            let mut conflicts: Vec<&(String, String)> =
+                built.iter().flat_map(|(b, _)| &b.conflicts).collect();
+            conflicts.sort();
+            conflicts.dedup_by(|a, b| a.0 == b.0);
+            for (patch, reason) in &conflicts {
+                merge_intents::dequeue(conn, &repo, patch, None, reason, now)?;
+            }
+            if !conflicts.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut opened = Vec::new();
+            for (built, excluded) in &built {
+                if built.members.is_empty() {
+                    continue;
+                }
+                let (group, _seq) = store::open(
+                    conn,
+                    &repo,
+                    &b,
+                    &built.commit.to_string(),
+                    &built.base.to_string(),
+                    &built.members,
+                    Some(excluded),
+                    now,
+                )?;
+                write_group_ref(&path, &b, group.n, built.commit)?;
+                opened.push(group);
+            }
+            if let Some(first) = opened.first() {
+                store::set_search(
+                    conn,
+                    &repo,
+                    &b,
+                    Search {
+                        round_from: first.n,
+                        ..search
+                    },
+                )?;
+            }
+            Ok(opened)
+        })
+        .await?;
+    if let (Some(first), Some(last)) = (opened.first(), opened.last()) {
+        tracing::info!(
+            repo = first.repo,
+            branch = first.branch,
+            groups = opened.len(),
+            from = first.n,
+            to = last.n,
+            suspects = search.suspects,
+            "merge group round built"
+        );
+    }
     Ok(())
 }
 
-/// A group's required checks failed: end it, and drop its patch when it
-/// held only one (the breaker), else bisect.
-async fn fail(app: &Arc<App>, g: &Group, why: &[String], suspects: i64) -> anyhow::Result<()> {
-    let reason = format!(
+/// The reason a group failed: its failing checks.
+fn failure(g: &Group, why: &[String]) -> String {
+    format!(
         "required checks failed on merge group {} (commit {}): {}",
         g.n,
         short(&g.commit),
         why.join(", ")
-    );
-    let (after, breaker) = store::after_group(suspects, g.members.len(), false);
+    )
+}
+
+/// A plain group's required checks failed: end it, and drop its patch when
+/// it held only one (the breaker), else search its patches for the
+/// breaker (a round of exclusion groups, or bisection).
+async fn fail(
+    app: &Arc<App>,
+    g: &Group,
+    why: &[String],
+    search: Search,
+    max_parallel: u32,
+) -> anyhow::Result<()> {
+    let reason = failure(g, why);
+    let (after, breaker) = store::after_failure(search, g.members.len(), max_parallel);
     let group = g.clone();
     tracing::info!(repo = g.repo, branch = g.branch, group = g.n, "{reason}");
     app.writer
@@ -515,7 +820,7 @@ async fn fail(app: &Arc<App>, g: &Group, why: &[String], suspects: i64) -> anyho
             {
                 return Ok(());
             }
-            store::set_suspects(conn, &g.repo, &g.branch, after)?;
+            store::set_search(conn, &g.repo, &g.branch, after)?;
             if breaker {
                 for m in &g.members {
                     merge_intents::dequeue(conn, &g.repo, &m.patch, None, &reason, now)?;
@@ -572,14 +877,16 @@ fn recheck(
 }
 
 /// A green group: fast-forward the base to it and mark every patch in it
-/// merged, in one transaction (see the module doc).
+/// merged, in one transaction (see the module doc). The other groups under
+/// test end stale; an exclusion group's excluded suspects are searched
+/// next, or, when one patch, it is the breaker and dropped.
 async fn land(
     app: &Arc<App>,
     entry: &RepoEntry,
     rule: &MergeRule,
     g: &Group,
-    suspects: i64,
-) -> anyhow::Result<()> {
+    search: Search,
+) -> anyhow::Result<bool> {
     let lock = patch_merge::merge_lock(&entry.name);
     let _turn = lock.lock().await;
     let base_ref = refs::branch_ref(&g.branch);
@@ -614,7 +921,14 @@ async fn land(
         rule.clone(),
         base_ref.clone(),
     );
-    let (after, _) = store::after_group(suspects, g.members.len(), true);
+    let (after, breaker) = match &g.excluded {
+        None => (store::after_pass(search, g.members.len()), None),
+        Some(ex) if ex.len() == 1 => (Search::NONE, ex.first().cloned()),
+        Some(ex) => (
+            Search::of(i64::try_from(ex.len()).unwrap_or(i64::MAX), How::Exclude),
+            None,
+        ),
+    };
     let done = app
         .writer
         .write("land a merge group", move |conn, now| {
@@ -681,7 +995,20 @@ async fn land(
                     .append_in(conn, now)?;
                 merge_scan::apply(conn, &plan, &g.repo, first, max_body, now);
                 store::finish(conn, &g.repo, &g.branch, g.n, "merged", None, now)?;
-                store::set_suspects(conn, &g.repo, &g.branch, after)?;
+                let why = format!("merge group {} landed before it", g.n);
+                for other in store::live(conn, &g.repo, &g.branch)? {
+                    store::finish(conn, &g.repo, &g.branch, other.n, "stale", Some(&why), now)?;
+                }
+                store::set_search(conn, &g.repo, &g.branch, after)?;
+                if let Some(patch) = &breaker {
+                    // The group that held it with these failed; this one,
+                    // the same without it, passed.
+                    let failed = store::last_failed_with(conn, &g.repo, &g.branch, patch)?
+                        .and_then(|f| f.reason)
+                        .unwrap_or_else(|| "required checks failed on a merge group".into());
+                    let reason = format!("{failed}; merge group {} without it passed", g.n);
+                    merge_intents::dequeue(conn, &g.repo, patch, None, &reason, now)?;
+                }
                 Ok(())
             })();
             if let Err(e) = recorded {
@@ -701,9 +1028,9 @@ async fn land(
                 patches = g.members.len(),
                 "merge group merged"
             );
-            Ok(())
+            Ok(true)
         }
-        Ok(false) => Ok(()),
+        Ok(false) => Ok(false),
         Err(e) => {
             // The transaction did not commit: put the branch back if this
             // landing moved it.

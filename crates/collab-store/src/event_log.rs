@@ -82,7 +82,31 @@ pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> crate::sql::
         Some(name) if event.kind == "repo.created" => {
             Some(crate::repos::new_identity(conn, name, now)?)
         }
-        Some(name) => Some(crate::repos::id_of(conn, name, now)?),
+        Some(name) => {
+            // The common case in one statement (one round trip on
+            // PostgreSQL): the id read by the insert itself. No row is
+            // inserted when the repository has no id yet.
+            let inserted = conn
+                .prepare_cached(
+                    "INSERT INTO events (seq, at, type, repo, repo_id, object_id, actor, payload)
+                     SELECT CAST(?1 AS BIGINT), CAST(?2 AS BIGINT), ?3, ?4, id, ?5, ?6, ?7
+                     FROM repositories WHERE name = ?4",
+                )?
+                .execute(crate::sql::params![
+                    seq,
+                    now,
+                    event.kind,
+                    name,
+                    event.object_id,
+                    event.actor,
+                    event.payload.to_string(),
+                ])?;
+            if inserted == 1 {
+                conn.notify(EVENTS_CHANNEL)?;
+                return Ok(seq);
+            }
+            Some(crate::repos::id_of(conn, name, now)?)
+        }
         None => None,
     };
     conn.prepare_cached(

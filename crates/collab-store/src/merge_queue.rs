@@ -10,12 +10,16 @@
 //!
 //! - `merge_queue_branches`: per branch, the node driving it now (a claim
 //!   with a deadline, so a dead node's claim lapses), the last group
-//!   number, and `suspects`: after a group of several patches failed, how
-//!   many patches at the head of the queue hold the one that broke it
-//!   (the next groups bisect them);
+//!   number, and the search for a breaker ([`Search`]): after a group of
+//!   several patches failed, how many patches at the head of the queue
+//!   hold the one that broke it (`suspects`), how they are searched
+//!   (`search`: a round of exclusion groups tested at once, or bisection)
+//!   and the first group of the round under test (`round_from`);
 //! - `merge_groups`: one row per group built, with its members, its commit,
-//!   the base it was built on and how it ended (`testing`, `merged`,
+//!   the base it was built on, the suspects it leaves out (`excluded`, an
+//!   exclusion group of a round) and how it ended (`testing`, `merged`,
 //!   `failed`, `stale`: rebuilt because the base moved or a member left).
+//!   Several groups of a branch are under test at once during a round.
 //!
 //! Every group is an event: `merge_group.checks_requested` when it is
 //! built, `merge_group.merged`, `merge_group.failed` or
@@ -50,13 +54,16 @@ pub struct Group {
     pub members: Vec<Member>,
     /// `testing`, `merged`, `failed` or `stale`.
     pub state: String,
+    /// The suspects an exclusion group leaves out (patch ids, queue
+    /// order); `None` for a plain group.
+    pub excluded: Option<Vec<String>>,
     pub reason: Option<String>,
     pub created_at: i64,
     pub finished_at: Option<i64>,
 }
 
-const GROUP_COLUMNS: &str =
-    "repo, branch, n, commit_id, base_commit, members, state, reason, created_at, finished_at";
+const GROUP_COLUMNS: &str = "repo, branch, n, commit_id, base_commit, members, state, reason, \
+                             created_at, finished_at, excluded";
 
 fn group_from_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<Group> {
     let members: String = r.get(5)?;
@@ -71,6 +78,9 @@ fn group_from_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<Group> {
         reason: r.get(7)?,
         created_at: r.get(8)?,
         finished_at: r.get(9)?,
+        excluded: r
+            .get::<_, Option<String>>(10)?
+            .and_then(|e| serde_json::from_str(&e).ok()),
     })
 }
 
@@ -172,27 +182,143 @@ pub fn driver(
         .and_then(|(by, until)| Some((by?, until?))))
 }
 
-/// How many patches at the head of `branch`'s queue hold the one that
-/// broke the last failed group (0: none known).
-pub fn suspects(conn: &Connection, repo: &str, branch: &str) -> crate::sql::Result<i64> {
-    Ok(conn
-        .query_row(
-            "SELECT suspects FROM merge_queue_branches WHERE repo = ?1 AND branch = ?2",
-            params![repo, branch],
-            |r| r.get(0),
-        )
-        .optional()?
-        .unwrap_or(0))
+/// How a queue searches for the patch that broke a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum How {
+    /// No search: full batches.
+    #[default]
+    None,
+    /// Rounds of exclusion groups tested at once (see [`chunks`]).
+    Exclude,
+    /// One group at a time, halving the suspects.
+    Bisect,
 }
 
-/// Set the bisect state of `branch` (see [`suspects`]).
-pub fn set_suspects(conn: &Connection, repo: &str, branch: &str, n: i64) -> crate::sql::Result<()> {
+impl How {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            How::None => "",
+            How::Exclude => "exclude",
+            How::Bisect => "bisect",
+        }
+    }
+
+    fn parse(s: &str) -> How {
+        match s {
+            "exclude" => How::Exclude,
+            "bisect" => How::Bisect,
+            _ => How::None,
+        }
+    }
+}
+
+/// The search of a branch's queue for a breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Search {
+    /// How many patches at the head of the queue hold the one that broke
+    /// the last failed group (0: none known, no search).
+    pub suspects: i64,
+    pub how: How,
+    /// The first group of the round of exclusion groups under test (0:
+    /// none built yet).
+    pub round_from: i64,
+}
+
+impl Search {
+    /// No search: full batches.
+    pub const NONE: Search = Search {
+        suspects: 0,
+        how: How::None,
+        round_from: 0,
+    };
+
+    /// A search of `suspects` by `how`, no round built yet (`NONE` when
+    /// there is nothing to search).
+    pub fn of(suspects: i64, how: How) -> Search {
+        if suspects <= 0 || how == How::None {
+            return Search::NONE;
+        }
+        Search {
+            suspects,
+            how,
+            round_from: 0,
+        }
+    }
+}
+
+/// The search state of `branch` (see [`Search`]).
+pub fn search(conn: &Connection, repo: &str, branch: &str) -> crate::sql::Result<Search> {
+    Ok(conn
+        .query_row(
+            "SELECT suspects, search, round_from FROM merge_queue_branches
+             WHERE repo = ?1 AND branch = ?2",
+            params![repo, branch],
+            |r| {
+                let suspects: i64 = r.get(0)?;
+                // Suspects from before version 15 (no `search`) are bisected.
+                let how = match How::parse(&r.get::<_, String>(1)?) {
+                    How::None if suspects > 0 => How::Bisect,
+                    how => how,
+                };
+                Ok(Search {
+                    suspects,
+                    how,
+                    round_from: r.get(2)?,
+                })
+            },
+        )
+        .optional()?
+        .unwrap_or_default())
+}
+
+/// Set the search state of `branch`.
+pub fn set_search(
+    conn: &Connection,
+    repo: &str,
+    branch: &str,
+    s: Search,
+) -> crate::sql::Result<()> {
     ensure_branch(conn, repo, branch)?;
+    let s = if s.suspects <= 0 { Search::NONE } else { s };
     conn.execute(
-        "UPDATE merge_queue_branches SET suspects = ?3 WHERE repo = ?1 AND branch = ?2",
-        params![repo, branch, n.max(0)],
+        "UPDATE merge_queue_branches SET suspects = ?3, search = ?4, round_from = ?5
+         WHERE repo = ?1 AND branch = ?2",
+        params![repo, branch, s.suspects, s.how.as_str(), s.round_from],
     )?;
     Ok(())
+}
+
+/// When `branch`'s round of exclusion groups has ended without one landing
+/// (none left under test), what the search does next: every group of the
+/// round failed, so two or more patches break it: bisect the suspects;
+/// some ended stale (the base moved, a member left): build the round
+/// again. `None` when no round is under test or some group of it still is.
+pub fn end_round(
+    conn: &Connection,
+    repo: &str,
+    branch: &str,
+) -> crate::sql::Result<Option<Search>> {
+    let s = search(conn, repo, branch)?;
+    if s.how != How::Exclude || s.round_from <= 0 {
+        return Ok(None);
+    }
+    let mut stmt =
+        conn.prepare("SELECT state FROM merge_groups WHERE repo = ?1 AND branch = ?2 AND n >= ?3")?;
+    let states = stmt
+        .query_map(params![repo, branch, s.round_from], |r| {
+            r.get::<_, String>(0)
+        })?
+        .collect::<crate::sql::Result<Vec<String>>>()?;
+    if states.iter().any(|st| st == "testing") {
+        return Ok(None);
+    }
+    let next = if states.iter().all(|st| st == "failed") && !states.is_empty() {
+        Search::of(s.suspects, How::Bisect)
+    } else {
+        Search::of(s.suspects, How::Exclude)
+    };
+    set_search(conn, repo, branch, next)?;
+    Ok(Some(next))
 }
 
 /// The group of `branch` under test, if any.
@@ -207,6 +333,29 @@ pub fn current(conn: &Connection, repo: &str, branch: &str) -> crate::sql::Resul
         group_from_row,
     )
     .optional()
+}
+
+/// Every group of `branch` under test, oldest first (several during a
+/// round of exclusion groups; at most [`crate::patches::MAX_PARALLEL`]).
+pub fn live(conn: &Connection, repo: &str, branch: &str) -> crate::sql::Result<Vec<Group>> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {GROUP_COLUMNS} FROM merge_groups
+         WHERE repo = ?1 AND branch = ?2 AND state = 'testing' ORDER BY n LIMIT 64"
+    ))?;
+    let rows = stmt.query_map(params![repo, branch], group_from_row)?;
+    rows.collect()
+}
+
+/// The latest group of `branch` that failed with `patch` in it.
+pub fn last_failed_with(
+    conn: &Connection,
+    repo: &str,
+    branch: &str,
+    patch: &str,
+) -> crate::sql::Result<Option<Group>> {
+    Ok(recent(conn, repo, branch, 128)?
+        .into_iter()
+        .find(|g| g.state == "failed" && g.members.iter().any(|m| m.patch == patch)))
 }
 
 /// The latest `limit` groups of `branch`, newest first.
@@ -234,12 +383,15 @@ fn payload(g: &Group) -> serde_json::Value {
         "base": g.base,
         "ref": format!("refs/collab/queue/{}/{}", g.branch, g.n),
         "patches": g.members,
+        "excluded": g.excluded,
     })
 }
 
-/// Record a new group under test (the next number of `branch`) and append
+/// Record a new group under test (the next number of `branch`), an
+/// exclusion group when `excluded` is given, and append
 /// `merge_group.checks_requested`. The group as stored, with the event's
 /// seq.
+#[allow(clippy::too_many_arguments)]
 pub fn open(
     conn: &Connection,
     repo: &str,
@@ -247,6 +399,7 @@ pub fn open(
     commit: &str,
     base: &str,
     members: &[Member],
+    excluded: Option<&[String]>,
     now: i64,
 ) -> crate::sql::Result<(Group, i64)> {
     ensure_branch(conn, repo, branch)?;
@@ -267,11 +420,12 @@ pub fn open(
         reason: None,
         created_at: now,
         finished_at: None,
+        excluded: excluded.map(<[String]>::to_vec),
     };
     conn.execute(
         &format!(
             "INSERT INTO merge_groups ({GROUP_COLUMNS})
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'testing', NULL, ?7, NULL)"
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'testing', NULL, ?7, NULL, ?8)"
         ),
         params![
             repo,
@@ -280,7 +434,8 @@ pub fn open(
             commit,
             base,
             serde_json::to_string(members).unwrap_or_else(|_| "[]".into()),
-            now
+            now,
+            excluded.map(|e| serde_json::to_string(e).unwrap_or_else(|_| "[]".into()))
         ],
     )?;
     let seq = event_log::append(
@@ -393,6 +548,45 @@ pub fn verdict(rule: &crate::patches::MergeRule, checks: &[crate::checks::Check]
     }
 }
 
+/// The chunks of a round of exclusion groups over `suspects` patches with
+/// at most `max_parallel` groups: `min(suspects, max_parallel)` ranges of
+/// the suspects, as even as can be, in queue order. Group `i` of the round
+/// holds every suspect but chunk `i`.
+pub fn chunks(suspects: usize, max_parallel: u32) -> Vec<std::ops::Range<usize>> {
+    let k = suspects.min(usize::try_from(max_parallel.max(1)).unwrap_or(1));
+    (0..k)
+        .map(|i| i * suspects / k..(i + 1) * suspects / k)
+        .collect()
+}
+
+/// Whether the exclusion round of `s` was built beside group `n` as its
+/// speculative round (`speculate`): a round under way that began after
+/// the batch it searches.
+pub fn speculated_over(s: Search, n: i64) -> bool {
+    s.how == How::Exclude && s.round_from > n
+}
+
+/// The search after a plain group of `size` patches failed under `s`,
+/// with `max_parallel` groups allowed at once: `(search after, whether
+/// the group's one patch is the breaker)`. A full batch that failed is
+/// searched by exclusion rounds when two groups may run at once; a half
+/// that failed while bisecting is bisected further.
+pub fn after_failure(s: Search, size: usize, max_parallel: u32) -> (Search, bool) {
+    let (suspects, breaker) = after_group(s.suspects, size, false);
+    let how = if s.how == How::None && max_parallel >= 2 {
+        How::Exclude
+    } else {
+        How::Bisect
+    };
+    (Search::of(suspects, how), breaker)
+}
+
+/// The search after a plain group of `size` patches landed under `s`.
+pub fn after_pass(s: Search, size: usize) -> Search {
+    let (suspects, _) = after_group(s.suspects, size, true);
+    Search::of(suspects, s.how)
+}
+
 /// How many patches the next group of a queue takes: `max_batch`, or,
 /// while a failure is being bisected (`suspects` > 0), the first half of
 /// the suspects (at least one).
@@ -448,6 +642,7 @@ mod tests {
             &"1".repeat(40),
             &"0".repeat(40),
             &[member('a'), member('b')],
+            None,
             10,
         )
         .unwrap();
@@ -476,6 +671,7 @@ mod tests {
             &"2".repeat(40),
             &"0".repeat(40),
             &[member('a')],
+            Some(&["b".repeat(40)]),
             13,
         )
         .unwrap();
@@ -485,6 +681,21 @@ mod tests {
         assert_eq!(recent[1].state, "failed");
         assert_eq!(recent[1].members.len(), 2);
         assert_eq!(recent[1].reason.as_deref(), Some("ci is failure"));
+        assert_eq!(recent[0].excluded, Some(vec!["b".repeat(40)]));
+        assert_eq!(recent[1].excluded, None);
+        assert_eq!(
+            live(&conn, "r.git", "main").unwrap(),
+            std::slice::from_ref(&g2)
+        );
+        assert_eq!(
+            last_failed_with(&conn, "r.git", "main", &"b".repeat(40))
+                .unwrap()
+                .map(|g| g.n),
+            Some(1)
+        );
+        assert!(last_failed_with(&conn, "r.git", "main", &"z".repeat(40))
+            .unwrap()
+            .is_none());
         let kinds: Vec<String> = {
             let mut stmt = conn
                 .prepare("SELECT type FROM events WHERE type LIKE 'merge_group.%' ORDER BY seq")
@@ -514,8 +725,11 @@ mod tests {
             claim(&conn, "r.git", "main", "n1", 36, 46).unwrap(),
             "lapsed"
         );
-        set_suspects(&conn, "r.git", "main", 4).unwrap();
-        assert_eq!(suspects(&conn, "r.git", "main").unwrap(), 4);
+        set_search(&conn, "r.git", "main", Search::of(4, How::Bisect)).unwrap();
+        assert_eq!(
+            search(&conn, "r.git", "main").unwrap(),
+            Search::of(4, How::Bisect)
+        );
         // The group number survives the claims.
         assert_eq!(next_number(&conn, "r.git", "main").unwrap(), 3);
     }
@@ -561,6 +775,100 @@ mod tests {
                 ("r.git".to_string(), "dev".to_string()),
                 ("r.git".into(), "main".into())
             ]
+        );
+    }
+
+    /// A round of exclusion groups: even chunks, at most `max_parallel`;
+    /// a failed full batch starts a round (bisection when one group at a
+    /// time); a round that ended all failed turns to bisection, one with a
+    /// stale group is built again, one still under test goes on.
+    #[test]
+    fn exclusion_rounds() {
+        assert_eq!(chunks(32, 8).len(), 8);
+        assert!(chunks(32, 8).iter().all(|c| c.len() == 4));
+        assert_eq!(chunks(4, 8), [0..1, 1..2, 2..3, 3..4]);
+        assert_eq!(chunks(7, 3), [0..2, 2..4, 4..7]);
+        assert_eq!(chunks(5, 1), vec![std::ops::Range { start: 0, end: 5 }]);
+        assert_eq!(
+            after_failure(Search::NONE, 8, 4),
+            (Search::of(8, How::Exclude), false)
+        );
+        assert_eq!(
+            after_failure(Search::NONE, 8, 1),
+            (Search::of(8, How::Bisect), false)
+        );
+        assert_eq!(
+            after_failure(Search::of(8, How::Bisect), 4, 4),
+            (Search::of(4, How::Bisect), false)
+        );
+        assert_eq!(after_failure(Search::NONE, 1, 4), (Search::NONE, true));
+        assert_eq!(
+            after_pass(Search::of(4, How::Bisect), 2),
+            Search::of(2, How::Bisect)
+        );
+        assert_eq!(after_pass(Search::of(2, How::Bisect), 2), Search::NONE);
+
+        let conn = crate::testing::db();
+        let (r, b) = ("r.git", "main");
+        assert_eq!(end_round(&conn, r, b).unwrap(), None, "no search");
+        let open_group = |c: char| {
+            open(
+                &conn,
+                r,
+                b,
+                &c.to_string().repeat(40),
+                &"0".repeat(40),
+                &[member(c)],
+                Some(&[]),
+                1,
+            )
+            .unwrap()
+            .0
+            .n
+        };
+        let first = open_group('a');
+        open_group('b');
+        let round = Search {
+            round_from: first,
+            ..Search::of(4, How::Exclude)
+        };
+        set_search(&conn, r, b, round).unwrap();
+        assert_eq!(end_round(&conn, r, b).unwrap(), None, "under test");
+        finish(&conn, r, b, first, "failed", None, 2).unwrap();
+        assert_eq!(
+            end_round(&conn, r, b).unwrap(),
+            None,
+            "one still under test"
+        );
+        finish(&conn, r, b, first + 1, "failed", None, 2).unwrap();
+        assert_eq!(
+            end_round(&conn, r, b).unwrap(),
+            Some(Search::of(4, How::Bisect))
+        );
+        assert_eq!(search(&conn, r, b).unwrap(), Search::of(4, How::Bisect));
+        // Suspects written before version 15 (no `search`) are bisected.
+        conn.execute(
+            "UPDATE merge_queue_branches SET suspects = 3, search = '' WHERE repo = ?1",
+            params![r],
+        )
+        .unwrap();
+        assert_eq!(search(&conn, r, b).unwrap(), Search::of(3, How::Bisect));
+        let next = open_group('c');
+        set_search(
+            &conn,
+            r,
+            b,
+            Search {
+                round_from: next,
+                ..round
+            },
+        )
+        .unwrap();
+        finish(&conn, r, b, next, "stale", None, 3).unwrap();
+        assert_eq!(
+            end_round(&conn, r, b).unwrap(),
+            Some(Search::of(4, How::Exclude)),
+            "built again"
         );
     }
 

@@ -511,6 +511,18 @@ CREATE TABLE webhook_nodes (
     seen_until INTEGER NOT NULL
 );
 ",
+    }, // Version 15: several merge groups of a branch under test at once (a
+    // round of exclusion groups after a failure, `merge_queue`): each
+    // group's `excluded` patches (JSON, NULL for a plain group), and per
+    // branch which search runs (`search`: '', 'exclude' or 'bisect') and
+    // the first group of the round under test (`round_from`, 0: none).
+    Step {
+        version: 15,
+        sql: "
+ALTER TABLE merge_groups ADD COLUMN excluded TEXT;
+ALTER TABLE merge_queue_branches ADD COLUMN search TEXT NOT NULL DEFAULT '';
+ALTER TABLE merge_queue_branches ADD COLUMN round_from INTEGER NOT NULL DEFAULT 0;
+",
     },
 ];
 
@@ -666,6 +678,18 @@ CREATE TABLE webhook_nodes (
     node       TEXT    NOT NULL PRIMARY KEY,
     seen_until BIGINT NOT NULL
 );
+",
+    }, // Version 15: several merge groups of a branch under test at once (a
+    // round of exclusion groups after a failure, `merge_queue`): each
+    // group's `excluded` patches (JSON, NULL for a plain group), and per
+    // branch which search runs (`search`: '', 'exclude' or 'bisect') and
+    // the first group of the round under test (`round_from`, 0: none).
+    Step {
+        version: 15,
+        sql: "
+ALTER TABLE merge_groups ADD COLUMN excluded TEXT;
+ALTER TABLE merge_queue_branches ADD COLUMN search TEXT NOT NULL DEFAULT '';
+ALTER TABLE merge_queue_branches ADD COLUMN round_from BIGINT NOT NULL DEFAULT 0;
 ",
     },
 ];

@@ -1210,6 +1210,39 @@ pub struct MergeRule {
     pub queue: bool,
     /// The most patches one merge group holds (1 to [`MAX_BATCH`]).
     pub max_batch: u32,
+    /// The most merge groups of a branch under test at once while the
+    /// queue searches a failed group for its breaker (1 to
+    /// [`MAX_PARALLEL`]; 1: bisection, one group at a time).
+    pub max_parallel: u32,
+    /// How a patch enters a merge group: merged onto it (a merge commit,
+    /// or a fast-forward) or its commits rebased onto it.
+    pub queue_method: QueueMethod,
+    /// Build the round of exclusion groups that would search a batch
+    /// together with the batch (with `max_parallel` >= 2), so a failed
+    /// batch costs one round less, for `max_parallel` more CI runs per
+    /// batch that are thrown away when it passes.
+    pub speculate: bool,
+}
+
+/// How a patch enters a merge group (`queue_method` of a merge rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueMethod {
+    /// Merged onto the group so far (a fast-forward when it can be).
+    #[default]
+    Merge,
+    /// Each of its commits cherry-picked in order onto the group so far:
+    /// the branch's history stays linear.
+    Rebase,
+}
+
+impl QueueMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueMethod::Merge => "merge",
+            QueueMethod::Rebase => "rebase",
+        }
+    }
 }
 
 /// The most required checks one merge rule may name.
@@ -1220,6 +1253,12 @@ pub const MAX_BATCH: u32 = 32;
 
 /// `max_batch` when the rule does not say.
 pub const DEFAULT_MAX_BATCH: u32 = 8;
+
+/// The largest `max_parallel` a merge rule may set.
+pub const MAX_PARALLEL: u32 = 32;
+
+/// `max_parallel` when the rule does not say.
+pub const DEFAULT_MAX_PARALLEL: u32 = 8;
 
 impl Default for MergeRule {
     fn default() -> Self {
@@ -1233,6 +1272,9 @@ impl Default for MergeRule {
             lease_holder_is_author: true,
             queue: false,
             max_batch: DEFAULT_MAX_BATCH,
+            max_parallel: DEFAULT_MAX_PARALLEL,
+            queue_method: QueueMethod::Merge,
+            speculate: false,
         }
     }
 }
@@ -1251,6 +1293,9 @@ impl MergeRule {
         }
         if !(1..=MAX_BATCH).contains(&self.max_batch) {
             return Err(format!("max_batch: 1 to {MAX_BATCH}"));
+        }
+        if !(1..=MAX_PARALLEL).contains(&self.max_parallel) {
+            return Err(format!("max_parallel: 1 to {MAX_PARALLEL}"));
         }
         Ok(())
     }

@@ -876,6 +876,9 @@ fn run_group(
     // Issues with a deferred operation: later operations on them wait too,
     // so each issue's operations keep their arrival order.
     let mut busy: Vec<(String, String)> = Vec::new();
+    // Whether `lease_op` is open (the previous operation's): COMMIT releases
+    // the last one, so no operation pays for its own RELEASE.
+    let mut savepoint = false;
     for op in ops.iter_mut() {
         let key = op
             .issue()
@@ -884,7 +887,16 @@ fn run_group(
             outcomes.push(None);
             continue;
         }
-        run_cached(&tx, "SAVEPOINT lease_op").map_err(in_ops)?;
+        let locked_with_it = match (behavior, op.issue()) {
+            (TransactionBehavior::Concurrent, Some((repo, id))) => {
+                tx.savepoint_locking(savepoint, repo, id).map_err(in_ops)?
+            }
+            _ => false,
+        };
+        if !locked_with_it {
+            next_savepoint(&tx, savepoint).map_err(in_ops)?;
+        }
+        savepoint = true;
         match op.run(&tx, policy, now) {
             Ok(outcome) => outcomes.push(Some(Ok(outcome))),
             Err(e) => {
@@ -907,10 +919,24 @@ fn run_group(
                 }
             }
         }
-        run_cached(&tx, "RELEASE lease_op").map_err(in_ops)?;
     }
     tx.commit().map_err(|e| (Stage::Commit, e))?;
     Ok(outcomes)
+}
+
+/// Open the savepoint of the next operation, releasing the previous one's
+/// (`open`) first. On PostgreSQL both go in one round trip (the simple
+/// query protocol takes several statements); SQLite runs them from its
+/// statement cache.
+fn next_savepoint(conn: &Connection, open: bool) -> crate::sql::Result<()> {
+    match (open, conn.is_postgres()) {
+        (true, true) => conn.execute_batch("RELEASE lease_op; SAVEPOINT lease_op"),
+        (true, false) => {
+            run_cached(conn, "RELEASE lease_op")?;
+            run_cached(conn, "SAVEPOINT lease_op")
+        }
+        (false, _) => run_cached(conn, "SAVEPOINT lease_op"),
+    }
 }
 
 fn failure(message: String) -> crate::sql::Error {

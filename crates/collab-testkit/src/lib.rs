@@ -134,6 +134,38 @@ impl SshOutput {
     }
 }
 
+/// `git-collab-server --state-dir STATE ARGS` on the host, with the collab
+/// database at `db_url` (`None`: SQLite in the state directory) and no
+/// other `GIT_COLLAB_*` setting from the test's environment.
+pub fn host_cli(state_dir: &Path, db_url: Option<&str>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(crate::bin("git-collab-server"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("GIT_COLLAB_") {
+            cmd.env_remove(&key);
+        }
+    }
+    if let Some(url) = db_url {
+        cmd.env("GIT_COLLAB_COLLAB_DB", url);
+    }
+    cmd.arg("--state-dir")
+        .arg(state_dir)
+        .args(args)
+        .output()
+        .expect("run git-collab-server")
+}
+
+/// A command's stdout parsed as one JSON value (panics with the whole
+/// output if not).
+pub fn stdout_json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 /// Extra settings for `ServerHarness::start_with`.
 #[derive(Debug, Clone, Default)]
 pub struct HarnessOptions {
@@ -311,9 +343,28 @@ impl ServerHarness {
         Self::start_in_with(state_dir, client_key, HarnessOptions::default())
     }
 
+    /// `start_in` with the collab database at `db_url` (`None`: SQLite in
+    /// the state directory), as a restored PostgreSQL server needs.
+    pub fn start_in_database(
+        state_dir: PathBuf,
+        client_key: PathBuf,
+        db_url: Option<String>,
+    ) -> Self {
+        Self::start_in_on(state_dir, client_key, HarnessOptions::default(), db_url)
+    }
+
     /// `start_in` with `options` (the directory need not exist yet when
     /// `options` admit `client_key`, through `initial_admin_keys`, say).
     pub fn start_in_with(state_dir: PathBuf, client_key: PathBuf, options: HarnessOptions) -> Self {
+        Self::start_in_on(state_dir, client_key, options, None)
+    }
+
+    fn start_in_on(
+        state_dir: PathBuf,
+        client_key: PathBuf,
+        options: HarnessOptions,
+        db_url: Option<String>,
+    ) -> Self {
         let tmp = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(tmp.path().join("keys")).unwrap();
         std::fs::create_dir_all(tmp.path().join("home")).unwrap();
@@ -327,10 +378,17 @@ impl ServerHarness {
             http_addr: "127.0.0.1:0".parse().unwrap(),
             client_key,
             pg: None,
-            db_url: None,
+            db_url,
         };
         h.spawn();
         h
+    }
+
+    /// `git-collab-server --state-dir STATE ARGS` on the host (a command
+    /// such as `backup`), with this server's collab database and no other
+    /// `GIT_COLLAB_*` setting from the test's environment.
+    pub fn host_cli(&self, args: &[&str]) -> Output {
+        host_cli(&self.state_dir, self.db_url.as_deref(), args)
     }
 
     fn spawn(&mut self) {

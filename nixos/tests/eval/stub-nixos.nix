@@ -1,7 +1,11 @@
 # Declarations of the NixOS options nixos/module.nix sets outside its own
 # namespace, typed and merged like the real ones where it matters (systemd
 # unit values concatenate lists; everything else must agree).
-{lib, ...}: let
+{
+  lib,
+  pkgs,
+  ...
+}: let
   inherit (lib) mkOption types;
 
   # As nixos/lib/systemd-unit-options.nix: lists concatenate, scalars must agree.
@@ -98,6 +102,10 @@ in {
       enable = mkOption {
         type = types.bool;
         default = false;
+      };
+      package = mkOption {
+        type = types.package;
+        default = pkgs.postgresql;
       };
       ensureDatabases = mkOption {
         type = types.listOf types.str;

@@ -50,6 +50,7 @@ in {
   curl = mkPackage "curl";
   openssh = mkPackage "openssh";
   git-collab = mkPackage "git-collab";
+  postgresql = mkPackage "postgresql";
 
   writeText = mkTextFile;
   # The real one adds a #! line for nixpkgs' bash and checks the syntax.

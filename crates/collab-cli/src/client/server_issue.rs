@@ -9,6 +9,7 @@
 //! the server; the exit status is the server's (0, 1, 4 lease conflict).
 
 use chrono::{DateTime, Utc};
+use collab_proto::replies::fenced::Fenced;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -366,29 +367,19 @@ pub fn list_all(
 }
 
 /// The one line a refused `--lease-token` is told in, from the server's
-/// `{"status": "fenced", "issue", "holder", "token"}` reply.
+/// `fenced` reply (`collab_proto::replies::fenced`).
 pub fn fenced_line(stdout: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(stdout).ok()?;
-    if v.get("status")?.as_str()? != "fenced" {
+    let fenced: Fenced = serde_json::from_slice(stdout).ok()?;
+    if fenced.status != "fenced" {
         return None;
     }
-    let issue = v.get("issue").and_then(Value::as_str).unwrap_or("?");
-    let issue = collab_record::issue::short_id(issue);
-    Some(
-        match (
-            v.get("holder_name")
-                .or_else(|| v.get("holder"))
-                .and_then(Value::as_str),
-            v.get("token").and_then(Value::as_i64),
-        ) {
-            (Some(holder), Some(token)) => format!(
-                "lease token refused: issue {issue} is held by {holder} with token {token}; nothing was written"
-            ),
-            _ => format!(
-                "lease token refused: issue {issue} has no live lease; nothing was written"
-            ),
-        },
-    )
+    let issue = collab_record::issue::short_id(fenced.issue.as_deref().unwrap_or("?"));
+    Some(match (fenced.holder_name.or(fenced.holder), fenced.token) {
+        (Some(holder), Some(token)) => format!(
+            "lease token refused: issue {issue} is held by {holder} with token {token}; nothing was written"
+        ),
+        _ => format!("lease token refused: issue {issue} has no live lease; nothing was written"),
+    })
 }
 
 /// The issue id a write reply names (`issue`, else `id`).

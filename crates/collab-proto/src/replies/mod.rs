@@ -3,4 +3,6 @@
 //! test pins the shape. Families move here one at a time; until then a
 //! verb's reply is documented in docs/ssh-verbs.md (its JSON shapes).
 
+pub mod check;
+pub mod fenced;
 pub mod lease;

@@ -56,6 +56,8 @@ pub const DIR_MODE: u32 = 0o700;
 pub mod layout {
     /// The database copy.
     pub const DATABASE: &str = "collab.db";
+    /// The PostgreSQL database, as a `pg_dump` archive.
+    pub const PG_DUMP: &str = "collab.pgdump";
     /// `ssh.host_key`.
     pub const HOST_KEY: &str = "keys/ssh_host_key";
     /// `ssh.authorized_keys`.
@@ -81,10 +83,15 @@ pub struct Manifest {
     /// The database copy's census; `None` when the server had no database
     /// yet, or its database is elsewhere ([`Manifest::database_elsewhere`]).
     pub database: Option<Census>,
-    /// Where the collab database was when it is not in the backup: the
-    /// PostgreSQL URL (without its password). Back that up with PostgreSQL's
-    /// own tools; a SQLite file left beside the server from before `db
-    /// migrate` is stale and never taken in its place.
+    /// How the database is in the backup when it is not the SQLite file
+    /// `collab.db`: `pg_dump-custom` (a PostgreSQL archive at
+    /// `collab.pgdump`, with [`Manifest::database`] its census).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database_dump: Option<String>,
+    /// Where the collab database was when it is not in the backup (backups
+    /// written before PostgreSQL databases were dumped): the PostgreSQL URL
+    /// (without its password). A SQLite file left beside the server from
+    /// before `db migrate` is stale and never taken in its place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub database_elsewhere: Option<String>,
     pub repos: Vec<RepoRecord>,
@@ -626,6 +633,7 @@ mod tests {
             server_version: "test".into(),
             counts: Counts::default(),
             database: None,
+            database_dump: None,
             database_elsewhere: None,
             repos: Vec::new(),
             files: Vec::new(),

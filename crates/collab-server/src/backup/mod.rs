@@ -6,6 +6,7 @@
 //! - `restore`: `git-collab-server restore --from DIR` into an empty state
 //!   directory, proven afterwards (fsck, integrity check, census);
 //! - `manifest`: the manifest format and the hashing copy they share;
+//! - `postgres`: the database as a `pg_dump` archive when it is PostgreSQL;
 //! - `repo_copy`: what makes one repository's copy consistent;
 //! - `progress`: the progress line on a terminal.
 //!
@@ -14,6 +15,7 @@
 //! `maintenance::lock`. docs/operations.md describes the procedure.
 
 pub mod manifest;
+pub mod postgres;
 pub mod progress;
 pub mod repo_copy;
 pub mod restore;
@@ -30,6 +32,7 @@ pub fn summary(manifest: &Manifest) -> Value {
         "started_at": manifest.started_at,
         "server_version": manifest.server_version,
         "schema_version": manifest.database.as_ref().map(|d| d.schema_version),
+        "database_dump": manifest.database_dump,
         "database_elsewhere": manifest.database_elsewhere,
         "counts": manifest.counts,
     })

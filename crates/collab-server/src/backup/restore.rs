@@ -1,7 +1,8 @@
 //! `restore --from DIR`: put a backup back into an empty state directory,
 //! then prove it: every repository passes `git fsck` with the refs the
-//! backup took, the database passes SQLite's integrity check and holds what
-//! the manifest counted (rows, counters, fencing-token high-water marks).
+//! backup took, the database passes SQLite's integrity check (or, on
+//! PostgreSQL, `pg_restore` loads it in one transaction) and holds what the
+//! manifest counted (rows, counters, fencing-token high-water marks).
 //!
 //! The backup is checked (the manifest's signature by the key the operator
 //! names, hashes, database, no symbolic link or special file anywhere)
@@ -20,6 +21,7 @@ use anyhow::{bail, Context as _};
 use super::manifest::{
     copy_hashed_from, layout, open_in, safe_relative, sync_filesystem, Manifest, Signer, Trust,
 };
+use super::postgres;
 use super::progress::Progress;
 use super::repo_copy;
 use super::verify::{self, Depth};
@@ -66,28 +68,53 @@ pub fn restore(
         None => None,
     };
     check_targets_empty(config)?;
-    // A SQLite database restored beside a server configured for PostgreSQL
-    // would be a file nobody reads, reported as restored.
-    if let (Some(_), crate::db::Location::Postgres(_)) =
-        (&manifest.database, config.collab_db_location())
-    {
-        bail!(
+    let pg_url = match (
+        &manifest.database,
+        manifest.database_dump.as_deref(),
+        config.collab_db_location(),
+    ) {
+        // A SQLite database restored beside a server configured for
+        // PostgreSQL would be a file nobody reads, reported as restored.
+        (Some(_), None, location @ crate::db::Location::Postgres(_)) => bail!(
             "the backup holds a SQLite collab database, but collab_db is PostgreSQL ({}): \
              restore with collab_db unset, then move it with `db migrate`",
-            config.collab_db_location().display()
-        );
-    }
+            location.display()
+        ),
+        (Some(_), Some(postgres::DUMP_FORMAT), crate::db::Location::Postgres(url)) => {
+            postgres::check_empty(&url)?;
+            Some(url)
+        }
+        (Some(_), Some(postgres::DUMP_FORMAT), crate::db::Location::Sqlite(_)) => bail!(
+            "the backup holds a PostgreSQL database (a pg_dump archive), but collab_db is \
+             SQLite: set collab_db to an empty PostgreSQL database and restore again"
+        ),
+        (_, Some(other), _) => bail!("the backup's database is in an unknown format {other:?}"),
+        _ => None,
+    };
 
     let mut written = Written::default();
+    let mut loaded = false;
     let result = copy_all(config, from, &manifest, &mut written, progress)
+        .and_then(|()| match &pg_url {
+            Some(url) => {
+                load_dump(config, from, &manifest, url)?;
+                loaded = true;
+                Ok(())
+            }
+            None => Ok(()),
+        })
         .and_then(|()| match &key {
             Some(bytes) => install_signing_key(config, bytes, &mut written),
             None => Ok(()),
         })
-        .and_then(|()| prove(config, &manifest, progress));
+        .and_then(|()| prove(config, &manifest, pg_url.as_deref(), progress));
     progress.finish();
     if let Err(e) = result {
         written.remove();
+        if let (true, Some(url)) = (loaded, &pg_url) {
+            // The database held no table before (`check_empty`).
+            let _ = postgres::drop_restored(url);
+        }
         return Err(e);
     }
     Ok(Restored {
@@ -243,6 +270,9 @@ fn copy_all(
     let total = manifest.files.len();
     for (i, file) in manifest.files.iter().enumerate() {
         progress.step("restore: files", i, total);
+        if file.path == layout::PG_DUMP {
+            continue; // loaded into PostgreSQL by `load_dump`, not a file of the server
+        }
         let rel = safe_relative(&file.path)?;
         let dest = destination(config, &rel)?;
         if let Some(parent) = dest.parent() {
@@ -273,10 +303,44 @@ fn copy_all(
     Ok(())
 }
 
+/// Load the backup's `pg_dump` archive into the (empty) PostgreSQL database
+/// at `url`: copied first, opened without following links and hashed again,
+/// to a private file of the restored state directory, which is removed
+/// afterwards.
+fn load_dump(
+    config: &ServerConfig,
+    from: &Path,
+    manifest: &Manifest,
+    url: &str,
+) -> anyhow::Result<()> {
+    let record = manifest
+        .files
+        .iter()
+        .find(|f| f.path == layout::PG_DUMP)
+        .with_context(|| format!("the backup lists no {}", layout::PG_DUMP))?;
+    let temp = config
+        .state_dir
+        .join(format!(".restore-{}.pgdump", std::process::id()));
+    let (size, sha) = open_in(from, Path::new(layout::PG_DUMP))
+        .and_then(|src| copy_hashed_from(src, &temp, 0o600))
+        .with_context(|| format!("copying {}", layout::PG_DUMP))?;
+    let loaded = if size != record.size || sha != record.sha256 {
+        Err(anyhow::anyhow!(
+            "{}: changed while it was being restored",
+            layout::PG_DUMP
+        ))
+    } else {
+        postgres::load(url, &temp).context("loading the PostgreSQL database")
+    };
+    let _ = std::fs::remove_file(&temp);
+    loaded
+}
+
 /// The restored state holds what the backup held.
 fn prove(
     config: &ServerConfig,
     manifest: &Manifest,
+    pg_url: Option<&str>,
     progress: &mut Progress,
 ) -> anyhow::Result<()> {
     for (i, repo) in manifest.repos.iter().enumerate() {
@@ -296,7 +360,16 @@ fn prove(
             );
         }
     }
-    if let Some(expected) = &manifest.database {
+    if let (Some(expected), Some(url)) = (&manifest.database, pg_url) {
+        let census = postgres::census(url).context("counting the restored database")?;
+        if census != *expected {
+            bail!(
+                "restored database holds {} but the backup counted {}",
+                serde_json::to_string(&census)?,
+                serde_json::to_string(expected)?
+            );
+        }
+    } else if let Some(expected) = &manifest.database {
         let db = config.collab_db_path();
         let problems = snapshot::integrity_problems(&db)
             .with_context(|| format!("checking {}", db.display()))?;

@@ -1,7 +1,7 @@
 //! `backup --to DIR`: write a consistent backup of a running server.
 //!
 //! Order: the database first (SQLite's online backup API, one read
-//! transaction), then the keys and other state files, then every
+//! transaction; on PostgreSQL `pg_dump` on one exported snapshot), then the keys and other state files, then every
 //! repository (lock, refs, objects: see `repo_copy`), then the release
 //! files, then the manifest, then one `syncfs`. Each part is read after the
 //! backup started, so every write acknowledged before it started is in it.
@@ -30,6 +30,7 @@ use super::manifest::{
     self, copy_hashed, hash_file, layout, manifest_path, mode_of, walk_files, Counts, FileRecord,
     Manifest, RepoRecord, DIR_MODE, FILE_MODE,
 };
+use super::postgres;
 use super::progress::Progress;
 use super::repo_copy;
 use crate::config::ServerConfig;
@@ -229,24 +230,30 @@ fn write(
         bytes: 0,
     };
 
-    // 1. The database, as of one read transaction. On PostgreSQL it is not
-    // ours to copy; a SQLite file left from before `db migrate` is stale
-    // and never stands in for it (it is skipped below as well).
+    // 1. The database, as of one read transaction: SQLite's online copy,
+    // or PostgreSQL's `pg_dump` on an exported snapshot (`postgres`). A
+    // SQLite file left from before `db migrate` is stale and never stands
+    // in for a PostgreSQL database (it is skipped below as well).
     let db = config.collab_db_path();
-    let location = config.collab_db_location();
-    let database_elsewhere =
-        matches!(location, crate::db::Location::Postgres(_)).then(|| location.display());
-    let census = if database_elsewhere.is_none() && db.exists() {
-        let copy = to.join(layout::DATABASE);
-        // Created 0600 before SQLite writes into it (it would use 0644).
-        crate::db::leases::make_private(&copy)
-            .with_context(|| format!("creating {}", copy.display()))?;
-        snapshot::copy_online(&db, &copy)
-            .with_context(|| format!("copying the database {}", db.display()))?;
-        out.record_written(Path::new(layout::DATABASE))?;
-        Some(snapshot::census_of(&copy).context("reading the database copy")?)
-    } else {
-        None
+    let (census, database_dump) = match config.collab_db_location() {
+        crate::db::Location::Postgres(url) => {
+            let copy = to.join(layout::PG_DUMP);
+            let census = postgres::dump(&url, &copy).context("dumping the PostgreSQL database")?;
+            out.record_written(Path::new(layout::PG_DUMP))?;
+            (Some(census), Some(postgres::DUMP_FORMAT.to_string()))
+        }
+        crate::db::Location::Sqlite(_) if db.exists() => {
+            let copy = to.join(layout::DATABASE);
+            // Created 0600 before SQLite writes into it (it would use 0644).
+            crate::db::leases::make_private(&copy)
+                .with_context(|| format!("creating {}", copy.display()))?;
+            snapshot::copy_online(&db, &copy)
+                .with_context(|| format!("copying the database {}", db.display()))?;
+            out.record_written(Path::new(layout::DATABASE))?;
+            let census = snapshot::census_of(&copy).context("reading the database copy")?;
+            (Some(census), None)
+        }
+        crate::db::Location::Sqlite(_) => (None, None),
     };
 
     // 2. Keys, and every other file of the state directory.
@@ -377,7 +384,8 @@ fn write(
         server_version: env!("CARGO_PKG_VERSION").into(),
         counts,
         database: census,
-        database_elsewhere,
+        database_dump,
+        database_elsewhere: None,
         repos: repo_records,
         files: out.files,
     };

@@ -2,7 +2,8 @@
 //! must match its checksum and carry the signature of the key the operator
 //! named (`manifest::Trust`); every file it lists must be there with its size
 //! and SHA-256, and no other file may be; the database copy must pass
-//! SQLite's integrity check and hold what the manifest counted; every
+//! SQLite's integrity check and hold what the manifest counted (a
+//! PostgreSQL archive must be one `pg_restore` reads); every
 //! repository copy must have its refs and pass `git fsck`. Nothing in the
 //! backup but directories and regular files is allowed, and no symbolic
 //! link is followed: each is a problem of its own.
@@ -114,7 +115,15 @@ pub fn check(dir: &Path, trust: &Trust, depth: Depth, progress: &mut Progress) -
         Err(e) => problems.push(format!("listing {}: {e}", dir.display())),
     }
 
-    if let Some(expected) = &manifest.database {
+    if manifest.database_dump.is_some() {
+        // A pg_dump archive: its bytes are the manifest's (hashed above); its
+        // census is checked when `restore` loads it. Here, that pg_restore
+        // can read it, where pg_restore is installed.
+        let dump = dir.join(layout::PG_DUMP);
+        if let Some(Err(e)) = super::postgres::readable(&dump) {
+            problems.push(format!("{}: {e:#}", layout::PG_DUMP));
+        }
+    } else if let Some(expected) = &manifest.database {
         let db = dir.join(layout::DATABASE);
         match snapshot::integrity_problems(&db) {
             Ok(found) => problems.extend(found.into_iter().map(|p| format!("collab.db: {p}"))),

@@ -99,6 +99,9 @@ struct RawMergeRule {
     lease_holder_is_author: Option<bool>,
     queue: Option<bool>,
     max_batch: Option<u32>,
+    max_parallel: Option<u32>,
+    queue_method: Option<crate::db::patches::QueueMethod>,
+    speculate: Option<bool>,
 }
 
 impl RawMergeRule {
@@ -116,6 +119,9 @@ impl RawMergeRule {
                 .unwrap_or(d.lease_holder_is_author),
             queue: self.queue.unwrap_or(d.queue),
             max_batch: self.max_batch.unwrap_or(d.max_batch),
+            max_parallel: self.max_parallel.unwrap_or(d.max_parallel),
+            queue_method: self.queue_method.unwrap_or(d.queue_method),
+            speculate: self.speculate.unwrap_or(d.speculate),
         }
     }
 }
@@ -590,13 +596,29 @@ mod tests {
             !core.others_may_revise,
             "others_may_revise is off by default"
         );
-        let queued = "[[merge_rules]]\nrepos = [\"q\"]\nqueue = true\nmax_batch = 4\n";
+        let queued = "[[merge_rules]]\nrepos = [\"q\"]\nqueue = true\nmax_batch = 4\n\
+                      max_parallel = 2\nqueue_method = \"rebase\"\n";
         let q = GovernanceConf::parse(&conf(queued))
             .unwrap()
             .merge_rule("q")
             .unwrap();
         assert!(q.queue);
-        assert_eq!(q.max_batch, 4);
+        assert_eq!((q.max_batch, q.max_parallel), (4, 2));
+        assert_eq!(q.queue_method, crate::db::patches::QueueMethod::Rebase);
+        let defaults = "[[merge_rules]]\nrepos = [\"q\"]\nqueue = true\n";
+        let d = GovernanceConf::parse(&conf(defaults))
+            .unwrap()
+            .merge_rule("q")
+            .unwrap();
+        assert_eq!((d.max_parallel, d.queue_method.as_str()), (8, "merge"));
+        for bad in [
+            "max_parallel = 0",
+            "max_parallel = 33",
+            "queue_method = \"squash\"",
+        ] {
+            let text = format!("[[merge_rules]]\nrepos = [\"q\"]\nqueue = true\n{bad}\n");
+            assert!(GovernanceConf::parse(&conf(&text)).is_err(), "{bad}");
+        }
         let too_big = "[[merge_rules]]\nrepos = [\"q\"]\nqueue = true\nmax_batch = 33\n";
         assert!(GovernanceConf::parse(&conf(too_big)).is_err());
         let open = "[[merge_rules]]\nrepos = [\"**\"]\nothers_may_revise = true\n";

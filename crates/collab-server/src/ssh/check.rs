@@ -19,13 +19,15 @@
 
 use russh::server::Msg;
 use russh::Channel;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::context::{authorize_or_reply, ExecContext};
 use super::reply::{json_line, reply_and_close};
 use crate::db::checks::{self as store, Check};
 use crate::db::patches;
 use crate::repos::RepoEntry;
+use collab_proto::replies::check as replies;
+use collab_proto::replies::fenced::Fenced;
 use collab_proto::verbs::Invocation;
 
 pub use crate::db::checks::MAX_NAME;
@@ -145,16 +147,26 @@ pub fn valid_description(text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A check's JSON shape (`collab-check list`, `collab-patch show`).
+/// A check as its replies show it (`collab-check list`, `collab-patch show`).
+pub fn check_row(c: &Check) -> replies::CheckRow {
+    replies::CheckRow {
+        name: c.name.clone(),
+        state: c.state.clone(),
+        url: c.url.clone(),
+        description: c.description.clone(),
+        updated_by: c.updated_by.clone(),
+        updated_at: crate::events::rfc3339(c.updated_at),
+    }
+}
+
+/// [`check_row`] as JSON.
 pub fn check_json(c: &Check) -> Value {
-    json!({
-        "name": c.name,
-        "state": c.state,
-        "url": c.url,
-        "description": c.description,
-        "updated_by": c.updated_by,
-        "updated_at": crate::events::rfc3339(c.updated_at),
-    })
+    to_json(check_row(c))
+}
+
+/// A typed reply as the JSON value the reply line is written from.
+fn to_json(reply: impl serde::Serialize) -> Value {
+    serde_json::to_value(reply).expect("a reply serializes")
 }
 
 /// Run one `collab-check` command.
@@ -219,28 +231,27 @@ fn fence_check(
 ) -> anyhow::Result<Result<(), Value>> {
     let issues = store::linked_issues_of_head(conn, repo, commit)?;
     if issues.is_empty() {
-        return Ok(Err(json!({
-            "status": "fenced",
-            "repo": repo,
-            "issue": null,
-            "holder": null,
-            "token": null,
-            "message": format!(
-                "commit {} is the head of no patch linked to an issue, so lease token {token} fences nothing",
-                &commit[..8]
-            ),
-        })));
+        let message = format!(
+            "commit {} is the head of no patch linked to an issue, so lease token {token} fences nothing",
+            &commit[..8]
+        );
+        return Ok(Err(to_json(Fenced::new(
+            repo,
+            None,
+            None,
+            None,
+            Some(message),
+        ))));
     }
     let held = crate::patch_merge::holds_one_of(conn, repo, &issues, principal, token, now)?;
     Ok(held.map_err(|f| {
-        json!({
-            "status": "fenced",
-            "repo": repo,
-            "issue": f.issue,
-            "holder": f.holder,
-            "token": f.token,
-            "message": f.message,
-        })
+        to_json(Fenced::new(
+            repo,
+            Some(f.issue),
+            f.holder,
+            f.token,
+            Some(f.message),
+        ))
     }))
 }
 
@@ -313,17 +324,17 @@ async fn set(
                 by = ctx.caller.principal(),
                 "check set"
             );
-            let reply = json!({
-                "status": "set",
-                "repo": repo,
-                "commit": check.commit,
-                "name": check.name,
-                "state": check.state,
-                "previous_state": w.previous,
-                "event": "check.updated",
-                "seq": ctx.app.writer.final_seq(w.seq),
-            });
-            (json_line(&reply), 0)
+            let reply = replies::CheckSet {
+                status: "set".into(),
+                repo,
+                commit: check.commit,
+                name: check.name,
+                state: check.state,
+                previous_state: w.previous,
+                event: "check.updated".into(),
+                seq: ctx.app.writer.final_seq(w.seq),
+            };
+            (json_line(&to_json(reply)), 0)
         }
         Ok(SetOutcome::Fenced(reply)) => (json_line(&reply), collab_proto::exit::FENCED),
         Ok(SetOutcome::Full) => err(format!(
@@ -382,13 +393,13 @@ async fn list(ctx: &ExecContext, entry: &RepoEntry, target: String) -> Reply {
         .await
     {
         Ok(checks) => {
-            let reply = json!({
-                "repo": repo,
-                "commit": commit,
-                "patch": patch,
-                "checks": checks.iter().map(check_json).collect::<Vec<_>>(),
-            });
-            (json_line(&reply), 0)
+            let reply = replies::CheckList {
+                repo,
+                commit,
+                patch,
+                checks: checks.iter().map(check_row).collect(),
+            };
+            (json_line(&to_json(reply)), 0)
         }
         Err(e) => internal(e),
     }

@@ -28,6 +28,7 @@
 
 use crate::people::{annotate_line, DisplayNames};
 use chrono::{DateTime, Utc};
+use collab_proto::replies::fenced::Fenced;
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
 use serde_json::{json, Value};
@@ -697,13 +698,10 @@ fn issue_error(repo: &str, e: IssueError) -> Reply {
             holder,
             token,
         } => (
-            json_line(&json!({
-                "status": "fenced",
-                "repo": repo,
-                "issue": issue,
-                "holder": holder,
-                "token": token,
-            })),
+            json_line(
+                &serde_json::to_value(Fenced::new(repo, Some(issue), holder, token, None))
+                    .expect("a reply serializes"),
+            ),
             EXIT_FENCED,
         ),
         IssueError::Sql(e) => internal(repo, e.into()),

@@ -27,6 +27,7 @@
 //! JSON shapes: docs/ssh-verbs.md.
 
 use crate::people::{annotate_line, DisplayNames};
+use collab_proto::replies::fenced::Fenced;
 
 use russh::server::Msg;
 use russh::Channel;
@@ -949,14 +950,10 @@ fn merge_error(repo: &str, e: MergeError) -> Reply {
             token,
             message,
         } => (
-            json_line(&json!({
-                "status": "fenced",
-                "repo": repo,
-                "issue": issue,
-                "holder": holder,
-                "token": token,
-                "message": message,
-            })),
+            json_line(
+                &serde_json::to_value(Fenced::new(repo, issue, holder, token, Some(message)))
+                    .expect("a reply serializes"),
+            ),
             EXIT_FENCED,
         ),
     }
@@ -1064,6 +1061,9 @@ fn detail_json(
             "lease_holder_is_author": rule.lease_holder_is_author,
             "queue": rule.queue,
             "max_batch": rule.max_batch,
+            "max_parallel": rule.max_parallel,
+            "queue_method": rule.queue_method.as_str(),
+            "speculate": rule.speculate,
             "ready": verdict.is_ok(),
             "reason": verdict.err(),
         },

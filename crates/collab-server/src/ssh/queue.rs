@@ -1,6 +1,7 @@
 //! `collab-queue show '<repo>' '<branch>'`: a branch's merge queue (a merge
 //! rule with `queue = true`; docs/checks.md): its entries in queue order
-//! and its latest merge groups, the one under test first. Needs read.
+//! and its merge groups: every one under test (several while a round of
+//! exclusion groups searches a failure), then the latest. Needs read.
 
 use russh::server::Msg;
 use russh::Channel;
@@ -55,6 +56,7 @@ pub fn group_json(g: &Group) -> Value {
         "state": g.state,
         "reason": g.reason,
         "patches": g.members,
+        "excluded": g.excluded,
         "created_at": crate::events::rfc3339(g.created_at),
         "finished_at": g.finished_at.map(crate::events::rfc3339),
     })
@@ -101,24 +103,28 @@ async fn show(ctx: &ExecContext, entry: &RepoEntry, branch: String) -> (String, 
             Ok((
                 store::entries(conn, &r, &b, crate::db::merge_intents::MAX_PER_REPO)?,
                 store::recent(conn, &r, &b, GROUPS_SHOWN)?,
-                store::suspects(conn, &r, &b)?,
+                store::live(conn, &r, &b)?,
+                store::search(conn, &r, &b)?,
                 store::driver(conn, &r, &b)?,
             ))
         })
         .await;
-    let (entries, groups, suspects, driver) = match read {
+    let (entries, groups, live, search, driver) = match read {
         Ok(read) => read,
         Err(e) => {
             tracing::error!("collab-queue show: {e:#}");
             return ("error: internal error".to_string(), 1);
         }
     };
-    let current = groups.iter().find(|g| g.state == "testing");
+    let current = live.first();
     let reply = json!({
         "repo": entry.name,
         "branch": branch,
         "queue": rule.queue,
         "max_batch": rule.max_batch,
+        "max_parallel": rule.max_parallel,
+        "queue_method": rule.queue_method.as_str(),
+            "speculate": rule.speculate,
         "required_checks": rule.required_checks,
         "entries": entries.iter().enumerate().map(|(i, e)| json!({
             "position": i + 1,
@@ -126,11 +132,14 @@ async fn show(ctx: &ExecContext, entry: &RepoEntry, branch: String) -> (String, 
             "revision": e.revision,
             "requested_by": e.requester.principal,
             "queued_at": crate::events::rfc3339(e.created_at),
-            "in_group": current.and_then(|g| g.members.iter().any(|m| m.patch == e.patch).then_some(g.n)),
+            "in_group": live.iter().find(|g| g.members.iter().any(|m| m.patch == e.patch)).map(|g| g.n),
+            "in_groups": live.iter().filter(|g| g.members.iter().any(|m| m.patch == e.patch)).map(|g| g.n).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "current_group": current.map(group_json),
+        "live_groups": live.iter().map(group_json).collect::<Vec<_>>(),
         "groups": groups.iter().map(group_json).collect::<Vec<_>>(),
-        "bisecting": suspects,
+        "bisecting": search.suspects,
+        "search": (search.how != store::How::None).then(|| search.how.as_str()),
         "driven_by": driver.map(|(node, _)| node),
     });
     (json_line(&reply), 0)

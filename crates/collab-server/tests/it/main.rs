@@ -8,6 +8,7 @@
 mod both {
     mod access_hardening;
     mod auth_binding;
+    mod backup_drill;
     mod checks;
     mod cli_reuse;
     mod display_names;
@@ -17,11 +18,13 @@ mod both {
     mod hidden_text;
     mod hostile_input;
     mod info_verb;
+    mod issue_crash;
     mod issue_export;
     mod issue_fleet;
     mod issue_list_paging;
     mod issue_server;
     mod issue_server_cli;
+    mod issue_upgrade;
     mod lease_cli;
     mod lease_concurrency;
     mod lease_crash;
@@ -34,10 +37,13 @@ mod both {
     mod merge_when_green;
     mod mirrors;
     mod release;
+    mod replay_bounds;
     mod repo_admin;
     mod repo_identity;
     mod review_cli;
     mod review_integrity;
+    mod review_merge;
+    mod review_push;
     mod review_verb;
     mod ssh_access;
     mod ssh_certificates;
@@ -47,26 +53,23 @@ mod both {
     mod web_code;
     mod web_http;
     mod web_malformed_paths;
+    mod web_patches;
     mod web_rendering;
     mod webhooks;
     mod work_queue;
     mod work_queue_cli;
 }
 
-/// Suites that open or copy the SQLite file itself (imports, crashes
-/// mid-write, backups, upgrades from old files): SQLite only.
+/// Suites about the SQLite file itself, which PostgreSQL has no counterpart
+/// of: its online copy and corruption in a backup, its file modes, a lost or
+/// damaged file at start, and upgrades from the SQLite schemas of earlier
+/// releases (which knew no other backend). SQLite only.
 mod sqlite {
     mod backup_restore;
     mod file_modes;
-    mod issue_crash;
     mod issue_import;
-    mod issue_upgrade;
     mod patch_import;
-    mod replay_bounds;
-    mod review_merge;
-    mod review_push;
     mod server_state;
-    mod web_patches;
 }
 
 /// Suites that pick their backend themselves (`multi_node`, `db_migrate`,

@@ -400,6 +400,23 @@ impl Connection {
         }
     }
 
+    /// PostgreSQL, in a lease group: the next operation's savepoint and its
+    /// issue's lock in one round trip (`PgConnection::savepoint_locking`).
+    /// `false` on SQLite, where the caller opens the savepoint itself.
+    pub fn savepoint_locking(
+        &self,
+        release_first: bool,
+        repo: &str,
+        issue_id: &str,
+    ) -> Result<bool> {
+        match self {
+            Connection::Sqlite(_) => Ok(false),
+            Connection::Postgres(c) => c
+                .savepoint_locking(release_first, repo, issue_id)
+                .map(|()| true),
+        }
+    }
+
     /// The provisional number of an event appended in the open PostgreSQL
     /// transaction, renumbered at COMMIT (`event_log::append`); `None` on
     /// SQLite and outside a transaction, where the number is final at once.

@@ -72,6 +72,10 @@ pub struct PgConnection {
     numbered_late: Cell<bool>,
     /// Provisional to final event numbers of the last committed transaction.
     final_seqs: RefCell<HashMap<i64, i64>>,
+    /// The issue whose lock [`PgConnection::savepoint_locking`] took in the
+    /// savepoint's own round trip; the next `lock_issue` of it is answered
+    /// without another.
+    pre_locked: RefCell<Option<(String, String)>>,
 }
 
 impl PgConnection {
@@ -91,6 +95,7 @@ impl PgConnection {
             tx_first: Cell::new(1),
             numbered_late: Cell::new(false),
             final_seqs: RefCell::new(HashMap::new()),
+            pre_locked: RefCell::new(None),
         })
     }
 
@@ -159,6 +164,10 @@ impl PgConnection {
     /// another transaction holds it (the caller defers or moves on). In any
     /// other transaction it waits and returns `true`.
     pub fn lock_issue(&self, repo: &str, issue_id: &str) -> Result<bool> {
+        let pre_locked = self.pre_locked.borrow_mut().take();
+        if pre_locked.is_some_and(|(r, i)| r == repo && i == issue_id) {
+            return Ok(true);
+        }
         let try_only = self.behavior.get() == Some(Behavior::Concurrent);
         let sql = if try_only {
             "SELECT pg_try_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, 0))"
@@ -169,6 +178,36 @@ impl PgConnection {
         let row = self.client()?.query_one(&stmt, &[&repo, &issue_id]);
         let row = row.map_err(|e| self.seen(e))?;
         Ok(!try_only || row.get::<_, bool>(0))
+    }
+
+    /// In a [`Behavior::Concurrent`] transaction: release the savepoint
+    /// `lease_op` (when `release_first`), open it again and try the issue's
+    /// lock, all in one round trip (the simple query protocol, with the
+    /// names as escaped literals). Taken, the operation's own `lock_issue`
+    /// costs nothing; not taken, it tries again and finds the issue busy.
+    pub fn savepoint_locking(&self, release_first: bool, repo: &str, issue_id: &str) -> Result<()> {
+        self.pre_locked.borrow_mut().take();
+        let release = if release_first {
+            "RELEASE lease_op; "
+        } else {
+            ""
+        };
+        let (Some(r), Some(i)) = (literal(repo), literal(issue_id)) else {
+            // Not expressible as a literal (a NUL): the lock goes its own way.
+            return self.batch(&format!("{release}SAVEPOINT lease_op"));
+        };
+        let sql = format!(
+            "{release}SAVEPOINT lease_op; \
+             SELECT pg_try_advisory_xact_lock(hashtextextended(length({r}) || ':' || {r} || {i}, 0))"
+        );
+        let messages = self.client()?.simple_query(&sql);
+        let got = messages.map_err(|e| self.seen(e))?.iter().any(
+            |m| matches!(m, postgres::SimpleQueryMessage::Row(row) if row.get(0) == Some("t")),
+        );
+        if got {
+            *self.pre_locked.borrow_mut() = Some((repo.to_string(), issue_id.to_string()));
+        }
+        Ok(())
     }
 
     /// The next provisional event number of the open transaction (see
@@ -214,6 +253,7 @@ impl PgConnection {
     fn start(&self, sql: &str) -> Result<()> {
         let mut retried = false;
         loop {
+            self.pre_locked.borrow_mut().take();
             let mut client = self.client()?;
             self.in_tx.set(true);
             self.behavior.set(None);
@@ -243,6 +283,7 @@ impl PgConnection {
     /// COMMIT or ROLLBACK. The transaction is over either way (a failed
     /// COMMIT rolled back).
     pub fn end(&self, sql: &str) -> Result<()> {
+        self.pre_locked.borrow_mut().take();
         self.in_tx.set(false);
         self.behavior.set(None);
         let numbered_late = self.numbered_late.replace(false);
@@ -447,6 +488,19 @@ pub fn is_connection(e: &postgres::Error) -> bool {
     ]
     .iter()
     .any(|kind| message.starts_with(kind))
+}
+
+/// `s` as an escape-string literal (`E'…'`, read the same whatever
+/// `standard_conforming_strings` says); `None` if it holds a NUL, which no
+/// PostgreSQL text can.
+fn literal(s: &str) -> Option<String> {
+    if s.contains('\0') {
+        return None;
+    }
+    Some(format!(
+        "E'{}'",
+        s.replace('\\', "\\\\").replace('\'', "''")
+    ))
 }
 
 /// Whether `e` is a lock that could not be had at once (SQLSTATE 55P03,

@@ -798,8 +798,13 @@ fn rule_text(rule: &MergeRule) -> String {
     }
     if rule.queue {
         parts.push(format!(
-            "merged through the merge queue (at most {} patches per group{})",
+            "merged through the merge queue (at most {} patches per group, {}{})",
             rule.max_batch,
+            if rule.queue_method == crate::db::patches::QueueMethod::Rebase {
+                "rebased"
+            } else {
+                "merged"
+            },
             if rule.required_checks.is_empty() {
                 ""
             } else {

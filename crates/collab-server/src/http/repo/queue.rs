@@ -1,7 +1,8 @@
 //! `/{repo}/-/queue/{branch}`: a branch's merge queue (docs/checks.md, "The
 //! merge queue"): the merge rule's queue settings, the entries in order,
-//! the group under test with the checks on its commit, and the latest
-//! groups with how they ended. Read-only, like every page; the same data
+//! every group under test with the checks on its commit (several while a
+//! round of exclusion groups searches a failure), and the latest groups
+//! with how they ended. Read-only, like every page; the same data
 //! as `collab-queue show`.
 
 use askama::Template;
@@ -29,8 +30,8 @@ pub struct EntryRow {
     pub patch: PatchRow,
     pub requested_by: Who,
     pub queued_at: String,
-    /// The group under test holding it, or 0.
-    pub in_group: i64,
+    /// The groups under test holding it.
+    pub in_groups: String,
 }
 
 /// One check on the group's commit.
@@ -50,6 +51,14 @@ pub struct GroupRow {
     pub reason: String,
     pub created: String,
     pub patches: Vec<PatchRow>,
+    /// The suspects an exclusion group leaves out (short ids).
+    pub excluded: String,
+}
+
+/// A group under test, with the checks on its commit.
+pub struct LiveRow {
+    pub group: GroupRow,
+    pub checks: Vec<CheckRow>,
 }
 
 #[derive(Template)]
@@ -65,11 +74,13 @@ struct QueuePage {
     branch_url: String,
     queue_on: bool,
     max_batch: u32,
+    max_parallel: u32,
+    queue_method: &'static str,
     required_checks: String,
-    bisecting: i64,
+    suspects: i64,
+    search: &'static str,
     entries: Vec<EntryRow>,
-    current: Option<GroupRow>,
-    checks: Vec<CheckRow>,
+    live: Vec<LiveRow>,
     groups: Vec<GroupRow>,
 }
 
@@ -107,12 +118,13 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
             Option<crate::db::patches::Patch>,
         )>,
         Vec<Group>,
+        Vec<Group>,
         Vec<(i64, Vec<(String, String, i64)>)>,
-        Vec<crate::db::checks::Check>,
-        i64,
+        Vec<Vec<crate::db::checks::Check>>,
+        store::Search,
         super::ctx::OpenCounts,
     );
-    let (entries, groups, titles, checks, bisecting, counts): Read =
+    let (entries, groups, live, titles, checks, search, counts): Read =
         st.app.reads.read_blocking(move |conn| {
             let entries = store::entries(conn, &name, &b, crate::db::merge_intents::MAX_PER_REPO)?
                 .into_iter()
@@ -122,8 +134,10 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let groups = store::recent(conn, &name, &b, crate::ssh::queue::GROUPS_SHOWN)?;
+            let live = store::live(conn, &name, &b)?;
             let titles = groups
                 .iter()
+                .chain(&live)
                 .map(|g| {
                     let rows = g
                         .members
@@ -138,25 +152,22 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
                     Ok((g.n, rows))
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
-            let checks = match groups.iter().find(|g| g.state == "testing") {
-                Some(g) => crate::db::checks::list(conn, &name, &g.commit)?,
-                None => Vec::new(),
-            };
+            let checks = live
+                .iter()
+                .map(|g| Ok(crate::db::checks::list(conn, &name, &g.commit)?))
+                .collect::<anyhow::Result<Vec<_>>>()?;
             Ok((
                 entries,
                 groups,
+                live,
                 titles,
                 checks,
-                store::suspects(conn, &name, &b)?,
+                store::search(conn, &name, &b)?,
                 super::ctx::open_counts(conn, &name)?,
             ))
         })?;
     let nav = super::ctx::nav_with_counts(st, &ctx, "patches", counts);
     let names = DisplayNames::of(&st.app);
-    let current_n = groups
-        .iter()
-        .find(|g| g.state == "testing")
-        .map_or(0, |g| g.n);
     let row = |g: &Group| GroupRow {
         n: g.n,
         commit: g.commit.clone(),
@@ -179,8 +190,14 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
                     .collect()
             })
             .unwrap_or_default(),
+        excluded: g
+            .excluded
+            .iter()
+            .flatten()
+            .map(|id| view::short_id(id))
+            .collect::<Vec<_>>()
+            .join(" "),
     };
-    let current = groups.iter().find(|g| g.state == "testing").map(row);
     let page = QueuePage {
         site_title: nav.site_title,
         repo_name: nav.repo_name,
@@ -191,8 +208,11 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
         branch_url: view::url_path(branch),
         queue_on: rule.queue,
         max_batch: rule.max_batch,
+        max_parallel: rule.max_parallel,
+        queue_method: rule.queue_method.as_str(),
         required_checks: rule.required_checks.join(", "),
-        bisecting,
+        suspects: search.suspects,
+        search: search.how.as_str(),
         entries: entries
             .iter()
             .enumerate()
@@ -206,23 +226,27 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
                 },
                 requested_by: Who::author(&names, &e.requester.principal, &e.requester.name),
                 queued_at: time(e.created_at),
-                in_group: if current
-                    .as_ref()
-                    .is_some_and(|g| g.patches.iter().any(|m| m.id == e.patch))
-                {
-                    current_n
-                } else {
-                    0
-                },
+                in_groups: live
+                    .iter()
+                    .filter(|g| g.members.iter().any(|m| m.patch == e.patch))
+                    .map(|g| g.n.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
             })
             .collect(),
-        current,
-        checks: checks
-            .into_iter()
-            .map(|c| CheckRow {
-                name: c.name,
-                state: c.state,
-                url: c.url.unwrap_or_default(),
+        live: live
+            .iter()
+            .zip(checks)
+            .map(|(g, checks)| LiveRow {
+                group: row(g),
+                checks: checks
+                    .into_iter()
+                    .map(|c| CheckRow {
+                        name: c.name,
+                        state: c.state,
+                        url: c.url.unwrap_or_default(),
+                    })
+                    .collect(),
             })
             .collect(),
         groups: groups.iter().map(row).collect(),

@@ -130,7 +130,7 @@ fn a_sqlite_server_moves_to_postgres_and_carries_on() {
     // The SQLite file `db migrate` left behind is stale now. A backup
     // neither takes it nor reports its counts as the server's (issue 32:
     // it did, `--verify` called it sound, and restore wrote it back while
-    // PostgreSQL stayed empty); it says the database is elsewhere.
+    // PostgreSQL stayed empty); it dumps PostgreSQL instead (issue 28).
     assert!(
         h.repos_dir().join("collab.db").exists(),
         "the leftover is there"
@@ -143,11 +143,9 @@ fn a_sqlite_server_moves_to_postgres_and_carries_on() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
-    assert!(
-        text.contains("the collab database is NOT in this backup: it is on PostgreSQL"),
-        "{text}"
-    );
+    assert!(!text.contains("NOT in this backup"), "{text}");
     assert!(!backup_dir.join("collab.db").exists());
+    assert!(backup_dir.join("collab.pgdump").is_file());
     let found = walk(&backup_dir);
     assert!(
         !found.iter().any(|p| p.ends_with("collab.db")),
@@ -155,12 +153,12 @@ fn a_sqlite_server_moves_to_postgres_and_carries_on() {
     );
     let manifest: Value =
         serde_json::from_slice(&std::fs::read(backup_dir.join("manifest.json")).unwrap()).unwrap();
-    assert!(manifest["database"].is_null(), "{manifest}");
+    assert_eq!(manifest["database_dump"], "pg_dump-custom", "{manifest}");
+    assert!(manifest["database_elsewhere"].is_null(), "{manifest}");
+    // The census is PostgreSQL's, not the leftover file's: the acquire made
+    // after the move is counted.
     assert!(
-        manifest["database_elsewhere"]
-            .as_str()
-            .unwrap()
-            .starts_with("postgres"),
+        manifest["database"]["tables"]["events"].as_u64().unwrap() >= after_events.len() as u64,
         "{manifest}"
     );
     // The fingerprint it printed: "signed by the server key SHA256:… (…)".
@@ -175,10 +173,7 @@ fn a_sqlite_server_moves_to_postgres_and_carries_on() {
     let out = host(&h, &db.url, &verify);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
-    assert!(
-        text.contains("not in this backup: it was on PostgreSQL"),
-        "{text}"
-    );
+    assert!(text.contains("is sound"), "{text}");
 }
 
 /// `git-collab-server` on the host with this harness's state directory and

@@ -793,13 +793,31 @@ fn postgres_created_locally_uses_peer_auth_over_the_socket() {
         json!(["network.target", "postgresql.service", "postgresql.target"])
     );
     assert_eq!(service["requires"], json!(["postgresql.service"]));
+    let mut postgresql = result["postgresql"].clone();
+    let package = postgresql
+        .as_object_mut()
+        .and_then(|p| p.remove("package"))
+        .expect("services.postgresql.package");
     assert_eq!(
-        result["postgresql"],
+        postgresql,
         json!({
             "enable": true,
             "ensureDatabases": ["git-collab"],
             "ensureUsers": [{"name": "git-collab", "ensureDBOwnership": true}],
         })
+    );
+    // Backups dump with the local server's own pg_dump.
+    let with_backup = eval(
+        &lib,
+        &enabled(
+            r#"database = { type = "postgres"; createLocally = true; };
+               backup.enable = true;"#,
+        ),
+    );
+    let path = &with_backup["backupService"]["path"];
+    assert!(
+        path.as_array().is_some_and(|p| p.contains(&package)),
+        "{path} lacks {package}"
     );
     // Peer authentication: no password, no credential, nothing run before start.
     assert!(unit.get("LoadCredential").is_none(), "{unit:#}");
@@ -896,9 +914,16 @@ fn postgres_password_file_reaches_the_server_as_a_runtime_url_file() {
         backup_unit["RestrictAddressFamilies"],
         json!(["AF_UNIX", "AF_INET", "AF_INET6"])
     );
-    // It does not dump PostgreSQL, and says so.
+    // It dumps PostgreSQL itself: pg_dump is on its path, and nothing warns
+    // that the database is left out any more.
+    let path = backup["path"].as_array().expect("the backup unit's path");
     assert!(
-        result["warnings"].to_string().contains("pg_dump"),
+        path.iter()
+            .any(|p| p.as_str().is_some_and(|p| p.ends_with("-postgresql"))),
+        "{path:?}"
+    );
+    assert!(
+        !result["warnings"].to_string().contains("pg_dump"),
         "{:#}",
         result["warnings"]
     );

@@ -12,12 +12,9 @@ use common::ServerHarness;
 // `git` here must succeed.
 use review_support::{commit, ok as git, setup, Agent};
 
-fn db(h: &ServerHarness) -> rusqlite::Connection {
-    rusqlite::Connection::open_with_flags(
-        h.repos_dir().join("collab.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap()
+/// The server's collab database (either backend), for reading.
+fn db(h: &ServerHarness) -> collab_store::sql::Connection {
+    collab_store::open_reader(collab_store::Location::parse(&h.db_setting())).unwrap()
 }
 
 /// Push for review; returns the full patch id.
@@ -31,8 +28,8 @@ fn propose(h: &ServerHarness, a: &Agent) -> String {
     let short = &line.split("remote: patch ").nth(1).unwrap()[..8];
     db(h)
         .query_row(
-            "SELECT id FROM patches WHERE id LIKE ?1 || '%'",
-            [short],
+            "SELECT id FROM patches WHERE id LIKE ?1",
+            [format!("{short}%")],
             |r| r.get(0),
         )
         .unwrap()

@@ -30,12 +30,9 @@ fn remote_refs(h: &ServerHarness, a: &Agent) -> Vec<(String, String)> {
         .collect()
 }
 
-fn db(h: &ServerHarness) -> rusqlite::Connection {
-    rusqlite::Connection::open_with_flags(
-        h.repos_dir().join("collab.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap()
+/// The server's collab database (either backend), for reading.
+fn db(h: &ServerHarness) -> collab_store::sql::Connection {
+    collab_store::open_reader(collab_store::Location::parse(&h.db_setting())).unwrap()
 }
 
 /// `(n, head, base_commit, base_tip)` of every revision of `patch`.
@@ -68,8 +65,8 @@ fn printed_id(out: &SshOutput) -> String {
 fn full_id(h: &ServerHarness, short: &str) -> String {
     db(h)
         .query_row(
-            "SELECT id FROM patches WHERE id LIKE ?1 || '%'",
-            [short],
+            "SELECT id FROM patches WHERE id LIKE ?1",
+            [format!("{short}%")],
             |r| r.get(0),
         )
         .unwrap()

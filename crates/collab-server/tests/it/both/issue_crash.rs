@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use collab_store as db;
 use common::ServerHarness;
 
 const CLIENTS: usize = 8;
@@ -90,11 +91,7 @@ fn sigkill_mid_comment_storm_keeps_every_acknowledged_comment_and_a_gap_free_log
         );
     }
 
-    let conn = rusqlite::Connection::open_with_flags(
-        h.repos_dir().join("collab.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
+    let conn = db::open_reader(db::Location::parse(&h.db_setting())).unwrap();
     let seqs: Vec<i64> = conn
         .prepare("SELECT seq FROM events ORDER BY seq")
         .unwrap()
@@ -120,7 +117,7 @@ fn sigkill_mid_comment_storm_keeps_every_acknowledged_comment_and_a_gap_free_log
         .prepare("SELECT payload FROM events WHERE seq = ?1 AND type = 'issue.commented'")
         .unwrap();
     for (body, (seq, id)) in &acked {
-        let payload: String = by_seq.query_row([seq], |r| r.get(0)).unwrap();
+        let payload: String = by_seq.query_row([*seq], |r| r.get(0)).unwrap();
         let v: serde_json::Value = serde_json::from_str(&payload).unwrap();
         assert_eq!(v["comment"]["id"], id.as_str(), "seq {seq}");
         assert_eq!(v["comment"]["body"], body.as_str(), "seq {seq}");

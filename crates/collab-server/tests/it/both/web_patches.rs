@@ -2,7 +2,7 @@
 //! opened and revised with `git push origin HEAD:refs/for/main` over SSH
 //! (two revisions across a rebase, linked to an issue), reviewed, commented
 //! and closed with `collab-patch` over ssh (a busy repository's patches are
-//! seeded into the stopped server's `collab.db` through its own
+//! seeded into the stopped server's collab database through its own
 //! `db::patches`), pages fetched over loopback HTTP. Covers
 //! the list (filters, the cursor), the detail page (revisions with votes,
 //! the merge rule's state, the revision diff with line numbers and inline
@@ -39,32 +39,24 @@ fn printed_id(out: &std::process::Output) -> String {
     line.split("remote: patch ").nth(1).unwrap()[..8].to_string()
 }
 
-fn db_path(h: &ServerHarness) -> PathBuf {
-    h.repos_dir().join("collab.db")
-}
-
 /// The full id and the repository name (as the database holds it) of the
 /// patch `short`.
 fn full_id(h: &ServerHarness, short: &str) -> (String, String) {
-    let conn = rusqlite::Connection::open_with_flags(
-        db_path(h),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
+    let conn = db::open_reader(db::Location::parse(&h.db_setting())).unwrap();
     conn.query_row(
-        "SELECT id, repo FROM patches WHERE id LIKE ?1 || '%'",
-        [short],
+        "SELECT id, repo FROM patches WHERE id LIKE ?1",
+        [format!("{short}%")],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )
     .unwrap()
 }
 
-/// Run `f` on the stopped server's collab.db in one transaction, then
-/// start the server again.
+/// Run `f` on the stopped server's collab database (either backend) in one
+/// transaction, then start the server again.
 fn with_db(h: &mut ServerHarness, f: impl FnOnce(&db::sql::Connection)) {
     h.stop();
     {
-        let conn = db::leases::open(&db_path(h)).unwrap();
+        let conn = db::open(db::Location::parse(&h.db_setting())).unwrap();
         let tx = conn.unchecked_transaction().unwrap();
         f(&tx);
         tx.commit().unwrap();
