@@ -67,6 +67,16 @@ const MAX_DEFERRALS: u32 = 2000;
 /// deadlock it broke, a lock timeout outside an operation) runs again.
 const GROUP_RETRIES: u32 = 3;
 
+/// How long the writer waits for an unreachable database (a PostgreSQL
+/// restart, a failover) before it fails a group's operations with
+/// [`crate::sql::Error::Unavailable`]; once an outage has lasted that long,
+/// each later group tries once and fails at once until the database is
+/// back. Between attempts it backs off from [`FIRST_BACKOFF`] to
+/// [`MAX_BACKOFF`].
+pub const DB_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const FIRST_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
+const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Groups whose provisional-to-final event numbers are kept for
 /// [`Writer::final_seq`] (a caller asks right after its answer).
 const KEPT_SEQ_MAPS: usize = 64;
@@ -644,6 +654,68 @@ impl Signals {
     }
 }
 
+/// The writer's view of an outage of the database: since when it has been
+/// unreachable, and the next pause between attempts.
+#[derive(Default)]
+struct Outage {
+    since: Option<std::time::Instant>,
+    backoff: std::time::Duration,
+}
+
+impl Outage {
+    /// Wait before trying again, unless the outage has lasted [`DB_WAIT`]
+    /// already (`false`: give up on this group).
+    fn wait(&mut self, e: &crate::sql::Error) -> bool {
+        let now = std::time::Instant::now();
+        let since = *self.since.get_or_insert_with(|| {
+            tracing::warn!("the collab database is unavailable ({e}); reconnecting");
+            now
+        });
+        let left = DB_WAIT.saturating_sub(now.duration_since(since));
+        if left.is_zero() {
+            return false;
+        }
+        self.backoff = (self.backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF);
+        std::thread::sleep(self.backoff.min(left));
+        true
+    }
+
+    fn over(&mut self) {
+        if let Some(since) = self.since.take() {
+            tracing::info!(
+                "the collab database is back after {:.1}s",
+                since.elapsed().as_secs_f64()
+            );
+        }
+        self.backoff = std::time::Duration::ZERO;
+    }
+}
+
+/// Where a group's transaction failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// At BEGIN: no operation ran.
+    Begin,
+    /// While the operations ran: the transaction rolled back.
+    Ops,
+    /// At COMMIT.
+    Commit,
+}
+
+/// Each operation's error for a group whose transaction failed at `stage`
+/// with `e`: nothing was written, except that a COMMIT sent without an
+/// answer may have committed ([`crate::sql::Error::CommitUnknown`]).
+fn group_failed(op: &Op, e: &crate::sql::Error) -> anyhow::Error {
+    use crate::sql::Error;
+    match e {
+        Error::CommitUnknown(m) => anyhow::Error::new(Error::CommitUnknown(m.clone())),
+        Error::Unavailable(m) => anyhow::Error::new(Error::Unavailable(m.clone())),
+        e if e.is_unavailable() => anyhow::Error::new(Error::Unavailable(e.to_string())),
+        e => return anyhow!("{op}: collab database transaction failed: {e}"),
+    }
+    .context(op.to_string())
+}
+
 /// The writer thread: one group per transaction until the queue closes.
 fn run_writer(
     mut conn: Connection,
@@ -660,6 +732,7 @@ fn run_writer(
     let mut carried: Vec<Job> = Vec::new();
     // Lease decisions never see time run backwards, even if the wall clock does.
     let mut last_now = i64::MIN;
+    let mut outage = Outage::default();
     loop {
         group.append(&mut carried);
         if group.is_empty() {
@@ -680,15 +753,20 @@ fn run_writer(
         let mut ops: Vec<Op> = group.iter_mut().map(|job| job.op.take()).collect();
         let behavior = group_behavior(&ops);
         let mut attempt = 0;
+        let mut committed = false;
         let outcomes = loop {
             let result = run_group(&mut conn, &mut ops, &policy, behavior, || {
                 last_now = last_now.max(clock());
                 last_now
             });
             match result {
-                Ok(outcomes) => break outcomes,
+                Ok(outcomes) => {
+                    outage.over();
+                    committed = true;
+                    break outcomes;
+                }
                 // A lease group holds no run-once closure: it can run again.
-                Err(e)
+                Err((_, e))
                     if behavior == TransactionBehavior::Concurrent
                         && e.is_busy()
                         && attempt < GROUP_RETRIES =>
@@ -696,23 +774,33 @@ fn run_writer(
                     attempt += 1;
                     tracing::debug!("lease group aborted ({e}); running it again");
                 }
-                Err(e) => {
+                // The database is unreachable or the connection was lost
+                // before COMMIT: nothing was written. A group runs again on
+                // a new connection if none of its closures ran (lost at
+                // BEGIN) or it holds none (lease operations are data).
+                Err((stage, e))
+                    if e.is_unavailable()
+                        && (stage == Stage::Begin
+                            || (stage == Stage::Ops
+                                && behavior == TransactionBehavior::Concurrent))
+                        && outage.wait(&e) => {}
+                Err((_, e)) => {
                     break ops
                         .iter()
-                        .map(|op| {
-                            Some(Err(anyhow!(
-                                "{op}: collab database transaction failed: {e}"
-                            )))
-                        })
+                        .map(|op| Some(Err(group_failed(op, &e))))
                         .collect()
                 }
             }
         };
-        // After COMMIT: whatever the group appended is visible to readers now.
-        final_seqs.record(conn.final_seqs());
-        match crate::event_log::head(&conn) {
-            Ok(seq) => publish_head(&signals.event_head, seq),
-            Err(e) => tracing::warn!("reading the event log head: {e}"),
+        // After COMMIT: whatever the group appended is visible to readers
+        // now. (After a failed group there is nothing new to publish, and a
+        // database that is down would only be asked again.)
+        if committed {
+            final_seqs.record(conn.final_seqs());
+            match crate::event_log::head(&conn) {
+                Ok(seq) => publish_head(&signals.event_head, seq),
+                Err(e) => tracing::warn!("reading the event log head: {e}"),
+            }
         }
         let mut done_ops = Vec::with_capacity(ops.len());
         let mut done_jobs = Vec::with_capacity(ops.len());
@@ -766,7 +854,9 @@ fn group_behavior(ops: &[Op]) -> TransactionBehavior {
 
 /// Run `ops` in one write transaction, each under its own SAVEPOINT.
 /// `Err` means the transaction as a whole failed (BEGIN, COMMIT, or an error
-/// that made SQLite abandon it): nothing of the group was kept. `None` for
+/// that made SQLite abandon it, or a lost connection), with where:
+/// nothing of the group was kept (but see
+/// [`crate::sql::Error::CommitUnknown`]). `None` for
 /// an operation: it was rolled back because its issue was busy (another
 /// node is deciding it) and runs again in the next group.
 fn run_group(
@@ -775,8 +865,11 @@ fn run_group(
     policy: &Policy,
     behavior: TransactionBehavior,
     now: impl FnOnce() -> i64,
-) -> crate::sql::Result<Vec<Option<anyhow::Result<Outcome>>>> {
-    let tx = conn.transaction_with_behavior(behavior)?;
+) -> Result<Vec<Option<anyhow::Result<Outcome>>>, (Stage, crate::sql::Error)> {
+    let tx = conn
+        .transaction_with_behavior(behavior)
+        .map_err(|e| (Stage::Begin, e))?;
+    let in_ops = |e| (Stage::Ops, e);
     // Read the clock once the write lock is ours: that is when the group happens.
     let now = now();
     let mut outcomes = Vec::with_capacity(ops.len());
@@ -796,12 +889,12 @@ fn run_group(
         }
         let locked_with_it = match (behavior, op.issue()) {
             (TransactionBehavior::Concurrent, Some((repo, id))) => {
-                tx.savepoint_locking(savepoint, repo, id)?
+                tx.savepoint_locking(savepoint, repo, id).map_err(in_ops)?
             }
             _ => false,
         };
         if !locked_with_it {
-            next_savepoint(&tx, savepoint)?;
+            next_savepoint(&tx, savepoint).map_err(in_ops)?;
         }
         savepoint = true;
         match op.run(&tx, policy, now) {
@@ -810,11 +903,11 @@ fn run_group(
                 // Some errors (disk full, I/O) make SQLite abandon the whole
                 // transaction, and with it what the earlier operations did.
                 if tx.is_autocommit() {
-                    return Err(e
-                        .downcast::<crate::sql::Error>()
-                        .unwrap_or_else(|e| failure(format!("transaction abandoned: {e:#}"))));
+                    return Err(in_ops(e.downcast::<crate::sql::Error>().unwrap_or_else(
+                        |e| failure(format!("transaction abandoned: {e:#}")),
+                    )));
                 }
-                run_cached(&tx, "ROLLBACK TO lease_op")?;
+                run_cached(&tx, "ROLLBACK TO lease_op").map_err(in_ops)?;
                 let is_busy = e
                     .downcast_ref::<crate::sql::Error>()
                     .is_some_and(crate::sql::Error::is_busy);
@@ -827,7 +920,7 @@ fn run_group(
             }
         }
     }
-    tx.commit()?;
+    tx.commit().map_err(|e| (Stage::Commit, e))?;
     Ok(outcomes)
 }
 
@@ -1481,5 +1574,41 @@ mod tests {
         assert_eq!(service.stats().groups, 1, "all three rode one transaction");
         // The typed front door returns the closure's value after COMMIT.
         assert_eq!(service.write("append", append_test_event).await.unwrap(), 2);
+    }
+
+    /// The writer's backend terminated while idle (as a PostgreSQL restart
+    /// or an administrator's `pg_terminate_backend` does): the next lease
+    /// operation and the next generic write succeed on a new connection
+    /// (the BEGIN is sent again there), nothing fails.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_terminated_connection_is_replaced_without_failing_a_write() {
+        use crate::sql::test_database::{off_runtime, query_i64, TestDatabase};
+        if !crate::sql::test_database::wanted() {
+            return;
+        }
+        let db = off_runtime(TestDatabase::create);
+        let url = db.url.clone();
+        let service = off_runtime(|| Writer::open(url.as_str()).unwrap());
+        let terminate = || {
+            let cut = off_runtime(|| {
+                query_i64(
+                    &url,
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                )
+                .unwrap()
+            });
+            assert!(cut >= 1, "the writer's backend was terminated");
+            // The backend is gone once PostgreSQL has processed the signal.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        };
+        let first = service.acquire(REPO, "i1", "alice", Some(600)).await;
+        assert!(tenure(&first.unwrap()).is_some());
+        terminate();
+        let second = service.acquire(REPO, "i2", "alice", Some(600)).await;
+        assert_eq!(tenure(&second.unwrap()).map(|t| t.0), Some(1));
+        terminate();
+        let appended = service.write("append", append_test_event).await;
+        assert!(appended.is_ok(), "{appended:?}");
     }
 }

@@ -259,6 +259,13 @@ impl ServerHarness {
         Some(Self::start_on(options, Some(pg::TestDatabase::create())))
     }
 
+    /// Start a server on the PostgreSQL database at `url`: one the test
+    /// made itself (on a cluster of its own that it restarts, stops or
+    /// fails over, say), dropped by the test.
+    pub fn start_on_url(options: HarnessOptions, url: &str) -> Self {
+        Self::start_with_db(options, None, Some(url.to_string()))
+    }
+
     /// Another server process (a node) on this one's state directory,
     /// repositories and database, with its own ports. Its options are this
     /// one's.
@@ -287,6 +294,15 @@ impl ServerHarness {
     }
 
     fn start_on(options: HarnessOptions, pg: Option<pg::TestDatabase>) -> Self {
+        let url = pg.as_ref().map(|db| db.url.clone());
+        Self::start_with_db(options, pg, url)
+    }
+
+    fn start_with_db(
+        options: HarnessOptions,
+        pg: Option<pg::TestDatabase>,
+        db_url: Option<String>,
+    ) -> Self {
         let tmp = tempfile::tempdir().expect("tempdir");
         let state_dir = tmp.path().join("state");
         std::fs::create_dir_all(tmp.path().join("keys")).unwrap();
@@ -300,10 +316,10 @@ impl ServerHarness {
             format!("{ADMIN_OPTION} {}\n", public_key_line(&client_key)),
         )
         .unwrap();
-        if let Some(db) = &pg {
+        if let Some(url) = &db_url {
             // Host commands (`repo create`, `import`, …) run by the tests
             // inherit it; the server gets it explicitly in `spawn`.
-            std::env::set_var("GIT_COLLAB_COLLAB_DB", &db.url);
+            std::env::set_var("GIT_COLLAB_COLLAB_DB", url);
         }
         let mut h = ServerHarness {
             tmp,
@@ -314,7 +330,7 @@ impl ServerHarness {
             ssh_addr: "127.0.0.1:0".parse().unwrap(),
             http_addr: "127.0.0.1:0".parse().unwrap(),
             client_key,
-            db_url: pg.as_ref().map(|db| db.url.clone()),
+            db_url,
             pg,
         };
         h.spawn();

@@ -143,7 +143,8 @@ fn listen(url: String, notified: Arc<tokio::sync::Notify>) {
     let spawned = std::thread::Builder::new()
         .name("pg-listen".into())
         .spawn(move || loop {
-            match postgres::Client::connect(&url, postgres::NoTls) {
+            // As the store connects: the URL's TLS settings and hosts.
+            match crate::db::sql::connect_client(&url) {
                 Ok(mut client) => {
                     if let Err(e) = client.batch_execute(&format!("LISTEN {EVENTS_CHANNEL}")) {
                         tracing::warn!("events: LISTEN: {e}");

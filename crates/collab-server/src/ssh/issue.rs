@@ -711,7 +711,7 @@ fn issue_error(repo: &str, e: IssueError) -> Reply {
 
 fn internal(repo: &str, e: anyhow::Error) -> Reply {
     tracing::error!(repo, "collab-issue: collab database: {e:#}");
-    (INTERNAL.to_string(), 1)
+    (super::reply::internal_line(&e).to_string(), 1)
 }
 
 async fn show(ctx: &ExecContext, repo: String, id: String) -> Reply {

@@ -42,7 +42,7 @@ use serde_json::{json, Value};
 
 use super::command::LeaseCmd;
 use super::context::ExecContext;
-use super::reply::{json_line, reply_on, NOT_FOUND};
+use super::reply::{internal_line, json_line, reply_on, NOT_FOUND};
 use crate::authz;
 use crate::db::issues::{self, IssueError};
 use crate::db::leases::{rfc3339, Acquire, Break, Claim, Lease, Release, Renew, Status};
@@ -190,7 +190,7 @@ async fn answer(
             .imports
             .ensure(&app.reads, &app.writer, &app.export, &entry, &runtime)
         {
-            return Some((entry, Resolved::Failed(format!("importing issues: {e:#}"))));
+            return Some((entry, Resolved::Failed(e.context("importing issues"))));
         }
         let issue = lookup.resolve(&entry, &app.reads);
         Some((entry, issue))
@@ -220,8 +220,8 @@ async fn answer(
         Resolved::NoIssue => String::new(),
         Resolved::Refused(message) => return Some(Answer::Reply(error(&message))),
         Resolved::Failed(e) => {
-            tracing::error!(repo, "collab-lease: reading the issue: {e}");
-            return Some(Answer::Reply(error(INTERNAL)));
+            tracing::error!(repo, "collab-lease: reading the issue: {e:#}");
+            return Some(Answer::Reply(error(internal_line(&e))));
         }
     };
     if let LeaseCmd::Acquire {
@@ -349,7 +349,7 @@ async fn answer(
     };
     Some(Answer::Reply(result.unwrap_or_else(|e| {
         tracing::error!(repo, issue, "collab-lease: lease store: {e:#}");
-        error(INTERNAL)
+        error(internal_line(&e))
     })))
 }
 
@@ -392,7 +392,7 @@ async fn wait_for(
                     Ok(status) => conflict_from_status(&repo, &issue, &status),
                     Err(e) => {
                         tracing::error!(repo, issue, "collab-lease: lease store: {e:#}");
-                        error(INTERNAL)
+                        error(internal_line(&e))
                     }
                 }
             }
@@ -484,8 +484,9 @@ enum Resolved {
     NoIssue,
     /// A one-line `error: …` for the caller.
     Refused(String),
-    /// An internal failure, logged, never shown.
-    Failed(String),
+    /// An internal failure, logged, shown only as what it means for the
+    /// caller (`reply::internal_line`).
+    Failed(anyhow::Error),
 }
 
 impl Lookup {
@@ -500,7 +501,7 @@ impl Lookup {
             // Renew and release work on the lease alone.
             Ok(None) if !must_be_open => Resolved::NotInDb(id.trim().to_ascii_lowercase()),
             Ok(None) => Resolved::Refused(ISSUE_NOT_FOUND.into()),
-            Err(e) => Resolved::Failed(format!("{e:#}")),
+            Err(e) => Resolved::Failed(e),
         }
     }
 }
@@ -534,7 +535,7 @@ async fn lease_by_prefix(ctx: &ExecContext, repo: &str, prefix: &str) -> Result<
     }
     let live = ctx.app.writer.list(repo).await.map_err(|e| {
         tracing::error!(repo, "collab-lease: lease store: {e:#}");
-        error(INTERNAL)
+        error(internal_line(&e))
     })?;
     let mut matches: Vec<String> = live
         .into_iter()

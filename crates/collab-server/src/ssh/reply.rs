@@ -57,3 +57,38 @@ tokio::task_local! {
 pub fn note_exit_status(code: u32) {
     let _ = EXIT_STATUS.try_with(|status| status.set(Some(code)));
 }
+
+/// The reply line for an operation that failed inside the server: what a
+/// fault of the database means for the caller (docs/postgres.md, "Faults
+/// of the database") when that is what happened, `error: internal error`
+/// otherwise (the error itself goes to the log).
+pub fn internal_line(e: &anyhow::Error) -> &'static str {
+    use crate::db::sql::Error;
+    let fault = e
+        .chain()
+        .find_map(|cause| match cause.downcast_ref::<Error>() {
+            Some(Error::CommitUnknown(_)) => Some(COMMIT_UNKNOWN),
+            Some(e) if e.is_unavailable() => Some(UNAVAILABLE),
+            _ => None,
+        });
+    fault.unwrap_or("error: internal error")
+}
+
+/// Whether `e` is the database being unreachable (or the connection lost
+/// before anything was committed): trying again later is the remedy.
+pub fn is_unavailable(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<crate::db::sql::Error>()
+            .is_some_and(crate::db::sql::Error::is_unavailable)
+    })
+}
+
+/// The database could not be reached (or the connection was lost before
+/// COMMIT): nothing was written.
+pub const UNAVAILABLE: &str =
+    "error: the collab database is unavailable; nothing was written, try again in a few seconds";
+
+/// The connection was lost while COMMIT was on its way.
+pub const COMMIT_UNKNOWN: &str = "error: the collab database connection was lost during commit; \
+     the write may or may not have been recorded: check before trying again";

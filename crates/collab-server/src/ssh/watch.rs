@@ -57,6 +57,12 @@ const ACCESS_TTL: Duration = Duration::from_secs(5);
 /// connection is dropped.
 const CUT_GRACE: Duration = Duration::from_secs(30);
 
+/// How long a watcher waits for the collab database to come back (a
+/// PostgreSQL restart or failover) before it is cut off with the `seq` to
+/// resume from; it retries with a backoff of up to a second meanwhile and
+/// resumes after the last event it sent, so nothing is skipped or repeated.
+const DB_WAIT: Duration = Duration::from_secs(60);
+
 /// Watchers connected right now (bounded by `events.max_watchers`).
 static WATCHERS: AtomicU64 = AtomicU64::new(0);
 
@@ -354,6 +360,8 @@ impl Stream<'_> {
         let stopping = app.stopping.clone();
         let mut admitted_at = Instant::now();
         let mut last_write = Instant::now();
+        // Since when, and the next pause, while the database is unreachable.
+        let mut outage: Option<(Instant, Duration)> = None;
         loop {
             if admitted_at.elapsed() >= ACCESS_TTL {
                 // A key removed from authorized_keys (or governance) stops here.
@@ -375,7 +383,29 @@ impl Stream<'_> {
                     .query(move |conn| event_log::after(conn, after, limit))
                     .await
                 {
-                    Ok(rows) => rows,
+                    Ok(rows) => {
+                        outage = None;
+                        rows
+                    }
+                    // The connection reconnects on its next use; the read
+                    // starts again after the last event considered.
+                    Err(e) if super::reply::is_unavailable(&e) => {
+                        let (since, pause) = outage.get_or_insert_with(|| {
+                            tracing::warn!("events: the collab database is unavailable: {e:#}");
+                            (Instant::now(), Duration::from_millis(50))
+                        });
+                        if since.elapsed() >= DB_WAIT {
+                            return End::Cut(format!(
+                                "error: the collab database is unavailable; resume with --since {after}"
+                            ));
+                        }
+                        let wait = *pause;
+                        *pause = (*pause * 2).min(Duration::from_secs(1));
+                        tokio::select! {
+                            _ = tokio::time::sleep(wait) => continue,
+                            _ = &mut *gone => return End::ClientGone,
+                        }
+                    }
                     Err(e) => {
                         tracing::error!("events: reading after {after}: {e:#}");
                         return End::Cut("error: internal error".into());

@@ -72,8 +72,8 @@ mod sqlite {
     mod server_state;
 }
 
-/// Suites that pick their backend themselves (`multi_node`, `db_migrate`
-/// always use PostgreSQL) or test what has no collab database of its own
+/// Suites that pick their backend themselves (`multi_node`, `db_migrate`,
+/// `pg_faults` always use PostgreSQL) or test what has no collab database of its own
 /// (the container image, the Nix module, a browser, git housekeeping, the
 /// README, configuration and CLI messages): run once.
 mod once {
@@ -86,6 +86,7 @@ mod once {
     mod multi_node;
     mod nix_module;
     mod pack_cache;
+    mod pg_faults;
     mod readme_quickstart;
     mod web_browser;
 }

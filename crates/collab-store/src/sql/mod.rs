@@ -133,6 +133,14 @@ impl From<PathBuf> for Location {
     }
 }
 
+/// A plain client on the PostgreSQL database at `url`, connected as the
+/// store connects (TLS as the URL's `sslmode` says, several hosts tried in
+/// order, a connect timeout): for what the storage interface does not
+/// offer, such as a `LISTEN` loop.
+pub fn connect_client(url: &str) -> Result<postgres::Client> {
+    pg::connect(url)
+}
+
 /// What a database call fails with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -155,6 +163,18 @@ pub enum Error {
     /// operation runs again later (the writer defers it to its next group).
     #[error("busy: {0} is being decided by another transaction")]
     Busy(String),
+    /// The database could not be reached, or the connection was lost
+    /// before COMMIT was sent: nothing of the transaction was written, and
+    /// it can run again (docs/postgres.md, "Faults of the database").
+    #[error("the collab database is unavailable (nothing was written): {0}")]
+    Unavailable(String),
+    /// The connection was lost while COMMIT was on its way: the transaction
+    /// may or may not have committed.
+    #[error(
+        "the connection to the collab database was lost during COMMIT \
+         (the write may or may not have been recorded): {0}"
+    )]
+    CommitUnknown(String),
 }
 
 impl Error {
@@ -173,6 +193,19 @@ impl Error {
         match self {
             Error::Busy(_) => true,
             Error::Postgres(e) => pg::is_busy(e),
+            _ => false,
+        }
+    }
+
+    /// Whether the database could not be reached or the connection was
+    /// lost before anything was committed (a restarted or failed-over
+    /// PostgreSQL, a terminated backend, a standby that refuses writes):
+    /// the operation did not happen and can run again once the database is
+    /// back. Never true on SQLite, nor for [`Error::CommitUnknown`].
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Unavailable(_) => true,
+            Error::Postgres(e) => pg::is_connection(e),
             _ => false,
         }
     }

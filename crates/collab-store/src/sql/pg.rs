@@ -3,7 +3,7 @@
 //! async worker), `?N` placeholders rewritten to `$N`, values converted by
 //! the column and parameter types the server reports, statements cached per
 //! connection, and a connection that reconnects between transactions when
-//! the server went away.
+//! the server went away (docs/postgres.md, "Faults of the database").
 
 use std::cell::{Cell, RefCell, RefMut};
 use std::collections::HashMap;
@@ -39,12 +39,22 @@ const CONCURRENT_LOCK_TIMEOUT: &str = "200ms";
 /// domain code has a bounded set of statement shapes; this bounds a leak).
 const MAX_CACHED: usize = 512;
 
+/// How long a connection attempt to one host may take when the URL sets no
+/// `connect_timeout`: a host that does not answer (a dead primary's
+/// address) must not hold the writer for the kernel's TCP timeout, and with
+/// several hosts the next one is tried after it.
+const DEFAULT_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub struct PgConnection {
     url: String,
     /// Always `Some` until drop (see `Drop`).
     client: RefCell<Option<postgres::Client>>,
     statements: StatementCache,
     in_tx: Cell<bool>,
+    /// The connection failed in a way that makes it useless (lost, or on a
+    /// server that no longer takes writes): the next use outside a
+    /// transaction connects again.
+    broken: Cell<bool>,
     /// Channels to NOTIFY when the open transaction commits.
     notify_at_commit: RefCell<Vec<&'static str>>,
     /// How the open transaction began.
@@ -55,6 +65,9 @@ pub struct PgConnection {
     /// Provisional event numbers handed out on this connection so far (the
     /// low half; never reset, so a number is unique per connection).
     provisional: Cell<u32>,
+    /// The low half of the open transaction's first provisional number
+    /// (the next one when it began).
+    tx_first: Cell<u32>,
     /// The open transaction appended events with provisional numbers.
     numbered_late: Cell<bool>,
     /// Provisional to final event numbers of the last committed transaction.
@@ -74,28 +87,41 @@ impl PgConnection {
             client: RefCell::new(Some(client)),
             statements: RefCell::new(HashMap::new()),
             in_tx: Cell::new(false),
+            broken: Cell::new(false),
             notify_at_commit: RefCell::new(Vec::new()),
             behavior: Cell::new(None),
             backend_pid: Cell::new(pid),
             provisional: Cell::new(0),
+            tx_first: Cell::new(1),
             numbered_late: Cell::new(false),
             final_seqs: RefCell::new(HashMap::new()),
             pre_locked: RefCell::new(None),
         })
     }
 
-    /// The client, reconnected first if the server closed it while no
-    /// transaction was open (a restarted PostgreSQL, a dropped connection).
-    /// Inside a transaction a lost connection is the transaction's failure.
+    /// The client, reconnected first if the server closed it (or it failed
+    /// as [`is_connection`] says) while no transaction was open: a
+    /// restarted PostgreSQL, a terminated backend, a failover. Inside a
+    /// transaction a lost connection is the transaction's failure.
     fn client(&self) -> Result<RefMut<'_, postgres::Client>> {
         let mut client = self.raw_client();
-        if client.is_closed() && !self.in_tx.get() {
+        if (client.is_closed() || self.broken.get()) && !self.in_tx.get() {
             let mut fresh = connect(&self.url)?;
             self.backend_pid.set(backend_pid(&mut fresh)?);
             *client = fresh;
+            self.broken.set(false);
             self.statements.borrow_mut().clear();
         }
         Ok(client)
+    }
+
+    /// `e` as this interface's error, noting a lost connection (the next
+    /// use outside a transaction reconnects).
+    fn seen(&self, e: postgres::Error) -> Error {
+        if is_connection(&e) {
+            self.broken.set(true);
+        }
+        e.into()
     }
 
     fn raw_client(&self) -> RefMut<'_, postgres::Client> {
@@ -109,7 +135,8 @@ impl PgConnection {
     }
 
     pub fn batch(&self, sql: &str) -> Result<()> {
-        Ok(self.client()?.batch_execute(sql)?)
+        let result = self.client()?.batch_execute(sql);
+        result.map_err(|e| self.seen(e))
     }
 
     pub fn begin(&self, behavior: Behavior) -> Result<()> {
@@ -148,7 +175,8 @@ impl PgConnection {
             "SELECT pg_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, 0))"
         };
         let stmt = self.cached(sql)?;
-        let row = self.client()?.query_one(&stmt, &[&repo, &issue_id])?;
+        let row = self.client()?.query_one(&stmt, &[&repo, &issue_id]);
+        let row = row.map_err(|e| self.seen(e))?;
         Ok(!try_only || row.get::<_, bool>(0))
     }
 
@@ -172,7 +200,8 @@ impl PgConnection {
             "{release}SAVEPOINT lease_op; \
              SELECT pg_try_advisory_xact_lock(hashtextextended(length({r}) || ':' || {r} || {i}, 0))"
         );
-        let got = self.client()?.simple_query(&sql)?.iter().any(
+        let messages = self.client()?.simple_query(&sql);
+        let got = messages.map_err(|e| self.seen(e))?.iter().any(
             |m| matches!(m, postgres::SimpleQueryMessage::Row(row) if row.get(0) == Some("t")),
         );
         if got {
@@ -218,20 +247,37 @@ impl PgConnection {
         self.start("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     }
 
+    /// BEGIN (with `sql`'s locks). A connection found lost here (it died
+    /// while idle: a restart, a terminated backend) is replaced and the
+    /// BEGIN sent once more: nothing of the transaction ran yet.
     fn start(&self, sql: &str) -> Result<()> {
-        self.pre_locked.borrow_mut().take();
-        let mut client = self.client()?;
-        self.in_tx.set(true);
-        self.behavior.set(None);
-        self.numbered_late.set(false);
-        self.notify_at_commit.borrow_mut().clear();
-        if let Err(e) = client.batch_execute(sql) {
-            // The BEGIN may have run before the failure: end it.
-            let _ = client.batch_execute("ROLLBACK");
-            self.in_tx.set(false);
-            return Err(e.into());
+        let mut retried = false;
+        loop {
+            self.pre_locked.borrow_mut().take();
+            let mut client = self.client()?;
+            self.in_tx.set(true);
+            self.behavior.set(None);
+            self.numbered_late.set(false);
+            self.tx_first
+                .set(self.provisional.get().wrapping_add(1).max(1));
+            self.notify_at_commit.borrow_mut().clear();
+            match client.batch_execute(sql) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    // The BEGIN may have run before the failure: end it.
+                    let _ = client.batch_execute("ROLLBACK");
+                    self.in_tx.set(false);
+                    drop(client);
+                    let lost = is_connection(&e);
+                    let e = self.seen(e);
+                    if lost && !retried {
+                        retried = true;
+                        continue;
+                    }
+                    return Err(e);
+                }
+            }
         }
-        Ok(())
     }
 
     /// COMMIT or ROLLBACK. The transaction is over either way (a failed
@@ -243,20 +289,38 @@ impl PgConnection {
         let numbered_late = self.numbered_late.replace(false);
         let channels = std::mem::take(&mut *self.notify_at_commit.borrow_mut());
         let mut client = self.raw_client();
-        if client.is_closed() {
-            return Err(Error::failure(
-                "the PostgreSQL connection was lost inside a transaction",
+        if client.is_closed() || self.broken.get() {
+            // COMMIT was never sent: PostgreSQL rolled the transaction back
+            // when the connection went.
+            self.broken.set(true);
+            return Err(Error::Unavailable(
+                "the PostgreSQL connection was lost inside the transaction".into(),
             ));
         }
-        if sql == "COMMIT" && numbered_late {
-            return self.commit_numbering(&mut client, &channels);
-        }
-        if sql == "COMMIT" && !channels.is_empty() {
+        let committing = sql == "COMMIT";
+        let result = if committing && numbered_late {
+            self.commit_numbering(&mut client, &channels)
+        } else if committing && !channels.is_empty() {
             // In the COMMIT's own round trip; delivered only if it commits.
             let notifies: String = channels.iter().map(|c| format!("NOTIFY {c}; ")).collect();
-            return Ok(client.batch_execute(&format!("{notifies}COMMIT"))?);
+            client
+                .batch_execute(&format!("{notifies}COMMIT"))
+                .map_err(Error::from)
+        } else {
+            client.batch_execute(sql).map_err(Error::from)
+        };
+        match result {
+            Err(Error::Postgres(e)) if is_connection(&e) => {
+                self.broken.set(true);
+                if committing {
+                    // Sent, and no answer: it may have committed.
+                    Err(Error::CommitUnknown(describe(&e)))
+                } else {
+                    Err(e.into())
+                }
+            }
+            other => other,
         }
-        Ok(client.batch_execute(sql)?)
     }
 
     /// COMMIT a transaction that appended events with provisional numbers,
@@ -270,10 +334,21 @@ impl PgConnection {
     /// holder waits for nothing but its own COMMIT.
     fn commit_numbering(&self, client: &mut postgres::Client, channels: &[&str]) -> Result<()> {
         let high = self.backend_pid.get() << 32;
-        // Every provisional number of this backend: only this transaction's
-        // rows can carry one (earlier transactions renumbered theirs in
-        // their COMMIT's round trip, or rolled them back).
-        let (lo, hi) = (-(high | 0xffff_ffff), -high);
+        // The provisional numbers this transaction handed out: only its
+        // rows carry them (earlier transactions of this backend used lower
+        // low halves and renumbered theirs in their COMMIT's round trip, or
+        // rolled them back). Not the backend's whole range: the index
+        // entries of earlier transactions' renumbered rows stay until
+        // vacuum, and while another transaction's snapshot holds them back
+        // (docs/postgres.md, "Faults of the database") scanning them
+        // made every COMMIT slower than the last. After the low half
+        // wrapped within the transaction, the whole range.
+        let (first, last) = (self.tx_first.get(), self.provisional.get());
+        let (lo, hi) = if first <= last {
+            (-(high | i64::from(last)), -(high | i64::from(first)))
+        } else {
+            (-(high | 0xffff_ffff), -high)
+        };
         let notifies: String = channels.iter().map(|c| format!("NOTIFY {c}; ")).collect();
         let sql = format!(
             "SET LOCAL lock_timeout = 0;
@@ -337,7 +412,9 @@ impl PgConnection {
                 stmt: stmt.clone(),
             });
         }
-        let stmt = client.prepare(&placeholders(sql))?;
+        let stmt = client
+            .prepare(&placeholders(sql))
+            .map_err(|e| self.seen(e))?;
         let mut cache = self.statements.borrow_mut();
         if cache.len() >= MAX_CACHED {
             cache.clear();
@@ -365,10 +442,13 @@ impl Drop for PgConnection {
 /// Connect with the URL's TLS parameters (`tls`): rustls unless
 /// `sslmode=disable`. A certificate that fails verification is an error
 /// naming the reason.
-fn connect(url: &str) -> Result<postgres::Client> {
+pub(super) fn connect(url: &str) -> Result<postgres::Client> {
     let (url, params) = super::tls::split(url).map_err(Error::failure)?;
     let mut config: postgres::Config = url.parse()?;
     config.ssl_mode(params.ssl_mode());
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
+    }
     let connected = match params.connector().map_err(Error::failure)? {
         None => config.connect(postgres::NoTls),
         Some(tls) => config.connect(tls),
@@ -382,6 +462,32 @@ fn connect(url: &str) -> Result<postgres::Client> {
 fn backend_pid(client: &mut postgres::Client) -> Result<i64> {
     let pid: i32 = client.query_one("SELECT pg_backend_pid()", &[])?.get(0);
     Ok(i64::from(pid))
+}
+
+/// Whether `e` says the connection is lost or useless for writing, so
+/// that nothing of an open transaction was kept and a new connection is
+/// the remedy: the server could not be reached or the socket broke (I/O, a
+/// closed connection, a connect timeout), SQLSTATE class 08 (connection
+/// exception), 57P01/57P02/57P03 (terminated by an administrator or a
+/// shutdown, a crash of another backend, not accepting connections yet),
+/// 25006 (a read-only transaction: a standby, after a failover).
+pub fn is_connection(e: &postgres::Error) -> bool {
+    if let Some(db) = e.as_db_error() {
+        let code = db.code().code();
+        return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "25006");
+    }
+    if e.is_closed() {
+        return true;
+    }
+    // The client's error kinds are private; their messages are not.
+    let message = e.to_string();
+    [
+        "error communicating with the server",
+        "error connecting to server",
+        "timeout waiting for server",
+    ]
+    .iter()
+    .any(|kind| message.starts_with(kind))
 }
 
 /// `s` as an escape-string literal (`E'…'`, read the same whatever
@@ -413,13 +519,14 @@ pub struct PgStatement<'c> {
 impl PgStatement<'_> {
     pub fn execute(&mut self, values: &[ValueRef<'_>]) -> Result<usize> {
         let params = bind(values);
-        let n = self.conn.client()?.execute(&self.stmt, &refs(&params))?;
-        Ok(n as usize)
+        let n = self.conn.client()?.execute(&self.stmt, &refs(&params));
+        Ok(n.map_err(|e| self.conn.seen(e))? as usize)
     }
 
     pub fn query(&mut self, values: &[ValueRef<'_>]) -> Result<Vec<postgres::Row>> {
         let params = bind(values);
-        Ok(self.conn.client()?.query(&self.stmt, &refs(&params))?)
+        let rows = self.conn.client()?.query(&self.stmt, &refs(&params));
+        rows.map_err(|e| self.conn.seen(e))
     }
 }
 
