@@ -79,7 +79,23 @@ fn check_clone(h: &ServerHarness, dir: &Path, head: &str) {
     assert_eq!(h.rev_parse(dir, "HEAD"), head);
 }
 
+/// The cached packs (the hook's entries, which start as a pack does).
 fn cache_entries(h: &ServerHarness) -> Vec<PathBuf> {
+    all_entries(h)
+        .into_iter()
+        .filter(|p| std::fs::read(p).is_ok_and(|b| b.starts_with(b"PACK")))
+        .collect()
+}
+
+/// The cached smart HTTP answers (protocol v2 pkt-lines, not a pack).
+fn answer_entries(h: &ServerHarness) -> Vec<PathBuf> {
+    all_entries(h)
+        .into_iter()
+        .filter(|p| std::fs::read(p).is_ok_and(|b| !b.starts_with(b"PACK")))
+        .collect()
+}
+
+fn all_entries(h: &ServerHarness) -> Vec<PathBuf> {
     let Ok(dir) = std::fs::read_dir(h.state_dir().join("pack-cache")) else {
         return Vec::new();
     };
@@ -235,6 +251,90 @@ fn a_private_repositorys_pack_never_serves_a_public_one() {
     assert!(!out.status.success());
     // Byte-identical requests, two repositories: two entries, never one.
     assert_eq!(cache_entries(&h).len(), 2, "{:?}", cache_entries(&h));
+    // The anonymous clone of the private one got no answer from the cache.
+    assert_eq!(metric(&h, "git_collab_pack_cache_direct_total"), 0);
+}
+
+#[test]
+fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
+    let h = server(&[EAGER]);
+    let old = seed(&h, "app", 1);
+    web_support::make_public(&h, "app");
+    let url = format!("{}/app.git", h.http_url());
+    let http_clone = |name: &str| {
+        let dest = h.temp_dir().join(name);
+        let out = clone_cmd(&h, &url, &dest, &[]).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        dest
+    };
+    let direct = || metric(&h, "git_collab_pack_cache_direct_total");
+    let runs = || metric(&h, "git_collab_pack_objects_runs_total");
+
+    // The first clone's answer is kept; the second is sent from it, with
+    // no upload-pack (hence no pack-objects) at all.
+    check_clone(&h, &http_clone("a"), &old);
+    assert_eq!(direct(), 0);
+    assert_eq!(answer_entries(&h).len(), 1, "{:?}", all_entries(&h));
+    let runs_before = runs();
+    let hits_before = metric(&h, "git_collab_pack_cache_hits_total");
+    check_clone(&h, &http_clone("b"), &old);
+    assert_eq!(direct(), 1);
+    assert_eq!(runs(), runs_before);
+    assert_eq!(
+        metric(&h, "git_collab_pack_cache_hits_total"),
+        hits_before + 1
+    );
+
+    // A force-push: the identical-looking clone request now gets the new
+    // objects, from upload-pack.
+    let w = h.clone_repo("app", "w");
+    h.git(&w, &["reset", "-q", "--hard", "HEAD~1"]);
+    let new = h.commit_file(&w, "other.txt", b"rewritten\n", "rewritten");
+    h.git(&w, &["push", "-q", "-f", "origin", "HEAD:main"]);
+    let c = http_clone("c");
+    check_clone(&h, &c, &new);
+    assert!(
+        !h.git_as(&h.ssh_client_key(), &c, &["cat-file", "-e", &old])
+            .status
+            .success(),
+        "the old, force-pushed-away commit reached a new clone"
+    );
+    assert_eq!(direct(), 1);
+    check_clone(&h, &http_clone("d"), &new);
+    assert_eq!(direct(), 2);
+
+    // Back to the old commit: the same ref values as the first answer's,
+    // but a new ref state (the ref file was rewritten), so upload-pack
+    // answers rather than an answer kept from before the force-push.
+    h.git(
+        &w,
+        &[
+            "push",
+            "-q",
+            "-f",
+            "origin",
+            &format!("{old}:refs/heads/main"),
+        ],
+    );
+    check_clone(&h, &http_clone("e"), &old);
+    assert_eq!(direct(), 2);
+
+    // A corrupted answer is detected, removed, and written anew.
+    let corrupt_before = metric(&h, "git_collab_pack_cache_corrupt_total");
+    for entry in answer_entries(&h) {
+        let mut bytes = std::fs::read(&entry).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x55;
+        std::fs::write(&entry, &bytes).unwrap();
+    }
+    check_clone(&h, &http_clone("f"), &old);
+    assert_eq!(direct(), 2);
+    assert_eq!(
+        metric(&h, "git_collab_pack_cache_corrupt_total"),
+        corrupt_before + 1
+    );
+    check_clone(&h, &http_clone("g"), &old);
+    assert_eq!(direct(), 3);
 }
 
 #[test]
