@@ -535,6 +535,7 @@ fn feed(request: &[u8], to: Option<std::process::ChildStdin>) -> std::thread::Jo
 /// Count one more request for `key` in `<key>.seen`; the count so far
 /// (counting stops at the threshold: the file stays tiny).
 pub fn count_occurrence(settings: &Settings, key: &str) -> io::Result<u64> {
+    std::fs::create_dir_all(&settings.dir)?;
     let mut seen = OpenOptions::new()
         .create(true)
         .append(true)

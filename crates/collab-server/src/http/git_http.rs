@@ -342,11 +342,14 @@ pub async fn upload_pack_post(
                 }
                 // Written only from the threshold's occurrence on, by one
                 // request at a time.
-                let seen = crate::pack_cache::count_occurrence(&settings, &key).ok()?;
+                let seen = crate::pack_cache::count_occurrence(&settings, &key)
+                    .inspect_err(|e| tracing::warn!("pack cache: counting a request: {e}"))
+                    .ok()?;
                 if seen < settings.min_occurrences {
                     return None;
                 }
                 let writer = crate::pack_cache::EntryWriter::start(&settings, &key)
+                    .inspect_err(|e| tracing::warn!("pack cache: keeping an answer: {e}"))
                     .ok()
                     .flatten()?;
                 Some(Ok(Fill {
@@ -478,15 +481,28 @@ pub async fn upload_pack_post(
     let finish = futures_util::stream::once(async move {
         let ok = exit.await.unwrap_or(false);
         let w = writer.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let (true, Some(w)) = (ok, w) {
-            let _ = tokio::task::spawn_blocking(move || {
-                if git_cached::repo_state(&repo) == Some(state) {
-                    if let Err(e) = w.finish() {
+        match (ok, w) {
+            (true, Some(w)) => {
+                let _ = tokio::task::spawn_blocking(move || {
+                    if git_cached::repo_state(&repo) != Some(state) {
+                        tracing::debug!(
+                            "pack cache: answer for {} not kept: its refs moved meanwhile",
+                            repo.display()
+                        );
+                    } else if let Err(e) = w.finish() {
                         tracing::warn!("pack cache: keeping an answer: {e}");
                     }
-                }
-            })
-            .await;
+                })
+                .await;
+            }
+            (false, _) => tracing::debug!(
+                "pack cache: answer for {} not kept: upload-pack failed",
+                repo.display()
+            ),
+            (true, None) => tracing::debug!(
+                "pack cache: answer for {} not kept: it was not copied whole",
+                repo.display()
+            ),
         }
         None::<Result<axum::body::Bytes, std::io::Error>>
     })

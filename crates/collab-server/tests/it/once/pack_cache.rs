@@ -257,7 +257,10 @@ fn a_private_repositorys_pack_never_serves_a_public_one() {
 
 #[test]
 fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
-    let h = server(&[EAGER]);
+    let h = server(&[
+        EAGER,
+        ("GIT_COLLAB_LOG__LEVEL", "info,collab_server::http=debug"),
+    ]);
     let old = seed(&h, "app", 1);
     web_support::make_public(&h, "app");
     let url = format!("{}/app.git", h.http_url());
@@ -269,12 +272,26 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
     };
     let direct = || metric(&h, "git_collab_pack_cache_direct_total");
     let runs = || metric(&h, "git_collab_pack_objects_runs_total");
+    // An answer becomes an entry just after its last byte went out (once
+    // git exited): wait for it rather than race the next clone.
+    let answers_become = |n: usize| {
+        let start = Instant::now();
+        while answer_entries(&h).len() < n {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{:?}\n{}",
+                all_entries(&h),
+                h.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
 
     // The first clone's answer is kept; the second is sent from it, with
     // no upload-pack (hence no pack-objects) at all.
     check_clone(&h, &http_clone("a"), &old);
     assert_eq!(direct(), 0);
-    assert_eq!(answer_entries(&h).len(), 1, "{:?}", all_entries(&h));
+    answers_become(1);
     let runs_before = runs();
     let hits_before = metric(&h, "git_collab_pack_cache_hits_total");
     check_clone(&h, &http_clone("b"), &old);
@@ -300,6 +317,7 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
         "the old, force-pushed-away commit reached a new clone"
     );
     assert_eq!(direct(), 1);
+    answers_become(2);
     check_clone(&h, &http_clone("d"), &new);
     assert_eq!(direct(), 2);
 
@@ -318,16 +336,27 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
     );
     check_clone(&h, &http_clone("e"), &old);
     assert_eq!(direct(), 2);
+    answers_become(3);
 
     // A corrupted answer is detected, removed, and written anew.
     let corrupt_before = metric(&h, "git_collab_pack_cache_corrupt_total");
+    let mut corrupted = Vec::new();
     for entry in answer_entries(&h) {
         let mut bytes = std::fs::read(&entry).unwrap();
         let mid = bytes.len() / 2;
         bytes[mid] ^= 0x55;
         std::fs::write(&entry, &bytes).unwrap();
+        corrupted.push((entry, bytes));
     }
     check_clone(&h, &http_clone("f"), &old);
+    let start = Instant::now();
+    while corrupted
+        .iter()
+        .all(|(p, bytes)| std::fs::read(p).ok().is_none_or(|now| &now == bytes))
+    {
+        assert!(start.elapsed() < Duration::from_secs(20), "not rewritten");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(direct(), 2);
     assert_eq!(
         metric(&h, "git_collab_pack_cache_corrupt_total"),
