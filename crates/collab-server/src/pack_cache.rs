@@ -532,6 +532,15 @@ fn feed(request: &[u8], to: Option<std::process::ChildStdin>) -> std::thread::Jo
     })
 }
 
+/// Whether an [`EntryWriter`] holds `key` now (its `<key>.lock`). Never
+/// blocks.
+pub fn being_written(settings: &Settings, key: &str) -> bool {
+    let Ok(file) = File::open(settings.dir.join(format!("{key}.lock"))) else {
+        return false;
+    };
+    !flock::lock(&file, Mode::Shared, false).unwrap_or(true)
+}
+
 /// Count one more request for `key` in `<key>.seen`; the count so far
 /// (counting stops at the threshold: the file stays tiny).
 pub fn count_occurrence(settings: &Settings, key: &str) -> io::Result<u64> {

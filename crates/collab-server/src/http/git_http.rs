@@ -334,36 +334,48 @@ pub async fn upload_pack_post(
             .filter(|r| git_cached::is_v2_fetch(r));
         if let Some(request) = request {
             let repo = entry.path.clone();
-            let found = tokio::task::spawn_blocking(move || {
-                let state = git_cached::repo_state(&repo)?;
-                let key = git_cached::key(&repo, &protocol, &request, &state);
-                if let Some(hit) = git_cached::lookup(&settings, &key) {
-                    return Some(Err(hit));
+            let found = tokio::task::spawn_blocking({
+                let settings = settings.clone();
+                move || {
+                    let state = git_cached::repo_state(&repo)?;
+                    let key = git_cached::key(&repo, &protocol, &request, &state);
+                    if let Some(hit) = git_cached::lookup(&settings, &key) {
+                        return Some(Found::Hit(hit));
+                    }
+                    // Written only from the threshold's occurrence on, by
+                    // one request at a time; identical requests meanwhile
+                    // wait for it.
+                    let seen = crate::pack_cache::count_occurrence(&settings, &key)
+                        .inspect_err(|e| tracing::warn!("pack cache: counting a request: {e}"))
+                        .ok()?;
+                    if seen < settings.min_occurrences {
+                        return None;
+                    }
+                    match crate::pack_cache::EntryWriter::start(&settings, &key) {
+                        Ok(Some(writer)) => Some(Found::Fill(Fill {
+                            writer,
+                            repo,
+                            state,
+                        })),
+                        Ok(None) => Some(Found::Wait(key)),
+                        Err(e) => {
+                            tracing::warn!("pack cache: keeping an answer: {e}");
+                            None
+                        }
+                    }
                 }
-                // Written only from the threshold's occurrence on, by one
-                // request at a time.
-                let seen = crate::pack_cache::count_occurrence(&settings, &key)
-                    .inspect_err(|e| tracing::warn!("pack cache: counting a request: {e}"))
-                    .ok()?;
-                if seen < settings.min_occurrences {
-                    return None;
-                }
-                let writer = crate::pack_cache::EntryWriter::start(&settings, &key)
-                    .inspect_err(|e| tracing::warn!("pack cache: keeping an answer: {e}"))
-                    .ok()
-                    .flatten()?;
-                Some(Ok(Fill {
-                    writer,
-                    repo,
-                    state,
-                }))
             })
             .await
             .ok()
             .flatten();
             match found {
-                Some(Err((file, len))) => return cached_answer(file, len),
-                Some(Ok(f)) => fill = Some(f),
+                Some(Found::Hit((file, len))) => return cached_answer(file, len),
+                Some(Found::Fill(f)) => fill = Some(f),
+                Some(Found::Wait(key)) => {
+                    if let Some((file, len)) = wait_for_answer(&settings, key).await {
+                        return cached_answer(file, len);
+                    }
+                }
                 None => {}
             }
         }
@@ -525,6 +537,42 @@ fn git_answer(body: Body) -> Response {
         .into_response()
 }
 
+/// What the cache holds for a v2 fetch.
+enum Found {
+    /// A finished answer: the file and its length.
+    Hit((std::fs::File, u64)),
+    /// None; this request's answer is to be kept.
+    Fill(Fill),
+    /// Another request is keeping this answer now.
+    Wait(String),
+}
+
+/// How long an identical request waits for the answer being kept before
+/// it asks upload-pack itself.
+const WAIT_FOR_ANSWER: Duration = Duration::from_secs(60);
+
+/// Wait until the answer another request is keeping for `key` is
+/// finished (or given up): the entry, or `None` (then upload-pack
+/// answers: the other request failed, its client went away, or the refs
+/// moved meanwhile).
+async fn wait_for_answer(
+    settings: &crate::pack_cache::Settings,
+    key: String,
+) -> Option<(std::fs::File, u64)> {
+    let start = std::time::Instant::now();
+    while crate::pack_cache::being_written(settings, &key) {
+        if start.elapsed() > WAIT_FOR_ANSWER {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let settings = settings.clone();
+    tokio::task::spawn_blocking(move || git_cached::lookup(&settings, &key))
+        .await
+        .ok()
+        .flatten()
+}
+
 /// An answer being kept in the cache while it is sent.
 struct Fill {
     writer: crate::pack_cache::EntryWriter,
@@ -540,11 +588,15 @@ fn cached_answer(file: std::fs::File, len: u64) -> Response {
         use std::io::Read as _;
         let mut from = file.take(len);
         loop {
-            let mut buf = vec![0u8; 4 * READ_CHUNK];
-            match from.read(&mut buf) {
+            // Read into fresh capacity (no zeroing); hyper frees it once
+            // written.
+            let mut buf = Vec::with_capacity(4 * READ_CHUNK);
+            match (&mut from)
+                .take(4 * READ_CHUNK as u64)
+                .read_to_end(&mut buf)
+            {
                 Ok(0) => break,
-                Ok(n) => {
-                    buf.truncate(n);
+                Ok(_) => {
                     if tx.blocking_send(Ok(buf.into())).is_err() {
                         break;
                     }

@@ -367,6 +367,35 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
 }
 
 #[test]
+fn concurrent_identical_http_clones_wait_for_one_answer() {
+    let h = server(&[EAGER]);
+    let head = seed(&h, "app", 2);
+    web_support::make_public(&h, "app");
+    let url = format!("{}/app.git", h.http_url());
+    let n = 8;
+    let children: Vec<_> = (0..n)
+        .map(|i| {
+            let dest = h.temp_dir().join(format!("h{i}"));
+            let child = clone_cmd(&h, &url, &dest, &[])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            (dest, child)
+        })
+        .collect();
+    for (dest, child) in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        check_clone(&h, &dest, &head);
+    }
+    // One request keeps the answer; the others wait for it (or find it
+    // finished) and get it from the server, with no upload-pack.
+    let direct = metric(&h, "git_collab_pack_cache_direct_total");
+    println!("{n} concurrent HTTP clones: {direct} answered from the cache");
+    assert!(direct >= n - 2, "{direct} of {n} answered from the cache");
+}
+
+#[test]
 fn the_size_limit_holds_and_a_corrupted_entry_is_regenerated() {
     let h = server(&[EAGER]);
     let head = seed(&h, "app", 1);
