@@ -352,11 +352,11 @@ pub async fn upload_pack_post(
                         return None;
                     }
                     match crate::pack_cache::EntryWriter::start(&settings, &key) {
-                        Ok(Some(writer)) => Some(Found::Fill(Fill {
+                        Ok(Some(writer)) => Some(Found::Fill(Box::new(Fill {
                             writer,
                             repo,
                             state,
-                        })),
+                        }))),
                         Ok(None) => Some(Found::Wait(key)),
                         Err(e) => {
                             tracing::warn!("pack cache: keeping an answer: {e}");
@@ -370,7 +370,7 @@ pub async fn upload_pack_post(
             .flatten();
             match found {
                 Some(Found::Hit((file, len))) => return cached_answer(file, len),
-                Some(Found::Fill(f)) => fill = Some(f),
+                Some(Found::Fill(f)) => fill = Some(*f),
                 Some(Found::Wait(key)) => {
                     if let Some((file, len)) = wait_for_answer(&settings, key).await {
                         return cached_answer(file, len);
@@ -542,7 +542,7 @@ enum Found {
     /// A finished answer: the file and its length.
     Hit((std::fs::File, u64)),
     /// None; this request's answer is to be kept.
-    Fill(Fill),
+    Fill(Box<Fill>),
     /// Another request is keeping this answer now.
     Wait(String),
 }
