@@ -30,6 +30,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek as _, SeekFrom, Write};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -286,7 +287,7 @@ impl Cache<'_> {
 
     /// Serve a finished, valid, young entry; `false` when there is none (a
     /// bad one is removed).
-    fn serve_entry(&self, out: &mut impl Write) -> io::Result<bool> {
+    fn serve_entry(&self, out: &mut (impl Write + AsRawFd)) -> io::Result<bool> {
         let (mut file, len) = match open_entry(self.settings, self.key)? {
             Entry::Found(file, len) => (file, len),
             Entry::Missing => return Ok(false),
@@ -295,8 +296,7 @@ impl Cache<'_> {
                 return Ok(false);
             }
         };
-        io::copy(&mut (&mut file).take(len), out)?;
-        out.flush()?;
+        send_entry(&file, len, out)?;
         stat("bytes_from_cache", len);
         Ok(true)
     }
@@ -395,7 +395,7 @@ impl Cache<'_> {
     }
 
     /// Follow the producer's growing `<key>.tmp` to its trailer.
-    fn follow(&self, out: &mut impl Write) -> io::Result<Followed> {
+    fn follow(&self, out: &mut (impl Write + AsRawFd)) -> io::Result<Followed> {
         let mut file = match File::open(self.path("tmp")) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Followed::Retry),
@@ -407,9 +407,7 @@ impl Cache<'_> {
             let Some(len) = verify(&mut file)? else {
                 return Ok(Followed::Retry);
             };
-            file.seek(SeekFrom::Start(0))?;
-            io::copy(&mut (&mut file).take(len), out)?;
-            out.flush()?;
+            send_entry(&file, len, out)?;
             stat("bytes_from_cache", len);
             return Ok(Followed::Done);
         }
@@ -530,6 +528,38 @@ fn feed(request: &[u8], to: Option<std::process::ChildStdin>) -> std::thread::Jo
             let _ = to.write_all(&request);
         }
     })
+}
+
+/// Send the first `len` bytes of `file` to `out` (our stdout, a pipe to
+/// upload-pack) with `sendfile`: the kernel moves the page-cache pages,
+/// with no copy through this process. Falls back to reading and writing
+/// where `sendfile` does not apply.
+fn send_entry(file: &File, len: u64, out: &mut (impl Write + AsRawFd)) -> io::Result<()> {
+    out.flush()?;
+    let mut offset: libc::off_t = 0;
+    while (offset as u64) < len {
+        let want = (len - offset as u64).min(1 << 30) as usize;
+        // SAFETY: both descriptors are open for the call; `offset` is ours.
+        let n = unsafe { libc::sendfile(out.as_raw_fd(), file.as_raw_fd(), &mut offset, want) };
+        if n > 0 {
+            continue;
+        }
+        if n == 0 {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EINVAL | libc::ENOSYS) if offset == 0 => {
+                let mut from = file.try_clone()?;
+                from.seek(SeekFrom::Start(0))?;
+                io::copy(&mut from.take(len), out)?;
+                return out.flush();
+            }
+            _ => return Err(err),
+        }
+    }
+    Ok(())
 }
 
 /// Whether an [`EntryWriter`] holds `key` now (its `<key>.lock`). Never
