@@ -288,7 +288,7 @@ impl Cache<'_> {
     /// Serve a finished, valid, young entry; `false` when there is none (a
     /// bad one is removed).
     fn serve_entry(&self, out: &mut (impl Write + AsRawFd)) -> io::Result<bool> {
-        let (mut file, len) = match open_entry(self.settings, self.key)? {
+        let (file, len) = match open_entry(self.settings, self.key)? {
             Entry::Found(file, len) => (file, len),
             Entry::Missing => return Ok(false),
             Entry::Corrupt => {
