@@ -315,11 +315,20 @@ fn row(
             "–".to_string()
         }
     };
+    // /proc counts in 10 ms ticks: a ratio to less than two of them is
+    // noise, not a measurement.
+    let ratio = |of: f64, to: f64| {
+        if to < 0.02 {
+            "–".to_string()
+        } else {
+            format!("{:.2}", of / to)
+        }
+    };
     format!(
-        "| {what} | {transport} | {n} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} |",
+        "| {what} | {transport} | {n} | {:.2} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} |",
         cpu.total(),
-        cpu.total() / base.0.max(0.01),
-        cpu.total() / one.max(0.01),
+        ratio(cpu.total(), base.0),
+        ratio(cpu.total(), one),
         split(cpu.server),
         split(cpu.upload_pack),
         split(cpu.hook),
@@ -495,7 +504,8 @@ fn main() {
          | cache | transport | N | server CPU s | CPU vs 1 | vs 1 uncached | server process s | upload-pack s | hook s | pack-objects s | p50 s | p99 s | p99 vs 1 |\n\
          |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n{}\n\n\
          Fetches after a push: N clients at the same commit (copies of one clone), one commit \
-         pushed, then all fetch it at once.\n\n\
+         pushed, then all fetch it at once. A ratio is \"–\" where its base is under two 10 ms \
+         ticks of `/proc` (one fetch usually is).\n\n\
          | cache | transport | N | server CPU s | CPU vs 1 | vs 1 uncached | server process s | upload-pack s | hook s | pack-objects s | p50 s | p99 s | p99 vs 1 |\n\
          |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n{}\n",
         if cfg!(debug_assertions) {
