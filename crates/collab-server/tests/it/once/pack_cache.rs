@@ -396,6 +396,67 @@ fn concurrent_identical_http_clones_wait_for_one_answer() {
 }
 
 #[test]
+fn http_clones_waiting_for_a_killed_clients_answer_still_get_theirs() {
+    use std::os::unix::process::CommandExt as _;
+    let h = server(&[EAGER]);
+    let head = seed(&h, "big", 12);
+    web_support::make_public(&h, "big");
+    let url = format!("{}/big.git", h.http_url());
+    // The first clone keeps the answer (a `<key>.<server pid>.new` file).
+    let mut first = clone_cmd(&h, &url, &h.temp_dir().join("killed"), &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let cache = h.state_dir().join("pack-cache");
+    let mark = format!(".{}.new", h.pid());
+    let start = Instant::now();
+    while !std::fs::read_dir(&cache)
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().ends_with(&mark))
+        })
+        .unwrap_or(false)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no answer being kept"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Identical clones now wait for that answer; its client dies (the
+    // whole process group: git and git-remote-http).
+    let others: Vec<_> = (0..3)
+        .map(|i| {
+            let dest = h.temp_dir().join(format!("other{i}"));
+            let child = clone_cmd(&h, &url, &dest, &[]).spawn().unwrap();
+            (dest, child)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let killed = Command::new("kill")
+        .args(["-9", "--", &format!("-{}", first.id())])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    first.wait().unwrap();
+    let waited = Instant::now();
+    for (dest, child) in others {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        check_clone(&h, &dest, &head);
+    }
+    // Not the 60 s a waiter gives a writer that never finishes: the dead
+    // client's request let go of the answer at once.
+    assert!(
+        waited.elapsed() < Duration::from_secs(45),
+        "the waiting clones took {:?}",
+        waited.elapsed()
+    );
+}
+
+#[test]
 fn the_size_limit_holds_and_a_corrupted_entry_is_regenerated() {
     let h = server(&[EAGER]);
     let head = seed(&h, "app", 1);
