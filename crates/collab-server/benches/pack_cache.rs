@@ -570,7 +570,8 @@ fn main() {
          processes and the `pack-objects` they ran (the hook's own counters); the CPU ratio is against \
          the 1-clone storm of the same row kind, \"vs 1 uncached\" against one client with the cache off (the issue's \
          \"one clone's server CPU\"; for sshd its own 1-clone storm), the p99 ratio against the \
-         1-client storm's p50.\n\n\
+         1-client storm's p50. \"clients CPU s\": the clients' own CPU (every `git clone` or \
+         `fetch` and its children), on the same cores.\n\n\
          | cache | transport | N | server CPU s | CPU vs 1 | vs 1 uncached | server process s | upload-pack s | hook s | pack-objects s | clients CPU s | p50 s | p99 s | p99 vs 1 |\n\
          |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n{}\n\n\
          Fetches after a push: N clients at the same commit (copies of one clone), one commit \
