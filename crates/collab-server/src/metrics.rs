@@ -25,6 +25,10 @@ static WEBHOOK_QUEUE_DEPTH: AtomicU64 = AtomicU64::new(0);
 static WEBHOOK_OLDEST_AGE: AtomicU64 = AtomicU64::new(0);
 static PACK_CACHE_DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 static PACK_CACHE_STATS: Mutex<Option<crate::pack_cache::StatsReader>> = Mutex::new(None);
+/// The pack cache's counters of the server process itself (smart HTTP
+/// answers it sends from the cache without upload-pack).
+static PACK_CACHE_SERVER: Mutex<crate::pack_cache::Stats> =
+    Mutex::new(crate::pack_cache::Stats::EMPTY);
 static MIRROR_SYNCS: Mutex<BTreeMap<(&'static str, &'static str), u64>> =
     Mutex::new(BTreeMap::new());
 
@@ -39,7 +43,17 @@ pub fn pack_cache_stats() -> crate::pack_cache::Stats {
         return crate::pack_cache::Stats::default();
     };
     let mut reader = PACK_CACHE_STATS.lock().unwrap_or_else(|e| e.into_inner());
-    reader.get_or_insert_with(Default::default).read(dir)
+    let mut stats = reader.get_or_insert_with(Default::default).read(dir);
+    let own = PACK_CACHE_SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    stats.merge(&own);
+    stats
+}
+
+/// Count `name` (`hit`, `direct`, `bytes_from_cache`, `corrupt`, …) for
+/// the pack cache, from the server process.
+pub fn pack_cache(name: &str, by: u64) {
+    let mut own = PACK_CACHE_SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    own.add(name, by as i64);
 }
 
 fn render_pack_cache(out: &mut String) {
@@ -82,6 +96,12 @@ fn render_pack_cache(out: &mut String) {
             s.evicted as i64,
         ),
         (
+            "git_collab_pack_cache_direct_total",
+            "counter",
+            "Smart HTTP fetches the server answered from a cached response, without upload-pack.",
+            s.direct as i64,
+        ),
+        (
             "git_collab_pack_cache_producers",
             "gauge",
             "pack-objects runs producing a shared pack now.",
@@ -97,6 +117,24 @@ fn render_pack_cache(out: &mut String) {
         let _ = writeln!(
             out,
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    }
+    for (name, help, micros) in [
+        (
+            "git_collab_pack_cache_hook_cpu_seconds_total",
+            "CPU seconds of the pack cache hook processes themselves.",
+            s.hook_cpu_us,
+        ),
+        (
+            "git_collab_pack_objects_cpu_seconds_total",
+            "CPU seconds of the git pack-objects runs the hook started.",
+            s.pack_objects_cpu_us,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {:.6}",
+            micros as f64 / 1e6
         );
     }
 }

@@ -153,6 +153,13 @@ impl Sshd {
     /// stderr) without /usr/sbin/sshd or root, which its privilege
     /// separation needs.
     pub fn start(dir: &Path, client_key: &Path) -> Option<Sshd> {
+        Sshd::start_with(dir, client_key, "")
+    }
+
+    /// [`Sshd::start`] with more `sshd_config` lines (e.g. `MaxStartups`
+    /// for a storm of logins: OpenSSH drops unauthenticated connections
+    /// past 10 by default).
+    pub fn start_with(dir: &Path, client_key: &Path, extra_config: &str) -> Option<Sshd> {
         let sshd = Path::new("/usr/sbin/sshd");
         // SAFETY: geteuid has no preconditions.
         if !sshd.exists() || unsafe { libc::geteuid() } != 0 {
@@ -177,7 +184,7 @@ impl Sshd {
                 "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\n\
                  PidFile {}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
                  PubkeyAuthentication yes\nUsePAM no\nStrictModes no\nPermitRootLogin yes\n\
-                 AcceptEnv GIT_PROTOCOL\nPrintMotd no\nPrintLastLog no\nUseDNS no\n",
+                 AcceptEnv GIT_PROTOCOL\nPrintMotd no\nPrintLastLog no\nUseDNS no\n{extra_config}",
                 host_key.display(),
                 auth.display(),
                 dir.join("sshd.pid").display()
@@ -225,6 +232,13 @@ impl Sshd {
         }
         eprintln!("sshd did not start");
         None
+    }
+}
+
+impl Sshd {
+    /// sshd's process id (its sessions and their commands are its children).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 

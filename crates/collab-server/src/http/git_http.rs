@@ -31,6 +31,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::process::{ChildStdin, Command};
 
+use super::git_cached;
 use super::state::AppState;
 use crate::app::App;
 use crate::limits::{self, http_principal, Busy, ProcessPermit};
@@ -317,13 +318,75 @@ pub async fn upload_pack_post(
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("x-gzip"));
+    let settings = app.config.pack_cache_settings(&entry.path);
+    // A protocol v2 fetch answered before, in this ref state: sent from the
+    // cache by the server itself (see git_cached.rs).
+    let mut body = body;
+    let mut fill: Option<Fill> = None;
+    let protocol = git_protocol(&headers).filter(|p| p.split(':').any(|v| v == "version=2"));
+    if let (Some(settings), Some(protocol)) = (settings.clone(), protocol) {
+        let (chunks, rest) = buffer_body(body, git_cached::MAX_CACHED_REQUEST).await;
+        let whole = rest.is_none();
+        body = rebuild_body(chunks.clone(), rest);
+        let request = whole
+            .then(|| inflate_whole(&chunks, gzipped, git_cached::MAX_CACHED_REQUEST))
+            .flatten()
+            .filter(|r| git_cached::is_v2_fetch(r));
+        if let Some(request) = request {
+            let repo = entry.path.clone();
+            let found = tokio::task::spawn_blocking({
+                let settings = settings.clone();
+                move || {
+                    let state = git_cached::repo_state(&repo)?;
+                    let key = git_cached::key(&repo, &protocol, &request, &state);
+                    if let Some(hit) = git_cached::lookup(&settings, &key) {
+                        return Some(Found::Hit(hit));
+                    }
+                    // Written only from the threshold's occurrence on, by
+                    // one request at a time; identical requests meanwhile
+                    // wait for it.
+                    let seen = crate::pack_cache::count_occurrence(&settings, &key)
+                        .inspect_err(|e| tracing::warn!("pack cache: counting a request: {e}"))
+                        .ok()?;
+                    if seen < settings.min_occurrences {
+                        return None;
+                    }
+                    match crate::pack_cache::EntryWriter::start(&settings, &key) {
+                        Ok(Some(writer)) => Some(Found::Fill(Box::new(Fill {
+                            writer,
+                            repo,
+                            state,
+                        }))),
+                        Ok(None) => Some(Found::Wait(key)),
+                        Err(e) => {
+                            tracing::warn!("pack cache: keeping an answer: {e}");
+                            None
+                        }
+                    }
+                }
+            })
+            .await
+            .ok()
+            .flatten();
+            match found {
+                Some(Found::Hit((file, len))) => return cached_answer(file, len),
+                Some(Found::Fill(f)) => fill = Some(*f),
+                Some(Found::Wait(key)) => {
+                    if let Some((file, len)) = wait_for_answer(&settings, key).await {
+                        return cached_answer(file, len);
+                    }
+                }
+                None => {}
+            }
+        }
+    }
     let slot = match process_slot(&app, peer).await {
         Ok(slot) => slot,
         Err(busy) => return busy,
     };
     let mut cmd = upload_pack(&entry, &headers, false);
     // The same pack cache as SSH's (`visible` authorized the reader).
-    if let Some(settings) = app.config.pack_cache_settings(&entry.path) {
+    if let Some(settings) = settings {
         if let Some(hook) = crate::pack_cache::hook_config() {
             // `-c` must come before the subcommand: rebuild the front.
             cmd = upload_pack_with(&entry, &headers, false, &["-c", &hook]);
@@ -384,10 +447,13 @@ pub async fn upload_pack_post(
     // Reap the child and log what it said on stderr (bounded); the process
     // slot is held until git has exited.
     let path = entry.path.clone();
+    let (exited, exit) = tokio::sync::oneshot::channel::<bool>();
     tokio::spawn(async move {
         let mut said = Vec::new();
         let _ = (&mut stderr).take(64 * 1024).read_to_end(&mut said).await;
-        match child.wait().await {
+        let status = child.wait().await;
+        let _ = exited.send(status.as_ref().is_ok_and(|s| s.success()));
+        match status {
             Ok(status) if status.success() => {}
             Ok(status) => tracing::info!(
                 "git upload-pack {} over HTTP exited with {status}: {}",
@@ -402,15 +468,210 @@ pub async fn upload_pack_post(
     let head = futures_util::stream::once(async move {
         Ok::<_, std::io::Error>(axum::body::Bytes::from(first))
     });
-    let rest = tokio_util::io::ReaderStream::new(stdout);
+    let rest = tokio_util::io::ReaderStream::with_capacity(stdout, READ_CHUNK);
+    let answer = head.chain(rest);
+    let Some(fill) = fill else {
+        return git_answer(Body::from_stream(answer));
+    };
+    // Keep a copy of the answer; it becomes an entry once all of it has
+    // gone out, git exited 0 and the refs did not move meanwhile.
+    let writer = Arc::new(std::sync::Mutex::new(Some(fill.writer)));
+    let tee = writer.clone();
+    let answer = answer.map(move |chunk| {
+        let mut w = tee.lock().unwrap_or_else(|e| e.into_inner());
+        match &chunk {
+            Ok(bytes) => {
+                if w.as_mut().is_some_and(|w| w.write(bytes).is_err()) {
+                    *w = None;
+                }
+            }
+            Err(_) => *w = None,
+        }
+        chunk
+    });
+    let (repo, state) = (fill.repo, fill.state);
+    let finish = futures_util::stream::once(async move {
+        let ok = exit.await.unwrap_or(false);
+        let w = writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match (ok, w) {
+            (true, Some(w)) => {
+                let _ = tokio::task::spawn_blocking(move || {
+                    if git_cached::repo_state(&repo) != Some(state) {
+                        tracing::debug!(
+                            "pack cache: answer for {} not kept: its refs moved meanwhile",
+                            repo.display()
+                        );
+                    } else if let Err(e) = w.finish() {
+                        tracing::warn!("pack cache: keeping an answer: {e}");
+                    }
+                })
+                .await;
+            }
+            (false, _) => tracing::debug!(
+                "pack cache: answer for {} not kept: upload-pack failed",
+                repo.display()
+            ),
+            (true, None) => tracing::debug!(
+                "pack cache: answer for {} not kept: it was not copied whole",
+                repo.display()
+            ),
+        }
+        None::<Result<axum::body::Bytes, std::io::Error>>
+    })
+    .filter_map(|x| async move { x });
+    git_answer(Body::from_stream(answer.chain(finish)))
+}
+
+/// Read size of an answer streamed from git or from the cache.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// An upload-pack answer to a POST.
+fn git_answer(body: Body) -> Response {
     (
         [
             (header::CONTENT_TYPE, "application/x-git-upload-pack-result"),
             (header::CACHE_CONTROL, "no-cache"),
         ],
-        Body::from_stream(head.chain(rest)),
+        body,
     )
         .into_response()
+}
+
+/// What the cache holds for a v2 fetch.
+enum Found {
+    /// A finished answer: the file and its length.
+    Hit((std::fs::File, u64)),
+    /// None; this request's answer is to be kept.
+    Fill(Box<Fill>),
+    /// Another request is keeping this answer now.
+    Wait(String),
+}
+
+/// How long an identical request waits for the answer being kept before
+/// it asks upload-pack itself.
+const WAIT_FOR_ANSWER: Duration = Duration::from_secs(60);
+
+/// Wait until the answer another request is keeping for `key` is
+/// finished (or given up): the entry, or `None` (then upload-pack
+/// answers: the other request failed, its client went away, or the refs
+/// moved meanwhile).
+async fn wait_for_answer(
+    settings: &crate::pack_cache::Settings,
+    key: String,
+) -> Option<(std::fs::File, u64)> {
+    let start = std::time::Instant::now();
+    while crate::pack_cache::being_written(settings, &key) {
+        if start.elapsed() > WAIT_FOR_ANSWER {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let settings = settings.clone();
+    tokio::task::spawn_blocking(move || git_cached::lookup(&settings, &key))
+        .await
+        .ok()
+        .flatten()
+}
+
+/// An answer being kept in the cache while it is sent.
+struct Fill {
+    writer: crate::pack_cache::EntryWriter,
+    repo: std::path::PathBuf,
+    state: [u8; 32],
+}
+
+/// A cached answer, `len` bytes from the start of `file`, read on a
+/// blocking thread a chunk at a time.
+fn cached_answer(file: std::fs::File, len: u64) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<axum::body::Bytes>>(4);
+    tokio::task::spawn_blocking(move || {
+        use std::io::Read as _;
+        let mut from = file.take(len);
+        loop {
+            // Read into fresh capacity (no zeroing); hyper frees it once
+            // written.
+            let mut buf = Vec::with_capacity(4 * READ_CHUNK);
+            match (&mut from)
+                .take(4 * READ_CHUNK as u64)
+                .read_to_end(&mut buf)
+            {
+                Ok(0) => break,
+                Ok(_) => {
+                    if tx.blocking_send(Ok(buf.into())).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    break;
+                }
+            }
+        }
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    });
+    git_answer(Body::from_stream(stream))
+}
+
+/// The body's chunks up to `cap` bytes; the rest of the stream when there
+/// is more (or it broke: the rest then yields the error).
+async fn buffer_body(
+    body: Body,
+    cap: usize,
+) -> (Vec<axum::body::Bytes>, Option<axum::body::BodyDataStream>) {
+    let mut stream = body.into_data_stream();
+    let mut chunks = Vec::new();
+    let mut total = 0usize;
+    loop {
+        match stream.next().await {
+            None => return (chunks, None),
+            Some(Ok(chunk)) => {
+                total += chunk.len();
+                chunks.push(chunk);
+                if total > cap {
+                    return (chunks, Some(stream));
+                }
+            }
+            Some(Err(_)) => {
+                // Leave the break to feed_body: an empty broken stream.
+                return (
+                    chunks,
+                    Some(
+                        Body::from_stream(futures_util::stream::once(async {
+                            Err::<axum::body::Bytes, _>(std::io::Error::other("request body broke"))
+                        }))
+                        .into_data_stream(),
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// A body of `chunks` then `rest`.
+fn rebuild_body(chunks: Vec<axum::body::Bytes>, rest: Option<axum::body::BodyDataStream>) -> Body {
+    let head = futures_util::stream::iter(chunks.into_iter().map(Ok::<_, axum::Error>));
+    match rest {
+        None => Body::from_stream(head),
+        Some(rest) => Body::from_stream(head.chain(rest)),
+    }
+}
+
+/// The whole request, gunzipped when it was sent so; `None` when it is
+/// not valid gzip or inflates to more than `cap` bytes.
+fn inflate_whole(chunks: &[axum::body::Bytes], gzipped: bool, cap: usize) -> Option<Vec<u8>> {
+    let raw: Vec<u8> = chunks.concat();
+    if !gzipped {
+        return (raw.len() <= cap).then_some(raw);
+    }
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(&raw[..])
+        .take(cap as u64 + 1)
+        .read_to_end(&mut out)
+        .ok()?;
+    (out.len() <= cap).then_some(out)
 }
 
 pub async fn receive_pack_post(

@@ -24,6 +24,7 @@
 //! one `.route(...)` line below.
 
 mod blobs;
+mod git_cached;
 mod git_http;
 mod git_stream;
 mod health;

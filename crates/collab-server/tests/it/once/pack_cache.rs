@@ -79,7 +79,23 @@ fn check_clone(h: &ServerHarness, dir: &Path, head: &str) {
     assert_eq!(h.rev_parse(dir, "HEAD"), head);
 }
 
+/// The cached packs (the hook's entries, which start as a pack does).
 fn cache_entries(h: &ServerHarness) -> Vec<PathBuf> {
+    all_entries(h)
+        .into_iter()
+        .filter(|p| std::fs::read(p).is_ok_and(|b| b.starts_with(b"PACK")))
+        .collect()
+}
+
+/// The cached smart HTTP answers (protocol v2 pkt-lines, not a pack).
+fn answer_entries(h: &ServerHarness) -> Vec<PathBuf> {
+    all_entries(h)
+        .into_iter()
+        .filter(|p| std::fs::read(p).is_ok_and(|b| !b.starts_with(b"PACK")))
+        .collect()
+}
+
+fn all_entries(h: &ServerHarness) -> Vec<PathBuf> {
     let Ok(dir) = std::fs::read_dir(h.state_dir().join("pack-cache")) else {
         return Vec::new();
     };
@@ -235,6 +251,209 @@ fn a_private_repositorys_pack_never_serves_a_public_one() {
     assert!(!out.status.success());
     // Byte-identical requests, two repositories: two entries, never one.
     assert_eq!(cache_entries(&h).len(), 2, "{:?}", cache_entries(&h));
+    // The anonymous clone of the private one got no answer from the cache.
+    assert_eq!(metric(&h, "git_collab_pack_cache_direct_total"), 0);
+}
+
+#[test]
+fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
+    let h = server(&[
+        EAGER,
+        ("GIT_COLLAB_LOG__LEVEL", "info,collab_server::http=debug"),
+    ]);
+    let old = seed(&h, "app", 1);
+    web_support::make_public(&h, "app");
+    let url = format!("{}/app.git", h.http_url());
+    let http_clone = |name: &str| {
+        let dest = h.temp_dir().join(name);
+        let out = clone_cmd(&h, &url, &dest, &[]).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        dest
+    };
+    let direct = || metric(&h, "git_collab_pack_cache_direct_total");
+    let runs = || metric(&h, "git_collab_pack_objects_runs_total");
+    // An answer becomes an entry just after its last byte went out (once
+    // git exited): wait for it rather than race the next clone.
+    let answers_become = |n: usize| {
+        let start = Instant::now();
+        while answer_entries(&h).len() < n {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{:?}\n{}",
+                all_entries(&h),
+                h.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    // The first clone's answer is kept; the second is sent from it, with
+    // no upload-pack (hence no pack-objects) at all.
+    check_clone(&h, &http_clone("a"), &old);
+    assert_eq!(direct(), 0);
+    answers_become(1);
+    let runs_before = runs();
+    let hits_before = metric(&h, "git_collab_pack_cache_hits_total");
+    check_clone(&h, &http_clone("b"), &old);
+    assert_eq!(direct(), 1);
+    assert_eq!(runs(), runs_before);
+    assert_eq!(
+        metric(&h, "git_collab_pack_cache_hits_total"),
+        hits_before + 1
+    );
+
+    // A force-push: the identical-looking clone request now gets the new
+    // objects, from upload-pack.
+    let w = h.clone_repo("app", "w");
+    h.git(&w, &["reset", "-q", "--hard", "HEAD~1"]);
+    let new = h.commit_file(&w, "other.txt", b"rewritten\n", "rewritten");
+    h.git(&w, &["push", "-q", "-f", "origin", "HEAD:main"]);
+    let c = http_clone("c");
+    check_clone(&h, &c, &new);
+    assert!(
+        !h.git_as(&h.ssh_client_key(), &c, &["cat-file", "-e", &old])
+            .status
+            .success(),
+        "the old, force-pushed-away commit reached a new clone"
+    );
+    assert_eq!(direct(), 1);
+    answers_become(2);
+    check_clone(&h, &http_clone("d"), &new);
+    assert_eq!(direct(), 2);
+
+    // Back to the old commit: the same ref values as the first answer's,
+    // but a new ref state (the ref file was rewritten), so upload-pack
+    // answers rather than an answer kept from before the force-push.
+    h.git(
+        &w,
+        &[
+            "push",
+            "-q",
+            "-f",
+            "origin",
+            &format!("{old}:refs/heads/main"),
+        ],
+    );
+    check_clone(&h, &http_clone("e"), &old);
+    assert_eq!(direct(), 2);
+    answers_become(3);
+
+    // A corrupted answer is detected, removed, and written anew.
+    let corrupt_before = metric(&h, "git_collab_pack_cache_corrupt_total");
+    let mut corrupted = Vec::new();
+    for entry in answer_entries(&h) {
+        let mut bytes = std::fs::read(&entry).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x55;
+        std::fs::write(&entry, &bytes).unwrap();
+        corrupted.push((entry, bytes));
+    }
+    check_clone(&h, &http_clone("f"), &old);
+    let start = Instant::now();
+    while corrupted
+        .iter()
+        .all(|(p, bytes)| std::fs::read(p).ok().is_none_or(|now| &now == bytes))
+    {
+        assert!(start.elapsed() < Duration::from_secs(20), "not rewritten");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(direct(), 2);
+    assert_eq!(
+        metric(&h, "git_collab_pack_cache_corrupt_total"),
+        corrupt_before + 1
+    );
+    check_clone(&h, &http_clone("g"), &old);
+    assert_eq!(direct(), 3);
+}
+
+#[test]
+fn concurrent_identical_http_clones_wait_for_one_answer() {
+    let h = server(&[EAGER]);
+    let head = seed(&h, "app", 2);
+    web_support::make_public(&h, "app");
+    let url = format!("{}/app.git", h.http_url());
+    let n = 8;
+    let children: Vec<_> = (0..n)
+        .map(|i| {
+            let dest = h.temp_dir().join(format!("h{i}"));
+            let child = clone_cmd(&h, &url, &dest, &[])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            (dest, child)
+        })
+        .collect();
+    for (dest, child) in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        check_clone(&h, &dest, &head);
+    }
+    // One request keeps the answer; the others wait for it (or find it
+    // finished) and get it from the server, with no upload-pack.
+    let direct = metric(&h, "git_collab_pack_cache_direct_total");
+    println!("{n} concurrent HTTP clones: {direct} answered from the cache");
+    assert!(direct >= n - 2, "{direct} of {n} answered from the cache");
+}
+
+#[test]
+fn http_clones_waiting_for_a_killed_clients_answer_still_get_theirs() {
+    use std::os::unix::process::CommandExt as _;
+    let h = server(&[EAGER]);
+    let head = seed(&h, "big", 12);
+    web_support::make_public(&h, "big");
+    let url = format!("{}/big.git", h.http_url());
+    // The first clone keeps the answer (a `<key>.<server pid>.new` file).
+    let mut first = clone_cmd(&h, &url, &h.temp_dir().join("killed"), &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let cache = h.state_dir().join("pack-cache");
+    let mark = format!(".{}.new", h.pid());
+    let start = Instant::now();
+    while !std::fs::read_dir(&cache)
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().ends_with(&mark))
+        })
+        .unwrap_or(false)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no answer being kept"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Identical clones now wait for that answer; its client dies (the
+    // whole process group: git and git-remote-http).
+    let others: Vec<_> = (0..3)
+        .map(|i| {
+            let dest = h.temp_dir().join(format!("other{i}"));
+            let child = clone_cmd(&h, &url, &dest, &[]).spawn().unwrap();
+            (dest, child)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let killed = Command::new("kill")
+        .args(["-9", "--", &format!("-{}", first.id())])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    first.wait().unwrap();
+    let waited = Instant::now();
+    for (dest, child) in others {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        check_clone(&h, &dest, &head);
+    }
+    // Not the 60 s a waiter gives a writer that never finishes: the dead
+    // client's request let go of the answer at once.
+    assert!(
+        waited.elapsed() < Duration::from_secs(45),
+        "the waiting clones took {:?}",
+        waited.elapsed()
+    );
 }
 
 #[test]

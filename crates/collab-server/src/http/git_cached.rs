@@ -1,0 +1,229 @@
+//! Smart HTTP fetches answered by the server itself from the pack cache
+//! (issue 29): a protocol v2 `command=fetch` POST whose whole request, on
+//! the same repository in the same ref state, was answered before gets
+//! that answer again from `<state>/pack-cache/`, with no `git upload-pack`
+//! and no hook process: the bytes go from the cache file to the socket.
+//!
+//! What upload-pack's answer to a v2 fetch depends on, and how the key
+//! holds it:
+//! - the repository (its path is in the key; the caller was authorized for
+//!   it before, by the same `visible` check as the uncached path);
+//! - the request (wants, haves, `done`, capabilities, filter, depth,
+//!   `include-tag`…): the whole body, gunzipped, is in the key, and so is
+//!   the `Git-Protocol` header;
+//! - the refs (which wants are allowed, `include-tag`, shallow answers),
+//!   the repository's `config`, `shallow` and `info/grafts`: their
+//!   [`repo_state`] digest is in the key. It covers every loose ref file
+//!   and `packed-refs` by content, inode, size and modification time, so a
+//!   push, force-push, delete or `pack-refs` changes it even when a ref
+//!   comes back to an earlier value;
+//! - the objects: immutable by name, and reachable from the refs.
+//!
+//! An answer is kept only when upload-pack exited 0, the whole answer was
+//! sent, and [`repo_state`] after it is the one before it (nothing moved
+//! while upload-pack read the refs). Entries share the pack cache's file
+//! format (trailer with length and checksum: a corrupt or truncated one is
+//! detected, removed, and the request goes to upload-pack, which writes a
+//! new one), its size limit, age limit, LRU and min-occurrence threshold.
+//! Repositories on the reftable backend are never answered this way.
+
+use std::io::{self, Read as _};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::Path;
+
+use sha2::{Digest as _, Sha256};
+
+use crate::pack_cache::{self, Entry, Settings};
+
+/// Requests larger than this (after gunzipping) are not looked up: long
+/// `have` lists are rarely identical, and the key is computed in memory.
+pub const MAX_CACHED_REQUEST: usize = 256 * 1024;
+
+/// The body is a protocol v2 `fetch` command (its first pkt-line).
+pub fn is_v2_fetch(body: &[u8]) -> bool {
+    let Some(len) = body
+        .get(..4)
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .and_then(|h| usize::from_str_radix(h, 16).ok())
+    else {
+        return false;
+    };
+    len > 4
+        && body
+            .get(4..len)
+            .is_some_and(|line| line.strip_suffix(b"\n").unwrap_or(line) == b"command=fetch")
+}
+
+/// A digest of everything in the repository besides its objects that
+/// upload-pack's answer depends on; `None` when it cannot be taken (a
+/// reftable repository, an unreadable file).
+pub fn repo_state(repo: &Path) -> Option<[u8; 32]> {
+    if repo.join("reftable").exists() {
+        return None;
+    }
+    let mut h = Sha256::new();
+    // Loose refs before packed-refs: `pack-refs` writes packed-refs, then
+    // removes the loose files, so a ref moving between them is seen in one
+    // at least.
+    let mut loose = Vec::new();
+    walk(repo, Path::new("refs"), &mut loose).ok()?;
+    loose.sort();
+    for rel in &loose {
+        file_into(&mut h, repo, rel).ok()?;
+    }
+    for rel in ["packed-refs", "HEAD", "config", "shallow", "info/grafts"] {
+        file_into(&mut h, repo, Path::new(rel)).ok()?;
+    }
+    Some(h.finalize().into())
+}
+
+/// Relative paths of the files under `repo/rel`, lock files left out.
+fn walk(repo: &Path, rel: &Path, out: &mut Vec<std::path::PathBuf>) -> io::Result<()> {
+    let dir = match std::fs::read_dir(repo.join(rel)) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for e in dir {
+        let e = e?;
+        let name = e.file_name();
+        let path = rel.join(&name);
+        let kind = e.file_type()?;
+        if kind.is_dir() {
+            walk(repo, &path, out)?;
+        } else if !name.as_encoded_bytes().ends_with(b".lock") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Name, identity (inode, size, mtime) and content of one file, or that it
+/// is absent.
+fn file_into(h: &mut Sha256, repo: &Path, rel: &Path) -> io::Result<()> {
+    let name = rel.as_os_str().as_encoded_bytes();
+    h.update((name.len() as u64).to_le_bytes());
+    h.update(name);
+    let mut file = match std::fs::File::open(repo.join(rel)) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            h.update([0u8]);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    h.update([1u8]);
+    for v in [
+        meta.ino(),
+        meta.size(),
+        meta.mtime() as u64,
+        meta.mtime_nsec() as u64,
+    ] {
+        h.update(v.to_le_bytes());
+    }
+    let mut content = Vec::with_capacity(meta.size() as usize);
+    file.read_to_end(&mut content)?;
+    h.update((content.len() as u64).to_le_bytes());
+    h.update(&content);
+    Ok(())
+}
+
+/// The cache key of a v2 fetch answer.
+pub fn key(repo: &Path, protocol: &str, request: &[u8], state: &[u8; 32]) -> String {
+    let mut h = Sha256::new();
+    let field = |h: &mut Sha256, bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    // Apart from the hook's keys (which hash a path first, never this).
+    field(&mut h, b"git-collab http upload-pack v2 answer");
+    field(&mut h, repo.as_os_str().as_encoded_bytes());
+    field(&mut h, protocol.as_bytes());
+    field(&mut h, request);
+    field(&mut h, state);
+    hex::encode(h.finalize())
+}
+
+/// A finished answer for `key`: the file and its length. Counts a hit or
+/// a corrupt entry for the metrics.
+pub fn lookup(settings: &Settings, key: &str) -> Option<(std::fs::File, u64)> {
+    match pack_cache::open_entry(settings, key) {
+        Ok(Entry::Found(file, len)) => {
+            crate::metrics::pack_cache("hit", 1);
+            crate::metrics::pack_cache("direct", 1);
+            crate::metrics::pack_cache("bytes_from_cache", len);
+            Some((file, len))
+        }
+        Ok(Entry::Missing) => None,
+        Ok(Entry::Corrupt) => {
+            crate::metrics::pack_cache("corrupt", 1);
+            None
+        }
+        Err(e) => {
+            tracing::warn!("pack cache: reading an answer: {e}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_v2_fetch_command_is_looked_up() {
+        assert!(is_v2_fetch(b"0012command=fetch\n0001000ddone\n0000"));
+        assert!(is_v2_fetch(b"0011command=fetch0000"));
+        assert!(!is_v2_fetch(b"0014command=ls-refs\n0000"));
+        assert!(!is_v2_fetch(
+            b"0032want 0123456789012345678901234567890123456789\n"
+        ));
+        assert!(!is_v2_fetch(b"00"));
+        assert!(!is_v2_fetch(b"zzzzcommand=fetch\n"));
+    }
+
+    #[test]
+    fn the_state_changes_with_any_ref_even_back_to_an_old_value() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path();
+        std::fs::create_dir_all(repo.join("refs/heads")).unwrap();
+        std::fs::write(repo.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        let main = repo.join("refs/heads/main");
+        std::fs::write(&main, "a".repeat(40) + "\n").unwrap();
+        let first = repo_state(repo).unwrap();
+        assert_eq!(repo_state(repo), Some(first));
+        // A new ref, then gone again: the same state.
+        std::fs::write(repo.join("refs/heads/x"), "b".repeat(40) + "\n").unwrap();
+        assert_ne!(repo_state(repo), Some(first));
+        std::fs::remove_file(repo.join("refs/heads/x")).unwrap();
+        assert_eq!(repo_state(repo), Some(first));
+        // A lock file is not a ref.
+        std::fs::write(repo.join("refs/heads/main.lock"), "c").unwrap();
+        assert_eq!(repo_state(repo), Some(first));
+        // Rewritten with the same value (as git does: a new file renamed
+        // into place): a new state.
+        let tmp_ref = repo.join("refs/heads/main.new");
+        std::fs::write(&tmp_ref, "a".repeat(40) + "\n").unwrap();
+        std::fs::rename(&tmp_ref, &main).unwrap();
+        assert_ne!(repo_state(repo), Some(first));
+        // packed-refs counts.
+        let second = repo_state(repo).unwrap();
+        std::fs::write(repo.join("packed-refs"), "# pack-refs\n").unwrap();
+        assert_ne!(repo_state(repo), Some(second));
+        // A reftable repository is never answered from the cache.
+        std::fs::create_dir_all(repo.join("reftable")).unwrap();
+        assert_eq!(repo_state(repo), None);
+    }
+
+    #[test]
+    fn the_key_separates_repositories_requests_and_states() {
+        let r = Path::new("/r/a.git");
+        let k = key(r, "version=2", b"req", &[0; 32]);
+        assert_eq!(k, key(r, "version=2", b"req", &[0; 32]));
+        assert_ne!(k, key(Path::new("/r/b.git"), "version=2", b"req", &[0; 32]));
+        assert_ne!(k, key(r, "version=2", b"req2", &[0; 32]));
+        assert_ne!(k, key(r, "version=2", b"req", &[1; 32]));
+        assert_ne!(k, key(r, "version=1", b"req", &[0; 32]));
+    }
+}
