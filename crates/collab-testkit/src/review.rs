@@ -3,6 +3,9 @@
 //! one commit; git run as an agent; commits made in an agent's clone.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 use crate::{ServerHarness, SshOutput};
 
@@ -49,4 +52,75 @@ pub fn commit(h: &ServerHarness, a: &Agent, file: &str, text: &str, message: &st
     ok(h, a, &["add", file]);
     ok(h, a, &["commit", "-q", "-m", message]);
     ok(h, a, &["rev-parse", "HEAD"]).stdout.trim().to_string()
+}
+
+/// `collab-patch ARGS` as the agent.
+pub fn patch(h: &ServerHarness, a: &Agent, args: &str) -> SshOutput {
+    h.ssh_exec_as(&a.key, &format!("collab-patch {args}"), b"")
+}
+
+/// Set check `name` on `commit` of `r` to `state`, as the admin (CI).
+pub fn check_set(h: &ServerHarness, commit: &str, name: &str, state: &str) {
+    let out = h.ssh_exec(&format!(
+        "collab-check set 'r' {commit} {name} --state {state}"
+    ));
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+/// The events of `kind` so far, oldest first.
+pub fn events(h: &ServerHarness, kind: &str) -> Vec<Value> {
+    let out = h.ssh_exec("collab-events watch --since 1 --no-follow");
+    assert_eq!(out.code, 0, "{out:?}");
+    out.stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == kind)
+        .collect()
+}
+
+/// Hang guard of [`wait_until`] (not a timing assertion: the server's
+/// drivers look about every second).
+pub const WAIT_LIMIT: Duration = Duration::from_secs(90);
+
+/// Wait until `f` holds, or fail after [`WAIT_LIMIT`].
+pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < WAIT_LIMIT, "gave up waiting: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Where `branch` of `r` points on the server.
+pub fn server_tip(h: &ServerHarness, branch: &str) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(h.repos_dir().join("r.git"))
+        .args(["rev-parse", &format!("refs/heads/{branch}")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Push the agent's HEAD to `refs/for/main` (with `extra` push options);
+/// the new patch's full id.
+pub fn push_for_review(h: &ServerHarness, a: &Agent, extra: &[&str]) -> String {
+    let mut args = vec!["push"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["origin", "HEAD:refs/for/main"]);
+    let out = ok(h, a, &args);
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("remote: patch "))
+        .unwrap_or_else(|| panic!("no patch line: {out:?}"));
+    let short = line.split("remote: patch ").nth(1).unwrap()[..8].to_string();
+    let listed = patch(h, a, "list 'r' --state all").json();
+    listed["patches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap().to_string())
+        .find(|id| id.starts_with(&short))
+        .expect("the pushed patch is listed")
 }

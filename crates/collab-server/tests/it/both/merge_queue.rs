@@ -13,27 +13,18 @@ use collab_testkit as common;
 use collab_testkit::review as review_support;
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{ServerHarness, SshOutput};
-use review_support::{commit, ok, Agent};
+use common::ServerHarness;
+use review_support::{commit, events, ok, patch, push_for_review, server_tip, wait_until, Agent};
 use serde_json::Value;
-
-/// Hang guard (not a timing assertion: the driver looks every second).
-const WAIT_LIMIT: Duration = Duration::from_secs(90);
 
 const QUEUE_RULE: &str =
     "merge = { required_checks = [\"ci/test\"], queue = true, max_batch = 4 }\n";
 
-fn patch(h: &ServerHarness, a: &Agent, args: &str) -> SshOutput {
-    h.ssh_exec_as(&a.key, &format!("collab-patch {args}"), b"")
-}
-
+/// Post `ci/test` on `commit` (the check every rule here requires).
 fn check_set(h: &ServerHarness, commit: &str, state: &str) {
-    let out = h.ssh_exec(&format!(
-        "collab-check set 'r' {commit} ci/test --state {state}"
-    ));
-    assert_eq!(out.code, 0, "{out:?}");
+    review_support::check_set(h, commit, "ci/test", state)
 }
 
 fn status(h: &ServerHarness, a: &Agent, id: &str) -> String {
@@ -48,25 +39,6 @@ fn queue_show(h: &ServerHarness, a: &Agent) -> Value {
     out.json()
 }
 
-/// The events of `kind` so far, oldest first.
-fn events(h: &ServerHarness, kind: &str) -> Vec<Value> {
-    let out = h.ssh_exec("collab-events watch --since 1 --no-follow");
-    assert_eq!(out.code, 0, "{out:?}");
-    out.stdout
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["type"] == kind)
-        .collect()
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < WAIT_LIMIT, "gave up waiting: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn server_git(h: &ServerHarness, args: &[&str]) -> std::process::Output {
     std::process::Command::new("git")
         .arg("-C")
@@ -74,11 +46,6 @@ fn server_git(h: &ServerHarness, args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .unwrap()
-}
-
-fn server_tip(h: &ServerHarness) -> String {
-    let out = server_git(h, &["rev-parse", "refs/heads/main"]);
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// Whether `commit` is in the server's `main`.
@@ -89,25 +56,6 @@ fn in_main(h: &ServerHarness, commit: &str) -> bool {
     )
     .status
     .success()
-}
-
-/// Push HEAD of `a` for review; the patch id.
-fn push_for_review(h: &ServerHarness, a: &Agent) -> String {
-    let out = ok(h, a, &["push", "origin", "HEAD:refs/for/main"]);
-    let line = out
-        .stderr
-        .lines()
-        .find(|l| l.contains("remote: patch "))
-        .unwrap_or_else(|| panic!("no patch line: {out:?}"));
-    let short = line.split("remote: patch ").nth(1).unwrap()[..8].to_string();
-    let listed = patch(h, a, "list 'r' --state all").json();
-    listed["patches"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["id"].as_str().unwrap().to_string())
-        .find(|id| id.starts_with(&short))
-        .expect("the pushed patch is listed")
 }
 
 /// A server with repository `r` under `policy` and alice's `files`, each a
@@ -129,7 +77,7 @@ fn setup(policy: &str, files: &[(&str, &str)]) -> (ServerHarness, Agent, Vec<(St
             &["switch", "-q", "-c", &format!("f{i}"), "origin/main"],
         );
         let head = commit(&h, &a, file, text, &format!("Write {file} ({i})"));
-        patches.push((push_for_review(&h, &a), head));
+        patches.push((push_for_review(&h, &a, &[]), head));
     }
     (h, a, patches)
 }
@@ -211,7 +159,7 @@ fn a_batch_lands_in_one_group_when_the_checks_on_its_commit_are_green() {
     assert_eq!(shown["merge_rule"]["max_batch"], 4, "{shown}");
 
     // The group holds all four, in queue order, at its ref.
-    let base = server_tip(&h);
+    let base = server_tip(&h, "main");
     wait_until("a group of four", || {
         queue_show(&h, &a)["current_group"]["patches"]
             .as_array()
@@ -257,7 +205,7 @@ fn a_batch_lands_in_one_group_when_the_checks_on_its_commit_are_green() {
     check_set(&h, &patches[0].1, "success");
     check_set(&h, &commit, "pending");
     std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(server_tip(&h), base);
+    assert_eq!(server_tip(&h, "main"), base);
     assert!(patches.iter().all(|(id, _)| status(&h, &a, id) == "open"));
 
     // The web's queue page shows the group under test and its check.
@@ -277,7 +225,7 @@ fn a_batch_lands_in_one_group_when_the_checks_on_its_commit_are_green() {
     );
 
     check_set(&h, &commit, "success");
-    wait_until("the group to land", || server_tip(&h) == commit);
+    wait_until("the group to land", || server_tip(&h, "main") == commit);
     let text = common::web::strip_tags(&common::web::get(&h, "/r/-/queue/main").text());
     assert!(text.contains("The queue is empty."), "{text}");
     assert!(text.contains("merged"), "{text}");
@@ -452,7 +400,7 @@ fn one_broken_patch_among_eight_is_found_in_three_rounds_of_parallel_groups() {
                 max_parallel = 4 }\n";
     queue_all_then_switch_on_with(&h, &a, &ids, rule);
     let bad = ids[5].clone();
-    let base = server_tip(&h);
+    let base = server_tip(&h, "main");
 
     // Round 1: the whole batch, which fails.
     wait_until("the batch of eight", || announced(&h).len() == 1);
@@ -635,7 +583,7 @@ fn a_speculative_round_finds_one_broken_patch_in_two_rounds() {
                 &["switch", "-q", "-c", &format!("more{i}"), "origin/main"],
             );
             commit(&h, &a, &format!("g{i}.txt"), "g\n", &format!("More {i}"));
-            push_for_review(&h, &a)
+            push_for_review(&h, &a, &[])
         })
         .collect();
     let before = announced(&h).len();
@@ -665,9 +613,9 @@ fn the_rebase_method_lands_linear_history() {
     ok(&h, &a, &["switch", "-q", "-c", "f2", "origin/main"]);
     commit(&h, &a, "c.txt", "c\n", "Write c.txt (2)");
     let head = commit(&h, &a, "c2.txt", "c2\n", "Write c2.txt");
-    patches.push((push_for_review(&h, &a), head));
+    patches.push((push_for_review(&h, &a, &[]), head));
     let ids: Vec<String> = patches.iter().map(|(id, _)| id.clone()).collect();
-    let base = server_tip(&h);
+    let base = server_tip(&h, "main");
     let rule = "merge = { required_checks = [\"ci/test\"], queue = true, \
                 queue_method = \"rebase\" }\n";
     queue_all_then_switch_on_with(&h, &a, &ids, rule);
@@ -691,7 +639,10 @@ fn the_rebase_method_lands_linear_history() {
         String::from_utf8_lossy(&log.stdout),
         "Write c2.txt\nWrite c.txt (2)\nWrite b.txt (1)\nWrite a.txt (0)\nInitial commit\n"
     );
-    assert_eq!(server_tip(&h), groups[0]["commit"].as_str().unwrap());
+    assert_eq!(
+        server_tip(&h, "main"),
+        groups[0]["commit"].as_str().unwrap()
+    );
     // The first patch fast-forwards (its head is the base's child); the
     // others are rebased: their heads are not in main, their copies are.
     assert!(in_main(&h, &patches[0].1));
@@ -706,7 +657,7 @@ fn the_rebase_method_lands_linear_history() {
     let last = merged[2]["payload"]["commit"].as_str().unwrap();
     assert_eq!(
         last,
-        server_tip(&h),
+        server_tip(&h, "main"),
         "the last patch's last commit is the tip"
     );
     for file in ["a.txt", "b.txt", "c.txt", "c2.txt"] {

@@ -9,83 +9,18 @@
 use collab_testkit as common;
 use collab_testkit::review as review_support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{fingerprint, ServerHarness, SshOutput};
-use review_support::{commit, ok, Agent};
+use common::{fingerprint, ServerHarness};
+use review_support::{
+    check_set, commit, events, ok, patch, push_for_review, server_tip, wait_until, Agent,
+};
 use serde_json::Value;
-
-/// Hang guard for the server's merge (not a timing assertion: the driver
-/// looks at least once a second).
-const WAIT_LIMIT: Duration = Duration::from_secs(60);
-
-fn patch(h: &ServerHarness, a: &Agent, args: &str) -> SshOutput {
-    h.ssh_exec_as(&a.key, &format!("collab-patch {args}"), b"")
-}
-
-fn check_set(h: &ServerHarness, commit: &str, name: &str, state: &str) {
-    let out = h.ssh_exec(&format!(
-        "collab-check set 'r' {commit} {name} --state {state}"
-    ));
-    assert_eq!(out.code, 0, "{out:?}");
-}
 
 fn show(h: &ServerHarness, a: &Agent, id: &str) -> Value {
     let out = patch(h, a, &format!("show 'r' {}", &id[..8]));
     assert_eq!(out.code, 0, "{out:?}");
     out.json()
-}
-
-/// The events of `kind` so far, oldest first.
-fn events(h: &ServerHarness, kind: &str) -> Vec<Value> {
-    let out = h.ssh_exec("collab-events watch --since 1 --no-follow");
-    assert_eq!(out.code, 0, "{out:?}");
-    out.stdout
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["type"] == kind)
-        .collect()
-}
-
-/// Wait until `f` holds (or fail after the hang guard).
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < WAIT_LIMIT, "gave up waiting: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn server_tip(h: &ServerHarness, branch: &str) -> String {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(h.repos_dir().join("r.git"))
-        .args(["rev-parse", &format!("refs/heads/{branch}")])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// Push HEAD of `a` for review (with `extra` push options); the patch id.
-fn push_for_review(h: &ServerHarness, a: &Agent, extra: &[&str]) -> String {
-    let mut args = vec!["push"];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["origin", "HEAD:refs/for/main"]);
-    let out = ok(h, a, &args);
-    let line = out
-        .stderr
-        .lines()
-        .find(|l| l.contains("remote: patch "))
-        .unwrap_or_else(|| panic!("no patch line: {out:?}"));
-    let short = line.split("remote: patch ").nth(1).unwrap()[..8].to_string();
-    let listed = patch(h, a, "list 'r' --state all").json();
-    listed["patches"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["id"].as_str().unwrap().to_string())
-        .find(|id| id.starts_with(&short))
-        .expect("the pushed patch is listed")
 }
 
 /// A server with repository `r` whose merge rule is `policy`'s, and alice
