@@ -116,6 +116,36 @@ async fn drive(app: &Arc<App>, node: &str, intent: &Intent) -> anyhow::Result<()
     }
 }
 
+/// Whether a queued merge `intent` still stands, whatever its checks and
+/// votes: the patch is open, its latest revision is the one queued, and
+/// the requester may still write. `Ok` is that revision's number; `Err` why
+/// the intent is dropped. Shared with the merge queue's entries.
+pub(crate) fn still_queued(
+    intent: &Intent,
+    detail: &patches::PatchDetail,
+    may_write: bool,
+) -> Result<i64, String> {
+    if detail.patch.status != PatchStatus::Open {
+        return Err(format!("the patch is {}", detail.patch.status.as_str()));
+    }
+    let Some(latest) = detail.latest() else {
+        return Err("the patch has no revision".into());
+    };
+    if latest.n != intent.revision {
+        return Err(format!(
+            "revision {} was pushed; the merge was queued for revision {}",
+            latest.n, intent.revision
+        ));
+    }
+    if !may_write {
+        return Err(format!(
+            "{} may no longer write the repository",
+            intent.requester.name
+        ));
+    }
+    Ok(latest.n)
+}
+
 /// The decision for `intent`, from what was read now.
 fn decide(
     intent: &Intent,
@@ -124,29 +154,14 @@ fn decide(
     may_write: bool,
     checks: &[crate::db::checks::Check],
 ) -> Decision {
-    if detail.patch.status != PatchStatus::Open {
-        return Decision::Drop(format!("the patch is {}", detail.patch.status.as_str()));
-    }
-    let Some(latest) = detail.latest() else {
-        return Decision::Drop("the patch has no revision".into());
+    let revision = match still_queued(intent, detail, may_write) {
+        Ok(n) => n,
+        Err(reason) => return Decision::Drop(reason),
     };
-    if latest.n != intent.revision {
-        return Decision::Drop(format!(
-            "revision {} was pushed; the merge was queued for revision {}",
-            latest.n, intent.revision
-        ));
-    }
-    if !may_write {
-        return Decision::Drop(format!(
-            "{} may no longer write the repository",
-            intent.requester.name
-        ));
-    }
     let failed = patches::failed_checks(detail, rule, checks);
     if !failed.is_empty() {
         return Decision::Drop(format!(
-            "required checks failed on revision {}: {}",
-            latest.n,
+            "required checks failed on revision {revision}: {}",
             failed.join(", ")
         ));
     }

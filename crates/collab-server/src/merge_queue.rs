@@ -188,23 +188,8 @@ enum Entry {
 /// The decision for the entry `intent`, from what was read now. The
 /// required checks are not the patch's: they are the group's.
 fn decide(intent: &Intent, detail: &PatchDetail, rule: &MergeRule, may_write: bool) -> Entry {
-    if detail.patch.status != PatchStatus::Open {
-        return Entry::Drop(format!("the patch is {}", detail.patch.status.as_str()));
-    }
-    let Some(latest) = detail.latest() else {
-        return Entry::Drop("the patch has no revision".into());
-    };
-    if latest.n != intent.revision {
-        return Entry::Drop(format!(
-            "revision {} was pushed; the merge was queued for revision {}",
-            latest.n, intent.revision
-        ));
-    }
-    if !may_write {
-        return Entry::Drop(format!(
-            "{} may no longer write the repository",
-            intent.requester.name
-        ));
+    if let Err(reason) = crate::auto_merge::still_queued(intent, detail, may_write) {
+        return Entry::Drop(reason);
     }
     match patches::rule_allows(detail, rule) {
         Ok(()) => Entry::Ready,
