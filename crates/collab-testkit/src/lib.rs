@@ -384,6 +384,39 @@ impl ServerHarness {
         h
     }
 
+    /// A following watcher (`ssh … collab-events watch --since SINCE` as the
+    /// admin): the `seq` of each event it reads, as they come (heartbeats
+    /// left out). Kill the child to stop it.
+    pub fn event_watcher(&self, since: i64) -> (Child, mpsc::Receiver<i64>) {
+        let mut child = Command::new("ssh")
+            .args(self.ssh_options(&self.client_key()))
+            .arg("git@127.0.0.1")
+            .arg(format!("collab-events watch --since {since}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn ssh");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel::<i64>();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                    continue;
+                };
+                if v["type"] == "heartbeat" {
+                    continue;
+                }
+                if let Some(seq) = v["seq"].as_i64() {
+                    if tx.send(seq).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        (child, rx)
+    }
+
     /// `git-collab-server --state-dir STATE ARGS` on the host (a command
     /// such as `backup`), with this server's collab database and no other
     /// `GIT_COLLAB_*` setting from the test's environment.

@@ -493,38 +493,7 @@ fn watchers_on_three_nodes_see_racing_writers_events_once_and_in_order() {
         .max()
         .expect("events so far");
     // One following watcher per node, attached before the writers start.
-    let watchers: Vec<_> = nodes
-        .iter()
-        .map(|node| {
-            let mut child = Command::new("ssh")
-                .args(node.ssh_options(&node.client_key()))
-                .arg("git@127.0.0.1")
-                .arg(format!("collab-events watch --since {head}"))
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn ssh");
-            let stdout = child.stdout.take().unwrap();
-            let (tx, rx) = mpsc::channel::<i64>();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-                        continue;
-                    };
-                    if v["type"] == "heartbeat" {
-                        continue;
-                    }
-                    if let Some(seq) = v["seq"].as_i64() {
-                        if tx.send(seq).is_err() {
-                            break;
-                        }
-                    }
-                }
-            });
-            (child, rx)
-        })
-        .collect();
+    let watchers: Vec<_> = nodes.iter().map(|node| node.event_watcher(head)).collect();
     // Writers on all three nodes at once: comments and lease tenures, each
     // its own transaction with its own events.
     let agents = keys(&nodes[0], 24);

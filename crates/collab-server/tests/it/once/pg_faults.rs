@@ -18,9 +18,8 @@
 use collab_testkit as common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
@@ -339,38 +338,6 @@ fn assert_clear(out: &SshOutput) {
     );
 }
 
-/// A following watcher (`collab-events watch --since head`): the `seq`s it
-/// reads, as they come.
-fn watcher(h: &ServerHarness, since: i64) -> (Child, mpsc::Receiver<i64>) {
-    let mut child = Command::new("ssh")
-        .args(h.ssh_options(&h.client_key()))
-        .arg("git@127.0.0.1")
-        .arg(format!("collab-events watch --since {since}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn ssh");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel::<i64>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-                continue;
-            };
-            if v["type"] == "heartbeat" {
-                continue;
-            }
-            if let Some(seq) = v["seq"].as_i64() {
-                if tx.send(seq).is_err() {
-                    break;
-                }
-            }
-        }
-    });
-    (child, rx)
-}
-
 /// Every event after `since`, in one snapshot read over ssh.
 fn events_after(h: &ServerHarness, since: i64) -> Vec<serde_json::Value> {
     let out = h.ssh_exec(&format!("collab-events watch --since {since} --no-follow"));
@@ -550,7 +517,7 @@ fn restarts_fast_and_immediate_under_load_lose_no_acknowledged_write() {
     let h = ServerHarness::start_on_url(HarnessOptions::default(), &url);
     let scene = scene(&h, 6);
     let since = head(&h);
-    let watch = watcher(&h, since);
+    let watch = h.event_watcher(since);
     // A lease held by `a`, `b` waiting for it across both restarts.
     let (a, b) = (h.authorized_key("a"), h.authorized_key("b"));
     let contested = h.open_server_issue("r", "Contested")[..8].to_string();
@@ -597,7 +564,7 @@ fn connections_cut_mid_transaction_lose_no_acknowledged_write() {
         .to_string();
     let scene = scene(&h, 6);
     let since = head(&h);
-    let watch = watcher(&h, since);
+    let watch = h.event_watcher(since);
     let mut cut = 0;
     let done = under_load(&h, &scene, || {
         let start = Instant::now();
@@ -641,7 +608,7 @@ fn failover_to_the_second_address_serves_again_with_every_acknowledged_write() {
     let h = ServerHarness::start_on_url(HarnessOptions::default(), &url);
     let scene = scene(&h, 4);
     let since = head(&h);
-    let watch = watcher(&h, since);
+    let watch = h.event_watcher(since);
     let mut standby = None;
     let mut recovered = None;
     let done = under_load(&h, &scene, || {
