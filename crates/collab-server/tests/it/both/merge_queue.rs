@@ -379,14 +379,9 @@ fn announced(h: &ServerHarness) -> Vec<Value> {
         .collect()
 }
 
-/// One broken patch among eight, `max_parallel = 4`: the batch fails; a
-/// round of four exclusion groups (each the batch without two patches) is
-/// under test at once, shown by `collab-queue show` and the web page; the
-/// one without the breaker's pair lands; a round of two (the pair without
-/// one each) lands the other and drops the breaker. Three rounds, seven
-/// groups, no merge of a group that was not green.
-#[test]
-fn one_broken_patch_among_eight_is_found_in_three_rounds_of_parallel_groups() {
+/// Eight patches (one new file each, off `main`) queued at once, then the
+/// queue switched on under `rule`: (server, alice, [(patch, head)], ids).
+fn eight_queued(rule: &str) -> (ServerHarness, Agent, Vec<(String, String)>, Vec<String>) {
     let files: Vec<(String, String)> = (0..8)
         .map(|i| (format!("f{i}.txt"), format!("{i}\n")))
         .collect();
@@ -396,9 +391,21 @@ fn one_broken_patch_among_eight_is_found_in_three_rounds_of_parallel_groups() {
         .collect();
     let (h, a, patches) = setup(QUEUE_RULE, &files);
     let ids: Vec<String> = patches.iter().map(|(id, _)| id.clone()).collect();
+    queue_all_then_switch_on_with(&h, &a, &ids, rule);
+    (h, a, patches, ids)
+}
+
+/// One broken patch among eight, `max_parallel = 4`: the batch fails; a
+/// round of four exclusion groups (each the batch without two patches) is
+/// under test at once, shown by `collab-queue show` and the web page; the
+/// one without the breaker's pair lands; a round of two (the pair without
+/// one each) lands the other and drops the breaker. Three rounds, seven
+/// groups, no merge of a group that was not green.
+#[test]
+fn one_broken_patch_among_eight_is_found_in_three_rounds_of_parallel_groups() {
     let rule = "merge = { required_checks = [\"ci/test\"], queue = true, max_batch = 8, \
                 max_parallel = 4 }\n";
-    queue_all_then_switch_on_with(&h, &a, &ids, rule);
+    let (h, a, patches, ids) = eight_queued(rule);
     let bad = ids[5].clone();
     let base = server_tip(&h, "main");
 
@@ -507,18 +514,9 @@ fn one_broken_patch_among_eight_is_found_in_three_rounds_of_parallel_groups() {
 /// whole, and its speculative groups end stale without landing anything.
 #[test]
 fn a_speculative_round_finds_one_broken_patch_in_two_rounds() {
-    let files: Vec<(String, String)> = (0..8)
-        .map(|i| (format!("f{i}.txt"), format!("{i}\n")))
-        .collect();
-    let files: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(f, t)| (f.as_str(), t.as_str()))
-        .collect();
-    let (h, a, patches) = setup(QUEUE_RULE, &files);
-    let ids: Vec<String> = patches.iter().map(|(id, _)| id.clone()).collect();
     let rule = "merge = { required_checks = [\"ci/test\"], queue = true, max_batch = 8, \
                 max_parallel = 4, speculate = true }\n";
-    queue_all_then_switch_on_with(&h, &a, &ids, rule);
+    let (h, a, patches, ids) = eight_queued(rule);
     let bad = ids[2].clone();
 
     // Round 1: the batch and its four exclusion groups, all at once.
@@ -671,18 +669,9 @@ fn the_rebase_method_lands_linear_history() {
 /// the other six land, none in a group that was not green.
 #[test]
 fn a_round_that_fails_entirely_falls_back_to_bisection() {
-    let files: Vec<(String, String)> = (0..8)
-        .map(|i| (format!("f{i}.txt"), format!("{i}\n")))
-        .collect();
-    let files: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(f, t)| (f.as_str(), t.as_str()))
-        .collect();
-    let (h, a, patches) = setup(QUEUE_RULE, &files);
-    let ids: Vec<String> = patches.iter().map(|(id, _)| id.clone()).collect();
     let rule = "merge = { required_checks = [\"ci/test\"], queue = true, max_batch = 8, \
                 max_parallel = 4 }\n";
-    queue_all_then_switch_on_with(&h, &a, &ids, rule);
+    let (h, a, patches, ids) = eight_queued(rule);
     let bad = vec![ids[1].clone(), ids[6].clone()];
     let groups = run_ci_with(&h, &bad, || {
         events(&h, "patch.merge_dequeued").len() == 2
