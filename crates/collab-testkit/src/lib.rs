@@ -134,24 +134,35 @@ impl SshOutput {
     }
 }
 
-/// `git-collab-server --state-dir STATE ARGS` on the host, with the collab
-/// database at `db_url` (`None`: SQLite in the state directory) and no
-/// other `GIT_COLLAB_*` setting from the test's environment.
-pub fn host_cli(state_dir: &Path, db_url: Option<&str>, args: &[&str]) -> Output {
+/// `git-collab-server`, with no `GIT_COLLAB_*` setting from the test's
+/// environment (the harness sets what a server should see).
+pub fn server_command() -> Command {
     let mut cmd = Command::new(crate::bin("git-collab-server"));
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("GIT_COLLAB_") {
             cmd.env_remove(&key);
         }
     }
+    cmd
+}
+
+/// `git-collab-server ARGS` on the host ([`server_command`]), with the
+/// collab database at `db_url` (`None`: wherever the arguments say).
+pub fn server_cli(db_url: Option<&str>, args: &[&str]) -> Output {
+    let mut cmd = server_command();
     if let Some(url) = db_url {
         cmd.env("GIT_COLLAB_COLLAB_DB", url);
     }
-    cmd.arg("--state-dir")
-        .arg(state_dir)
-        .args(args)
-        .output()
-        .expect("run git-collab-server")
+    cmd.args(args).output().expect("run git-collab-server")
+}
+
+/// `git-collab-server --state-dir STATE ARGS` on the host, with the collab
+/// database at `db_url` (`None`: SQLite in the state directory).
+pub fn host_cli(state_dir: &Path, db_url: Option<&str>, args: &[&str]) -> Output {
+    let state_dir = state_dir.to_str().expect("UTF-8 state directory");
+    let mut all = vec!["--state-dir", state_dir];
+    all.extend_from_slice(args);
+    server_cli(db_url, &all)
 }
 
 /// A command's stdout parsed as one JSON value (panics with the whole
@@ -425,12 +436,7 @@ impl ServerHarness {
     }
 
     fn spawn(&mut self) {
-        let mut cmd = Command::new(crate::bin("git-collab-server"));
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("GIT_COLLAB_") {
-                cmd.env_remove(&key);
-            }
-        }
+        let mut cmd = server_command();
         if let Some(url) = &self.db_url {
             cmd.env("GIT_COLLAB_COLLAB_DB", url);
         }

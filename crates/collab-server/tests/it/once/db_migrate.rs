@@ -179,13 +179,7 @@ fn a_sqlite_server_moves_to_postgres_and_carries_on() {
 /// `git-collab-server` on the host with this harness's state directory and
 /// `collab_db` = `url`.
 fn host(h: &ServerHarness, url: &str, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_git-collab-server"))
-        .env("GIT_COLLAB_COLLAB_DB", url)
-        .arg("--state-dir")
-        .arg(h.state_dir())
-        .args(args)
-        .output()
-        .unwrap()
+    collab_testkit::host_cli(h.state_dir(), Some(url), args)
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -14,16 +14,10 @@ use std::time::{Duration, Instant};
 use common::{stdout_json, ServerHarness, SshOutput};
 use serde_json::Value;
 
-/// Run `git-collab-server` with `args` (no server configuration from the
-/// test's environment).
+/// `git-collab-server ARGS` (no server configuration from the test's
+/// environment).
 fn server_cli(args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_git-collab-server"));
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("GIT_COLLAB_") {
-            cmd.env_remove(&key);
-        }
-    }
-    cmd.args(args).output().expect("run git-collab-server")
+    common::server_cli(None, args)
 }
 
 fn path_str(p: &Path) -> &str {
