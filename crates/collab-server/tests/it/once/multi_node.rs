@@ -568,24 +568,25 @@ fn watchers_on_three_nodes_see_racing_writers_events_once_and_in_order() {
     }
 }
 
-/// Queued merges over three nodes: eight patches queued through different
-/// nodes, their required checks turned green through others; every node's
-/// driver sees every intent, and each patch is merged exactly once (one
-/// `patch.merged`, no drop), all eight onto `main`.
-#[test]
-fn queued_merges_over_three_nodes_merge_each_patch_once() {
+/// Repository `r` on the cluster (`main`: one commit) whose merge rule
+/// requires `ci/test`, and eight patches of alice's (one new file each, off
+/// `main`), each queued with `--when-green` through node `i % NODES`:
+/// (alice, [(patch id8, head)], the policy file).
+fn eight_queued_merges(
+    nodes: &[ServerHarness],
+) -> (
+    collab_testkit::review::Agent,
+    Vec<(String, String)>,
+    PathBuf,
+) {
     use collab_testkit::review::{self as review_support, commit, ok};
-    let Some(nodes) = cluster() else { return };
     let h = &nodes[0];
     h.create_repo("r");
     let seed = h.clone_repo("r", "seed");
     h.commit_file(&seed, "README", b"hello\n", "Initial commit");
     h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
-    std::fs::write(
-        h.repos_dir().join("r.git/collab-policy.toml"),
-        "merge = { required_checks = [\"ci/test\"] }\n",
-    )
-    .unwrap();
+    let policy = h.repos_dir().join("r.git/collab-policy.toml");
+    std::fs::write(&policy, "merge = { required_checks = [\"ci/test\"] }\n").unwrap();
     let a = review_support::agent(h, "alice");
     let mut patches = Vec::new();
     for i in 0..8 {
@@ -612,6 +613,18 @@ fn queued_merges_over_three_nodes_merge_each_patch_once() {
         );
         assert_eq!(out.code, 0, "{out:?}");
     }
+    (a, patches, policy)
+}
+
+/// Queued merges over three nodes: eight patches queued through different
+/// nodes, their required checks turned green through others; every node's
+/// driver sees every intent, and each patch is merged exactly once (one
+/// `patch.merged`, no drop), all eight onto `main`.
+#[test]
+fn queued_merges_over_three_nodes_merge_each_patch_once() {
+    let Some(nodes) = cluster() else { return };
+    let h = &nodes[0];
+    let (_, patches, _) = eight_queued_merges(&nodes);
     std::thread::scope(|s| {
         for (i, (_, head)) in patches.iter().enumerate() {
             let node = &nodes[(i + 1) % NODES];
@@ -673,43 +686,11 @@ fn queued_merges_over_three_nodes_merge_each_patch_once() {
 /// gone stale), and each patch is merged exactly once, by its group.
 #[test]
 fn one_merge_queue_over_three_nodes_builds_each_group_once() {
-    use collab_testkit::review::{self as review_support, commit, ok};
     let Some(nodes) = cluster() else { return };
-    let h = &nodes[0];
-    h.create_repo("r");
-    let seed = h.clone_repo("r", "seed");
-    h.commit_file(&seed, "README", b"hello\n", "Initial commit");
-    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
-    let policy = h.repos_dir().join("r.git/collab-policy.toml");
     // Queued as plain merges first, so the queue takes them all at once
     // when it is switched on.
-    std::fs::write(&policy, "merge = { required_checks = [\"ci/test\"] }\n").unwrap();
-    let a = review_support::agent(h, "alice");
-    let mut patches = Vec::new();
-    for i in 0..8 {
-        ok(
-            h,
-            &a,
-            &["switch", "-q", "-c", &format!("f{i}"), "origin/main"],
-        );
-        commit(h, &a, &format!("f{i}.txt"), "x\n", &format!("Add f{i}"));
-        let out = ok(h, &a, &["push", "origin", "HEAD:refs/for/main"]);
-        let short = out
-            .stderr
-            .lines()
-            .find_map(|l| l.split("remote: patch ").nth(1))
-            .map(|s| s[..8].to_string())
-            .unwrap_or_else(|| panic!("no patch line: {out:?}"));
-        patches.push(short);
-    }
-    for (i, id) in patches.iter().enumerate() {
-        let out = nodes[i % NODES].ssh_exec_as(
-            &a.key,
-            &format!("collab-patch merge 'r' {id} --when-green"),
-            b"",
-        );
-        assert_eq!(out.code, 0, "{out:?}");
-    }
+    let (_, queued, policy) = eight_queued_merges(&nodes);
+    let patches: Vec<String> = queued.into_iter().map(|(id, _)| id).collect();
     std::fs::write(
         &policy,
         "merge = { required_checks = [\"ci/test\"], queue = true, max_batch = 3 }\n",
