@@ -6,11 +6,20 @@
 //! includes every write already acknowledged (the writer answers only after
 //! COMMIT). Each `read` runs its closure inside one read transaction, so a
 //! multi-statement read (an issue, its comments, its links) sees one state.
+//!
+//! On PostgreSQL a read that finds the database unreachable before it
+//! began (a restart, a failover, a terminated backend) waits for it with
+//! the writer's backoff, for at most [`DB_WAIT`] counted from the start of
+//! the outage as the pool saw it: reads of an outage longer than that fail
+//! at once with the writer's "unavailable" line, so they hold no thread.
+//! A read that fails after it began is not run again (its closure ran).
 
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::sql::Connection;
 use crate::sql::Location;
+use crate::writer::{DB_WAIT, FIRST_BACKOFF, MAX_BACKOFF};
 use anyhow::{anyhow, Context as _};
 
 /// Most connections open at once; a read beyond that waits for one.
@@ -26,6 +35,9 @@ struct Inner {
     location: Location,
     state: Mutex<PoolState>,
     returned: Condvar,
+    /// Since when reads have found the database unreachable (`None`: a
+    /// read began since).
+    down_since: Mutex<Option<Instant>>,
 }
 
 struct PoolState {
@@ -46,6 +58,7 @@ impl ReadPool {
                     open: 0,
                 }),
                 returned: Condvar::new(),
+                down_since: Mutex::new(None),
             }),
         }
     }
@@ -67,9 +80,8 @@ impl ReadPool {
         &self,
         f: impl FnOnce(&Connection) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        let conn = self.take()?;
+        let conn = self.begun()?;
         let result = (|| {
-            conn.begin_read()?;
             let out = f(&conn);
             // A read transaction has nothing to keep; ending it lets the
             // writer checkpoint past it.
@@ -82,6 +94,50 @@ impl ReadPool {
             _ => self.give_back(conn),
         }
         result
+    }
+
+    /// A connection with its read transaction begun, waiting out an outage
+    /// of the database (see the module's comment).
+    fn begun(&self) -> anyhow::Result<Connection> {
+        let mut backoff = Duration::ZERO;
+        loop {
+            let err = match self.take() {
+                Ok(conn) => match conn.begin_read() {
+                    Ok(()) => {
+                        *self.inner.down_since.lock().expect("read pool lock") = None;
+                        return Ok(conn);
+                    }
+                    Err(e) => {
+                        // A failed BEGIN leaves no transaction open; the
+                        // connection reconnects on its next use.
+                        self.give_back(conn);
+                        anyhow::Error::new(e)
+                    }
+                },
+                Err(e) => e,
+            };
+            let unavailable = err
+                .chain()
+                .filter_map(|c| c.downcast_ref::<crate::sql::Error>())
+                .any(|e| e.is_unavailable());
+            if !unavailable {
+                return Err(err);
+            }
+            let since = *self
+                .inner
+                .down_since
+                .lock()
+                .expect("read pool lock")
+                .get_or_insert_with(Instant::now);
+            let left = DB_WAIT.saturating_sub(since.elapsed());
+            if left.is_zero() {
+                return Err(anyhow::Error::new(crate::sql::Error::Unavailable(format!(
+                    "{err:#}"
+                ))));
+            }
+            backoff = (backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF);
+            std::thread::sleep(backoff.min(left));
+        }
     }
 
     fn take(&self) -> anyhow::Result<Connection> {

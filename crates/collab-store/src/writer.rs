@@ -74,8 +74,8 @@ const GROUP_RETRIES: u32 = 3;
 /// back. Between attempts it backs off from [`FIRST_BACKOFF`] to
 /// [`MAX_BACKOFF`].
 pub const DB_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-const FIRST_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
-const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const FIRST_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
+pub(crate) const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Groups whose provisional-to-final event numbers are kept for
 /// [`Writer::final_seq`] (a caller asks right after its answer).

@@ -629,3 +629,51 @@ fn failover_to_the_second_address_serves_again_with_every_acknowledged_write() {
          {comments:?} comments on the standby"
     );
 }
+
+/// Readers over ssh while the database is stopped for a second and started
+/// again: a read that finds it unreachable waits for it (the read pool's
+/// backoff, at most `DB_WAIT`) instead of failing at once, so every read
+/// succeeds, and some of them took the outage's length.
+#[test]
+fn reads_wait_out_a_short_outage() {
+    let Some(_) = pg::admin_url() else { return };
+    let cluster = Cluster::new();
+    cluster.create_database("faults");
+    let url = format!("postgres://collab@{}/faults", cluster.host());
+    let h = ServerHarness::start_on_url(HarnessOptions::default(), &url);
+    h.create_repo("r");
+    let shared = h.open_server_issue("r", "Read me")[..8].to_string();
+    let outage = Duration::from_millis(1500);
+    let stop = AtomicBool::new(false);
+    let reads: Mutex<Vec<(Duration, SshOutput)>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            let (stop, reads, shared, h) = (&stop, &reads, &shared, &h);
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let start = Instant::now();
+                    let out = h.ssh_exec(&format!("collab-issue show r.git {shared}"));
+                    reads.lock().unwrap().push((start.elapsed(), out));
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        cluster.stop("fast");
+        std::thread::sleep(outage);
+        cluster.start();
+        std::thread::sleep(Duration::from_secs(1));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let reads = reads.into_inner().unwrap();
+    for (_, out) in &reads {
+        assert_eq!(out.code, 0, "a read failed during a short outage: {out:?}");
+        assert_eq!(out.json()["title"], "Read me", "{out:?}");
+    }
+    // The reads in flight when the database stopped waited for it.
+    let waited = reads.iter().filter(|(took, _)| *took >= outage / 2).count();
+    assert!(
+        waited >= 1,
+        "no read met the outage: {:?}",
+        reads.iter().map(|(t, _)| t).collect::<Vec<_>>()
+    );
+}
