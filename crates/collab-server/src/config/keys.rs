@@ -58,9 +58,27 @@ pub enum Kind {
     AdminKeys,
     /// A list of strings; as text also comma-separated.
     List,
+    /// A non-empty list of these words, each at most once, in the order
+    /// given; as text also comma-separated.
+    ListOf(&'static [&'static str]),
     /// `[[webhooks.subscriptions]]` tables.
     Webhooks,
 }
+
+/// The SSH transport ciphers the server can speak, as OpenSSH names them
+/// (`ssh -Q cipher`); `ssh.ciphers` picks from these.
+pub const SSH_CIPHERS: &[&str] = &[
+    "chacha20-poly1305@openssh.com",
+    "aes256-gcm@openssh.com",
+    "aes128-gcm@openssh.com",
+    "aes256-ctr",
+    "aes192-ctr",
+    "aes128-ctr",
+];
+
+/// All of [`SSH_CIPHERS`], in that order (what the server offered before
+/// the key existed).
+const DEFAULT_SSH_CIPHERS: &str = "chacha20-poly1305@openssh.com,aes256-gcm@openssh.com,aes128-gcm@openssh.com,aes256-ctr,aes192-ctr,aes128-ctr";
 
 /// A resource limit: 0 would refuse everything, so it cannot be switched off.
 const LIMIT: Kind = Kind::Count {
@@ -112,6 +130,7 @@ pub const KEYS: &[Key] = &[
     key("ssh.revoked_keys", Path, Unset("none"), "Revoked keys and certificates: an OpenSSH KRL or a list of keys (RevokedKeys), re-read when it changes."),
     key("ssh.host_certificate", Path, Unset("none"), "A certificate of ssh.host_key signed by a host CA, presented to clients (@cert-authority)."),
     key("ssh.allow_sha1_rsa", Bool, Given("false"), "Accept ssh-rsa (SHA-1) user signatures, refused as by OpenSSH >= 8.8."),
+    key("ssh.ciphers", ListOf(SSH_CIPHERS), Given(DEFAULT_SSH_CIPHERS), "Transport ciphers offered, most preferred first; the client's order picks among them."),
     key("ssh.legacy_host_keys", Bool, Given("false"), "Also serve RSA and ECDSA host keys for clients that cannot verify Ed25519."),
     key("ssh.max_connections", LIMIT, Given("512"), "SSH connections open at once, authenticated or not."),
     key("ssh.max_startups", MaxStartups, Given("64:30:256"), "Unauthenticated connections, as OpenSSH's MaxStartups start:rate:full."),

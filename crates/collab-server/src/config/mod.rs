@@ -87,6 +87,8 @@ pub struct SshConfig {
     /// A certificate of the host key, presented to clients (unset: none).
     pub host_certificate: Option<PathBuf>,
     pub allow_sha1_rsa: bool,
+    /// Transport ciphers offered, most preferred first (`SSH_CIPHERS` names).
+    pub ciphers: Vec<String>,
     pub legacy_host_keys: bool,
     pub max_connections: usize,
     pub max_startups: MaxStartups,

@@ -130,6 +130,7 @@ impl Given {
             Kind::OneOf(words) => json!(self.one_of(words)?),
             Kind::AdminKeys => json!(self.admin_keys()?),
             Kind::List => json!(self.string_list()?),
+            Kind::ListOf(words) => json!(self.words(words)?),
             Kind::Webhooks => json!(self.declared_webhooks()?),
         })
     }
@@ -370,6 +371,23 @@ impl Given {
             return Err(self.error(format!("expected {} or {last}", rest.join(", "))));
         }
         Ok(text.to_string())
+    }
+
+    /// A non-empty list of distinct words out of `words`, in the given order.
+    fn words(&self, words: &[&str]) -> anyhow::Result<Vec<String>> {
+        let given = self.string_list()?;
+        if given.is_empty() {
+            return Err(self.error(format!("must name at least one of {}", words.join(", "))));
+        }
+        for (i, word) in given.iter().enumerate() {
+            if !words.contains(&word.as_str()) {
+                return Err(self.error(format!("unknown: {word} (known: {})", words.join(", "))));
+            }
+            if given[..i].contains(word) {
+                return Err(self.error(format!("{word} is named twice")));
+            }
+        }
+        Ok(given)
     }
 
     /// A list of strings, or one string holding one key per line. Blank

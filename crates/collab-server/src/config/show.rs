@@ -173,6 +173,8 @@ impl LoadedConfig {
             } if field_as::<u64>(fields, key) == 0 => {
                 vec![format!("0 ({meaning})")]
             }
+            // One word a line, as admin keys: a list of names is long.
+            Kind::ListOf(_) => field_as(fields, key),
             Kind::Size => vec![fmt_bytes(field_as(fields, key))],
             Kind::Duration => vec![fmt_duration(field_as(fields, key))],
             _ => match self.shown(key, fields) {

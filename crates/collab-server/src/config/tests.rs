@@ -69,6 +69,12 @@ ssh.trusted_user_ca_keys           (none)                                    der
 ssh.revoked_keys                   (none)                                    derived
 ssh.host_certificate               (none)                                    derived
 ssh.allow_sha1_rsa                 false                                     default
+ssh.ciphers                        chacha20-poly1305@openssh.com             default
+                                   aes256-gcm@openssh.com
+                                   aes128-gcm@openssh.com
+                                   aes256-ctr
+                                   aes192-ctr
+                                   aes128-ctr
 ssh.legacy_host_keys               false                                     default
 ssh.max_connections                512                                       default
 ssh.max_startups                   64:30:256                                 default
@@ -803,7 +809,8 @@ fn show_renders_every_key() {
     assert!(text.contains("SHA256:"), "{text}");
     // Sources line up in one column.
     let column = text.lines().next().unwrap().find("default").unwrap();
-    for line in text.lines() {
+    // A list shown one item per line continues under its value column.
+    for line in text.lines().filter(|l| !l.starts_with(' ')) {
         let source = line.trim_end().rsplit("  ").next().unwrap();
         assert_eq!(line.rfind(source).unwrap(), column, "{text}");
     }

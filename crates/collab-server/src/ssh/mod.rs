@@ -79,16 +79,18 @@ use reply::reply_and_close;
 /// `tui` on a pty.
 pub const SHELL_HINT: &str = "error: git-collab-server has no shell; use git over ssh, a verb such as `ssh HOST collab-whoami`, or the terminal UI: `ssh -t HOST`";
 
-/// Ciphers offered, most preferred first: russh's defaults plus
-/// aes128-gcm, which OpenSSH also offers and some clients prefer.
-const CIPHERS: &[russh::cipher::Name] = &[
-    russh::cipher::CHACHA20_POLY1305,
-    russh::cipher::AES_256_GCM,
-    russh::cipher::AES_128_GCM,
-    russh::cipher::AES_256_CTR,
-    russh::cipher::AES_192_CTR,
-    russh::cipher::AES_128_CTR,
-];
+/// The transport ciphers of `ssh.ciphers`, in its order. The config
+/// checked every name against `config::keys::SSH_CIPHERS`, which lists only
+/// names russh speaks; the client's order picks among those offered, so
+/// leaving one out is how an operator steers clients away from it
+/// (docs/git-traffic.md: AES-GCM costs a clone storm half the CPU of
+/// ChaCha20-Poly1305 on a machine with AES instructions).
+fn ciphers(names: &[String]) -> Vec<russh::cipher::Name> {
+    names
+        .iter()
+        .filter_map(|name| russh::cipher::Name::try_from(name.as_str()).ok())
+        .collect()
+}
 
 /// Host and user-signature algorithms. `ssh-rsa` (RSA with SHA-1) is left
 /// out unless the operator allows it (`ssh.allow_sha1_rsa`), as OpenSSH
@@ -122,10 +124,11 @@ fn key_algorithms(allow_sha1_rsa: bool) -> Vec<russh::keys::Algorithm> {
 fn russh_config(
     host_keys: Vec<PrivateKey>,
     host_certificates: Vec<Certificate>,
-    allow_sha1_rsa: bool,
+    ssh: &crate::config::SshConfig,
 ) -> russh::server::Config {
+    let allow_sha1_rsa = ssh.allow_sha1_rsa;
     let preferred = russh::Preferred {
-        cipher: CIPHERS.into(),
+        cipher: ciphers(&ssh.ciphers).into(),
         key: key_algorithms(allow_sha1_rsa).into(),
         ..russh::Preferred::DEFAULT
     };
@@ -154,11 +157,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     stopping: Stop,
 ) -> anyhow::Result<()> {
-    let config = Arc::new(russh_config(
-        host_keys,
-        host_certificates,
-        app.config.ssh.allow_sha1_rsa,
-    ));
+    let config = Arc::new(russh_config(host_keys, host_certificates, &app.config.ssh));
     let login_grace = app.config.ssh.login_grace_time;
     let (disconnect_all, disconnecting) = stop_pair();
     let mut sessions = JoinSet::new();
@@ -995,5 +994,20 @@ impl russh::server::Handler for Connection {
     ) -> Result<(), Self::Error> {
         session.channel_failure(id)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod cipher_tests {
+    use crate::config::keys::SSH_CIPHERS;
+
+    /// `ssh.ciphers` only accepts names russh speaks, so none is dropped
+    /// on the way to the transport.
+    #[test]
+    fn every_configurable_cipher_is_one_russh_speaks() {
+        let names: Vec<String> = SSH_CIPHERS.iter().map(|s| s.to_string()).collect();
+        let offered = super::ciphers(&names);
+        let offered: Vec<&str> = offered.iter().map(|n| n.as_ref()).collect();
+        assert_eq!(offered, SSH_CIPHERS);
     }
 }

@@ -106,7 +106,7 @@ fn ssh_keygen(dir: &Path, name: &str) -> String {
 fn defaults_with_an_empty_file() {
     let setup = Setup::new("");
     let show = setup.show(&[]);
-    assert_eq!(show.as_object().unwrap().len(), 77, "{show:#}");
+    assert_eq!(show.as_object().unwrap().len(), 78, "{show:#}");
     assert_eq!(
         entry(&show, "leases.max_ttl"),
         (&Value::from(315_360_000), "default")
@@ -478,7 +478,8 @@ fn show_text_is_aligned_with_sources() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 77, "{text}");
+    // 78 keys; ssh.ciphers' six defaults take six lines.
+    assert_eq!(lines.len(), 83, "{text}");
     let file = format!("file {}", setup.file().display());
     let expect = [
         ("site_title", "T", file.as_str()),
@@ -599,4 +600,59 @@ fn a_missing_state_dir_is_created_only_with_init() {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// `ssh.ciphers` is what the server offers: a client asking only for a
+/// cipher left out is refused at key exchange, and a client's default list
+/// settles on the first one of its own list the server has, whatever the
+/// server's order (OpenSSH's `ssh -v` names it; `-v` also beats the
+/// harness's `LogLevel=ERROR`, which hides the refusal's reason).
+/// A name the server does not speak is a one-line configuration error.
+#[test]
+fn ssh_ciphers_limit_what_a_client_can_negotiate() {
+    use collab_testkit::{HarnessOptions, ServerHarness};
+    let h = ServerHarness::start_with(HarnessOptions {
+        env: vec![(
+            "GIT_COLLAB_SSH__CIPHERS".into(),
+            "aes256-gcm@openssh.com, aes128-gcm@openssh.com".into(),
+        )],
+        ..Default::default()
+    });
+    let key = h.ssh_client_key();
+    let ask = |options: &[&str]| {
+        let mut args = options.to_vec();
+        args.extend(["git@127.0.0.1", "collab-whoami"]);
+        h.ssh_raw(&key, &args, b"")
+    };
+    let chacha = ask(&["-v", "-o", "Ciphers=chacha20-poly1305@openssh.com"]);
+    assert_ne!(chacha.code, 0, "{chacha:?}");
+    assert!(
+        chacha.stderr.contains("no matching cipher"),
+        "{}",
+        chacha.stderr
+    );
+    let ctr = ask(&["-v", "-o", "Ciphers=aes128-ctr"]);
+    assert!(ctr.stderr.contains("no matching cipher"), "{}", ctr.stderr);
+    let gcm256 = ask(&["-o", "Ciphers=aes256-gcm@openssh.com"]);
+    assert!(gcm256.success(), "{gcm256:?}");
+    let default = ask(&["-v"]);
+    assert!(default.success(), "{default:?}");
+    assert!(
+        default
+            .stderr
+            .contains("server->client cipher: aes128-gcm@openssh.com"),
+        "{}",
+        default.stderr
+    );
+
+    let err =
+        Setup::new("[ssh]\nciphers = [\"aes128-gcm@openssh.com\", \"arcfour\"]\n").check_error(&[]);
+    assert!(
+        err.contains("ssh.ciphers") && err.contains("unknown: arcfour"),
+        "{err}"
+    );
+    let err = Setup::new("")
+        .env("GIT_COLLAB_SSH__CIPHERS", "")
+        .check_error(&[]);
+    assert!(err.contains("must name at least one"), "{err}");
 }
