@@ -60,7 +60,7 @@ struct CommitPage {
     /// A file's own diff is this followed by its `path_query`.
     file_link: String,
     /// The checks CI reported on this commit (`collab-check set`), by name.
-    checks: Vec<super::patches::CheckView>,
+    checks: Vec<CheckView>,
 }
 
 /// One file of a rendered diff (also used by the patches pages).
@@ -365,7 +365,7 @@ fn commit_page(st: &AppState, requested: &str, oid: &str, only: Option<&str>) ->
         truncated,
         only: only.unwrap_or("").to_string(),
         file_link,
-        checks: checks.iter().map(super::patches::CheckView::of).collect(),
+        checks: checks.iter().map(CheckView::of).collect(),
     };
     Ok(view::render(StatusCode::OK, &page))
 }
@@ -561,5 +561,30 @@ fn side_line(side: &mut Option<highlight::Highlighter>, text: &str) -> String {
     match side {
         Some(h) => h.line(text),
         None => highlight::escape(text),
+    }
+}
+
+/// A check on the page: its state, and a link only to http(s) URLs (the
+/// verb accepts no others; checked again here for rows from elsewhere).
+pub(super) struct CheckView {
+    pub(super) name: String,
+    pub(super) state: String,
+    pub(super) url: String,
+    pub(super) description: String,
+}
+
+impl CheckView {
+    pub(super) fn of(c: &crate::db::checks::Check) -> CheckView {
+        let url = c
+            .url
+            .clone()
+            .filter(|u| crate::ssh::check::valid_url(u).is_ok())
+            .unwrap_or_default();
+        CheckView {
+            name: c.name.clone(),
+            state: c.state.clone(),
+            url,
+            description: c.description.clone().unwrap_or_default(),
+        }
     }
 }

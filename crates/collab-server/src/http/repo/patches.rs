@@ -27,7 +27,7 @@ use collab_record::diff;
 use git2::Oid;
 use serde::Deserialize;
 
-use super::commit::{bounded_diff, collect_files, FileDiff, LineNote};
+use super::commit::{bounded_diff, collect_files, CheckView, FileDiff, LineNote};
 use super::ctx::{OpenCounts, RepoCtx};
 use crate::db::issues::Person;
 use crate::db::patches::{
@@ -125,31 +125,6 @@ struct IssueLinkView {
 struct OffDiffNote {
     path: String,
     note: LineNote,
-}
-
-/// A check on the page: its state, and a link only to http(s) URLs (the
-/// verb accepts no others; checked again here for rows from elsewhere).
-pub(super) struct CheckView {
-    pub(super) name: String,
-    pub(super) state: String,
-    pub(super) url: String,
-    pub(super) description: String,
-}
-
-impl CheckView {
-    pub(super) fn of(c: &crate::db::checks::Check) -> CheckView {
-        let url = c
-            .url
-            .clone()
-            .filter(|u| crate::ssh::check::valid_url(u).is_ok())
-            .unwrap_or_default();
-        CheckView {
-            name: c.name.clone(),
-            state: c.state.clone(),
-            url,
-            description: c.description.clone().unwrap_or_default(),
-        }
-    }
 }
 
 #[derive(Template)]
