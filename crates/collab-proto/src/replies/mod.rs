@@ -5,4 +5,5 @@
 
 pub mod check;
 pub mod fenced;
+pub mod issue;
 pub mod lease;

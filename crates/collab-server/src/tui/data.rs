@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 
+use collab_proto::replies::issue::{IssueList, IssueShown, ReadyList};
 use serde_json::{json, Value};
 
 use super::view::{DiffLine, EventRow, Seg, ViewKind, MAX_DIFF_LINES, MAX_EVENTS, PAGE};
@@ -185,10 +186,8 @@ async fn queue(ctx: &ExecContext, repo: &str, label: Option<&str>) -> Result<Val
         argv.extend(["--label", label]);
     }
     let ready = call(ctx, &argv, None).await?;
-    let ready_ids: Vec<&str> = ready["issues"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|i| i["id"].as_str()).collect())
-        .unwrap_or_default();
+    let ready: ReadyList = serde_json::from_value(ready).map_err(|e| e.to_string())?;
+    let ready_ids: Vec<&str> = ready.issues.iter().map(|i| i.id.as_str()).collect();
     let limit = MAX_EXPLAINED.to_string();
     let mut argv = vec![
         "collab-issue",
@@ -203,24 +202,26 @@ async fn queue(ctx: &ExecContext, repo: &str, label: Option<&str>) -> Result<Val
         argv.extend(["--label", label]);
     }
     let open = call(ctx, &argv, None).await?;
+    let open: IssueList = serde_json::from_value(open).map_err(|e| e.to_string())?;
     let mut not_ready = Vec::new();
-    for issue in open["issues"].as_array().into_iter().flatten() {
-        let Some(id) = issue["id"].as_str() else {
-            continue;
-        };
+    for issue in &open.issues {
+        let id = issue.id.as_str();
         if ready_ids.contains(&id) {
             continue;
         }
-        if let Ok(shown) = call(ctx, &["collab-issue", "show", repo, id], None).await {
+        let shown = call(ctx, &["collab-issue", "show", repo, id], None).await;
+        if let Ok(shown) =
+            shown.and_then(|v| serde_json::from_value::<IssueShown>(v).map_err(|e| e.to_string()))
+        {
             not_ready.push(json!({
                 "id": id,
-                "title": shown["title"],
-                "why": shown["not_ready"],
-                "lease": shown["lease"],
+                "title": shown.title,
+                "why": shown.not_ready,
+                "lease": shown.lease,
             }));
         }
     }
-    Ok(json!({ "ready": ready["issues"], "not_ready": not_ready }))
+    Ok(json!({ "ready": ready.issues, "not_ready": not_ready }))
 }
 
 async fn patch(ctx: &ExecContext, repo: &str, id: &str, interdiff: bool) -> Result<Loaded, String> {
