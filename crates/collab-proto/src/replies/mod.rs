@@ -7,3 +7,4 @@ pub mod check;
 pub mod fenced;
 pub mod issue;
 pub mod lease;
+pub mod patch;

@@ -33,7 +33,6 @@ use collab_proto::replies::issue as wire;
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
 use serde::Serialize;
-use serde_json::Value;
 
 use super::context::ExecContext;
 use super::reply::{reply_and_close, reply_line, NOT_FOUND};
@@ -845,11 +844,6 @@ pub fn time_text(ms: i64) -> Option<String> {
         .and_then(|v| v.as_str().map(str::to_string))
 }
 
-/// [`time_text`] as a JSON value (`null` for a time out of range).
-pub fn time_json(ms: i64) -> Value {
-    time_text(ms).map_or(Value::Null, Value::String)
-}
-
 pub(super) fn person(p: &Person) -> wire::Person {
     wire::Person {
         name: p.name.clone(),
@@ -857,10 +851,6 @@ pub(super) fn person(p: &Person) -> wire::Person {
         principal: p.principal.clone(),
         display_name: None,
     }
-}
-
-pub(super) fn person_json(p: &Person) -> Value {
-    serde_json::to_value(person(p)).unwrap_or(Value::Null)
 }
 
 fn key_ref(k: &IssueKey) -> wire::IssueRef {
@@ -936,8 +926,8 @@ mod tests {
     #[test]
     fn times_render_like_the_cli() {
         assert_eq!(
-            time_json(1_788_609_600_114),
-            Value::from("2026-09-05T12:00:00.114Z")
+            time_text(1_788_609_600_114).as_deref(),
+            Some("2026-09-05T12:00:00.114Z")
         );
         assert_eq!(
             time_text(1_788_609_600_000).as_deref(),
