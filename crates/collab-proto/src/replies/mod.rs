@@ -8,3 +8,4 @@ pub mod fenced;
 pub mod issue;
 pub mod lease;
 pub mod patch;
+pub mod webhook;
