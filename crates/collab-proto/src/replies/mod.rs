@@ -7,5 +7,6 @@ pub mod check;
 pub mod fenced;
 pub mod issue;
 pub mod lease;
+pub mod mirror;
 pub mod patch;
 pub mod webhook;
