@@ -9,4 +9,5 @@ pub mod issue;
 pub mod lease;
 pub mod mirror;
 pub mod patch;
+pub mod release;
 pub mod webhook;
