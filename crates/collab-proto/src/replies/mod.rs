@@ -9,5 +9,6 @@ pub mod issue;
 pub mod lease;
 pub mod mirror;
 pub mod patch;
+pub mod queue;
 pub mod release;
 pub mod webhook;
