@@ -3,6 +3,7 @@
 //! test pins the shape. Families move here one at a time; until then a
 //! verb's reply is documented in docs/ssh-verbs.md (its JSON shapes).
 
+pub mod admin;
 pub mod check;
 pub mod fenced;
 pub mod issue;

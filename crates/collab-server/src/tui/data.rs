@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 
+use collab_proto::replies::admin::RepoList;
 use collab_proto::replies::issue::{IssueList, IssueShown, ReadyList};
 use serde_json::{json, Value};
 
@@ -102,19 +103,22 @@ pub async fn load(
     }
 }
 
+/// `collab-repo list`'s reply: the repositories the caller can read.
+async fn repo_list(ctx: &ExecContext) -> Result<RepoList, String> {
+    let listed = call(ctx, &["collab-repo", "list"], None).await?;
+    serde_json::from_value(listed).map_err(|e| e.to_string())
+}
+
 /// `collab-repo list`, each with its open issues and patches (the web
 /// UI's counts), description and last ref change.
 async fn repos(ctx: &ExecContext) -> Result<Value, String> {
-    let listed = call(ctx, &["collab-repo", "list"], None).await?;
-    let names: Vec<String> = listed["repos"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|r| r["name"].as_str().map(str::to_string))
-                .take(MAX_REPOS)
-                .collect()
-        })
-        .unwrap_or_default();
+    let listed = repo_list(ctx).await?;
+    let names: Vec<String> = listed
+        .repos
+        .into_iter()
+        .map(|r| r.name)
+        .take(MAX_REPOS)
+        .collect();
     let repos_dir = ctx.app.config.repos_dir.clone();
     let reads = ctx.app.reads.clone();
     let rows = tokio::task::spawn_blocking(move || {
@@ -356,17 +360,10 @@ fn segments(html: &str) -> Vec<Seg> {
 /// The live leases of the repositories the caller can read (the first
 /// [`MAX_LEASE_REPOS`]), each through `collab-lease list`.
 async fn leases(ctx: &ExecContext) -> Result<Value, String> {
-    let listed = call(ctx, &["collab-repo", "list"], None).await?;
+    let listed = repo_list(ctx).await?;
     let mut rows = Vec::new();
-    for repo in listed["repos"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .take(MAX_LEASE_REPOS)
-    {
-        let Some(name) = repo["name"].as_str() else {
-            continue;
-        };
+    for repo in listed.repos.iter().take(MAX_LEASE_REPOS) {
+        let name = repo.name.as_str();
         if let Ok(leases) = call(ctx, &["collab-lease", "list", name], None).await {
             for lease in leases["leases"].as_array().into_iter().flatten() {
                 let mut row = lease.clone();
