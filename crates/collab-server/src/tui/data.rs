@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 
 use collab_proto::replies::admin::RepoList;
 use collab_proto::replies::issue::{IssueList, IssueShown, ReadyList};
+use collab_proto::replies::lease::LeaseList;
 use serde_json::{json, Value};
 
 use super::view::{DiffLine, EventRow, Seg, ViewKind, MAX_DIFF_LINES, MAX_EVENTS, PAGE};
@@ -364,9 +365,12 @@ async fn leases(ctx: &ExecContext) -> Result<Value, String> {
     let mut rows = Vec::new();
     for repo in listed.repos.iter().take(MAX_LEASE_REPOS) {
         let name = repo.name.as_str();
-        if let Ok(leases) = call(ctx, &["collab-lease", "list", name], None).await {
-            for lease in leases["leases"].as_array().into_iter().flatten() {
-                let mut row = lease.clone();
+        let listed = call(ctx, &["collab-lease", "list", name], None).await;
+        if let Ok(listed) =
+            listed.and_then(|v| serde_json::from_value::<LeaseList>(v).map_err(|e| e.to_string()))
+        {
+            for lease in listed.leases {
+                let mut row = json!(lease);
                 row["repo"] = json!(name);
                 rows.push(row);
             }
