@@ -356,7 +356,7 @@ fn server_cmd(remote: &SshRemote, cmd: IssueCmd) -> Result<ExitCode> {
                         print_json(&rows)?;
                     } else {
                         for row in rows {
-                            let row: server::ServerSummary = serde_json::from_value(row)?;
+                            let row: server::IssueSummary = serde_json::from_value(row)?;
                             println!(
                                 "{}",
                                 list_line(&row.id, &row.status, &row.title, &row.labels)
@@ -376,8 +376,8 @@ fn server_cmd(remote: &SshRemote, cmd: IssueCmd) -> Result<ExitCode> {
             if out.json {
                 print_json(&value)?;
             } else {
-                let shown: server::ServerIssue = serde_json::from_value(value)?;
-                let links = link_lines(shown.links.as_ref());
+                let shown: server::IssueShown = serde_json::from_value(value)?;
+                let links = link_lines(&shown.links);
                 print_issue(&as_state(shown)?, &links);
             }
             return Ok(ExitCode::SUCCESS);
@@ -493,19 +493,20 @@ fn server_cmd(remote: &SshRemote, cmd: IssueCmd) -> Result<ExitCode> {
     if json {
         print_json(&value)?;
     } else {
-        let id = server::written_issue(&value).unwrap_or_default();
+        let written = server::written(&value);
+        let id = written.as_ref().map_or("", |w| w.issue.as_str());
         // The issue the server resolved the typed prefix to (`repo#id8`),
         // not the prefix as typed.
         let target = |other: &str| -> String {
-            let resolved = value["link"]["target"]["id"].as_str().map(|id| {
-                let repo = value["link"]["target"]["repo"].as_str().unwrap_or("");
-                let repo = repo.strip_suffix(".git").unwrap_or(repo);
-                let ours = value["repo"].as_str().unwrap_or("");
-                if repo.is_empty() || repo == ours.strip_suffix(".git").unwrap_or(ours) {
-                    short_id(id).to_string()
+            let resolved = written.as_ref().and_then(|w| {
+                let target = &w.link.as_ref()?.target;
+                let repo = target.repo.strip_suffix(".git").unwrap_or(&target.repo);
+                let ours = w.repo.strip_suffix(".git").unwrap_or(&w.repo);
+                Some(if repo.is_empty() || repo == ours {
+                    short_id(&target.id).to_string()
                 } else {
-                    format!("{repo}#{}", short_id(id))
-                }
+                    format!("{repo}#{}", short_id(&target.id))
+                })
             });
             resolved.unwrap_or_else(|| other.to_string())
         };
@@ -559,18 +560,30 @@ fn pass_through(reply: &RemoteOutput, json: bool) -> ExitCode {
 }
 
 /// The server's issue as the local `IssueState`, for the shared text output.
-fn as_state(s: server::ServerIssue) -> Result<IssueState> {
+fn as_state(s: server::IssueShown) -> Result<IssueState> {
     let author = |p: server::Person| Author {
         name: p.display_name.unwrap_or(p.name),
         key: p.key.unwrap_or_default(),
     };
+    let comments = s
+        .comments
+        .into_iter()
+        .map(|c| {
+            Ok(Comment {
+                id: c.id,
+                author: author(c.author),
+                at: reply_time(c.at)?,
+                body: c.body,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     Ok(IssueState {
         id: s.id,
         title: s.title,
         body: s.body,
         author: author(s.author),
-        created_at: s.created_at,
-        updated_at: s.updated_at,
+        created_at: reply_time(s.created_at)?,
+        updated_at: reply_time(s.updated_at)?,
         status: match s.status.as_str() {
             "closed" => IssueStatus::Closed,
             "open" => IssueStatus::Open,
@@ -578,24 +591,23 @@ fn as_state(s: server::ServerIssue) -> Result<IssueState> {
         },
         closed_reason: s.closed_reason,
         labels: s.labels,
-        comments: s
-            .comments
-            .into_iter()
-            .map(|c| Comment {
-                id: c.id,
-                author: author(c.author),
-                at: c.at,
-                body: c.body,
-            })
-            .collect(),
+        comments,
     })
 }
 
-/// `blocks: …`, `blocked by: …`, `relates: …` lines (only those with links).
-fn link_lines(links: Option<&server::ServerLinks>) -> Vec<String> {
-    let Some(links) = links else {
-        return Vec::new();
+/// A time of the server's reply (RFC 3339).
+fn reply_time(at: Option<String>) -> Result<chrono::DateTime<chrono::Utc>> {
+    let Some(at) = at else {
+        bail!("unexpected reply from the server: a time is missing");
     };
+    match chrono::DateTime::parse_from_rfc3339(&at) {
+        Ok(t) => Ok(t.with_timezone(&chrono::Utc)),
+        Err(e) => bail!("unexpected time '{at}' from the server: {e}"),
+    }
+}
+
+/// `blocks: …`, `blocked by: …`, `relates: …` lines (only those with links).
+fn link_lines(links: &server::Links) -> Vec<String> {
     [
         ("blocks", &links.blocks),
         ("blocked by", &links.blocked_by),
@@ -610,22 +622,17 @@ fn link_lines(links: Option<&server::ServerLinks>) -> Vec<String> {
     .collect()
 }
 
-/// One link end as text: the server's `text` (`repo#id8`), else `{repo,
-/// id}` written that way, else a plain string as it is.
-fn link_text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Object(o) if o.get("text").is_some_and(Value::is_string) => {
-            o["text"].as_str().unwrap_or_default().to_string()
-        }
-        Value::Object(o) => {
-            let id = o.get("id").and_then(Value::as_str).unwrap_or("?");
-            match o.get("repo").and_then(Value::as_str) {
-                Some(repo) => format!("{repo}#{}", short_id(id)),
-                None => short_id(id).to_string(),
-            }
-        }
-        other => other.to_string(),
+/// One link end as text: the server's `text` (`repo#id8`, or the plain
+/// string an older server sent), else `{repo, id}` written that way.
+fn link_text(r: &server::IssueRef) -> String {
+    if !r.text.is_empty() {
+        return r.text.clone();
+    }
+    let id = if r.id.is_empty() { "?" } else { r.id.as_str() };
+    if r.repo.is_empty() {
+        short_id(id).to_string()
+    } else {
+        format!("{}#{}", r.repo, short_id(id))
     }
 }
 

@@ -512,6 +512,8 @@ fn release_cmd(repo: &Repository, cmd: ReleaseCmd) -> Result<ExitCode> {
                 for r in &listing.releases {
                     let created = r
                         .created_at
+                        .as_deref()
+                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
                         .map(|t| t.format(" %Y-%m-%d %H:%M UTC").to_string())
                         .unwrap_or_default();
                     println!("{}{created}", terminal::line(&r.tag));

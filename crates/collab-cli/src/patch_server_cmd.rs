@@ -7,7 +7,15 @@
 use std::process::ExitCode;
 
 use anyhow::{bail, Result};
+use collab_proto::replies::fenced::Fenced;
+use collab_proto::replies::issue::Person;
+use collab_proto::replies::patch::{
+    Interdiff, MergeDequeued, MergeQueued, Merged, Merger, PatchShown, PatchSummary, PatchWritten,
+    RevisionDiff,
+};
 use git2::Repository;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::cli::{PatchCmd, VerdictFlags};
@@ -36,8 +44,9 @@ pub fn run(
                     if out.json {
                         print_json(&rows)?;
                     } else {
-                        for row in &rows {
-                            println!("{}", list_line(row));
+                        for row in rows {
+                            let row: PatchSummary = serde_json::from_value(row)?;
+                            println!("{}", list_line(&row));
                         }
                     }
                     Ok(ExitCode::SUCCESS)
@@ -56,8 +65,8 @@ pub fn run(
             let call = server::call(remote, "diff").arg(&id_arg(&id)?);
             let call = call.when(rev.is_some(), |c| c.int("--rev", rev.unwrap_or_default()));
             let reply = server::run(remote, call, None)?;
-            read_reply(&reply, out.json, |v| {
-                print!("{}", terminal::text(v["text"].as_str().unwrap_or_default()))
+            read_reply(&reply, out.json, |d: &RevisionDiff| {
+                print!("{}", terminal::text(&d.text))
             })
         }
         PatchCmd::Interdiff { id, from, to, out } => {
@@ -66,20 +75,19 @@ pub fn run(
                 .arg(&from.to_string())
                 .arg(&to.to_string());
             let reply = server::run(remote, call, None)?;
-            read_reply(&reply, out.json, |v| {
-                if v["rebased"] == true {
+            read_reply(&reply, out.json, |d: &Interdiff| {
+                if d.rebased {
                     eprintln!(
                         "note: revision {from} was replayed onto revision {to}'s base before comparing"
                     );
                 }
-                if let Some(paths) = v["conflicts"].as_array().filter(|c| !c.is_empty()) {
-                    let paths: Vec<&str> = paths.iter().filter_map(Value::as_str).collect();
+                if !d.conflicts.is_empty() {
                     eprintln!(
                         "note: that replay conflicted in {}; those files are compared as revision {from} has them",
-                        terminal::line(&paths.join(", "))
+                        terminal::line(&d.conflicts.join(", "))
                     );
                 }
-                print!("{}", terminal::text(v["text"].as_str().unwrap_or_default()));
+                print!("{}", terminal::text(&d.text));
             })
         }
         PatchCmd::Review {
@@ -143,54 +151,53 @@ pub fn run(
                     c.int("--lease-token", fence.lease_token.unwrap_or_default())
                 });
             let reply = server::run(remote, call, None)?;
-            read_reply(&reply, out.json, |v| {
+            read_value(&reply, out.json, |v| {
                 match v["status"].as_str() {
                     Some("queued") => {
-                        match v["queue"].as_str() {
+                        let q = MergeQueued::deserialize(v)?;
+                        let patch = short_id(&q.patch);
+                        match q.queue.as_deref() {
                             Some(branch) => println!(
-                                "queued: patch {} (revision {}) is in the merge queue of {}; it merges with its group once the group's checks are green",
-                                short_id(v["patch"].as_str().unwrap_or_default()),
-                                v["revision"],
+                                "queued: patch {patch} (revision {}) is in the merge queue of {}; it merges with its group once the group's checks are green",
+                                q.revision,
                                 terminal::line(branch)
                             ),
                             None => println!(
-                                "queued: the server merges patch {} (revision {}) when the merge rule allows",
-                                short_id(v["patch"].as_str().unwrap_or_default()),
-                                v["revision"]
+                                "queued: the server merges patch {patch} (revision {}) when the merge rule allows",
+                                q.revision
                             ),
                         }
-                        if let Some(why) = v["waiting_for"].as_str() {
+                        if let Some(why) = &q.waiting_for {
                             println!("waiting for: {}", terminal::line(why));
                         }
-                        return;
+                        return Ok(());
                     }
                     Some("dequeued") => {
-                        println!(
-                            "dropped the queued merge of patch {}",
-                            short_id(v["patch"].as_str().unwrap_or_default())
-                        );
-                        return;
+                        let d = MergeDequeued::deserialize(v)?;
+                        println!("dropped the queued merge of patch {}", short_id(&d.patch));
+                        return Ok(());
                     }
                     _ => {}
                 }
-                let commit = v["commit"].as_str().unwrap_or_default();
-                let how = match v["kind"].as_str().unwrap_or_default() {
+                let m = Merged::deserialize(v)?;
+                let how = match m.kind.as_str() {
                     "fast_forward" => "fast-forward".to_string(),
-                    "merge_commit" => format!("merge commit {}", short_id(commit)),
-                    _ => format!("already there, in {}", short_id(commit)),
+                    "merge_commit" => format!("merge commit {}", short_id(&m.commit)),
+                    _ => format!("already there, in {}", short_id(&m.commit)),
                 };
                 println!(
                     "merged patch {} into {} on the server ({how})",
-                    short_id(v["patch"].as_str().unwrap_or_default()),
-                    terminal::line(v["branch"].as_str().unwrap_or_default())
+                    short_id(&m.patch),
+                    terminal::line(&m.branch)
                 );
-                for c in v["closed_issues"].as_array().into_iter().flatten() {
+                for c in &m.closed_issues {
                     println!(
                         "closed issue {} (fixed by {})",
-                        short_id(c["issue"].as_str().unwrap_or_default()),
-                        short_id(c["commit"].as_str().unwrap_or_default())
+                        short_id(&c.issue),
+                        short_id(&c.commit)
                     );
                 }
+                Ok(())
             })
         }
         PatchCmd::Create {
@@ -325,14 +332,17 @@ fn checkout(
     if !reply.success() {
         return Ok(pass_through(&reply, json));
     }
-    let shown: Value = serde_json::from_slice(&reply.stdout)?;
-    let full = shown["id"].as_str().unwrap_or_default().to_string();
-    let revisions = shown["revisions"].as_array().cloned().unwrap_or_default();
-    let n = rev.map(u64::from).unwrap_or(revisions.len() as u64);
-    let Some(r) = revisions.iter().find(|r| r["n"].as_u64() == Some(n)) else {
+    let shown: PatchShown = serde_json::from_slice(&reply.stdout)?;
+    let full = shown.id;
+    let n = rev.map(u64::from).unwrap_or(shown.revisions.len() as u64);
+    let Some(r) = shown
+        .revisions
+        .iter()
+        .find(|r| u64::try_from(r.n).ok() == Some(n))
+    else {
         bail!("patch {} has no revision {n}", short_id(&full));
     };
-    let head = r["head"].as_str().unwrap_or_default().to_string();
+    let head = r.head.clone();
     let pin = collab_record::refs::revision_ref(&full, n as u32);
     let workdir = repo.workdir().unwrap_or(repo.path());
     // git-args: every caller puts `--end-of-options` before the remote,
@@ -380,8 +390,8 @@ fn verdict_flag(v: VerdictFlags) -> (&'static str, &'static str) {
 /// The server's reply to show as it is (an error, or an ssh failure).
 fn pass_through(reply: &RemoteOutput, json: bool) -> ExitCode {
     if reply.code == EXIT_CONFLICT && !json {
-        if let Ok(v) = serde_json::from_slice::<Value>(&reply.stdout) {
-            if let Some(message) = v["message"].as_str() {
+        if let Ok(fenced) = serde_json::from_slice::<Fenced>(&reply.stdout) {
+            if let Some(message) = &fenced.message {
                 eprintln!("error: {}", terminal::line(message));
                 return ExitCode::from(u8::try_from(reply.code).unwrap_or(1));
             }
@@ -396,102 +406,114 @@ fn pass_through(reply: &RemoteOutput, json: bool) -> ExitCode {
     ExitCode::from(u8::try_from(reply.code).unwrap_or(1))
 }
 
-/// Print a successful reply as JSON or through `text`, or pass a failed
-/// one through.
-fn read_reply(reply: &RemoteOutput, json: bool, text: impl FnOnce(&Value)) -> Result<ExitCode> {
-    read_reply_raw(reply, json, |v| {
-        if json {
-            print_json(v).ok();
-        } else {
-            text(v);
-        }
+/// Print a successful reply as the server's JSON (`--json`) or, read
+/// as its shared reply type (`collab_proto::replies::patch`), through
+/// `text`; or pass a failed one through.
+fn read_reply<T: DeserializeOwned>(
+    reply: &RemoteOutput,
+    json: bool,
+    text: impl FnOnce(&T),
+) -> Result<ExitCode> {
+    read_value(reply, json, |v| {
+        text(&T::deserialize(v)?);
+        Ok(())
     })
+}
+
+/// [`read_reply`] for a verb with several reply shapes: `text` reads the
+/// JSON value.
+fn read_value(
+    reply: &RemoteOutput,
+    json: bool,
+    text: impl FnOnce(&Value) -> Result<()>,
+) -> Result<ExitCode> {
+    if !reply.success() {
+        return Ok(pass_through(reply, json));
+    }
+    let value: Value = serde_json::from_slice(&reply.stdout)?;
+    if json {
+        print_json(&value)?;
+    } else {
+        text(&value)?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A write's reply: `{verb} <id8> (revision n)`, or the local mode's JSON
 /// shape (`patch`, `event`, `revision`).
 fn written(reply: &RemoteOutput, verb: &str, json: bool) -> Result<ExitCode> {
-    read_reply_raw(reply, json, |v| {
-        let patch = v["patch"].as_str().unwrap_or_default();
-        if json {
-            print_json(&json!({ "patch": patch, "event": v["event"], "revision": v["revision"] }))
-                .ok();
-        } else {
-            match v["revision"].as_u64() {
-                Some(n) => println!("{verb} {} (revision {n})", short_id(patch)),
-                None => println!("{verb} {}", short_id(patch)),
-            }
-        }
-    })
-}
-
-fn read_reply_raw(reply: &RemoteOutput, json: bool, f: impl FnOnce(&Value)) -> Result<ExitCode> {
     if !reply.success() {
         return Ok(pass_through(reply, json));
     }
-    let value: Value = serde_json::from_slice(&reply.stdout)?;
-    f(&value);
+    let w: PatchWritten = serde_json::from_slice(&reply.stdout)?;
+    if json {
+        print_json(&json!({ "patch": w.patch, "event": w.event, "revision": w.revision }))?;
+    } else {
+        match w.revision {
+            Some(n) => println!("{verb} {} (revision {n})", short_id(&w.patch)),
+            None => println!("{verb} {}", short_id(&w.patch)),
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-fn list_line(row: &Value) -> String {
-    let s = |k: &str| row[k].as_str().unwrap_or_default();
-    let n = |k: &str| row[k].as_u64().unwrap_or(0) as usize;
+fn list_line(row: &PatchSummary) -> String {
+    let n = |v: i64| usize::try_from(v).unwrap_or(0);
     patch_shared::list_row(
-        s("id"),
-        s("status"),
-        n("revisions"),
-        s("title"),
-        s("base"),
-        n("approvals"),
-        n("changes_requested"),
+        &row.id,
+        &row.status,
+        n(row.revisions),
+        &row.title,
+        &row.base,
+        n(row.approvals),
+        n(row.changes_requested),
     )
 }
 
 // Patch fields are other people's text: every one goes through `terminal`.
-fn print_patch(v: &Value) {
-    fn s(v: &Value, k: &str) -> String {
-        terminal::line(v[k].as_str().unwrap_or_default()).into_owned()
+fn print_patch(v: &PatchShown) {
+    fn s(text: &str) -> String {
+        terminal::line(text).into_owned()
+    }
+    fn at(time: &Option<String>) -> String {
+        s(time.as_deref().unwrap_or_default())
     }
     /// A person by display name (older servers send only `name`).
-    fn name(v: &Value) -> String {
-        let shown = v["display_name"].as_str().or(v["name"].as_str());
-        terminal::line(shown.unwrap_or_default()).into_owned()
+    fn name(p: &Person) -> String {
+        s(p.display_name.as_deref().unwrap_or(&p.name))
     }
-    println!(
-        "{} {}",
-        short_id(v["id"].as_str().unwrap_or_default()),
-        s(v, "title")
-    );
-    println!("status: {}", s(v, "status"));
-    if let Some(m) = v["merge"].as_object() {
-        let m = Value::Object(m.clone());
-        println!("merged in: {} (by {})", s(&m, "commit"), name(&m["author"]));
+    fn merger(m: &Merger) -> String {
+        s(m.display_name.as_deref().unwrap_or(&m.name))
     }
-    println!("base: {}", s(v, "base"));
-    println!("author: {}", name(&v["author"]));
-    println!("created: {}", s(v, "created_at"));
-    println!("updated: {}", s(v, "updated_at"));
-    let body = v["body"].as_str().unwrap_or_default();
-    if !body.is_empty() {
+    println!("{} {}", short_id(&v.id), s(&v.title));
+    println!("status: {}", s(&v.status));
+    if let Some(m) = &v.merge {
+        println!("merged in: {} (by {})", s(&m.commit), merger(&m.author));
+    }
+    println!("base: {}", s(&v.base));
+    println!("author: {}", name(&v.author));
+    println!("created: {}", at(&v.created_at));
+    println!("updated: {}", at(&v.updated_at));
+    if !v.body.is_empty() {
         println!();
-        println!("{}", terminal::text(body.trim_end()));
+        println!("{}", terminal::text(v.body.trim_end()));
     }
     println!();
     println!("revisions:");
-    let reviews = v["reviews"].as_array().cloned().unwrap_or_default();
-    for r in v["revisions"].as_array().into_iter().flatten() {
-        let votes: Vec<String> = reviews
+    for r in &v.revisions {
+        let votes: Vec<String> = v
+            .reviews
             .iter()
-            .filter(|x| x["revision"] == r["n"])
-            .map(|x| format!("{} {}", name(&x["author"]), s(x, "verdict")))
+            .filter(|x| x.revision == r.n)
+            .map(|x| format!("{} {}", name(&x.author), s(&x.verdict)))
             .collect();
         println!(
             "  {:>2}  {}  {}  {}{}",
-            r["n"],
-            short_id(r["head"].as_str().unwrap_or_default()),
-            s(r, "at"),
-            name(&r["author"]),
+            // As a JSON number, as before (`{:>2}` pads no JSON value).
+            Value::from(r.n),
+            short_id(&r.head),
+            at(&r.at),
+            name(&r.author),
             if votes.is_empty() {
                 String::new()
             } else {
@@ -499,50 +521,42 @@ fn print_patch(v: &Value) {
             }
         );
     }
-    let issues: Vec<&str> = v["issues"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(short_id)
-        .collect();
+    let issues: Vec<&str> = v.issues.iter().map(String::as_str).map(short_id).collect();
     if !issues.is_empty() {
         println!();
         println!("issues: {}", issues.join(", "));
     }
-    let rule = &v["merge_rule"];
-    if v["status"] == "open" {
+    if v.status == "open" {
         println!();
-        match rule["reason"].as_str() {
+        match &v.merge_rule.reason {
             None => println!("merge: ready (the merge rule allows it)"),
             Some(reason) => println!("merge: not yet: {}", terminal::line(reason)),
         }
     }
-    let comments = v["comments"].as_array().cloned().unwrap_or_default();
-    if !reviews.is_empty() || !comments.is_empty() {
+    if !v.reviews.is_empty() || !v.comments.is_empty() {
         println!();
         println!("timeline:");
     }
-    for r in &reviews {
+    for r in &v.reviews {
         println!(
             "  {} {} revision {}: {}",
-            s(r, "at"),
-            name(&r["author"]),
-            r["revision"],
-            s(r, "verdict")
+            at(&r.at),
+            name(&r.author),
+            r.revision,
+            s(&r.verdict)
         );
-        for line in terminal::text(r["body"].as_str().unwrap_or_default().trim_end()).lines() {
+        for line in terminal::text(r.body.trim_end()).lines() {
             println!("    {line}");
         }
     }
-    for c in &comments {
-        let place = match (c["path"].as_str(), c["line"].as_u64()) {
+    for c in &v.comments {
+        let place = match (&c.path, c.line) {
             (Some(p), Some(l)) => format!(" on {}:{l}", terminal::line(p)),
             (Some(p), None) => format!(" on {}", terminal::line(p)),
             _ => String::new(),
         };
-        println!("  {} {} commented{place}", s(c, "at"), name(&c["author"]));
-        for line in terminal::text(c["body"].as_str().unwrap_or_default().trim_end()).lines() {
+        println!("  {} {} commented{place}", at(&c.at), name(&c.author));
+        for line in terminal::text(c.body.trim_end()).lines() {
             println!("    {line}");
         }
     }

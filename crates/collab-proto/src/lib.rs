@@ -11,8 +11,8 @@
 //!   quote it (never running one), and quoting for it.
 //! - [`exit`]: the exit statuses of the SSH verbs, beyond 0 and 1.
 //! - [`limits`]: bounds both ends check (TTLs, note lengths, page sizes).
-//! - [`replies`]: typed JSON replies both ends share (the lease family so
-//!   far).
+//! - [`replies`]: typed JSON replies both ends share, one module per verb
+//!   family.
 
 pub mod exit;
 pub mod limits;

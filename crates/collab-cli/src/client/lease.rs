@@ -217,21 +217,9 @@ pub struct LeaseReply {
     pub labels: Vec<String>,
 }
 
-/// One row of the ready list.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ReadyRow {
-    pub id: String,
-    pub title: String,
-    #[serde(default)]
-    pub labels: Vec<String>,
-    #[serde(default)]
-    pub priority: Option<i64>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ReadyList {
-    issues: Vec<ReadyRow>,
-}
+/// One row of the ready list (`collab-issue ready`).
+pub use collab_proto::replies::issue::ReadyIssue as ReadyRow;
+use collab_proto::replies::issue::ReadyList;
 
 use collab_proto::replies::lease::LeaseList;
 /// One row of the server's reply to list.

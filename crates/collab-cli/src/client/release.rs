@@ -14,7 +14,6 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
@@ -23,34 +22,10 @@ use collab_proto::verbs::Call;
 
 pub use collab_proto::limits::{valid_file_name, FILE_NAME_RULE};
 
-/// One stored file of a release, as the server lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReleaseFile {
-    pub name: String,
-    pub size: u64,
-    /// Lowercase hex SHA-256.
-    pub sha256: String,
-    pub uploaded_at: DateTime<Utc>,
-    /// The principal that uploaded it.
-    pub uploader: String,
-}
-
-/// A release: the files attached to one tag.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Release {
-    pub tag: String,
-    pub created_at: Option<DateTime<Utc>>,
-    /// Total bytes.
-    pub size: u64,
-    pub files: Vec<ReleaseFile>,
-}
-
-/// `collab-release list`: every release of the repository, newest first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReleaseList {
-    pub repo: String,
-    pub releases: Vec<Release>,
-}
+/// The server's replies (`collab_proto::replies::release`): one stored
+/// file, a release, and `list`.
+pub use collab_proto::replies::release::{Release, ReleaseFile, ReleaseList};
+use collab_proto::replies::release::{ReleaseCreated, ReleaseDeleted};
 
 /// The files one `create` uploaded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -242,12 +217,6 @@ pub fn create(remote: &SshRemote, tag: &str, paths: &[PathBuf]) -> Result<Create
     Ok(created)
 }
 
-#[derive(Deserialize)]
-struct CreateReply {
-    repo: String,
-    file: ReleaseFile,
-}
-
 fn upload_one(
     remote: &SshRemote,
     tag: &str,
@@ -256,7 +225,7 @@ fn upload_one(
     local_sha: &str,
 ) -> Result<(String, ReleaseFile)> {
     let file = File::open(path).map_err(io_error(path))?;
-    let reply: CreateReply = call(
+    let reply: ReleaseCreated = call(
         remote,
         &command(remote, "create", &[tag, name]),
         RemoteInput::File(file),
@@ -282,11 +251,16 @@ pub fn list(remote: &SshRemote) -> Result<ReleaseList> {
 pub fn delete(remote: &SshRemote, tag: &str, file: Option<&str>) -> Result<Deleted> {
     let mut args = vec![tag];
     args.extend(file);
-    call(
+    let reply: ReleaseDeleted = call(
         remote,
         &command(remote, "delete", &args),
         RemoteInput::Empty,
-    )
+    )?;
+    Ok(Deleted {
+        repo: reply.repo,
+        tag: reply.tag,
+        files: reply.files,
+    })
 }
 
 /// Download one file of a release (or all of them) into `dir`, creating it

@@ -4,11 +4,11 @@
 //! every argument quoted; bodies always travel on stdin with `--body-stdin`, since
 //! the server caps a command line at 4 KiB), runs it with the user's ssh
 //! ([`crate::client::remote_ssh`]) and reads the server's JSON replies into
-//! lenient types ([`ServerIssue`], [`ServerSummary`]) for the text output.
+//! the shared reply types ([`IssueShown`], [`IssueSummary`],
+//! [`IssueWritten`]) for the text output.
 //! It decides nothing: ids are resolved, input checked and writes fenced by
 //! the server; the exit status is the server's (0, 1, 4 lease conflict).
 
-use chrono::{DateTime, Utc};
 use collab_proto::replies::fenced::Fenced;
 use serde::Deserialize;
 use serde_json::Value;
@@ -228,73 +228,13 @@ pub fn run(
     )?)
 }
 
-/// Who wrote something, as the server tells it: the display name, the
-/// principal (governed name or `SHA256:` fingerprint) and the key line
-/// where it is known.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Person {
-    pub name: String,
-    /// What to show (`people` on the server); older servers
-    /// leave it out, and then `name` is shown.
-    #[serde(default)]
-    pub display_name: Option<String>,
-    #[serde(default)]
-    pub key: Option<String>,
-    #[serde(default)]
-    pub principal: Option<String>,
-}
-
-/// A comment in the server's `show` reply.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ServerComment {
-    pub id: String,
-    pub author: Person,
-    pub at: DateTime<Utc>,
-    pub body: String,
-}
-
-/// The links of an issue, seen from it; each entry is `id` or `repo#id`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct ServerLinks {
-    #[serde(default)]
-    pub blocks: Vec<Value>,
-    #[serde(default)]
-    pub blocked_by: Vec<Value>,
-    #[serde(default)]
-    pub relates: Vec<Value>,
-}
-
-/// The server's `show` reply: `issue show --json`'s shape plus the fields
-/// the server adds (links, principals); unknown fields are ignored.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ServerIssue {
-    pub id: String,
-    pub title: String,
-    #[serde(default)]
-    pub body: String,
-    pub author: Person,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub status: String,
-    #[serde(default)]
-    pub closed_reason: Option<String>,
-    #[serde(default)]
-    pub labels: Vec<String>,
-    #[serde(default)]
-    pub comments: Vec<ServerComment>,
-    #[serde(default)]
-    pub links: Option<ServerLinks>,
-}
-
-/// One row of the server's `list` reply (`issue list --json`'s shape).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ServerSummary {
-    pub id: String,
-    pub title: String,
-    pub status: String,
-    #[serde(default)]
-    pub labels: Vec<String>,
-}
+/// The server's replies (`collab_proto::replies::issue`): `show`
+/// ([`IssueShown`]), the rows of `list` ([`IssueSummary`]) and every write
+/// ([`IssueWritten`]); they read leniently (absent optional fields are
+/// empty, unknown ones ignored).
+pub use collab_proto::replies::issue::{
+    IssueRef, IssueShown, IssueSummary, IssueWritten, Links, Person,
+};
 
 /// One page of `list`: the rows as the server sent them, and the cursor of
 /// the next page (`None` on the last).
@@ -382,12 +322,10 @@ pub fn fenced_line(stdout: &[u8]) -> Option<String> {
     })
 }
 
-/// The issue id a write reply names (`issue`, else `id`).
-pub fn written_issue(reply: &Value) -> Option<&str> {
-    reply
-        .get("issue")
-        .or_else(|| reply.get("id"))
-        .and_then(Value::as_str)
+/// A write reply (`issue`, which an older server called `id`), if it
+/// reads as one.
+pub fn written(reply: &Value) -> Option<IssueWritten> {
+    IssueWritten::deserialize(reply).ok()
 }
 
 #[cfg(test)]
@@ -548,8 +486,8 @@ mod tests {
             "status":"open","closed_reason":null,"labels":[],"comments":[],"new_field":1,
             "links":{{"blocks":["lib#abcd1234"],"blocked_by":[],"relates":[]}}}}"#
         );
-        let issue: ServerIssue = serde_json::from_str(&reply).unwrap();
-        assert_eq!(issue.author.principal.as_deref(), Some("alice"));
-        assert_eq!(issue.links.unwrap().blocks.len(), 1);
+        let issue: IssueShown = serde_json::from_str(&reply).unwrap();
+        assert_eq!(issue.author.principal, "alice");
+        assert_eq!(issue.links.blocks.len(), 1);
     }
 }

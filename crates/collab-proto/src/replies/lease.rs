@@ -53,6 +53,117 @@ pub struct LeaseList {
     pub leases: Vec<LeaseRow>,
 }
 
+/// `next`'s reply when it got an issue: the `acquired` tenure plus the
+/// issue's `title`, `labels` and `priority`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NextTenure {
+    #[serde(flatten)]
+    pub tenure: Tenure,
+    pub title: String,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// `null`: no priority (after every prioritized issue).
+    #[serde(default)]
+    pub priority: Option<i64>,
+}
+
+/// `release` (`released`) and a `break` of nothing held (`free`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseEnded {
+    pub status: String,
+    pub repo: String,
+    pub issue: String,
+}
+
+/// `break`: the tenure broken, why and by whom.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Broken {
+    /// Always `broken`.
+    pub status: String,
+    pub repo: String,
+    pub issue: String,
+    pub holder: String,
+    pub token: i64,
+    pub reason: String,
+    /// The principal that broke it.
+    pub by: String,
+    /// The holder's display name (added by the server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_name: Option<String>,
+    /// `by`'s display name (added by the server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_name: Option<String>,
+}
+
+/// Exit 4: the issue is held by someone else (`holder`, `null` when a
+/// renew or release finds no live lease).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    /// Always `held`.
+    pub status: String,
+    pub repo: String,
+    pub issue: String,
+    #[serde(default)]
+    pub holder: Option<String>,
+    /// `null`: open-ended (or no holder).
+    #[serde(default)]
+    pub expires_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_name: Option<String>,
+}
+
+/// Exit 4: the issue is in its lock delay after `holder`'s lease expired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Locked {
+    /// Always `locked`.
+    pub status: String,
+    pub repo: String,
+    pub issue: String,
+    pub holder: String,
+    #[serde(default)]
+    pub locked_until: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_name: Option<String>,
+}
+
+/// Exit 3: `next` found nothing ready (with the labels asked for).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Empty {
+    /// Always `empty`.
+    pub status: String,
+    pub repo: String,
+    pub labels: Vec<String>,
+}
+
+/// `show`: the issue's lease state, held (`held`), in its lock delay
+/// (`locked`) or not (`free`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseShown {
+    pub repo: String,
+    pub issue: String,
+    pub status: String,
+    /// The live holder, or the holder a lock delay protects.
+    #[serde(default)]
+    pub holder: Option<String>,
+    #[serde(default)]
+    pub token: Option<i64>,
+    #[serde(default)]
+    pub acquired_at: Option<String>,
+    #[serde(default)]
+    pub renewed_at: Option<String>,
+    #[serde(default)]
+    pub expires_at: Option<String>,
+    #[serde(default)]
+    pub note: Option<String>,
+    pub transitions: i64,
+    /// The last token handed out (0: never leased).
+    pub last_token: i64,
+    #[serde(default)]
+    pub locked_until: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_name: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +192,40 @@ mod tests {
             back,
             serde_json::from_str::<serde_json::Value>(line).unwrap()
         );
+    }
+
+    /// The rest of the shapes docs/ssh-verbs.md ("Leases") shows.
+    #[test]
+    fn doc_shapes_round_trip() {
+        fn round_trip<T: serde::de::DeserializeOwned + Serialize>(line: &str) -> T {
+            let parsed: T = serde_json::from_str(line).unwrap();
+            assert_eq!(
+                serde_json::to_value(&parsed).unwrap(),
+                serde_json::from_str::<serde_json::Value>(line).unwrap(),
+                "{line}"
+            );
+            parsed
+        }
+        round_trip::<LeaseEnded>(r#"{"status":"released","repo":"r.git","issue":"<40 hex>"}"#);
+        let held: Held = round_trip(
+            r#"{"status":"held","repo":"r.git","issue":"<40 hex>","holder":"bob","expires_at":null}"#,
+        );
+        assert_eq!(held.holder.as_deref(), Some("bob"));
+        round_trip::<Locked>(
+            r#"{"status":"locked","repo":"r.git","issue":"<40 hex>","holder":"bob","locked_until":"2026-09-05T12:31:00Z"}"#,
+        );
+        round_trip::<Broken>(
+            r#"{"status":"broken","repo":"r.git","issue":"<40 hex>","holder":"bob","token":2,"reason":"agent died","by":"admin"}"#,
+        );
+        round_trip::<LeaseEnded>(r#"{"status":"free","repo":"r.git","issue":"<40 hex>"}"#);
+        let shown: LeaseShown = round_trip(
+            r#"{"repo":"r.git","issue":"<40 hex>","status":"held","holder":"alice","token":3,"acquired_at":"…","renewed_at":null,"expires_at":"…","note":"…","transitions":2,"last_token":3,"locked_until":null}"#,
+        );
+        assert_eq!(shown.last_token, 3);
+        let next: NextTenure = round_trip(
+            r#"{"status":"acquired","repo":"r.git","issue":"<40 hex>","holder":"alice","token":3,"acquired_at":"2026-09-05T12:00:00Z","renewed_at":null,"expires_at":"2026-09-05T12:30:00Z","note":"fixing the parser","title":"Fix it","labels":["bug"],"priority":null}"#,
+        );
+        assert_eq!(next.tenure.token, 3);
+        round_trip::<Empty>(r#"{"status":"empty","repo":"r.git","labels":["bug"]}"#);
     }
 }

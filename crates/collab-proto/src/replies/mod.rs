@@ -1,8 +1,16 @@
 //! Typed replies: the JSON a verb prints, as one struct both ends share.
 //! The server serializes it, the client deserializes it, and a round-trip
-//! test pins the shape. Families move here one at a time; until then a
-//! verb's reply is documented in docs/ssh-verbs.md (its JSON shapes).
+//! test per family pins the shape docs/ssh-verbs.md (or the family's own
+//! page) shows. Fields the server adds after serializing (the display
+//! names of `people::annotate`) are optional and skipped when absent.
 
+pub mod admin;
 pub mod check;
 pub mod fenced;
+pub mod issue;
 pub mod lease;
+pub mod mirror;
+pub mod patch;
+pub mod queue;
+pub mod release;
+pub mod webhook;

@@ -5,13 +5,14 @@
 //! decisions are `authz`'s, the disk work `repo_admin`'s and the database
 //! side `db::repos`'; this module checks arguments and formats replies.
 
+use collab_proto::replies::admin as wire;
 use russh::server::Msg;
 use russh::Channel;
 use serde_json::json;
 
 use super::command::RepoCmd;
 use super::context::ExecContext;
-use super::reply::{json_line, reply_and_close};
+use super::reply::{reply_and_close, reply_line};
 use crate::authz::{self, Access, Regime};
 use crate::repo_admin;
 use crate::repos::{self, CreateError, RepoEntry};
@@ -31,36 +32,38 @@ pub async fn whoami(ctx: &ExecContext, channel: Channel<Msg>) {
     let caller = &ctx.caller;
     let mut key = caller.identity.key.clone();
     key.set_comment("");
-    let mut reply = json!({
-        "key": key.to_openssh().ok(),
-        "principal": caller.principal(),
-        "regime": caller.regime.as_str(),
-        "name": caller.name(),
-        "fingerprint": caller.identity.fingerprint,
-        "admin": caller.identity.admin,
-        "server_key": ctx.app.signing_key.public_key_line(),
-    });
-    // A certificate login: which certificate, so an agent can tell which
-    // of its credentials the server saw.
-    if let Some(cert) = &caller.identity.certificate {
-        reply["certificate"] = json!({
-            "principal": cert.principal,
-            "key_id": cert.key_id,
-            "serial": cert.serial,
-            "ca": cert.ca,
-            "valid_before": cert.certificate.valid_before(),
-        });
-    }
     // A key the server knows (authorized_keys) that governance has not
     // enrolled gets no repository access; say so, and how to fix it.
-    if matches!(caller.regime, Regime::Closed) {
-        reply["enrolled"] = json!(false);
-        reply["hint"] = json!(
+    let closed = matches!(caller.regime, Regime::Closed);
+    let reply = wire::Whoami {
+        key: key.to_openssh().ok(),
+        principal: caller.principal().to_string(),
+        regime: caller.regime.as_str().to_string(),
+        name: caller.name().map(str::to_string),
+        fingerprint: caller.identity.fingerprint.clone(),
+        admin: caller.identity.admin,
+        server_key: ctx.app.signing_key.public_key_line(),
+        // A certificate login: which certificate, so an agent can tell
+        // which of its credentials the server saw.
+        certificate: caller
+            .identity
+            .certificate
+            .as_ref()
+            .map(|cert| wire::CertificateShown {
+                principal: cert.principal.clone(),
+                key_id: cert.key_id.clone(),
+                serial: cert.serial,
+                ca: cert.ca.clone(),
+                valid_before: cert.certificate.valid_before(),
+            }),
+        enrolled: closed.then_some(false),
+        hint: closed.then(|| {
             "this key is admitted but not enrolled: ask a governance admin to add the `key` \
              line to a principal in governance.toml (_governance.git)"
-        );
-    }
-    reply_and_close(channel, &json_line(&reply), 0).await
+                .to_string()
+        }),
+    };
+    reply_and_close(channel, &reply_line(&reply), 0).await
 }
 
 /// `collab-repo create '<name>'` (needs Rewind on the name) and
@@ -158,26 +161,22 @@ pub async fn info(ctx: &ExecContext, channel: Channel<Msg>, json: bool) {
     let repos: Vec<_> = visible
         .iter()
         .zip(&counts)
-        .map(|((entry, level), (issues, patches))| {
-            json!({
-                "name": entry.short_name(),
-                "access": level.as_str(),
-                "letters": letters(*level),
-                "open_issues": issues,
-                "open_patches": patches,
-            })
+        .map(|((entry, level), (issues, patches))| wire::InfoRepo {
+            name: entry.short_name().to_string(),
+            access: level.as_str().to_string(),
+            letters: letters(*level).to_string(),
+            open_issues: *issues,
+            open_patches: *patches,
         })
         .collect();
     let leases: Vec<_> = leases
         .iter()
-        .map(|l| {
-            json!({
-                "repo": l.repo.strip_suffix(".git").unwrap_or(&l.repo),
-                "issue": l.issue_id,
-                "token": l.token,
-                "expires_at": l.expires_at,
-                "note": l.note,
-            })
+        .map(|l| wire::InfoLease {
+            repo: l.repo.strip_suffix(".git").unwrap_or(&l.repo).to_string(),
+            issue: l.issue_id.clone(),
+            token: l.token,
+            expires_at: l.expires_at,
+            note: l.note.clone(),
         })
         .collect();
     let mut features = vec![
@@ -198,15 +197,18 @@ pub async fn info(ctx: &ExecContext, channel: Channel<Msg>, json: bool) {
     ) {
         features.push("governance");
     }
-    let reply = json!({
-        "principal": principal,
-        "regime": ctx.caller.regime.as_str(),
-        "server": { "version": version, "features": features },
-        "repos": repos,
-        "leases": leases,
-        "truncated": truncated,
-    });
-    reply_and_close(channel, &json_line(&reply), 0).await
+    let reply = wire::Info {
+        principal,
+        regime: ctx.caller.regime.as_str().to_string(),
+        server: wire::ServerShown {
+            version: version.to_string(),
+            features: features.into_iter().map(str::to_string).collect(),
+        },
+        repos,
+        leases,
+        truncated,
+    };
+    reply_and_close(channel, &reply_line(&reply), 0).await
 }
 
 /// gitolite's letters for a level.
@@ -237,13 +239,19 @@ pub async fn help(ctx: &ExecContext, channel: Channel<Msg>) {
         _ if verb.family == "collab-repo" && verb.action == "create" => may_create,
         _ => true,
     });
-    let reply = json!({
-        "principal": ctx.caller.principal(),
-        "regime": ctx.caller.regime.as_str(),
-        "verbs": verbs,
-        "docs": "docs/ssh-verbs.md",
-    });
-    reply_and_close(channel, &json_line(&reply), 0).await
+    let reply = wire::Help {
+        principal: ctx.caller.principal().to_string(),
+        regime: ctx.caller.regime.as_str().to_string(),
+        verbs: verbs
+            .into_iter()
+            .map(|group| wire::HelpVerb {
+                verb: group.verb,
+                access: group.access.to_string(),
+            })
+            .collect(),
+        docs: "docs/ssh-verbs.md".to_string(),
+    };
+    reply_and_close(channel, &reply_line(&reply), 0).await
 }
 
 /// Resolve `repo` with at least `needed` for `what_needs` (see
@@ -281,11 +289,11 @@ async fn describe(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, text: Op
         }
         record_settings(ctx, &entry.name, json!({"description": text})).await;
     }
-    let reply = json!({
-        "repo": entry.name,
-        "description": repo_admin::description(&entry.path),
-    });
-    reply_and_close(channel, &json_line(&reply), 0).await
+    let reply = wire::RepoDescription {
+        description: repo_admin::description(&entry.path),
+        repo: entry.name,
+    };
+    reply_and_close(channel, &reply_line(&reply), 0).await
 }
 
 async fn visibility(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, public: Option<bool>) {
@@ -327,11 +335,11 @@ async fn visibility(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, public
         Some(p) => p,
         None => authz::anonymous_can_read(&ctx.app, &entry),
     };
-    let reply = json!({
-        "repo": entry.name,
-        "visibility": if now_public { "public" } else { "private" },
-    });
-    reply_and_close(channel, &json_line(&reply), 0).await
+    let reply = wire::RepoVisibility {
+        repo: entry.name,
+        visibility: if now_public { "public" } else { "private" }.to_string(),
+    };
+    reply_and_close(channel, &reply_line(&reply), 0).await
 }
 
 async fn set_head(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, branch: &str) {
@@ -359,8 +367,11 @@ async fn set_head(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, branch: 
         return reply_and_close(channel, &format!("error: {e}"), 1).await;
     }
     record_settings(ctx, &entry.name, json!({"head": branch})).await;
-    let reply = json!({ "repo": entry.name, "head": branch });
-    reply_and_close(channel, &json_line(&reply), 0).await
+    let reply = wire::RepoHead {
+        repo: entry.name,
+        head: branch.to_string(),
+    };
+    reply_and_close(channel, &reply_line(&reply), 0).await
 }
 
 async fn rename(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, new_name: &str) {
@@ -434,8 +445,12 @@ async fn rename(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, new_name: 
         to = new_canonical,
         "repository renamed"
     );
-    let reply = json!({ "status": "renamed", "from": entry.name, "repo": new_canonical });
-    reply_and_close(channel, &json_line(&reply), 0).await
+    let reply = wire::RepoRenamed {
+        status: "renamed".to_string(),
+        from: entry.name,
+        repo: new_canonical,
+    };
+    reply_and_close(channel, &reply_line(&reply), 0).await
 }
 
 async fn delete(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, confirm: &str) {
@@ -505,8 +520,11 @@ async fn delete(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, confirm: &
         repo = entry.name,
         "repository deleted"
     );
-    let reply = json!({ "status": "deleted", "repo": entry.name });
-    reply_and_close(channel, &json_line(&reply), 0).await
+    let reply = wire::RepoChanged {
+        status: "deleted".to_string(),
+        repo: entry.name,
+    };
+    reply_and_close(channel, &reply_line(&reply), 0).await
 }
 
 /// Release files live beside the repositories, by repository name: move
@@ -565,10 +583,19 @@ async fn gc(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
         .await
     {
         Ok(report) => {
-            let mut reply = serde_json::to_value(&report).unwrap_or_default();
-            reply["status"] = json!("done");
-            reply["repo"] = json!(entry.name);
-            reply_and_close(channel, &json_line(&reply), 0).await
+            let reply = wire::GcDone {
+                status: "done".to_string(),
+                repo: entry.name.clone(),
+                started_at: report.started_at,
+                seconds: report.seconds,
+                packs_before: report.packs_before,
+                packs_after: report.packs_after,
+                loose_before: report.loose_before,
+                loose_after: report.loose_after,
+                leftovers_removed: report.leftovers_removed as u64,
+                bitmap: report.bitmap,
+            };
+            reply_and_close(channel, &reply_line(&reply), 0).await
         }
         Err(e) => {
             tracing::error!(repo = entry.name, "collab-repo gc: {e:#}");
@@ -601,8 +628,11 @@ async fn create(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
             crate::events::Recorded::repo_created(&created, ctx.caller.principal())
                 .record_or_log(&ctx.app.writer)
                 .await;
-            let reply = json!({ "status": "created", "repo": created });
-            reply_and_close(channel, &json_line(&reply), 0).await
+            let reply = wire::RepoChanged {
+                status: "created".to_string(),
+                repo: created,
+            };
+            reply_and_close(channel, &reply_line(&reply), 0).await
         }
         Err(CreateError::Io(e)) => {
             tracing::error!("creating repository {name}: {e:#}");
@@ -614,22 +644,25 @@ async fn create(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
 
 async fn list(ctx: &ExecContext, channel: Channel<Msg>) {
     let visible = visible_repos(ctx).await;
-    reply_and_close(channel, &json_line(&visible), 0).await
+    reply_and_close(channel, &reply_line(&visible), 0).await
 }
 
 /// `collab-repo list`'s reply: the repositories the caller can read, each
 /// with the caller's access (the terminal UI lists the same).
-pub async fn visible_repos(ctx: &ExecContext) -> serde_json::Value {
+pub async fn visible_repos(ctx: &ExecContext) -> wire::RepoList {
     let repos_dir = ctx.app.config.repos_dir.clone();
     let entries = tokio::task::spawn_blocking(move || repos::list_repos(&repos_dir))
         .await
         .unwrap_or_default();
-    let visible: Vec<_> = entries
+    let repos = entries
         .iter()
         .filter_map(|entry| {
-            authz::repo_access(&ctx.app, &ctx.caller, entry)
-                .map(|level| json!({ "name": entry.name, "access": level.as_str() }))
+            let level = authz::repo_access(&ctx.app, &ctx.caller, entry)?;
+            Some(wire::RepoAccess {
+                name: entry.name.clone(),
+                access: level.as_str().to_string(),
+            })
         })
         .collect();
-    json!({ "repos": visible })
+    wire::RepoList { repos }
 }

@@ -47,7 +47,7 @@ pub async fn call(ctx: &ExecContext, argv: &[&str], stdin: Option<String>) -> An
         ExecCommand::Patch(cmd) => super::patch::reply(ctx, cmd, stdin).await,
         ExecCommand::Lease(cmd) => super::lease::reply(ctx, cmd).await,
         ExecCommand::Repo(RepoCmd::List) => (
-            super::reply::json_line(&super::admin::visible_repos(ctx).await),
+            super::reply::reply_line(&super::admin::visible_repos(ctx).await),
             0,
         ),
         _ => ("error: not available in the terminal UI".to_string(), 1),

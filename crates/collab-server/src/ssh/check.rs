@@ -159,11 +159,6 @@ pub fn check_row(c: &Check) -> replies::CheckRow {
     }
 }
 
-/// [`check_row`] as JSON.
-pub fn check_json(c: &Check) -> Value {
-    to_json(check_row(c))
-}
-
 /// A typed reply as the JSON value the reply line is written from.
 fn to_json(reply: impl serde::Serialize) -> Value {
     serde_json::to_value(reply).expect("a reply serializes")

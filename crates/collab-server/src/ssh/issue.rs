@@ -29,12 +29,13 @@
 use crate::people::{annotate_line, DisplayNames};
 use chrono::{DateTime, Utc};
 use collab_proto::replies::fenced::Fenced;
+use collab_proto::replies::issue as wire;
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use super::context::ExecContext;
-use super::reply::{json_line, reply_and_close, NOT_FOUND};
+use super::reply::{reply_and_close, reply_line, NOT_FOUND};
 use crate::authz::{self, Access, Caller};
 use crate::db::issues::{
     self, Cursor, Issue, IssueDetail, IssueError, IssueKey, LinkKind, ListQuery, NewIssue, Person,
@@ -299,8 +300,8 @@ fn error(message: impl std::fmt::Display) -> Reply {
     (format!("error: {message}"), 1)
 }
 
-fn ok(value: Value) -> Reply {
-    (json_line(&value), 0)
+fn ok(reply: &impl Serialize) -> Reply {
+    (reply_line(reply), 0)
 }
 
 /// Serve one `collab-issue` command on `channel`.
@@ -477,11 +478,11 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
                 .read(move |conn| Ok(issues::list(conn, &r, &query)))
                 .await;
             match page {
-                Ok(Ok(page)) => ok(json!({
-                    "repo": repo,
-                    "issues": page.issues.iter().map(summary_json).collect::<Vec<_>>(),
-                    "next": page.next.map(|c| c.text()),
-                })),
+                Ok(Ok(page)) => ok(&wire::IssueList {
+                    issues: page.issues.iter().map(summary).collect(),
+                    next: page.next.map(|c| c.text()),
+                    repo,
+                }),
                 Ok(Err(e)) => issue_error(&repo, e),
                 Err(e) => internal(&repo, e),
             }
@@ -498,7 +499,7 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
                 labels,
             };
             write(ctx, &repo, "opened", actor, None, max_body, move |c, w| {
-                issues::open(c, w, &new).map(|w| (w, json!({})))
+                issues::open(c, w, &new).map(|w| (w, Extra::default()))
             })
             .await
         }
@@ -513,7 +514,7 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
                 actor,
                 fence,
                 max_body,
-                move |c, w| issues::comment(c, w, &id, &body).map(|w| (w, json!({}))),
+                move |c, w| issues::comment(c, w, &id, &body).map(|w| (w, Extra::default())),
             )
             .await
         }
@@ -535,7 +536,7 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
                     written = Some(issues::set_priority(c, w, &id, priority)?);
                 }
                 let written = written.expect("the parser wants at least one change");
-                Ok((written, json!({})))
+                Ok((written, Extra::default()))
             })
             .await
         }
@@ -549,10 +550,10 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
                 .read(move |conn| Ok(queue::ready_in(conn, &r, &labels, &principal, now, limit)?))
                 .await;
             match ready {
-                Ok(ready) => ok(json!({
-                    "repo": repo,
-                    "issues": ready.iter().map(ready_json).collect::<Vec<_>>(),
-                })),
+                Ok(ready) => ok(&wire::ReadyList {
+                    issues: ready.iter().map(ready_row).collect(),
+                    repo,
+                }),
                 Err(e) => internal(&repo, e),
             }
         }
@@ -570,7 +571,7 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
                 actor,
                 fence,
                 max_body,
-                move |c, w| issues::label(c, w, &id, &add, &remove).map(|w| (w, json!({}))),
+                move |c, w| issues::label(c, w, &id, &add, &remove).map(|w| (w, Extra::default())),
             )
             .await
         }
@@ -579,7 +580,7 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
         } => {
             write(ctx, &repo, "closed", actor, fence, max_body, move |c, w| {
                 issues::close(c, w, &id, reason.as_deref())
-                    .map(|closed| (closed.written, ended_json(closed.ended_lease.as_ref())))
+                    .map(|closed| (closed.written, ended(closed.ended_lease.as_ref())))
             })
             .await
         }
@@ -591,7 +592,7 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
                 actor,
                 fence,
                 max_body,
-                move |c, w| issues::reopen(c, w, &id).map(|w| (w, json!({}))),
+                move |c, w| issues::reopen(c, w, &id).map(|w| (w, Extra::default())),
             )
             .await
         }
@@ -620,9 +621,16 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
                         repo: other_repo.clone(),
                         id: issues::resolve(c, &other_repo, &other_id).unwrap_or_default(),
                     };
+                    let link = wire::LinkChange {
+                        kind: kind.as_str().to_string(),
+                        target: key_ref(&target),
+                    };
                     (
                         w,
-                        json!({ "link": { "kind": kind.as_str(), "target": key_json(&target) } }),
+                        Extra {
+                            link: Some(link),
+                            ..Extra::default()
+                        },
                     )
                 })
             })
@@ -631,11 +639,23 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
     }
 }
 
+/// What a write adds to `{"status", "repo", "issue", "event", "seq"}`.
+#[derive(Default)]
+struct Extra {
+    lease_ended: Option<Option<wire::EndedLease>>,
+    link: Option<wire::LinkChange>,
+}
+
 /// `{"lease_ended": {...} | null}` of a close.
-fn ended_json(lease: Option<&Lease>) -> Value {
-    json!({
-        "lease_ended": lease.map(|l| json!({ "holder": l.holder, "token": l.token })),
-    })
+fn ended(lease: Option<&Lease>) -> Extra {
+    Extra {
+        lease_ended: Some(lease.map(|l| wire::EndedLease {
+            holder: l.holder.clone(),
+            token: l.token,
+            holder_name: None,
+        })),
+        link: None,
+    }
 }
 
 /// Run one write through the writer and reply with
@@ -650,7 +670,7 @@ async fn write<F>(
     f: F,
 ) -> Reply
 where
-    F: FnOnce(&crate::db::sql::Connection, &WriteCtx<'_>) -> Result<(Written, Value), IssueError>
+    F: FnOnce(&crate::db::sql::Connection, &WriteCtx<'_>) -> Result<(Written, Extra), IssueError>
         + Send
         + 'static,
 {
@@ -671,19 +691,15 @@ where
         })
         .await;
     match done {
-        Ok((written, extra)) => {
-            let mut reply = json!({
-                "status": status,
-                "repo": repo,
-                "issue": written.issue,
-                "event": written.event,
-                "seq": ctx.app.writer.final_seq(written.seq),
-            });
-            if let (Value::Object(reply), Value::Object(extra)) = (&mut reply, extra) {
-                reply.extend(extra);
-            }
-            ok(reply)
-        }
+        Ok((written, extra)) => ok(&wire::IssueWritten {
+            status: status.to_string(),
+            repo: repo.to_string(),
+            issue: written.issue,
+            event: written.event,
+            seq: ctx.app.writer.final_seq(written.seq),
+            lease_ended: extra.lease_ended,
+            link: extra.link,
+        }),
         Err(e) => match e.downcast::<IssueError>() {
             Ok(e) => issue_error(repo, e),
             Err(e) => internal(repo, e),
@@ -698,10 +714,7 @@ fn issue_error(repo: &str, e: IssueError) -> Reply {
             holder,
             token,
         } => (
-            json_line(
-                &serde_json::to_value(Fenced::new(repo, Some(issue), holder, token, None))
-                    .expect("a reply serializes"),
-            ),
+            reply_line(&Fenced::new(repo, Some(issue), holder, token, None)),
             EXIT_FENCED,
         ),
         IssueError::Sql(e) => internal(repo, e.into()),
@@ -767,20 +780,20 @@ async fn show(ctx: &ExecContext, repo: String, id: String) -> Reply {
     .await
     .unwrap_or_default();
     detail.links = links;
-    let mut reply = detail_json(&detail);
-    reply["lease"] = match &lease {
-        Some(l) => json!({
-            "holder": l.holder,
-            "token": l.token,
-            "acquired_at": rfc3339(Some(l.acquired_at)),
-            "expires_at": rfc3339(l.expires_at),
-            "note": l.note,
-        }),
-        None => Value::Null,
-    };
-    reply["ready"] = json!(not_ready.is_empty());
-    reply["not_ready"] = json!(not_ready);
-    ok(reply)
+    let lease = lease.map(|l| wire::ShownLease {
+        holder: l.holder,
+        token: l.token,
+        acquired_at: second_text(Some(l.acquired_at)),
+        expires_at: second_text(l.expires_at),
+        note: l.note,
+        holder_name: None,
+    });
+    ok(&shown(&detail, lease, not_ready))
+}
+
+/// Seconds as lease times are written (`2026-12-03T07:55:58Z`).
+fn second_text(secs: Option<i64>) -> Option<String> {
+    rfc3339(secs).as_str().map(str::to_string)
 }
 
 /// Why an issue is not ready, in words (`collab-issue show`).
@@ -811,78 +824,99 @@ fn reason_text(reason: &NotReady) -> String {
 }
 
 /// One row of `ready`.
-fn ready_json(i: &ReadyIssue) -> Value {
-    json!({
-        "id": i.id,
-        "title": i.title,
-        "labels": i.labels,
-        "priority": i.priority,
-        "created_at": time_json(i.created_ms),
-    })
+fn ready_row(i: &ReadyIssue) -> wire::ReadyIssue {
+    wire::ReadyIssue {
+        id: i.id.clone(),
+        title: i.title.clone(),
+        labels: i.labels.clone(),
+        priority: i.priority,
+        created_at: time_text(i.created_ms),
+    }
 }
 
-// ---------------------------------------------------------------- JSON shapes
+// ---------------------------------------------------------------- reply shapes
 
-/// Milliseconds as the CLI prints times (`2026-12-03T07:55:58.114Z`).
-pub fn time_json(ms: i64) -> Value {
+/// Milliseconds as the CLI prints times (`2026-12-03T07:55:58.114Z`),
+/// `None` for one out of range.
+pub fn time_text(ms: i64) -> Option<String> {
     DateTime::<Utc>::from_timestamp_millis(ms)
-        .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
-        .unwrap_or(Value::Null)
+        .and_then(|t| serde_json::to_value(t).ok())
+        .and_then(|v| v.as_str().map(str::to_string))
 }
 
-pub(super) fn person_json(p: &Person) -> Value {
-    json!({ "name": p.name, "key": p.key, "principal": p.principal })
+pub(super) fn person(p: &Person) -> wire::Person {
+    wire::Person {
+        name: p.name.clone(),
+        key: p.key.clone(),
+        principal: p.principal.clone(),
+        display_name: None,
+    }
 }
 
-fn key_json(k: &IssueKey) -> Value {
-    json!({ "repo": k.repo, "id": k.id, "text": issues::link_text(k) })
+fn key_ref(k: &IssueKey) -> wire::IssueRef {
+    wire::IssueRef {
+        repo: k.repo.clone(),
+        id: k.id.clone(),
+        text: issues::link_text(k),
+    }
 }
 
 /// One row of `list` (the CLI's `issue list --json` row, plus `priority`).
-pub fn summary_json(i: &Issue) -> Value {
-    json!({
-        "id": i.id,
-        "title": i.title,
-        "status": i.status,
-        "author": person_json(&i.author),
-        "created_at": time_json(i.created_ms),
-        "updated_at": time_json(i.updated_ms),
-        "labels": i.labels,
-        "comments": i.comment_count,
-        "priority": i.priority,
-    })
+pub fn summary(i: &Issue) -> wire::IssueSummary {
+    wire::IssueSummary {
+        id: i.id.clone(),
+        title: i.title.clone(),
+        status: i.status.to_string(),
+        author: person(&i.author),
+        created_at: time_text(i.created_ms),
+        updated_at: time_text(i.updated_ms),
+        labels: i.labels.clone(),
+        comments: i.comment_count,
+        priority: i.priority,
+    }
 }
 
 /// `show` (the CLI's `issue show --json` object, plus repo, priority,
-/// imported and links).
-pub fn detail_json(d: &IssueDetail) -> Value {
+/// imported, links, the live lease and readiness).
+pub fn shown(
+    d: &IssueDetail,
+    lease: Option<wire::ShownLease>,
+    not_ready: Vec<String>,
+) -> wire::IssueShown {
     let i = &d.issue;
-    let keys = |v: &[IssueKey]| v.iter().map(key_json).collect::<Vec<_>>();
-    json!({
-        "id": i.id,
-        "repo": i.repo,
-        "title": i.title,
-        "body": i.body,
-        "author": person_json(&i.author),
-        "created_at": time_json(i.created_ms),
-        "updated_at": time_json(i.updated_ms),
-        "status": i.status,
-        "closed_reason": i.closed_reason,
-        "labels": i.labels,
-        "priority": i.priority,
-        "imported": i.imported,
-        "comments": d.comments.iter().map(|c| json!({
-            "id": c.id,
-            "author": person_json(&c.author),
-            "at": time_json(c.at_ms),
-            "body": c.body,
-        })).collect::<Vec<_>>(),
-        "links": {
-            "blocks": keys(&d.links.blocks),
-            "blocked_by": keys(&d.links.blocked_by),
-            "relates": keys(&d.links.relates),
+    let keys = |v: &[IssueKey]| v.iter().map(key_ref).collect::<Vec<_>>();
+    wire::IssueShown {
+        id: i.id.clone(),
+        repo: i.repo.clone(),
+        title: i.title.clone(),
+        body: i.body.clone(),
+        author: person(&i.author),
+        created_at: time_text(i.created_ms),
+        updated_at: time_text(i.updated_ms),
+        status: i.status.to_string(),
+        closed_reason: i.closed_reason.clone(),
+        labels: i.labels.clone(),
+        priority: i.priority,
+        imported: i.imported,
+        comments: d
+            .comments
+            .iter()
+            .map(|c| wire::Comment {
+                id: c.id.clone(),
+                author: person(&c.author),
+                at: time_text(c.at_ms),
+                body: c.body.clone(),
+            })
+            .collect(),
+        links: wire::Links {
+            blocks: keys(&d.links.blocks),
+            blocked_by: keys(&d.links.blocked_by),
+            relates: keys(&d.links.relates),
         },
-    })
+        ready: not_ready.is_empty(),
+        not_ready,
+        lease,
+    }
 }
 
 #[cfg(test)]
@@ -892,9 +926,12 @@ mod tests {
     #[test]
     fn times_render_like_the_cli() {
         assert_eq!(
-            time_json(1_788_609_600_114),
-            json!("2026-09-05T12:00:00.114Z")
+            time_text(1_788_609_600_114).as_deref(),
+            Some("2026-09-05T12:00:00.114Z")
         );
-        assert_eq!(time_json(1_788_609_600_000), json!("2026-09-05T12:00:00Z"));
+        assert_eq!(
+            time_text(1_788_609_600_000).as_deref(),
+            Some("2026-09-05T12:00:00Z")
+        );
     }
 }

@@ -38,11 +38,11 @@ use std::time::Duration;
 
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg, ChannelReadHalf};
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use super::command::LeaseCmd;
 use super::context::ExecContext;
-use super::reply::{internal_line, json_line, reply_on, NOT_FOUND};
+use super::reply::{internal_line, reply_line, reply_on, NOT_FOUND};
 use crate::authz;
 use crate::db::issues::{self, IssueError};
 use crate::db::leases::{rfc3339, Acquire, Break, Claim, Lease, Release, Renew, Status};
@@ -68,8 +68,17 @@ fn error(message: &str) -> Reply {
     (message.to_string(), 1)
 }
 
-fn ok(value: Value) -> Reply {
-    (json_line(&value), 0)
+fn ok(reply: &impl Serialize) -> Reply {
+    (reply_line(reply), 0)
+}
+
+/// `{"status", "repo", "issue"}` of a release or a break of nothing.
+fn ended(status: &str, repo: &str, issue: &str) -> Reply {
+    ok(&replies::LeaseEnded {
+        status: status.to_string(),
+        repo: repo.to_string(),
+        issue: issue.to_string(),
+    })
 }
 
 /// Serve one `collab-lease` command on `channel`.
@@ -266,7 +275,7 @@ async fn answer(
         }
         LeaseCmd::Renew { ttl_secs, note, .. } => {
             match leases.renew_claim(claim(Some(ttl_secs), note)).await {
-                Ok(Renew::Renewed(lease)) => Ok(ok(tenure("renewed", &lease))),
+                Ok(Renew::Renewed(lease)) => Ok(ok(&tenure("renewed", &lease))),
                 Ok(Renew::NotHolder { holder: other }) => {
                     not_holder(ctx, repo, &issue, other.as_deref()).await
                 }
@@ -276,9 +285,7 @@ async fn answer(
         LeaseCmd::Release { .. } => match leases.release(repo, &issue, holder).await {
             Ok(Release::Released) => {
                 tracing::info!(repo, issue, holder, "lease released");
-                Ok(ok(
-                    json!({ "status": "released", "repo": repo, "issue": issue }),
-                ))
+                Ok(ended("released", repo, &issue))
             }
             Ok(Release::NotHolder { holder: other }) => {
                 not_holder(ctx, repo, &issue, Some(&other)).await
@@ -298,28 +305,31 @@ async fn answer(
                         reason,
                         "lease broken"
                     );
-                    ok(json!({
-                        "status": "broken",
-                        "repo": repo,
-                        "issue": issue,
-                        "holder": lease.holder,
-                        "token": lease.token,
-                        "reason": reason,
-                        "by": holder,
-                    }))
+                    ok(&replies::Broken {
+                        status: "broken".to_string(),
+                        repo: repo.to_string(),
+                        issue: issue.clone(),
+                        holder: lease.holder,
+                        token: lease.token,
+                        reason: reason.clone(),
+                        by: holder.to_string(),
+                        // Added to the whole reply by `annotate_line`.
+                        holder_name: None,
+                        by_name: None,
+                    })
                 }
-                Break::NotHeld => ok(json!({ "status": "free", "repo": repo, "issue": issue })),
+                Break::NotHeld => ended("free", repo, &issue),
             }),
         LeaseCmd::List { .. } => leases.list(repo).await.map(|live| {
             let list = replies::LeaseList {
                 leases: live.iter().map(list_row).collect(),
             };
-            ok(serde_json::to_value(list).expect("a reply serializes"))
+            ok(&list)
         }),
         LeaseCmd::Show { .. } => leases
             .status(repo, &issue)
             .await
-            .map(|status| ok(show(repo, &issue, &status))),
+            .map(|status| ok(&show(repo, &issue, &status))),
         LeaseCmd::Next {
             labels,
             ttl_secs,
@@ -417,7 +427,7 @@ fn acquired(lease: &Lease) -> Reply {
         token = lease.token,
         "lease acquired"
     );
-    ok(tenure("acquired", lease))
+    ok(&tenure("acquired", lease))
 }
 
 /// The reply of a `next` that got an issue: the acquire fields plus the
@@ -430,17 +440,22 @@ fn next_acquired(lease: &Lease, issue: &ReadyIssue) -> Reply {
         token = lease.token,
         "lease acquired by next"
     );
-    let mut reply = tenure("acquired", lease);
-    reply["title"] = json!(issue.title);
-    reply["labels"] = json!(issue.labels);
-    reply["priority"] = json!(issue.priority);
-    ok(reply)
+    ok(&replies::NextTenure {
+        tenure: tenure("acquired", lease),
+        title: issue.title.clone(),
+        labels: issue.labels.clone(),
+        priority: issue.priority,
+    })
 }
 
 /// The exit-3 reply of a `next` with nothing ready.
 fn empty(repo: &str, labels: &[String]) -> Reply {
-    let reply = json!({ "status": "empty", "repo": repo, "labels": labels });
-    (json_line(&reply), EXIT_EMPTY)
+    let reply = replies::Empty {
+        status: "empty".to_string(),
+        repo: repo.to_string(),
+        labels: labels.to_vec(),
+    };
+    (reply_line(&reply), EXIT_EMPTY)
 }
 
 /// The exit-4 reply of a refused acquire.
@@ -575,25 +590,27 @@ async fn not_holder(
 }
 
 fn held(repo: &str, issue: &str, holder: Option<&str>, expires_at: Option<i64>) -> Reply {
-    let reply = json!({
-        "status": "held",
-        "repo": repo,
-        "issue": issue,
-        "holder": holder,
-        "expires_at": rfc3339(expires_at),
-    });
-    (json_line(&reply), EXIT_CONFLICT)
+    let reply = replies::Held {
+        status: "held".to_string(),
+        repo: repo.to_string(),
+        issue: issue.to_string(),
+        holder: holder.map(str::to_string),
+        expires_at: time(expires_at),
+        holder_name: None,
+    };
+    (reply_line(&reply), EXIT_CONFLICT)
 }
 
 fn locked(repo: &str, issue: &str, holder: &str, until: i64) -> Reply {
-    let reply = json!({
-        "status": "locked",
-        "repo": repo,
-        "issue": issue,
-        "holder": holder,
-        "locked_until": rfc3339(Some(until)),
-    });
-    (json_line(&reply), EXIT_CONFLICT)
+    let reply = replies::Locked {
+        status: "locked".to_string(),
+        repo: repo.to_string(),
+        issue: issue.to_string(),
+        holder: holder.to_string(),
+        locked_until: time(Some(until)),
+        holder_name: None,
+    };
+    (reply_line(&reply), EXIT_CONFLICT)
 }
 
 /// A lease time as the replies show it.
@@ -602,8 +619,8 @@ fn time(secs: Option<i64>) -> Option<String> {
 }
 
 /// The reply of an acquire or renew (`collab_proto::replies::lease`).
-fn tenure(status: &str, lease: &Lease) -> Value {
-    serde_json::to_value(replies::Tenure {
+fn tenure(status: &str, lease: &Lease) -> replies::Tenure {
+    replies::Tenure {
         status: status.to_string(),
         repo: lease.repo.clone(),
         issue: lease.issue_id.clone(),
@@ -613,8 +630,7 @@ fn tenure(status: &str, lease: &Lease) -> Value {
         renewed_at: time(lease.renewed_at),
         expires_at: time(lease.expires_at),
         note: lease.note.clone(),
-    })
-    .expect("a reply serializes")
+    }
 }
 
 fn list_row(lease: &Lease) -> replies::LeaseRow {
@@ -633,27 +649,32 @@ fn list_row(lease: &Lease) -> replies::LeaseRow {
 }
 
 /// `show`: the issue's lease state, held or not.
-fn show(repo: &str, issue: &str, status: &Status) -> Value {
+fn show(repo: &str, issue: &str, status: &Status) -> replies::LeaseShown {
     let live = status.live.as_ref();
     let state = match (live, &status.locked) {
         (Some(_), _) => "held",
         (None, Some(_)) => "locked",
         (None, None) => "free",
     };
-    json!({
-        "repo": repo,
-        "issue": issue,
-        "status": state,
-        "holder": live.map(|l| l.holder.as_str()).or(status.locked.as_ref().map(|(h, _)| h.as_str())),
-        "token": live.map(|l| l.token),
-        "acquired_at": rfc3339(live.map(|l| l.acquired_at)),
-        "renewed_at": rfc3339(live.and_then(|l| l.renewed_at)),
-        "expires_at": rfc3339(live.and_then(|l| l.expires_at)),
-        "note": live.and_then(|l| l.note.as_deref()),
-        "transitions": status.transitions,
-        "last_token": status.last_token,
-        "locked_until": rfc3339(status.locked.as_ref().map(|(_, until)| *until)),
-    })
+    let locked_holder = status.locked.as_ref().map(|(h, _)| h.as_str());
+    replies::LeaseShown {
+        repo: repo.to_string(),
+        issue: issue.to_string(),
+        status: state.to_string(),
+        holder: live
+            .map(|l| l.holder.as_str())
+            .or(locked_holder)
+            .map(str::to_string),
+        token: live.map(|l| l.token),
+        acquired_at: time(live.map(|l| l.acquired_at)),
+        renewed_at: time(live.and_then(|l| l.renewed_at)),
+        expires_at: time(live.and_then(|l| l.expires_at)),
+        note: live.and_then(|l| l.note.clone()),
+        transitions: status.transitions,
+        last_token: status.last_token,
+        locked_until: time(status.locked.as_ref().map(|(_, until)| *until)),
+        holder_name: None,
+    }
 }
 
 #[cfg(test)]
@@ -662,18 +683,21 @@ mod tests {
 
     #[test]
     fn timestamps_render_as_rfc3339_utc() {
-        assert_eq!(rfc3339(Some(0)), json!("1970-01-01T00:00:00Z"));
-        assert_eq!(rfc3339(Some(1_788_609_600)), json!("2026-09-05T12:00:00Z"));
-        assert_eq!(rfc3339(None), Value::Null);
+        assert_eq!(time(Some(0)).as_deref(), Some("1970-01-01T00:00:00Z"));
+        assert_eq!(
+            time(Some(1_788_609_600)).as_deref(),
+            Some("2026-09-05T12:00:00Z")
+        );
+        assert_eq!(time(None), None);
     }
 
     #[test]
     fn held_reply_is_json_with_exit_4() {
         let (line, code) = held("r.git", "ab", Some("alice"), None);
         assert_eq!(code, EXIT_CONFLICT);
-        let v: Value = serde_json::from_str(&line).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["status"], "held");
         assert_eq!(v["holder"], "alice");
-        assert_eq!(v["expires_at"], Value::Null);
+        assert_eq!(v["expires_at"], serde_json::Value::Null);
     }
 }

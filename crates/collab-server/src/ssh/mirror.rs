@@ -17,13 +17,13 @@
 //! is not an administrator gets `error: permission denied` before any
 //! repository is looked up, so the verbs say nothing about which exist.
 
+use collab_proto::replies::mirror as wire;
 use russh::server::Msg;
 use russh::Channel;
-use serde_json::{json, Value};
 
 use super::command::MirrorCmd;
 use super::context::{authorize_or_reply, ExecContext};
-use super::reply::{json_line, reply_and_close};
+use super::reply::{reply_and_close, reply_line};
 use crate::authz::{self, Access};
 use crate::db::mirrors::{self as store, AddRefused, Mirror};
 use crate::mirrors::{git::Credential, Outcome};
@@ -106,22 +106,22 @@ fn internal(e: anyhow::Error) -> Reply {
 }
 
 /// A mirror's public shape: never the credential, only whether there is one.
-fn mirror_json(m: &Mirror) -> Value {
+fn mirror_shown(m: &Mirror) -> wire::MirrorShown {
     let at = |t: Option<i64>| t.map(crate::events::rfc3339);
-    json!({
-        "id": m.id,
-        "direction": m.direction,
-        "url": m.url,
-        "interval_secs": m.interval_secs,
-        "credential": m.credential.is_some(),
-        "created_by": m.created_by,
-        "created_at": crate::events::rfc3339(m.created_at),
-        "last_attempt_at": at(m.last_attempt_at),
-        "last_success_at": at(m.last_success_at),
-        "last_error": m.last_error,
-        "failures": m.failures,
-        "next_sync_at": crate::events::rfc3339(m.next_at),
-    })
+    wire::MirrorShown {
+        id: m.id.clone(),
+        direction: m.direction.clone(),
+        url: m.url.clone(),
+        interval_secs: m.interval_secs,
+        credential: m.credential.is_some(),
+        created_by: m.created_by.clone(),
+        created_at: crate::events::rfc3339(m.created_at),
+        last_attempt_at: at(m.last_attempt_at),
+        last_success_at: at(m.last_success_at),
+        last_error: m.last_error.clone(),
+        failures: m.failures,
+        next_sync_at: crate::events::rfc3339(m.next_at),
+    }
 }
 
 /// `--interval`: a duration (`90s`, `10m`, `1h`) within the bounds.
@@ -215,10 +215,11 @@ async fn add(
                 "mirror added"
             );
             mirrors.poke();
-            (
-                json_line(&json!({ "repo": repo, "mirror": mirror_json(&mirror) })),
-                0,
-            )
+            let added = wire::MirrorAdded {
+                repo: repo.to_string(),
+                mirror: mirror_shown(&mirror),
+            };
+            (reply_line(&added), 0)
         }
         Ok(Err(AddRefused::Full { max })) => err(format!(
             "the repository has {max} mirrors already (mirrors.max_per_repo)"
@@ -239,8 +240,11 @@ async fn list(ctx: &ExecContext, repo: &str) -> Reply {
         .await
     {
         Ok(mirrors) => {
-            let items: Vec<Value> = mirrors.iter().map(mirror_json).collect();
-            (json_line(&json!({ "repo": repo, "mirrors": items })), 0)
+            let list = wire::MirrorList {
+                repo: repo.to_string(),
+                mirrors: mirrors.iter().map(mirror_shown).collect(),
+            };
+            (reply_line(&list), 0)
         }
         Err(e) => internal(e),
     }
@@ -270,25 +274,33 @@ async fn sync(ctx: &ExecContext, repo: &str, id: Option<&str>) -> Reply {
             Ok(o) => o,
             Err(e) => return internal(e),
         };
-        results.push(match &outcome {
-            Outcome::Synced { refs_updated } => json!({
-                "id": mirror.id, "direction": mirror.direction,
-                "outcome": "synced", "refs_updated": refs_updated,
-            }),
+        let (what, refs_updated, error) = match &outcome {
+            Outcome::Synced { refs_updated } => ("synced", Some(*refs_updated as u64), None),
             Outcome::Failed(e) => {
                 failures.push(format!("mirror {} failed: {e}", mirror.id));
-                json!({ "id": mirror.id, "direction": mirror.direction, "outcome": "failed", "error": e })
+                ("failed", None, Some(e.clone()))
             }
             Outcome::Busy => {
                 failures.push(format!("mirror {} is still syncing elsewhere", mirror.id));
-                json!({ "id": mirror.id, "direction": mirror.direction, "outcome": "busy" })
+                ("busy", None, None)
             }
+        };
+        results.push(wire::SyncOutcome {
+            id: mirror.id.clone(),
+            direction: mirror.direction.clone(),
+            outcome: what.to_string(),
+            refs_updated,
+            error,
         });
     }
     if !failures.is_empty() {
         return err(failures.join("; "));
     }
-    (json_line(&json!({ "repo": repo, "synced": results })), 0)
+    let synced = wire::MirrorSynced {
+        repo: repo.to_string(),
+        synced: results,
+    };
+    (reply_line(&synced), 0)
 }
 
 async fn remove(ctx: &ExecContext, repo: &str, id: &str) -> Reply {
@@ -308,7 +320,11 @@ async fn remove(ctx: &ExecContext, repo: &str, id: &str) -> Reply {
                 by = ctx.caller.principal(),
                 "mirror removed"
             );
-            (json_line(&json!({ "repo": repo, "removed": id })), 0)
+            let removed = wire::MirrorRemoved {
+                repo: repo.to_string(),
+                removed: id.to_string(),
+            };
+            (reply_line(&removed), 0)
         }
         Ok(false) => (NOT_FOUND.into(), 1),
         Err(e) => internal(e),

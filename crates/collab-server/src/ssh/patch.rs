@@ -28,14 +28,15 @@
 
 use crate::people::{annotate_line, DisplayNames};
 use collab_proto::replies::fenced::Fenced;
+use collab_proto::replies::patch as wire;
 
 use russh::server::Msg;
 use russh::Channel;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use super::context::ExecContext;
-use super::issue::{authorized_entry, body_arg, person_json, read_body, time_json, BodyArg, Reply};
-use super::reply::{json_line, reply_and_close};
+use super::issue::{authorized_entry, body_arg, person, read_body, time_text, BodyArg, Reply};
+use super::reply::{reply_and_close, reply_line};
 use crate::authz::{self, Access};
 use crate::db::merge_intents;
 use crate::db::patches::{
@@ -259,8 +260,8 @@ fn error(message: impl std::fmt::Display) -> Reply {
     (format!("error: {message}"), 1)
 }
 
-fn ok(value: Value) -> Reply {
-    (json_line(&value), 0)
+fn ok(reply: &impl Serialize) -> Reply {
+    (reply_line(reply), 0)
 }
 
 fn internal(repo: &str, e: anyhow::Error) -> Reply {
@@ -386,11 +387,11 @@ async fn answer(
                     } else {
                         None
                     };
-                    ok(json!({
-                        "repo": repo,
-                        "patches": rows.iter().map(summary_json).collect::<Vec<_>>(),
-                        "next": next,
-                    }))
+                    ok(&wire::PatchList {
+                        patches: rows.iter().map(summary).collect(),
+                        next,
+                        repo,
+                    })
                 }
                 Ok(Err(e)) => patch_error(&repo, e),
                 Err(e) => internal(&repo, e),
@@ -413,7 +414,7 @@ async fn answer(
                     Ok(intent) => intent,
                     Err(e) => return internal(&repo, e),
                 };
-                ok(detail_json(&detail, &rule, &checks, intent.as_ref()))
+                ok(&shown(&detail, &rule, &checks, intent.as_ref()))
             }
             Err(reply) => reply,
         },
@@ -563,7 +564,7 @@ where
     match done {
         Ok(mut written) => {
             written.seq = ctx.app.writer.final_seq(written.seq);
-            ok(written_json(status, repo, &written))
+            ok(&written_reply(status, repo, &written))
         }
         Err(e) => match e.downcast::<PatchError>() {
             Ok(e) => patch_error(repo, e),
@@ -572,15 +573,15 @@ where
     }
 }
 
-fn written_json(status: &str, repo: &str, w: &Written) -> Value {
-    json!({
-        "status": status,
-        "repo": repo,
-        "patch": w.patch,
-        "revision": w.revision,
-        "event": w.event,
-        "seq": w.seq,
-    })
+fn written_reply(status: &str, repo: &str, w: &Written) -> wire::PatchWritten {
+    wire::PatchWritten {
+        status: status.to_string(),
+        repo: repo.to_string(),
+        patch: w.patch.clone(),
+        revision: w.revision,
+        event: w.event.clone(),
+        seq: w.seq,
+    }
 }
 
 /// An inline comment's path must exist in the revision it is on (or in
@@ -651,13 +652,27 @@ fn open_repo(path: &std::path::Path) -> Result<git2::Repository, Reply> {
 }
 
 /// Bound a diff reply.
-fn bounded(value: Value, text_len: usize) -> Reply {
+fn bounded(reply: &impl Serialize, text_len: usize) -> Reply {
     if text_len > MAX_DIFF_BYTES {
         return error(format!(
             "the diff is larger than {MAX_DIFF_BYTES} bytes; fetch the revision (refs/collab/revisions/) and diff it locally"
         ));
     }
-    ok(value)
+    ok(reply)
+}
+
+/// The files of a diff as its reply shows them.
+fn files(files: &[diff::FileChange]) -> Vec<wire::FileChange> {
+    files
+        .iter()
+        .map(|f| wire::FileChange {
+            path: f.path.clone(),
+            old_path: f.old_path.clone(),
+            status: f.status.to_string(),
+            additions: f.additions as u64,
+            deletions: f.deletions as u64,
+        })
+        .collect()
 }
 
 fn revision_diff(
@@ -671,9 +686,15 @@ fn revision_diff(
     let d = diff::commits_revision_diff(&repo, n, oid(&r.base_commit)?, oid(&r.head)?)
         .map_err(error)?;
     let len = d.diff.text.len();
-    let mut value = serde_json::to_value(&d).unwrap_or(Value::Null);
-    value["patch"] = json!(detail.patch.id);
-    Ok(bounded(value, len))
+    let reply = wire::RevisionDiff {
+        patch: detail.patch.id.clone(),
+        revision: d.revision,
+        base_commit: d.base_commit,
+        head: d.head,
+        files: files(&d.diff.files),
+        text: d.diff.text,
+    };
+    Ok(bounded(&reply, len))
 }
 
 fn interdiff(
@@ -696,9 +717,16 @@ fn interdiff(
     };
     let d = diff::commits_interdiff(&repo, side(a)?, side(b)?).map_err(error)?;
     let len = d.diff.text.len();
-    let mut value = serde_json::to_value(&d).unwrap_or(Value::Null);
-    value["patch"] = json!(detail.patch.id);
-    Ok(bounded(value, len))
+    let reply = wire::Interdiff {
+        patch: detail.patch.id.clone(),
+        from: d.from,
+        to: d.to,
+        rebased: d.rebased,
+        conflicts: d.conflicts,
+        files: files(&d.diff.files),
+        text: d.diff.text,
+    };
+    Ok(bounded(&reply, len))
 }
 
 // ---------------------------------------------------------------- merge
@@ -750,21 +778,38 @@ async fn merge_now(ctx: &ExecContext, entry: &RepoEntry, id: String, fence: Opti
     match patch_merge::run(request).await {
         Ok(merged) => {
             let (done, found) = (&merged.prepared, &merged.committed.found);
-            ok(json!({
-                "status": "merged",
-                "repo": repo,
-                "patch": merged.committed.written.patch,
-                "revision": merged.committed.written.revision,
-                "seq": ctx.app.writer.final_seq(merged.committed.written.seq),
-                "branch": done.base_ref.strip_prefix("refs/heads/").unwrap_or(&done.base_ref),
-                "commit": done.commit.to_string(),
-                "kind": done.kind.as_str(),
-                "old": done.old_tip.to_string(),
-                "new": done.new_tip.to_string(),
-                "also_merged": found.merged.iter().map(|(p, c, how)| json!({"patch": p, "commit": c, "how": how})).collect::<Vec<_>>(),
-                "closed_issues": found.closed.iter().map(|(i, c)| json!({"issue": i, "commit": c})).collect::<Vec<_>>(),
-                "warnings": found.warnings,
-            }))
+            let written = &merged.committed.written;
+            let branch = done.base_ref.strip_prefix("refs/heads/");
+            ok(&wire::Merged {
+                status: "merged".to_string(),
+                patch: written.patch.clone(),
+                revision: written.revision,
+                seq: ctx.app.writer.final_seq(written.seq),
+                branch: branch.unwrap_or(&done.base_ref).to_string(),
+                commit: done.commit.to_string(),
+                kind: done.kind.as_str().to_string(),
+                old: done.old_tip.to_string(),
+                new: done.new_tip.to_string(),
+                also_merged: found
+                    .merged
+                    .iter()
+                    .map(|(patch, commit, how)| wire::AlsoMerged {
+                        patch: patch.clone(),
+                        commit: commit.clone(),
+                        how: how.to_string(),
+                    })
+                    .collect(),
+                closed_issues: found
+                    .closed
+                    .iter()
+                    .map(|(issue, commit)| wire::ClosedIssue {
+                        issue: issue.clone(),
+                        commit: commit.clone(),
+                    })
+                    .collect(),
+                warnings: found.warnings.clone(),
+                repo,
+            })
         }
         Err(RunError::Refused(e)) => merge_error(&repo, e),
         Err(e @ RunError::KeptMoving) => error(e.to_string()),
@@ -893,18 +938,18 @@ async fn queue_merge(
         })
         .await;
     match written {
-        Ok(Ok((revision, seq, replaced))) => ok(json!({
-            "status": "queued",
-            "repo": repo,
-            "patch": detail.patch.id,
-            "revision": revision,
-            "seq": ctx.app.writer.final_seq(seq),
-            "replaced": replaced,
-            "requested_by": actor.principal,
-            "lease_token": fence,
-            "waiting_for": waiting,
-            "queue": queue,
-        })),
+        Ok(Ok((revision, seq, replaced))) => ok(&wire::MergeQueued {
+            status: "queued".to_string(),
+            repo,
+            patch: detail.patch.id,
+            revision,
+            seq: ctx.app.writer.final_seq(seq),
+            replaced,
+            requested_by: actor.principal,
+            lease_token: fence,
+            waiting_for: waiting,
+            queue,
+        }),
         Ok(Err(e)) => patch_error(&repo, e),
         Err(e) => internal(&repo, e),
     }
@@ -928,12 +973,12 @@ async fn cancel_merge(ctx: &ExecContext, repo: &str, id: String) -> Reply {
         })
         .await;
     match written {
-        Ok(Ok((patch, Some(seq)))) => ok(json!({
-            "status": "dequeued",
-            "repo": repo,
-            "patch": patch,
-            "seq": ctx.app.writer.final_seq(seq),
-        })),
+        Ok(Ok((patch, Some(seq)))) => ok(&wire::MergeDequeued {
+            status: "dequeued".to_string(),
+            repo: repo.to_string(),
+            patch,
+            seq: ctx.app.writer.final_seq(seq),
+        }),
         Ok(Ok((patch, None))) => error(format!("patch {} has no queued merge", short(&patch))),
         Ok(Err(e)) => patch_error(repo, e),
         Err(e) => internal(repo, e),
@@ -950,10 +995,7 @@ fn merge_error(repo: &str, e: MergeError) -> Reply {
             token,
             message,
         } => (
-            json_line(
-                &serde_json::to_value(Fenced::new(repo, issue, holder, token, Some(message)))
-                    .expect("a reply serializes"),
-            ),
+            reply_line(&Fenced::new(repo, issue, holder, token, Some(message))),
             EXIT_FENCED,
         ),
     }
@@ -974,31 +1016,31 @@ struct Row {
 }
 
 /// One row of `list` (the CLI's `patch list --json` row).
-fn summary_json(row: &Row) -> Value {
+fn summary(row: &Row) -> wire::PatchSummary {
     let p = &row.patch;
-    json!({
-        "id": p.id,
-        "title": p.title,
-        "status": p.status,
-        "author": person_json(&p.author),
-        "base": p.base,
-        "revisions": p.revision_count,
-        "head": row.head,
-        "created_at": time_json(p.created_ms),
-        "updated_at": time_json(p.updated_ms),
-        "approvals": row.votes.0,
-        "changes_requested": row.votes.1,
-    })
+    wire::PatchSummary {
+        id: p.id.clone(),
+        title: p.title.clone(),
+        status: p.status.as_str().to_string(),
+        author: person(&p.author),
+        base: p.base.clone(),
+        revisions: p.revision_count,
+        head: row.head.clone(),
+        created_at: time_text(p.created_ms),
+        updated_at: time_text(p.updated_ms),
+        approvals: row.votes.0,
+        changes_requested: row.votes.1,
+    }
 }
 
 /// `show`: the patch, its revisions, current votes, comments, linked
 /// issues and the merge rule's verdict.
-fn detail_json(
+fn shown(
     d: &PatchDetail,
     rule: &MergeRule,
     checks: &[crate::db::checks::Check],
     intent: Option<&merge_intents::Intent>,
-) -> Value {
+) -> wire::PatchShown {
     let p = &d.patch;
     // On a queued branch the required checks are the merge group's: a
     // patch is ready to join a group on its votes alone.
@@ -1007,71 +1049,87 @@ fn detail_json(
     } else {
         patches::verdict(d, rule, checks)
     };
-    json!({
-        "id": p.id,
-        "repo": p.repo,
-        "title": p.title,
-        "body": p.body,
-        "author": person_json(&p.author),
-        "base": p.base,
-        "created_at": time_json(p.created_ms),
-        "updated_at": time_json(p.updated_ms),
-        "status": p.status,
-        "imported": p.imported,
-        "merge": p.merge.as_ref().map(|m| json!({
-            "commit": m.commit,
-            "author": { "principal": m.by, "name": m.by },
-            "at": time_json(m.at_ms),
-        })),
-        "revisions": d.revisions.iter().map(|r| json!({
-            "n": r.n,
-            "head": r.head,
-            "base_commit": r.base_commit,
-            "base_tip": r.base_tip,
-            "author": person_json(&r.author),
-            "at": time_json(r.at_ms),
-            "lease_holders": r.lease_holders,
-        })).collect::<Vec<_>>(),
-        "reviews": d.reviews.iter().map(|r| json!({
-            "id": r.id,
-            "revision": r.revision,
-            "author": person_json(&r.author),
-            "at": time_json(r.at_ms),
-            "verdict": r.verdict,
-            "body": r.body,
-        })).collect::<Vec<_>>(),
-        "comments": d.comments.iter().map(|c| json!({
-            "id": c.id,
-            "author": person_json(&c.author),
-            "at": time_json(c.at_ms),
-            "body": c.body,
-            "revision": c.revision,
-            "path": c.inline.as_ref().map(|i| i.path.clone()),
-            "line": c.inline.as_ref().and_then(|i| i.line),
-        })).collect::<Vec<_>>(),
-        "issues": d.issues,
-        "checks": checks.iter().map(super::check::check_json).collect::<Vec<_>>(),
-        "merge_rule": {
-            "approvals": rule.approvals,
-            "no_changes_requested": rule.no_changes_requested,
-            "author_may_approve": rule.author_may_approve,
-            "others_may_revise": rule.others_may_revise,
-            "required_checks": rule.required_checks,
-            "skipped_is_success": rule.skipped_is_success,
-            "lease_holder_is_author": rule.lease_holder_is_author,
-            "queue": rule.queue,
-            "max_batch": rule.max_batch,
-            "max_parallel": rule.max_parallel,
-            "queue_method": rule.queue_method.as_str(),
-            "speculate": rule.speculate,
-            "ready": verdict.is_ok(),
-            "reason": verdict.err(),
+    wire::PatchShown {
+        id: p.id.clone(),
+        repo: p.repo.clone(),
+        title: p.title.clone(),
+        body: p.body.clone(),
+        author: person(&p.author),
+        base: p.base.clone(),
+        created_at: time_text(p.created_ms),
+        updated_at: time_text(p.updated_ms),
+        status: p.status.as_str().to_string(),
+        imported: p.imported,
+        merge: p.merge.as_ref().map(|m| wire::MergeRecord {
+            commit: m.commit.clone(),
+            author: wire::Merger {
+                principal: m.by.clone(),
+                name: m.by.clone(),
+                display_name: None,
+            },
+            at: time_text(m.at_ms),
+        }),
+        revisions: d
+            .revisions
+            .iter()
+            .map(|r| wire::RevisionRow {
+                n: r.n,
+                head: r.head.clone(),
+                base_commit: r.base_commit.clone(),
+                base_tip: r.base_tip.clone(),
+                author: person(&r.author),
+                at: time_text(r.at_ms),
+                lease_holders: r.lease_holders.clone(),
+            })
+            .collect(),
+        reviews: d
+            .reviews
+            .iter()
+            .map(|r| wire::ReviewRow {
+                id: r.id.clone(),
+                revision: r.revision,
+                author: person(&r.author),
+                at: time_text(r.at_ms),
+                verdict: r.verdict.as_str().to_string(),
+                body: r.body.clone(),
+            })
+            .collect(),
+        comments: d
+            .comments
+            .iter()
+            .map(|c| wire::PatchComment {
+                id: c.id.clone(),
+                author: person(&c.author),
+                at: time_text(c.at_ms),
+                body: c.body.clone(),
+                revision: c.revision,
+                path: c.inline.as_ref().map(|i| i.path.clone()),
+                line: c.inline.as_ref().and_then(|i| i.line),
+            })
+            .collect(),
+        issues: d.issues.clone(),
+        checks: checks.iter().map(super::check::check_row).collect(),
+        merge_rule: wire::MergeRuleShown {
+            approvals: rule.approvals,
+            no_changes_requested: rule.no_changes_requested,
+            author_may_approve: rule.author_may_approve,
+            others_may_revise: rule.others_may_revise,
+            required_checks: rule.required_checks.clone(),
+            skipped_is_success: rule.skipped_is_success,
+            lease_holder_is_author: rule.lease_holder_is_author,
+            queue: rule.queue,
+            max_batch: rule.max_batch,
+            max_parallel: rule.max_parallel,
+            queue_method: rule.queue_method.as_str().to_string(),
+            speculate: rule.speculate,
+            ready: verdict.is_ok(),
+            reason: verdict.err(),
         },
-        "queued_merge": intent.map(|i| json!({
-            "revision": i.revision,
-            "requested_by": i.requester.principal,
-            "lease_token": i.lease_token,
-            "queued_at": time_json(i.created_at.saturating_mul(1000)),
-        })),
-    })
+        queued_merge: intent.map(|i| wire::QueuedMerge {
+            revision: i.revision,
+            requested_by: i.requester.principal.clone(),
+            lease_token: i.lease_token,
+            queued_at: time_text(i.created_at.saturating_mul(1000)),
+        }),
+    }
 }

@@ -3,12 +3,12 @@
 //! and its merge groups: every one under test (several while a round of
 //! exclusion groups searches a failure), then the latest. Needs read.
 
+use collab_proto::replies::queue as wire;
 use russh::server::Msg;
 use russh::Channel;
-use serde_json::{json, Value};
 
 use super::context::{authorize_or_reply, ExecContext};
-use super::reply::{json_line, reply_and_close};
+use super::reply::{reply_and_close, reply_line};
 use crate::db::merge_queue::{self as store, Group};
 use crate::repos::RepoEntry;
 use collab_proto::verbs::Invocation;
@@ -46,20 +46,28 @@ impl QueueCmd {
     }
 }
 
-/// A group's JSON shape (`collab-queue show`).
-pub fn group_json(g: &Group) -> Value {
-    json!({
-        "group": g.n,
-        "ref": collab_record::refs::queue_group_ref(&g.branch, g.n),
-        "commit": g.commit,
-        "base": g.base,
-        "state": g.state,
-        "reason": g.reason,
-        "patches": g.members,
-        "excluded": g.excluded,
-        "created_at": crate::events::rfc3339(g.created_at),
-        "finished_at": g.finished_at.map(crate::events::rfc3339),
-    })
+/// A group as `collab-queue show` shows it.
+pub fn group_shown(g: &Group) -> wire::GroupShown {
+    wire::GroupShown {
+        group: g.n,
+        reference: collab_record::refs::queue_group_ref(&g.branch, g.n),
+        commit: g.commit.clone(),
+        base: g.base.clone(),
+        state: g.state.clone(),
+        reason: g.reason.clone(),
+        patches: g
+            .members
+            .iter()
+            .map(|m| wire::GroupMember {
+                patch: m.patch.clone(),
+                revision: m.revision,
+                commit: m.commit.clone(),
+            })
+            .collect(),
+        excluded: g.excluded.clone(),
+        created_at: crate::events::rfc3339(g.created_at),
+        finished_at: g.finished_at.map(crate::events::rfc3339),
+    }
 }
 
 /// Run one `collab-queue` command.
@@ -117,30 +125,43 @@ async fn show(ctx: &ExecContext, entry: &RepoEntry, branch: String) -> (String, 
         }
     };
     let current = live.first();
-    let reply = json!({
-        "repo": entry.name,
-        "branch": branch,
-        "queue": rule.queue,
-        "max_batch": rule.max_batch,
-        "max_parallel": rule.max_parallel,
-        "queue_method": rule.queue_method.as_str(),
-            "speculate": rule.speculate,
-        "required_checks": rule.required_checks,
-        "entries": entries.iter().enumerate().map(|(i, e)| json!({
-            "position": i + 1,
-            "patch": e.patch,
-            "revision": e.revision,
-            "requested_by": e.requester.principal,
-            "queued_at": crate::events::rfc3339(e.created_at),
-            "in_group": live.iter().find(|g| g.members.iter().any(|m| m.patch == e.patch)).map(|g| g.n),
-            "in_groups": live.iter().filter(|g| g.members.iter().any(|m| m.patch == e.patch)).map(|g| g.n).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-        "current_group": current.map(group_json),
-        "live_groups": live.iter().map(group_json).collect::<Vec<_>>(),
-        "groups": groups.iter().map(group_json).collect::<Vec<_>>(),
-        "bisecting": search.suspects,
-        "search": (search.how != store::How::None).then(|| search.how.as_str()),
-        "driven_by": driver.map(|(node, _)| node),
-    });
-    (json_line(&reply), 0)
+    let holding = |patch: &str| {
+        live.iter()
+            .filter(|g| g.members.iter().any(|m| m.patch == patch))
+            .map(|g| g.n)
+            .collect::<Vec<_>>()
+    };
+    let reply = wire::QueueShown {
+        repo: entry.name.clone(),
+        queue: rule.queue,
+        max_batch: rule.max_batch,
+        max_parallel: rule.max_parallel,
+        queue_method: rule.queue_method.as_str().to_string(),
+        speculate: rule.speculate,
+        required_checks: rule.required_checks.clone(),
+        entries: entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let in_groups = holding(&e.patch);
+                wire::QueueEntry {
+                    position: i as u64 + 1,
+                    patch: e.patch.clone(),
+                    revision: e.revision,
+                    requested_by: e.requester.principal.clone(),
+                    queued_at: crate::events::rfc3339(e.created_at),
+                    in_group: in_groups.first().copied(),
+                    in_groups,
+                }
+            })
+            .collect(),
+        current_group: current.map(group_shown),
+        live_groups: live.iter().map(group_shown).collect(),
+        groups: groups.iter().map(group_shown).collect(),
+        bisecting: search.suspects,
+        search: (search.how != store::How::None).then(|| search.how.as_str().to_string()),
+        driven_by: driver.map(|(node, _)| node),
+        branch,
+    };
+    (reply_line(&reply), 0)
 }

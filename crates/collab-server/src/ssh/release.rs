@@ -16,14 +16,14 @@
 //! cleans up when dropped). Access is `authz`'s; storage is `releases`'.
 
 use chrono::SubsecRound as _;
+use collab_proto::replies::release as wire;
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
-use serde_json::json;
 use tokio::io::{AsyncWriteExt as _, BufReader};
 
 use super::command::ReleaseCmd;
 use super::context::ExecContext;
-use super::reply::{json_line, reply_and_close};
+use super::reply::{reply_and_close, reply_line};
 use crate::authz::Access;
 use crate::releases::{
     valid_file_name, valid_tag_name, Release, ReleaseError, ReleaseStore, Upload,
@@ -227,26 +227,42 @@ async fn create(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &str,
             )
             .record_or_log(&ctx.app.writer)
             .await;
-            let reply = json!({
-                "status": "created",
-                "repo": entry.name,
-                "tag": tag,
-                "file": record,
-            });
-            reply_and_close(channel, &json_line(&reply), 0).await
+            let reply = wire::ReleaseCreated {
+                status: "created".to_string(),
+                repo: entry.name.clone(),
+                tag: tag.to_string(),
+                file: file_shown(&record),
+            };
+            reply_and_close(channel, &reply_line(&reply), 0).await
         }
         Err(e) => reply_and_close(channel, &error_line(&e), 1).await,
     }
 }
 
-/// The JSON shape of a release in replies.
-fn release_json(release: &Release) -> serde_json::Value {
-    json!({
-        "tag": release.tag,
-        "created_at": release.created_at(),
-        "size": release.size(),
-        "files": release.files,
-    })
+/// A time as the replies write it (as serde writes a `DateTime<Utc>`).
+fn time_text(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+/// A stored file as the replies show it.
+fn file_shown(file: &crate::releases::ReleaseFile) -> wire::ReleaseFile {
+    wire::ReleaseFile {
+        name: file.name.clone(),
+        size: file.size,
+        sha256: file.sha256.clone(),
+        uploaded_at: time_text(file.uploaded_at),
+        uploader: file.uploader.clone(),
+    }
+}
+
+/// A release as the replies show it.
+fn release_shown(release: &Release) -> wire::Release {
+    wire::Release {
+        tag: release.tag.clone(),
+        created_at: release.created_at().map(time_text),
+        size: release.size(),
+        files: release.files.iter().map(file_shown).collect(),
+    }
 }
 
 async fn list(ctx: &ExecContext, channel: Channel<Msg>, repo: &str) {
@@ -257,9 +273,11 @@ async fn list(ctx: &ExecContext, channel: Channel<Msg>, repo: &str) {
     let name = entry.name.clone();
     match blocking(move || store.list(&name)).await {
         Ok(releases) => {
-            let releases: Vec<_> = releases.iter().map(release_json).collect();
-            let reply = json!({ "repo": entry.name, "releases": releases });
-            reply_and_close(channel, &json_line(&reply), 0).await
+            let reply = wire::ReleaseList {
+                repo: entry.name.clone(),
+                releases: releases.iter().map(release_shown).collect(),
+            };
+            reply_and_close(channel, &reply_line(&reply), 0).await
         }
         Err(e) => reply_and_close(channel, &error_line(&e), 1).await,
     }
@@ -299,13 +317,13 @@ async fn delete(
             )
             .record_or_log(&ctx.app.writer)
             .await;
-            let reply = json!({
-                "status": "deleted",
-                "repo": entry.name,
-                "tag": tag,
-                "files": deleted,
-            });
-            reply_and_close(channel, &json_line(&reply), 0).await
+            let reply = wire::ReleaseDeleted {
+                status: "deleted".to_string(),
+                repo: entry.name.clone(),
+                tag: tag.to_string(),
+                files: deleted,
+            };
+            reply_and_close(channel, &reply_line(&reply), 0).await
         }
         Err(e) => reply_and_close(channel, &error_line(&e), 1).await,
     }

@@ -48,6 +48,11 @@ pub fn json_line(value: &serde_json::Value) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "{}".to_string())
 }
 
+/// Serialize a typed reply (`collab_proto::replies`) as one line of JSON.
+pub fn reply_line<T: serde::Serialize>(reply: &T) -> String {
+    serde_json::to_string(reply).unwrap_or_else(|_| "{}".to_string())
+}
+
 tokio::task_local! {
     /// The exit status the running verb sent, for the verbs-by-outcome metric.
     pub(super) static EXIT_STATUS: std::cell::Cell<Option<u32>>;

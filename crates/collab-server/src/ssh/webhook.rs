@@ -23,13 +23,15 @@
 //! glob matches (`webhooks.max_per_repo`). `test` and `redeliver` report
 //! the HTTP status only.
 
+use collab_proto::replies::webhook as wire;
 use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::json;
 
 use super::command::HookCmd;
 use super::context::ExecContext;
-use super::reply::{json_line, reply_and_close};
+use super::reply::{reply_and_close, reply_line};
 use crate::authz;
 use crate::db::webhooks::{self as store, Attempt, Webhook};
 use crate::events::TypeFilter;
@@ -77,8 +79,8 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: HookCmd) {
 
 type Reply = (String, u32);
 
-fn ok(value: Value) -> Reply {
-    (json_line(&value), 0)
+fn ok(reply: &impl Serialize) -> Reply {
+    (reply_line(reply), 0)
 }
 
 fn err(message: impl std::fmt::Display) -> Reply {
@@ -91,37 +93,45 @@ fn internal(e: anyhow::Error) -> Reply {
 }
 
 /// The subscription's public shape (never the secret itself).
-fn hook_json(hook: &Webhook) -> Value {
-    json!({
-        "id": hook.id,
-        "origin": hook.origin,
-        "owner": hook.owner,
-        "repo": hook.repo_glob,
-        "url": hook.url,
-        "events": hook.events,
-        "secret": hook.secret.is_some(),
-        "active": hook.active,
-        "disabled_reason": hook.disabled_reason,
-        "cursor": hook.cursor,
-        "attempts": hook.attempts,
-        "failing_since": hook.failing_since.map(crate::events::rfc3339),
-        "next_attempt_at": hook.next_attempt_at.map(crate::events::rfc3339),
-        "needs_approval": hook.pending_approval(),
-        "approved_by": hook.approved_by,
-    })
+fn hook_shown(hook: &Webhook) -> wire::WebhookShown {
+    wire::WebhookShown {
+        id: hook.id.clone(),
+        origin: hook.origin.clone(),
+        owner: hook.owner.clone(),
+        repo: hook.repo_glob.clone(),
+        url: hook.url.clone(),
+        events: hook.events.clone(),
+        secret: hook.secret.is_some(),
+        active: hook.active,
+        disabled_reason: hook.disabled_reason.clone(),
+        cursor: hook.cursor,
+        attempts: hook.attempts,
+        failing_since: hook.failing_since.map(crate::events::rfc3339),
+        next_attempt_at: hook.next_attempt_at.map(crate::events::rfc3339),
+        needs_approval: hook.pending_approval(),
+        approved_by: hook.approved_by.clone(),
+    }
 }
 
-fn attempt_json(attempt: &Attempt) -> Value {
-    json!({
-        "webhook_id": attempt.message_id,
-        "seq": attempt.seq,
-        "at": crate::events::rfc3339(attempt.at),
-        "status": attempt.status,
-        "outcome": attempt.outcome,
+fn attempt_row(attempt: &Attempt) -> wire::DeliveryRow {
+    wire::DeliveryRow {
+        webhook_id: attempt.message_id.clone(),
+        seq: attempt.seq,
+        at: crate::events::rfc3339(attempt.at),
+        status: attempt.status,
+        outcome: attempt.outcome.clone(),
         // Without a response, how long it took would tell a closed port
         // from a silent one: not shown (the server log has it).
-        "latency_ms": attempt.status.map(|_| attempt.latency_ms),
-        "response": attempt.response,
+        latency_ms: attempt.status.map(|_| attempt.latency_ms),
+        response: attempt.response.clone(),
+    }
+}
+
+/// `{"status", "id"}` of `remove`, `enable` and `approve`.
+fn changed(status: &str, id: &str) -> Reply {
+    ok(&wire::WebhookChanged {
+        status: status.to_string(),
+        id: id.to_string(),
     })
 }
 
@@ -305,7 +315,10 @@ async fn add(
             } else {
                 "added"
             };
-            ok(json!({ "status": status, "webhook": hook_json(&hook) }))
+            ok(&wire::WebhookAdded {
+                status: status.to_string(),
+                webhook: hook_shown(&hook),
+            })
         }
         Err(e) => internal(e),
     }
@@ -317,12 +330,12 @@ async fn list(ctx: &ExecContext) -> Reply {
         Err(e) => return internal(e),
     };
     let admin = authz::is_server_admin(&ctx.app, &ctx.caller);
-    let shown: Vec<Value> = hooks
+    let webhooks = hooks
         .iter()
         .filter(|h| admin || h.owner == ctx.caller.principal())
-        .map(hook_json)
+        .map(hook_shown)
         .collect();
-    ok(json!({ "webhooks": shown }))
+    ok(&wire::WebhookList { webhooks })
 }
 
 async fn remove(ctx: &ExecContext, id: &str) -> Reply {
@@ -351,7 +364,7 @@ async fn remove(ctx: &ExecContext, id: &str) -> Reply {
     {
         Ok(_) => {
             ctx.app.webhooks.poke();
-            ok(json!({ "status": "removed", "id": id }))
+            changed("removed", id)
         }
         Err(e) => internal(e),
     }
@@ -379,7 +392,7 @@ async fn enable(ctx: &ExecContext, id: &str) -> Reply {
     {
         Ok(_) => {
             ctx.app.webhooks.poke();
-            ok(json!({ "status": "enabled", "id": id }))
+            changed("enabled", id)
         }
         Err(e) => internal(e),
     }
@@ -411,7 +424,7 @@ async fn approve(ctx: &ExecContext, id: &str) -> Reply {
                 webhook = id,
                 "webhook approved"
             );
-            ok(json!({ "status": "approved", "id": id }))
+            changed("approved", id)
         }
         Err(e) => internal(e),
     }
@@ -460,14 +473,14 @@ async fn send_and_log(
     Ok(result)
 }
 
-fn result_json(message: &str, result: &AttemptResult) -> Value {
-    json!({
-        "webhook_id": message,
-        "outcome": result.outcome,
-        "status": result.status,
-        "latency_ms": result.latency_ms,
-        "response": result.response,
-    })
+fn delivered(message: &str, result: &AttemptResult) -> wire::Delivered {
+    wire::Delivered {
+        webhook_id: message.to_string(),
+        outcome: result.outcome.to_string(),
+        status: result.status,
+        latency_ms: result.latency_ms,
+        response: result.response.clone(),
+    }
 }
 
 async fn test(ctx: &ExecContext, id: &str) -> Reply {
@@ -496,10 +509,10 @@ async fn deliveries(ctx: &ExecContext, id: &str, limit: i64) -> Reply {
     };
     let owned = hook.id.clone();
     match webhooks::read(&ctx.app, move |conn| store::attempts(conn, &owned, limit)).await {
-        Ok(attempts) => {
-            let shown: Vec<Value> = attempts.iter().map(attempt_json).collect();
-            ok(json!({ "id": hook.id, "deliveries": shown }))
-        }
+        Ok(attempts) => ok(&wire::Deliveries {
+            deliveries: attempts.iter().map(attempt_row).collect(),
+            id: hook.id,
+        }),
         Err(e) => internal(e),
     }
 }
@@ -557,7 +570,7 @@ async fn redeliver(ctx: &ExecContext, message: &str) -> Reply {
 /// only the status (never a response body): `client` keeps no more.
 fn attempt_reply(message: &str, result: &AttemptResult) -> Reply {
     if result.delivered() {
-        return ok(result_json(message, result));
+        return ok(&delivered(message, result));
     }
     let what = match result.status {
         Some(s) if result.response.is_empty() => format!("HTTP {s}"),

@@ -7,6 +7,9 @@
 
 use std::collections::VecDeque;
 
+use collab_proto::replies::admin::RepoList;
+use collab_proto::replies::issue::{IssueList, IssueShown, ReadyList};
+use collab_proto::replies::lease::LeaseList;
 use serde_json::{json, Value};
 
 use super::view::{DiffLine, EventRow, Seg, ViewKind, MAX_DIFF_LINES, MAX_EVENTS, PAGE};
@@ -101,19 +104,22 @@ pub async fn load(
     }
 }
 
+/// `collab-repo list`'s reply: the repositories the caller can read.
+async fn repo_list(ctx: &ExecContext) -> Result<RepoList, String> {
+    let listed = call(ctx, &["collab-repo", "list"], None).await?;
+    serde_json::from_value(listed).map_err(|e| e.to_string())
+}
+
 /// `collab-repo list`, each with its open issues and patches (the web
 /// UI's counts), description and last ref change.
 async fn repos(ctx: &ExecContext) -> Result<Value, String> {
-    let listed = call(ctx, &["collab-repo", "list"], None).await?;
-    let names: Vec<String> = listed["repos"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|r| r["name"].as_str().map(str::to_string))
-                .take(MAX_REPOS)
-                .collect()
-        })
-        .unwrap_or_default();
+    let listed = repo_list(ctx).await?;
+    let names: Vec<String> = listed
+        .repos
+        .into_iter()
+        .map(|r| r.name)
+        .take(MAX_REPOS)
+        .collect();
     let repos_dir = ctx.app.config.repos_dir.clone();
     let reads = ctx.app.reads.clone();
     let rows = tokio::task::spawn_blocking(move || {
@@ -185,10 +191,8 @@ async fn queue(ctx: &ExecContext, repo: &str, label: Option<&str>) -> Result<Val
         argv.extend(["--label", label]);
     }
     let ready = call(ctx, &argv, None).await?;
-    let ready_ids: Vec<&str> = ready["issues"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|i| i["id"].as_str()).collect())
-        .unwrap_or_default();
+    let ready: ReadyList = serde_json::from_value(ready).map_err(|e| e.to_string())?;
+    let ready_ids: Vec<&str> = ready.issues.iter().map(|i| i.id.as_str()).collect();
     let limit = MAX_EXPLAINED.to_string();
     let mut argv = vec![
         "collab-issue",
@@ -203,24 +207,26 @@ async fn queue(ctx: &ExecContext, repo: &str, label: Option<&str>) -> Result<Val
         argv.extend(["--label", label]);
     }
     let open = call(ctx, &argv, None).await?;
+    let open: IssueList = serde_json::from_value(open).map_err(|e| e.to_string())?;
     let mut not_ready = Vec::new();
-    for issue in open["issues"].as_array().into_iter().flatten() {
-        let Some(id) = issue["id"].as_str() else {
-            continue;
-        };
+    for issue in &open.issues {
+        let id = issue.id.as_str();
         if ready_ids.contains(&id) {
             continue;
         }
-        if let Ok(shown) = call(ctx, &["collab-issue", "show", repo, id], None).await {
+        let shown = call(ctx, &["collab-issue", "show", repo, id], None).await;
+        if let Ok(shown) =
+            shown.and_then(|v| serde_json::from_value::<IssueShown>(v).map_err(|e| e.to_string()))
+        {
             not_ready.push(json!({
                 "id": id,
-                "title": shown["title"],
-                "why": shown["not_ready"],
-                "lease": shown["lease"],
+                "title": shown.title,
+                "why": shown.not_ready,
+                "lease": shown.lease,
             }));
         }
     }
-    Ok(json!({ "ready": ready["issues"], "not_ready": not_ready }))
+    Ok(json!({ "ready": ready.issues, "not_ready": not_ready }))
 }
 
 async fn patch(ctx: &ExecContext, repo: &str, id: &str, interdiff: bool) -> Result<Loaded, String> {
@@ -355,20 +361,16 @@ fn segments(html: &str) -> Vec<Seg> {
 /// The live leases of the repositories the caller can read (the first
 /// [`MAX_LEASE_REPOS`]), each through `collab-lease list`.
 async fn leases(ctx: &ExecContext) -> Result<Value, String> {
-    let listed = call(ctx, &["collab-repo", "list"], None).await?;
+    let listed = repo_list(ctx).await?;
     let mut rows = Vec::new();
-    for repo in listed["repos"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .take(MAX_LEASE_REPOS)
-    {
-        let Some(name) = repo["name"].as_str() else {
-            continue;
-        };
-        if let Ok(leases) = call(ctx, &["collab-lease", "list", name], None).await {
-            for lease in leases["leases"].as_array().into_iter().flatten() {
-                let mut row = lease.clone();
+    for repo in listed.repos.iter().take(MAX_LEASE_REPOS) {
+        let name = repo.name.as_str();
+        let listed = call(ctx, &["collab-lease", "list", name], None).await;
+        if let Ok(listed) =
+            listed.and_then(|v| serde_json::from_value::<LeaseList>(v).map_err(|e| e.to_string()))
+        {
+            for lease in listed.leases {
+                let mut row = json!(lease);
                 row["repo"] = json!(name);
                 rows.push(row);
             }
