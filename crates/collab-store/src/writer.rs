@@ -887,13 +887,20 @@ fn run_group(
             outcomes.push(None);
             continue;
         }
-        let locked_with_it = match (behavior, op.issue()) {
-            (TransactionBehavior::Concurrent, Some((repo, id))) => {
-                tx.savepoint_locking(savepoint, repo, id).map_err(in_ops)?
+        // An operation that is one function call (PostgreSQL) sends its
+        // savepoint in the call's round trip; a lease operation of
+        // statements sends it with the try of its issue's lock.
+        let opened = if op.in_one_call(&tx) {
+            tx.defer_savepoint(savepoint)
+        } else {
+            match (behavior, op.issue()) {
+                (TransactionBehavior::Concurrent, Some((repo, id))) => {
+                    tx.savepoint_locking(savepoint, repo, id).map_err(in_ops)?
+                }
+                _ => false,
             }
-            _ => false,
         };
-        if !locked_with_it {
+        if !opened {
             next_savepoint(&tx, savepoint).map_err(in_ops)?;
         }
         savepoint = true;
@@ -956,6 +963,17 @@ impl Op {
     /// each op once; `Write` closures can only run once).
     fn take(&mut self) -> Op {
         std::mem::replace(self, Op::ExpireDue)
+    }
+
+    /// Whether the operation runs as one statement on `conn` (an acquire,
+    /// renew, release or break through its PostgreSQL function). PostgreSQL aborts
+    /// the whole transaction when a statement fails, so it still runs
+    /// under its savepoint: the savepoint travels with the call.
+    fn in_one_call(&self, conn: &Connection) -> bool {
+        matches!(
+            self,
+            Op::Acquire(_) | Op::Renew(_) | Op::Release { .. } | Op::Break { .. }
+        ) && leases::in_one_call(conn)
     }
 
     /// The issue a lease operation decides, if it is one.
