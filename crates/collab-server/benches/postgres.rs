@@ -529,9 +529,10 @@ fn render(r: &Report<'_>) -> String {
          {lite} ms on SQLite. The flush is not the difference: the group commit shares \
          one WAL flush among {pg_group:.0} writes on PostgreSQL as it shares one fsync \
          among {lite_group:.0} on SQLite. The statements are: SQLite runs each in \
-         process, while on PostgreSQL every statement of every operation (its \
-         SAVEPOINT, reads, inserts, RELEASE) is a round trip to the server process \
-         ({rtt} µs for a `SELECT 1` on an idle connection) plus its execution there, \
+         process, while on PostgreSQL every operation is a round trip to the server \
+         process (one call of its function with its savepoint; with the statements one \
+         by one, one per statement) ({rtt} µs for a `SELECT 1` on an idle connection) \
+         plus its execution there, \
          on the same {cpus} busy CPUs as the callers. Three nodes reach {ratio:.2}x \
          one node: lease groups no longer take turns on one global lock but lock \
          each issue they decide, and take the event numbers in the COMMIT's round \
