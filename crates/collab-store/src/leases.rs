@@ -23,7 +23,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::sql::{Connection, OptionalExtension, Transaction, TransactionBehavior};
+use crate::sql::{Connection, OptionalExtension, Transaction, TransactionBehavior, Value};
 use serde_json::json;
 
 use super::event_log::{self, NewEvent};
@@ -679,38 +679,69 @@ impl Columns {
     }
 }
 
-/// `acquire_in` as one call of `collab_lease_acquire` (postgres_v16.sql).
-/// `None`: the claim cannot be sent as literals; nothing was done.
-fn acquire_by_function(
+/// A lease operation as one call of its PostgreSQL function (version 16):
+/// the function and its arguments (the connection adds the last one,
+/// whether the issue's lock is only tried). Made by `*_call`, which also
+/// reserves the provisional numbers of the events it may append; its row
+/// is read by `*_done`.
+#[derive(Debug)]
+pub struct Call {
+    pub function: &'static str,
+    pub args: Vec<Value>,
+}
+
+fn int(v: Option<i64>) -> Value {
+    v.map_or(Value::Null, Value::Integer)
+}
+
+fn text(v: Option<&str>) -> Value {
+    v.map_or(Value::Null, Value::from)
+}
+
+/// Run `call`; `None` if it cannot be sent (nothing was done).
+fn call(conn: &Connection, call: Call) -> crate::sql::Result<Option<Vec<Option<String>>>> {
+    conn.call_row(call.function, &call.args)
+}
+
+/// `acquire_in` as a call of `collab_lease_acquire` (postgres_v16.sql),
+/// after the TTL check.
+pub fn acquire_call(
     conn: &Connection,
     claim: &Claim,
     policy: &Policy,
     now: i64,
-) -> crate::sql::Result<Option<Acquire>> {
+) -> crate::sql::Result<Call> {
+    check_ttl(claim.ttl_secs, policy)?;
     // At most two events (an expiry, then the acquire), in this order.
     let (first, second) = (conn.reserve_seq(), conn.reserve_seq());
-    let called = conn.call_row(
-        "collab_lease_acquire",
-        crate::sql::params![
-            claim.repo,
-            claim.issue_id,
-            claim.holder,
-            claim.ttl_secs,
-            claim.note,
-            policy.max_lifetime,
-            policy.lock_delay,
-            now,
-            first,
-            second,
-            super::migrations::new_repo_id(),
+    Ok(Call {
+        function: "collab_lease_acquire",
+        args: vec![
+            Value::from(claim.repo.as_str()),
+            Value::from(claim.issue_id.as_str()),
+            Value::from(claim.holder.as_str()),
+            int(claim.ttl_secs),
+            text(claim.note.as_deref()),
+            int(policy.max_lifetime),
+            Value::Integer(policy.lock_delay),
+            Value::Integer(now),
+            int(first),
+            int(second),
+            Value::from(super::migrations::new_repo_id()),
         ],
-    )?;
-    let Some(row) = called.map(Columns) else {
-        return Ok(None);
-    };
+    })
+}
+
+/// The outcome of an [`acquire_call`] from its row.
+pub fn acquire_done(
+    conn: &Connection,
+    claim: &Claim,
+    row: Vec<Option<String>>,
+) -> crate::sql::Result<Acquire> {
+    let row = Columns(row);
     row.events(conn, 9)?;
     let outcome = row.need_text(0)?;
-    Ok(Some(match outcome.as_str() {
+    Ok(match outcome.as_str() {
         "acquired" | "reacquired" => Acquire::Acquired {
             lease: row.lease(&claim.repo, &claim.issue_id)?,
             fresh: outcome == "acquired",
@@ -725,7 +756,65 @@ fn acquire_by_function(
         },
         "busy" => return Err(busy(&claim.repo, &claim.issue_id)),
         other => return Err(failure(format!("collab_lease_acquire: outcome {other:?}"))),
-    }))
+    })
+}
+
+/// `acquire_in` as one call of `collab_lease_acquire`. `None`: the claim
+/// cannot be sent as literals; nothing was done.
+fn acquire_by_function(
+    conn: &Connection,
+    claim: &Claim,
+    policy: &Policy,
+    now: i64,
+) -> crate::sql::Result<Option<Acquire>> {
+    let Some(row) = call(conn, acquire_call(conn, claim, policy, now)?)? else {
+        return Ok(None);
+    };
+    acquire_done(conn, claim, row).map(Some)
+}
+
+/// `release_in` as a call of `collab_lease_release`.
+pub fn release_call(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    holder: &str,
+    policy: &Policy,
+    now: i64,
+) -> Call {
+    let seq = conn.reserve_seq();
+    Call {
+        function: "collab_lease_release",
+        args: vec![
+            Value::from(repo),
+            Value::from(issue_id),
+            Value::from(holder),
+            int(policy.max_lifetime),
+            Value::Integer(policy.lock_delay),
+            Value::Integer(now),
+            int(seq),
+            Value::from(super::migrations::new_repo_id()),
+        ],
+    }
+}
+
+/// The outcome of a [`release_call`] from its row.
+pub fn release_done(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    row: Vec<Option<String>>,
+) -> crate::sql::Result<Release> {
+    let row = Columns(row);
+    row.events(conn, 2)?;
+    Ok(match row.need_text(0)?.as_str() {
+        "released" => Release::Released,
+        "not_holder" => Release::NotHolder {
+            holder: row.need_text(1)?,
+        },
+        "busy" => return Err(busy(repo, issue_id)),
+        other => return Err(failure(format!("collab_lease_release: outcome {other:?}"))),
+    })
 }
 
 /// `release_in` as one call of `collab_lease_release`.
@@ -737,32 +826,55 @@ fn release_by_function(
     policy: &Policy,
     now: i64,
 ) -> crate::sql::Result<Option<Release>> {
-    let seq = conn.reserve_seq();
-    let called = conn.call_row(
-        "collab_lease_release",
-        crate::sql::params![
-            repo,
-            issue_id,
-            holder,
-            policy.max_lifetime,
-            policy.lock_delay,
-            now,
-            seq,
-            super::migrations::new_repo_id(),
-        ],
-    )?;
-    let Some(row) = called.map(Columns) else {
+    let made = release_call(conn, repo, issue_id, holder, policy, now);
+    let Some(row) = call(conn, made)? else {
         return Ok(None);
     };
-    row.events(conn, 2)?;
-    Ok(Some(match row.need_text(0)?.as_str() {
-        "released" => Release::Released,
-        "not_holder" => Release::NotHolder {
-            holder: row.need_text(1)?,
+    release_done(conn, repo, issue_id, row).map(Some)
+}
+
+/// `renew_in` as a call of `collab_lease_renew`, after the TTL check.
+pub fn renew_call(
+    conn: &Connection,
+    claim: &Claim,
+    policy: &Policy,
+    now: i64,
+) -> crate::sql::Result<Call> {
+    check_ttl(claim.ttl_secs, policy)?;
+    let seq = conn.reserve_seq();
+    Ok(Call {
+        function: "collab_lease_renew",
+        args: vec![
+            Value::from(claim.repo.as_str()),
+            Value::from(claim.issue_id.as_str()),
+            Value::from(claim.holder.as_str()),
+            int(claim.ttl_secs),
+            text(claim.note.as_deref()),
+            int(policy.max_lifetime),
+            Value::Integer(policy.lock_delay),
+            Value::Integer(now),
+            int(seq),
+            Value::from(super::migrations::new_repo_id()),
+        ],
+    })
+}
+
+/// The outcome of a [`renew_call`] from its row.
+pub fn renew_done(
+    conn: &Connection,
+    claim: &Claim,
+    row: Vec<Option<String>>,
+) -> crate::sql::Result<Renew> {
+    let row = Columns(row);
+    row.events(conn, 8)?;
+    Ok(match row.need_text(0)?.as_str() {
+        "renewed" => Renew::Renewed(row.lease(&claim.repo, &claim.issue_id)?),
+        "not_holder" => Renew::NotHolder {
+            holder: row.text(1),
         },
-        "busy" => return Err(busy(repo, issue_id)),
-        other => return Err(failure(format!("collab_lease_release: outcome {other:?}"))),
-    }))
+        "busy" => return Err(busy(&claim.repo, &claim.issue_id)),
+        other => return Err(failure(format!("collab_lease_renew: outcome {other:?}"))),
+    })
 }
 
 /// `renew_in` as one call of `collab_lease_renew`.
@@ -772,34 +884,54 @@ fn renew_by_function(
     policy: &Policy,
     now: i64,
 ) -> crate::sql::Result<Option<Renew>> {
-    let seq = conn.reserve_seq();
-    let called = conn.call_row(
-        "collab_lease_renew",
-        crate::sql::params![
-            claim.repo,
-            claim.issue_id,
-            claim.holder,
-            claim.ttl_secs,
-            claim.note,
-            policy.max_lifetime,
-            policy.lock_delay,
-            now,
-            seq,
-            super::migrations::new_repo_id(),
-        ],
-    )?;
-    let Some(row) = called.map(Columns) else {
+    let Some(row) = call(conn, renew_call(conn, claim, policy, now)?)? else {
         return Ok(None);
     };
+    renew_done(conn, claim, row).map(Some)
+}
+
+/// `break_in` as a call of `collab_lease_break`.
+pub fn break_call(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    by: &str,
+    reason: &str,
+    policy: &Policy,
+    now: i64,
+) -> Call {
+    let seq = conn.reserve_seq();
+    Call {
+        function: "collab_lease_break",
+        args: vec![
+            Value::from(repo),
+            Value::from(issue_id),
+            Value::from(by),
+            Value::from(reason),
+            int(policy.max_lifetime),
+            Value::Integer(policy.lock_delay),
+            Value::Integer(now),
+            int(seq),
+            Value::from(super::migrations::new_repo_id()),
+        ],
+    }
+}
+
+/// The outcome of a [`break_call`] from its row.
+pub fn break_done(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    row: Vec<Option<String>>,
+) -> crate::sql::Result<Break> {
+    let row = Columns(row);
     row.events(conn, 8)?;
-    Ok(Some(match row.need_text(0)?.as_str() {
-        "renewed" => Renew::Renewed(row.lease(&claim.repo, &claim.issue_id)?),
-        "not_holder" => Renew::NotHolder {
-            holder: row.text(1),
-        },
-        "busy" => return Err(busy(&claim.repo, &claim.issue_id)),
-        other => return Err(failure(format!("collab_lease_renew: outcome {other:?}"))),
-    }))
+    Ok(match row.need_text(0)?.as_str() {
+        "broken" => Break::Broken(row.lease(repo, issue_id)?),
+        "not_held" => Break::NotHeld,
+        "busy" => return Err(busy(repo, issue_id)),
+        other => return Err(failure(format!("collab_lease_break: outcome {other:?}"))),
+    })
 }
 
 /// `break_in` as one call of `collab_lease_break`.
@@ -812,31 +944,11 @@ fn break_by_function(
     policy: &Policy,
     now: i64,
 ) -> crate::sql::Result<Option<Break>> {
-    let seq = conn.reserve_seq();
-    let called = conn.call_row(
-        "collab_lease_break",
-        crate::sql::params![
-            repo,
-            issue_id,
-            by,
-            reason,
-            policy.max_lifetime,
-            policy.lock_delay,
-            now,
-            seq,
-            super::migrations::new_repo_id(),
-        ],
-    )?;
-    let Some(row) = called.map(Columns) else {
+    let made = break_call(conn, repo, issue_id, by, reason, policy, now);
+    let Some(row) = call(conn, made)? else {
         return Ok(None);
     };
-    row.events(conn, 8)?;
-    Ok(Some(match row.need_text(0)?.as_str() {
-        "broken" => Break::Broken(row.lease(repo, issue_id)?),
-        "not_held" => Break::NotHeld,
-        "busy" => return Err(busy(repo, issue_id)),
-        other => return Err(failure(format!("collab_lease_break: outcome {other:?}"))),
-    }))
+    break_done(conn, repo, issue_id, row).map(Some)
 }
 
 fn busy(repo: &str, issue_id: &str) -> crate::sql::Error {

@@ -456,16 +456,38 @@ impl Connection {
     /// the connection adds `try`, whether the function only tries the
     /// issue's lock. `Ok(None)`: a parameter cannot be sent so (a NUL in a
     /// text), nothing was sent. On SQLite an error: there are no functions.
-    pub fn call_row<P: Params>(
-        &self,
-        function: &str,
-        params: P,
-    ) -> Result<Option<Vec<Option<String>>>> {
+    pub fn call_row(&self, function: &str, args: &[Value]) -> Result<Option<Vec<Option<String>>>> {
         match self {
             Connection::Sqlite(_) => Err(Error::failure(format!(
                 "{function}: a PostgreSQL function called on SQLite"
             ))),
-            Connection::Postgres(c) => c.call_row(function, &params.values()?),
+            Connection::Postgres(c) => {
+                let args = args.iter().map(ToSql::to_sql).collect::<Result<Vec<_>>>()?;
+                c.call_row(function, &args)
+            }
+        }
+    }
+
+    /// PostgreSQL, in a transaction: `SAVEPOINT lease_group` and every
+    /// call, in one round trip (`PgConnection::call_rows`); each call's row
+    /// in order, `Ok(None)` if an argument cannot be sent so. After an
+    /// error, ROLLBACK TO `lease_group` undoes every call.
+    pub fn call_rows(
+        &self,
+        calls: &[(&'static str, Vec<Value>)],
+    ) -> Result<Option<Vec<Vec<Option<String>>>>> {
+        match self {
+            Connection::Sqlite(_) => Err(Error::failure("lease functions called on SQLite")),
+            Connection::Postgres(c) => {
+                let calls = calls
+                    .iter()
+                    .map(|(function, args)| {
+                        let args = args.iter().map(ToSql::to_sql).collect::<Result<Vec<_>>>()?;
+                        Ok((*function, args))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                c.call_rows(&calls)
+            }
         }
     }
 

@@ -179,22 +179,9 @@ impl PgConnection {
         function: &str,
         args: &[ValueRef<'_>],
     ) -> Result<Option<Vec<Option<String>>>> {
-        let mut sql = format!("SELECT * FROM {function}(");
-        for arg in args {
-            match arg {
-                ValueRef::Null => sql.push_str("NULL"),
-                ValueRef::Integer(i64::MIN) => sql.push_str("'-9223372036854775808'::bigint"),
-                ValueRef::Integer(v) => sql.push_str(&v.to_string()),
-                ValueRef::Text(t) => match literal(t) {
-                    Some(t) => sql.push_str(&t),
-                    None => return Ok(None),
-                },
-                ValueRef::Real(_) | ValueRef::Blob(_) => return Ok(None),
-            }
-            sql.push_str(", ");
-        }
-        let try_only = self.behavior.get() == Some(Behavior::Concurrent);
-        sql.push_str(if try_only { "true)" } else { "false)" });
+        let Some(sql) = self.call_sql(function, args) else {
+            return Ok(None);
+        };
         self.pre_locked.borrow_mut().take();
         let savepoint = self.take_pending_savepoint().unwrap_or("");
         let messages = self.client()?.simple_query(&format!("{savepoint}{sql}"));
@@ -316,6 +303,66 @@ impl PgConnection {
         self.provisional.set(n);
         self.numbered_late.set(true);
         Some(-((self.backend_pid.get() << 32) | i64::from(n)))
+    }
+
+    /// `SELECT * FROM function(args…, try)` with the arguments as literals;
+    /// `None` if one cannot be.
+    fn call_sql(&self, function: &str, args: &[ValueRef<'_>]) -> Option<String> {
+        let mut sql = format!("SELECT * FROM {function}(");
+        for arg in args {
+            match arg {
+                ValueRef::Null => sql.push_str("NULL"),
+                ValueRef::Integer(i64::MIN) => sql.push_str("'-9223372036854775808'::bigint"),
+                ValueRef::Integer(v) => sql.push_str(&v.to_string()),
+                ValueRef::Text(t) => sql.push_str(&literal(t)?),
+                ValueRef::Real(_) | ValueRef::Blob(_) => return None,
+            }
+            sql.push_str(", ");
+        }
+        let try_only = self.behavior.get() == Some(Behavior::Concurrent);
+        sql.push_str(if try_only { "true)" } else { "false)" });
+        Some(sql)
+    }
+
+    /// In a transaction: `SAVEPOINT lease_group` and then every call, all
+    /// in one round trip (the start of a lease group, pipelined); each
+    /// call's first row, in order. `Ok(None)`: an argument cannot be a
+    /// literal, nothing was sent. An error: a call failed and the
+    /// transaction is aborted; ROLLBACK TO `lease_group` undoes them all.
+    pub fn call_rows(
+        &self,
+        calls: &[(&str, Vec<ValueRef<'_>>)],
+    ) -> Result<Option<Vec<Vec<Option<String>>>>> {
+        let mut sql = String::from("SAVEPOINT lease_group");
+        for (function, args) in calls {
+            let Some(call) = self.call_sql(function, args) else {
+                return Ok(None);
+            };
+            sql.push_str("; ");
+            sql.push_str(&call);
+        }
+        self.pre_locked.borrow_mut().take();
+        let messages = self.client()?.simple_query(&sql);
+        let rows: Vec<Vec<Option<String>>> = messages
+            .map_err(|e| self.seen(e))?
+            .into_iter()
+            .filter_map(|message| match message {
+                postgres::SimpleQueryMessage::Row(row) => Some(
+                    (0..row.len())
+                        .map(|i| row.get(i).map(str::to_string))
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .collect();
+        if rows.len() != calls.len() {
+            return Err(Error::failure(format!(
+                "{} lease calls answered {} rows",
+                calls.len(),
+                rows.len()
+            )));
+        }
+        Ok(Some(rows))
     }
 
     /// The next provisional event number, for an event a server-side
