@@ -554,9 +554,9 @@ fn render(r: &Report<'_>) -> String {
     ));
     if let [_, b, c, b_old, c_old, ..] = r.scenarios {
         out.push_str(&format!(
-            "\nA lease operation on PostgreSQL is one call of its function, sent with its \
-             savepoint in one round trip (schema version 16; a new tenure was 5 round \
-             trips, a release 4): one node {one:.2}x and three nodes {three:.2}x what the \
+            "\nA lease operation on PostgreSQL is one call of its function, and a group's \
+             leading lease operations go in one message (schema version 16; a new tenure \
+             was 5 round trips, a release 4): one node {one:.2}x and three nodes {three:.2}x what the \
              same code did with the statements one by one in this run \
              (`GIT_COLLAB_PG_LEASE_STATEMENTS=1`: {one_old:.2}x and {three_old:.2}x SQLite).\n",
             one = b.acquires_per_sec() / b_old.acquires_per_sec(),
