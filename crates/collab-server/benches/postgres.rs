@@ -6,7 +6,10 @@
 //!   (`synchronous=FULL`), the baseline; (b) on PostgreSQL through one
 //!   service, as one server node has; (c) on one PostgreSQL database
 //!   through three services (three writer threads, three connections),
-//!   what three server nodes have, the callers spread over them;
+//!   what three server nodes have, the callers spread over them; (b) and
+//!   (c) once more with `GIT_COLLAB_PG_LEASE_STATEMENTS=1`, each lease
+//!   operation's statements sent one by one instead of one call of its
+//!   function (docs/postgres.md, "One statement per lease operation");
 //! - over SSH, p50 and p99 of one `collab-lease acquire` and one
 //!   `collab-lease release` against the real server on SQLite and on
 //!   PostgreSQL, sequential, each a fresh `ssh` process.
@@ -48,6 +51,9 @@ struct Scenario {
     name: &'static str,
     location: Location,
     nodes: usize,
+    /// Lease operations send their statements one by one
+    /// (`GIT_COLLAB_PG_LEASE_STATEMENTS=1`) instead of one function call.
+    statements: bool,
     /// acquire + release cycles completed (each two durable writes).
     cycles: u64,
     elapsed: Duration,
@@ -63,12 +69,18 @@ impl Scenario {
             name,
             location,
             nodes,
+            statements: false,
             cycles: 0,
             elapsed: Duration::ZERO,
             acquires: Vec::new(),
             groups: 0,
             writes: 0,
         }
+    }
+
+    fn by_statements(mut self) -> Scenario {
+        self.statements = true;
+        self
     }
 
     fn acquires_per_sec(&self) -> f64 {
@@ -95,6 +107,8 @@ fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
     let one_node = TestDatabase::create();
     let three_nodes = TestDatabase::create();
+    let one_node_statements = TestDatabase::create();
+    let three_nodes_statements = TestDatabase::create();
     let mut scenarios = vec![
         Scenario::new(
             "(a) SQLite, one `Writer` (baseline)",
@@ -111,6 +125,18 @@ fn main() -> anyhow::Result<()> {
             Location::Postgres(three_nodes.url.clone()),
             3,
         ),
+        Scenario::new(
+            "(b) with the statements one by one (`GIT_COLLAB_PG_LEASE_STATEMENTS=1`)",
+            Location::Postgres(one_node_statements.url.clone()),
+            1,
+        )
+        .by_statements(),
+        Scenario::new(
+            "(c) with the statements one by one (`GIT_COLLAB_PG_LEASE_STATEMENTS=1`)",
+            Location::Postgres(three_nodes_statements.url.clone()),
+            3,
+        )
+        .by_statements(),
     ];
     let same_disk = same_device(&settings.data_directory, dir.path());
     let round_trip = select_one_round_trip(&one_node.url)?;
@@ -124,10 +150,16 @@ fn main() -> anyhow::Result<()> {
         for turn in 0..count {
             let scenario = &mut scenarios[(round + turn) % count];
             // Opening and closing a PostgreSQL connection blocks: both
-            // happen outside the runtime, as the server does.
+            // happen outside the runtime, as the server does. A connection
+            // reads the switch when it is made.
+            if scenario.statements {
+                std::env::set_var(db::sql::LEASE_STATEMENTS_ENV, "1");
+            }
             let services = (0..scenario.nodes)
                 .map(|_| Writer::open(scenario.location.clone()))
-                .collect::<anyhow::Result<Vec<_>>>()?;
+                .collect::<anyhow::Result<Vec<_>>>();
+            std::env::remove_var(db::sql::LEASE_STATEMENTS_ENV);
+            let services = services?;
             runtime.block_on(run_scenario(scenario, &services, slice))?;
             for service in services {
                 let stats = service.stats();
@@ -160,6 +192,8 @@ fn main() -> anyhow::Result<()> {
     );
     drop(one_node);
     drop(three_nodes);
+    drop(one_node_statements);
+    drop(three_nodes_statements);
     Ok(())
 }
 
@@ -495,9 +529,10 @@ fn render(r: &Report<'_>) -> String {
          {lite} ms on SQLite. The flush is not the difference: the group commit shares \
          one WAL flush among {pg_group:.0} writes on PostgreSQL as it shares one fsync \
          among {lite_group:.0} on SQLite. The statements are: SQLite runs each in \
-         process, while on PostgreSQL every statement of every operation (its \
-         SAVEPOINT, reads, inserts, RELEASE) is a round trip to the server process \
-         ({rtt} µs for a `SELECT 1` on an idle connection) plus its execution there, \
+         process, while on PostgreSQL every operation is a round trip to the server \
+         process (one call of its function with its savepoint; with the statements one \
+         by one, one per statement) ({rtt} µs for a `SELECT 1` on an idle connection) \
+         plus its execution there, \
          on the same {cpus} busy CPUs as the callers. Three nodes reach {ratio:.2}x \
          one node: lease groups no longer take turns on one global lock but lock \
          each issue they decide, and take the event numbers in the COMMIT's round \
@@ -517,5 +552,18 @@ fn render(r: &Report<'_>) -> String {
             - percentile(&r.ssh[0].samples, 0.50).as_secs_f64())
             * 1000.0,
     ));
+    if let [_, b, c, b_old, c_old, ..] = r.scenarios {
+        out.push_str(&format!(
+            "\nA lease operation on PostgreSQL is one call of its function, and a group's \
+             leading lease operations go in one message (schema version 16; a new tenure \
+             was 5 round trips, a release 4): one node {one:.2}x and three nodes {three:.2}x what the \
+             same code did with the statements one by one in this run \
+             (`GIT_COLLAB_PG_LEASE_STATEMENTS=1`: {one_old:.2}x and {three_old:.2}x SQLite).\n",
+            one = b.acquires_per_sec() / b_old.acquires_per_sec(),
+            three = c.acquires_per_sec() / c_old.acquires_per_sec(),
+            one_old = b_old.acquires_per_sec() / r.scenarios[0].acquires_per_sec(),
+            three_old = c_old.acquires_per_sec() / r.scenarios[0].acquires_per_sec(),
+        ));
+    }
     out
 }

@@ -23,7 +23,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::sql::{Connection, OptionalExtension, Transaction, TransactionBehavior};
+use crate::sql::{Connection, OptionalExtension, Transaction, TransactionBehavior, Value};
 use serde_json::json;
 
 use super::event_log::{self, NewEvent};
@@ -298,6 +298,9 @@ pub fn list(conn: &Connection, repo: &str, now: i64) -> crate::sql::Result<Vec<L
 }
 
 /// `acquire` without its own transaction: the caller must be inside one.
+/// On PostgreSQL one statement decides it, the function
+/// `collab_lease_acquire` (unless [`Connection::lease_functions`] says
+/// otherwise); on SQLite the statements below run in process.
 pub fn acquire_in(
     conn: &Connection,
     claim: &Claim,
@@ -305,6 +308,22 @@ pub fn acquire_in(
     now: i64,
 ) -> crate::sql::Result<Acquire> {
     check_ttl(claim.ttl_secs, policy)?;
+    if conn.lease_functions() {
+        if let Some(outcome) = acquire_by_function(conn, claim, policy, now)? {
+            return Ok(outcome);
+        }
+    }
+    acquire_by_statements(conn, claim, policy, now)
+}
+
+/// `acquire_in`'s decision as statements sent one by one (SQLite; on
+/// PostgreSQL the path the function replaced, kept to compare).
+pub(crate) fn acquire_by_statements(
+    conn: &Connection,
+    claim: &Claim,
+    policy: &Policy,
+    now: i64,
+) -> crate::sql::Result<Acquire> {
     let (repo, issue_id, holder) = (&*claim.repo, &*claim.issue_id, &*claim.holder);
     lock_issue(conn, repo, issue_id)?;
     match live_row(conn, repo, issue_id, policy, now)? {
@@ -329,6 +348,21 @@ pub fn renew_in(
     now: i64,
 ) -> crate::sql::Result<Renew> {
     check_ttl(claim.ttl_secs, policy)?;
+    if conn.lease_functions() {
+        if let Some(outcome) = renew_by_function(conn, claim, policy, now)? {
+            return Ok(outcome);
+        }
+    }
+    renew_by_statements(conn, claim, policy, now)
+}
+
+/// `renew_in`'s decision as statements sent one by one.
+pub(crate) fn renew_by_statements(
+    conn: &Connection,
+    claim: &Claim,
+    policy: &Policy,
+    now: i64,
+) -> crate::sql::Result<Renew> {
     lock_issue(conn, &claim.repo, &claim.issue_id)?;
     match live_row(conn, &claim.repo, &claim.issue_id, policy, now)? {
         Some(live) if live.holder == claim.holder => {
@@ -341,7 +375,26 @@ pub fn renew_in(
 }
 
 /// `release` without its own transaction: the caller must be inside one.
+/// On PostgreSQL one statement decides it, the function
+/// `collab_lease_release` (as for [`acquire_in`]).
 pub fn release_in(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    holder: &str,
+    policy: &Policy,
+    now: i64,
+) -> crate::sql::Result<Release> {
+    if conn.lease_functions() {
+        if let Some(outcome) = release_by_function(conn, repo, issue_id, holder, policy, now)? {
+            return Ok(outcome);
+        }
+    }
+    release_by_statements(conn, repo, issue_id, holder, policy, now)
+}
+
+/// `release_in`'s decision as statements sent one by one.
+pub(crate) fn release_by_statements(
     conn: &Connection,
     repo: &str,
     issue_id: &str,
@@ -377,6 +430,24 @@ pub fn release_in(
 /// holds it; `by` and `reason` go into the `lease.broken` event. No lock
 /// delay follows: the breaker decided.
 pub fn break_in(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    by: &str,
+    reason: &str,
+    policy: &Policy,
+    now: i64,
+) -> crate::sql::Result<Break> {
+    if conn.lease_functions() {
+        if let Some(outcome) = break_by_function(conn, repo, issue_id, by, reason, policy, now)? {
+            return Ok(outcome);
+        }
+    }
+    break_by_statements(conn, repo, issue_id, by, reason, policy, now)
+}
+
+/// `break_in`'s decision as statements sent one by one.
+pub(crate) fn break_by_statements(
     conn: &Connection,
     repo: &str,
     issue_id: &str,
@@ -545,6 +616,345 @@ pub fn expire_due_in(conn: &Connection, policy: &Policy, now: i64) -> crate::sql
     })
 }
 
+/// Whether the writer runs this kind of operation on `conn` as one
+/// function call (PostgreSQL, version 16): its savepoint can then ride in
+/// the call's round trip ([`Connection::defer_savepoint`]).
+pub fn in_one_call(conn: &Connection) -> bool {
+    conn.lease_functions()
+}
+
+/// The columns of a lease function's row, as text.
+struct Columns(Vec<Option<String>>);
+
+impl Columns {
+    fn text(&self, i: usize) -> Option<String> {
+        self.0.get(i).cloned().flatten()
+    }
+
+    fn int(&self, i: usize) -> crate::sql::Result<Option<i64>> {
+        self.text(i)
+            .map(|t| {
+                t.parse()
+                    .map_err(|_| crate::sql::Error::conversion(format!("lease function: {t:?}")))
+            })
+            .transpose()
+    }
+
+    fn need_text(&self, i: usize) -> crate::sql::Result<String> {
+        self.text(i).ok_or_else(|| {
+            crate::sql::Error::conversion(format!("lease function: column {i} NULL"))
+        })
+    }
+
+    fn need_int(&self, i: usize) -> crate::sql::Result<i64> {
+        self.int(i)?.ok_or_else(|| {
+            crate::sql::Error::conversion(format!("lease function: column {i} NULL"))
+        })
+    }
+
+    /// The lease in columns 1 to 7 (holder, token, acquired_at,
+    /// expires_at, renewed_at, note, transitions).
+    fn lease(&self, repo: &str, issue_id: &str) -> crate::sql::Result<Lease> {
+        Ok(Lease {
+            repo: repo.into(),
+            issue_id: issue_id.into(),
+            holder: self.need_text(1)?,
+            token: self.need_int(2)?,
+            acquired_at: self.need_int(3)?,
+            expires_at: self.int(4)?,
+            renewed_at: self.int(5)?,
+            note: self.text(6),
+            transitions: self.need_int(7)?,
+        })
+    }
+
+    /// After the call: the events it appended (column `i`) are numbered at
+    /// COMMIT and announced.
+    fn events(&self, conn: &Connection, i: usize) -> crate::sql::Result<()> {
+        if self.int(i)?.unwrap_or(0) > 0 {
+            conn.appended_late();
+            conn.notify(event_log::EVENTS_CHANNEL)?;
+        }
+        Ok(())
+    }
+}
+
+/// A lease operation as one call of its PostgreSQL function (version 16):
+/// the function and its arguments (the connection adds the last one,
+/// whether the issue's lock is only tried). Made by `*_call`, which also
+/// reserves the provisional numbers of the events it may append; its row
+/// is read by `*_done`.
+#[derive(Debug)]
+pub struct Call {
+    pub function: &'static str,
+    pub args: Vec<Value>,
+}
+
+fn int(v: Option<i64>) -> Value {
+    v.map_or(Value::Null, Value::Integer)
+}
+
+fn text(v: Option<&str>) -> Value {
+    v.map_or(Value::Null, Value::from)
+}
+
+/// Run `call`; `None` if it cannot be sent (nothing was done).
+fn call(conn: &Connection, call: Call) -> crate::sql::Result<Option<Vec<Option<String>>>> {
+    conn.call_row(call.function, &call.args)
+}
+
+/// `acquire_in` as a call of `collab_lease_acquire` (postgres_v16.sql),
+/// after the TTL check.
+pub fn acquire_call(
+    conn: &Connection,
+    claim: &Claim,
+    policy: &Policy,
+    now: i64,
+) -> crate::sql::Result<Call> {
+    check_ttl(claim.ttl_secs, policy)?;
+    // At most two events (an expiry, then the acquire), in this order.
+    let (first, second) = (conn.reserve_seq(), conn.reserve_seq());
+    Ok(Call {
+        function: "collab_lease_acquire",
+        args: vec![
+            Value::from(claim.repo.as_str()),
+            Value::from(claim.issue_id.as_str()),
+            Value::from(claim.holder.as_str()),
+            int(claim.ttl_secs),
+            text(claim.note.as_deref()),
+            int(policy.max_lifetime),
+            Value::Integer(policy.lock_delay),
+            Value::Integer(now),
+            int(first),
+            int(second),
+            Value::from(super::migrations::new_repo_id()),
+        ],
+    })
+}
+
+/// The outcome of an [`acquire_call`] from its row.
+pub fn acquire_done(
+    conn: &Connection,
+    claim: &Claim,
+    row: Vec<Option<String>>,
+) -> crate::sql::Result<Acquire> {
+    let row = Columns(row);
+    row.events(conn, 9)?;
+    let outcome = row.need_text(0)?;
+    Ok(match outcome.as_str() {
+        "acquired" | "reacquired" => Acquire::Acquired {
+            lease: row.lease(&claim.repo, &claim.issue_id)?,
+            fresh: outcome == "acquired",
+        },
+        "held" => Acquire::Held {
+            holder: row.need_text(1)?,
+            expires_at: row.int(4)?,
+        },
+        "locked" => Acquire::Locked {
+            holder: row.need_text(1)?,
+            until: row.need_int(8)?,
+        },
+        "busy" => return Err(busy(&claim.repo, &claim.issue_id)),
+        other => return Err(failure(format!("collab_lease_acquire: outcome {other:?}"))),
+    })
+}
+
+/// `acquire_in` as one call of `collab_lease_acquire`. `None`: the claim
+/// cannot be sent as literals; nothing was done.
+fn acquire_by_function(
+    conn: &Connection,
+    claim: &Claim,
+    policy: &Policy,
+    now: i64,
+) -> crate::sql::Result<Option<Acquire>> {
+    let Some(row) = call(conn, acquire_call(conn, claim, policy, now)?)? else {
+        return Ok(None);
+    };
+    acquire_done(conn, claim, row).map(Some)
+}
+
+/// `release_in` as a call of `collab_lease_release`.
+pub fn release_call(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    holder: &str,
+    policy: &Policy,
+    now: i64,
+) -> Call {
+    let seq = conn.reserve_seq();
+    Call {
+        function: "collab_lease_release",
+        args: vec![
+            Value::from(repo),
+            Value::from(issue_id),
+            Value::from(holder),
+            int(policy.max_lifetime),
+            Value::Integer(policy.lock_delay),
+            Value::Integer(now),
+            int(seq),
+            Value::from(super::migrations::new_repo_id()),
+        ],
+    }
+}
+
+/// The outcome of a [`release_call`] from its row.
+pub fn release_done(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    row: Vec<Option<String>>,
+) -> crate::sql::Result<Release> {
+    let row = Columns(row);
+    row.events(conn, 2)?;
+    Ok(match row.need_text(0)?.as_str() {
+        "released" => Release::Released,
+        "not_holder" => Release::NotHolder {
+            holder: row.need_text(1)?,
+        },
+        "busy" => return Err(busy(repo, issue_id)),
+        other => return Err(failure(format!("collab_lease_release: outcome {other:?}"))),
+    })
+}
+
+/// `release_in` as one call of `collab_lease_release`.
+fn release_by_function(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    holder: &str,
+    policy: &Policy,
+    now: i64,
+) -> crate::sql::Result<Option<Release>> {
+    let made = release_call(conn, repo, issue_id, holder, policy, now);
+    let Some(row) = call(conn, made)? else {
+        return Ok(None);
+    };
+    release_done(conn, repo, issue_id, row).map(Some)
+}
+
+/// `renew_in` as a call of `collab_lease_renew`, after the TTL check.
+pub fn renew_call(
+    conn: &Connection,
+    claim: &Claim,
+    policy: &Policy,
+    now: i64,
+) -> crate::sql::Result<Call> {
+    check_ttl(claim.ttl_secs, policy)?;
+    let seq = conn.reserve_seq();
+    Ok(Call {
+        function: "collab_lease_renew",
+        args: vec![
+            Value::from(claim.repo.as_str()),
+            Value::from(claim.issue_id.as_str()),
+            Value::from(claim.holder.as_str()),
+            int(claim.ttl_secs),
+            text(claim.note.as_deref()),
+            int(policy.max_lifetime),
+            Value::Integer(policy.lock_delay),
+            Value::Integer(now),
+            int(seq),
+            Value::from(super::migrations::new_repo_id()),
+        ],
+    })
+}
+
+/// The outcome of a [`renew_call`] from its row.
+pub fn renew_done(
+    conn: &Connection,
+    claim: &Claim,
+    row: Vec<Option<String>>,
+) -> crate::sql::Result<Renew> {
+    let row = Columns(row);
+    row.events(conn, 8)?;
+    Ok(match row.need_text(0)?.as_str() {
+        "renewed" => Renew::Renewed(row.lease(&claim.repo, &claim.issue_id)?),
+        "not_holder" => Renew::NotHolder {
+            holder: row.text(1),
+        },
+        "busy" => return Err(busy(&claim.repo, &claim.issue_id)),
+        other => return Err(failure(format!("collab_lease_renew: outcome {other:?}"))),
+    })
+}
+
+/// `renew_in` as one call of `collab_lease_renew`.
+fn renew_by_function(
+    conn: &Connection,
+    claim: &Claim,
+    policy: &Policy,
+    now: i64,
+) -> crate::sql::Result<Option<Renew>> {
+    let Some(row) = call(conn, renew_call(conn, claim, policy, now)?)? else {
+        return Ok(None);
+    };
+    renew_done(conn, claim, row).map(Some)
+}
+
+/// `break_in` as a call of `collab_lease_break`.
+pub fn break_call(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    by: &str,
+    reason: &str,
+    policy: &Policy,
+    now: i64,
+) -> Call {
+    let seq = conn.reserve_seq();
+    Call {
+        function: "collab_lease_break",
+        args: vec![
+            Value::from(repo),
+            Value::from(issue_id),
+            Value::from(by),
+            Value::from(reason),
+            int(policy.max_lifetime),
+            Value::Integer(policy.lock_delay),
+            Value::Integer(now),
+            int(seq),
+            Value::from(super::migrations::new_repo_id()),
+        ],
+    }
+}
+
+/// The outcome of a [`break_call`] from its row.
+pub fn break_done(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    row: Vec<Option<String>>,
+) -> crate::sql::Result<Break> {
+    let row = Columns(row);
+    row.events(conn, 8)?;
+    Ok(match row.need_text(0)?.as_str() {
+        "broken" => Break::Broken(row.lease(repo, issue_id)?),
+        "not_held" => Break::NotHeld,
+        "busy" => return Err(busy(repo, issue_id)),
+        other => return Err(failure(format!("collab_lease_break: outcome {other:?}"))),
+    })
+}
+
+/// `break_in` as one call of `collab_lease_break`.
+fn break_by_function(
+    conn: &Connection,
+    repo: &str,
+    issue_id: &str,
+    by: &str,
+    reason: &str,
+    policy: &Policy,
+    now: i64,
+) -> crate::sql::Result<Option<Break>> {
+    let made = break_call(conn, repo, issue_id, by, reason, policy, now);
+    let Some(row) = call(conn, made)? else {
+        return Ok(None);
+    };
+    break_done(conn, repo, issue_id, row).map(Some)
+}
+
+fn busy(repo: &str, issue_id: &str) -> crate::sql::Error {
+    crate::sql::Error::Busy(format!("{repo}#{issue_id}"))
+}
+
 /// The earlier of two optional instants.
 pub fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     match (a, b) {
@@ -562,7 +972,7 @@ pub(crate) fn lock_issue(conn: &Connection, repo: &str, issue_id: &str) -> crate
     if conn.lock_issue(repo, issue_id)? {
         Ok(())
     } else {
-        Err(crate::sql::Error::Busy(format!("{repo}#{issue_id}")))
+        Err(busy(repo, issue_id))
     }
 }
 
@@ -1547,5 +1957,425 @@ mod tests {
             token_of(acquire(&conn, REPO, ISSUE, "b", None, T0).unwrap()),
             1
         );
+    }
+
+    /// One step of an equivalence case.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Acquire {
+            issue: &'static str,
+            holder: &'static str,
+            ttl: Option<i64>,
+            note: Option<&'static str>,
+            at: i64,
+        },
+        Release {
+            issue: &'static str,
+            holder: &'static str,
+            at: i64,
+        },
+        Renew {
+            holder: &'static str,
+            ttl: Option<i64>,
+            note: Option<&'static str>,
+            at: i64,
+        },
+        Break {
+            by: &'static str,
+            reason: &'static str,
+            at: i64,
+        },
+    }
+
+    fn acq(holder: &'static str, ttl: Option<i64>, at: i64) -> Step {
+        Step::Acquire {
+            issue: ISSUE,
+            holder,
+            ttl,
+            note: None,
+            at,
+        }
+    }
+
+    fn rel(holder: &'static str, at: i64) -> Step {
+        Step::Release {
+            issue: ISSUE,
+            holder,
+            at,
+        }
+    }
+
+    /// Run `steps` on `conn`, each in a transaction of its own begun as the
+    /// writer begins a lease group (with the writer's deferred savepoint),
+    /// by the function or by the statements; each step's outcome as text.
+    fn run_steps(
+        conn: &Connection,
+        statements: bool,
+        repo: &str,
+        policy: &Policy,
+        steps: &[Step],
+    ) -> Vec<String> {
+        conn.set_lease_statements(statements);
+        assert_eq!(conn.lease_functions(), !statements);
+        let mut outcomes = Vec::new();
+        for step in steps {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Concurrent)
+                .unwrap();
+            tx.defer_savepoint(false);
+            let outcome = match step {
+                Step::Acquire {
+                    issue,
+                    holder,
+                    ttl,
+                    note,
+                    at,
+                } => {
+                    let mut claim = Claim::new(repo, issue, holder, *ttl);
+                    claim.note = note.map(str::to_string);
+                    format!("{:?}", acquire_in(&tx, &claim, policy, *at))
+                }
+                Step::Release { issue, holder, at } => {
+                    format!("{:?}", release_in(&tx, repo, issue, holder, policy, *at))
+                }
+                Step::Renew {
+                    holder,
+                    ttl,
+                    note,
+                    at,
+                } => {
+                    let mut claim = Claim::new(repo, ISSUE, holder, *ttl);
+                    claim.note = note.map(str::to_string);
+                    format!("{:?}", renew_in(&tx, &claim, policy, *at))
+                }
+                Step::Break { by, reason, at } => {
+                    format!("{:?}", break_in(&tx, repo, ISSUE, by, reason, policy, *at))
+                }
+            };
+            if outcome.starts_with("Ok") {
+                tx.commit().unwrap();
+            } else {
+                // The error's text names the path's statements: the outcome
+                // compared is that it failed.
+                drop(tx);
+                outcomes.push("Err".to_string());
+                continue;
+            }
+            outcomes.push(outcome);
+        }
+        outcomes
+    }
+
+    /// Every row a lease operation writes, as text: leases, lease_tokens,
+    /// and the events in order (the repository id only as present or not:
+    /// it is random).
+    fn dump(conn: &Connection) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut query = |sql: &str, columns: usize| {
+            let mut stmt = conn.prepare(sql).unwrap();
+            let rows = stmt
+                .query_map([], |r| {
+                    (0..columns)
+                        .map(|i| r.get::<_, crate::sql::Value>(i).map(|v| format!("{v:?}")))
+                        .collect::<crate::sql::Result<Vec<_>>>()
+                })
+                .unwrap();
+            for row in rows {
+                out.push(row.unwrap().join("|"));
+            }
+        };
+        query(
+            "SELECT repo, issue_id, holder, token, acquired_at, expires_at, renewed_at, note
+             FROM leases ORDER BY repo, issue_id",
+            8,
+        );
+        query(
+            "SELECT repo, issue_id, last_token, transitions, last_holder, locked_until
+             FROM lease_tokens ORDER BY repo, issue_id",
+            6,
+        );
+        query(
+            "SELECT seq, at, type, repo, object_id, actor, payload,
+                    CASE WHEN repo_id IS NULL THEN 0 ELSE 1 END
+             FROM events ORDER BY seq",
+            8,
+        );
+        let head = event_log::head(conn).unwrap();
+        out.push(format!("head {head}"));
+        out
+    }
+
+    /// The function and the statements decide the same: for each case, a
+    /// fresh database each, the same steps at the same instants, the same
+    /// outcomes, rows and events (type, payload text, order).
+    #[test]
+    fn lease_functions_decide_as_the_statements_do() {
+        if !crate::sql::test_database::wanted() {
+            return; // the functions are PostgreSQL's
+        }
+        const OTHER: &str = "0000000000000000000000000000000000000002";
+        const THIRD: &str = "0000000000000000000000000000000000000003";
+        let none = policy(None, 0);
+        let cases: Vec<(&str, Policy, Vec<Step>)> = vec![
+            ("free issue", none, vec![acq("alice", Some(60), T0)]),
+            (
+                "same holder again, a note, then none (kept)",
+                none,
+                vec![
+                    acq("alice", Some(60), T0),
+                    Step::Acquire {
+                        issue: ISSUE,
+                        holder: "alice",
+                        ttl: Some(600),
+                        note: Some("half \"done\" \\ \n\t\u{1} \u{7f} é 😀 </script>"),
+                        at: T0 + 30,
+                    },
+                    acq("alice", None, T0 + 40),
+                ],
+            ),
+            (
+                "other holder live",
+                none,
+                vec![acq("alice", Some(60), T0), acq("bob", Some(60), T0 + 10)],
+            ),
+            (
+                "expired tenure taken over",
+                none,
+                vec![
+                    acq("alice", Some(60), T0),
+                    acq("bob", Some(60), T0 + 60),
+                    acq("carol", None, T0 + 120),
+                ],
+            ),
+            (
+                "lock delay: another holder waits, then takes it",
+                policy(None, 30),
+                vec![
+                    acq("alice", Some(10), T0),
+                    acq("bob", Some(10), T0 + 15),
+                    acq("bob", Some(10), T0 + 39),
+                    acq("bob", Some(10), T0 + 40),
+                ],
+            ),
+            (
+                "lock delay: the last holder comes back",
+                policy(None, 30),
+                vec![acq("alice", Some(10), T0), acq("alice", Some(10), T0 + 11)],
+            ),
+            (
+                "max lifetime caps a re-acquire and ends the tenure",
+                policy(Some(100), 0),
+                vec![
+                    acq("alice", Some(60), T0),
+                    acq("alice", Some(60), T0 + 50),
+                    acq("bob", None, T0 + 100),
+                    acq("bob", Some(1000), T0 + 150),
+                ],
+            ),
+            (
+                "max lifetime and lock delay",
+                policy(Some(100), 30),
+                vec![
+                    acq("alice", None, T0),
+                    rel("bob", T0 + 100),
+                    acq("bob", None, T0 + 101),
+                ],
+            ),
+            (
+                "extremes: a lifetime cap that saturates, a far expiry",
+                policy(Some(i64::MAX), i64::MAX),
+                vec![
+                    acq("alice", None, T0),
+                    acq("alice", Some(DEFAULT_MAX_TTL), T0 + 1),
+                ],
+            ),
+            (
+                "a lock delay that saturates",
+                policy(None, i64::MAX),
+                vec![acq("alice", Some(10), T0), acq("bob", Some(10), T0 + 20)],
+            ),
+            (
+                "release by the holder, then nothing",
+                none,
+                vec![
+                    acq("alice", Some(60), T0),
+                    rel("alice", T0 + 1),
+                    rel("alice", T0 + 2),
+                    acq("bob", None, T0 + 3),
+                ],
+            ),
+            (
+                "release by a non-holder",
+                none,
+                vec![acq("alice", None, T0), rel("bob", T0 + 1)],
+            ),
+            (
+                "release with nothing ever leased",
+                none,
+                vec![rel("alice", T0)],
+            ),
+            (
+                "renew: by the holder (a note, then none), by another, of nothing",
+                policy(Some(100), 0),
+                vec![
+                    Step::Renew {
+                        holder: "alice",
+                        ttl: Some(10),
+                        note: None,
+                        at: T0,
+                    },
+                    acq("alice", Some(10), T0),
+                    Step::Renew {
+                        holder: "alice",
+                        ttl: Some(60),
+                        note: Some("renewed \"note\""),
+                        at: T0 + 5,
+                    },
+                    Step::Renew {
+                        holder: "alice",
+                        ttl: Some(60),
+                        note: None,
+                        at: T0 + 50,
+                    },
+                    Step::Renew {
+                        holder: "bob",
+                        ttl: Some(60),
+                        note: None,
+                        at: T0 + 60,
+                    },
+                    Step::Renew {
+                        holder: "alice",
+                        ttl: Some(60),
+                        note: None,
+                        at: T0 + 100,
+                    },
+                    Step::Renew {
+                        holder: "alice",
+                        ttl: Some(0),
+                        note: None,
+                        at: T0 + 101,
+                    },
+                ],
+            ),
+            (
+                "break: nothing, a live tenure, an expired one",
+                policy(None, 30),
+                vec![
+                    Step::Break {
+                        by: "admin",
+                        reason: "why",
+                        at: T0,
+                    },
+                    Step::Acquire {
+                        issue: ISSUE,
+                        holder: "alice",
+                        ttl: None,
+                        note: Some("stuck"),
+                        at: T0,
+                    },
+                    Step::Break {
+                        by: "admin",
+                        reason: "agent is \"gone\"",
+                        at: T0 + 1,
+                    },
+                    acq("bob", Some(10), T0 + 2),
+                    Step::Break {
+                        by: "root",
+                        reason: "late",
+                        at: T0 + 12,
+                    },
+                    acq("carol", None, T0 + 13),
+                ],
+            ),
+            (
+                "release finds an expired tenure",
+                policy(None, 30),
+                vec![
+                    acq("alice", Some(10), T0),
+                    rel("carol", T0 + 10),
+                    acq("carol", None, T0 + 20),
+                ],
+            ),
+            (
+                "two issues, an empty holder refused",
+                none,
+                vec![
+                    acq("alice", Some(5), T0),
+                    Step::Acquire {
+                        issue: OTHER,
+                        holder: "bob",
+                        ttl: Some(5),
+                        note: Some("n"),
+                        at: T0,
+                    },
+                    Step::Acquire {
+                        issue: THIRD,
+                        holder: "",
+                        ttl: None,
+                        note: None,
+                        at: T0 + 1,
+                    },
+                    Step::Release {
+                        issue: OTHER,
+                        holder: "bob",
+                        at: T0 + 2,
+                    },
+                    acq("bob", None, T0 + 5),
+                ],
+            ),
+        ];
+        // Each case in a repository of its own, on the same two databases.
+        let by_statements = db();
+        let by_function = db();
+        for (i, (name, policy, steps)) in cases.iter().enumerate() {
+            let repo = format!("team/case{i}.git");
+            let old = run_steps(&by_statements, true, &repo, policy, steps);
+            let new = run_steps(&by_function, false, &repo, policy, steps);
+            assert_eq!(new, old, "{name}: outcomes");
+            assert_eq!(dump(&by_function), dump(&by_statements), "{name}: rows");
+        }
+        let rows = dump(&by_statements);
+        assert!(rows.len() > 60, "{rows:#?}");
+    }
+
+    /// The function's times are `rfc3339`'s, to the character.
+    #[test]
+    fn the_functions_write_times_as_rfc3339_does() {
+        let conn = db();
+        if !conn.is_postgres() {
+            return;
+        }
+        let day = 86_400;
+        for secs in [
+            0,
+            -1,
+            1,
+            T0,
+            day - 1,
+            -day,
+            -day - 1,
+            951_782_400, // 2000-02-29
+            4_107_542_399,
+            253_402_300_799, // 9999-12-31T23:59:59
+            253_402_300_800, // +10000
+            -62_135_596_800, // 0001-01-01
+            -62_167_219_200, // 0000-01-01
+            -62_167_219_201, // -0001
+            8_210_266_876_799,
+            8_210_266_876_800,
+            -8_334_601_228_800,
+            -8_334_601_228_801,
+            i64::MAX,
+            i64::MIN,
+        ] {
+            let got: String = conn
+                .query_row("SELECT collab_json_time(?1)", [secs], |r| r.get(0))
+                .unwrap();
+            assert_eq!(got, rfc3339(Some(secs)).to_string(), "{secs}");
+        }
+        let got: String = conn
+            .query_row("SELECT collab_json_time(NULL)", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(got, "null");
     }
 }

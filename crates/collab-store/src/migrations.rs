@@ -12,9 +12,10 @@
 //! 1 leases (first release), 2 events, 3 issues, 4 lease policy and the
 //! work queue, 5 webhooks, 6 patches, 7 the work queue's index, 8 patch
 //! import and export, 9 repository identity, 10 mirrors, 11 commit checks,
-//! 12 merge intents. SQL here stays portable where it can (no SQLite-only
-//! functions in the domain queries), because the same tables live in
-//! PostgreSQL too.
+//! 12 merge intents, 13 the merge queue, 14 webhook claims, 15 merge
+//! rounds, 16 PostgreSQL's lease functions (a no-op step on SQLite). SQL
+//! here stays portable where it can (no SQLite-only functions in the domain
+//! queries), because the same tables live in PostgreSQL too.
 //!
 //! PostgreSQL keeps its own list of steps ([`POSTGRES_STEPS`]) with the same
 //! version numbers, its version in the one-row table `collab_schema`. Its
@@ -524,6 +525,13 @@ ALTER TABLE merge_queue_branches ADD COLUMN search TEXT NOT NULL DEFAULT '';
 ALTER TABLE merge_queue_branches ADD COLUMN round_from INTEGER NOT NULL DEFAULT 0;
 ",
     },
+    // Version 16: PostgreSQL's lease functions (`collab_lease_acquire`,
+    // `collab_lease_release`: one statement per operation). Nothing on
+    // SQLite, where the statements run in process.
+    Step {
+        version: 16,
+        sql: "-- PostgreSQL only",
+    },
 ];
 
 /// Version 9's tables (SQLite; PostgreSQL's are in `POSTGRES_STEPS`).
@@ -691,6 +699,13 @@ ALTER TABLE merge_groups ADD COLUMN excluded TEXT;
 ALTER TABLE merge_queue_branches ADD COLUMN search TEXT NOT NULL DEFAULT '';
 ALTER TABLE merge_queue_branches ADD COLUMN round_from BIGINT NOT NULL DEFAULT 0;
 ",
+    },
+    // Version 16: a lease acquire or release decided in one statement, by
+    // a PL/pgSQL function per write kind (`leases`, docs/postgres.md "One
+    // statement per lease operation").
+    Step {
+        version: 16,
+        sql: include_str!("postgres_v16.sql"),
     },
 ];
 
@@ -1079,6 +1094,69 @@ mod tests {
         assert_eq!(
             count("SELECT COUNT(*) FROM merge_queue_branches WHERE repo = 'b.git'"),
             1
+        );
+    }
+
+    /// Version 16 gives a database at version 15 PostgreSQL's lease
+    /// functions (nothing on SQLite), and its leases carry on through them.
+    #[test]
+    fn a_version_15_database_gains_the_lease_functions() {
+        use crate::leases;
+        let (conn, _pg) = at_version_8();
+        let steps = if conn.is_postgres() {
+            POSTGRES_STEPS
+        } else {
+            STEPS
+        };
+        for step in steps.iter().filter(|s| (9..=15).contains(&s.version)) {
+            conn.execute_batch(step.sql).unwrap();
+            after_step(&conn, step.version).unwrap();
+        }
+        set_version(&conn, 15).unwrap();
+        let functions = |conn: &Connection| -> i64 {
+            if !conn.is_postgres() {
+                return 0;
+            }
+            conn.query_row(
+                "SELECT COUNT(*) FROM pg_proc
+                 WHERE proname IN ('collab_lease_acquire', 'collab_lease_release')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        assert_eq!(functions(&conn), 0);
+        // Before the upgrade a lease can only be taken statement by statement.
+        conn.set_lease_statements(true);
+        let t0 = 1_790_000_000;
+        leases::acquire(&conn, "r.git", "01", "alice", Some(10), t0).unwrap();
+        migrate(&conn).unwrap();
+        assert_eq!(version(&conn).unwrap(), SCHEMA_VERSION);
+        assert_eq!(functions(&conn), if conn.is_postgres() { 2 } else { 0 });
+        conn.set_lease_statements(false);
+        assert_eq!(conn.lease_functions(), conn.is_postgres());
+        let got = leases::acquire(&conn, "r.git", "01", "bob", None, t0 + 10).unwrap();
+        let leases::Acquire::Acquired { lease, fresh } = got else {
+            panic!("{got:?}")
+        };
+        assert_eq!((lease.token, lease.transitions, fresh), (2, 1, true));
+        assert_eq!(
+            leases::release(&conn, "r.git", "01", "bob", t0 + 11).unwrap(),
+            leases::Release::Released
+        );
+        let kinds: Vec<String> = crate::event_log::after(&conn, 0, 10)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "lease.acquired",
+                "lease.expired",
+                "lease.acquired",
+                "lease.released"
+            ]
         );
     }
 

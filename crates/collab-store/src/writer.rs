@@ -879,7 +879,23 @@ fn run_group(
     // Whether `lease_op` is open (the previous operation's): COMMIT releases
     // the last one, so no operation pays for its own RELEASE.
     let mut savepoint = false;
-    for op in ops.iter_mut() {
+    // PostgreSQL: the group's leading lease operations in one round trip.
+    let piped = if behavior == TransactionBehavior::Concurrent {
+        pipelined(&tx, ops, policy, now).map_err(in_ops)?
+    } else {
+        Vec::new()
+    };
+    for (op, outcome) in ops.iter().zip(&piped) {
+        if outcome.is_none() {
+            busy.extend(
+                op.issue()
+                    .map(|(repo, id)| (repo.to_string(), id.to_string())),
+            );
+        }
+    }
+    let start = piped.len();
+    outcomes.extend(piped);
+    for op in ops.iter_mut().skip(start) {
         let key = op
             .issue()
             .map(|(repo, id)| (repo.to_string(), id.to_string()));
@@ -887,13 +903,20 @@ fn run_group(
             outcomes.push(None);
             continue;
         }
-        let locked_with_it = match (behavior, op.issue()) {
-            (TransactionBehavior::Concurrent, Some((repo, id))) => {
-                tx.savepoint_locking(savepoint, repo, id).map_err(in_ops)?
+        // An operation that is one function call (PostgreSQL) sends its
+        // savepoint in the call's round trip; a lease operation of
+        // statements sends it with the try of its issue's lock.
+        let opened = if op.in_one_call(&tx) {
+            tx.defer_savepoint(savepoint)
+        } else {
+            match (behavior, op.issue()) {
+                (TransactionBehavior::Concurrent, Some((repo, id))) => {
+                    tx.savepoint_locking(savepoint, repo, id).map_err(in_ops)?
+                }
+                _ => false,
             }
-            _ => false,
         };
-        if !locked_with_it {
+        if !opened {
             next_savepoint(&tx, savepoint).map_err(in_ops)?;
         }
         savepoint = true;
@@ -921,6 +944,95 @@ fn run_group(
         }
     }
     tx.commit().map_err(|e| (Stage::Commit, e))?;
+    Ok(outcomes)
+}
+
+/// PostgreSQL: run the group's leading lease operations (acquire, renew,
+/// release, break through their functions, each on an issue no earlier one
+/// of them decides) as one message, `SAVEPOINT lease_group` and their
+/// calls: one round trip for all of them. Their outcomes, `None` for one
+/// whose issue was busy (deferred; it did nothing). Empty when fewer than
+/// two qualify, or when a call failed: everything is then rolled back to
+/// `lease_group` and the operations run one by one, each under its
+/// savepoint, as without this. An operation refused before any SQL (a TTL
+/// above `max_ttl`) ends the run and is refused in the loop.
+fn pipelined(
+    conn: &Connection,
+    ops: &[Op],
+    policy: &Policy,
+    now: i64,
+) -> crate::sql::Result<Vec<Option<anyhow::Result<Outcome>>>> {
+    if !leases::in_one_call(conn) {
+        return Ok(Vec::new());
+    }
+    let mut calls = Vec::new();
+    let mut issues: Vec<(&str, &str)> = Vec::new();
+    for op in ops {
+        let Some(issue) = op.issue() else { break };
+        if issues.contains(&issue) {
+            break;
+        }
+        let call = match op {
+            Op::Acquire(claim) => leases::acquire_call(conn, claim, policy, now),
+            Op::Renew(claim) => leases::renew_call(conn, claim, policy, now),
+            Op::Release {
+                repo,
+                issue_id,
+                holder,
+            } => Ok(leases::release_call(
+                conn, repo, issue_id, holder, policy, now,
+            )),
+            Op::Break {
+                repo,
+                issue_id,
+                by,
+                reason,
+            } => Ok(leases::break_call(
+                conn, repo, issue_id, by, reason, policy, now,
+            )),
+            _ => break,
+        };
+        let Ok(call) = call else { break };
+        issues.push(issue);
+        calls.push((call.function, call.args));
+    }
+    if calls.len() < 2 {
+        return Ok(Vec::new());
+    }
+    let rows = match conn.call_rows(&calls) {
+        Ok(Some(rows)) => rows,
+        Ok(None) => return Ok(Vec::new()),
+        Err(e) if e.is_unavailable() => return Err(e),
+        Err(e) => {
+            tracing::debug!("a pipelined lease call failed ({e}); running the group one by one");
+            conn.execute_batch("ROLLBACK TO lease_group")?;
+            return Ok(Vec::new());
+        }
+    };
+    let mut outcomes = Vec::with_capacity(rows.len());
+    for (op, row) in ops.iter().zip(rows) {
+        let done = match op {
+            Op::Acquire(claim) => leases::acquire_done(conn, claim, row).map(Outcome::Acquire),
+            Op::Renew(claim) => leases::renew_done(conn, claim, row).map(Outcome::Renew),
+            Op::Release { repo, issue_id, .. } => {
+                leases::release_done(conn, repo, issue_id, row).map(Outcome::Release)
+            }
+            Op::Break { repo, issue_id, .. } => {
+                leases::break_done(conn, repo, issue_id, row).map(Outcome::Break)
+            }
+            _ => unreachable!("only lease operations are pipelined"),
+        };
+        match done {
+            Ok(outcome) => outcomes.push(Some(Ok(outcome))),
+            Err(e) if e.is_busy() => outcomes.push(None),
+            Err(e) => {
+                // Not an answer the functions give: undo them all.
+                tracing::warn!("a pipelined lease call answered {e}; running the group one by one");
+                conn.execute_batch("ROLLBACK TO lease_group")?;
+                return Ok(Vec::new());
+            }
+        }
+    }
     Ok(outcomes)
 }
 
@@ -956,6 +1068,17 @@ impl Op {
     /// each op once; `Write` closures can only run once).
     fn take(&mut self) -> Op {
         std::mem::replace(self, Op::ExpireDue)
+    }
+
+    /// Whether the operation runs as one statement on `conn` (an acquire,
+    /// renew, release or break through its PostgreSQL function). PostgreSQL aborts
+    /// the whole transaction when a statement fails, so it still runs
+    /// under its savepoint: the savepoint travels with the call.
+    fn in_one_call(&self, conn: &Connection) -> bool {
+        matches!(
+            self,
+            Op::Acquire(_) | Op::Renew(_) | Op::Release { .. } | Op::Break { .. }
+        ) && leases::in_one_call(conn)
     }
 
     /// The issue a lease operation decides, if it is one.
@@ -1380,6 +1503,99 @@ mod tests {
             Outcome::Write(any) => Ok(*any.downcast::<i64>().unwrap()),
             _ => unreachable!(),
         }
+    }
+
+    /// On PostgreSQL a group's leading lease operations go as one message
+    /// of function calls; a call that fails sends the group back to one
+    /// operation at a time, where it fails alone. Run the same groups with
+    /// the statements one by one: the same outcomes and leases.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_postgres_pipelined_lease_calls_answer_as_the_statements_do() {
+        use crate::sql::test_database::{off_runtime, wanted, TestDatabase};
+        if !wanted() {
+            return;
+        }
+        // The first group waits for the gate (one group: its call for 02
+        // fails, so it runs one by one); the second is sent at once.
+        let groups = || {
+            vec![
+                vec![
+                    acquire_op("01", "alice", Some(60)),
+                    // Spends a token, then breaks the holder CHECK.
+                    acquire_op("02", "", None),
+                    acquire_op("03", "dave", None),
+                    acquire_op("04", "erin", Some(5)),
+                    acquire_op("02", "bob", None),
+                    Op::Renew(Claim::new(REPO, "01", "alice", Some(0))),
+                    acquire_op("01", "carol", None),
+                    Op::Renew(Claim::new(REPO, "03", "dave", Some(30))),
+                ],
+                vec![
+                    Op::Release {
+                        repo: REPO.into(),
+                        issue_id: "01".into(),
+                        holder: "alice".into(),
+                    },
+                    Op::Break {
+                        repo: REPO.into(),
+                        issue_id: "02".into(),
+                        by: "admin".into(),
+                        reason: "why".into(),
+                    },
+                    acquire_op("04", "frank", None),
+                    Op::Renew(Claim::new(REPO, "03", "dave", Some(30))),
+                ],
+            ]
+        };
+        let show = |outcome: anyhow::Result<Outcome>| -> String {
+            match outcome {
+                Ok(Outcome::Acquire(a)) => format!("{a:?}"),
+                Ok(Outcome::Renew(r)) => format!("{r:?}"),
+                Ok(Outcome::Release(r)) => format!("{r:?}"),
+                Ok(Outcome::Break(b)) => format!("{b:?}"),
+                Ok(_) => "another outcome".into(),
+                Err(e) => format!("error: {e}"),
+            }
+        };
+        let mut answers = Vec::new();
+        for statements in [false, true] {
+            let db = off_runtime(TestDatabase::create);
+            let url = db.url.clone();
+            let conn = off_runtime(move || {
+                let conn = Connection::open_postgres(&url).unwrap();
+                crate::migrations::migrate(&conn).unwrap();
+                conn.set_lease_statements(statements);
+                conn
+            });
+            let (clock, time) = fixed_clock(T0);
+            let (service, open_gate) = off_runtime(move || paused(conn, clock));
+            let mut got = Vec::new();
+            for (n, group) in groups().into_iter().enumerate() {
+                time.store(T0 + 10 * n as i64, Ordering::SeqCst);
+                let mut pending = Vec::new();
+                for op in group {
+                    pending.push(service.submit(op).await.unwrap());
+                }
+                if n == 0 {
+                    open_gate.send(()).unwrap();
+                }
+                for reply in pending {
+                    got.push(show(reply.await.unwrap()));
+                }
+            }
+            let live = service.list(REPO).await.unwrap();
+            got.push(format!("{live:?}"));
+            answers.push(got);
+            off_runtime(move || drop(service));
+            off_runtime(move || drop(db));
+        }
+        assert_eq!(answers[0], answers[1]);
+        let first = &answers[0];
+        assert!(first[0].contains("fresh: true"), "{first:#?}");
+        assert!(first[1].starts_with("error"), "{first:#?}");
+        assert!(first[4].contains("fresh: true"), "{first:#?}");
+        assert!(first[5].starts_with("error"), "{first:#?}");
+        assert!(first[6].starts_with("Held"), "{first:#?}");
     }
 
     /// Three writers on one PostgreSQL database (three nodes' writers):

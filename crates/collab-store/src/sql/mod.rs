@@ -36,6 +36,7 @@ mod value;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
+pub use pg::LEASE_STATEMENTS_ENV;
 pub use value::{FromSql, ToSql, Value, ValueRef};
 
 /// `rusqlite::params!` for this interface: a slice of parameters.
@@ -414,6 +415,97 @@ impl Connection {
             Connection::Postgres(c) => c
                 .savepoint_locking(release_first, repo, issue_id)
                 .map(|()| true),
+        }
+    }
+
+    /// Whether lease operations run as one call of their PostgreSQL
+    /// function (version 16: `collab_lease_acquire`, …). Never on SQLite;
+    /// on PostgreSQL unless `GIT_COLLAB_PG_LEASE_STATEMENTS=1` was set when
+    /// the connection was made, or [`Connection::set_lease_statements`].
+    pub fn lease_functions(&self) -> bool {
+        match self {
+            Connection::Sqlite(_) => false,
+            Connection::Postgres(c) => !c.lease_statements(),
+        }
+    }
+
+    /// PostgreSQL: run lease operations statement by statement (`true`) or
+    /// as one function call each (`false`, the default), to compare the two.
+    pub fn set_lease_statements(&self, on: bool) {
+        if let Connection::Postgres(c) = self {
+            c.set_lease_statements(on);
+        }
+    }
+
+    /// PostgreSQL, in a transaction: open the savepoint `lease_op` of the
+    /// next operation with that operation's first statement, not in a round
+    /// trip of its own (`PgConnection::defer_savepoint`). `false` on
+    /// SQLite, where the caller opens it itself.
+    pub fn defer_savepoint(&self, release_first: bool) -> bool {
+        match self {
+            Connection::Sqlite(_) => false,
+            Connection::Postgres(c) => {
+                c.defer_savepoint(release_first);
+                true
+            }
+        }
+    }
+
+    /// PostgreSQL: the first row of `SELECT * FROM function(params…, try)`
+    /// in one round trip (with a deferred savepoint), its columns as text;
+    /// the connection adds `try`, whether the function only tries the
+    /// issue's lock. `Ok(None)`: a parameter cannot be sent so (a NUL in a
+    /// text), nothing was sent. On SQLite an error: there are no functions.
+    pub fn call_row(&self, function: &str, args: &[Value]) -> Result<Option<Vec<Option<String>>>> {
+        match self {
+            Connection::Sqlite(_) => Err(Error::failure(format!(
+                "{function}: a PostgreSQL function called on SQLite"
+            ))),
+            Connection::Postgres(c) => {
+                let args = args.iter().map(ToSql::to_sql).collect::<Result<Vec<_>>>()?;
+                c.call_row(function, &args)
+            }
+        }
+    }
+
+    /// PostgreSQL, in a transaction: `SAVEPOINT lease_group` and every
+    /// call, in one round trip (`PgConnection::call_rows`); each call's row
+    /// in order, `Ok(None)` if an argument cannot be sent so. After an
+    /// error, ROLLBACK TO `lease_group` undoes every call.
+    pub fn call_rows(
+        &self,
+        calls: &[(&'static str, Vec<Value>)],
+    ) -> Result<Option<Vec<Vec<Option<String>>>>> {
+        match self {
+            Connection::Sqlite(_) => Err(Error::failure("lease functions called on SQLite")),
+            Connection::Postgres(c) => {
+                let calls = calls
+                    .iter()
+                    .map(|(function, args)| {
+                        let args = args.iter().map(ToSql::to_sql).collect::<Result<Vec<_>>>()?;
+                        Ok((*function, args))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                c.call_rows(&calls)
+            }
+        }
+    }
+
+    /// A provisional event number for an event a PostgreSQL function may
+    /// append (`PgConnection::reserve_seq`); say [`Connection::appended_late`]
+    /// once one was. `None` on SQLite and outside a transaction.
+    pub fn reserve_seq(&self) -> Option<i64> {
+        match self {
+            Connection::Sqlite(_) => None,
+            Connection::Postgres(c) => c.reserve_seq(),
+        }
+    }
+
+    /// A PostgreSQL function appended events with numbers of
+    /// [`Connection::reserve_seq`]: COMMIT renumbers them.
+    pub fn appended_late(&self) {
+        if let Connection::Postgres(c) = self {
+            c.appended_late();
         }
     }
 

@@ -76,7 +76,20 @@ pub struct PgConnection {
     /// savepoint's own round trip; the next `lock_issue` of it is answered
     /// without another.
     pre_locked: RefCell<Option<(String, String)>>,
+    /// The writer's savepoint for the next operation, not sent yet
+    /// (`Some(release_first)`, see [`PgConnection::defer_savepoint`]): the
+    /// operation's first statement carries it.
+    pending_savepoint: Cell<Option<bool>>,
+    /// Lease operations run their statements one by one instead of their
+    /// function (`GIT_COLLAB_PG_LEASE_STATEMENTS=1` at connect, or
+    /// [`PgConnection::set_lease_statements`]).
+    lease_statements: Cell<bool>,
 }
+
+/// The environment variable that makes lease operations on PostgreSQL run
+/// their statements one by one (the path before version 16's functions),
+/// for comparing the two: `1` turns it on.
+pub const LEASE_STATEMENTS_ENV: &str = "GIT_COLLAB_PG_LEASE_STATEMENTS";
 
 impl PgConnection {
     pub fn connect(url: &str) -> Result<PgConnection> {
@@ -96,7 +109,21 @@ impl PgConnection {
             numbered_late: Cell::new(false),
             final_seqs: RefCell::new(HashMap::new()),
             pre_locked: RefCell::new(None),
+            pending_savepoint: Cell::new(None),
+            lease_statements: Cell::new(
+                std::env::var_os(LEASE_STATEMENTS_ENV).is_some_and(|v| v == "1"),
+            ),
         })
+    }
+
+    /// Whether lease operations run their statements one by one rather
+    /// than as one call of their function.
+    pub fn lease_statements(&self) -> bool {
+        self.lease_statements.get()
+    }
+
+    pub fn set_lease_statements(&self, on: bool) {
+        self.lease_statements.set(on);
     }
 
     /// The client, reconnected first if the server closed it (or it failed
@@ -112,7 +139,61 @@ impl PgConnection {
             self.broken.set(false);
             self.statements.borrow_mut().clear();
         }
+        if let Some(sql) = self.take_pending_savepoint() {
+            client.batch_execute(sql).map_err(|e| self.seen(e))?;
+        }
         Ok(client)
+    }
+
+    /// In a transaction: open the savepoint `lease_op` for the next
+    /// operation (releasing the open one first when `release_first`), but
+    /// send it with the operation's first statement rather than in a round
+    /// trip of its own: [`PgConnection::call_row`] puts it in front of its
+    /// call, any other statement sends it first. Deferred twice without a
+    /// statement between, the savepoint is opened once.
+    pub fn defer_savepoint(&self, release_first: bool) {
+        self.pre_locked.borrow_mut().take();
+        let pending = self.pending_savepoint.get().unwrap_or(release_first);
+        self.pending_savepoint.set(Some(pending));
+    }
+
+    /// The deferred savepoint's SQL, if one is pending (in a transaction).
+    fn take_pending_savepoint(&self) -> Option<&'static str> {
+        match self.pending_savepoint.take() {
+            _ if !self.in_tx.get() => None,
+            Some(true) => Some("RELEASE lease_op; SAVEPOINT lease_op; "),
+            Some(false) => Some("SAVEPOINT lease_op; "),
+            None => None,
+        }
+    }
+
+    /// `SELECT * FROM function(args…, try)` in one round trip, with a
+    /// deferred savepoint in front of it (the simple query protocol, the
+    /// arguments as literals; the last argument, added here, says whether
+    /// the function only tries the issue's lock: in a
+    /// [`Behavior::Concurrent`] transaction). The first row's columns as
+    /// text; `Ok(None)` when an argument cannot be a literal (a NUL, a
+    /// real, a blob): nothing was sent, and the caller goes its own way.
+    pub fn call_row(
+        &self,
+        function: &str,
+        args: &[ValueRef<'_>],
+    ) -> Result<Option<Vec<Option<String>>>> {
+        let Some(sql) = self.call_sql(function, args) else {
+            return Ok(None);
+        };
+        self.pre_locked.borrow_mut().take();
+        let savepoint = self.take_pending_savepoint().unwrap_or("");
+        let messages = self.client()?.simple_query(&format!("{savepoint}{sql}"));
+        for message in messages.map_err(|e| self.seen(e))? {
+            if let postgres::SimpleQueryMessage::Row(row) = message {
+                let columns = (0..row.len())
+                    .map(|i| row.get(i).map(str::to_string))
+                    .collect();
+                return Ok(Some(columns));
+            }
+        }
+        Err(Error::QueryReturnedNoRows)
     }
 
     /// `e` as this interface's error, noting a lost connection (the next
@@ -224,6 +305,88 @@ impl PgConnection {
         Some(-((self.backend_pid.get() << 32) | i64::from(n)))
     }
 
+    /// `SELECT * FROM function(args…, try)` with the arguments as literals;
+    /// `None` if one cannot be.
+    fn call_sql(&self, function: &str, args: &[ValueRef<'_>]) -> Option<String> {
+        let mut sql = format!("SELECT * FROM {function}(");
+        for arg in args {
+            match arg {
+                ValueRef::Null => sql.push_str("NULL"),
+                ValueRef::Integer(i64::MIN) => sql.push_str("'-9223372036854775808'::bigint"),
+                ValueRef::Integer(v) => sql.push_str(&v.to_string()),
+                ValueRef::Text(t) => sql.push_str(&literal(t)?),
+                ValueRef::Real(_) | ValueRef::Blob(_) => return None,
+            }
+            sql.push_str(", ");
+        }
+        let try_only = self.behavior.get() == Some(Behavior::Concurrent);
+        sql.push_str(if try_only { "true)" } else { "false)" });
+        Some(sql)
+    }
+
+    /// In a transaction: `SAVEPOINT lease_group` and then every call, all
+    /// in one round trip (the start of a lease group, pipelined); each
+    /// call's first row, in order. `Ok(None)`: an argument cannot be a
+    /// literal, nothing was sent. An error: a call failed and the
+    /// transaction is aborted; ROLLBACK TO `lease_group` undoes them all.
+    pub fn call_rows(
+        &self,
+        calls: &[(&str, Vec<ValueRef<'_>>)],
+    ) -> Result<Option<Vec<Vec<Option<String>>>>> {
+        let mut sql = String::from("SAVEPOINT lease_group");
+        for (function, args) in calls {
+            let Some(call) = self.call_sql(function, args) else {
+                return Ok(None);
+            };
+            sql.push_str("; ");
+            sql.push_str(&call);
+        }
+        self.pre_locked.borrow_mut().take();
+        let messages = self.client()?.simple_query(&sql);
+        let rows: Vec<Vec<Option<String>>> = messages
+            .map_err(|e| self.seen(e))?
+            .into_iter()
+            .filter_map(|message| match message {
+                postgres::SimpleQueryMessage::Row(row) => Some(
+                    (0..row.len())
+                        .map(|i| row.get(i).map(str::to_string))
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .collect();
+        if rows.len() != calls.len() {
+            return Err(Error::failure(format!(
+                "{} lease calls answered {} rows",
+                calls.len(),
+                rows.len()
+            )));
+        }
+        Ok(Some(rows))
+    }
+
+    /// The next provisional event number, for an event a server-side
+    /// function may append ([`PgConnection::call_row`]): like
+    /// [`PgConnection::provisional_seq`], but the transaction counts as
+    /// numbering late only once [`PgConnection::appended_late`] says an
+    /// event was appended (a number not used is simply skipped at COMMIT).
+    pub fn reserve_seq(&self) -> Option<i64> {
+        if !self.in_tx.get() {
+            return None;
+        }
+        let n = self.provisional.get().wrapping_add(1).max(1);
+        self.provisional.set(n);
+        Some(-((self.backend_pid.get() << 32) | i64::from(n)))
+    }
+
+    /// The open transaction appended events with numbers of
+    /// [`PgConnection::reserve_seq`].
+    pub fn appended_late(&self) {
+        if self.in_tx.get() {
+            self.numbered_late.set(true);
+        }
+    }
+
     /// The final number of an event appended with provisional number `seq`
     /// in the last committed transaction (`seq` itself when it is not
     /// provisional or unknown).
@@ -254,6 +417,7 @@ impl PgConnection {
         let mut retried = false;
         loop {
             self.pre_locked.borrow_mut().take();
+            self.pending_savepoint.set(None);
             let mut client = self.client()?;
             self.in_tx.set(true);
             self.behavior.set(None);
@@ -284,6 +448,8 @@ impl PgConnection {
     /// COMMIT rolled back).
     pub fn end(&self, sql: &str) -> Result<()> {
         self.pre_locked.borrow_mut().take();
+        // A savepoint no statement needed: COMMIT or ROLLBACK ends it all.
+        self.pending_savepoint.set(None);
         self.in_tx.set(false);
         self.behavior.set(None);
         let numbered_late = self.numbered_late.replace(false);
