@@ -481,6 +481,9 @@ pub const OTHER_ENV_VARS: &[&str] = &[
     "GIT_COLLAB_PACK_CACHE_SLOTS",
     // `environment="GIT_COLLAB_ROLE=admin"` in authorized_keys.
     "GIT_COLLAB_ROLE",
+    // The store: lease operations on PostgreSQL as statements instead of
+    // their functions (docs/postgres.md, for comparison and as a way back).
+    "GIT_COLLAB_PG_LEASE_STATEMENTS",
     // Tests, benchmarks and CI.
     "GIT_COLLAB_TEST_BACKEND",
     "GIT_COLLAB_TEST_POSTGRES",
