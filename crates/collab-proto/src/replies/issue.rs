@@ -270,19 +270,8 @@ pub struct IssueShown {
 
 #[cfg(test)]
 mod tests {
+    use super::super::round_trip;
     use super::*;
-    use serde::de::DeserializeOwned;
-
-    /// Parse `line`, write it back, and compare as JSON values.
-    fn round_trip<T: DeserializeOwned + Serialize>(line: &str) -> T {
-        let parsed: T = serde_json::from_str(line).unwrap();
-        assert_eq!(
-            serde_json::to_value(&parsed).unwrap(),
-            serde_json::from_str::<serde_json::Value>(line).unwrap(),
-            "{line}"
-        );
-        parsed
-    }
 
     /// The shapes docs/ssh-verbs.md shows ("Issues", "Replies").
     #[test]

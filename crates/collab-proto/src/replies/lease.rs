@@ -197,15 +197,7 @@ mod tests {
     /// The rest of the shapes docs/ssh-verbs.md ("Leases") shows.
     #[test]
     fn doc_shapes_round_trip() {
-        fn round_trip<T: serde::de::DeserializeOwned + Serialize>(line: &str) -> T {
-            let parsed: T = serde_json::from_str(line).unwrap();
-            assert_eq!(
-                serde_json::to_value(&parsed).unwrap(),
-                serde_json::from_str::<serde_json::Value>(line).unwrap(),
-                "{line}"
-            );
-            parsed
-        }
+        use super::super::round_trip;
         round_trip::<LeaseEnded>(r#"{"status":"released","repo":"r.git","issue":"<40 hex>"}"#);
         let held: Held = round_trip(
             r#"{"status":"held","repo":"r.git","issue":"<40 hex>","holder":"bob","expires_at":null}"#,

@@ -14,3 +14,17 @@ pub mod patch;
 pub mod queue;
 pub mod release;
 pub mod webhook;
+
+/// Parse `line` as a `T`, write it back, and compare the two as JSON
+/// values (key order aside): the round-trip every family's tests pin the
+/// documented shapes with.
+#[cfg(test)]
+fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(line: &str) -> T {
+    let parsed: T = serde_json::from_str(line).unwrap();
+    assert_eq!(
+        serde_json::to_value(&parsed).unwrap(),
+        serde_json::from_str::<serde_json::Value>(line).unwrap(),
+        "{line}"
+    );
+    parsed
+}

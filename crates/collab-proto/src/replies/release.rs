@@ -58,18 +58,8 @@ pub struct ReleaseDeleted {
 
 #[cfg(test)]
 mod tests {
+    use super::super::round_trip;
     use super::*;
-    use serde::de::DeserializeOwned;
-
-    fn round_trip<T: DeserializeOwned + Serialize>(line: &str) -> T {
-        let parsed: T = serde_json::from_str(line).unwrap();
-        assert_eq!(
-            serde_json::to_value(&parsed).unwrap(),
-            serde_json::from_str::<serde_json::Value>(line).unwrap(),
-            "{line}"
-        );
-        parsed
-    }
 
     /// The shapes docs/releases.md shows (the list's file in full).
     #[test]
