@@ -138,16 +138,20 @@ pub fn head(conn: &Connection) -> crate::sql::Result<i64> {
         .query_row([], |r| r.get(0))
 }
 
-/// The oldest `seq` still stored; `head + 1` when the log is empty (every
-/// event so far was pruned, or there was none).
-pub fn oldest(conn: &Connection) -> crate::sql::Result<i64> {
-    let min: Option<i64> = conn
-        .prepare_cached("SELECT MIN(seq) FROM events")?
-        .query_row([], |r| r.get(0))?;
-    match min {
-        Some(seq) => Ok(seq),
-        None => Ok(head(conn)? + 1),
-    }
+/// The oldest `seq` still stored and the head, read in one statement so
+/// both come from one snapshot: read apart, an event appended between them
+/// (the first one, say) made an empty log look pruned (`oldest = head + 1`
+/// from before, `head` from after). `oldest` is `head + 1` when the log is
+/// empty (every event so far was pruned, or there was none).
+pub fn bounds(conn: &Connection) -> crate::sql::Result<(i64, i64)> {
+    conn.prepare_cached(
+        "SELECT (SELECT MIN(seq) FROM events), value FROM counters WHERE name = 'events'",
+    )?
+    .query_row([], |r| {
+        let min: Option<i64> = r.get(0)?;
+        let head: i64 = r.get(1)?;
+        Ok((min.unwrap_or(head + 1), head))
+    })
 }
 
 /// Delete events written before `cutoff` (unix seconds), at most `limit`
@@ -228,19 +232,23 @@ mod tests {
         assert_eq!(head(&db).unwrap(), 2);
     }
 
+    fn swap((oldest, head): (i64, i64)) -> (i64, i64) {
+        (head, oldest)
+    }
+
     #[test]
     fn head_oldest_and_pruning() {
         let conn = db();
-        assert_eq!((head(&conn).unwrap(), oldest(&conn).unwrap()), (0, 1));
+        assert_eq!(swap(bounds(&conn).unwrap()), (0, 1));
         for (i, at) in [10, 11, 20, 21].iter().enumerate() {
             assert_eq!(append(&conn, &ev("a"), *at).unwrap(), i as i64 + 1);
         }
         assert_eq!(prune_before(&conn, 20, 1).unwrap(), 1);
-        assert_eq!(oldest(&conn).unwrap(), 2);
+        assert_eq!(bounds(&conn).unwrap().0, 2);
         assert_eq!(prune_before(&conn, 20, 100).unwrap(), 1);
-        assert_eq!((head(&conn).unwrap(), oldest(&conn).unwrap()), (4, 3));
+        assert_eq!(swap(bounds(&conn).unwrap()), (4, 3));
         assert_eq!(prune_before(&conn, 100, 100).unwrap(), 2);
-        assert_eq!((head(&conn).unwrap(), oldest(&conn).unwrap()), (4, 5));
+        assert_eq!(swap(bounds(&conn).unwrap()), (4, 5));
     }
 
     #[test]

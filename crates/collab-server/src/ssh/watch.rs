@@ -234,9 +234,7 @@ pub async fn watch(ctx: &ExecContext, channel: Channel<Msg>, cmd: WatchCmd) {
             return reply_and_close(channel, "error: internal error", 1).await;
         }
     };
-    let bounds = reader
-        .query(|conn| Ok((event_log::oldest(conn)?, event_log::head(conn)?)))
-        .await;
+    let bounds = reader.query(event_log::bounds).await;
     let (oldest, head) = match bounds {
         Ok(b) => b,
         Err(e) => {
