@@ -149,42 +149,6 @@ fn server(cache: bool) -> ServerHarness {
     })
 }
 
-/// History plus `mb` MiB split between compressible text and random binary.
-fn make_source(h: &ServerHarness, mb: usize) -> PathBuf {
-    let src = h.temp_dir().join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let git = |args: &[&str]| run_ok(h.git_command(&h.ssh_client_key(), &src).args(args));
-    git(&["init", "-q", "-b", "main"]);
-    collab_testkit::synthetic_history(&src.join(".git"), "main", 3000);
-    git(&["reset", "-q", "--hard", "main"]);
-    let mut seed = 0x2545f4914f6cdd1du64;
-    let per = mb.max(2) / 2;
-    for i in 0..per {
-        let mut blob = vec![0u8; 1024 * 1024];
-        for chunk in blob.chunks_mut(8) {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            chunk.copy_from_slice(&seed.to_le_bytes()[..chunk.len()]);
-        }
-        std::fs::write(src.join(format!("blob{i:03}.bin")), blob).unwrap();
-        let text: String = (0..24_000)
-            .map(|l| {
-                format!(
-                    "{i}:{l} the quick brown fox {} jumps\n",
-                    seed.wrapping_mul(l)
-                )
-            })
-            .collect();
-        std::fs::write(src.join(format!("text{i:03}.txt")), text).unwrap();
-        if i % 4 == 3 || i + 1 == per {
-            git(&["add", "."]);
-            git(&["commit", "-q", "-m", &format!("data {i}")]);
-        }
-    }
-    src
-}
-
 fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
     v.sort();
     let i = ((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1;
@@ -405,7 +369,7 @@ fn main() {
     for cache in [false, true] {
         let h = server(cache);
         h.create_repo("fleet");
-        let src = make_source(&h, mb);
+        let src = support::storm_source(&h, mb);
         let url = h.repo_url("fleet");
         run_ok(
             h.git_command(&h.ssh_client_key(), &src)

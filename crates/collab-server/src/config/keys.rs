@@ -160,6 +160,7 @@ pub const KEYS: &[Key] = &[
     key("git.pack_cache_max_age", Duration, Given("5m"), "A cached pack older than this is not served."),
     key("git.pack_cache_min_occurrences", Count { min: 1, max: 1_000_000 }, Given("2"), "Cache a request's pack only once it was asked for this many times."),
     key("git.max_concurrent_pack_objects", LIMIT, Given("4"), "Most git pack-objects running at once (with the pack cache on); the rest wait in turn."),
+    key("git.nice", Count { min: 0, max: 19 }, Given("10"), "CPU niceness of upload-pack and the pack-objects it runs (0: as the server), so a clone storm yields the CPU to logins and verbs."),
     key("log.level", LogLevel, Given("info"), "Log level or tracing filter."),
     key("log.format", OneOf(&["text", "json"]), Given("text"), "Log line format."),
     key("events.retention_days", Count { min: 1, max: 36_500 }, Given("30"), "Events older than this many days are pruned."),

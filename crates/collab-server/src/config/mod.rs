@@ -154,6 +154,8 @@ pub struct GitConfig {
     pub pack_cache_max_age: Duration,
     pub pack_cache_min_occurrences: u64,
     pub max_concurrent_pack_objects: usize,
+    /// Niceness added to `upload-pack` and its children (`git_priority`).
+    pub nice: u64,
 }
 
 /// `leases.*`, in seconds. The defaults keep phase 1's behaviour: no

@@ -104,6 +104,7 @@ git.pack_cache_max_size            1073741824 (1 GiB)                        def
 git.pack_cache_max_age             5m                                        default
 git.pack_cache_min_occurrences     2                                         default
 git.max_concurrent_pack_objects    4                                         default
+git.nice                           10                                        default
 log.level                          info                                      default
 log.format                         text                                      default
 events.retention_days              30                                        default

@@ -95,9 +95,9 @@ fn git_protocol(headers: &HeaderMap) -> Option<String> {
 }
 
 /// `git upload-pack --stateless-rpc [extra] <dir>` with a clean
-/// environment.
-fn upload_pack(entry: &RepoEntry, headers: &HeaderMap, advertise: bool) -> Command {
-    upload_pack_with(entry, headers, advertise, &[])
+/// environment, `nice` steps below the server (`git.nice`).
+fn upload_pack(entry: &RepoEntry, headers: &HeaderMap, advertise: bool, nice: u64) -> Command {
+    upload_pack_with(entry, headers, advertise, nice, &[])
 }
 
 /// [`upload_pack`] with more git options before the subcommand.
@@ -105,9 +105,11 @@ fn upload_pack_with(
     entry: &RepoEntry,
     headers: &HeaderMap,
     advertise: bool,
+    nice: u64,
     options: &[&str],
 ) -> Command {
     let mut cmd = Command::new("git");
+    limits::priority::lower(&mut cmd, nice);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("GIT_") {
             cmd.env_remove(&key);
@@ -257,7 +259,9 @@ pub async fn info_refs(
         Ok(slot) => slot,
         Err(busy) => return busy,
     };
-    let output = upload_pack(&entry, &headers, true).output().await;
+    let output = upload_pack(&entry, &headers, true, st.app.config.git.nice)
+        .output()
+        .await;
     drop(slot);
     let output = match output {
         Ok(out) if out.status.success() => out,
@@ -384,12 +388,13 @@ pub async fn upload_pack_post(
         Ok(slot) => slot,
         Err(busy) => return busy,
     };
-    let mut cmd = upload_pack(&entry, &headers, false);
+    let nice = app.config.git.nice;
+    let mut cmd = upload_pack(&entry, &headers, false, nice);
     // The same pack cache as SSH's (`visible` authorized the reader).
     if let Some(settings) = settings {
         if let Some(hook) = crate::pack_cache::hook_config() {
             // `-c` must come before the subcommand: rebuild the front.
-            cmd = upload_pack_with(&entry, &headers, false, &["-c", &hook]);
+            cmd = upload_pack_with(&entry, &headers, false, nice, &["-c", &hook]);
             cmd.envs(settings.to_env());
         }
     }

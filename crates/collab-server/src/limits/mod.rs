@@ -7,6 +7,8 @@
 //!   `MaxStartups` random early drop on the unauthenticated ones, and the
 //!   queue of connections waiting for their address's handshake place);
 //! - `processes`: git child processes server-wide and per principal;
+//! - `priority`: the CPU niceness of the git processes serving clones and
+//!   fetches (`git.nice`), so a storm yields to short requests;
 //! - `shares`: fair shares per principal (key) of authenticated SSH
 //!   connections, event watchers and lease waiters, so one key cannot take
 //!   a whole pool;
@@ -24,6 +26,7 @@
 pub mod conns;
 pub mod fds;
 pub mod idle;
+pub mod priority;
 pub mod processes;
 pub mod shares;
 

@@ -213,6 +213,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
     }
     match service {
         GitService::UploadPack => {
+            crate::limits::priority::lower(&mut cmd, ctx.app.config.git.nice);
             cmd.args(["-c", "uploadpack.allowFilter=true"]);
             // The pack cache (after authorization: the caller may read this
             // repository). Only on the command line: git ignores the key in

@@ -622,3 +622,88 @@ fn a_one_off_request_is_not_cached_by_default() {
     check_clone(&h, &third, &head);
     assert_eq!(metric(&h, "git_collab_pack_objects_runs_total"), 2);
 }
+
+/// The niceness of process `pid` (field 19 of `/proc/<pid>/stat`).
+fn niceness_of(stat: &str) -> i64 {
+    let after_comm = stat.rsplit_once(')').unwrap().1;
+    after_comm
+        .split_whitespace()
+        .nth(16)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Issue 29's fairness: `upload-pack` (over SSH and smart HTTP) runs
+/// `git.nice` steps below the server, while `receive-pack` keeps the
+/// server's priority. Every `git` the server starts goes through a wrapper
+/// on its PATH that writes down its own niceness and arguments before it
+/// runs the real git. (The pack-cache hook and `pack-objects` are started
+/// by upload-pack, which puts git's own exec path first, so they bypass
+/// the wrapper; they inherit its niceness, as every child does.)
+#[test]
+fn upload_pack_runs_below_the_server_and_pushes_do_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let real_git = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|dir| dir.join("git"))
+        .find(|p| p.is_file())
+        .expect("git on PATH");
+    let log = tmp.path().join("git.log");
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let wrapper = bin.join("git");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nread -r stat < /proc/$$/stat\n\
+             echo \"$(echo \"$stat\" | cut -d' ' -f19) $*\" >> '{}'\nexec '{}' \"$@\"\n",
+            log.display(),
+            real_git.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let h = server(&[("PATH", &path), ("GIT_COLLAB_GIT__NICE", "7")]);
+    let own = niceness_of(&std::fs::read_to_string("/proc/self/stat").unwrap());
+    assert_eq!(
+        niceness_of(&std::fs::read_to_string(format!("/proc/{}/stat", h.pid())).unwrap()),
+        own,
+        "the server itself runs at the test's niceness"
+    );
+
+    let head = seed(&h, "app", 1);
+    let dest = h.temp_dir().join("over-ssh");
+    let out = clone_cmd(&h, &h.repo_url("app"), &dest, &[])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    check_clone(&h, &dest, &head);
+    web_support::make_public(&h, "app");
+    let dest = h.temp_dir().join("over-http");
+    let url = format!("{}/app.git", h.http_url());
+    let out = clone_cmd(&h, &url, &dest, &[]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    check_clone(&h, &dest, &head);
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let runs = |what: &str| -> Vec<i64> {
+        text.lines()
+            .filter(|l| l.split(' ').any(|w| w == what))
+            .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let lowered = (own + 7).min(19);
+    let uploads = runs("upload-pack");
+    // SSH: one; HTTP: the advertisement and at least one request.
+    assert!(uploads.len() >= 3, "{text}");
+    assert!(uploads.iter().all(|&n| n == lowered), "{text}");
+    let pushes = runs("receive-pack");
+    assert!(!pushes.is_empty(), "{text}");
+    assert!(pushes.iter().all(|&n| n == own), "{text}");
+}
