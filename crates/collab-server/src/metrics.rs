@@ -102,6 +102,12 @@ fn render_pack_cache(out: &mut String) {
             s.direct as i64,
         ),
         (
+            "git_collab_pack_cache_ref_lists_total",
+            "counter",
+            "Smart HTTP ls-refs requests the server answered from a cached response, without upload-pack.",
+            s.ref_lists as i64,
+        ),
+        (
             "git_collab_pack_cache_producers",
             "gauge",
             "pack-objects runs producing a shared pack now.",

@@ -839,6 +839,9 @@ pub struct Stats {
     /// Smart HTTP responses the server sent itself from a cached response,
     /// without running upload-pack (also counted in `hits`).
     pub direct: u64,
+    /// Smart HTTP `ls-refs` answers the server sent itself from a cached
+    /// response (not counted in `hits` or `direct`, which count fetches).
+    pub ref_lists: u64,
     /// Gauges: producers running and requests waiting for a slot now.
     pub producers: i64,
     pub queued: i64,
@@ -855,6 +858,7 @@ impl Stats {
         hook_cpu_us: 0,
         pack_objects_cpu_us: 0,
         direct: 0,
+        ref_lists: 0,
         producers: 0,
         queued: 0,
     };
@@ -871,6 +875,7 @@ impl Stats {
             ("hook_cpu_us", other.hook_cpu_us),
             ("pack_objects_cpu_us", other.pack_objects_cpu_us),
             ("direct", other.direct),
+            ("ref_lists", other.ref_lists),
         ] {
             self.add(name, v as i64);
         }
@@ -887,6 +892,7 @@ impl Stats {
             "corrupt" => c(&mut self.corrupt),
             "evicted" => c(&mut self.evicted),
             "direct" => c(&mut self.direct),
+            "ref_lists" => c(&mut self.ref_lists),
             "hook_cpu_us" => c(&mut self.hook_cpu_us),
             "pack_objects_cpu_us" => c(&mut self.pack_objects_cpu_us),
             "producers" => self.producers += by,

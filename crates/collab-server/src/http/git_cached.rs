@@ -1,16 +1,20 @@
 //! Smart HTTP fetches answered by the server itself from the pack cache
-//! (issue 29): a protocol v2 `command=fetch` POST whose whole request, on
-//! the same repository in the same ref state, was answered before gets
-//! that answer again from `<state>/pack-cache/`, with no `git upload-pack`
-//! and no hook process: the bytes go from the cache file to the socket.
+//! (issue 29): a protocol v2 `command=fetch` or `command=ls-refs` POST
+//! whose whole request, on the same repository in the same ref state, was
+//! answered before gets that answer again from `<state>/pack-cache/`, with
+//! no `git upload-pack` and no hook process: the bytes go from the cache
+//! file to the socket. A fetch over smart HTTP is two such POSTs (the ref
+//! list, then the pack), so a fleet fetching after a push starts no
+//! upload-pack for either once the first answers are kept.
 //!
-//! What upload-pack's answer to a v2 fetch depends on, and how the key
-//! holds it:
+//! What upload-pack's answer to a v2 fetch or ls-refs depends on, and how
+//! the key holds it:
 //! - the repository (its path is in the key; the caller was authorized for
 //!   it before, by the same `visible` check as the uncached path);
-//! - the request (wants, haves, `done`, capabilities, filter, depth,
-//!   `include-tag`…): the whole body, gunzipped, is in the key, and so is
-//!   the `Git-Protocol` header;
+//! - the request (the command; wants, haves, `done`, capabilities,
+//!   filter, depth, `include-tag`…; `ref-prefix`, `symrefs`, `peel`,
+//!   `unborn`): the whole body, gunzipped, is in the key, and so is the
+//!   `Git-Protocol` header;
 //! - the refs (which wants are allowed, `include-tag`, shallow answers),
 //!   the repository's `config`, `shallow` and `info/grafts`: their
 //!   [`repo_state`] digest is in the key. It covers every loose ref file
@@ -39,19 +43,42 @@ use crate::pack_cache::{self, Entry, Settings};
 /// `have` lists are rarely identical, and the key is computed in memory.
 pub const MAX_CACHED_REQUEST: usize = 256 * 1024;
 
-/// The body is a protocol v2 `fetch` command (its first pkt-line).
-pub fn is_v2_fetch(body: &[u8]) -> bool {
-    let Some(len) = body
+/// The protocol v2 commands whose answers are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// `command=fetch`: the pack (and acknowledgments, shallow info).
+    Fetch,
+    /// `command=ls-refs`: the ref list every fetch starts with; after a
+    /// push, 64 agents fetching at once ask for the same one 64 times.
+    LsRefs,
+}
+
+impl Command {
+    /// The metric a hit of this command counts as.
+    fn counter(self) -> &'static str {
+        match self {
+            Command::Fetch => "direct",
+            Command::LsRefs => "ref_lists",
+        }
+    }
+}
+
+/// The protocol v2 command of a request body (its first pkt-line), if it
+/// is one whose answer is kept.
+pub fn v2_command(body: &[u8]) -> Option<Command> {
+    let len = body
         .get(..4)
         .and_then(|h| std::str::from_utf8(h).ok())
-        .and_then(|h| usize::from_str_radix(h, 16).ok())
-    else {
-        return false;
-    };
-    len > 4
-        && body
-            .get(4..len)
-            .is_some_and(|line| line.strip_suffix(b"\n").unwrap_or(line) == b"command=fetch")
+        .and_then(|h| usize::from_str_radix(h, 16).ok())?;
+    if len <= 4 {
+        return None;
+    }
+    let line = body.get(4..len)?;
+    match line.strip_suffix(b"\n").unwrap_or(line) {
+        b"command=fetch" => Some(Command::Fetch),
+        b"command=ls-refs" => Some(Command::LsRefs),
+        _ => None,
+    }
 }
 
 /// A digest of everything in the repository besides its objects that
@@ -145,14 +172,17 @@ pub fn key(repo: &Path, protocol: &str, request: &[u8], state: &[u8; 32]) -> Str
     hex::encode(h.finalize())
 }
 
-/// A finished answer for `key`: the file and its length. Counts a hit or
-/// a corrupt entry for the metrics.
-pub fn lookup(settings: &Settings, key: &str) -> Option<(std::fs::File, u64)> {
+/// A finished answer of `command` for `key`: the file and its length.
+/// Counts a hit (fetches: also its bytes) or a corrupt entry for the
+/// metrics.
+pub fn lookup(settings: &Settings, key: &str, command: Command) -> Option<(std::fs::File, u64)> {
     match pack_cache::open_entry(settings, key) {
         Ok(Entry::Found(file, len)) => {
-            crate::metrics::pack_cache("hit", 1);
-            crate::metrics::pack_cache("direct", 1);
-            crate::metrics::pack_cache("bytes_from_cache", len);
+            crate::metrics::pack_cache(command.counter(), 1);
+            if command == Command::Fetch {
+                crate::metrics::pack_cache("hit", 1);
+                crate::metrics::pack_cache("bytes_from_cache", len);
+            }
             Some((file, len))
         }
         Ok(Entry::Missing) => None,
@@ -172,15 +202,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_v2_fetch_command_is_looked_up() {
-        assert!(is_v2_fetch(b"0012command=fetch\n0001000ddone\n0000"));
-        assert!(is_v2_fetch(b"0011command=fetch0000"));
-        assert!(!is_v2_fetch(b"0014command=ls-refs\n0000"));
-        assert!(!is_v2_fetch(
-            b"0032want 0123456789012345678901234567890123456789\n"
-        ));
-        assert!(!is_v2_fetch(b"00"));
-        assert!(!is_v2_fetch(b"zzzzcommand=fetch\n"));
+    fn only_v2_fetch_and_ls_refs_commands_are_looked_up() {
+        let fetch = Some(Command::Fetch);
+        assert_eq!(v2_command(b"0012command=fetch\n0001000ddone\n0000"), fetch);
+        assert_eq!(v2_command(b"0011command=fetch0000"), fetch);
+        assert_eq!(
+            v2_command(b"0014command=ls-refs\n0001000bsymrefs\n0000"),
+            Some(Command::LsRefs)
+        );
+        assert_eq!(
+            v2_command(b"0013command=ls-refs0000"),
+            Some(Command::LsRefs)
+        );
+        assert_eq!(v2_command(b"0016command=object-info\n0000"), None);
+        assert_eq!(v2_command(b"0015command=fetchmore\n0000"), None);
+        assert_eq!(
+            v2_command(b"0032want 0123456789012345678901234567890123456789\n"),
+            None
+        );
+        assert_eq!(v2_command(b"00"), None);
+        assert_eq!(v2_command(b"0004"), None);
+        assert_eq!(v2_command(b"zzzzcommand=fetch\n"), None);
+        assert_eq!(v2_command(b"0099command=fetch\n"), None);
     }
 
     #[test]

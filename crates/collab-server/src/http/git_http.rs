@@ -323,8 +323,8 @@ pub async fn upload_pack_post(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("x-gzip"));
     let settings = app.config.pack_cache_settings(&entry.path);
-    // A protocol v2 fetch answered before, in this ref state: sent from the
-    // cache by the server itself (see git_cached.rs).
+    // A protocol v2 fetch or ls-refs answered before, in this ref state:
+    // sent from the cache by the server itself (see git_cached.rs).
     let mut body = body;
     let mut fill: Option<Fill> = None;
     let protocol = git_protocol(&headers).filter(|p| p.split(':').any(|v| v == "version=2"));
@@ -335,15 +335,15 @@ pub async fn upload_pack_post(
         let request = whole
             .then(|| inflate_whole(&chunks, gzipped, git_cached::MAX_CACHED_REQUEST))
             .flatten()
-            .filter(|r| git_cached::is_v2_fetch(r));
-        if let Some(request) = request {
+            .and_then(|r| Some((git_cached::v2_command(&r)?, r)));
+        if let Some((command, request)) = request {
             let repo = entry.path.clone();
             let found = tokio::task::spawn_blocking({
                 let settings = settings.clone();
                 move || {
                     let state = git_cached::repo_state(&repo)?;
                     let key = git_cached::key(&repo, &protocol, &request, &state);
-                    if let Some(hit) = git_cached::lookup(&settings, &key) {
+                    if let Some(hit) = git_cached::lookup(&settings, &key, command) {
                         return Some(Found::Hit(hit));
                     }
                     // Written only from the threshold's occurrence on, by
@@ -376,7 +376,7 @@ pub async fn upload_pack_post(
                 Some(Found::Hit((file, len))) => return cached_answer(file, len),
                 Some(Found::Fill(f)) => fill = Some(*f),
                 Some(Found::Wait(key)) => {
-                    if let Some((file, len)) = wait_for_answer(&settings, key).await {
+                    if let Some((file, len)) = wait_for_answer(&settings, key, command).await {
                         return cached_answer(file, len);
                     }
                 }
@@ -563,6 +563,7 @@ const WAIT_FOR_ANSWER: Duration = Duration::from_secs(60);
 async fn wait_for_answer(
     settings: &crate::pack_cache::Settings,
     key: String,
+    command: git_cached::Command,
 ) -> Option<(std::fs::File, u64)> {
     let start = std::time::Instant::now();
     while crate::pack_cache::being_written(settings, &key) {
@@ -572,7 +573,7 @@ async fn wait_for_answer(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let settings = settings.clone();
-    tokio::task::spawn_blocking(move || git_cached::lookup(&settings, &key))
+    tokio::task::spawn_blocking(move || git_cached::lookup(&settings, &key, command))
         .await
         .ok()
         .flatten()

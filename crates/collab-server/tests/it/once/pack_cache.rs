@@ -87,12 +87,30 @@ fn cache_entries(h: &ServerHarness) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The cached smart HTTP answers (protocol v2 pkt-lines, not a pack).
-fn answer_entries(h: &ServerHarness) -> Vec<PathBuf> {
+/// The cached smart HTTP answers (protocol v2 pkt-lines, not a pack):
+/// `ls-refs` answers when `ref_lists`, else `fetch` answers.
+fn http_answers(h: &ServerHarness, ref_lists: bool) -> Vec<PathBuf> {
     all_entries(h)
         .into_iter()
-        .filter(|p| std::fs::read(p).is_ok_and(|b| !b.starts_with(b"PACK")))
+        .filter(|p| {
+            std::fs::read(p).is_ok_and(|b| !b.starts_with(b"PACK") && is_ref_list(&b) == ref_lists)
+        })
         .collect()
+}
+
+/// An `ls-refs` answer starts with a ref line (`<oid> <name>`), an
+/// `unborn` line or the flush packet of an empty list; a `fetch` answer
+/// with a section header (`acknowledgments`, `shallow-info`, `packfile`…).
+fn is_ref_list(answer: &[u8]) -> bool {
+    let first = answer.get(4..).unwrap_or_default();
+    answer.starts_with(b"0000")
+        || first.starts_with(b"unborn ")
+        || (first.len() > 41 && first[..40].iter().all(u8::is_ascii_hexdigit) && first[40] == b' ')
+}
+
+/// The cached smart HTTP `fetch` answers.
+fn answer_entries(h: &ServerHarness) -> Vec<PathBuf> {
+    http_answers(h, false)
 }
 
 fn all_entries(h: &ServerHarness) -> Vec<PathBuf> {
@@ -271,6 +289,7 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
         dest
     };
     let direct = || metric(&h, "git_collab_pack_cache_direct_total");
+    let ref_lists = || metric(&h, "git_collab_pack_cache_ref_lists_total");
     let runs = || metric(&h, "git_collab_pack_objects_runs_total");
     // An answer becomes an entry just after its last byte went out (once
     // git exited): wait for it rather than race the next clone.
@@ -290,12 +309,14 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
     // The first clone's answer is kept; the second is sent from it, with
     // no upload-pack (hence no pack-objects) at all.
     check_clone(&h, &http_clone("a"), &old);
-    assert_eq!(direct(), 0);
+    assert_eq!((direct(), ref_lists()), (0, 0));
     answers_become(1);
+    assert_eq!(http_answers(&h, true).len(), 1, "the ref list is kept too");
     let runs_before = runs();
     let hits_before = metric(&h, "git_collab_pack_cache_hits_total");
     check_clone(&h, &http_clone("b"), &old);
-    assert_eq!(direct(), 1);
+    // Both of the clone's POSTs: the ref list and the pack.
+    assert_eq!((direct(), ref_lists()), (1, 1));
     assert_eq!(runs(), runs_before);
     assert_eq!(
         metric(&h, "git_collab_pack_cache_hits_total"),
@@ -316,10 +337,12 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
             .success(),
         "the old, force-pushed-away commit reached a new clone"
     );
-    assert_eq!(direct(), 1);
+    // Neither answer came from before the force-push: not the ref list
+    // (it would name the old commit) nor the pack.
+    assert_eq!((direct(), ref_lists()), (1, 1));
     answers_become(2);
     check_clone(&h, &http_clone("d"), &new);
-    assert_eq!(direct(), 2);
+    assert_eq!((direct(), ref_lists()), (2, 2));
 
     // Back to the old commit: the same ref values as the first answer's,
     // but a new ref state (the ref file was rewritten), so upload-pack
@@ -335,13 +358,17 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
         ],
     );
     check_clone(&h, &http_clone("e"), &old);
-    assert_eq!(direct(), 2);
+    assert_eq!((direct(), ref_lists()), (2, 2));
     answers_become(3);
 
-    // A corrupted answer is detected, removed, and written anew.
+    // A corrupted answer is detected, removed, and written anew (the ref
+    // lists' and the packs').
     let corrupt_before = metric(&h, "git_collab_pack_cache_corrupt_total");
     let mut corrupted = Vec::new();
-    for entry in answer_entries(&h) {
+    for entry in all_entries(&h)
+        .into_iter()
+        .filter(|p| !cache_entries(&h).contains(p))
+    {
         let mut bytes = std::fs::read(&entry).unwrap();
         let mid = bytes.len() / 2;
         bytes[mid] ^= 0x55;
@@ -357,13 +384,14 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
         assert!(start.elapsed() < Duration::from_secs(20), "not rewritten");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(direct(), 2);
+    assert_eq!((direct(), ref_lists()), (2, 2));
     assert_eq!(
         metric(&h, "git_collab_pack_cache_corrupt_total"),
-        corrupt_before + 1
+        corrupt_before + 2,
+        "the clone's ref list and its pack were both found corrupt"
     );
     check_clone(&h, &http_clone("g"), &old);
-    assert_eq!(direct(), 3);
+    assert_eq!((direct(), ref_lists()), (3, 3));
 }
 
 #[test]
