@@ -108,6 +108,12 @@ fn render_pack_cache(out: &mut String) {
             s.ref_lists as i64,
         ),
         (
+            "git_collab_pack_cache_advertisements_total",
+            "counter",
+            "Smart HTTP ref advertisements (GET info/refs) the server sent from a cached one, without upload-pack.",
+            s.advertisements as i64,
+        ),
+        (
             "git_collab_pack_cache_producers",
             "gauge",
             "pack-objects runs producing a shared pack now.",

@@ -842,6 +842,9 @@ pub struct Stats {
     /// Smart HTTP `ls-refs` answers the server sent itself from a cached
     /// response (not counted in `hits` or `direct`, which count fetches).
     pub ref_lists: u64,
+    /// Smart HTTP capability and ref advertisements (`GET info/refs`)
+    /// the server sent itself from a cached one.
+    pub advertisements: u64,
     /// Gauges: producers running and requests waiting for a slot now.
     pub producers: i64,
     pub queued: i64,
@@ -859,6 +862,7 @@ impl Stats {
         pack_objects_cpu_us: 0,
         direct: 0,
         ref_lists: 0,
+        advertisements: 0,
         producers: 0,
         queued: 0,
     };
@@ -876,6 +880,7 @@ impl Stats {
             ("pack_objects_cpu_us", other.pack_objects_cpu_us),
             ("direct", other.direct),
             ("ref_lists", other.ref_lists),
+            ("advertisements", other.advertisements),
         ] {
             self.add(name, v as i64);
         }
@@ -893,6 +898,7 @@ impl Stats {
             "evicted" => c(&mut self.evicted),
             "direct" => c(&mut self.direct),
             "ref_lists" => c(&mut self.ref_lists),
+            "advertisements" => c(&mut self.advertisements),
             "hook_cpu_us" => c(&mut self.hook_cpu_us),
             "pack_objects_cpu_us" => c(&mut self.pack_objects_cpu_us),
             "producers" => self.producers += by,

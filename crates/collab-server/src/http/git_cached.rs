@@ -197,6 +197,115 @@ pub fn lookup(settings: &Settings, key: &str, command: Command) -> Option<(std::
     }
 }
 
+/// The key of a `GET info/refs?service=git-upload-pack` advertisement:
+/// what `upload-pack --advertise-refs` printed for the repository, the
+/// `Git-Protocol` header (v2: the capabilities; v0: the refs and the
+/// capabilities) and the ref state, and the version of git that printed
+/// it (the capabilities and `agent=` are git's own).
+fn advertisement_key(repo: &Path, protocol: &str, state: &[u8; 32]) -> String {
+    let mut h = Sha256::new();
+    let field = |h: &mut Sha256, bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(&mut h, b"git-collab http upload-pack advertisement");
+    field(&mut h, repo.as_os_str().as_encoded_bytes());
+    field(&mut h, protocol.as_bytes());
+    field(&mut h, git_version().as_bytes());
+    field(&mut h, state);
+    hex::encode(h.finalize())
+}
+
+/// `git --version` of the git this process runs, read once.
+fn git_version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| {
+        // git-args: fixed (`--version`), no value from a client.
+        std::process::Command::new("git")
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    })
+}
+
+/// Largest advertisement kept (a v0 one lists every ref).
+const MAX_ADVERTISEMENT: u64 = 4 * 1024 * 1024;
+
+/// What the cache says about an advertisement.
+pub enum Advertisement {
+    /// The kept one.
+    Hit(Vec<u8>),
+    /// None kept; keep the one upload-pack prints now ([`keep_advertisement`]).
+    Keep(Box<KeepAdvertisement>),
+    /// Ask upload-pack and keep nothing (below the threshold, another
+    /// request keeping it now, a reftable repository, an error).
+    Run,
+}
+
+pub struct KeepAdvertisement {
+    writer: pack_cache::EntryWriter,
+    repo: std::path::PathBuf,
+    state: [u8; 32],
+}
+
+/// Look up the advertisement of `repo` for a client sending `protocol`
+/// (blocking: it reads the ref state and the entry).
+pub fn advertisement(settings: &Settings, repo: &Path, protocol: &str) -> Advertisement {
+    let Some(state) = repo_state(repo) else {
+        return Advertisement::Run;
+    };
+    let key = advertisement_key(repo, protocol, &state);
+    match pack_cache::open_entry(settings, &key) {
+        Ok(Entry::Found(file, len)) if len <= MAX_ADVERTISEMENT => {
+            let mut bytes = Vec::with_capacity(len as usize);
+            if file.take(len).read_to_end(&mut bytes).is_ok() && bytes.len() as u64 == len {
+                crate::metrics::pack_cache("advertisements", 1);
+                return Advertisement::Hit(bytes);
+            }
+        }
+        Ok(Entry::Corrupt) => crate::metrics::pack_cache("corrupt", 1),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("pack cache: reading an advertisement: {e}"),
+    }
+    match pack_cache::count_occurrence(settings, &key) {
+        Ok(seen) if seen >= settings.min_occurrences => {}
+        Ok(_) => return Advertisement::Run,
+        Err(e) => {
+            tracing::warn!("pack cache: counting a request: {e}");
+            return Advertisement::Run;
+        }
+    }
+    match pack_cache::EntryWriter::start(settings, &key) {
+        Ok(Some(writer)) => Advertisement::Keep(Box::new(KeepAdvertisement {
+            writer,
+            repo: repo.to_path_buf(),
+            state,
+        })),
+        Ok(None) => Advertisement::Run,
+        Err(e) => {
+            tracing::warn!("pack cache: keeping an advertisement: {e}");
+            Advertisement::Run
+        }
+    }
+}
+
+/// Keep `bytes`, what upload-pack advertised, unless the refs moved while
+/// it ran (blocking).
+pub fn keep_advertisement(keep: KeepAdvertisement, bytes: &[u8]) {
+    let KeepAdvertisement {
+        mut writer,
+        repo,
+        state,
+    } = keep;
+    if bytes.len() as u64 > MAX_ADVERTISEMENT || repo_state(&repo) != Some(state) {
+        return;
+    }
+    if let Err(e) = writer.write(bytes).and_then(|()| writer.finish()) {
+        tracing::warn!("pack cache: keeping an advertisement: {e}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -255,6 +255,24 @@ pub async fn info_refs(
             )
         }
     }
+    // Protocol v0/v1 clients expect the service announcement first; v2
+    // answers with its capability advertisement directly.
+    let v2 = git_protocol(&headers).is_some_and(|p| p.contains("version=2"));
+    // Kept before, in this ref state: sent by the server itself.
+    let mut keep = None;
+    if let Some(settings) = st.app.config.pack_cache_settings(&entry.path) {
+        let repo = entry.path.clone();
+        let protocol = git_protocol(&headers).unwrap_or_default();
+        let found = tokio::task::spawn_blocking(move || {
+            git_cached::advertisement(&settings, &repo, &protocol)
+        })
+        .await;
+        match found {
+            Ok(git_cached::Advertisement::Hit(bytes)) => return advertisement(v2, &bytes),
+            Ok(git_cached::Advertisement::Keep(k)) => keep = Some(k),
+            Ok(git_cached::Advertisement::Run) | Err(_) => {}
+        }
+    }
     let slot = match process_slot(&st.app, peer).await {
         Ok(slot) => slot,
         Err(busy) => return busy,
@@ -278,15 +296,27 @@ pub async fn info_refs(
             return plain(StatusCode::INTERNAL_SERVER_ERROR, "git failed\n".into());
         }
     };
-    // Protocol v0/v1 clients expect the service announcement first; v2
-    // answers with its capability advertisement directly.
-    let v2 = git_protocol(&headers).is_some_and(|p| p.contains("version=2"));
-    let mut body = Vec::with_capacity(output.stdout.len() + 40);
+    let printed = output.stdout;
+    if let Some(keep) = keep {
+        // Kept before it is sent (it is small), so a client's next request
+        // finds it; a failure only means no entry.
+        let copy = printed.clone();
+        let _ =
+            tokio::task::spawn_blocking(move || git_cached::keep_advertisement(*keep, &copy)).await;
+    }
+    advertisement(v2, &printed)
+}
+
+/// The answer to `GET info/refs`: what `upload-pack --advertise-refs`
+/// printed, after the service announcement v0/v1 clients expect first (v2
+/// clients get the capability advertisement directly).
+fn advertisement(v2: bool, printed: &[u8]) -> Response {
+    let mut body = Vec::with_capacity(printed.len() + 40);
     if !v2 {
         body.extend_from_slice(pkt_line("# service=git-upload-pack\n").as_bytes());
         body.extend_from_slice(b"0000");
     }
-    body.extend_from_slice(&output.stdout);
+    body.extend_from_slice(printed);
     (
         [
             (

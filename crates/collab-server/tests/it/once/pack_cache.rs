@@ -87,30 +87,46 @@ fn cache_entries(h: &ServerHarness) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The cached smart HTTP answers (protocol v2 pkt-lines, not a pack):
-/// `ls-refs` answers when `ref_lists`, else `fetch` answers.
-fn http_answers(h: &ServerHarness, ref_lists: bool) -> Vec<PathBuf> {
+/// What a cached smart HTTP answer (protocol v2 pkt-lines, not a pack)
+/// answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// `GET info/refs`: starts with `version 2`.
+    Advertisement,
+    /// `ls-refs`: a ref line (`<oid> <name>`), an `unborn` line, or the
+    /// flush packet of an empty list.
+    RefList,
+    /// `fetch`: a section header (`acknowledgments`, `packfile`…).
+    Fetch,
+}
+
+fn answer_kind(answer: &[u8]) -> Answer {
+    let first = answer.get(4..).unwrap_or_default();
+    if first.starts_with(b"version 2\n") {
+        Answer::Advertisement
+    } else if answer.starts_with(b"0000")
+        || first.starts_with(b"unborn ")
+        || (first.len() > 41 && first[..40].iter().all(u8::is_ascii_hexdigit) && first[40] == b' ')
+    {
+        Answer::RefList
+    } else {
+        Answer::Fetch
+    }
+}
+
+/// The cached smart HTTP answers of `kind`.
+fn http_answers(h: &ServerHarness, kind: Answer) -> Vec<PathBuf> {
     all_entries(h)
         .into_iter()
         .filter(|p| {
-            std::fs::read(p).is_ok_and(|b| !b.starts_with(b"PACK") && is_ref_list(&b) == ref_lists)
+            std::fs::read(p).is_ok_and(|b| !b.starts_with(b"PACK") && answer_kind(&b) == kind)
         })
         .collect()
 }
 
-/// An `ls-refs` answer starts with a ref line (`<oid> <name>`), an
-/// `unborn` line or the flush packet of an empty list; a `fetch` answer
-/// with a section header (`acknowledgments`, `shallow-info`, `packfile`…).
-fn is_ref_list(answer: &[u8]) -> bool {
-    let first = answer.get(4..).unwrap_or_default();
-    answer.starts_with(b"0000")
-        || first.starts_with(b"unborn ")
-        || (first.len() > 41 && first[..40].iter().all(u8::is_ascii_hexdigit) && first[40] == b' ')
-}
-
 /// The cached smart HTTP `fetch` answers.
 fn answer_entries(h: &ServerHarness) -> Vec<PathBuf> {
-    http_answers(h, false)
+    http_answers(h, Answer::Fetch)
 }
 
 fn all_entries(h: &ServerHarness) -> Vec<PathBuf> {
@@ -289,7 +305,15 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
         dest
     };
     let direct = || metric(&h, "git_collab_pack_cache_direct_total");
-    let ref_lists = || metric(&h, "git_collab_pack_cache_ref_lists_total");
+    // Each HTTP clone asks three things: the advertisement, the ref list,
+    // the pack. How many of each the server answered itself:
+    let served = || {
+        (
+            metric(&h, "git_collab_pack_cache_advertisements_total"),
+            metric(&h, "git_collab_pack_cache_ref_lists_total"),
+            direct(),
+        )
+    };
     let runs = || metric(&h, "git_collab_pack_objects_runs_total");
     // An answer becomes an entry just after its last byte went out (once
     // git exited): wait for it rather than race the next clone.
@@ -309,14 +333,23 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
     // The first clone's answer is kept; the second is sent from it, with
     // no upload-pack (hence no pack-objects) at all.
     check_clone(&h, &http_clone("a"), &old);
-    assert_eq!((direct(), ref_lists()), (0, 0));
+    assert_eq!(served(), (0, 0, 0));
     answers_become(1);
-    assert_eq!(http_answers(&h, true).len(), 1, "the ref list is kept too");
+    assert_eq!(
+        http_answers(&h, Answer::RefList).len(),
+        1,
+        "the ref list is kept too"
+    );
+    assert_eq!(
+        http_answers(&h, Answer::Advertisement).len(),
+        1,
+        "the advertisement is kept too"
+    );
     let runs_before = runs();
     let hits_before = metric(&h, "git_collab_pack_cache_hits_total");
     check_clone(&h, &http_clone("b"), &old);
-    // Both of the clone's POSTs: the ref list and the pack.
-    assert_eq!((direct(), ref_lists()), (1, 1));
+    // All three of the clone's requests.
+    assert_eq!(served(), (1, 1, 1));
     assert_eq!(runs(), runs_before);
     assert_eq!(
         metric(&h, "git_collab_pack_cache_hits_total"),
@@ -337,12 +370,12 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
             .success(),
         "the old, force-pushed-away commit reached a new clone"
     );
-    // Neither answer came from before the force-push: not the ref list
-    // (it would name the old commit) nor the pack.
-    assert_eq!((direct(), ref_lists()), (1, 1));
+    // No answer came from before the force-push: not the advertisement,
+    // not the ref list (it would name the old commit), not the pack.
+    assert_eq!(served(), (1, 1, 1));
     answers_become(2);
     check_clone(&h, &http_clone("d"), &new);
-    assert_eq!((direct(), ref_lists()), (2, 2));
+    assert_eq!(served(), (2, 2, 2));
 
     // Back to the old commit: the same ref values as the first answer's,
     // but a new ref state (the ref file was rewritten), so upload-pack
@@ -358,11 +391,11 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
         ],
     );
     check_clone(&h, &http_clone("e"), &old);
-    assert_eq!((direct(), ref_lists()), (2, 2));
+    assert_eq!(served(), (2, 2, 2));
     answers_become(3);
 
-    // A corrupted answer is detected, removed, and written anew (the ref
-    // lists' and the packs').
+    // A corrupted answer is detected, removed, and written anew (the
+    // advertisements', the ref lists' and the packs').
     let corrupt_before = metric(&h, "git_collab_pack_cache_corrupt_total");
     let mut corrupted = Vec::new();
     for entry in all_entries(&h)
@@ -384,14 +417,14 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
         assert!(start.elapsed() < Duration::from_secs(20), "not rewritten");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!((direct(), ref_lists()), (2, 2));
+    assert_eq!(served(), (2, 2, 2));
     assert_eq!(
         metric(&h, "git_collab_pack_cache_corrupt_total"),
-        corrupt_before + 2,
-        "the clone's ref list and its pack were both found corrupt"
+        corrupt_before + 3,
+        "the clone's advertisement, ref list and pack were all found corrupt"
     );
     check_clone(&h, &http_clone("g"), &old);
-    assert_eq!((direct(), ref_lists()), (3, 3));
+    assert_eq!(served(), (3, 3, 3));
 }
 
 #[test]
