@@ -124,3 +124,16 @@ pub fn push_for_review(h: &ServerHarness, a: &Agent, extra: &[&str]) -> String {
         .find(|id| id.starts_with(&short))
         .expect("the pushed patch is listed")
 }
+
+/// Replace repository `r`'s `collab-policy.toml` with `text` while the
+/// server runs: written beside it and renamed into place, as an editor
+/// saves, so the server never reads it empty or half-written. (Written in
+/// place, the server could read the file between its truncation and the
+/// write: a policy with no merge rule, under which a patch waiting to merge
+/// when green is green at once.)
+pub fn write_policy(h: &ServerHarness, text: impl AsRef<[u8]>) {
+    let path = h.repos_dir().join("r.git/collab-policy.toml");
+    let tmp = path.with_extension("toml.new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+}

@@ -262,11 +262,10 @@ fn hostile_checks_are_refused_with_one_line_and_nothing_is_written() {
     assert!(check_events(&h).is_empty());
     // An unknown repository and a private one read the same.
     let nobody = h.authorized_key("nobody");
-    std::fs::write(
-        h.repos_dir().join("r.git/collab-policy.toml"),
+    review_support::write_policy(
+        &h,
         format!("read = [\"{}\"]\nwrite = []\n", fingerprint(&admin)),
-    )
-    .unwrap();
+    );
     let hidden = check(&h, &nobody, &format!("set 'r' {head} ci --state success"));
     let missing = check(
         &h,
@@ -282,15 +281,14 @@ fn the_checks_level_posts_checks_but_cannot_push() {
     let (h, a, _id, head) = setup_with_patch(HarnessOptions::default());
     let ci = h.authorized_key("ci");
     let reader = h.authorized_key("reader");
-    std::fs::write(
-        h.repos_dir().join("r.git/collab-policy.toml"),
+    review_support::write_policy(
+        &h,
         format!(
             "read = [\"*\"]\nchecks = [\"{}\"]\nwrite = [\"{}\"]\n",
             fingerprint(&ci),
             fingerprint(&a.key)
         ),
-    )
-    .unwrap();
+    );
     let out = check(&h, &ci, &format!("set 'r' {head} ci --state success"));
     assert_eq!(out.code, 0, "{out:?}");
     let out = check(&h, &reader, &format!("set 'r' {head} ci --state failure"));
@@ -407,11 +405,10 @@ fn a_webhook_receiver_gets_check_updated_with_the_previous_state() {
 fn a_merge_waits_for_every_required_check_on_the_latest_head() {
     let (h, a, id, head) = setup_with_patch(HarnessOptions::default());
     let admin = h.ssh_client_key();
-    std::fs::write(
-        h.repos_dir().join("r.git/collab-policy.toml"),
+    review_support::write_policy(
+        &h,
         "merge = { required_checks = [\"ci/test\", \"lint\"] }\n",
-    )
-    .unwrap();
+    );
     let merge = |h: &ServerHarness| {
         h.ssh_exec_as(&a.key, &format!("collab-patch merge 'r' {}", &id[..8]), b"")
     };
@@ -507,19 +504,17 @@ fn skipped_counts_only_when_the_rule_says_so() {
     let (h, a, id, head) = setup_with_patch(HarnessOptions::default());
     let admin = h.ssh_client_key();
     check(&h, &admin, &format!("set 'r' {head} lint --state skipped"));
-    let policy = h.repos_dir().join("r.git/collab-policy.toml");
     let merge = || h.ssh_exec_as(&a.key, &format!("collab-patch merge 'r' {}", &id[..8]), b"");
-    std::fs::write(&policy, "merge = { required_checks = [\"lint\"] }\n").unwrap();
+    review_support::write_policy(&h, "merge = { required_checks = [\"lint\"] }\n");
     let out = merge();
     assert!(
         out.code == 1 && out.stderr.contains("lint is skipped"),
         "{out:?}"
     );
-    std::fs::write(
-        &policy,
+    review_support::write_policy(
+        &h,
         "merge = { required_checks = [\"lint\"], skipped_is_success = true }\n",
-    )
-    .unwrap();
+    );
     assert_eq!(merge().code, 0);
 }
 
@@ -528,11 +523,10 @@ fn skipped_counts_only_when_the_rule_says_so() {
 #[test]
 fn the_web_patch_page_shows_checks_and_the_verdict() {
     let (h, _a, id, head) = setup_with_patch(HarnessOptions::default());
-    std::fs::write(
-        h.repos_dir().join("r.git/collab-policy.toml"),
+    review_support::write_policy(
+        &h,
         "public = true\nmerge = { required_checks = [\"ci/test\", \"lint\"] }\n",
-    )
-    .unwrap();
+    );
     let admin = h.ssh_client_key();
     let out = check(
         &h,
@@ -557,11 +551,7 @@ fn the_web_patch_page_shows_checks_and_the_verdict() {
 #[test]
 fn the_web_commit_page_shows_the_commits_checks() {
     let (h, a, _id, head) = setup_with_patch(HarnessOptions::default());
-    std::fs::write(
-        h.repos_dir().join("r.git/collab-policy.toml"),
-        "public = true\n",
-    )
-    .unwrap();
+    review_support::write_policy(&h, "public = true\n");
     let admin = h.ssh_client_key();
     let out = check(
         &h,

@@ -67,7 +67,7 @@ fn setup(policy: &str, files: &[(&str, &str)]) -> (ServerHarness, Agent, Vec<(St
     let seed = h.clone_repo("r", "seed");
     h.commit_file(&seed, "README", b"hello\n", "Initial commit");
     h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
-    std::fs::write(h.repos_dir().join("r.git/collab-policy.toml"), policy).unwrap();
+    review_support::write_policy(&h, policy);
     let a = review_support::agent(&h, "alice");
     let mut patches = Vec::new();
     for (i, (file, text)) in files.iter().enumerate() {
@@ -97,14 +97,13 @@ fn queue_all_then_switch_on(h: &ServerHarness, a: &Agent, ids: &[String]) {
 
 /// [`queue_all_then_switch_on`] with the queue's rule `rule`.
 fn queue_all_then_switch_on_with(h: &ServerHarness, a: &Agent, ids: &[String], rule: &str) {
-    let policy = h.repos_dir().join("r.git/collab-policy.toml");
-    std::fs::write(&policy, "merge = { required_checks = [\"ci/test\"] }\n").unwrap();
+    review_support::write_policy(h, "merge = { required_checks = [\"ci/test\"] }\n");
     for id in ids {
         let v = enqueue(h, a, id);
         assert_eq!(v["queue"], Value::Null, "{v}");
     }
     // Public too, for the web's queue page.
-    std::fs::write(&policy, format!("public = true\n{rule}")).unwrap();
+    review_support::write_policy(h, format!("public = true\n{rule}"));
 }
 
 /// The patches of a `merge_group.*` event (or a group of `queue show`).

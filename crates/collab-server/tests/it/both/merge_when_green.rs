@@ -31,7 +31,7 @@ fn setup(policy: &str) -> (ServerHarness, Agent, String, String) {
     let seed = h.clone_repo("r", "seed");
     h.commit_file(&seed, "README", b"hello\n", "Initial commit");
     h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
-    std::fs::write(h.repos_dir().join("r.git/collab-policy.toml"), policy).unwrap();
+    review_support::write_policy(&h, policy);
     let a = review_support::agent(&h, "alice");
     ok(&h, &a, &["switch", "-q", "-c", "feature"]);
     let head = commit(&h, &a, "a.txt", "one\n", "Add a.txt");
@@ -123,11 +123,10 @@ fn a_failing_check_a_new_revision_or_cancel_drops_the_queued_merge() {
     // the push's own transaction, before its checks could count.
     check_set(&h, &head, "ci/test", "success");
     check_set(&h, &head, "lint", "pending");
-    std::fs::write(
-        h.repos_dir().join("r.git/collab-policy.toml"),
+    review_support::write_policy(
+        &h,
         "merge = { required_checks = [\"ci/test\", \"lint\"] }\n",
-    )
-    .unwrap();
+    );
     assert_eq!(queue().code, 0);
     std::fs::write(a.clone.join("a.txt"), "one\ntwo\n").unwrap();
     ok(&h, &a, &["commit", "-q", "-a", "--amend", "--no-edit"]);
@@ -282,8 +281,7 @@ fn the_lease_holder_of_a_linked_issue_is_an_author_of_the_revision() {
     let seed = h.clone_repo("r", "seed");
     h.commit_file(&seed, "README", b"hello\n", "Initial commit");
     h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
-    let policy = h.repos_dir().join("r.git/collab-policy.toml");
-    std::fs::write(&policy, "merge = { approvals = 1 }\n").unwrap();
+    review_support::write_policy(&h, "merge = { approvals = 1 }\n");
     let a = review_support::agent(&h, "alice");
     let b = review_support::agent(&h, "bob");
     let issue = h.open_server_issue("r", "Agent work");
@@ -318,11 +316,10 @@ fn the_lease_holder_of_a_linked_issue_is_an_author_of_the_revision() {
     assert_eq!(refused.code, 1, "{refused:?}");
 
     // The rule may say otherwise.
-    std::fs::write(
-        &policy,
+    review_support::write_policy(
+        &h,
         "merge = { approvals = 1, lease_holder_is_author = false }\n",
-    )
-    .unwrap();
+    );
     assert_eq!(show(&h, &a, &id)["merge_rule"]["ready"], true);
     let merged = patch(&h, &a, &format!("merge 'r' {}", &id[..8]));
     assert_eq!(merged.code, 0, "{merged:?}");
