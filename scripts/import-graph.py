@@ -31,11 +31,15 @@ import cycles; each is printed with its files.
 
     python3 scripts/import-graph.py [--check] [--edges] [WORKSPACE]
 
-`--check` exits 1 if any cycle spans more than one folder, printing a
-one-line reason per failure. A cycle inside one folder is a folder module
-and its own parts (`mod.rs` re-exports what its files define, and they use
-its types): one concern, listed but allowed. Between folders, every arrow
-must point one way.
+`--check` exits 1 on any import cycle, printing a one-line reason per
+failure: no file imports a file that imports it back, directly or through
+others. A folder module's shared items live in a leaf file of the folder
+(its parts import that file, not `mod.rs`), and `mod.rs` or `lib.rs` only
+declares the parts and re-exports them. The one exception is `ALLOWED`
+below: a folder whose cycle is known and not broken yet, with why. It can
+only shrink: `--check` also fails when an allowed folder has no cycle any
+more (take it off the list), and a cycle there that spans folders fails
+as any other.
 `--edges` also prints every arrow that stays inside a cycle.
 """
 
@@ -43,6 +47,16 @@ import os
 import re
 import signal
 import sys
+
+# Folders (crate, folder under src/) whose one import cycle is still
+# allowed, and why; see the module's note.
+ALLOWED = {
+    ("collab-store", "sql"): (
+        "sql/mod.rs's Error formats and classifies PostgreSQL errors with "
+        "pg.rs's functions (describe, is_busy, is_connection), and pg.rs "
+        "returns that Error; value.rs returns it too"
+    ),
+}
 
 # ---------------------------------------------------------------- lexing
 
@@ -452,6 +466,7 @@ def main(argv):
     crates_dir = os.path.join(root, "crates")
     failures = []
     total = 0
+    allowed_seen = set()
     for name in sorted(os.listdir(crates_dir)):
         src = os.path.join(crates_dir, name, "src")
         if not os.path.isdir(src):
@@ -473,13 +488,23 @@ def main(argv):
                 failures.append(
                     f"{name}: cycle {number} spans {len(folders)} folders ({', '.join(folders)}): {', '.join(cycle)}"
                 )
+            elif (name, folders[0]) in ALLOWED:
+                allowed_seen.add((name, folders[0]))
+                print(f"    allowed for now: {ALLOWED[(name, folders[0])]}")
+            else:
+                where = "src/" if folders[0] == "." else folders[0] + "/"
+                failures.append(f"{name}: cycle {number} between files of {where}: {', '.join(cycle)}")
+    for crate_name, folder in sorted(set(ALLOWED) - allowed_seen):
+        failures.append(
+            f"{crate_name}: {folder}/ has no import cycle any more: take it off ALLOWED in scripts/import-graph.py"
+        )
     print(f"total: {total} cycle(s)")
     if check:
         for reason in failures:
             print(f"FAIL {reason}")
         if failures:
             return 1
-        print("ok: no cycle spans folders")
+        print("ok: no import cycle but the allowed ones")
     return 0
 
 
