@@ -17,16 +17,29 @@ maintenance/mod.rs; a `#[macro_export]` macro, named from the crate root
 other crates (including names re-exported from them, `pub use collab_store
 as db;`) are not followed, and a file's arrows to itself are dropped.
 
+Test code is not part of the layering: a `#[cfg(test)]` module sits above
+the file that declares it, and nothing in the crate's build imports it
+back. So the paths named inside an inline `#[cfg(test)] mod tests { … }`
+block are no arrows, and a `#[cfg(test)] mod tests;` declaration is no
+arrow to its file (whose own arrows stay: nothing points at it, so it
+closes no cycle). A unit test may use any module of its crate (the store's
+tests all use `crate::testing`, which migrates, which knows every table)
+without making the modules it tests import each other.
+
 The strongly connected components with more than one file (Tarjan) are the
 import cycles; each is printed with its files.
 
     python3 scripts/import-graph.py [--check] [--edges] [WORKSPACE]
 
-`--check` exits 1 if any cycle spans more than one folder, printing a
-one-line reason per failure. A cycle inside one folder is a folder module
-and its own parts (`mod.rs` re-exports what its files define, and they use
-its types): one concern, listed but allowed. Between folders, every arrow
-must point one way.
+`--check` exits 1 on any import cycle, printing a one-line reason per
+failure: no file imports a file that imports it back, directly or through
+others. A folder module's shared items live in a leaf file of the folder
+(its parts import that file, not `mod.rs`), and `mod.rs` or `lib.rs` only
+declares the parts and re-exports them. The one exception is `ALLOWED`
+below: a folder whose cycle is known and not broken yet, with why. It can
+only shrink: `--check` also fails when an allowed folder has no cycle any
+more (take it off the list), and a cycle there that spans folders fails
+as any other.
 `--edges` also prints every arrow that stays inside a cycle.
 """
 
@@ -35,9 +48,22 @@ import re
 import signal
 import sys
 
+# Folders (crate, folder under src/) whose one import cycle is still
+# allowed, and why; see the module's note.
+ALLOWED = {
+    ("collab-store", "sql"): (
+        "sql/mod.rs's Error formats and classifies PostgreSQL errors with "
+        "pg.rs's functions (describe, is_busy, is_connection), and pg.rs "
+        "returns that Error; value.rs returns it too"
+    ),
+}
+
 # ---------------------------------------------------------------- lexing
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# what may stand between `#[cfg(test)]` and the `mod` it gates
+VISIBILITY = {("id", "pub"), ("p", "("), ("p", ")"), ("id", "crate"), ("id", "super"), ("id", "self"), ("id", "in"), ("id", "mod")}
 
 
 def tokens(src):
@@ -125,7 +151,7 @@ class ModFile:
     def __init__(self, path, modpath):
         self.path = path
         self.modpath = modpath  # module path of the file, from the crate root
-        self.children = []  # (inline module prefix, name, #[path] or None)
+        self.children = []  # (inline module prefix, name, #[path] or None, test-only)
         self.inline = []  # module paths of inline `mod x { … }` blocks
         self.refs = []  # (module path where written, segments, is_use)
         self.reexports = {}  # module path -> {name: (where written, segments)}
@@ -168,21 +194,30 @@ def parse_use_tree(toks, i):
 
 def parse_file(mf, src):
     toks = tokens(src) + [("p", ";")] * 4
-    stack = []  # (inline module name, brace depth at its `{`)
+    stack = []  # (inline module name, brace depth at its `{`, test-only)
     depth = 0
     pending_path = None  # a #[path = "…"] waiting for its `mod`
+    pending_test = False  # a #[cfg(test)] waiting for its item
     exported_macro = False  # a #[macro_export] waiting for its macro_rules!
     i = 0
     n = len(toks) - 4
 
     def here():
-        return mf.modpath + [s for s, _ in stack]
+        return mf.modpath + [s for s, _, _ in stack]
+
+    def in_test():
+        return any(test for _, _, test in stack)
 
     while i < n:
         kind, text = toks[i]
-        if kind == "p" and text == "#" and toks[i + 1] == ("p", "["):
+        attribute = kind == "p" and text == "#" and toks[i + 1] == ("p", "[")
+        if pending_test and not attribute and toks[i] not in VISIBILITY:
+            pending_test = False  # the attribute was on an item other than a module
+        if attribute:
             if toks[i + 2] == ("id", "path") and toks[i + 3] == ("p", "=") and toks[i + 4][0] == "str":
                 pending_path = toks[i + 4][1]
+            if toks[i + 2:i + 6] == [("id", "cfg"), ("p", "("), ("id", "test"), ("p", ")")]:
+                pending_test = True
             if toks[i + 2] == ("id", "macro_export"):
                 exported_macro = True
             # skip the attribute
@@ -209,14 +244,16 @@ def parse_file(mf, src):
             depth -= 1
         elif kind == "id" and text == "mod" and toks[i + 1][0] == "id":
             name = toks[i + 1][1]
+            test = pending_test or in_test()
+            pending_test = False
             if toks[i + 2] == ("p", ";"):
-                mf.children.append(([s for s, _ in stack], name, pending_path))
+                mf.children.append(([s for s, _, _ in stack], name, pending_path, test))
                 pending_path = None
                 i += 3
                 continue
             if toks[i + 2] == ("p", "{"):
                 depth += 1
-                stack.append((name, depth))
+                stack.append((name, depth, test))
                 mf.inline.append(here())
                 pending_path = None
                 i += 3
@@ -227,6 +264,8 @@ def parse_file(mf, src):
             )
             items, j = parse_use_tree(toks, i + 1)
             where = here()
+            if in_test():
+                items = []  # test code: no arrow (see the module's note)
             for segs, alias in items:
                 if segs and segs[-1] == "self":
                     segs = segs[:-1]
@@ -246,7 +285,8 @@ def parse_file(mf, src):
                 while toks[j] == ("p", "::") and toks[j + 1][0] == "id":
                     segs.append(toks[j + 1][1])
                     j += 2
-                mf.refs.append((here(), segs, False))
+                if not in_test():
+                    mf.refs.append((here(), segs, False))
                 i = j
                 continue
         i += 1
@@ -297,7 +337,7 @@ class Crate:
             here_dir = os.path.dirname(rel)
             # where the child modules of this file live
             base = here_dir if dir_owner else os.path.join(here_dir, os.path.splitext(os.path.basename(rel))[0])
-            for inline_prefix, name, attr in mf.children:
+            for inline_prefix, name, attr, _ in mf.children:
                 if attr is not None:
                     child = os.path.normpath(os.path.join(here_dir, attr))
                     todo.append((child, modpath + inline_prefix + [name], child.endswith("mod.rs")))
@@ -316,9 +356,9 @@ class Crate:
         for rel, mf in files.items():
             self.files[rel] = mf
             out = self.edges.setdefault(rel, set())
-            for inline_prefix, name, _ in mf.children:
+            for inline_prefix, name, _, test in mf.children:
                 target = modules.get(tuple(mf.modpath + inline_prefix + [name]))
-                if target:
+                if target and not test:
                     out.add(target)
             for where, segs, is_use in mf.refs:
                 target = self.resolve(modules, files, macros, where, segs, is_use, 0)
@@ -426,6 +466,7 @@ def main(argv):
     crates_dir = os.path.join(root, "crates")
     failures = []
     total = 0
+    allowed_seen = set()
     for name in sorted(os.listdir(crates_dir)):
         src = os.path.join(crates_dir, name, "src")
         if not os.path.isdir(src):
@@ -447,13 +488,23 @@ def main(argv):
                 failures.append(
                     f"{name}: cycle {number} spans {len(folders)} folders ({', '.join(folders)}): {', '.join(cycle)}"
                 )
+            elif (name, folders[0]) in ALLOWED:
+                allowed_seen.add((name, folders[0]))
+                print(f"    allowed for now: {ALLOWED[(name, folders[0])]}")
+            else:
+                where = "src/" if folders[0] == "." else folders[0] + "/"
+                failures.append(f"{name}: cycle {number} between files of {where}: {', '.join(cycle)}")
+    for crate_name, folder in sorted(set(ALLOWED) - allowed_seen):
+        failures.append(
+            f"{crate_name}: {folder}/ has no import cycle any more: take it off ALLOWED in scripts/import-graph.py"
+        )
     print(f"total: {total} cycle(s)")
     if check:
         for reason in failures:
             print(f"FAIL {reason}")
         if failures:
             return 1
-        print("ok: no cycle spans folders")
+        print("ok: no import cycle but the allowed ones")
     return 0
 
 

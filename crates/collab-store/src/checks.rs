@@ -60,7 +60,7 @@ pub struct Set {
 /// caller's write transaction: two concurrent sets of one check serialize
 /// on the writer, and each event names the state the other left.
 pub fn set(conn: &Connection, repo: &str, check: &Check, now: i64) -> crate::sql::Result<Set> {
-    let repo_id = crate::repos::id_of(conn, repo, now)?;
+    let repo_id = crate::repo_ids::id_of(conn, repo, now)?;
     let previous: Option<String> = conn
         .query_row(
             "SELECT state FROM checks WHERE repo_id = ?1 AND commit_id = ?2 AND name = ?3",

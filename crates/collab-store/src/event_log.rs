@@ -80,7 +80,7 @@ pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> crate::sql::
     // repository, or one removed by hand) keeps its id and its events.
     let repo_id = match event.repo {
         Some(name) if event.kind == "repo.created" => {
-            Some(crate::repos::new_identity(conn, name, now)?)
+            Some(crate::repo_ids::new_identity(conn, name, now)?)
         }
         Some(name) => {
             // The common case in one statement (one round trip on
@@ -105,7 +105,7 @@ pub fn append(conn: &Connection, event: &NewEvent<'_>, now: i64) -> crate::sql::
                 conn.notify(EVENTS_CHANNEL)?;
                 return Ok(seq);
             }
-            Some(crate::repos::id_of(conn, name, now)?)
+            Some(crate::repo_ids::id_of(conn, name, now)?)
         }
         None => None,
     };

@@ -24,6 +24,7 @@ pub mod objects;
 pub mod patches;
 pub mod queue;
 pub mod reads;
+pub mod repo_ids;
 pub mod repos;
 pub mod snapshot;
 pub mod sql;

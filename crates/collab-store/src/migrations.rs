@@ -25,6 +25,9 @@
 //! nodes starting together on one database migrate it once.
 
 use super::sql::{Behavior, Connection, Error, Transaction};
+// Re-exported for the lease functions' PostgreSQL calls, which name it
+// here; the ids belong to `repo_ids`.
+pub use crate::repo_ids::new_repo_id;
 
 /// One migration: the version it brings the database to, and its SQL.
 struct Step {
@@ -880,11 +883,6 @@ fn backfill_repo_ids(conn: &Connection) -> Result<(), Error> {
     Ok(())
 }
 
-/// A new random repository id: 128 bits as 32 lowercase hex digits.
-pub fn new_repo_id() -> String {
-    hex::encode(rand::random::<[u8; 16]>())
-}
-
 /// The schema version this code reads and writes (`PRAGMA user_version`,
 /// `collab_schema.version`).
 pub const SCHEMA_VERSION: i64 = STEPS[STEPS.len() - 1].version;
@@ -1215,7 +1213,7 @@ mod tests {
         }
         assert_eq!(name(8).as_deref(), Some("other.git"));
         // New events of q continue its id; p is free.
-        let next = crate::repos::id_of(&conn, "q.git", 10).unwrap();
+        let next = crate::repo_ids::id_of(&conn, "q.git", 10).unwrap();
         assert_eq!(next, id(4));
         // The connection goes before its database.
         drop(conn);

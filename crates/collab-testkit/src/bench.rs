@@ -169,9 +169,13 @@ impl Sshd {
         std::fs::create_dir_all(dir).unwrap();
         std::fs::create_dir_all("/run/sshd").ok();
         let host_key = dir.join("host_key");
-        crate::generate_key(&host_key, "sshd-host");
+        crate::harness::generate_key(&host_key, "sshd-host");
         let auth = dir.join("authorized_keys");
-        std::fs::write(&auth, format!("{}\n", crate::public_key_line(client_key))).unwrap();
+        std::fs::write(
+            &auth,
+            format!("{}\n", crate::harness::public_key_line(client_key)),
+        )
+        .unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -308,7 +312,7 @@ pub struct HttpServer {
 
 impl HttpServer {
     pub fn start(state_dir: &Path) -> HttpServer {
-        let mut child = Command::new(crate::bin("git-collab-server"))
+        let mut child = Command::new(crate::bins::bin("git-collab-server"))
             .arg("--state-dir")
             .arg(state_dir)
             .args([
@@ -384,12 +388,12 @@ impl Drop for HttpServer {
 /// A clone-storm source repository in `h`'s temp dir: 3000 commits of
 /// history plus `mb` MiB split between compressible text and random
 /// binary, in a few commits on `main`; its work tree.
-pub fn storm_source(h: &crate::ServerHarness, mb: usize) -> PathBuf {
+pub fn storm_source(h: &crate::harness::ServerHarness, mb: usize) -> PathBuf {
     let src = h.temp_dir().join("src");
     std::fs::create_dir_all(&src).unwrap();
     let git = |args: &[&str]| run_ok(h.git_command(&h.ssh_client_key(), &src).args(args));
     git(&["init", "-q", "-b", "main"]);
-    crate::synthetic_history(&src.join(".git"), "main", 3000);
+    crate::harness::synthetic_history(&src.join(".git"), "main", 3000);
     git(&["reset", "-q", "--hard", "main"]);
     let mut seed = 0x2545f4914f6cdd1du64;
     let per = mb.max(2) / 2;

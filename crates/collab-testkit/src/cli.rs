@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-pub use crate::cli_bin;
+pub use crate::bins::cli_bin;
 use std::process::{Command, Output, Stdio};
 
 pub struct World {

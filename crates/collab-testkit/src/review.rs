@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::{ServerHarness, SshOutput};
+use crate::harness::{ServerHarness, SshOutput};
 
 /// One agent: its key and its clone of `r`.
 pub struct Agent {

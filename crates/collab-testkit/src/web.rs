@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::ServerHarness;
+use crate::harness::ServerHarness;
 
 /// One HTTP response.
 #[derive(Debug, Clone)]
@@ -123,7 +123,7 @@ pub fn public_repo_with_issue(h: &ServerHarness) -> String {
 /// Run the `git-collab` CLI in `clone` as the harness's default key
 /// (generating its signing key on first use); returns stdout.
 pub fn collab(h: &ServerHarness, clone: &Path, args: &[&str]) -> String {
-    let cli = crate::bin("git-collab");
+    let cli = crate::bins::bin("git-collab");
     let key = h.ssh_client_key();
     if !h.temp_dir().join("xdg").join("git-collab").exists() {
         let out = h

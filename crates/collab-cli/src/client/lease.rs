@@ -17,7 +17,8 @@
 use git2::Repository;
 use serde::Deserialize;
 
-use crate::client::remote_ssh::{self, RemoteOutput, SshRemote};
+use crate::client::remote::{self, SshRemote};
+use crate::client::remote_ssh::{self, RemoteOutput};
 use collab_proto::verbs::Call;
 use collab_record::issue::short_id;
 
@@ -71,7 +72,7 @@ pub enum Error {
         problem: &'static str,
     },
     #[error(transparent)]
-    Remote(#[from] remote_ssh::Error),
+    Remote(#[from] remote::Error),
 }
 
 /// The remote command line for `op` on the server's repository `repo_path`,

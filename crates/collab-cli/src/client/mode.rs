@@ -30,7 +30,8 @@
 use git2::Repository;
 use serde::Deserialize;
 
-use crate::client::remote_ssh::{self, SshRemote};
+use crate::client::remote::{self, SshRemote};
+use crate::client::remote_ssh;
 
 /// Git config key that forces a mode for every remote of the repository.
 pub const MODE_KEY: &str = "collab.mode";
@@ -95,7 +96,7 @@ pub enum Error {
     )]
     ServerNotOverSsh { remote: String, url: String },
     #[error(transparent)]
-    Remote(#[from] remote_ssh::Error),
+    Remote(#[from] remote::Error),
     #[error("git: {}", .0.message())]
     Git(#[from] git2::Error),
 }
@@ -143,7 +144,7 @@ pub fn choose(repo: &Repository, remote_name: &str, flag: Option<Mode>) -> Resul
         // https, a path, file://: a plain git host, unless what it
         // serves says it is a git-collab server that holds the issues
         // (reached only over ssh).
-        Err(remote_ssh::Error::NotSsh { url, .. }) => {
+        Err(remote::Error::NotSsh { url, .. }) => {
             return match serves_export(repo, &url) {
                 Some(true) => Err(Error::ServerNotOverSsh {
                     remote: remote_name.to_string(),

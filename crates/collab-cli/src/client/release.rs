@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use crate::client::remote_ssh::{self, run_remote, run_remote_into, RemoteInput, SshRemote};
+use crate::client::remote::{self, SshRemote};
+use crate::client::remote_ssh::{self, run_remote, run_remote_into, RemoteInput};
 use collab_proto::verbs::Call;
 
 pub use collab_proto::limits::{valid_file_name, FILE_NAME_RULE};
@@ -57,7 +58,7 @@ pub struct Downloaded {
 pub enum Error {
     /// The remote could not be found or ssh could not run.
     #[error(transparent)]
-    Remote(#[from] remote_ssh::Error),
+    Remote(#[from] remote::Error),
     /// The server refused: its `error: ...` line, without the prefix.
     #[error("{0}")]
     Server(String),

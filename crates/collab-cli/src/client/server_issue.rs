@@ -13,7 +13,8 @@ use collab_proto::replies::fenced::Fenced;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::client::remote_ssh::{self, RemoteOutput, SshRemote};
+use crate::client::remote::{self, SshRemote};
+use crate::client::remote_ssh::{self, RemoteOutput};
 use collab_proto::verbs::Call;
 
 /// The exit status of a refused lease token (and of lease conflicts).
@@ -127,7 +128,7 @@ pub enum Error {
     #[error("{0}")]
     Reply(String),
     #[error(transparent)]
-    Remote(#[from] remote_ssh::Error),
+    Remote(#[from] remote::Error),
 }
 
 /// An issue id, after checking it is 4 to 40 hex digits (the server

@@ -10,7 +10,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::client::remote_ssh::{self, RemoteOutput, SshRemote};
+use crate::client::remote::SshRemote;
+use crate::client::remote_ssh::{self, RemoteOutput};
 use crate::client::server_issue::Error;
 use collab_proto::verbs::Call;
 use collab_record::refs;

@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 
 use sha2::{Digest as _, Sha256};
 
-use super::remote_ssh::{SshRemote, SshVariant};
+use super::remote::{ssh_process, SshRemote, SshVariant};
 
 /// How long a master connection stays after its last command.
 pub const PERSIST: &str = "60s";
@@ -102,7 +102,7 @@ fn user_leaves_it_to_us(remote: &SshRemote) -> bool {
         args.push(port.to_string());
     }
     args.push(remote.destination());
-    let out = super::remote_ssh::ssh_process(&remote.ssh_command)
+    let out = ssh_process(&remote.ssh_command)
         .args(&args)
         .stdin(Stdio::null())
         .stderr(Stdio::null())
@@ -192,7 +192,7 @@ pub fn stop_master(remote: &SshRemote) -> bool {
         args.push(port.to_string());
     }
     args.push(remote.destination());
-    let mut cmd: Command = super::remote_ssh::ssh_process(&remote.ssh_command);
+    let mut cmd: Command = ssh_process(&remote.ssh_command);
     cmd.args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -10,7 +10,8 @@ use std::io::Write;
 
 use serde_json::Value;
 
-use crate::client::remote_ssh::{self, RemoteInput, RemoteOutput, SshRemote};
+use crate::client::remote::{self, SshRemote};
+use crate::client::remote_ssh::{self, RemoteInput, RemoteOutput};
 use collab_proto::verbs::Call;
 
 /// What the user asked for.
@@ -106,7 +107,7 @@ pub fn run(
     watch: &Watch,
     json: bool,
     out: &mut dyn Write,
-) -> Result<RemoteOutput, remote_ssh::Error> {
+) -> Result<RemoteOutput, remote::Error> {
     let cmd = remote_command(&remote.path, watch);
     let mut renderer = Renderer {
         json,

@@ -4,7 +4,8 @@
 //! server's parser would not take. Its tests parse what it writes back
 //! through [`super::parse`].
 
-use super::{find, Verb};
+use super::lookup::find;
+use super::row::Verb;
 use crate::tokens::shell_quote;
 
 /// A remote command line under construction.
@@ -55,7 +56,7 @@ impl Call {
     pub fn choice(mut self, long: &str, value: &str) -> Call {
         let flag = self.known(long);
         match flag.value {
-            Some((_, super::Kind::Choice(words))) if words.contains(&value) => {}
+            Some((_, super::row::Kind::Choice(words))) if words.contains(&value) => {}
             _ => panic!("{long} does not take {value:?}"),
         }
         self.line.push_str(&format!(" {long} {value}"));
@@ -100,7 +101,7 @@ impl Call {
         self.line
     }
 
-    fn known(&self, long: &str) -> &'static super::Flag {
+    fn known(&self, long: &str) -> &'static super::row::Flag {
         self.verb
             .flag(long)
             .unwrap_or_else(|| panic!("{} has no flag {long}", self.verb.name()))

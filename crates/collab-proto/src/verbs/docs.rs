@@ -4,7 +4,8 @@
 
 use std::fmt::Write as _;
 
-use super::{Arity, Kind, VERBS};
+use super::row::{Arity, Kind};
+use super::table::VERBS;
 
 /// The line before the generated section.
 pub const BEGIN: &str = "<!-- BEGIN verb reference: generated from crates/collab-proto/src/verbs/table.rs; UPDATE_VERB_DOCS=1 cargo test -p collab-proto rewrites it -->";

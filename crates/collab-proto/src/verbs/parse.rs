@@ -3,7 +3,8 @@
 //! the table refuses gets its family's usage line; what only a handler can
 //! check (label syntax, cursors) is the handler's.
 
-use super::{Arity, Rule, Verb, VERBS};
+use super::row::{Arity, Rule, Verb};
+use super::table::VERBS;
 
 /// A command line the table accepts: the row and the values given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,7 +220,7 @@ fn fill<'t>(verb: &'static Verb, rest: &'t [String]) -> Option<Invocation<'t>> {
         // A positional value: free text may look like anything; other
         // kinds may not look like an option.
         let arg = slot?;
-        if token.starts_with('-') && arg.kind != super::Kind::Text {
+        if token.starts_with('-') && arg.kind != super::row::Kind::Text {
             return None;
         }
         if !arg.kind.accepts(token) {

@@ -2,7 +2,7 @@
 //! and docs/ssh-verbs.md show them. See the parent module for what is
 //! derived from them.
 
-use super::{Access, Arg, Arity, Flag, Kind, Need, Rule, Verb};
+use super::row::{Access, Arg, Arity, Flag, Kind, Need, Rule, Verb};
 use crate::limits::{MAX_HOOK_DELIVERIES, MAX_PAGE, MAX_TTL_SECS, MAX_WAIT_SECS, MAX_WATCH_REPOS};
 
 // Building blocks: positional arguments ...

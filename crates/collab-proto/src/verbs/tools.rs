@@ -17,7 +17,8 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Map, Value};
 
-use super::{Arity, Flag, Kind, Need, Rule, Verb, VERBS};
+use super::row::{Arity, Flag, Kind, Need, Rule, Verb};
+use super::table::VERBS;
 use crate::tokens::{shell_quote, MAX_COMMAND_LEN};
 
 /// Why a row is not a tool, or `None` when it is one.
@@ -210,11 +211,13 @@ pub fn description(verb: &Verb) -> String {
 
 /// One entry of `tools/list`.
 pub fn tool(verb: &Verb) -> Value {
-    let read_only = matches!(verb.need, Need::Repo(super::Access::Read) | Need::Anyone)
-        || matches!(
-            verb.action,
-            "list" | "show" | "ready" | "diff" | "interdiff" | "deliveries"
-        );
+    let read_only = matches!(
+        verb.need,
+        Need::Repo(super::row::Access::Read) | Need::Anyone
+    ) || matches!(
+        verb.action,
+        "list" | "show" | "ready" | "diff" | "interdiff" | "deliveries"
+    );
     let destructive = matches!(verb.action, "delete" | "break" | "remove");
     json!({
         "name": verb.tool_name(),
@@ -352,7 +355,7 @@ pub fn command_line(
     // parser's: the line must parse as the server will parse it.
     let parses = crate::tokens::shell_tokens(&line)
         .ok()
-        .is_some_and(|tokens| super::parse(&tokens).is_ok_and(|inv| inv.verb == verb));
+        .is_some_and(|tokens| super::parse::parse(&tokens).is_ok_and(|inv| inv.verb == verb));
     if !parses {
         let rules = rules_text(verb);
         return Err(if rules.is_empty() {
@@ -420,7 +423,8 @@ pub const MAX_EVENTS_PAGE: i64 = 500;
 /// Their arguments are the watch row's (`repo`, `since`, `type`), plus
 /// `limit` for a page.
 pub fn session_tools() -> Vec<Value> {
-    let watch = super::find("collab-events", "watch").expect("collab-events watch is in the table");
+    let watch =
+        super::lookup::find("collab-events", "watch").expect("collab-events watch is in the table");
     let mut page = input_schema(watch);
     let props = page["properties"]
         .as_object_mut()

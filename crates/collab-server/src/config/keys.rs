@@ -5,11 +5,11 @@
 //!
 //! A key's name is its TOML path and its `ServerConfig` field path
 //! (`ssh.listen` is `[ssh] listen` and `config.ssh.listen`); its environment
-//! variable is [`env_name`](super::env_name) of it and its flag, when it has
-//! one, [`flag_name`](super::flag_name) of it. The order is `config show`'s
+//! variable is [`env_name`](super::server_config::env_name) of it and its flag, when it has
+//! one, [`flag_name`](super::server_config::flag_name) of it. The order is `config show`'s
 //! (SPEC §3.1; resource limits follow their section's listen address).
 
-use super::DEFAULT_STATE_DIR;
+use super::server_config::DEFAULT_STATE_DIR;
 
 /// One configuration key.
 #[derive(Debug)]
@@ -36,21 +36,21 @@ pub enum Kind {
     Database,
     /// `IP:PORT`; host names are refused.
     SocketAddr,
-    /// Bytes, or a size with a unit ([`parse_size`](super::parse_size)).
+    /// Bytes, or a size with a unit ([`parse_size`](super::parse::parse_size)).
     Size,
     /// `true`/`false`; as text also `1`/`0`, `yes`/`no`, `on`/`off`.
     Bool,
     /// A whole number from `min` to `max`.
     Count { min: u64, max: u64 },
-    /// Longer than zero ([`parse_duration`](super::parse_duration)).
+    /// Longer than zero ([`parse_duration`](super::parse::parse_duration)).
     Duration,
-    /// OpenSSH's `MaxStartups` ([`parse_max_startups`](super::parse_max_startups)).
+    /// OpenSSH's `MaxStartups` ([`parse_max_startups`](super::parse::parse_max_startups)).
     MaxStartups,
     /// Lease seconds, at most ten years
-    /// ([`parse_lease_duration`](super::parse_lease_duration)). `zero` says
+    /// ([`parse_lease_duration`](super::parse::parse_lease_duration)). `zero` says
     /// what 0 means, which `config show` adds to it; `None` refuses 0.
     LeaseSecs { zero: Option<&'static str> },
-    /// A level or a tracing filter ([`validate_log_level`](super::validate_log_level)).
+    /// A level or a tracing filter ([`validate_log_level`](super::parse::validate_log_level)).
     LogLevel,
     /// One of these words.
     OneOf(&'static [&'static str]),

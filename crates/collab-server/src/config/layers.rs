@@ -13,8 +13,8 @@ use figment::value::{Dict, Map, Value};
 use figment::{Metadata, Profile, Provider};
 
 use super::keys::{self, DefaultValue, KEYS};
-use super::parse::one_line;
-use super::{env_name, flag_name, parse_size, CONFIG_ENV, ENV_PREFIX, MAX_SECRET_FILE_BYTES};
+use super::parse::{one_line, parse_size};
+use super::server_config::{env_name, flag_name, CONFIG_ENV, ENV_PREFIX, MAX_SECRET_FILE_BYTES};
 
 /// Configuration flags shared by every subcommand that needs the
 /// configuration. Every field is optional: an unset flag does not override

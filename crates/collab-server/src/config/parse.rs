@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use figment::value::{Num, Value};
 
-use super::MaxStartups;
+use super::server_config::MaxStartups;
 
 /// Bytes, or a number with a unit: K/M/G/T and KiB/MiB/GiB/TiB are powers
 /// of 1024, KB/MB/GB/TB powers of 1000 (case-insensitive), B is bytes.

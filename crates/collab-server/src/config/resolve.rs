@@ -14,9 +14,11 @@ use figment::Figment;
 use serde_json::json;
 
 use super::keys::{DefaultValue, Key, Kind, KEYS};
-use super::parse::{describe, one_line, whole_number};
-use super::{
-    parse_duration, parse_lease_duration, parse_max_startups, parse_size, validate_log_level,
+use super::parse::{
+    describe, one_line, parse_duration, parse_lease_duration, parse_max_startups, parse_size,
+    validate_log_level, whole_number,
+};
+use super::server_config::{
     DeclaredWebhook, LoadedConfig, MaxStartups, ServerConfig, DEFAULT_MAX_TTL,
 };
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::keys::{self, Key, Kind, KEYS};
-use super::{resolve, LoadedConfig, MaxStartups};
+use super::resolve;
+use super::server_config::{LoadedConfig, MaxStartups};
 
 /// `10s`, `2m`, `1h`, `500ms`: the shortest exact form.
 pub fn fmt_duration(d: Duration) -> String {

@@ -22,8 +22,9 @@ use russh::keys::ssh_key::certificate::CertType;
 use russh::keys::ssh_key::public::KeyData;
 use russh::keys::ssh_key::{Certificate, PublicKey};
 
+use super::fingerprint::fingerprint;
 use super::krl::Revoked;
-use super::{stamp, FileStamp};
+use super::stamp::{stamp, FileStamp};
 
 /// Largest trusted-CA or revocation file read; a bigger one is refused
 /// (and a refused revocation file revokes everything).
@@ -119,9 +120,7 @@ impl TrustedCas {
                 continue;
             }
             match PublicKey::from_openssh(line) {
-                Ok(key) if fingerprints.len() < MAX_CA_KEYS => {
-                    fingerprints.push(super::fingerprint(&key))
-                }
+                Ok(key) if fingerprints.len() < MAX_CA_KEYS => fingerprints.push(fingerprint(&key)),
                 Ok(_) => {
                     tracing::warn!(
                         "{}:{}: more than {MAX_CA_KEYS} CA keys; the rest are ignored",
@@ -293,7 +292,7 @@ impl CertAuthority {
     /// Every check but the signature and the principal; `Ok` is the CA's
     /// fingerprint.
     fn admits(&self, cert: &Certificate, peer: IpAddr, now: u64) -> Result<String, String> {
-        let ca = super::fingerprint(&PublicKey::new(cert.signature_key().clone(), ""));
+        let ca = fingerprint(&PublicKey::new(cert.signature_key().clone(), ""));
         if !self.enabled() {
             return Err("certificates are not accepted (no ssh.trusted_user_ca_keys)".into());
         }

@@ -13,8 +13,10 @@
 //! revocation list) make an identity of a certificate principal instead.
 
 pub mod certs;
+mod fingerprint;
 pub mod krl;
 pub mod options;
+mod stamp;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -23,10 +25,11 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use russh::keys::ssh_key::PublicKey;
-use russh::keys::HashAlg;
 
+pub use fingerprint::fingerprint;
 pub use options::ADMIN_OPTION;
 use options::{split_options, KeyOptions, Refused};
+use stamp::{stamp, FileStamp};
 
 /// A key that completed authentication (its signature was verified).
 #[derive(Debug, Clone)]
@@ -54,11 +57,6 @@ impl Identity {
             None => self.fingerprint.clone(),
         }
     }
-}
-
-/// The SHA256 fingerprint of a key: `SHA256:<base64, no padding>`.
-pub fn fingerprint(key: &PublicKey) -> String {
-    key.fingerprint(HashAlg::Sha256).to_string()
 }
 
 /// One authorized_keys line split into its options text and key (what
@@ -207,24 +205,6 @@ pub fn admit(lines: Option<&KeyLines>, peer: IpAddr, now: i64) -> Admission {
         ));
     }
     Admission::Refused(why.join("; "))
-}
-
-/// What identifies one version of the file on disk.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FileStamp {
-    modified: Option<SystemTime>,
-    len: u64,
-    inode: u64,
-}
-
-fn stamp(path: &Path) -> Option<FileStamp> {
-    use std::os::unix::fs::MetadataExt as _;
-    let meta = std::fs::metadata(path).ok()?;
-    Some(FileStamp {
-        modified: meta.modified().ok(),
-        len: meta.len(),
-        inode: meta.ino(),
-    })
 }
 
 #[derive(Debug, Default)]

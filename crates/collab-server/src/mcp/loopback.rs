@@ -25,6 +25,14 @@ use crate::identity::Identity;
 use crate::ssh::context::{ChannelEnv, ExecContext};
 use crate::ssh::reply::reply_and_close;
 
+/// How a verb's command line runs: `ssh::exec::run_exec`, which the SSH
+/// dispatcher passes in (`mcp` does not name it: it is named by it).
+pub type RunExec = fn(
+    ExecContext,
+    Channel<Msg>,
+    Vec<u8>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// Bytes buffered in the memory pipe each way.
 const PIPE: usize = 256 * 1024;
 
@@ -74,7 +82,7 @@ fn server_config() -> Arc<russh::server::Config> {
 struct Loopback {
     app: Arc<App>,
     identity: Identity,
-    run_exec: super::RunExec,
+    run_exec: RunExec,
     channels: HashMap<ChannelId, Channel<Msg>>,
 }
 
@@ -182,7 +190,7 @@ impl Verbs {
     pub async fn connect(
         app: Arc<App>,
         identity: Identity,
-        run_exec: super::RunExec,
+        run_exec: RunExec,
     ) -> anyhow::Result<Verbs> {
         let (server_end, client_end) = tokio::io::duplex(PIPE);
         let handler = Loopback {

@@ -19,6 +19,7 @@
 //! never affects another session.
 
 mod loopback;
+mod session;
 mod tools;
 
 use std::collections::HashMap;
@@ -28,10 +29,12 @@ use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify};
-use tokio::task::AbortHandle;
 
 use crate::ssh::context::ExecContext;
 use crate::ssh::reply::note_exit_status;
+
+pub use loopback::RunExec;
+use session::{Running, Session};
 
 /// Protocol revisions this server speaks, newest first. The newest is
 /// the newest the official SDKs reach through `initialize` (their 2026
@@ -51,54 +54,6 @@ const LIMITED: i64 = -32000;
 /// Lines queued for the client before a call's task waits.
 const OUTBOX: usize = 256;
 
-/// The session state the calls share.
-pub(crate) struct Session {
-    ctx: ExecContext,
-    verbs: loopback::Verbs,
-    out: mpsc::Sender<String>,
-    /// Calls running, by request id (its JSON text), for cancellation.
-    calls: Mutex<HashMap<String, Running>>,
-    /// The running `events_subscribe` stream, if any.
-    subscription: Mutex<Option<Running>>,
-}
-
-/// A task that runs a verb on a loopback channel. Told to stop, it closes
-/// its channel, which the verb sees as its client leaving (a lease waiter
-/// gives its ticket up); abort is only the fallback, as a dropped channel
-/// is not a closed one.
-pub(crate) struct Running {
-    pub stop: Arc<Notify>,
-    pub task: AbortHandle,
-}
-
-impl Running {
-    pub fn cancel(&self) {
-        self.stop.notify_one();
-    }
-}
-
-impl Session {
-    /// Queue one message; false when the client is gone.
-    async fn send(&self, message: Value) -> bool {
-        self.out.send(message.to_string()).await.is_ok()
-    }
-
-    fn busy(&self) -> bool {
-        let calls = !self
-            .calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty();
-        let subscribed = self
-            .subscription
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .is_some_and(|s| !s.task.is_finished());
-        calls || subscribed
-    }
-}
-
 fn response(id: &Value, result: Value) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "result": result })
 }
@@ -106,14 +61,6 @@ fn response(id: &Value, result: Value) -> Value {
 fn error(id: &Value, code: i64, message: &str) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } })
 }
-
-/// How a verb's command line runs: `ssh::exec::run_exec`, which the SSH
-/// dispatcher passes in (this module does not name it: it is named by it).
-pub type RunExec = fn(
-    ExecContext,
-    Channel<Msg>,
-    Vec<u8>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Serve one MCP session on `channel` until the client closes it, the
 /// idle timeout passes, or the server stops; every tool call runs through

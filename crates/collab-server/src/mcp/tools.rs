@@ -21,7 +21,7 @@ use russh::ChannelMsg;
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 
-use super::Session;
+use super::session::{Running, Session};
 use crate::authz::{self, Access, Regime};
 
 /// The largest reply a call passes on (a diff, a long list).
@@ -461,7 +461,7 @@ async fn events_subscribe(
     *session
         .subscription
         .lock()
-        .unwrap_or_else(|e| e.into_inner()) = Some(super::Running {
+        .unwrap_or_else(|e| e.into_inner()) = Some(Running {
         stop,
         task: task.abort_handle(),
     });

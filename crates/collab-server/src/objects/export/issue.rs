@@ -2,7 +2,7 @@
 //! issue format (`refs/collab/export/issues/<id>`). Its exporter follows
 //! the writes of this process: each write marks its repository dirty
 //! ([`ExportQueue::touch`]), and [`spawn`]'s task exports the dirty
-//! repositories after [`super::DEBOUNCE`]. A crash between the ref move and
+//! repositories after [`DEBOUNCE`]. A crash between the ref move and
 //! the record only makes the next run rebuild the summary by replaying the
 //! export.
 //!
@@ -32,7 +32,7 @@ use git2::{Oid, Repository};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::{
+use super::exporter::{
     at, export_pending, run_blocking, write_event, ExportKind, Exporter, DEBOUNCE, SERVER_NAME,
 };
 use crate::db::exports;
@@ -158,7 +158,7 @@ impl ExportKind for IssueExport {
     ) -> anyhow::Result<(Option<Oid>, Summary)> {
         let issue = &detail.issue;
         let server_key = key.public_key_line();
-        let by = |name: &str| super::by(&server_key, name);
+        let by = |name: &str| super::exporter::by(&server_key, name);
         let mut write = |event: Event, latest: &mut i64| -> anyhow::Result<()> {
             *latest = (*latest).max(event.at.timestamp_millis());
             write_event(git, key, &mut tip, &event)?;

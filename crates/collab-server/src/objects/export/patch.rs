@@ -3,7 +3,7 @@
 //! (`refs/collab/export/patches/<id>`; read back by
 //! `collab_record::export::replay_patch_export`). Its exporter ([`spawn`])
 //! wakes whenever the event log's head moves (writes of this process, and
-//! of the push hooks, seen by the head poller), waits [`super::DEBOUNCE`],
+//! of the push hooks, seen by the head poller), waits [`DEBOUNCE`],
 //! and exports the repositories with new `patch.*` events. An export
 //! whose record does not match its ref is rebuilt from a new root.
 //!
@@ -45,7 +45,7 @@ use collab_record::sign::SigningKey;
 use git2::{Oid, Repository};
 use serde::{Deserialize, Serialize};
 
-use super::{
+use super::exporter::{
     at, export_pending, run_blocking, write_event, ExportKind, Exporter, DEBOUNCE, SERVER_NAME,
 };
 use crate::db::exports;
@@ -209,7 +209,7 @@ fn append_changes(
         .first()
         .ok_or_else(|| anyhow::anyhow!("patch {} has no revision", p.id))?;
     let server_key = key.public_key_line();
-    let by = |name: &str| super::by(&server_key, name);
+    let by = |name: &str| super::exporter::by(&server_key, name);
     let before = before.filter(|s| appendable(s, detail));
     // A new chain starts from no parent.
     let mut tip = if before.is_some() { tip } else { None };

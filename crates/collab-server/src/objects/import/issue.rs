@@ -10,10 +10,37 @@ use collab_record::trust::TrustList;
 use git2::Repository;
 use serde::Serialize;
 
-use super::{person, replay_in_batches, DagKind, Replayed, RepoReport, Sink};
+use super::patch::PatchReport;
+use super::replay::{person, replay_in_batches, DagKind, Replayed};
 use crate::db::issues::{self, Comment, Issue};
 use crate::db::sql::Connection;
 use crate::repos::RepoEntry;
+
+/// What importing one repository found and did (its issues here, its
+/// patches in [`RepoReport::patches`]).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RepoReport {
+    pub repo: String,
+    /// `imported`, or `already_imported` (nothing done).
+    pub status: &'static str,
+    /// Issue DAGs found.
+    pub found: usize,
+    /// Issues inserted now.
+    pub issues: usize,
+    pub comments: usize,
+    /// Event commits replayed (structural merges excluded).
+    pub events: usize,
+    /// Events replay dropped (bad signature, untrusted key, malformed, ...).
+    pub dropped: Vec<DroppedJson>,
+    /// Issues whose root event was dropped: not imported.
+    pub invalid_issues: Vec<Skipped>,
+    /// Issues that could not be replayed at all (a DAG past the size
+    /// limits, an unreadable object): not imported.
+    pub skipped: Vec<Skipped>,
+    /// The import of the repository's patch DAGs, when it ran now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patches: Option<PatchReport>,
+}
 
 /// A dropped event, as `git-collab verify --json` shows it, with its issue.
 #[derive(Debug, Clone, Serialize)]
@@ -155,12 +182,13 @@ impl DagKind for IssueDags {
     }
 }
 
-/// Import the issue DAGs of `repo` into `sink`, counting in `report`.
+/// Import the issue DAGs of `repo`, handing the rows to `store` in batches
+/// (the last call carries the report), counting in `report`.
 pub(super) fn import(
     repo: &Repository,
     entry: &RepoEntry,
     report: &mut RepoReport,
-    sink: &mut dyn Sink,
+    store: &mut dyn FnMut(Batch, Option<RepoReport>) -> anyhow::Result<(usize, usize)>,
 ) -> anyhow::Result<()> {
     let trust = TrustList::load(repo).context("reading the trust allowlist")?;
     let refs = state::issue_refs(repo)?;
@@ -171,7 +199,7 @@ pub(super) fn import(
         &refs,
         trust.as_ref(),
         report,
-        &mut |issues, last| sink.store(Batch { issues }, last),
+        &mut |issues, last| store(Batch { issues }, last),
     )
 }
 

@@ -13,7 +13,7 @@
 //! skipped, never read whole.
 //!
 //! Idempotent: objects are inserted with `ON CONFLICT DO NOTHING`, in
-//! batches of [`BATCH`] ([`replay_in_batches`], the loop both kinds share),
+//! batches of [`BATCH`] (`replay::replay_in_batches`, the loop both kinds share),
 //! and each kind's record (`imports`, `patch_imports`) is written with its
 //! last batch, so a crash mid-import is finished by the next start and a
 //! finished repository is never imported again. A repository whose issues
@@ -25,169 +25,25 @@
 
 pub mod issue;
 pub mod patch;
+mod replay;
 
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::Context as _;
-use collab_record::replay::DroppedEvent;
-use collab_record::sign;
-use collab_record::state;
-use collab_record::trust::TrustList;
 use git2::Repository;
-use serde::Serialize;
 use serde_json::json;
 
-use crate::db::issues::Person;
 use crate::db::reads::ReadPool;
 use crate::db::sql::{Connection, OptionalExtension};
 use crate::db::writer::Writer;
 use crate::objects::export::ExportQueue;
 use crate::repos::RepoEntry;
 
-pub use issue::{Batch, DroppedJson, Skipped};
+pub use issue::{Batch, DroppedJson, RepoReport, Skipped};
 pub use patch::{PatchBatch, PatchReport};
-
-/// Objects replayed and stored per transaction.
-pub const BATCH: usize = 256;
-
-/// What importing one repository found and did (its issues here, its
-/// patches in [`RepoReport::patches`]).
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct RepoReport {
-    pub repo: String,
-    /// `imported`, or `already_imported` (nothing done).
-    pub status: &'static str,
-    /// Issue DAGs found.
-    pub found: usize,
-    /// Issues inserted now.
-    pub issues: usize,
-    pub comments: usize,
-    /// Event commits replayed (structural merges excluded).
-    pub events: usize,
-    /// Events replay dropped (bad signature, untrusted key, malformed, ...).
-    pub dropped: Vec<DroppedJson>,
-    /// Issues whose root event was dropped: not imported.
-    pub invalid_issues: Vec<Skipped>,
-    /// Issues that could not be replayed at all (a DAG past the size
-    /// limits, an unreadable object): not imported.
-    pub skipped: Vec<Skipped>,
-    /// The import of the repository's patch DAGs, when it ran now.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub patches: Option<PatchReport>,
-}
-
-/// Who wrote an event of a replayed DAG, as the database keeps people.
-pub(crate) fn person(author: &state::Author) -> Person {
-    let principal = sign::parse_public_key(&author.key)
-        .map(|k| sign::fingerprint(&k))
-        .unwrap_or_else(|_| author.key.clone());
-    Person {
-        principal,
-        name: author.name.clone(),
-        key: Some(author.key.clone()),
-    }
-}
-
-/// One kind of client-written DAG the importer replays: what
-/// [`replay_in_batches`] needs to know of it.
-trait DagKind {
-    /// A replayed DAG's state.
-    type State;
-    /// What the database stores of one DAG.
-    type Rows;
-    /// What importing a repository's DAGs of this kind found and did.
-    type Report: Clone;
-    /// The rows one batch inserted.
-    type Counts;
-
-    /// Replay the DAG at `ref_name`; `Err` says why it could not be
-    /// replayed at all.
-    fn replay(
-        git: &Repository,
-        ref_name: &str,
-        id: &str,
-        trust: Option<&TrustList>,
-    ) -> Result<Replayed<Self::State>, String>;
-
-    /// The rows of a replayed DAG of `repo`, or why the database cannot
-    /// hold them.
-    fn rows(
-        git: &Repository,
-        repo: &str,
-        state: &Self::State,
-        report: &mut Self::Report,
-    ) -> Result<Self::Rows, String>;
-
-    /// Count a replay's events and report what it dropped.
-    fn note_replayed(
-        report: &mut Self::Report,
-        id: &str,
-        events: usize,
-        dropped: Vec<DroppedEvent>,
-    );
-
-    /// Report object `id` as left out: `invalid` (its root was dropped, or
-    /// the database cannot hold it) or skipped (not replayable).
-    fn note_left_out(report: &mut Self::Report, id: &str, reason: String, invalid: bool);
-
-    /// Add what a batch inserted to the report.
-    fn add(report: &mut Self::Report, counts: Self::Counts);
-}
-
-/// What replaying one DAG gave.
-struct Replayed<S> {
-    /// Event commits applied or dropped (structural merges excluded).
-    events: usize,
-    dropped: Vec<DroppedEvent>,
-    /// `Err(reason)` when the object is invalid (its root was dropped).
-    state: Result<S, String>,
-}
-
-/// Where [`replay_in_batches`] hands each batch of rows, with the report
-/// so far on the last.
-type StoreBatch<'a, K> = dyn FnMut(
-        Vec<<K as DagKind>::Rows>,
-        Option<<K as DagKind>::Report>,
-    ) -> anyhow::Result<<K as DagKind>::Counts>
-    + 'a;
-
-/// Replay the DAGs `refs` (`(ref name, id)`) of the repository at `git`
-/// (canonical name `repo`) and hand their rows to `store` in batches of
-/// [`BATCH`]: at least one batch, the last with a copy of the report so far
-/// (`Some`); what each batch inserted is added to `report`.
-fn replay_in_batches<K: DagKind>(
-    git: &Repository,
-    repo: &str,
-    refs: &[(String, String)],
-    trust: Option<&TrustList>,
-    report: &mut K::Report,
-    store: &mut StoreBatch<'_, K>,
-) -> anyhow::Result<()> {
-    let chunks: Vec<&[(String, String)]> = refs.chunks(BATCH).collect();
-    let total = chunks.len().max(1);
-    for i in 0..total {
-        let chunk: &[(String, String)] = chunks.get(i).copied().unwrap_or(&[]);
-        let mut batch = Vec::with_capacity(chunk.len());
-        for (ref_name, id) in chunk {
-            match K::replay(git, ref_name, id, trust) {
-                Ok(replay) => {
-                    K::note_replayed(report, id, replay.events, replay.dropped);
-                    match replay.state.and_then(|s| K::rows(git, repo, &s, report)) {
-                        Ok(rows) => batch.push(rows),
-                        Err(reason) => K::note_left_out(report, id, reason, true),
-                    }
-                }
-                Err(reason) => K::note_left_out(report, id, reason, false),
-            }
-        }
-        let last = (i + 1 == total).then(|| report.clone());
-        let counts = store(batch, last)?;
-        K::add(report, counts);
-    }
-    Ok(())
-}
+pub use replay::BATCH;
 
 /// What of a repository has been imported.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -325,7 +181,9 @@ pub fn import_repo(
     let repo = Repository::open_bare(&entry.path)
         .with_context(|| format!("opening {}", entry.path.display()))?;
     if !done.issues {
-        issue::import(&repo, entry, &mut report, sink)?;
+        issue::import(&repo, entry, &mut report, &mut |batch, last| {
+            sink.store(batch, last)
+        })?;
     }
     if !done.patches {
         let name = entry.name.clone();

@@ -30,7 +30,7 @@
 //!   pins were numbered otherwise), so the server's next revision pin is
 //!   free and every head stays reachable.
 //! - Idempotent: patches are inserted with `ON CONFLICT DO NOTHING`, in
-//!   batches of [`super::BATCH`]; the repository's `patch_imports`
+//!   batches of [`super::replay::BATCH`]; the repository's `patch_imports`
 //!   row is written with the last batch, so a crash mid-import is finished
 //!   by the next start and a finished repository is never imported again.
 //!   The DAGs stay in the repository, untouched, as the read-only record of
@@ -43,7 +43,7 @@ use collab_record::trust::TrustList;
 use git2::{Oid, Repository};
 use serde::Serialize;
 
-use super::{person, replay_in_batches, DagKind, Replayed};
+use super::replay::{person, replay_in_batches, DagKind, Replayed};
 use crate::db::patches::{
     self, Comment, Inline, Merge, Patch, PatchDetail, PatchStatus, Review, Revision, Verdict,
 };
