@@ -9,7 +9,8 @@
 //! `collab-lease acquire` (a new tenure, durable before the reply),
 //! `collab-lease release` and `collab-lease list`. The same again over one
 //! shared connection (OpenSSH ControlMaster), which leaves only the exec
-//! and the verb's own work.
+//! and the verb's own work. And the fresh rows once more against a server
+//! with `GIT_COLLAB_SSH_QUICK_ACK=0` (ACKs left to the kernel's timer).
 //!
 //! Writes the table to docs/benchmarks.md under "## Lease round trip"
 //! (only that section). Needs /usr/sbin/sshd and root for the sshd rows.
@@ -22,7 +23,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use collab_testkit::ServerHarness;
+use collab_testkit::{HarnessOptions, ServerHarness};
 use support::{env_usize, median, timed, write_section, Sshd};
 
 const SECTION: &str = "## Lease round trip";
@@ -121,10 +122,15 @@ fn measure(
     rows
 }
 
-fn main() {
-    let runs = env_usize("BENCH_RTT_RUNS", 30).max(1);
-    let h = ServerHarness::start();
-    let key = h.ssh_client_key();
+/// A server (with `env`) holding repository `r` with four open issues.
+fn server(env: &[(&str, &str)]) -> (ServerHarness, Vec<String>) {
+    let h = ServerHarness::start_with(HarnessOptions {
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    });
     h.create_repo("r");
     let clone = h.clone_repo("r", "work");
     let issues: Vec<String> = (0..4)
@@ -135,9 +141,22 @@ fn main() {
         .collect();
     let pushed = h.ssh_push(&clone, &["refs/collab/*:refs/collab/*"]);
     assert!(pushed.status.success());
+    (h, issues)
+}
 
+fn main() {
+    let runs = env_usize("BENCH_RTT_RUNS", 30).max(1);
+    let (h, issues) = server(&[]);
+    let key = h.ssh_client_key();
     let collab = Target {
         options: h.ssh_options(&key),
+        destination: "git@127.0.0.1".into(),
+    };
+    // The same server but ACKs left to the kernel's delayed-ACK timer
+    // (ssh/quick_ack.rs), for comparison.
+    let (slow_h, slow_issues) = server(&[("GIT_COLLAB_SSH_QUICK_ACK", "0")]);
+    let slow = Target {
+        options: slow_h.ssh_options(&slow_h.ssh_client_key()),
         destination: "git@127.0.0.1".into(),
     };
     let sshd_server = Sshd::start(&h.temp_dir().join("sshd"), &key);
@@ -152,6 +171,7 @@ fn main() {
     });
 
     let fresh = measure(&collab, sshd.as_ref(), &issues, runs, &[], &[]);
+    let delayed = measure(&slow, None, &slow_issues, runs, &[], &[]);
     let control_dir = tempfile::tempdir().unwrap();
     let cm_collab = control_options(control_dir.path(), "collab");
     let cm_sshd = control_options(control_dir.path(), "sshd");
@@ -161,7 +181,7 @@ fn main() {
         stop_master(sshd, &cm_sshd);
     }
 
-    let table = render(&fresh, &shared);
+    let table = render(&fresh, &delayed, &shared);
     println!("{table}");
     let command = if cfg!(debug_assertions) {
         "`cargo bench --profile dev --bench lease_ssh` (debug build)"
@@ -187,9 +207,12 @@ fn main() {
          channel and the verb's own work remain. An acquire and a release each start or \
          end a tenure and are answered only after their write is durable (fsync); an \
          acquire also replays the issue's signed events from git to check that it is \
-         open, which release and list skip. \
+         open, which release and list skip. \"fresh, delayed ACKs\" is a second server \
+         with `GIT_COLLAB_SSH_QUICK_ACK=0`: without the quick ACK after each read \
+         (`ssh/quick_ack.rs`), an OpenSSH client's small packet sent right after another \
+         waits for the kernel's delayed ACK. \
          \"vs sshd `true`\" is the row's time divided by OpenSSH's `ssh host true` in the \
-         same mode.\n\n{table}",
+         same mode (fresh for both fresh modes).\n\n{table}",
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1),
@@ -202,12 +225,17 @@ fn main() {
     drop(sshd_server);
 }
 
-fn render(fresh: &[(&'static str, Duration)], shared: &[(&'static str, Duration)]) -> String {
-    let rows = |set: &[(&'static str, Duration)]| -> Vec<Row> {
-        let floor = set
-            .iter()
+fn render(
+    fresh: &[(&'static str, Duration)],
+    delayed: &[(&'static str, Duration)],
+    shared: &[(&'static str, Duration)],
+) -> String {
+    let floor_of = |set: &[(&'static str, Duration)]| {
+        set.iter()
             .find(|(what, _)| what.starts_with("sshd"))
-            .map(|(_, d)| *d);
+            .map(|(_, d)| *d)
+    };
+    let rows = |set: &[(&'static str, Duration)], floor: Option<Duration>| -> Vec<Row> {
         set.iter()
             .map(|(what, median)| Row {
                 what,
@@ -219,8 +247,12 @@ fn render(fresh: &[(&'static str, Duration)], shared: &[(&'static str, Duration)
     let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
     let mut table =
         String::from("| connection | command | median | vs sshd `true` |\n|---|---|---:|---:|\n");
-    for (mode, set) in [("fresh", fresh), ("shared", shared)] {
-        for row in rows(set) {
+    for (mode, set, floor) in [
+        ("fresh", fresh, floor_of(fresh)),
+        ("fresh, delayed ACKs", delayed, floor_of(fresh)),
+        ("shared", shared, floor_of(shared)),
+    ] {
+        for row in rows(set, floor) {
             let ratio = row
                 .floor
                 .map(|f| format!("{:.2}x", row.median.as_secs_f64() / f.as_secs_f64()))

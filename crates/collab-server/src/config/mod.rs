@@ -190,6 +190,9 @@ pub const OTHER_ENV_VARS: &[&str] = &[
     // The store: lease operations on PostgreSQL as statements instead of
     // their functions (docs/postgres.md, for comparison and as a way back).
     "GIT_COLLAB_PG_LEASE_STATEMENTS",
+    // SSH: `0` leaves ACKs to the kernel's delayed-ACK timer (ssh::quick_ack;
+    // for comparison in benches/lease_ssh.rs).
+    "GIT_COLLAB_SSH_QUICK_ACK",
     // Tests, benchmarks and CI.
     "GIT_COLLAB_TEST_BACKEND",
     "GIT_COLLAB_TEST_POSTGRES",

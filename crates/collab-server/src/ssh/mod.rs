@@ -48,6 +48,7 @@ pub mod mirror;
 mod parse_tests;
 pub mod patch;
 pub mod queue;
+mod quick_ack;
 pub mod release;
 pub mod reply;
 pub mod watch;
@@ -213,6 +214,7 @@ pub async fn serve(
                         startup,
                         shared.clone(),
                     );
+                    let socket = quick_ack::QuickAck::new(socket);
                     let stream = russh::server::run_stream(config, socket, handler);
                     let session = match tokio::time::timeout(login_grace, stream).await {
                         Ok(Ok(s)) => {
