@@ -727,7 +727,6 @@ pub fn acquire_call(
             Value::Integer(now),
             int(first),
             int(second),
-            Value::from(super::migrations::new_repo_id()),
         ],
     })
 }
@@ -793,7 +792,6 @@ pub fn release_call(
             Value::Integer(policy.lock_delay),
             Value::Integer(now),
             int(seq),
-            Value::from(super::migrations::new_repo_id()),
         ],
     }
 }
@@ -854,7 +852,6 @@ pub fn renew_call(
             Value::Integer(policy.lock_delay),
             Value::Integer(now),
             int(seq),
-            Value::from(super::migrations::new_repo_id()),
         ],
     })
 }
@@ -912,7 +909,6 @@ pub fn break_call(
             Value::Integer(policy.lock_delay),
             Value::Integer(now),
             int(seq),
-            Value::from(super::migrations::new_repo_id()),
         ],
     }
 }
