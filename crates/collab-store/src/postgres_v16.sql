@@ -452,3 +452,107 @@ BEGIN
     RETURN NEXT;
 END
 $$;
+
+-- One lease operation's answer in a call of collab_lease_group: the
+-- columns of the operation's own function (a release's holder and events;
+-- NULL where its function has no such column), and `error`, the SQLSTATE
+-- of an operation that failed (outcome 'error'; nothing of it was kept).
+CREATE TYPE collab_lease_answer AS (
+    outcome TEXT,
+    holder TEXT,
+    token BIGINT,
+    acquired_at BIGINT,
+    expires_at BIGINT,
+    renewed_at BIGINT,
+    note TEXT,
+    transitions BIGINT,
+    until BIGINT,
+    events BIGINT,
+    error TEXT
+);
+
+-- A group of lease operations, each on an issue no other of them decides,
+-- in one call (the writer's lease groups: one prepared statement, one round
+-- trip): operation k is p_kinds[k] ('acquire', 'renew', 'release',
+-- 'break') with its own arguments at [k] (p_holders: the breaker for a
+-- break) and the group's policy, time and try. They run in order inside one
+-- subtransaction. An operation that fails (a CHECK, a lock_timeout) rolls
+-- it back, is answered 'error' with its SQLSTATE, and the others run again
+-- without it, in the same call: a failure fails alone, and never aborts
+-- the caller's transaction. The answers come out in order, one per
+-- operation, only after the last run has succeeded.
+CREATE FUNCTION collab_lease_group(p_kinds TEXT[], p_repos TEXT[], p_issues TEXT[],
+                                   p_holders TEXT[], p_ttls BIGINT[], p_notes TEXT[],
+                                   p_reasons TEXT[], p_seq1 BIGINT[], p_seq2 BIGINT[],
+                                   p_max_lifetime BIGINT, p_lock_delay BIGINT, p_now BIGINT,
+                                   p_try BOOLEAN)
+RETURNS SETOF collab_lease_answer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n INT := COALESCE(array_length(p_kinds, 1), 0);
+    v_answers collab_lease_answer[];
+    v_errors TEXT[];
+    v_a collab_lease_answer;
+    v_k INT;
+BEGIN
+    v_errors := array_fill(NULL::TEXT, ARRAY[v_n]);
+    LOOP
+        BEGIN
+            v_k := 1;
+            WHILE v_k <= v_n LOOP
+                IF v_errors[v_k] IS NULL THEN
+                    CASE p_kinds[v_k]
+                    WHEN 'acquire' THEN
+                        SELECT a.o_outcome, a.o_holder, a.o_token, a.o_acquired_at,
+                               a.o_expires_at, a.o_renewed_at, a.o_note, a.o_transitions,
+                               a.o_until, a.o_events, NULL::TEXT
+                        INTO v_a
+                        FROM collab_lease_acquire(p_repos[v_k], p_issues[v_k], p_holders[v_k],
+                            p_ttls[v_k], p_notes[v_k], p_max_lifetime, p_lock_delay, p_now,
+                            p_seq1[v_k], p_seq2[v_k], p_try) a;
+                    WHEN 'release' THEN
+                        SELECT a.o_outcome, a.o_holder, NULL::BIGINT, NULL::BIGINT,
+                               NULL::BIGINT, NULL::BIGINT, NULL::TEXT, NULL::BIGINT,
+                               NULL::BIGINT, a.o_events, NULL::TEXT
+                        INTO v_a
+                        FROM collab_lease_release(p_repos[v_k], p_issues[v_k], p_holders[v_k],
+                            p_max_lifetime, p_lock_delay, p_now, p_seq1[v_k], p_try) a;
+                    WHEN 'renew' THEN
+                        SELECT a.o_outcome, a.o_holder, a.o_token, a.o_acquired_at,
+                               a.o_expires_at, a.o_renewed_at, a.o_note, a.o_transitions,
+                               NULL::BIGINT, a.o_events, NULL::TEXT
+                        INTO v_a
+                        FROM collab_lease_renew(p_repos[v_k], p_issues[v_k], p_holders[v_k],
+                            p_ttls[v_k], p_notes[v_k], p_max_lifetime, p_lock_delay, p_now,
+                            p_seq1[v_k], p_try) a;
+                    WHEN 'break' THEN
+                        SELECT a.o_outcome, a.o_holder, a.o_token, a.o_acquired_at,
+                               a.o_expires_at, a.o_renewed_at, a.o_note, a.o_transitions,
+                               NULL::BIGINT, a.o_events, NULL::TEXT
+                        INTO v_a
+                        FROM collab_lease_break(p_repos[v_k], p_issues[v_k], p_holders[v_k],
+                            p_reasons[v_k], p_max_lifetime, p_lock_delay, p_now,
+                            p_seq1[v_k], p_try) a;
+                    END CASE;
+                    v_answers[v_k] := v_a;
+                END IF;
+                v_k := v_k + 1;
+            END LOOP;
+            EXIT;
+        EXCEPTION WHEN OTHERS THEN
+            -- Everything this run did is undone; v_k is the operation that
+            -- failed (variables are not rolled back).
+            v_errors[v_k] := SQLSTATE;
+        END;
+    END LOOP;
+    FOR v_i IN 1..v_n LOOP
+        IF v_errors[v_i] IS NOT NULL THEN
+            v_a := ROW('error', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0,
+                       v_errors[v_i]);
+            RETURN NEXT v_a;
+        ELSE
+            RETURN NEXT v_answers[v_i];
+        END IF;
+    END LOOP;
+END
+$$;
