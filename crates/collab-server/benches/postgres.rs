@@ -529,9 +529,10 @@ fn render(r: &Report<'_>) -> String {
          {lite} ms on SQLite. The flush is not the difference: the group commit shares \
          one WAL flush among {pg_group:.0} writes on PostgreSQL as it shares one fsync \
          among {lite_group:.0} on SQLite. The statements are: SQLite runs each in \
-         process, while on PostgreSQL every operation is a round trip to the server \
-         process (one call of its function with its savepoint; with the statements one \
-         by one, one per statement) ({rtt} µs for a `SELECT 1` on an idle connection) \
+         process, while on PostgreSQL every operation is executed by the server \
+         process (a group's lease operations in one prepared call of \
+         `collab_lease_group`, one round trip; with the statements one by one, a round \
+         trip per statement) ({rtt} µs for a `SELECT 1` on an idle connection) \
          plus its execution there, \
          on the same {cpus} busy CPUs as the callers. Three nodes reach {ratio:.2}x \
          one node: lease groups no longer take turns on one global lock but lock \
@@ -554,9 +555,9 @@ fn render(r: &Report<'_>) -> String {
     ));
     if let [_, b, c, b_old, c_old, ..] = r.scenarios {
         out.push_str(&format!(
-            "\nA lease operation on PostgreSQL is one call of its function, and a group's \
-             leading lease operations go in one message (schema version 16; a new tenure \
-             was 5 round trips, a release 4): one node {one:.2}x and three nodes {three:.2}x what the \
+            "\nA lease group's operations on PostgreSQL go in one prepared call of \
+             `collab_lease_group` (schema version 16; with the statements one by one a new \
+             tenure is 5 round trips, a release 4): one node {one:.2}x and three nodes {three:.2}x what the \
              same code did with the statements one by one in this run \
              (`GIT_COLLAB_PG_LEASE_STATEMENTS=1`: {one_old:.2}x and {three_old:.2}x SQLite).\n",
             one = b.acquires_per_sec() / b_old.acquires_per_sec(),

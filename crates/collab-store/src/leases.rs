@@ -23,7 +23,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::sql::{Connection, OptionalExtension, Transaction, TransactionBehavior, Value};
+use crate::sql::{
+    Connection, LeaseCall, OptionalExtension, Transaction, TransactionBehavior, Value,
+};
 use serde_json::json;
 
 use super::event_log::{self, NewEvent};
@@ -727,7 +729,6 @@ pub fn acquire_call(
             Value::Integer(now),
             int(first),
             int(second),
-            Value::from(super::migrations::new_repo_id()),
         ],
     })
 }
@@ -793,7 +794,6 @@ pub fn release_call(
             Value::Integer(policy.lock_delay),
             Value::Integer(now),
             int(seq),
-            Value::from(super::migrations::new_repo_id()),
         ],
     }
 }
@@ -854,7 +854,6 @@ pub fn renew_call(
             Value::Integer(policy.lock_delay),
             Value::Integer(now),
             int(seq),
-            Value::from(super::migrations::new_repo_id()),
         ],
     })
 }
@@ -912,7 +911,6 @@ pub fn break_call(
             Value::Integer(policy.lock_delay),
             Value::Integer(now),
             int(seq),
-            Value::from(super::migrations::new_repo_id()),
         ],
     }
 }
@@ -949,6 +947,122 @@ fn break_by_function(
         return Ok(None);
     };
     break_done(conn, repo, issue_id, row).map(Some)
+}
+
+/// `acquire_in` as one operation of a `collab_lease_group` call, after the
+/// TTL check; its two provisional event numbers are reserved here.
+pub fn acquire_group_call<'a>(
+    conn: &Connection,
+    claim: &'a Claim,
+    policy: &Policy,
+) -> crate::sql::Result<LeaseCall<'a>> {
+    check_ttl(claim.ttl_secs, policy)?;
+    let (seq1, seq2) = (conn.reserve_seq(), conn.reserve_seq());
+    Ok(LeaseCall {
+        seq1,
+        seq2,
+        ..acquire_shape(claim)
+    })
+}
+
+/// `renew_in` as one operation of a `collab_lease_group` call, after the
+/// TTL check.
+pub fn renew_group_call<'a>(
+    conn: &Connection,
+    claim: &'a Claim,
+    policy: &Policy,
+) -> crate::sql::Result<LeaseCall<'a>> {
+    check_ttl(claim.ttl_secs, policy)?;
+    Ok(LeaseCall {
+        kind: "renew",
+        seq1: conn.reserve_seq(),
+        ..acquire_shape(claim)
+    })
+}
+
+/// A claim's fields as a group call's (an acquire, no event numbers yet).
+fn acquire_shape(claim: &Claim) -> LeaseCall<'_> {
+    LeaseCall {
+        kind: "acquire",
+        repo: &claim.repo,
+        issue_id: &claim.issue_id,
+        holder: &claim.holder,
+        ttl: claim.ttl_secs,
+        note: claim.note.as_deref(),
+        reason: None,
+        seq1: None,
+        seq2: None,
+    }
+}
+
+/// `release_in` as one operation of a `collab_lease_group` call.
+pub fn release_group_call<'a>(
+    conn: &Connection,
+    repo: &'a str,
+    issue_id: &'a str,
+    holder: &'a str,
+) -> LeaseCall<'a> {
+    LeaseCall {
+        kind: "release",
+        repo,
+        issue_id,
+        holder,
+        ttl: None,
+        note: None,
+        reason: None,
+        seq1: conn.reserve_seq(),
+        seq2: None,
+    }
+}
+
+/// `break_in` as one operation of a `collab_lease_group` call.
+pub fn break_group_call<'a>(
+    conn: &Connection,
+    repo: &'a str,
+    issue_id: &'a str,
+    by: &'a str,
+    reason: &'a str,
+) -> LeaseCall<'a> {
+    LeaseCall {
+        kind: "break",
+        repo,
+        issue_id,
+        holder: by,
+        ttl: None,
+        note: None,
+        reason: Some(reason),
+        seq1: conn.reserve_seq(),
+        seq2: None,
+    }
+}
+
+/// An answer of `collab_lease_group` (`Connection::call_group`): `Err` with
+/// the SQLSTATE of an operation that failed (nothing of it kept), else its
+/// row in the layout of its own function's, for `acquire_done`,
+/// `renew_done`, `release_done` or `break_done`.
+pub fn group_answer(
+    kind: &str,
+    mut answer: Vec<Option<String>>,
+) -> Result<Vec<Option<String>>, String> {
+    if let Some(Some(state)) = answer.get(10) {
+        return Err(state.clone());
+    }
+    answer.truncate(10);
+    match kind {
+        // outcome .. until, events
+        "acquire" => {}
+        // outcome, holder, events
+        "release" => {
+            let events = answer.get_mut(9).and_then(Option::take);
+            answer.truncate(2);
+            answer.push(events);
+        }
+        // outcome .. transitions, events
+        _ => {
+            answer.remove(8);
+        }
+    }
+    Ok(answer)
 }
 
 fn busy(repo: &str, issue_id: &str) -> crate::sql::Error {
@@ -2008,13 +2122,92 @@ mod tests {
     /// Run `steps` on `conn`, each in a transaction of its own begun as the
     /// writer begins a lease group (with the writer's deferred savepoint),
     /// by the function or by the statements; each step's outcome as text.
+    /// How `run_steps` sends each operation.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Path {
+        /// The statements one by one.
+        Statements,
+        /// One call of the operation's function (a simple query).
+        Function,
+        /// One call of `collab_lease_group` (the writer's lease groups'
+        /// prepared statement), the operation alone in it.
+        Group,
+    }
+
+    /// One step through `collab_lease_group`, its outcome as the `*_in`
+    /// functions give it.
+    fn by_group(tx: &Connection, repo: &str, policy: &Policy, step: &Step) -> String {
+        let (claim, call) = match step {
+            Step::Acquire {
+                issue,
+                holder,
+                ttl,
+                note,
+                ..
+            } => {
+                let mut claim = Claim::new(repo, issue, holder, *ttl);
+                claim.note = note.map(str::to_string);
+                (claim, "acquire")
+            }
+            Step::Renew {
+                holder, ttl, note, ..
+            } => {
+                let mut claim = Claim::new(repo, ISSUE, holder, *ttl);
+                claim.note = note.map(str::to_string);
+                (claim, "renew")
+            }
+            Step::Release { issue, holder, .. } => {
+                (Claim::new(repo, issue, holder, None), "release")
+            }
+            Step::Break { by, .. } => (Claim::new(repo, ISSUE, by, None), "break"),
+        };
+        let at = match step {
+            Step::Acquire { at, .. }
+            | Step::Renew { at, .. }
+            | Step::Release { at, .. }
+            | Step::Break { at, .. } => *at,
+        };
+        let made = match (call, step) {
+            ("acquire", _) => acquire_group_call(tx, &claim, policy),
+            ("renew", _) => renew_group_call(tx, &claim, policy),
+            ("release", _) => Ok(release_group_call(tx, repo, &claim.issue_id, &claim.holder)),
+            (_, Step::Break { reason, .. }) => Ok(break_group_call(
+                tx,
+                repo,
+                &claim.issue_id,
+                &claim.holder,
+                reason,
+            )),
+            _ => unreachable!(),
+        };
+        let made = match made {
+            Ok(made) => made,
+            Err(e) => return format!("{:?}", Err::<(), _>(e)),
+        };
+        let mut answers = tx
+            .call_group(&[made], policy.max_lifetime, policy.lock_delay, at)
+            .unwrap();
+        let row = match group_answer(call, answers.remove(0)) {
+            Ok(row) => row,
+            Err(state) => return format!("Err({state})"),
+        };
+        let (repo, issue) = (claim.repo.as_str(), claim.issue_id.as_str());
+        match call {
+            "acquire" => format!("{:?}", acquire_done(tx, &claim, row)),
+            "renew" => format!("{:?}", renew_done(tx, &claim, row)),
+            "release" => format!("{:?}", release_done(tx, repo, issue, row)),
+            _ => format!("{:?}", break_done(tx, repo, issue, row)),
+        }
+    }
+
     fn run_steps(
         conn: &Connection,
-        statements: bool,
+        path: Path,
         repo: &str,
         policy: &Policy,
         steps: &[Step],
     ) -> Vec<String> {
+        let statements = path == Path::Statements;
         conn.set_lease_statements(statements);
         assert_eq!(conn.lease_functions(), !statements);
         let mut outcomes = Vec::new();
@@ -2022,35 +2215,11 @@ mod tests {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Concurrent)
                 .unwrap();
-            tx.defer_savepoint(false);
-            let outcome = match step {
-                Step::Acquire {
-                    issue,
-                    holder,
-                    ttl,
-                    note,
-                    at,
-                } => {
-                    let mut claim = Claim::new(repo, issue, holder, *ttl);
-                    claim.note = note.map(str::to_string);
-                    format!("{:?}", acquire_in(&tx, &claim, policy, *at))
-                }
-                Step::Release { issue, holder, at } => {
-                    format!("{:?}", release_in(&tx, repo, issue, holder, policy, *at))
-                }
-                Step::Renew {
-                    holder,
-                    ttl,
-                    note,
-                    at,
-                } => {
-                    let mut claim = Claim::new(repo, ISSUE, holder, *ttl);
-                    claim.note = note.map(str::to_string);
-                    format!("{:?}", renew_in(&tx, &claim, policy, *at))
-                }
-                Step::Break { by, reason, at } => {
-                    format!("{:?}", break_in(&tx, repo, ISSUE, by, reason, policy, *at))
-                }
+            let outcome = if path == Path::Group {
+                by_group(&tx, repo, policy, step)
+            } else {
+                tx.defer_savepoint(false);
+                by_call(&tx, repo, policy, step)
             };
             if outcome.starts_with("Ok") {
                 tx.commit().unwrap();
@@ -2064,6 +2233,39 @@ mod tests {
             outcomes.push(outcome);
         }
         outcomes
+    }
+
+    /// One step through `acquire_in` (`release_in`, …).
+    fn by_call(tx: &Connection, repo: &str, policy: &Policy, step: &Step) -> String {
+        match step {
+            Step::Acquire {
+                issue,
+                holder,
+                ttl,
+                note,
+                at,
+            } => {
+                let mut claim = Claim::new(repo, issue, holder, *ttl);
+                claim.note = note.map(str::to_string);
+                format!("{:?}", acquire_in(tx, &claim, policy, *at))
+            }
+            Step::Release { issue, holder, at } => {
+                format!("{:?}", release_in(tx, repo, issue, holder, policy, *at))
+            }
+            Step::Renew {
+                holder,
+                ttl,
+                note,
+                at,
+            } => {
+                let mut claim = Claim::new(repo, ISSUE, holder, *ttl);
+                claim.note = note.map(str::to_string);
+                format!("{:?}", renew_in(tx, &claim, policy, *at))
+            }
+            Step::Break { by, reason, at } => {
+                format!("{:?}", break_in(tx, repo, ISSUE, by, reason, policy, *at))
+            }
+        }
     }
 
     /// Every row a lease operation writes, as text: leases, lease_tokens,
@@ -2327,12 +2529,20 @@ mod tests {
         // Each case in a repository of its own, on the same two databases.
         let by_statements = db();
         let by_function = db();
+        let by_group = db();
         for (i, (name, policy, steps)) in cases.iter().enumerate() {
             let repo = format!("team/case{i}.git");
-            let old = run_steps(&by_statements, true, &repo, policy, steps);
-            let new = run_steps(&by_function, false, &repo, policy, steps);
+            let old = run_steps(&by_statements, Path::Statements, &repo, policy, steps);
+            let new = run_steps(&by_function, Path::Function, &repo, policy, steps);
+            let grouped = run_steps(&by_group, Path::Group, &repo, policy, steps);
             assert_eq!(new, old, "{name}: outcomes");
+            assert_eq!(grouped, old, "{name}: outcomes in a group call");
             assert_eq!(dump(&by_function), dump(&by_statements), "{name}: rows");
+            assert_eq!(
+                dump(&by_group),
+                dump(&by_statements),
+                "{name}: rows of group calls"
+            );
         }
         let rows = dump(&by_statements);
         assert!(rows.len() > 60, "{rows:#?}");

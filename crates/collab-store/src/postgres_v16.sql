@@ -107,11 +107,11 @@ $$;
 
 -- Append an event (`event_log::append` for an event with a repository):
 -- p_seq is the provisional number the caller handed in, NULL to take the
--- next from `counters` (outside a transaction); a repository without an id
--- yet gets p_new_repo_id (`repos::id_of`).
+-- next from `counters` (outside a transaction). A repository without an id
+-- yet gets one here (`repos::id_of`): 32 random hex digits, as
+-- `migrations::new_repo_id` writes them, made only when the row is.
 CREATE FUNCTION collab_event_append(p_seq BIGINT, p_at BIGINT, p_type TEXT, p_repo TEXT,
-                                    p_object TEXT, p_actor TEXT, p_payload TEXT,
-                                    p_new_repo_id TEXT) RETURNS VOID
+                                    p_object TEXT, p_actor TEXT, p_payload TEXT) RETURNS VOID
 LANGUAGE plpgsql AS $$
 DECLARE
     v_seq BIGINT := p_seq;
@@ -127,7 +127,7 @@ BEGIN
         RETURN;
     END IF;
     INSERT INTO repositories (id, name, created_at, deleted_at)
-    VALUES (p_new_repo_id, p_repo, p_at, NULL)
+    VALUES (translate(gen_random_uuid()::text, '-', ''), p_repo, p_at, NULL)
     ON CONFLICT (name) DO NOTHING;
     SELECT r.id INTO v_repo_id FROM repositories r WHERE r.name = p_repo;
     INSERT INTO events (seq, at, type, repo, repo_id, object_id, actor, payload)
@@ -140,8 +140,8 @@ $$;
 CREATE FUNCTION collab_lease_end_by_expiry(p_repo TEXT, p_issue TEXT, p_holder TEXT,
                                            p_token BIGINT, p_acquired_at BIGINT,
                                            p_expires_at BIGINT, p_max_lifetime BIGINT,
-                                           p_lock_delay BIGINT, p_now BIGINT, p_seq BIGINT,
-                                           p_new_repo_id TEXT) RETURNS VOID
+                                           p_lock_delay BIGINT, p_now BIGINT, p_seq BIGINT)
+RETURNS VOID
 LANGUAGE plpgsql AS $$
 DECLARE
     v_locked_until BIGINT;
@@ -159,8 +159,47 @@ BEGIN
         || ',"holder":' || collab_json_text(p_holder)
         || ',"locked_until":' || collab_json_time(v_locked_until)
         || ',"reason":' || CASE WHEN v_by_lifetime THEN '"max_lifetime"' ELSE '"ttl"' END
-        || ',"token":' || p_token || '}',
-        p_new_repo_id);
+        || ',"token":' || p_token || '}');
+END
+$$;
+
+-- What every lease function does first (`leases::lock_issue` and
+-- `leases::live_row`): the issue's lock (o_busy: it was tried and another
+-- transaction holds it; nothing else done), then its live lease with its
+-- `lease_tokens` row (o_holder NULL: none). An expired tenure found is
+-- deleted and ended here with its `lease.expired` event (number p_seq) and
+-- lock delay (o_ended).
+CREATE FUNCTION collab_lease_live(p_repo TEXT, p_issue TEXT, p_max_lifetime BIGINT,
+                                  p_lock_delay BIGINT, p_now BIGINT, p_seq BIGINT,
+                                  p_try BOOLEAN,
+                                  OUT o_busy BOOLEAN, OUT o_ended BOOLEAN, OUT o_holder TEXT,
+                                  OUT o_token BIGINT, OUT o_acquired_at BIGINT,
+                                  OUT o_expires_at BIGINT, OUT o_renewed_at BIGINT,
+                                  OUT o_note TEXT, OUT o_transitions BIGINT)
+LANGUAGE plpgsql AS $$
+BEGIN
+    o_ended := false;
+    o_busy := NOT collab_lock_issue(p_repo, p_issue, p_try);
+    IF o_busy THEN
+        RETURN;
+    END IF;
+    SELECT l.holder, l.token, l.acquired_at, l.expires_at, l.renewed_at, l.note, t.transitions
+    INTO o_holder, o_token, o_acquired_at, o_expires_at, o_renewed_at, o_note, o_transitions
+    FROM leases l JOIN lease_tokens t ON t.repo = l.repo AND t.issue_id = l.issue_id
+    WHERE l.repo = p_repo AND l.issue_id = p_issue;
+    IF FOUND AND o_expires_at IS NOT NULL AND o_expires_at <= p_now THEN
+        DELETE FROM leases WHERE repo = p_repo AND issue_id = p_issue;
+        PERFORM collab_lease_end_by_expiry(p_repo, p_issue, o_holder, o_token, o_acquired_at,
+            o_expires_at, p_max_lifetime, p_lock_delay, p_now, p_seq);
+        o_ended := true;
+        o_holder := NULL;
+        o_token := NULL;
+        o_acquired_at := NULL;
+        o_expires_at := NULL;
+        o_renewed_at := NULL;
+        o_note := NULL;
+        o_transitions := NULL;
+    END IF;
 END
 $$;
 
@@ -174,15 +213,13 @@ $$;
 -- o_events: how many events were appended.
 CREATE FUNCTION collab_lease_acquire(p_repo TEXT, p_issue TEXT, p_holder TEXT, p_ttl BIGINT,
                                      p_note TEXT, p_max_lifetime BIGINT, p_lock_delay BIGINT,
-                                     p_now BIGINT, p_seq1 BIGINT, p_seq2 BIGINT,
-                                     p_new_repo_id TEXT, p_try BOOLEAN)
+                                     p_now BIGINT, p_seq1 BIGINT, p_seq2 BIGINT, p_try BOOLEAN)
 RETURNS TABLE (o_outcome TEXT, o_holder TEXT, o_token BIGINT, o_acquired_at BIGINT,
                o_expires_at BIGINT, o_renewed_at BIGINT, o_note TEXT,
                o_transitions BIGINT, o_until BIGINT, o_events BIGINT)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_cur RECORD;
-    v_live BOOLEAN := false;
     v_seq BIGINT := p_seq1;
     v_events BIGINT := 0;
     v_token BIGINT;
@@ -190,56 +227,46 @@ DECLARE
     v_expires BIGINT;
     v_note TEXT;
 BEGIN
-    IF NOT collab_lock_issue(p_repo, p_issue, p_try) THEN
+    SELECT * INTO v_cur
+    FROM collab_lease_live(p_repo, p_issue, p_max_lifetime, p_lock_delay, p_now, p_seq1, p_try);
+    IF v_cur.o_busy THEN
         o_outcome := 'busy';
         o_events := 0;
         RETURN NEXT;
         RETURN;
     END IF;
-    SELECT l.holder, l.token, l.acquired_at, l.expires_at, l.renewed_at, l.note, t.transitions
-    INTO v_cur
-    FROM leases l JOIN lease_tokens t ON t.repo = l.repo AND t.issue_id = l.issue_id
-    WHERE l.repo = p_repo AND l.issue_id = p_issue;
-    IF FOUND THEN
-        IF v_cur.expires_at IS NULL OR v_cur.expires_at > p_now THEN
-            v_live := true;
-        ELSE
-            DELETE FROM leases WHERE repo = p_repo AND issue_id = p_issue;
-            PERFORM collab_lease_end_by_expiry(p_repo, p_issue, v_cur.holder, v_cur.token,
-                v_cur.acquired_at, v_cur.expires_at, p_max_lifetime, p_lock_delay, p_now,
-                v_seq, p_new_repo_id);
-            v_events := 1;
-            v_seq := p_seq2;
-        END IF;
+    IF v_cur.o_ended THEN
+        v_events := 1;
+        v_seq := p_seq2;
     END IF;
-    IF v_live AND v_cur.holder = p_holder THEN
+    IF v_cur.o_holder = p_holder THEN
         -- The holder's re-acquire moves the expiry (`leases::extend`).
-        v_expires := collab_lease_expiry(p_now, v_cur.acquired_at, p_ttl, p_max_lifetime);
-        v_note := COALESCE(p_note, v_cur.note);
+        v_expires := collab_lease_expiry(p_now, v_cur.o_acquired_at, p_ttl, p_max_lifetime);
+        v_note := COALESCE(p_note, v_cur.o_note);
         UPDATE leases SET expires_at = v_expires, renewed_at = p_now, note = v_note
         WHERE repo = p_repo AND issue_id = p_issue;
-        PERFORM collab_event_append(v_seq, p_now, 'lease.renewed', p_repo, p_issue, v_cur.holder,
+        PERFORM collab_event_append(v_seq, p_now, 'lease.renewed', p_repo, p_issue,
+            v_cur.o_holder,
             '{"expires_at":' || collab_json_time(v_expires)
-            || ',"holder":' || collab_json_text(v_cur.holder)
+            || ',"holder":' || collab_json_text(v_cur.o_holder)
             || ',"note":' || collab_json_text(v_note)
-            || ',"token":' || v_cur.token || '}',
-            p_new_repo_id);
+            || ',"token":' || v_cur.o_token || '}');
         o_outcome := 'reacquired';
-        o_holder := v_cur.holder;
-        o_token := v_cur.token;
-        o_acquired_at := v_cur.acquired_at;
+        o_holder := v_cur.o_holder;
+        o_token := v_cur.o_token;
+        o_acquired_at := v_cur.o_acquired_at;
         o_expires_at := v_expires;
         o_renewed_at := p_now;
         o_note := v_note;
-        o_transitions := v_cur.transitions;
+        o_transitions := v_cur.o_transitions;
         o_events := v_events + 1;
         RETURN NEXT;
         RETURN;
     END IF;
-    IF v_live THEN
+    IF v_cur.o_holder IS NOT NULL THEN
         o_outcome := 'held';
-        o_holder := v_cur.holder;
-        o_expires_at := v_cur.expires_at;
+        o_holder := v_cur.o_holder;
+        o_expires_at := v_cur.o_expires_at;
         o_events := v_events;
         RETURN NEXT;
         RETURN;
@@ -275,8 +302,7 @@ BEGIN
         || ',"holder":' || collab_json_text(p_holder)
         || ',"note":' || collab_json_text(p_note)
         || ',"token":' || v_token
-        || ',"transitions":' || v_transitions || '}',
-        p_new_repo_id);
+        || ',"transitions":' || v_transitions || '}');
     o_outcome := 'acquired';
     o_holder := p_holder;
     o_token := v_token;
@@ -294,52 +320,36 @@ $$;
 -- event), 'not_holder' (o_holder has the live lease), or 'busy'.
 CREATE FUNCTION collab_lease_release(p_repo TEXT, p_issue TEXT, p_holder TEXT,
                                      p_max_lifetime BIGINT, p_lock_delay BIGINT, p_now BIGINT,
-                                     p_seq BIGINT, p_new_repo_id TEXT, p_try BOOLEAN)
+                                     p_seq BIGINT, p_try BOOLEAN)
 RETURNS TABLE (o_outcome TEXT, o_holder TEXT, o_events BIGINT)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_cur RECORD;
 BEGIN
-    IF NOT collab_lock_issue(p_repo, p_issue, p_try) THEN
+    SELECT * INTO v_cur
+    FROM collab_lease_live(p_repo, p_issue, p_max_lifetime, p_lock_delay, p_now, p_seq, p_try);
+    IF v_cur.o_busy THEN
         o_outcome := 'busy';
         o_events := 0;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-    SELECT l.holder, l.token, l.acquired_at, l.expires_at
-    INTO v_cur
-    FROM leases l JOIN lease_tokens t ON t.repo = l.repo AND t.issue_id = l.issue_id
-    WHERE l.repo = p_repo AND l.issue_id = p_issue;
-    IF NOT FOUND THEN
-        o_outcome := 'released';
-        o_events := 0;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-    IF v_cur.expires_at IS NOT NULL AND v_cur.expires_at <= p_now THEN
-        DELETE FROM leases WHERE repo = p_repo AND issue_id = p_issue;
-        PERFORM collab_lease_end_by_expiry(p_repo, p_issue, v_cur.holder, v_cur.token,
-            v_cur.acquired_at, v_cur.expires_at, p_max_lifetime, p_lock_delay, p_now,
-            p_seq, p_new_repo_id);
+    ELSIF v_cur.o_ended THEN
         o_outcome := 'released';
         o_events := 1;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-    IF v_cur.holder <> p_holder THEN
-        o_outcome := 'not_holder';
-        o_holder := v_cur.holder;
+    ELSIF v_cur.o_holder IS NULL THEN
+        o_outcome := 'released';
         o_events := 0;
-        RETURN NEXT;
-        RETURN;
+    ELSIF v_cur.o_holder <> p_holder THEN
+        o_outcome := 'not_holder';
+        o_holder := v_cur.o_holder;
+        o_events := 0;
+    ELSE
+        -- The token's high-water mark stays in lease_tokens.
+        DELETE FROM leases WHERE repo = p_repo AND issue_id = p_issue;
+        PERFORM collab_event_append(p_seq, p_now, 'lease.released', p_repo, p_issue, p_holder,
+            '{"holder":' || collab_json_text(p_holder)
+            || ',"token":' || v_cur.o_token || '}');
+        o_outcome := 'released';
+        o_events := 1;
     END IF;
-    -- The token's high-water mark stays in lease_tokens.
-    DELETE FROM leases WHERE repo = p_repo AND issue_id = p_issue;
-    PERFORM collab_event_append(p_seq, p_now, 'lease.released', p_repo, p_issue, p_holder,
-        '{"holder":' || collab_json_text(p_holder) || ',"token":' || v_cur.token || '}',
-        p_new_repo_id);
-    o_outcome := 'released';
-    o_events := 1;
     RETURN NEXT;
 END
 $$;
@@ -350,8 +360,7 @@ $$;
 -- ended with its event), or 'busy'.
 CREATE FUNCTION collab_lease_renew(p_repo TEXT, p_issue TEXT, p_holder TEXT, p_ttl BIGINT,
                                    p_note TEXT, p_max_lifetime BIGINT, p_lock_delay BIGINT,
-                                   p_now BIGINT, p_seq BIGINT, p_new_repo_id TEXT,
-                                   p_try BOOLEAN)
+                                   p_now BIGINT, p_seq BIGINT, p_try BOOLEAN)
 RETURNS TABLE (o_outcome TEXT, o_holder TEXT, o_token BIGINT, o_acquired_at BIGINT,
                o_expires_at BIGINT, o_renewed_at BIGINT, o_note TEXT,
                o_transitions BIGINT, o_events BIGINT)
@@ -361,57 +370,38 @@ DECLARE
     v_expires BIGINT;
     v_note TEXT;
 BEGIN
-    IF NOT collab_lock_issue(p_repo, p_issue, p_try) THEN
+    SELECT * INTO v_cur
+    FROM collab_lease_live(p_repo, p_issue, p_max_lifetime, p_lock_delay, p_now, p_seq, p_try);
+    IF v_cur.o_busy THEN
         o_outcome := 'busy';
         o_events := 0;
         RETURN NEXT;
         RETURN;
     END IF;
-    SELECT l.holder, l.token, l.acquired_at, l.expires_at, l.renewed_at, l.note, t.transitions
-    INTO v_cur
-    FROM leases l JOIN lease_tokens t ON t.repo = l.repo AND t.issue_id = l.issue_id
-    WHERE l.repo = p_repo AND l.issue_id = p_issue;
-    IF NOT FOUND THEN
+    IF v_cur.o_holder IS NULL OR v_cur.o_holder <> p_holder THEN
         o_outcome := 'not_holder';
-        o_events := 0;
+        o_holder := v_cur.o_holder;
+        o_events := CASE WHEN v_cur.o_ended THEN 1 ELSE 0 END;
         RETURN NEXT;
         RETURN;
     END IF;
-    IF v_cur.expires_at IS NOT NULL AND v_cur.expires_at <= p_now THEN
-        DELETE FROM leases WHERE repo = p_repo AND issue_id = p_issue;
-        PERFORM collab_lease_end_by_expiry(p_repo, p_issue, v_cur.holder, v_cur.token,
-            v_cur.acquired_at, v_cur.expires_at, p_max_lifetime, p_lock_delay, p_now,
-            p_seq, p_new_repo_id);
-        o_outcome := 'not_holder';
-        o_events := 1;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-    IF v_cur.holder <> p_holder THEN
-        o_outcome := 'not_holder';
-        o_holder := v_cur.holder;
-        o_events := 0;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-    v_expires := collab_lease_expiry(p_now, v_cur.acquired_at, p_ttl, p_max_lifetime);
-    v_note := COALESCE(p_note, v_cur.note);
+    v_expires := collab_lease_expiry(p_now, v_cur.o_acquired_at, p_ttl, p_max_lifetime);
+    v_note := COALESCE(p_note, v_cur.o_note);
     UPDATE leases SET expires_at = v_expires, renewed_at = p_now, note = v_note
     WHERE repo = p_repo AND issue_id = p_issue;
-    PERFORM collab_event_append(p_seq, p_now, 'lease.renewed', p_repo, p_issue, v_cur.holder,
+    PERFORM collab_event_append(p_seq, p_now, 'lease.renewed', p_repo, p_issue, v_cur.o_holder,
         '{"expires_at":' || collab_json_time(v_expires)
-        || ',"holder":' || collab_json_text(v_cur.holder)
+        || ',"holder":' || collab_json_text(v_cur.o_holder)
         || ',"note":' || collab_json_text(v_note)
-        || ',"token":' || v_cur.token || '}',
-        p_new_repo_id);
+        || ',"token":' || v_cur.o_token || '}');
     o_outcome := 'renewed';
-    o_holder := v_cur.holder;
-    o_token := v_cur.token;
-    o_acquired_at := v_cur.acquired_at;
+    o_holder := v_cur.o_holder;
+    o_token := v_cur.o_token;
+    o_acquired_at := v_cur.o_acquired_at;
     o_expires_at := v_expires;
     o_renewed_at := p_now;
     o_note := v_note;
-    o_transitions := v_cur.transitions;
+    o_transitions := v_cur.o_transitions;
     o_events := 1;
     RETURN NEXT;
 END
@@ -422,7 +412,7 @@ $$;
 -- expired tenure found is ended with its event), or 'busy'.
 CREATE FUNCTION collab_lease_break(p_repo TEXT, p_issue TEXT, p_by TEXT, p_reason TEXT,
                                    p_max_lifetime BIGINT, p_lock_delay BIGINT, p_now BIGINT,
-                                   p_seq BIGINT, p_new_repo_id TEXT, p_try BOOLEAN)
+                                   p_seq BIGINT, p_try BOOLEAN)
 RETURNS TABLE (o_outcome TEXT, o_holder TEXT, o_token BIGINT, o_acquired_at BIGINT,
                o_expires_at BIGINT, o_renewed_at BIGINT, o_note TEXT,
                o_transitions BIGINT, o_events BIGINT)
@@ -430,47 +420,139 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_cur RECORD;
 BEGIN
-    IF NOT collab_lock_issue(p_repo, p_issue, p_try) THEN
+    SELECT * INTO v_cur
+    FROM collab_lease_live(p_repo, p_issue, p_max_lifetime, p_lock_delay, p_now, p_seq, p_try);
+    IF v_cur.o_busy THEN
         o_outcome := 'busy';
         o_events := 0;
         RETURN NEXT;
         RETURN;
     END IF;
-    SELECT l.holder, l.token, l.acquired_at, l.expires_at, l.renewed_at, l.note, t.transitions
-    INTO v_cur
-    FROM leases l JOIN lease_tokens t ON t.repo = l.repo AND t.issue_id = l.issue_id
-    WHERE l.repo = p_repo AND l.issue_id = p_issue;
-    IF NOT FOUND THEN
+    IF v_cur.o_holder IS NULL THEN
         o_outcome := 'not_held';
-        o_events := 0;
+        o_events := CASE WHEN v_cur.o_ended THEN 1 ELSE 0 END;
         RETURN NEXT;
         RETURN;
     END IF;
     DELETE FROM leases WHERE repo = p_repo AND issue_id = p_issue;
-    IF v_cur.expires_at IS NOT NULL AND v_cur.expires_at <= p_now THEN
-        PERFORM collab_lease_end_by_expiry(p_repo, p_issue, v_cur.holder, v_cur.token,
-            v_cur.acquired_at, v_cur.expires_at, p_max_lifetime, p_lock_delay, p_now,
-            p_seq, p_new_repo_id);
-        o_outcome := 'not_held';
-        o_events := 1;
-        RETURN NEXT;
-        RETURN;
-    END IF;
     PERFORM collab_event_append(p_seq, p_now, 'lease.broken', p_repo, p_issue, p_by,
         '{"by":' || collab_json_text(p_by)
-        || ',"holder":' || collab_json_text(v_cur.holder)
+        || ',"holder":' || collab_json_text(v_cur.o_holder)
         || ',"reason":' || collab_json_text(p_reason)
-        || ',"token":' || v_cur.token || '}',
-        p_new_repo_id);
+        || ',"token":' || v_cur.o_token || '}');
     o_outcome := 'broken';
-    o_holder := v_cur.holder;
-    o_token := v_cur.token;
-    o_acquired_at := v_cur.acquired_at;
-    o_expires_at := v_cur.expires_at;
-    o_renewed_at := v_cur.renewed_at;
-    o_note := v_cur.note;
-    o_transitions := v_cur.transitions;
+    o_holder := v_cur.o_holder;
+    o_token := v_cur.o_token;
+    o_acquired_at := v_cur.o_acquired_at;
+    o_expires_at := v_cur.o_expires_at;
+    o_renewed_at := v_cur.o_renewed_at;
+    o_note := v_cur.o_note;
+    o_transitions := v_cur.o_transitions;
     o_events := 1;
     RETURN NEXT;
+END
+$$;
+
+-- One lease operation's answer in a call of collab_lease_group: the
+-- columns of the operation's own function (a release's holder and events;
+-- NULL where its function has no such column), and `error`, the SQLSTATE
+-- of an operation that failed (outcome 'error'; nothing of it was kept).
+CREATE TYPE collab_lease_answer AS (
+    outcome TEXT,
+    holder TEXT,
+    token BIGINT,
+    acquired_at BIGINT,
+    expires_at BIGINT,
+    renewed_at BIGINT,
+    note TEXT,
+    transitions BIGINT,
+    until BIGINT,
+    events BIGINT,
+    error TEXT
+);
+
+-- A group of lease operations, each on an issue no other of them decides,
+-- in one call (the writer's lease groups: one prepared statement, one round
+-- trip): operation k is p_kinds[k] ('acquire', 'renew', 'release',
+-- 'break') with its own arguments at [k] (p_holders: the breaker for a
+-- break) and the group's policy, time and try. They run in order inside one
+-- subtransaction. An operation that fails (a CHECK, a lock_timeout) rolls
+-- it back, is answered 'error' with its SQLSTATE, and the others run again
+-- without it, in the same call: a failure fails alone, and never aborts
+-- the caller's transaction. The answers come out in order, one per
+-- operation, only after the last run has succeeded.
+CREATE FUNCTION collab_lease_group(p_kinds TEXT[], p_repos TEXT[], p_issues TEXT[],
+                                   p_holders TEXT[], p_ttls BIGINT[], p_notes TEXT[],
+                                   p_reasons TEXT[], p_seq1 BIGINT[], p_seq2 BIGINT[],
+                                   p_max_lifetime BIGINT, p_lock_delay BIGINT, p_now BIGINT,
+                                   p_try BOOLEAN)
+RETURNS SETOF collab_lease_answer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n INT := COALESCE(array_length(p_kinds, 1), 0);
+    v_answers collab_lease_answer[];
+    v_errors TEXT[];
+    v_a collab_lease_answer;
+    v_k INT;
+BEGIN
+    v_errors := array_fill(NULL::TEXT, ARRAY[v_n]);
+    LOOP
+        BEGIN
+            v_k := 1;
+            WHILE v_k <= v_n LOOP
+                IF v_errors[v_k] IS NULL THEN
+                    CASE p_kinds[v_k]
+                    WHEN 'acquire' THEN
+                        SELECT a.o_outcome, a.o_holder, a.o_token, a.o_acquired_at,
+                               a.o_expires_at, a.o_renewed_at, a.o_note, a.o_transitions,
+                               a.o_until, a.o_events, NULL::TEXT
+                        INTO v_a
+                        FROM collab_lease_acquire(p_repos[v_k], p_issues[v_k], p_holders[v_k],
+                            p_ttls[v_k], p_notes[v_k], p_max_lifetime, p_lock_delay, p_now,
+                            p_seq1[v_k], p_seq2[v_k], p_try) a;
+                    WHEN 'release' THEN
+                        SELECT a.o_outcome, a.o_holder, NULL::BIGINT, NULL::BIGINT,
+                               NULL::BIGINT, NULL::BIGINT, NULL::TEXT, NULL::BIGINT,
+                               NULL::BIGINT, a.o_events, NULL::TEXT
+                        INTO v_a
+                        FROM collab_lease_release(p_repos[v_k], p_issues[v_k], p_holders[v_k],
+                            p_max_lifetime, p_lock_delay, p_now, p_seq1[v_k], p_try) a;
+                    WHEN 'renew' THEN
+                        SELECT a.o_outcome, a.o_holder, a.o_token, a.o_acquired_at,
+                               a.o_expires_at, a.o_renewed_at, a.o_note, a.o_transitions,
+                               NULL::BIGINT, a.o_events, NULL::TEXT
+                        INTO v_a
+                        FROM collab_lease_renew(p_repos[v_k], p_issues[v_k], p_holders[v_k],
+                            p_ttls[v_k], p_notes[v_k], p_max_lifetime, p_lock_delay, p_now,
+                            p_seq1[v_k], p_try) a;
+                    WHEN 'break' THEN
+                        SELECT a.o_outcome, a.o_holder, a.o_token, a.o_acquired_at,
+                               a.o_expires_at, a.o_renewed_at, a.o_note, a.o_transitions,
+                               NULL::BIGINT, a.o_events, NULL::TEXT
+                        INTO v_a
+                        FROM collab_lease_break(p_repos[v_k], p_issues[v_k], p_holders[v_k],
+                            p_reasons[v_k], p_max_lifetime, p_lock_delay, p_now,
+                            p_seq1[v_k], p_try) a;
+                    END CASE;
+                    v_answers[v_k] := v_a;
+                END IF;
+                v_k := v_k + 1;
+            END LOOP;
+            EXIT;
+        EXCEPTION WHEN OTHERS THEN
+            -- Everything this run did is undone; v_k is the operation that
+            -- failed (variables are not rolled back).
+            v_errors[v_k] := SQLSTATE;
+        END;
+    END LOOP;
+    FOR v_i IN 1..v_n LOOP
+        IF v_errors[v_i] IS NOT NULL THEN
+            v_a := ROW('error', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0,
+                       v_errors[v_i]);
+            RETURN NEXT v_a;
+        ELSE
+            RETURN NEXT v_answers[v_i];
+        END IF;
+    END LOOP;
 END
 $$;

@@ -852,7 +852,9 @@ fn group_behavior(ops: &[Op]) -> TransactionBehavior {
     behavior
 }
 
-/// Run `ops` in one write transaction, each under its own SAVEPOINT.
+/// Run `ops` in one write transaction, each under its own SAVEPOINT
+/// (on PostgreSQL, a lease group's lease operations in runs of one call
+/// each instead: [`grouped`]).
 /// `Err` means the transaction as a whole failed (BEGIN, COMMIT, or an error
 /// that made SQLite abandon it, or a lost connection), with where:
 /// nothing of the group was kept (but see
@@ -873,55 +875,96 @@ fn run_group(
     // Read the clock once the write lock is ours: that is when the group happens.
     let now = now();
     let mut outcomes = Vec::with_capacity(ops.len());
-    // Issues with a deferred operation: later operations on them wait too,
-    // so each issue's operations keep their arrival order.
-    let mut busy: Vec<(String, String)> = Vec::new();
-    // Whether `lease_op` is open (the previous operation's): COMMIT releases
-    // the last one, so no operation pays for its own RELEASE.
-    let mut savepoint = false;
-    // PostgreSQL: the group's leading lease operations in one round trip.
-    let piped = if behavior == TransactionBehavior::Concurrent {
-        pipelined(&tx, ops, policy, now).map_err(in_ops)?
-    } else {
-        Vec::new()
+    let mut alone = Alone {
+        behavior,
+        // Whether `lease_op` is open (the previous operation's): COMMIT
+        // releases the last one, so no operation pays for its own RELEASE.
+        savepoint: false,
+        busy: Vec::new(),
     };
-    for (op, outcome) in ops.iter().zip(&piped) {
-        if outcome.is_none() {
-            busy.extend(
-                op.issue()
-                    .map(|(repo, id)| (repo.to_string(), id.to_string())),
-            );
+    // PostgreSQL: runs of lease operations in one call each.
+    let in_calls = behavior == TransactionBehavior::Concurrent && leases::in_one_call(&tx);
+    let mut i = 0;
+    while i < ops.len() {
+        let answers = if in_calls {
+            grouped(&tx, &ops[i..], &alone.busy, policy, now).map_err(in_ops)?
+        } else {
+            Vec::new()
+        };
+        if answers.is_empty() {
+            outcomes.push(alone.run(&tx, &mut ops[i], policy, now)?);
+            i += 1;
+            continue;
+        }
+        for answer in answers {
+            let op = &mut ops[i];
+            i += 1;
+            match answer {
+                Grouped::Done(outcome) => outcomes.push(Some(outcome)),
+                Grouped::Busy => {
+                    alone.busy.extend(
+                        op.issue()
+                            .map(|(repo, id)| (repo.to_string(), id.to_string())),
+                    );
+                    outcomes.push(None);
+                }
+                // It failed in the call and nothing of it was kept: run it
+                // alone, under its savepoint, for its own error.
+                Grouped::Alone => outcomes.push(alone.run(&tx, op, policy, now)?),
+            }
         }
     }
-    let start = piped.len();
-    outcomes.extend(piped);
-    for op in ops.iter_mut().skip(start) {
+    tx.commit().map_err(|e| (Stage::Commit, e))?;
+    Ok(outcomes)
+}
+
+/// The state of a group's operations run one at a time, each under its
+/// savepoint `lease_op`.
+struct Alone {
+    behavior: TransactionBehavior,
+    /// Whether `lease_op` is open (the previous such operation's).
+    savepoint: bool,
+    /// Issues with a deferred operation: later operations on them wait
+    /// too, so each issue's operations keep their arrival order.
+    busy: Vec<(String, String)>,
+}
+
+impl Alone {
+    /// Run `op` under its savepoint: its outcome, `None` when its issue is
+    /// busy (deferred).
+    fn run(
+        &mut self,
+        tx: &Connection,
+        op: &mut Op,
+        policy: &Policy,
+        now: i64,
+    ) -> Result<Option<anyhow::Result<Outcome>>, (Stage, crate::sql::Error)> {
+        let in_ops = |e| (Stage::Ops, e);
         let key = op
             .issue()
             .map(|(repo, id)| (repo.to_string(), id.to_string()));
-        if key.as_ref().is_some_and(|key| busy.contains(key)) {
-            outcomes.push(None);
-            continue;
+        if key.as_ref().is_some_and(|key| self.busy.contains(key)) {
+            return Ok(None);
         }
         // An operation that is one function call (PostgreSQL) sends its
         // savepoint in the call's round trip; a lease operation of
         // statements sends it with the try of its issue's lock.
-        let opened = if op.in_one_call(&tx) {
-            tx.defer_savepoint(savepoint)
+        let opened = if op.in_one_call(tx) {
+            tx.defer_savepoint(self.savepoint)
         } else {
-            match (behavior, op.issue()) {
-                (TransactionBehavior::Concurrent, Some((repo, id))) => {
-                    tx.savepoint_locking(savepoint, repo, id).map_err(in_ops)?
-                }
+            match (self.behavior, op.issue()) {
+                (TransactionBehavior::Concurrent, Some((repo, id))) => tx
+                    .savepoint_locking(self.savepoint, repo, id)
+                    .map_err(in_ops)?,
                 _ => false,
             }
         };
         if !opened {
-            next_savepoint(&tx, savepoint).map_err(in_ops)?;
+            next_savepoint(tx, self.savepoint).map_err(in_ops)?;
         }
-        savepoint = true;
-        match op.run(&tx, policy, now) {
-            Ok(outcome) => outcomes.push(Some(Ok(outcome))),
+        self.savepoint = true;
+        match op.run(tx, policy, now) {
+            Ok(outcome) => Ok(Some(Ok(outcome))),
             Err(e) => {
                 // Some errors (disk full, I/O) make SQLite abandon the whole
                 // transaction, and with it what the earlier operations did.
@@ -930,87 +973,100 @@ fn run_group(
                         |e| failure(format!("transaction abandoned: {e:#}")),
                     )));
                 }
-                run_cached(&tx, "ROLLBACK TO lease_op").map_err(in_ops)?;
+                run_cached(tx, "ROLLBACK TO lease_op").map_err(in_ops)?;
                 let is_busy = e
                     .downcast_ref::<crate::sql::Error>()
                     .is_some_and(crate::sql::Error::is_busy);
-                if is_busy && behavior == TransactionBehavior::Concurrent {
-                    busy.extend(key);
-                    outcomes.push(None);
+                if is_busy && self.behavior == TransactionBehavior::Concurrent {
+                    self.busy.extend(key);
+                    Ok(None)
                 } else {
-                    outcomes.push(Some(Err(e.context(op.to_string()))));
+                    Ok(Some(Err(e.context(op.to_string()))))
                 }
             }
         }
     }
-    tx.commit().map_err(|e| (Stage::Commit, e))?;
-    Ok(outcomes)
 }
 
-/// PostgreSQL: run the group's leading lease operations (acquire, renew,
-/// release, break through their functions, each on an issue no earlier one
-/// of them decides) as one message, `SAVEPOINT lease_group` and their
-/// calls: one round trip for all of them. Their outcomes, `None` for one
-/// whose issue was busy (deferred; it did nothing). Empty when fewer than
-/// two qualify, or when a call failed: everything is then rolled back to
-/// `lease_group` and the operations run one by one, each under its
-/// savepoint, as without this. An operation refused before any SQL (a TTL
-/// above `max_ttl`) ends the run and is refused in the loop.
-fn pipelined(
+/// What became of an operation sent in a `collab_lease_group` call.
+enum Grouped {
+    Done(anyhow::Result<Outcome>),
+    /// Its issue is another transaction's: deferred, nothing done.
+    Busy,
+    /// It failed in the call (undone there): it runs alone.
+    Alone,
+}
+
+/// PostgreSQL: the run of lease operations at the start of `ops` (acquire,
+/// renew, release, break, each on an issue no earlier one of the run
+/// decides and none deferred) as one call of `collab_lease_group`: one
+/// prepared statement, one round trip, one subtransaction for the run.
+/// What became of each; empty when the first operation cannot go so (it
+/// is no lease operation, its issue is busy, a TTL above `max_ttl`, a text
+/// with a NUL: it runs alone). An operation that fails in the call is undone
+/// there while the others run again without it, in the same call, and is
+/// then run alone for its own error ([`Grouped::Alone`]); an operation
+/// whose SQLSTATE says busy (a `lock_timeout`, a deadlock) is deferred, as
+/// alone.
+fn grouped(
     conn: &Connection,
     ops: &[Op],
+    busy: &[(String, String)],
     policy: &Policy,
     now: i64,
-) -> crate::sql::Result<Vec<Option<anyhow::Result<Outcome>>>> {
-    if !leases::in_one_call(conn) {
-        return Ok(Vec::new());
-    }
+) -> crate::sql::Result<Vec<Grouped>> {
     let mut calls = Vec::new();
     let mut issues: Vec<(&str, &str)> = Vec::new();
     for op in ops {
         let Some(issue) = op.issue() else { break };
-        if issues.contains(&issue) {
+        if issues.contains(&issue)
+            || busy
+                .iter()
+                .any(|(repo, id)| (repo.as_str(), id.as_str()) == issue)
+        {
             break;
         }
         let call = match op {
-            Op::Acquire(claim) => leases::acquire_call(conn, claim, policy, now),
-            Op::Renew(claim) => leases::renew_call(conn, claim, policy, now),
+            Op::Acquire(claim) => leases::acquire_group_call(conn, claim, policy),
+            Op::Renew(claim) => leases::renew_group_call(conn, claim, policy),
             Op::Release {
                 repo,
                 issue_id,
                 holder,
-            } => Ok(leases::release_call(
-                conn, repo, issue_id, holder, policy, now,
-            )),
+            } => Ok(leases::release_group_call(conn, repo, issue_id, holder)),
             Op::Break {
                 repo,
                 issue_id,
                 by,
                 reason,
-            } => Ok(leases::break_call(
-                conn, repo, issue_id, by, reason, policy, now,
-            )),
+            } => Ok(leases::break_group_call(conn, repo, issue_id, by, reason)),
             _ => break,
         };
         let Ok(call) = call else { break };
+        if !call.sendable() {
+            break;
+        }
         issues.push(issue);
-        calls.push((call.function, call.args));
+        calls.push(call);
     }
-    if calls.len() < 2 {
+    if calls.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = match conn.call_rows(&calls) {
-        Ok(Some(rows)) => rows,
-        Ok(None) => return Ok(Vec::new()),
-        Err(e) if e.is_unavailable() => return Err(e),
-        Err(e) => {
-            tracing::debug!("a pipelined lease call failed ({e}); running the group one by one");
-            conn.execute_batch("ROLLBACK TO lease_group")?;
-            return Ok(Vec::new());
-        }
-    };
-    let mut outcomes = Vec::with_capacity(rows.len());
-    for (op, row) in ops.iter().zip(rows) {
+    let answers = conn.call_group(&calls, policy.max_lifetime, policy.lock_delay, now)?;
+    let mut grouped = Vec::with_capacity(answers.len());
+    for ((op, call), answer) in ops.iter().zip(&calls).zip(answers) {
+        let row = match leases::group_answer(call.kind, answer) {
+            Ok(row) => row,
+            Err(state) if crate::sql::is_busy_state(&state) => {
+                grouped.push(Grouped::Busy);
+                continue;
+            }
+            Err(state) => {
+                tracing::debug!("{op}: failed in its group's call ({state}); running it alone");
+                grouped.push(Grouped::Alone);
+                continue;
+            }
+        };
         let done = match op {
             Op::Acquire(claim) => leases::acquire_done(conn, claim, row).map(Outcome::Acquire),
             Op::Renew(claim) => leases::renew_done(conn, claim, row).map(Outcome::Renew),
@@ -1020,20 +1076,17 @@ fn pipelined(
             Op::Break { repo, issue_id, .. } => {
                 leases::break_done(conn, repo, issue_id, row).map(Outcome::Break)
             }
-            _ => unreachable!("only lease operations are pipelined"),
+            _ => unreachable!("only lease operations are grouped"),
         };
         match done {
-            Ok(outcome) => outcomes.push(Some(Ok(outcome))),
-            Err(e) if e.is_busy() => outcomes.push(None),
-            Err(e) => {
-                // Not an answer the functions give: undo them all.
-                tracing::warn!("a pipelined lease call answered {e}; running the group one by one");
-                conn.execute_batch("ROLLBACK TO lease_group")?;
-                return Ok(Vec::new());
-            }
+            Ok(outcome) => grouped.push(Grouped::Done(Ok(outcome))),
+            Err(e) if e.is_busy() => grouped.push(Grouped::Busy),
+            // Not an answer the functions give, and what the call did
+            // cannot be undone alone: the group fails as a whole.
+            Err(e) => return Err(e),
         }
     }
-    Ok(outcomes)
+    Ok(grouped)
 }
 
 /// Open the savepoint of the next operation, releasing the previous one's
@@ -1505,10 +1558,11 @@ mod tests {
         }
     }
 
-    /// On PostgreSQL a group's leading lease operations go as one message
-    /// of function calls; a call that fails sends the group back to one
-    /// operation at a time, where it fails alone. Run the same groups with
-    /// the statements one by one: the same outcomes and leases.
+    /// On PostgreSQL a group's runs of lease operations go as one call of
+    /// `collab_lease_group` each; an operation that fails in it is undone
+    /// there, the others run again without it in the same call, and it then
+    /// runs alone, where it fails with its own error. Run the same groups
+    /// with the statements one by one: the same outcomes and leases.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn on_postgres_pipelined_lease_calls_answer_as_the_statements_do() {
         use crate::sql::test_database::{off_runtime, wanted, TestDatabase};

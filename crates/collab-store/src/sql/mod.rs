@@ -51,6 +51,42 @@ macro_rules! sql_params {
 }
 pub use crate::sql_params as params;
 
+/// One lease operation in a call of PostgreSQL's `collab_lease_group`
+/// (`Connection::call_group`): `kind` is `acquire`, `renew`, `release` or
+/// `break`; `holder` is the breaker for a break; `seq1` and `seq2` the
+/// provisional numbers of the events it may append (`seq2`: an acquire's
+/// second).
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseCall<'a> {
+    pub kind: &'static str,
+    pub repo: &'a str,
+    pub issue_id: &'a str,
+    pub holder: &'a str,
+    pub ttl: Option<i64>,
+    pub note: Option<&'a str>,
+    pub reason: Option<&'a str>,
+    pub seq1: Option<i64>,
+    pub seq2: Option<i64>,
+}
+
+impl LeaseCall<'_> {
+    /// Whether every text can be a PostgreSQL text (none holds a NUL).
+    pub fn sendable(&self) -> bool {
+        [self.repo, self.issue_id, self.holder]
+            .into_iter()
+            .chain(self.note)
+            .chain(self.reason)
+            .all(|t| !t.contains('\0'))
+    }
+}
+
+/// Whether a PostgreSQL SQLSTATE means "busy": another transaction holds
+/// what the statement needed (`lock_timeout`, a deadlock, a serialization
+/// failure), as [`Error::is_busy`] says of such an error.
+pub fn is_busy_state(state: &str) -> bool {
+    pg::is_busy_code(state)
+}
+
 /// Where the collab database lives: the `collab_db` setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
@@ -468,26 +504,23 @@ impl Connection {
         }
     }
 
-    /// PostgreSQL, in a transaction: `SAVEPOINT lease_group` and every
-    /// call, in one round trip (`PgConnection::call_rows`); each call's row
-    /// in order, `Ok(None)` if an argument cannot be sent so. After an
-    /// error, ROLLBACK TO `lease_group` undoes every call.
-    pub fn call_rows(
+    /// PostgreSQL: lease operations as one call of `collab_lease_group`
+    /// (a prepared statement, cached per connection: one round trip, no
+    /// parse or plan per call; `PgConnection::call_group`). Each
+    /// operation's answer in order, as text columns: outcome, holder,
+    /// token, acquired_at, expires_at, renewed_at, note, transitions,
+    /// until, events, and the SQLSTATE of an operation that failed (its
+    /// work undone by the function, the others' kept). On SQLite an error.
+    pub fn call_group(
         &self,
-        calls: &[(&'static str, Vec<Value>)],
-    ) -> Result<Option<Vec<Vec<Option<String>>>>> {
+        calls: &[LeaseCall<'_>],
+        max_lifetime: Option<i64>,
+        lock_delay: i64,
+        now: i64,
+    ) -> Result<Vec<Vec<Option<String>>>> {
         match self {
             Connection::Sqlite(_) => Err(Error::failure("lease functions called on SQLite")),
-            Connection::Postgres(c) => {
-                let calls = calls
-                    .iter()
-                    .map(|(function, args)| {
-                        let args = args.iter().map(ToSql::to_sql).collect::<Result<Vec<_>>>()?;
-                        Ok((*function, args))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                c.call_rows(&calls)
-            }
+            Connection::Postgres(c) => c.call_group(calls, max_lifetime, lock_delay, now),
         }
     }
 

@@ -324,37 +324,60 @@ impl PgConnection {
         Some(sql)
     }
 
-    /// In a transaction: `SAVEPOINT lease_group` and then every call, all
-    /// in one round trip (the start of a lease group, pipelined); each
-    /// call's first row, in order. `Ok(None)`: an argument cannot be a
-    /// literal, nothing was sent. An error: a call failed and the
-    /// transaction is aborted; ROLLBACK TO `lease_group` undoes them all.
-    pub fn call_rows(
+    /// Lease operations as one call of `collab_lease_group`, a statement
+    /// prepared once per connection (the extended protocol: Bind, Execute,
+    /// Sync, one round trip; the arrays and numbers bound as binary
+    /// values, nothing parsed or planned per call). The function runs the
+    /// operations in order under one subtransaction; one that fails is
+    /// undone with that subtransaction, answered with its SQLSTATE, and the
+    /// others run again without it, all inside the same call. Each
+    /// operation's answer, its columns as text.
+    pub fn call_group(
         &self,
-        calls: &[(&str, Vec<ValueRef<'_>>)],
-    ) -> Result<Option<Vec<Vec<Option<String>>>>> {
-        let mut sql = String::from("SAVEPOINT lease_group");
-        for (function, args) in calls {
-            let Some(call) = self.call_sql(function, args) else {
-                return Ok(None);
-            };
-            sql.push_str("; ");
-            sql.push_str(&call);
+        calls: &[super::LeaseCall<'_>],
+        max_lifetime: Option<i64>,
+        lock_delay: i64,
+        now: i64,
+    ) -> Result<Vec<Vec<Option<String>>>> {
+        if let Some(call) = calls.iter().find(|c| !c.sendable()) {
+            return Err(Error::failure(format!(
+                "lease call on {}#{}: a text holds a NUL",
+                call.repo, call.issue_id
+            )));
         }
+        let kinds: Vec<&str> = calls.iter().map(|c| c.kind).collect();
+        let repos: Vec<&str> = calls.iter().map(|c| c.repo).collect();
+        let issues: Vec<&str> = calls.iter().map(|c| c.issue_id).collect();
+        let holders: Vec<&str> = calls.iter().map(|c| c.holder).collect();
+        let ttls: Vec<Option<i64>> = calls.iter().map(|c| c.ttl).collect();
+        let notes: Vec<Option<&str>> = calls.iter().map(|c| c.note).collect();
+        let reasons: Vec<Option<&str>> = calls.iter().map(|c| c.reason).collect();
+        let seq1: Vec<Option<i64>> = calls.iter().map(|c| c.seq1).collect();
+        let seq2: Vec<Option<i64>> = calls.iter().map(|c| c.seq2).collect();
+        let try_only = self.behavior.get() == Some(Behavior::Concurrent);
+        let stmt = self.cached(
+            "SELECT * FROM collab_lease_group(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        )?;
         self.pre_locked.borrow_mut().take();
-        let messages = self.client()?.simple_query(&sql);
-        let rows: Vec<Vec<Option<String>>> = messages
-            .map_err(|e| self.seen(e))?
-            .into_iter()
-            .filter_map(|message| match message {
-                postgres::SimpleQueryMessage::Row(row) => Some(
-                    (0..row.len())
-                        .map(|i| row.get(i).map(str::to_string))
-                        .collect(),
-                ),
-                _ => None,
-            })
-            .collect();
+        let rows = self.client()?.query(
+            &stmt,
+            &[
+                &kinds,
+                &repos,
+                &issues,
+                &holders,
+                &ttls,
+                &notes,
+                &reasons,
+                &seq1,
+                &seq2,
+                &max_lifetime,
+                &lock_delay,
+                &now,
+                &try_only,
+            ],
+        );
+        let rows = rows.map_err(|e| self.seen(e))?;
         if rows.len() != calls.len() {
             return Err(Error::failure(format!(
                 "{} lease calls answered {} rows",
@@ -362,7 +385,19 @@ impl PgConnection {
                 rows.len()
             )));
         }
-        Ok(Some(rows))
+        rows.iter()
+            .map(|row| {
+                (0..row.len())
+                    .map(|i| match *row.columns()[i].type_() {
+                        Type::INT8 => row
+                            .try_get::<_, Option<i64>>(i)
+                            .map(|v| v.map(|v| v.to_string())),
+                        _ => row.try_get::<_, Option<String>>(i),
+                    })
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(Error::from)
+            })
+            .collect()
     }
 
     /// The next provisional event number, for an event a server-side
@@ -674,7 +709,13 @@ fn literal(s: &str) -> Option<String> {
 /// serialization failure (40001): an operation that fails so can run again.
 pub fn is_busy(e: &postgres::Error) -> bool {
     e.as_db_error()
-        .is_some_and(|db| matches!(db.code().code(), "55P03" | "40P01" | "40001"))
+        .is_some_and(|db| is_busy_code(db.code().code()))
+}
+
+/// A busy SQLSTATE: lock_not_available (a `lock_timeout`),
+/// deadlock_detected, serialization_failure.
+pub fn is_busy_code(code: &str) -> bool {
+    matches!(code, "55P03" | "40P01" | "40001")
 }
 
 pub struct PgStatement<'c> {
