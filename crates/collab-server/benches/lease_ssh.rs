@@ -132,15 +132,9 @@ fn server(env: &[(&str, &str)]) -> (ServerHarness, Vec<String>) {
         ..Default::default()
     });
     h.create_repo("r");
-    let clone = h.clone_repo("r", "work");
     let issues: Vec<String> = (0..4)
-        .map(|i| {
-            let opened = h.open_issue(&clone, &format!("Bench {i}"));
-            opened.rsplit(' ').next().unwrap().to_string()
-        })
+        .map(|i| h.open_server_issue("r", &format!("Bench {i}")))
         .collect();
-    let pushed = h.ssh_push(&clone, &["refs/collab/*:refs/collab/*"]);
-    assert!(pushed.status.success());
     (h, issues)
 }
 
@@ -205,9 +199,8 @@ fn main() {
          authentication every time, as `git-collab issue claim` does; \"shared \
          connection\" reuses one OpenSSH ControlMaster connection, so only the exec \
          channel and the verb's own work remain. An acquire and a release each start or \
-         end a tenure and are answered only after their write is durable (fsync); an \
-         acquire also replays the issue's signed events from git to check that it is \
-         open, which release and list skip. \"fresh, delayed ACKs\" is a second server \
+         end a tenure and are answered only after their write is durable (fsync). \
+         \"fresh, delayed ACKs\" is a second server \
          with `GIT_COLLAB_SSH_QUICK_ACK=0`: without the quick ACK after each read \
          (`ssh/quick_ack.rs`), an OpenSSH client's small packet sent right after another \
          waits for the kernel's delayed ACK. \

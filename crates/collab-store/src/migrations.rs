@@ -25,9 +25,7 @@
 //! nodes starting together on one database migrate it once.
 
 use super::sql::{Behavior, Connection, Error, Transaction};
-// Re-exported for the lease functions' PostgreSQL calls, which name it
-// here; the ids belong to `repo_ids`.
-pub use crate::repo_ids::new_repo_id;
+use crate::repo_ids::new_repo_id;
 
 /// One migration: the version it brings the database to, and its SQL.
 struct Step {

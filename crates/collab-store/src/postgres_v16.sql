@@ -109,7 +109,7 @@ $$;
 -- p_seq is the provisional number the caller handed in, NULL to take the
 -- next from `counters` (outside a transaction). A repository without an id
 -- yet gets one here (`repos::id_of`): 32 random hex digits, as
--- `migrations::new_repo_id` writes them, made only when the row is.
+-- `repo_ids::new_repo_id` writes them, made only when the row is.
 CREATE FUNCTION collab_event_append(p_seq BIGINT, p_at BIGINT, p_type TEXT, p_repo TEXT,
                                     p_object TEXT, p_actor TEXT, p_payload TEXT) RETURNS VOID
 LANGUAGE plpgsql AS $$
