@@ -977,7 +977,14 @@ impl Alone {
                 let is_busy = e
                     .downcast_ref::<crate::sql::Error>()
                     .is_some_and(crate::sql::Error::is_busy);
-                if is_busy && self.behavior == TransactionBehavior::Concurrent {
+                // A busy lease operation of a Concurrent group runs again in
+                // the next group; so does a `next` that found the ready
+                // issues all being decided elsewhere (`queue::next_in`),
+                // whatever the group's behavior: it did nothing (rolled
+                // back to its savepoint) and holds no lock.
+                let deferrable =
+                    self.behavior == TransactionBehavior::Concurrent || matches!(op, Op::Next(_));
+                if is_busy && deferrable {
                     self.busy.extend(key);
                     Ok(None)
                 } else {

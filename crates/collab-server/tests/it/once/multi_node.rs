@@ -214,7 +214,14 @@ fn next_callers_over_three_nodes_never_share_an_issue() {
                 assert!(handed.insert(id.clone()), "{id} handed out twice");
             }
             3 => empty += 1,
-            other => panic!("exit {other}: {out:?}"),
+            other => panic!(
+                "exit {other}: {out:?}\n{}",
+                nodes
+                    .iter()
+                    .map(|n| n.log())
+                    .collect::<Vec<_>>()
+                    .join("\n---\n")
+            ),
         }
     }
     assert_eq!(handed, opened, "every ready issue handed out once");
