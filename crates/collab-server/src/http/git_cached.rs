@@ -43,7 +43,8 @@ use crate::pack_cache::{self, Entry, Settings};
 /// `have` lists are rarely identical, and the key is computed in memory.
 pub const MAX_CACHED_REQUEST: usize = 256 * 1024;
 
-/// The protocol v2 commands whose answers are kept.
+/// The requests whose answers are kept: the protocol v2 commands, and the
+/// `GET info/refs` advertisement before them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command {
     /// `command=fetch`: the pack (and acknowledgments, shallow info).
@@ -51,6 +52,8 @@ pub enum Command {
     /// `command=ls-refs`: the ref list every fetch starts with; after a
     /// push, 64 agents fetching at once ask for the same one 64 times.
     LsRefs,
+    /// `GET info/refs?service=git-upload-pack`.
+    Advertisement,
 }
 
 impl Command {
@@ -59,6 +62,7 @@ impl Command {
         match self {
             Command::Fetch => "direct",
             Command::LsRefs => "ref_lists",
+            Command::Advertisement => "advertisements",
         }
     }
 }
@@ -156,25 +160,32 @@ fn file_into(h: &mut Sha256, repo: &Path, rel: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// The cache key of a v2 fetch answer.
+/// The cache key of a v2 fetch or ls-refs answer.
 pub fn key(repo: &Path, protocol: &str, request: &[u8], state: &[u8; 32]) -> String {
-    let mut h = Sha256::new();
-    let field = |h: &mut Sha256, bytes: &[u8]| {
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
-    };
     // Apart from the hook's keys (which hash a path first, never this).
-    field(&mut h, b"git-collab http upload-pack v2 answer");
-    field(&mut h, repo.as_os_str().as_encoded_bytes());
-    field(&mut h, protocol.as_bytes());
-    field(&mut h, request);
-    field(&mut h, state);
+    digest(&[
+        b"git-collab http upload-pack v2 answer",
+        repo.as_os_str().as_encoded_bytes(),
+        protocol.as_bytes(),
+        request,
+        state,
+    ])
+}
+
+/// SHA-256 of `fields`, each after its length (so no two lists of fields
+/// give the same bytes), hex.
+fn digest(fields: &[&[u8]]) -> String {
+    let mut h = Sha256::new();
+    for field in fields {
+        h.update((field.len() as u64).to_le_bytes());
+        h.update(field);
+    }
     hex::encode(h.finalize())
 }
 
 /// A finished answer of `command` for `key`: the file and its length.
-/// Counts a hit (fetches: also its bytes) or a corrupt entry for the
-/// metrics.
+/// Counts it (fetches: also as a hit, with its bytes) or a corrupt entry
+/// for the metrics.
 pub fn lookup(settings: &Settings, key: &str, command: Command) -> Option<(std::fs::File, u64)> {
     match pack_cache::open_entry(settings, key) {
         Ok(Entry::Found(file, len)) => {
@@ -197,23 +208,51 @@ pub fn lookup(settings: &Settings, key: &str, command: Command) -> Option<(std::
     }
 }
 
+/// Whether this request keeps the answer for `key`.
+pub enum Keeping {
+    /// Yes: this writer is the one (it holds `<key>.lock`).
+    Writer(pack_cache::EntryWriter),
+    /// Another request is keeping it now.
+    Elsewhere,
+    /// No: below the threshold (`git.pack_cache_min_occurrences`), or the
+    /// cache failed (logged).
+    No,
+}
+
+/// Count an occurrence of `key`'s request and decide who keeps its answer:
+/// only from the threshold's occurrence on, one request at a time.
+pub fn keeping(settings: &Settings, key: &str) -> Keeping {
+    match pack_cache::count_occurrence(settings, key) {
+        Ok(seen) if seen >= settings.min_occurrences => {}
+        Ok(_) => return Keeping::No,
+        Err(e) => {
+            tracing::warn!("pack cache: counting a request: {e}");
+            return Keeping::No;
+        }
+    }
+    match pack_cache::EntryWriter::start(settings, key) {
+        Ok(Some(writer)) => Keeping::Writer(writer),
+        Ok(None) => Keeping::Elsewhere,
+        Err(e) => {
+            tracing::warn!("pack cache: keeping an answer: {e}");
+            Keeping::No
+        }
+    }
+}
+
 /// The key of a `GET info/refs?service=git-upload-pack` advertisement:
 /// what `upload-pack --advertise-refs` printed for the repository, the
 /// `Git-Protocol` header (v2: the capabilities; v0: the refs and the
 /// capabilities) and the ref state, and the version of git that printed
 /// it (the capabilities and `agent=` are git's own).
 fn advertisement_key(repo: &Path, protocol: &str, state: &[u8; 32]) -> String {
-    let mut h = Sha256::new();
-    let field = |h: &mut Sha256, bytes: &[u8]| {
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
-    };
-    field(&mut h, b"git-collab http upload-pack advertisement");
-    field(&mut h, repo.as_os_str().as_encoded_bytes());
-    field(&mut h, protocol.as_bytes());
-    field(&mut h, git_version().as_bytes());
-    field(&mut h, state);
-    hex::encode(h.finalize())
+    digest(&[
+        b"git-collab http upload-pack advertisement",
+        repo.as_os_str().as_encoded_bytes(),
+        protocol.as_bytes(),
+        git_version().as_bytes(),
+        state,
+    ])
 }
 
 /// `git --version` of the git this process runs, read once.
@@ -256,37 +295,21 @@ pub fn advertisement(settings: &Settings, repo: &Path, protocol: &str) -> Advert
         return Advertisement::Run;
     };
     let key = advertisement_key(repo, protocol, &state);
-    match pack_cache::open_entry(settings, &key) {
-        Ok(Entry::Found(file, len)) if len <= MAX_ADVERTISEMENT => {
-            let mut bytes = Vec::with_capacity(len as usize);
-            if file.take(len).read_to_end(&mut bytes).is_ok() && bytes.len() as u64 == len {
-                crate::metrics::pack_cache("advertisements", 1);
-                return Advertisement::Hit(bytes);
-            }
-        }
-        Ok(Entry::Corrupt) => crate::metrics::pack_cache("corrupt", 1),
-        Ok(_) => {}
-        Err(e) => tracing::warn!("pack cache: reading an advertisement: {e}"),
-    }
-    match pack_cache::count_occurrence(settings, &key) {
-        Ok(seen) if seen >= settings.min_occurrences => {}
-        Ok(_) => return Advertisement::Run,
-        Err(e) => {
-            tracing::warn!("pack cache: counting a request: {e}");
-            return Advertisement::Run;
+    // Never larger than kept (`keep_advertisement`); bounded all the same.
+    let found = lookup(settings, &key, Command::Advertisement);
+    if let Some((file, len)) = found.filter(|(_, len)| *len <= MAX_ADVERTISEMENT) {
+        let mut bytes = Vec::with_capacity(len as usize);
+        if file.take(len).read_to_end(&mut bytes).is_ok() && bytes.len() as u64 == len {
+            return Advertisement::Hit(bytes);
         }
     }
-    match pack_cache::EntryWriter::start(settings, &key) {
-        Ok(Some(writer)) => Advertisement::Keep(Box::new(KeepAdvertisement {
+    match keeping(settings, &key) {
+        Keeping::Writer(writer) => Advertisement::Keep(Box::new(KeepAdvertisement {
             writer,
             repo: repo.to_path_buf(),
             state,
         })),
-        Ok(None) => Advertisement::Run,
-        Err(e) => {
-            tracing::warn!("pack cache: keeping an advertisement: {e}");
-            Advertisement::Run
-        }
+        Keeping::Elsewhere | Keeping::No => Advertisement::Run,
     }
 }
 

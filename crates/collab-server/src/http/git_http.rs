@@ -257,12 +257,13 @@ pub async fn info_refs(
     }
     // Protocol v0/v1 clients expect the service announcement first; v2
     // answers with its capability advertisement directly.
-    let v2 = git_protocol(&headers).is_some_and(|p| p.contains("version=2"));
+    let protocol = git_protocol(&headers).unwrap_or_default();
+    let v2 = protocol.contains("version=2");
     // Kept before, in this ref state: sent by the server itself.
     let mut keep = None;
     if let Some(settings) = st.app.config.pack_cache_settings(&entry.path) {
         let repo = entry.path.clone();
-        let protocol = git_protocol(&headers).unwrap_or_default();
+        let protocol = protocol.clone();
         let found = tokio::task::spawn_blocking(move || {
             git_cached::advertisement(&settings, &repo, &protocol)
         })
@@ -376,26 +377,15 @@ pub async fn upload_pack_post(
                     if let Some(hit) = git_cached::lookup(&settings, &key, command) {
                         return Some(Found::Hit(hit));
                     }
-                    // Written only from the threshold's occurrence on, by
-                    // one request at a time; identical requests meanwhile
-                    // wait for it.
-                    let seen = crate::pack_cache::count_occurrence(&settings, &key)
-                        .inspect_err(|e| tracing::warn!("pack cache: counting a request: {e}"))
-                        .ok()?;
-                    if seen < settings.min_occurrences {
-                        return None;
-                    }
-                    match crate::pack_cache::EntryWriter::start(&settings, &key) {
-                        Ok(Some(writer)) => Some(Found::Fill(Box::new(Fill {
+                    // Identical requests wait for the one keeping it.
+                    match git_cached::keeping(&settings, &key) {
+                        git_cached::Keeping::Writer(writer) => Some(Found::Fill(Box::new(Fill {
                             writer,
                             repo,
                             state,
                         }))),
-                        Ok(None) => Some(Found::Wait(key)),
-                        Err(e) => {
-                            tracing::warn!("pack cache: keeping an answer: {e}");
-                            None
-                        }
+                        git_cached::Keeping::Elsewhere => Some(Found::Wait(key)),
+                        git_cached::Keeping::No => None,
                     }
                 }
             })
