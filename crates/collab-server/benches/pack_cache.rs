@@ -149,12 +149,6 @@ fn server(cache: bool) -> ServerHarness {
     })
 }
 
-fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
-    v.sort();
-    let i = ((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1;
-    v[i]
-}
-
 fn clear_cache(h: &ServerHarness) {
     if let Ok(dir) = std::fs::read_dir(h.state_dir().join("pack-cache")) {
         for e in dir.flatten() {
@@ -302,8 +296,8 @@ fn row(
         one,
         min: min_base,
     } = base;
-    let p50 = percentile(walls.clone(), 0.5);
-    let p99 = percentile(walls, 0.99);
+    let p50 = support::percentile(walls.clone(), 0.5);
+    let p99 = support::percentile(walls, 0.99);
     eprintln!(
         "{what} {transport} n={n}: cpu {:.3}s (server {:.3} upload-pack {:.3} hook {:.3} pack-objects {:.3}) clients {:.2}s p50 {p50:?} p99 {p99:?}",
         cpu.total(), cpu.server, cpu.upload_pack, cpu.hook, cpu.pack_objects, cpu.clients
@@ -349,10 +343,7 @@ fn main() {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let http = env_usize("BENCH_HTTP", 1) == 1;
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "unknown".into());
+    let load = support::load_average();
 
     let fetches: Vec<usize> = std::env::var("BENCH_FETCHES")
         .unwrap_or_else(|_| "1,64".into())
@@ -401,7 +392,8 @@ fn main() {
                         clear_cache(&h);
                     }
                     let (cpu, walls) = storm(&h, &target, &none, url, n, transport);
-                    let b = *base.get_or_insert((cpu.total(), percentile(walls.clone(), 0.5)));
+                    let b =
+                        *base.get_or_insert((cpu.total(), support::percentile(walls.clone(), 0.5)));
                     let one = *one_off.entry(format!("clone {transport}")).or_insert(b.0);
                     rows.push(row(
                         &what,
@@ -433,7 +425,7 @@ fn main() {
             let mut base: Option<(f64, Duration)> = None;
             for &n in &storms {
                 let (cpu, walls) = storm(&h, &target, &gcm, &url, n, "gcm");
-                let b = *base.get_or_insert((cpu.total(), percentile(walls.clone(), 0.5)));
+                let b = *base.get_or_insert((cpu.total(), support::percentile(walls.clone(), 0.5)));
                 let one = one_off.get("clone ssh").copied().unwrap_or(b.0);
                 rows.push(row(
                     "on, warm, client cipher aes128-gcm",
@@ -475,7 +467,7 @@ fn main() {
             let mut base: Option<(f64, Duration)> = None;
             for &n in &storms {
                 let (cpu, walls) = storm(&h, &target, &none, &sshd_url, n, "sshd");
-                let b = *base.get_or_insert((cpu.total(), percentile(walls.clone(), 0.5)));
+                let b = *base.get_or_insert((cpu.total(), support::percentile(walls.clone(), 0.5)));
                 rows.push(row(
                     "OpenSSH sshd",
                     "ssh",
@@ -497,7 +489,7 @@ fn main() {
             let mut base: Option<(f64, Duration)> = None;
             for &n in &fetches {
                 let (cpu, walls) = fetch_storm(&h, &target, &none, &src, url, n, transport);
-                let b = *base.get_or_insert((cpu.total(), percentile(walls.clone(), 0.5)));
+                let b = *base.get_or_insert((cpu.total(), support::percentile(walls.clone(), 0.5)));
                 let one = *one_off.entry(format!("fetch {transport}")).or_insert(b.0);
                 fetch_rows.push(row(
                     if cache { "on" } else { "off" },

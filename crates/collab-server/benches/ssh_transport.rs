@@ -62,10 +62,7 @@ fn main() {
     let rtt_runs = env_usize("BENCH_RTT_RUNS", 20).max(1);
 
     // Other work on the machine skews everything: record how busy it was.
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "unknown".into());
+    let load = support::load_average();
     let h = ServerHarness::start();
     let key = h.ssh_client_key();
     let sshd = Sshd::start(&h.temp_dir().join("sshd"), &key);

@@ -102,12 +102,6 @@ fn agent_phase(
     by_call
 }
 
-fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
-    v.sort();
-    let i = ((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1;
-    v[i]
-}
-
 /// N clients cloning `url` again and again (at niceness 19) until `stop`;
 /// the count of finished clones.
 fn start_storm(
@@ -152,10 +146,7 @@ fn main() {
     let clients = env_usize("BENCH_STORM", 32);
     let samples = env_usize("BENCH_SAMPLES", 60);
     let window = Duration::from_secs(env_usize("BENCH_WINDOW_SECS", 20) as u64);
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "unknown".into());
+    let load = support::load_average();
 
     let mut rows = Vec::new();
     let mut storms = Vec::new();
@@ -223,12 +214,12 @@ fn main() {
     md.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in &rows {
         let (i50, s50) = (
-            percentile(r.idle.clone(), 0.5),
-            percentile(r.storm.clone(), 0.5),
+            support::percentile(r.idle.clone(), 0.5),
+            support::percentile(r.storm.clone(), 0.5),
         );
         let (i95, s95) = (
-            percentile(r.idle.clone(), 0.95),
-            percentile(r.storm.clone(), 0.95),
+            support::percentile(r.idle.clone(), 0.95),
+            support::percentile(r.storm.clone(), 0.95),
         );
         md.push_str(&format!(
             "| {} | {} | {} | {} | {:.2}x | {} | {} | {:.2}x | {} |\n",
@@ -240,7 +231,7 @@ fn main() {
             fmt(i95),
             fmt(s95),
             s95.as_secs_f64() / i95.as_secs_f64(),
-            fmt(percentile(r.storm.clone(), 1.0)),
+            fmt(support::percentile(r.storm.clone(), 1.0)),
         ));
     }
     md.push_str("\nClones finished while the agent was timing (the storm's own progress):\n\n");

@@ -34,6 +34,23 @@ pub fn median(mut samples: Vec<Duration>) -> Duration {
     samples[samples.len() / 2]
 }
 
+/// The `p` quantile of `samples` (nearest rank: the smallest sample with at
+/// least `p` of them at or below it; `p = 1.0` is the largest).
+pub fn percentile(mut samples: Vec<Duration>, p: f64) -> Duration {
+    samples.sort();
+    let i = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
+    samples[i]
+}
+
+/// The 1-minute load average from /proc/loadavg, as written there, or
+/// `unknown`: what the tables' headers say the machine was doing.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// Run `cmd`, require exit 0, return how long it took.
 pub fn timed(cmd: &mut Command) -> Duration {
     let start = Instant::now();
