@@ -12,7 +12,10 @@
 //! the writer's backoff, for at most [`DB_WAIT`] counted from the start of
 //! the outage as the pool saw it: reads of an outage longer than that fail
 //! at once with the writer's "unavailable" line, so they hold no thread.
-//! A read that fails after it began is not run again (its closure ran).
+//! A read whose connection is lost after it began is run again from the
+//! start on another connection, within the same bound: its transaction was
+//! read-only, so running it twice writes nothing twice, and a connection
+//! dropped by the server is no more the reader's fault than one refused.
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -67,7 +70,7 @@ impl ReadPool {
     pub async fn read<T, F>(&self, f: F) -> anyhow::Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> anyhow::Result<T> + Send + 'static,
+        F: Fn(&Connection) -> anyhow::Result<T> + Send + 'static,
     {
         let pool = self.clone();
         tokio::task::spawn_blocking(move || pool.read_blocking(f))
@@ -75,25 +78,40 @@ impl ReadPool {
             .map_err(|e| anyhow!("collab database read task failed: {e}"))?
     }
 
-    /// Run `f` in one read transaction on this thread (already blocking).
+    /// Run `f` in one read transaction on this thread (already blocking);
+    /// `f` may run more than once (see the module's comment).
     pub fn read_blocking<T>(
         &self,
-        f: impl FnOnce(&Connection) -> anyhow::Result<T>,
+        f: impl Fn(&Connection) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        let conn = self.begun()?;
-        let result = (|| {
-            let out = f(&conn);
-            // A read transaction has nothing to keep; ending it lets the
-            // writer checkpoint past it.
-            conn.end_read()?;
-            out
-        })();
-        match &result {
-            // A connection whose transaction may still be open is not reused.
-            Err(_) if !conn.is_autocommit() => self.forget(),
-            _ => self.give_back(conn),
+        let mut backoff = Duration::ZERO;
+        // Bounds the reruns of this read: a successful BEGIN clears the
+        // pool's outage clock, so that alone would not.
+        let mut lost_first = None::<Instant>;
+        loop {
+            let conn = self.begun()?;
+            let result = (|| {
+                let out = f(&conn);
+                // A read transaction has nothing to keep; ending it lets the
+                // writer checkpoint past it.
+                conn.end_read()?;
+                out
+            })();
+            match &result {
+                // A connection whose transaction may still be open is not reused.
+                Err(_) if !conn.is_autocommit() => self.forget(),
+                _ => self.give_back(conn),
+            }
+            match result {
+                Err(err) if is_unavailable(&err) => {
+                    if lost_first.get_or_insert_with(Instant::now).elapsed() >= DB_WAIT {
+                        return Err(err);
+                    }
+                    self.wait_out(err, &mut backoff)?
+                }
+                done => return done,
+            }
         }
-        result
     }
 
     /// A connection with its read transaction begun, waiting out an outage
@@ -116,28 +134,32 @@ impl ReadPool {
                 },
                 Err(e) => e,
             };
-            let unavailable = err
-                .chain()
-                .filter_map(|c| c.downcast_ref::<crate::sql::Error>())
-                .any(|e| e.is_unavailable());
-            if !unavailable {
-                return Err(err);
-            }
-            let since = *self
-                .inner
-                .down_since
-                .lock()
-                .expect("read pool lock")
-                .get_or_insert_with(Instant::now);
-            let left = DB_WAIT.saturating_sub(since.elapsed());
-            if left.is_zero() {
-                return Err(anyhow::Error::new(crate::sql::Error::Unavailable(format!(
-                    "{err:#}"
-                ))));
-            }
-            backoff = (backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF);
-            std::thread::sleep(backoff.min(left));
+            self.wait_out(err, &mut backoff)?;
         }
+    }
+
+    /// After `err`: sleep the next backoff and return, to try again, when
+    /// it says the database is unreachable and the outage is younger than
+    /// [`DB_WAIT`]; otherwise give up with it.
+    fn wait_out(&self, err: anyhow::Error, backoff: &mut Duration) -> anyhow::Result<()> {
+        if !is_unavailable(&err) {
+            return Err(err);
+        }
+        let since = *self
+            .inner
+            .down_since
+            .lock()
+            .expect("read pool lock")
+            .get_or_insert_with(Instant::now);
+        let left = DB_WAIT.saturating_sub(since.elapsed());
+        if left.is_zero() {
+            return Err(anyhow::Error::new(crate::sql::Error::Unavailable(format!(
+                "{err:#}"
+            ))));
+        }
+        *backoff = (*backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF);
+        std::thread::sleep((*backoff).min(left));
+        Ok(())
     }
 
     fn take(&self) -> anyhow::Result<Connection> {
@@ -166,6 +188,14 @@ impl ReadPool {
         state.open -= 1;
         self.inner.returned.notify_one();
     }
+}
+
+/// Whether `err` says the database could not be reached (not that a query
+/// was wrong).
+fn is_unavailable(err: &anyhow::Error) -> bool {
+    err.chain()
+        .filter_map(|c| c.downcast_ref::<crate::sql::Error>())
+        .any(|e| e.is_unavailable())
 }
 
 fn open_reader(location: &Location) -> anyhow::Result<Connection> {
@@ -236,5 +266,64 @@ mod tests {
         });
         let state = pool.inner.state.lock().unwrap();
         assert!(state.open <= MAX_READERS && state.open == state.idle.len());
+    }
+
+    /// A read whose backend is terminated half-way (an immediate restart,
+    /// a failover, an operator's `pg_terminate_backend`) runs again on a
+    /// new connection and answers; a query that is merely wrong is never
+    /// run twice.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_cut_off_half_way_runs_again_and_a_wrong_one_does_not() {
+        use crate::sql::test_database::{off_runtime, TestDatabase};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        if !crate::sql::test_database::wanted() {
+            return;
+        }
+        let db = off_runtime(TestDatabase::create);
+        let writer = {
+            let url = db.url.clone();
+            off_runtime(move || crate::writer::Writer::open(url.as_str()).unwrap())
+        };
+        drop(writer);
+        let pool = ReadPool::new(db.url.as_str());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let answer = pool
+            .read({
+                let runs = runs.clone();
+                move |conn| {
+                    if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                        // Its own backend ends, as under a restart.
+                        let _ = conn.query_row(
+                            "SELECT pg_terminate_backend(pg_backend_pid())",
+                            [],
+                            |_| Ok(()),
+                        );
+                    }
+                    Ok(conn.query_row("SELECT count(*) FROM leases", [], |r| r.get::<_, i64>(0))?)
+                }
+            })
+            .await;
+        assert_eq!(answer.unwrap(), 0);
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            2,
+            "run once cut off, once whole"
+        );
+        let wrong_runs = Arc::new(AtomicUsize::new(0));
+        let wrong = pool
+            .read({
+                let runs = wrong_runs.clone();
+                move |conn| {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok(
+                        conn.query_row("SELECT count(*) FROM no_such_table", [], |r| {
+                            r.get::<_, i64>(0)
+                        })?,
+                    )
+                }
+            })
+            .await;
+        assert!(wrong.is_err());
+        assert_eq!(wrong_runs.load(Ordering::SeqCst), 1);
     }
 }

@@ -876,7 +876,7 @@ async fn queue_merge(
                 };
                 let m = patch_merge::MergeCtx {
                     w: &w,
-                    rule,
+                    rule: rule.clone(),
                     base_fenced,
                     token: fence,
                 };

@@ -179,7 +179,7 @@ impl Filter {
 fn read_issues<T: Send + 'static>(
     st: &AppState,
     ctx: &RepoCtx,
-    f: impl FnOnce(&crate::db::sql::Connection) -> anyhow::Result<T> + Send + 'static,
+    f: impl Fn(&crate::db::sql::Connection) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, PageError> {
     let app = &st.app;
     app.imports.ensure(
@@ -284,7 +284,7 @@ async fn list_page(st: &AppState, repo: String, query: ListParams) -> Result<Res
                 &name,
                 &ListQuery {
                     state,
-                    labels,
+                    labels: labels.clone(),
                     limit: ISSUES_PAGE,
                     after: None,
                     offset: (page - 1) * ISSUES_PAGE,

@@ -230,7 +230,7 @@ fn parse_cursor(s: Option<&str>) -> Option<(i64, String)> {
 fn read<T: Send + 'static>(
     st: &AppState,
     ctx: &RepoCtx,
-    f: impl FnOnce(&crate::db::sql::Connection) -> anyhow::Result<T> + Send + 'static,
+    f: impl Fn(&crate::db::sql::Connection) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, PageError> {
     let app = &st.app;
     app.imports.ensure(
@@ -287,7 +287,7 @@ fn list_page(st: &AppState, requested: &str, query: ListParams) -> PageResult {
             &ListQuery {
                 state,
                 limit: PATCHES_PAGE,
-                after,
+                after: after.clone(),
             },
         )?;
         let votes = page
