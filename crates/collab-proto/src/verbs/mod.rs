@@ -41,3 +41,14 @@ pub use table::VERBS;
 mod tests;
 #[cfg(test)]
 mod tools_tests;
+
+/// This crate's directory as the running test sees it (cargo and nextest
+/// set `CARGO_MANIFEST_DIR` at run time), not the compile-time one: a
+/// build cached from a checkout elsewhere (CI shares one target directory
+/// between clones) would point at that checkout's docs.
+#[cfg(test)]
+fn crate_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
+}

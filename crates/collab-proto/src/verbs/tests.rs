@@ -269,7 +269,7 @@ fn help_groups_by_family_and_access() {
 /// `UPDATE_VERB_DOCS=1` this rewrites it instead of failing.
 #[test]
 fn the_docs_reference_is_the_table() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/ssh-verbs.md");
+    let path = super::crate_dir().join("../../docs/ssh-verbs.md");
     let doc = std::fs::read_to_string(&path).unwrap();
     let want = docs::splice(&doc, &reference_markdown()).unwrap_or_else(|| {
         panic!(

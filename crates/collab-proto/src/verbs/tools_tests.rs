@@ -215,7 +215,7 @@ fn example_line(verb: &Verb) -> String {
 /// or in backticks), those the table parses (usage lines with
 /// placeholders are not examples).
 fn documented_lines() -> Vec<String> {
-    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    let docs = super::crate_dir().join("../../docs");
     let mut out = Vec::new();
     for entry in std::fs::read_dir(docs).unwrap() {
         let path = entry.unwrap().path();
@@ -475,7 +475,7 @@ fn a_credential_goes_on_standard_input_not_as_a_path() {
 /// `UPDATE_VERB_DOCS=1` this rewrites it instead of failing.
 #[test]
 fn the_docs_tool_list_is_the_table() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/mcp.md");
+    let path = super::crate_dir().join("../../docs/mcp.md");
     let doc = std::fs::read_to_string(&path).unwrap();
     let start = doc
         .find(tools::BEGIN)

@@ -384,7 +384,7 @@ mod tests {
     /// so does docs/configuration.md's table.
     #[test]
     fn the_docs_list_every_key() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let root = collab_testkit::workspace_root().to_path_buf();
         let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
         let start = readme.find("## Configuration reference").unwrap();
         let end = readme[start + 1..]

@@ -793,7 +793,7 @@ fn every_env_var_the_tree_uses_is_known() {
 }
 
 fn collab_testkit_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    collab_testkit::workspace_root().to_path_buf()
 }
 
 #[test]

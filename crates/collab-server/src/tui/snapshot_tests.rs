@@ -3,8 +3,6 @@
 //! `tui/snapshots/` (`UPDATE_TUI_SNAPSHOTS=1` rewrites them; review the
 //! diff). The session test (tests/it/both/tui.rs) drives the real thing.
 
-use std::path::PathBuf;
-
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use serde_json::json;
@@ -32,8 +30,8 @@ fn screen(ui: &Ui, cols: u16, rows: u16) -> String {
 }
 
 fn check(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("src/tui/snapshots")
+    let path = collab_testkit::workspace_root()
+        .join("crates/collab-server/src/tui/snapshots")
         .join(format!("{name}.txt"));
     if std::env::var_os("UPDATE_TUI_SNAPSHOTS").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -63,7 +63,8 @@ fn the_python_sdk_runs_an_agents_loop() {
     let h = ServerHarness::start();
     h.create_repo("agents");
     let other = h.authorized_key("other-agent");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/agent_loop.py");
+    let script =
+        collab_testkit::workspace_root().join("crates/collab-server/tests/mcp/agent_loop.py");
     let out = Command::new(python)
         .arg(&script)
         .env(

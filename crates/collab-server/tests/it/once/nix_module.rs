@@ -60,16 +60,11 @@ fn nixpkgs_lib() -> Option<PathBuf> {
 /// The nixpkgs lib vendored beside the clone: `../shared/vendor/nixpkgs-lib`
 /// from the project root (its README says so), wherever the clone is.
 fn vendored_lib() -> PathBuf {
-    Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/vendor/nixpkgs-lib"
-    ))
-    .to_path_buf()
+    collab_testkit::workspace_root().join("../shared/vendor/nixpkgs-lib")
 }
 
 fn harness() -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .join("nixos/tests/eval/eval-module.nix")
+    collab_testkit::workspace_root().join("nixos/tests/eval/eval-module.nix")
 }
 
 /// Runs the harness with `configuration` (a NixOS module expression).
@@ -633,8 +628,7 @@ fn a_disabled_module_defines_nothing() {
 #[test]
 fn vm_test_nodes_evaluate_against_the_module() {
     let Some(lib) = nixpkgs_lib() else { return };
-    let vm_test =
-        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("nixos/tests/git-collab.nix");
+    let vm_test = collab_testkit::workspace_root().join("nixos/tests/git-collab.nix");
     let node = |name: &str| {
         eval(
             &lib,

@@ -21,11 +21,8 @@ use std::process::{Command, Output, Stdio};
 const BUILD: &str = "cargo build --release --bin git-collab-server --bin git-collab";
 
 fn quick_start_block() -> String {
-    let readme = std::fs::read_to_string(concat!(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../.."),
-        "/README.md"
-    ))
-    .expect("README.md");
+    let readme = std::fs::read_to_string(collab_testkit::workspace_root().join("README.md"))
+        .expect("README.md");
     let section = readme
         .split("## Quick start")
         .nth(1)
