@@ -29,14 +29,17 @@
 //!   transaction on any error; code that carries on after a failed statement
 //!   must do it under a `SAVEPOINT` (the writer runs every operation in one).
 
+mod error;
 mod pg;
 pub mod tls;
+mod types;
 mod value;
 
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
+pub use error::{Error, OptionalExtension, Result};
 pub use pg::LEASE_STATEMENTS_ENV;
+pub use types::{Behavior, LeaseCall, TransactionBehavior};
 pub use value::{FromSql, ToSql, Value, ValueRef};
 
 /// `rusqlite::params!` for this interface: a slice of parameters.
@@ -51,40 +54,11 @@ macro_rules! sql_params {
 }
 pub use crate::sql_params as params;
 
-/// One lease operation in a call of PostgreSQL's `collab_lease_group`
-/// (`Connection::call_group`): `kind` is `acquire`, `renew`, `release` or
-/// `break`; `holder` is the breaker for a break; `seq1` and `seq2` the
-/// provisional numbers of the events it may append (`seq2`: an acquire's
-/// second).
-#[derive(Debug, Clone, Copy)]
-pub struct LeaseCall<'a> {
-    pub kind: &'static str,
-    pub repo: &'a str,
-    pub issue_id: &'a str,
-    pub holder: &'a str,
-    pub ttl: Option<i64>,
-    pub note: Option<&'a str>,
-    pub reason: Option<&'a str>,
-    pub seq1: Option<i64>,
-    pub seq2: Option<i64>,
-}
-
-impl LeaseCall<'_> {
-    /// Whether every text can be a PostgreSQL text (none holds a NUL).
-    pub fn sendable(&self) -> bool {
-        [self.repo, self.issue_id, self.holder]
-            .into_iter()
-            .chain(self.note)
-            .chain(self.reason)
-            .all(|t| !t.contains('\0'))
-    }
-}
-
 /// Whether a PostgreSQL SQLSTATE means "busy": another transaction holds
 /// what the statement needed (`lock_timeout`, a deadlock, a serialization
 /// failure), as [`Error::is_busy`] says of such an error.
 pub fn is_busy_state(state: &str) -> bool {
-    pg::is_busy_code(state)
+    error::is_busy_code(state)
 }
 
 /// Where the collab database lives: the `collab_db` setting.
@@ -177,122 +151,6 @@ impl From<PathBuf> for Location {
 pub fn connect_client(url: &str) -> Result<postgres::Client> {
     pg::connect(url)
 }
-
-/// What a database call fails with.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// `query_row` found no row (`OptionalExtension::optional` turns it into
-    /// `None`).
-    #[error("query returned no rows")]
-    QueryReturnedNoRows,
-    #[error(transparent)]
-    Sqlite(#[from] rusqlite::Error),
-    #[error("{}", pg::describe(.0))]
-    Postgres(#[from] postgres::Error),
-    /// A value did not convert between Rust and SQL.
-    #[error("{0}")]
-    Conversion(String),
-    /// Refused by our own code (a newer schema, a bad setting, …).
-    #[error("{0}")]
-    Failure(String),
-    /// A lock another transaction holds could not be had at once (an
-    /// issue's lock tried in a [`Behavior::Concurrent`] transaction): the
-    /// operation runs again later (the writer defers it to its next group).
-    #[error("busy: {0} is being decided by another transaction")]
-    Busy(String),
-    /// The database could not be reached, or the connection was lost
-    /// before COMMIT was sent: nothing of the transaction was written, and
-    /// it can run again (docs/postgres.md, "Faults of the database").
-    #[error("the collab database is unavailable (nothing was written): {0}")]
-    Unavailable(String),
-    /// The connection was lost while COMMIT was on its way: the transaction
-    /// may or may not have committed.
-    #[error(
-        "the connection to the collab database was lost during COMMIT \
-         (the write may or may not have been recorded): {0}"
-    )]
-    CommitUnknown(String),
-}
-
-impl Error {
-    pub fn failure(message: impl Into<String>) -> Error {
-        Error::Failure(message.into())
-    }
-
-    pub fn conversion(message: impl Into<String>) -> Error {
-        Error::Conversion(message.into())
-    }
-
-    /// Whether the operation that failed so can simply run again: a lock
-    /// that was busy ([`Error::Busy`], PostgreSQL's `lock_timeout`), or a
-    /// deadlock or serialization failure PostgreSQL broke by aborting it.
-    pub fn is_busy(&self) -> bool {
-        match self {
-            Error::Busy(_) => true,
-            Error::Postgres(e) => pg::is_busy(e),
-            _ => false,
-        }
-    }
-
-    /// Whether the database could not be reached or the connection was
-    /// lost before anything was committed (a restarted or failed-over
-    /// PostgreSQL, a terminated backend, a standby that refuses writes):
-    /// the operation did not happen and can run again once the database is
-    /// back. Never true on SQLite, nor for [`Error::CommitUnknown`].
-    pub fn is_unavailable(&self) -> bool {
-        match self {
-            Error::Unavailable(_) => true,
-            Error::Postgres(e) => pg::is_connection(e),
-            _ => false,
-        }
-    }
-}
-
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// `rusqlite::OptionalExtension`: no row becomes `None`.
-pub trait OptionalExtension<T> {
-    fn optional(self) -> Result<Option<T>>;
-}
-
-impl<T> OptionalExtension<T> for Result<T> {
-    fn optional(self) -> Result<Option<T>> {
-        match self {
-            Ok(v) => Ok(Some(v)),
-            Err(Error::QueryReturnedNoRows) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-}
-
-/// How a transaction begins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Behavior {
-    /// A read (or a write that takes no lock first): SQLite `BEGIN DEFERRED`,
-    /// PostgreSQL `BEGIN`.
-    Deferred,
-    /// A generic write (issues, patches, webhooks, hooks, imports): SQLite
-    /// `BEGIN IMMEDIATE`; PostgreSQL the global key shared and the generic
-    /// writes' key ([`pg::GENERIC_WRITES_LOCK`]) exclusive, so generic
-    /// writes are serial among themselves on every node but run beside
-    /// lease operations.
-    Immediate,
-    /// The writer's groups of lease operations only (acquire, renew,
-    /// release, break, expiry, `next`, reads): SQLite `BEGIN IMMEDIATE`;
-    /// PostgreSQL the global key shared, nothing else up front. Each
-    /// operation takes its issue's lock with [`Connection::lock_issue`]
-    /// (tried, never waited for), and row locks wait at most a short
-    /// `lock_timeout`: a busy operation fails with an error for which
-    /// [`Error::is_busy`] holds and runs again in a later group.
-    Concurrent,
-    /// A whole-database write (migrations, `db migrate`'s copy, a
-    /// repository rename): SQLite `BEGIN IMMEDIATE`; PostgreSQL the global
-    /// key exclusive, which waits for every writer and excludes them all.
-    Exclusive,
-}
-
-/// rusqlite's name, kept so the call sites read the same.
-pub use Behavior as TransactionBehavior;
 
 /// One connection to the collab database.
 pub enum Connection {
@@ -866,9 +724,6 @@ impl Row<'_> {
         }
     }
 }
-
-/// The per-connection statement cache of PostgreSQL connections.
-type StatementCache = RefCell<std::collections::HashMap<String, postgres::Statement>>;
 
 /// Throwaway databases for tests: this crate's unit tests, and (with the
 /// `testing` feature) the server's tests through `collab-testkit`.

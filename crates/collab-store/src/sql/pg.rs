@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use bytes::BytesMut;
 use postgres::types::{IsNull, Type};
 
-use super::{Behavior, Error, Result, StatementCache, ValueRef};
+use super::error::{describe, is_connection, Error, Result};
+use super::types::{Behavior, LeaseCall, StatementCache};
+use super::value::ValueRef;
 
 /// The global key ("collab"), transaction-scoped: every write transaction
 /// takes it first, on every node. Ordinary writers take it SHARED
@@ -334,7 +336,7 @@ impl PgConnection {
     /// operation's answer, its columns as text.
     pub fn call_group(
         &self,
-        calls: &[super::LeaseCall<'_>],
+        calls: &[LeaseCall<'_>],
         max_lifetime: Option<i64>,
         lock_delay: i64,
         now: i64,
@@ -665,32 +667,6 @@ fn backend_pid(client: &mut postgres::Client) -> Result<i64> {
     Ok(i64::from(pid))
 }
 
-/// Whether `e` says the connection is lost or useless for writing, so
-/// that nothing of an open transaction was kept and a new connection is
-/// the remedy: the server could not be reached or the socket broke (I/O, a
-/// closed connection, a connect timeout), SQLSTATE class 08 (connection
-/// exception), 57P01/57P02/57P03 (terminated by an administrator or a
-/// shutdown, a crash of another backend, not accepting connections yet),
-/// 25006 (a read-only transaction: a standby, after a failover).
-pub fn is_connection(e: &postgres::Error) -> bool {
-    if let Some(db) = e.as_db_error() {
-        let code = db.code().code();
-        return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "25006");
-    }
-    if e.is_closed() {
-        return true;
-    }
-    // The client's error kinds are private; their messages are not.
-    let message = e.to_string();
-    [
-        "error communicating with the server",
-        "error connecting to server",
-        "timeout waiting for server",
-    ]
-    .iter()
-    .any(|kind| message.starts_with(kind))
-}
-
 /// `s` as an escape-string literal (`E'…'`, read the same whatever
 /// `standard_conforming_strings` says); `None` if it holds a NUL, which no
 /// PostgreSQL text can.
@@ -702,20 +678,6 @@ fn literal(s: &str) -> Option<String> {
         "E'{}'",
         s.replace('\\', "\\\\").replace('\'', "''")
     ))
-}
-
-/// Whether `e` is a lock that could not be had at once (SQLSTATE 55P03,
-/// `lock_timeout` or `NOWAIT`), a deadlock PostgreSQL broke (40P01) or a
-/// serialization failure (40001): an operation that fails so can run again.
-pub fn is_busy(e: &postgres::Error) -> bool {
-    e.as_db_error()
-        .is_some_and(|db| is_busy_code(db.code().code()))
-}
-
-/// A busy SQLSTATE: lock_not_available (a `lock_timeout`),
-/// deadlock_detected, serialization_failure.
-pub fn is_busy_code(code: &str) -> bool {
-    matches!(code, "55P03" | "40P01" | "40001")
 }
 
 pub struct PgStatement<'c> {
@@ -878,20 +840,6 @@ pub fn column(row: &postgres::Row, i: usize) -> Result<ValueRef<'_>> {
         }
     };
     Ok(v.unwrap_or(ValueRef::Null))
-}
-
-/// A PostgreSQL error as one line: the server's message and SQLSTATE where
-/// there is one.
-pub fn describe(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!(
-            "postgres: {}: {} ({})",
-            db.severity(),
-            db.message(),
-            db.code().code()
-        ),
-        None => format!("postgres: {e}"),
-    }
 }
 
 /// `url` with its password replaced by `***` (in the authority part and in

@@ -3,7 +3,7 @@
 //! classes. Both backends convert to and from these, so the domain code
 //! never names a driver's types.
 
-use super::{Error, Result};
+use super::error::{Error, Result};
 
 /// A borrowed value: a parameter on its way in, a column on its way out.
 #[derive(Debug, Clone, Copy, PartialEq)]
