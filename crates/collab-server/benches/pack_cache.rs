@@ -128,8 +128,15 @@ impl Target<'_> {
     }
 }
 
-fn server(cache: bool) -> ServerHarness {
+/// A server with the pack cache on or off; `by_upload_pack`: protocol v2
+/// over SSH goes through one upload-pack per conversation, as before the
+/// server answered it itself (`GIT_COLLAB_SSH_V2_IN_SERVER=0`).
+fn server(cache: bool, by_upload_pack: bool) -> ServerHarness {
     let env = [
+        (
+            "GIT_COLLAB_SSH_V2_IN_SERVER",
+            if by_upload_pack { "0" } else { "1" },
+        ),
         (
             "GIT_COLLAB_GIT__PACK_CACHE",
             if cache { "true" } else { "false" },
@@ -357,8 +364,9 @@ fn main() {
     // One client's CPU without the cache, per kind and transport.
     let mut one_off: std::collections::HashMap<String, f64> = Default::default();
     let mut size = 0u64;
-    for cache in [false, true] {
-        let h = server(cache);
+    // "off", "on", and "on" with SSH conversations held by upload-pack.
+    for (cache, by_upload_pack) in [(false, false), (true, false), (true, true)] {
+        let h = server(cache, by_upload_pack);
         h.create_repo("fleet");
         let src = support::storm_source(&h, mb);
         let url = h.repo_url("fleet");
@@ -375,13 +383,15 @@ fn main() {
         };
         let none: Vec<(String, String)> = Vec::new();
         let mut transports = vec![("ssh", url.clone())];
-        if http {
+        if http && !by_upload_pack {
             transports.push(("http", format!("{}/fleet.git", h.http_url())));
         }
         let temps: &[&str] = if cache { &["cold", "warm"] } else { &[""] };
         for (transport, url) in &transports {
             for temp in temps {
-                let what = if cache {
+                let what = if by_upload_pack {
+                    format!("on, {temp}, SSH by upload-pack")
+                } else if cache {
                     format!("on, {temp}")
                 } else {
                     "off".to_string()
@@ -414,7 +424,7 @@ fn main() {
         // What SSH encryption costs: the warm storms again with clients
         // asking for AES-GCM (AES-NI) instead of OpenSSH's default,
         // chacha20-poly1305.
-        if cache {
+        if cache && !by_upload_pack {
             let gcm = vec![(
                 "GIT_SSH_COMMAND".to_string(),
                 format!(
@@ -492,7 +502,11 @@ fn main() {
                 let b = *base.get_or_insert((cpu.total(), support::percentile(walls.clone(), 0.5)));
                 let one = *one_off.entry(format!("fetch {transport}")).or_insert(b.0);
                 fetch_rows.push(row(
-                    if cache { "on" } else { "off" },
+                    match (cache, by_upload_pack) {
+                        (false, _) => "off",
+                        (true, false) => "on",
+                        (true, true) => "on, SSH by upload-pack",
+                    },
                     transport,
                     n,
                     cpu,
@@ -520,7 +534,10 @@ fn main() {
          SSH and smart HTTP. \"cold\": the cache's entries are removed before each storm (default \
          `git.pack_cache_min_occurrences` = 2, so pack-objects runs about twice); \"warm\": the entry \
          of the storm before is there (every request a hit). \"OpenSSH sshd\": `sshd` + \
-         `git upload-pack` on a loopback port serving the same repository (no cache). Server CPU is \
+         `git upload-pack` on a loopback port serving the same repository (no cache). \
+         \"SSH by upload-pack\": a server started with `GIT_COLLAB_SSH_V2_IN_SERVER=0`, so one \
+         upload-pack holds each SSH conversation and a hit goes through it and the hook, as before \
+         the server answered protocol v2 over SSH itself (the other \"on\" rows). Server CPU is \
          the server process and all its reaped children, split into the server process itself \
          (SSH encryption, HTTP; for sshd: all its processes but upload-pack), `upload-pack`, the hook \
          processes and the `pack-objects` they ran (the hook's own counters); the CPU ratio is against \

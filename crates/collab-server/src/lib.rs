@@ -40,6 +40,7 @@ pub mod shutdown;
 pub mod signing;
 pub mod ssh;
 pub mod tui;
+pub mod upload_pack;
 pub mod webhooks;
 
 /// The collab database is the `collab_store` crate; `crate::db::…` keeps

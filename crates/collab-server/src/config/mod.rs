@@ -193,6 +193,7 @@ pub const OTHER_ENV_VARS: &[&str] = &[
     // SSH: `0` leaves ACKs to the kernel's delayed-ACK timer (ssh::quick_ack;
     // for comparison in benches/lease_ssh.rs).
     "GIT_COLLAB_SSH_QUICK_ACK",
+    "GIT_COLLAB_SSH_V2_IN_SERVER",
     // Tests, benchmarks and CI.
     "GIT_COLLAB_TEST_BACKEND",
     "GIT_COLLAB_TEST_POSTGRES",

@@ -18,7 +18,6 @@
 
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,11 +30,11 @@ use serde::Deserialize;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::process::{ChildStdin, Command};
 
-use super::git_cached;
 use super::state::AppState;
 use crate::app::App;
 use crate::limits::{self, http_principal, Busy, ProcessPermit};
 use crate::repos::RepoEntry;
+use crate::upload_pack::{self, answers};
 
 /// Gzip input inflated per step: bounds the output of one step (deflate
 /// expands at most ~1032:1) whatever the chunk sizes the client sends.
@@ -87,54 +86,21 @@ fn push_refused(st: &AppState, headers: &HeaderMap, entry: &RepoEntry) -> Respon
 /// `Git-Protocol` passed on only if it looks like `version=2`.
 fn git_protocol(headers: &HeaderMap) -> Option<String> {
     let value = headers.get("git-protocol")?.to_str().ok()?;
-    let sane = value.len() <= 128
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'=' | b':' | b'.' | b'_' | b'-'));
-    sane.then(|| value.to_string())
+    upload_pack::sane_protocol(value).then(|| value.to_string())
 }
 
-/// `git upload-pack --stateless-rpc [extra] <dir>` with a clean
-/// environment, `nice` steps below the server (`git.nice`).
-fn upload_pack(entry: &RepoEntry, headers: &HeaderMap, advertise: bool, nice: u64) -> Command {
-    upload_pack_with(entry, headers, advertise, nice, &[])
-}
-
-/// [`upload_pack`] with more git options before the subcommand.
-fn upload_pack_with(
+/// `git upload-pack --stateless-rpc` for this request (see
+/// [`upload_pack::stateless`]), with the pack cache's hook when `cache`
+/// is given.
+fn upload_pack(
     entry: &RepoEntry,
     headers: &HeaderMap,
     advertise: bool,
     nice: u64,
-    options: &[&str],
+    cache: Option<&crate::pack_cache::Settings>,
 ) -> Command {
-    let mut cmd = Command::new("git");
-    limits::priority::lower(&mut cmd, nice);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("GIT_") {
-            cmd.env_remove(&key);
-        }
-    }
-    cmd.args(options);
-    cmd.args([
-        "-c",
-        "uploadpack.allowFilter=true",
-        "upload-pack",
-        "--stateless-rpc",
-    ]);
-    if advertise {
-        cmd.arg("--advertise-refs");
-    }
-    cmd.arg("--end-of-options")
-        .arg(&entry.path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    if let Some(protocol) = git_protocol(headers) {
-        cmd.env("GIT_PROTOCOL", protocol);
-    }
-    cmd
+    let protocol = git_protocol(headers);
+    upload_pack::stateless(&entry.path, protocol.as_deref(), advertise, nice, cache)
 }
 
 /// A git process slot for `peer`, or the 503 to answer.
@@ -265,20 +231,20 @@ pub async fn info_refs(
         let repo = entry.path.clone();
         let protocol = protocol.clone();
         let found = tokio::task::spawn_blocking(move || {
-            git_cached::advertisement(&settings, &repo, &protocol)
+            answers::advertisement(&settings, &repo, &protocol)
         })
         .await;
         match found {
-            Ok(git_cached::Advertisement::Hit(bytes)) => return advertisement(v2, &bytes),
-            Ok(git_cached::Advertisement::Keep(k)) => keep = Some(k),
-            Ok(git_cached::Advertisement::Run) | Err(_) => {}
+            Ok(answers::Advertisement::Hit(bytes)) => return advertisement(v2, &bytes),
+            Ok(answers::Advertisement::Keep(k)) => keep = Some(k),
+            Ok(answers::Advertisement::Run) | Err(_) => {}
         }
     }
     let slot = match process_slot(&st.app, peer).await {
         Ok(slot) => slot,
         Err(busy) => return busy,
     };
-    let output = upload_pack(&entry, &headers, true, st.app.config.git.nice)
+    let output = upload_pack(&entry, &headers, true, st.app.config.git.nice, None)
         .output()
         .await;
     drop(slot);
@@ -303,7 +269,7 @@ pub async fn info_refs(
         // finds it; a failure only means no entry.
         let copy = printed.clone();
         let _ =
-            tokio::task::spawn_blocking(move || git_cached::keep_advertisement(*keep, &copy)).await;
+            tokio::task::spawn_blocking(move || answers::keep_advertisement(*keep, &copy)).await;
     }
     advertisement(v2, &printed)
 }
@@ -357,50 +323,22 @@ pub async fn upload_pack_post(
     // A protocol v2 fetch or ls-refs answered before, in this ref state:
     // sent from the cache by the server itself (see git_cached.rs).
     let mut body = body;
-    let mut fill: Option<Fill> = None;
-    let protocol = git_protocol(&headers).filter(|p| p.split(':').any(|v| v == "version=2"));
+    let mut fill: Option<upload_pack::Fill> = None;
+    let protocol = git_protocol(&headers).filter(|p| upload_pack::is_v2(p));
     if let (Some(settings), Some(protocol)) = (settings.clone(), protocol) {
-        let (chunks, rest) = buffer_body(body, git_cached::MAX_CACHED_REQUEST).await;
+        let (chunks, rest) = buffer_body(body, answers::MAX_CACHED_REQUEST).await;
         let whole = rest.is_none();
         body = rebuild_body(chunks.clone(), rest);
         let request = whole
-            .then(|| inflate_whole(&chunks, gzipped, git_cached::MAX_CACHED_REQUEST))
+            .then(|| inflate_whole(&chunks, gzipped, answers::MAX_CACHED_REQUEST))
             .flatten()
-            .and_then(|r| Some((git_cached::v2_command(&r)?, r)));
+            .and_then(|r| Some((answers::v2_command(&r)?, r)));
         if let Some((command, request)) = request {
-            let repo = entry.path.clone();
-            let found = tokio::task::spawn_blocking({
-                let settings = settings.clone();
-                move || {
-                    let state = git_cached::repo_state(&repo)?;
-                    let key = git_cached::key(&repo, &protocol, &request, &state);
-                    if let Some(hit) = git_cached::lookup(&settings, &key, command) {
-                        return Some(Found::Hit(hit));
-                    }
-                    // Identical requests wait for the one keeping it.
-                    match git_cached::keeping(&settings, &key) {
-                        git_cached::Keeping::Writer(writer) => Some(Found::Fill(Box::new(Fill {
-                            writer,
-                            repo,
-                            state,
-                        }))),
-                        git_cached::Keeping::Elsewhere => Some(Found::Wait(key)),
-                        git_cached::Keeping::No => None,
-                    }
-                }
-            })
-            .await
-            .ok()
-            .flatten();
-            match found {
-                Some(Found::Hit((file, len))) => return cached_answer(file, len),
-                Some(Found::Fill(f)) => fill = Some(*f),
-                Some(Found::Wait(key)) => {
-                    if let Some((file, len)) = wait_for_answer(&settings, key, command).await {
-                        return cached_answer(file, len);
-                    }
-                }
-                None => {}
+            match upload_pack::cached_or_fill(&settings, &entry.path, &protocol, command, request)
+                .await
+            {
+                Ok((file, len)) => return cached_answer(file, len),
+                Err(f) => fill = f,
             }
         }
     }
@@ -408,16 +346,14 @@ pub async fn upload_pack_post(
         Ok(slot) => slot,
         Err(busy) => return busy,
     };
-    let nice = app.config.git.nice;
-    let mut cmd = upload_pack(&entry, &headers, false, nice);
     // The same pack cache as SSH's (`visible` authorized the reader).
-    if let Some(settings) = settings {
-        if let Some(hook) = crate::pack_cache::hook_config() {
-            // `-c` must come before the subcommand: rebuild the front.
-            cmd = upload_pack_with(&entry, &headers, false, nice, &["-c", &hook]);
-            cmd.envs(settings.to_env());
-        }
-    }
+    let mut cmd = upload_pack(
+        &entry,
+        &headers,
+        false,
+        app.config.git.nice,
+        settings.as_ref(),
+    );
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -500,7 +436,8 @@ pub async fn upload_pack_post(
     };
     // Keep a copy of the answer; it becomes an entry once all of it has
     // gone out, git exited 0 and the refs did not move meanwhile.
-    let writer = Arc::new(std::sync::Mutex::new(Some(fill.writer)));
+    let upload_pack::Fill { writer, check } = fill;
+    let writer = Arc::new(std::sync::Mutex::new(Some(writer)));
     let tee = writer.clone();
     let answer = answer.map(move |chunk| {
         let mut w = tee.lock().unwrap_or_else(|e| e.into_inner());
@@ -514,23 +451,13 @@ pub async fn upload_pack_post(
         }
         chunk
     });
-    let (repo, state) = (fill.repo, fill.state);
+    let repo = entry.path.clone();
     let finish = futures_util::stream::once(async move {
         let ok = exit.await.unwrap_or(false);
         let w = writer.lock().unwrap_or_else(|e| e.into_inner()).take();
         match (ok, w) {
             (true, Some(w)) => {
-                let _ = tokio::task::spawn_blocking(move || {
-                    if git_cached::repo_state(&repo) != Some(state) {
-                        tracing::debug!(
-                            "pack cache: answer for {} not kept: its refs moved meanwhile",
-                            repo.display()
-                        );
-                    } else if let Err(e) = w.finish() {
-                        tracing::warn!("pack cache: keeping an answer: {e}");
-                    }
-                })
-                .await;
+                let _ = tokio::task::spawn_blocking(move || check.keep(w)).await;
             }
             (false, _) => tracing::debug!(
                 "pack cache: answer for {} not kept: upload-pack failed",
@@ -560,50 +487,6 @@ fn git_answer(body: Body) -> Response {
         body,
     )
         .into_response()
-}
-
-/// What the cache holds for a v2 fetch.
-enum Found {
-    /// A finished answer: the file and its length.
-    Hit((std::fs::File, u64)),
-    /// None; this request's answer is to be kept.
-    Fill(Box<Fill>),
-    /// Another request is keeping this answer now.
-    Wait(String),
-}
-
-/// How long an identical request waits for the answer being kept before
-/// it asks upload-pack itself.
-const WAIT_FOR_ANSWER: Duration = Duration::from_secs(60);
-
-/// Wait until the answer another request is keeping for `key` is
-/// finished (or given up): the entry, or `None` (then upload-pack
-/// answers: the other request failed, its client went away, or the refs
-/// moved meanwhile).
-async fn wait_for_answer(
-    settings: &crate::pack_cache::Settings,
-    key: String,
-    command: git_cached::Command,
-) -> Option<(std::fs::File, u64)> {
-    let start = std::time::Instant::now();
-    while crate::pack_cache::being_written(settings, &key) {
-        if start.elapsed() > WAIT_FOR_ANSWER {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let settings = settings.clone();
-    tokio::task::spawn_blocking(move || git_cached::lookup(&settings, &key, command))
-        .await
-        .ok()
-        .flatten()
-}
-
-/// An answer being kept in the cache while it is sent.
-struct Fill {
-    writer: crate::pack_cache::EntryWriter,
-    repo: std::path::PathBuf,
-    state: [u8; 32],
 }
 
 /// A cached answer, `len` bytes from the start of `file`, read on a
@@ -714,6 +597,7 @@ pub async fn receive_pack_post(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Stdio;
 
     /// A stdin whose reader is a `cat` into /dev/null (a real pipe).
     fn sink() -> (tokio::process::Child, ChildStdin) {

@@ -24,7 +24,6 @@
 //! one `.route(...)` line below.
 
 mod blobs;
-mod git_cached;
 mod git_http;
 mod git_stream;
 mod health;

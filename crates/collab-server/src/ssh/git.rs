@@ -39,6 +39,7 @@ use super::context::{fenced_ref_issue, fenced_refs, ExecContext};
 use super::reply::{reply_and_close, NOT_FOUND};
 use crate::authz::{self, Access};
 use crate::hooks::HookContext;
+use crate::upload_pack;
 
 /// Copy buffer: one SSH packet's worth.
 const CHUNK: usize = 32 * 1024;
@@ -171,14 +172,6 @@ fn quarantines_of(pid: i32) -> Vec<std::path::PathBuf> {
     found
 }
 
-/// Only `version=N` style values are passed on to git.
-fn sane_git_protocol(value: &str) -> bool {
-    value.len() <= 128
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'=' | b':' | b'.' | b'_' | b'-'))
-}
-
 /// Serve one git transport request on `channel`.
 pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, requested: &str) {
     let needed = match service {
@@ -203,6 +196,21 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
             return reply_and_close(channel, &message, 1).await;
         }
     };
+
+    // A protocol v2 fetch with the pack cache on: the server answers the
+    // conversation itself (ssh/git_v2.rs).
+    if service == GitService::UploadPack && super::git_v2::enabled() {
+        let protocol = ctx
+            .env
+            .git_protocol
+            .as_deref()
+            .filter(|p| upload_pack::sane_protocol(p) && upload_pack::is_v2(p));
+        let settings = ctx.app.config.pack_cache_settings(&entry.path);
+        if let (Some(protocol), Some(settings)) = (protocol, settings) {
+            let protocol = protocol.to_string();
+            return super::git_v2::serve(ctx, channel, &entry, settings, protocol).await;
+        }
+    }
 
     let mut cmd = Command::new("git");
     // A clean git environment: nothing from the server's own GIT_* variables.
@@ -297,7 +305,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
         .env
         .git_protocol
         .as_deref()
-        .filter(|p| sane_git_protocol(p))
+        .filter(|p| upload_pack::sane_protocol(p))
     {
         cmd.env("GIT_PROTOCOL", protocol);
     }
@@ -488,18 +496,5 @@ fn web_url(listen: &str) -> String {
         Ok(addr) if addr.ip().is_unspecified() => format!("http://localhost:{}", addr.port()),
         Ok(addr) => format!("http://{addr}"),
         Err(_) => format!("http://{listen}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_plain_protocol_values_pass() {
-        assert!(sane_git_protocol("version=2"));
-        assert!(sane_git_protocol("version=2:object-format=sha1"));
-        assert!(!sane_git_protocol("version=2\n"));
-        assert!(!sane_git_protocol("$(id)"));
     }
 }

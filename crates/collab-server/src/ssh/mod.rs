@@ -41,6 +41,7 @@ pub mod command;
 pub mod context;
 pub mod exec;
 pub mod git;
+mod git_v2;
 pub mod issue;
 pub mod lease;
 pub mod mirror;

@@ -296,6 +296,11 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
         ("GIT_COLLAB_LOG__LEVEL", "info,collab_server::http=debug"),
     ]);
     let old = seed(&h, "app", 1);
+    // The seed's own clone of the empty repository (over SSH, answered by
+    // the server too) left entries: start from none.
+    for entry in all_entries(&h) {
+        std::fs::remove_file(entry).unwrap();
+    }
     web_support::make_public(&h, "app");
     let url = format!("{}/app.git", h.http_url());
     let http_clone = |name: &str| {
@@ -359,6 +364,10 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
     // A force-push: the identical-looking clone request now gets the new
     // objects, from upload-pack.
     let w = h.clone_repo("app", "w");
+    // The writer's clone (over SSH) may itself have been answered from the
+    // kept answers: count from here.
+    let (a0, r0, d0) = served();
+    let after = |n: i64| (a0 + n, r0 + n, d0 + n);
     h.git(&w, &["reset", "-q", "--hard", "HEAD~1"]);
     let new = h.commit_file(&w, "other.txt", b"rewritten\n", "rewritten");
     h.git(&w, &["push", "-q", "-f", "origin", "HEAD:main"]);
@@ -372,10 +381,10 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
     );
     // No answer came from before the force-push: not the advertisement,
     // not the ref list (it would name the old commit), not the pack.
-    assert_eq!(served(), (1, 1, 1));
+    assert_eq!(served(), after(0));
     answers_become(2);
     check_clone(&h, &http_clone("d"), &new);
-    assert_eq!(served(), (2, 2, 2));
+    assert_eq!(served(), after(1));
 
     // Back to the old commit: the same ref values as the first answer's,
     // but a new ref state (the ref file was rewritten), so upload-pack
@@ -391,7 +400,7 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
         ],
     );
     check_clone(&h, &http_clone("e"), &old);
-    assert_eq!(served(), (2, 2, 2));
+    assert_eq!(served(), after(1));
     answers_become(3);
 
     // A corrupted answer is detected, removed, and written anew (the
@@ -417,14 +426,211 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
         assert!(start.elapsed() < Duration::from_secs(20), "not rewritten");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(served(), (2, 2, 2));
+    assert_eq!(served(), after(1));
     assert_eq!(
         metric(&h, "git_collab_pack_cache_corrupt_total"),
         corrupt_before + 3,
         "the clone's advertisement, ref list and pack were all found corrupt"
     );
     check_clone(&h, &http_clone("g"), &old);
+    assert_eq!(served(), after(2));
+}
+
+/// Issue 29 over SSH: a protocol v2 clone or fetch is a conversation on
+/// one channel (advertisement, `ls-refs`, `fetch`), which the server now
+/// speaks itself, so the answers kept for smart HTTP serve SSH too. Every
+/// `git` the server starts goes through a wrapper that logs it: a clone
+/// whose three answers are kept starts no upload-pack at all. Never stale
+/// (a push, a force-push), corrupt entries rewritten, protocol v0 still
+/// served by upload-pack, and hostile input refused with git's `ERR`.
+#[test]
+fn ssh_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (path, log) = git_wrapper(tmp.path());
+    let h = server(&[EAGER, ("PATH", &path)]);
+    let old = seed(&h, "app", 1);
+    let upload_packs = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.split(' ').any(|w| w == "upload-pack"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let ssh_clone = |name: &str, extra: &[&str]| {
+        let dest = h.temp_dir().join(name);
+        let out = clone_cmd(&h, &h.repo_url("app"), &dest, extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        dest
+    };
+    let fetch = |dir: &Path| {
+        let out = h.git(dir, &["fetch", "-q", "origin"]);
+        assert!(out.status.success(), "{out:?}");
+        h.rev_parse(dir, "origin/main")
+    };
+    let served = || {
+        (
+            metric(&h, "git_collab_pack_cache_advertisements_total"),
+            metric(&h, "git_collab_pack_cache_ref_lists_total"),
+            metric(&h, "git_collab_pack_cache_direct_total"),
+        )
+    };
+    // An answer becomes an entry just after its last byte went out (once
+    // git exited): wait for it rather than race the next request.
+    let answers_become = |n: usize| {
+        let start = Instant::now();
+        while answer_entries(&h).len() < n {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{:?}\n{}",
+                all_entries(&h),
+                h.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    // The first clone is answered by one stateless upload-pack per request
+    // (never one holding the conversation), and its answers are kept.
+    let before = upload_packs().len();
+    let a = ssh_clone("a", &[]);
+    check_clone(&h, &a, &old);
+    assert_eq!(served(), (0, 0, 0));
+    let first = upload_packs()[before..].to_vec();
+    assert_eq!(first.len(), 3, "advertisement, ls-refs, fetch: {first:?}");
+    assert!(
+        first.iter().all(|l| l.contains("--stateless-rpc")),
+        "{first:?}"
+    );
+    answers_become(1);
+    // The second starts no git process: all three answers are kept ones.
+    let before = upload_packs().len();
+    let b = ssh_clone("b", &[]);
+    check_clone(&h, &b, &old);
+    assert_eq!(served(), (1, 1, 1));
+    assert_eq!(upload_packs().len(), before, "{:?}", upload_packs());
+
+    // A push: two clones at the same commit fetch it; the second fetch is
+    // answered from what the first left.
+    let w = h.clone_repo("app", "w");
+    assert_eq!(served(), (2, 2, 2), "the writer's clone was a kept one too");
+    let new = h.commit_file(&w, "new.txt", b"new\n", "new");
+    h.ssh_push(&w, &["HEAD:main"]);
+    assert_eq!(fetch(&a), new);
+    answers_become(2);
+    let before = upload_packs().len();
+    assert_eq!(fetch(&b), new);
     assert_eq!(served(), (3, 3, 3));
+    assert_eq!(upload_packs().len(), before, "{:?}", upload_packs());
+    let fsck = h.git(&b, &["fsck", "--no-progress"]);
+    assert!(fsck.status.success(), "{fsck:?}");
+
+    // A force-push back to the old commit: the ref values of the first
+    // answers, a new ref state; a clone gets the old commit and not the
+    // pushed-away one, from upload-pack.
+    let out = h.git(
+        &w,
+        &[
+            "push",
+            "-q",
+            "-f",
+            "origin",
+            &format!("{old}:refs/heads/main"),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let c = ssh_clone("c", &[]);
+    check_clone(&h, &c, &old);
+    assert!(
+        !h.git_as(&h.ssh_client_key(), &c, &["cat-file", "-e", &new])
+            .status
+            .success(),
+        "a force-pushed-away commit reached a new clone"
+    );
+    assert_eq!(served(), (3, 3, 3));
+    answers_become(3);
+
+    // Corrupted answers are detected, removed and written anew.
+    let corrupt_before = metric(&h, "git_collab_pack_cache_corrupt_total");
+    for entry in all_entries(&h)
+        .into_iter()
+        .filter(|p| !cache_entries(&h).contains(p))
+    {
+        let mut bytes = std::fs::read(&entry).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x55;
+        std::fs::write(&entry, &bytes).unwrap();
+    }
+    check_clone(&h, &ssh_clone("d", &[]), &old);
+    assert_eq!(served(), (3, 3, 3));
+    assert_eq!(
+        metric(&h, "git_collab_pack_cache_corrupt_total"),
+        corrupt_before + 3,
+        "the clone's advertisement, ref list and pack were all found corrupt"
+    );
+
+    // Protocol v0 is served by an upload-pack holding the conversation.
+    let before = upload_packs().len();
+    check_clone(&h, &ssh_clone("v0", &["-c", "protocol.version=0"]), &old);
+    let v0 = upload_packs()[before..].to_vec();
+    assert!(
+        v0.len() == 1 && !v0[0].contains("--stateless-rpc"),
+        "{v0:?}"
+    );
+
+    // Hostile or broken input: git's ERR packet after the advertisement,
+    // one line on stderr, exit 128; the server serves on.
+    let v2 = |stdin: &[u8]| {
+        h.ssh_raw(
+            &h.ssh_client_key(),
+            &[
+                "-o",
+                "SetEnv=GIT_PROTOCOL=version=2",
+                "git@127.0.0.1",
+                "git-upload-pack app.git",
+            ],
+            stdin,
+        )
+    };
+    for (input, why) in [
+        (&b"zzzz"[..], "bad packet length"),
+        (b"0003", "bad packet length"),
+        (b"0012command=ls-r", "ended inside a packet"),
+        (b"0014command=ls-refs\n0001", "ended inside a request"),
+    ] {
+        let out = v2(input);
+        assert_eq!(out.code, 128, "{input:?}: {out:?}");
+        assert!(out.stdout.starts_with("000eversion 2\n"), "{out:?}");
+        assert!(out.stdout.contains("ERR "), "{out:?}");
+        assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
+        assert!(
+            out.stderr.starts_with("error: ") && out.stderr.contains(why),
+            "{out:?}"
+        );
+    }
+    // A request longer than the cache looks up (a long list of prefixes)
+    // is streamed to upload-pack as it arrives and answered whole.
+    let pkt = |line: &str| format!("{:04x}{line}", line.len() + 4);
+    let mut long = pkt("command=ls-refs\n") + "0001";
+    for i in 0..9000 {
+        long += &pkt(&format!("ref-prefix refs/heads/nothing-{i:05}\n"));
+    }
+    long += &pkt("ref-prefix refs/heads/main\n");
+    long += "00000000";
+    let long = long.into_bytes();
+    assert!(long.len() > 256 * 1024);
+    let out = v2(&long);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains(&format!("{old} refs/heads/main\n")),
+        "{out:?}"
+    );
+    // A clean end right after the advertisement.
+    let out = v2(b"0000");
+    assert_eq!(out.code, 0, "{out:?}");
+    check_clone(&h, &ssh_clone("e", &[]), &old);
 }
 
 #[test]
@@ -519,7 +725,9 @@ fn http_clones_waiting_for_a_killed_clients_answer_still_get_theirs() {
 
 #[test]
 fn the_size_limit_holds_and_a_corrupted_entry_is_regenerated() {
-    let h = server(&[EAGER]);
+    // The hook's entries: SSH conversations held by upload-pack (the
+    // server's own answers would serve the clones before the hook runs).
+    let h = server(&[EAGER, ("GIT_COLLAB_SSH_V2_IN_SERVER", "0")]);
     let head = seed(&h, "app", 1);
     h.clone_repo("app", "warm");
     let entries = cache_entries(&h);
@@ -695,22 +903,16 @@ fn niceness_of(stat: &str) -> i64 {
         .unwrap()
 }
 
-/// Issue 29's fairness: `upload-pack` (over SSH and smart HTTP) runs
-/// `git.nice` steps below the server, while `receive-pack` keeps the
-/// server's priority. Every `git` the server starts goes through a wrapper
-/// on its PATH that writes down its own niceness and arguments before it
-/// runs the real git. (The pack-cache hook and `pack-objects` are started
-/// by upload-pack, which puts git's own exec path first, so they bypass
-/// the wrapper; they inherit its niceness, as every child does.)
-#[test]
-fn upload_pack_runs_below_the_server_and_pushes_do_not() {
-    let tmp = tempfile::tempdir().unwrap();
+/// A `git` wrapper in `dir/bin` that writes its own niceness and its
+/// arguments to `dir/git.log`, then runs the real git: the PATH for a
+/// server (the wrapper first) and the log.
+fn git_wrapper(dir: &Path) -> (String, PathBuf) {
     let real_git = std::env::split_paths(&std::env::var_os("PATH").unwrap())
         .map(|dir| dir.join("git"))
         .find(|p| p.is_file())
         .expect("git on PATH");
-    let log = tmp.path().join("git.log");
-    let bin = tmp.path().join("bin");
+    let log = dir.join("git.log");
+    let bin = dir.join("bin");
     std::fs::create_dir(&bin).unwrap();
     let wrapper = bin.join("git");
     std::fs::write(
@@ -730,6 +932,20 @@ fn upload_pack_runs_below_the_server_and_pushes_do_not() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    (path, log)
+}
+
+/// Issue 29's fairness: `upload-pack` (over SSH and smart HTTP) runs
+/// `git.nice` steps below the server, while `receive-pack` keeps the
+/// server's priority. Every `git` the server starts goes through a wrapper
+/// on its PATH that writes down its own niceness and arguments before it
+/// runs the real git. (The pack-cache hook and `pack-objects` are started
+/// by upload-pack, which puts git's own exec path first, so they bypass
+/// the wrapper; they inherit its niceness, as every child does.)
+#[test]
+fn upload_pack_runs_below_the_server_and_pushes_do_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (path, log) = git_wrapper(tmp.path());
     let h = server(&[("PATH", &path), ("GIT_COLLAB_GIT__NICE", "7")]);
     let own = niceness_of(&std::fs::read_to_string("/proc/self/stat").unwrap());
     assert_eq!(
