@@ -98,19 +98,19 @@ fn render_pack_cache(out: &mut String) {
         (
             "git_collab_pack_cache_direct_total",
             "counter",
-            "Smart HTTP fetches the server answered from a cached response, without upload-pack.",
+            "Protocol v2 fetches (smart HTTP and SSH) the server answered from a cached response, without upload-pack.",
             s.direct as i64,
         ),
         (
             "git_collab_pack_cache_ref_lists_total",
             "counter",
-            "Smart HTTP ls-refs requests the server answered from a cached response, without upload-pack.",
+            "Protocol v2 ls-refs requests (smart HTTP and SSH) the server answered from a cached response, without upload-pack.",
             s.ref_lists as i64,
         ),
         (
             "git_collab_pack_cache_advertisements_total",
             "counter",
-            "Smart HTTP ref advertisements (GET info/refs) the server sent from a cached one, without upload-pack.",
+            "Ref advertisements (GET info/refs, and the capabilities of a v2 conversation over SSH) the server sent from a cached one, without upload-pack.",
             s.advertisements as i64,
         ),
         (
