@@ -14,6 +14,8 @@
 //!   crash helpers ([`ServerHarness::kill`]).
 //! - [`bins`]: [`bin`], which finds the workspace's binaries, and
 //!   [`workspace_root`].
+//! - [`files`]: [`write_live`], a file replaced under a running server
+//!   (renamed into place, never read half-written).
 //! - [`client`]: the `git-collab` CLI against a harness server.
 //! - [`cli`]: a world of clones for the client-only suites.
 //! - [`review`], [`web`]: fixtures of the review and web suites.
@@ -31,12 +33,14 @@ pub mod bench;
 pub mod bins;
 pub mod cli;
 pub mod client;
+pub mod files;
 pub mod git_daemon;
 pub mod harness;
 pub mod review;
 pub mod web;
 
 pub use bins::{bin, cli_bin, workspace_root};
+pub use files::write_live;
 pub use harness::{
     fingerprint, generate_key, host_cli, public_key_line, server_cli, server_command, stdout_json,
     synthetic_history, HarnessOptions, ServerHarness, SshOutput, ADMIN_OPTION, NOT_FOUND,

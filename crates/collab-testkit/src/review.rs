@@ -132,8 +132,5 @@ pub fn push_for_review(h: &ServerHarness, a: &Agent, extra: &[&str]) -> String {
 /// write: a policy with no merge rule, under which a patch waiting to merge
 /// when green is green at once.)
 pub fn write_policy(h: &ServerHarness, text: impl AsRef<[u8]>) {
-    let path = h.repos_dir().join("r.git/collab-policy.toml");
-    let tmp = path.with_extension("toml.new");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, &path).unwrap();
+    crate::files::write_live(&h.repos_dir().join("r.git/collab-policy.toml"), text);
 }

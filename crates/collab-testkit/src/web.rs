@@ -106,7 +106,7 @@ pub fn get(h: &ServerHarness, path: &str) -> Http {
 pub fn make_public(h: &ServerHarness, name: &str) {
     let dir = h.repos_dir().join(format!("{name}.git"));
     assert!(dir.is_dir(), "{} is not a repository", dir.display());
-    std::fs::write(dir.join("collab-policy.toml"), "public = true\n").unwrap();
+    crate::files::write_live(&dir.join("collab-policy.toml"), "public = true\n");
 }
 
 /// A public repository `r` with one commit and one issue; the issue id.

@@ -44,7 +44,7 @@ fn db_counts(h: &ServerHarness) -> Vec<i64> {
 
 fn private_repo(h: &ServerHarness, name: &str) {
     let path = h.create_repo(name);
-    std::fs::write(path.join("collab-policy.toml"), "read = []\nwrite = []\n").unwrap();
+    collab_testkit::write_live(&path.join("collab-policy.toml"), "read = []\nwrite = []\n");
 }
 
 #[test]

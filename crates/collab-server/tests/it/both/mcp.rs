@@ -258,7 +258,10 @@ fn tools_follow_the_callers_access() {
     let h = ServerHarness::start();
     h.create_repo("open");
     let secret = h.create_repo("secret");
-    std::fs::write(secret.join("collab-policy.toml"), "read = []\nwrite = []\n").unwrap();
+    collab_testkit::write_live(
+        &secret.join("collab-policy.toml"),
+        "read = []\nwrite = []\n",
+    );
     let issue = h.open_server_issue("secret", "hidden work");
     let user = h.authorized_key("user");
 

@@ -173,7 +173,7 @@ fn delete_needs_the_name_repeated_and_rewind() {
 fn private_repositories_answer_admin_verbs_like_missing_ones() {
     let h = ServerHarness::start();
     let path = h.create_repo("secret");
-    std::fs::write(path.join("collab-policy.toml"), "read = []\nwrite = []\n").unwrap();
+    collab_testkit::write_live(&path.join("collab-policy.toml"), "read = []\nwrite = []\n");
     let stranger = h.authorized_key("stranger");
     for verb in [
         "collab-repo describe secret",
@@ -291,7 +291,7 @@ fn git_archive_remote_works_for_readers_only() {
     assert!(out.stdout.windows(9).any(|w| w == b"README.md"));
 
     let path = h.repos_dir().join("arch.git");
-    std::fs::write(path.join("collab-policy.toml"), "read = []\nwrite = []\n").unwrap();
+    collab_testkit::write_live(&path.join("collab-policy.toml"), "read = []\nwrite = []\n");
     let stranger = h.authorized_key("stranger");
     let refused = h.git_as(
         &stranger,
@@ -378,7 +378,7 @@ fn a_refused_key_is_logged_with_its_fingerprint() {
 fn the_web_falls_back_to_an_existing_branch_when_head_dangles() {
     let h = ServerHarness::start();
     let path = h.create_repo("old");
-    std::fs::write(path.join("collab-policy.toml"), "public = true\n").unwrap();
+    collab_testkit::write_live(&path.join("collab-policy.toml"), "public = true\n");
     let local = local_repo(&h, "old-local", "master");
     h.git(&local, &["remote", "add", "origin", &h.repo_url("old.git")]);
     h.ssh_push(&local, &["master"]);

@@ -20,7 +20,10 @@ fn patch_ok(h: &ServerHarness, a: &Agent, args: &str) -> serde_json::Value {
 }
 
 fn set_policy(h: &ServerHarness, text: &str) {
-    std::fs::write(h.repos_dir().join("r.git").join("collab-policy.toml"), text).unwrap();
+    collab_testkit::write_live(
+        &h.repos_dir().join("r.git").join("collab-policy.toml"),
+        text,
+    );
 }
 
 /// Alice opens a patch; its short id.

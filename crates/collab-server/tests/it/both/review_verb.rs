@@ -66,7 +66,7 @@ fn repo_dir(h: &ServerHarness) -> PathBuf {
 }
 
 fn set_policy(h: &ServerHarness, text: &str) {
-    std::fs::write(repo_dir(h).join("collab-policy.toml"), text).unwrap();
+    collab_testkit::write_live(&repo_dir(h).join("collab-policy.toml"), text);
 }
 
 fn parents(dir: &Path, commit: &str) -> Vec<String> {

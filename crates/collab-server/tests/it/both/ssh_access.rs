@@ -132,7 +132,10 @@ fn collab_repo_create_needs_admin_and_list_shows_readable_repos() {
     assert!(!h.repos_dir().join("other.git").exists());
 
     let hidden = h.create_repo("hidden");
-    std::fs::write(hidden.join("collab-policy.toml"), "read = []\nwrite = []\n").unwrap();
+    collab_testkit::write_live(
+        &hidden.join("collab-policy.toml"),
+        "read = []\nwrite = []\n",
+    );
     let names = |out: common::SshOutput| -> Vec<(String, String)> {
         out.json()["repos"]
             .as_array()

@@ -117,7 +117,10 @@ fn setup(h: &ServerHarness) -> (PathBuf, String) {
     let repo = h.create_repo("team/app");
     std::fs::write(repo.join("description"), "The app\n").unwrap();
     let secret = h.create_repo("hidden-vault");
-    std::fs::write(secret.join("collab-policy.toml"), "read = []\nwrite = []\n").unwrap();
+    collab_testkit::write_live(
+        &secret.join("collab-policy.toml"),
+        "read = []\nwrite = []\n",
+    );
     let opened = h.ssh_exec("collab-issue open 'team/app' --title 'Crash on start' --body 'boom'");
     assert_eq!(opened.code, 0, "{opened:?}");
     let id = opened.json()["issue"].as_str().unwrap().to_string();

@@ -183,7 +183,10 @@ fn option_looking_values_in_every_verb_reach_no_program() {
 fn traversal_in_every_repository_name_is_not_found() {
     let h = ServerHarness::start();
     let secret = h.create_repo("team/secret");
-    std::fs::write(secret.join("collab-policy.toml"), "read = []\nwrite = []\n").unwrap();
+    collab_testkit::write_live(
+        &secret.join("collab-policy.toml"),
+        "read = []\nwrite = []\n",
+    );
     h.create_repo("team/open");
     let user = h.authorized_key("user");
     // Each form names the private repository (`secret`) and, for the

@@ -206,7 +206,7 @@ fn events_help_says_follow_shows_only_new_events() {
 fn an_http_or_path_clone_of_a_collab_server_says_to_use_ssh() {
     let h = ServerHarness::start();
     let repo = h.create_repo("r");
-    std::fs::write(repo.join("collab-policy.toml"), "public = true\n").unwrap();
+    collab_testkit::write_live(&repo.join("collab-policy.toml"), "public = true\n");
     let work = h.clone_repo("r", "seed");
     h.commit_file(&work, "f", b"1", "one");
     h.ssh_push(&work, &["HEAD:main"]);
