@@ -252,20 +252,7 @@ impl ServerHarness {
             // inherit it; the server gets it explicitly in `spawn`.
             std::env::set_var("GIT_COLLAB_COLLAB_DB", url);
         }
-        let mut h = ServerHarness {
-            tmp,
-            state_dir,
-            options,
-            child: None,
-            log: Arc::new(Mutex::new(String::new())),
-            ssh_addr: "127.0.0.1:0".parse().unwrap(),
-            http_addr: "127.0.0.1:0".parse().unwrap(),
-            client_key,
-            db_url,
-            pg,
-        };
-        h.spawn();
-        h
+        Self::launch(tmp, state_dir, options, client_key, db_url, pg)
     }
 
     /// Start a server on an existing state directory (a restored one, say),
@@ -299,6 +286,18 @@ impl ServerHarness {
         let tmp = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(tmp.path().join("keys")).unwrap();
         std::fs::create_dir_all(tmp.path().join("home")).unwrap();
+        Self::launch(tmp, state_dir, options, client_key, db_url, None)
+    }
+
+    /// A harness over `state_dir` whose server is started.
+    fn launch(
+        tmp: tempfile::TempDir,
+        state_dir: PathBuf,
+        options: HarnessOptions,
+        client_key: PathBuf,
+        db_url: Option<String>,
+        pg: Option<pg::TestDatabase>,
+    ) -> Self {
         let mut h = ServerHarness {
             tmp,
             state_dir,
@@ -308,8 +307,8 @@ impl ServerHarness {
             ssh_addr: "127.0.0.1:0".parse().unwrap(),
             http_addr: "127.0.0.1:0".parse().unwrap(),
             client_key,
-            pg: None,
             db_url,
+            pg,
         };
         h.spawn();
         h
