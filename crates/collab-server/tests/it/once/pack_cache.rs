@@ -139,6 +139,47 @@ fn all_entries(h: &ServerHarness) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The protocol v2 requests the server answered itself from the cache, by
+/// kind: (advertisements, ref lists, fetches). A clone asks one of each.
+fn served(h: &ServerHarness) -> (i64, i64, i64) {
+    (
+        metric(h, "git_collab_pack_cache_advertisements_total"),
+        metric(h, "git_collab_pack_cache_ref_lists_total"),
+        metric(h, "git_collab_pack_cache_direct_total"),
+    )
+}
+
+/// Wait until `n` fetch answers are kept: an answer becomes an entry just
+/// after its last byte went out (once git exited), so the next request
+/// must not race it.
+fn answers_become(h: &ServerHarness, n: usize) {
+    let start = Instant::now();
+    while answer_entries(h).len() < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}\n{}",
+            all_entries(h),
+            h.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Flip a byte in the middle of every kept answer (not the hook's packs):
+/// each entry and its corrupted bytes.
+fn corrupt_answers(h: &ServerHarness) -> Vec<(PathBuf, Vec<u8>)> {
+    let packs = cache_entries(h);
+    let mut corrupted = Vec::new();
+    for entry in all_entries(h).into_iter().filter(|p| !packs.contains(p)) {
+        let mut bytes = std::fs::read(&entry).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x55;
+        std::fs::write(&entry, &bytes).unwrap();
+        corrupted.push((entry, bytes));
+    }
+    corrupted
+}
+
 #[test]
 fn concurrent_identical_clones_share_one_pack_objects_over_ssh_and_http() {
     let h = server(&[EAGER]);
@@ -309,31 +350,11 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
         assert!(out.status.success(), "{out:?}");
         dest
     };
-    let direct = || metric(&h, "git_collab_pack_cache_direct_total");
     // Each HTTP clone asks three things: the advertisement, the ref list,
     // the pack. How many of each the server answered itself:
-    let served = || {
-        (
-            metric(&h, "git_collab_pack_cache_advertisements_total"),
-            metric(&h, "git_collab_pack_cache_ref_lists_total"),
-            direct(),
-        )
-    };
+    let served = || served(&h);
     let runs = || metric(&h, "git_collab_pack_objects_runs_total");
-    // An answer becomes an entry just after its last byte went out (once
-    // git exited): wait for it rather than race the next clone.
-    let answers_become = |n: usize| {
-        let start = Instant::now();
-        while answer_entries(&h).len() < n {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "{:?}\n{}",
-                all_entries(&h),
-                h.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
+    let answers_become = |n: usize| answers_become(&h, n);
 
     // The first clone's answer is kept; the second is sent from it, with
     // no upload-pack (hence no pack-objects) at all.
@@ -406,17 +427,7 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
     // A corrupted answer is detected, removed, and written anew (the
     // advertisements', the ref lists' and the packs').
     let corrupt_before = metric(&h, "git_collab_pack_cache_corrupt_total");
-    let mut corrupted = Vec::new();
-    for entry in all_entries(&h)
-        .into_iter()
-        .filter(|p| !cache_entries(&h).contains(p))
-    {
-        let mut bytes = std::fs::read(&entry).unwrap();
-        let mid = bytes.len() / 2;
-        bytes[mid] ^= 0x55;
-        std::fs::write(&entry, &bytes).unwrap();
-        corrupted.push((entry, bytes));
-    }
+    let corrupted = corrupt_answers(&h);
     check_clone(&h, &http_clone("f"), &old);
     let start = Instant::now();
     while corrupted
@@ -470,27 +481,8 @@ fn ssh_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
         assert!(out.status.success(), "{out:?}");
         h.rev_parse(dir, "origin/main")
     };
-    let served = || {
-        (
-            metric(&h, "git_collab_pack_cache_advertisements_total"),
-            metric(&h, "git_collab_pack_cache_ref_lists_total"),
-            metric(&h, "git_collab_pack_cache_direct_total"),
-        )
-    };
-    // An answer becomes an entry just after its last byte went out (once
-    // git exited): wait for it rather than race the next request.
-    let answers_become = |n: usize| {
-        let start = Instant::now();
-        while answer_entries(&h).len() < n {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "{:?}\n{}",
-                all_entries(&h),
-                h.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
+    let served = || served(&h);
+    let answers_become = |n: usize| answers_become(&h, n);
 
     // The first clone is answered by one stateless upload-pack per request
     // (never one holding the conversation), and its answers are kept.
@@ -554,15 +546,7 @@ fn ssh_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
 
     // Corrupted answers are detected, removed and written anew.
     let corrupt_before = metric(&h, "git_collab_pack_cache_corrupt_total");
-    for entry in all_entries(&h)
-        .into_iter()
-        .filter(|p| !cache_entries(&h).contains(p))
-    {
-        let mut bytes = std::fs::read(&entry).unwrap();
-        let mid = bytes.len() / 2;
-        bytes[mid] ^= 0x55;
-        std::fs::write(&entry, &bytes).unwrap();
-    }
+    corrupt_answers(&h);
     check_clone(&h, &ssh_clone("d", &[]), &old);
     assert_eq!(served(), (3, 3, 3));
     assert_eq!(
