@@ -44,12 +44,7 @@ pub fn looks_binary(prefix: &[u8]) -> bool {
 
 /// `git --git-dir <repo> cat-file blob <oid>`, with a clean environment.
 fn cat_file(repo: &Path, oid: Oid) -> std::process::Command {
-    let mut cmd = std::process::Command::new("git");
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("GIT_") {
-            cmd.env_remove(&key);
-        }
-    }
+    let mut cmd = crate::maintenance::git::clean();
     cmd.arg("--git-dir")
         .arg(repo)
         .args(["cat-file", "blob", "--end-of-options"])

@@ -28,7 +28,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{FutureExt as _, StreamExt as _};
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::process::{ChildStdin, Command};
+use tokio::process::ChildStdin;
 
 use super::state::AppState;
 use crate::app::App;
@@ -87,20 +87,6 @@ fn push_refused(st: &AppState, headers: &HeaderMap, entry: &RepoEntry) -> Respon
 fn git_protocol(headers: &HeaderMap) -> Option<String> {
     let value = headers.get("git-protocol")?.to_str().ok()?;
     upload_pack::sane_protocol(value).then(|| value.to_string())
-}
-
-/// `git upload-pack --stateless-rpc` for this request (see
-/// [`upload_pack::stateless`]), with the pack cache's hook when `cache`
-/// is given.
-fn upload_pack(
-    entry: &RepoEntry,
-    headers: &HeaderMap,
-    advertise: bool,
-    nice: u64,
-    cache: Option<&crate::pack_cache::Settings>,
-) -> Command {
-    let protocol = git_protocol(headers);
-    upload_pack::stateless(&entry.path, protocol.as_deref(), advertise, nice, cache)
 }
 
 /// A git process slot for `peer`, or the 503 to answer.
@@ -228,49 +214,33 @@ pub async fn info_refs(
     // Kept before, in this ref state: sent by the server itself.
     let mut keep = None;
     if let Some(settings) = st.app.config.pack_cache_settings(&entry.path) {
-        let repo = entry.path.clone();
-        let protocol = protocol.clone();
-        let found = tokio::task::spawn_blocking(move || {
-            answers::advertisement(&settings, &repo, &protocol)
-        })
-        .await;
-        match found {
-            Ok(answers::Advertisement::Hit(bytes)) => return advertisement(v2, &bytes),
-            Ok(answers::Advertisement::Keep(k)) => keep = Some(k),
-            Ok(answers::Advertisement::Run) | Err(_) => {}
+        match upload_pack::kept_advertisement(&settings, &entry.path, &protocol).await {
+            Ok(bytes) => return advertisement(v2, &bytes),
+            Err(k) => keep = k,
         }
     }
     let slot = match process_slot(&st.app, peer).await {
         Ok(slot) => slot,
         Err(busy) => return busy,
     };
-    let output = upload_pack(&entry, &headers, true, st.app.config.git.nice, None)
-        .output()
-        .await;
+    let printed = upload_pack::advertise(
+        &entry.path,
+        git_protocol(&headers).as_deref(),
+        st.app.config.git.nice,
+        keep,
+    )
+    .await;
     drop(slot);
-    let output = match output {
-        Ok(out) if out.status.success() => out,
-        Ok(out) => {
+    let printed = match printed {
+        Ok(printed) => printed,
+        Err(e) => {
             tracing::error!(
-                "git upload-pack --advertise-refs {}: {}",
-                entry.path.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
+                "git upload-pack --advertise-refs {}: {e:#}",
+                entry.path.display()
             );
             return plain(StatusCode::INTERNAL_SERVER_ERROR, "git failed\n".into());
         }
-        Err(e) => {
-            tracing::error!("cannot run git upload-pack: {e}");
-            return plain(StatusCode::INTERNAL_SERVER_ERROR, "git failed\n".into());
-        }
     };
-    let printed = output.stdout;
-    if let Some(keep) = keep {
-        // Kept before it is sent (it is small), so a client's next request
-        // finds it; a failure only means no entry.
-        let copy = printed.clone();
-        let _ =
-            tokio::task::spawn_blocking(move || answers::keep_advertisement(*keep, &copy)).await;
-    }
     advertisement(v2, &printed)
 }
 
@@ -347,9 +317,9 @@ pub async fn upload_pack_post(
         Err(busy) => return busy,
     };
     // The same pack cache as SSH's (`visible` authorized the reader).
-    let mut cmd = upload_pack(
-        &entry,
-        &headers,
+    let mut cmd = upload_pack::stateless(
+        &entry.path,
+        git_protocol(&headers).as_deref(),
         false,
         app.config.git.nice,
         settings.as_ref(),
@@ -598,6 +568,7 @@ pub async fn receive_pack_post(
 mod tests {
     use super::*;
     use std::process::Stdio;
+    use tokio::process::Command;
 
     /// A stdin whose reader is a `cat` into /dev/null (a real pipe).
     fn sink() -> (tokio::process::Child, ChildStdin) {

@@ -11,15 +11,25 @@ use std::process::Command;
 /// git-args: a builder; its callers pass fixed housekeeping arguments
 /// (maintenance steps, `fsck`), never a value from a user.
 pub fn git(repo_dir: &Path) -> Command {
+    let mut cmd = clean();
+    cmd.args(["-c", "safe.directory=*", "-C"])
+        .arg(repo_dir)
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// `git` with none of the server's own `GIT_*` variables (they would
+/// point git at the server's files, not the repository it is run on):
+/// where the git commands the server runs on its own repositories begin
+/// (a mirror's git, which talks to other hosts, clears more: `mirrors::git`).
+/// git-args: a builder; its callers add the arguments.
+pub fn clean() -> Command {
     let mut cmd = Command::new("git");
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("GIT_") {
             cmd.env_remove(&key);
         }
     }
-    cmd.args(["-c", "safe.directory=*", "-C"])
-        .arg(repo_dir)
-        .stdin(std::process::Stdio::null());
     cmd
 }
 

@@ -197,41 +197,30 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
         }
     };
 
+    // The pack cache (after authorization: the caller may read this
+    // repository).
+    let cache = match service {
+        GitService::UploadPack => ctx.app.config.pack_cache_settings(&entry.path),
+        _ => None,
+    };
+    let protocol = ctx
+        .env
+        .git_protocol
+        .as_deref()
+        .filter(|p| upload_pack::sane_protocol(p));
     // A protocol v2 fetch with the pack cache on: the server answers the
     // conversation itself (ssh/git_v2.rs).
-    if service == GitService::UploadPack && super::git_v2::enabled() {
-        let protocol = ctx
-            .env
-            .git_protocol
-            .as_deref()
-            .filter(|p| upload_pack::sane_protocol(p) && upload_pack::is_v2(p));
-        let settings = ctx.app.config.pack_cache_settings(&entry.path);
-        if let (Some(protocol), Some(settings)) = (protocol, settings) {
-            let protocol = protocol.to_string();
+    if let (Some(protocol), Some(settings)) = (protocol.filter(|p| upload_pack::is_v2(p)), &cache) {
+        if super::git_v2::enabled() {
+            let (settings, protocol) = (settings.clone(), protocol.to_string());
             return super::git_v2::serve(ctx, channel, &entry, settings, protocol).await;
         }
     }
 
-    let mut cmd = Command::new("git");
-    // A clean git environment: nothing from the server's own GIT_* variables.
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("GIT_") {
-            cmd.env_remove(&key);
-        }
-    }
+    let mut cmd = Command::from(crate::maintenance::git::clean());
     match service {
         GitService::UploadPack => {
-            crate::limits::priority::lower(&mut cmd, ctx.app.config.git.nice);
-            cmd.args(["-c", "uploadpack.allowFilter=true"]);
-            // The pack cache (after authorization: the caller may read this
-            // repository). Only on the command line: git ignores the key in
-            // a repository's own config.
-            if let Some(settings) = ctx.app.config.pack_cache_settings(&entry.path) {
-                if let Some(hook) = crate::pack_cache::hook_config() {
-                    cmd.arg("-c").arg(hook);
-                    cmd.envs(settings.to_env());
-                }
-            }
+            upload_pack::configure(&mut cmd, ctx.app.config.git.nice, cache.as_ref());
         }
         GitService::UploadArchive => {}
         GitService::ReceivePack => {
@@ -301,12 +290,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    if let Some(protocol) = ctx
-        .env
-        .git_protocol
-        .as_deref()
-        .filter(|p| upload_pack::sane_protocol(p))
-    {
+    if let Some(protocol) = protocol {
         cmd.env("GIT_PROTOCOL", protocol);
     }
 

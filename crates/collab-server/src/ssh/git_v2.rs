@@ -162,34 +162,10 @@ async fn advertisement(
     protocol: &str,
     nice: u64,
 ) -> anyhow::Result<Vec<u8>> {
-    let found = {
-        let (settings, repo, protocol) =
-            (settings.clone(), entry.path.clone(), protocol.to_string());
-        tokio::task::spawn_blocking(move || answers::advertisement(&settings, &repo, &protocol))
-            .await?
-    };
-    let keep = match found {
-        answers::Advertisement::Hit(bytes) => return Ok(bytes),
-        answers::Advertisement::Keep(keep) => Some(keep),
-        answers::Advertisement::Run => None,
-    };
-    let output = upload_pack::stateless(&entry.path, Some(protocol), true, nice, None)
-        .output()
-        .await?;
-    if !output.status.success() {
-        anyhow::bail!(
-            "{}: {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
+    match upload_pack::kept_advertisement(settings, &entry.path, protocol).await {
+        Ok(bytes) => Ok(bytes),
+        Err(keep) => upload_pack::advertise(&entry.path, Some(protocol), nice, keep).await,
     }
-    let printed = output.stdout;
-    if let Some(keep) = keep {
-        let copy = printed.clone();
-        let _ =
-            tokio::task::spawn_blocking(move || answers::keep_advertisement(*keep, &copy)).await;
-    }
-    Ok(printed)
 }
 
 /// The channel's bytes, read a pkt-line at a time.

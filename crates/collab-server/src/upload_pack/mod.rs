@@ -29,11 +29,26 @@ pub fn is_v2(protocol: &str) -> bool {
     protocol.split(':').any(|v| v == "version=2")
 }
 
+/// What every `git upload-pack` the server runs gets before the
+/// subcommand: `nice` steps below the server (`git.nice`), filters
+/// allowed, and the pack cache's hook when `cache` is given (the caller
+/// was authorized for the repository: the cache sits after
+/// authorization). The hook is set only on the command line: git ignores
+/// `uploadpack.packObjectsHook` in a repository's own config.
+pub fn configure(cmd: &mut Command, nice: u64, cache: Option<&Settings>) {
+    crate::limits::priority::lower(cmd, nice);
+    if let Some(settings) = cache {
+        if let Some(hook) = pack_cache::hook_config() {
+            cmd.arg("-c").arg(hook);
+            cmd.envs(settings.to_env());
+        }
+    }
+    cmd.args(["-c", "uploadpack.allowFilter=true"]);
+}
+
 /// `git upload-pack --stateless-rpc [--advertise-refs] <repo>`: one request
-/// on stdin, its answer on stdout. A clean git environment, `nice` steps
-/// below the server (`git.nice`), `GIT_PROTOCOL` when given (sane), and the
-/// pack cache's hook when `cache` is given (the caller was authorized for
-/// the repository: the cache sits after authorization).
+/// on stdin, its answer on stdout. A clean git environment, [`configure`]d,
+/// and `GIT_PROTOCOL` when given (sane).
 pub fn stateless(
     repo: &Path,
     protocol: Option<&str>,
@@ -41,27 +56,9 @@ pub fn stateless(
     nice: u64,
     cache: Option<&Settings>,
 ) -> Command {
-    let mut cmd = Command::new("git");
-    crate::limits::priority::lower(&mut cmd, nice);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("GIT_") {
-            cmd.env_remove(&key);
-        }
-    }
-    // `-c` must come before the subcommand. Only on the command line: git
-    // ignores `uploadpack.packObjectsHook` in a repository's own config.
-    if let Some(settings) = cache {
-        if let Some(hook) = pack_cache::hook_config() {
-            cmd.arg("-c").arg(hook);
-            cmd.envs(settings.to_env());
-        }
-    }
-    cmd.args([
-        "-c",
-        "uploadpack.allowFilter=true",
-        "upload-pack",
-        "--stateless-rpc",
-    ]);
+    let mut cmd = Command::from(crate::maintenance::git::clean());
+    configure(&mut cmd, nice, cache);
+    cmd.args(["upload-pack", "--stateless-rpc"]);
     if advertise {
         cmd.arg("--advertise-refs");
     }
@@ -75,6 +72,52 @@ pub fn stateless(
         cmd.env("GIT_PROTOCOL", protocol);
     }
     cmd
+}
+
+/// The advertisement of `repo` for a client sending `protocol`, as kept,
+/// or what to do instead: `Some(keep)`, run [`advertise`] and keep what it
+/// prints; `None`, run it and keep nothing (below the threshold, being
+/// kept elsewhere, a reftable repository).
+pub async fn kept_advertisement(
+    settings: &Settings,
+    repo: &Path,
+    protocol: &str,
+) -> Result<Vec<u8>, Option<Box<answers::KeepAdvertisement>>> {
+    let (settings, repo, protocol) = (settings.clone(), repo.to_path_buf(), protocol.to_string());
+    let found =
+        tokio::task::spawn_blocking(move || answers::advertisement(&settings, &repo, &protocol))
+            .await;
+    match found {
+        Ok(answers::Advertisement::Hit(bytes)) => Ok(bytes),
+        Ok(answers::Advertisement::Keep(keep)) => Err(Some(keep)),
+        Ok(answers::Advertisement::Run) | Err(_) => Err(None),
+    }
+}
+
+/// What `upload-pack --advertise-refs` prints for `repo` (kept, before it
+/// is returned, when `keep` says so; a failure to keep only means no
+/// entry). An error carries git's exit status and stderr.
+pub async fn advertise(
+    repo: &Path,
+    protocol: Option<&str>,
+    nice: u64,
+    keep: Option<Box<answers::KeepAdvertisement>>,
+) -> anyhow::Result<Vec<u8>> {
+    let output = stateless(repo, protocol, true, nice, None).output().await?;
+    if !output.status.success() {
+        anyhow::bail!(
+            "{}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    let printed = output.stdout;
+    if let Some(keep) = keep {
+        let copy = printed.clone();
+        let _ =
+            tokio::task::spawn_blocking(move || answers::keep_advertisement(*keep, &copy)).await;
+    }
+    Ok(printed)
 }
 
 /// What the cache holds for a v2 request.
