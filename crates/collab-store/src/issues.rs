@@ -167,6 +167,14 @@ pub enum IssueError {
     Sql(#[from] crate::sql::Error),
 }
 
+impl IssueError {
+    /// Whether the write failed only because another transaction held what
+    /// it needed (the writer runs a repository write again later).
+    pub fn is_busy(&self) -> bool {
+        matches!(self, IssueError::Sql(e) if e.is_busy())
+    }
+}
+
 fn fenced_message(holder: Option<&str>, token: Option<i64>) -> String {
     match (holder, token) {
         (Some(h), Some(t)) => {
@@ -640,6 +648,9 @@ fn target(
     let id = resolve(conn, repo, id_or_prefix)?;
     let issue = get(conn, repo, &id)?.ok_or_else(|| IssueError::NotFound(id.clone()))?;
     if let Some(token) = fence {
+        // Under the issue's lock, so no lease operation of another node
+        // ends or hands on the tenure between this check and COMMIT.
+        leases::lock_issue(conn, repo, &id)?;
         match leases::live_in(conn, repo, &id, now)? {
             Some(live) if live.token == token => {}
             live => {

@@ -224,6 +224,18 @@ pub enum PatchError {
     Sql(#[from] crate::sql::Error),
 }
 
+impl PatchError {
+    /// Whether the write failed only because another transaction held what
+    /// it needed (the writer runs a repository write again later).
+    pub fn is_busy(&self) -> bool {
+        match self {
+            PatchError::Issue(e) => e.is_busy(),
+            PatchError::Sql(e) => e.is_busy(),
+            _ => false,
+        }
+    }
+}
+
 type Result<T, E = PatchError> = std::result::Result<T, E>;
 
 fn invalid(message: impl Into<String>) -> PatchError {

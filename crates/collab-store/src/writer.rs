@@ -21,11 +21,15 @@
 //! deciding (or whose row lock is not free within a short timeout) is
 //! rolled back to its SAVEPOINT and carried, in order, to the next group;
 //! later operations on the same issue in the group go with it, so each
-//! issue's operations are still decided in arrival order. A group with a
-//! generic write is `Immediate` (generic writes stay serial among
-//! themselves), one with a whole-database write (`write_exclusive`: a
-//! repository rename) `Exclusive`. On SQLite all three are `BEGIN
-//! IMMEDIATE`.
+//! issue's operations are still decided in arrival order. Repository writes
+//! (`write_in`: issue, patch and check writes) run in such groups as well,
+//! each under its repository's lock, tried the same way and deferred the
+//! same way (their closures are `Fn`: a deferred one runs again). A group
+//! with a generic write (`write`: one that may touch several repositories
+//! or shared tables) is `Immediate` (those stay serial among themselves and
+//! with repository writes), one with a whole-database write
+//! (`write_exclusive`: a repository rename) `Exclusive`. On SQLite all
+//! three are `BEGIN IMMEDIATE`.
 //!
 //! Reads (`current`, `list`, `status`) go through the same queue, which
 //! keeps every answer consistent with the writes queued before it. A group
@@ -217,10 +221,23 @@ enum Op {
         /// exclusively (`TransactionBehavior::Exclusive`).
         exclusive: bool,
     },
+    /// A write confined to one repository (`Writer::write_in`: issue,
+    /// patch and check writes). It runs in lease groups too, under its
+    /// repository's lock (`Connection::lock_repository`), and may run more
+    /// than once: when that lock, or an issue's, or a row is busy it is
+    /// rolled back to its SAVEPOINT and carried to a later group, and a
+    /// group that lost its connection runs again. So its closure is `Fn`
+    /// and writes nothing but the database.
+    RepoWrite {
+        label: String,
+        repo: String,
+        run: RepoWriteFn,
+    },
 }
 
 type AnyOutcome = Box<dyn std::any::Any + Send>;
 type WriteFn = Box<dyn FnOnce(&Connection, i64, &Policy) -> anyhow::Result<AnyOutcome> + Send>;
+type RepoWriteFn = Box<dyn Fn(&Connection, i64, &Policy) -> anyhow::Result<AnyOutcome> + Send>;
 
 enum Outcome {
     Acquire(Acquire),
@@ -508,6 +525,37 @@ impl Writer {
             .await
     }
 
+    /// `write` for a write confined to the repository `repo`: on
+    /// PostgreSQL it takes that repository's lock (and the generic writes'
+    /// key shared) instead of the generic writes' key, so writes of
+    /// different repositories run side by side, on one node and across
+    /// nodes, and beside lease operations. `f` may run more than once (a
+    /// busy repository, issue or row defers it to a later group, each run
+    /// rolled back but the last), so it must only read and write through
+    /// `conn`, and read only what it captured. It must not write rows of
+    /// another repository or of tables shared by all (webhooks, mirrors,
+    /// settings): those are `write`'s.
+    pub async fn write_in<T, F>(
+        &self,
+        repo: impl Into<String>,
+        label: impl Into<String>,
+        f: F,
+    ) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Connection, i64) -> anyhow::Result<T> + Send + 'static,
+    {
+        let op = Op::RepoWrite {
+            label: label.into(),
+            repo: repo.into(),
+            run: Box::new(move |conn, now, _| f(conn, now).map(|t| Box::new(t) as AnyOutcome)),
+        };
+        let any: AnyOutcome = expect!(self.call(op).await?, Write)?;
+        Ok(*any
+            .downcast::<T>()
+            .expect("the writer answers each op with its own outcome"))
+    }
+
     /// The final `seq` of an event whose append returned `seq` inside a
     /// write this writer committed (on PostgreSQL an append's number is
     /// provisional until COMMIT: `event_log::append`). Ask right after the
@@ -625,7 +673,11 @@ impl Signals {
         for (op, outcome) in ops.iter().zip(outcomes) {
             freed |= matches!(
                 op,
-                Op::Release { .. } | Op::Break { .. } | Op::ExpireDue | Op::Write { .. }
+                Op::Release { .. }
+                    | Op::Break { .. }
+                    | Op::ExpireDue
+                    | Op::Write { .. }
+                    | Op::RepoWrite { .. }
             );
             match outcome {
                 // The pass knows exactly what is due next; ops after it in
@@ -765,7 +817,8 @@ fn run_writer(
                     committed = true;
                     break outcomes;
                 }
-                // A lease group holds no run-once closure: it can run again.
+                // A lease group holds no run-once closure (repository
+                // writes' may run again): it can run again.
                 Err((_, e))
                     if behavior == TransactionBehavior::Concurrent
                         && e.is_busy()
@@ -777,7 +830,8 @@ fn run_writer(
                 // The database is unreachable or the connection was lost
                 // before COMMIT: nothing was written. A group runs again on
                 // a new connection if none of its closures ran (lost at
-                // BEGIN) or it holds none (lease operations are data).
+                // BEGIN) or it holds no run-once one (lease operations are
+                // data, repository writes may run again).
                 Err((stage, e))
                     if e.is_unavailable()
                         && (stage == Stage::Begin
@@ -813,7 +867,11 @@ fn run_writer(
                     done.push(outcome);
                 }
                 None if job.deferrals >= MAX_DEFERRALS => {
-                    let e = anyhow!("{op}: the issue stayed busy on another node; try again");
+                    let what = match op {
+                        Op::RepoWrite { .. } => "the repository",
+                        _ => "the issue",
+                    };
+                    let e = anyhow!("{op}: {what} stayed busy on another node; try again");
                     done_ops.push(op);
                     done_jobs.push(job);
                     done.push(Err(e));
@@ -835,9 +893,10 @@ fn run_writer(
     }
 }
 
-/// How a group's transaction begins: lease operations only run beside
-/// other nodes' (`Concurrent`); a generic write makes it `Immediate`, a
-/// whole-database write `Exclusive` (all `BEGIN IMMEDIATE` on SQLite).
+/// How a group's transaction begins: lease operations and repository
+/// writes run beside other nodes' (`Concurrent`); a generic write makes it
+/// `Immediate`, a whole-database write `Exclusive` (all `BEGIN IMMEDIATE`
+/// on SQLite).
 fn group_behavior(ops: &[Op]) -> TransactionBehavior {
     let mut behavior = TransactionBehavior::Concurrent;
     for op in ops {
@@ -881,6 +940,7 @@ fn run_group(
         // releases the last one, so no operation pays for its own RELEASE.
         savepoint: false,
         busy: Vec::new(),
+        busy_repos: Vec::new(),
     };
     // PostgreSQL: runs of lease operations in one call each.
     let in_calls = behavior == TransactionBehavior::Concurrent && leases::in_one_call(&tx);
@@ -927,6 +987,9 @@ struct Alone {
     /// Issues with a deferred operation: later operations on them wait
     /// too, so each issue's operations keep their arrival order.
     busy: Vec<(String, String)>,
+    /// Repositories with a deferred repository write: likewise for the
+    /// repository writes after it.
+    busy_repos: Vec<String>,
 }
 
 impl Alone {
@@ -944,6 +1007,16 @@ impl Alone {
             .issue()
             .map(|(repo, id)| (repo.to_string(), id.to_string()));
         if key.as_ref().is_some_and(|key| self.busy.contains(key)) {
+            return Ok(None);
+        }
+        let repo_write = match op {
+            Op::RepoWrite { repo, .. } => Some(repo.clone()),
+            _ => None,
+        };
+        if repo_write
+            .as_ref()
+            .is_some_and(|r| self.busy_repos.contains(r))
+        {
             return Ok(None);
         }
         // An operation that is one function call (PostgreSQL) sends its
@@ -974,18 +1047,17 @@ impl Alone {
                     )));
                 }
                 run_cached(tx, "ROLLBACK TO lease_op").map_err(in_ops)?;
-                let is_busy = e
-                    .downcast_ref::<crate::sql::Error>()
-                    .is_some_and(crate::sql::Error::is_busy);
+                let is_busy = is_busy(&e);
                 // A busy lease operation of a Concurrent group runs again in
                 // the next group; so does a `next` that found the ready
-                // issues all being decided elsewhere (`queue::next_in`),
-                // whatever the group's behavior: it did nothing (rolled
-                // back to its savepoint) and holds no lock.
-                let deferrable =
-                    self.behavior == TransactionBehavior::Concurrent || matches!(op, Op::Next(_));
+                // issues all being decided elsewhere (`queue::next_in`), and
+                // a repository write, whatever the group's behavior: it did
+                // nothing (rolled back to its savepoint) and holds no lock.
+                let deferrable = self.behavior == TransactionBehavior::Concurrent
+                    || matches!(op, Op::Next(_) | Op::RepoWrite { .. });
                 if is_busy && deferrable {
                     self.busy.extend(key);
+                    self.busy_repos.extend(repo_write);
                     Ok(None)
                 } else {
                     Ok(Some(Err(e.context(op.to_string()))))
@@ -993,6 +1065,22 @@ impl Alone {
             }
         }
     }
+}
+
+/// Whether an operation failed only because another transaction held
+/// what it needed: the database's error, or a domain error (an issue's, a
+/// patch's) that wraps it.
+fn is_busy(e: &anyhow::Error) -> bool {
+    use crate::{issues::IssueError, patches::PatchError, sql::Error};
+    e.chain().any(|cause| {
+        cause.downcast_ref::<Error>().is_some_and(Error::is_busy)
+            || cause
+                .downcast_ref::<IssueError>()
+                .is_some_and(IssueError::is_busy)
+            || cause
+                .downcast_ref::<PatchError>()
+                .is_some_and(PatchError::is_busy)
+    })
 }
 
 /// What became of an operation sent in a `collab_lease_group` call.
@@ -1157,6 +1245,12 @@ impl Op {
             let run = std::mem::replace(run, Box::new(|_, _, _| unreachable!("a write runs once")));
             return Ok(Outcome::Write(run(conn, now, policy)?));
         }
+        if let Op::RepoWrite { repo, run, .. } = self {
+            if !conn.lock_repository(repo)? {
+                return Err(crate::sql::Error::Busy(format!("repository {repo}")).into());
+            }
+            return Ok(Outcome::Write(run(conn, now, policy)?));
+        }
         Ok(match self {
             Op::Acquire(claim) => Outcome::Acquire(leases::acquire_in(conn, claim, policy, now)?),
             Op::Next(req) => Outcome::Next(queue::next_in(conn, req, policy, now)?),
@@ -1184,7 +1278,7 @@ impl Op {
                 Outcome::Status(leases::status_in(conn, repo, issue_id, now)?)
             }
             Op::ExpireDue => Outcome::Expired(leases::expire_due_in(conn, policy, now)?),
-            Op::Write { .. } => unreachable!("handled above"),
+            Op::Write { .. } | Op::RepoWrite { .. } => unreachable!("handled above"),
         })
     }
 }
@@ -1201,7 +1295,7 @@ impl std::fmt::Display for Op {
             Op::List { repo } => write!(f, "list leases of {repo}"),
             Op::Status { repo, issue_id } => write!(f, "read lease status of {repo}#{issue_id}"),
             Op::ExpireDue => f.write_str("end expired leases"),
-            Op::Write { label, .. } => f.write_str(label),
+            Op::Write { label, .. } | Op::RepoWrite { label, .. } => f.write_str(label),
         }
     }
 }
@@ -1888,4 +1982,100 @@ mod tests {
         let appended = service.write("append", append_test_event).await;
         assert!(appended.is_ok(), "{appended:?}");
     }
+
+    /// On PostgreSQL a repository write (`write_in`) takes its repository's
+    /// lock, not the generic writes' key: while another transaction holds
+    /// one repository's key (a push's records on another node), a write of
+    /// another repository and a lease operation commit at once, and the
+    /// held repository's write waits, deferred but never failed and never
+    /// run while it waits, then commits once the key is free. While the
+    /// generic writes' key is held exclusively (a write that may touch
+    /// several repositories), every repository write waits for it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn on_postgres_a_repository_write_waits_for_its_own_repository_only() {
+        use crate::sql::test_database::{off_runtime, wanted, TestDatabase};
+        use std::sync::atomic::AtomicUsize;
+        if !wanted() {
+            return;
+        }
+        let db = off_runtime(TestDatabase::create);
+        let url = db.url.clone();
+        let service = off_runtime(|| Writer::open(url.as_str()).unwrap());
+        // Another transaction holding `key` until told to end.
+        let hold = |key: &str| {
+            let (url, key) = (url.clone(), key.to_string());
+            let (held_tx, held) = std::sync::mpsc::channel();
+            let (end, end_rx) = std::sync::mpsc::channel::<()>();
+            let holder = std::thread::spawn(move || {
+                let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+                let mut tx = client.transaction().unwrap();
+                tx.batch_execute(&format!("SELECT pg_advisory_xact_lock({key})"))
+                    .unwrap();
+                held_tx.send(()).unwrap();
+                let _ = end_rx.recv();
+                tx.commit().unwrap();
+            });
+            held.recv().unwrap();
+            (end, holder)
+        };
+        let runs = Arc::new(AtomicUsize::new(0));
+        let write = |repo: &'static str| {
+            let (service, runs) = (service.clone(), Arc::clone(&runs));
+            tokio::spawn(async move {
+                service
+                    .write_in(repo, "a repository write", move |conn, _| {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        Ok(conn.query_row("SELECT 7", [], |r| r.get::<_, i64>(0))?)
+                    })
+                    .await
+            })
+        };
+        let patient = Duration::from_secs(20);
+
+        let (end, holder) = hold("hashtextextended('repository:' || 'team/app', 0)");
+        let waiting = write("team/app");
+        let other = tokio::time::timeout(patient, write("team/other")).await;
+        assert_eq!(
+            other
+                .expect("another repository's write is not held up")
+                .unwrap()
+                .unwrap(),
+            7
+        );
+        let lease = service.acquire("team/app", "i1", "alice", Some(600)).await;
+        assert!(
+            tenure(&lease.unwrap()).is_some(),
+            "lease operations run beside it"
+        );
+        assert!(!waiting.is_finished(), "the held repository's write waits");
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "and has not run yet");
+        end.send(()).unwrap();
+        holder.join().unwrap();
+        let waited = tokio::time::timeout(patient, waiting).await;
+        assert_eq!(
+            waited
+                .expect("it commits once the key is free")
+                .unwrap()
+                .unwrap(),
+            7
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "each write ran once");
+
+        let (end, holder) = hold(&GENERIC_KEY.to_string());
+        let waiting = write("team/other");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !waiting.is_finished(),
+            "a write of several repositories excludes it"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+        end.send(()).unwrap();
+        holder.join().unwrap();
+        let waited = tokio::time::timeout(patient, waiting).await;
+        assert_eq!(waited.expect("then it commits").unwrap().unwrap(), 7);
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+    }
+
+    /// `pg::GENERIC_WRITES_LOCK`, which is private to the backend.
+    const GENERIC_KEY: i64 = 0x7772_6974_6573;
 }

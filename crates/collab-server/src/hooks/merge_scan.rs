@@ -252,8 +252,8 @@ pub fn apply(
     found
 }
 
-/// Scan the push and record what it merged and closed, in one IMMEDIATE
-/// transaction of the hook's own connection.
+/// Scan the push and record what it merged and closed, in one write
+/// transaction of the hook's own connection, under the repository's lock.
 pub fn scan(ctx: &HookContext, updates: &[RefUpdate]) -> Result<Found, String> {
     if !updates
         .iter()
@@ -268,7 +268,10 @@ pub fn scan(ctx: &HookContext, updates: &[RefUpdate]) -> Result<Found, String> {
     if plan.is_empty() {
         return Ok(Found::default());
     }
-    let tx = crate::db::sql::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)
+    // The push's records are this repository's: its lock, not the key of
+    // the writes that may touch several (docs/postgres.md).
+    let tx = crate::db::sql::Transaction::new_unchecked(&conn, TransactionBehavior::Repository)
+        .and_then(|tx| tx.lock_repository(&ctx.repo).map(|_| tx))
         .map_err(|e| format!("collab database: {e}"))?;
     let actor = issues::Person {
         principal: ctx.principal.clone(),

@@ -317,7 +317,10 @@ fn propose(
 
     let conn =
         crate::db::open(&ctx.collab_db).map_err(|e| format!("opening the collab database: {e}"))?;
-    let tx = crate::db::sql::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)
+    // The push's records are this repository's: its lock, not the key of
+    // the writes that may touch several (docs/postgres.md).
+    let tx = crate::db::sql::Transaction::new_unchecked(&conn, TransactionBehavior::Repository)
+        .and_then(|tx| tx.lock_repository(&ctx.repo).map(|_| tx))
         .map_err(|e| format!("collab database: {e}"))?;
     let actor = Person {
         principal: ctx.principal.clone(),

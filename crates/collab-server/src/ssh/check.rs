@@ -290,7 +290,7 @@ async fn set(
         let (repo, check) = (repo.clone(), check.clone());
         ctx.app
             .writer
-            .write("collab-check set", move |conn, now| {
+            .write_in(repo.clone(), "collab-check set", move |conn, now| {
                 if let Some(token) = fence {
                     let principal = check.updated_by.clone();
                     if let Err(reply) =

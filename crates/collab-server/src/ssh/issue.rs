@@ -498,9 +498,15 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
                 body: body_of(body).unwrap_or_default(),
                 labels,
             };
-            write(ctx, &repo, "opened", actor, None, max_body, move |c, w| {
-                issues::open(c, w, &new).map(|w| (w, Extra::default()))
-            })
+            write(
+                ctx,
+                (&repo, Scope::Repository),
+                "opened",
+                actor,
+                None,
+                max_body,
+                move |c, w| issues::open(c, w, &new).map(|w| (w, Extra::default())),
+            )
             .await
         }
         IssueCmd::Comment {
@@ -509,7 +515,7 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
             let body = body_of(Some(body)).unwrap_or_default();
             write(
                 ctx,
-                &repo,
+                (&repo, Scope::Repository),
                 "commented",
                 actor,
                 fence,
@@ -527,17 +533,25 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
             ..
         } => {
             let body = body_of(body);
-            write(ctx, &repo, "edited", actor, fence, max_body, move |c, w| {
-                let mut written = None;
-                if title.is_some() || body.is_some() {
-                    written = Some(issues::edit(c, w, &id, title.as_deref(), body.as_deref())?);
-                }
-                if let Some(priority) = priority {
-                    written = Some(issues::set_priority(c, w, &id, priority)?);
-                }
-                let written = written.expect("the parser wants at least one change");
-                Ok((written, Extra::default()))
-            })
+            write(
+                ctx,
+                (&repo, Scope::Repository),
+                "edited",
+                actor,
+                fence,
+                max_body,
+                move |c, w| {
+                    let mut written = None;
+                    if title.is_some() || body.is_some() {
+                        written = Some(issues::edit(c, w, &id, title.as_deref(), body.as_deref())?);
+                    }
+                    if let Some(priority) = priority {
+                        written = Some(issues::set_priority(c, w, &id, priority)?);
+                    }
+                    let written = written.expect("the parser wants at least one change");
+                    Ok((written, Extra::default()))
+                },
+            )
             .await
         }
         IssueCmd::Ready { labels, limit, .. } => {
@@ -566,7 +580,7 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
         } => {
             write(
                 ctx,
-                &repo,
+                (&repo, Scope::Repository),
                 "labeled",
                 actor,
                 fence,
@@ -578,16 +592,24 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
         IssueCmd::Close {
             id, reason, fence, ..
         } => {
-            write(ctx, &repo, "closed", actor, fence, max_body, move |c, w| {
-                issues::close(c, w, &id, reason.as_deref())
-                    .map(|closed| (closed.written, ended(closed.ended_lease.as_ref())))
-            })
+            write(
+                ctx,
+                (&repo, Scope::Repository),
+                "closed",
+                actor,
+                fence,
+                max_body,
+                move |c, w| {
+                    issues::close(c, w, &id, reason.as_deref())
+                        .map(|closed| (closed.written, ended(closed.ended_lease.as_ref())))
+                },
+            )
             .await
         }
         IssueCmd::Reopen { id, fence, .. } => {
             write(
                 ctx,
-                &repo,
+                (&repo, Scope::Repository),
                 "reopened",
                 actor,
                 fence,
@@ -610,33 +632,57 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
             };
             let kind = LinkKind::parse(&kind).unwrap_or(LinkKind::Relates);
             let status = if unlink { "unlinked" } else { "linked" };
-            write(ctx, &repo, status, actor, fence, max_body, move |c, w| {
-                let done = if unlink {
-                    issues::unlink(c, w, &id, kind, &other_repo, &other_id)
-                } else {
-                    issues::link(c, w, &id, kind, &other_repo, &other_id)
-                };
-                done.map(|w| {
-                    let target = IssueKey {
-                        repo: other_repo.clone(),
-                        id: issues::resolve(c, &other_repo, &other_id).unwrap_or_default(),
+            let scope = if other_repo == repo {
+                Scope::Repository
+            } else {
+                Scope::Several
+            };
+            write(
+                ctx,
+                (&repo, scope),
+                status,
+                actor,
+                fence,
+                max_body,
+                move |c, w| {
+                    let done = if unlink {
+                        issues::unlink(c, w, &id, kind, &other_repo, &other_id)
+                    } else {
+                        issues::link(c, w, &id, kind, &other_repo, &other_id)
                     };
-                    let link = wire::LinkChange {
-                        kind: kind.as_str().to_string(),
-                        target: key_ref(&target),
-                    };
-                    (
-                        w,
-                        Extra {
-                            link: Some(link),
-                            ..Extra::default()
-                        },
-                    )
-                })
-            })
+                    done.map(|w| {
+                        let target = IssueKey {
+                            repo: other_repo.clone(),
+                            id: issues::resolve(c, &other_repo, &other_id).unwrap_or_default(),
+                        };
+                        let link = wire::LinkChange {
+                            kind: kind.as_str().to_string(),
+                            target: key_ref(&target),
+                        };
+                        (
+                            w,
+                            Extra {
+                                link: Some(link),
+                                ..Extra::default()
+                            },
+                        )
+                    })
+                },
+            )
             .await
         }
     }
+}
+
+/// Which repositories a write reads and writes: the writer locks that
+/// repository only (`Writer::write_in`), or takes the key of the writes
+/// that may touch several.
+#[derive(Clone, Copy)]
+enum Scope {
+    Repository,
+    /// A link or unlink across repositories: whether the pair is linked
+    /// already is read from both sides.
+    Several,
 }
 
 /// What a write adds to `{"status", "repo", "issue", "event", "seq"}`.
@@ -662,7 +708,7 @@ fn ended(lease: Option<&Lease>) -> Extra {
 /// `{"status", "repo", "issue", "event", "seq", ...extra}`.
 async fn write<F>(
     ctx: &ExecContext,
-    repo: &str,
+    (repo, scope): (&str, Scope),
     status: &'static str,
     actor: Person,
     fence: Option<i64>,
@@ -670,26 +716,28 @@ async fn write<F>(
     f: F,
 ) -> Reply
 where
-    F: FnOnce(&crate::db::sql::Connection, &WriteCtx<'_>) -> Result<(Written, Extra), IssueError>
+    F: Fn(&crate::db::sql::Connection, &WriteCtx<'_>) -> Result<(Written, Extra), IssueError>
         + Send
         + 'static,
 {
     let owned_repo = repo.to_string();
-    let done = ctx
-        .app
-        .writer
-        .write(format!("collab-issue {status}"), move |conn, now| {
-            let w = WriteCtx {
-                repo: &owned_repo,
-                actor: &actor,
-                fence,
-                max_body,
-                now,
-            };
-            // An error rolls the write back (the writer's SAVEPOINT).
-            Ok(f(conn, &w)?)
-        })
-        .await;
+    let label = format!("collab-issue {status}");
+    let run = move |conn: &crate::db::sql::Connection, now| {
+        let w = WriteCtx {
+            repo: &owned_repo,
+            actor: &actor,
+            fence,
+            max_body,
+            now,
+        };
+        // An error rolls the write back (the writer's SAVEPOINT).
+        Ok(f(conn, &w)?)
+    };
+    let writer = &ctx.app.writer;
+    let done = match scope {
+        Scope::Repository => writer.write_in(repo, label, run).await,
+        Scope::Several => writer.write(label, run).await,
+    };
     match done {
         Ok((written, extra)) => ok(&wire::IssueWritten {
             status: status.to_string(),

@@ -541,7 +541,7 @@ async fn merge_rule(ctx: &ExecContext, entry: &RepoEntry) -> MergeRule {
 /// `{"status", "repo", "patch", "revision", "event", "seq"}`.
 async fn write<F>(ctx: &ExecContext, repo: &str, status: &'static str, f: F) -> Reply
 where
-    F: FnOnce(&crate::db::sql::Connection, &WriteCtx<'_>) -> Result<Written, PatchError>
+    F: Fn(&crate::db::sql::Connection, &WriteCtx<'_>) -> Result<Written, PatchError>
         + Send
         + 'static,
 {
@@ -551,7 +551,7 @@ where
     let done = ctx
         .app
         .writer
-        .write(format!("collab-patch {status}"), move |conn, now| {
+        .write_in(repo, format!("collab-patch {status}"), move |conn, now| {
             let w = WriteCtx {
                 repo: &owned,
                 actor: &actor,
@@ -899,43 +899,47 @@ async fn queue_merge(
     let written = ctx
         .app
         .writer
-        .write("collab-patch merge --when-green", move |conn, now| {
-            // Read again in the transaction: the revision queued is the
-            // latest one when the intent is recorded.
-            let detail = match patches::show(conn, &r, &patch_id) {
-                Ok(d) => d,
-                Err(e) => return Ok(Err(e)),
-            };
-            let Some(latest) = detail.latest().map(|l| l.n) else {
-                return Ok(Err(PatchError::Invalid("the patch has no revision".into())));
-            };
-            if detail.patch.status != patches::PatchStatus::Open {
-                return Ok(Err(PatchError::Invalid(format!(
-                    "cannot queue a merge of patch {}: it is {}",
-                    short(&patch_id),
-                    detail.patch.status.as_str()
-                ))));
-            }
-            let existing = merge_intents::get(conn, &r, &patch_id)?;
-            if existing.is_none()
-                && merge_intents::count_in(conn, &r)? >= merge_intents::MAX_PER_REPO
-            {
-                return Ok(Err(PatchError::Invalid(format!(
-                    "the repository has {} queued merges, the most it may hold",
-                    merge_intents::MAX_PER_REPO
-                ))));
-            }
-            let intent = merge_intents::Intent {
-                repo: r.clone(),
-                patch: patch_id.clone(),
-                revision: latest,
-                requester: a,
-                lease_token: fence,
-                created_at: now,
-            };
-            let (seq, replaced) = merge_intents::queue(conn, &intent, now)?;
-            Ok(Ok((latest, seq, replaced)))
-        })
+        .write_in(
+            &repo,
+            "collab-patch merge --when-green",
+            move |conn, now| {
+                // Read again in the transaction: the revision queued is the
+                // latest one when the intent is recorded.
+                let detail = match patches::show(conn, &r, &patch_id) {
+                    Ok(d) => d,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let Some(latest) = detail.latest().map(|l| l.n) else {
+                    return Ok(Err(PatchError::Invalid("the patch has no revision".into())));
+                };
+                if detail.patch.status != patches::PatchStatus::Open {
+                    return Ok(Err(PatchError::Invalid(format!(
+                        "cannot queue a merge of patch {}: it is {}",
+                        short(&patch_id),
+                        detail.patch.status.as_str()
+                    ))));
+                }
+                let existing = merge_intents::get(conn, &r, &patch_id)?;
+                if existing.is_none()
+                    && merge_intents::count_in(conn, &r)? >= merge_intents::MAX_PER_REPO
+                {
+                    return Ok(Err(PatchError::Invalid(format!(
+                        "the repository has {} queued merges, the most it may hold",
+                        merge_intents::MAX_PER_REPO
+                    ))));
+                }
+                let intent = merge_intents::Intent {
+                    repo: r.clone(),
+                    patch: patch_id.clone(),
+                    revision: latest,
+                    requester: a.clone(),
+                    lease_token: fence,
+                    created_at: now,
+                };
+                let (seq, replaced) = merge_intents::queue(conn, &intent, now)?;
+                Ok(Ok((latest, seq, replaced)))
+            },
+        )
         .await;
     match written {
         Ok(Ok((revision, seq, replaced))) => ok(&wire::MergeQueued {
@@ -962,7 +966,7 @@ async fn cancel_merge(ctx: &ExecContext, repo: &str, id: String) -> Reply {
     let written = ctx
         .app
         .writer
-        .write("collab-patch merge --cancel", move |conn, now| {
+        .write_in(repo, "collab-patch merge --cancel", move |conn, now| {
             let patch_id = match patches::resolve(conn, &r, &id) {
                 Ok(p) => p,
                 Err(e) => return Ok(Err(e)),

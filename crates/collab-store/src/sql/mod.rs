@@ -17,10 +17,12 @@
 //!   PostgreSQL every writer on every node first takes the global advisory
 //!   key [`pg::WRITE_LOCK`], shared by ordinary writers and exclusive for
 //!   whole-database ones ([`Behavior::Exclusive`]); generic writes
-//!   ([`Behavior::Immediate`]) also take [`pg::GENERIC_WRITES_LOCK`], which
-//!   keeps them serial among themselves; the writer's lease groups
-//!   ([`Behavior::Concurrent`]) take per-issue locks instead
-//!   ([`Connection::lock_issue`]), and events get their final `seq` at
+//!   ([`Behavior::Immediate`]) also take [`pg::GENERIC_WRITES_LOCK`]
+//!   exclusive, which keeps them serial among themselves; the writer's
+//!   groups of lease operations and repository writes
+//!   ([`Behavior::Concurrent`]) take per-issue and per-repository locks
+//!   instead ([`Connection::lock_issue`], [`Connection::lock_repository`]:
+//!   the latter with the generic writes' key shared), and events get their final `seq` at
 //!   COMMIT (`event_log::append`). docs/postgres.md argues each guarantee.
 //!   A read transaction ([`Connection::begin_read`]) is a
 //!   WAL snapshot on SQLite and `REPEATABLE READ READ ONLY` on PostgreSQL:
@@ -295,6 +297,24 @@ impl Connection {
         }
     }
 
+    /// Take the repository's lock for the rest of the open write
+    /// transaction, before a repository write (`Writer::write_in`, a hook's
+    /// record of a push) reads or writes anything of it. SQLite's one
+    /// write lock already covers it: always `true`. On PostgreSQL the
+    /// generic writes' key shared and the repository's own key
+    /// (`hashtextextended('repository:' || repo, 0)`), both tried in a
+    /// [`Behavior::Concurrent`] transaction (`false`: a write of this
+    /// repository, or one of several repositories, is running elsewhere),
+    /// the repository's key waited for in a [`Behavior::Repository`] one;
+    /// nothing to take in an [`Behavior::Immediate`] or
+    /// [`Behavior::Exclusive`] one, whose key excludes every holder.
+    pub fn lock_repository(&self, repo: &str) -> Result<bool> {
+        match self {
+            Connection::Sqlite(_) => Ok(true),
+            Connection::Postgres(c) => c.lock_repository(repo),
+        }
+    }
+
     /// PostgreSQL, in a lease group: the next operation's savepoint and its
     /// issue's lock in one round trip (`PgConnection::savepoint_locking`).
     /// `false` on SQLite, where the caller opens the savepoint itself.
@@ -451,9 +471,10 @@ impl<'c> Transaction<'c> {
         match conn {
             Connection::Sqlite(c) => c.execute_batch(match behavior {
                 Behavior::Deferred => "BEGIN DEFERRED",
-                Behavior::Immediate | Behavior::Concurrent | Behavior::Exclusive => {
-                    "BEGIN IMMEDIATE"
-                }
+                Behavior::Immediate
+                | Behavior::Repository
+                | Behavior::Concurrent
+                | Behavior::Exclusive => "BEGIN IMMEDIATE",
             })?,
             Connection::Postgres(c) => c.begin(behavior)?,
         }

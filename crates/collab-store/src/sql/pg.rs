@@ -24,11 +24,13 @@ use super::value::ValueRef;
 /// node's connection dies, so a killed node never holds it.
 pub const WRITE_LOCK: i64 = 0x636f_6c6c_6162; // "collab"
 
-/// The key ("writes") that serializes the generic writes among themselves
-/// ([`Behavior::Immediate`]: issues, patches, webhooks, hooks, imports):
-/// their closures run once and take row locks in any order, so two of them
-/// in parallel could deadlock. Lease operations ([`Behavior::Concurrent`])
-/// never take it.
+/// The key ("writes") that serializes the generic writes that may touch
+/// several repositories ([`Behavior::Immediate`]: webhooks, mirrors,
+/// imports, server merges, ...), taken EXCLUSIVE: their closures run once
+/// and take row locks in any order, so two of them in parallel could
+/// deadlock. Repository writes take it SHARED with their repository's key
+/// (`PgConnection::lock_repository`), so they run beside each other but
+/// never beside an exclusive holder. Lease operations never take it.
 pub const GENERIC_WRITES_LOCK: i64 = 0x7772_6974_6573; // "writes"
 
 /// How long a statement of a [`Behavior::Concurrent`] transaction waits for
@@ -233,6 +235,10 @@ impl PgConnection {
                 "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); \
                  SELECT pg_advisory_xact_lock({GENERIC_WRITES_LOCK})"
             ),
+            Behavior::Repository => format!(
+                "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); \
+                 SELECT pg_advisory_xact_lock_shared({GENERIC_WRITES_LOCK})"
+            ),
             Behavior::Exclusive => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
         };
         self.start(&sql)?;
@@ -261,6 +267,37 @@ impl PgConnection {
         let row = self.client()?.query_one(&stmt, &[&repo, &issue_id]);
         let row = row.map_err(|e| self.seen(e))?;
         Ok(!try_only || row.get::<_, bool>(0))
+    }
+
+    /// Take the repository's lock (see `Connection::lock_repository`):
+    /// tried with the generic writes' key shared in a
+    /// [`Behavior::Concurrent`] transaction, waited for in a
+    /// [`Behavior::Repository`] one (which holds that key since BEGIN),
+    /// nothing in the others.
+    pub fn lock_repository(&self, repo: &str) -> Result<bool> {
+        let row = match self.behavior.get() {
+            // The CASE tries the repository's key only once the shared key
+            // is held: a refusal holds neither for long (the caller rolls
+            // back to its savepoint, which releases both).
+            Some(Behavior::Concurrent) => {
+                let stmt = self.cached(
+                    "SELECT CASE WHEN pg_try_advisory_xact_lock_shared(CAST($2 AS BIGINT)) \
+                     THEN pg_try_advisory_xact_lock(hashtextextended('repository:' || $1, 0)) \
+                     ELSE false END",
+                )?;
+                self.client()?
+                    .query_one(&stmt, &[&repo, &GENERIC_WRITES_LOCK])
+            }
+            Some(Behavior::Repository) => {
+                let stmt = self.cached(
+                    "SELECT true FROM (SELECT pg_advisory_xact_lock(\
+                     hashtextextended('repository:' || $1, 0))) AS taken",
+                )?;
+                self.client()?.query_one(&stmt, &[&repo])
+            }
+            _ => return Ok(true),
+        };
+        Ok(row.map_err(|e| self.seen(e))?.get::<_, bool>(0))
     }
 
     /// In a [`Behavior::Concurrent`] transaction: release the savepoint

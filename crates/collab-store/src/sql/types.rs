@@ -10,19 +10,30 @@ pub enum Behavior {
     /// A read (or a write that takes no lock first): SQLite `BEGIN DEFERRED`,
     /// PostgreSQL `BEGIN`.
     Deferred,
-    /// A generic write (issues, patches, webhooks, hooks, imports): SQLite
-    /// `BEGIN IMMEDIATE`; PostgreSQL the global key shared and the generic
-    /// writes' key (`pg::GENERIC_WRITES_LOCK`) exclusive, so generic
-    /// writes are serial among themselves on every node but run beside
-    /// lease operations.
+    /// A generic write that may touch more than one repository (webhooks,
+    /// mirrors, settings, imports, a server merge, a cross-repository
+    /// link): SQLite `BEGIN IMMEDIATE`; PostgreSQL the global key shared
+    /// and the generic writes' key (`pg::GENERIC_WRITES_LOCK`) exclusive,
+    /// so such writes are serial among themselves and with every
+    /// repository write on every node, but run beside lease operations.
     Immediate,
-    /// The writer's groups of lease operations only (acquire, renew,
-    /// release, break, expiry, `next`, reads): SQLite `BEGIN IMMEDIATE`;
-    /// PostgreSQL the global key shared, nothing else up front. Each
-    /// operation takes its issue's lock with `Connection::lock_issue`
-    /// (tried, never waited for), and row locks wait at most a short
-    /// `lock_timeout`: a busy operation fails with an error for which
-    /// `Error::is_busy` holds and runs again in a later group.
+    /// A generic write confined to one repository, outside the writer (a
+    /// git hook's record of a push): SQLite `BEGIN IMMEDIATE`; PostgreSQL
+    /// the global key and the generic writes' key both shared, and then
+    /// the repository's key, waited for (`Connection::lock_repository`).
+    /// Repository writes of different repositories run side by side; a
+    /// generic write ([`Behavior::Immediate`]) excludes them all.
+    Repository,
+    /// The writer's groups of lease operations and repository writes
+    /// (acquire, renew, release, break, expiry, `next`, reads; issue,
+    /// patch and check writes): SQLite `BEGIN IMMEDIATE`; PostgreSQL the
+    /// global key shared, nothing else up front. Each lease operation
+    /// takes its issue's lock with `Connection::lock_issue`, each
+    /// repository write its repository's with
+    /// `Connection::lock_repository` (both tried, never waited for), and
+    /// row locks wait at most a short `lock_timeout`: a busy operation
+    /// fails with an error for which `Error::is_busy` holds and runs again
+    /// in a later group.
     Concurrent,
     /// A whole-database write (migrations, `db migrate`'s copy, a
     /// repository rename): SQLite `BEGIN IMMEDIATE`; PostgreSQL the global

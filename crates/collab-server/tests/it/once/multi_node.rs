@@ -6,7 +6,9 @@
 //! out twice (16 find the queue empty), a node killed mid-storm loses nothing acknowledged and repeats no
 //! token, a watcher on one node sees what another node wrote, and a watcher
 //! on each node sees every event of 72 racing write calls over three nodes once,
-//! in `seq` order, with no gap; one merge queue driven by three nodes
+//! in `seq` order, with no gap (comments on two repositories, which take
+//! their repositories' locks, racing lease operations), every acknowledged
+//! comment in the log; one merge queue driven by three nodes
 //! builds each group once; six webhook subscriptions are claimed per
 //! row by all three nodes, delivered in order without gaps, and taken over
 //! when a node holding claims is killed. Needs
@@ -487,9 +489,18 @@ fn one_node_syncs_a_mirror_at_a_time() {
 #[test]
 fn watchers_on_three_nodes_see_racing_writers_events_once_and_in_order() {
     let Some(nodes) = cluster() else { return };
-    nodes[0].create_repo("r");
-    let issues: Vec<String> = (0..4)
-        .map(|i| nodes[i % NODES].open_server_issue("r", &format!("Busy {i}")))
+    // Two repositories: their comments take two repository locks, so they
+    // race each other as well as the lease operations.
+    let repos = ["r", "s"];
+    for repo in repos {
+        nodes[0].create_repo(repo);
+    }
+    let issues: Vec<(&str, String)> = (0..4)
+        .map(|i| {
+            let repo = repos[i % 2];
+            let id = nodes[i % NODES].open_server_issue(repo, &format!("Busy {i}"));
+            (repo, id[..8].to_string())
+        })
         .collect();
     let head = nodes[0]
         .ssh_exec("collab-events watch --since 1 --no-follow")
@@ -504,43 +515,59 @@ fn watchers_on_three_nodes_see_racing_writers_events_once_and_in_order() {
     // Writers on all three nodes at once: comments and lease tenures, each
     // its own transaction with its own events.
     let agents = keys(&nodes[0], 24);
+    let mut comments_acknowledged = 0;
     for round in 0..3 {
-        let cmd = |i: usize| match (i + round) % 3 {
-            0 => format!(
-                "collab-issue comment r.git {} --body 'round {round}'",
-                &issues[i % issues.len()][..8]
-            ),
-            1 => format!(
-                "collab-lease acquire r.git {}",
-                &issues[i % issues.len()][..8]
-            ),
-            _ => format!(
-                "collab-lease release r.git {}",
-                &issues[i % issues.len()][..8]
-            ),
+        let cmd = |i: usize| {
+            let (repo, id) = &issues[i % issues.len()];
+            match (i + round) % 3 {
+                0 => format!("collab-issue comment {repo}.git {id} --body 'round {round}'"),
+                1 => format!("collab-lease acquire {repo}.git {id}"),
+                _ => format!("collab-lease release {repo}.git {id}"),
+            }
         };
         let start = Barrier::new(agents.len());
-        std::thread::scope(|s| {
-            for (i, (key, _)) in agents.iter().enumerate() {
-                let (node, start, cmd) = (&nodes[i % NODES], &start, cmd(i));
-                s.spawn(move || {
-                    start.wait();
-                    // Conflicts (a lease held by another agent) are fine:
-                    // only what committed is in the log.
-                    node.ssh_exec_as(key, &cmd, b"")
-                });
-            }
+        comments_acknowledged += std::thread::scope(|s| {
+            let writers: Vec<_> = agents
+                .iter()
+                .enumerate()
+                .map(|(i, (key, _))| {
+                    let (node, start, cmd) = (&nodes[i % NODES], &start, cmd(i));
+                    s.spawn(move || {
+                        start.wait();
+                        // Conflicts (a lease held by another agent) are fine:
+                        // only what committed is in the log.
+                        let out = node.ssh_exec_as(key, &cmd, b"");
+                        if cmd.starts_with("collab-issue comment") {
+                            assert!(out.success(), "{cmd}: {}", out.stderr);
+                        }
+                        cmd.starts_with("collab-issue comment") && out.success()
+                    })
+                })
+                .collect();
+            writers
+                .into_iter()
+                .map(|w| w.join().unwrap())
+                .filter(|&acknowledged| acknowledged)
+                .count()
         });
     }
     // The truth: the log as one snapshot read, after every writer returned.
-    let all: Vec<i64> = nodes[1]
+    let log: Vec<serde_json::Value> = nodes[1]
         .ssh_exec(&format!("collab-events watch --since {head} --no-follow"))
         .stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v["type"] != "heartbeat")
-        .filter_map(|v| v["seq"].as_i64())
         .collect();
+    let all: Vec<i64> = log.iter().filter_map(|v| v["seq"].as_i64()).collect();
+    let commented = log
+        .iter()
+        .filter(|v| v["type"] == "issue.commented")
+        .count();
+    assert_eq!(
+        commented, comments_acknowledged,
+        "every acknowledged comment is in the log, once"
+    );
     let last = *all.last().expect("the writers wrote events");
     assert_eq!(
         all,
