@@ -20,10 +20,17 @@
 //! collab-whoami` (p50 of SAMPLES each), and 256 `ssh … collab-whoami`
 //! started at once from one address (every login, p50/p99).
 //!
+//! With `GIT_COLLAB_TEST_POSTGRES` (an admin URL, e.g. from
+//! `scripts/ci-postgres.sh`), also over PostgreSQL (issue 28): the MCP
+//! drain through one server node, then through three nodes on the same
+//! database (agent `i` on node `i % 3`), each on a repository of its own;
+//! `MCP_BENCH_NODES_ONLY=1` runs only that part.
+//!
 //! Counts: `MCP_BENCH_AGENTS` (64), `MCP_BENCH_ISSUES` (512),
-//! `MCP_BENCH_SAMPLES` (40), `MCP_BENCH_LOGINS` (256). Prints a markdown
-//! table; with `GIT_COLLAB_BENCH_DOCS=docs/benchmarks.md` it also replaces
-//! that file's "## A fleet of agents: MCP, connection reuse, logins" section.
+//! `MCP_BENCH_SAMPLES` (40), `MCP_BENCH_LOGINS` (256). Prints markdown
+//! tables; with `GIT_COLLAB_BENCH_DOCS=docs/benchmarks.md` it also replaces
+//! that file's "## A fleet of agents: MCP, connection reuse, logins" and
+//! "## A fleet of agents over PostgreSQL nodes" sections.
 //! Run: `cargo bench --bench mcp_fleet`.
 
 use collab_testkit::bench as support;
@@ -418,6 +425,15 @@ fn mcp_agent(
 fn main() {
     let agents = env_usize("MCP_BENCH_AGENTS", 64);
     let issues = env_usize("MCP_BENCH_ISSUES", 512);
+    if let Some(section) = over_nodes(agents, issues) {
+        println!("{section}");
+        if let Ok(path) = std::env::var("GIT_COLLAB_BENCH_DOCS") {
+            write_section(Path::new(&path), &section);
+        }
+    }
+    if std::env::var("MCP_BENCH_NODES_ONLY").as_deref() == Ok("1") {
+        return;
+    }
     let samples = env_usize("MCP_BENCH_SAMPLES", 40);
     let logins = env_usize("MCP_BENCH_LOGINS", 256);
     let h = ServerHarness::start_with(HarnessOptions {
@@ -516,6 +532,73 @@ fn main() {
     if let Ok(path) = std::env::var("GIT_COLLAB_BENCH_DOCS") {
         write_section(Path::new(&path), &table);
     }
+}
+
+/// The MCP drain over PostgreSQL, through one node and then through three
+/// nodes on the same database; `None` without a PostgreSQL server.
+fn over_nodes(agents: usize, issues: usize) -> Option<String> {
+    const NODES: usize = 3;
+    let first = ServerHarness::start_on_postgres(HarnessOptions {
+        args: vec!["--log-level".into(), "warn".into()],
+        ..Default::default()
+    })?;
+    let mut nodes = vec![first];
+    for _ in 1..NODES {
+        let node = nodes[0].start_node();
+        nodes.push(node);
+    }
+    let keys: Vec<PathBuf> = (0..agents)
+        .map(|i| nodes[0].authorized_key(&format!("agent-{i}")))
+        .collect();
+    seed(&nodes[0], "one", issues);
+    seed(&nodes[0], "three", issues);
+    let settle_all = || nodes.iter().for_each(settle);
+    settle_all();
+    let one = drain(&nodes[0], "one node", agents, |i, ready| {
+        mcp_agent(&nodes[0], &keys[i], "one", ready)
+    });
+    eprintln!("one PostgreSQL node: {:.1} issues/s", one.rate());
+    settle_all();
+    let three = drain(&nodes[0], "three nodes", agents, |i, ready| {
+        mcp_agent(&nodes[i % NODES], &keys[i], "three", ready)
+    });
+    eprintln!("three PostgreSQL nodes: {:.1} issues/s", three.rate());
+    let mut out = format!(
+        "## A fleet of agents over PostgreSQL nodes\n\n\
+         `cargo bench --bench mcp_fleet` with `GIT_COLLAB_TEST_POSTGRES` (issue 28), one run \
+         ({} UTC) on {} ({} cores): release servers on one fresh PostgreSQL database of \
+         `scripts/ci-postgres.sh` and one state directory, OpenSSH on loopback. {agents} agents, \
+         each with its own key and one MCP session, drain {issues} ready issues (`lease_next` \
+         with a TTL, then `issue_close` with the lease's token): through one node, then through \
+         three nodes (agent `i` on node `i % 3`), each on a repository of its own.\n\n\
+         | nodes | issues closed | failures | double hand-outs | drain time | issues/s | vs one node | `next` p50 | `next` p99 |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+        chrono::Utc::now().format("%Y-%m-%d %H:%M"),
+        support::cpu_name(),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+    );
+    for d in [&one, &three] {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {:.1} | {:.2}× | {} | {} |\n",
+            d.name,
+            d.closed,
+            d.failures,
+            d.doubles,
+            fmt(d.elapsed),
+            d.rate(),
+            d.rate() / one.rate(),
+            fmt(percentile(&d.nexts, 0.5)),
+            fmt(percentile(&d.nexts, 0.99)),
+        ));
+    }
+    out.push_str(
+        "\nThe three nodes share the machine's 2 CPUs with PostgreSQL, the 64 agents' `ssh` \
+         clients and each other: what they can add here is overlap (three writers whose \
+         transactions and flushes interleave, lease operations and the issues' writes under \
+         per-issue and per-repository locks), not CPU. Every issue was handed out once and \
+         closed once in both rows or the table says otherwise.\n",
+    );
+    Some(out)
 }
 
 fn render(

@@ -278,5 +278,15 @@ fn render(scenarios: &[Scenario], secs: u64, load: &str) -> String {
         ratio(4, 2),
         ratio(3, 1),
     ));
+    out.push_str(
+        "\nWhat the rows measure: on one node a group of comments is one transaction \
+         either way, so the repository keys cannot win there; they cost the try of \
+         the key in each comment's savepoint round trip. Across nodes generic writes \
+         take turns on one key, each node's group waiting for the others' COMMITs, \
+         while repository writes of different repositories overlap. On PostgreSQL a \
+         comment is two round trips (docs/postgres.md, \"One statement per issue \
+         comment\"). All of it shares 2 CPUs with PostgreSQL and the 64 callers, which \
+         bounds what three nodes can add.\n",
+    );
     out
 }

@@ -1021,13 +1021,17 @@ impl Alone {
         }
         // An operation that is one function call (PostgreSQL) sends its
         // savepoint in the call's round trip; a lease operation of
-        // statements sends it with the try of its issue's lock.
+        // statements sends it with the try of its issue's lock, a
+        // repository write with the try of its repository's.
         let opened = if op.in_one_call(tx) {
             tx.defer_savepoint(self.savepoint)
         } else {
-            match (self.behavior, op.issue()) {
-                (TransactionBehavior::Concurrent, Some((repo, id))) => tx
+            match (self.behavior, op.issue(), &repo_write) {
+                (TransactionBehavior::Concurrent, Some((repo, id)), _) => tx
                     .savepoint_locking(self.savepoint, repo, id)
+                    .map_err(in_ops)?,
+                (TransactionBehavior::Concurrent, None, Some(repo)) => tx
+                    .savepoint_locking_repository(self.savepoint, repo)
                     .map_err(in_ops)?,
                 _ => false,
             }

@@ -76,10 +76,11 @@ pub struct PgConnection {
     numbered_late: Cell<bool>,
     /// Provisional to final event numbers of the last committed transaction.
     final_seqs: RefCell<HashMap<i64, i64>>,
-    /// The issue whose lock [`PgConnection::savepoint_locking`] took in the
-    /// savepoint's own round trip; the next `lock_issue` of it is answered
-    /// without another.
-    pre_locked: RefCell<Option<(String, String)>>,
+    /// The issue or repository whose lock [`PgConnection::savepoint_locking`]
+    /// or [`PgConnection::savepoint_locking_repository`] took in the
+    /// savepoint's own round trip; the next `lock_issue` or
+    /// `lock_repository` of it is answered without another.
+    pre_locked: RefCell<Option<PreLocked>>,
     /// The writer's savepoint for the next operation, not sent yet
     /// (`Some(release_first)`, see [`PgConnection::defer_savepoint`]): the
     /// operation's first statement carries it.
@@ -88,6 +89,13 @@ pub struct PgConnection {
     /// function (`GIT_COLLAB_PG_LEASE_STATEMENTS=1` at connect, or
     /// [`PgConnection::set_lease_statements`]).
     lease_statements: Cell<bool>,
+}
+
+/// A lock taken in a savepoint's round trip (see `PgConnection::pre_locked`).
+#[derive(Debug, PartialEq, Eq)]
+enum PreLocked {
+    Issue { repo: String, issue_id: String },
+    Repository(String),
 }
 
 /// The environment variable that makes lease operations on PostgreSQL run
@@ -254,7 +262,8 @@ impl PgConnection {
     /// other transaction it waits and returns `true`.
     pub fn lock_issue(&self, repo: &str, issue_id: &str) -> Result<bool> {
         let pre_locked = self.pre_locked.borrow_mut().take();
-        if pre_locked.is_some_and(|(r, i)| r == repo && i == issue_id) {
+        if matches!(pre_locked, Some(PreLocked::Issue { repo: r, issue_id: i }) if r == repo && i == issue_id)
+        {
             return Ok(true);
         }
         let try_only = self.behavior.get() == Some(Behavior::Concurrent);
@@ -275,6 +284,10 @@ impl PgConnection {
     /// [`Behavior::Repository`] one (which holds that key since BEGIN),
     /// nothing in the others.
     pub fn lock_repository(&self, repo: &str) -> Result<bool> {
+        let pre_locked = self.pre_locked.borrow_mut().take();
+        if matches!(pre_locked, Some(PreLocked::Repository(r)) if r == repo) {
+            return Ok(true);
+        }
         let row = match self.behavior.get() {
             // The CASE tries the repository's key only once the shared key
             // is held: a refusal holds neither for long (the caller rolls
@@ -306,26 +319,63 @@ impl PgConnection {
     /// names as escaped literals). Taken, the operation's own `lock_issue`
     /// costs nothing; not taken, it tries again and finds the issue busy.
     pub fn savepoint_locking(&self, release_first: bool, repo: &str, issue_id: &str) -> Result<()> {
+        let try_lock = match (literal(repo), literal(issue_id)) {
+            (Some(r), Some(i)) => Some(format!(
+                "SELECT pg_try_advisory_xact_lock(hashtextextended(length({r}) || ':' || {r} || {i}, 0))"
+            )),
+            _ => None,
+        };
+        let locked = PreLocked::Issue {
+            repo: repo.to_string(),
+            issue_id: issue_id.to_string(),
+        };
+        self.savepoint_trying(release_first, try_lock, locked)
+    }
+
+    /// [`PgConnection::savepoint_locking`] for a repository write: the
+    /// savepoint and the try of its repository's lock (as
+    /// [`PgConnection::lock_repository`] tries it) in one round trip.
+    pub fn savepoint_locking_repository(&self, release_first: bool, repo: &str) -> Result<()> {
+        let try_lock = literal(repo).map(|r| {
+            format!(
+                "SELECT CASE WHEN pg_try_advisory_xact_lock_shared({GENERIC_WRITES_LOCK}) \
+                 THEN pg_try_advisory_xact_lock(hashtextextended('repository:' || {r}, 0)) \
+                 ELSE false END"
+            )
+        });
+        self.savepoint_trying(
+            release_first,
+            try_lock,
+            PreLocked::Repository(repo.to_string()),
+        )
+    }
+
+    /// Release `lease_op` (when `release_first`), open it again and run
+    /// `try_lock` (a `SELECT` of one boolean) in one simple-query round
+    /// trip; `true` notes `locked` as taken.
+    fn savepoint_trying(
+        &self,
+        release_first: bool,
+        try_lock: Option<String>,
+        locked: PreLocked,
+    ) -> Result<()> {
         self.pre_locked.borrow_mut().take();
         let release = if release_first {
             "RELEASE lease_op; "
         } else {
             ""
         };
-        let (Some(r), Some(i)) = (literal(repo), literal(issue_id)) else {
+        let Some(try_lock) = try_lock else {
             // Not expressible as a literal (a NUL): the lock goes its own way.
             return self.batch(&format!("{release}SAVEPOINT lease_op"));
         };
-        let sql = format!(
-            "{release}SAVEPOINT lease_op; \
-             SELECT pg_try_advisory_xact_lock(hashtextextended(length({r}) || ':' || {r} || {i}, 0))"
-        );
+        let sql = format!("{release}SAVEPOINT lease_op; {try_lock}");
         let messages = self.client()?.simple_query(&sql);
         let got = messages.map_err(|e| self.seen(e))?.iter().any(
             |m| matches!(m, postgres::SimpleQueryMessage::Row(row) if row.get(0) == Some("t")),
         );
         if got {
-            *self.pre_locked.borrow_mut() = Some((repo.to_string(), issue_id.to_string()));
+            *self.pre_locked.borrow_mut() = Some(locked);
         }
         Ok(())
     }
