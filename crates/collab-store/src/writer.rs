@@ -62,6 +62,17 @@ pub const MAX_GROUP: usize = 256;
 /// Queued operations beyond this make callers wait to enqueue (backpressure).
 const QUEUE_DEPTH: usize = 4096;
 
+/// Deferrals after which a repository write stops only trying its
+/// repository's lock: tries alone could lose to other nodes' writers of
+/// the same repository again and again; a wait takes a place in
+/// PostgreSQL's lock queue, which grants in order.
+const PATIENT_AFTER: u32 = 8;
+
+/// Groups a repository write may be carried over to: after
+/// [`PATIENT_AFTER`] each costs a short wait (`pg::REPOSITORY_WAIT`), so
+/// this bounds the whole at about five seconds.
+const MAX_REPOSITORY_DEFERRALS: u32 = PATIENT_AFTER + 250;
+
 /// Groups an operation may be carried over to, because its issue was busy
 /// on another node, before it fails with the busy error (at about a
 /// millisecond per group, seconds of another transaction holding it).
@@ -232,6 +243,10 @@ enum Op {
         label: String,
         repo: String,
         run: RepoWriteFn,
+        /// Deferred [`PATIENT_AFTER`] times: at the head of a group it
+        /// waits for its repository's lock (in PostgreSQL's queue, up to
+        /// the group's `lock_timeout`) instead of trying it.
+        patient: bool,
     },
 }
 
@@ -549,6 +564,7 @@ impl Writer {
             label: label.into(),
             repo: repo.into(),
             run: Box::new(move |conn, now, _| f(conn, now).map(|t| Box::new(t) as AnyOutcome)),
+            patient: false,
         };
         let any: AnyOutcome = expect!(self.call(op).await?, Write)?;
         Ok(*any
@@ -866,7 +882,7 @@ fn run_writer(
                     done_jobs.push(job);
                     done.push(outcome);
                 }
-                None if job.deferrals >= MAX_DEFERRALS => {
+                None if job.deferrals >= op.max_deferrals() => {
                     let what = match op {
                         Op::RepoWrite { .. } => "the repository",
                         _ => "the issue",
@@ -879,6 +895,9 @@ fn run_writer(
                 None => {
                     job.op = op;
                     job.deferrals += 1;
+                    if let Op::RepoWrite { patient, .. } = &mut job.op {
+                        *patient = job.deferrals >= PATIENT_AFTER;
+                    }
                     carried.push(job);
                 }
             }
@@ -952,7 +971,7 @@ fn run_group(
             Vec::new()
         };
         if answers.is_empty() {
-            outcomes.push(alone.run(&tx, &mut ops[i], policy, now)?);
+            outcomes.push(alone.run(&tx, &mut ops[i], i == 0, policy, now)?);
             i += 1;
             continue;
         }
@@ -970,7 +989,7 @@ fn run_group(
                 }
                 // It failed in the call and nothing of it was kept: run it
                 // alone, under its savepoint, for its own error.
-                Grouped::Alone => outcomes.push(alone.run(&tx, op, policy, now)?),
+                Grouped::Alone => outcomes.push(alone.run(&tx, op, false, policy, now)?),
             }
         }
     }
@@ -999,6 +1018,7 @@ impl Alone {
         &mut self,
         tx: &Connection,
         op: &mut Op,
+        first: bool,
         policy: &Policy,
         now: i64,
     ) -> Result<Option<anyhow::Result<Outcome>>, (Stage, crate::sql::Error)> {
@@ -1009,9 +1029,9 @@ impl Alone {
         if key.as_ref().is_some_and(|key| self.busy.contains(key)) {
             return Ok(None);
         }
-        let repo_write = match op {
-            Op::RepoWrite { repo, .. } => Some(repo.clone()),
-            _ => None,
+        let (repo_write, patient) = match op {
+            Op::RepoWrite { repo, patient, .. } => (Some(repo.clone()), *patient),
+            _ => (None, false),
         };
         if repo_write
             .as_ref()
@@ -1030,9 +1050,22 @@ impl Alone {
                 (TransactionBehavior::Concurrent, Some((repo, id)), _) => tx
                     .savepoint_locking(self.savepoint, repo, id)
                     .map_err(in_ops)?,
-                (TransactionBehavior::Concurrent, None, Some(repo)) => tx
-                    .savepoint_locking_repository(self.savepoint, repo)
-                    .map_err(in_ops)?,
+                (TransactionBehavior::Concurrent, None, Some(repo)) => {
+                    // Only the group's first operation may wait: holding
+                    // nothing yet, it cannot close a cycle of waits.
+                    let wait = patient && first;
+                    match tx.savepoint_locking_repository(self.savepoint, repo, wait) {
+                        Ok(opened) => opened,
+                        // The wait ran out (`lock_timeout`): deferred again.
+                        Err(e) if e.is_busy() => {
+                            run_cached(tx, "ROLLBACK TO lease_op").map_err(in_ops)?;
+                            self.savepoint = true;
+                            self.busy_repos.extend(repo_write);
+                            return Ok(None);
+                        }
+                        Err(e) => return Err(in_ops(e)),
+                    }
+                }
                 _ => false,
             }
         };
@@ -1231,6 +1264,15 @@ impl Op {
             self,
             Op::Acquire(_) | Op::Renew(_) | Op::Release { .. } | Op::Break { .. }
         ) && leases::in_one_call(conn)
+    }
+
+    /// How many groups the operation may be carried over to before it
+    /// fails as busy.
+    fn max_deferrals(&self) -> u32 {
+        match self {
+            Op::RepoWrite { .. } => MAX_REPOSITORY_DEFERRALS,
+            _ => MAX_DEFERRALS,
+        }
     }
 
     /// The issue a lease operation decides, if it is one.
@@ -2053,6 +2095,23 @@ mod tests {
         );
         assert!(!waiting.is_finished(), "the held repository's write waits");
         assert_eq!(runs.load(Ordering::SeqCst), 1, "and has not run yet");
+        // Deferred often enough, it queues for the key (a lock request not
+        // granted yet) instead of only trying it.
+        let queued = || {
+            crate::sql::test_database::query_i64(
+                &url,
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+            )
+            .unwrap()
+        };
+        let deadline = std::time::Instant::now() + patient;
+        while off_runtime(queued) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the write never queued for the key"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         end.send(()).unwrap();
         holder.join().unwrap();
         let waited = tokio::time::timeout(patient, waiting).await;

@@ -319,14 +319,19 @@ impl Connection {
     /// issue's lock in one round trip (`PgConnection::savepoint_locking`).
     /// `false` on SQLite, where the caller opens the savepoint itself.
     /// PostgreSQL, in a group: the next repository write's savepoint and
-    /// its repository's lock in one round trip
-    /// (`PgConnection::savepoint_locking_repository`). `false` on SQLite,
-    /// where the caller opens the savepoint itself.
-    pub fn savepoint_locking_repository(&self, release_first: bool, repo: &str) -> Result<bool> {
+    /// its repository's lock in one round trip, tried, or waited for when
+    /// `wait` (`PgConnection::savepoint_locking_repository`). `false` on
+    /// SQLite, where the caller opens the savepoint itself.
+    pub fn savepoint_locking_repository(
+        &self,
+        release_first: bool,
+        repo: &str,
+        wait: bool,
+    ) -> Result<bool> {
         match self {
             Connection::Sqlite(_) => Ok(false),
             Connection::Postgres(c) => c
-                .savepoint_locking_repository(release_first, repo)
+                .savepoint_locking_repository(release_first, repo, wait)
                 .map(|()| true),
         }
     }

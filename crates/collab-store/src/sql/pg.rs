@@ -39,6 +39,12 @@ pub const GENERIC_WRITES_LOCK: i64 = 0x7772_6974_6573; // "writes"
 /// anything, so it is never part of a deadlock that lasts.
 const CONCURRENT_LOCK_TIMEOUT: &str = "200ms";
 
+/// How long a repository write deferred many times waits in the lock
+/// queue for its repository at the head of a writer's group
+/// (`PgConnection::savepoint_locking_repository`) before it is deferred
+/// again: about one group of another node.
+const REPOSITORY_WAIT: &str = "20ms";
+
 /// Statements cached per connection before the cache starts over (the
 /// domain code has a bounded set of statement shapes; this bounds a leak).
 const MAX_CACHED: usize = 512;
@@ -334,14 +340,36 @@ impl PgConnection {
 
     /// [`PgConnection::savepoint_locking`] for a repository write: the
     /// savepoint and the try of its repository's lock (as
-    /// [`PgConnection::lock_repository`] tries it) in one round trip.
-    pub fn savepoint_locking_repository(&self, release_first: bool, repo: &str) -> Result<()> {
+    /// [`PgConnection::lock_repository`] tries it) in one round trip. With
+    /// `wait`, the locks are waited for instead, for at most
+    /// [`REPOSITORY_WAIT`] (an error for which `Error::is_busy` holds when
+    /// it runs out; the savepoint is open, and the caller rolls back to it).
+    pub fn savepoint_locking_repository(
+        &self,
+        release_first: bool,
+        repo: &str,
+        wait: bool,
+    ) -> Result<()> {
         let try_lock = literal(repo).map(|r| {
-            format!(
-                "SELECT CASE WHEN pg_try_advisory_xact_lock_shared({GENERIC_WRITES_LOCK}) \
-                 THEN pg_try_advisory_xact_lock(hashtextextended('repository:' || {r}, 0)) \
-                 ELSE false END"
-            )
+            if wait {
+                // A short wait: the writer's group waits with it, and a
+                // holder of one repository must not stall the node's other
+                // writes for long. Rolling back to the savepoint undoes
+                // the SET LOCAL too.
+                format!(
+                    "SET LOCAL lock_timeout = '{REPOSITORY_WAIT}'; \
+                     SELECT pg_advisory_xact_lock_shared({GENERIC_WRITES_LOCK}); \
+                     SELECT true FROM (SELECT pg_advisory_xact_lock(\
+                     hashtextextended('repository:' || {r}, 0))) AS taken; \
+                     SET LOCAL lock_timeout = '{CONCURRENT_LOCK_TIMEOUT}'"
+                )
+            } else {
+                format!(
+                    "SELECT CASE WHEN pg_try_advisory_xact_lock_shared({GENERIC_WRITES_LOCK}) \
+                     THEN pg_try_advisory_xact_lock(hashtextextended('repository:' || {r}, 0)) \
+                     ELSE false END"
+                )
+            }
         });
         self.savepoint_trying(
             release_first,
