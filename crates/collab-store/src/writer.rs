@@ -244,8 +244,8 @@ enum Op {
         repo: String,
         run: RepoWriteFn,
         /// Deferred [`PATIENT_AFTER`] times: at the head of a group it
-        /// waits for its repository's lock (in PostgreSQL's queue, up to
-        /// the group's `lock_timeout`) instead of trying it.
+        /// waits for its repository's lock (in PostgreSQL's queue, for at
+        /// most `pg::REPOSITORY_WAIT`) instead of trying it.
         patient: bool,
     },
 }
