@@ -960,6 +960,7 @@ fn run_group(
         savepoint: false,
         busy: Vec::new(),
         busy_repos: Vec::new(),
+        held_repos: Vec::new(),
     };
     // PostgreSQL: runs of lease operations in one call each.
     let in_calls = behavior == TransactionBehavior::Concurrent && leases::in_one_call(&tx);
@@ -1009,6 +1010,9 @@ struct Alone {
     /// Repositories with a deferred repository write: likewise for the
     /// repository writes after it.
     busy_repos: Vec<String>,
+    /// Repositories whose lock the transaction holds (an earlier write of
+    /// the group took it and succeeded): a later write of one needs no try.
+    held_repos: Vec<String>,
 }
 
 impl Alone {
@@ -1050,6 +1054,13 @@ impl Alone {
                 (TransactionBehavior::Concurrent, Some((repo, id)), _) => tx
                     .savepoint_locking(self.savepoint, repo, id)
                     .map_err(in_ops)?,
+                (TransactionBehavior::Concurrent, None, Some(repo))
+                    if self.held_repos.contains(repo) =>
+                {
+                    next_savepoint(tx, self.savepoint).map_err(in_ops)?;
+                    tx.holds_repository(repo);
+                    true
+                }
                 (TransactionBehavior::Concurrent, None, Some(repo)) => {
                     // Only the group's first operation may wait: holding
                     // nothing yet, it cannot close a cycle of waits.
@@ -1074,7 +1085,16 @@ impl Alone {
         }
         self.savepoint = true;
         match op.run(tx, policy, now) {
-            Ok(outcome) => Ok(Some(Ok(outcome))),
+            Ok(outcome) => {
+                // Its savepoint is released into the transaction with the
+                // lock (a failed write's rollback would have released it).
+                if let Some(repo) = repo_write {
+                    if !self.held_repos.contains(&repo) {
+                        self.held_repos.push(repo);
+                    }
+                }
+                Ok(Some(Ok(outcome)))
+            }
             Err(e) => {
                 // Some errors (disk full, I/O) make SQLite abandon the whole
                 // transaction, and with it what the earlier operations did.
@@ -2137,6 +2157,61 @@ mod tests {
         let waited = tokio::time::timeout(patient, waiting).await;
         assert_eq!(waited.expect("then it commits").unwrap().unwrap(), 7);
         assert_eq!(runs.load(Ordering::SeqCst), 3);
+    }
+
+    /// On PostgreSQL every repository write runs holding its repository's
+    /// lock, whether its savepoint tried it or an earlier write of the same
+    /// group took it (`Alone::held_repos`), and also after a write of the
+    /// group failed and rolled back: many writes of two repositories at
+    /// once, some failing, each one looking for its lock among its own
+    /// backend's granted locks.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn on_postgres_every_repository_write_holds_its_repositorys_lock() {
+        use crate::sql::test_database::{off_runtime, wanted, TestDatabase};
+        if !wanted() {
+            return;
+        }
+        let db = off_runtime(TestDatabase::create);
+        let url = db.url.clone();
+        let service = off_runtime(|| Writer::open(url.as_str()).unwrap());
+        let writes: Vec<_> = (0..96)
+            .map(|i| {
+                let service = service.clone();
+                let repo = if i % 3 == 0 { "team/a" } else { "team/b" };
+                tokio::spawn(async move {
+                    service
+                        .write_in(repo, "look for the lock", move |conn, _| {
+                            let held: i64 = conn.query_row(
+                                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+                                 AND pid = pg_backend_pid() AND granted \
+                                 AND mode = 'ExclusiveLock' AND objsubid = 1 \
+                                 AND ((classid::bigint << 32) | objid::bigint) \
+                                     = hashtextextended('repository:' || ?1, 0)",
+                                [repo],
+                                |r| r.get(0),
+                            )?;
+                            anyhow::ensure!(i % 7 != 0, "write {i} fails after looking");
+                            Ok(held)
+                        })
+                        .await
+                })
+            })
+            .collect();
+        let mut failed = 0;
+        for (i, write) in writes.into_iter().enumerate() {
+            match write.await.unwrap() {
+                Ok(held) => assert_eq!(held, 1, "write {i} ran without its lock"),
+                Err(e) => {
+                    assert_eq!(i % 7, 0, "write {i}: {e:#}");
+                    failed += 1;
+                }
+            }
+        }
+        assert_eq!(failed, 14);
+        assert!(
+            service.stats().groups < 96,
+            "the writes shared groups, so some found their lock held already"
+        );
     }
 
     /// `pg::GENERIC_WRITES_LOCK`, which is private to the backend.

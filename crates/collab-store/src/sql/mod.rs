@@ -318,6 +318,15 @@ impl Connection {
     /// PostgreSQL, in a lease group: the next operation's savepoint and its
     /// issue's lock in one round trip (`PgConnection::savepoint_locking`).
     /// `false` on SQLite, where the caller opens the savepoint itself.
+    /// The open transaction holds `repo`'s lock already (an earlier
+    /// repository write of the writer's group took it): the next
+    /// `lock_repository` of it answers without a round trip.
+    pub fn holds_repository(&self, repo: &str) {
+        if let Connection::Postgres(c) = self {
+            c.holds_repository(repo);
+        }
+    }
+
     /// PostgreSQL, in a group: the next repository write's savepoint and
     /// its repository's lock in one round trip, tried, or waited for when
     /// `wait` (`PgConnection::savepoint_locking_repository`). `false` on

@@ -338,6 +338,11 @@ impl PgConnection {
         self.savepoint_trying(release_first, try_lock, locked)
     }
 
+    /// See `Connection::holds_repository`.
+    pub fn holds_repository(&self, repo: &str) {
+        *self.pre_locked.borrow_mut() = Some(PreLocked::Repository(repo.to_string()));
+    }
+
     /// [`PgConnection::savepoint_locking`] for a repository write: the
     /// savepoint and the try of its repository's lock (as
     /// [`PgConnection::lock_repository`] tries it) in one round trip. With
