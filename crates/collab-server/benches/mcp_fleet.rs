@@ -538,15 +538,11 @@ fn main() {
 /// nodes on the same database; `None` without a PostgreSQL server.
 fn over_nodes(agents: usize, issues: usize) -> Option<String> {
     const NODES: usize = 3;
-    let first = ServerHarness::start_on_postgres(HarnessOptions {
+    let options = HarnessOptions {
         args: vec!["--log-level".into(), "warn".into()],
         ..Default::default()
-    })?;
-    let mut nodes = vec![first];
-    for _ in 1..NODES {
-        let node = nodes[0].start_node();
-        nodes.push(node);
-    }
+    };
+    let nodes = ServerHarness::start_cluster_on_postgres(options, NODES)?;
     let keys: Vec<PathBuf> = (0..agents)
         .map(|i| nodes[0].authorized_key(&format!("agent-{i}")))
         .collect();

@@ -2019,13 +2019,11 @@ mod tests {
     /// (the BEGIN is sent again there), nothing fails.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_terminated_connection_is_replaced_without_failing_a_write() {
-        use crate::sql::test_database::{off_runtime, query_i64, TestDatabase};
-        if !crate::sql::test_database::wanted() {
+        use crate::sql::test_database::{off_runtime, query_i64};
+        let Some((db, service)) = postgres_writer() else {
             return;
-        }
-        let db = off_runtime(TestDatabase::create);
+        };
         let url = db.url.clone();
-        let service = off_runtime(|| Writer::open(url.as_str()).unwrap());
         let terminate = || {
             let cut = off_runtime(|| {
                 query_i64(
@@ -2059,14 +2057,12 @@ mod tests {
     /// several repositories), every repository write waits for it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn on_postgres_a_repository_write_waits_for_its_own_repository_only() {
-        use crate::sql::test_database::{off_runtime, wanted, TestDatabase};
+        use crate::sql::test_database::off_runtime;
         use std::sync::atomic::AtomicUsize;
-        if !wanted() {
+        let Some((db, service)) = postgres_writer() else {
             return;
-        }
-        let db = off_runtime(TestDatabase::create);
+        };
         let url = db.url.clone();
-        let service = off_runtime(|| Writer::open(url.as_str()).unwrap());
         // Another transaction holding `key` until told to end.
         let hold = |key: &str| {
             let (url, key) = (url.clone(), key.to_string());
@@ -2167,13 +2163,9 @@ mod tests {
     /// backend's granted locks.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn on_postgres_every_repository_write_holds_its_repositorys_lock() {
-        use crate::sql::test_database::{off_runtime, wanted, TestDatabase};
-        if !wanted() {
+        let Some((_db, service)) = postgres_writer() else {
             return;
-        }
-        let db = off_runtime(TestDatabase::create);
-        let url = db.url.clone();
-        let service = off_runtime(|| Writer::open(url.as_str()).unwrap());
+        };
         let writes: Vec<_> = (0..96)
             .map(|i| {
                 let service = service.clone();
@@ -2212,6 +2204,19 @@ mod tests {
             service.stats().groups < 96,
             "the writes shared groups, so some found their lock held already"
         );
+    }
+
+    /// On a PostgreSQL run: a fresh database (dropped with the value) and a
+    /// writer on it, opened off the runtime as the synchronous client
+    /// needs. `None` on a SQLite run.
+    fn postgres_writer() -> Option<(crate::sql::test_database::TestDatabase, Writer)> {
+        use crate::sql::test_database::{off_runtime, wanted, TestDatabase};
+        if !wanted() {
+            return None;
+        }
+        let db = off_runtime(TestDatabase::create);
+        let service = off_runtime(|| Writer::open(db.url.as_str()).unwrap());
+        Some((db, service))
     }
 
     /// `pg::GENERIC_WRITES_LOCK`, which is private to the backend.

@@ -190,6 +190,15 @@ impl ServerHarness {
         Some(Self::start_on(options, Some(pg::TestDatabase::create())))
     }
 
+    /// `nodes` server processes on one fresh PostgreSQL database and one
+    /// state directory: the first started with `options`, the others its
+    /// `start_node`s. `None` as for `start_on_postgres`.
+    pub fn start_cluster_on_postgres(options: HarnessOptions, nodes: usize) -> Option<Vec<Self>> {
+        let first = Self::start_on_postgres(options)?;
+        let others: Vec<Self> = (1..nodes).map(|_| first.start_node()).collect();
+        Some(std::iter::once(first).chain(others).collect())
+    }
+
     /// Start a server on the PostgreSQL database at `url`: one the test
     /// made itself (on a cluster of its own that it restarts, stops or
     /// fails over, say), dropped by the test.

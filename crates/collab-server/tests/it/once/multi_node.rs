@@ -31,16 +31,11 @@ const NODES: usize = 3;
 /// Three nodes on one fresh database, or `None` without PostgreSQL.
 fn cluster() -> Option<Vec<ServerHarness>> {
     // Many handshakes at once from one address.
-    let first = ServerHarness::start_on_postgres(HarnessOptions {
+    let options = HarnessOptions {
         env: vec![("GIT_COLLAB_SSH__MAX_STARTUPS_PER_IP".into(), "200".into())],
         ..Default::default()
-    })?;
-    let mut nodes = vec![first];
-    for _ in 1..NODES {
-        let node = nodes[0].start_node();
-        nodes.push(node);
-    }
-    Some(nodes)
+    };
+    ServerHarness::start_cluster_on_postgres(options, NODES)
 }
 
 fn keys(h: &ServerHarness, n: usize) -> Vec<(PathBuf, String)> {
@@ -892,17 +887,13 @@ fn webhook_subscriptions_are_claimed_per_row_spread_over_nodes_and_taken_over() 
         ("GIT_COLLAB_WEBHOOKS__CLAIM_SECS".into(), "10".into()),
         ("GIT_COLLAB_WEBHOOKS__RETRY_BASE_SECS".into(), "1".into()),
     ];
-    let Some(first) = ServerHarness::start_on_postgres(HarnessOptions {
+    let options = HarnessOptions {
         env,
         ..Default::default()
-    }) else {
+    };
+    let Some(mut nodes) = ServerHarness::start_cluster_on_postgres(options, NODES) else {
         return;
     };
-    let mut nodes = vec![first];
-    for _ in 1..NODES {
-        let node = nodes[0].start_node();
-        nodes.push(node);
-    }
     nodes[0].create_repo("r");
     let mut starts = BTreeMap::new();
     for i in 0..6 {

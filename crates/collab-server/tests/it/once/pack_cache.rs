@@ -73,6 +73,30 @@ fn clone_cmd(h: &ServerHarness, url: &str, dest: &Path, extra: &[&str]) -> Comma
     cmd
 }
 
+/// Clone `url` into the temporary directory's `name` (with `extra`
+/// options), which must succeed.
+fn cloned(h: &ServerHarness, url: &str, name: &str, extra: &[&str]) -> PathBuf {
+    let dest = h.temp_dir().join(name);
+    let out = clone_cmd(h, url, &dest, extra).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    dest
+}
+
+/// Force-push `commit` to `main` from the clone `w`, which must succeed.
+fn force_push(h: &ServerHarness, w: &Path, commit: &str) {
+    let out = h.git(
+        w,
+        &[
+            "push",
+            "-q",
+            "-f",
+            "origin",
+            &format!("{commit}:refs/heads/main"),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+}
+
 fn check_clone(h: &ServerHarness, dir: &Path, head: &str) {
     let fsck = h.git(dir, &["fsck", "--no-progress"]);
     assert!(fsck.status.success(), "{fsck:?}");
@@ -216,9 +240,7 @@ fn concurrent_identical_clones_share_one_pack_objects_over_ssh_and_http() {
     let url = format!("{}/fleet/app.git", h.http_url());
     let before = metric(&h, "git_collab_pack_objects_runs_total");
     for i in 0..3 {
-        let dest = h.temp_dir().join(format!("http{i}"));
-        let out = clone_cmd(&h, &url, &dest, &[]).output().unwrap();
-        assert!(out.status.success(), "{out:?}");
+        let dest = cloned(&h, &url, &format!("http{i}"), &[]);
         check_clone(&h, &dest, &head);
     }
     let http_runs = metric(&h, "git_collab_pack_objects_runs_total") - before;
@@ -344,12 +366,7 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
     }
     web_support::make_public(&h, "app");
     let url = format!("{}/app.git", h.http_url());
-    let http_clone = |name: &str| {
-        let dest = h.temp_dir().join(name);
-        let out = clone_cmd(&h, &url, &dest, &[]).output().unwrap();
-        assert!(out.status.success(), "{out:?}");
-        dest
-    };
+    let http_clone = |name: &str| cloned(&h, &url, name, &[]);
     // Each HTTP clone asks three things: the advertisement, the ref list,
     // the pack. How many of each the server answered itself:
     let served = || served(&h);
@@ -410,16 +427,7 @@ fn http_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
     // Back to the old commit: the same ref values as the first answer's,
     // but a new ref state (the ref file was rewritten), so upload-pack
     // answers rather than an answer kept from before the force-push.
-    h.git(
-        &w,
-        &[
-            "push",
-            "-q",
-            "-f",
-            "origin",
-            &format!("{old}:refs/heads/main"),
-        ],
-    );
+    force_push(&h, &w, &old);
     check_clone(&h, &http_clone("e"), &old);
     assert_eq!(served(), after(1));
     answers_become(3);
@@ -468,14 +476,7 @@ fn ssh_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
-    let ssh_clone = |name: &str, extra: &[&str]| {
-        let dest = h.temp_dir().join(name);
-        let out = clone_cmd(&h, &h.repo_url("app"), &dest, extra)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        dest
-    };
+    let ssh_clone = |name: &str, extra: &[&str]| cloned(&h, &h.repo_url("app"), name, extra);
     let fetch = |dir: &Path| {
         let out = h.git(dir, &["fetch", "-q", "origin"]);
         assert!(out.status.success(), "{out:?}");
@@ -522,17 +523,7 @@ fn ssh_fetches_are_answered_by_the_server_itself_never_stale_never_corrupt() {
     // A force-push back to the old commit: the ref values of the first
     // answers, a new ref state; a clone gets the old commit and not the
     // pushed-away one, from upload-pack.
-    let out = h.git(
-        &w,
-        &[
-            "push",
-            "-q",
-            "-f",
-            "origin",
-            &format!("{old}:refs/heads/main"),
-        ],
-    );
-    assert!(out.status.success(), "{out:?}");
+    force_push(&h, &w, &old);
     let c = ssh_clone("c", &[]);
     check_clone(&h, &c, &old);
     assert!(
@@ -754,9 +745,7 @@ fn shallow_and_partial_clones_are_correct_and_cached_apart() {
     let mut runs_after_first = 0;
     for round in 0..2 {
         for (i, extra) in shapes.iter().enumerate() {
-            let dest = h.temp_dir().join(format!("p{round}-{i}"));
-            let out = clone_cmd(&h, &url, &dest, extra).output().unwrap();
-            assert!(out.status.success(), "{out:?}");
+            let dest = cloned(&h, &url, &format!("p{round}-{i}"), extra);
             check_clone(&h, &dest, &head);
             if extra[0] == "--depth" {
                 let count = h.git(&dest, &["rev-list", "--count", "HEAD"]);
@@ -939,17 +928,11 @@ fn upload_pack_runs_below_the_server_and_pushes_do_not() {
     );
 
     let head = seed(&h, "app", 1);
-    let dest = h.temp_dir().join("over-ssh");
-    let out = clone_cmd(&h, &h.repo_url("app"), &dest, &[])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let dest = cloned(&h, &h.repo_url("app"), "over-ssh", &[]);
     check_clone(&h, &dest, &head);
     web_support::make_public(&h, "app");
-    let dest = h.temp_dir().join("over-http");
     let url = format!("{}/app.git", h.http_url());
-    let out = clone_cmd(&h, &url, &dest, &[]).output().unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let dest = cloned(&h, &url, "over-http", &[]);
     check_clone(&h, &dest, &head);
 
     let text = std::fs::read_to_string(&log).unwrap();
