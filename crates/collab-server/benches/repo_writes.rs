@@ -28,7 +28,7 @@ use db::issues::{self, NewIssue, WriteCtx};
 use db::objects::Person;
 use db::writer::Writer;
 use db::Location;
-use support::{env_usize, write_section};
+use support::{env_usize, percentile, write_section};
 
 const SECTION: &str = "## PostgreSQL: writes per repository";
 const CALLERS: usize = 64;
@@ -63,10 +63,7 @@ fn main() -> anyhow::Result<()> {
     };
     std::env::remove_var("GIT_COLLAB_TEST_BACKEND");
     let secs = env_usize("REPO_WRITES_SECS", 6).max(1) as u64;
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "?".into());
+    let load = support::load_average();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
     let databases: Vec<TestDatabase> = (0..4).map(|_| TestDatabase::create()).collect();
     let pg = |i: usize| Location::Postgres(databases[i].url.clone());
@@ -128,9 +125,6 @@ fn main() -> anyhow::Result<()> {
         }
     }
     drop(runtime);
-    for s in &mut scenarios {
-        s.latencies.sort_unstable();
-    }
     let section = render(&scenarios, secs, &load);
     println!("{section}");
     write_section(
@@ -238,13 +232,6 @@ fn per_sec(s: &Scenario) -> f64 {
     s.comments as f64 / s.elapsed.as_secs_f64()
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 fn render(scenarios: &[Scenario], secs: u64, load: &str) -> String {
     let base = per_sec(&scenarios[0]);
     let mut out = format!(
@@ -265,8 +252,8 @@ fn render(scenarios: &[Scenario], secs: u64, load: &str) -> String {
             s.name,
             per_sec(s),
             per_sec(s) / base,
-            percentile(&s.latencies, 0.5).as_secs_f64() * 1e3,
-            percentile(&s.latencies, 0.99).as_secs_f64() * 1e3,
+            percentile(s.latencies.clone(), 0.5).as_secs_f64() * 1e3,
+            percentile(s.latencies.clone(), 0.99).as_secs_f64() * 1e3,
         ));
     }
     let ratio = |a: usize, b: usize| per_sec(&scenarios[a]) / per_sec(&scenarios[b]);
