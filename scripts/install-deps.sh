@@ -8,7 +8,7 @@ set -euo pipefail
 # advisory suite (tests/it/once/advisories.rs); tmux drives the terminal UI
 # like a person (tests/it/both/tui.rs); python3-venv holds the MCP SDK below;
 # openssl generates the CAs of the PostgreSQL TLS test (collab-store sql::tls).
-packages=(git openssh-client openssh-server sqlite3 pkg-config chromium curl python3 python3-paramiko tmux python3-venv openssl)
+packages=(git git-lfs openssh-client openssh-server sqlite3 pkg-config chromium curl python3 python3-paramiko tmux python3-venv openssl)
 # PostgreSQL for the tests' throwaway cluster (scripts/ci-postgres.sh). Only
 # root can install it; without it, and without root, those tests skip.
 if [ "$(id -u)" = 0 ]; then

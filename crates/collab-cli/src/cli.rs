@@ -54,6 +54,12 @@ pub enum Command {
         #[arg(default_value = "origin")]
         remote: String,
     },
+    /// Checks on commits (CI results) kept by the server behind an ssh
+    /// remote: what a CI step sets and a merge rule can require.
+    Check {
+        #[command(subcommand)]
+        cmd: CheckCmd,
+    },
     /// Release files attached to git tags, kept on the server behind an ssh
     /// remote (upload and delete need rewind access; list and download, read).
     Release {
@@ -96,6 +102,36 @@ pub enum Command {
         /// Print the server's JSON lines unchanged.
         #[arg(long)]
         json: bool,
+    },
+    /// Search the issues and patches on the remote's server: titles,
+    /// bodies and comments, best first (the remote's repository unless
+    /// --all or --repo). Every word must match.
+    Search {
+        /// The words to find.
+        query: String,
+        /// The git remote whose server to search.
+        #[arg(long, default_value = "origin")]
+        remote: String,
+        /// Every repository your key can read, not only the remote's.
+        #[arg(long)]
+        all: bool,
+        /// Only repositories matching this glob (`team/*`); repeatable.
+        #[arg(long = "repo", value_name = "GLOB")]
+        repos: Vec<String>,
+        /// Only issues, or only patches.
+        #[arg(long, value_parser = ["issue", "patch"])]
+        kind: Option<String>,
+        /// Open ones, or closed and merged ones (default: all).
+        #[arg(long, value_parser = ["open", "closed", "all"])]
+        state: Option<String>,
+        /// At most N results.
+        #[arg(long, value_name = "N")]
+        limit: Option<u64>,
+        /// The page after this cursor (printed after a full page).
+        #[arg(long, value_name = "CURSOR")]
+        after: Option<String>,
+        #[command(flatten)]
+        out: JsonFlag,
     },
     /// Report events dropped by replay (bad or untrusted signatures,
     /// malformed events); exit 1 if there are any.
@@ -576,6 +612,44 @@ pub struct VerdictFlags {
     /// Neither: a review comment.
     #[arg(long)]
     pub comment: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CheckCmd {
+    /// Set a check on a commit (needs the `checks` access level or write):
+    /// `git collab check set HEAD ci/test --state success`.
+    Set {
+        /// The commit: any revision this clone knows (`HEAD`, a branch, an
+        /// id); its full id is sent.
+        commit: String,
+        /// The check's name: `ci/test`, `lint` (letters, digits, `/._-`).
+        name: String,
+        /// pending, success, failure, error or skipped.
+        #[arg(long)]
+        state: String,
+        /// One line about the run (spaces need no extra quoting here).
+        #[arg(long)]
+        description: Option<String>,
+        /// Where the run is (http or https).
+        #[arg(long)]
+        url: Option<String>,
+        /// The git remote whose server keeps the checks.
+        #[arg(long, default_value = "origin")]
+        remote: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
+    /// The checks on a commit (a revision this clone knows) or on a patch
+    /// (its id: the latest revision's head); HEAD when omitted.
+    List {
+        /// A commit (any revision this clone knows) or a patch id.
+        target: Option<String>,
+        /// The git remote whose server keeps the checks.
+        #[arg(long, default_value = "origin")]
+        remote: String,
+        #[command(flatten)]
+        out: JsonFlag,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -52,7 +52,17 @@ struct WrittenJson<'a> {
 struct FetchedJson<'a> {
     remote: &'a str,
     issues: usize,
+    /// Issues whose last writes the fetched export did not show yet
+    /// (`null`: the server does not say).
+    behind: Option<u64>,
 }
+
+/// How long `issue fetch` waits for the server's export to show the
+/// writes made before it (it follows each write within about a second).
+const EXPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How often `issue fetch` asks whether the export caught up.
+const EXPORT_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Runs one `issue` subcommand.
 pub fn run(repo: &Repository, target: IssueTarget, cmd: IssueCmd) -> Result<ExitCode> {
@@ -110,11 +120,27 @@ pub fn run(repo: &Repository, target: IssueTarget, cmd: IssueCmd) -> Result<Exit
         }
         IssueCmd::Claims { out } => lease_cmd(repo, remote, &LeaseOp::Claims, out.json),
         IssueCmd::Fetch { out } => {
+            // Read your own writes: a write just made shows in the export
+            // once it has caught up, so wait for that (bounded) first.
+            let behind = match mode::choose(repo, remote, flag)?.mode {
+                Mode::Server => export_caught_up(&remote_ssh::ssh_remote(repo, remote)?)?,
+                Mode::Local => None,
+            };
             let issues = sync::fetch_export(repo, remote)?;
             if out.json {
-                print_json(&FetchedJson { remote, issues })?;
+                print_json(&FetchedJson {
+                    remote,
+                    issues,
+                    behind,
+                })?;
             } else {
                 println!("fetched the issue export of {remote}: {issues} issues");
+            }
+            if let Some(n @ 1..) = behind {
+                eprintln!(
+                    "note: the export of {remote} is still behind the server by {n} issues \
+                     (it follows each write within seconds); fetch again shortly"
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -128,6 +154,19 @@ pub fn run(repo: &Repository, target: IssueTarget, cmd: IssueCmd) -> Result<Exit
             Mode::Server => server_cmd(&remote_ssh::ssh_remote(repo, remote)?, cmd),
             Mode::Local => local_cmd(repo, cmd),
         },
+    }
+}
+
+/// Wait until the server's export shows every write (at most
+/// [`EXPORT_WAIT`]); returns how many issues it is still behind by
+/// (`None`: the server does not say).
+fn export_caught_up(ssh: &SshRemote) -> Result<Option<u64>> {
+    let started = std::time::Instant::now();
+    loop {
+        match server::export_behind(ssh)? {
+            Some(n) if n > 0 && started.elapsed() < EXPORT_WAIT => std::thread::sleep(EXPORT_POLL),
+            behind => return Ok(behind),
+        }
     }
 }
 
@@ -148,8 +187,12 @@ fn offline_mode(repo: &Repository, remote: &str, flag: Option<Mode>) -> Result<M
 /// `list|show --offline` in server mode: the server's export fetched into
 /// this clone, replayed like any issue DAG.
 fn export_cmd(repo: &Repository, remote: &str, cmd: IssueCmd) -> Result<ExitCode> {
-    if export::export_refs(repo, remote)?.is_empty() {
-        bail!("no issue export of {remote} here yet; run `git collab issue fetch` (or sync) first");
+    // Fetched and empty is a server with no issues, not a missing export.
+    if export::export_refs(repo, remote)?.is_empty() && !sync::export_fetched(repo, remote)? {
+        bail!(
+            "the issue export of {remote} was never fetched into this clone; \
+             `git collab issue fetch` (or sync) brings it"
+        );
     }
     match cmd {
         IssueCmd::List {

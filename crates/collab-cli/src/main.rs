@@ -4,6 +4,7 @@
 //! exit status 1; the claim commands pass the server's exit status through
 //! (4 = the issue is claimed by someone else).
 
+mod check_cmd;
 mod cli;
 mod cmd_io;
 mod issue_cmd;
@@ -105,6 +106,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Trust { cmd } => trust_cmd(&open_repo()?, cmd),
         Command::Issue { target, cmd } => issue_cmd::run(&open_repo()?, target, cmd),
         Command::Patch { target, cmd } => patch_cmd::run(&open_repo()?, target, cmd),
+        Command::Check { cmd } => check_cmd::run(&open_repo()?, cmd),
         Command::Release { cmd } => release_cmd(&open_repo()?, cmd),
         Command::Push { remote, args } => push(&open_repo()?, &remote, &args),
         Command::Events {
@@ -130,6 +132,55 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let result = watch::run(&remote, &spec, json, &mut out)?;
             eprint!("{}", result.stderr_text());
             Ok(ExitCode::from(result.code.clamp(0, 255) as u8))
+        }
+        Command::Search {
+            query,
+            remote,
+            all,
+            repos,
+            kind,
+            state,
+            limit,
+            after,
+            out,
+        } => {
+            use collab_cli::client::search;
+            let repo = open_repo()?;
+            let remote = collab_cli::client::remote_ssh::ssh_remote(&repo, &remote)?;
+            let spec = search::Search {
+                query,
+                all,
+                repos,
+                kind,
+                state,
+                limit,
+                after,
+            };
+            let page = match search::run(&remote, &spec)? {
+                search::Outcome::Found(page) => page,
+                search::Outcome::Refused { stderr, code } => {
+                    eprint!("{}", terminal::text(&stderr));
+                    return Ok(ExitCode::from(code.clamp(1, 255) as u8));
+                }
+            };
+            if out.json {
+                print_json(&page)?;
+            } else {
+                for r in &page.results {
+                    println!(
+                        "{:<6} {:<5} {}  {}  {}",
+                        terminal::line(&r.state),
+                        terminal::line(&r.kind),
+                        short_id(&r.id),
+                        terminal::line(&r.repo),
+                        terminal::line(&r.title)
+                    );
+                }
+                if let Some(next) = &page.next {
+                    eprintln!("more: --after {}", terminal::line(next));
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Sync { remote } => {
             let repo = open_repo()?;
@@ -247,20 +298,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     }
                     if e.patches > 0 {
                         println!(
-                            "export of {}: {} patches, {} dropped, {} invalid patches",
+                            "export of {}: {}, {} dropped, {}",
                             e.remote,
-                            e.patches,
+                            terminal::count(e.patches, "patch", "patches"),
                             e.dropped_patch_events.len(),
-                            e.invalid_patches.len()
+                            terminal::count(
+                                e.invalid_patches.len(),
+                                "invalid patch",
+                                "invalid patches"
+                            )
                         );
                     }
                     println!(
-                        "export of {}: {} issues, {} events, {} dropped, {} invalid issues{}",
+                        "export of {}: {}, {}, {} dropped, {}{}",
                         e.remote,
-                        e.issues,
-                        e.events,
+                        terminal::count(e.issues, "issue", "issues"),
+                        terminal::count(e.events, "event", "events"),
                         e.dropped.len(),
-                        e.invalid_issues.len(),
+                        terminal::count(e.invalid_issues.len(), "invalid issue", "invalid issues"),
                         if e.checked {
                             ""
                         } else {
@@ -269,12 +324,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     );
                 }
                 println!(
-                    "{}: {} issues, {} events, {} dropped, {} invalid issues",
+                    "{}: {}, {}, {} dropped, {}",
                     if report.ok { "ok" } else { "FAILED" },
-                    report.issues,
-                    report.events,
+                    terminal::count(report.issues, "issue", "issues"),
+                    terminal::count(report.events, "event", "events"),
                     report.dropped.len(),
-                    report.invalid_issues.len()
+                    terminal::count(
+                        report.invalid_issues.len(),
+                        "invalid issue",
+                        "invalid issues"
+                    )
                 );
             }
             Ok(if report.ok {

@@ -7,7 +7,6 @@
 use std::process::ExitCode;
 
 use anyhow::{bail, Result};
-use collab_proto::replies::fenced::Fenced;
 use collab_proto::replies::issue::Person;
 use collab_proto::replies::patch::{
     Interdiff, MergeDequeued, MergeQueued, Merged, Merger, PatchShown, PatchSummary, PatchWritten,
@@ -19,11 +18,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::cli::{PatchCmd, VerdictFlags};
-use crate::cmd_io::{print_json, text_arg};
+use crate::cmd_io::{pass_through, print_json, read_value, text_arg};
 use crate::patch_shared;
 use collab_cli::client::remote::SshRemote;
 use collab_cli::client::remote_ssh::RemoteOutput;
-use collab_cli::client::server_issue::EXIT_CONFLICT;
 use collab_cli::client::server_patch::{self as server, id_arg, Listed, ReviewPush};
 use collab_cli::client::terminal;
 use collab_record::event::Verdict;
@@ -388,25 +386,6 @@ fn verdict_flag(v: VerdictFlags) -> (&'static str, &'static str) {
     (flag, patch_shared::verdict_verb(verdict))
 }
 
-/// The server's reply to show as it is (an error, or an ssh failure).
-fn pass_through(reply: &RemoteOutput, json: bool) -> ExitCode {
-    if reply.code == EXIT_CONFLICT && !json {
-        if let Ok(fenced) = serde_json::from_slice::<Fenced>(&reply.stdout) {
-            if let Some(message) = &fenced.message {
-                eprintln!("error: {}", terminal::line(message));
-                return ExitCode::from(u8::try_from(reply.code).unwrap_or(1));
-            }
-        }
-    }
-    if json {
-        print!("{}", terminal::json(&reply.stdout_text()));
-    } else {
-        print!("{}", terminal::text(&reply.stdout_text()));
-    }
-    eprint!("{}", terminal::text(&reply.stderr_text()));
-    ExitCode::from(u8::try_from(reply.code).unwrap_or(1))
-}
-
 /// Print a successful reply as the server's JSON (`--json`) or, read
 /// as its shared reply type (`collab_proto::replies::patch`), through
 /// `text`; or pass a failed one through.
@@ -419,25 +398,6 @@ fn read_reply<T: DeserializeOwned>(
         text(&T::deserialize(v)?);
         Ok(())
     })
-}
-
-/// [`read_reply`] for a verb with several reply shapes: `text` reads the
-/// JSON value.
-fn read_value(
-    reply: &RemoteOutput,
-    json: bool,
-    text: impl FnOnce(&Value) -> Result<()>,
-) -> Result<ExitCode> {
-    if !reply.success() {
-        return Ok(pass_through(reply, json));
-    }
-    let value: Value = serde_json::from_slice(&reply.stdout)?;
-    if json {
-        print_json(&value)?;
-    } else {
-        text(&value)?;
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// A write's reply: `{verb} <id8> (revision n)`, or the local mode's JSON
@@ -527,11 +487,48 @@ fn print_patch(v: &PatchShown) {
         println!();
         println!("issues: {}", issues.join(", "));
     }
+    if !v.checks.is_empty() {
+        println!();
+        println!("checks:");
+        for c in &v.checks {
+            let said = c
+                .description
+                .as_deref()
+                .map(|d| format!("  {}", s(d)))
+                .unwrap_or_default();
+            println!("  {:<8} {}{said}", s(&c.state), s(&c.name));
+        }
+    }
     if v.status == "open" {
         println!();
         match &v.merge_rule.reason {
             None => println!("merge: ready (the merge rule allows it)"),
             Some(reason) => println!("merge: not yet: {}", terminal::line(reason)),
+        }
+        let missing: Vec<&str> = v
+            .merge_rule
+            .required_checks
+            .iter()
+            .filter(|name| !v.checks.iter().any(|c| &c.name == *name))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            println!(
+                "required checks not reported yet: {}",
+                s(&missing.join(", "))
+            );
+        }
+        if let Some(q) = &v.queued_merge {
+            let queue = if v.merge_rule.queue {
+                "in the merge queue"
+            } else {
+                "when green"
+            };
+            println!(
+                "queued: revision {} merges {queue} (queued {})",
+                q.revision,
+                at(&q.queued_at)
+            );
         }
     }
     if !v.reviews.is_empty() || !v.comments.is_empty() {

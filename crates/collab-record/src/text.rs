@@ -97,11 +97,12 @@ pub fn escape_text(s: &str) -> std::borrow::Cow<'_, str> {
     escape(s, &['\n', '\t'], is_bidi_control, false)
 }
 
-/// Serialized JSON with every control character but newline and tab
-/// written as a JSON escape (`\u009b`): inside a string that is the same
-/// character, so valid JSON stays valid and means the same.
+/// Serialized JSON with every control character but newline and tab, and
+/// every [`is_hidden`] character (a branch name in an event may hold one),
+/// written as a JSON escape (`\u009b`, `\u202e`): inside a string that is
+/// the same character, so valid JSON stays valid and means the same.
 pub fn escape_json(s: &str) -> std::borrow::Cow<'_, str> {
-    escape(s, &['\n', '\t'], is_bidi_control, true)
+    escape(s, &['\n', '\t'], is_hidden, true)
 }
 
 fn escape<'a>(

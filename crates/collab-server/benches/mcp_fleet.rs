@@ -34,12 +34,12 @@
 //! Run: `cargo bench --bench mcp_fleet`.
 
 use collab_testkit::bench as support;
+use collab_testkit::mcp::McpSession as Mcp;
 use collab_testkit::{cli_bin, HarnessOptions, ServerHarness};
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
@@ -75,78 +75,6 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
         .get(((last as f64) * p).round() as usize)
         .copied()
         .unwrap_or_default()
-}
-
-/// An MCP session over `ssh … collab-mcp`, request by request.
-struct Mcp {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    next_id: i64,
-}
-
-impl Mcp {
-    fn open(h: &ServerHarness, key: &Path) -> Mcp {
-        let mut child = Command::new("ssh")
-            .args(h.ssh_options(key))
-            .args(["git@127.0.0.1", "collab-mcp"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("ssh");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut mcp = Mcp {
-            child,
-            stdin,
-            stdout,
-            next_id: 1,
-        };
-        let init = mcp.request(
-            "initialize",
-            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}),
-        );
-        assert!(init["result"]["protocolVersion"].is_string(), "{init}");
-        writeln!(
-            mcp.stdin,
-            "{}",
-            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        )
-        .unwrap();
-        mcp
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        writeln!(self.stdin, "{line}").unwrap();
-        self.stdin.flush().unwrap();
-        loop {
-            let mut reply = String::new();
-            if self.stdout.read_line(&mut reply).unwrap_or(0) == 0 {
-                return Value::Null;
-            }
-            let v: Value = serde_json::from_str(&reply).unwrap_or(Value::Null);
-            if v["id"] == json!(id) {
-                return v;
-            }
-        }
-    }
-
-    /// A tool call's result (`None`: no result at all).
-    fn call(&mut self, tool: &str, arguments: Value) -> Option<Value> {
-        let reply = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
-        reply.get("result").cloned()
-    }
-}
-
-impl Drop for Mcp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Open `n` issues in `repo` through one MCP session (set-up, not

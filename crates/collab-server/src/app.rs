@@ -126,5 +126,6 @@ pub fn lease_policy(config: &LeasesConfig) -> Policy {
         max_lifetime: (config.max_lifetime > 0).then(|| secs(config.max_lifetime)),
         lock_delay: secs(config.lock_delay),
         max_ttl: secs(config.max_ttl),
+        eviction_grace: secs(config.eviction_grace),
     }
 }

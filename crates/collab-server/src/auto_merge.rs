@@ -139,7 +139,7 @@ pub(crate) fn still_queued(
     }
     if !may_write {
         return Err(format!(
-            "{} may no longer write the repository",
+            "{} may no longer write the repository (or is limited by from= and cannot act unattended)",
             intent.requester.name
         ));
     }
@@ -313,6 +313,7 @@ mod tests {
             reviews: Vec::new(),
             comments: Vec::new(),
             issues: Vec::new(),
+            linked_lease_holders: Vec::new(),
         }
     }
 

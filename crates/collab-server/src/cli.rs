@@ -73,12 +73,12 @@ enum Command {
         verify: Option<PathBuf>,
         /// With --verify: the key the backup must be signed by, as `backup`
         /// printed it (`ssh-ed25519 AAAA…`, `SHA256:…`, or a file holding the
-        /// key line such as collab_signing_key.pub).
+        /// key line such as collab_signing_key.pub, outside the backup).
         #[arg(long, value_name = "KEY", requires = "verify")]
         key: Option<String>,
         /// With --verify: check an unsigned backup (written before backups
         /// were signed) by its checksum only, which proves nothing against
-        /// whoever could write it.
+        /// whoever could write it. A signed backup is refused with it.
         #[arg(long, requires = "verify", conflicts_with = "key")]
         trust_unsigned: bool,
         /// After a successful backup, keep only the N newest backups beside it
@@ -99,9 +99,9 @@ enum Command {
         /// Required unless --trust-unsigned.
         #[arg(long, value_name = "KEY", required_unless_present = "trust_unsigned")]
         key: Option<String>,
-        /// Restore a backup without checking its signature (one written
-        /// before backups were signed): only for a backup nobody else could
-        /// have written.
+        /// Restore a backup that has no signature (one written before
+        /// backups were signed): only for a backup nobody else could have
+        /// written. A signed backup is refused with it.
         #[arg(long, conflicts_with = "key")]
         trust_unsigned: bool,
         /// The server's signing key file (collab_signing_key, kept apart
@@ -237,7 +237,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             trust_unsigned,
             json,
             ..
-        } => return ops::verify(&dir, &ops::trust(key.as_deref(), trust_unsigned)?, json),
+        } => {
+            return ops::verify(
+                &dir,
+                &ops::trust(key.as_deref(), trust_unsigned, &dir)?,
+                json,
+            )
+        }
         Command::Backup { .. } => unreachable!("clap requires --to or --verify"),
         Command::Restore {
             from,
@@ -248,7 +254,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => ops::restore(
             &loaded.config,
             &from,
-            &ops::trust(key.as_deref(), trust_unsigned)?,
+            &ops::trust(key.as_deref(), trust_unsigned, &from)?,
             signing_key.as_deref(),
             json,
         )?,

@@ -17,6 +17,7 @@ pub mod hooks;
 pub mod http;
 pub mod identity;
 pub mod leasing;
+pub mod lfs;
 pub mod limits;
 pub mod logging;
 pub mod maintenance;
@@ -41,6 +42,7 @@ pub mod signing;
 pub mod ssh;
 pub mod tui;
 pub mod upload_pack;
+pub mod wants;
 pub mod webhooks;
 
 /// The collab database is the `collab_store` crate; `crate::db::…` keeps

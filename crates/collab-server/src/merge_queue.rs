@@ -18,12 +18,14 @@
 //!
 //! 1. Entries that cannot merge any more are dropped with
 //!    `patch.merge_dequeued` and the reason (the patch is not open, a newer
-//!    revision was pushed, the requester may no longer write). Entries
+//!    revision was pushed, the requester may no longer write, a lease the
+//!    queue held for it was released or broken: `queue_holds::ended`). Entries
 //!    whose votes are not yet sufficient wait (they are skipped, not
 //!    dropped); the rest are *ready*.
-//! 2. The groups under test (one, or a round of several): each is stale
-//!    (ended) when the base branch moved or one of its patches left the
-//!    queue; otherwise its required checks decide: pending or missing
+//! 2. The groups under test (one, a round of several, or a train): each
+//!    is stale (ended) when the base branch moved (or, in a train, the
+//!    group it was built on failed or ended) or one of its patches left
+//!    the queue; otherwise its required checks decide: pending or missing
 //!    waits; green lands it (the base fast-forwards to the group commit and
 //!    every patch in it is marked merged, in one transaction; the other
 //!    groups under test end stale); a finished failure fails it and starts
@@ -31,7 +33,14 @@
 //! 3. Nothing under test: build from the head of the ready entries either
 //!    one group of `max_batch` patches (or, while bisecting, the first half
 //!    of the suspects), or, while searching by exclusion, a round of
-//!    groups over the suspects. Each patch enters the group so far by the
+//!    groups over the suspects. With `train = true` and no search, the
+//!    groups of a *merge train* instead: up to `max_parallel` under test,
+//!    each built on the one before (`built_on`), more added on top while
+//!    there is room; they land one by one, each only at the head (its base
+//!    is the tip), and a failure is acted on only at the head, the groups
+//!    built on a failed one ending stale at once. A group of fewer than
+//!    `min_batch` patches waits for its oldest to have waited
+//!    `batch_wait`. Each patch enters the group so far by the
 //!    rule's `queue_method`: merged (fast-forward when it can) or its
 //!    commits rebased; a patch that conflicts is dropped with the
 //!    conflicting paths. Each group's commit goes to
@@ -53,7 +62,10 @@
 //! `max_parallel = 1`): the next group holds the first half; a passing
 //! half lands and leaves the rest suspect; a failing half is halved
 //! again; a single patch that fails alone is the breaker and is dropped.
-//! The queue then goes on with full batches.
+//! The queue then goes on with full batches. A breaker, or a patch that
+//! conflicts with its group, is *evicted* (`merge_intents::evict`): the
+//! issue whose lease it held goes back to its author for
+//! `leases.eviction_grace` (`queue_holds`).
 
 use std::sync::Arc;
 
@@ -138,11 +150,15 @@ async fn drive(app: &Arc<App>, node: &str, repo: &str, branch: &str) -> anyhow::
         return Ok(());
     }
     let stepped = if rule.queue {
-        // A group that landed or failed: build the next groups in the same
-        // look rather than at the next one.
-        match step(app, &entry, &rule, branch).await {
-            Ok(true) => step(app, &entry, &rule, branch).await.map(|_| ()),
-            other => other.map(|_| ()),
+        // A group that landed or failed: land the next groups of a train
+        // and build the next groups in the same look rather than at the
+        // next one (a train of `max_parallel` groups lands one by one).
+        let mut steps = 0;
+        loop {
+            match step(app, &entry, &rule, branch).await {
+                Ok(true) if steps <= rule.max_parallel => steps += 1,
+                other => break other.map(|_| ()),
+            }
         }
     } else {
         // The rule stopped queueing: the groups under test are void (the
@@ -160,6 +176,7 @@ async fn drive(app: &Arc<App>, node: &str, repo: &str, branch: &str) -> anyhow::
                         Some("the merge rule no longer queues"),
                         now,
                     )?;
+                    crate::metrics::merge_group("stale");
                 }
                 store::set_search(conn, &r, &b, Search::NONE)?;
                 Ok(())
@@ -208,20 +225,24 @@ async fn step(
     let repo = entry.name.clone();
     let (r, b) = (repo.clone(), branch.to_string());
     type Read = (
-        Vec<(Intent, Result<PatchDetail, PatchError>)>,
+        Vec<(Intent, Result<PatchDetail, PatchError>, Option<String>)>,
         Vec<Group>,
         Search,
     );
     let (entries, live, search): Read = app
         .reads
         .read(move |conn| {
+            let now = chrono::Utc::now().timestamp();
             let entries = store::entries(conn, &r, &b, ENTRIES_PER_LOOK)?
                 .into_iter()
                 .map(|i| {
                     let d = patches::show(conn, &r, &i.patch);
-                    (i, d)
+                    // A tenure the queue held for it ended (released,
+                    // broken): the patch leaves the queue.
+                    let ended = crate::db::queue_holds::ended(conn, &r, &i.patch, now);
+                    ended.map(|e| (i, d, e))
                 })
-                .collect();
+                .collect::<Result<_, _>>()?;
             Ok((
                 entries,
                 store::live(conn, &r, &b)?,
@@ -232,7 +253,11 @@ async fn step(
 
     // 1. The entries.
     let mut ready: Vec<(Intent, PatchDetail)> = Vec::new();
-    for (intent, detail) in entries {
+    for (intent, detail, ended) in entries {
+        if let Some(reason) = ended {
+            drop_entry(app, &intent, &reason).await?;
+            continue;
+        }
         let detail = match detail {
             Ok(d) => d,
             Err(PatchError::NotFound(_)) => {
@@ -270,6 +295,9 @@ async fn step(
     // (`speculate`): while it waits, a green of that round must not land
     // (with nothing broken the batch lands whole).
     let mut batch_waiting = false;
+    // The groups still under test after this look's checks, in order: a
+    // merge train's groups are each built on the one before.
+    let mut standing: Vec<Standing> = Vec::new();
     for g in live {
         let left = g.members.iter().find(|m| {
             !ready
@@ -281,10 +309,8 @@ async fn step(
                 "patch {} left the queue or is not ready",
                 short(&m.patch)
             ))
-        } else if tip.as_deref() != Some(g.base.as_str()) {
-            Some(format!("the base branch '{branch}' moved"))
         } else {
-            None
+            off_base(&g, tip.as_deref(), &standing, branch)
         };
         if let Some(why) = stale {
             finish(app, &g, "stale", &why).await?;
@@ -296,11 +322,25 @@ async fn step(
             .read(move |conn| Ok(crate::db::checks::list(conn, &r, &c)?))
             .await?;
         let speculated = g.excluded.is_none() && store::speculated_over(search, g.n);
-        match store::verdict(rule, &checks) {
+        let verdict = store::verdict(rule, &checks);
+        // A group of a train behind another still under test: it lands
+        // after the groups before it, and its failure is acted on once
+        // they have landed (its patches are then the head of the queue);
+        // the groups built on it end stale at once.
+        let behind = tip.as_deref() != Some(g.base.as_str());
+        standing.push(Standing {
+            n: g.n,
+            commit: g.commit.clone(),
+            patches: g.members.iter().map(|m| m.patch.clone()).collect(),
+            plain: g.excluded.is_none() && !speculated,
+            failed: matches!(verdict, GroupVerdict::Failed(_)),
+        });
+        match verdict {
             GroupVerdict::Waiting(_) => {
                 waiting = true;
                 batch_waiting |= speculated;
             }
+            GroupVerdict::Green | GroupVerdict::Failed(_) if behind => waiting = true,
             GroupVerdict::Green => greens.push(g),
             GroupVerdict::Failed(why) if g.excluded.is_some() || speculated => {
                 // One group of a round (or the batch a speculative round
@@ -321,7 +361,14 @@ async fn step(
     if let Some(g) = batch_green.or(greens.last().filter(|_| !batch_waiting)) {
         return land(app, entry, rule, g, search).await;
     }
-    if waiting {
+    // A merge train grows while nothing failed: groups on top of the last
+    // one under test, up to `max_parallel` at once.
+    let train = rule.train
+        && !rule.speculate
+        && rule.max_parallel >= 2
+        && search.how == How::None
+        && standing.iter().all(|s| s.plain && !s.failed);
+    if waiting && !(train && standing.len() < usize::try_from(rule.max_parallel)?) {
         return Ok(false);
     }
     // Nothing under test: a round that ended without a green group
@@ -350,6 +397,25 @@ async fn step(
     if ready.is_empty() {
         return Ok(false);
     }
+    let now = chrono::Utc::now().timestamp();
+    if train {
+        // The train's next groups take the patches no group under test
+        // holds, in queue order, each group on top of the one before.
+        ready.retain(|(i, _)| !standing.iter().any(|s| s.patches.contains(&i.patch)));
+        let slots = usize::try_from(rule.max_parallel)?.saturating_sub(standing.len());
+        let batches = due_batches(rule, ready, slots, now);
+        if batches.is_empty() {
+            return Ok(false);
+        }
+        let tail = standing.last().map(|s| (s.n, s.commit.clone()));
+        return build_train(app, entry, rule, branch, tail, batches)
+            .await
+            .map(|()| false);
+    }
+    let queued: Vec<(Intent, ())> = ready.iter().map(|(i, _)| (i.clone(), ())).collect();
+    if search.how == How::None && due_batches(rule, queued, 1, now).is_empty() {
+        return Ok(false);
+    }
     let suspects = usize::try_from(search.suspects)
         .unwrap_or(0)
         .min(ready.len());
@@ -374,6 +440,64 @@ async fn step(
         build_round(app, entry, rule, branch, ready, search).await?;
     }
     Ok(false)
+}
+
+/// A group still under test in this look (see `step`).
+struct Standing {
+    n: i64,
+    commit: String,
+    patches: Vec<String>,
+    /// A plain group (not one of a round of exclusion groups).
+    plain: bool,
+    /// Its required checks failed (acted on when it is the head).
+    failed: bool,
+}
+
+/// Why group `g` no longer stands on what it was built on, if so: a group
+/// stands on the base branch's tip, or, in a merge train, on the group it
+/// was built on while that one is still under test and has not failed.
+fn off_base(g: &Group, tip: Option<&str>, standing: &[Standing], branch: &str) -> Option<String> {
+    if tip == Some(g.base.as_str()) {
+        return None;
+    }
+    let Some(on) = g.built_on else {
+        return Some(format!("the base branch '{branch}' moved"));
+    };
+    match standing.iter().find(|s| s.n == on) {
+        Some(s) if s.failed => Some(format!("built on failed merge group {on}")),
+        Some(s) if s.commit == g.base => None,
+        _ => Some(format!(
+            "merge group {on}, which it was built on, ended without landing, or the base \
+             branch '{branch}' moved"
+        )),
+    }
+}
+
+/// The next groups to build from `ready` (queue order), at most `slots`
+/// of at most `max_batch` patches each: a group of fewer than `min_batch`
+/// is built only once its oldest entry has waited `batch_wait` seconds
+/// (with `batch_wait = 0` at once: a queue never stalls on `min_batch`).
+fn due_batches<T>(
+    rule: &MergeRule,
+    ready: Vec<(Intent, T)>,
+    slots: usize,
+    now: i64,
+) -> Vec<Vec<(Intent, T)>> {
+    let max = usize::try_from(rule.max_batch.max(1)).unwrap_or(1);
+    let min = usize::try_from(rule.min_batch).unwrap_or(1);
+    let mut rest = ready.into_iter();
+    let mut due = Vec::new();
+    while due.len() < slots {
+        let batch: Vec<(Intent, T)> = rest.by_ref().take(max).collect();
+        let Some(oldest) = batch.iter().map(|(i, _)| i.created_at).min() else {
+            break;
+        };
+        if batch.len() < min && now - oldest < i64::from(rule.batch_wait) {
+            break;
+        }
+        due.push(batch);
+    }
+    due
 }
 
 fn short(id: &str) -> &str {
@@ -423,12 +547,16 @@ async fn finish(app: &Arc<App>, g: &Group, state: &'static str, why: &str) -> an
         group = g.n,
         "merge group {state}: {why}"
     );
-    app.writer
+    let ended = app
+        .writer
         .write("end a merge group", move |conn, now| {
-            store::finish(conn, &r, &b, n, state, Some(&why), now)?;
-            Ok(())
+            Ok(store::finish(conn, &r, &b, n, state, Some(&why), now)?)
         })
-        .await
+        .await?;
+    if ended.is_some() {
+        crate::metrics::merge_group(state);
+    }
+    Ok(())
 }
 
 /// What building a group made in git.
@@ -438,6 +566,10 @@ struct Built {
     members: Vec<Member>,
     /// Patches that conflict with the group so far: (patch, reason).
     conflicts: Vec<(String, String)>,
+    /// A group built on another group under test (`onto`) stopped before a
+    /// patch that conflicts with it: that patch is not dropped (the group
+    /// it conflicts with may fail) but waits for a group on the tip.
+    blocked: bool,
 }
 
 /// Bring each of `ready` onto the branch's tip, one after another, by
@@ -448,13 +580,29 @@ fn build_in_git(
     ready: &[&(Intent, PatchDetail)],
     method: QueueMethod,
 ) -> anyhow::Result<Option<Built>> {
-    let Ok(base) = git
-        .find_reference(&refs::branch_ref(branch))
-        .and_then(|r| r.peel_to_commit())
-        .map(|c| c.id())
-    else {
-        return Ok(None);
+    build_onto(git, branch, None, ready, method)
+}
+
+/// [`build_in_git`] onto `onto` (the commit of the train's group before)
+/// instead of the tip, when given.
+fn build_onto(
+    git: &Repository,
+    branch: &str,
+    onto: Option<Oid>,
+    ready: &[&(Intent, PatchDetail)],
+    method: QueueMethod,
+) -> anyhow::Result<Option<Built>> {
+    let base = match onto {
+        Some(commit) => commit,
+        None => match git
+            .find_reference(&refs::branch_ref(branch))
+            .and_then(|r| r.peel_to_commit())
+        {
+            Ok(c) => c.id(),
+            Err(_) => return Ok(None),
+        },
     };
+    let mut blocked = false;
     let mut tip = base;
     let (mut members, mut conflicts) = (Vec::new(), Vec::new());
     for (intent, detail) in ready.iter().copied() {
@@ -487,6 +635,10 @@ fn build_in_git(
                     tip = commit;
                     commit
                 }
+                Err(_) if onto.is_some() => {
+                    blocked = true;
+                    break;
+                }
                 Err(reason) => {
                     conflicts.push((intent.patch.clone(), reason));
                     continue;
@@ -504,6 +656,7 @@ fn build_in_git(
         commit: tip,
         members,
         conflicts,
+        blocked,
     }))
 }
 
@@ -641,9 +794,9 @@ async fn build(
     let (repo, b, path) = (entry.name.clone(), branch.to_string(), entry.path.clone());
     let opened = app
         .writer
-        .write("build a merge group", move |conn, now| {
+        .write_with_policy("build a merge group", move |conn, now, policy| {
             for (patch, reason) in &built.conflicts {
-                merge_intents::dequeue(conn, &repo, patch, None, reason, now)?;
+                merge_intents::evict(conn, &repo, patch, reason, policy, now)?;
             }
             if built.members.is_empty() {
                 return Ok(None);
@@ -656,6 +809,7 @@ async fn build(
                 &built.base.to_string(),
                 &built.members,
                 None,
+                None,
                 now,
             )?;
             write_group_ref(&path, &b, group.n, built.commit)?;
@@ -663,6 +817,7 @@ async fn build(
         })
         .await?;
     if let Some(g) = &opened {
+        crate::metrics::merge_group("built");
         tracing::info!(
             repo = g.repo,
             branch = g.branch,
@@ -673,6 +828,94 @@ async fn build(
         );
     }
     Ok(opened)
+}
+
+/// Build the next groups of `branch`'s merge train from `batches`: the
+/// first on `tail` (the last group under test: its number and commit), or
+/// on the tip when none, each next one on the one before; record them all
+/// in one transaction (announced together, each with `built_on`) and write
+/// their refs. A patch that conflicts with a group built on another one
+/// under test is not dropped: the train stops before it (see [`Built`]).
+async fn build_train(
+    app: &Arc<App>,
+    entry: &RepoEntry,
+    rule: &MergeRule,
+    branch: &str,
+    tail: Option<(i64, String)>,
+    batches: Vec<Vec<(Intent, PatchDetail)>>,
+) -> anyhow::Result<()> {
+    let (path, b, method) = (entry.path.clone(), branch.to_string(), rule.queue_method);
+    let onto = tail.as_ref().map(|(_, c)| Oid::from_str(c)).transpose()?;
+    let built = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<Built>> {
+        let git = Repository::open_bare(&path)?;
+        let (mut onto, mut train) = (onto, Vec::new());
+        for batch in &batches {
+            let Some(built) =
+                build_onto(&git, &b, onto, &batch.iter().collect::<Vec<_>>(), method)?
+            else {
+                break;
+            };
+            let blocked = built.blocked;
+            if built.members.is_empty() && built.conflicts.is_empty() {
+                break;
+            }
+            onto = Some(built.commit);
+            train.push(built);
+            if blocked {
+                break;
+            }
+        }
+        Ok(train)
+    })
+    .await??;
+    if built.is_empty() {
+        return Ok(());
+    }
+    let (repo, b, path) = (entry.name.clone(), branch.to_string(), entry.path.clone());
+    let mut on = tail.map(|(n, _)| n);
+    let opened = app
+        .writer
+        .write("build a merge train", move |conn, now| {
+            let mut opened = Vec::new();
+            for built in &built {
+                // Only a group built on the tip drops a conflicting patch.
+                for (patch, reason) in &built.conflicts {
+                    merge_intents::dequeue(conn, &repo, patch, None, reason, now)?;
+                }
+                if built.members.is_empty() {
+                    break;
+                }
+                let (group, _seq) = store::open(
+                    conn,
+                    &repo,
+                    &b,
+                    &built.commit.to_string(),
+                    &built.base.to_string(),
+                    &built.members,
+                    None,
+                    on,
+                    now,
+                )?;
+                write_group_ref(&path, &b, group.n, built.commit)?;
+                on = Some(group.n);
+                opened.push(group);
+            }
+            Ok(opened)
+        })
+        .await?;
+    for g in &opened {
+        crate::metrics::merge_group("built");
+        tracing::info!(
+            repo = g.repo,
+            branch = g.branch,
+            group = g.n,
+            built_on = g.built_on,
+            commit = g.commit,
+            patches = g.members.len(),
+            "merge group of a train built"
+        );
+    }
+    Ok(())
 }
 
 /// Build a round of exclusion groups over `suspects` (the head of the
@@ -717,13 +960,13 @@ async fn build_round(
     let (repo, b, path) = (entry.name.clone(), branch.to_string(), entry.path.clone());
     let opened = app
         .writer
-        .write("build a round of merge groups", move |conn, now| {
+        .write_with_policy("build a round of merge groups", move |conn, now, policy| {
             let mut conflicts: Vec<&(String, String)> =
                 built.iter().flat_map(|(b, _)| &b.conflicts).collect();
             conflicts.sort();
             conflicts.dedup_by(|a, b| a.0 == b.0);
             for (patch, reason) in &conflicts {
-                merge_intents::dequeue(conn, &repo, patch, None, reason, now)?;
+                merge_intents::evict(conn, &repo, patch, reason, policy, now)?;
             }
             if !conflicts.is_empty() {
                 return Ok(Vec::new());
@@ -741,6 +984,7 @@ async fn build_round(
                     &built.base.to_string(),
                     &built.members,
                     Some(excluded),
+                    None,
                     now,
                 )?;
                 write_group_ref(&path, &b, group.n, built.commit)?;
@@ -760,6 +1004,9 @@ async fn build_round(
             Ok(opened)
         })
         .await?;
+    for _ in &opened {
+        crate::metrics::merge_group("built");
+    }
     if let (Some(first), Some(last)) = (opened.first(), opened.last()) {
         tracing::info!(
             repo = first.repo,
@@ -798,22 +1045,40 @@ async fn fail(
     let (after, breaker) = store::after_failure(search, g.members.len(), max_parallel);
     let group = g.clone();
     tracing::info!(repo = g.repo, branch = g.branch, group = g.n, "{reason}");
-    app.writer
-        .write("fail a merge group", move |conn, now| {
+    let thrown = app
+        .writer
+        .write_with_policy("fail a merge group", move |conn, now, policy| {
             let g = &group;
             if store::finish(conn, &g.repo, &g.branch, g.n, "failed", Some(&reason), now)?.is_none()
             {
-                return Ok(());
+                return Ok(None);
+            }
+            // The groups of a train built on it: their patches go back to
+            // waiting, to be grouped again once the breaker is handled.
+            let why = format!("built on failed merge group {}", g.n);
+            let mut thrown = 0;
+            for other in store::live(conn, &g.repo, &g.branch)? {
+                if other.built_on.is_some() && other.n > g.n {
+                    store::finish(conn, &g.repo, &g.branch, other.n, "stale", Some(&why), now)?;
+                    thrown += 1;
+                }
             }
             store::set_search(conn, &g.repo, &g.branch, after)?;
             if breaker {
                 for m in &g.members {
-                    merge_intents::dequeue(conn, &g.repo, &m.patch, None, &reason, now)?;
+                    merge_intents::evict(conn, &g.repo, &m.patch, &reason, policy, now)?;
                 }
             }
-            Ok(())
+            Ok(Some(thrown))
         })
-        .await
+        .await?;
+    if let Some(thrown) = thrown {
+        crate::metrics::merge_group("failed");
+        for _ in 0..thrown {
+            crate::metrics::merge_group("stale");
+        }
+    }
+    Ok(())
 }
 
 /// Why a member of a green group may not land now.
@@ -916,7 +1181,7 @@ async fn land(
     };
     let done = app
         .writer
-        .write("land a merge group", move |conn, now| {
+        .write_with_policy("land a merge group", move |conn, now, policy| {
             let g = &group;
             let server = Person {
                 principal: "git-collab".into(),
@@ -981,8 +1246,16 @@ async fn land(
                 merge_scan::apply(conn, &plan, &g.repo, first, max_body, now);
                 store::finish(conn, &g.repo, &g.branch, g.n, "merged", None, now)?;
                 let why = format!("merge group {} landed before it", g.n);
+                // The groups of a train built on this one stand on its
+                // commit, the new tip: they go on.
+                let mut train = vec![g.n];
                 for other in store::live(conn, &g.repo, &g.branch)? {
+                    if other.built_on.is_some_and(|on| train.contains(&on)) {
+                        train.push(other.n);
+                        continue;
+                    }
                     store::finish(conn, &g.repo, &g.branch, other.n, "stale", Some(&why), now)?;
+                    crate::metrics::merge_group("stale");
                 }
                 store::set_search(conn, &g.repo, &g.branch, after)?;
                 if let Some(patch) = &breaker {
@@ -992,7 +1265,7 @@ async fn land(
                         .and_then(|f| f.reason)
                         .unwrap_or_else(|| "required checks failed on a merge group".into());
                     let reason = format!("{failed}; merge group {} without it passed", g.n);
-                    merge_intents::dequeue(conn, &g.repo, patch, None, &reason, now)?;
+                    merge_intents::evict(conn, &g.repo, patch, &reason, policy, now)?;
                 }
                 Ok(())
             })();
@@ -1005,6 +1278,7 @@ async fn land(
         .await;
     match done {
         Ok(true) => {
+            crate::metrics::merge_group("merged");
             tracing::info!(
                 repo = g.repo,
                 branch = g.branch,
@@ -1015,7 +1289,12 @@ async fn land(
             );
             Ok(true)
         }
-        Ok(false) => Ok(false),
+        Ok(false) => {
+            // Ended stale inside the transaction (a member changed, the
+            // base moved).
+            crate::metrics::merge_group("stale");
+            Ok(false)
+        }
         Err(e) => {
             // The transaction did not commit: put the branch back if this
             // landing moved it.
@@ -1091,6 +1370,7 @@ mod tests {
             reviews: Vec::new(),
             comments: Vec::new(),
             issues: Vec::new(),
+            linked_lease_holders: Vec::new(),
         }
     }
 
@@ -1103,6 +1383,97 @@ mod tests {
             lease_token: None,
             created_at: 0,
         }
+    }
+
+    fn queued_at(created_at: i64) -> (Intent, ()) {
+        (
+            Intent {
+                created_at,
+                ..intent(1)
+            },
+            (),
+        )
+    }
+
+    /// Full groups are due at once; a group short of `min_batch` only once
+    /// its oldest entry waited `batch_wait`; `batch_wait = 0` never holds
+    /// one back; at most `slots` groups.
+    #[test]
+    fn groups_due_under_min_batch_and_batch_wait() {
+        let rule = MergeRule {
+            max_batch: 2,
+            min_batch: 2,
+            batch_wait: 10,
+            ..Default::default()
+        };
+        let sizes = |ready: Vec<(Intent, ())>, slots: usize, now: i64| {
+            due_batches(&rule, ready, slots, now)
+                .iter()
+                .map(Vec::len)
+                .collect::<Vec<_>>()
+        };
+        let five = || (0..5).map(|_| queued_at(100)).collect::<Vec<_>>();
+        assert_eq!(sizes(five(), 3, 105), [2, 2], "the fifth waits");
+        assert_eq!(sizes(five(), 3, 110), [2, 2, 1], "waited batch_wait");
+        assert_eq!(sizes(five(), 1, 110), [2]);
+        assert_eq!(sizes(vec![queued_at(100)], 3, 109), Vec::<usize>::new());
+        assert_eq!(sizes(Vec::new(), 3, 200), Vec::<usize>::new());
+        let no_wait = MergeRule {
+            batch_wait: 0,
+            ..rule.clone()
+        };
+        assert_eq!(due_batches(&no_wait, vec![queued_at(100)], 3, 100).len(), 1);
+    }
+
+    fn group(n: i64, base: &str, built_on: Option<i64>) -> Group {
+        Group {
+            repo: "r.git".into(),
+            branch: "main".into(),
+            n,
+            commit: format!("c{n}"),
+            base: base.into(),
+            members: Vec::new(),
+            state: "testing".into(),
+            excluded: None,
+            reason: None,
+            created_at: 0,
+            finished_at: None,
+            built_on,
+        }
+    }
+
+    fn standing(n: i64, failed: bool) -> Standing {
+        Standing {
+            n,
+            commit: format!("c{n}"),
+            patches: Vec::new(),
+            plain: true,
+            failed,
+        }
+    }
+
+    /// A group stands on the tip, or on the train's group it was built on
+    /// while that one stands and has not failed.
+    #[test]
+    fn a_train_group_stands_on_the_group_before_it() {
+        assert_eq!(
+            off_base(&group(1, "tip", None), Some("tip"), &[], "main"),
+            None
+        );
+        assert!(off_base(&group(1, "old", None), Some("tip"), &[], "main")
+            .is_some_and(|w| w.contains("moved")));
+        let g2 = group(2, "c1", Some(1));
+        assert_eq!(
+            off_base(&g2, Some("tip"), &[standing(1, false)], "main"),
+            None
+        );
+        assert_eq!(
+            off_base(&g2, Some("tip"), &[standing(1, true)], "main").as_deref(),
+            Some("built on failed merge group 1")
+        );
+        assert!(off_base(&g2, Some("tip"), &[], "main").is_some_and(|w| w.contains("group 1")));
+        // Group 1 landed: group 2 stands on the tip.
+        assert_eq!(off_base(&g2, Some("c1"), &[], "main"), None);
     }
 
     /// A queue entry is ready on its votes alone (the checks are the

@@ -19,6 +19,7 @@ static LEASE_OPS: Mutex<BTreeMap<(String, String), u64>> = Mutex::new(BTreeMap::
 static HTTP_REQUESTS: Mutex<BTreeMap<u16, u64>> = Mutex::new(BTreeMap::new());
 static REFUSED: Mutex<BTreeMap<(&'static str, &'static str), u64>> = Mutex::new(BTreeMap::new());
 static WATCHERS: AtomicU64 = AtomicU64::new(0);
+static COMMANDS_RUNNING: AtomicU64 = AtomicU64::new(0);
 static SSH_IDLE_CLOSED: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
 static WEBHOOK_DELIVERIES: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
 static WEBHOOK_QUEUE_DEPTH: AtomicU64 = AtomicU64::new(0);
@@ -29,8 +30,65 @@ static PACK_CACHE_STATS: Mutex<Option<crate::pack_cache::StatsReader>> = Mutex::
 /// answers it sends from the cache without upload-pack).
 static PACK_CACHE_SERVER: Mutex<crate::pack_cache::Stats> =
     Mutex::new(crate::pack_cache::Stats::EMPTY);
+static MERGE_GROUPS: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
 static MIRROR_SYNCS: Mutex<BTreeMap<(&'static str, &'static str), u64>> =
     Mutex::new(BTreeMap::new());
+
+static LFS_UPLOADED: Mutex<(u64, u64)> = Mutex::new((0, 0));
+/// git-lfs objects and bytes held, by repository name: public ones only
+/// (the endpoint is unauthenticated and must not name private ones).
+static LFS_STORED: Mutex<BTreeMap<String, (u64, u64)>> = Mutex::new(BTreeMap::new());
+
+/// A git-lfs session stored `objects` objects of `bytes` bytes in all.
+pub fn lfs_uploaded(objects: u64, bytes: u64) {
+    let mut total = LFS_UPLOADED.lock().unwrap_or_else(|e| e.into_inner());
+    total.0 += objects;
+    total.1 += bytes;
+}
+
+/// What the public repository `repo` holds in git-lfs objects now.
+pub fn lfs_stored(repo: &str, objects: u64, bytes: u64) {
+    LFS_STORED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(repo.to_string(), (objects, bytes));
+}
+
+/// A per-repository git-lfs series: name, help, and which of (objects,
+/// bytes) it shows.
+type LfsSeries = (&'static str, &'static str, fn(&(u64, u64)) -> u64);
+
+fn render_lfs(out: &mut String) {
+    let (objects, bytes) = *LFS_UPLOADED.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = writeln!(
+        out,
+        "# HELP git_collab_lfs_uploaded_objects_total git-lfs objects stored since the server started.\n\
+         # TYPE git_collab_lfs_uploaded_objects_total counter\n\
+         git_collab_lfs_uploaded_objects_total {objects}\n\
+         # HELP git_collab_lfs_uploaded_bytes_total Bytes of git-lfs objects stored since the server started.\n\
+         # TYPE git_collab_lfs_uploaded_bytes_total counter\n\
+         git_collab_lfs_uploaded_bytes_total {bytes}"
+    );
+    let stored = LFS_STORED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let series: [LfsSeries; 2] = [
+        (
+            "git_collab_repo_lfs_objects",
+            "git-lfs objects the repository holds, as of its last upload (public repositories).",
+            |s| s.0,
+        ),
+        (
+            "git_collab_repo_lfs_bytes",
+            "Bytes of git-lfs objects the repository holds, as of its last upload (public repositories).",
+            |s| s.1,
+        ),
+    ];
+    for (name, help, value) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (repo, s) in &stored {
+            let _ = writeln!(out, "{name}{{repo=\"{}\"}} {}", label(repo), value(s));
+        }
+    }
+}
 
 /// Where the pack cache's hooks leave their counters (set once at start).
 pub fn set_pack_cache_dir(dir: std::path::PathBuf) {
@@ -151,6 +209,12 @@ fn render_pack_cache(out: &mut String) {
     }
 }
 
+/// A merge group this node drives was built or ended: `event` `built`,
+/// `merged`, `failed` or `stale` (thrown away: its CI run was wasted).
+pub fn merge_group(event: &'static str) {
+    bump(&MERGE_GROUPS, event);
+}
+
 /// A mirror sync on this node ended: `direction` `pull`/`push`, `outcome`
 /// `ok`/`error`.
 pub fn mirror_sync(direction: &'static str, outcome: &'static str) {
@@ -174,6 +238,12 @@ pub fn set_watchers(n: u64) {
     WATCHERS.store(n, Ordering::Relaxed);
 }
 
+/// The number of exec commands running now (`shutdown::WorkTracker`):
+/// SSH verbs and the verbs of MCP tool calls.
+pub fn set_commands_running(n: u64) {
+    COMMANDS_RUNNING.store(n, Ordering::Relaxed);
+}
+
 /// An SSH connection completed its handshake.
 pub fn ssh_session_opened() {
     SSH_SESSIONS.fetch_add(1, Ordering::Relaxed);
@@ -191,13 +261,18 @@ pub fn lease_op(op: &str, outcome: &str) {
     bump(&LEASE_OPS, (op.to_string(), outcome.to_string()));
 }
 
-/// The HTTP server answered a request with `status`.
-/// The outcome label of an exec verb's exit status: 0 ok, 4 conflict (a
-/// lease held by someone else), anything else error.
+/// The outcome label of an exec verb's exit status
+/// (`collab_proto::exit`): 0 ok, 3 empty (`collab-lease next` found
+/// nothing ready: an answer, not a failure), 4 conflict (a lease held by
+/// someone else, a stale token), 5 busy (a lock held elsewhere past the
+/// server's wait; the clients run it again), anything else error.
 pub fn outcome_of_exit(code: u32) -> &'static str {
+    use collab_proto::exit::{BUSY, CONFLICT, EMPTY};
     match code {
         0 => "ok",
-        4 => "conflict",
+        EMPTY => "empty",
+        CONFLICT => "conflict",
+        BUSY => "busy",
         _ => "error",
     }
 }
@@ -345,6 +420,12 @@ pub fn render() -> String {
         "collab-events watch streams connected now.",
         WATCHERS.load(Ordering::Relaxed),
     );
+    gauge(
+        &mut out,
+        "git_collab_commands_running",
+        "Exec commands running now (SSH verbs and MCP tool calls' verbs).",
+        COMMANDS_RUNNING.load(Ordering::Relaxed),
+    );
     header(
         &mut out,
         "git_collab_mirror_syncs_total",
@@ -356,7 +437,19 @@ pub fn render() -> String {
             "git_collab_mirror_syncs_total{{direction=\"{direction}\",outcome=\"{outcome}\"}} {n}"
         );
     }
+    header(
+        &mut out,
+        "git_collab_merge_groups_total",
+        "Merge groups this node built, merged, failed or threw away (stale), by event.",
+    );
+    for (event, n) in snapshot(&MERGE_GROUPS) {
+        let _ = writeln!(
+            out,
+            "git_collab_merge_groups_total{{event=\"{event}\"}} {n}"
+        );
+    }
     render_maintenance(&mut out);
+    render_lfs(&mut out);
     render_pack_cache(&mut out);
     out
 }

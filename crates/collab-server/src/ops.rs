@@ -67,11 +67,12 @@ pub fn backup(
     Ok(())
 }
 
-/// `--key KEY` or `--trust-unsigned` (clap makes sure of one of them for
-/// `restore`; `backup --verify` without either is refused here).
-pub fn trust(key: Option<&str>, trust_unsigned: bool) -> anyhow::Result<Trust> {
+/// `--key KEY` or `--trust-unsigned` for the backup in `backup` (clap makes
+/// sure of one of them for `restore`; `backup --verify` without either is
+/// refused here).
+pub fn trust(key: Option<&str>, trust_unsigned: bool, backup: &Path) -> anyhow::Result<Trust> {
     match (key, trust_unsigned) {
-        (Some(key), _) => Ok(Trust::Key(ExpectedKey::parse(key)?)),
+        (Some(key), _) => Ok(Trust::Key(ExpectedKey::for_backup(key, backup)?)),
         (None, true) => Ok(Trust::Unsigned),
         (None, false) => anyhow::bail!(
             "--key is required: the server key `backup` printed (ssh-ed25519 line, SHA256: \

@@ -456,6 +456,11 @@ pub fn holds_one_of(
 /// How often [`run`] prepares again when the base branch moves under it.
 const MERGE_ATTEMPTS: usize = 3;
 
+/// How often, at most, [`run`] runs a merge whose write found a lock busy
+/// (the first run included; paced as the clients pace theirs,
+/// `collab_proto::exit::busy_backoff_ms`).
+const BUSY_ATTEMPTS: u32 = 5;
+
 /// What [`run`] is asked to merge.
 pub struct Request<'a> {
     pub app: &'a Arc<crate::app::App>,
@@ -496,7 +501,8 @@ pub enum RunError {
 /// Merge `req.patch`'s latest revision into its base branch, by the
 /// repository's merge rule: read, check the rule (a refused merge makes no
 /// commit), [`prepare`] on a read-pool thread, [`commit`] in the writer;
-/// again when the base branch moved in between. One merge at a time per
+/// again when the base branch moved in between, or when its write found a
+/// lock busy ([`BUSY_ATTEMPTS`]). One merge at a time per
 /// repository on this node (merges never race each other here; outside
 /// pushes and other nodes' merges can move the base, which the swap
 /// catches).
@@ -512,7 +518,8 @@ pub async fn run(req: Request<'_>) -> Result<Merged, RunError> {
     let queue = merge_lock(&repo);
     let _turn = queue.lock().await;
     let max_body = usize::try_from(app.config.max_issue_body).unwrap_or(usize::MAX);
-    for _ in 0..MERGE_ATTEMPTS {
+    let (mut moves, mut busy) = (0, 0);
+    loop {
         let (r, id) = (repo.clone(), req.patch.clone());
         let (detail, checks) = app
             .reads
@@ -565,7 +572,13 @@ pub async fn run(req: Request<'_>) -> Result<Merged, RunError> {
                     base_fenced,
                     token,
                 };
-                Ok(commit(conn, &git, &mine, &m))
+                match commit(conn, &git, &mine, &m) {
+                    // A statement failed (busy, say): an `Err` rolls the
+                    // write back to its savepoint, where PostgreSQL would
+                    // otherwise keep the whole group's transaction aborted.
+                    Err(MergeError::Patch(e)) if e.is_sql() => Err(e.into()),
+                    other => Ok(other),
+                }
             })
             .await;
         match done {
@@ -575,7 +588,8 @@ pub async fn run(req: Request<'_>) -> Result<Merged, RunError> {
                     committed,
                 })
             }
-            Ok(Err(MergeError::Moved)) => continue,
+            Ok(Err(MergeError::Moved)) if moves + 1 < MERGE_ATTEMPTS => moves += 1,
+            Ok(Err(MergeError::Moved)) => return Err(RunError::KeptMoving),
             Ok(Err(e)) => return Err(e.into()),
             Err(e) => {
                 // The transaction did not commit: put the branch back.
@@ -586,11 +600,21 @@ pub async fn run(req: Request<'_>) -> Result<Merged, RunError> {
                     }
                 })
                 .await;
+                // Busy: a lock another node held (an issue a close ends,
+                // a row) past the wait; nothing was written, so the merge
+                // is prepared and run again here, a few times, before the
+                // caller hears "busy" (docs/postgres.md).
+                if crate::db::writer::is_busy(&e) && busy + 1 < BUSY_ATTEMPTS {
+                    busy += 1;
+                    let pause = collab_proto::exit::busy_backoff_ms(busy + 1, rand::random());
+                    tracing::info!(repo, "collab-patch merge: busy ({e:#}); running it again");
+                    tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+                    continue;
+                }
                 return Err(e.into());
             }
         }
     }
-    Err(RunError::KeptMoving)
 }
 
 /// The merge lock of `repo`. Entries nobody holds are dropped when the

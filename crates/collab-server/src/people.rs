@@ -40,6 +40,15 @@ pub fn is_fingerprint(principal: &str) -> bool {
     principal.starts_with(PREFIX)
 }
 
+/// Whether a key's comment, `name=` or a recorded author name reads like
+/// a fingerprint (`SHA256:…`, in any case, after any blank): such a name
+/// could pass for another key's short fingerprint, so it is never shown.
+fn poses_as_fingerprint(name: &str) -> bool {
+    let name = name.trim_start();
+    name.get(..PREFIX.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(PREFIX))
+}
+
 /// `SHA256:GlgxX2Cw…` for a fingerprint; anything else unchanged.
 pub fn short_fingerprint(principal: &str) -> String {
     match principal.strip_prefix(PREFIX) {
@@ -86,14 +95,15 @@ impl DisplayNames {
         let lines = &self.keys.get(fingerprint)?.usable;
         lines
             .iter()
-            .find_map(|k| k.options.name.clone())
+            .filter_map(|k| k.options.name.as_deref())
+            .find(|n| !poses_as_fingerprint(n))
             .or_else(|| {
                 lines
                     .iter()
                     .map(|k| k.comment.as_str())
-                    .find(|c| check_name(c).is_ok())
-                    .map(str::to_string)
+                    .find(|c| check_name(c).is_ok() && !poses_as_fingerprint(c))
             })
+            .map(str::to_string)
     }
 
     /// A name the server knows for `principal`: governed, else listed.
@@ -116,8 +126,10 @@ impl DisplayNames {
         }
         self.known(principal)
             .or_else(|| {
-                (recorded != principal && !is_fingerprint(recorded) && check_name(recorded).is_ok())
-                    .then(|| recorded.to_string())
+                (recorded != principal
+                    && !poses_as_fingerprint(recorded)
+                    && check_name(recorded).is_ok())
+                .then(|| recorded.to_string())
             })
             .unwrap_or_else(|| short_fingerprint(principal))
     }
@@ -229,6 +241,21 @@ mod tests {
         assert!(
             n.name(&fps[1]).ends_with('\u{2026}'),
             "a comment with a bidi override is not shown"
+        );
+    }
+
+    #[test]
+    fn a_name_that_poses_as_a_fingerprint_is_never_shown() {
+        let (n, fps) = names(&format!(
+            "{ALICE} SHA256:GlgxX2Cw\u{2026}\nname=\"sha256:Zz\" {BOT} ci@host\n"
+        ));
+        let alice_short = short_fingerprint(&fps[0]);
+        assert_eq!(n.name(&fps[0]), alice_short, "the comment is not shown");
+        assert_eq!(n.name(&fps[1]), "ci@host", "the name= is not shown");
+        let unknown = "SHA256:GlgxX2CwAbCdEfGhIjKlMnOpQrStUvWxYz0123456789a";
+        assert_eq!(
+            n.author(unknown, " SHA256:other\u{2026}"),
+            short_fingerprint(unknown)
         );
     }
 }

@@ -116,6 +116,10 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
         eprintln!("warning: {warning}");
         tracing::warn!("{warning}");
     }
+    if let Some(warning) = crate::maintenance::git_version::warning() {
+        eprintln!("warning: {warning}");
+        tracing::warn!("{warning}");
+    }
     tracing::info!(
         open_files = budget.open_files,
         http_max_connections = budget.http,
@@ -186,8 +190,9 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     // Installed before the announcement: a SIGTERM right after it stops the
     // server cleanly instead of killing it.
     let stop_signal = shutdown::signal();
+    // Once, on stderr as a plain line whatever the log format or level:
+    // what a person, a script and the test harness wait for.
     eprintln!("listening ssh={ssh_addr} http={http_addr}");
-    tracing::info!("listening ssh={ssh_addr} http={http_addr}");
 
     tokio::select! {
         _ = stop_signal => {}

@@ -56,6 +56,12 @@ impl StopTrigger {
     pub fn trigger(&self) {
         let _ = self.tx.send(true);
     }
+
+    /// Whether anyone still holds a `Stop` of this pair (false once the
+    /// work that watched it has ended).
+    pub fn is_watched(&self) -> bool {
+        self.tx.receiver_count() > 0
+    }
 }
 
 impl Stop {
@@ -91,7 +97,10 @@ impl Default for WorkTracker {
 
 impl WorkTracker {
     pub fn track(&self) -> WorkGuard {
-        self.count.send_modify(|n| *n += 1);
+        self.count.send_modify(|n| {
+            *n += 1;
+            crate::metrics::set_commands_running(*n as u64);
+        });
         WorkGuard {
             count: self.count.clone(),
         }
@@ -112,7 +121,10 @@ impl WorkTracker {
 
 impl Drop for WorkGuard {
     fn drop(&mut self) {
-        self.count.send_modify(|n| *n = n.saturating_sub(1));
+        self.count.send_modify(|n| {
+            *n = n.saturating_sub(1);
+            crate::metrics::set_commands_running(*n as u64);
+        });
     }
 }
 

@@ -82,6 +82,19 @@ pub fn pending(
     rows.collect()
 }
 
+/// How many issues or patches of `repo` have an export behind their
+/// counter: 0 once the export shows every write (a client that just wrote
+/// waits for it before fetching the export).
+pub fn pending_count(conn: &Connection, kind: Kind, repo: &str) -> crate::sql::Result<i64> {
+    let (source, counter, exports, id_col, exported) = kind.names();
+    conn.prepare_cached(&format!(
+        "SELECT COUNT(*) FROM {source} s
+         LEFT JOIN {exports} e ON e.repo = s.repo AND e.{id_col} = s.id
+         WHERE s.repo = ?1 AND (e.{exported} IS NULL OR e.{exported} < s.{counter})"
+    ))?
+    .query_row([repo], |r| r.get(0))
+}
+
 /// The recorded export of one issue or patch.
 pub fn get(
     conn: &Connection,

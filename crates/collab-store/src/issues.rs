@@ -156,12 +156,15 @@ pub enum IssueError {
     #[error("{0}")]
     Invalid(String),
     /// `--lease-token` is not the token of the issue's live lease.
-    #[error("{}", fenced_message(holder.as_deref(), *token))]
+    #[error("{}", fenced_message(holder.as_deref(), *token, *closed))]
     Fenced {
         /// The issue's full id.
         issue: String,
         holder: Option<String>,
         token: Option<i64>,
+        /// The issue is closed, which ended its lease (by `close`, or a
+        /// merge's auto-close): the reason no tenure is live.
+        closed: bool,
     },
     #[error(transparent)]
     Sql(#[from] crate::sql::Error),
@@ -175,12 +178,20 @@ impl IssueError {
     }
 }
 
-fn fenced_message(holder: Option<&str>, token: Option<i64>) -> String {
+fn fenced_message(holder: Option<&str>, token: Option<i64>, closed: bool) -> String {
+    format!(
+        "lease token refused: {}",
+        fenced_reason(holder, token, closed)
+    )
+}
+
+/// Why a token was refused, in words: who holds the issue now, or why
+/// nobody does.
+pub fn fenced_reason(holder: Option<&str>, token: Option<i64>, closed: bool) -> String {
     match (holder, token) {
-        (Some(h), Some(t)) => {
-            format!("lease token refused: the issue is held by {h} with token {t}")
-        }
-        _ => "lease token refused: the issue has no live lease".to_string(),
+        (Some(h), Some(t)) => format!("the issue is held by {h} with token {t}"),
+        _ if closed => "the issue is closed, which ended its lease".to_string(),
+        _ => "the issue has no live lease".to_string(),
     }
 }
 
@@ -655,6 +666,7 @@ fn target(
             Some(live) if live.token == token => {}
             live => {
                 return Err(IssueError::Fenced {
+                    closed: live.is_none() && issue.status == IssueStatus::Closed,
                     issue: id,
                     holder: live.as_ref().map(|l| l.holder.clone()),
                     token: live.map(|l| l.token),
@@ -1693,7 +1705,35 @@ mod tests {
         comment(&conn, &fenced(2, T0), &id, "x").unwrap();
         // An expired tenure's token no longer passes.
         let err = comment(&conn, &fenced(2, T0 + 60), &id, "y").unwrap_err();
-        assert!(matches!(err, IssueError::Fenced { holder: None, .. }));
+        assert!(matches!(
+            err,
+            IssueError::Fenced {
+                holder: None,
+                closed: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_token_whose_lease_the_close_ended_is_told_the_issue_is_closed() {
+        let conn = db();
+        let id = open_one(&conn, "t", &[], T0);
+        leases::acquire(&conn, REPO, &id, "bob", Some(60), T0).unwrap();
+        close(&conn, &fenced(1, T0), &id, None).unwrap();
+        let err = close(&conn, &fenced(1, T0), &id, None).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                IssueError::Fenced {
+                    holder: None,
+                    closed: true,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("is closed"), "{err}");
     }
 
     #[test]

@@ -48,7 +48,14 @@ pub struct Policy {
     pub lock_delay: i64,
     /// The longest TTL an acquire or renew may ask for.
     pub max_ttl: i64,
+    /// How long the author of a patch the merge queue evicted holds its
+    /// issue again (a fresh tenure) before the issue returns to the ready
+    /// queue; 0 = no grace (`queue_holds::evict_in`).
+    pub eviction_grace: i64,
 }
+
+/// Default of `leases.eviction_grace`: ten minutes.
+pub const DEFAULT_EVICTION_GRACE: i64 = 10 * 60;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -56,6 +63,7 @@ impl Default for Policy {
             max_lifetime: None,
             lock_delay: 0,
             max_ttl: DEFAULT_MAX_TTL,
+            eviction_grace: DEFAULT_EVICTION_GRACE,
         }
     }
 }
@@ -161,6 +169,16 @@ pub struct Status {
     /// Set while a lock delay runs (after an expiry), with the holder it
     /// protects.
     pub locked: Option<(String, i64)>,
+    /// Set while a merge queue carries the live tenure (`queue_holds`).
+    pub queued: Option<Queued>,
+}
+
+/// The queued patch that holds a live tenure, and the branch whose merge
+/// queue it is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queued {
+    pub patch: String,
+    pub branch: String,
 }
 
 /// What an expiry pass did, and when the next one is due.
@@ -567,11 +585,16 @@ pub fn status_in(
         (false, Some(holder), Some(until)) if until > now => Some((holder, until)),
         _ => None,
     };
+    let queued = match &live {
+        Some(l) => queued_in(conn, l)?,
+        None => None,
+    };
     Ok(Status {
         live,
         last_token,
         transitions,
         locked,
+        queued,
     })
 }
 
@@ -1123,7 +1146,7 @@ fn expiry(now: i64, acquired_at: i64, ttl_secs: Option<i64>, policy: &Policy) ->
 }
 
 /// Start a new tenure on a free issue, unless a lock delay protects it.
-fn begin_tenure(
+pub(crate) fn begin_tenure(
     conn: &Connection,
     claim: &Claim,
     policy: &Policy,
@@ -1206,7 +1229,9 @@ fn begin_tenure(
 }
 
 /// The holder renews (or re-acquires) its live tenure: new expiry from
-/// `now`, capped by `max_lifetime`; a new note if one is given.
+/// `now`, capped by `max_lifetime`; a new note if one is given. A tenure
+/// a merge queue holds stays open-ended: the TTL asked for is what it
+/// gets back when its patch leaves the queue (`queue_holds`).
 fn extend(
     conn: &Connection,
     mut live: Lease,
@@ -1214,7 +1239,11 @@ fn extend(
     policy: &Policy,
     now: i64,
 ) -> crate::sql::Result<Lease> {
-    live.expires_at = expiry(now, live.acquired_at, claim.ttl_secs, policy);
+    live.expires_at = if queue_held(conn, &live, claim.ttl_secs)? {
+        None
+    } else {
+        expiry(now, live.acquired_at, claim.ttl_secs, policy)
+    };
     live.renewed_at = Some(now);
     if claim.note.is_some() {
         live.note = claim.note.clone();
@@ -1244,6 +1273,45 @@ fn extend(
         now,
     )?;
     Ok(live)
+}
+
+/// Inside a renew or re-acquire of `live`: whether a merge queue holds it
+/// (a `lease_queue_holds` row of its token, written by `queue_holds`), in
+/// which case it stays open-ended and `ttl` (the TTL asked for) becomes
+/// what it gets back when its patch leaves the queue.
+fn queue_held(conn: &Connection, live: &Lease, ttl: Option<i64>) -> crate::sql::Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE lease_queue_holds SET ttl = ?4
+             WHERE repo = ?1 AND issue_id = ?2 AND token = ?3",
+        )?
+        .execute(crate::sql::params![
+            live.repo,
+            live.issue_id,
+            live.token,
+            ttl
+        ])?;
+    Ok(changed > 0)
+}
+
+/// The queued patch holding `lease`, if any (the first queued). A pure
+/// read.
+pub fn queued_in(conn: &Connection, lease: &Lease) -> crate::sql::Result<Option<Queued>> {
+    conn.prepare_cached(
+        "SELECT patch_id, branch FROM lease_queue_holds
+         WHERE repo = ?1 AND issue_id = ?2 AND token = ?3
+         ORDER BY held_at, patch_id LIMIT 1",
+    )?
+    .query_row(
+        crate::sql::params![lease.repo, lease.issue_id, lease.token],
+        |r| {
+            Ok(Queued {
+                patch: r.get(0)?,
+                branch: r.get(1)?,
+            })
+        },
+    )
+    .optional()
 }
 
 const SELECT_LEASE: &str = "SELECT l.repo, l.issue_id, l.holder, l.token, l.acquired_at,
@@ -1279,7 +1347,7 @@ fn live_row(
     }
 }
 
-fn delete_row(conn: &Connection, repo: &str, issue_id: &str) -> crate::sql::Result<()> {
+pub(crate) fn delete_row(conn: &Connection, repo: &str, issue_id: &str) -> crate::sql::Result<()> {
     conn.prepare_cached("DELETE FROM leases WHERE repo = ?1 AND issue_id = ?2")?
         .execute([repo, issue_id])?;
     Ok(())
@@ -1326,7 +1394,7 @@ fn end_by_expiry(
 
 /// Append a `lease.*` event for the lease's issue in the caller's
 /// transaction (docs/events.md has every shape).
-fn record(
+pub(crate) fn record(
     conn: &Connection,
     kind: &str,
     lease: &Lease,

@@ -7,7 +7,8 @@
 //! them for request handlers. `issues` holds the issue decisions; `queue`
 //! the work queue (ready issues, `next`); `patches` the patch decisions
 //! (push-to-review); `objects` what issues and patches share (people, ids
-//! by prefix, the bookkeeping of every write, keyset paging).
+//! by prefix, the bookkeeping of every write, keyset paging); `search` the
+//! full-text index over them and its ranked query.
 
 pub mod checks;
 pub mod connect;
@@ -16,6 +17,7 @@ pub mod exports;
 pub mod guard;
 pub mod issues;
 pub mod leases;
+pub mod lfs_locks;
 pub mod merge_intents;
 pub mod merge_queue;
 pub mod migrations;
@@ -23,9 +25,11 @@ pub mod mirrors;
 pub mod objects;
 pub mod patches;
 pub mod queue;
+pub mod queue_holds;
 pub mod reads;
 pub mod repo_ids;
 pub mod repos;
+pub mod search;
 pub mod snapshot;
 pub mod sql;
 pub mod transfer;

@@ -112,6 +112,20 @@ pub fn all(conn: &Connection, limit: i64) -> crate::sql::Result<Vec<Intent>> {
     rows.collect()
 }
 
+/// How many intents in `repo` `principal` asked for (`collab-lease next
+/// --wait` watches for them to settle only when there are some).
+pub fn count_requested_by(
+    conn: &Connection,
+    repo: &str,
+    principal: &str,
+) -> crate::sql::Result<i64> {
+    conn.query_row(
+        "SELECT COUNT(*) FROM merge_intents WHERE repo = ?1 AND requested_by = ?2",
+        params![repo, principal],
+        |r| r.get(0),
+    )
+}
+
 /// How many intents `repo` holds.
 pub fn count_in(conn: &Connection, repo: &str) -> crate::sql::Result<i64> {
     conn.query_row(
@@ -140,6 +154,8 @@ pub fn dequeue(
         "DELETE FROM merge_intents WHERE repo = ?1 AND patch_id = ?2",
         params![repo, patch],
     )?;
+    // The queue no longer carries the tenure it held: its TTL runs again.
+    crate::queue_holds::release_in(conn, repo, patch, now)?;
     let seq = objects::append_event(
         conn,
         "patch.merge_dequeued",
@@ -157,12 +173,31 @@ pub fn dequeue(
 }
 
 /// Delete the intent on `patch` without an event (it was fulfilled: the
-/// patch merged). Whether there was one.
-pub fn fulfil(conn: &Connection, repo: &str, patch: &str) -> crate::sql::Result<bool> {
+/// patch merged). Whether there was one. A tenure the queue held for it
+/// and that is still live (an issue the merge did not close) gets its TTL
+/// back.
+pub fn fulfil(conn: &Connection, repo: &str, patch: &str, now: i64) -> crate::sql::Result<bool> {
+    crate::queue_holds::release_in(conn, repo, patch, now)?;
     Ok(conn.execute(
         "DELETE FROM merge_intents WHERE repo = ?1 AND patch_id = ?2",
         params![repo, patch],
     )? > 0)
+}
+
+/// The merge queue evicts `patch` for `reason`, its own fault (it broke
+/// a group, it conflicts): the issues whose tenure it held go back to its
+/// author for `policy.eviction_grace` (`queue_holds::evict_in`), then the
+/// intent is dropped as [`dequeue`] does.
+pub fn evict(
+    conn: &Connection,
+    repo: &str,
+    patch: &str,
+    reason: &str,
+    policy: &crate::leases::Policy,
+    now: i64,
+) -> crate::sql::Result<Option<i64>> {
+    crate::queue_holds::evict_in(conn, repo, patch, reason, policy, now)?;
+    dequeue(conn, repo, patch, None, reason, now)
 }
 
 /// Claim the intent on `patch` for `node` until `until`, unless another
@@ -253,7 +288,7 @@ mod tests {
         assert_eq!(events(&conn, "patch.merge_dequeued"), 1);
 
         queue(&conn, &intent(&p), 50).unwrap();
-        assert!(fulfil(&conn, "r.git", &p).unwrap());
+        assert!(fulfil(&conn, "r.git", &p, 50).unwrap());
         assert!(all(&conn, 10).unwrap().is_empty());
         assert_eq!(events(&conn, "patch.merge_dequeued"), 1);
     }

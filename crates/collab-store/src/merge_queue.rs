@@ -60,10 +60,13 @@ pub struct Group {
     pub reason: Option<String>,
     pub created_at: i64,
     pub finished_at: Option<i64>,
+    /// The group of a merge train this one was built on (its `base` is
+    /// that group's commit); `None` when built on the base branch's tip.
+    pub built_on: Option<i64>,
 }
 
 const GROUP_COLUMNS: &str = "repo, branch, n, commit_id, base_commit, members, state, reason, \
-                             created_at, finished_at, excluded";
+                             created_at, finished_at, excluded, built_on";
 
 fn group_from_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<Group> {
     let members: String = r.get(5)?;
@@ -81,6 +84,7 @@ fn group_from_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<Group> {
         excluded: r
             .get::<_, Option<String>>(10)?
             .and_then(|e| serde_json::from_str(&e).ok()),
+        built_on: r.get(11)?,
     })
 }
 
@@ -373,6 +377,40 @@ pub fn recent(
     rows.collect()
 }
 
+/// How many groups of a branch were built, and how each ended: what the
+/// queue cost in CI runs (`stale` ones were thrown away).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct GroupCounts {
+    pub built: i64,
+    pub testing: i64,
+    pub merged: i64,
+    pub failed: i64,
+    pub stale: i64,
+}
+
+/// The [`GroupCounts`] of `branch`.
+pub fn counts(conn: &Connection, repo: &str, branch: &str) -> crate::sql::Result<GroupCounts> {
+    let mut stmt = conn.prepare(
+        "SELECT state, COUNT(*) FROM merge_groups WHERE repo = ?1 AND branch = ?2 GROUP BY state",
+    )?;
+    let rows = stmt.query_map(params![repo, branch], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+    })?;
+    let mut c = GroupCounts::default();
+    for row in rows {
+        let (state, n) = row?;
+        c.built += n;
+        match state.as_str() {
+            "testing" => c.testing = n,
+            "merged" => c.merged = n,
+            "failed" => c.failed = n,
+            "stale" => c.stale = n,
+            _ => {}
+        }
+    }
+    Ok(c)
+}
+
 /// The payload of a group's events.
 fn payload(g: &Group) -> serde_json::Value {
     json!({
@@ -384,11 +422,13 @@ fn payload(g: &Group) -> serde_json::Value {
         "ref": format!("refs/collab/queue/{}/{}", g.branch, g.n),
         "patches": g.members,
         "excluded": g.excluded,
+        "built_on": g.built_on,
     })
 }
 
 /// Record a new group under test (the next number of `branch`), an
-/// exclusion group when `excluded` is given, and append
+/// exclusion group when `excluded` is given, a group of a merge train
+/// built on group `built_on` when given, and append
 /// `merge_group.checks_requested`. The group as stored, with the event's
 /// seq.
 #[allow(clippy::too_many_arguments)]
@@ -400,6 +440,7 @@ pub fn open(
     base: &str,
     members: &[Member],
     excluded: Option<&[String]>,
+    built_on: Option<i64>,
     now: i64,
 ) -> crate::sql::Result<(Group, i64)> {
     ensure_branch(conn, repo, branch)?;
@@ -421,11 +462,12 @@ pub fn open(
         created_at: now,
         finished_at: None,
         excluded: excluded.map(<[String]>::to_vec),
+        built_on,
     };
     conn.execute(
         &format!(
             "INSERT INTO merge_groups ({GROUP_COLUMNS})
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'testing', NULL, ?7, NULL, ?8)"
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'testing', NULL, ?7, NULL, ?8, ?9)"
         ),
         params![
             repo,
@@ -435,7 +477,8 @@ pub fn open(
             base,
             serde_json::to_string(members).unwrap_or_else(|_| "[]".into()),
             now,
-            excluded.map(|e| serde_json::to_string(e).unwrap_or_else(|_| "[]".into()))
+            excluded.map(|e| serde_json::to_string(e).unwrap_or_else(|_| "[]".into())),
+            built_on
         ],
     )?;
     let seq = event_log::append(
@@ -528,6 +571,7 @@ pub fn verdict(rule: &crate::patches::MergeRule, checks: &[crate::checks::Check]
         match checks
             .iter()
             .find(|c| &c.name == name)
+            .filter(|c| rule.counts(c))
             .map(|c| c.state.as_str())
         {
             Some("success") => {}
@@ -536,7 +580,7 @@ pub fn verdict(rule: &crate::patches::MergeRule, checks: &[crate::checks::Check]
                 failed.push(format!("{name} is {state}"))
             }
             Some(state) => waiting.push(format!("{name} is {state}")),
-            None => waiting.push(format!("{name} is missing")),
+            None => waiting.push(rule.missing(name)),
         }
     }
     if !failed.is_empty() {
@@ -643,6 +687,7 @@ mod tests {
             &"0".repeat(40),
             &[member('a'), member('b')],
             None,
+            None,
             10,
         )
         .unwrap();
@@ -672,6 +717,7 @@ mod tests {
             &"0".repeat(40),
             &[member('a')],
             Some(&["b".repeat(40)]),
+            None,
             13,
         )
         .unwrap();
@@ -732,6 +778,85 @@ mod tests {
         );
         // The group number survives the claims.
         assert_eq!(next_number(&conn, "r.git", "main").unwrap(), 3);
+    }
+
+    /// A train's group keeps the group it was built on (in its row and its
+    /// event); the counts add up every group by how it ended.
+    #[test]
+    fn train_groups_and_counts() {
+        let conn = crate::testing::db();
+        let (r, b) = ("r.git", "main");
+        let (g1, _) = open(
+            &conn,
+            r,
+            b,
+            &"1".repeat(40),
+            &"0".repeat(40),
+            &[member('a')],
+            None,
+            None,
+            1,
+        )
+        .unwrap();
+        let (g2, _) = open(
+            &conn,
+            r,
+            b,
+            &"2".repeat(40),
+            &g1.commit,
+            &[member('b')],
+            None,
+            Some(g1.n),
+            1,
+        )
+        .unwrap();
+        assert_eq!(g2.built_on, Some(g1.n));
+        assert_eq!(live(&conn, r, b).unwrap()[1].built_on, Some(g1.n));
+        let built_on: Option<String> = conn
+            .query_row(
+                "SELECT payload FROM events WHERE type = 'merge_group.checks_requested'
+                 ORDER BY seq DESC LIMIT 1",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        let payload: serde_json::Value = serde_json::from_str(&built_on.unwrap()).unwrap();
+        assert_eq!(payload["built_on"], g1.n);
+        finish(&conn, r, b, g1.n, "merged", None, 2).unwrap();
+        let (g3, _) = open(
+            &conn,
+            r,
+            b,
+            &"3".repeat(40),
+            &g2.commit,
+            &[member('c')],
+            None,
+            Some(g2.n),
+            2,
+        )
+        .unwrap();
+        finish(&conn, r, b, g2.n, "failed", Some("ci"), 3).unwrap();
+        finish(
+            &conn,
+            r,
+            b,
+            g3.n,
+            "stale",
+            Some("built on failed merge group 2"),
+            3,
+        )
+        .unwrap();
+        assert_eq!(
+            counts(&conn, r, b).unwrap(),
+            GroupCounts {
+                built: 3,
+                testing: 0,
+                merged: 1,
+                failed: 1,
+                stale: 1
+            }
+        );
+        assert_eq!(counts(&conn, r, "dev").unwrap(), GroupCounts::default());
     }
 
     /// The queue is the branch's intents in the order they were queued.
@@ -820,6 +945,7 @@ mod tests {
                 &"0".repeat(40),
                 &[member(c)],
                 Some(&[]),
+                None,
                 1,
             )
             .unwrap()

@@ -13,7 +13,10 @@
 //! work queue, 5 webhooks, 6 patches, 7 the work queue's index, 8 patch
 //! import and export, 9 repository identity, 10 mirrors, 11 commit checks,
 //! 12 merge intents, 13 the merge queue, 14 webhook claims, 15 merge
-//! rounds, 16 PostgreSQL's lease functions (a no-op step on SQLite). SQL
+//! rounds, 16 PostgreSQL's lease functions (a no-op step on SQLite), 17
+//! merge trains (`merge_groups.built_on`), 18 queued tenure
+//! (`lease_queue_holds`), 19 search (`search`), 20 git-lfs
+//! locks (`lfs_locks`). SQL
 //! here stays portable where it can (no SQLite-only functions in the domain
 //! queries), because the same tables live in PostgreSQL too.
 //!
@@ -533,7 +536,62 @@ ALTER TABLE merge_queue_branches ADD COLUMN round_from INTEGER NOT NULL DEFAULT 
         version: 16,
         sql: "-- PostgreSQL only",
     },
+    // Version 17: a merge train (`merge_queue`, `train = true`): the group a
+    // merge group was built on (`built_on`, NULL when built on the base
+    // branch's tip), so a train's groups under test survive a restart.
+    Step {
+        version: 17,
+        sql: "ALTER TABLE merge_groups ADD COLUMN built_on INTEGER;",
+    },
+    // Version 18: queued tenure. A patch in a merge queue holds the lease
+    // it was queued with (`queue_holds`): one row per (issue, patch), the
+    // token held, the branch, and the TTL given back when the patch leaves
+    // the queue; the lease itself is open-ended (`expires_at` NULL) while
+    // held.
+    Step {
+        version: 18,
+        sql: QUEUE_HOLDS_SQL,
+    },
+    // Version 19: search (`search`). An FTS5 index over the words of
+    // issues, patches and their comments, kept by triggers in the
+    // transaction of each write, and filled here from the rows already
+    // there.
+    Step {
+        version: 19,
+        sql: crate::search::SQLITE_SCHEMA,
+    },
+    // Version 20: git-lfs file locks (`lfs_locks`), by the repository's
+    // lasting id so that a rename keeps them; one lock per path.
+    Step {
+        version: 20,
+        sql: "
+CREATE TABLE lfs_locks (
+    id         TEXT    NOT NULL PRIMARY KEY,
+    repo_id    TEXT    NOT NULL,
+    path       TEXT    NOT NULL,
+    owner      TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    UNIQUE (repo_id, path)
+);
+",
+    },
 ];
+
+/// Version 18's table (SQLite; PostgreSQL's step adds a trigger).
+const QUEUE_HOLDS_SQL: &str = "
+CREATE TABLE lease_queue_holds (
+    repo     TEXT    NOT NULL,
+    issue_id TEXT    NOT NULL,
+    patch_id TEXT    NOT NULL,
+    token    INTEGER NOT NULL CHECK (token > 0),
+    holder   TEXT    NOT NULL,
+    branch   TEXT    NOT NULL,
+    ttl      INTEGER,
+    held_at  INTEGER NOT NULL,
+    PRIMARY KEY (repo, issue_id, patch_id)
+);
+CREATE INDEX lease_queue_holds_patch ON lease_queue_holds (repo, patch_id);
+";
 
 /// Version 9's tables (SQLite; PostgreSQL's are in `POSTGRES_STEPS`).
 const REPOSITORIES_SQL: &str = "
@@ -707,6 +765,70 @@ ALTER TABLE merge_queue_branches ADD COLUMN round_from BIGINT NOT NULL DEFAULT 0
     Step {
         version: 16,
         sql: include_str!("postgres_v16.sql"),
+    },
+    // Version 17: the group a merge group was built on (a merge train).
+    Step {
+        version: 17,
+        sql: "ALTER TABLE merge_groups ADD COLUMN built_on BIGINT;",
+    },
+    // Version 18: queued tenure (see `STEPS`). The lease functions set
+    // `expires_at` on a renew or re-acquire; the trigger keeps a held
+    // tenure open-ended whatever they compute, and records a renewal's
+    // span as the TTL to give back (as `leases::extend` does in Rust).
+    Step {
+        version: 18,
+        sql: "
+CREATE TABLE lease_queue_holds (
+    repo     TEXT   NOT NULL,
+    issue_id TEXT   NOT NULL,
+    patch_id TEXT   NOT NULL,
+    token    BIGINT NOT NULL CHECK (token > 0),
+    holder   TEXT   NOT NULL,
+    branch   TEXT   NOT NULL,
+    ttl      BIGINT,
+    held_at  BIGINT NOT NULL,
+    PRIMARY KEY (repo, issue_id, patch_id)
+);
+CREATE INDEX lease_queue_holds_patch ON lease_queue_holds (repo, patch_id);
+CREATE FUNCTION collab_lease_queue_hold() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.expires_at IS NOT NULL AND NEW.token = OLD.token THEN
+        UPDATE lease_queue_holds h SET ttl = CASE
+                WHEN NEW.renewed_at IS DISTINCT FROM OLD.renewed_at
+                THEN GREATEST(NEW.expires_at - NEW.renewed_at, 1) ELSE h.ttl END
+        WHERE h.repo = NEW.repo AND h.issue_id = NEW.issue_id AND h.token = NEW.token;
+        IF FOUND THEN
+            NEW.expires_at := NULL;
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER leases_queue_hold BEFORE UPDATE OF expires_at ON leases
+    FOR EACH ROW EXECUTE FUNCTION collab_lease_queue_hold();
+",
+    },
+    // Version 19: search (see `STEPS`): a stored generated text search
+    // vector per table under a GIN index, which PostgreSQL keeps in the
+    // transaction of each write and computes here for the rows there.
+    Step {
+        version: 19,
+        sql: crate::search::POSTGRES_SCHEMA,
+    },
+    // Version 20: git-lfs file locks (see `STEPS`).
+    Step {
+        version: 20,
+        sql: "
+CREATE TABLE lfs_locks (
+    id         TEXT   NOT NULL PRIMARY KEY,
+    repo_id    TEXT   NOT NULL,
+    path       TEXT   NOT NULL,
+    owner      TEXT   NOT NULL,
+    created_at BIGINT NOT NULL,
+    UNIQUE (repo_id, path)
+);
+",
     },
 ];
 

@@ -74,10 +74,13 @@ pub enum AddRefused {
     Full { max: i64 },
     /// The same direction and URL is there already (its id).
     Duplicate(String),
+    /// A pull mirror is there already (its id): two would each prune the
+    /// other's refs at every sync.
+    SecondPull(String),
 }
 
-/// Add `mirror` unless its repository has `max_per_repo` mirrors or the same
-/// one already; counted in the caller's write transaction, so concurrent
+/// Add `mirror` unless its repository has `max_per_repo` mirrors, the same
+/// one already, or (for a pull mirror) a pull mirror already; counted in the caller's write transaction, so concurrent
 /// adds cannot overshoot.
 pub fn add(
     conn: &Connection,
@@ -93,6 +96,18 @@ pub fn add(
         .optional()?
     {
         return Ok(Err(AddRefused::Duplicate(id)));
+    }
+    if mirror.is_pull() {
+        if let Some(id) = conn
+            .query_row(
+                "SELECT id FROM mirrors WHERE repo = ?1 AND direction = 'pull'",
+                params![mirror.repo],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()?
+        {
+            return Ok(Err(AddRefused::SecondPull(id)));
+        }
     }
     let count: i64 = conn.query_row(
         "SELECT COUNT(*) FROM mirrors WHERE repo = ?1",
@@ -314,6 +329,11 @@ mod tests {
         assert_eq!(
             add(&conn, &mirror("mr2", "r.git", "pull", "https://a/x.git"), 2).unwrap(),
             Err(AddRefused::Duplicate("mr1".into()))
+        );
+        // A second pull mirror would prune the first one's refs.
+        assert_eq!(
+            add(&conn, &mirror("mr2", "r.git", "pull", "https://c/x.git"), 5).unwrap(),
+            Err(AddRefused::SecondPull("mr1".into()))
         );
         assert_eq!(
             add(&conn, &mirror("mr2", "r.git", "push", "https://a/x.git"), 2).unwrap(),

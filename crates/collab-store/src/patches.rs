@@ -177,6 +177,10 @@ pub struct PatchDetail {
     pub comments: Vec<Comment>,
     /// Full ids of linked issues of the same repository, sorted.
     pub issues: Vec<String>,
+    /// Who holds, or last held, the lease of an issue linked to the patch
+    /// now, sorted: read at every `show`, so an issue linked after a push
+    /// counts as one linked before it (`lease_holder_is_author`).
+    pub linked_lease_holders: Vec<String>,
 }
 
 impl PatchDetail {
@@ -225,6 +229,15 @@ pub enum PatchError {
 }
 
 impl PatchError {
+    /// Whether a statement failed (the database's error, busy or not),
+    /// rather than a decision refusing the write.
+    pub fn is_sql(&self) -> bool {
+        matches!(
+            self,
+            PatchError::Sql(_) | PatchError::Issue(super::issues::IssueError::Sql(_))
+        )
+    }
+
     /// Whether the write failed only because another transaction held what
     /// it needed (the writer runs a repository write again later).
     pub fn is_busy(&self) -> bool {
@@ -422,13 +435,42 @@ pub fn show(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<PatchDe
         )?
         .query_map([repo, &id], |r| r.get(0))?
         .collect::<crate::sql::Result<Vec<String>>>()?;
+    let linked_lease_holders = linked_lease_holders(conn, repo, &id)?;
     Ok(PatchDetail {
         patch,
         revisions,
         reviews,
         comments,
         issues,
+        linked_lease_holders,
     })
+}
+
+/// The holders of the tenures (live, or expired and not yet reaped) and the
+/// last holders (`lease_tokens`, kept after a release) of the leases of the
+/// issues `patch_id` is linked to now. A revision records who held them at
+/// its push; a link made later, perhaps after the lease was released, is
+/// only seen here.
+fn linked_lease_holders(
+    conn: &Connection,
+    repo: &str,
+    patch_id: &str,
+) -> crate::sql::Result<Vec<String>> {
+    let mut holders = conn
+        .prepare_cached(
+            "SELECT l.holder FROM patch_issues i
+             JOIN leases l ON l.repo = i.repo AND l.issue_id = i.issue_id
+             WHERE i.repo = ?1 AND i.patch_id = ?2
+             UNION
+             SELECT t.last_holder FROM patch_issues i
+             JOIN lease_tokens t ON t.repo = i.repo AND t.issue_id = i.issue_id
+             WHERE i.repo = ?1 AND i.patch_id = ?2 AND t.last_holder IS NOT NULL",
+        )?
+        .query_map([repo, patch_id], |r| r.get(0))?
+        .collect::<crate::sql::Result<Vec<String>>>()?;
+    holders.sort();
+    holders.dedup();
+    Ok(holders)
 }
 
 /// Which patches `list` returns.
@@ -1175,9 +1217,13 @@ pub fn mark_merged(
             "queue": { "branch": branch, "group": group, "commit": group_commit },
         }),
     };
-    // A merge queued with --when-green is done, whoever merged it.
-    if crate::merge_intents::fulfil(conn, w.repo, &patch.id)? {
+    // A merge queued with --when-green is done, whoever merged it. Who
+    // queued it goes with the event: `collab-lease next --wait` tells that
+    // caller its queued patch settled.
+    if let Some(intent) = crate::merge_intents::get(conn, w.repo, &patch.id)? {
+        crate::merge_intents::fulfil(conn, w.repo, &patch.id, w.now)?;
         payload["queued"] = json!(true);
+        payload["requested_by"] = json!(intent.requester.principal);
     }
     let seq = record(conn, w, &patch, "patch.merged", payload)?;
     Ok(Written {
@@ -1211,6 +1257,15 @@ pub struct MergeRule {
     pub required_checks: Vec<String>,
     /// Whether a required check in state `skipped` counts as green.
     pub skipped_is_success: bool,
+    /// Whose check results count for `required_checks`: anyone who may
+    /// post them, or only principals holding exactly the `checks` level
+    /// (a CI key), so that a writer cannot turn its own patch green.
+    pub checks_from: ChecksFrom,
+    /// Who holds the `checks` level here now: the server attaches it when
+    /// it reads the rule (the store knows no access levels). Without it,
+    /// `checks_from = "checks"` counts no check at all (fail closed).
+    #[serde(skip)]
+    pub check_posters: CheckPosters,
     /// Whether whoever held the live lease of a linked issue when a
     /// revision was pushed counts as the patch's author (their approval
     /// counts only when `author_may_approve`): an agent's work is not
@@ -1224,7 +1279,8 @@ pub struct MergeRule {
     pub max_batch: u32,
     /// The most merge groups of a branch under test at once while the
     /// queue searches a failed group for its breaker (1 to
-    /// [`MAX_PARALLEL`]; 1: bisection, one group at a time).
+    /// [`MAX_PARALLEL`]; 1: bisection, one group at a time), and the depth
+    /// of its merge train (`train`) while nothing failed.
     pub max_parallel: u32,
     /// How a patch enters a merge group: merged onto it (a merge commit,
     /// or a fast-forward) or its commits rebased onto it.
@@ -1234,6 +1290,17 @@ pub struct MergeRule {
     /// batch costs one round less, for `max_parallel` more CI runs per
     /// batch that are thrown away when it passes.
     pub speculate: bool,
+    /// A merge train while nothing failed: up to `max_parallel` groups
+    /// under test at once, each built on the group before it, landing in
+    /// order. Off: one group at a time (the runs of a train after a
+    /// failed group are thrown away).
+    pub train: bool,
+    /// The fewest ready patches a new group is built from, unless the
+    /// oldest of them has waited `batch_wait` seconds (1 to `max_batch`).
+    pub min_batch: u32,
+    /// Seconds the oldest ready patch waits for `min_batch` to fill a
+    /// group (0 to [`MAX_BATCH_WAIT`]).
+    pub batch_wait: u32,
 }
 
 /// How a patch enters a merge group (`queue_method` of a merge rule).
@@ -1257,6 +1324,77 @@ impl QueueMethod {
     }
 }
 
+/// Whose check results satisfy a merge rule's `required_checks`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChecksFrom {
+    /// Anyone who may post a check on the repository (checks, write or
+    /// rewind).
+    #[default]
+    Anyone,
+    /// Only principals whose level on the repository is `checks`.
+    Checks,
+}
+
+/// Whether a principal (a check's `updated_by`) holds the `checks` level
+/// where a rule applies, as the server decides it.
+#[derive(Clone, Default)]
+pub struct CheckPosters(Option<std::sync::Arc<HoldsChecks>>);
+
+/// The server's answer to "does this principal hold the `checks` level?".
+type HoldsChecks = dyn Fn(&str) -> bool + Send + Sync;
+
+impl CheckPosters {
+    pub fn new(holds_checks: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        CheckPosters(Some(std::sync::Arc::new(holds_checks)))
+    }
+}
+
+impl std::fmt::Debug for CheckPosters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "CheckPosters(..)"
+        } else {
+            "CheckPosters(none)"
+        })
+    }
+}
+
+// A rule's values are what is compared; who holds a level is not one.
+impl PartialEq for CheckPosters {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for CheckPosters {}
+
+impl MergeRule {
+    /// Whether `check` may satisfy a required check under this rule: with
+    /// `checks_from = "checks"`, only when its poster holds the `checks`
+    /// level now.
+    pub fn counts(&self, check: &crate::checks::Check) -> bool {
+        match self.checks_from {
+            ChecksFrom::Anyone => true,
+            ChecksFrom::Checks => self
+                .check_posters
+                .0
+                .as_ref()
+                .is_some_and(|holds| holds(&check.updated_by)),
+        }
+    }
+
+    /// How a required check with no counted result reads in a reason.
+    pub fn missing(&self, name: &str) -> String {
+        match self.checks_from {
+            ChecksFrom::Anyone => format!("{name} is missing"),
+            ChecksFrom::Checks => {
+                format!("{name} is missing from a principal with the checks level")
+            }
+        }
+    }
+}
+
 /// The most required checks one merge rule may name.
 pub const MAX_REQUIRED_CHECKS: usize = 32;
 
@@ -1272,6 +1410,9 @@ pub const MAX_PARALLEL: u32 = 32;
 /// `max_parallel` when the rule does not say.
 pub const DEFAULT_MAX_PARALLEL: u32 = 8;
 
+/// The longest `batch_wait` a merge rule may set, in seconds.
+pub const MAX_BATCH_WAIT: u32 = 3600;
+
 impl Default for MergeRule {
     fn default() -> Self {
         MergeRule {
@@ -1281,12 +1422,17 @@ impl Default for MergeRule {
             others_may_revise: false,
             required_checks: Vec::new(),
             skipped_is_success: false,
+            checks_from: ChecksFrom::Anyone,
+            check_posters: CheckPosters::default(),
             lease_holder_is_author: true,
             queue: false,
             max_batch: DEFAULT_MAX_BATCH,
             max_parallel: DEFAULT_MAX_PARALLEL,
             queue_method: QueueMethod::Merge,
             speculate: false,
+            train: false,
+            min_batch: 1,
+            batch_wait: 0,
         }
     }
 }
@@ -1309,6 +1455,12 @@ impl MergeRule {
         if !(1..=MAX_PARALLEL).contains(&self.max_parallel) {
             return Err(format!("max_parallel: 1 to {MAX_PARALLEL}"));
         }
+        if !(1..=self.max_batch).contains(&self.min_batch) {
+            return Err(format!("min_batch: 1 to max_batch ({})", self.max_batch));
+        }
+        if self.batch_wait > MAX_BATCH_WAIT {
+            return Err(format!("batch_wait: 0 to {MAX_BATCH_WAIT} seconds"));
+        }
         Ok(())
     }
 }
@@ -1327,12 +1479,13 @@ pub fn checks_allow(
         // Only a check on the latest head counts (never an older revision's).
         let found = checks
             .iter()
-            .find(|c| &c.name == name && Some(c.commit.as_str()) == head);
+            .find(|c| &c.name == name && Some(c.commit.as_str()) == head)
+            .filter(|c| rule.counts(c));
         match found.map(|c| c.state.as_str()) {
             Some("success") => {}
             Some("skipped") if rule.skipped_is_success => {}
             Some(state) => not_green.push(format!("{name} is {state}")),
-            None => not_green.push(format!("{name} is missing")),
+            None => not_green.push(rule.missing(name)),
         }
     }
     if not_green.is_empty() {
@@ -1361,7 +1514,8 @@ pub fn failed_checks(
         .filter_map(|name| {
             let c = checks
                 .iter()
-                .find(|c| &c.name == name && Some(c.commit.as_str()) == head)?;
+                .find(|c| &c.name == name && Some(c.commit.as_str()) == head)
+                .filter(|c| rule.counts(c))?;
             match c.state.as_str() {
                 "failure" | "error" => Some(format!("{name} is {}", c.state)),
                 "skipped" if !rule.skipped_is_success => Some(format!("{name} is skipped")),
@@ -1428,14 +1582,24 @@ pub fn rule_allows(detail: &PatchDetail, rule: &MergeRule) -> std::result::Resul
             .iter()
             .any(|rev| rev.author.principal == principal)
     };
-    // Whoever held the lease of a linked issue when a revision was pushed
-    // claimed the work: an author too, when the rule says so.
+    // Whoever held the lease of a linked issue when a revision was pushed,
+    // or holds (last held) the lease of an issue linked now, claimed the
+    // work: an author too, when the rule says so. The links are read now,
+    // so linking after the push does not launder the holder's approval.
     let held_lease = |principal: &str| {
-        rule.lease_holder_is_author
-            && detail
-                .revisions
-                .iter()
-                .any(|rev| rev.lease_holders.iter().any(|h| h == principal))
+        if !rule.lease_holder_is_author {
+            None
+        } else if detail
+            .revisions
+            .iter()
+            .any(|rev| rev.lease_holders.iter().any(|h| h == principal))
+        {
+            Some("held the lease of a linked issue when a revision was pushed")
+        } else if detail.linked_lease_holders.iter().any(|h| h == principal) {
+            Some("holds or last held the lease of a linked issue")
+        } else {
+            None
+        }
     };
     let mut discounted: Vec<(&str, &str)> = Vec::new();
     let mut approvals = 0u32;
@@ -1444,14 +1608,11 @@ pub fn rule_allows(detail: &PatchDetail, rule: &MergeRule) -> std::result::Resul
             approvals += u32::from(rule.author_may_approve);
         } else if revised(&r.author.principal) {
             discounted.push((&r.author.name, "pushed a revision of this patch"));
-        } else if held_lease(&r.author.principal) {
+        } else if let Some(because) = held_lease(&r.author.principal) {
             if rule.author_may_approve {
                 approvals += 1;
             } else {
-                discounted.push((
-                    &r.author.name,
-                    "held the lease of a linked issue when a revision was pushed",
-                ));
+                discounted.push((&r.author.name, because));
             }
         } else {
             approvals += 1;
@@ -1981,6 +2142,58 @@ mod tests {
         close(&conn, &ctx(&alice, 130), &id).unwrap();
         assert_eq!(count(&conn, REPO, StateFilter::Closed).unwrap(), 1);
         assert_eq!(count(&conn, REPO, StateFilter::All).unwrap(), 1);
+    }
+
+    /// `checks_from = "checks"`: only a poster the server says holds the
+    /// `checks` level counts; without the server's answer nothing does.
+    #[test]
+    fn checks_from_checks_counts_only_checks_principals() {
+        let conn = db();
+        let id = open_one(&conn, &person("alice"));
+        let detail = show(&conn, REPO, &id).unwrap();
+        let head = detail.latest().unwrap().head.clone();
+        let by = |who: &str, state: &str| crate::checks::Check {
+            commit: head.clone(),
+            name: "ci".into(),
+            state: state.into(),
+            url: None,
+            description: None,
+            updated_by: who.into(),
+            updated_at: 0,
+        };
+        let mut rule = MergeRule {
+            required_checks: vec!["ci".into()],
+            checks_from: ChecksFrom::Checks,
+            ..MergeRule::default()
+        };
+        let missing = "required checks are not green on revision 1: \
+                       ci is missing from a principal with the checks level";
+        assert_eq!(
+            checks_allow(&detail, &rule, &[by("bot", "success")]).unwrap_err(),
+            missing
+        );
+        rule.check_posters = CheckPosters::new(|p| p == "bot");
+        assert_eq!(
+            checks_allow(&detail, &rule, &[by("alice", "success")]).unwrap_err(),
+            missing
+        );
+        assert!(failed_checks(&detail, &rule, &[by("alice", "failure")]).is_empty());
+        assert_eq!(
+            checks_allow(&detail, &rule, &[by("bot", "success")]),
+            Ok(())
+        );
+        assert_eq!(
+            failed_checks(&detail, &rule, &[by("bot", "failure")]),
+            ["ci is failure"]
+        );
+        let anyone = MergeRule {
+            checks_from: ChecksFrom::Anyone,
+            ..rule
+        };
+        assert_eq!(
+            checks_allow(&detail, &anyone, &[by("alice", "success")]),
+            Ok(())
+        );
     }
 
     #[test]

@@ -144,7 +144,9 @@ pub fn next_in(
     // refused anyway (taken on another node since the query) moves on.
     let lock = conn.is_postgres();
     for issue in ready_rows(conn, &req.repo, &req.labels, &req.holder, now, 8, lock)? {
-        if !conn.lock_issue(&req.repo, &issue.id)? {
+        // Tried even where locks are waited for (a group with a generic
+        // write): a candidate held long elsewhere must not hold the writer.
+        if !conn.try_lock_issue(&req.repo, &issue.id)? {
             continue;
         }
         let claim = Claim {

@@ -39,6 +39,18 @@ pub fn id_of(conn: &Connection, name: &str, now: i64) -> crate::sql::Result<Stri
         .query_row([name], |r| r.get(0))
 }
 
+/// The lasting id of the live repository called `name`, if it has one
+/// yet (a read; [`id_of`] assigns one).
+pub fn live_id(conn: &Connection, name: &str) -> crate::sql::Result<Option<String>> {
+    conn.prepare_cached("SELECT id FROM repositories WHERE name = ?1")?
+        .query_row([name], |r| r.get(0))
+        .map(Some)
+        .or_else(|e| match e {
+            crate::sql::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })
+}
+
 /// A new id for a repository just created as `name`: whatever held the
 /// name before is retired (deleted) with its events.
 pub fn new_identity(conn: &Connection, name: &str, now: i64) -> crate::sql::Result<String> {

@@ -125,6 +125,9 @@ pub fn delete(conn: &Connection, repo: &str, actor: &str, now: i64) -> crate::sq
         },
         now,
     )?;
+    // Its git-lfs locks are by id, not by name: dropped while the id
+    // still has the name.
+    crate::lfs_locks::drop_repo(conn, repo)?;
     // After its last event: the id loses the name for ever.
     retire(conn, repo, now)?;
     Ok(())

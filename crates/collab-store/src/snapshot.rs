@@ -114,7 +114,8 @@ pub fn census_of(path: &Path) -> crate::sql::Result<Census> {
 
 /// The collab tables of the database on `conn`, by name (on PostgreSQL
 /// those of the current schema, without the version table `collab_schema`,
-/// which SQLite keeps as a pragma).
+/// which SQLite keeps as a pragma), without SQLite's search index, which
+/// its triggers derive from the other tables (`search::is_index_table`).
 pub fn table_names(conn: &crate::sql::Connection) -> crate::sql::Result<Vec<String>> {
     let sql = if conn.is_postgres() {
         "SELECT table_name::text FROM information_schema.tables \
@@ -125,8 +126,13 @@ pub fn table_names(conn: &crate::sql::Connection) -> crate::sql::Result<Vec<Stri
          ORDER BY name"
     };
     let mut stmt = conn.prepare(sql)?;
-    let names = stmt.query_map([], |r| r.get(0))?.collect();
-    names
+    let names: Vec<String> = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<crate::sql::Result<_>>()?;
+    Ok(names
+        .into_iter()
+        .filter(|n| !crate::search::is_index_table(n))
+        .collect())
 }
 
 /// Count what the database on `conn` holds (either backend).

@@ -78,6 +78,12 @@ const MAX_REPOSITORY_DEFERRALS: u32 = PATIENT_AFTER + 250;
 /// millisecond per group, seconds of another transaction holding it).
 const MAX_DEFERRALS: u32 = 2000;
 
+/// How long, at most, an operation is carried from group to group because
+/// what it needs is busy, whatever the count: groups take longer on a
+/// loaded machine (2000 took 38 s on 2 busy CPUs), and a caller answered
+/// busy runs it again itself (`collab_proto::exit::BUSY`).
+const MAX_DEFERRAL_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How many times a lease group that PostgreSQL aborted as a whole (a
 /// deadlock it broke, a lock timeout outside an operation) runs again.
 const GROUP_RETRIES: u32 = 3;
@@ -191,6 +197,8 @@ struct Job {
     reply: oneshot::Sender<anyhow::Result<Outcome>>,
     /// Groups this job was carried over from (its issue was busy).
     deferrals: u32,
+    /// When it was first carried over.
+    deferred_since: Option<std::time::Instant>,
 }
 
 enum Op {
@@ -262,7 +270,8 @@ enum Outcome {
     Break(Break),
     Current(Option<Lease>),
     List(Vec<Lease>),
-    Status(leases::Status),
+    /// Boxed: the largest outcome, rarely asked for.
+    Status(Box<leases::Status>),
     Expired(Expired),
     Write(AnyOutcome),
 }
@@ -495,7 +504,7 @@ impl Writer {
             repo: repo.into(),
             issue_id: issue_id.into(),
         };
-        expect!(self.call(op).await?, Status)
+        expect!(self.call(op).await?, Status).map(|status| *status)
     }
 
     /// End every tenure that is due, and learn when the next one is.
@@ -648,6 +657,7 @@ impl Writer {
                 op,
                 reply,
                 deferrals: 0,
+                deferred_since: None,
             })
             .await
             .map_err(|_| writer_stopped())?;
@@ -779,6 +789,8 @@ fn group_failed(op: &Op, e: &crate::sql::Error) -> anyhow::Error {
         Error::CommitUnknown(m) => anyhow::Error::new(Error::CommitUnknown(m.clone())),
         Error::Unavailable(m) => anyhow::Error::new(Error::Unavailable(m.clone())),
         e if e.is_unavailable() => anyhow::Error::new(Error::Unavailable(e.to_string())),
+        // Still busy to the caller (`is_busy`): nothing was written.
+        e if e.is_busy() => anyhow::Error::new(Error::Busy(e.to_string())),
         e => return anyhow!("{op}: collab database transaction failed: {e}"),
     }
     .context(op.to_string())
@@ -854,6 +866,20 @@ fn run_writer(
                             || (stage == Stage::Ops
                                 && behavior == TransactionBehavior::Concurrent))
                         && outage.wait(&e) => {}
+                // Busy past the retries (or in a group that cannot simply
+                // run again): nothing was written. What can run again is
+                // carried to the next group, as a busy operation is; a
+                // generic write's run-once closure answers busy.
+                Err((_, e)) if e.is_busy() => {
+                    tracing::debug!("group aborted as busy ({e}); deferring what can run again");
+                    break ops
+                        .iter()
+                        .map(|op| match op {
+                            Op::Write { .. } => Some(Err(group_failed(op, &e))),
+                            _ => None,
+                        })
+                        .collect();
+                }
                 Err((_, e)) => {
                     break ops
                         .iter()
@@ -882,12 +908,21 @@ fn run_writer(
                     done_jobs.push(job);
                     done.push(outcome);
                 }
-                None if job.deferrals >= op.max_deferrals() => {
+                None if job.deferrals >= op.max_deferrals()
+                    || job
+                        .deferred_since
+                        .is_some_and(|since| since.elapsed() >= MAX_DEFERRAL_TIME) =>
+                {
                     let what = match op {
                         Op::RepoWrite { .. } => "the repository",
                         _ => "the issue",
                     };
-                    let e = anyhow!("{op}: {what} stayed busy on another node; try again");
+                    // Typed busy, so the server answers "busy" (and the
+                    // clients run it again), never "internal error".
+                    let e = anyhow::Error::new(crate::sql::Error::Busy(format!(
+                        "{what} stayed busy on another node"
+                    )))
+                    .context(op.to_string());
                     done_ops.push(op);
                     done_jobs.push(job);
                     done.push(Err(e));
@@ -895,6 +930,8 @@ fn run_writer(
                 None => {
                     job.op = op;
                     job.deferrals += 1;
+                    job.deferred_since
+                        .get_or_insert_with(std::time::Instant::now);
                     if let Op::RepoWrite { patient, .. } = &mut job.op {
                         *patient = job.deferrals >= PATIENT_AFTER;
                     }
@@ -1126,8 +1163,9 @@ impl Alone {
 
 /// Whether an operation failed only because another transaction held
 /// what it needed: the database's error, or a domain error (an issue's, a
-/// patch's) that wraps it.
-fn is_busy(e: &anyhow::Error) -> bool {
+/// patch's) that wraps it. Such an operation wrote nothing; the server
+/// answers it with the busy exit status when it escapes the writer.
+pub fn is_busy(e: &anyhow::Error) -> bool {
     use crate::{issues::IssueError, patches::PatchError, sql::Error};
     e.chain().any(|cause| {
         cause.downcast_ref::<Error>().is_some_and(Error::is_busy)
@@ -1341,7 +1379,7 @@ impl Op {
             }
             Op::List { repo } => Outcome::List(leases::list_in(conn, repo, now)?),
             Op::Status { repo, issue_id } => {
-                Outcome::Status(leases::status_in(conn, repo, issue_id, now)?)
+                Outcome::Status(Box::new(leases::status_in(conn, repo, issue_id, now)?))
             }
             Op::ExpireDue => Outcome::Expired(leases::expire_due_in(conn, policy, now)?),
             Op::Write { .. } | Op::RepoWrite { .. } => unreachable!("handled above"),

@@ -307,6 +307,41 @@ pub fn write_section(path: &Path, section: &str) {
     eprintln!("wrote the \"{heading}\" section of {}", path.display());
 }
 
+/// One HTTP request read off `stream`, as a simulated CI receives a
+/// webhook: its headers (names in lower case) and body. The request is
+/// answered `204` and the connection closed before the caller does its
+/// work, so the server may send its next delivery meanwhile, on a new
+/// connection (one kept alive would wait for the caller's run). `None`
+/// when the connection ended before the headers did.
+pub fn take_http_request(
+    mut stream: std::net::TcpStream,
+) -> Option<(std::collections::HashMap<String, String>, Vec<u8>)> {
+    let mut reader = BufReader::new(stream.try_clone().ok()?);
+    let mut headers = std::collections::HashMap::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return None;
+        }
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_string());
+        }
+    }
+    let len = headers
+        .get("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0usize);
+    let mut body = vec![0u8; len];
+    let _ = reader.read_exact(&mut body);
+    let _ = stream
+        .write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    Some((headers, body))
+}
+
 /// The CPU model from /proc/cpuinfo, for the tables.
 pub fn cpu_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")

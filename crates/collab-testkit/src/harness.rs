@@ -562,6 +562,25 @@ impl ServerHarness {
         self.state_dir.join("authorized_keys")
     }
 
+    /// `key`'s authorized_keys line limited to loopback with `from=`: the
+    /// key still logs in from here, but no longer acts while it is not
+    /// connected (queued merges, webhooks: docs/security.md, "Who acts
+    /// later").
+    pub fn limit_key_from_loopback(&self, key: &Path) {
+        let line = public_key_line(key);
+        let line = line.trim();
+        let path = self.authorized_keys_path();
+        let text: String = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| match l.strip_prefix(line) {
+                Some("") => format!("from=\"127.0.0.1,::1\" {l}\n"),
+                _ => format!("{l}\n"),
+            })
+            .collect();
+        std::fs::write(&path, text).unwrap();
+    }
+
     pub fn ssh_port(&self) -> u16 {
         self.ssh_addr.port()
     }

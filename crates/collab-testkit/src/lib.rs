@@ -20,6 +20,7 @@
 //! - [`cli`]: a world of clones for the client-only suites.
 //! - [`review`], [`web`]: fixtures of the review and web suites.
 //! - [`bench`]: timing, medians and docs/benchmarks.md sections for benches.
+//! - [`mcp`]: a raw MCP session over `ssh … collab-mcp`, for benches.
 //!
 //! This file only declares the parts and re-exports what every test uses
 //! (`collab_testkit::ServerHarness`, `collab_testkit::bin`, …); the parts
@@ -36,6 +37,7 @@ pub mod client;
 pub mod files;
 pub mod git_daemon;
 pub mod harness;
+pub mod mcp;
 pub mod review;
 pub mod web;
 

@@ -134,3 +134,25 @@ pub fn push_for_review(h: &ServerHarness, a: &Agent, extra: &[&str]) -> String {
 pub fn write_policy(h: &ServerHarness, text: impl AsRef<[u8]>) {
     crate::files::write_live(&h.repos_dir().join("r.git/collab-policy.toml"), text);
 }
+
+/// Push a patch for review from a new branch `big` of `a`'s clone whose
+/// one file is about `bytes` of quotes and backslashes (its diff's JSON
+/// reply is twice that): the patch's full id.
+pub fn big_patch(h: &ServerHarness, a: &Agent, bytes: usize) -> String {
+    ok(h, a, &["switch", "-q", "-c", "big"]);
+    let line = format!("{}\n", "\"\\".repeat(30));
+    commit(
+        h,
+        a,
+        "big.txt",
+        &line.repeat(bytes / line.len()),
+        "Add a big file",
+    );
+    ok(h, a, &["push", "-q", "origin", "HEAD:refs/for/main"]);
+    let listed = patch(h, a, "list 'r' --state all");
+    assert_eq!(listed.code, 0, "{listed:?}");
+    listed.json()["patches"][0]["id"]
+        .as_str()
+        .expect("the pushed patch is listed")
+        .to_string()
+}

@@ -102,6 +102,20 @@ pub fn get(h: &ServerHarness, path: &str) -> Http {
     request("GET", &format!("{}{path}", h.http_url()), &[], None)
 }
 
+/// The server's `/metrics` page, as text.
+pub fn metrics(h: &ServerHarness) -> String {
+    String::from_utf8_lossy(&get(h, "/metrics").body).into_owned()
+}
+
+/// `git_collab_commands_running` now: the commands the server is running.
+pub fn commands_running(h: &ServerHarness) -> u64 {
+    metrics(h)
+        .lines()
+        .find_map(|l| l.strip_prefix("git_collab_commands_running "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("git_collab_commands_running in /metrics")
+}
+
 /// Write `collab-policy.toml` with `public = true` into a repository.
 pub fn make_public(h: &ServerHarness, name: &str) {
     let dir = h.repos_dir().join(format!("{name}.git"));

@@ -216,6 +216,9 @@ pub struct LeaseReply {
     /// `empty` (next): the labels asked for.
     #[serde(default)]
     pub labels: Vec<String>,
+    /// `settled` (next --wait): the caller's queued merges that settled.
+    #[serde(default)]
+    pub settled: Vec<collab_proto::replies::lease::SettledPatch>,
 }
 
 /// One row of the ready list (`collab-issue ready`).
@@ -294,6 +297,20 @@ fn reply_line(op: &LeaseOp, reply: &LeaseReply) -> String {
         },
         ("empty", _) if reply.labels.is_empty() => "nothing is ready".to_string(),
         ("empty", _) => format!("nothing is ready with labels {}", reply.labels.join(", ")),
+        ("settled", _) => {
+            let each: Vec<String> = reply
+                .settled
+                .iter()
+                .map(|p| match &p.reason {
+                    Some(why) => format!("{} {} ({why})", short_id(&p.patch), p.state),
+                    None => format!("{} {}", short_id(&p.patch), p.state),
+                })
+                .collect();
+            format!(
+                "nothing claimed: your queued patches settled: {}",
+                each.join(", ")
+            )
+        }
         ("locked", Some(holder)) => format!(
             "issue {id} is in its lock delay after {holder}'s lease expired (until {})",
             reply.locked_until.as_deref().unwrap_or("?")

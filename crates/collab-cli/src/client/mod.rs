@@ -11,6 +11,7 @@ pub mod mode;
 pub mod release;
 pub mod remote;
 pub mod remote_ssh;
+pub mod search;
 pub mod server_issue;
 pub mod server_patch;
 pub mod ssh_reuse;

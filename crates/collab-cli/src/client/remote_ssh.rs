@@ -15,6 +15,10 @@
 //! server could run anything (the connection was dropped during the key
 //! exchange, as a server over its `ssh.max_startups` limits does when a
 //! fleet connects at once): retrying then can never run a write twice.
+//! It also runs a command again that the server answered busy
+//! (`collab_proto::exit::BUSY`: a lock another node held past the server's
+//! own wait, nothing written), up to `BUSY_ATTEMPTS` runs with jittered
+//! pauses of about two seconds in all.
 
 use std::fs::File;
 use std::io::{Read as _, Write};
@@ -350,16 +354,28 @@ pub fn dropped_before_exec(out: &RemoteOutput) -> bool {
     stderr.contains("kex_exchange_identification") || stderr.contains("ssh_exchange_identification")
 }
 
+/// Whether the server answered busy (`collab_proto::exit::BUSY`): the
+/// write met a lock held elsewhere past the server's own wait, and nothing
+/// was written, so running it again is safe.
+pub fn answered_busy(out: &RemoteOutput) -> bool {
+    out.code == collab_proto::exit::BUSY as i32
+}
+
 /// [`run_remote`] with `stdin` bytes (empty: no input), run again, after a
 /// growing pause with jitter, while ssh was dropped before the server ran
-/// anything ([`dropped_before_exec`]); at most [`MAX_ATTEMPTS`] runs.
+/// anything ([`dropped_before_exec`]; at most [`MAX_ATTEMPTS`] runs), or
+/// while the server answered busy ([`answered_busy`]; at most
+/// `collab_proto::exit::BUSY_ATTEMPTS` runs, paced by `busy_backoff_ms`).
+/// The last answer is returned as it is.
 pub fn run_remote_retrying(
     remote: &SshRemote,
     remote_cmd: &str,
     stdin: &[u8],
 ) -> Result<RemoteOutput, Error> {
+    use collab_proto::exit::{busy_backoff_ms, BUSY_ATTEMPTS};
     let mut backoff = FIRST_BACKOFF;
-    let mut attempt = 1;
+    let mut dropped = 1;
+    let mut busy = 1;
     loop {
         let input = if stdin.is_empty() {
             RemoteInput::Empty
@@ -367,13 +383,18 @@ pub fn run_remote_retrying(
             RemoteInput::Bytes(stdin)
         };
         let out = run_remote(remote, remote_cmd, input)?;
-        if attempt >= MAX_ATTEMPTS || !dropped_before_exec(&out) {
+        if dropped_before_exec(&out) && dropped < MAX_ATTEMPTS {
+            let jitter = rand::random_range(0..=backoff.as_millis() as u64 / 2);
+            std::thread::sleep(backoff + std::time::Duration::from_millis(jitter));
+            backoff *= 2;
+            dropped += 1;
+        } else if answered_busy(&out) && busy < BUSY_ATTEMPTS {
+            busy += 1;
+            let pause = busy_backoff_ms(busy, rand::random_range(0.0..=1.0));
+            std::thread::sleep(std::time::Duration::from_millis(pause));
+        } else {
             return Ok(out);
         }
-        let jitter = rand::random_range(0..=backoff.as_millis() as u64 / 2);
-        std::thread::sleep(backoff + std::time::Duration::from_millis(jitter));
-        backoff *= 2;
-        attempt += 1;
     }
 }
 
@@ -592,6 +613,38 @@ mod tests {
         let out = run_remote_retrying(&r, "x", b"").unwrap();
         assert_eq!(out.code, 255);
         assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1);
+    }
+
+    #[test]
+    fn runs_a_busy_answer_again_a_few_times() {
+        let dir = tempfile::tempdir().unwrap();
+        let count = dir.path().join("count");
+        let mut r = remote(None, "h", None, "r.git");
+        // Busy twice, then answers.
+        r.ssh_command = format!(
+            "f() {{ echo x >> '{0}'; n=$(wc -l < '{0}'); cat >/dev/null; \
+             if [ $n -lt 3 ]; then echo 'error: busy; try again' >&2; exit 5; fi; \
+             echo ok; }}; f",
+            count.display()
+        );
+        let out = run_remote_retrying(&r, "x", b"body").unwrap();
+        assert_eq!((out.code, out.stdout_text().as_str()), (0, "ok\n"));
+        assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 3);
+        // Busy every time: the last answer after BUSY_ATTEMPTS runs, whose
+        // pauses stay within about two seconds.
+        std::fs::remove_file(&count).unwrap();
+        r.ssh_command = format!(
+            "f() {{ echo x >> '{}'; echo 'error: busy; try again' >&2; exit 5; }}; f",
+            count.display()
+        );
+        let started = std::time::Instant::now();
+        let out = run_remote_retrying(&r, "x", b"").unwrap();
+        assert_eq!(out.code, 5);
+        assert_eq!(out.stderr_text(), "error: busy; try again\n");
+        let runs = std::fs::read_to_string(&count).unwrap().lines().count();
+        assert_eq!(runs as u32, collab_proto::exit::BUSY_ATTEMPTS);
+        let took = started.elapsed();
+        assert!(took >= std::time::Duration::from_millis(1500), "{took:?}");
     }
 
     #[test]

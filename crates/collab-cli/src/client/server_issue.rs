@@ -307,6 +307,28 @@ pub fn list_all(
     )))
 }
 
+/// How many of the repository's issues have writes the server's signed
+/// export does not show yet (`list`'s `export_behind`); `None` from a
+/// server that does not say.
+pub fn export_behind(remote: &SshRemote) -> Result<Option<u64>, Error> {
+    let req = Request::List {
+        state: StateFilter::All,
+        labels: Vec::new(),
+        limit: Some(1),
+        after: None,
+    };
+    let out = run(remote, &req, None)?;
+    if !out.success() {
+        return Err(Error::Reply(format!(
+            "the server refused to list issues: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let value: Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| Error::Reply(format!("unexpected reply from the server to list: {e}")))?;
+    Ok(value.get("export_behind").and_then(Value::as_u64))
+}
+
 /// The one line a refused `--lease-token` is told in, from the server's
 /// `fenced` reply (`collab_proto::replies::fenced`).
 pub fn fenced_line(stdout: &[u8]) -> Option<String> {
@@ -319,7 +341,13 @@ pub fn fenced_line(stdout: &[u8]) -> Option<String> {
         (Some(holder), Some(token)) => format!(
             "lease token refused: issue {issue} is held by {holder} with token {token}; nothing was written"
         ),
-        _ => format!("lease token refused: issue {issue} has no live lease; nothing was written"),
+        // The server says why nobody holds it (the issue is closed, say).
+        _ => match fenced.message {
+            Some(why) => format!("lease token refused: issue {issue}: {why}; nothing was written"),
+            None => format!(
+                "lease token refused: issue {issue} has no live lease; nothing was written"
+            ),
+        },
     })
 }
 

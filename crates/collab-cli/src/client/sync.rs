@@ -83,6 +83,7 @@ pub fn sync_with(
     let mut report = SyncReport::default();
     for attempt in 0..2 {
         fetch(repo.path(), remote)?;
+        mark_export_fetched(repo, remote)?;
         integrate(repo, remote, &mut report)?;
         report.pinned.extend(patch::pin_revisions(repo)?);
         let found = merge_scan::scan(repo, Some(remote))?;
@@ -147,7 +148,29 @@ pub fn fetch_export(repo: &Repository, remote: &str) -> Result<usize> {
             git_error(&out.stderr)
         )));
     }
+    mark_export_fetched(repo, remote)?;
     Ok(collab_record::export::export_refs(repo, remote)?.len())
+}
+
+/// The git config key that says `remote`'s export was fetched here.
+fn export_fetched_key(remote: &str) -> String {
+    format!("remote.{remote}.collabExportFetched")
+}
+
+/// Remember that `remote`'s export was fetched into this clone, so an
+/// empty one reads as "no issues" offline, not as "never fetched".
+fn mark_export_fetched(repo: &Repository, remote: &str) -> Result<()> {
+    let mut config = repo.config()?.open_level(git2::ConfigLevel::Local)?;
+    Ok(config.set_bool(&export_fetched_key(remote), true)?)
+}
+
+/// Whether `remote`'s export was ever fetched into this clone (by `issue
+/// fetch` or `sync`), even when it held nothing.
+pub fn export_fetched(repo: &Repository, remote: &str) -> Result<bool> {
+    Ok(repo
+        .config()?
+        .get_bool(&export_fetched_key(remote))
+        .unwrap_or(false))
 }
 
 fn has_refs_to_push(repo: &Repository, push_issues: bool) -> Result<bool> {

@@ -16,8 +16,8 @@
 //!
 //! Text-direction and invisible characters (Trojan Source) are shown as
 //! escapes too: in a one-line field every one `collab_record::text` refuses
-//! in titles, in bodies and JSON the bidi embeddings, overrides and
-//! isolates. The server refuses them in new titles and bodies; this keeps
+//! in titles and in JSON (as JSON's own escapes), in bodies the bidi
+//! embeddings, overrides and isolates. The server refuses them in new titles and bodies; this keeps
 //! older records and other servers' replies from reordering what is shown.
 //!
 //! Only this module decides what is neutralized; printers do not
@@ -25,6 +25,11 @@
 //! shared with the server's terminal UI.
 
 use std::borrow::Cow;
+
+/// A count with its noun, singular for one: `1 patch`, `2 patches`.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
 
 /// A one-line field, with every control character shown as an escape
 /// (`\x1b`, `\n`, `\u{9b}`).
@@ -97,5 +102,10 @@ mod tests {
         assert_eq!(safe, "{\"t\":\"a\\u202eb\"}");
         let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
         assert_eq!(back["t"], "a\u{202e}b");
+        // A branch name's zero-width space too, still the same value.
+        let safe = json("{\"ref\":\"refs/heads/a\u{200b}b\"}");
+        assert_eq!(safe, "{\"ref\":\"refs/heads/a\\u200bb\"}");
+        let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+        assert_eq!(back["ref"], "refs/heads/a\u{200b}b");
     }
 }

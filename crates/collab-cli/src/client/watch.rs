@@ -67,7 +67,12 @@ pub fn text_line(line: &str) -> Option<String> {
         kind,
         field("repo"),
         object,
-        field("actor")
+        // The display name where the server sends one (older servers: the
+        // principal).
+        v["actor_name"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| field("actor"))
     ))
 }
 
@@ -146,6 +151,13 @@ mod tests {
         let text = text_line(line).unwrap();
         assert!(
             text.contains("ref.updated") && text.contains("refs/heads/main"),
+            "{text}"
+        );
+        assert!(text.ends_with("alice"), "{text}");
+        let named = r#"{"schema":1,"seq":8,"at":"2026-01-01T00:00:00Z","type":"ref.updated","repo":"r.git","object_id":"refs/heads/main","actor":"SHA256:GlgxX2CwAbCdEfGhIjKlMnOpQrStUvWxYz0123456789a","actor_name":"Build Bot","payload":{}}"#;
+        let text = text_line(named).unwrap();
+        assert!(
+            text.ends_with("Build Bot") && !text.contains("SHA256:"),
             "{text}"
         );
         assert!(text_line(r#"{"type":"heartbeat","seq":7}"#).is_none());

@@ -19,7 +19,8 @@ pub struct Fenced {
     pub holder: Option<String>,
     #[serde(default)]
     pub token: Option<i64>,
-    /// Why, in words (merges and checks say it; issue writes do not).
+    /// Why, in words: who holds the issue now, or why nobody does (an
+    /// issue write on a closed issue says it is closed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// The holder's display name, which the server adds to every reply

@@ -163,6 +163,12 @@ pub struct IssueList {
     pub issues: Vec<IssueSummary>,
     #[serde(default)]
     pub next: Option<String>,
+    /// How many of the repository's issues have writes the signed export
+    /// (`refs/collab/export/issues/*`) does not show yet: it follows each
+    /// write within about a second. `issue fetch` waits for 0. Absent from
+    /// servers before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export_behind: Option<u64>,
 }
 
 /// One row of `ready`.
@@ -331,9 +337,11 @@ mod tests {
  "issues": [{"id": "<full id>", "title": "Crash on start", "status": "open",
              "author": {"name": "ada", "key": "ssh-ed25519 AAAA...", "principal": "ada"},
              "created_at": "…", "updated_at": "…", "labels": ["bug"], "comments": 1, "priority": null}],
- "next": "1796284558114-8bab8db77d3d7f5dfaffa06e4f0fe88ae2dce610"}"#,
+ "next": "1796284558114-8bab8db77d3d7f5dfaffa06e4f0fe88ae2dce610",
+ "export_behind": 0}"#,
         );
         assert_eq!(list.issues[0].comments, 1);
+        assert_eq!(list.export_behind, Some(0));
     }
 
     /// What the server adds after serializing (display names) reads back.

@@ -54,7 +54,10 @@ pub struct LeaseList {
 }
 
 /// `next`'s reply when it got an issue: the `acquired` tenure plus the
-/// issue's `title`, `labels` and `priority`.
+/// issue's `title`, `labels`, `priority`, `body` and `links` (links into
+/// repositories the caller cannot read left out): what an agent needs to
+/// start, without an `issue show`. Older servers send no `body` or
+/// `links`; they read as empty.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NextTenure {
     #[serde(flatten)]
@@ -65,6 +68,10 @@ pub struct NextTenure {
     /// `null`: no priority (after every prioritized issue).
     #[serde(default)]
     pub priority: Option<i64>,
+    #[serde(default)]
+    pub body: String,
+    #[serde(default)]
+    pub links: super::issue::Links,
 }
 
 /// `release` (`released`) and a `break` of nothing held (`free`).
@@ -135,6 +142,40 @@ pub struct Empty {
     pub labels: Vec<String>,
 }
 
+/// Exit 3, `status` `settled`: a `next --wait` that claimed nothing but
+/// returned early because merges the caller had queued (`collab-patch
+/// merge --when-green`, or into a merge queue) settled since the call
+/// began: so an agent waits for "new work or my patches done" in one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settled {
+    /// Always `settled`.
+    pub status: String,
+    pub repo: String,
+    pub labels: Vec<String>,
+    /// In the order they settled.
+    pub settled: Vec<SettledPatch>,
+}
+
+/// One queued merge that settled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettledPatch {
+    /// The patch's full id.
+    pub patch: String,
+    /// `merged`, or `evicted` (dropped from the queue: a failed check or
+    /// group, a new revision, a close, a cancel).
+    pub state: String,
+    #[serde(default)]
+    pub revision: Option<i64>,
+    /// The commit that merged it (`merged`).
+    #[serde(default)]
+    pub commit: Option<String>,
+    /// Why it was dropped (`evicted`).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The event that settled it (`collab-events watch`).
+    pub seq: i64,
+}
+
 /// `show`: the issue's lease state, held (`held`), in its lock delay
 /// (`locked`) or not (`free`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,8 +201,19 @@ pub struct LeaseShown {
     pub last_token: i64,
     #[serde(default)]
     pub locked_until: Option<String>,
+    /// The queued patch carrying the live tenure (a merge queue holds it:
+    /// it does not expire until the patch lands or leaves the queue).
+    #[serde(default)]
+    pub queued: Option<QueuedTenure>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder_name: Option<String>,
+}
+
+/// `show`'s `queued`: the patch and the branch whose merge queue holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuedTenure {
+    pub patch: String,
+    pub branch: String,
 }
 
 #[cfg(test)]
@@ -211,13 +263,28 @@ mod tests {
         );
         round_trip::<LeaseEnded>(r#"{"status":"free","repo":"r.git","issue":"<40 hex>"}"#);
         let shown: LeaseShown = round_trip(
-            r#"{"repo":"r.git","issue":"<40 hex>","status":"held","holder":"alice","token":3,"acquired_at":"…","renewed_at":null,"expires_at":"…","note":"…","transitions":2,"last_token":3,"locked_until":null}"#,
+            r#"{"repo":"r.git","issue":"<40 hex>","status":"held","holder":"alice","token":3,"acquired_at":"…","renewed_at":null,"expires_at":"…","note":"…","transitions":2,"last_token":3,"locked_until":null,"queued":null}"#,
         );
         assert_eq!(shown.last_token, 3);
+        let queued: LeaseShown = round_trip(
+            r#"{"repo":"r.git","issue":"<40 hex>","status":"held","holder":"alice","token":3,"acquired_at":"…","renewed_at":null,"expires_at":null,"note":null,"transitions":0,"last_token":3,"locked_until":null,"queued":{"patch":"<40 hex>","branch":"main"}}"#,
+        );
+        assert_eq!(queued.queued.unwrap().branch, "main");
         let next: NextTenure = round_trip(
-            r#"{"status":"acquired","repo":"r.git","issue":"<40 hex>","holder":"alice","token":3,"acquired_at":"2026-09-05T12:00:00Z","renewed_at":null,"expires_at":"2026-09-05T12:30:00Z","note":"fixing the parser","title":"Fix it","labels":["bug"],"priority":null}"#,
+            r##"{"status":"acquired","repo":"r.git","issue":"<40 hex>","holder":"alice","token":3,"acquired_at":"2026-09-05T12:00:00Z","renewed_at":null,"expires_at":"2026-09-05T12:30:00Z","note":"fixing the parser","title":"Fix it","labels":["bug"],"priority":null,"body":"It breaks.","links":{"blocks":[],"blocked_by":[{"repo":"r.git","id":"<40 hex>","text":"#abcd1234"}],"relates":[]}}"##,
         );
         assert_eq!(next.tenure.token, 3);
+        assert_eq!(next.links.blocked_by[0].text, "#abcd1234");
+        // An older server's reply, without body and links.
+        let old: NextTenure = serde_json::from_str(
+            r#"{"status":"acquired","repo":"r.git","issue":"<40 hex>","holder":"alice","token":3,"acquired_at":"2026-09-05T12:00:00Z","renewed_at":null,"expires_at":null,"note":null,"title":"Fix it","labels":[],"priority":null}"#,
+        )
+        .unwrap();
+        assert_eq!((old.body.as_str(), old.links.blocks.len()), ("", 0));
         round_trip::<Empty>(r#"{"status":"empty","repo":"r.git","labels":["bug"]}"#);
+        let settled: Settled = round_trip(
+            r#"{"status":"settled","repo":"r.git","labels":[],"settled":[{"patch":"<40 hex>","state":"merged","revision":2,"commit":"<40 hex>","reason":null,"seq":41},{"patch":"<40 hex>","state":"evicted","revision":1,"commit":null,"reason":"required check ci/test failed","seq":44}]}"#,
+        );
+        assert_eq!(settled.settled[1].state, "evicted");
     }
 }

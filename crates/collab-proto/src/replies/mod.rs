@@ -13,6 +13,7 @@ pub mod mirror;
 pub mod patch;
 pub mod queue;
 pub mod release;
+pub mod search;
 pub mod webhook;
 
 /// Parse `line` as a `T`, write it back, and compare the two as JSON

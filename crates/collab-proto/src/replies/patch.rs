@@ -147,6 +147,14 @@ pub struct MergeRuleShown {
     /// `merge` or `rebase`.
     pub queue_method: String,
     pub speculate: bool,
+    /// A merge train (docs/checks.md, "The merge train").
+    #[serde(default)]
+    pub train: bool,
+    #[serde(default)]
+    pub min_batch: u32,
+    /// Seconds.
+    #[serde(default)]
+    pub batch_wait: u32,
     /// Whether the rule allows the merge now.
     pub ready: bool,
     /// Why not (`null` when ready).
@@ -355,7 +363,7 @@ mod tests {
             "reviews":[{{"id":"v","revision":1,"author":{person},"at":"2026-12-03T07:55:58Z","verdict":"approve","body":""}}],
             "comments":[{{"id":"c1","author":{person},"at":null,"body":"hi","revision":1,"path":"src/a.rs","line":3}}],
             "issues":["i"],"checks":[],
-            "merge_rule":{{"approvals":1,"no_changes_requested":true,"author_may_approve":false,"others_may_revise":false,"required_checks":[],"skipped_is_success":true,"lease_holder_is_author":false,"queue":false,"max_batch":8,"max_parallel":1,"queue_method":"merge","speculate":false,"ready":false,"reason":"the patch is merged"}},
+            "merge_rule":{{"approvals":1,"no_changes_requested":true,"author_may_approve":false,"others_may_revise":false,"required_checks":[],"skipped_is_success":true,"lease_holder_is_author":false,"queue":false,"max_batch":8,"max_parallel":1,"queue_method":"merge","speculate":false,"train":false,"min_batch":1,"batch_wait":0,"ready":false,"reason":"the patch is merged"}},
             "queued_merge":null}}"#
         ));
         assert_eq!(

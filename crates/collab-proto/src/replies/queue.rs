@@ -32,6 +32,10 @@ pub struct GroupShown {
     /// The suspects an exclusion group leaves out, `null` for any other.
     #[serde(default)]
     pub excluded: Option<Vec<String>>,
+    /// The group of a merge train it was built on (its `base` is that
+    /// group's commit), `null` when built on the branch's tip.
+    #[serde(default)]
+    pub built_on: Option<i64>,
     pub created_at: String,
     #[serde(default)]
     pub finished_at: Option<String>,
@@ -65,6 +69,15 @@ pub struct QueueShown {
     /// `merge` or `rebase`.
     pub queue_method: String,
     pub speculate: bool,
+    /// Whether the queue runs a merge train (`max_parallel` groups, each
+    /// on the one before, while nothing failed).
+    #[serde(default)]
+    pub train: bool,
+    #[serde(default)]
+    pub min_batch: u32,
+    /// Seconds.
+    #[serde(default)]
+    pub batch_wait: u32,
     pub required_checks: Vec<String>,
     pub entries: Vec<QueueEntry>,
     /// The first group under test, `null` when none.
@@ -82,6 +95,20 @@ pub struct QueueShown {
     /// The node holding the branch's claim, `null` when none.
     #[serde(default)]
     pub driven_by: Option<String>,
+    /// Every group the branch's queue built, by how it ended: the CI runs
+    /// it cost (`stale` ones were thrown away).
+    #[serde(default)]
+    pub counts: GroupCounts,
+}
+
+/// How many groups a branch's queue built, and how each ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct GroupCounts {
+    pub built: i64,
+    pub testing: i64,
+    pub merged: i64,
+    pub failed: i64,
+    pub stale: i64,
 }
 
 #[cfg(test)]
@@ -91,11 +118,12 @@ mod tests {
     /// The shape docs/checks.md describes, every field present.
     #[test]
     fn show_round_trips() {
-        let group = r#"{"group":7,"ref":"refs/collab/queue/main/7","commit":"c7","base":"b","state":"testing","reason":null,"patches":[{"patch":"p1","revision":2,"commit":"m1"}],"excluded":null,"created_at":"2026-12-05T12:00:00Z","finished_at":null}"#;
+        let group = r#"{"group":7,"ref":"refs/collab/queue/main/7","commit":"c7","base":"b","state":"testing","reason":null,"patches":[{"patch":"p1","revision":2,"commit":"m1"}],"excluded":null,"built_on":null,"created_at":"2026-12-05T12:00:00Z","finished_at":null}"#;
         let line = format!(
-            r#"{{"repo":"team/app.git","branch":"main","queue":true,"max_batch":8,"max_parallel":2,"queue_method":"merge","speculate":false,"required_checks":["ci/test"],
+            r#"{{"repo":"team/app.git","branch":"main","queue":true,"max_batch":8,"max_parallel":2,"queue_method":"merge","speculate":false,"train":true,"min_batch":1,"batch_wait":0,"required_checks":["ci/test"],
             "entries":[{{"position":1,"patch":"p1","revision":2,"requested_by":"alice","queued_at":"2026-12-05T11:59:00Z","in_group":7,"in_groups":[7]}}],
-            "current_group":{group},"live_groups":[{group}],"groups":[{group}],"bisecting":0,"search":null,"driven_by":"node-a"}}"#
+            "current_group":{group},"live_groups":[{group}],"groups":[{group}],"bisecting":0,"search":null,"driven_by":"node-a",
+            "counts":{{"built":3,"testing":1,"merged":1,"failed":0,"stale":1}}}}"#
         );
         let shown: QueueShown = serde_json::from_str(&line).unwrap();
         assert_eq!(shown.groups[0].reference, "refs/collab/queue/main/7");

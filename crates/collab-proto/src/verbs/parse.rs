@@ -1,9 +1,10 @@
 //! Parsing a tokenized exec command against the table: find the row, then
 //! fill its positional arguments and flags and check their shape. A call
-//! the table refuses gets its family's usage line; what only a handler can
-//! check (label syntax, cursors) is the handler's.
+//! the table refuses gets its family's usage line, or, for a word the
+//! verb has no place for, a line naming that word; what only a handler
+//! can check (label syntax, cursors) is the handler's.
 
-use super::row::{Arity, Rule, Verb};
+use super::row::{Arity, Kind, Rule, Verb};
 use super::table::VERBS;
 
 /// A command line the table accepts: the row and the values given.
@@ -21,6 +22,73 @@ pub enum Refusal {
     Unknown,
     /// A known family, with the wrong action or arguments: its usage line.
     Usage(String),
+    /// A known verb given a word it has no place for: most often a value
+    /// with spaces that ssh split into words, or a misspelt option.
+    Unexpected { verb: &'static Verb, token: String },
+}
+
+/// The most of a stray word a refusal repeats.
+const SHOWN_TOKEN: usize = 64;
+
+impl Refusal {
+    /// The one `error: …` line the caller gets.
+    pub fn line(&self) -> String {
+        match self {
+            Refusal::Unknown => "error: unknown command".to_string(),
+            Refusal::Usage(usage) => format!("error: usage: {usage}"),
+            Refusal::Unexpected { verb, token } => unexpected_line(verb, token),
+        }
+    }
+}
+
+/// `error: unexpected argument 'tests' for collab-check set; ssh splits
+/// …; usage: …`: the word, why it likely came, and the verb's own usage.
+fn unexpected_line(verb: &Verb, token: &str) -> String {
+    let name = verb.name();
+    let usage = verb.usage();
+    // The tokenizer already refused control characters; the length is
+    // the caller's, so only a prefix is repeated.
+    let shown: String = match token.char_indices().nth(SHOWN_TOKEN) {
+        Some((end, _)) => format!("{}…", &token[..end]),
+        None => token.to_string(),
+    };
+    if token.starts_with("--") {
+        return format!("error: unknown option '{shown}' for {name}; usage: {usage}");
+    }
+    match quoting_example(verb) {
+        Some(example) => format!(
+            "error: unexpected argument '{shown}' for {name}; ssh splits the command at spaces, \
+             so quote a value with spaces twice: {example}; usage: {usage}"
+        ),
+        None => format!("error: unexpected argument '{shown}' for {name}; usage: {usage}"),
+    }
+}
+
+/// How a value with spaces is typed for this verb in a local shell: its
+/// first free-text flag (`--description "'two words'"`), else its free-text
+/// argument; `None` when it takes no free text.
+fn quoting_example(verb: &Verb) -> Option<String> {
+    const TWICE: &str = "\"'two words'\"";
+    let flag = verb
+        .flags
+        .iter()
+        .find(|f| matches!(f.value, Some((_, Kind::Text))));
+    match flag {
+        Some(flag) => Some(format!("{} {TWICE}", flag.long)),
+        None => verb
+            .args
+            .iter()
+            .any(|a| a.kind == Kind::Text)
+            .then(|| TWICE.to_string()),
+    }
+}
+
+/// Why `fill` refused the words after a verb.
+enum Miss<'t> {
+    /// A value of the wrong shape, a missing one, a broken rule.
+    Shape,
+    /// A word with no place left.
+    Unexpected(&'t str),
 }
 
 impl<'t> Invocation<'t> {
@@ -174,11 +242,17 @@ pub fn parse(tokens: &[String]) -> Result<Invocation<'_>, Refusal> {
         None => Refusal::Unknown,
     };
     let (verb, taken) = lookup(tokens).ok_or_else(refused)?;
-    fill(verb, &tokens[taken..]).ok_or_else(refused)
+    fill(verb, &tokens[taken..]).map_err(|miss| match miss {
+        Miss::Shape => refused(),
+        Miss::Unexpected(token) => Refusal::Unexpected {
+            verb,
+            token: token.to_string(),
+        },
+    })
 }
 
 /// Fill a row's slots from the tokens after its command words.
-fn fill<'t>(verb: &'static Verb, rest: &'t [String]) -> Option<Invocation<'t>> {
+fn fill<'t>(verb: &'static Verb, rest: &'t [String]) -> Result<Invocation<'t>, Miss<'t>> {
     let mut inv = Invocation {
         verb,
         args: Vec::new(),
@@ -188,9 +262,9 @@ fn fill<'t>(verb: &'static Verb, rest: &'t [String]) -> Option<Invocation<'t>> {
     // Required positional arguments come first, whatever they look like: a
     // repository may be called `--x`; its handler decides.
     for arg in verb.args.iter().filter(|a| a.arity == Arity::One) {
-        let value = rest.next()?;
+        let value = rest.next().ok_or(Miss::Shape)?;
         if !arg.kind.accepts(value) {
-            return None;
+            return Err(Miss::Shape);
         }
         inv.args.push((arg.name, value));
     }
@@ -202,13 +276,13 @@ fn fill<'t>(verb: &'static Verb, rest: &'t [String]) -> Option<Invocation<'t>> {
     while let Some(token) = rest.next() {
         if let Some(flag) = token.starts_with("--").then(|| verb.flag(token)).flatten() {
             if !flag.repeat && inv.flags.iter().any(|(l, _)| *l == flag.long) {
-                return None;
+                return Err(Miss::Shape);
             }
             let value = match flag.value {
                 Some((_, kind)) => {
-                    let value = rest.next()?;
+                    let value = rest.next().ok_or(Miss::Shape)?;
                     if !kind.accepts(value) {
-                        return None;
+                        return Err(Miss::Shape);
                     }
                     Some(value)
                 }
@@ -219,12 +293,17 @@ fn fill<'t>(verb: &'static Verb, rest: &'t [String]) -> Option<Invocation<'t>> {
         }
         // A positional value: free text may look like anything; other
         // kinds may not look like an option.
-        let arg = slot?;
-        if token.starts_with('-') && arg.kind != super::row::Kind::Text {
-            return None;
+        let Some(arg) = slot else {
+            return Err(Miss::Unexpected(token));
+        };
+        if token.starts_with("--") && arg.kind != Kind::Text {
+            return Err(Miss::Unexpected(token));
+        }
+        if token.starts_with('-') && arg.kind != Kind::Text {
+            return Err(Miss::Shape);
         }
         if !arg.kind.accepts(token) {
-            return None;
+            return Err(Miss::Shape);
         }
         inv.args.push((arg.name, token));
         in_slot += 1;
@@ -237,7 +316,11 @@ fn fill<'t>(verb: &'static Verb, rest: &'t [String]) -> Option<Invocation<'t>> {
             Arity::One => unreachable!("required arguments were taken first"),
         }
     }
-    check_rules(verb, &inv).then_some(inv)
+    if check_rules(verb, &inv) {
+        Ok(inv)
+    } else {
+        Err(Miss::Shape)
+    }
 }
 
 fn check_rules(verb: &Verb, inv: &Invocation<'_>) -> bool {

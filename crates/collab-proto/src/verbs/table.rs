@@ -179,6 +179,14 @@ const REV: Flag = value(
 );
 const TYPE_PATTERN: Kind = Kind::Word;
 
+/// What a git-lfs session does: `upload` (push objects, take and give back
+/// locks) or `download` (fetch objects, list locks).
+const LFS_OPERATION: Arg = one(
+    "operation",
+    Kind::Choice(&["upload", "download"]),
+    "`upload` or `download`, as git-lfs sends it",
+);
+
 /// `collab-issue link|unlink`'s arguments.
 const ISSUE_LINK: &[Arg] = &[
     REPO,
@@ -222,6 +230,28 @@ pub static VERBS: &[Verb] = &[
         aliases: &["git upload-archive"],
         args: &[REPO],
         ..verb("git-upload-archive", "", READ, "`git archive --remote`")
+    },
+    // git-lfs's pure SSH transfer (docs/lfs.md): large files over the
+    // same login. git-lfs runs `git-lfs-transfer '<repo>' upload|download`
+    // and speaks its pkt-line protocol on the channel.
+    Verb {
+        args: &[REPO, LFS_OPERATION],
+        ..verb(
+            "git-lfs-transfer",
+            "",
+            Need::Rule("read to download; write to upload and lock"),
+            "git-lfs's SSH transfer (git-lfs >= 3.0): large files and their locks",
+        )
+    },
+    // git-lfs before 3.0 asks for an HTTP endpoint: refused with one line.
+    Verb {
+        args: &[REPO, LFS_OPERATION],
+        ..verb(
+            "git-lfs-authenticate",
+            "",
+            Need::Anyone,
+            "refused: git-lfs's HTTP endpoint; use the SSH transfer (git-lfs >= 3.0)",
+        )
     },
     // Who am I, what may I do.
     verb(
@@ -786,7 +816,11 @@ pub static VERBS: &[Verb] = &[
         args: &[
             REPO,
             one("commit", Kind::Word, "a full commit id (40 hex digits) in the repository"),
-            one("name", Kind::Word, "the check's name: `ci/test`, `lint` (letters, digits, `/._-`)"),
+            one(
+                "name",
+                Kind::Word,
+                "the check's name: `ci/test`, `lint` (1 to 100 bytes of letters, digits and `/._:-`, starting with a letter or digit)",
+            ),
         ],
         flags: &[
             required(value(
@@ -821,6 +855,42 @@ pub static VERBS: &[Verb] = &[
             "show",
             READ,
             "a branch's merge queue: its entries in order and its merge groups",
+        )
+    },
+    // Search.
+    Verb {
+        args: &[one(
+            "query",
+            Kind::Text,
+            "the words to find, every one (letters and digits; anything else only separates them)",
+        )],
+        flags: &[
+            repeated(
+                "--repo",
+                "<glob>",
+                Kind::RepoGlob,
+                "only repositories matching (repeatable; default: every one you may read)",
+            ),
+            value(
+                "--kind",
+                "issue|patch",
+                Kind::Choice(&["issue", "patch"]),
+                "only issues, or only patches (default: both)",
+            ),
+            value(
+                "--state",
+                "open|closed|all",
+                Kind::Choice(&["open", "closed", "all"]),
+                "open ones, or closed and merged ones (default: all)",
+            ),
+            LIMIT,
+            AFTER,
+        ],
+        ..verb(
+            "collab-search",
+            "",
+            Need::Rule("read (finds only what you may read)"),
+            "issues and patches by the words of their titles, bodies and comments, best first",
         )
     },
     // Events.

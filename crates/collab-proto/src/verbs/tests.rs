@@ -175,10 +175,8 @@ fn refuses_what_the_table_does_not_allow() {
         "collab-issue list r --limit -1",
         "collab-issue list r --limit ' 5'",
         "collab-issue show r",                         // missing argument
-        "collab-issue show r a b",                     // extra argument
         "collab-issue link r a parent b",              // blocks|relates
         "collab-issue open r --title",                 // value missing
-        "collab-issue open r --bogus x --title t",     // unknown flag
         "collab-patch review r p",                     // a verdict required
         "collab-patch review r p --approve --comment", // only one
         "collab-patch comment r p --body b --line 3",  // --line needs --path
@@ -190,19 +188,145 @@ fn refuses_what_the_table_does_not_allow() {
         "collab-repo visibility r maybe",
         "collab-events watch -x", // not a repository
         "collab-hook deliveries h --limit 1001",
-        "collab-whoami now",
-        "help me",
     ] {
         match parse(&tokens(bad)) {
             Err(Refusal::Usage(_)) => {}
             other => panic!("{bad}: {other:?}"),
         }
     }
+    // A word with no place left is named, with the verb it was given to.
+    for (bad, verb, word) in [
+        ("collab-issue show r a b", "collab-issue show", "b"),
+        (
+            "collab-issue open r --bogus x --title t",
+            "collab-issue open",
+            "--bogus",
+        ),
+        ("collab-whoami now", "collab-whoami", "now"),
+        ("help me", "help", "me"),
+        ("git upload-pack a b", "git-upload-pack", "b"),
+    ] {
+        match parse(&tokens(bad)) {
+            Err(Refusal::Unexpected { verb: v, token }) => {
+                assert_eq!((v.name().as_str(), token.as_str()), (verb, word), "{bad}")
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
     assert_eq!(parse(&tokens("ls -la")), Err(Refusal::Unknown));
     assert_eq!(parse(&tokens("git status")), Err(Refusal::Unknown));
     assert_eq!(
-        parse(&tokens("git upload-pack a b")),
-        Err(Refusal::Usage("git-upload-pack '<repo>'".into()))
+        parse(&tokens("git upload-pack")).unwrap_err().line(),
+        "error: usage: git-upload-pack '<repo>'"
+    );
+}
+
+/// ssh joins the words of `ssh host collab-check set … --description "2
+/// tests failed"` and the server splits them again: the refusal names the
+/// first stray word, says how to quote, and gives the verb's own usage,
+/// not every form of its family.
+#[test]
+fn a_value_split_by_ssh_is_named_with_how_to_quote_it() {
+    let head = "0123456789abcdef0123456789abcdef01234567";
+    let line = parse(&tokens(&format!(
+        "collab-check set app {head} ci/test --state failure --description 2 tests failed"
+    )))
+    .unwrap_err()
+    .line();
+    let set = find("collab-check", "set").unwrap().usage();
+    assert_eq!(
+        line,
+        format!(
+            "error: unexpected argument 'tests' for collab-check set; ssh splits the command \
+             at spaces, so quote a value with spaces twice: --description \"'two words'\"; \
+             usage: {set}"
+        )
+    );
+    assert!(!line.contains("collab-check list"), "{line}");
+    // Quoted twice, the value arrives whole.
+    let whole = tokens(&format!(
+        "collab-check set app {head} ci/test --state failure --description '2 tests failed'"
+    ));
+    assert_eq!(
+        parse(&whole).unwrap().flag("--description"),
+        Some("2 tests failed")
+    );
+}
+
+#[test]
+fn every_verb_names_a_stray_option() {
+    let mut named = 0;
+    for verb in VERBS {
+        // The shortest line the verb takes, from its own usage words.
+        let mut call = Call::new(verb.family, verb.action);
+        for arg in verb
+            .args
+            .iter()
+            .filter(|a| a.arity == super::row::Arity::One)
+        {
+            call = call.arg(sample(arg.kind));
+        }
+        for flag in verb.flags.iter().filter(|f| f.required) {
+            call = match flag.value {
+                Some((_, kind)) => call.flag(flag.long, sample(kind)),
+                None => call.switch(flag.long, true),
+            };
+        }
+        let base = call.line();
+        if parse(&tokens(&base)).is_err() {
+            // Rules between flags (one of a group) need more than this;
+            // the verbs above cover those.
+            continue;
+        }
+        let bad = format!("{base} --no-such-option");
+        let Err(refusal) = parse(&tokens(&bad)) else {
+            // A free-text argument takes it as its value.
+            assert!(
+                verb.args.iter().any(|a| a.kind == super::row::Kind::Text),
+                "{bad} parsed"
+            );
+            continue;
+        };
+        named += 1;
+        let line = refusal.line();
+        assert_eq!(
+            line,
+            format!(
+                "error: unknown option '--no-such-option' for {}; usage: {}",
+                verb.name(),
+                verb.usage()
+            ),
+            "{bad}"
+        );
+    }
+    // Most rows are reached (the others need a flag of a group).
+    assert!(named * 4 >= VERBS.len() * 3, "{named} of {}", VERBS.len());
+}
+
+/// A value of `kind` the table accepts.
+fn sample(kind: super::row::Kind) -> &'static str {
+    use super::row::Kind;
+    match kind {
+        Kind::Int { min, .. } if min <= 1 => "1",
+        Kind::Int { .. } => "60",
+        Kind::Choice(words) => words[0],
+        Kind::Id => "abcd1234",
+        _ => "x",
+    }
+}
+
+#[test]
+fn a_stray_word_is_shown_shortened() {
+    let long = "w".repeat(500);
+    let line = parse(&tokens(&format!("collab-whoami {long}")))
+        .unwrap_err()
+        .line();
+    assert!(
+        line.starts_with(&format!(
+            "error: unexpected argument '{}…' for collab-whoami; usage: collab-whoami",
+            "w".repeat(64)
+        )),
+        "{line}"
     );
 }
 

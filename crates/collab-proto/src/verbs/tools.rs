@@ -27,6 +27,9 @@ pub fn excluded(verb: &Verb) -> Option<&'static str> {
         ("git-upload-pack" | "git-receive-pack" | "git-upload-archive", _) => {
             Some("git's own transport: use git")
         }
+        ("git-lfs-transfer" | "git-lfs-authenticate", _) => {
+            Some("git-lfs's own transport: use git lfs")
+        }
         ("collab-mcp", _) => Some("the MCP session itself"),
         ("tui", _) => Some("a screen for a person on a terminal: use the other tools"),
         ("collab-release", "create") => Some("uploads a file on standard input: use ssh"),
@@ -451,7 +454,7 @@ pub fn session_tools() -> Vec<Value> {
         json!({
             "name": "events_read",
             "title": "collab-events watch --no-follow",
-            "description": "The events after `since` (a seq; 0 for the oldest kept), oldest first, at most `limit` of them: `{\"events\": [...], \"next_since\": N, \"more\": bool}`; call again with `next_since` for the next page. With `wait`, an empty page waits up to that many seconds for the first event: a long poll. Needs: read (per event's repository). (SSH verb: `collab-events watch --no-follow`)",
+            "description": "The events after `since` (a seq; 0 for the oldest kept; without it, the head: no events, and the head's seq as `next_since`), oldest first, at most `limit` of them: `{\"events\": [...], \"next_since\": N, \"more\": bool}`; call again with `next_since` for the next page. With `wait`, an empty page waits up to that many seconds for the first event: a long poll. Needs: read (per event's repository). (SSH verb: `collab-events watch --no-follow`)",
             "inputSchema": page,
             "outputSchema": output_schema(),
             "annotations": read_only,

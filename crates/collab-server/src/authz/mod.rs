@@ -260,14 +260,53 @@ pub fn is_server_admin(_app: &App, caller: &Caller) -> bool {
     }
 }
 
+/// Whether a governed principal may act with nobody connected: one of
+/// its ways in stands without a connection (a certificate principal, a
+/// key authorized_keys does not list, or one listed on a line without
+/// `from=` that has not expired). A principal whose every key
+/// authorized_keys restricts with `from=` acts only while connected.
+fn governed_acts_unattended(app: &App, conf: &GovernanceConf, principal: &str) -> bool {
+    if conf.enrolled_by_certificate(principal) {
+        return true;
+    }
+    let keys = app.authorized_keys.current();
+    conf.fingerprints_of(principal)
+        .any(|fp| !keys.contains_key(fp) || app.authorized_keys.lookup_unattended(fp).is_some())
+}
+
+/// Whether what `caller` leaves to happen later (a webhook subscription,
+/// a queued merge) could act for it once it has gone: refused at once
+/// when not, rather than dropped at its first turn.
+pub fn caller_acts_unattended(app: &App, caller: &Caller) -> bool {
+    if caller.identity.certificate.is_some() {
+        return true;
+    }
+    match &caller.regime {
+        Regime::Ungoverned { .. } => app
+            .authorized_keys
+            .lookup_unattended(&caller.identity.fingerprint)
+            .is_some(),
+        Regime::Governed { name, conf } => governed_acts_unattended(app, conf, name),
+        Regime::Closed => false,
+    }
+}
+
+/// The refusal of work left for later by a key that cannot act then.
+pub const UNATTENDED_REFUSAL: &str = "refused: this key is limited by from= in authorized_keys; \
+     work that runs while it is not connected (webhooks, queued merges) cannot act for it";
+
 /// Whether a webhook owner (an `ssh`-origin subscription's principal) is
-/// still admitted: its key line is still in authorized_keys (ungoverned),
-/// or it is still a principal of governance.toml (governed). Checked at
-/// every delivery, so a removed key stops its subscriptions.
+/// still admitted to act with nobody connected: its key line is still in
+/// authorized_keys, unexpired and without `from=` (ungoverned), or it is
+/// still a principal of governance.toml with such a way in (governed).
+/// Checked at every delivery, so a removed or `from=`-restricted key stops
+/// its subscriptions.
 pub fn owner_admitted(app: &App, owner: &str) -> bool {
     match app.governance.state().as_ref() {
-        GovState::Inactive => app.authorized_keys.lookup(owner).is_some(),
-        GovState::Active(conf) => conf.principals().any(|p| p == owner),
+        GovState::Inactive => app.authorized_keys.lookup_unattended(owner).is_some(),
+        GovState::Active(conf) => {
+            conf.principals().any(|p| p == owner) && governed_acts_unattended(app, conf, owner)
+        }
         GovState::Broken(_) => false,
     }
 }
@@ -276,12 +315,17 @@ pub fn owner_admitted(app: &App, owner: &str) -> bool {
 /// non-public targets without approval, sees delivery details).
 pub fn owner_is_admin(app: &App, owner: &str) -> bool {
     match app.governance.state().as_ref() {
-        GovState::Inactive => app.authorized_keys.lookup(owner).is_some_and(|k| k.admin()),
-        GovState::Active(conf) => conf.allows_repo(
-            owner,
-            crate::repos::GOVERNANCE_REPO.trim_end_matches(".git"),
-            Access::Rewind,
-        ),
+        GovState::Inactive => app
+            .authorized_keys
+            .lookup_unattended(owner)
+            .is_some_and(|k| k.admin()),
+        GovState::Active(conf) => {
+            conf.allows_repo(
+                owner,
+                crate::repos::GOVERNANCE_REPO.trim_end_matches(".git"),
+                Access::Rewind,
+            ) && governed_acts_unattended(app, conf, owner)
+        }
         GovState::Broken(_) => false,
     }
 }
@@ -290,14 +334,16 @@ pub fn owner_is_admin(app: &App, owner: &str) -> bool {
 /// merge queued with `--when-green`, merged later by the server): governed,
 /// by governance.toml's grants; ungoverned, a key fingerprint must still be
 /// admitted by authorized_keys and be an admin or a writer of the policy,
-/// a certificate principal must be a writer of the policy.
+/// a certificate principal must be a writer of the policy. Either way the
+/// principal must be able to act with nobody connected: a key whose lines
+/// all carry `from=` may not (`lookup_unattended`).
 pub fn principal_may_write(app: &App, principal: &str, entry: &RepoEntry) -> bool {
     if entry.is_governance() {
         return false;
     }
     match app.governance.state().as_ref() {
         GovState::Inactive => {
-            let key = app.authorized_keys.lookup(principal);
+            let key = app.authorized_keys.lookup_unattended(principal);
             if principal.starts_with("SHA256:") && key.is_none() {
                 return false;
             }
@@ -305,7 +351,10 @@ pub fn principal_may_write(app: &App, principal: &str, entry: &RepoEntry) -> boo
                 || entry.policy.allows_write(principal)
                 || entry.policy.allows_rewind(principal)
         }
-        GovState::Active(conf) => conf.allows_repo(principal, entry.short_name(), Access::Write),
+        GovState::Active(conf) => {
+            conf.allows_repo(principal, entry.short_name(), Access::Write)
+                && governed_acts_unattended(app, conf, principal)
+        }
         GovState::Broken(_) => false,
     }
 }
@@ -324,7 +373,7 @@ pub fn owner_can_read(app: &App, owner: &str, origin: &str, repo: Option<&str>) 
     let repo = repo.filter(|r| crate::repos::find_repo(&app.config.repos_dir, r).is_some());
     match app.governance.state().as_ref() {
         GovState::Inactive => {
-            let Some(key) = app.authorized_keys.lookup(owner) else {
+            let Some(key) = app.authorized_keys.lookup_unattended(owner) else {
                 return false;
             };
             match repo {
@@ -344,6 +393,9 @@ pub fn owner_can_read(app: &App, owner: &str, origin: &str, repo: Option<&str>) 
             }
         }
         GovState::Active(conf) => {
+            if !governed_acts_unattended(app, conf, owner) {
+                return false;
+            }
             let governance = crate::repos::GOVERNANCE_REPO.trim_end_matches(".git");
             match repo {
                 None => conf.allows_repo(owner, governance, Access::Rewind),
@@ -383,12 +435,58 @@ pub fn can_subscribe(app: &App, caller: &Caller, glob: &str) -> bool {
 /// active, else the `merge` of its `collab-policy.toml`, else the default
 /// (no approval needed, no changes requested, the author's vote does not
 /// count).
+///
+/// The rule carries who holds the `checks` level on the repository now
+/// (`checks_from = "checks"`): a snapshot of governance, authorized_keys
+/// and the policy, taken with the rule, so every verdict made with it
+/// (merge, `--when-green`, the merge queue, the pages) counts alike.
 pub fn merge_rule(app: &App, entry: &RepoEntry) -> crate::db::patches::MergeRule {
-    let governed = match app.governance.state().as_ref() {
+    let state = app.governance.state();
+    let governed = match state.as_ref() {
         GovState::Active(conf) => conf.merge_rule(entry.short_name()),
         _ => None,
     };
-    governed.or(entry.policy.merge.clone()).unwrap_or_default()
+    let mut rule = governed.or(entry.policy.merge.clone()).unwrap_or_default();
+    if rule.checks_from == crate::db::patches::ChecksFrom::Checks {
+        rule.check_posters = check_posters(app, entry);
+    }
+    rule
+}
+
+/// Whether a principal's level on `entry` is exactly `checks`, decided
+/// with no session at hand from a snapshot of the live state. A key's
+/// `from=` does not matter here: the check was posted over a connection
+/// that passed it.
+fn check_posters(app: &App, entry: &RepoEntry) -> crate::db::patches::CheckPosters {
+    let short = entry.short_name().to_string();
+    match app.governance.state().as_ref() {
+        GovState::Active(conf) => {
+            let conf = conf.clone();
+            crate::db::patches::CheckPosters::new(move |p| {
+                conf.access(p, &short) == Some(Access::Checks)
+            })
+        }
+        GovState::Broken(_) => crate::db::patches::CheckPosters::new(|_| false),
+        GovState::Inactive => {
+            let (keys, policy) = (app.authorized_keys.current(), entry.policy.clone());
+            let now = crate::identity::unix_now();
+            crate::db::patches::CheckPosters::new(move |p| {
+                if p.starts_with("SHA256:") {
+                    let line = keys.get(p).and_then(|lines| {
+                        lines
+                            .usable
+                            .iter()
+                            .find(|k| k.options.expires_at.is_none_or(|t| now <= t))
+                    });
+                    // An admin key rewinds everywhere; an unlisted key is nobody.
+                    if line.is_none_or(|k| k.admin()) {
+                        return false;
+                    }
+                }
+                policy.allows_checks(p) && !policy.allows_write(p)
+            })
+        }
+    }
 }
 
 /// The repository's fenced refs: its `collab-policy.toml`'s plus

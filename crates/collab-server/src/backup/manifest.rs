@@ -303,8 +303,9 @@ pub enum Trust {
     /// A key the operator named: its public key line, or its `SHA256:`
     /// fingerprint.
     Key(ExpectedKey),
-    /// `--trust-unsigned`: the checksum only. For backups written before
-    /// backups were signed; proves nothing against whoever could write it.
+    /// `--trust-unsigned`: the checksum only, for a backup with no
+    /// signature (written before backups were signed); proves nothing
+    /// against whoever could write it. A signed backup is refused with it.
     Unsigned,
 }
 
@@ -316,6 +317,32 @@ pub enum ExpectedKey {
 }
 
 impl ExpectedKey {
+    /// `--key` for the backup in `backup`: as `parse`, and a key file must
+    /// lie outside that backup. Whoever can change a backup can change any
+    /// file in it, so a key read from it (its own `manifest.sig`, an
+    /// `authorized_keys` of the snapshot) would let it vouch for itself.
+    pub fn for_backup(arg: &str, backup: &Path) -> anyhow::Result<ExpectedKey> {
+        let trimmed = arg.trim();
+        if !trimmed.starts_with("SHA256:") && !trimmed.starts_with("ssh-") {
+            // Both canonical: `..`, a relative path or a symbolic link to the
+            // backup reach the same place. A path that does not resolve is
+            // left to `parse` (no key file) or to the check (no backup).
+            if let (Ok(file), Ok(backup)) = (
+                std::fs::canonicalize(trimmed),
+                std::fs::canonicalize(backup),
+            ) {
+                if file.starts_with(&backup) {
+                    bail!(
+                        "--key {trimmed}: the key file is inside the backup {} it is to vouch \
+                         for; give the server key kept apart from the backups",
+                        backup.display()
+                    );
+                }
+            }
+        }
+        ExpectedKey::parse(arg)
+    }
+
     /// `--key`: an `ssh-ed25519 AAAA…` line, a `SHA256:…` fingerprint, or a
     /// file holding the line (`collab_signing_key.pub`).
     pub fn parse(arg: &str) -> anyhow::Result<ExpectedKey> {
@@ -382,7 +409,10 @@ pub fn read_manifest(dir: &Path, trust: &Trust) -> anyhow::Result<(Manifest, Sig
         bail!("{MANIFEST} does not match {MANIFEST_SUM}: the manifest was changed or damaged");
     }
     let signer = match trust {
-        Trust::Unsigned => Signer::Unchecked,
+        Trust::Unsigned => {
+            refuse_any_signature(dir, &json)?;
+            Signer::Unchecked
+        }
         Trust::Key(want) => Signer::Verified(check_signature(dir, &json, want)?),
     };
     Ok((parse_manifest(&json)?, signer))
@@ -397,14 +427,47 @@ pub fn read_manifest_unchecked(dir: &Path) -> anyhow::Result<Manifest> {
 /// `manifest.sig` holds a signature of `json` by the key `want` names.
 /// Returns the signer's fingerprint.
 fn check_signature(dir: &Path, json: &[u8], want: &ExpectedKey) -> anyhow::Result<String> {
-    let text = match read_in(dir, Path::new(MANIFEST_SIG)) {
-        Ok(text) => text,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => bail!(
+    let Some((key, sig)) = read_signature(dir)? else {
+        bail!(
             "{}: the backup is not signed (no {MANIFEST_SIG}: written before backups were \
              signed, or the signature was removed); use --trust-unsigned only for a backup \
              you know nobody could change",
             dir.display()
-        ),
+        );
+    };
+    let fingerprint = sign::fingerprint(&key);
+    if !want.matches(&key) {
+        bail!(
+            "{MANIFEST} is signed by {fingerprint}, not by the key given with --key ({}): \
+             refusing a backup this server did not sign",
+            want.describe()
+        );
+    }
+    verify_signature(&key, &sig, json)?;
+    Ok(fingerprint)
+}
+
+/// `--trust-unsigned` accepts a backup with no signature, never one whose
+/// signature is bad or ignored: a signed backup is read only with `--key`.
+/// A bad signature is named as such; a sound one still needs the key, and
+/// the error does not name the signer (it may be a forger's key).
+fn refuse_any_signature(dir: &Path, json: &[u8]) -> anyhow::Result<()> {
+    let Some((key, sig)) = read_signature(dir)? else {
+        return Ok(());
+    };
+    verify_signature(&key, &sig, json)?;
+    bail!(
+        "{}: the backup is signed: verify it with --key and the server key `backup` printed \
+         (--trust-unsigned is only for a backup with no {MANIFEST_SIG})",
+        dir.display()
+    )
+}
+
+/// The public key and signature in `manifest.sig`, `None` without one.
+fn read_signature(dir: &Path) -> anyhow::Result<Option<(ssh_key::PublicKey, String)>> {
+    let text = match read_in(dir, Path::new(MANIFEST_SIG)) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => bail!("{}: {MANIFEST_SIG}: {e}", dir.display()),
     };
     let text = String::from_utf8_lossy(&text);
@@ -414,15 +477,12 @@ fn check_signature(dir: &Path, json: &[u8], want: &ExpectedKey) -> anyhow::Resul
     };
     let key = sign::parse_public_key(key_line)
         .map_err(|_| anyhow::anyhow!("{MANIFEST_SIG} is malformed: no public key line"))?;
-    let fingerprint = sign::fingerprint(&key);
-    if !want.matches(&key) {
-        bail!(
-            "{MANIFEST} is signed by {fingerprint}, not by the key given with --key ({}): \
-             refusing a backup this server did not sign",
-            want.describe()
-        );
-    }
-    let verifying = sign::verifying_key(&canonical_key_line(&key))
+    Ok(Some((key, sig.to_string())))
+}
+
+/// `sig` is `key`'s signature of `json`.
+fn verify_signature(key: &ssh_key::PublicKey, sig: &str, json: &[u8]) -> anyhow::Result<()> {
+    let verifying = sign::verifying_key(&canonical_key_line(key))
         .map_err(|e| anyhow::anyhow!("{MANIFEST_SIG}: {e}"))?;
     let mut signed = SIG_CONTEXT.to_vec();
     signed.extend_from_slice(json);
@@ -430,8 +490,7 @@ fn check_signature(dir: &Path, json: &[u8], want: &ExpectedKey) -> anyhow::Resul
         anyhow::anyhow!(
             "{MANIFEST_SIG} does not match {MANIFEST}: the manifest was changed after it was signed"
         )
-    })?;
-    Ok(fingerprint)
+    })
 }
 
 fn parse_manifest(json: &[u8]) -> anyhow::Result<Manifest> {
@@ -661,9 +720,13 @@ mod tests {
         let wrong = Trust::Key(ExpectedKey::parse(&other.public_key_line()).unwrap());
         let err = read_manifest(&backup, &wrong).unwrap_err().to_string();
         assert!(err.contains("not by the key given with --key"), "{err}");
-        assert_eq!(
-            read_manifest(&backup, &Trust::Unsigned).unwrap().1,
-            Signer::Unchecked
+        // A signed backup is never read as unsigned, sound signature or not.
+        let err = read_manifest(&backup, &Trust::Unsigned)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("the backup is signed: verify it with --key"),
+            "{err}"
         );
 
         // Re-sealed after a change: the checksum passes, the signature not.
@@ -675,8 +738,10 @@ mod tests {
             format!("{}  {MANIFEST}\n", sha256_hex(&json)),
         )
         .unwrap();
-        let err = read_manifest(&backup, &by_fp).unwrap_err().to_string();
-        assert!(err.contains("changed after it was signed"), "{err}");
+        for trust in [&by_fp, &Trust::Unsigned] {
+            let err = read_manifest(&backup, trust).unwrap_err().to_string();
+            assert!(err.contains("changed after it was signed"), "{err}");
+        }
 
         // No signature: refused unless trusted unsigned.
         std::fs::remove_file(backup.join(MANIFEST_SIG)).unwrap();
@@ -684,6 +749,37 @@ mod tests {
         assert!(err.contains("not signed"), "{err}");
         assert!(read_manifest(&backup, &Trust::Unsigned).is_ok());
         assert!(ExpectedKey::parse("ssh-rsa AAAA").is_err());
+    }
+
+    #[test]
+    fn a_key_file_inside_the_backup_is_refused_however_it_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = SigningKey::generate(&dir.path().join("k"), "server", false).unwrap();
+        let backup = dir.path().join("b");
+        std::fs::create_dir(&backup).unwrap();
+        manifest_in(&backup, &key);
+        let outside = dir.path().join("server.pub");
+        std::fs::write(&outside, format!("{}\n", key.public_key_line())).unwrap();
+        let link = dir.path().join("link.pub");
+        std::os::unix::fs::symlink(backup.join(MANIFEST_SIG), &link).unwrap();
+        let backup_link = dir.path().join("b-link");
+        std::os::unix::fs::symlink(&backup, &backup_link).unwrap();
+        let dotted = backup.join("sub/../").join(MANIFEST_SIG);
+        std::fs::create_dir(backup.join("sub")).unwrap();
+        for inside in [backup.join(MANIFEST_SIG), link, dotted] {
+            for named in [&backup, &backup_link] {
+                let err = ExpectedKey::for_backup(inside.to_str().unwrap(), named)
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.contains("is inside the backup"), "{inside:?}: {err}");
+            }
+        }
+        let want = ExpectedKey::for_backup(outside.to_str().unwrap(), &backup).unwrap();
+        assert_eq!(
+            read_manifest(&backup, &Trust::Key(want)).unwrap().1,
+            Signer::Verified(key.fingerprint())
+        );
+        assert!(ExpectedKey::for_backup(&key.fingerprint(), &backup).is_ok());
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub use parse::{
 };
 pub use server_config::{
     env_name, flag_name, DeclaredWebhook, EventsConfig, GitConfig, HttpConfig, LeasesConfig,
-    LoadedConfig, LogConfig, MaintenanceConfig, MaxStartups, McpConfig, MirrorsConfig,
+    LfsConfig, LoadedConfig, LogConfig, MaintenanceConfig, MaxStartups, McpConfig, MirrorsConfig,
     ServerConfig, SshConfig, WebhooksConfig, CONFIG_ENV, DEFAULT_MAX_TTL, DEFAULT_STATE_DIR,
     ENV_PREFIX, MAX_SECRET_FILE_BYTES, SYSTEM_CONFIG_FILE,
 };

@@ -38,6 +38,7 @@ pub struct ServerConfig {
     pub webhooks: WebhooksConfig,
     pub maintenance: MaintenanceConfig,
     pub mirrors: MirrorsConfig,
+    pub lfs: LfsConfig,
     pub mcp: McpConfig,
 }
 
@@ -68,11 +69,20 @@ pub struct SshConfig {
     pub idle_timeout: Duration,
     pub pressure_idle_timeout: Duration,
     pub pressure_percent: usize,
+    pub max_verbs: usize,
+    pub max_verbs_per_principal: usize,
+    pub max_heavy_verbs: usize,
+    pub max_heavy_verbs_per_principal: usize,
+    pub max_tui_sessions: usize,
+    pub max_tui_per_principal: usize,
     /// The terminal UI: no key press this long ends the session.
     pub tui_idle_timeout: Duration,
     /// The terminal UI: a client whose window stays full this long is
     /// disconnected.
     pub tui_stall_timeout: Duration,
+    /// The terminal UI: a session ends this long after it opened, key
+    /// presses or not.
+    pub tui_max_lifetime: Duration,
 }
 
 /// OpenSSH's `MaxStartups start:rate:full`: past `start` unauthenticated
@@ -135,6 +145,8 @@ pub struct LeasesConfig {
     /// 0 = none.
     pub lock_delay: u64,
     pub max_ttl: u64,
+    /// 0 = none: an evicted patch's issue is ready at once.
+    pub eviction_grace: u64,
     pub max_waiters: usize,
     pub max_waiters_per_principal: usize,
 }
@@ -152,10 +164,21 @@ pub struct LogConfig {
     pub format: String,
 }
 
+/// `lfs.*`: git-lfs objects (`lfs`, docs/lfs.md).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct LfsConfig {
+    /// Bytes.
+    pub max_object_size: u64,
+    /// Bytes, per repository.
+    pub max_repo_size: u64,
+}
+
 /// `mcp.*`: the limits of one `collab-mcp` session.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct McpConfig {
     pub max_calls_in_flight: usize,
+    pub max_sessions: usize,
+    pub max_sessions_per_principal: usize,
     /// Bytes.
     pub max_message_size: u64,
     pub idle_timeout: Duration,

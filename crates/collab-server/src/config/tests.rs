@@ -88,8 +88,15 @@ ssh.max_connections_per_principal  64                                        def
 ssh.idle_timeout                   1h                                        default
 ssh.pressure_idle_timeout          1m                                        default
 ssh.pressure_percent               80                                        default
+ssh.max_verbs                      256                                       default
+ssh.max_verbs_per_principal        16                                        default
+ssh.max_heavy_verbs                32                                        default
+ssh.max_heavy_verbs_per_principal  4                                         default
+ssh.max_tui_sessions               64                                        default
+ssh.max_tui_per_principal          4                                         default
 ssh.tui_idle_timeout               15m                                       default
 ssh.tui_stall_timeout              30s                                       default
+ssh.tui_max_lifetime               8h                                        default
 http.listen                        0.0.0.0:8080                              default
 http.max_connections               512                                       default
 http.max_connections_per_ip        64                                        default
@@ -135,9 +142,14 @@ mirrors.concurrency                2                                         def
 leases.max_lifetime                0 (unlimited)                             default
 leases.lock_delay                  0 (none)                                  default
 leases.max_ttl                     315360000                                 default
+leases.eviction_grace              600                                       default
 leases.max_waiters                 1024                                      default
 leases.max_waiters_per_principal   16                                        default
+lfs.max_object_size                2147483648 (2 GiB)                        default
+lfs.max_repo_size                  10737418240 (10 GiB)                      default
 mcp.max_calls_in_flight            8                                         default
+mcp.max_sessions                   128                                       default
+mcp.max_sessions_per_principal     4                                         default
 mcp.max_message_size               1048576 (1 MiB)                           default
 mcp.idle_timeout                   15m                                       default
 ";
@@ -544,6 +556,7 @@ fn lease_policy_keys_take_seconds_or_units() {
         ("GIT_COLLAB_LEASES__MAX_LIFETIME", "2h"),
         ("GIT_COLLAB_LEASES__LOCK_DELAY", "15"),
         ("GIT_COLLAB_LEASES__MAX_TTL", "10m"),
+        ("GIT_COLLAB_LEASES__EVICTION_GRACE", "30s"),
     ])
     .unwrap();
     assert_eq!(
@@ -552,6 +565,7 @@ fn lease_policy_keys_take_seconds_or_units() {
             max_lifetime: 7200,
             lock_delay: 15,
             max_ttl: 600,
+            eviction_grace: 30,
             max_waiters: 1024,
             max_waiters_per_principal: 16,
         }

@@ -177,20 +177,15 @@ fn listen(url: String, notified: Arc<tokio::sync::Notify>) {
 
 /// Publish the head as committed on disk (by any process).
 pub async fn refresh_head(app: &App) {
-    let location = app.config.collab_db_location();
-    let read = tokio::task::spawn_blocking(move || {
-        let conn = crate::db::open_reader(&location)?;
-        event_log::head(&conn)
-    })
-    .await;
-    match read {
-        Ok(Ok(seq)) => {
+    // On the read pool: a connection opened per poll cost a schema parse
+    // (SQLite) or a login (PostgreSQL) each time.
+    match app.reads.read(|conn| Ok(event_log::head(conn)?)).await {
+        Ok(seq) => {
             if let Err(e) = app.writer.observe_head(seq).await {
                 tracing::warn!("after writes by another process: {e:#}");
             }
         }
-        Ok(Err(e)) => tracing::warn!("reading the event log head: {e}"),
-        Err(e) => tracing::warn!("reading the event log head: {e}"),
+        Err(e) => tracing::warn!("reading the event log head: {e:#}"),
     }
 }
 

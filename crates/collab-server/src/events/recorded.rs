@@ -68,6 +68,17 @@ impl Recorded {
         }
     }
 
+    /// `lfs.uploaded {objects, bytes}`: git-lfs objects one session stored.
+    pub fn lfs_uploaded(repo: &str, objects: u64, bytes: u64, actor: &str) -> Recorded {
+        Recorded {
+            kind: "lfs.uploaded",
+            repo: Some(repo.to_string()),
+            object_id: None,
+            actor: Some(actor.to_string()),
+            payload: json!({ "objects": objects, "bytes": bytes }),
+        }
+    }
+
     /// `release.deleted {tag, files}`: release files removed.
     pub fn release_deleted(repo: &str, tag: &str, files: &Value, actor: &str) -> Recorded {
         Recorded {

@@ -96,12 +96,16 @@ struct RawMergeRule {
     others_may_revise: Option<bool>,
     required_checks: Option<Vec<String>>,
     skipped_is_success: Option<bool>,
+    checks_from: Option<crate::db::patches::ChecksFrom>,
     lease_holder_is_author: Option<bool>,
     queue: Option<bool>,
     max_batch: Option<u32>,
     max_parallel: Option<u32>,
     queue_method: Option<crate::db::patches::QueueMethod>,
     speculate: Option<bool>,
+    train: Option<bool>,
+    min_batch: Option<u32>,
+    batch_wait: Option<u32>,
 }
 
 impl RawMergeRule {
@@ -114,6 +118,8 @@ impl RawMergeRule {
             others_may_revise: self.others_may_revise.unwrap_or(d.others_may_revise),
             required_checks: self.required_checks.clone().unwrap_or(d.required_checks),
             skipped_is_success: self.skipped_is_success.unwrap_or(d.skipped_is_success),
+            checks_from: self.checks_from.unwrap_or(d.checks_from),
+            check_posters: d.check_posters,
             lease_holder_is_author: self
                 .lease_holder_is_author
                 .unwrap_or(d.lease_holder_is_author),
@@ -122,6 +128,9 @@ impl RawMergeRule {
             max_parallel: self.max_parallel.unwrap_or(d.max_parallel),
             queue_method: self.queue_method.unwrap_or(d.queue_method),
             speculate: self.speculate.unwrap_or(d.speculate),
+            train: self.train.unwrap_or(d.train),
+            min_batch: self.min_batch.unwrap_or(d.min_batch),
+            batch_wait: self.batch_wait.unwrap_or(d.batch_wait),
         }
     }
 }
@@ -211,7 +220,7 @@ struct RawPrincipal {
     #[serde(default)]
     keys: Vec<String>,
     /// SSH certificate principals this principal logs in as (default: its
-    /// own name).
+    /// own name, but only while no principal of the file has a list).
     certificate_principals: Option<Vec<String>>,
 }
 
@@ -242,8 +251,9 @@ struct Grant {
 pub struct GovernanceConf {
     /// Fingerprint -> principal name.
     by_fingerprint: HashMap<String, String>,
-    /// SSH certificate principal -> principal name (`certificate_principals`,
-    /// default each principal's own name).
+    /// SSH certificate principal -> principal name: the
+    /// `certificate_principals` lists when any principal has one, else each
+    /// principal's own name.
     by_cert_principal: HashMap<String, String>,
     principals: BTreeSet<String>,
     groups: BTreeMap<String, BTreeSet<String>>,
@@ -291,8 +301,16 @@ impl GovernanceConf {
         let raw: RawConf = toml::from_str(text).map_err(|e| invalid(e.to_string().trim_end()))?;
 
         let mut by_fingerprint = HashMap::new();
-        // Certificate principal -> (principal, named explicitly).
-        let mut by_cert_principal: HashMap<String, (String, bool)> = HashMap::new();
+        let mut by_cert_principal: HashMap<String, String> = HashMap::new();
+        // Certificates stay in their lane: once any principal lists
+        // `certificate_principals`, names map to principals only through
+        // those lists. Otherwise a CA trusted for a fleet's names would
+        // still mint every other principal by its own name, the admin
+        // included (`principal_for_certificate`).
+        let listed_only = raw
+            .principals
+            .values()
+            .any(|p| p.certificate_principals.is_some());
         let mut principals = BTreeSet::new();
         for (name, p) in &raw.principals {
             if !valid_ident(name) {
@@ -302,34 +320,30 @@ impl GovernanceConf {
             }
             // Without keys a principal can only log in with a certificate,
             // which the operator must then name explicitly.
-            if p.keys.is_empty() && p.certificate_principals.is_none() {
+            if p.keys.is_empty()
+                && p.certificate_principals
+                    .as_ref()
+                    .is_none_or(|names| names.is_empty())
+            {
                 return Err(invalid(format!(
                     "principals.{name}.keys: no key given (nor certificate_principals)"
                 )));
             }
-            let cert_names = p
-                .certificate_principals
-                .clone()
-                .unwrap_or_else(|| vec![name.clone()]);
+            let cert_names = match &p.certificate_principals {
+                Some(names) => names.clone(),
+                None if listed_only => Vec::new(),
+                None => vec![name.clone()],
+            };
             for (i, cert_name) in cert_names.iter().enumerate() {
                 if !crate::identity::certs::valid_principal(cert_name) {
                     return Err(invalid(format!(
                         "principals.{name}.certificate_principals[{i}]: {cert_name:?} is not a valid principal name"
                     )));
                 }
-                let explicit = p.certificate_principals.is_some();
-                match by_cert_principal.get(cert_name) {
-                    // An explicit mapping wins over another principal's
-                    // default (its own name); two explicit ones are a mistake.
-                    Some((other, true)) if explicit => {
-                        return Err(invalid(format!(
-                            "principals.{name}.certificate_principals[{i}]: {cert_name:?} already belongs to principal {other}"
-                        )))
-                    }
-                    Some((_, true)) => {}
-                    _ => {
-                        by_cert_principal.insert(cert_name.clone(), (name.clone(), explicit));
-                    }
+                if let Some(other) = by_cert_principal.insert(cert_name.clone(), name.clone()) {
+                    return Err(invalid(format!(
+                        "principals.{name}.certificate_principals[{i}]: {cert_name:?} already belongs to principal {other}"
+                    )));
                 }
             }
             for (i, line) in p.keys.iter().enumerate() {
@@ -412,10 +426,7 @@ impl GovernanceConf {
         }
         Ok(GovernanceConf {
             by_fingerprint,
-            by_cert_principal: by_cert_principal
-                .into_iter()
-                .map(|(cert, (name, _))| (cert, name))
-                .collect(),
+            by_cert_principal,
             principals,
             groups,
             grants,
@@ -452,6 +463,19 @@ impl GovernanceConf {
         self.by_cert_principal
             .get(cert_principal)
             .map(String::as_str)
+    }
+
+    /// The fingerprints of the keys enrolled as `principal`.
+    pub fn fingerprints_of<'a>(&'a self, principal: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.by_fingerprint
+            .iter()
+            .filter(move |(_, p)| p.as_str() == principal)
+            .map(|(fp, _)| fp.as_str())
+    }
+
+    /// Whether an SSH certificate principal logs in as `principal`.
+    pub fn enrolled_by_certificate(&self, principal: &str) -> bool {
+        self.by_cert_principal.values().any(|p| p == principal)
     }
 
     /// Every principal name.
@@ -553,28 +577,50 @@ mod tests {
     }
 
     #[test]
-    fn certificate_principals_default_to_the_name_and_may_be_listed() {
+    fn certificate_principals_default_to_the_name_until_any_principal_lists_them() {
         let c = GovernanceConf::parse(&conf("")).unwrap();
         assert_eq!(c.principal_for_certificate("alice"), Some("alice"));
         assert_eq!(c.principal_for_certificate("carol"), None);
-        // A certificate-only principal, and an explicit name that takes
-        // over another principal's default.
+        // Once one principal lists names, only the lists map: the fleet's
+        // CA can no longer mint alice (the admin) by her own name.
         let fleet = "[principals.fleet]\ncertificate_principals = [\"agent-7\", \"bob\"]\n";
         let c = GovernanceConf::parse(&conf(fleet)).unwrap();
         assert_eq!(c.principal_for_certificate("agent-7"), Some("fleet"));
         assert_eq!(c.principal_for_certificate("bob"), Some("fleet"));
         assert_eq!(c.principal_for_certificate("fleet"), None);
-        assert_eq!(c.principal_for_certificate("alice"), Some("alice"));
-        // Two explicit claims on one name, a bad name, or neither keys nor
-        // certificate principals: refused.
+        assert_eq!(c.principal_for_certificate("alice"), None);
+        // A principal may keep its own name by listing it.
+        let own =
+            format!("{fleet}[principals.carol]\nkeys = []\ncertificate_principals = [\"carol\"]\n");
+        let c = GovernanceConf::parse(&conf(&own)).unwrap();
+        assert_eq!(c.principal_for_certificate("carol"), Some("carol"));
+        assert_eq!(c.principal_for_certificate("alice"), None);
+        // `certificate_principals = []` alone closes certificates for all.
+        let none = conf("").replacen(
+            "[principals.bob]\n",
+            "[principals.bob]\ncertificate_principals = []\n",
+            1,
+        );
+        let c = GovernanceConf::parse(&none).unwrap();
+        assert_eq!(c.principal_for_certificate("alice"), None);
+        assert_eq!(c.principal_for_certificate("bob"), None);
+        // Two claims on one name, a bad name, or neither keys nor
+        // certificate principals (an empty list counts as none): refused.
         let twice = "[principals.a]\ncertificate_principals = [\"x\"]\n\
                      [principals.b]\ncertificate_principals = [\"x\"]\n";
         assert!(GovernanceConf::parse(&conf(twice)).is_err());
+        let takes_default = "[principals.a]\ncertificate_principals = [\"alice\"]\n";
+        let c = GovernanceConf::parse(&conf(takes_default)).unwrap();
+        assert_eq!(c.principal_for_certificate("alice"), Some("a"));
         let bad = "[principals.a]\ncertificate_principals = [\"SHA256:abc\"]\n";
         assert!(GovernanceConf::parse(&conf(bad)).is_err());
-        let neither = "[principals.a]\n";
-        let e = GovernanceConf::parse(&conf(neither)).unwrap_err();
-        assert!(e.0.contains("no key given"), "{e}");
+        for neither in [
+            "[principals.a]\n",
+            "[principals.a]\ncertificate_principals = []\n",
+        ] {
+            let e = GovernanceConf::parse(&conf(neither)).unwrap_err();
+            assert!(e.0.contains("no key given"), "{e}");
+        }
     }
 
     #[test]
@@ -611,10 +657,21 @@ mod tests {
             .merge_rule("q")
             .unwrap();
         assert_eq!((d.max_parallel, d.queue_method.as_str()), (8, "merge"));
+        assert_eq!((d.train, d.min_batch, d.batch_wait), (false, 1, 0));
+        let train = "[[merge_rules]]\nrepos = [\"q\"]\nqueue = true\ntrain = true\n\
+                     min_batch = 2\nbatch_wait = 30\n";
+        let t = GovernanceConf::parse(&conf(train))
+            .unwrap()
+            .merge_rule("q")
+            .unwrap();
+        assert_eq!((t.train, t.min_batch, t.batch_wait), (true, 2, 30));
         for bad in [
             "max_parallel = 0",
             "max_parallel = 33",
             "queue_method = \"squash\"",
+            "max_batch = 2\nmin_batch = 3",
+            "min_batch = 0",
+            "batch_wait = 3601",
         ] {
             let text = format!("[[merge_rules]]\nrepos = [\"q\"]\nqueue = true\n{bad}\n");
             assert!(GovernanceConf::parse(&conf(&text)).is_err(), "{bad}");
@@ -641,6 +698,15 @@ mod tests {
             .merge_rule("x")
             .unwrap();
         assert!(rule.required_checks.is_empty() && !rule.skipped_is_success);
+        assert_eq!(rule.checks_from, crate::db::patches::ChecksFrom::Anyone);
+        let ci_only = "[[merge_rules]]\nrepos = [\"**\"]\nchecks_from = \"checks\"\n";
+        let rule = GovernanceConf::parse(&conf(ci_only))
+            .unwrap()
+            .merge_rule("x")
+            .unwrap();
+        assert_eq!(rule.checks_from, crate::db::patches::ChecksFrom::Checks);
+        let bad = "[[merge_rules]]\nrepos = [\"**\"]\nchecks_from = \"writers\"\n";
+        assert!(GovernanceConf::parse(&conf(bad)).is_err());
         for bad in ["\"a b\"", "\"\"", "\"/ci\""] {
             let text = format!("[[merge_rules]]\nrepos = [\"**\"]\nrequired_checks = [{bad}]\n");
             let e = GovernanceConf::parse(&conf(&text)).unwrap_err();

@@ -188,21 +188,9 @@ pub fn lease_options(options: &[String]) -> Result<Vec<LeaseOption>, String> {
     Ok(found)
 }
 
-/// The push options git passed the hook (`GIT_PUSH_OPTION_COUNT`,
-/// `GIT_PUSH_OPTION_<n>`); none when the client sent none.
-pub fn push_options_from_env() -> Vec<String> {
-    let count: usize = std::env::var("GIT_PUSH_OPTION_COUNT")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    (0..count)
-        .filter_map(|i| std::env::var(format!("GIT_PUSH_OPTION_{i}")).ok())
-        .collect()
-}
-
 /// The pipeline check.
 pub fn check(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), Refusal> {
-    let options = lease_options(&push_options_from_env()).map_err(Refusal::one)?;
+    let options = lease_options(&super::push_options::from_env()).map_err(Refusal::one)?;
     // A policy that does not compile fences nothing it meant to: refuse.
     let fenced = compile(&ctx.fenced_refs).map_err(Refusal::one)?;
     let touched: Vec<&str> = updates

@@ -29,7 +29,8 @@ pub fn check(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), Refusal> {
         };
         let text = conf_text(&repo, new).ok_or_else(|| {
             Refusal::one(format!(
-                "{CONF_FILE} is missing from {head}; keep it to stay governed"
+                "{CONF_FILE} is missing from {head} (or is not a file of at most 1 MiB); \
+                 keep it to stay governed"
             ))
         })?;
         let text =
@@ -42,10 +43,23 @@ pub fn check(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// The bytes of `governance.toml` at the root of commit `new`.
+/// The largest `governance.toml` a push may bring: its size comes from
+/// the object header (for a delta, the size it declares) before libgit2
+/// inflates it whole (issue 44, the libgit2 1.9.5 advisory).
+const MAX_CONF_BYTES: usize = 1024 * 1024;
+
+/// The bytes of `governance.toml` at the root of commit `new`; `None`
+/// when it is missing, not a blob, or larger than [`MAX_CONF_BYTES`].
 fn conf_text(repo: &git2::Repository, new: git2::Oid) -> Option<Vec<u8>> {
     let tree = repo.find_commit(new).ok()?.tree().ok()?;
     let entry = tree.get_name(CONF_FILE)?;
-    let blob = entry.to_object(repo).ok()?.peel_to_blob().ok()?;
+    if entry.kind() != Some(git2::ObjectType::Blob) {
+        return None;
+    }
+    let (size, _) = repo.odb().ok()?.read_header(entry.id()).ok()?;
+    if size > MAX_CONF_BYTES {
+        return None;
+    }
+    let blob = repo.find_blob(entry.id()).ok()?;
     Some(blob.content().to_vec())
 }

@@ -14,6 +14,14 @@
 //! concern is one module with one `check` function:
 //!
 //! - `access`: who may create, fast-forward, rewrite or delete which ref;
+//! - `push_options`: the push options are few, short lines of text, and
+//!   the ids among them are ids (they reach the pusher's terminal and the
+//!   records);
+//! - `refnames`: a new ref's name holds no control, invisible or
+//!   text-direction character;
+//! - `gitmodules`: no pushed commit's `.gitmodules` holds a carriage
+//!   return inside a value (CVE-2025-48384; git's own fsck of every
+//!   pushed object runs before the hook, `receive.fsckObjects`);
 //! - `records`: issue and patch DAG refs are not pushed any more (the
 //!   server holds both; `git collab issue …`, `refs/for/<base>` and
 //!   `collab-patch` write them);
@@ -43,11 +51,14 @@ pub mod access;
 pub mod check;
 pub mod context;
 pub mod fencing;
+pub mod gitmodules;
 pub mod governance;
 pub mod merge_scan;
 pub mod mirrored;
 pub mod post_receive;
+pub mod push_options;
 pub mod records;
+pub mod refnames;
 pub mod review;
 pub mod updates;
 
@@ -65,6 +76,9 @@ pub const HOOK_NAMES: &[&str] = &["pre-receive", "proc-receive", "post-receive"]
 /// looks at an update the pusher may not make.
 pub const PRE_RECEIVE: &[(&str, Check)] = &[
     ("access", access::check),
+    ("push_options", push_options::check),
+    ("refnames", refnames::check),
+    ("gitmodules", gitmodules::check),
     ("records", records::check),
     ("fencing", fencing::check),
     ("governance", governance::check),

@@ -239,7 +239,12 @@ fn serve(input: &mut impl Read, output: &mut impl Write) -> Result<(), String> {
                 write_pkt(output, &format!("option new-oid {head}")).map_err(io)?;
             }
             Outcome::Refused(reason) => {
-                let reason = reason.replace('\n', " ");
+                // One line of text, whatever a value echoed in it held
+                // (`push_options` refuses such values first).
+                let reason: String = reason
+                    .chars()
+                    .map(|c| if c.is_control() { ' ' } else { c })
+                    .collect();
                 write_pkt(output, &format!("ng {} {reason}", command.refname)).map_err(io)?;
             }
         }
@@ -387,10 +392,10 @@ fn propose(
     .map_err(|e| e.to_string())?;
     let n = written.revision.unwrap_or(1);
     let pin = refs::revision_ref(&written.patch, n as u32);
-    repo.reference(
+    create_ref_beside_maintenance(
+        &repo,
         &pin,
         fork.head,
-        false,
         "git-collab: revision pushed for review",
     )
     .map_err(|e| format!("writing {pin}: {}", e.message()))?;
@@ -422,6 +427,40 @@ fn propose(
         pin,
         head: fork.head,
     })
+}
+
+/// How many times [`create_ref_beside_maintenance`] writes a ref.
+const REF_WRITE_ATTEMPTS: u32 = 10;
+
+/// Create the ref `name` at `oid` (create-only), as git's own ref writes
+/// do it beside a concurrent `git pack-refs --all` (repository
+/// maintenance, `maintenance::run`): that prunes the loose refs it packed
+/// and removes the directories they leave empty, so between libgit2
+/// making `refs/collab/revisions` and making `<patch>` below it (or the
+/// lock file in it) the parent can vanish, and the write fails with
+/// `failed to make directory …` (an OS error; 2 pushes in 360 while `gc`
+/// looped). git retries its own writes then (`raceproof_create_file`);
+/// so does this, a few times, since nothing was written. Maintenance
+/// keeps pruning: a packed-refs file without the loose copies is what it
+/// is for. An existing ref (`Exists`) is not an OS error, and is final.
+fn create_ref_beside_maintenance(
+    repo: &Repository,
+    name: &str,
+    oid: Oid,
+    log_message: &str,
+) -> Result<(), git2::Error> {
+    let mut attempt = 1;
+    loop {
+        match repo.reference(name, oid, false, log_message) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.class() == git2::ErrorClass::Os && attempt < REF_WRITE_ATTEMPTS => {
+                tracing::debug!("writing {name}: {} (attempt {attempt})", e.message());
+                std::thread::sleep(std::time::Duration::from_millis(u64::from(attempt)));
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The web page of a patch.

@@ -32,6 +32,7 @@ mod index;
 pub mod listener;
 mod markdown;
 pub mod repo;
+mod search;
 mod state;
 mod view;
 
@@ -67,6 +68,7 @@ pub fn router(app: Arc<App>, ssh_port: u16) -> Router {
     Router::new()
         .route("/", get(index::index))
         .route("/-/static/style.css", get(style_css))
+        .route("/-/search", get(search::search))
         .route("/favicon.ico", get(favicon))
         .route("/livez", get(health::livez))
         .route("/readyz", get(health::readyz))

@@ -250,6 +250,14 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
+/// A ref name as a page shows it: control, text-direction and invisible
+/// characters (which a mirror's upstream or an old push may have put in a
+/// branch or tag name) as visible escapes (`\u{202e}`), so the name says
+/// what it is. Links keep the name itself ([`url_path`]).
+pub fn shown_name(name: &str) -> String {
+    collab_record::text::escape_line(name).into_owned()
+}
+
 /// A `/`-separated path (a ref name, a file path) as a URL path: each
 /// segment percent-encoded, the slashes kept.
 pub fn url_path(path: &str) -> String {

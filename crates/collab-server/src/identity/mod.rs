@@ -289,6 +289,22 @@ impl AuthorizedKeys {
             .find(|k| k.options.expires_at.is_none_or(|t| now <= t))
             .cloned()
     }
+
+    /// The first line of `fingerprint` that would let it act with no
+    /// connection at all: not expired and without `from=`. What a key
+    /// left to happen later (its webhook subscriptions, its queued merges)
+    /// acts by: no source address can match a `from=` when nobody is
+    /// connected, so a key limited to some addresses acts only while it is
+    /// connected from one of them (docs/security.md, "Who acts later").
+    pub fn lookup_unattended(&self, fingerprint: &str) -> Option<AuthorizedKey> {
+        let now = unix_now();
+        let keys = self.current();
+        keys.get(fingerprint)?
+            .usable
+            .iter()
+            .find(|k| k.options.from.is_none() && k.options.expires_at.is_none_or(|t| now <= t))
+            .cloned()
+    }
 }
 
 #[cfg(test)]

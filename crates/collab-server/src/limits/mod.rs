@@ -12,6 +12,9 @@
 //! - `shares`: fair shares per principal (key) of authenticated SSH
 //!   connections, event watchers and lease waiters, so one key cannot take
 //!   a whole pool;
+//! - `running`: exec commands running at once, per key and server-wide,
+//!   heavy ones (diffs, release downloads) in a smaller pool of their own,
+//!   terminal UI and `collab-mcp` sessions in theirs;
 //! - `idle`: idle authenticated SSH connections closed after
 //!   `ssh.idle_timeout`, sooner when the server is near its cap;
 //! - the page semaphore: expensive anonymous web pages rendered at once;
@@ -28,6 +31,7 @@ pub mod fds;
 pub mod idle;
 pub mod priority;
 pub mod processes;
+pub mod running;
 pub mod shares;
 
 use std::sync::Arc;
@@ -37,6 +41,7 @@ use tokio::sync::Semaphore;
 use crate::config::ServerConfig;
 pub use conns::{ConnLimiter, ConnPermit};
 pub use processes::{Busy, ProcessGate, ProcessPermit};
+pub use running::{Running, Weight};
 pub use shares::{Share, Shares};
 
 /// Every limiter, shared through `App`.
@@ -63,6 +68,9 @@ pub struct Limits {
     pub watchers_per_principal: Shares,
     /// `collab-lease … --wait` callers per key.
     pub waiters_per_principal: Shares,
+    /// Exec commands running, terminal UI and `collab-mcp` sessions, per
+    /// key and server-wide.
+    pub running: Running,
     /// The effective connection caps, for the log and docs.
     pub budget: fds::Budget,
 }
@@ -113,6 +121,7 @@ impl Limits {
                     .min(usize::MAX as u64) as usize,
             ),
             waiters_per_principal: Shares::new(config.leases.max_waiters_per_principal),
+            running: Running::new(config),
             budget,
         }
     }

@@ -24,6 +24,7 @@
 //! restart forgets them, and the idle trigger catches up after the next push.
 
 pub mod git;
+pub mod git_version;
 pub mod lock;
 pub mod pack_cache;
 pub mod quarantine;

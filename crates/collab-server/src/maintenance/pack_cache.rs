@@ -1,4 +1,4 @@
-//! Upkeep of the pack cache (`crate::pack_cache`): every
+//! Upkeep of the pack cache (`crate::pack_cache`): at start and every
 //! [`EVICT_EVERY`] it drops entries past `git.pack_cache_max_age`, keeps
 //! the total under `git.pack_cache_max_size` (least recently used first)
 //! and removes leftovers of dead producers; every [`TICK`] it folds the
@@ -12,7 +12,7 @@ use crate::shutdown::Stop;
 
 /// How often the counters are read (and a storm noticed).
 pub const TICK: Duration = Duration::from_secs(5);
-/// How often the cache is trimmed (the hooks also trim after each write).
+/// How often the cache is trimmed (a store trims only past the cap).
 pub const EVICT_EVERY: Duration = Duration::from_secs(60);
 /// Requests in one tick that make a storm worth a log line.
 const STORM: u64 = 8;
@@ -21,7 +21,9 @@ const STORM: u64 = 8;
 pub async fn run(settings: Settings, stopping: Stop) {
     crate::metrics::set_pack_cache_dir(settings.dir.clone());
     let mut last = crate::metrics::pack_cache_stats();
-    let mut since_evict = Duration::ZERO;
+    // The first trim comes at the first tick: it mends the ledger's total
+    // (`pack_cache::Ledger`) after a crash or a restart with another cap.
+    let mut since_evict = EVICT_EVERY;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(TICK) => {}

@@ -19,6 +19,15 @@
 //! 4. `git commit-graph write --reachable --split`: an incremental
 //!    commit-graph chain for fast history walks (negotiation, merge bases).
 //!
+//! Once every [`PRUNE_EVERY`] per repository, step 3 is instead the full
+//! `git repack -a -d --cruft --cruft-expiration=<PRUNE_GRACE>` (what
+//! `git gc --cruft --prune=<grace>` runs): the objects no ref reaches go
+//! to a cruft pack, and those untouched for [`PRUNE_GRACE`] are dropped,
+//! so a commit deleted or force-pushed away (a leaked secret) leaves the
+//! disk, not only the answers (`crate::wants`, the web's 404). The grace
+//! keeps what a push is landing: its pack is new, and git gives each
+//! unreachable object the time of the newest pack or file holding it.
+//!
 //! A push never needs a directory a step removes: pushes are kept as
 //! packs (`receive.unpackLimit=1`, set in `ssh/git.rs`), because
 //! `repack -d` removes the loose-object fan-out directories it empties,
@@ -83,6 +92,39 @@ pub const STEPS: &[&[&str]] = &[
     ],
 ];
 
+/// How long an object no ref reaches is kept (by its file's time).
+pub const PRUNE_GRACE: Duration = Duration::from_secs(2 * 24 * 60 * 60);
+/// How often a repository's run is the pruning one (a full repack).
+pub const PRUNE_EVERY: Duration = Duration::from_secs(24 * 60 * 60);
+/// The file whose modification time is the last pruning run.
+const PRUNED_MARK: &str = "objects/info/collab-pruned";
+
+/// The repack of a pruning run: everything reachable in one pack, the
+/// rest in a cruft pack, minus what is older than [`PRUNE_GRACE`].
+fn prune_step() -> Vec<String> {
+    [
+        "repack",
+        "-a",
+        "-d",
+        "-q",
+        "--cruft",
+        &format!("--cruft-expiration={}.seconds.ago", PRUNE_GRACE.as_secs()),
+        "--write-midx",
+        "--write-bitmap-index",
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+/// Whether this run of `repo_dir` is a pruning one.
+fn prune_due(repo_dir: &Path, now: SystemTime) -> bool {
+    std::fs::metadata(repo_dir.join(PRUNED_MARK))
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| now.duration_since(t).ok())
+        .is_none_or(|age| age >= PRUNE_EVERY)
+}
+
 /// Run maintenance on the bare repository at `repo_dir`.
 pub async fn run(repo_dir: &Path) -> anyhow::Result<RunReport> {
     let started = Instant::now();
@@ -97,7 +139,15 @@ pub async fn run(repo_dir: &Path) -> anyhow::Result<RunReport> {
     .await?
     .context("removing leftovers")?;
     let mut bitmap = true;
+    let pruning = prune_due(repo_dir, SystemTime::now());
+    let prune = prune_step();
     for step in STEPS {
+        let step: Vec<&str> = if pruning && step.contains(&"--geometric=2") {
+            prune.iter().map(String::as_str).collect()
+        } else {
+            step.to_vec()
+        };
+        let step = step.as_slice();
         match run_step_retrying(repo_dir, step).await {
             Ok(()) => {}
             // Pushes kept landing mid-repack: settle for the packs and the
@@ -118,6 +168,9 @@ pub async fn run(repo_dir: &Path) -> anyhow::Result<RunReport> {
             }
             Err(e) => return Err(e),
         }
+    }
+    if pruning {
+        std::fs::write(repo_dir.join(PRUNED_MARK), b"").context("marking the pruning run")?;
     }
     let (packs_after, loose_after) = count_objects(repo_dir);
     Ok(RunReport {

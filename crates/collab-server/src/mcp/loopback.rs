@@ -7,12 +7,20 @@
 //! session, re-checked at every call exactly as `ssh::Connection` does),
 //! and its client side opens one channel per tool call. Nothing of it
 //! listens anywhere; only `mcp::serve` can make one.
+//!
+//! A call's verb ends with the call: closing the call's channel stops it
+//! (`ssh::leaving`, as for any SSH client), and the call learns when the
+//! verb's task has ended ([`VerbEnd`]), so its slot is held until then.
+//! The link between the two sides is the channel's `CALL_ENV` variable:
+//! the call's number, under which the client leaves the token the verb's
+//! task holds until it ends.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 
 use russh::client;
 use russh::keys::PrivateKey;
@@ -23,6 +31,7 @@ use crate::app::App;
 use crate::authz;
 use crate::identity::Identity;
 use crate::ssh::context::{ChannelEnv, ExecContext};
+use crate::ssh::leaving::{Callers, Left};
 use crate::ssh::reply::reply_and_close;
 
 /// How a verb's command line runs: `ssh::exec::run_exec`, which the SSH
@@ -31,7 +40,15 @@ pub type RunExec = fn(
     ExecContext,
     Channel<Msg>,
     Vec<u8>,
+    Left,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// The channel variable that carries a call's number.
+const CALL_ENV: &str = "COLLAB_MCP_CALL";
+
+/// Tokens by call number: left by the client before it sends the exec
+/// request, taken by the verb's task, dropped when that task ends.
+type Tokens = Arc<Mutex<HashMap<u64, oneshot::Sender<()>>>>;
 
 /// Bytes buffered in the memory pipe each way.
 const PIPE: usize = 256 * 1024;
@@ -82,8 +99,17 @@ fn server_config() -> Arc<russh::server::Config> {
 struct Loopback {
     app: Arc<App>,
     identity: Identity,
+    /// This session's number, which its calls run under
+    /// (`ChannelEnv::mcp_session`).
+    session: u64,
     run_exec: RunExec,
     channels: HashMap<ChannelId, Channel<Msg>>,
+    /// Each channel's call number (`CALL_ENV`).
+    calls: HashMap<ChannelId, u64>,
+    tokens: Tokens,
+    /// The verbs running, stopped when their call closes its channel or
+    /// the MCP session ends (this handler is dropped).
+    callers: Callers,
 }
 
 impl russh::server::Handler for Loopback {
@@ -105,7 +131,26 @@ impl russh::server::Handler for Loopback {
     }
 
     async fn channel_close(&mut self, id: ChannelId, _s: &mut Session) -> Result<(), Self::Error> {
+        self.callers.leave(id);
         self.channels.remove(&id);
+        self.calls.remove(&id);
+        Ok(())
+    }
+
+    async fn env_request(
+        &mut self,
+        id: ChannelId,
+        name: &str,
+        value: &str,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        match value.parse() {
+            Ok(call) if name == CALL_ENV && self.channels.contains_key(&id) => {
+                self.calls.insert(id, call);
+                session.channel_success(id)?;
+            }
+            _ => session.channel_failure(id)?,
+        }
         Ok(())
     }
 
@@ -120,6 +165,12 @@ impl russh::server::Handler for Loopback {
             return Ok(());
         };
         session.channel_success(id)?;
+        // The call's token; none when the call has been given up before
+        // its verb could start (its `VerbEnd` took the token back).
+        let token = self
+            .calls
+            .remove(&id)
+            .and_then(|call| lock(&self.tokens).remove(&call));
         let app = self.app.clone();
         let identity = self.identity.clone();
         // The same checks as `ssh::Connection::exec_request`: a key taken
@@ -129,6 +180,8 @@ impl russh::server::Handler for Loopback {
             Some("error: the server is shutting down")
         } else if !authz::is_admitted(&app, &identity) {
             Some("error: this key is no longer admitted")
+        } else if token.is_none() {
+            Some("error: the call was cancelled")
         } else {
             None
         };
@@ -140,16 +193,23 @@ impl russh::server::Handler for Loopback {
         let raw = data.to_vec();
         let handle = session.handle();
         let run_exec = self.run_exec;
+        let left = self.callers.arrive(id);
+        let env = ChannelEnv {
+            mcp_session: Some(self.session),
+            ..ChannelEnv::default()
+        };
         tokio::spawn(async move {
             let caller = authz::caller_for(&app, identity);
             let ctx = ExecContext {
                 app,
                 caller,
-                env: ChannelEnv::default(),
+                env,
                 session: handle,
             };
-            run_exec(ctx, channel, raw).await;
+            run_exec(ctx, channel, raw, left).await;
             drop(guard);
+            // Last: the call may give its slot up now.
+            drop(token);
         });
         Ok(())
     }
@@ -169,9 +229,42 @@ impl client::Handler for Trusting {
     }
 }
 
+fn lock(tokens: &Tokens) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<()>>> {
+    tokens.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// One MCP session's way to the verbs.
 pub struct Verbs {
     handle: client::Handle<Trusting>,
+    next_call: AtomicU64,
+    tokens: Tokens,
+}
+
+/// Resolves once the verb started for one call has ended (`wait`).
+pub struct VerbEnd {
+    call: u64,
+    tokens: Tokens,
+    ended: Option<oneshot::Receiver<()>>,
+}
+
+impl VerbEnd {
+    /// Wait until the verb's task has ended: at once if it never started
+    /// (its token is taken back, so it never will).
+    pub async fn wait(mut self) {
+        if lock(&self.tokens).remove(&self.call).is_some() {
+            return;
+        }
+        if let Some(ended) = self.ended.take() {
+            // Err: the token was dropped, which is the verb's end.
+            let _ = ended.await;
+        }
+    }
+}
+
+impl Drop for VerbEnd {
+    fn drop(&mut self) {
+        lock(&self.tokens).remove(&self.call);
+    }
 }
 
 /// What one verb answered.
@@ -193,11 +286,18 @@ impl Verbs {
         run_exec: RunExec,
     ) -> anyhow::Result<Verbs> {
         let (server_end, client_end) = tokio::io::duplex(PIPE);
+        let tokens = Tokens::default();
+        // Numbers only tell this process's sessions apart.
+        static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let handler = Loopback {
             app,
             identity,
+            session: SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             run_exec,
             channels: HashMap::new(),
+            calls: HashMap::new(),
+            tokens: tokens.clone(),
+            callers: Callers::default(),
         };
         let config = Arc::new(client::Config {
             inactivity_timeout: None,
@@ -218,26 +318,42 @@ impl Verbs {
         });
         let auth = handle.authenticate_none("mcp").await?;
         anyhow::ensure!(auth.success(), "the loopback session refused its caller");
-        Ok(Verbs { handle })
+        Ok(Verbs {
+            handle,
+            next_call: AtomicU64::new(0),
+            tokens,
+        })
     }
 
-    /// Start `line` on a new channel, with `stdin` (then EOF) when given.
+    /// Start `line` on a new channel, with `stdin` (then EOF) when given;
+    /// closing the channel stops the verb, and the [`VerbEnd`] says when
+    /// it has.
     pub async fn start(
         &self,
         line: &str,
         stdin: Option<&str>,
-    ) -> anyhow::Result<russh::Channel<client::Msg>> {
+    ) -> anyhow::Result<(russh::Channel<client::Msg>, VerbEnd)> {
+        let call = self.next_call.fetch_add(1, Ordering::Relaxed);
+        let (token, ended) = oneshot::channel();
+        lock(&self.tokens).insert(call, token);
+        let end = VerbEnd {
+            call,
+            tokens: self.tokens.clone(),
+            ended: Some(ended),
+        };
         let channel = self.handle.channel_open_session().await?;
+        channel.set_env(false, CALL_ENV, call.to_string()).await?;
         channel.exec(true, line.as_bytes().to_vec()).await?;
         if let Some(text) = stdin {
             channel.data(text.as_bytes()).await?;
         }
         channel.eof().await?;
-        Ok(channel)
+        Ok((channel, end))
     }
 
     /// Run `line` to its end; stdout is kept up to `max_stdout` bytes.
-    /// `None` when `stop` was notified first (the channel is closed).
+    /// `None` when `stop` was notified first (the channel is closed, and
+    /// the verb has stopped).
     pub async fn run(
         &self,
         line: &str,
@@ -245,13 +361,14 @@ impl Verbs {
         max_stdout: usize,
         stop: &Notify,
     ) -> anyhow::Result<Option<Answer>> {
-        let mut channel = self.start(line, stdin).await?;
+        let (mut channel, end) = self.start(line, stdin).await?;
         let mut answer = Answer::default();
         loop {
             let msg = tokio::select! {
                 msg = channel.wait() => msg,
                 _ = stop.notified() => {
                     let _ = channel.close().await;
+                    end.wait().await;
                     return Ok(None);
                 }
             };
@@ -273,7 +390,9 @@ impl Verbs {
                 _ => {}
             }
         }
+        // A reply cut at `max_stdout` stops its verb here.
         let _ = channel.close().await;
+        end.wait().await;
         Ok(Some(answer))
     }
 }

@@ -22,7 +22,6 @@ mod loopback;
 mod session;
 mod tools;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use russh::server::Msg;
@@ -34,7 +33,7 @@ use crate::ssh::context::ExecContext;
 use crate::ssh::reply::note_exit_status;
 
 pub use loopback::RunExec;
-use session::{Running, Session};
+use session::{Calls, Refusal, Running, Session};
 
 /// Protocol revisions this server speaks, newest first. The newest is
 /// the newest the official SDKs reach through `initialize` (their 2026
@@ -97,13 +96,19 @@ pub async fn serve(ctx: ExecContext, channel: Channel<Msg>, run_exec: RunExec) {
         ctx,
         verbs,
         out,
-        calls: Mutex::new(HashMap::new()),
+        calls: Mutex::new(Calls::default()),
         subscription: Mutex::new(None),
     });
+    // However this ends, early too: dropped when the caller leaves.
+    let _stops = StopsSession {
+        session: Arc::downgrade(&session),
+        writer: writer.abort_handle(),
+    };
     let max = usize::try_from(config.max_message_size).unwrap_or(usize::MAX);
     let mut lines = Lines::new(max);
     let mut initialized = false;
     let mut last_activity = tokio::time::Instant::now();
+    let mut client_gone = false;
     'session: loop {
         let idle_due = last_activity + config.idle_timeout;
         let msg = tokio::select! {
@@ -126,7 +131,10 @@ pub async fn serve(ctx: ExecContext, channel: Channel<Msg>, run_exec: RunExec) {
                 finish_calls(&session, config.idle_timeout).await;
                 break;
             }
-            Some(ChannelMsg::Close) | None => break,
+            Some(ChannelMsg::Close) | None => {
+                client_gone = true;
+                break;
+            }
             Some(_) => continue,
         };
         for item in lines.push(&data) {
@@ -150,14 +158,11 @@ pub async fn serve(ctx: ExecContext, channel: Channel<Msg>, run_exec: RunExec) {
         }
     }
     // Stop what still runs: calls, and the subscription.
-    for call in session
+    session
         .calls
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .values()
-    {
-        call.cancel();
-    }
+        .cancel_all();
     let subscription = session
         .subscription
         .lock()
@@ -167,26 +172,68 @@ pub async fn serve(ctx: ExecContext, channel: Channel<Msg>, run_exec: RunExec) {
         sub.cancel();
     }
     finish_calls(&session, std::time::Duration::from_secs(2)).await;
-    for call in session
+    // Past that, dropping the session ends the loopback session, which
+    // stops every verb still running (`ssh::leaving`).
+    session
         .calls
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .values()
-    {
-        call.task.abort();
-    }
+        .abort_all();
     if let Some(sub) = subscription {
         sub.task.abort();
     }
     let principal = session.ctx.caller.principal().to_string();
     drop(session);
-    if let Ok(write) = writer.await {
+    // The writer may wait for window space a client that has gone (or
+    // stopped reading) will never give: it is not waited for then.
+    let stop_writer = writer.abort_handle();
+    if client_gone {
+        stop_writer.abort();
+    }
+    let written = tokio::time::timeout(std::time::Duration::from_secs(2), writer).await;
+    if written.is_err() {
+        stop_writer.abort();
+    }
+    if let Ok(Ok(write)) = written {
         note_exit_status(0);
         let _ = write.exit_status(0).await;
         let _ = write.eof().await;
         let _ = write.close().await;
     }
     tracing::info!(principal, "mcp session closed");
+}
+
+/// Stops what a session runs besides its own task: its calls, its
+/// subscription and its writer. `serve` is dropped where it is when its
+/// caller leaves (`ssh::leaving`); then the call tasks let go of the
+/// session, which ends its loopback session, which stops every verb
+/// still running, and the writer lets go of the channel and the lines
+/// still queued. After a clean end there is nothing left to stop.
+struct StopsSession {
+    session: std::sync::Weak<Session>,
+    writer: tokio::task::AbortHandle,
+}
+
+impl Drop for StopsSession {
+    fn drop(&mut self) {
+        self.writer.abort();
+        let Some(session) = self.session.upgrade() else {
+            return;
+        };
+        session
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .abort_all();
+        let subscription = session
+            .subscription
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(sub) = subscription {
+            sub.task.abort();
+        }
+    }
 }
 
 /// Wait for the running calls to answer, at most `limit`.
@@ -364,15 +411,15 @@ fn initialize(params: &Value) -> Value {
 fn notification(session: &Arc<Session>, method: &str, params: &Value) {
     if method == "notifications/cancelled" {
         let key = params["requestId"].to_string();
-        if let Some(call) = session
+        // Its channel is closed, which is what a client leaving looks like
+        // to the verb: it stops (a waiting lease gives up its ticket). The
+        // call keeps its slot, and its id, until the verb has stopped.
+        if session
             .calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&key)
+            .cancel(&key)
         {
-            // Its channel is closed, which is what a client leaving looks
-            // like to the verb: a waiting lease gives up its ticket.
-            call.cancel();
             tracing::debug!("mcp call {key} cancelled");
         }
     }
@@ -383,32 +430,29 @@ fn notification(session: &Arc<Session>, method: &str, params: &Value) {
 async fn start_call(session: &Arc<Session>, id: Value, params: Value) -> bool {
     let key = id.to_string();
     let max = session.ctx.app.config.mcp.max_calls_in_flight;
-    let refusal = {
-        let calls = session.calls.lock().unwrap_or_else(|e| e.into_inner());
-        if calls.contains_key(&key) {
-            Some((
-                INVALID_REQUEST,
-                "a call with this id is running".to_string(),
-            ))
-        } else if calls.len() >= max {
-            Some((
-                LIMITED,
-                format!(
-                    "too many calls in flight ({max}, mcp.max_calls_in_flight); wait for one to finish"
-                ),
-            ))
-        } else {
-            None
+    // The session loop admits calls one at a time, and tasks only take
+    // theirs out: what is admitted here is still admissible at `insert`.
+    let admitted = session
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .admit(&key, max);
+    let generation = match admitted {
+        Ok(generation) => generation,
+        Err(Refusal::IdRunning) => {
+            let message = "a call with this id is running";
+            return session.send(error(&id, INVALID_REQUEST, message)).await;
         }
-    };
-    if let Some((code, message)) = refusal {
-        if code == LIMITED {
+        Err(Refusal::Full) => {
             crate::limits::note_refusal("mcp", "max_calls_in_flight", || {
                 format!("a session asked for more than {max} calls at once")
             });
+            let message = format!(
+                "too many calls in flight ({max}, mcp.max_calls_in_flight); wait for one to finish"
+            );
+            return session.send(error(&id, LIMITED, &message)).await;
         }
-        return session.send(error(&id, code, &message)).await;
-    }
+    };
     let Some(name) = params["name"].as_str().map(str::to_string) else {
         return session
             .send(error(&id, INVALID_PARAMS, "tools/call needs a `name`"))
@@ -443,17 +487,19 @@ async fn start_call(session: &Arc<Session>, id: Value, params: Value) -> bool {
                 Some(error(&id, INTERNAL_ERROR, "internal error"))
             }
         };
+        // Only now, the verb stopped: this call's slot, and nobody else's.
         task_session
             .calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&task_key);
+            .finish(&task_key, generation);
         if let Some(reply) = reply {
             task_session.send(reply).await;
         }
     });
     calls.insert(
         key,
+        generation,
         Running {
             stop,
             task: task.abort_handle(),

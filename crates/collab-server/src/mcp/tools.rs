@@ -5,7 +5,9 @@
 //! answer becomes the tool result: `structuredContent` is its JSON reply
 //! and `content` its text; a refusal is `isError: true` with the verb's
 //! refusal fields (a fencing refusal's `holder` and `token`) and its one
-//! error line as `error`.
+//! error line as `error`. A busy answer (`collab_proto::exit::BUSY`:
+//! nothing written) runs again first, as the CLI does, up to
+//! `BUSY_ATTEMPTS` runs.
 //!
 //! Authorization is the verb's own: a tool is hidden when the caller could
 //! not use it, but calling a hidden one still only reaches the handler,
@@ -129,37 +131,51 @@ pub async fn call(
         Ok(built) => built,
         Err(why) => return Ok(refused(&format!("error: {why}"), Map::new(), None)),
     };
-    let run = session.verbs.run(&line, stdin.as_deref(), MAX_REPLY, stop);
-    let answer = if progress.is_null() {
-        run.await?.ok_or(CallError::Cancelled)?
-    } else {
-        // A long call (a lease --wait) reports that it is still waiting.
-        let total = arguments.get("wait").and_then(Value::as_i64);
-        let mut run = std::pin::pin!(run);
-        let mut tick = tokio::time::interval(PROGRESS_EVERY);
-        tick.tick().await;
-        let mut n = 0u64;
-        loop {
-            tokio::select! {
-                answer = &mut run => break answer?.ok_or(CallError::Cancelled)?,
-                _ = tick.tick() => {
-                    n += 1;
-                    let mut params = json!({
-                        "progressToken": progress,
-                        "progress": n,
-                        "message": format!("{} running for {n}s", verb.name()),
-                    });
-                    if let Some(total) = total {
-                        params["total"] = json!(total.max(n as i64));
+    // A busy answer (a lock held elsewhere past the server's wait, nothing
+    // written) runs again, as the CLI does: up to `BUSY_ATTEMPTS` runs.
+    let mut attempt = 1;
+    let mut n = 0u64;
+    let answer = loop {
+        let run = session.verbs.run(&line, stdin.as_deref(), MAX_REPLY, stop);
+        let answer = if progress.is_null() {
+            run.await?.ok_or(CallError::Cancelled)?
+        } else {
+            // A long call (a lease --wait) reports that it is still waiting.
+            let total = arguments.get("wait").and_then(Value::as_i64);
+            let mut run = std::pin::pin!(run);
+            let mut tick = tokio::time::interval(PROGRESS_EVERY);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    answer = &mut run => break answer?.ok_or(CallError::Cancelled)?,
+                    _ = tick.tick() => {
+                        n += 1;
+                        let mut params = json!({
+                            "progressToken": progress,
+                            "progress": n,
+                            "message": format!("{} running for {n}s", verb.name()),
+                        });
+                        if let Some(total) = total {
+                            params["total"] = json!(total.max(n as i64));
+                        }
+                        session.send(json!({
+                            "jsonrpc": "2.0",
+                            "method": "notifications/progress",
+                            "params": params,
+                        })).await;
                     }
-                    session.send(json!({
-                        "jsonrpc": "2.0",
-                        "method": "notifications/progress",
-                        "params": params,
-                    })).await;
                 }
             }
+        };
+        if answer.exit_status == Some(collab_proto::exit::BUSY)
+            && attempt < collab_proto::exit::BUSY_ATTEMPTS
+        {
+            attempt += 1;
+            let pause = collab_proto::exit::busy_backoff_ms(attempt, rand::random());
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            continue;
         }
+        break answer;
     };
     Ok(tool_result(answer))
 }
@@ -195,13 +211,45 @@ fn tool_result(answer: super::loopback::Answer) -> Value {
     }
     let line = if stderr.is_empty() {
         match fields.get("status").and_then(Value::as_str) {
-            Some(status) => format!("error: {status}"),
+            Some(status) => refusal_line(status, &fields),
             None => format!("error: exit status {code}"),
         }
     } else {
         stderr.to_string()
     };
     refused(&line, fields, (!stdout.is_empty()).then_some(stdout))
+}
+
+/// The one-line reason of a refusal the verb answered in JSON only (a
+/// fencing refusal, a lease `held` or `locked`): its status and why, from
+/// the reply's own words or its holder, so a model need not read fields.
+fn refusal_line(status: &str, fields: &Map<String, Value>) -> String {
+    let text = |key: &str| fields.get(key).and_then(Value::as_str);
+    if let Some(why) = text("message") {
+        return format!("error: {status}: {why}");
+    }
+    let issue: Option<String> = text("issue").map(|id| id.chars().take(12).collect());
+    let holder = text("holder_name").or(text("holder"));
+    let why = match (status, issue.as_deref(), holder) {
+        ("locked", Some(issue), _) => format!(
+            "issue {issue} is in its lock delay after a lease expired, until {}",
+            text("locked_until").unwrap_or("?")
+        ),
+        (_, Some(issue), Some(holder)) => {
+            let mut why = format!("issue {issue} is held by {holder}");
+            if let Some(token) = fields.get("token").and_then(Value::as_i64) {
+                why += &format!(" with token {token}");
+            }
+            if let Some(until) = text("expires_at") {
+                why += &format!(" until {until}");
+            }
+            why
+        }
+        ("held", Some(issue), None) => format!("issue {issue} is not held by you"),
+        ("fenced", Some(issue), None) => format!("issue {issue} has no live lease"),
+        _ => return format!("error: {status}"),
+    };
+    format!("error: {status}: {why}")
 }
 
 fn result(text: &str, structured: Value, is_error: bool) -> Value {
@@ -267,13 +315,23 @@ async fn events_read(
             }
         },
     };
-    let since = arguments.get("since").and_then(Value::as_i64).unwrap_or(0);
+    // Without `since` the page starts at the head, as `collab-events
+    // watch` does, and its `next_since` is the head's seq: a cursor of 0
+    // would make the next call replay the whole log as new.
+    let since = match arguments.get("since") {
+        None | Some(Value::Null) => {
+            let head = *session.ctx.app.writer.subscribe_event_head().borrow();
+            arguments.insert("since".into(), json!(head));
+            head
+        }
+        Some(given) => given.as_i64().unwrap_or(0),
+    };
     // A long poll follows the log; a plain page stops at its end.
     let line = match watch_line(&arguments, wait > 0) {
         Ok(line) => line,
         Err(why) => return Ok(refused(&format!("error: {why}"), Map::new(), None)),
     };
-    let mut channel = session.verbs.start(&line, None).await?;
+    let (mut channel, end) = session.verbs.start(&line, None).await?;
     let mut events: Vec<Value> = Vec::new();
     let mut more = false;
     let mut partial: Vec<u8> = Vec::new();
@@ -290,6 +348,7 @@ async fn events_read(
             msg = channel.wait() => msg,
             _ = stop.notified() => {
                 let _ = channel.close().await;
+                end.wait().await;
                 return Err(CallError::Cancelled);
             }
             _ = tokio::time::sleep_until(due), if wait > 0 => {
@@ -347,6 +406,7 @@ async fn events_read(
     }
     // Ends the verb early when the page is full.
     let _ = channel.close().await;
+    end.wait().await;
     if !more && code != Some(0) {
         let line = String::from_utf8_lossy(&stderr).trim_end().to_string();
         let line = if line.is_empty() {
@@ -385,7 +445,7 @@ async fn events_subscribe(
     {
         old.cancel();
     }
-    let mut channel = session.verbs.start(&line, None).await?;
+    let (mut channel, end) = session.verbs.start(&line, None).await?;
     let (refusal_tx, refusal_rx) = tokio::sync::oneshot::channel::<String>();
     let task_session = session.clone();
     let stop = Arc::new(Notify::new());
@@ -399,6 +459,7 @@ async fn events_subscribe(
                 msg = channel.wait() => msg,
                 _ = task_stop.notified() => {
                     let _ = channel.close().await;
+                    end.wait().await;
                     return;
                 }
             };

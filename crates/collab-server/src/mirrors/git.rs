@@ -23,7 +23,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use base64::Engine as _;
-use tokio::io::AsyncReadExt as _;
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
 
 use super::url::Pinned;
 use collab_record::refs;
@@ -123,9 +123,10 @@ fn authorization(token: &str) -> String {
     }
 }
 
-/// Replace every secret in `text` and keep its last lines, bounded.
+/// Replace every secret and every URL's user, password and query in `text`
+/// (`url::scrub`), and keep its last lines, bounded.
 pub fn redact(text: &str, credential: Option<&Credential>) -> String {
-    let mut text = text.to_string();
+    let mut text = super::url::scrub(text);
     if let Some(c) = credential {
         for secret in c.secrets() {
             text = text.replace(&secret, "[redacted]");
@@ -159,6 +160,70 @@ pub struct Run<'a> {
     pub timeout: Duration,
     /// `{state_dir}/mirrors`.
     pub work_dir: &'a Path,
+    /// The mirror synced before: an ssh host key it was checked against
+    /// under the bare host name (before `[host]:port`) is kept for it.
+    pub synced_before: bool,
+}
+
+/// The name an ssh host's key is kept under in the mirrors' known_hosts:
+/// the host for port 22, `[host]:port` for any other, as OpenSSH names
+/// them, so two servers on one host keep a key each.
+pub fn host_key_alias(host: &str, port: u16) -> String {
+    if port == 22 {
+        host.to_string()
+    } else {
+        format!("[{host}]:{port}")
+    }
+}
+
+/// Keys were kept under the bare host name whatever the port before
+/// `[host]:port`. A mirror that synced with such a key keeps checking
+/// against it: its lines are copied under `alias` once, when the file has
+/// none for `alias` yet. Returns whether it copied any.
+pub fn adopt_legacy_host_key(known_hosts: &Path, host: &str, alias: &str) -> std::io::Result<bool> {
+    if alias == host {
+        return Ok(false);
+    }
+    let text = match std::fs::read_to_string(known_hosts) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let names = |line: &str| -> Option<(Vec<String>, String)> {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('@') {
+            return None;
+        }
+        let (hosts, key) = line.split_once(char::is_whitespace)?;
+        Some((
+            hosts.split(',').map(str::to_string).collect(),
+            key.trim().to_string(),
+        ))
+    };
+    if text
+        .lines()
+        .filter_map(names)
+        .any(|(hosts, _)| hosts.iter().any(|h| h == alias))
+    {
+        return Ok(false);
+    }
+    let adopted: Vec<String> = text
+        .lines()
+        .filter_map(names)
+        .filter(|(hosts, _)| hosts.iter().any(|h| h == host))
+        .map(|(_, key)| format!("{alias} {key}\n"))
+        .collect();
+    if adopted.is_empty() {
+        return Ok(false);
+    }
+    let mut file = std::fs::OpenOptions::new().append(true).open(known_hosts)?;
+    let mut out = String::new();
+    if !text.is_empty() && !text.ends_with('\n') {
+        out.push('\n');
+    }
+    out.extend(adopted);
+    std::io::Write::write_all(&mut file, out.as_bytes())?;
+    Ok(true)
 }
 
 /// `+refs/*:refs/*` except the forge's own record (`refs/collab/*`), which
@@ -184,23 +249,33 @@ pub async fn fetch(run: &Run<'_>) -> Result<(), String> {
         run.pinned.git_url(),
     ];
     args.extend(refspecs());
-    git(run, &args).await
+    git(run, &args).await.map(|_| ())
 }
 
 /// Push the repository to the downstream: every ref but `refs/collab/*`,
-/// forced, pruned (what `--mirror` does, without the record).
-pub async fn push(run: &Run<'_>) -> Result<(), String> {
+/// forced, pruned (what `--mirror` does, without the record). Returns how
+/// many refs it created, moved or deleted there.
+pub async fn push(run: &Run<'_>) -> Result<usize, String> {
+    // Not `--quiet`: it silences `--porcelain`'s ref lines, which are
+    // what is counted.
     let mut args: Vec<String> = vec![
         "push".into(),
         "--prune".into(),
         "--porcelain".into(),
         "--no-verify".into(),
-        "--quiet".into(),
         "--end-of-options".into(),
         run.pinned.git_url(),
     ];
     args.extend(refspecs());
     git(run, &args).await
+}
+
+/// Whether a line of `git push --porcelain` is a ref the push changed:
+/// `<flag>\t<from>:<to>\t<summary>` with flag ` ` (fast-forward), `+`
+/// (forced), `-` (deleted) or `*` (new); not `=` (up to date), `!`
+/// (rejected), the `To` line or `Done`.
+fn is_pushed_ref(line: &str) -> bool {
+    matches!(line.as_bytes(), [b' ' | b'+' | b'-' | b'*', b'\t', ..])
 }
 
 /// A file holding an ssh key for one run, removed when dropped.
@@ -216,7 +291,9 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-async fn git(run: &Run<'_>, args: &[String]) -> Result<(), String> {
+/// Run git; returns how many of its stdout lines are refs a push changed
+/// ([`is_pushed_ref`]; a fetch prints none).
+async fn git(run: &Run<'_>, args: &[String]) -> Result<usize, String> {
     let scheme = run.pinned.checked.scheme;
     let home = run.work_dir.join("home");
     let keys = run.work_dir.join("keys");
@@ -265,13 +342,22 @@ async fn git(run: &Run<'_>, args: &[String]) -> Result<(), String> {
                 .env("GIT_CONFIG_VALUE_0", authorization(token));
         }
         ("ssh", credential) => {
+            let known_hosts = run.work_dir.join("known_hosts");
+            let host = &run.pinned.checked.host;
+            let alias = host_key_alias(host, run.pinned.checked.port);
+            if run.synced_before {
+                if let Err(e) = adopt_legacy_host_key(&known_hosts, host, &alias) {
+                    tracing::error!("mirrors: updating {}: {e}", known_hosts.display());
+                    return Err("internal error preparing the run".into());
+                }
+            }
             let mut ssh = format!(
                 "ssh -F /dev/null -o BatchMode=yes -o IdentitiesOnly=yes -o IdentityAgent=none \
                  -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile={} \
                  -o HostName={} -o HostKeyAlias={} -o ConnectTimeout=30",
-                shell_quote(&run.work_dir.join("known_hosts").to_string_lossy()),
+                shell_quote(&known_hosts.to_string_lossy()),
                 run.pinned.addr.ip(),
-                shell_quote(&run.pinned.checked.host),
+                shell_quote(&alias),
             );
             if let Some(Credential::SshKey(key)) = credential {
                 let path = keys.join(format!("key-{:016x}", rand::random::<u64>()));
@@ -298,7 +384,7 @@ async fn git(run: &Run<'_>, args: &[String]) -> Result<(), String> {
         .arg(run.repo)
         .args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
@@ -307,6 +393,16 @@ async fn git(run: &Run<'_>, args: &[String]) -> Result<(), String> {
         "internal error: cannot run git".to_string()
     })?;
     let pgid = child.id();
+    let stdout = child.stdout.take().expect("piped");
+    // Counted as it comes, line by line: nothing is kept.
+    let counter = tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let mut n = 0;
+        while let Ok(Some(line)) = lines.next_line().await {
+            n += usize::from(is_pushed_ref(&line));
+        }
+        n
+    });
     let mut stderr = child.stderr.take().expect("piped");
     let reader = tokio::spawn(async move {
         let mut kept = Vec::new();
@@ -332,6 +428,7 @@ async fn git(run: &Run<'_>, args: &[String]) -> Result<(), String> {
             }
             let _ = child.wait().await;
             reader.abort();
+            counter.abort();
             return Err(format!(
                 "timed out after {}s (mirrors.timeout_secs)",
                 run.timeout.as_secs()
@@ -339,8 +436,9 @@ async fn git(run: &Run<'_>, args: &[String]) -> Result<(), String> {
         }
     };
     let stderr = reader.await.unwrap_or_default();
+    let changed = counter.await.unwrap_or_default();
     match status {
-        Ok(s) if s.success() => Ok(()),
+        Ok(s) if s.success() => Ok(changed),
         Ok(_) => Err(redact(&String::from_utf8_lossy(&stderr), run.credential)),
         Err(e) => {
             tracing::error!("mirrors: waiting for git: {e}");
@@ -387,6 +485,38 @@ mod tests {
         let two_lines = Credential::classify("tok\r\nX-Injected: 1");
         assert!(two_lines.fits("https").is_err());
         assert!(Credential::classify("a\u{7}b").fits("http").is_err());
+    }
+
+    #[test]
+    fn only_refs_a_push_changed_are_counted() {
+        let out = "To git://127.0.0.1:1/x.git\n \trefs/heads/a:refs/heads/a\t1..2\n\
+                   +\trefs/heads/b:refs/heads/b\t1...3 (forced update)\n\
+                   -\t:refs/heads/c\t[deleted]\n*\trefs/tags/v:refs/tags/v\t[new tag]\n\
+                   =\trefs/heads/d:refs/heads/d\t[up to date]\n\
+                   !\trefs/heads/e:refs/heads/e\t[rejected] (fetch first)\nDone\n";
+        assert_eq!(out.lines().filter(|l| is_pushed_ref(l)).count(), 4);
+    }
+
+    #[test]
+    fn host_keys_are_kept_per_port_and_a_synced_mirrors_old_key_is_adopted() {
+        assert_eq!(host_key_alias("forge.example", 22), "forge.example");
+        assert_eq!(
+            host_key_alias("forge.example", 2222),
+            "[forge.example]:2222"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("known_hosts");
+        // Nothing kept yet: nothing to adopt.
+        assert!(!adopt_legacy_host_key(&file, "h", "[h]:2222").unwrap());
+        std::fs::write(&file, "h ssh-ed25519 AAAAold\nother ssh-ed25519 AAAAx").unwrap();
+        assert!(adopt_legacy_host_key(&file, "h", "[h]:2222").unwrap());
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            "h ssh-ed25519 AAAAold\nother ssh-ed25519 AAAAx\n[h]:2222 ssh-ed25519 AAAAold\n"
+        );
+        // Once: the alias has its own key now (and port 22 has no alias).
+        assert!(!adopt_legacy_host_key(&file, "h", "[h]:2222").unwrap());
+        assert!(!adopt_legacy_host_key(&file, "h", "h").unwrap());
     }
 
     #[test]

@@ -73,7 +73,7 @@ pub struct Mirrors {
 /// What a sync came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// Done; for a pull, how many refs moved.
+    /// Done; how many refs moved (here for a pull, there for a push).
     Synced { refs_updated: usize },
     /// Failed with this (redacted) error; retried later.
     Failed(String),
@@ -165,9 +165,16 @@ impl Mirrors {
     /// Run one claimed mirror's git and record the outcome.
     async fn sync(&self, mirror: Mirror) -> Outcome {
         let (result, events) = self.run_git(&mirror).await;
+        // A pull counts the refs it moved here (one event each), a push
+        // those it moved there.
+        let moved = match &result {
+            Ok(pushed) => pushed.unwrap_or(events.len()),
+            Err(_) => 0,
+        };
+        let result = result.map(|_| ());
         let outcome = match &result {
             Ok(()) => Outcome::Synced {
-                refs_updated: events.len(),
+                refs_updated: moved,
             },
             Err(e) => Outcome::Failed(e.clone()),
         };
@@ -186,7 +193,7 @@ impl Mirrors {
                 mirror = mirror.id,
                 repo = mirror.repo,
                 direction = mirror.direction,
-                refs = events.len(),
+                refs = moved,
                 "mirror synced"
             );
         }
@@ -218,10 +225,10 @@ impl Mirrors {
         outcome
     }
 
-    /// Git for one mirror: the result and, for a pull, the events of the
-    /// refs that moved (recorded whatever the result: a failed fetch may
-    /// have moved some).
-    async fn run_git(&self, mirror: &Mirror) -> (Result<(), String>, Vec<Recorded>) {
+    /// Git for one mirror: the result (for a push, how many refs it moved
+    /// there) and, for a pull, the events of the refs that moved here
+    /// (recorded whatever the result: a failed fetch may have moved some).
+    async fn run_git(&self, mirror: &Mirror) -> (Result<Option<usize>, String>, Vec<Recorded>) {
         let credential = match &mirror.credential {
             None => None,
             Some(sealed) if SecretBox::is_sealed(sealed) => {
@@ -257,9 +264,10 @@ impl Mirrors {
             credential: credential.as_ref(),
             timeout: Duration::from_secs(self.config.timeout_secs),
             work_dir: &self.work_dir,
+            synced_before: mirror.last_success_at.is_some(),
         };
         if !mirror.is_pull() {
-            return (git::push(&run).await, Vec::new());
+            return (git::push(&run).await.map(Some), Vec::new());
         }
         let snapshot = |path: PathBuf| async move {
             tokio::task::spawn_blocking(move || git::ref_snapshot(&path))
@@ -293,7 +301,7 @@ impl Mirrors {
             // shown only for repositories known to be public).
             self.maintenance.push_finished(&path, &mirror.repo, false);
         }
-        (result, events)
+        (result.map(|()| None), events)
     }
 
     /// The scheduler: syncs due mirrors (at most `mirrors.concurrency` at

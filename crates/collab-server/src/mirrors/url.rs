@@ -3,9 +3,11 @@
 //! Only `https://`, `http://`, `ssh://` and `git://` URLs: never `file://`
 //! (the server's own files), `ext::` (a command line), scp-like
 //! `host:path` (git reads a local path or an ssh host depending on the
-//! characters in it) or any other transport. A URL carrying a password is
-//! refused (the credential goes in `--credential-file`, sealed); an http(s)
-//! URL carries no user name either, and an ssh one only a plain user name.
+//! characters in it) or any other transport. A URL carrying a password, a
+//! query (`?private_token=…`) or an `@` in its path is refused (the
+//! credential goes in `--credential-file`, sealed); an http(s) URL carries
+//! no user name either, and an ssh one only a plain user name. A URL is
+//! shown ([`shown`], [`scrub`] for git's errors) as `scheme://host/path`.
 //! The host is resolved through the webhooks' SSRF guard with its own
 //! allowlist (`mirrors.allowed_hosts`), at `add` and again at every sync,
 //! and git is pinned to the address the guard vetted ([`Pinned`]), so a
@@ -93,6 +95,20 @@ pub fn check(raw: &str) -> Result<Checked, String> {
     if url.fragment().is_some() {
         return Err("invalid URL: a fragment (#…) is not taken".into());
     }
+    // A token in the query (`?private_token=…`) or a `user:token@` in the
+    // path would be shown wherever the URL is, and quoted in git's errors.
+    if url.query().is_some() {
+        return Err(
+            "refused: a mirror URL takes no query (?…), where tokens hide; pass the credential with --credential-file (it is stored sealed)"
+                .into(),
+        );
+    }
+    if path_holds_credentials(url.path()) {
+        return Err(
+            "refused: the URL's path holds an '@' (a user:token@ in disguise?); pass the credential with --credential-file (it is stored sealed)"
+                .into(),
+        );
+    }
     if url.path().trim_start_matches('/').is_empty() {
         return Err("invalid URL: it names no repository path".into());
     }
@@ -108,6 +124,68 @@ pub fn check(raw: &str) -> Result<Checked, String> {
         host,
         port,
     })
+}
+
+/// An `@` anywhere in the path, percent-encoded or not: git URLs have none,
+/// and `/x-access-token:TOKEN@host/…` segments are credentials.
+fn path_holds_credentials(path: &str) -> bool {
+    path.contains('@') || path.to_ascii_lowercase().contains("%40")
+}
+
+/// A mirror URL as it is shown (web page, `mirror list`, replies, the
+/// log): `scheme://host[:port]/path`, without user, password, query or
+/// fragment, and any path segment holding an `@` replaced. Mirrors added
+/// before such URLs were refused may still hold one.
+pub fn shown(raw: &str) -> String {
+    let Ok(url) = reqwest::Url::parse(raw) else {
+        return "[unreadable URL]".into();
+    };
+    let Some(host) = url.host_str() else {
+        return format!("{}://[redacted]", url.scheme());
+    };
+    let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+    let path: Vec<&str> = url
+        .path()
+        .split('/')
+        .map(|segment| {
+            if path_holds_credentials(segment) {
+                "[redacted]"
+            } else {
+                segment
+            }
+        })
+        .collect();
+    format!("{}://{host}{port}{}", url.scheme(), path.join("/"))
+}
+
+/// `text` (git's error, kept and shown) with every URL in it as [`shown`]
+/// shows it: git quotes the URL it was given, and an upstream's message
+/// may quote others.
+pub fn scrub(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        // The scheme: the letters, digits, `+`, `-` and `.` before `://`.
+        let start = rest[..at]
+            .char_indices()
+            .rev()
+            .find(|(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+            .map_or(0, |(i, c)| i + c.len_utf8());
+        let end = rest[at..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '\'' | '"' | '<' | '>' | '`'))
+            .map_or(rest.len(), |i| at + i);
+        out.push_str(&rest[..start]);
+        if start == at {
+            // `://` with no scheme: not a URL, but what follows may be
+            // user:token@host all the same.
+            out.push_str("://[redacted]");
+        } else {
+            out.push_str(&shown(&rest[start..end]));
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A checked URL and the one address git will connect to.
@@ -200,6 +278,58 @@ mod tests {
             assert!(err.contains(says), "{bad}: {err}");
             assert!(!err.contains("hunter2"), "{err}");
         }
+    }
+
+    #[test]
+    fn credentials_in_the_query_or_the_path_are_refused_and_never_shown() {
+        for (bad, says) in [
+            ("https://example.com/x.git?token=hunter2", "query"),
+            ("https://example.com/x.git?access_token=hunter2", "query"),
+            ("https://example.com/x.git?private_token=hunter2", "query"),
+            ("https://example.com/x.git?", "query"),
+            (
+                "https://example.com/x-access-token:hunter2@github.com/o/x.git",
+                "'@'",
+            ),
+            ("https://example.com/u:hunter2%40/x.git", "'@'"),
+            ("ssh://git@example.com/a/b:hunter2@c/x.git", "'@'"),
+            ("ssh://git:hunter2@example.com/x.git", "password"),
+        ] {
+            let err = check(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+            assert!(!err.contains("hunter2"), "{err}");
+        }
+        for (stored, want) in [
+            (
+                "https://bob:hunter2@example.com:8443/x.git?private_token=hunter2#f",
+                "https://example.com:8443/x.git",
+            ),
+            (
+                "https://example.com/x-access-token:hunter2@github.com/o/x.git",
+                "https://example.com/[redacted]/o/x.git",
+            ),
+            (
+                "ssh://git@example.com/team/app.git",
+                "ssh://example.com/team/app.git",
+            ),
+            ("git://127.0.0.1:9000/x.git", "git://127.0.0.1:9000/x.git"),
+            ("not a url hunter2", "[unreadable URL]"),
+        ] {
+            assert_eq!(shown(stored), want, "{stored}");
+        }
+        let git_said = "fatal: unable to access 'https://u:hunter2@example.com/x.git/?token=hunter2': \
+                        The requested URL returned error: 403 | remote: see \
+                        http://example.com/a?access_token=hunter2. (git+ssh://k:hunter2@h/x) ://u:hunter2@h";
+        let scrubbed = scrub(git_said);
+        assert!(!scrubbed.contains("hunter2"), "{scrubbed}");
+        assert!(
+            scrubbed.starts_with(
+                "fatal: unable to access 'https://example.com/x.git/': The requested URL returned error: 403"
+            ),
+            "{scrubbed}"
+        );
+        assert_eq!(scrub("no URL here: host:22"), "no URL here: host:22");
+        assert_eq!(scrub("…ähttps://u:p@h/x é"), "…ähttps://h/x é");
     }
 
     #[tokio::test]

@@ -502,17 +502,22 @@ async fn delete(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, confirm: &
         }
     }
     let (name, actor) = (entry.name.clone(), ctx.caller.principal().to_string());
-    if let Err(e) = ctx
+    match ctx
         .app
         .writer
         .write("delete repository", move |conn, now| {
-            Ok(crate::db::repos::delete(conn, &name, &actor, now)?)
+            // Its git-lfs objects are kept by its lasting id, read before
+            // the delete takes the name from it.
+            let lfs_id = crate::db::repo_ids::live_id(conn, &name)?;
+            crate::db::repos::delete(conn, &name, &actor, now)?;
+            Ok(lfs_id)
         })
         .await
     {
+        Ok(lfs_id) => remove_lfs_objects(ctx, &entry.name, lfs_id).await,
         // The repository is gone from disk; stale rows only name a missing
         // repository and are dropped again by a later delete.
-        tracing::error!(repo = entry.name, "collab-repo delete: database: {e:#}");
+        Err(e) => tracing::error!(repo = entry.name, "collab-repo delete: database: {e:#}"),
     }
     move_release_dir(ctx, &entry.name, None);
     tracing::info!(
@@ -525,6 +530,16 @@ async fn delete(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, confirm: &
         repo: entry.name,
     };
     reply_and_close(channel, &reply_line(&reply), 0).await
+}
+
+/// A deleted repository's git-lfs objects go with it.
+async fn remove_lfs_objects(ctx: &ExecContext, repo: &str, lfs_id: Option<String>) {
+    let Some(id) = lfs_id else { return };
+    let store = crate::lfs::store::LfsStore::new(&ctx.app.config.state_dir);
+    let removed = tokio::task::spawn_blocking(move || store.remove_repo(&id)).await;
+    if let Ok(Err(e)) | Err(e) = removed.map_err(std::io::Error::other) {
+        tracing::error!(repo, "removing git-lfs objects: {e}");
+    }
 }
 
 /// Release files live beside the repositories, by repository name: move

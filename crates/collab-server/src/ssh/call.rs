@@ -46,6 +46,7 @@ pub async fn call(ctx: &ExecContext, argv: &[&str], stdin: Option<String>) -> An
         ExecCommand::Issue(cmd) => super::issue::reply(ctx, cmd, stdin).await,
         ExecCommand::Patch(cmd) => super::patch::reply(ctx, cmd, stdin).await,
         ExecCommand::Lease(cmd) => super::lease::reply(ctx, cmd).await,
+        ExecCommand::Search(cmd) => super::search::reply(ctx, cmd).await,
         ExecCommand::Repo(RepoCmd::List) => (
             super::reply::reply_line(&super::admin::visible_repos(ctx).await),
             0,

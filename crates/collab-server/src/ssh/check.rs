@@ -101,7 +101,7 @@ fn err(message: impl std::fmt::Display) -> Reply {
 
 fn internal(e: anyhow::Error) -> Reply {
     tracing::error!("collab-check: {e:#}");
-    ("error: internal error".to_string(), 1)
+    super::reply::internal_reply(&e)
 }
 
 /// A full commit id: 40 (SHA-1) or 64 (SHA-256) hex digits, lower case.
@@ -187,17 +187,20 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: CheckCmd) {
     reply_and_close(channel, &line, code).await
 }
 
-/// Whether `commit` is a commit of the repository at `path`.
+/// Whether `commit` is a commit of the repository at `path` that a ref
+/// reaches.
 async fn has_commit(entry: &RepoEntry, commit: &str) -> bool {
     let (path, commit) = (entry.path.clone(), commit.to_string());
     tokio::task::spawn_blocking(move || {
         let Ok(repo) = git2::Repository::open_bare(&path) else {
             return false;
         };
+        // Reachable from a ref too: a commit deleted or force-pushed away
+        // is no commit of the repository's any more (`crate::wants`).
         let found = git2::Oid::from_str(&commit)
             .ok()
             .and_then(|oid| repo.find_commit(oid).ok())
-            .is_some();
+            .is_some_and(|c| crate::wants::reachable(&repo, c.id()));
         found
     })
     .await
@@ -403,6 +406,31 @@ async fn list(ctx: &ExecContext, entry: &RepoEntry, target: String) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The name's help (the `check_set` tool's schema, `help`, the verb
+    /// reference) names exactly the characters the server takes, and its
+    /// length: issue 50 found `:` accepted but not listed.
+    #[test]
+    fn the_name_help_says_what_the_server_accepts() {
+        let verb = collab_proto::verbs::find("collab-check", "set").unwrap();
+        let doc = verb.args.iter().find(|a| a.name == "name").unwrap().doc;
+        let listed = doc
+            .split("letters, digits and `")
+            .nth(1)
+            .and_then(|rest| rest.split('`').next())
+            .unwrap_or_else(|| panic!("no character list in {doc:?}"));
+        for b in 0x21u8..0x7f {
+            let c = b as char;
+            let said = c.is_ascii_alphanumeric() || listed.contains(c);
+            assert_eq!(
+                valid_name(&format!("a{c}")).is_ok(),
+                said,
+                "{c:?}: the help says {doc:?}"
+            );
+        }
+        assert!(doc.contains(&format!("1 to {MAX_NAME} bytes")), "{doc}");
+        assert!(doc.contains("starting with a letter or digit"), "{doc}");
+    }
 
     #[test]
     fn names_urls_and_descriptions_are_validated() {

@@ -4,7 +4,7 @@
 //! the row's values into the command its handler runs, checking what only
 //! the server knows (label syntax, event patterns, note length).
 
-use collab_proto::verbs::{self, Invocation, Refusal};
+use collab_proto::verbs::{self, Invocation};
 
 pub use super::issue::IssueCmd;
 pub use collab_proto::limits::{MAX_NOTE_BYTES, MAX_WAIT_SECS, MAX_WATCH_REPOS};
@@ -28,6 +28,15 @@ impl GitService {
             GitService::UploadArchive => "upload-archive",
         }
     }
+}
+
+/// What a `git-lfs-transfer` session does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LfsOperation {
+    /// Store objects; take and give back locks (write).
+    Upload,
+    /// Fetch objects; list locks (read).
+    Download,
 }
 
 /// `collab-repo` subcommands.
@@ -288,6 +297,15 @@ pub enum HookCmd {
 pub enum ExecCommand {
     /// `git-upload-pack '<repo>'`, `git-receive-pack '<repo>'` (or `git upload-pack …`).
     Git { service: GitService, repo: String },
+    /// `git-lfs-transfer '<repo>' upload|download`: git-lfs's SSH transfer.
+    LfsTransfer {
+        repo: String,
+        operation: LfsOperation,
+    },
+    /// `git-lfs-authenticate '<repo>' …`: refused with one line, the same
+    /// for every repository (the HTTP endpoint older git-lfs asks for is
+    /// not served).
+    LfsAuthenticate { repo: String },
     /// `collab-whoami`
     Whoami,
     /// `collab-mcp`: an MCP session on the channel (`crate::mcp`).
@@ -319,13 +337,17 @@ pub enum ExecCommand {
     Check(super::check::CheckCmd),
     /// `collab-queue show …`
     Queue(super::queue::QueueCmd),
+    /// `collab-search '<query>' …`
+    Search(super::search::SearchCmd),
 }
 
 impl ExecCommand {
     /// The repository the command names, if any.
     pub fn repo(&self) -> Option<&str> {
         match self {
-            ExecCommand::Git { repo, .. } => Some(repo),
+            ExecCommand::Git { repo, .. }
+            | ExecCommand::LfsTransfer { repo, .. }
+            | ExecCommand::LfsAuthenticate { repo } => Some(repo),
             ExecCommand::Repo(RepoCmd::Create { name } | RepoCmd::Gc { name }) => Some(name),
             ExecCommand::Repo(
                 RepoCmd::Describe { repo, .. }
@@ -344,7 +366,7 @@ impl ExecCommand {
             ExecCommand::Issue(cmd) => Some(cmd.repo()),
             ExecCommand::Patch(cmd) => Some(cmd.repo()),
             ExecCommand::Events(watch) => watch.repos.first().map(String::as_str),
-            ExecCommand::Hook(_) => None,
+            ExecCommand::Hook(_) | ExecCommand::Search(_) => None,
             ExecCommand::Mirror(cmd) => Some(cmd.repo()),
             ExecCommand::Check(cmd) => Some(cmd.repo()),
             ExecCommand::Queue(cmd) => Some(cmd.repo()),
@@ -372,6 +394,8 @@ impl ExecCommand {
                 service: GitService::UploadArchive,
                 ..
             } => "git-upload-archive",
+            ExecCommand::LfsTransfer { .. } => "git-lfs-transfer",
+            ExecCommand::LfsAuthenticate { .. } => "git-lfs-authenticate",
             ExecCommand::Whoami => "collab-whoami",
             ExecCommand::Mcp => "collab-mcp",
             ExecCommand::Repo(RepoCmd::Create { .. }) => "collab-repo create",
@@ -410,6 +434,7 @@ impl ExecCommand {
             ExecCommand::Mirror(cmd) => cmd.verb(),
             ExecCommand::Check(cmd) => cmd.verb(),
             ExecCommand::Queue(cmd) => cmd.verb(),
+            ExecCommand::Search(_) => "collab-search",
         }
     }
 }
@@ -435,8 +460,7 @@ pub fn refusal(command: &str) -> String {
             "error: usage: {}",
             verbs::family_usage(invocation.verb.family)
         ),
-        Err(Refusal::Usage(usage)) => format!("error: usage: {usage}"),
-        Err(Refusal::Unknown) => "error: unknown command".to_string(),
+        Err(refusal) => refusal.line(),
     }
 }
 
@@ -455,6 +479,16 @@ impl ExecCommand {
             "git-upload-pack" => git(GitService::UploadPack),
             "git-receive-pack" => git(GitService::ReceivePack),
             "git-upload-archive" => git(GitService::UploadArchive),
+            "git-lfs-transfer" => ExecCommand::LfsTransfer {
+                repo: inv.arg("repo").to_string(),
+                operation: match inv.arg("operation") {
+                    "upload" => LfsOperation::Upload,
+                    _ => LfsOperation::Download,
+                },
+            },
+            "git-lfs-authenticate" => ExecCommand::LfsAuthenticate {
+                repo: inv.arg("repo").to_string(),
+            },
             "collab-whoami" => ExecCommand::Whoami,
             "collab-mcp" => ExecCommand::Mcp,
             "help" => ExecCommand::Help,
@@ -474,6 +508,7 @@ impl ExecCommand {
             "collab-hook" => ExecCommand::Hook(HookCmd::from_invocation(inv)?),
             "collab-check" => ExecCommand::Check(super::check::CheckCmd::from_invocation(inv)),
             "collab-queue" => ExecCommand::Queue(super::queue::QueueCmd::from_invocation(inv)),
+            "collab-search" => ExecCommand::Search(super::search::SearchCmd::from_invocation(inv)),
             // A row without a handler; `every_verb_has_a_handler` fails.
             _ => return None,
         })

@@ -1,7 +1,7 @@
 //! Everything a verb needs besides its channel (`ExecContext`: the shared
 //! state, the caller, the channel's environment, the session), and what the
 //! verbs ask of it: `authorize_or_reply` (the repository at a level, or the
-//! reply that refuses it) and `fenced_refs`.
+//! reply that refuses it), `git_process_slot` and `fenced_refs`.
 
 use std::sync::Arc;
 
@@ -21,6 +21,10 @@ pub struct ChannelEnv {
     pub no_color: bool,
     /// The pty the client asked for: only the terminal UI is served on one.
     pub pty: Option<PtyRequest>,
+    /// Set by the MCP loopback, never by a client: this channel runs one
+    /// tool call of that `collab-mcp` session, which bounds its own calls
+    /// (`limits::running` counts them per session, not per key).
+    pub mcp_session: Option<u64>,
 }
 
 /// What a pty request said (`TERM` and the window size).
@@ -92,4 +96,20 @@ pub(super) fn fenced_ref_issue(ctx: &ExecContext, entry: &crate::repos::RepoEntr
         patterns.extend(conf.fenced_ref_issue().iter().cloned());
     }
     patterns
+}
+
+/// A slot of the git process gate for the caller, waiting up to
+/// `git.queue_timeout`; else the refusal (counted and logged) as the
+/// `error:` line to send. `what`: the git subcommand, for the log.
+pub(super) async fn git_process_slot(
+    ctx: &ExecContext,
+    what: &str,
+) -> Result<crate::limits::ProcessPermit, String> {
+    let principal = ctx.caller.principal();
+    ctx.app.limits.git.acquire(principal).await.map_err(|busy| {
+        crate::limits::note_refusal("git_process", busy.label(), || {
+            format!("refused git {what} for {principal}")
+        });
+        format!("error: {}", busy.message())
+    })
 }

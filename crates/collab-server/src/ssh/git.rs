@@ -26,6 +26,8 @@
 //! Each git process takes a slot from the git process gate
 //! (`git.max_processes`, `git.max_processes_per_principal`) before it
 //! starts; without one the client gets a one-line `error: …` and exit 1.
+//! A protocol v2 conversation answered by the server (`git_v2`) holds no
+//! slot while it idles, only while a git process of it runs.
 
 use std::process::Stdio;
 
@@ -35,7 +37,7 @@ use tokio::io::{AsyncWriteExt as _, BufReader};
 use tokio::process::Command;
 
 use super::command::GitService;
-use super::context::{fenced_ref_issue, fenced_refs, ExecContext};
+use super::context::{fenced_ref_issue, fenced_refs, git_process_slot, ExecContext};
 use super::reply::{reply_and_close, NOT_FOUND};
 use crate::authz::{self, Access};
 use crate::hooks::HookContext;
@@ -43,6 +45,12 @@ use crate::upload_pack;
 
 /// Copy buffer: one SSH packet's worth.
 const CHUNK: usize = 32 * 1024;
+/// The largest single allocation `git receive-pack` and its `index-pack`
+/// may make (`GIT_ALLOC_LIMIT`): bounds the object a delta resolves to,
+/// so one push cannot make the server hold gigabytes. Above any file a
+/// forge should take in git (GitHub refuses files over 100 MiB) and
+/// above index-pack's own tables for a pack of 20 million objects.
+pub const PUSH_ALLOC_LIMIT: u64 = 2 * 1024 * 1024 * 1024;
 
 /// How long a git process told to end (SIGTERM) has before SIGKILL.
 const TERM_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -185,18 +193,6 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
             None => return reply_and_close(channel, NOT_FOUND, 1).await,
         },
     };
-    let principal = ctx.caller.principal().to_string();
-    let _slot = match ctx.app.limits.git.acquire(&principal).await {
-        Ok(slot) => slot,
-        Err(busy) => {
-            crate::limits::note_refusal("git_process", busy.label(), || {
-                format!("refused git {} for {principal}", service.subcommand())
-            });
-            let message = format!("error: {}", busy.message());
-            return reply_and_close(channel, &message, 1).await;
-        }
-    };
-
     // The pack cache (after authorization: the caller may read this
     // repository).
     let cache = match service {
@@ -209,13 +205,19 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
         .as_deref()
         .filter(|p| upload_pack::sane_protocol(p));
     // A protocol v2 fetch with the pack cache on: the server answers the
-    // conversation itself (ssh/git_v2.rs).
+    // conversation itself (ssh/git_v2.rs), taking a process slot only for
+    // each git process it runs, never for the conversation.
     if let (Some(protocol), Some(settings)) = (protocol.filter(|p| upload_pack::is_v2(p)), &cache) {
         if super::git_v2::enabled() {
             let (settings, protocol) = (settings.clone(), protocol.to_string());
             return super::git_v2::serve(ctx, channel, &entry, settings, protocol).await;
         }
     }
+    // git runs for the whole conversation: it holds a slot as long.
+    let _slot = match git_process_slot(ctx, service.subcommand()).await {
+        Ok(slot) => slot,
+        Err(message) => return reply_and_close(channel, &message, 1).await,
+    };
 
     let mut cmd = Command::from(crate::maintenance::git::clean());
     match service {
@@ -254,6 +256,19 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
             // nothing removes. The small packs are what the geometric repack
             // rolls up (see maintenance::run, docs/operations.md).
             cmd.args(["-c", "receive.unpackLimit=1"]);
+            // Every pushed object is checked as `git fsck` checks it
+            // (malformed trees, commits and tags, `.gitmodules` names and
+            // URLs that attack clients): a push holding one is refused
+            // before any ref moves. `hooks::gitmodules` adds what fsck
+            // does not catch (CVE-2025-48384).
+            cmd.args(["-c", "receive.fsckObjects=true"]);
+            // A delta whose header declares a multi-GiB result (a few KiB
+            // of copy instructions can really produce it) makes
+            // `index-pack` allocate that much to resolve it: git refuses
+            // any one allocation past `GIT_ALLOC_LIMIT` before making it,
+            // and the push fails whole (issue 44, the libgit2 1.9.5
+            // advisory's pack).
+            cmd.env("GIT_ALLOC_LIMIT", PUSH_ALLOC_LIMIT.to_string());
             if level < Access::Rewind {
                 cmd.args([
                     "-c",
@@ -338,7 +353,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
     let mut err = tx.make_writer_ext(Some(1));
     let mut stdout = BufReader::with_capacity(CHUNK, stdout);
     let mut stderr = BufReader::with_capacity(CHUNK, stderr);
-    let (a, b) = {
+    let copied = {
         let copies = async {
             tokio::join!(
                 tokio::io::copy_buf(&mut stdout, &mut out),
@@ -346,38 +361,60 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
             )
         };
         tokio::pin!(copies);
-        let mut client_gone = false;
-        loop {
+        // The channel closed (its read half ended), or the verb's caller
+        // left (`ssh::leaving`): whichever is seen first.
+        let gone = async {
             tokio::select! {
-                done = &mut copies => break done,
-                _ = &mut gone, if !client_gone => {
-                    client_gone = true;
-                    // A push whose client went away while its objects are still
-                    // in quarantine (receiving, or in pre-receive) can never be
-                    // answered: end it now, so that git removes the quarantine,
-                    // rather than leave it to a slow hook and the hourly sweep.
-                    // Past the quarantine the refs are moving: let it finish.
-                    if service == GitService::ReceivePack && in_quarantine(child.get()) {
-                        tracing::info!(
-                            "git receive-pack for {}: the client went away before the push was in; \
-                             ending it",
-                            entry.name
-                        );
-                        return;
-                    }
+                _ = &mut gone => {}
+                _ = super::reply::unless_caller_left(std::future::pending::<()>()) => {}
+            }
+        };
+        tokio::select! {
+            done = &mut copies => Some(done),
+            _ = gone => {
+                // A push whose client went away while its objects are still
+                // in quarantine (receiving, or in pre-receive) can never be
+                // answered: end it now, so that git removes the quarantine,
+                // rather than leave it to a slow hook and the hourly sweep.
+                if service == GitService::ReceivePack && in_quarantine(child.get()) {
+                    tracing::info!(
+                        "git receive-pack for {}: the client went away before the push was in; \
+                         ending it",
+                        entry.name
+                    );
+                    return;
                 }
+                // Past the quarantine the refs are moving: let git finish,
+                // but nobody reads its answer any more, and a write to the
+                // closed channel would wait forever for window space
+                // (issue 44): what git still says is thrown away.
+                None
             }
         }
     };
-    if let Err(e) = a.and(b) {
-        // The client went away; dropping `child` ends git gently (SIGTERM)
-        // so that it removes its quarantine.
-        tracing::info!("git {} for {}: {e}", service.subcommand(), entry.name);
-        return;
+    let left = copied.is_none();
+    match copied {
+        Some((a, b)) => {
+            if let Err(e) = a.and(b) {
+                // The client went away; dropping `child` ends git gently
+                // (SIGTERM) so that it removes its quarantine.
+                tracing::info!("git {} for {}: {e}", service.subcommand(), entry.name);
+                return;
+            }
+            // Never shutdown() the writers: that sends EOF before the exit
+            // status.
+            let _ = out.flush().await;
+            let _ = err.flush().await;
+        }
+        None => {
+            let mut sink = tokio::io::sink();
+            let mut sink_err = tokio::io::sink();
+            let _ = tokio::join!(
+                tokio::io::copy_buf(&mut stdout, &mut sink),
+                tokio::io::copy_buf(&mut stderr, &mut sink_err)
+            );
+        }
     }
-    // Never shutdown() the writers: that sends EOF before the exit status.
-    let _ = out.flush().await;
-    let _ = err.flush().await;
     let code = match child.get().wait().await {
         Ok(status) => status.code().unwrap_or(255) as u32,
         Err(_) => 255,
@@ -407,6 +444,10 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, 
         "git {} exited {code}",
         service.subcommand()
     );
+    if left {
+        // Nobody to tell: the channel is closed.
+        return;
+    }
     super::reply::note_exit_status(code);
     let _ = tx.exit_status(code).await;
     let _ = tx.eof().await;

@@ -19,9 +19,15 @@
 //! Only when the client asked for v2 (`GIT_PROTOCOL` through `SendEnv`, as
 //! OpenSSH clients of git do) and the pack cache is on for the repository;
 //! otherwise `ssh/git.rs` runs upload-pack for the whole conversation, as
-//! before. The caller was authorized for the repository and holds a git
-//! process slot for the conversation (`ssh/git.rs`), as an upload-pack
-//! would.
+//! before. The caller was authorized for the repository (`ssh/git.rs`).
+//!
+//! Git process slots (issue 44): the conversation takes one from the git
+//! process gate only while a git process of it runs (the advertisement
+//! when none is kept, each `upload-pack --stateless-rpc`), never while it
+//! waits for the client's next request or sends a kept answer; so idle
+//! conversations, however many, never keep anyone's clone waiting. Past
+//! `git.queue_timeout` without a slot, the request is answered with git's
+//! `ERR` packet and the gate's `error:` line, exit status 1.
 //!
 //! Bounds: a request is read into memory up to
 //! `answers::MAX_CACHED_REQUEST` (256 KiB); a longer one (a long `have`
@@ -65,9 +71,10 @@ pub async fn serve(
     protocol: String,
 ) {
     let nice = ctx.app.config.git.nice;
-    let advertisement = match advertisement(&settings, entry, &protocol, nice).await {
+    let advertisement = match advertisement(ctx, &settings, entry, &protocol, nice).await {
         Ok(bytes) => bytes,
-        Err(e) => {
+        Err(Advertised::Busy(message)) => return reply_and_close(channel, &message, 1).await,
+        Err(Advertised::Failed(e)) => {
             tracing::error!("git upload-pack --advertise-refs {}: {e}", entry.name);
             return reply_and_close(channel, "error: internal error", 1).await;
         }
@@ -104,6 +111,7 @@ pub async fn serve(
         settings,
         protocol,
         nice,
+        ctx,
     };
     let code = match conversation.run(&advertisement).await {
         Ok(code) => code,
@@ -155,16 +163,32 @@ impl From<std::io::Error> for Ended {
     }
 }
 
-/// The capability advertisement: kept, or printed by upload-pack (and kept).
+/// Why there is no advertisement.
+enum Advertised {
+    /// No git process slot: the `error:` line.
+    Busy(String),
+    Failed(anyhow::Error),
+}
+
+/// The capability advertisement: kept, or printed by upload-pack (and
+/// kept), holding a process slot while it runs.
 async fn advertisement(
+    ctx: &ExecContext,
     settings: &Settings,
     entry: &RepoEntry,
     protocol: &str,
     nice: u64,
-) -> anyhow::Result<Vec<u8>> {
+) -> Result<Vec<u8>, Advertised> {
     match upload_pack::kept_advertisement(settings, &entry.path, protocol).await {
         Ok(bytes) => Ok(bytes),
-        Err(keep) => upload_pack::advertise(&entry.path, Some(protocol), nice, keep).await,
+        Err(keep) => {
+            let _slot = super::context::git_process_slot(ctx, "upload-pack")
+                .await
+                .map_err(Advertised::Busy)?;
+            upload_pack::advertise(&entry.path, Some(protocol), nice, keep)
+                .await
+                .map_err(Advertised::Failed)
+        }
     }
 }
 
@@ -257,6 +281,8 @@ struct Conversation<'a, W: tokio::io::AsyncWrite + Unpin, E: tokio::io::AsyncWri
     settings: Settings,
     protocol: String,
     nice: u64,
+    /// For the git process gate, as the caller.
+    ctx: &'a ExecContext,
 }
 
 impl<W: tokio::io::AsyncWrite + Unpin, E: tokio::io::AsyncWrite + Unpin> Conversation<'_, W, E> {
@@ -345,6 +371,21 @@ impl<W: tokio::io::AsyncWrite + Unpin, E: tokio::io::AsyncWrite + Unpin> Convers
         more: bool,
         fill: Option<upload_pack::Fill>,
     ) -> Result<u32, Ended> {
+        // A slot only while git runs (the module's doc).
+        let _slot = match super::context::git_process_slot(self.ctx, "upload-pack").await {
+            Ok(slot) => slot,
+            Err(message) => {
+                let busy = message.trim_start_matches("error: ");
+                self.out
+                    .write_all(&pkt(format!("ERR {busy}\n").as_bytes()))
+                    .await?;
+                self.out.flush().await?;
+                self.err
+                    .write_all(format!("{message}\n").as_bytes())
+                    .await?;
+                return Ok(1);
+            }
+        };
         let mut cmd = upload_pack::stateless(
             &self.entry.path,
             Some(&self.protocol),

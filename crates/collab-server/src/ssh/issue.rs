@@ -37,6 +37,7 @@ use serde::Serialize;
 use super::context::ExecContext;
 use super::reply::{reply_and_close, reply_line, NOT_FOUND};
 use crate::authz::{self, Access, Caller};
+use crate::db::exports;
 use crate::db::issues::{
     self, Cursor, Issue, IssueDetail, IssueError, IssueKey, LinkKind, ListQuery, NewIssue, Person,
     StateFilter, WriteCtx, Written,
@@ -475,13 +476,18 @@ async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<St
             let page = ctx
                 .app
                 .reads
-                .read(move |conn| Ok(issues::list(conn, &r, &query)))
+                .read(move |conn| {
+                    // In the same read: what the export lacks of this state.
+                    let behind = exports::pending_count(conn, exports::Kind::Issue, &r)?;
+                    Ok(issues::list(conn, &r, &query).map(|page| (page, behind)))
+                })
                 .await;
             match page {
-                Ok(Ok(page)) => ok(&wire::IssueList {
+                Ok(Ok((page, behind))) => ok(&wire::IssueList {
                     issues: page.issues.iter().map(summary).collect(),
                     next: page.next.map(|c| c.text()),
                     repo,
+                    export_behind: Some(u64::try_from(behind).unwrap_or(0)),
                 }),
                 Ok(Err(e)) => issue_error(&repo, e),
                 Err(e) => internal(&repo, e),
@@ -761,10 +767,16 @@ fn issue_error(repo: &str, e: IssueError) -> Reply {
             issue,
             holder,
             token,
-        } => (
-            reply_line(&Fenced::new(repo, Some(issue), holder, token, None)),
-            EXIT_FENCED,
-        ),
+            closed,
+        } => {
+            // Why, in words: a token whose lease the issue's close ended
+            // (`holder: null`) is told the issue is closed.
+            let why = issues::fenced_reason(holder.as_deref(), token, closed);
+            (
+                reply_line(&Fenced::new(repo, Some(issue), holder, token, Some(why))),
+                EXIT_FENCED,
+            )
+        }
         IssueError::Sql(e) => internal(repo, e.into()),
         other => error(other),
     }
@@ -772,7 +784,7 @@ fn issue_error(repo: &str, e: IssueError) -> Reply {
 
 fn internal(repo: &str, e: anyhow::Error) -> Reply {
     tracing::error!(repo, "collab-issue: collab database: {e:#}");
-    (super::reply::internal_line(&e).to_string(), 1)
+    super::reply::internal_reply(&e)
 }
 
 async fn show(ctx: &ExecContext, repo: String, id: String) -> Reply {
@@ -799,6 +811,7 @@ async fn show(ctx: &ExecContext, repo: String, id: String) -> Reply {
     // Links and blockers in repositories the caller cannot read are not
     // shown (a hidden blocker still counts, without naming it).
     let (app, caller, here) = (ctx.app.clone(), ctx.caller.clone(), repo.clone());
+    let names = DisplayNames::of(&ctx.app);
     let links = std::mem::take(&mut detail.links);
     let (links, not_ready) = tokio::task::spawn_blocking(move || {
         let visible = |k: &IssueKey| {
@@ -820,7 +833,7 @@ async fn show(ctx: &ExecContext, repo: String, id: String) -> Reply {
                         "blocked by an issue in a repository you cannot read".to_string()
                     }
                 }
-                other => reason_text(other),
+                other => reason_text(other, &names),
             })
             .collect();
         (links, reasons)
@@ -844,22 +857,24 @@ fn second_text(secs: Option<i64>) -> Option<String> {
     rfc3339(secs).as_str().map(str::to_string)
 }
 
-/// Why an issue is not ready, in words (`collab-issue show`).
-fn reason_text(reason: &NotReady) -> String {
+/// Why an issue is not ready, in words (`collab-issue show`); holders by
+/// their display names, as every other text names people.
+fn reason_text(reason: &NotReady, names: &DisplayNames) -> String {
     let at = |secs: i64| rfc3339(Some(secs)).as_str().unwrap_or_default().to_string();
     match reason {
         NotReady::Closed => "closed".to_string(),
         NotReady::Held {
             holder,
             expires_at: Some(until),
-        } => format!("held by {holder} until {}", at(*until)),
+        } => format!("held by {} until {}", names.name(holder), at(*until)),
         NotReady::Held {
             holder,
             expires_at: None,
-        } => format!("held by {holder} (no expiry)"),
+        } => format!("held by {} (no expiry)", names.name(holder)),
         NotReady::Locked { holder, until } => format!(
-            "in lock delay until {} after {holder}'s lease expired",
-            at(*until)
+            "in lock delay until {} after {}'s lease expired",
+            at(*until),
+            names.name(holder)
         ),
         NotReady::BlockedBy { repo, id } => format!(
             "blocked by {}",
@@ -899,6 +914,52 @@ pub(super) fn person(p: &Person) -> wire::Person {
         principal: p.principal.clone(),
         display_name: None,
     }
+}
+
+/// An issue's body and its links as `show` gives them to this caller
+/// (links into repositories the caller cannot read left out): what
+/// `collab-lease next` adds to a claim, so an agent needs no `show` to
+/// start. Empty when the read fails (logged): the claim is made and must
+/// still reach its caller.
+pub(super) async fn body_and_links(
+    ctx: &ExecContext,
+    repo: &str,
+    id: &str,
+) -> (String, wire::Links) {
+    let (r, i) = (repo.to_string(), id.to_string());
+    let read = ctx
+        .app
+        .reads
+        .read(move |conn| Ok(issues::show(conn, &r, &i)))
+        .await;
+    let detail = match read {
+        Ok(Ok(detail)) => detail,
+        Ok(Err(e)) => {
+            tracing::warn!(repo, issue = id, "reading a claimed issue: {e}");
+            return Default::default();
+        }
+        Err(e) => {
+            tracing::warn!(repo, issue = id, "reading a claimed issue: {e:#}");
+            return Default::default();
+        }
+    };
+    let (app, caller, here) = (ctx.app.clone(), ctx.caller.clone(), repo.to_string());
+    let mut links = detail.links;
+    let links = tokio::task::spawn_blocking(move || {
+        links.retain(|k| {
+            k.repo == here || authz::authorize(&app, &caller, &k.repo, Access::Read).is_ok()
+        });
+        links
+    })
+    .await
+    .unwrap_or_default();
+    let keys = |v: &[IssueKey]| v.iter().map(key_ref).collect::<Vec<_>>();
+    let links = wire::Links {
+        blocks: keys(&links.blocks),
+        blocked_by: keys(&links.blocked_by),
+        relates: keys(&links.relates),
+    };
+    (detail.issue.body, links)
 }
 
 fn key_ref(k: &IssueKey) -> wire::IssueRef {

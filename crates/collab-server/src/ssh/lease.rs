@@ -27,9 +27,12 @@
 //!             "expires_at":null,"note":null,"transitions":0}]}
 //! {"repo":"r.git","issue":"<full id>","status":"held|free|locked","holder":…,"token":…,
 //!  "acquired_at":…,"renewed_at":…,"expires_at":…,"note":…,"transitions":2,"last_token":3,
-//!  "locked_until":…}                                            (show)
-//! {…the acquired fields…,"title":"…","labels":["…"],"priority":null}   (next)
+//!  "locked_until":…,"queued":{"patch":…,"branch":…}|null}        (show)
+//! {…the acquired fields…,"title":"…","labels":["…"],"priority":null,"body":"…",
+//!  "links":{"blocks":[…],"blocked_by":[…],"relates":[…]}}     (next)
 //! {"status":"empty","repo":"r.git","labels":["…"]}               exit 3 (next: nothing ready)
+//! {"status":"settled","repo":"r.git","labels":[…],"settled":[{"patch":"<id>","state":"merged|evicted",
+//!  "revision":2,"commit":…,"reason":…,"seq":41}]}               exit 3 (next --wait: your queued merges settled)
 //! ```
 
 use crate::people::{annotate_line, DisplayNames};
@@ -42,7 +45,7 @@ use serde::Serialize;
 
 use super::command::LeaseCmd;
 use super::context::ExecContext;
-use super::reply::{internal_line, reply_line, reply_on, NOT_FOUND};
+use super::reply::{internal_reply, reply_line, reply_on, NOT_FOUND};
 use crate::authz;
 use crate::db::issues::{self, IssueError};
 use crate::db::leases::{rfc3339, Acquire, Break, Claim, Lease, Release, Renew, Status};
@@ -99,7 +102,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: LeaseCmd) {
         Some(Answer::Waited(won)) => {
             let (message, code) = match &won {
                 Won::Acquired(lease) => acquired(lease),
-                Won::Next { lease, issue } => next_acquired(lease, issue),
+                Won::Next { lease, issue } => next_acquired(ctx, lease, issue).await,
             };
             let lease = match won {
                 Won::Acquired(lease) | Won::Next { lease, .. } => lease,
@@ -145,7 +148,9 @@ pub async fn reply(ctx: &ExecContext, cmd: LeaseCmd) -> Reply {
     let (message, code) = match answer(ctx, cmd, std::future::pending::<()>()).await {
         Some(Answer::Reply(reply)) => reply,
         Some(Answer::Waited(Won::Acquired(lease))) => acquired(&lease),
-        Some(Answer::Waited(Won::Next { lease, issue })) => next_acquired(&lease, &issue),
+        Some(Answer::Waited(Won::Next { lease, issue })) => {
+            next_acquired(ctx, &lease, &issue).await
+        }
         None => error(INTERNAL),
     };
     crate::metrics::lease_op(op, crate::metrics::outcome_of_exit(code));
@@ -230,7 +235,7 @@ async fn answer(
         Resolved::Refused(message) => return Some(Answer::Reply(error(&message))),
         Resolved::Failed(e) => {
             tracing::error!(repo, "collab-lease: reading the issue: {e:#}");
-            return Some(Answer::Reply(error(internal_line(&e))));
+            return Some(Answer::Reply(internal_reply(&e)));
         }
     };
     if let LeaseCmd::Acquire {
@@ -344,12 +349,23 @@ async fn answer(
                 ttl_secs,
                 note,
             };
+            // A wait also ends when a merge the caller had queued settles
+            // after this point (`leasing::settled`).
+            let since = match wait_secs {
+                Some(secs) if secs > 0 => {
+                    match crate::leasing::settled::start(&ctx.app.reads, repo, holder).await {
+                        Ok(since) => since,
+                        Err(e) => return Some(Answer::Reply(internal_reply(&e))),
+                    }
+                }
+                _ => None,
+            };
             match leases.next(req.clone()).await {
-                Ok(Next::Acquired { lease, issue }) => Ok(next_acquired(&lease, &issue)),
+                Ok(Next::Acquired { lease, issue }) => Ok(next_acquired(ctx, &lease, &issue).await),
                 Ok(Next::Empty) => match wait_secs {
                     Some(secs) if secs > 0 => {
-                        let want = Want::Next(req);
-                        return wait_for(ctx, want, Duration::from_secs(secs), gone).await;
+                        let limit = Duration::from_secs(secs);
+                        return wait_for_next(ctx, req, since, limit, gone).await;
                     }
                     _ => Ok(empty(repo, &req.labels)),
                 },
@@ -359,8 +375,42 @@ async fn answer(
     };
     Some(Answer::Reply(result.unwrap_or_else(|e| {
         tracing::error!(repo, issue, "collab-lease: lease store: {e:#}");
-        error(internal_line(&e))
+        internal_reply(&e)
     })))
+}
+
+/// `next --wait`: [`wait_for`] an issue, or, when the caller had merges
+/// queued in the repository at `since` (the event log's head when the
+/// call began), until one settles: then an exit-3 `settled` reply naming
+/// them, and no claim (a lease won in the same instant is given back by
+/// the waiters' guard, as for a caller that left).
+async fn wait_for_next(
+    ctx: &ExecContext,
+    req: NextRequest,
+    since: Option<i64>,
+    limit: Duration,
+    gone: impl Future<Output = ()>,
+) -> Option<Answer> {
+    let Some(since) = since else {
+        return wait_for(ctx, Want::Next(req), limit, gone).await;
+    };
+    let (repo, labels, holder) = (req.repo.clone(), req.labels.clone(), req.holder.clone());
+    let settled =
+        crate::leasing::settled::settled(&ctx.app.reads, &ctx.app.writer, &repo, &holder, since);
+    tokio::select! {
+        biased;
+        answer = wait_for(ctx, Want::Next(req), limit, gone) => answer,
+        settled = settled => {
+            tracing::info!(repo, holder, n = settled.len(), "next --wait: queued merges settled");
+            let reply = replies::Settled {
+                status: "settled".to_string(),
+                repo,
+                labels,
+                settled,
+            };
+            Some(Answer::Reply((reply_line(&reply), EXIT_EMPTY)))
+        }
+    }
 }
 
 /// `acquire --wait` / `next --wait`: queue behind earlier waiters until
@@ -402,7 +452,7 @@ async fn wait_for(
                     Ok(status) => conflict_from_status(&repo, &issue, &status),
                     Err(e) => {
                         tracing::error!(repo, issue, "collab-lease: lease store: {e:#}");
-                        error(internal_line(&e))
+                        internal_reply(&e)
                     }
                 }
             }
@@ -431,8 +481,9 @@ fn acquired(lease: &Lease) -> Reply {
 }
 
 /// The reply of a `next` that got an issue: the acquire fields plus the
-/// issue's title, labels and priority.
-fn next_acquired(lease: &Lease, issue: &ReadyIssue) -> Reply {
+/// issue's title, labels, priority, body and links.
+async fn next_acquired(ctx: &ExecContext, lease: &Lease, issue: &ReadyIssue) -> Reply {
+    let (body, links) = super::issue::body_and_links(ctx, &lease.repo, &lease.issue_id).await;
     tracing::info!(
         repo = lease.repo,
         issue = lease.issue_id,
@@ -445,6 +496,8 @@ fn next_acquired(lease: &Lease, issue: &ReadyIssue) -> Reply {
         title: issue.title.clone(),
         labels: issue.labels.clone(),
         priority: issue.priority,
+        body,
+        links,
     })
 }
 
@@ -550,7 +603,7 @@ async fn lease_by_prefix(ctx: &ExecContext, repo: &str, prefix: &str) -> Result<
     }
     let live = ctx.app.writer.list(repo).await.map_err(|e| {
         tracing::error!(repo, "collab-lease: lease store: {e:#}");
-        error(internal_line(&e))
+        internal_reply(&e)
     })?;
     let mut matches: Vec<String> = live
         .into_iter()
@@ -673,6 +726,10 @@ fn show(repo: &str, issue: &str, status: &Status) -> replies::LeaseShown {
         transitions: status.transitions,
         last_token: status.last_token,
         locked_until: time(status.locked.as_ref().map(|(_, until)| *until)),
+        queued: status.queued.as_ref().map(|q| replies::QueuedTenure {
+            patch: q.patch.clone(),
+            branch: q.branch.clone(),
+        }),
         holder_name: None,
     }
 }

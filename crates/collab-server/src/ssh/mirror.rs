@@ -105,20 +105,22 @@ fn internal(e: anyhow::Error) -> Reply {
     ("error: internal error".to_string(), 1)
 }
 
-/// A mirror's public shape: never the credential, only whether there is one.
+/// A mirror's public shape: never the credential, only whether there is one,
+/// and its URL and last error without user, password or query (mirrors
+/// added before those were refused may hold a token there).
 fn mirror_shown(m: &Mirror) -> wire::MirrorShown {
     let at = |t: Option<i64>| t.map(crate::events::rfc3339);
     wire::MirrorShown {
         id: m.id.clone(),
         direction: m.direction.clone(),
-        url: m.url.clone(),
+        url: crate::mirrors::url::shown(&m.url),
         interval_secs: m.interval_secs,
         credential: m.credential.is_some(),
         created_by: m.created_by.clone(),
         created_at: crate::events::rfc3339(m.created_at),
         last_attempt_at: at(m.last_attempt_at),
         last_success_at: at(m.last_success_at),
-        last_error: m.last_error.clone(),
+        last_error: m.last_error.as_deref().map(crate::mirrors::url::scrub),
         failures: m.failures,
         next_sync_at: crate::events::rfc3339(m.next_at),
     }
@@ -210,7 +212,7 @@ async fn add(
                 repo,
                 mirror = mirror.id,
                 direction = mirror.direction,
-                url = mirror.url,
+                url = crate::mirrors::url::shown(&mirror.url),
                 by = ctx.caller.principal(),
                 "mirror added"
             );
@@ -227,6 +229,9 @@ async fn add(
         Ok(Err(AddRefused::Duplicate(id))) => {
             err(format!("the repository has this mirror already: {id}"))
         }
+        Ok(Err(AddRefused::SecondPull(id))) => err(format!(
+            "the repository has a pull mirror already ({id}); a second would prune its refs: remove it first"
+        )),
         Err(e) => internal(e),
     }
 }

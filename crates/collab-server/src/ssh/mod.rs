@@ -11,7 +11,9 @@
 //! through to the signature, since russh shows the offer without its
 //! certificate. Host certificates (`ssh.host_certificate`) are russh's to
 //! present.
-//! Exec requests go to `exec::run_exec`; a channel with a pty that asks
+//! Exec requests go to `exec::run_exec`, which stops the command when its
+//! client closes the channel or the connection goes (`leaving`); a
+//! channel with a pty that asks
 //! for a shell or runs `tui` gets the terminal UI (`crate::tui`), any
 //! other command on a pty and a shell without one get a hint;
 //! every other channel request is refused with an answer when one is
@@ -44,6 +46,9 @@ pub mod git;
 mod git_v2;
 pub mod issue;
 pub mod lease;
+pub mod leaving;
+pub mod lfs;
+mod lfs_locks;
 pub mod mirror;
 #[cfg(test)]
 mod parse_tests;
@@ -52,6 +57,7 @@ pub mod queue;
 mod quick_ack;
 pub mod release;
 pub mod reply;
+pub mod search;
 pub mod watch;
 pub mod webhook;
 
@@ -583,6 +589,9 @@ pub struct Connection {
     /// `channel_close`.
     shared: Arc<Shared>,
     slots: HashMap<ChannelId, ChannelSlot>,
+    /// The commands running on this connection, stopped when the client
+    /// closes their channel or when this connection is dropped (`leaving`).
+    callers: leaving::Callers,
     channels: HashMap<ChannelId, Channel<Msg>>,
     envs: HashMap<ChannelId, ChannelEnv>,
     /// Channels that asked for a pty: a shell or `tui` gets the terminal
@@ -608,6 +617,7 @@ impl Connection {
             over_share: None,
             shared,
             slots: HashMap::new(),
+            callers: leaving::Callers::default(),
             channels: HashMap::new(),
             envs: HashMap::new(),
             ptys: HashMap::new(),
@@ -697,6 +707,7 @@ impl Connection {
         let guard = app.work.track();
         let raw = data.to_vec();
         let handle = session.handle();
+        let left = self.callers.arrive(id);
         tokio::spawn(async move {
             let caller = authz::caller_for(&app, identity);
             let ctx = ExecContext {
@@ -705,7 +716,7 @@ impl Connection {
                 env,
                 session: handle,
             };
-            exec::run_exec(ctx, channel, raw).await;
+            exec::run_exec(ctx, channel, raw, left).await;
             drop(guard);
             drop(slot);
         });
@@ -864,6 +875,9 @@ impl russh::server::Handler for Connection {
     }
 
     async fn channel_close(&mut self, id: ChannelId, _s: &mut Session) -> Result<(), Self::Error> {
+        // The caller left: its command stops (a write to a closed channel
+        // would wait for window space forever).
+        self.callers.leave(id);
         self.slots.remove(&id);
         self.channels.remove(&id);
         self.envs.remove(&id);

@@ -266,7 +266,7 @@ fn ok(reply: &impl Serialize) -> Reply {
 
 fn internal(repo: &str, e: anyhow::Error) -> Reply {
     tracing::error!(repo, "collab-patch: {e:#}");
-    (INTERNAL.to_string(), 1)
+    super::reply::internal_reply(&e)
 }
 
 fn patch_error(repo: &str, e: PatchError) -> Reply {
@@ -827,6 +827,9 @@ async fn queue_merge(
     fence: Option<i64>,
 ) -> Reply {
     let repo = entry.name.clone();
+    if !authz::caller_acts_unattended(&ctx.app, &ctx.caller) {
+        return error(authz::UNATTENDED_REFUSAL);
+    }
     let detail = match read_detail(ctx, &repo, id).await {
         Ok(d) => d,
         Err(reply) => return reply,
@@ -895,6 +898,7 @@ async fn queue_merge(
         patches::verdict(&detail, &rule, &checks).err()
     };
     let queue = rule.queue.then(|| detail.patch.base.clone());
+    let queue_branch = queue.clone();
     let (r, a, patch_id) = (repo.clone(), actor.clone(), detail.patch.id.clone());
     let written = ctx
         .app
@@ -937,6 +941,20 @@ async fn queue_merge(
                     created_at: now,
                 };
                 let (seq, replaced) = merge_intents::queue(conn, &intent, now)?;
+                // Joining a merge queue with a lease token: the queue
+                // carries that tenure until the patch lands or leaves.
+                if let (Some(branch), Some(token)) = (&queue_branch, fence) {
+                    crate::db::queue_holds::take_in(
+                        conn,
+                        &r,
+                        &patch_id,
+                        branch,
+                        &detail.issues,
+                        &a.principal,
+                        token,
+                        now,
+                    )?;
+                }
                 Ok(Ok((latest, seq, replaced)))
             },
         )
@@ -1126,6 +1144,9 @@ fn shown(
             max_parallel: rule.max_parallel,
             queue_method: rule.queue_method.as_str().to_string(),
             speculate: rule.speculate,
+            train: rule.train,
+            min_batch: rule.min_batch,
+            batch_wait: rule.batch_wait,
             ready: verdict.is_ok(),
             reason: verdict.err(),
         },

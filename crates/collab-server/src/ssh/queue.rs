@@ -65,6 +65,7 @@ pub fn group_shown(g: &Group) -> wire::GroupShown {
             })
             .collect(),
         excluded: g.excluded.clone(),
+        built_on: g.built_on,
         created_at: crate::events::rfc3339(g.created_at),
         finished_at: g.finished_at.map(crate::events::rfc3339),
     }
@@ -114,10 +115,11 @@ async fn show(ctx: &ExecContext, entry: &RepoEntry, branch: String) -> (String, 
                 store::live(conn, &r, &b)?,
                 store::search(conn, &r, &b)?,
                 store::driver(conn, &r, &b)?,
+                store::counts(conn, &r, &b)?,
             ))
         })
         .await;
-    let (entries, groups, live, search, driver) = match read {
+    let (entries, groups, live, search, driver, counts) = match read {
         Ok(read) => read,
         Err(e) => {
             tracing::error!("collab-queue show: {e:#}");
@@ -138,6 +140,9 @@ async fn show(ctx: &ExecContext, entry: &RepoEntry, branch: String) -> (String, 
         max_parallel: rule.max_parallel,
         queue_method: rule.queue_method.as_str().to_string(),
         speculate: rule.speculate,
+        train: rule.train,
+        min_batch: rule.min_batch,
+        batch_wait: rule.batch_wait,
         required_checks: rule.required_checks.clone(),
         entries: entries
             .iter()
@@ -161,6 +166,13 @@ async fn show(ctx: &ExecContext, entry: &RepoEntry, branch: String) -> (String, 
         bisecting: search.suspects,
         search: (search.how != store::How::None).then(|| search.how.as_str().to_string()),
         driven_by: driver.map(|(node, _)| node),
+        counts: wire::GroupCounts {
+            built: counts.built,
+            testing: counts.testing,
+            merged: counts.merged,
+            failed: counts.failed,
+            stale: counts.stale,
+        },
         branch,
     };
     (reply_line(&reply), 0)

@@ -2,7 +2,9 @@
 //! (`reply_and_close`, or `reply_on` for a verb that kept the read half),
 //! JSON replies (`json_line`), the one not-found reply (`NOT_FOUND`), and
 //! the exit status noted for the verbs-by-outcome metric
-//! (`note_exit_status`; `exec` scopes it per request).
+//! (`note_exit_status`; `exec` scopes it per request). A reply never
+//! waits for a caller that has left (`CALLER_LEFT`, scoped by `exec`
+//! too): it gives up, as a write to a closed channel is an error.
 
 use russh::server::Msg;
 use russh::{Channel, ChannelWriteHalf};
@@ -28,19 +30,41 @@ pub async fn reply_and_close(channel: Channel<Msg>, message: &str, exit_code: u3
 pub async fn reply_on(write: ChannelWriteHalf<Msg>, message: &str, exit_code: u32) -> bool {
     let mut line = message.trim_end_matches('\n').to_string();
     line.push('\n');
-    let sent = if message.starts_with("error:") {
-        write.extended_data_bytes(1, line.into_bytes()).await
-    } else {
-        write.data_bytes(line.into_bytes()).await
+    let send = async {
+        let sent = if message.starts_with("error:") {
+            write.extended_data_bytes(1, line.into_bytes()).await
+        } else {
+            write.data_bytes(line.into_bytes()).await
+        };
+        if sent.is_err() {
+            return false;
+        }
+        note_exit_status(exit_code);
+        let delivered = write.exit_status(exit_code).await.is_ok();
+        let _ = write.eof().await;
+        let _ = write.close().await;
+        delivered
     };
-    if sent.is_err() {
-        return false;
+    // A client that closed the channel, or a connection that is gone,
+    // will never give the window a reply may wait for.
+    unless_caller_left(send).await.unwrap_or(false)
+}
+
+tokio::task_local! {
+    /// Fires when the running verb's caller has left (`ssh::leaving`).
+    pub(super) static CALLER_LEFT: super::leaving::Left;
+}
+
+/// `work`'s output, or `None` when the running verb's caller leaves first
+/// (`work` is dropped then). Outside a verb, just `work`.
+pub async fn unless_caller_left<T>(work: impl std::future::Future<Output = T>) -> Option<T> {
+    let Ok(left) = CALLER_LEFT.try_with(Clone::clone) else {
+        return Some(work.await);
+    };
+    tokio::select! {
+        done = work => Some(done),
+        _ = left.wait() => None,
     }
-    note_exit_status(exit_code);
-    let delivered = write.exit_status(exit_code).await.is_ok();
-    let _ = write.eof().await;
-    let _ = write.close().await;
-    delivered
 }
 
 /// Serialize a reply object (one line of JSON).
@@ -65,10 +89,14 @@ pub fn note_exit_status(code: u32) {
 
 /// The reply line for an operation that failed inside the server: what a
 /// fault of the database means for the caller (docs/postgres.md, "Faults
-/// of the database") when that is what happened, `error: internal error`
-/// otherwise (the error itself goes to the log).
+/// of the database") when that is what happened, [`BUSY`] for a lock held
+/// elsewhere past the server's own wait, `error: internal error` otherwise
+/// (the error itself goes to the log).
 pub fn internal_line(e: &anyhow::Error) -> &'static str {
     use crate::db::sql::Error;
+    if is_busy(e) {
+        return BUSY;
+    }
     let fault = e
         .chain()
         .find_map(|cause| match cause.downcast_ref::<Error>() {
@@ -78,6 +106,29 @@ pub fn internal_line(e: &anyhow::Error) -> &'static str {
         });
     fault.unwrap_or("error: internal error")
 }
+
+/// The whole reply for an operation that failed inside the server: its
+/// line ([`internal_line`]) and exit status, `collab_proto::exit::BUSY`
+/// for busy (the clients run it again), else 1.
+pub fn internal_reply(e: &anyhow::Error) -> (String, u32) {
+    let code = if is_busy(e) {
+        collab_proto::exit::BUSY
+    } else {
+        1
+    };
+    (internal_line(e).to_string(), code)
+}
+
+/// Whether `e` failed only because another transaction held what it
+/// needed (an issue's or a repository's lock, a row) past the server's own
+/// wait, and nothing was written (`db::writer::is_busy`).
+pub fn is_busy(e: &anyhow::Error) -> bool {
+    crate::db::writer::is_busy(e)
+}
+
+/// Busy past the server's own wait: nothing was written.
+pub const BUSY: &str =
+    "error: busy: another writer held this issue or repository too long; nothing was written, try again";
 
 /// Whether `e` is the database being unreachable (or the connection lost
 /// before anything was committed): trying again later is the remedy.

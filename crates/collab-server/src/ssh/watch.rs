@@ -46,6 +46,7 @@ use super::reply::{reply_and_close, NOT_FOUND};
 use crate::authz::{self, Access, Caller};
 use crate::db::event_log::{self, Event};
 use crate::events::{wire, TypeFilter};
+use crate::people::DisplayNames;
 
 /// Rows read per query.
 const BATCH: i64 = 500;
@@ -412,12 +413,23 @@ impl Stream<'_> {
             };
             let full = rows.len() as i64 == BATCH;
             let mut batch = Vec::new();
+            let names = DisplayNames::of(app);
             for event in &rows {
                 self.last_seen = event.seq;
                 if self.wanted(event) {
-                    let mut line = serde_json::to_vec(&wire(event)).unwrap_or_default();
-                    line.push(b'\n');
-                    batch.extend_from_slice(&line);
+                    // The actor's display name beside its principal, as
+                    // replies name people (`actor_name`, added; webhook
+                    // bodies keep the stored form).
+                    let mut line = wire(event);
+                    if let Some(actor) = event.actor.as_deref() {
+                        line["actor_name"] = names.name(actor).into();
+                    }
+                    // A branch name may hold text-direction or invisible
+                    // characters (pushed before they were refused, or a
+                    // mirror's): sent as JSON escapes, same value.
+                    let line = serde_json::to_string(&line).unwrap_or_default();
+                    batch.extend_from_slice(collab_record::text::escape_json(&line).as_bytes());
+                    batch.push(b'\n');
                 }
             }
             if !batch.is_empty() {

@@ -205,6 +205,9 @@ async fn add(
             "permission denied: a webhook needs rewind access on every repository its glob matches",
         );
     }
+    if !authz::caller_acts_unattended(&ctx.app, &ctx.caller) {
+        return err(authz::UNATTENDED_REFUSAL);
+    }
     if url.len() > 2048 {
         return err("invalid URL: longer than 2048 bytes");
     }

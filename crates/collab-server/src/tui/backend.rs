@@ -16,7 +16,7 @@ use ratatui::layout::{Position, Size};
 use ratatui::style::{Color, Modifier};
 
 /// Bytes one frame may take before drawing stops adding to it (a full
-/// 500x200 screen of 4-byte symbols with a style change per cell is well
+/// 300x100 screen of 4-byte symbols with a style change per cell is well
 /// under this).
 pub const MAX_FRAME: usize = 4 << 20;
 

@@ -11,8 +11,13 @@
 //! the verb's argv run through `ssh::call`, the same handler, authorization
 //! and events as `ssh HOST collab-…`; nothing here writes by itself.
 //!
-//! Bounded (docs/security.md, "The terminal UI"): the session ends after
-//! `ssh.tui_idle_timeout` without a key press; a frame is at most
+//! Bounded (docs/security.md, "The terminal UI"): a key has at most
+//! `ssh.max_tui_per_principal` sessions open (`limits::running`, taken by
+//! `ssh::exec`); the screen is at most [`MAX_COLS`]x[`MAX_ROWS`] cells,
+//! whatever the pty asked for; the session ends after
+//! `ssh.tui_idle_timeout` without a key press (bytes that decode to no key
+//! do not count), and `ssh.tui_max_lifetime` after it opened however many
+//! keys were pressed; a frame is at most
 //! `backend::MAX_FRAME` bytes and the next is drawn only once the last was
 //! sent, so a client that stops reading holds one frame, and after
 //! `ssh.tui_stall_timeout` with its window full the connection is dropped.
@@ -45,9 +50,12 @@ pub const INPUT_QUEUE: usize = 64;
 /// How long a decision that the key is admitted stands for the live
 /// events pane (the same as `collab-events watch`); an action always asks.
 const ADMISSION_TTL: Duration = Duration::from_secs(5);
-/// Largest screen drawn; a bigger window is drawn at this size.
-const MAX_COLS: u16 = 500;
-const MAX_ROWS: u16 = 200;
+/// Largest screen drawn; a bigger window is drawn at this size, in its
+/// top left corner. A session's memory grows with its cells (about 8 MB at
+/// 500x200, whatever it shows), and 300x100 is more than a full-screen
+/// terminal at a readable font size on a large monitor.
+pub const MAX_COLS: u16 = 300;
+pub const MAX_ROWS: u16 = 100;
 
 /// The one line a channel without a pty gets for `tui`.
 pub const NEEDS_PTY: &str =
@@ -93,6 +101,9 @@ pub async fn run(mut ctx: ExecContext, channel: Channel<Msg>) {
     });
     let config = &ctx.app.config.ssh;
     let (idle, stall) = (config.tui_idle_timeout, config.tui_stall_timeout);
+    // However busy, a session ends: one key press per idle interval (a
+    // script, a stuck key) would otherwise hold its TUI place forever.
+    let ends_at = tokio::time::Instant::now() + config.tui_max_lifetime;
     let size = size_of(pty.cols, pty.rows);
     let backend = AnsiBackend::new(size, !no_color);
     let options = TerminalOptions {
@@ -139,8 +150,14 @@ pub async fn run(mut ctx: ExecContext, channel: Channel<Msg>) {
         tokio::select! {
             msg = rx.recv() => match msg {
                 Some(ChannelMsg::Data { data }) => {
-                    last_key = tokio::time::Instant::now();
-                    for key in parser.feed(&data) {
+                    let keys = parser.feed(&data);
+                    // Only bytes that are keys count as use: a client
+                    // sending bytes that are none (a lone NUL, an unknown
+                    // sequence) every few minutes is idle.
+                    if !keys.is_empty() {
+                        last_key = tokio::time::Instant::now();
+                    }
+                    for key in keys {
                         cmd = ui.key(key);
                         if cmd != Cmd::None {
                             break;
@@ -167,6 +184,9 @@ pub async fn run(mut ctx: ExecContext, channel: Channel<Msg>) {
             }
             _ = tokio::time::sleep_until(last_key + idle) => {
                 break Some("error: closed after ssh.tui_idle_timeout without a key press");
+            }
+            _ = tokio::time::sleep_until(ends_at) => {
+                break Some("error: closed after ssh.tui_max_lifetime; connect again to go on");
             }
             _ = stopping.clone().wait() => break Some("error: the server is shutting down"),
         }
@@ -235,16 +255,19 @@ async fn load(ctx: &ExecContext, ui: &mut Ui) {
 }
 
 /// Send one frame, waiting for the client's window at most `stall`; false
-/// (and the connection dropped) when the client stopped reading or left.
+/// when the client closed the channel or left (at once: a closed channel's
+/// window never opens, issue 44), or stopped reading (then the connection
+/// is dropped).
 async fn send(
     ctx: &ExecContext,
     write: &ChannelWriteHalf<Msg>,
     bytes: Vec<u8>,
     stall: Duration,
 ) -> bool {
-    match tokio::time::timeout(stall, write.data_bytes(bytes)).await {
-        Ok(Ok(())) => true,
-        Ok(Err(_)) => false,
+    let sent = crate::ssh::reply::unless_caller_left(write.data_bytes(bytes));
+    match tokio::time::timeout(stall, sent).await {
+        Ok(Some(Ok(()))) => true,
+        Ok(Some(Err(_)) | None) => false,
         Err(_) => {
             tracing::info!(
                 principal = ctx.caller.principal(),
@@ -266,13 +289,31 @@ async fn send(
 /// The last line (on stderr, `\r\n`: the client's terminal is raw), the
 /// exit status, EOF and close.
 async fn finish(write: &ChannelWriteHalf<Msg>, message: Option<&str>, code: u32) {
-    if let Some(message) = message {
-        let _ = write
-            .extended_data_bytes(1, format!("{message}\r\n").into_bytes())
-            .await;
+    // A client that has left gives no window for the last line.
+    let ended = crate::ssh::reply::unless_caller_left(async {
+        if let Some(message) = message {
+            let _ = write
+                .extended_data_bytes(1, format!("{message}\r\n").into_bytes())
+                .await;
+        }
+        crate::ssh::reply::note_exit_status(code);
+        let _ = write.exit_status(code).await;
+        let _ = write.eof().await;
+        let _ = write.close().await;
+    });
+    let _ = ended.await;
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    #[test]
+    fn a_huge_or_empty_pty_is_drawn_within_the_clamp() {
+        assert_eq!(size_of(80, 24), Size::new(80, 24));
+        assert_eq!(size_of(300, 100), Size::new(300, 100));
+        assert_eq!(size_of(500, 200), Size::new(MAX_COLS, MAX_ROWS));
+        assert_eq!(size_of(u32::MAX, u32::MAX), Size::new(300, 100));
+        assert_eq!(size_of(0, 0), Size::new(1, 1));
     }
-    crate::ssh::reply::note_exit_status(code);
-    let _ = write.exit_status(code).await;
-    let _ = write.eof().await;
-    let _ = write.close().await;
 }

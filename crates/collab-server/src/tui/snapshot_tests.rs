@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::data::colour_diff;
 use super::keys::Key;
-use super::view::{EventRow, Ui, View, ViewKind};
+use super::view::{Cmd, EventRow, Ui, View, ViewKind};
 
 const NOW: i64 = 1_796_284_558; // 2026-12-02T...
 
@@ -285,4 +285,112 @@ fn a_new_event_sends_only_what_changed() {
         update * 4 < full,
         "an event redraws the pane only: {update} of {full}"
     );
+}
+
+/// Issue 50 item 9: a merged patch offers no review, an inline comment says
+/// where it points, the patch list says approvals in words, the repository
+/// list counts one patch as `1 patch`, the events pane gives a wide window
+/// the object's whole name, and `q` from the work queue comes back to the
+/// issue list it was opened from.
+#[test]
+fn the_screens_say_what_they_mean() {
+    let mut ui = ui();
+    push(
+        &mut ui,
+        ViewKind::Patch {
+            repo: "team/app.git".into(),
+            id: "feedface00000000000000000000000000000000".into(),
+            interdiff: false,
+        },
+        json!({
+            "id": "feedface00000000000000000000000000000000",
+            "title": "Fix the crash",
+            "status": "merged",
+            "author": {"display_name": "Ada"},
+            "base": "main",
+            "revisions": [{"n": 1, "head": "abcdef0123", "at": "2026-12-03T08:00:00Z"}],
+            "reviews": [],
+            "comments": [{"author": {"display_name": "Bob"}, "at": "2026-12-03T08:01:00Z", "body": "why?", "revision": 1, "path": "src/main.rs", "line": 7}],
+            "diff_title": "diff r1",
+        }),
+    );
+    let merged = screen(&ui, 100, 24);
+    assert!(!merged.contains("A approve"), "{merged}");
+    assert!(merged.contains("on r1 src/main.rs:7"), "{merged}");
+    assert_eq!(ui.key(Key::Char('A')), Cmd::None);
+    assert!(ui.input.is_none(), "no review prompt on a merged patch");
+    assert!(screen(&ui, 100, 24).contains("only an open patch can be reviewed"));
+
+    let mut ui = self::ui();
+    ui.stack[0].data = json!({"repos": [
+        {"name": "team/app.git", "description": "", "open_issues": 1, "open_patches": 1, "last_push": null},
+    ]});
+    ui.stack[0].loading = false;
+    ui.events.push_back(EventRow {
+        seq: 44,
+        at: NOW,
+        kind: "push".into(),
+        repo: "team/app.git".into(),
+        object: "refs/heads/feature/a-long-branch-name".into(),
+        actor: "bob".into(),
+    });
+    let wide = screen(&ui, 160, 30);
+    assert!(
+        wide.contains("1 issue ") && wide.contains("1 patch "),
+        "{wide}"
+    );
+    assert!(!wide.contains("1 patches"), "{wide}");
+    assert!(
+        wide.contains("refs/heads/feature/a-long-branch-name"),
+        "{wide}"
+    );
+    assert!(
+        screen(&ui, 80, 24).contains("refs/hea"),
+        "a narrow pane keeps the short form"
+    );
+
+    push(
+        &mut ui,
+        ViewKind::Patches {
+            repo: "team/app.git".into(),
+            state: "open".into(),
+        },
+        json!({"patches": [
+            {"id": "feedface00000000000000000000000000000000", "title": "Fix", "status": "open", "revisions": 2, "approvals": 1, "changes_requested": 2},
+        ]}),
+    );
+    let list = screen(&ui, 100, 24);
+    assert!(
+        list.contains("r2 · 1 approval · 2 change requests"),
+        "{list}"
+    );
+    assert!(!list.contains("+1 -2"), "{list}");
+
+    // The work queue opens above the issue list; `q` comes back to it.
+    ui.stack.truncate(1);
+    push(
+        &mut ui,
+        ViewKind::Issues {
+            repo: "team/app.git".into(),
+            state: "open".into(),
+            label: None,
+            queue: false,
+        },
+        json!({"issues": []}),
+    );
+    assert_eq!(ui.key(Key::Char('w')), Cmd::Load);
+    assert_eq!(ui.stack.len(), 3);
+    assert!(matches!(
+        ui.top().kind,
+        ViewKind::Issues { queue: true, .. }
+    ));
+    ui.key(Key::Char('q'));
+    assert!(
+        matches!(ui.top().kind, ViewKind::Issues { queue: false, .. }),
+        "q from the queue comes back to the issue list"
+    );
+    // `w` on the queue also comes back, without a second copy of the list.
+    ui.key(Key::Char('w'));
+    ui.key(Key::Char('w'));
+    assert_eq!(ui.stack.len(), 2);
 }

@@ -192,6 +192,40 @@ fn short(id: &str) -> String {
     line(&id.chars().take(8).collect::<String>())
 }
 
+/// `1 patch`, `2 patches`: the noun for a count shown beside it.
+fn plural(n: &Value, one: &'static str, many: &'static str) -> &'static str {
+    if n.as_u64() == Some(1) {
+        one
+    } else {
+        many
+    }
+}
+
+/// A patch row's revision and reviews in words (`+1 -0` read like a
+/// diffstat): ` r2 · 1 approval · 1 change request`.
+fn review_counts(p: &Value) -> String {
+    let mut out = format!(" r{}", p["revisions"]);
+    let approvals = p["approvals"].as_u64().unwrap_or(0);
+    let changes = p["changes_requested"].as_u64().unwrap_or(0);
+    if approvals > 0 {
+        let noun = if approvals == 1 {
+            "approval"
+        } else {
+            "approvals"
+        };
+        out.push_str(&format!(" · {approvals} {noun}"));
+    }
+    if changes > 0 {
+        let noun = if changes == 1 {
+            "change request"
+        } else {
+            "change requests"
+        };
+        out.push_str(&format!(" · {changes} {noun}"));
+    }
+    out
+}
+
 /// An RFC 3339 time as `2026-12-03 07:55`.
 fn when(v: &Value) -> String {
     let s = v.as_str().unwrap_or("");
@@ -495,20 +529,45 @@ impl Ui {
                     state: next.into(),
                 })
             }
+            // The work queue opens above the issue list, so `q` (or `w`
+            // again) comes back to the list rather than leaving it.
             (
                 'w',
                 ViewKind::Issues {
                     repo,
                     state,
                     label,
-                    queue,
+                    queue: false,
                 },
-            ) => self.replace(ViewKind::Issues {
+            ) => self.push(ViewKind::Issues {
                 repo: repo.clone(),
                 state: state.clone(),
                 label: label.clone(),
-                queue: !queue,
+                queue: true,
             }),
+            (
+                'w',
+                ViewKind::Issues {
+                    repo,
+                    state,
+                    label,
+                    queue: true,
+                },
+            ) => {
+                let below = self.stack.len().checked_sub(2).map(|i| &self.stack[i].kind);
+                if matches!(below, Some(ViewKind::Issues { repo: r, queue: false, .. }) if r == repo)
+                {
+                    self.stack.pop();
+                    Cmd::None
+                } else {
+                    self.replace(ViewKind::Issues {
+                        repo: repo.clone(),
+                        state: state.clone(),
+                        label: label.clone(),
+                        queue: false,
+                    })
+                }
+            }
             ('c', ViewKind::Issue { .. }) => {
                 self.ask(Ask::Comment);
                 Cmd::None
@@ -531,6 +590,10 @@ impl Ui {
             }
             ('r', ViewKind::Issue { repo, id }) => {
                 act(&["collab-lease", "release", repo, id], "released")
+            }
+            ('A' | 'R', ViewKind::Patch { .. }) if !self.patch_is_open() => {
+                self.status = Some(("only an open patch can be reviewed".into(), true));
+                Cmd::None
             }
             ('A', ViewKind::Patch { .. }) => {
                 self.ask(Ask::Review("--approve"));
@@ -692,8 +755,11 @@ impl Ui {
                             Span::styled(fit(&name, 22), self.bold()),
                             Span::styled(
                                 format!(
-                                    "{:>4} issues {:>4} patches ",
-                                    r["open_issues"], r["open_patches"]
+                                    "{:>4} {:<6} {:>4} {:<7} ",
+                                    r["open_issues"],
+                                    plural(&r["open_issues"], "issue", "issues"),
+                                    r["open_patches"],
+                                    plural(&r["open_patches"], "patch", "patches"),
                                 ),
                                 cyan,
                             ),
@@ -785,13 +851,7 @@ impl Ui {
                                 if status == "open" { green } else { dim },
                             ),
                             Span::raw(field(&p["title"])),
-                            Span::styled(
-                                format!(
-                                    " r{} +{} -{}",
-                                    p["revisions"], p["approvals"], p["changes_requested"]
-                                ),
-                                dim,
-                            ),
+                            Span::styled(review_counts(p), dim),
                         ]),
                         Some(ViewKind::Patch {
                             repo: repo.clone(),
@@ -956,8 +1016,16 @@ impl Ui {
                     }
                 }
                 for c in d["comments"].as_array().into_iter().flatten() {
+                    // An inline comment says where it points, as the web does.
+                    let place = match (c["path"].as_str(), c["line"].as_i64()) {
+                        (Some(path), Some(n)) => {
+                            format!("  on r{} {}:{n}", c["revision"], line(path))
+                        }
+                        (Some(path), None) => format!("  on r{} {}", c["revision"], line(path)),
+                        _ => String::new(),
+                    };
                     out.push(Line::styled(
-                        format!("── {}  {}", who(&c["author"]), when(&c["at"])),
+                        format!("── {}  {}{place}", who(&c["author"]), when(&c["at"])),
                         head,
                     ));
                     body(&mut out, &c["body"]);
@@ -1051,6 +1119,12 @@ impl Ui {
         format!("git-collab › {crumb}{page}{filter}")
     }
 
+    /// Whether the patch on screen is open (reviews are for open patches;
+    /// a merged or closed one offers none).
+    fn patch_is_open(&self) -> bool {
+        self.top().data["status"].as_str() == Some("open")
+    }
+
     fn hints(&self) -> &'static str {
         match self.top().kind {
             ViewKind::Repos => "Enter issues  p patches  L leases  / search  ? help  q quit",
@@ -1061,9 +1135,10 @@ impl Ui {
                 "c comment  l label  x close/reopen  a claim  r release  q back"
             }
             ViewKind::Patches { .. } => "Enter open  s state  / search  ] [ page  q back",
-            ViewKind::Patch { .. } => {
+            ViewKind::Patch { .. } if self.patch_is_open() => {
                 "A approve  R request changes  c comment  d diff/interdiff  q back"
             }
+            ViewKind::Patch { .. } => "c comment  d diff/interdiff  q back",
             ViewKind::Leases { .. } => "Enter issue  m mine/all  / search  q back",
         }
     }
@@ -1203,13 +1278,26 @@ impl Ui {
                     .map(|t| t.format("%H:%M:%S").to_string())
                     .unwrap_or_default();
                 let actor: String = line(&e.actor).chars().take(14).collect();
+                // Time, kind and actor take 40 columns; an object that is a
+                // name (a ref, a branch, a tag) gets what the repository
+                // leaves, at least 8 columns.
+                let repo = line(&e.repo);
+                let room = (inner.width as usize)
+                    .saturating_sub(40 + repo.chars().count() + 2)
+                    .clamp(8, 64);
+                let object: String =
+                    if e.object.len() >= 12 && e.object.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        short(&e.object) // an id: its short form, as everywhere
+                    } else {
+                        line(&e.object).chars().take(room).collect()
+                    };
                 Line::from(vec![
                     Span::styled(format!("{at} "), self.style(Color::DarkGray)),
                     Span::styled(
                         format!("{} ", fit(&line(&e.kind), 16)),
                         self.style(Color::Cyan),
                     ),
-                    Span::raw(format!("{} {} ", line(&e.repo), short(&e.object))),
+                    Span::raw(format!("{repo} {object} ")),
                     Span::styled(actor, self.style(Color::DarkGray)),
                 ])
             })

@@ -250,22 +250,9 @@ fn advertisement_key(repo: &Path, protocol: &str, state: &[u8; 32]) -> String {
         b"git-collab http upload-pack advertisement",
         repo.as_os_str().as_encoded_bytes(),
         protocol.as_bytes(),
-        git_version().as_bytes(),
+        crate::maintenance::git_version::line().as_bytes(),
         state,
     ])
-}
-
-/// `git --version` of the git this process runs, read once.
-fn git_version() -> &'static str {
-    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    VERSION.get_or_init(|| {
-        // git-args: fixed (`--version`), no value from a client.
-        std::process::Command::new("git")
-            .arg("--version")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default()
-    })
 }
 
 /// Largest advertisement kept (a v0 one lists every ref).

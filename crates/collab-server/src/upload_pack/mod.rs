@@ -31,15 +31,16 @@ pub fn is_v2(protocol: &str) -> bool {
 
 /// What every `git upload-pack` the server runs gets before the
 /// subcommand: `nice` steps below the server (`git.nice`), filters
-/// allowed, and the pack cache's hook when `cache` is given (the caller
-/// was authorized for the repository: the cache sits after
+/// allowed, and the pack-objects hook, always: it refuses wants no ref
+/// reaches (`wants`), and with `cache` given it is the pack cache too (the
+/// caller was authorized for the repository: the cache sits after
 /// authorization). The hook is set only on the command line: git ignores
 /// `uploadpack.packObjectsHook` in a repository's own config.
 pub fn configure(cmd: &mut Command, nice: u64, cache: Option<&Settings>) {
     crate::limits::priority::lower(cmd, nice);
-    if let Some(settings) = cache {
-        if let Some(hook) = pack_cache::hook_config() {
-            cmd.arg("-c").arg(hook);
+    if let Some(hook) = pack_cache::hook_config() {
+        cmd.arg("-c").arg(hook);
+        if let Some(settings) = cache {
             cmd.envs(settings.to_env());
         }
     }

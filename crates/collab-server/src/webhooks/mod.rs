@@ -115,17 +115,15 @@ pub fn spawn(app: Arc<App>) {
     tokio::spawn(supervise(app));
 }
 
+/// Run `f` on a connection of the read pool (`app.reads`). A worker reads
+/// the log each time it moves, so a connection opened per read (SQLite
+/// parsing the schema and every statement again, or a PostgreSQL login)
+/// was about 5 % of the server's CPU in a fleet run (docs/benchmarks.md).
 pub async fn read<T: Send + 'static>(
     app: &App,
-    f: impl FnOnce(&crate::db::sql::Connection) -> crate::db::sql::Result<T> + Send + 'static,
+    f: impl Fn(&crate::db::sql::Connection) -> crate::db::sql::Result<T> + Send + 'static,
 ) -> anyhow::Result<T> {
-    let location = app.config.collab_db_location();
-    tokio::task::spawn_blocking(move || {
-        let conn = crate::db::open_reader(&location)?;
-        f(&conn)
-    })
-    .await?
-    .map_err(Into::into)
+    app.reads.read(move |conn| Ok(f(conn)?)).await
 }
 
 async fn supervise(app: Arc<App>) {
@@ -691,8 +689,8 @@ impl Worker {
         loop {
             let Some(event) = self.next_match(&mut head).await else {
                 if self.owner_gone {
-                    let reason = "its owner is no longer admitted (key line removed, or no longer \
-                                  a principal of governance.toml)";
+                    let reason = "its owner is no longer admitted (key line removed or limited \
+                                  by from=, or no longer a principal of governance.toml)";
                     tracing::warn!(
                         webhook = self.hook.id,
                         owner = self.hook.owner,

@@ -31,11 +31,15 @@ mod both {
     mod lease_fencing;
     mod lease_policy;
     mod lease_server;
+    mod lfs;
     mod limits;
     mod mcp;
     mod merge_queue;
+    mod merge_train;
     mod merge_when_green;
     mod mirrors;
+    mod queued_tenure;
+    mod readme_issues;
     mod release;
     mod replay_bounds;
     mod repo_admin;
@@ -45,6 +49,8 @@ mod both {
     mod review_merge;
     mod review_push;
     mod review_verb;
+    mod running_caps;
+    mod search;
     mod ssh_access;
     mod ssh_certificates;
     mod ssh_channel_requests;
@@ -56,6 +62,7 @@ mod both {
     mod web_patches;
     mod web_rendering;
     mod webhooks;
+    mod who_acts;
     mod work_queue;
     mod work_queue_cli;
 }
@@ -73,20 +80,24 @@ mod sqlite {
 }
 
 /// Suites that pick their backend themselves (`multi_node`, `db_migrate`,
-/// `pg_faults` always use PostgreSQL) or test what has no collab database of its own
+/// `pg_faults`, `busy` always use PostgreSQL) or test what has no collab database of its own
 /// (the container image, the Nix module, a browser, git housekeeping, the
 /// README, configuration and CLI messages): run once.
 mod once {
     mod advisories;
+    mod advisories_ssh_push;
+    mod busy;
     mod cli_messages;
     mod config;
     mod container;
     mod db_migrate;
+    mod ends_with_caller;
     mod maintenance;
     mod multi_node;
     mod nix_module;
     mod pack_cache;
     mod pg_faults;
     mod readme_quickstart;
+    mod unreachable_objects;
     mod web_browser;
 }

@@ -267,12 +267,24 @@ impl PgConnection {
     /// another transaction holds it (the caller defers or moves on). In any
     /// other transaction it waits and returns `true`.
     pub fn lock_issue(&self, repo: &str, issue_id: &str) -> Result<bool> {
+        let try_only = self.behavior.get() == Some(Behavior::Concurrent);
+        self.issue_lock(repo, issue_id, try_only)
+    }
+
+    /// [`Self::lock_issue`], only tried whatever the transaction: `next`
+    /// passes over a candidate another transaction is deciding rather than
+    /// wait for it (in a group that waits for locks, one held long would
+    /// otherwise hold the node's writer with it).
+    pub fn try_lock_issue(&self, repo: &str, issue_id: &str) -> Result<bool> {
+        self.issue_lock(repo, issue_id, true)
+    }
+
+    fn issue_lock(&self, repo: &str, issue_id: &str, try_only: bool) -> Result<bool> {
         let pre_locked = self.pre_locked.borrow_mut().take();
         if matches!(pre_locked, Some(PreLocked::Issue { repo: r, issue_id: i }) if r == repo && i == issue_id)
         {
             return Ok(true);
         }
-        let try_only = self.behavior.get() == Some(Behavior::Concurrent);
         let sql = if try_only {
             "SELECT pg_try_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, 0))"
         } else {

@@ -164,6 +164,7 @@ fn find_commit<'r>(ctx: &'r super::ctx::RepoCtx, oid: &str) -> Result<git2::Comm
         .find_object_by_prefix(oid, Some(ObjectType::Commit))
         .ok()
         .and_then(|o| o.into_commit().ok())
+        .filter(|c| super::ctx::reachable(&ctx.git, c.id()))
         .ok_or_else(missing)
 }
 
@@ -290,7 +291,7 @@ fn log_page(st: &AppState, requested: &str, rest: &str, page: usize, deep: bool)
         open_issues: nav.open_issues,
         rev_url: view::url_path(&at.rev),
         switch: super::refs::switcher(&ctx.git, "log", ""),
-        rev: at.rev,
+        rev: view::shown_name(&at.rev),
         commits,
         page,
         has_more,

@@ -217,9 +217,18 @@ fn resolve_rev(git: &Repository, rev: &str, allow_id: bool) -> Option<Oid> {
         return git
             .find_object_by_prefix(rev, Some(ObjectType::Commit))
             .ok()
-            .map(|o| o.id());
+            .map(|o| o.id())
+            .filter(|id| reachable(git, *id));
     }
     None
+}
+
+/// Whether some ref of `git` reaches commit `id` (`crate::wants`): a
+/// commit deleted or force-pushed away is shown by no page; it answers
+/// 404 as an unknown id does, although its objects stay until
+/// maintenance prunes them.
+pub fn reachable(git: &Repository, id: Oid) -> bool {
+    crate::wants::reachable(git, id)
 }
 
 /// Branch names, most recently committed first.

@@ -53,6 +53,8 @@ pub struct GroupRow {
     pub patches: Vec<PatchRow>,
     /// The suspects an exclusion group leaves out (short ids).
     pub excluded: String,
+    /// The train's group it was built on, 0 when on the tip.
+    pub built_on: i64,
 }
 
 /// A group under test, with the checks on its commit.
@@ -75,6 +77,7 @@ struct QueuePage {
     queue_on: bool,
     max_batch: u32,
     max_parallel: u32,
+    train: bool,
     queue_method: &'static str,
     required_checks: String,
     suspects: i64,
@@ -82,6 +85,8 @@ struct QueuePage {
     entries: Vec<EntryRow>,
     live: Vec<LiveRow>,
     groups: Vec<GroupRow>,
+    /// Groups built, and how they ended (what the queue cost in CI runs).
+    counts: store::GroupCounts,
 }
 
 pub async fn show(
@@ -123,8 +128,9 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
         Vec<Vec<crate::db::checks::Check>>,
         store::Search,
         super::ctx::OpenCounts,
+        store::GroupCounts,
     );
-    let (entries, groups, live, titles, checks, search, counts): Read =
+    let (entries, groups, live, titles, checks, search, counts, group_counts): Read =
         st.app.reads.read_blocking(move |conn| {
             let entries = store::entries(conn, &name, &b, crate::db::merge_intents::MAX_PER_REPO)?
                 .into_iter()
@@ -164,6 +170,7 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
                 checks,
                 store::search(conn, &name, &b)?,
                 super::ctx::open_counts(conn, &name)?,
+                store::counts(conn, &name, &b)?,
             ))
         })?;
     let nav = super::ctx::nav_with_counts(st, &ctx, "patches", counts);
@@ -197,6 +204,7 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
             .map(|id| view::short_id(id))
             .collect::<Vec<_>>()
             .join(" "),
+        built_on: g.built_on.unwrap_or(0),
     };
     let page = QueuePage {
         site_title: nav.site_title,
@@ -209,6 +217,7 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
         queue_on: rule.queue,
         max_batch: rule.max_batch,
         max_parallel: rule.max_parallel,
+        train: rule.train && !rule.speculate && rule.max_parallel >= 2,
         queue_method: rule.queue_method.as_str(),
         required_checks: rule.required_checks.join(", "),
         suspects: search.suspects,
@@ -250,6 +259,7 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
             })
             .collect(),
         groups: groups.iter().map(row).collect(),
+        counts: group_counts,
     };
     Ok(view::render(StatusCode::OK, &page))
 }

@@ -21,6 +21,7 @@ const SWITCH_MAX: usize = 30;
 
 /// One branch or tag in a list.
 pub struct RefRow {
+    /// The name as shown (`view::shown_name`).
     pub name: String,
     /// `name`, escaped for a URL path.
     pub url: String,
@@ -103,7 +104,7 @@ pub fn tag_rows(git: &Repository) -> anyhow::Result<Vec<RefRow>> {
 fn row_of(name: &str, commit: &git2::Commit) -> RefRow {
     let id = commit.id().to_string();
     RefRow {
-        name: name.to_string(),
+        name: view::shown_name(name),
         url: view::url_path(name),
         short: view::short_id(&id),
         id,
@@ -191,10 +192,7 @@ pub fn switcher(git: &Repository, section: &'static str, path: &str) -> Switcher
     let tags = tag_names
         .into_iter()
         .take(SWITCH_MAX)
-        .map(|n| {
-            let url = view::url_path(&n);
-            (n, url)
-        })
+        .map(|n| (view::shown_name(&n), view::url_path(&n)))
         .collect();
     Switcher {
         section,

@@ -39,12 +39,17 @@ struct SummaryPage {
 }
 
 /// A pull mirror as the page shows it: where from, when it last synced,
-/// and its last error while it fails (never its credential; push mirrors
-/// are for administrators' `collab-repo mirror list` only).
+/// and its last error while it fails (never its credential, nor a URL's
+/// user, password or query; push mirrors are for administrators'
+/// `collab-repo mirror list` only).
 pub struct UpstreamRow {
     pub url: String,
     pub last_success: String,
     pub last_error: Option<String>,
+    /// When the schedule syncs it next.
+    pub next_sync: String,
+    /// How often it syncs, as `10m`, `1h`.
+    pub interval: String,
 }
 
 fn upstreams(st: &AppState, repo: &str) -> anyhow::Result<Vec<UpstreamRow>> {
@@ -62,11 +67,23 @@ fn upstreams(st: &AppState, repo: &str) -> anyhow::Result<Vec<UpstreamRow>> {
         .into_iter()
         .filter(|m| m.is_pull())
         .map(|m| UpstreamRow {
+            next_sync: when(Some(m.next_at)),
+            interval: every(m.interval_secs),
             last_success: when(m.last_success_at),
-            last_error: m.last_error,
-            url: m.url,
+            last_error: m.last_error.as_deref().map(crate::mirrors::url::scrub),
+            url: crate::mirrors::url::shown(&m.url),
         })
         .collect())
+}
+
+/// A mirror's interval in its largest whole unit (`90s`, `10m`, `2h`, `1d`).
+fn every(secs: i64) -> String {
+    match secs {
+        s if s > 0 && s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s > 0 && s % 3_600 == 0 => format!("{}h", s / 3_600),
+        s if s > 0 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
 }
 
 /// A rendered README.

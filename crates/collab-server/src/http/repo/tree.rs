@@ -122,6 +122,17 @@ pub async fn raw(
             oid,
             size,
         }) => stream_raw(&app, peer, path, repo_dir, oid, size).await,
+        Ok(RawFile::Lfs { path, head, file }) => {
+            let binary = blobs::looks_binary(&head);
+            let head = futures_util::stream::once(async move {
+                Ok::<_, std::io::Error>(axum::body::Bytes::from(head))
+            });
+            let rest = tokio_util::io::ReaderStream::with_capacity(
+                tokio::fs::File::from_std(file),
+                RAW_CHUNK,
+            );
+            raw_response(&path, binary, Body::from_stream(head.chain(rest)))
+        }
     }
 }
 
@@ -136,6 +147,13 @@ enum RawFile {
         repo_dir: PathBuf,
         oid: Oid,
         size: u64,
+    },
+    /// A git-lfs pointer whose object the server holds: the object's
+    /// first bytes (to tell text from binary) and the rest of it.
+    Lfs {
+        path: String,
+        head: Vec<u8>,
+        file: std::fs::File,
     },
 }
 
@@ -271,7 +289,7 @@ fn tree_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
         open_patches: nav.open_patches,
         open_issues: nav.open_issues,
         rev_url: view::url_path(&at.rev),
-        rev: at.rev.clone(),
+        rev: view::shown_name(&at.rev),
         switch: super::refs::switcher(&ctx.git, "tree", &at.path),
         crumbs: crumbs(&at.path),
         parent,
@@ -336,7 +354,7 @@ fn blob_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
         open_patches: nav.open_patches,
         open_issues: nav.open_issues,
         rev_url: view::url_path(&at.rev),
-        rev: at.rev.clone(),
+        rev: view::shown_name(&at.rev),
         crumbs: crumbs(&at.path),
         file_url: view::url_path(&at.path),
         size: view::fmt_size(size),
@@ -368,6 +386,13 @@ fn raw_lookup(st: &AppState, requested: &str, rest: &str) -> Result<RawFile, Pag
     let size = blobs::size(&ctx.git, oid)?;
     if size <= st.app.config.http.max_file_shown {
         let bytes = ctx.git.find_blob(oid)?.content().to_vec();
+        if let Some((head, file)) = lfs_object(st, &ctx, &bytes)? {
+            return Ok(RawFile::Lfs {
+                path: at.path,
+                head,
+                file,
+            });
+        }
         return Ok(RawFile::Small {
             path: at.path,
             bytes,
@@ -379,6 +404,38 @@ fn raw_lookup(st: &AppState, requested: &str, rest: &str) -> Result<RawFile, Pag
         oid,
         size,
     })
+}
+
+/// The object a git-lfs pointer names, when `blob` is one and the
+/// repository holds it (a pointer to a missing object is served as the
+/// pointer): its first 8 KiB read, the file positioned after them.
+fn lfs_object(
+    st: &AppState,
+    ctx: &RepoCtx,
+    blob: &[u8],
+) -> anyhow::Result<Option<(Vec<u8>, std::fs::File)>> {
+    use std::io::Read as _;
+    let Some((oid, size)) = crate::lfs::pointer::parse(blob) else {
+        return Ok(None);
+    };
+    let name = ctx.entry.name.clone();
+    let Some(repo_id) = st
+        .app
+        .reads
+        .read_blocking(|conn| Ok(crate::db::repo_ids::live_id(conn, &name)?))?
+    else {
+        return Ok(None);
+    };
+    let store = crate::lfs::store::LfsStore::new(&st.app.config.state_dir);
+    let Some((mut file, stored)) = store.open(&repo_id, &oid)? else {
+        return Ok(None);
+    };
+    if stored != size {
+        return Ok(None);
+    }
+    let mut head = Vec::with_capacity(8192);
+    (&mut file).take(8192).read_to_end(&mut head)?;
+    Ok(Some((head, file)))
 }
 
 /// Stream a big blob out of `git cat-file` under a git process slot of

@@ -422,6 +422,7 @@ mod tests {
             reviews: Vec::new(),
             comments: Vec::new(),
             issues: Vec::new(),
+            linked_lease_holders: Vec::new(),
         };
         let (tip1, s1) = append_changes(&git, &key, None, None, &d).unwrap();
         let p = replay(&git, tip1);

@@ -254,6 +254,7 @@ fn rows(
             reviews,
             comments,
             issues: Vec::new(),
+            linked_lease_holders: Vec::new(),
         },
         revision_events,
     ))

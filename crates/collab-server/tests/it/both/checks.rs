@@ -9,6 +9,7 @@ use collab_testkit::review as review_support;
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpListener;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -657,4 +658,59 @@ fn a_lease_token_fences_a_check_by_the_linked_issues_lease() {
     let listed = check(&h, &a.key, &format!("list 'r' {head}"));
     assert_eq!(listed.code, 0, "{listed:?}");
     assert_eq!(listed.json()["checks"][0]["state"], "pending", "{listed:?}");
+}
+
+/// A value with spaces typed once-quoted in a local shell reaches the
+/// server as several words (ssh joins the arguments, the server splits
+/// them again). The refusal names the stray word and shows how to quote,
+/// instead of every `collab-check` form's usage; quoted twice, as it
+/// says, the same value goes through.
+#[test]
+fn a_value_split_by_ssh_is_named_in_the_refusal() {
+    let h = ServerHarness::start();
+    h.create_repo("r");
+    let clone = h.clone_repo("r", "seed");
+    let head = h.commit_file(&clone, "a.txt", b"a\n", "first");
+    h.ssh_push(&clone, &["HEAD:main"]);
+    let key = h.ssh_client_key();
+    // The argv a shell makes of
+    // `ssh host collab-check set r <sha> ci/test --state failure --description "2 tests failed"`.
+    let ssh = |description: &str| {
+        Command::new("ssh")
+            .args(h.ssh_options(&key))
+            .arg("git@127.0.0.1")
+            .args(["collab-check", "set", "r", &head, "ci/test"])
+            .args(["--state", "failure", "--description", description])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = ssh("2 tests failed");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "error: unexpected argument 'tests' for collab-check set; ssh splits the command at spaces"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(r#"--description "'two words'""#),
+        "{stderr}"
+    );
+    // Its own usage, not every form's.
+    assert!(
+        stderr.contains("usage: collab-check set '<repo>'"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("collab-check list"), "{stderr}");
+    let listed = check(&h, &key, &format!("list 'r' {head}")).json();
+    assert_eq!(listed["checks"].as_array().unwrap().len(), 0, "{listed}");
+
+    let out = ssh("'2 tests failed'");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let listed = check(&h, &key, &format!("list 'r' {head}")).json();
+    assert_eq!(listed["checks"][0]["description"], "2 tests failed");
 }

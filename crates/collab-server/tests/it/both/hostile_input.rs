@@ -121,7 +121,7 @@ fn broken_quoting_and_long_arguments_are_refused() {
         ),
         (
             "git-upload-pack 'r' 'extra'",
-            "error: usage: git-upload-pack '<repo>'\n",
+            "error: unexpected argument 'extra' for git-upload-pack; usage: git-upload-pack '<repo>'\n",
         ),
         ("frobnicate 'r'", "error: unknown command\n"),
         ("GIT-UPLOAD-PACK 'r'", "error: unknown command\n"),

@@ -577,14 +577,24 @@ fn lease_outcomes_are_counted_in_metrics() {
         &second,
         &format!("acquire 'r.git' '{}'", f.issue),
     ));
+    // Nothing ready for `next` (the one issue is held): exit 3, an answer
+    // counted as `empty`, not as an error.
+    let empty = lease(&f.h, &second, "next 'r.git'");
+    assert_eq!(empty.code, 3, "{empty:?}");
     let text = http_get_text(&f.h.http_url(), "/metrics");
     for line in [
         "git_collab_lease_operations_total{op=\"acquire\",outcome=\"ok\"} 1\n",
         "git_collab_lease_operations_total{op=\"acquire\",outcome=\"conflict\"} 1\n",
         "git_collab_ssh_verbs_total{verb=\"collab-lease acquire\",outcome=\"conflict\"} 1\n",
+        "git_collab_lease_operations_total{op=\"next\",outcome=\"empty\"} 1\n",
+        "git_collab_ssh_verbs_total{verb=\"collab-lease next\",outcome=\"empty\"} 1\n",
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }
+    assert!(
+        !text.contains("verb=\"collab-lease next\",outcome=\"error\""),
+        "{text}"
+    );
 }
 
 /// A plain HTTP/1.0 GET against the harness's web listener.

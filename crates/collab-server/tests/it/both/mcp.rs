@@ -16,6 +16,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use common::web::commands_running;
 use common::{HarnessOptions, ServerHarness};
 use serde_json::{json, Value};
 
@@ -379,8 +380,19 @@ fn calls_in_flight_are_bounded_and_cancellation_ends_a_wait() {
     // nobody takes it. Call 2 still waits and wins `b`.
     s.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "test"}}));
     assert_eq!(s.request(4, "ping", json!({}))["result"], json!({}));
-    // The cancelled call left a slot: one more call is taken.
-    let who = s.call(5, "whoami", json!({}));
+    // The cancelled call leaves its slot once its wait has ended: then
+    // one more call is taken.
+    let started = std::time::Instant::now();
+    let mut id = 5;
+    let who = loop {
+        let reply = s.request(id, "tools/call", json!({"name": "whoami", "arguments": {}}));
+        if reply["error"]["code"] != -32000 {
+            break reply["result"].clone();
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "{reply}");
+        std::thread::sleep(Duration::from_millis(50));
+        id += 1;
+    };
     assert_eq!(who["isError"], false, "{who}");
     for issue in [&a, &b] {
         let out = h.ssh_exec_as(&holder, &format!("collab-lease release 'q' '{issue}'"), b"");
@@ -413,4 +425,308 @@ fn an_idle_session_is_closed() {
     }
     let status = s.child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+/// Wait until `n` commands run (the MCP session itself is one).
+fn running_settles_at(h: &ServerHarness, n: u64, what: &str) {
+    let start = std::time::Instant::now();
+    loop {
+        let running = commands_running(h);
+        if running == n {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "{what}: {running} commands running, not {n}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Issue 44: a cancelled call's verb stops (here a diff whose reply waits
+/// on its channel), and the call keeps its slot and its id until it has;
+/// a reply cut at the session's cap stops its verb too.
+#[test]
+fn a_cancelled_call_stops_its_verb_and_keeps_its_slot_until_then() {
+    let h = ServerHarness::start_with(HarnessOptions {
+        env: vec![("GIT_COLLAB_MCP__MAX_CALLS_IN_FLIGHT".into(), "1".into())],
+        ..Default::default()
+    });
+    h.create_repo("r");
+    let seed = h.clone_repo("r", "seed");
+    h.commit_file(&seed, "README", b"hello\n", "Initial commit");
+    h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
+    let alice = common::review::agent(&h, "alice");
+    // 7 MB of diff text: 14 MB of JSON, past the 8 MiB a call passes on.
+    let id = common::review::big_patch(&h, &alice, 7_000_000);
+    let mut s = Raw::open(&h, &h.ssh_client_key());
+    s.initialize("2025-11-25");
+    running_settles_at(&h, 1, "the session alone");
+
+    let call = |id: i64, tool: &str, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": tool, "arguments": arguments}})
+    };
+    let cancel = |id: i64| {
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+               "params": {"requestId": id, "reason": "test"}})
+    };
+    let diff = json!({"repo": "r", "patch": id});
+    let one_write = |s: &mut Raw, messages: &[Value]| {
+        let text: String = messages.iter().map(|m| format!("{m}\n")).collect();
+        s.send_raw(text.as_bytes());
+    };
+
+    // The call, its cancellation and the next call arrive together: the
+    // cancelled diff still holds the one slot.
+    one_write(
+        &mut s,
+        &[
+            call(1, "patch_diff", diff.clone()),
+            cancel(1),
+            call(2, "whoami", json!({})),
+        ],
+    );
+    let second = s.response(2);
+    assert_eq!(second["error"]["code"], -32000, "{second}");
+    // Its verb stops, and then the slot is free.
+    running_settles_at(&h, 1, "a cancelled diff");
+    let who = s.call(3, "whoami", json!({}));
+    assert_eq!(who["isError"], false, "{who}");
+
+    // A cancelled call's id stays taken until its verb has stopped: the
+    // reuse is refused (the cancelled call itself gets no response).
+    one_write(
+        &mut s,
+        &[
+            call(4, "patch_diff", diff.clone()),
+            cancel(4),
+            call(4, "whoami", json!({})),
+        ],
+    );
+    let reused = s.response(4);
+    assert_eq!(reused["error"]["code"], -32600, "{reused}");
+    assert!(
+        reused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("running"),
+        "{reused}"
+    );
+    running_settles_at(&h, 1, "a cancelled diff whose id was reused");
+
+    // A reply past the cap is refused, and its verb stops.
+    let cut = s.call(5, "patch_diff", diff);
+    assert_eq!(cut["isError"], true, "{cut}");
+    assert!(
+        cut["structuredContent"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("larger than"),
+        "{cut}"
+    );
+    running_settles_at(&h, 1, "a diff cut at the cap");
+    let who = s.call(6, "whoami", json!({}));
+    assert_eq!(who["isError"], false, "{who}");
+}
+
+/// `events_read` without `since` starts at the head, as `collab-events
+/// watch --no-follow` does: no events, and the head's seq as
+/// `next_since`, so an agent following the cursor sees only what is new
+/// (with `next_since: 0` it replayed the whole history as new).
+#[test]
+fn events_read_without_since_starts_at_the_head() {
+    let h = ServerHarness::start();
+    h.create_repo("cursor");
+    h.open_server_issue("cursor", "old one");
+    h.open_server_issue("cursor", "old two");
+    let mut s = Raw::open(&h, &h.ssh_client_key());
+    s.initialize("2025-06-18");
+    let history = s.call(1, "events_read", json!({"since": 0}));
+    let head = history["structuredContent"]["events"]
+        .as_array()
+        .and_then(|events| events.last())
+        .and_then(|last| last["seq"].as_i64())
+        .unwrap_or_else(|| panic!("no history: {history}"));
+    assert_eq!(
+        history["structuredContent"]["next_since"], head,
+        "{history}"
+    );
+
+    let fresh = s.call(2, "events_read", json!({}));
+    assert_eq!(fresh["isError"], false, "{fresh}");
+    assert_eq!(fresh["structuredContent"]["events"], json!([]), "{fresh}");
+    assert_eq!(fresh["structuredContent"]["next_since"], head, "{fresh}");
+    assert_eq!(fresh["structuredContent"]["more"], false, "{fresh}");
+
+    // Following the cursor gets the new event only.
+    h.open_server_issue("cursor", "new one");
+    let next = s.call(3, "events_read", json!({"since": head}));
+    let events = next["structuredContent"]["events"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "{next}");
+    assert_eq!(events[0]["type"], "issue.opened", "{next}");
+    assert_eq!(events[0]["payload"]["title"], "new one", "{next}");
+
+    // A long poll without `since` waits for what comes after the head.
+    let now = next["structuredContent"]["next_since"].as_i64().unwrap();
+    s.send(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+        "params": {"name": "events_read", "arguments": {"wait": 30},
+                   "_meta": {"progressToken": "poll"}}}));
+    // Its first progress report says it is waiting.
+    loop {
+        let msg = s.next().expect("the session ended");
+        assert!(msg["id"] != json!(4), "answered before waiting: {msg}");
+        if msg["method"] == "notifications/progress" {
+            break;
+        }
+    }
+    h.open_server_issue("cursor", "newer one");
+    let polled = s.response(4)["result"].clone();
+    let events = polled["structuredContent"]["events"].as_array().unwrap();
+    assert!(
+        !events.is_empty() && events.iter().all(|e| e["seq"].as_i64() > Some(now)),
+        "{polled}"
+    );
+}
+
+#[test]
+fn refusals_say_why_in_their_error_line() {
+    let h = ServerHarness::start();
+    h.create_repo("why");
+    let issue = h.open_server_issue("why", "work");
+    let other = h.authorized_key("other");
+    let mut s = Raw::open(&h, &h.ssh_client_key());
+    s.initialize("2025-06-18");
+    let claim = s.call(
+        1,
+        "lease_acquire",
+        json!({"repo": "why", "issue": issue, "ttl": 600}),
+    );
+    let token = claim["structuredContent"]["token"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{claim}"));
+
+    // Another key asking for the claimed issue is told who holds it.
+    let mut o = Raw::open(&h, &other);
+    o.initialize("2025-06-18");
+    let held = o.call(1, "lease_acquire", json!({"repo": "why", "issue": issue}));
+    assert_eq!(held["isError"], true, "{held}");
+    let line = held["structuredContent"]["error"].as_str().unwrap();
+    assert!(
+        line.starts_with("error: held: issue ") && line.contains(" is held by "),
+        "{held}"
+    );
+
+    // A token whose lease the close ended: the issue is closed, in words.
+    let closed = s.call(
+        2,
+        "issue_close",
+        json!({"repo": "why", "issue": issue, "lease_token": token}),
+    );
+    assert_eq!(closed["isError"], false, "{closed}");
+    let again = s.call(
+        3,
+        "issue_close",
+        json!({"repo": "why", "issue": issue, "lease_token": token}),
+    );
+    assert_eq!(again["isError"], true, "{again}");
+    assert_eq!(again["structuredContent"]["status"], "fenced", "{again}");
+    assert_eq!(again["structuredContent"]["holder"], Value::Null, "{again}");
+    assert_eq!(
+        again["structuredContent"]["error"],
+        "error: fenced: the issue is closed, which ended its lease",
+        "{again}"
+    );
+
+    // The same over ssh: the CLI's line and the reply's message say it.
+    let out = h.ssh_exec(&format!(
+        "collab-issue comment why {issue} --body late --lease-token {token}"
+    ));
+    assert_eq!(out.code, collab_proto::exit::FENCED as i32, "{out:?}");
+    assert_eq!(
+        out.json()["message"],
+        "the issue is closed, which ended its lease",
+        "{out:?}"
+    );
+}
+
+/// docs/mcp.md's Python example, run as written with the SDK (issue 50):
+/// the key is only in an ssh-agent, as on a developer's machine, so the
+/// example works only if it hands `SSH_AUTH_SOCK` on to `ssh` (the SDK
+/// passes the child a few variables of its own choosing). Substituted: the
+/// port, the repository, and the host with the options a test machine
+/// needs (no known_hosts, no user ssh config).
+#[test]
+fn the_docs_python_example_works_with_a_key_in_ssh_agent() {
+    let Some(python) = sdk_python() else {
+        return;
+    };
+    let h = ServerHarness::start();
+    h.create_repo("docs");
+    h.open_server_issue("docs", "something ready");
+    let docs =
+        std::fs::read_to_string(collab_testkit::workspace_root().join("docs/mcp.md")).unwrap();
+    let block = docs
+        .split("The official Python SDK")
+        .nth(1)
+        .and_then(|rest| rest.split("```python\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("a python block after \"The official Python SDK\"");
+    for needed in ["\"2222\"", "\"git@forge.example.com\"", "\"team/app\""] {
+        assert!(block.contains(needed), "{needed} in:\n{block}");
+    }
+    let port = format!("\"{}\"", h.ssh_port());
+    let block = block
+        .replace("\"2222\"", &port)
+        .replace(
+            "\"git@forge.example.com\"",
+            "\"-F\", \"/dev/null\", \"-o\", \"UserKnownHostsFile=/dev/null\", \
+             \"-o\", \"StrictHostKeyChecking=no\", \"git@127.0.0.1\"",
+        )
+        .replace("\"team/app\"", "\"docs\"");
+    let body: String = block.lines().map(|l| format!("    {l}\n")).collect();
+    let script = format!(
+        "import anyio\n\nasync def main():\n{body}    print(\"token\", token)\n\nanyio.run(main)\n"
+    );
+
+    // An agent holding the key; no key file where ssh looks by default.
+    let tmp = tempfile::tempdir().unwrap();
+    let sock = tmp.path().join("agent.sock");
+    let mut agent = Command::new("ssh-agent")
+        .arg("-D")
+        .arg("-a")
+        .arg(&sock)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !sock.exists() {
+        assert!(started.elapsed() < Duration::from_secs(10), "no agent");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let added = Command::new("ssh-add")
+        .arg(h.ssh_client_key())
+        .env("SSH_AUTH_SOCK", &sock)
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(&script)
+        .env("HOME", &home)
+        .env("SSH_AUTH_SOCK", &sock)
+        .output()
+        .unwrap();
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.starts_with("token "),
+        "the example failed ({}):\n{script}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

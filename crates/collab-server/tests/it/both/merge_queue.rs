@@ -23,23 +23,23 @@ const QUEUE_RULE: &str =
     "merge = { required_checks = [\"ci/test\"], queue = true, max_batch = 4 }\n";
 
 /// Post `ci/test` on `commit` (the check every rule here requires).
-fn check_set(h: &ServerHarness, commit: &str, state: &str) {
+pub(super) fn check_set(h: &ServerHarness, commit: &str, state: &str) {
     review_support::check_set(h, commit, "ci/test", state)
 }
 
-fn status(h: &ServerHarness, a: &Agent, id: &str) -> String {
+pub(super) fn status(h: &ServerHarness, a: &Agent, id: &str) -> String {
     let out = patch(h, a, &format!("show 'r' {}", &id[..8]));
     assert_eq!(out.code, 0, "{out:?}");
     out.json()["status"].as_str().unwrap().to_string()
 }
 
-fn queue_show(h: &ServerHarness, a: &Agent) -> Value {
+pub(super) fn queue_show(h: &ServerHarness, a: &Agent) -> Value {
     let out = h.ssh_exec_as(&a.key, "collab-queue show 'r' main", b"");
     assert_eq!(out.code, 0, "{out:?}");
     out.json()
 }
 
-fn server_git(h: &ServerHarness, args: &[&str]) -> std::process::Output {
+pub(super) fn server_git(h: &ServerHarness, args: &[&str]) -> std::process::Output {
     std::process::Command::new("git")
         .arg("-C")
         .arg(h.repos_dir().join("r.git"))
@@ -49,7 +49,7 @@ fn server_git(h: &ServerHarness, args: &[&str]) -> std::process::Output {
 }
 
 /// Whether `commit` is in the server's `main`.
-fn in_main(h: &ServerHarness, commit: &str) -> bool {
+pub(super) fn in_main(h: &ServerHarness, commit: &str) -> bool {
     server_git(
         h,
         &["merge-base", "--is-ancestor", commit, "refs/heads/main"],
@@ -61,7 +61,10 @@ fn in_main(h: &ServerHarness, commit: &str) -> bool {
 /// A server with repository `r` under `policy` and alice's `files`, each a
 /// patch of its own off `main` writing that file: (server, alice,
 /// [(patch, head)]).
-fn setup(policy: &str, files: &[(&str, &str)]) -> (ServerHarness, Agent, Vec<(String, String)>) {
+pub(super) fn setup(
+    policy: &str,
+    files: &[(&str, &str)],
+) -> (ServerHarness, Agent, Vec<(String, String)>) {
     let h = ServerHarness::start();
     h.create_repo("r");
     let seed = h.clone_repo("r", "seed");
@@ -82,7 +85,7 @@ fn setup(policy: &str, files: &[(&str, &str)]) -> (ServerHarness, Agent, Vec<(St
     (h, a, patches)
 }
 
-fn enqueue(h: &ServerHarness, a: &Agent, id: &str) -> Value {
+pub(super) fn enqueue(h: &ServerHarness, a: &Agent, id: &str) -> Value {
     let out = patch(h, a, &format!("merge 'r' {} --when-green", &id[..8]));
     assert_eq!(out.code, 0, "{out:?}");
     out.json()
@@ -96,7 +99,12 @@ fn queue_all_then_switch_on(h: &ServerHarness, a: &Agent, ids: &[String]) {
 }
 
 /// [`queue_all_then_switch_on`] with the queue's rule `rule`.
-fn queue_all_then_switch_on_with(h: &ServerHarness, a: &Agent, ids: &[String], rule: &str) {
+pub(super) fn queue_all_then_switch_on_with(
+    h: &ServerHarness,
+    a: &Agent,
+    ids: &[String],
+    rule: &str,
+) {
     review_support::write_policy(h, "merge = { required_checks = [\"ci/test\"] }\n");
     for id in ids {
         let v = enqueue(h, a, id);
@@ -107,7 +115,7 @@ fn queue_all_then_switch_on_with(h: &ServerHarness, a: &Agent, ids: &[String], r
 }
 
 /// The patches of a `merge_group.*` event (or a group of `queue show`).
-fn members(group: &Value) -> Vec<String> {
+pub(super) fn members(group: &Value) -> Vec<String> {
     group["patches"]
         .as_array()
         .unwrap()
@@ -118,13 +126,21 @@ fn members(group: &Value) -> Vec<String> {
 
 /// A simulated CI: for each group announced and not yet run, post
 /// `failure` when it holds `bad`, else `success`; until `done` holds.
-fn run_ci(h: &ServerHarness, bad: Option<&str>, done: impl FnMut() -> bool) -> Vec<Value> {
+pub(super) fn run_ci(
+    h: &ServerHarness,
+    bad: Option<&str>,
+    done: impl FnMut() -> bool,
+) -> Vec<Value> {
     let bad: Vec<String> = bad.into_iter().map(str::to_string).collect();
     run_ci_with(h, &bad, done)
 }
 
 /// [`run_ci`] with any number of broken patches.
-fn run_ci_with(h: &ServerHarness, bad: &[String], mut done: impl FnMut() -> bool) -> Vec<Value> {
+pub(super) fn run_ci_with(
+    h: &ServerHarness,
+    bad: &[String],
+    mut done: impl FnMut() -> bool,
+) -> Vec<Value> {
     let mut ran = BTreeSet::new();
     let mut groups = Vec::new();
     wait_until("the simulated CI to drain the queue", || {
@@ -224,7 +240,10 @@ fn a_batch_lands_in_one_group_when_the_checks_on_its_commit_are_green() {
     );
 
     check_set(&h, &commit, "success");
-    wait_until("the group to land", || server_tip(&h, "main") == commit);
+    // The branch moves inside the landing transaction, before it commits.
+    wait_until("the group to land", || {
+        server_tip(&h, "main") == commit && !events(&h, "merge_group.merged").is_empty()
+    });
     let text = common::web::strip_tags(&common::web::get(&h, "/r/-/queue/main").text());
     assert!(text.contains("The queue is empty."), "{text}");
     assert!(text.contains("merged"), "{text}");
@@ -371,7 +390,7 @@ fn excluded(group: &Value) -> Option<Vec<String>> {
 }
 
 /// The groups announced so far, oldest first (their event payloads).
-fn announced(h: &ServerHarness) -> Vec<Value> {
+pub(super) fn announced(h: &ServerHarness) -> Vec<Value> {
     events(h, "merge_group.checks_requested")
         .into_iter()
         .map(|e| e["payload"].clone())

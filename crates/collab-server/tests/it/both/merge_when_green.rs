@@ -4,7 +4,8 @@
 //! check, a new revision, `--cancel` or a lost lease drops it with a
 //! `patch.merge_dequeued` event naming the reason; queued merges survive a
 //! crash of the server; and the holder of a linked issue's lease counts as
-//! an author of the revisions pushed while it held it.
+//! an author of the revisions pushed while it held it, and so does the
+//! holder (or last holder) of an issue linked after the push.
 
 use collab_testkit as common;
 use collab_testkit::review as review_support;
@@ -320,6 +321,112 @@ fn the_lease_holder_of_a_linked_issue_is_an_author_of_the_revision() {
         &h,
         "merge = { approvals = 1, lease_holder_is_author = false }\n",
     );
+    assert_eq!(show(&h, &a, &id)["merge_rule"]["ready"], true);
+    let merged = patch(&h, &a, &format!("merge 'r' {}", &id[..8]));
+    assert_eq!(merged.code, 0, "{merged:?}");
+}
+
+/// `collab-lease next --wait` with nothing ready also returns when a merge
+/// the caller queued settles: an exit-3 `settled` reply naming the patch,
+/// merged, with its commit, long before the wait runs out, and no claim.
+#[test]
+fn next_wait_returns_when_a_queued_merge_settles() {
+    let (h, a, id, head) = setup(CI_RULE);
+    let queued = patch(&h, &a, &format!("merge 'r' {} --when-green", &id[..8]));
+    assert_eq!(queued.code, 0, "{queued:?}");
+    let started = std::time::Instant::now();
+    let waiter = {
+        let (h, key) = (&h, a.key.clone());
+        std::thread::scope(|s| {
+            let waiter =
+                s.spawn(move || h.ssh_exec_as(&key, "collab-lease next 'r' --wait 60", b""));
+            // Nothing is ready (no issue at all): the call waits. Then CI
+            // turns green and the server merges the queued patch.
+            std::thread::sleep(Duration::from_millis(1500));
+            assert!(!waiter.is_finished(), "next --wait returned at once");
+            check_set(h, &head, "ci/test", "success");
+            waiter.join().unwrap()
+        })
+    };
+    assert_eq!(waiter.code, 3, "{waiter:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(45),
+        "{:?}",
+        started.elapsed()
+    );
+    let v = waiter.json();
+    assert_eq!(v["status"], "settled", "{v}");
+    assert_eq!(v["repo"], "r.git", "{v}");
+    let settled = v["settled"].as_array().unwrap();
+    assert_eq!(settled.len(), 1, "{v}");
+    assert_eq!(settled[0]["patch"], id.as_str());
+    assert_eq!(settled[0]["state"], "merged");
+    assert_eq!(settled[0]["commit"], head.as_str());
+    assert_eq!(settled[0]["revision"], 1);
+    let merged = events(&h, "patch.merged");
+    assert_eq!(
+        merged[0]["payload"]["requested_by"],
+        fingerprint(&a.key).as_str()
+    );
+    assert_eq!(settled[0]["seq"], merged[0]["seq"]);
+    // No claim was made.
+    let leases = h.ssh_exec_as(&a.key, "collab-lease list 'r'", b"");
+    assert_eq!(leases.json()["leases"], serde_json::json!([]), "{leases:?}");
+}
+
+/// Issue 44: linking the issue after the push does not launder its lease
+/// holder's approval. Bob claims the issue, alice pushes the work with no
+/// link, bob approves and lets the lease go, then the patch is linked: the
+/// rule reads the links when it is evaluated, and bob is an author.
+#[test]
+fn the_lease_holder_of_an_issue_linked_after_the_push_is_an_author_too() {
+    let (h, a, id, _head) = setup("merge = { approvals = 1 }\n");
+    let b = review_support::agent(&h, "bob");
+    let issue = h.open_server_issue("r", "Agent work");
+    let lease = h.ssh_exec_as(
+        &b.key,
+        &format!("collab-lease acquire 'r' '{issue}' --ttl 600"),
+        b"",
+    );
+    assert_eq!(lease.code, 0, "{lease:?}");
+    let voted = patch(&h, &b, &format!("review 'r' {} --approve", &id[..8]));
+    assert_eq!(voted.code, 0, "{voted:?}");
+    // Not linked yet: bob is a reviewer like any other.
+    assert_eq!(show(&h, &a, &id)["merge_rule"]["ready"], true);
+    let released = h.ssh_exec_as(&b.key, &format!("collab-lease release 'r' '{issue}'"), b"");
+    assert_eq!(released.code, 0, "{released:?}");
+
+    let linked = patch(&h, &a, &format!("link 'r' {} {}", &id[..8], &issue[..8]));
+    assert_eq!(linked.code, 0, "{linked:?}");
+    let shown = show(&h, &a, &id);
+    // What was recorded at the push stays as it was.
+    assert_eq!(
+        shown["revisions"][0]["lease_holders"],
+        serde_json::json!([]),
+        "{shown}"
+    );
+    let rule = &shown["merge_rule"];
+    assert_eq!(rule["ready"], false, "{rule}");
+    let reason = rule["reason"].as_str().unwrap();
+    let bob = fingerprint(&b.key);
+    assert!(
+        reason.contains(&format!(
+            "{bob}'s approval does not count: {bob} holds or last held the lease of a linked issue"
+        )),
+        "{rule}"
+    );
+    let refused = patch(&h, &a, &format!("merge 'r' {}", &id[..8]));
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(
+        refused.stderr.contains("lease of a linked issue"),
+        "{refused:?}"
+    );
+    assert_ne!(show(&h, &a, &id)["status"], "merged");
+
+    // A reviewer who never held the lease still counts.
+    let c = review_support::agent(&h, "carol");
+    let voted = patch(&h, &c, &format!("review 'r' {} --approve", &id[..8]));
+    assert_eq!(voted.code, 0, "{voted:?}");
     assert_eq!(show(&h, &a, &id)["merge_rule"]["ready"], true);
     let merged = patch(&h, &a, &format!("merge 'r' {}", &id[..8]));
     assert_eq!(merged.code, 0, "{merged:?}");

@@ -365,6 +365,14 @@ fn an_unreachable_upstream_backs_off_and_shows_its_error_in_the_list_and_on_the_
     let page = web_page(&h, "down");
     assert!(page.contains("Mirror of"), "{page}");
     assert!(page.contains("The last sync failed"), "{page}");
+    // Empty, it says it is a mirror and when it syncs, not to push to it
+    // (pushes to a pull mirror are refused).
+    assert!(!page.contains("Push to it"), "{page}");
+    assert!(
+        page.contains("This repository is an empty pull mirror: it takes no pushes")
+            && page.contains("then every 1h"),
+        "{page}"
+    );
     let metrics = web_page(&h, "metrics");
     assert!(
         metrics.contains("git_collab_mirror_syncs_total{direction=\"pull\",outcome=\"error\"}"),
@@ -469,6 +477,14 @@ fn push_mirrors_follow_pushes_to_git_daemon_and_push_to_another_forge_with_a_key
 /// A one-shot HTTP server that answers 401 to every request and keeps
 /// what it was sent.
 fn capture_http() -> (u16, std::sync::mpsc::Receiver<String>) {
+    serve_http(
+        b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"x\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec(),
+    )
+}
+
+/// An HTTP server that answers `reply` to every request and keeps what it
+/// was sent.
+fn serve_http(reply: Vec<u8>) -> (u16, std::sync::mpsc::Receiver<String>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -486,9 +502,7 @@ fn capture_http() -> (u16, std::sync::mpsc::Receiver<String>) {
                 }
             }
             let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
-            let _ = stream.write_all(
-                b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"x\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            );
+            let _ = stream.write_all(&reply);
         }
     });
     (port, rx)
@@ -526,9 +540,12 @@ fn an_https_token_is_sent_as_a_header_and_never_shown() {
     }
     // The credential is stored sealed, never as given.
     assert!(!format!("{:?}", list(&h, "down")).contains("s3cret"));
-    // `--credential-stdin` (what the MCP tool sends) is the same, no file named.
+    // `--credential-stdin` (what the MCP tool sends) is the same, no file
+    // named (a push mirror: the repository has its one pull mirror).
     let again = h.ssh_exec_with_stdin(
-        &format!("collab-repo mirror add down 'http://127.0.0.1:{port}/y.git' --credential-stdin"),
+        &format!(
+            "collab-repo mirror add down 'http://127.0.0.1:{port}/y.git' --push --credential-stdin"
+        ),
         b"bob:other-token\n",
     );
     assert_eq!(again.code, 0, "{again:?}");
@@ -541,6 +558,69 @@ fn an_https_token_is_sent_as_a_header_and_never_shown() {
     assert!(
         empty.stderr.contains("the credential is empty"),
         "{empty:?}"
+    );
+}
+
+#[test]
+fn urls_in_gits_errors_are_kept_and_shown_without_user_password_or_query() {
+    let h = mirroring_server();
+    h.create_repo("down");
+    public(&h, "down");
+    // An upstream whose error page quotes URLs with credentials in them;
+    // git prints it (`remote: …`) before its own line quoting our URL.
+    let body =
+        "moved: see https://mallory:tok-SECRET@forge.example/o/x.git?private_token=tok-SECRET \
+                or http://forge.example/x-access-token:tok-SECRET@github.com/o/x.git\n";
+    let (port, _requests) = serve_http(
+        format!(
+            "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes(),
+    );
+    let id = add_mirror(
+        &h,
+        &format!("down 'http://127.0.0.1:{port}/x.git' --interval 1h"),
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sync = h.ssh_exec(&format!("collab-repo mirror sync down {id}"));
+    assert_eq!(sync.code, 1, "{sync:?}");
+    assert_eq!(sync.stderr.trim().lines().count(), 1, "{sync:?}");
+    let listed = list(&h, "down");
+    let error = listed[0]["last_error"].as_str().unwrap().to_string();
+    let page = web_page(&h, "down");
+    for text in [&sync.stderr, &error, &page] {
+        assert!(!text.contains("tok-SECRET"), "{text}");
+        assert!(!text.contains("mallory"), "{text}");
+    }
+    // What is left says where: scheme, host and path.
+    for text in [&sync.stderr, &error] {
+        assert!(
+            text.contains("remote: moved: see https://forge.example/o/x.git or http://forge.example/[redacted]/o/x.git"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("http://127.0.0.1:{port}/x.git")),
+            "{text}"
+        );
+    }
+    assert!(page.contains("The last sync failed"), "{page}");
+    assert!(page.contains("https://forge.example/o/x.git"), "{page}");
+
+    // An ssh URL's user name is shown nowhere either: `scheme://host/path`
+    // (a push mirror: the repository has its one pull mirror).
+    let ssh = add_mirror(
+        &h,
+        &format!(
+            "down 'ssh://deploy@127.0.0.1:{}/o/x.git' --push --interval 1h",
+            free_port()
+        ),
+    );
+    assert!(
+        ssh["url"].as_str().unwrap().starts_with("ssh://127.0.0.1:"),
+        "{ssh}"
     );
 }
 
@@ -566,8 +646,27 @@ fn refusals_ssrf_transports_passwords_rights_and_caps() {
     refused("'fd::3'", "ext::");
     refused("'git@127.0.0.1:x.git'", "scp-like");
     refused("/srv/x.git", "scp-like");
-    let out = refused("'https://bob:hunter2@example.com/x.git'", "password");
-    assert!(!out.stderr.contains("hunter2"));
+    // Credentials anywhere in the URL: refused at add with one line that
+    // does not repeat them (issue 44).
+    for (url, says) in [
+        ("https://bob:hunter2@example.com/x.git", "password"),
+        ("ssh://git:hunter2@example.com/x.git", "password"),
+        ("https://example.com/x.git?token=hunter2", "no query"),
+        ("https://example.com/x.git?access_token=hunter2", "no query"),
+        (
+            "https://example.com/g/x.git?private_token=hunter2",
+            "no query",
+        ),
+        (
+            "https://example.com/x-access-token:hunter2@github.com/o/x.git",
+            "'@'",
+        ),
+        ("https://example.com/bob:hunter2%40/x.git", "'@'"),
+    ] {
+        let out = refused(&format!("'{url}'"), says);
+        assert!(out.stderr.contains("--credential-file"), "{out:?}");
+        assert!(!out.stderr.contains("hunter2"), "{out:?}");
+    }
     refused("'https://example.com/x.git' --interval 1s", "at least 60s");
     assert!(!h.log().contains("hunter2"));
     assert!(list(&h, "r").is_empty(), "nothing was stored");
@@ -617,12 +716,99 @@ fn refusals_ssrf_transports_passwords_rights_and_caps() {
         b"",
     );
     assert!(empty.stderr.contains("standard input"), "{empty:?}");
-    for i in 0..4 {
-        add_mirror(&m, &format!("r 'git://127.0.0.1:1/{i}.git' --interval 1h"));
+    add_mirror(&m, "r 'git://127.0.0.1:1/0.git' --interval 1h");
+    // A second pull mirror would prune the first one's refs at every sync
+    // (and the first the second's): refused, in one line.
+    let second = m.ssh_exec("collab-repo mirror add r 'git://127.0.0.1:1/other.git'");
+    assert_eq!(second.code, 1, "{second:?}");
+    assert!(
+        second
+            .stderr
+            .starts_with("error: the repository has a pull mirror already ("),
+        "{second:?}"
+    );
+    assert_eq!(second.stderr.trim().lines().count(), 1, "{second:?}");
+    for i in 1..4 {
+        add_mirror(
+            &m,
+            &format!("r 'git://127.0.0.1:1/{i}.git' --push --interval 1h"),
+        );
     }
     let dup = m.ssh_exec("collab-repo mirror add r 'git://127.0.0.1:1/0.git'");
     assert!(dup.stderr.contains("mirror"), "{dup:?}");
-    let full = m.ssh_exec("collab-repo mirror add r 'git://127.0.0.1:1/9.git'");
+    let full = m.ssh_exec("collab-repo mirror add r 'git://127.0.0.1:1/9.git' --push");
     assert!(full.stderr.contains("mirrors.max_per_repo"), "{full:?}");
     assert_eq!(list(&m, "r").len(), 4);
+}
+
+#[test]
+fn a_push_mirror_counts_the_refs_it_pushed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = GitDaemon::start(&tmp.path().join("daemon"));
+    // Retried after an hour: only the syncs asked for run once the first
+    // one failed, so each sync's count is known.
+    let mut options = mirroring_options();
+    for (key, value) in options.env.iter_mut() {
+        if key.contains("MIN_INTERVAL") || key.contains("MAX_BACKOFF") {
+            *value = "3600".into();
+        }
+    }
+    let h = ServerHarness::start_with(options);
+    h.create_repo("src");
+    let clone = h.clone_repo("src", "src-clone");
+    h.commit_file(&clone, "a.txt", b"a\n", "a");
+    h.ssh_push(&clone, &["HEAD:refs/heads/main", "HEAD:refs/heads/topic"]);
+    // The target does not exist yet: the sync that follows the add fails.
+    add_mirror(
+        &h,
+        &format!("src '{}' --push --interval 2h", daemon.url("late.git")),
+    );
+    wait_until("the first sync failed", || {
+        list(&h, "src")[0]["failures"].as_i64() >= Some(1)
+    });
+    let target = daemon.bare("late.git");
+    let synced = |what: &str| {
+        let sync = h.ssh_exec("collab-repo mirror sync src");
+        assert_eq!(sync.code, 0, "{what}: {sync:?}");
+        sync.json()["synced"][0]["refs_updated"].clone()
+    };
+    assert_eq!(synced("both branches"), 2);
+    assert!(ref_of(&target, "refs/heads/topic").is_some());
+    assert_eq!(synced("nothing new"), 0);
+}
+
+#[test]
+fn ssh_mirrors_to_two_servers_on_one_host_keep_a_host_key_each() {
+    let h = mirroring_server();
+    h.create_repo("src");
+    let clone = h.clone_repo("src", "src-clone");
+    let head = h.commit_file(&clone, "a.txt", b"a\n", "a");
+    h.ssh_push(&clone, &["HEAD:refs/heads/main"]);
+    // Two servers on 127.0.0.1, each with its own host key and port.
+    let others: Vec<ServerHarness> = (0..2).map(|_| ServerHarness::start()).collect();
+    for (i, other) in others.iter().enumerate() {
+        other.create_repo("dst");
+        let bot = other.named_key("bot");
+        other.authorize_key(&bot, true);
+        let url = format!("ssh://git@127.0.0.1:{}/dst.git", other.ssh_port());
+        let add = h.ssh_exec_with_stdin(
+            &format!("collab-repo mirror add src '{url}' --push --credential-file bot"),
+            std::fs::read_to_string(&bot).unwrap().as_bytes(),
+        );
+        assert_eq!(add.code, 0, "{add:?}");
+        let id = add.json()["mirror"]["id"].as_str().unwrap().to_string();
+        let sync = h.ssh_exec(&format!("collab-repo mirror sync src {id}"));
+        assert_eq!(sync.code, 0, "server {i}: {sync:?}");
+        let dst = other.repos_dir().join("dst.git");
+        assert_eq!(
+            ref_of(&dst, "refs/heads/main").as_deref(),
+            Some(head.as_str())
+        );
+    }
+    // Each key is kept under `[host]:port`, as OpenSSH names them.
+    let known = std::fs::read_to_string(h.state_dir().join("mirrors/known_hosts")).unwrap();
+    for other in &others {
+        let alias = format!("[127.0.0.1]:{} ", other.ssh_port());
+        assert!(known.lines().any(|l| l.starts_with(&alias)), "{known}");
+    }
 }

@@ -226,3 +226,94 @@ fn sync_in_server_mode_keeps_local_patch_dags_at_home() {
         remote.stdout
     );
 }
+
+/// Issue 50 item 6: a CI step sets a check with `git collab check set`
+/// (a description with spaces needs no ssh quoting), `check list` shows it,
+/// `patch show` shows the checks, the required checks still missing and a
+/// queued merge, and `git collab events` names the actor by display name.
+#[test]
+fn ci_sets_checks_with_the_cli_and_patch_show_tells_what_merging_waits_for() {
+    let (h, a, b) = setup();
+    collab_testkit::review::write_policy(
+        &h,
+        "merge = { required_checks = [\"ci/test\", \"lint\"] }\n",
+    );
+    git(&h, &a, &["switch", "-q", "-c", "de"]);
+    commit(&h, &a, "de.txt", "hallo\n", "Add de.txt");
+    let pushed = json(&h, &a, &["patch", "push"]);
+    let id = pushed["patch"].as_str().unwrap().to_string();
+    let id8 = &id[..8];
+
+    let set = ok(
+        &h,
+        &a,
+        &[
+            "check",
+            "set",
+            "HEAD",
+            "ci/test",
+            "--state",
+            "pending",
+            "--description",
+            "2 suites running",
+        ],
+    );
+    assert!(set.stdout.starts_with("ci/test pending on "), "{set:?}");
+    ok(&h, &a, &["patch", "merge", id8, "--when-green"]);
+    let shown = ok(&h, &b, &["patch", "show", id8]);
+    for want in [
+        "checks:",
+        "pending  ci/test  2 suites running",
+        "merge: not yet",
+        "required checks not reported yet: lint",
+        "queued: revision 1 merges when green",
+    ] {
+        assert!(shown.stdout.contains(want), "{want:?} in {shown:?}");
+    }
+
+    ok(
+        &h,
+        &a,
+        &[
+            "check",
+            "set",
+            "HEAD",
+            "ci/test",
+            "--state",
+            "failure",
+            "--description",
+            "2 tests failed",
+        ],
+    );
+    let listed = json(&h, &b, &["check", "list", id8]);
+    assert_eq!(listed["checks"][0]["name"], "ci/test");
+    assert_eq!(listed["checks"][0]["description"], "2 tests failed");
+    let text = ok(&h, &a, &["check", "list"]);
+    assert!(
+        text.stdout.contains("failure  ci/test  2 tests failed"),
+        "{text:?}"
+    );
+    let bad = run(
+        &h,
+        &a,
+        &[
+            "check",
+            "set",
+            "no-such-rev",
+            "ci/test",
+            "--state",
+            "success",
+        ],
+    );
+    assert_ne!(bad.code, 0, "{bad:?}");
+    assert!(bad.stderr.contains("no commit 'no-such-rev'"), "{bad:?}");
+
+    // Events name the actor as every other text does.
+    let events = ok(&h, &b, &["events"]);
+    let line = events
+        .stdout
+        .lines()
+        .find(|l| l.contains("check.updated"))
+        .unwrap_or_else(|| panic!("{events:?}"));
+    assert!(!line.contains("SHA256:"), "{line}");
+}

@@ -385,6 +385,28 @@ fn governance_maps_certificate_principals_and_unmapped_ones_are_closed() {
     let v = whoami_with(&h, &pki, &unmapped).json();
     assert_eq!(v["regime"], "closed");
     assert_eq!(v["enrolled"], false);
+
+    // Certificates stay in their lane: with a list in the file, the CA
+    // trusted for the fleet cannot mint the admin by her own name.
+    let forged = pki.sign("forged", "ca", &["-I", "x", "-n", "alice"]);
+    let v = whoami_with(&h, &pki, &forged).json();
+    assert_eq!(v["regime"], "closed", "{v}");
+    assert_eq!(
+        (&v["enrolled"], &v["admin"]),
+        (&false.into(), &false.into()),
+        "{v}"
+    );
+    let gov = h.ssh_raw(
+        &pki.path("agent"),
+        &[
+            "-o",
+            &format!("CertificateFile={}", forged.display()),
+            "git@127.0.0.1",
+            "git-upload-pack '_governance'",
+        ],
+        b"",
+    );
+    assert_ne!(gov.code, 0, "{gov:?}");
 }
 
 #[test]

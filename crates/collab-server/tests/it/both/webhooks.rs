@@ -1070,3 +1070,63 @@ fn a_reused_names_subscription_never_gets_the_deleted_repositorys_events() {
     assert!(again.stderr.contains("no such delivery"), "{again:?}");
     assert!(receiver.with(|s| s.accepted.iter().all(|d| !old_seqs.contains(&d.seq))));
 }
+
+/// Issue 44: a subscription whose owner's key was limited with `from=`
+/// after it was added delivers nothing more and is disabled (a delivery
+/// happens with nobody connected, so no address can match); the key still
+/// logs in from where it may, and may not add another subscription.
+#[test]
+fn a_from_limited_owners_subscription_stops_and_cannot_be_added_again() {
+    let receiver = Receiver::start_ed25519_only();
+    let h = server_with(true, &[]);
+    receiver.trust(&h);
+    let dir = h.create_repo("r");
+    let user = h.authorized_key("user");
+    grant_rewind(&dir, &[&user]);
+    let id = add_approved(
+        &h,
+        &user,
+        &format!("'r' '{}' --event 'ref.*'", receiver.url()),
+    );
+    let clone = h.clone_repo("r", "work");
+    h.commit_file(&clone, "a", b"a", "a");
+    h.ssh_push(&clone, &["HEAD:refs/heads/main"]);
+    receiver.wait("the first push", |s| s.accepted.len() == 1);
+
+    h.limit_key_from_loopback(&user);
+    // The key itself still logs in from loopback (the file is read again
+    // at each login), but a new subscription is refused with one line.
+    assert_eq!(h.ssh_exec_as(&user, "collab-whoami", b"").code, 0);
+    let refused = h.ssh_exec_as(
+        &user,
+        &format!("collab-hook add 'r' '{}'", receiver.url()),
+        b"",
+    );
+    assert!(
+        refused.code == 1
+            && refused.stderr.starts_with("error: ")
+            && refused.stderr.contains("from=")
+            && refused.stderr.lines().count() == 1,
+        "{refused:?}"
+    );
+
+    h.commit_file(&clone, "b", b"b", "b");
+    h.ssh_push(&clone, &["HEAD:refs/heads/main"]);
+    let start = Instant::now();
+    let hook = loop {
+        let hook = hook_list(&h)
+            .into_iter()
+            .find(|x| x["id"] == id.as_str())
+            .unwrap();
+        if hook["active"] == false {
+            break hook;
+        }
+        assert!(start.elapsed() < WAIT_LIMIT, "never disabled: {hook}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        hook["disabled_reason"].as_str().unwrap().contains("from="),
+        "{hook}"
+    );
+    assert_eq!(receiver.with(|s| s.accepted.len()), 1);
+}

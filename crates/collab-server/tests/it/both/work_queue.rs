@@ -213,9 +213,13 @@ fn blockers_priority_and_labels_decide_what_is_ready() {
     assert_eq!(v["note"], "polishing");
     let show = ok(h.ssh_exec(&format!("collab-issue show 'r' '{low}'")));
     assert_eq!(show["lease"]["holder"], worker.1.as_str());
+    // Why it is not ready names the holder as every text does: by its
+    // display name, never the full fingerprint.
+    let holder_name = show["lease"]["holder_name"].as_str().unwrap();
+    assert_ne!(holder_name, worker.1.as_str());
     assert_eq!(
         show["not_ready"],
-        serde_json::json!([format!("held by {} (no expiry)", worker.1)])
+        serde_json::json!([format!("held by {holder_name} (no expiry)")])
     );
     let out = h.ssh_exec_as(&worker.0, "collab-lease next 'r' --label release", b"");
     assert_eq!(out.code, 3, "{out:?}");

@@ -215,3 +215,49 @@ fn a_lapsed_claim_does_not_block_the_next_push() {
         "{out:?}"
     );
 }
+
+/// `issue next --json` carries what an agent needs to start in one call:
+/// with the claim, the issue's body, labels and links (both ways), so no
+/// `issue show` follows every claim.
+#[test]
+fn next_json_carries_the_issue_body_labels_and_links() {
+    let h = ServerHarness::start();
+    h.create_repo("r");
+    let work = open(
+        &h,
+        "Work",
+        " --body 'Do the thing.\\nCarefully.' --label backend --label parser",
+    );
+    let later = open(&h, "Later", "");
+    let nearby = open(&h, "Nearby", "");
+    for (link, other) in [("blocks", &later), ("relates", &nearby)] {
+        let out = h.ssh_exec(&format!("collab-issue link 'r' '{work}' {link} '{other}'"));
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    let out = h.ssh_exec(&format!("collab-issue edit 'r' '{work}' --priority 1"));
+    assert_eq!(out.code, 0, "{out:?}");
+
+    let agent = h.authorized_key("agent");
+    let clone = h.clone_as(&agent, "r", "agent");
+    let out = collab(&h, &agent, &clone, &["issue", "next", "--json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["status"], "acquired");
+    assert_eq!(v["issue"], work.as_str());
+    assert_eq!(v["title"], "Work");
+    assert_eq!(v["body"], "Do the thing.\\nCarefully.");
+    assert_eq!(v["labels"], serde_json::json!(["backend", "parser"]));
+    assert_eq!(v["priority"], 1);
+    assert!(v["token"].as_i64().is_some(), "{v}");
+    let ids = |key: &str| -> Vec<String> {
+        v["links"][key]
+            .as_array()
+            .unwrap_or_else(|| panic!("links.{key} in {v}"))
+            .iter()
+            .map(|l| l["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids("blocks"), vec![later.clone()]);
+    assert_eq!(ids("relates"), vec![nearby.clone()]);
+    assert!(ids("blocked_by").is_empty());
+}

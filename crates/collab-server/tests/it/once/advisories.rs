@@ -765,9 +765,348 @@ fn every_git_invocation_ends_its_options() {
             }
         }
     }
-    assert!(sites >= 8, "the scan found only {sites} git invocations");
+    assert!(sites >= 6, "the scan found only {sites} git invocations");
     assert!(
         bad.is_empty(),
         "git invoked without `--end-of-options` or a `git-args:` reason: {bad:#?}"
     );
+}
+
+/// Run git in `dir` with `input` on stdin; stdout trimmed, panics on failure.
+fn git_stdin(h: &ServerHarness, dir: &Path, args: &[&str], input: &[u8]) -> String {
+    let mut child = h
+        .git_command(&h.ssh_client_key(), dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A commit of `tree` on top of HEAD, written with `hash-object --literally`
+/// so that git's own checks on the client cannot stop it.
+fn literal_commit(h: &ServerHarness, dir: &Path, text: &str) -> String {
+    git_stdin(
+        h,
+        dir,
+        &[
+            "hash-object",
+            "-t",
+            "commit",
+            "-w",
+            "--literally",
+            "--stdin",
+        ],
+        text.as_bytes(),
+    )
+}
+
+/// git CVE-2025-48384 and malformed objects (issue 44): a `.gitmodules`
+/// whose submodule path keeps a carriage return inside its quotes, and a
+/// commit with no committer, are refused at push with nothing changed;
+/// the same `.gitmodules` with CRLF line ends is an ordinary file.
+#[test]
+fn malformed_objects_and_a_cr_in_gitmodules_are_refused_at_push() {
+    let h = ServerHarness::start();
+    h.create_repo("r");
+    let clone = h.clone_repo("r", "c");
+    h.commit_file(&clone, "a.txt", b"a\n", "first");
+    h.ssh_push(&clone, &["HEAD:main"]);
+    let main_before = h.rev_parse(&clone, "HEAD");
+    let push = |refspec: &str| h.git_as(&h.ssh_client_key(), &clone, &["push", "origin", refspec]);
+
+    // CVE-2025-48384: the CR survives git's reading of the quoted value.
+    let evil = "[submodule \"s\"]\n\tpath = \"s\r\"\n\turl = ./s\n";
+    h.commit_file(&clone, ".gitmodules", evil.as_bytes(), "submodule");
+    let out = push("HEAD:refs/heads/evil");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("CVE-2025-48384"), "{stderr}");
+    // Hidden behind an ordinary commit on top, and through push-to-review.
+    h.commit_file(&clone, "b.txt", b"b\n", "innocent");
+    for refspec in ["HEAD:refs/heads/evil", "HEAD:refs/for/main"] {
+        let out = push(refspec);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{refspec}: {stderr}");
+        assert!(stderr.contains("CVE-2025-48384"), "{refspec}: {stderr}");
+    }
+    let refs = h.git(&clone, &["ls-remote", "origin"]);
+    let refs = String::from_utf8_lossy(&refs.stdout).to_string();
+    assert!(!refs.contains("refs/heads/evil"), "{refs}");
+    assert_eq!(
+        h.ssh_exec("collab-patch list 'r'").json()["patches"],
+        serde_json::json!([])
+    );
+
+    // CRLF line ends are not the attack.
+    h.git(&clone, &["reset", "-q", "--hard", &main_before]);
+    let crlf = "[submodule \"s\"]\r\n\tpath = s\r\n\turl = ./s\r\n";
+    h.commit_file(&clone, ".gitmodules", crlf.as_bytes(), "crlf submodule");
+    let out = push("HEAD:refs/heads/crlf");
+    assert!(out.status.success(), "{out:?}");
+
+    // A commit with no committer: git's fsck of the pushed objects.
+    let tree = h.rev_parse(&clone, "HEAD^{tree}");
+    let bad = literal_commit(
+        &h,
+        &clone,
+        &format!(
+            "tree {tree}\nparent {main_before}\nauthor A <a@example.com> 1 +0000\n\nno committer\n"
+        ),
+    );
+    let out = push(&format!("{bad}:refs/heads/bad"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.to_lowercase().contains("missingcommitter"),
+        "{stderr}"
+    );
+    let refs = h.git(&clone, &["ls-remote", "origin"]);
+    let refs = String::from_utf8_lossy(&refs.stdout).to_string();
+    assert!(!refs.contains("refs/heads/bad"), "{refs}");
+}
+
+/// Gitea's 2026 IDOR series (issue 44): an object id that exists only in
+/// another repository (a private one) given to a verb or page of this
+/// one is answered exactly as an id that exists nowhere: the same one
+/// line, the same status, no content. Repositories share no object store
+/// (no alternates), and every lookup is in the named repository only.
+#[test]
+fn an_object_id_of_another_repository_is_answered_as_an_unknown_one() {
+    let h = ServerHarness::start();
+    let (_clone, _first, _second) = common::web::public_repo_with_content(&h, "app");
+    h.create_repo("private");
+    let other = h.clone_repo("private", "private-clone");
+    let foreign = h.commit_file(&other, "secret.txt", b"password=hunter2\n", "private");
+    h.ssh_push(&other, &["HEAD:main"]);
+    let foreign_blob = h.rev_parse(&other, "HEAD:secret.txt");
+    let unknown = "1234567890123456789012345678901234567890";
+    assert!(
+        !h.repos_dir()
+            .join("app.git/objects/info/alternates")
+            .exists(),
+        "repositories must not share an object store"
+    );
+    let same = |what: &str, a: String, b: String| {
+        assert_eq!(
+            a.replace(&foreign, unknown).replace(&foreign_blob, unknown),
+            b,
+            "{what}"
+        );
+        assert!(!a.contains("hunter2"), "{what}: {a}");
+    };
+
+    // Verbs that take a commit id.
+    for verb in [
+        "collab-check set 'app' {id} ci/test --state success",
+        "collab-check list 'app' {id}",
+    ] {
+        let a = h.ssh_exec(&verb.replace("{id}", &foreign));
+        let b = h.ssh_exec(&verb.replace("{id}", unknown));
+        if verb.contains(" set ") {
+            assert_ne!(a.code, 0, "{verb}: {a:?}");
+        }
+        assert_eq!(a.code, b.code, "{verb}");
+        same(verb, a.stdout, b.stdout);
+        same(verb, a.stderr, b.stderr);
+    }
+
+    // Web pages naming a commit or a blob by id.
+    for path in [
+        "/app/-/commit/{id}",
+        "/app/-/commit/{id}.patch",
+        "/app/-/tree/{id}",
+        "/app/-/raw/{id}/secret.txt",
+        "/app/-/blob/{id}/secret.txt",
+        "/app/-/log/{id}",
+        "/app/-/archive/{id}.tar.gz",
+    ] {
+        let a = common::web::get(&h, &path.replace("{id}", &foreign));
+        let b = common::web::get(&h, &path.replace("{id}", unknown));
+        assert_eq!(a.status, 404, "{path}");
+        assert_eq!(a.status, b.status, "{path}");
+        same(path, a.text(), b.text());
+    }
+
+    // git fetch by id, over SSH (protocol v2 and v0) and smart HTTP, of the
+    // commit and of the blob.
+    let urls = [h.repo_url("app"), format!("{}/app.git", h.http_url())];
+    for url in &urls {
+        for version in ["2", "0"] {
+            for (n, id) in [&foreign, &foreign_blob].into_iter().enumerate() {
+                let fetch = |id: &str, name: &str| {
+                    let dir = h.temp_dir().join(name);
+                    h.git(
+                        h.temp_dir(),
+                        &["init", "-q", "--bare", dir.to_str().unwrap()],
+                    );
+                    h.git_as(
+                        &h.ssh_client_key(),
+                        &dir,
+                        &[
+                            "-c",
+                            &format!("protocol.version={version}"),
+                            "fetch",
+                            "-q",
+                            url,
+                            id,
+                        ],
+                    )
+                };
+                let tag = format!("{}-v{version}-{n}", url.len());
+                let a = fetch(id, &format!("idor-a-{tag}"));
+                let b = fetch(unknown, &format!("idor-b-{tag}"));
+                assert!(!a.status.success(), "{url} v{version}: {id} was fetched");
+                assert_eq!(a.status.code(), b.status.code(), "{url} v{version}");
+                // git's own line and the server's may arrive in either
+                // order (two streams): compared as sorted lines.
+                let lines = |out: &std::process::Output| {
+                    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stderr)
+                        .lines()
+                        .map(str::to_string)
+                        .collect();
+                    lines.sort();
+                    lines.join("\n")
+                };
+                same(url, lines(&a), lines(&b));
+            }
+        }
+    }
+}
+
+/// A pack entry's header: type and inflated size.
+fn pack_entry_header(kind: u8, mut size: u64) -> Vec<u8> {
+    let mut out = vec![(kind << 4) | (size & 0x0f) as u8];
+    size >>= 4;
+    while size > 0 {
+        *out.last_mut().unwrap() |= 0x80;
+        out.push((size & 0x7f) as u8);
+        size >>= 7;
+    }
+    out
+}
+
+/// A delta header's size: little-endian base-128.
+fn delta_varint(mut n: u64, out: &mut Vec<u8>) {
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+fn deflate(bytes: &[u8]) -> Vec<u8> {
+    use flate2::write::ZlibEncoder;
+    let mut z = ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    z.write_all(bytes).unwrap();
+    z.finish().unwrap()
+}
+
+/// A pack of one 64 KiB blob and one delta against it whose header says
+/// the result is 4 GiB, and whose 65,536 one-byte "copy 64 KiB" commands
+/// really make it that large: `ofs` picks an OFS_DELTA, else a REF_DELTA.
+fn delta_bomb_pack(ofs: bool) -> (Vec<u8>, String) {
+    let base = vec![b'a'; 64 * 1024];
+    let base_id = git2::Oid::hash_object(git2::ObjectType::Blob, &base)
+        .unwrap()
+        .to_string();
+    let result: u64 = 4 << 30;
+    let mut delta = Vec::new();
+    delta_varint(base.len() as u64, &mut delta);
+    delta_varint(result, &mut delta);
+    // 0x80: copy, offset 0, size 0 meaning 0x10000.
+    delta.extend(std::iter::repeat_n(0x80u8, (result / 0x10000) as usize));
+
+    let mut pack = b"PACK".to_vec();
+    pack.extend_from_slice(&2u32.to_be_bytes());
+    pack.extend_from_slice(&2u32.to_be_bytes());
+    let base_at = pack.len();
+    pack.extend(pack_entry_header(3, base.len() as u64));
+    pack.extend(deflate(&base));
+    let delta_at = pack.len();
+    if ofs {
+        pack.extend(pack_entry_header(6, delta.len() as u64));
+        let mut n = (delta_at - base_at) as u64;
+        let mut enc = vec![(n & 0x7f) as u8];
+        n >>= 7;
+        while n > 0 {
+            n -= 1;
+            enc.insert(0, 0x80 | (n & 0x7f) as u8);
+            n >>= 7;
+        }
+        pack.extend(enc);
+    } else {
+        pack.extend(pack_entry_header(7, delta.len() as u64));
+        pack.extend(git2::Oid::from_str(&base_id).unwrap().as_bytes());
+    }
+    pack.extend(deflate(&delta));
+    let sum = Command::new("sha1sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().unwrap().write_all(&pack)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let hex = String::from_utf8(sum.stdout).unwrap();
+    let hex = hex.split_whitespace().next().unwrap();
+    pack.extend((0..20).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap()));
+    (pack, base_id)
+}
+
+fn pkt_line(text: &str) -> Vec<u8> {
+    let mut out = format!("{:04x}", text.len() + 4).into_bytes();
+    out.extend_from_slice(text.as_bytes());
+    out
+}
+
+/// The libgit2 1.9.5 advisory (issue 44): a pack whose delta declares a
+/// 4 GiB result (and whose copy commands really build it) is refused at
+/// push before anything is allocated for it: `receive-pack` and its
+/// `index-pack` run under `GIT_ALLOC_LIMIT` (2 GiB), which git checks
+/// before each allocation; nothing lands, and the server goes on serving.
+/// The pack is written by hand and sent with the real `ssh` speaking
+/// git's push protocol, as no git client would write it.
+#[test]
+fn a_delta_declaring_a_4_gib_result_is_refused_at_push_unallocated() {
+    let h = ServerHarness::start();
+    h.create_repo("r");
+    let clone = h.clone_repo("r", "c");
+    h.commit_file(&clone, "a.txt", b"a\n", "first");
+    h.ssh_push(&clone, &["HEAD:main"]);
+    for ofs in [false, true] {
+        let (pack, base) = delta_bomb_pack(ofs);
+        let zero = "0".repeat(40);
+        let mut input = pkt_line(&format!(
+            "{zero} {base} refs/tags/bomb\0 report-status agent=test\n"
+        ));
+        input.extend_from_slice(b"0000");
+        input.extend_from_slice(&pack);
+        let started = Instant::now();
+        let out = h.ssh_exec_as(&h.ssh_client_key(), "git-receive-pack 'r'", &input);
+        let took = started.elapsed();
+        assert!(!out.stdout.contains("unpack ok"), "ofs {ofs}: {out:?}");
+        assert!(out.stdout.contains("unpack "), "ofs {ofs}: {out:?}");
+        assert!(
+            out.stderr.contains("over limit"),
+            "ofs {ofs}: not refused by the allocation limit: {out:?}"
+        );
+        // Refused before the 4 GiB were built (that takes tens of seconds).
+        assert!(took < Duration::from_secs(20), "ofs {ofs}: {took:?}");
+        let refs = h.git(&clone, &["ls-remote", "origin"]);
+        let refs = String::from_utf8_lossy(&refs.stdout).to_string();
+        assert!(!refs.contains("bomb"), "{refs}");
+    }
+    // Still serving.
+    h.commit_file(&clone, "b.txt", b"b\n", "second");
+    h.ssh_push(&clone, &["HEAD:main"]);
 }

@@ -1,6 +1,7 @@
 //! What the CLI says (issue #19): usage without arguments, one error line
 //! without repeated causes, `git -c collab.signingKey=…` honoured, `sync`
-//! reporting what it pushed, a man page for `git collab --help`.
+//! reporting what it pushed, a man page for `git collab --help`; and the
+//! server saying where it listens once (issue 50).
 
 use collab_testkit as common;
 
@@ -362,5 +363,16 @@ fn plink_and_the_other_ssh_variants_get_their_own_options() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("GIT_SSH_VARIANT is 'openssh'"),
         "{out:?}"
+    );
+}
+
+#[test]
+fn the_server_says_where_it_listens_once() {
+    let h = ServerHarness::start();
+    let log = h.log();
+    assert_eq!(
+        log.lines().filter(|l| l.contains("listening ssh=")).count(),
+        1,
+        "{log}"
     );
 }

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::web::metrics;
 use common::{HarnessOptions, ServerHarness, NOT_FOUND};
 
 /// Clients cloning and pushing at once.
@@ -102,20 +103,6 @@ fn with_env(pairs: &[(&str, &str)]) -> ServerHarness {
             .collect(),
         ..HarnessOptions::default()
     })
-}
-
-fn metrics(h: &ServerHarness) -> String {
-    let addr = h.http_addr;
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    use std::io::{Read as _, Write as _};
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text
 }
 
 /// The value of one sample line (`name{labels} value`) in `/metrics`.
@@ -413,6 +400,125 @@ fn small_pushes_never_fail_while_maintenance_runs_back_to_back() {
             listed.stdout
         );
     }
+}
+
+/// Pushes for review (each opening a patch, so the server writes a new
+/// `refs/collab/revisions/<patch>/1`) while maintenance runs back to back.
+/// `git pack-refs --all` prunes the loose refs it packed and removes the
+/// directories they leave empty, `refs/collab/revisions` among them; the
+/// proc-receive hook making `revisions/<patch>` below it failed with
+/// `failed to make directory …` (issue 45: 2 pushes in 360 of a fleet run
+/// with `collab-repo gc` looping). Every push must open its patch.
+#[test]
+fn pushes_for_review_never_fail_while_maintenance_runs_back_to_back() {
+    const REVIEW_PUSHERS: usize = 4;
+    const REVIEW_PUSHES: usize = 25;
+    let h = with_env(&[
+        ("GIT_COLLAB_MAINTENANCE__AFTER_PUSHES", "1"),
+        ("GIT_COLLAB_MAINTENANCE__IDLE_SECS", "1"),
+    ]);
+    h.create_repo("review");
+    let seed = h.clone_repo("review", "seed");
+    h.commit_file(&seed, "seed", b"seed\n", "seed");
+    assert!(h
+        .ssh_push(&seed, &["HEAD:refs/heads/main"])
+        .status
+        .success());
+    let works: Vec<_> = (0..REVIEW_PUSHERS)
+        .map(|p| h.clone_repo("review", &format!("reviewer{p}")))
+        .collect();
+
+    let stop = AtomicBool::new(false);
+    let runs = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::<String>::new());
+    // Threads 0 and 1 run gc, 2.. push.
+    let status = Status::new(REVIEW_PUSHERS + 2);
+    watched(&h, TEST_LIMIT, &status, || {
+        std::thread::scope(|s| {
+            let maintainers: Vec<_> = (0..2)
+                .map(|m| {
+                    let (h, stop, runs, status) = (&h, &stop, &runs, &status);
+                    s.spawn(move || {
+                        while !stop.load(Ordering::Relaxed) {
+                            status.set(
+                                m,
+                                format!(
+                                    "collab-repo gc after {} runs",
+                                    runs.load(Ordering::Relaxed)
+                                ),
+                            );
+                            let reply = gc(h, "review");
+                            assert_eq!(reply["status"], "done", "{reply}");
+                            runs.fetch_add(1, Ordering::Relaxed);
+                        }
+                        status.set(m, "stopped".into());
+                    })
+                })
+                .collect();
+            let pushers: Vec<_> = works
+                .iter()
+                .enumerate()
+                .map(|(p, work)| {
+                    let (h, failures, status) = (&h, &failures, &status);
+                    s.spawn(move || {
+                        for n in 0..REVIEW_PUSHES {
+                            h.commit_file(
+                                work,
+                                &format!("r{p}/{n}"),
+                                format!("reviewer {p} change {n}\n").as_bytes(),
+                                &format!("change {p}.{n}"),
+                            );
+                            status.set(p + 2, format!("push {n} for review"));
+                            let out = h.git_as(
+                                &h.ssh_client_key(),
+                                work,
+                                &["push", "-q", "origin", "HEAD:refs/for/main"],
+                            );
+                            if !out.status.success() {
+                                failures.lock().unwrap().push(format!(
+                                    "reviewer {p} push {n}: {}",
+                                    String::from_utf8_lossy(&out.stderr).trim()
+                                ));
+                            }
+                        }
+                        status.set(p + 2, "done".into());
+                    })
+                })
+                .collect();
+            for p in pushers {
+                p.join().expect("a pusher panicked");
+            }
+            stop.store(true, Ordering::Relaxed);
+            for m in maintainers {
+                m.join().expect("a maintenance run failed");
+            }
+        })
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of {} pushes for review failed beside maintenance:\n{}",
+        failures.len(),
+        REVIEW_PUSHERS * REVIEW_PUSHES,
+        failures.join("\n")
+    );
+    let runs = runs.load(Ordering::Relaxed);
+    assert!(runs >= 4, "only {runs} gc runs overlapped the pushes");
+    let repo = h.repos_dir().join("review.git");
+    fsck(&repo);
+    // Every push opened its patch and has its revision ref.
+    let out = Command::new("git")
+        .args(["-c", "safe.directory=*", "-C"])
+        .arg(&repo)
+        .args([
+            "for-each-ref",
+            "--format=%(refname)",
+            "refs/collab/revisions/",
+        ])
+        .output()
+        .unwrap();
+    let pins = String::from_utf8_lossy(&out.stdout).lines().count();
+    assert_eq!(pins, REVIEW_PUSHERS * REVIEW_PUSHES);
 }
 
 /// A public and a private repository, each pushed to `pushes` times.

@@ -9,7 +9,8 @@
 //! in `seq` order, with no gap (comments on two repositories, which take
 //! their repositories' locks, racing lease operations), every acknowledged
 //! comment in the log; one merge queue driven by three nodes
-//! builds each group once; six webhook subscriptions are claimed per
+//! builds each group once, and one merge train driven by two nodes lands
+//! each patch once when one of them is killed mid-train; six webhook subscriptions are claimed per
 //! row by all three nodes, delivered in order without gaps, and taken over
 //! when a node holding claims is killed. Needs
 //! `GIT_COLLAB_TEST_POSTGRES` (skips without it, fails without it under
@@ -598,11 +599,12 @@ fn watchers_on_three_nodes_see_racing_writers_events_once_and_in_order() {
 }
 
 /// Repository `r` on the cluster (`main`: one commit) whose merge rule
-/// requires `ci/test`, and eight patches of alice's (one new file each, off
-/// `main`), each queued with `--when-green` through node `i % NODES`:
+/// requires `ci/test`, and `n` patches of alice's (one new file each, off
+/// `main`), each queued with `--when-green` through node `i % nodes.len()`:
 /// (alice, [(patch id8, head)], the policy file).
-fn eight_queued_merges(
+fn queued_merges(
     nodes: &[ServerHarness],
+    n: usize,
 ) -> (
     collab_testkit::review::Agent,
     Vec<(String, String)>,
@@ -618,7 +620,7 @@ fn eight_queued_merges(
     std::fs::write(&policy, "merge = { required_checks = [\"ci/test\"] }\n").unwrap();
     let a = review_support::agent(h, "alice");
     let mut patches = Vec::new();
-    for i in 0..8 {
+    for i in 0..n {
         ok(
             h,
             &a,
@@ -635,7 +637,7 @@ fn eight_queued_merges(
         patches.push((short, head));
     }
     for (i, (id, _)) in patches.iter().enumerate() {
-        let out = nodes[i % NODES].ssh_exec_as(
+        let out = nodes[i % nodes.len()].ssh_exec_as(
             &a.key,
             &format!("collab-patch merge 'r' {id} --when-green"),
             b"",
@@ -653,7 +655,7 @@ fn eight_queued_merges(
 fn queued_merges_over_three_nodes_merge_each_patch_once() {
     let Some(nodes) = cluster() else { return };
     let h = &nodes[0];
-    let (_, patches, _) = eight_queued_merges(&nodes);
+    let (_, patches, _) = queued_merges(&nodes, 8);
     std::thread::scope(|s| {
         for (i, (_, head)) in patches.iter().enumerate() {
             let node = &nodes[(i + 1) % NODES];
@@ -718,7 +720,7 @@ fn one_merge_queue_over_three_nodes_builds_each_group_once() {
     let Some(nodes) = cluster() else { return };
     // Queued as plain merges first, so the queue takes them all at once
     // when it is switched on.
-    let (_, queued, policy) = eight_queued_merges(&nodes);
+    let (_, queued, policy) = queued_merges(&nodes, 8);
     let patches: Vec<String> = queued.into_iter().map(|(id, _)| id).collect();
     std::fs::write(
         &policy,
@@ -780,6 +782,170 @@ fn one_merge_queue_over_three_nodes_builds_each_group_once() {
     assert_eq!(merged.len(), patches.len(), "{merged:?}");
     assert_eq!(distinct.len(), patches.len(), "{merged:?}");
     assert!(events("patch.merge_dequeued").is_empty());
+}
+
+/// One merge train over two nodes under load (issue 45: "two nodes on
+/// PostgreSQL driving one train, one driver at a time"): twelve patches
+/// queued through both nodes, then the queue switched on as a train of
+/// three groups of two; a simulated CI posts each announced group's green
+/// through one node or the other, and node 1 is SIGKILLed once the first
+/// train is under test, its greens being posted. Node 0 carries on alone:
+/// every group is built once (each number announced once, none stale, no
+/// patch in two groups), every group that landed had its green before
+/// (in the event log's order), each patch is merged exactly once, by a
+/// group that landed and holds it, and `main` holds all twelve.
+#[test]
+fn a_merge_train_over_two_nodes_lands_each_patch_once_when_a_node_is_killed() {
+    const PATCHES: usize = 12;
+    let options = HarnessOptions {
+        env: vec![("GIT_COLLAB_SSH__MAX_STARTUPS_PER_IP".into(), "200".into())],
+        ..Default::default()
+    };
+    let Some(nodes) = ServerHarness::start_cluster_on_postgres(options, 2) else {
+        return;
+    };
+    let (_, queued, policy) = queued_merges(&nodes, PATCHES);
+    let patches: BTreeSet<String> = queued.into_iter().map(|(id, _)| id).collect();
+    std::fs::write(
+        &policy,
+        "merge = { required_checks = [\"ci/test\"], queue = true, max_batch = 2, \
+         max_parallel = 3, train = true }\n",
+    )
+    .unwrap();
+    // Read through node 0, the one that lives.
+    let events = |kind: &str| -> Vec<serde_json::Value> {
+        nodes[0]
+            .ssh_exec("collab-events watch --since 1 --no-follow")
+            .stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["type"] == kind)
+            .collect()
+    };
+    let merged_ids = |events: &[serde_json::Value]| -> BTreeSet<String> {
+        events
+            .iter()
+            .map(|e| e["object_id"].as_str().unwrap()[..8].to_string())
+            .collect()
+    };
+    let mut ran = BTreeSet::new();
+    // Groups whose green went through node 0 (node 1's may be lost).
+    let mut through_0 = BTreeSet::new();
+    let mut killed = false;
+    // Hang guard, not a timing assertion (a dead node's claim lapses
+    // after `merge_queue::CLAIM_SECS`).
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    while merged_ids(&events("patch.merged")).len() < PATCHES {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not all merged: {:?}; dropped: {:?}; groups: {:?}",
+            events("patch.merged"),
+            events("patch.merge_dequeued"),
+            events("merge_group.checks_requested")
+        );
+        let announced: Vec<(i64, String)> = events("merge_group.checks_requested")
+            .iter()
+            .map(|e| {
+                let n = e["payload"]["group"].as_i64().unwrap();
+                (n, e["payload"]["commit"].as_str().unwrap().to_string())
+            })
+            .collect();
+        if !killed {
+            // The CI's greens on the first train race the kill: node 1
+            // dies while they are posted and land.
+            std::thread::scope(|s| {
+                for (n, commit) in &announced {
+                    if !ran.insert(*n) {
+                        continue;
+                    }
+                    let node = &nodes[*n as usize % 2];
+                    if *n % 2 == 0 {
+                        through_0.insert(*n);
+                    }
+                    s.spawn(move || {
+                        node.ssh_exec(&format!(
+                            "collab-check set 'r' {commit} ci/test --state success"
+                        ))
+                    });
+                }
+                if ran.len() >= 3 {
+                    std::thread::sleep(Duration::from_millis(300));
+                    nodes[1].sigkill();
+                    killed = true;
+                }
+            });
+        } else {
+            // Greens posted through node 1 may be lost with it: node 0
+            // posts every other one (success again changes nothing).
+            for (n, commit) in &announced {
+                if through_0.insert(*n) {
+                    let out = nodes[0].ssh_exec(&format!(
+                        "collab-check set 'r' {commit} ci/test --state success"
+                    ));
+                    assert_eq!(out.code, 0, "{out:?}");
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(killed, "node 1 was killed mid-train");
+    // Let node 0's driver look again: nothing more happens.
+    std::thread::sleep(Duration::from_secs(3));
+    let requested = events("merge_group.checks_requested");
+    let mut numbers = BTreeSet::new();
+    let mut grouped: BTreeMap<String, i64> = BTreeMap::new();
+    for e in &requested {
+        let n = e["payload"]["group"].as_i64().unwrap();
+        assert!(numbers.insert(n), "group {n} built twice: {requested:?}");
+        for p in e["payload"]["patches"].as_array().unwrap() {
+            let id = p["patch"].as_str().unwrap()[..8].to_string();
+            assert_eq!(
+                grouped.insert(id.clone(), n),
+                None,
+                "{id} in two groups: {requested:?}"
+            );
+        }
+    }
+    assert!(events("merge_group.stale").is_empty(), "{requested:?}");
+    assert!(events("merge_group.failed").is_empty());
+    assert!(events("patch.merge_dequeued").is_empty());
+    // Every landing was green first: the group's commit has a success
+    // check with a lower `seq` than its `merge_group.merged`.
+    let greens = events("check.updated");
+    let landed = events("merge_group.merged");
+    for g in &landed {
+        let commit = g["payload"]["commit"].as_str().unwrap();
+        assert!(
+            greens.iter().any(|c| c["payload"]["commit"] == commit
+                && c["payload"]["state"] == "success"
+                && c["seq"].as_i64() < g["seq"].as_i64()),
+            "group landed before its green: {g}"
+        );
+    }
+    let landed_groups: BTreeSet<i64> = landed
+        .iter()
+        .map(|g| g["payload"]["group"].as_i64().unwrap())
+        .collect();
+    assert_eq!(landed_groups.len(), landed.len(), "a group landed twice");
+    let merged = events("patch.merged");
+    assert_eq!(merged.len(), PATCHES, "each patch merged once: {merged:?}");
+    assert_eq!(merged_ids(&merged), patches);
+    for e in &merged {
+        let id = &e["object_id"].as_str().unwrap()[..8];
+        let group = e["payload"]["queue"]["group"].as_i64().unwrap();
+        assert!(landed_groups.contains(&group), "{e}");
+        assert_eq!(grouped.get(id), Some(&group), "{e}");
+    }
+    let tree = Command::new("git")
+        .arg("-C")
+        .arg(nodes[0].repos_dir().join("r.git"))
+        .args(["ls-tree", "--name-only", "main"])
+        .output()
+        .unwrap();
+    let files = String::from_utf8_lossy(&tree.stdout);
+    for i in 0..PATCHES {
+        assert!(files.contains(&format!("f{i}.txt")), "{files}");
+    }
 }
 
 /// A webhook receiver on loopback speaking plain HTTP/1.1 (keep-alive

@@ -124,6 +124,14 @@ fn check(who: &str, script: &str, out: &Output) {
         stdout.contains("copied: First commit"),
         "{who}: stdout:\n{stdout}\nstderr:\n{stderr}"
     );
+    // The backgrounded server's log went to its file, not between the
+    // output of the commands that followed it (issue 50).
+    for line in stdout.lines().chain(stderr.lines()) {
+        assert!(
+            !line.contains(" INFO ") && !line.starts_with("listening ssh="),
+            "{who}: the server's log is in the terminal: {line}\nstderr:\n{stderr}"
+        );
+    }
 }
 
 const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

@@ -442,3 +442,203 @@ fn code_pages_render_in_chromium() {
         eprintln!("screenshot: {}", shot.display());
     }
 }
+
+/// The WCAG relative luminance of an sRGB colour.
+fn luminance([r, g, b]: [f64; 3]) -> f64 {
+    let linear = |c: f64| {
+        let c = c / 255.0;
+        if c <= 0.04045 {
+            c / 12.92
+        } else {
+            ((c + 0.055) / 1.055).powf(2.4)
+        }
+    };
+    0.2126 * linear(r) + 0.7152 * linear(g) + 0.0722 * linear(b)
+}
+
+/// The WCAG contrast ratio of two colours (1 to 21).
+fn contrast(a: [f64; 3], b: [f64; 3]) -> f64 {
+    let (la, lb) = (luminance(a), luminance(b));
+    (la.max(lb) + 0.05) / (la.min(lb) + 0.05)
+}
+
+/// `rgb(r, g, b)` as the browser computes it; an `rgba` with any
+/// transparency is refused (the test would not know what shows through).
+fn rgb(computed: &str) -> [f64; 3] {
+    let inner = computed
+        .trim()
+        .strip_prefix("rgb(")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("not an opaque rgb() colour: {computed}"));
+    let parts: Vec<f64> = inner
+        .split(',')
+        .map(|p| p.trim().parse().unwrap())
+        .collect();
+    [parts[0], parts[1], parts[2]]
+}
+
+/// Lists each `.state` badge as `classes|text colour|background`: the
+/// background is the first one not transparent from the badge outwards
+/// (white, the canvas, when none is).
+const STATE_COLOURS: &str = "<script>
+const rows = [];
+for (const el of document.querySelectorAll('.state')) {
+  let bg = 'rgb(255, 255, 255)';
+  for (let n = el; n; n = n.parentElement) {
+    const c = getComputedStyle(n).backgroundColor;
+    if (c !== 'rgba(0, 0, 0, 0)' && c !== 'transparent') { bg = c; break; }
+  }
+  rows.push([el.className, getComputedStyle(el).color, bg].join('|'));
+}
+const pre = document.createElement('pre');
+pre.id = 'state-colours';
+pre.textContent = rows.join('\\n');
+document.body.appendChild(pre);
+</script>";
+
+/// Every state badge (checks, merge groups, issues, patches) is readable
+/// and the check states look different: Chromium computes the colours of
+/// the real commit page, with the server's stylesheet, and each badge's
+/// text must have WCAG AA contrast (4.5:1) on its background.
+#[test]
+fn state_badges_have_distinct_readable_colours_in_chromium() {
+    let Some(browser) = chromium() else { return };
+    let h = ServerHarness::start();
+    let (_clone, _, head) = web_support::public_repo_with_content(&h, "states");
+    let check_states = ["pending", "success", "failure", "error", "skipped"];
+    for state in check_states {
+        let out = h.ssh_exec(&format!(
+            "collab-check set 'states' {head} ci/{state} --state {state}"
+        ));
+        assert!(out.success(), "{out:?}");
+    }
+    let page = web_support::get(&h, &format!("/states/-/commit/{head}"));
+    assert_eq!(page.status, 200);
+    let html = page.text();
+    let link = r#"<link rel="stylesheet" href="/-/static/style.css">"#;
+    assert!(html.contains(link), "{html}");
+    let css = web_support::get(&h, "/-/static/style.css").text();
+    // The merge queue's group states and the issue and patch states use
+    // the same badge (templates/queue.html: `state {{ g.state }}`).
+    let others: String = ["testing", "merged", "failed", "stale", "open", "closed"]
+        .iter()
+        .map(|s| format!(r#"<p><span class="state {s}">{s}</span></p>"#))
+        .collect();
+    let probe = html
+        .replace(link, &format!("<style>{css}</style>"))
+        .replace("</body>", &format!("{others}{STATE_COLOURS}</body>"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("states.html");
+    std::fs::write(&file, probe).unwrap();
+    let dom = dump_dom(&browser, &format!("file://{}", file.display()));
+    let listed = dom
+        .split_once(r#"<pre id="state-colours">"#)
+        .and_then(|(_, rest)| rest.split_once("</pre>"))
+        .unwrap_or_else(|| panic!("the probe did not run: {dom}"))
+        .0;
+    let mut backgrounds = std::collections::HashMap::new();
+    for row in listed.lines() {
+        let [classes, fg, bg] = row.split('|').collect::<Vec<_>>()[..] else {
+            panic!("{row}");
+        };
+        let ratio = contrast(rgb(fg), rgb(bg));
+        assert!(
+            ratio >= 4.5,
+            "`{classes}`: {fg} on {bg} has contrast {ratio:.2}, below 4.5"
+        );
+        backgrounds.insert(classes.to_string(), bg.to_string());
+    }
+    for state in check_states.iter().chain(&["testing", "failed", "stale"]) {
+        assert!(
+            backgrounds.contains_key(&format!("state {state}")),
+            "no badge for {state}: {listed}"
+        );
+    }
+    // Pending, success and failure (and the other states) look different.
+    let distinct: std::collections::HashSet<&String> = check_states
+        .iter()
+        .map(|s| &backgrounds[&format!("state {s}")])
+        .collect();
+    assert_eq!(distinct.len(), check_states.len(), "{listed}");
+    screenshot(
+        &browser,
+        &format!("{}/states/-/commit/{head}", h.http_url()),
+        "web-check-states",
+        1000,
+        700,
+    );
+}
+
+/// Where Chromium lays out each blame row's date, and the cell holding it:
+/// `date left|date right|cell left|cell right`, one row per line.
+const BLAME_DATES: &str = "<script>
+const rows = [];
+for (const tr of document.querySelectorAll('table.blame tr.blame-start')) {
+  const walk = document.createTreeWalker(tr, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const m = /\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC/.exec(n.data);
+    if (!m) continue;
+    const r = document.createRange();
+    r.setStart(n, m.index);
+    r.setEnd(n, m.index + m[0].length);
+    const d = r.getBoundingClientRect();
+    const c = n.parentElement.closest('td').getBoundingClientRect();
+    rows.push([d.left, d.right, c.left, c.right].map(Math.round).join('|'));
+  }
+}
+const pre = document.createElement('pre');
+pre.id = 'blame-dates';
+pre.textContent = rows.join('\\n');
+document.body.appendChild(pre);
+</script>";
+
+/// Issue 50: the blame page's date was cut by the author cell's ellipsis.
+/// With a long author name, every date lies whole inside its cell.
+#[test]
+fn blame_dates_are_shown_whole_in_chromium() {
+    let Some(browser) = chromium() else { return };
+    let h = ServerHarness::start();
+    let (clone, _, _) = web_support::public_repo_with_content(&h, "blame");
+    std::fs::write(clone.join("notes.txt"), "one\ntwo\n").unwrap();
+    h.git(&clone, &["add", "notes.txt"]);
+    let out = h
+        .git_command(&h.ssh_client_key(), &clone)
+        .env("GIT_AUTHOR_NAME", "Maximiliane Oberhauser-Wittgenstein")
+        .args(["commit", "-q", "-m", "Add notes"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    h.ssh_push(&clone, &["HEAD:refs/heads/main"]);
+    let page = web_support::get(&h, "/blame/-/blame/main/notes.txt");
+    assert_eq!(page.status, 200);
+    let html = page.text();
+    let link = r#"<link rel="stylesheet" href="/-/static/style.css">"#;
+    assert!(html.contains(link), "{html}");
+    let css = web_support::get(&h, "/-/static/style.css").text();
+    let probe = html
+        .replace(link, &format!("<style>{css}</style>"))
+        .replace("</body>", &format!("{BLAME_DATES}</body>"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("blame.html");
+    std::fs::write(&file, probe).unwrap();
+    let dom = dump_dom(&browser, &format!("file://{}", file.display()));
+    let listed = dom
+        .split_once(r#"<pre id="blame-dates">"#)
+        .and_then(|(_, rest)| rest.split_once("</pre>"))
+        .unwrap_or_else(|| panic!("the probe did not run: {dom}"))
+        .0;
+    assert!(!listed.trim().is_empty(), "no dates on the page: {html}");
+    for row in listed.lines() {
+        let [left, right, cell_left, cell_right] = row
+            .split('|')
+            .map(|n| n.parse::<i64>().unwrap())
+            .collect::<Vec<_>>()[..]
+        else {
+            panic!("{row}");
+        };
+        assert!(
+            left >= cell_left && right <= cell_right,
+            "a date is cut: it spans {left}..{right} in a cell of {cell_left}..{cell_right}"
+        );
+    }
+}

@@ -295,6 +295,21 @@ fn a_resealed_re_signed_unsigned_or_linked_backup_is_refused_and_never_followed(
     assert_eq!(out.status.code(), Some(1));
     assert!(last_error(&out).contains("changed after it was signed"));
     assert!(!target.exists(), "a refused restore wrote {target:?}");
+    // --trust-unsigned is for a backup with no signature, never a way past
+    // a bad one.
+    let out = server_cli(&[
+        "backup",
+        "--verify",
+        path_str(&resealed),
+        "--trust-unsigned",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("changed after it was signed"), "{stderr}");
+    let out = restore_into(&target, &resealed, &["--trust-unsigned"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(last_error(&out).contains("changed after it was signed"));
+    assert!(!target.exists(), "a refused restore wrote {target:?}");
 
     // 2. The same, re-signed with the attacker's own key (and its public
     //    line in manifest.sig): the key is not the one the operator named.
@@ -332,6 +347,42 @@ fn a_resealed_re_signed_unsigned_or_linked_backup_is_refused_and_never_followed(
     assert!(verify(&resealed, &forger.public_key_line())
         .status
         .success());
+    // So the key never comes from the backup itself: its manifest.sig (the
+    // forger's key line first), a link to it, or any file of the snapshot.
+    let link = h.temp_dir().join("looks-apart.pub");
+    std::os::unix::fs::symlink(resealed.join("manifest.sig"), &link).unwrap();
+    let dotted = resealed.join("keys/../manifest.sig");
+    let snapshot_file = resealed.join("keys/authorized_keys");
+    for inside in [resealed.join("manifest.sig"), link, dotted, snapshot_file] {
+        let out = verify(&resealed, path_str(&inside));
+        assert_eq!(out.status.code(), Some(1), "--key {inside:?}");
+        let error = last_error(&out);
+        assert!(error.contains("is inside the backup"), "{error}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+        let out = restore_into(&target, &resealed, &["--key", path_str(&inside)]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(last_error(&out).contains("is inside the backup"));
+        assert!(!target.exists());
+    }
+    // Soundly signed, but by whom only --key can say: --trust-unsigned
+    // refuses it too.
+    let out = server_cli(&[
+        "backup",
+        "--verify",
+        path_str(&resealed),
+        "--trust-unsigned",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the backup is signed: verify it with --key"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(&forger.fingerprint()), "{stderr}");
+    let out = restore_into(&target, &resealed, &["--trust-unsigned"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(last_error(&out).contains("the backup is signed"));
+    assert!(!target.exists());
 
     // 3. An old (unsigned) backup: refused with --key, restored only with
     //    the explicit --trust-unsigned.

@@ -432,13 +432,18 @@ fn patch_dags_from_before_the_upgrade_import_intact_once_and_are_frozen_after() 
     )
     .unwrap();
 
-    // The previous release's collab.db: schema version 7 (version 13's, 12's, 11's, 10's,
+    // The previous release's collab.db: schema version 7 (version 18's, 13's, 12's, 11's, 10's,
     // 9's and 8's tables and columns undone), the (empty) issue
     // import of both repositories done, no patch import.
     {
         let conn = rusqlite::Connection::open(repos.join("collab.db")).unwrap();
+        // Version 19's search index and its triggers first.
+        conn.execute_batch(collab_store::search::SQLITE_UNDO)
+            .unwrap();
         conn.execute_batch(
-            "DROP TABLE webhook_nodes;
+            "DROP TABLE lfs_locks;
+             DROP TABLE lease_queue_holds;
+             DROP TABLE webhook_nodes;
              ALTER TABLE webhooks DROP COLUMN claimed_by;
              ALTER TABLE webhooks DROP COLUMN claimed_until;
              DROP TABLE merge_groups;
@@ -891,8 +896,13 @@ fn an_import_killed_part_way_is_finished_exactly_once_by_the_next_start() {
     write_many_patches(&h, "many.git", PATCHES);
     {
         let conn = rusqlite::Connection::open(h.repos_dir().join("collab.db")).unwrap();
+        // Version 19's search index and its triggers first.
+        conn.execute_batch(collab_store::search::SQLITE_UNDO)
+            .unwrap();
         conn.execute_batch(
-            "DROP TABLE webhook_nodes;
+            "DROP TABLE lfs_locks;
+             DROP TABLE lease_queue_holds;
+             DROP TABLE webhook_nodes;
              ALTER TABLE webhooks DROP COLUMN claimed_by;
              ALTER TABLE webhooks DROP COLUMN claimed_until;
              DROP TABLE merge_groups;
