@@ -20,8 +20,6 @@
 //! Run: `cargo bench --bench events` (release build). `EVENTS_BENCH_SECS`
 //! (default 8) seconds per lease scenario, `BENCH_FANOUT_RUNS` (default 50)
 //! comments. Writes docs/benchmarks.md under "## Events".
-
-use collab_store as db;
 use collab_testkit::bench as support;
 
 use std::collections::HashMap;
@@ -31,9 +29,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use collab_store::leases;
+use collab_store::writer::Writer;
 use collab_testkit::{HarnessOptions, ServerHarness};
-use db::leases;
-use db::writer::Writer;
 use support::{env_usize, write_section};
 
 const SECTION: &str = "## Events";

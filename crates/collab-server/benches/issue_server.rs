@@ -10,8 +10,6 @@
 //! (default 10000) issues for the list and import rows, `BENCH_EVENTS`
 //! (default 10) events per imported issue. Writes docs/benchmarks.md
 //! under "## Issues on the server".
-
-use collab_store as db;
 use collab_testkit::bench as support;
 
 use std::path::{Path, PathBuf};
@@ -20,8 +18,8 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use collab_record::sign::SigningKey;
+use collab_store::issues::{self, NewIssue, Person, WriteCtx};
 use collab_testkit::ServerHarness;
-use db::issues::{self, NewIssue, Person, WriteCtx};
 use support::{env_usize, fmt, median, timed, write_section};
 
 const SECTION: &str = "## Issues on the server";
@@ -53,7 +51,7 @@ fn sample(runs: usize, mut make: impl FnMut(usize) -> Command) -> Duration {
 /// Inserts `count` issues into `repo` directly in the stopped server's
 /// collab.db (one transaction), as a busy repository would hold them.
 fn seed(db_path: &Path, repo: &str, count: usize) {
-    let conn = db::leases::open(db_path).unwrap();
+    let conn = collab_store::leases::open(db_path).unwrap();
     let tx = conn.unchecked_transaction().unwrap();
     let who = Person {
         principal: "SHA256:seed".into(),

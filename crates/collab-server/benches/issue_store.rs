@@ -8,16 +8,14 @@
 //! `ISSUE_BENCH_SECS` sets the seconds per write scenario (default 6),
 //! `BENCH_ISSUES` the issues of the list scenario (default 10000). Writes
 //! docs/benchmarks.md under "## Issue store".
-
-use collab_store as db;
 use collab_testkit::bench as support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use db::issues::{self, ListQuery, NewIssue, Person, StateFilter, WriteCtx};
-use db::leases;
-use db::writer::Writer;
+use collab_store::issues::{self, ListQuery, NewIssue, Person, StateFilter, WriteCtx};
+use collab_store::leases;
+use collab_store::writer::Writer;
 
 const SECTION: &str = "## Issue store";
 const REPO: &str = "bench.git";
@@ -189,7 +187,7 @@ fn list_page(dir: &Path, count: usize) -> anyhow::Result<(Duration, usize, Durat
         }
         tx.commit()?;
     }
-    let conn = db::open_reader(&path)?;
+    let conn = collab_store::open_reader(&path)?;
     let query = |after| ListQuery {
         state: StateFilter::Open,
         limit: issues::DEFAULT_PAGE,
@@ -307,7 +305,7 @@ fn main() -> anyhow::Result<()> {
          directory's disk, measured in one run of `cargo bench --bench issue_store` on {} \
          (SQLite {}, {} CPUs, shared with other builds).\n\n\
          Durable comments per second: {secs} s per scenario in {ROUNDS} interleaved rounds. \
-         (a) is `db::issues::comment` in its own transaction, one fsync each; (b) is \
+         (a) is `collab_store::issues::comment` in its own transaction, one fsync each; (b) is \
          {WRITERS} tasks commenting back to back, each on its own issue, through the one \
          writer thread that group-commits (`Writer::write`). A comment counts once \
          its reply arrived, i.e. once it is durable, and appends its `issue.commented` \

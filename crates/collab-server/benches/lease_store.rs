@@ -6,15 +6,13 @@
 //! Run: `cargo bench --bench lease_store` (release build). `LEASE_BENCH_SECS`
 //! sets the seconds per scenario (default 5). The table is printed and
 //! written to docs/benchmarks.md under "## Lease store".
-
-use collab_store as db;
 use collab_testkit::bench as support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use db::leases;
-use db::writer::Writer;
+use collab_store::leases;
+use collab_store::writer::Writer;
 
 const TTL: Option<i64> = Some(3600);
 

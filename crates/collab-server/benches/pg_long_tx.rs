@@ -17,8 +17,6 @@
 //! Run: `cargo bench --bench pg_long_tx` (release build). The table is
 //! printed and written to docs/benchmarks.md under "## PostgreSQL: a long
 //! transaction held open".
-
-use collab_store as db;
 use collab_testkit::bench as support;
 
 use std::fmt::Write as _;
@@ -27,10 +25,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use collab_store::leases;
+use collab_store::writer::Writer;
+use collab_store::Location;
 use collab_testkit::pg::{self, TestDatabase};
-use db::leases;
-use db::writer::Writer;
-use db::Location;
 use support::{env_usize, write_section};
 
 const SECTION: &str = "## PostgreSQL: a long transaction held open";

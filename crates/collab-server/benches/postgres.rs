@@ -23,19 +23,17 @@
 //!
 //! Run: `cargo bench --bench postgres` (release build). The tables are
 //! printed and written to docs/benchmarks.md under "## PostgreSQL".
-
-use collab_store as db;
 use collab_testkit::bench as support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use collab_store::leases;
+use collab_store::writer::Writer;
+use collab_store::Location;
 use collab_testkit::pg::{self, TestDatabase};
 use collab_testkit::{HarnessOptions, ServerHarness};
-use db::leases;
-use db::writer::Writer;
-use db::Location;
 use support::{env_usize, timed, write_section};
 
 const SECTION: &str = "## PostgreSQL";
@@ -153,12 +151,12 @@ fn main() -> anyhow::Result<()> {
             // happen outside the runtime, as the server does. A connection
             // reads the switch when it is made.
             if scenario.statements {
-                std::env::set_var(db::sql::LEASE_STATEMENTS_ENV, "1");
+                std::env::set_var(collab_store::sql::LEASE_STATEMENTS_ENV, "1");
             }
             let services = (0..scenario.nodes)
                 .map(|_| Writer::open(scenario.location.clone()))
                 .collect::<anyhow::Result<Vec<_>>>();
-            std::env::remove_var(db::sql::LEASE_STATEMENTS_ENV);
+            std::env::remove_var(collab_store::sql::LEASE_STATEMENTS_ENV);
             let services = services?;
             runtime.block_on(run_scenario(scenario, &services, slice))?;
             for service in services {

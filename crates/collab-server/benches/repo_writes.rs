@@ -16,18 +16,16 @@
 //! interleaved rounds). Run: `cargo bench --bench repo_writes` (release
 //! build); the table is printed and written to docs/benchmarks.md under
 //! "## PostgreSQL: writes per repository".
-
-use collab_store as db;
 use collab_testkit::bench as support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use collab_store::issues::{self, NewIssue, WriteCtx};
+use collab_store::objects::Person;
+use collab_store::writer::Writer;
+use collab_store::Location;
 use collab_testkit::pg::{self, TestDatabase};
-use db::issues::{self, NewIssue, WriteCtx};
-use db::objects::Person;
-use db::writer::Writer;
-use db::Location;
 use support::{env_usize, percentile, write_section};
 
 const SECTION: &str = "## PostgreSQL: writes per repository";
@@ -151,7 +149,7 @@ fn actor() -> Person {
 async fn write<T, F>(service: &Writer, scope: Scope, repo: &str, f: F) -> anyhow::Result<T>
 where
     T: Send + 'static,
-    F: Fn(&db::sql::Connection, i64) -> anyhow::Result<T> + Send + 'static,
+    F: Fn(&collab_store::sql::Connection, i64) -> anyhow::Result<T> + Send + 'static,
 {
     match scope {
         Scope::Generic => service.write("comment", f).await,

@@ -9,17 +9,15 @@
 //! Run: `cargo bench --bench review` (release build). `BENCH_RUNS`
 //! (default 30) pushes per row, `BENCH_PATCHES` (default 1000) open
 //! patches. Writes docs/benchmarks.md under "## Push-to-review".
-
-use collab_store as db;
 use collab_testkit::bench as support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use collab_store::issues::Person;
+use collab_store::patches::{self, NewPatch, NewRevision, WriteCtx};
 use collab_testkit::ServerHarness;
-use db::issues::Person;
-use db::patches::{self, NewPatch, NewRevision, WriteCtx};
 use git2::{Oid, Repository, Signature};
 use support::{env_usize, fmt, median, timed, write_section};
 
@@ -56,7 +54,7 @@ fn seed_open_patches(bare: &Path, db_path: &Path, repo_name: &str, count: usize)
     let main = repo.find_reference("refs/heads/main").unwrap();
     let base = main.peel_to_commit().unwrap();
     let sig = Signature::now("seed", "seed@example.com").unwrap();
-    let conn = db::leases::open(db_path).unwrap();
+    let conn = collab_store::leases::open(db_path).unwrap();
     let tx = conn.unchecked_transaction().unwrap();
     let who = Person {
         principal: "SHA256:seed".into(),

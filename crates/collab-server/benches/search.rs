@@ -1,4 +1,4 @@
-//! Search (`collab-search`, `db::search`) in process, on SQLite (FTS5)
+//! Search (`collab-search`, `collab_store::search`) in process, on SQLite (FTS5)
 //! and PostgreSQL (GIN over tsvector): the database time of one page of
 //! results over a large corpus (p50/p99), and what the index costs a
 //! durable comment (with the index vs the same database without it).
@@ -11,16 +11,14 @@
 //! (default 400) durable comments per side of the write scenario. The
 //! PostgreSQL half runs when `GIT_COLLAB_TEST_POSTGRES` names an admin URL.
 //! Writes docs/benchmarks.md under "## Search".
-
-use collab_store as db;
 use collab_testkit::bench as support;
 use collab_testkit::pg::{self, TestDatabase};
 
 use std::time::{Duration, Instant};
 
-use db::issues::{self, Person, WriteCtx};
-use db::search::{self as search, KindFilter, Query, StateFilter, Terms};
-use db::sql::{params, Connection};
+use collab_store::issues::{self, Person, WriteCtx};
+use collab_store::search::{self as search, KindFilter, Query, StateFilter, Terms};
+use collab_store::sql::{params, Connection};
 use support::{env_usize, fmt, percentile, write_section};
 
 const SECTION: &str = "## Search";
@@ -275,7 +273,9 @@ fn main() -> anyhow::Result<()> {
     // On the target directory's disk, not a tmpfs: fsync must be real.
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
     let sqlite = |name: &str| -> anyhow::Result<Connection> {
-        Ok(db::connect::open(dir.path().join(format!("{name}.db")))?)
+        Ok(collab_store::connect::open(
+            dir.path().join(format!("{name}.db")),
+        )?)
     };
     let mut backends = vec![run("SQLite", &sqlite, issues, comments, runs, writes)?];
     let mut databases = Vec::new();
@@ -283,7 +283,7 @@ fn main() -> anyhow::Result<()> {
         let postgres = |_: &str| -> anyhow::Result<Connection> {
             let d = TestDatabase::create();
             let conn = Connection::open_postgres(&d.url)?;
-            db::migrations::migrate(&conn)?;
+            collab_store::migrations::migrate(&conn)?;
             databases.push(d);
             Ok(conn)
         };

@@ -8,18 +8,16 @@
 //! Run: `cargo bench --bench work_queue`. `QUEUE_BENCH_ISSUES` and
 //! `QUEUE_BENCH_AGENTS` override the counts. The table is printed and
 //! written to docs/benchmarks.md under "## Work queue".
-
-use collab_store as db;
 use collab_testkit::bench as support;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use db::issues::{self, NewIssue, Person, WriteCtx};
-use db::leases::{Acquire, Claim};
-use db::queue::{Next, NextRequest};
-use db::writer::Writer;
+use collab_store::issues::{self, NewIssue, Person, WriteCtx};
+use collab_store::leases::{Acquire, Claim};
+use collab_store::queue::{Next, NextRequest};
+use collab_store::writer::Writer;
 
 const REPO: &str = "bench/queue.git";
 const TTL: Option<i64> = Some(600);

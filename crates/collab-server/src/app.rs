@@ -9,15 +9,15 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use crate::config::{LeasesConfig, ServerConfig};
-use crate::db::leases::Policy;
-use crate::db::reads::ReadPool;
-use crate::db::writer::Writer;
 use crate::governance::Governance;
 use crate::identity::certs::CertAuthority;
 use crate::identity::AuthorizedKeys;
 use crate::leasing::waiters::Waiters;
 use crate::limits::{fds, Limits};
 use crate::shutdown::{self, Stop, StopTrigger, WorkTracker};
+use collab_store::leases::Policy;
+use collab_store::reads::ReadPool;
+use collab_store::writer::Writer;
 
 /// State shared by every connection and request.
 pub struct App {

@@ -2,7 +2,7 @@
 //! server merges a queued patch as soon as its merge rule allows it, with
 //! no client connected.
 //!
-//! The intents live in `collab.db` (`db::merge_intents`), so they survive
+//! The intents live in `collab.db` (`collab_store::merge_intents`), so they survive
 //! a restart and every node sees them. The driver looks at every intent
 //! when the event log moves (a check set, a vote, a push: this node's
 //! writes and other nodes' as the event poller publishes them), at the
@@ -29,9 +29,9 @@
 use std::sync::Arc;
 
 use crate::app::App;
-use crate::db::merge_intents::{self as store, Intent};
-use crate::db::patches::{self, PatchError, PatchStatus};
 use crate::patch_merge::{self, MergeError, RunError};
+use collab_store::merge_intents::{self as store, Intent};
+use collab_store::patches::{self, PatchError, PatchStatus};
 
 /// How long a node's claim on an intent lasts (a merge takes far less).
 const CLAIM_SECS: i64 = 120;
@@ -152,7 +152,7 @@ fn decide(
     detail: &patches::PatchDetail,
     rule: &patches::MergeRule,
     may_write: bool,
-    checks: &[crate::db::checks::Check],
+    checks: &[collab_store::checks::Check],
 ) -> Decision {
     let revision = match still_queued(intent, detail, may_write) {
         Ok(n) => n,
@@ -269,9 +269,9 @@ async fn merge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::checks::Check;
-    use crate::db::issues::Person;
-    use crate::db::patches::{Patch, PatchDetail, Revision};
+    use collab_store::checks::Check;
+    use collab_store::issues::Person;
+    use collab_store::patches::{Patch, PatchDetail, Revision};
 
     fn person(p: &str) -> Person {
         Person {

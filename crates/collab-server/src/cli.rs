@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::objects::import;
-use crate::{config, db, events, healthcheck, hooks, logging, ops, repos, serve};
+use crate::{config, events, healthcheck, hooks, logging, ops, repos, serve};
 
 #[derive(Parser)]
 #[command(
@@ -269,8 +269,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// running server or not (SQLite serializes the two writers).
 fn db_migrate_cmd(config: &config::ServerConfig, to: &str, json: bool) -> anyhow::Result<ExitCode> {
     let source = match config.collab_db_location() {
-        db::Location::Sqlite(path) => path,
-        db::Location::Postgres(_) => {
+        collab_store::Location::Sqlite(path) => path,
+        collab_store::Location::Postgres(_) => {
             anyhow::bail!("collab_db is already a PostgreSQL database: nothing to migrate")
         }
     };
@@ -281,16 +281,16 @@ fn db_migrate_cmd(config: &config::ServerConfig, to: &str, json: bool) -> anyhow
     } else {
         to.to_string()
     };
-    let target = match db::Location::parse(&url) {
-        db::Location::Postgres(url) => url,
-        db::Location::Sqlite(_) => anyhow::bail!("--to must be a postgres:// URL"),
+    let target = match collab_store::Location::parse(&url) {
+        collab_store::Location::Postgres(url) => url,
+        collab_store::Location::Sqlite(_) => anyhow::bail!("--to must be a postgres:// URL"),
     };
-    let shown = db::Location::Postgres(target.clone()).display();
+    let shown = collab_store::Location::Postgres(target.clone()).display();
     // No server may write the SQLite file while it is copied, nor start
     // before the copy is done and collab_db points at PostgreSQL.
     let _offline = crate::server_lock::ServerLock::offline(&config.state_dir)
         .map_err(|held| anyhow::anyhow!("db migrate: {held}"))?;
-    let copied = db::transfer::sqlite_to_postgres(&source, &target)
+    let copied = collab_store::transfer::sqlite_to_postgres(&source, &target)
         .map_err(|e| anyhow::anyhow!("db migrate to {shown}: {e:#}"))?;
     if json {
         print_stdout(&(serde_json::to_string_pretty(&copied)? + "\n"))?;
@@ -322,9 +322,9 @@ fn import_cmd(
         None => None,
     };
     let location = config.collab_db_location();
-    let mut conn = db::open(&location)
+    let mut conn = collab_store::open(&location)
         .map_err(|e| anyhow::anyhow!("collab_db: opening {}: {e}", location.display()))?;
-    let reader = db::open(&location)
+    let reader = collab_store::open(&location)
         .map_err(|e| anyhow::anyhow!("collab_db: opening {}: {e}", location.display()))?;
     let mut is_done =
         |name: &str| -> anyhow::Result<import::Done> { Ok(import::import_state(&reader, name)?) };

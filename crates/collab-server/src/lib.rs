@@ -44,7 +44,3 @@ pub mod tui;
 pub mod upload_pack;
 pub mod wants;
 pub mod webhooks;
-
-/// The collab database is the `collab_store` crate; `crate::db::…` keeps
-/// the server's paths short.
-pub use collab_store as db;

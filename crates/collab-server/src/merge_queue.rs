@@ -5,7 +5,7 @@
 //! The entries are the branch's merge intents (`collab-patch merge`, with
 //! or without `--when-green`, records one when the rule queues), in queue
 //! order; the groups and the per-branch state are in `collab.db`
-//! (`db::merge_queue`), so a queue survives a restart and every node sees
+//! (`collab_store::merge_queue`), so a queue survives a restart and every node sees
 //! it. One node drives a branch's queue at a time: each look claims the
 //! branch (`merge_queue_branches.claimed_by`, with a deadline of
 //! [`CLAIM_SECS`] so a dead node's claim lapses), acts, and releases it;
@@ -72,18 +72,18 @@ use std::sync::Arc;
 use git2::{Oid, Repository};
 
 use crate::app::App;
-use crate::db::issues::Person;
-use crate::db::merge_intents::{self, Intent};
-use crate::db::merge_queue::{self as store, Group, GroupVerdict, How, Member, Search};
-use crate::db::patches::{
-    self, MergeRule, MergedBy, PatchDetail, PatchError, PatchStatus, QueueMethod,
-};
 use crate::events::Recorded;
 use crate::hooks::merge_scan;
 use crate::hooks::RefUpdate;
 use crate::patch_merge;
 use crate::repos::RepoEntry;
 use collab_record::refs;
+use collab_store::issues::Person;
+use collab_store::merge_intents::{self, Intent};
+use collab_store::merge_queue::{self as store, Group, GroupVerdict, How, Member, Search};
+use collab_store::patches::{
+    self, MergeRule, MergedBy, PatchDetail, PatchError, PatchStatus, QueueMethod,
+};
 
 /// How long a node's claim on a branch's queue lasts (one look takes far
 /// less; it is released at the end of the look).
@@ -239,7 +239,7 @@ async fn step(
                     let d = patches::show(conn, &r, &i.patch);
                     // A tenure the queue held for it ended (released,
                     // broken): the patch leaves the queue.
-                    let ended = crate::db::queue_holds::ended(conn, &r, &i.patch, now);
+                    let ended = collab_store::queue_holds::ended(conn, &r, &i.patch, now);
                     ended.map(|e| (i, d, e))
                 })
                 .collect::<Result<_, _>>()?;
@@ -319,7 +319,7 @@ async fn step(
         let (r, c) = (repo.clone(), g.commit.clone());
         let checks = app
             .reads
-            .read(move |conn| Ok(crate::db::checks::list(conn, &r, &c)?))
+            .read(move |conn| Ok(collab_store::checks::list(conn, &r, &c)?))
             .await?;
         let speculated = g.excluded.is_none() && store::speculated_over(search, g.n);
         let verdict = store::verdict(rule, &checks);
@@ -1091,7 +1091,7 @@ enum Hold {
 
 /// Check a member again inside the landing transaction.
 fn recheck(
-    conn: &crate::db::sql::Connection,
+    conn: &collab_store::sql::Connection,
     w: &patches::WriteCtx<'_>,
     m: &Member,
     intent: Option<&Intent>,
@@ -1329,7 +1329,7 @@ fn undo(git: &Repository, base_ref: &str, old: Oid, new: Oid) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::patches::{Patch, Revision};
+    use collab_store::patches::{Patch, Revision};
 
     fn person(p: &str) -> Person {
         Person {

@@ -29,16 +29,16 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use crate::db::sql::Connection;
+use collab_store::sql::Connection;
 use git2::{Oid, Repository};
 
-use crate::db::issues::Person;
-use crate::db::leases;
-use crate::db::patches::{self, MergeRule, MergedBy, PatchDetail, PatchError};
 use crate::events::Recorded;
 use crate::hooks::merge_scan::{self, Found, Plan};
 use crate::hooks::RefUpdate;
 use collab_record::refs;
+use collab_store::issues::Person;
+use collab_store::leases;
+use collab_store::patches::{self, MergeRule, MergedBy, PatchDetail, PatchError};
 
 /// How the base branch takes the revision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -422,7 +422,7 @@ pub fn holds_one_of(
     principal: &str,
     token: i64,
     now: i64,
-) -> crate::db::sql::Result<Result<(), Fenced>> {
+) -> collab_store::sql::Result<Result<(), Fenced>> {
     let mut last = None;
     for issue in issues {
         match leases::current_in(conn, repo, issue, now)? {
@@ -604,7 +604,7 @@ pub async fn run(req: Request<'_>) -> Result<Merged, RunError> {
                 // a row) past the wait; nothing was written, so the merge
                 // is prepared and run again here, a few times, before the
                 // caller hears "busy" (docs/postgres.md).
-                if crate::db::writer::is_busy(&e) && busy + 1 < BUSY_ATTEMPTS {
+                if collab_store::writer::is_busy(&e) && busy + 1 < BUSY_ATTEMPTS {
                     busy += 1;
                     let pause = collab_proto::exit::busy_backoff_ms(busy + 1, rand::random());
                     tracing::info!(repo, "collab-patch merge: busy ({e:#}); running it again");

@@ -1,7 +1,7 @@
 //! Changing a served repository on disk: description, visibility (the
 //! ungoverned policy file), HEAD, rename and delete. Who may do it is
 //! `authz`'s decision and what the collab database holds for the
-//! repository is `db::repos`'; this module only touches the filesystem,
+//! repository is `collab_store::repos`'; this module only touches the filesystem,
 //! each change all-or-nothing (write a temp file, then rename).
 
 use std::path::{Path, PathBuf};

@@ -82,7 +82,7 @@ pub struct RepoPolicy {
     /// When `collab-patch merge` may merge a patch (`merge = { approvals =
     /// 1, ... }`); unset is `MergeRule::default()`.
     #[serde(default)]
-    pub merge: Option<crate::db::patches::MergeRule>,
+    pub merge: Option<collab_store::patches::MergeRule>,
     /// Set when the policy file exists but does not parse: the repository is
     /// then closed to everyone but admins (fail closed).
     #[serde(skip)]

@@ -59,7 +59,7 @@ fn import_at_start(app: &App, runtime: tokio::runtime::Handle) {
 
 /// Run the server until SIGTERM or SIGINT. Prepares the state directory
 /// (host key, authorized_keys, initial admin keys, hooks) and checks
-/// `collab.db` (`db::guard`) first.
+/// `collab.db` (`collab_store::guard`) first.
 pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Result<()> {
     let mut config = crate::config::absolute_paths(config)?;
     // Before any listener exists: the connection caps are fitted into it.
@@ -82,7 +82,7 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     // The database calls are blocking (a PostgreSQL client runs its own
     // small runtime): off the async workers.
     tokio::task::block_in_place(|| {
-        crate::db::guard::check_before_open(
+        collab_store::guard::check_before_open(
             &config.collab_db_location(),
             &config.state_dir,
             &config.repos_dir,
@@ -103,7 +103,7 @@ pub async fn serve(config: ServerConfig, options: ServeOptions) -> anyhow::Resul
     config.http.listen = http_addr.to_string();
 
     let app = Arc::new(tokio::task::block_in_place(|| App::new(config))?);
-    crate::db::guard::mark_state_dir(&app.config.state_dir)?;
+    collab_store::guard::mark_state_dir(&app.config.state_dir)?;
     let stopping = app.stopping.clone();
     // Leases end on time and waiters are served without anyone polling.
     tokio::spawn(crate::leasing::expiry::run(

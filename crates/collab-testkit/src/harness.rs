@@ -549,7 +549,7 @@ impl ServerHarness {
 
     /// Where this server keeps its collab database, as `collab_db` would
     /// say it: the PostgreSQL URL, or the SQLite file. Tests that look into
-    /// the database open it with `db::open_reader(db::Location::parse(…))`
+    /// the database open it with `collab_store::open_reader(collab_store::Location::parse(…))`
     /// and so read either backend.
     pub fn db_setting(&self) -> String {
         match &self.db_url {

@@ -440,14 +440,14 @@ pub fn can_subscribe(app: &App, caller: &Caller, glob: &str) -> bool {
 /// (`checks_from = "checks"`): a snapshot of governance, authorized_keys
 /// and the policy, taken with the rule, so every verdict made with it
 /// (merge, `--when-green`, the merge queue, the pages) counts alike.
-pub fn merge_rule(app: &App, entry: &RepoEntry) -> crate::db::patches::MergeRule {
+pub fn merge_rule(app: &App, entry: &RepoEntry) -> collab_store::patches::MergeRule {
     let state = app.governance.state();
     let governed = match state.as_ref() {
         GovState::Active(conf) => conf.merge_rule(entry.short_name()),
         _ => None,
     };
     let mut rule = governed.or(entry.policy.merge.clone()).unwrap_or_default();
-    if rule.checks_from == crate::db::patches::ChecksFrom::Checks {
+    if rule.checks_from == collab_store::patches::ChecksFrom::Checks {
         rule.check_posters = check_posters(app, entry);
     }
     rule
@@ -457,20 +457,20 @@ pub fn merge_rule(app: &App, entry: &RepoEntry) -> crate::db::patches::MergeRule
 /// with no session at hand from a snapshot of the live state. A key's
 /// `from=` does not matter here: the check was posted over a connection
 /// that passed it.
-fn check_posters(app: &App, entry: &RepoEntry) -> crate::db::patches::CheckPosters {
+fn check_posters(app: &App, entry: &RepoEntry) -> collab_store::patches::CheckPosters {
     let short = entry.short_name().to_string();
     match app.governance.state().as_ref() {
         GovState::Active(conf) => {
             let conf = conf.clone();
-            crate::db::patches::CheckPosters::new(move |p| {
+            collab_store::patches::CheckPosters::new(move |p| {
                 conf.access(p, &short) == Some(Access::Checks)
             })
         }
-        GovState::Broken(_) => crate::db::patches::CheckPosters::new(|_| false),
+        GovState::Broken(_) => collab_store::patches::CheckPosters::new(|_| false),
         GovState::Inactive => {
             let (keys, policy) = (app.authorized_keys.current(), entry.policy.clone());
             let now = crate::identity::unix_now();
-            crate::db::patches::CheckPosters::new(move |p| {
+            collab_store::patches::CheckPosters::new(move |p| {
                 if p.starts_with("SHA256:") {
                     let line = keys.get(p).and_then(|lines| {
                         lines

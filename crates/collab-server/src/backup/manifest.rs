@@ -29,7 +29,7 @@ use sha2::{Digest as _, Sha256};
 
 use collab_record::sign::{self, SigningKey};
 
-use crate::db::snapshot::Census;
+use collab_store::snapshot::Census;
 
 /// `format` of every manifest.
 pub const FORMAT: &str = "git-collab-backup";

@@ -11,7 +11,7 @@
 //! - `progress`: the progress line on a terminal.
 //!
 //! The database side (online copy, integrity check, census) is
-//! `db::snapshot`; the per-repository lock shared with maintenance is
+//! `collab_store::snapshot`; the per-repository lock shared with maintenance is
 //! `maintenance::lock`. docs/operations.md describes the procedure.
 
 pub mod manifest;

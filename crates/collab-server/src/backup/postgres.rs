@@ -25,8 +25,8 @@ use std::process::{Command, Output, Stdio};
 
 use anyhow::{bail, Context as _};
 
-use crate::db::snapshot::{self, Census};
-use crate::db::sql::Connection;
+use collab_store::snapshot::{self, Census};
+use collab_store::sql::Connection;
 
 /// `Manifest::database_dump` of a backup holding a `pg_dump` archive.
 pub const DUMP_FORMAT: &str = "pg_dump-custom";
@@ -182,7 +182,7 @@ fn is_executable(path: &Path) -> bool {
 
 /// `url` as it may be printed (no password).
 fn redact(url: &str) -> String {
-    crate::db::Location::Postgres(url.to_string()).display()
+    collab_store::Location::Postgres(url.to_string()).display()
 }
 
 /// `url` without its password (in the authority or a `password=`

@@ -26,8 +26,8 @@ use super::progress::Progress;
 use super::repo_copy;
 use super::verify::{self, Depth};
 use crate::config::ServerConfig;
-use crate::db::snapshot;
 use crate::maintenance::git::{git, output};
+use collab_store::snapshot;
 
 /// What `restore` reports.
 pub struct Restored {
@@ -75,16 +75,16 @@ pub fn restore(
     ) {
         // A SQLite database restored beside a server configured for
         // PostgreSQL would be a file nobody reads, reported as restored.
-        (Some(_), None, location @ crate::db::Location::Postgres(_)) => bail!(
+        (Some(_), None, location @ collab_store::Location::Postgres(_)) => bail!(
             "the backup holds a SQLite collab database, but collab_db is PostgreSQL ({}): \
              restore with collab_db unset, then move it with `db migrate`",
             location.display()
         ),
-        (Some(_), Some(postgres::DUMP_FORMAT), crate::db::Location::Postgres(url)) => {
+        (Some(_), Some(postgres::DUMP_FORMAT), collab_store::Location::Postgres(url)) => {
             postgres::check_empty(&url)?;
             Some(url)
         }
-        (Some(_), Some(postgres::DUMP_FORMAT), crate::db::Location::Sqlite(_)) => bail!(
+        (Some(_), Some(postgres::DUMP_FORMAT), collab_store::Location::Sqlite(_)) => bail!(
             "the backup holds a PostgreSQL database (a pg_dump archive), but collab_db is \
              SQLite: set collab_db to an empty PostgreSQL database and restore again"
         ),

@@ -34,8 +34,8 @@ use super::postgres;
 use super::progress::Progress;
 use super::repo_copy;
 use crate::config::ServerConfig;
-use crate::db::snapshot;
 use crate::repos;
+use collab_store::snapshot;
 
 /// What `backup` reports.
 pub struct Taken {
@@ -236,16 +236,16 @@ fn write(
     // in for a PostgreSQL database (it is skipped below as well).
     let db = config.collab_db_path();
     let (census, database_dump) = match config.collab_db_location() {
-        crate::db::Location::Postgres(url) => {
+        collab_store::Location::Postgres(url) => {
             let copy = to.join(layout::PG_DUMP);
             let census = postgres::dump(&url, &copy).context("dumping the PostgreSQL database")?;
             out.record_written(Path::new(layout::PG_DUMP))?;
             (Some(census), Some(postgres::DUMP_FORMAT.to_string()))
         }
-        crate::db::Location::Sqlite(_) if db.exists() => {
+        collab_store::Location::Sqlite(_) if db.exists() => {
             let copy = to.join(layout::DATABASE);
             // Created 0600 before SQLite writes into it (it would use 0644).
-            crate::db::leases::make_private(&copy)
+            collab_store::leases::make_private(&copy)
                 .with_context(|| format!("creating {}", copy.display()))?;
             snapshot::copy_online(&db, &copy)
                 .with_context(|| format!("copying the database {}", db.display()))?;
@@ -253,7 +253,7 @@ fn write(
             let census = snapshot::census_of(&copy).context("reading the database copy")?;
             (Some(census), None)
         }
-        crate::db::Location::Sqlite(_) => (None, None),
+        collab_store::Location::Sqlite(_) => (None, None),
     };
 
     // 2. Keys, and every other file of the state directory.

@@ -16,8 +16,8 @@ use super::manifest::{
     Signer, Trust,
 };
 use super::progress::Progress;
-use crate::db::snapshot;
 use crate::maintenance::git::git;
+use collab_store::snapshot;
 
 /// The outcome of a check: the manifest (if it could be read) and every
 /// problem found. No problems means the backup is sound.

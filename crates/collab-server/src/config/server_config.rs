@@ -272,17 +272,17 @@ impl ServerConfig {
     /// server would have kept it; see `collab_db_location`).
     pub fn collab_db_path(&self) -> PathBuf {
         match self.collab_db_location() {
-            crate::db::Location::Sqlite(path) => path,
-            crate::db::Location::Postgres(_) => self.repos_dir.join("collab.db"),
+            collab_store::Location::Sqlite(path) => path,
+            collab_store::Location::Postgres(_) => self.repos_dir.join("collab.db"),
         }
     }
 
     /// Where the collab database lives: a SQLite file (a path, `sqlite:PATH`,
     /// or the default `{repos_dir}/collab.db`) or a PostgreSQL URL.
-    pub fn collab_db_location(&self) -> crate::db::Location {
+    pub fn collab_db_location(&self) -> collab_store::Location {
         match &self.collab_db {
-            Some(given) => crate::db::Location::parse(&given.to_string_lossy()),
-            None => crate::db::Location::Sqlite(self.repos_dir.join("collab.db")),
+            Some(given) => collab_store::Location::parse(&given.to_string_lossy()),
+            None => collab_store::Location::Sqlite(self.repos_dir.join("collab.db")),
         }
     }
 

@@ -5,7 +5,7 @@
 //! creation, releases, ref updates), and the background tasks (retention
 //! pruning, picking up rows other processes committed).
 //!
-//! Storage and `seq` are `db::event_log`'; the stream is `ssh::watch`';
+//! Storage and `seq` are `collab_store::event_log`'; the stream is `ssh::watch`';
 //! delivery to URLs is `webhooks`'. `docs/events.md` documents every type.
 
 pub mod filter;
@@ -18,7 +18,7 @@ use chrono::{TimeZone as _, Utc};
 use serde_json::{json, Value};
 
 use crate::app::App;
-use crate::db::event_log::{self, Event, EVENTS_CHANNEL, EVENT_SCHEMA_VERSION};
+use collab_store::event_log::{self, Event, EVENTS_CHANNEL, EVENT_SCHEMA_VERSION};
 
 pub use filter::TypeFilter;
 pub use recorded::Recorded;
@@ -71,13 +71,13 @@ pub const HOST_ACTOR: &str = "host";
 /// they all commit together or not at all. SQLite serializes it with the
 /// server's writer, so `seq` stays gap-free and in commit order.
 pub fn append_from_other_process(
-    collab_db: &crate::db::Location,
+    collab_db: &collab_store::Location,
     events: &[Recorded],
-) -> crate::db::sql::Result<()> {
-    let conn = crate::db::open(collab_db)?;
-    let tx = crate::db::sql::Transaction::new_unchecked(
+) -> collab_store::sql::Result<()> {
+    let conn = collab_store::open(collab_db)?;
+    let tx = collab_store::sql::Transaction::new_unchecked(
         &conn,
-        crate::db::sql::TransactionBehavior::Immediate,
+        collab_store::sql::TransactionBehavior::Immediate,
     )?;
     let now = Utc::now().timestamp();
     for event in events {
@@ -119,7 +119,7 @@ pub fn spawn_background(app: &Arc<App>) {
         HEAD_POLL
     };
     let notified = Arc::new(tokio::sync::Notify::new());
-    if let crate::db::Location::Postgres(url) = app.config.collab_db_location() {
+    if let collab_store::Location::Postgres(url) = app.config.collab_db_location() {
         listen(url, notified.clone());
     }
     tokio::spawn(async move {
@@ -144,7 +144,7 @@ fn listen(url: String, notified: Arc<tokio::sync::Notify>) {
         .name("pg-listen".into())
         .spawn(move || loop {
             // As the store connects: the URL's TLS settings and hosts.
-            match crate::db::sql::connect_client(&url) {
+            match collab_store::sql::connect_client(&url) {
                 Ok(mut client) => {
                     if let Err(e) = client.batch_execute(&format!("LISTEN {EVENTS_CHANNEL}")) {
                         tracing::warn!("events: LISTEN: {e}");
@@ -197,7 +197,7 @@ async fn prune(app: &App) {
         let pruned = app
             .writer
             .write("prune events", move |conn, now| {
-                let logged = crate::db::webhooks::prune_attempts(conn, now - keep, PRUNE_BATCH)?;
+                let logged = collab_store::webhooks::prune_attempts(conn, now - keep, PRUNE_BATCH)?;
                 Ok(event_log::prune_before(conn, now - keep, PRUNE_BATCH)?.max(logged))
             })
             .await;

@@ -5,9 +5,9 @@
 
 use serde_json::{json, Value};
 
-use crate::db::event_log::{self, NewEvent};
-use crate::db::sql::Connection;
-use crate::db::writer::Writer;
+use collab_store::event_log::{self, NewEvent};
+use collab_store::sql::Connection;
+use collab_store::writer::Writer;
 
 /// An event this crate appends, owned so it can travel to the writer.
 #[derive(Debug, Clone)]
@@ -91,7 +91,7 @@ impl Recorded {
     }
 
     /// Append inside the caller's transaction; returns the seq.
-    pub fn append_in(&self, conn: &Connection, now: i64) -> crate::db::sql::Result<i64> {
+    pub fn append_in(&self, conn: &Connection, now: i64) -> collab_store::sql::Result<i64> {
         event_log::append(
             conn,
             &NewEvent {

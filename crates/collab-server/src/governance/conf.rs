@@ -96,12 +96,12 @@ struct RawMergeRule {
     others_may_revise: Option<bool>,
     required_checks: Option<Vec<String>>,
     skipped_is_success: Option<bool>,
-    checks_from: Option<crate::db::patches::ChecksFrom>,
+    checks_from: Option<collab_store::patches::ChecksFrom>,
     lease_holder_is_author: Option<bool>,
     queue: Option<bool>,
     max_batch: Option<u32>,
     max_parallel: Option<u32>,
-    queue_method: Option<crate::db::patches::QueueMethod>,
+    queue_method: Option<collab_store::patches::QueueMethod>,
     speculate: Option<bool>,
     train: Option<bool>,
     min_batch: Option<u32>,
@@ -109,9 +109,9 @@ struct RawMergeRule {
 }
 
 impl RawMergeRule {
-    fn rule(&self) -> crate::db::patches::MergeRule {
-        let d = crate::db::patches::MergeRule::default();
-        crate::db::patches::MergeRule {
+    fn rule(&self) -> collab_store::patches::MergeRule {
+        let d = collab_store::patches::MergeRule::default();
+        collab_store::patches::MergeRule {
             approvals: self.approvals.unwrap_or(d.approvals),
             no_changes_requested: self.no_changes_requested.unwrap_or(d.no_changes_requested),
             author_may_approve: self.author_may_approve.unwrap_or(d.author_may_approve),
@@ -266,7 +266,7 @@ pub struct GovernanceConf {
     /// Declared webhook subscriptions (`webhooks` syncs them).
     webhooks: Vec<GovWebhook>,
     /// `[[merge_rules]]` in file order: the first whose globs match wins.
-    merge_rules: Vec<(GlobSet, crate::db::patches::MergeRule)>,
+    merge_rules: Vec<(GlobSet, collab_store::patches::MergeRule)>,
 }
 
 fn valid_ident(s: &str) -> bool {
@@ -440,7 +440,7 @@ impl GovernanceConf {
 
     /// The merge rule of the first `[[merge_rules]]` matching `repo` (its
     /// name without `.git`).
-    pub fn merge_rule(&self, repo: &str) -> Option<crate::db::patches::MergeRule> {
+    pub fn merge_rule(&self, repo: &str) -> Option<collab_store::patches::MergeRule> {
         let repo = repo.strip_suffix(".git").unwrap_or(repo);
         self.merge_rules
             .iter()
@@ -650,7 +650,7 @@ mod tests {
             .unwrap();
         assert!(q.queue);
         assert_eq!((q.max_batch, q.max_parallel), (4, 2));
-        assert_eq!(q.queue_method, crate::db::patches::QueueMethod::Rebase);
+        assert_eq!(q.queue_method, collab_store::patches::QueueMethod::Rebase);
         let defaults = "[[merge_rules]]\nrepos = [\"q\"]\nqueue = true\n";
         let d = GovernanceConf::parse(&conf(defaults))
             .unwrap()
@@ -698,13 +698,13 @@ mod tests {
             .merge_rule("x")
             .unwrap();
         assert!(rule.required_checks.is_empty() && !rule.skipped_is_success);
-        assert_eq!(rule.checks_from, crate::db::patches::ChecksFrom::Anyone);
+        assert_eq!(rule.checks_from, collab_store::patches::ChecksFrom::Anyone);
         let ci_only = "[[merge_rules]]\nrepos = [\"**\"]\nchecks_from = \"checks\"\n";
         let rule = GovernanceConf::parse(&conf(ci_only))
             .unwrap()
             .merge_rule("x")
             .unwrap();
-        assert_eq!(rule.checks_from, crate::db::patches::ChecksFrom::Checks);
+        assert_eq!(rule.checks_from, collab_store::patches::ChecksFrom::Checks);
         let bad = "[[merge_rules]]\nrepos = [\"**\"]\nchecks_from = \"writers\"\n";
         assert!(GovernanceConf::parse(&conf(bad)).is_err());
         for bad in ["\"a b\"", "\"\"", "\"/ci\""] {

@@ -39,9 +39,9 @@ pub struct HookContext {
     pub access: Access,
     pub state_dir: PathBuf,
     /// `collab.db` (or its configured location): hooks may read it with
-    /// their own connection, and write only through `db::*` functions in
+    /// their own connection, and write only through `collab_store::*` functions in
     /// their own short transaction.
-    pub collab_db: crate::db::Location,
+    pub collab_db: collab_store::Location,
     /// Ref globs a push may touch only with a live lease token
     /// (`hooks::fencing`): the repository policy's and governance's, as the
     /// server resolved them. Passed one per line.
@@ -129,7 +129,7 @@ impl HookContext {
             repo: text(ENV_REPO)?,
             access,
             state_dir: path(ENV_STATE_DIR)?,
-            collab_db: crate::db::Location::parse(&text(ENV_COLLAB_DB)?),
+            collab_db: collab_store::Location::parse(&text(ENV_COLLAB_DB)?),
             fenced_refs: lines(ENV_FENCED_REFS),
             fenced_ref_issue: lines(ENV_FENCED_REF_ISSUE),
             // Anything but "1" is the safe default: only the author revises.

@@ -25,13 +25,13 @@
 //! with the hook's own read-only connection (WAL lets it read beside the
 //! server's writer); this check writes nothing.
 
-use crate::db::sql::Connection;
+use collab_store::sql::Connection;
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 use super::check::Refusal;
 use super::context::HookContext;
 use super::updates::RefUpdate;
-use crate::db::leases;
+use collab_store::leases;
 
 /// The push option's name.
 pub const OPTION: &str = "collab-lease";
@@ -209,7 +209,7 @@ pub fn check(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), Refusal> {
     }
     let tied = compile_ref_issue(&ctx.fenced_ref_issue).map_err(Refusal::one)?;
     let now = chrono::Utc::now().timestamp();
-    let conn = crate::db::open_reader(&ctx.collab_db)
+    let conn = collab_store::open_reader(&ctx.collab_db)
         .map_err(|e| Refusal::one(format!("push refused: cannot read the lease store: {e}")))?;
     let mut held = Vec::new();
     let mut stale = Vec::new();
@@ -300,7 +300,7 @@ pub fn judge(
     option: &LeaseOption,
     now: i64,
 ) -> Result<String, Judged> {
-    let internal = |e: crate::db::sql::Error| {
+    let internal = |e: collab_store::sql::Error| {
         Judged::Bad(format!("push refused: reading the lease store: {e}"))
     };
     let ids = leases::issues_with_prefix(conn, &ctx.repo, &option.issue).map_err(internal)?;
@@ -338,8 +338,8 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::leases::{Claim, Policy};
     use collab_proto::Access;
+    use collab_store::leases::{Claim, Policy};
 
     const T0: i64 = 1_790_000_000;
     const ISSUE: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
@@ -405,7 +405,7 @@ mod tests {
 
     #[test]
     fn only_the_pushers_live_token_passes() {
-        let conn = crate::db::testing::db();
+        let conn = collab_store::testing::db();
         let p = Policy::default();
         let claim = |holder: &str| Claim::new("r.git", ISSUE, holder, Some(10));
         leases::acquire_in(&conn, &claim("alice"), &p, T0).unwrap();
@@ -473,7 +473,7 @@ mod tests {
     #[test]
     fn a_ref_tied_to_an_issue_needs_that_issues_lease() {
         const X: &str = "0123456789abcdef0123456789abcdef01234567";
-        let conn = crate::db::testing::db();
+        let conn = collab_store::testing::db();
         let p = Policy::default();
         let claim = |issue: &str, holder: &str, ttl| Claim::new("r.git", issue, holder, Some(ttl));
         leases::acquire_in(&conn, &claim(X, "z", 1000), &p, T0).unwrap();

@@ -25,12 +25,12 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::db::sql::TransactionBehavior;
+use collab_store::sql::TransactionBehavior;
 use git2::{Oid, Repository};
 
 use super::context::HookContext;
 use super::updates::RefUpdate;
-use crate::db::{issues, patches};
+use collab_store::{issues, patches};
 
 /// Most commits of one pushed branch the scan reads.
 pub const MAX_COMMITS: usize = 10_000;
@@ -126,7 +126,7 @@ impl Plan {
 /// (`conn` may be a read-only connection; nothing is written).
 pub fn plan(
     repo: &Repository,
-    conn: &crate::db::sql::Connection,
+    conn: &collab_store::sql::Connection,
     repo_name: &str,
     updates: &[RefUpdate],
 ) -> Result<Plan, String> {
@@ -206,7 +206,7 @@ pub fn plan(
 /// A patch or issue that no longer applies (merged or closed meanwhile, an
 /// unknown or ambiguous prefix) is a warning in the result, not an error.
 pub fn apply(
-    conn: &crate::db::sql::Connection,
+    conn: &collab_store::sql::Connection,
     plan: &Plan,
     repo_name: &str,
     actor: &issues::Person,
@@ -261,8 +261,8 @@ pub fn scan(ctx: &HookContext, updates: &[RefUpdate]) -> Result<Found, String> {
     {
         return Ok(Found::default());
     }
-    let conn =
-        crate::db::open(&ctx.collab_db).map_err(|e| format!("opening the collab database: {e}"))?;
+    let conn = collab_store::open(&ctx.collab_db)
+        .map_err(|e| format!("opening the collab database: {e}"))?;
     let repo = ctx.open_repo()?;
     let plan = plan(&repo, &conn, &ctx.repo, updates)?;
     if plan.is_empty() {
@@ -270,7 +270,7 @@ pub fn scan(ctx: &HookContext, updates: &[RefUpdate]) -> Result<Found, String> {
     }
     // The push's records are this repository's: its lock, not the key of
     // the writes that may touch several (docs/postgres.md).
-    let tx = crate::db::sql::Transaction::new_unchecked(&conn, TransactionBehavior::Repository)
+    let tx = collab_store::sql::Transaction::new_unchecked(&conn, TransactionBehavior::Repository)
         .and_then(|tx| tx.lock_repository(&ctx.repo).map(|_| tx))
         .map_err(|e| format!("collab database: {e}"))?;
     let actor = issues::Person {

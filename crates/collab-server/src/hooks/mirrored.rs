@@ -28,9 +28,9 @@ pub fn check(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), Refusal> {
     let Some(first) = updates.iter().find(|u| mirrored(&u.refname)) else {
         return Ok(());
     };
-    let conn = crate::db::open_reader(&ctx.collab_db)
+    let conn = collab_store::open_reader(&ctx.collab_db)
         .map_err(|e| Refusal::one(format!("push refused: cannot read the mirror list: {e}")))?;
-    match crate::db::mirrors::has_pull(&conn, &ctx.repo) {
+    match collab_store::mirrors::has_pull(&conn, &ctx.repo) {
         Ok(false) => Ok(()),
         Ok(true) => Err(Refusal::one(refusal(&first.refname))),
         Err(e) => Err(Refusal::one(format!(

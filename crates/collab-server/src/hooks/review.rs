@@ -12,7 +12,7 @@
 //! 1. reads git: the head commit, the server's `refs/heads/<base>` (the
 //!    revision forks from it as the server has it now, never from a
 //!    client's possibly stale local branch), the commit's title and body;
-//! 2. decides in `collab.db` (`db::patches::open` or `revise`, with its
+//! 2. decides in `collab.db` (`collab_store::patches::open` or `revise`, with its
 //!    event, in one IMMEDIATE transaction of the hook's own connection);
 //! 3. writes `refs/collab/revisions/<patch>/<n>` (create-only) before the
 //!    transaction commits, and deletes it again if the commit fails;
@@ -34,14 +34,14 @@
 
 use std::io::{Read, Write};
 
-use crate::db::sql::TransactionBehavior;
+use collab_store::sql::TransactionBehavior;
 use git2::{Oid, Repository};
 
 use super::check::Refusal;
 use super::context::HookContext;
 use super::updates::RefUpdate;
-use crate::db::patches::{self, NewPatch, NewRevision, Person, Written};
 use collab_record::refs;
+use collab_store::patches::{self, NewPatch, NewRevision, Person, Written};
 
 /// Largest pkt-line payload git sends (65520 bytes minus the header).
 const MAX_PKT: usize = 65516;
@@ -88,7 +88,7 @@ pub fn check(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), Refusal> {
     if pins.is_empty() {
         return Ok(());
     }
-    let conn = crate::db::open_reader(&ctx.collab_db)
+    let conn = collab_store::open_reader(&ctx.collab_db)
         .map_err(|e| Refusal::one(format!("reading the collab database: {e}")))?;
     let mut refused = Vec::new();
     for (refname, id) in pins {
@@ -320,11 +320,11 @@ fn propose(
         base_tip: Some(fork.base_tip.to_string()),
     };
 
-    let conn =
-        crate::db::open(&ctx.collab_db).map_err(|e| format!("opening the collab database: {e}"))?;
+    let conn = collab_store::open(&ctx.collab_db)
+        .map_err(|e| format!("opening the collab database: {e}"))?;
     // The push's records are this repository's: its lock, not the key of
     // the writes that may touch several (docs/postgres.md).
-    let tx = crate::db::sql::Transaction::new_unchecked(&conn, TransactionBehavior::Repository)
+    let tx = collab_store::sql::Transaction::new_unchecked(&conn, TransactionBehavior::Repository)
         .and_then(|tx| tx.lock_repository(&ctx.repo).map(|_| tx))
         .map_err(|e| format!("collab database: {e}"))?;
     let actor = Person {

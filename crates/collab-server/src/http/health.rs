@@ -32,10 +32,10 @@ pub async fn readyz(State(app): State<Arc<App>>) -> Response {
 /// the probe is anonymous).
 fn ready(app: &App) -> Result<(), &'static str> {
     std::fs::read_dir(&app.config.repos_dir).map_err(|_| "repos_dir is not readable")?;
-    let db = crate::db::open_reader(app.config.collab_db_location())
+    let db = collab_store::open_reader(app.config.collab_db_location())
         .map_err(|_| "collab_db does not open")?;
     // A real query on the lease tables: a corrupt page there fails it.
-    crate::db::guard::ready_query(&db).map_err(|e| {
+    collab_store::guard::ready_query(&db).map_err(|e| {
         tracing::warn!("readyz: collab_db: {e}");
         "collab_db does not answer"
     })?;

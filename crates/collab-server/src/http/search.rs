@@ -1,6 +1,6 @@
 //! `/-/search?q=…[&after=…]`: the search box over the issues and patches
 //! of the repositories anonymous HTTP may read (`authz::anonymous_can_read`),
-//! with the same store query as `collab-search` (`db::search`). A query it
+//! with the same store query as `collab-search` (`collab_store::search`). A query it
 //! cannot take is a 400 with the reason; an empty one shows the box only.
 
 use askama::Template;
@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::state::AppState;
 use super::view::{self, PageError, PageResult};
-use crate::db::search::{self as store, Cursor, KindFilter, StateFilter, Terms};
+use collab_store::search::{self as store, Cursor, KindFilter, StateFilter, Terms};
 
 /// Results per page.
 pub const SEARCH_PAGE: usize = 25;

@@ -10,8 +10,8 @@
 
 use std::time::Duration;
 
-use crate::db::writer::Writer;
 use crate::shutdown::Stop;
+use collab_store::writer::Writer;
 
 /// How far past the due second the pass runs, so the writer's clock (whole
 /// seconds, read inside the transaction) has certainly reached it.

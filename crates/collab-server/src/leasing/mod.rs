@@ -1,5 +1,5 @@
 //! The lease machinery that lives in the server process, around the lease
-//! store (`db::leases` decides, `db::writer` commits):
+//! store (`collab_store::leases` decides, `collab_store::writer` commits):
 //!
 //! - `expiry`: the timer that ends tenures when their time is up (within a
 //!   second of `expires_at`), records `lease.expired` and lets lock delays

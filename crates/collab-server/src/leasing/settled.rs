@@ -17,10 +17,10 @@ use std::time::Duration;
 use collab_proto::replies::lease::SettledPatch;
 use serde_json::Value;
 
-use crate::db::event_log::{self, Event};
-use crate::db::merge_intents;
-use crate::db::reads::ReadPool;
-use crate::db::writer::Writer;
+use collab_store::event_log::{self, Event};
+use collab_store::merge_intents;
+use collab_store::reads::ReadPool;
+use collab_store::writer::Writer;
 
 /// Events read per look.
 const PAGE: i64 = 256;

@@ -31,10 +31,10 @@ use std::time::Duration;
 
 use tokio::sync::{oneshot, Notify};
 
-use crate::db::leases::{Acquire, Claim, Lease};
-use crate::db::queue::{Next, NextRequest, ReadyIssue};
-use crate::db::writer::Writer;
 use crate::shutdown::Stop;
+use collab_store::leases::{Acquire, Claim, Lease};
+use collab_store::queue::{Next, NextRequest, ReadyIssue};
+use collab_store::writer::Writer;
 
 /// What a waiter waits for.
 #[derive(Debug, Clone)]

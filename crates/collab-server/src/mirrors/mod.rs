@@ -9,7 +9,7 @@
 //! - here: [`Mirrors`] (in `App`), the scheduler ([`Mirrors::run`]) and one
 //!   sync ([`Mirrors::sync`]).
 //!
-//! The rows live in `collab.db` (`db::mirrors`). A sync claims its row first
+//! The rows live in `collab.db` (`collab_store::mirrors`). A sync claims its row first
 //! (one node, one task at a time), runs git, then records in one
 //! transaction the outcome (success, or the error and the next attempt,
 //! backing off) and, for a pull, one `ref.updated` event with actor
@@ -29,12 +29,12 @@ use anyhow::Context as _;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::config::MirrorsConfig;
-use crate::db::mirrors::{self as store, Mirror};
-use crate::db::reads::ReadPool;
-use crate::db::writer::Writer;
 use crate::events::recorded::Recorded;
 use crate::webhooks::secrets::SecretBox;
 use crate::webhooks::ssrf::Guard;
+use collab_store::mirrors::{self as store, Mirror};
+use collab_store::reads::ReadPool;
+use collab_store::writer::Writer;
 use git::Credential;
 
 /// Binds a sealed credential to its use (a webhook secret does not open as
@@ -315,7 +315,7 @@ impl Mirrors {
         let mut seen = loop {
             match self
                 .reads
-                .read(|conn| Ok(crate::db::event_log::head(conn)?))
+                .read(|conn| Ok(collab_store::event_log::head(conn)?))
                 .await
             {
                 Ok(seq) => break seq,
@@ -353,7 +353,7 @@ impl Mirrors {
         let after = *seen;
         let events = self
             .reads
-            .read(move |conn| Ok(crate::db::event_log::after(conn, after, EVENT_PAGE)?))
+            .read(move |conn| Ok(collab_store::event_log::after(conn, after, EVENT_PAGE)?))
             .await?;
         let Some(last) = events.last() else {
             return Ok(());

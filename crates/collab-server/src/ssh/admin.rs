@@ -3,7 +3,7 @@
 //! read, gitolite-style) and `collab-repo
 //! create|list|gc|describe|visibility|set-head|rename|delete`. Access
 //! decisions are `authz`'s, the disk work `repo_admin`'s and the database
-//! side `db::repos`'; this module checks arguments and formats replies.
+//! side `collab_store::repos`'; this module checks arguments and formats replies.
 
 use collab_proto::replies::admin as wire;
 use russh::server::Msg;
@@ -133,17 +133,20 @@ pub async fn info(ctx: &ExecContext, channel: Channel<Msg>, json: bool) {
             let mut counts = Vec::with_capacity(names.len());
             let mut leases = Vec::new();
             for name in &names {
-                let issues = crate::db::issues::count(
+                let issues = collab_store::issues::count(
                     conn,
                     name,
-                    crate::db::issues::StateFilter::Open,
+                    collab_store::issues::StateFilter::Open,
                     &[],
                 )?;
-                let patches =
-                    crate::db::patches::count(conn, name, crate::db::patches::StateFilter::Open)?;
+                let patches = collab_store::patches::count(
+                    conn,
+                    name,
+                    collab_store::patches::StateFilter::Open,
+                )?;
                 counts.push((issues, patches));
                 leases.extend(
-                    crate::db::leases::list(conn, name, now)?
+                    collab_store::leases::list(conn, name, now)?
                         .into_iter()
                         .filter(|l| l.holder == holder),
                 );
@@ -427,7 +430,7 @@ async fn rename(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, new_name: 
         .app
         .writer
         .write_exclusive("rename repository", move |conn, now| {
-            Ok(crate::db::repos::rename(conn, &old, &new, &actor, now)?)
+            Ok(collab_store::repos::rename(conn, &old, &new, &actor, now)?)
         })
         .await;
     if let Err(e) = db {
@@ -508,8 +511,8 @@ async fn delete(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, confirm: &
         .write("delete repository", move |conn, now| {
             // Its git-lfs objects are kept by its lasting id, read before
             // the delete takes the name from it.
-            let lfs_id = crate::db::repo_ids::live_id(conn, &name)?;
-            crate::db::repos::delete(conn, &name, &actor, now)?;
+            let lfs_id = collab_store::repo_ids::live_id(conn, &name)?;
+            collab_store::repos::delete(conn, &name, &actor, now)?;
             Ok(lfs_id)
         })
         .await
@@ -571,7 +574,7 @@ async fn record_settings(ctx: &ExecContext, repo: &str, payload: serde_json::Val
         .app
         .writer
         .write("record repository settings", move |conn, now| {
-            Ok(crate::db::repos::settings_changed(
+            Ok(collab_store::repos::settings_changed(
                 conn, &repo_name, &actor, payload, now,
             )?)
         })

@@ -23,14 +23,14 @@ use serde_json::Value;
 
 use super::context::{authorize_or_reply, ExecContext};
 use super::reply::{json_line, reply_and_close};
-use crate::db::checks::{self as store, Check};
-use crate::db::patches;
 use crate::repos::RepoEntry;
 use collab_proto::replies::check as replies;
 use collab_proto::replies::fenced::Fenced;
 use collab_proto::verbs::Invocation;
+use collab_store::checks::{self as store, Check};
+use collab_store::patches;
 
-pub use crate::db::checks::MAX_NAME;
+pub use collab_store::checks::MAX_NAME;
 /// Longest `--url`, in bytes.
 pub const MAX_URL: usize = 2048;
 /// Longest `--description`, in bytes.
@@ -110,7 +110,7 @@ fn full_commit_id(text: &str) -> Option<String> {
         .then(|| text.to_ascii_lowercase())
 }
 
-pub use crate::db::checks::valid_name;
+pub use collab_store::checks::valid_name;
 
 /// A `--url`: http or https with a host, no whitespace or control
 /// characters, at most [`MAX_URL`] bytes (shown as a link on the web, so
@@ -220,7 +220,7 @@ enum SetOutcome {
 /// lease, with that token, of an issue linked to a patch whose revision has
 /// `commit` as its head; else the `fenced` reply's JSON.
 fn fence_check(
-    conn: &crate::db::sql::Connection,
+    conn: &collab_store::sql::Connection,
     repo: &str,
     commit: &str,
     principal: &str,

@@ -596,10 +596,10 @@ impl LeaseCmd {
             },
             "next" => {
                 let labels = inv.flags("--label");
-                if labels.len() > crate::db::queue::MAX_LABELS
+                if labels.len() > collab_store::queue::MAX_LABELS
                     || labels
                         .iter()
-                        .any(|l| crate::db::issues::check_label(l).is_err())
+                        .any(|l| collab_store::issues::check_label(l).is_err())
                 {
                     return None;
                 }

@@ -6,7 +6,7 @@
 //! unknown and invisible repositories both get `error: repository not
 //! found`), reads through the read pool or writes through the single writer
 //! (which answers after COMMIT), and turns the outcome into one JSON line.
-//! Every issue decision is `db::issues`'s. Exit codes: 0 success, 1 error,
+//! Every issue decision is `collab_store::issues`'s. Exit codes: 0 success, 1 error,
 //! 4 a `--lease-token` that is not the issue's live tenure.
 //!
 //! ```text
@@ -37,14 +37,14 @@ use serde::Serialize;
 use super::context::ExecContext;
 use super::reply::{reply_and_close, reply_line, NOT_FOUND};
 use crate::authz::{self, Access, Caller};
-use crate::db::exports;
-use crate::db::issues::{
+use collab_proto::verbs::{self, Invocation};
+use collab_store::exports;
+use collab_store::issues::{
     self, Cursor, Issue, IssueDetail, IssueError, IssueKey, LinkKind, ListQuery, NewIssue, Person,
     StateFilter, WriteCtx, Written,
 };
-use crate::db::leases::{self, rfc3339, Lease};
-use crate::db::queue::{self, NotReady, ReadyIssue};
-use collab_proto::verbs::{self, Invocation};
+use collab_store::leases::{self, rfc3339, Lease};
+use collab_store::queue::{self, NotReady, ReadyIssue};
 
 pub use collab_proto::exit::FENCED as EXIT_FENCED;
 
@@ -722,13 +722,13 @@ async fn write<F>(
     f: F,
 ) -> Reply
 where
-    F: Fn(&crate::db::sql::Connection, &WriteCtx<'_>) -> Result<(Written, Extra), IssueError>
+    F: Fn(&collab_store::sql::Connection, &WriteCtx<'_>) -> Result<(Written, Extra), IssueError>
         + Send
         + 'static,
 {
     let owned_repo = repo.to_string();
     let label = format!("collab-issue {status}");
-    let run = move |conn: &crate::db::sql::Connection, now| {
+    let run = move |conn: &collab_store::sql::Connection, now| {
         let w = WriteCtx {
             repo: &owned_repo,
             actor: &actor,

@@ -9,7 +9,7 @@
 //! durable; the reply is sent after that. A waiting acquire (`--wait`)
 //! queues in `leasing::waiters`. What is left here: naming the holder (the
 //! caller's principal), resolving the issue id among the issues the server holds
-//! (`db::issues`, through the read pool: an acquire needs an existing, open
+//! (`collab_store::issues`, through the read pool: an acquire needs an existing, open
 //! issue),
 //! the `leases.max_ttl` check, and the JSON and exit codes: 0 success,
 //! 1 error, 3 nothing ready (`next`), 4 lease conflict.
@@ -47,14 +47,14 @@ use super::command::LeaseCmd;
 use super::context::ExecContext;
 use super::reply::{internal_reply, reply_line, reply_on, NOT_FOUND};
 use crate::authz;
-use crate::db::issues::{self, IssueError};
-use crate::db::leases::{rfc3339, Acquire, Break, Claim, Lease, Release, Renew, Status};
-use crate::db::queue::{Next, NextRequest, ReadyIssue};
-use crate::db::reads::ReadPool;
 use crate::leasing::waiters::{Waited, Want, Won};
 use crate::repos::RepoEntry;
 use collab_proto::replies::lease as replies;
 use collab_record::state::IssueStatus;
+use collab_store::issues::{self, IssueError};
+use collab_store::leases::{rfc3339, Acquire, Break, Claim, Lease, Release, Renew, Status};
+use collab_store::queue::{Next, NextRequest, ReadyIssue};
+use collab_store::reads::ReadPool;
 
 pub use collab_proto::exit::{CONFLICT as EXIT_CONFLICT, EMPTY as EXIT_EMPTY};
 
@@ -577,7 +577,7 @@ impl Lookup {
 /// The issue as the collab database holds it; `None` when it has no issue
 /// of that id.
 fn held_issue(
-    conn: &crate::db::sql::Connection,
+    conn: &collab_store::sql::Connection,
     repo: &str,
     id: &str,
 ) -> anyhow::Result<Option<Resolved>> {

@@ -126,7 +126,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, operation
         .app
         .writer
         .write("git-lfs repository id", move |conn, now| {
-            Ok(crate::db::repo_ids::id_of(conn, &name, now)?)
+            Ok(collab_store::repo_ids::id_of(conn, &name, now)?)
         })
         .await;
     let repo_id = match repo_id {

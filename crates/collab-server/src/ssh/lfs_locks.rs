@@ -9,7 +9,7 @@
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::lfs::{refusal, shown, Broken, Refusal, Request, Session};
-use crate::db::lfs_locks::{self, Filter, Lock, Locked, Unlocked};
+use collab_store::lfs_locks::{self, Filter, Lock, Locked, Unlocked};
 
 /// Locks one `list-lock` answers with, unless it asks for fewer.
 const DEFAULT_PAGE: i64 = 100;

@@ -25,8 +25,8 @@ use super::command::MirrorCmd;
 use super::context::{authorize_or_reply, ExecContext};
 use super::reply::{reply_and_close, reply_line};
 use crate::authz::{self, Access};
-use crate::db::mirrors::{self as store, AddRefused, Mirror};
 use crate::mirrors::{git::Credential, Outcome};
+use collab_store::mirrors::{self as store, AddRefused, Mirror};
 
 /// The largest credential read from stdin (an RSA-4096 key is ~3.4 KiB).
 const MAX_CREDENTIAL: usize = 16 * 1024;

@@ -108,10 +108,10 @@ mod issue {
 }
 
 mod patch {
-    use crate::db::patches::Verdict;
     use crate::ssh::command::{parse_exec_command, ExecCommand};
     use crate::ssh::issue::BodyArg;
     use crate::ssh::patch::*;
+    use collab_store::patches::Verdict;
 
     fn patch(line: &str) -> Option<PatchCmd> {
         match parse_exec_command(line)? {

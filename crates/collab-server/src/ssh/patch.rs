@@ -7,7 +7,7 @@
 //! `diff` and `interdiff`, Write for the rest; unknown and invisible
 //! repositories both get `error: repository not found`), reads go through
 //! the read pool, writes through the single writer (answered after COMMIT),
-//! and every reply is one JSON line. Patch decisions are `db::patches`'s;
+//! and every reply is one JSON line. Patch decisions are `collab_store::patches`'s;
 //! the merge itself is `patch_merge`'s. Exit codes: 0 success, 1 error, 4
 //! a merge refused by fencing.
 //!
@@ -38,15 +38,15 @@ use super::context::ExecContext;
 use super::issue::{authorized_entry, body_arg, person, read_body, time_text, BodyArg, Reply};
 use super::reply::{reply_and_close, reply_line};
 use crate::authz::{self, Access};
-use crate::db::merge_intents;
-use crate::db::patches::{
-    self, Inline, ListQuery, MergeRule, Patch, PatchDetail, PatchError, StateFilter, Verdict,
-    WriteCtx, Written,
-};
 use crate::patch_merge::{self, MergeError, RunError};
 use crate::repos::RepoEntry;
 use collab_proto::verbs::Invocation;
 use collab_record::diff;
+use collab_store::merge_intents;
+use collab_store::patches::{
+    self, Inline, ListQuery, MergeRule, Patch, PatchDetail, PatchError, StateFilter, Verdict,
+    WriteCtx, Written,
+};
 
 /// Exit status of a merge refused by fencing.
 pub use collab_proto::exit::FENCED as EXIT_FENCED;
@@ -519,14 +519,14 @@ async fn head_checks(
     ctx: &ExecContext,
     repo: &str,
     detail: &PatchDetail,
-) -> anyhow::Result<Vec<crate::db::checks::Check>> {
+) -> anyhow::Result<Vec<collab_store::checks::Check>> {
     let Some(head) = detail.latest().map(|r| r.head.clone()) else {
         return Ok(Vec::new());
     };
     let r = repo.to_string();
     ctx.app
         .reads
-        .read(move |conn| Ok(crate::db::checks::list(conn, &r, &head)?))
+        .read(move |conn| Ok(collab_store::checks::list(conn, &r, &head)?))
         .await
 }
 
@@ -541,7 +541,7 @@ async fn merge_rule(ctx: &ExecContext, entry: &RepoEntry) -> MergeRule {
 /// `{"status", "repo", "patch", "revision", "event", "seq"}`.
 async fn write<F>(ctx: &ExecContext, repo: &str, status: &'static str, f: F) -> Reply
 where
-    F: Fn(&crate::db::sql::Connection, &WriteCtx<'_>) -> Result<Written, PatchError>
+    F: Fn(&collab_store::sql::Connection, &WriteCtx<'_>) -> Result<Written, PatchError>
         + Send
         + 'static,
 {
@@ -944,7 +944,7 @@ async fn queue_merge(
                 // Joining a merge queue with a lease token: the queue
                 // carries that tenure until the patch lands or leaves.
                 if let (Some(branch), Some(token)) = (&queue_branch, fence) {
-                    crate::db::queue_holds::take_in(
+                    collab_store::queue_holds::take_in(
                         conn,
                         &r,
                         &patch_id,
@@ -1060,7 +1060,7 @@ fn summary(row: &Row) -> wire::PatchSummary {
 fn shown(
     d: &PatchDetail,
     rule: &MergeRule,
-    checks: &[crate::db::checks::Check],
+    checks: &[collab_store::checks::Check],
     intent: Option<&merge_intents::Intent>,
 ) -> wire::PatchShown {
     let p = &d.patch;

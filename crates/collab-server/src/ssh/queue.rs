@@ -9,9 +9,9 @@ use russh::Channel;
 
 use super::context::{authorize_or_reply, ExecContext};
 use super::reply::{reply_and_close, reply_line};
-use crate::db::merge_queue::{self as store, Group};
 use crate::repos::RepoEntry;
 use collab_proto::verbs::Invocation;
+use collab_store::merge_queue::{self as store, Group};
 
 /// How many of a branch's latest groups `show` lists.
 pub const GROUPS_SHOWN: i64 = 10;
@@ -110,7 +110,7 @@ async fn show(ctx: &ExecContext, entry: &RepoEntry, branch: String) -> (String, 
         .reads
         .read(move |conn| {
             Ok((
-                store::entries(conn, &r, &b, crate::db::merge_intents::MAX_PER_REPO)?,
+                store::entries(conn, &r, &b, collab_store::merge_intents::MAX_PER_REPO)?,
                 store::recent(conn, &r, &b, GROUPS_SHOWN)?,
                 store::live(conn, &r, &b)?,
                 store::search(conn, &r, &b)?,

@@ -93,7 +93,7 @@ pub fn note_exit_status(code: u32) {
 /// elsewhere past the server's own wait, `error: internal error` otherwise
 /// (the error itself goes to the log).
 pub fn internal_line(e: &anyhow::Error) -> &'static str {
-    use crate::db::sql::Error;
+    use collab_store::sql::Error;
     if is_busy(e) {
         return BUSY;
     }
@@ -121,9 +121,9 @@ pub fn internal_reply(e: &anyhow::Error) -> (String, u32) {
 
 /// Whether `e` failed only because another transaction held what it
 /// needed (an issue's or a repository's lock, a row) past the server's own
-/// wait, and nothing was written (`db::writer::is_busy`).
+/// wait, and nothing was written (`collab_store::writer::is_busy`).
 pub fn is_busy(e: &anyhow::Error) -> bool {
-    crate::db::writer::is_busy(e)
+    collab_store::writer::is_busy(e)
 }
 
 /// Busy past the server's own wait: nothing was written.
@@ -135,8 +135,8 @@ pub const BUSY: &str =
 pub fn is_unavailable(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
         cause
-            .downcast_ref::<crate::db::sql::Error>()
-            .is_some_and(crate::db::sql::Error::is_unavailable)
+            .downcast_ref::<collab_store::sql::Error>()
+            .is_some_and(collab_store::sql::Error::is_unavailable)
     })
 }
 

@@ -1,7 +1,7 @@
 //! `collab-search '<query>' [--repo <glob>]... [--kind issue|patch]
 //! [--state open|closed|all] [--limit N] [--after CURSOR]`: the issues and
 //! patches of the repositories the caller may read whose title, body or a
-//! comment holds every word of the query, best first (`db::search`).
+//! comment holds every word of the query, best first (`collab_store::search`).
 //!
 //! A repository the caller cannot read is missing: it contributes
 //! nothing, and a `--repo` naming it (no `*`) gets the one not-found
@@ -18,7 +18,7 @@ use super::context::ExecContext;
 use super::reply::{internal_reply, reply_and_close, reply_line, NOT_FOUND};
 use crate::app::App;
 use crate::authz::{Access, Caller};
-use crate::db::search::{self as store, Cursor, KindFilter, StateFilter, Terms};
+use collab_store::search::{self as store, Cursor, KindFilter, StateFilter, Terms};
 
 /// How many results a page holds unless `--limit` says.
 pub const DEFAULT_LIMIT: usize = 20;

@@ -44,9 +44,9 @@ use super::command::WatchCmd;
 use super::context::ExecContext;
 use super::reply::{reply_and_close, NOT_FOUND};
 use crate::authz::{self, Access, Caller};
-use crate::db::event_log::{self, Event};
 use crate::events::{wire, TypeFilter};
 use crate::people::DisplayNames;
+use collab_store::event_log::{self, Event};
 
 /// Rows read per query.
 const BATCH: i64 = 500;
@@ -92,18 +92,19 @@ impl Drop for WatcherSlot {
 /// The read-only connection a watcher reads through, moved to the blocking
 /// pool for each query.
 struct Reader {
-    conn: Option<crate::db::sql::Connection>,
+    conn: Option<collab_store::sql::Connection>,
 }
 
 impl Reader {
-    async fn open(location: crate::db::Location) -> anyhow::Result<Reader> {
-        let conn = tokio::task::spawn_blocking(move || crate::db::open_reader(&location)).await??;
+    async fn open(location: collab_store::Location) -> anyhow::Result<Reader> {
+        let conn =
+            tokio::task::spawn_blocking(move || collab_store::open_reader(&location)).await??;
         Ok(Reader { conn: Some(conn) })
     }
 
     async fn query<T: Send + 'static>(
         &mut self,
-        f: impl FnOnce(&crate::db::sql::Connection) -> crate::db::sql::Result<T> + Send + 'static,
+        f: impl FnOnce(&collab_store::sql::Connection) -> collab_store::sql::Result<T> + Send + 'static,
     ) -> anyhow::Result<T> {
         let conn = self
             .conn

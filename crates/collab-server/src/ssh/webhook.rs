@@ -33,9 +33,9 @@ use super::command::HookCmd;
 use super::context::ExecContext;
 use super::reply::{reply_and_close, reply_line};
 use crate::authz;
-use crate::db::webhooks::{self as store, Attempt, Webhook};
 use crate::events::TypeFilter;
 use crate::webhooks::{self, message_id, AttemptResult};
+use collab_store::webhooks::{self as store, Attempt, Webhook};
 
 const NOT_FOUND: &str = "error: webhook not found";
 
@@ -297,7 +297,7 @@ async fn add(
             // Delivery starts with the events after this moment.
             let hook = Webhook {
                 created_at: now,
-                cursor: crate::db::event_log::head(conn)?,
+                cursor: collab_store::event_log::head(conn)?,
                 ..hook
             };
             store::insert(conn, &hook)?;
@@ -533,7 +533,7 @@ async fn redeliver(ctx: &ExecContext, message: &str) -> Reply {
         Err(_) => return err("no such delivery"),
     };
     let event = webhooks::read(&ctx.app, move |conn| {
-        Ok(crate::db::event_log::after(conn, seq - 1, 1)?
+        Ok(collab_store::event_log::after(conn, seq - 1, 1)?
             .into_iter()
             .find(|e| e.seq == seq))
     })

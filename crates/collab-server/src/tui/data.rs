@@ -392,7 +392,7 @@ pub async fn events_after(
     let read = ctx
         .app
         .reads
-        .read(move |conn| Ok(crate::db::event_log::after(conn, after, limit)?))
+        .read(move |conn| Ok(collab_store::event_log::after(conn, after, limit)?))
         .await;
     let Ok(events) = read else {
         return after;
@@ -428,7 +428,7 @@ pub async fn events_after(
 pub async fn event_head(ctx: &ExecContext) -> i64 {
     ctx.app
         .reads
-        .read(|conn| Ok(crate::db::event_log::head(conn)?))
+        .read(|conn| Ok(collab_store::event_log::head(conn)?))
         .await
         .unwrap_or(0)
 }

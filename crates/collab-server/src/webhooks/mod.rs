@@ -13,7 +13,7 @@
 //! `webhooks.disable_after_secs` (3 days by default) it is disabled, with a
 //! `webhook.disabled` event in the same transaction.
 //!
-//! Every attempt is logged (`db::webhooks::log_attempt`) in the same writer
+//! Every attempt is logged (`collab_store::webhooks::log_attempt`) in the same writer
 //! transaction that moves the cursor or the retry state, so after a crash
 //! the worker resumes exactly there: at least once, never skipped. The
 //! HTTP client (`client`) follows no redirects, uses no proxy, gives each
@@ -38,10 +38,10 @@ use anyhow::Context as _;
 use serde_json::json;
 
 use crate::app::App;
-use crate::db::event_log::{self, Event};
-use crate::db::webhooks::{self as store, Attempt, Webhook};
 use crate::events::{filter::glob_match, wire, Recorded, TypeFilter};
 use crate::governance::GovState;
+use collab_store::event_log::{self, Event};
+use collab_store::webhooks::{self as store, Attempt, Webhook};
 
 pub use client::{AttemptResult, Webhooks};
 
@@ -121,7 +121,7 @@ pub fn spawn(app: Arc<App>) {
 /// was about 5 % of the server's CPU in a fleet run (docs/benchmarks.md).
 pub async fn read<T: Send + 'static>(
     app: &App,
-    f: impl Fn(&crate::db::sql::Connection) -> crate::db::sql::Result<T> + Send + 'static,
+    f: impl Fn(&collab_store::sql::Connection) -> collab_store::sql::Result<T> + Send + 'static,
 ) -> anyhow::Result<T> {
     app.reads.read(move |conn| Ok(f(conn)?)).await
 }
@@ -246,7 +246,7 @@ async fn seal_plain_secrets(app: &App) -> anyhow::Result<()> {
 }
 
 /// Which node delivers which subscription: each node claims a share of
-/// them, per subscription row (`db::webhooks::claim_pass`, run through the
+/// them, per subscription row (`collab_store::webhooks::claim_pass`, run through the
 /// writer every `SUPERVISE_EVERY` and when poked): a claim names the node
 /// and lasts `webhooks.claim_secs`, renewed at each pass, so every node
 /// delivers (the active subscriptions divided by the live nodes, rounded
@@ -579,7 +579,7 @@ async fn record_attempts(app: Arc<App>, mut records: tokio::sync::mpsc::Receiver
 /// disabled or `node` no longer holds its claim (then nothing but the log
 /// row is written: the cursor and retry state are the claimant's).
 fn record_one(
-    conn: &crate::db::sql::Connection,
+    conn: &collab_store::sql::Connection,
     now: i64,
     attempt: Attempt,
     node: &str,

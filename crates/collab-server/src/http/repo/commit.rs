@@ -340,7 +340,7 @@ fn commit_page(st: &AppState, requested: &str, oid: &str, only: Option<&str>) ->
         let (repo, commit) = (ctx.entry.name.clone(), id.clone());
         st.app
             .reads
-            .read_blocking(move |conn| Ok(crate::db::checks::list(conn, &repo, &commit)?))?
+            .read_blocking(move |conn| Ok(collab_store::checks::list(conn, &repo, &commit)?))?
     };
     let page = CommitPage {
         site_title: nav.site_title,
@@ -575,7 +575,7 @@ pub(super) struct CheckView {
 }
 
 impl CheckView {
-    pub(super) fn of(c: &crate::db::checks::Check) -> CheckView {
+    pub(super) fn of(c: &collab_store::checks::Check) -> CheckView {
         let url = c
             .url
             .clone()

@@ -65,11 +65,15 @@ pub fn nav(st: &AppState, ctx: &RepoCtx, section: &'static str) -> Result<RepoNa
 }
 
 /// Open issues and open patches of `repo`, in one read.
-pub fn open_counts(conn: &crate::db::sql::Connection, repo: &str) -> anyhow::Result<OpenCounts> {
+pub fn open_counts(conn: &collab_store::sql::Connection, repo: &str) -> anyhow::Result<OpenCounts> {
     Ok(OpenCounts {
-        issues: crate::db::issues::count(conn, repo, crate::db::issues::StateFilter::Open, &[])?
-            as usize,
-        patches: crate::db::patches::count(conn, repo, crate::db::patches::StateFilter::Open)?
+        issues: collab_store::issues::count(
+            conn,
+            repo,
+            collab_store::issues::StateFilter::Open,
+            &[],
+        )? as usize,
+        patches: collab_store::patches::count(conn, repo, collab_store::patches::StateFilter::Open)?
             as usize,
     })
 }

@@ -2,7 +2,7 @@
 //! `/{repo}/-/issues/{id}` (an id or a unique prefix of 4+ hex digits):
 //! status, labels, body, comments, links and the live claim.
 //!
-//! Issues are read from `collab.db` through the read pool (`db::issues`):
+//! Issues are read from `collab.db` through the read pool (`collab_store::issues`):
 //! no replay, no snapshot cache; a repository whose issue DAGs were never
 //! imported is imported first (`import`). Claims are the live leases of the
 //! repository (`Writer::list`); a claim is shown on OPEN issues only
@@ -21,14 +21,14 @@ use chrono::{TimeZone as _, Utc};
 use serde::Deserialize;
 
 use super::ctx::RepoCtx;
-use crate::db::issues::{
-    self, Issue, IssueError, IssueKey, IssueStatus, ListQuery, Person, StateFilter,
-};
-use crate::db::leases::Lease;
 use crate::http::markdown;
 use crate::http::state::AppState;
 use crate::http::view::{self, PageError, Who};
 use crate::people::DisplayNames;
+use collab_store::issues::{
+    self, Issue, IssueError, IssueKey, IssueStatus, ListQuery, Person, StateFilter,
+};
+use collab_store::leases::Lease;
 
 /// Issues per list page.
 pub const ISSUES_PAGE: usize = 50;
@@ -179,7 +179,7 @@ impl Filter {
 fn read_issues<T: Send + 'static>(
     st: &AppState,
     ctx: &RepoCtx,
-    f: impl Fn(&crate::db::sql::Connection) -> anyhow::Result<T> + Send + 'static,
+    f: impl Fn(&collab_store::sql::Connection) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, PageError> {
     let app = &st.app;
     app.imports.ensure(
@@ -400,7 +400,7 @@ async fn detail_page(st: &AppState, repo: String, id: String) -> Result<Response
         let (detail, patches, counts) = read_issues(&st2, &ctx, move |conn| {
             let detail = issues::show(conn, &name, &id);
             let patches = match &detail {
-                Ok(d) => crate::db::patches::for_issue(conn, &name, &d.issue.id)?,
+                Ok(d) => collab_store::patches::for_issue(conn, &name, &d.issue.id)?,
                 Err(_) => Vec::new(),
             };
             Ok((detail, patches, super::ctx::open_counts(conn, &name)?))

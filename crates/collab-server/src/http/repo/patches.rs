@@ -9,7 +9,7 @@
 //! `?rev=N`) give a revision as text.
 //!
 //! Patches are the server's: read from `collab.db` through the read pool
-//! (`db::patches`), never replayed from DAGs and never cached. A
+//! (`collab_store::patches`), never replayed from DAGs and never cached. A
 //! revision's base commit is where its head forks from the server's base
 //! branch at push time, so the revision diff and the interdiff (revision
 //! A's changes replayed onto B's base when they differ, by
@@ -29,15 +29,15 @@ use serde::Deserialize;
 
 use super::commit::{bounded_diff, collect_files, CheckView, FileDiff, LineNote};
 use super::ctx::{OpenCounts, RepoCtx};
-use crate::db::issues::Person;
-use crate::db::patches::{
-    self, ListQuery, MergeRule, PatchDetail, PatchError, PatchStatus, Revision, StateFilter,
-    Verdict,
-};
 use crate::http::markdown;
 use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult, Who};
 use crate::people::DisplayNames;
+use collab_store::issues::Person;
+use collab_store::patches::{
+    self, ListQuery, MergeRule, PatchDetail, PatchError, PatchStatus, Revision, StateFilter,
+    Verdict,
+};
 
 /// Patches per list page.
 pub const PATCHES_PAGE: usize = 50;
@@ -230,7 +230,7 @@ fn parse_cursor(s: Option<&str>) -> Option<(i64, String)> {
 fn read<T: Send + 'static>(
     st: &AppState,
     ctx: &RepoCtx,
-    f: impl Fn(&crate::db::sql::Connection) -> anyhow::Result<T> + Send + 'static,
+    f: impl Fn(&collab_store::sql::Connection) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, PageError> {
     let app = &st.app;
     app.imports.ensure(
@@ -294,7 +294,7 @@ fn list_page(st: &AppState, requested: &str, query: ListParams) -> PageResult {
             .patches
             .iter()
             .map(|p| patches::latest_votes(conn, &name, &p.id))
-            .collect::<crate::db::sql::Result<_>>()?;
+            .collect::<collab_store::sql::Result<_>>()?;
         Ok(ListData {
             page,
             votes,
@@ -387,7 +387,7 @@ pub async fn detail(
 struct Found {
     detail: PatchDetail,
     /// The checks on the latest revision's head.
-    checks: Vec<crate::db::checks::Check>,
+    checks: Vec<collab_store::checks::Check>,
     issues: Vec<IssueLinkView>,
     counts: OpenCounts,
 }
@@ -404,13 +404,13 @@ fn find(st: &AppState, ctx: &RepoCtx, id: &str) -> Result<Found, PageError> {
         let mut issues = Vec::new();
         if let Ok(d) = &detail {
             for issue in &d.issues {
-                if let Some(i) = crate::db::issues::get(conn, &name, issue)? {
+                if let Some(i) = collab_store::issues::get(conn, &name, issue)? {
                     issues.push(IssueLinkView {
                         short: view::short_id(&i.id),
                         title: i.title,
                         status: match i.status {
-                            crate::db::issues::IssueStatus::Open => "open",
-                            crate::db::issues::IssueStatus::Closed => "closed",
+                            collab_store::issues::IssueStatus::Open => "open",
+                            collab_store::issues::IssueStatus::Closed => "closed",
                         },
                     });
                 }
@@ -775,7 +775,7 @@ fn rule_text(rule: &MergeRule) -> String {
         parts.push(format!(
             "merged through the merge queue (at most {} patches per group, {}{})",
             rule.max_batch,
-            if rule.queue_method == crate::db::patches::QueueMethod::Rebase {
+            if rule.queue_method == collab_store::patches::QueueMethod::Rebase {
                 "rebased"
             } else {
                 "merged"

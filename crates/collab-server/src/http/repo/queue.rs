@@ -11,10 +11,10 @@ use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::ctx::RepoCtx;
-use crate::db::merge_queue::{self as store, Group};
 use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult, Who};
 use crate::people::DisplayNames;
+use collab_store::merge_queue::{self as store, Group};
 
 /// A patch as listed on the page.
 pub struct PatchRow {
@@ -119,26 +119,27 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
     )?;
     type Read = (
         Vec<(
-            crate::db::merge_intents::Intent,
-            Option<crate::db::patches::Patch>,
+            collab_store::merge_intents::Intent,
+            Option<collab_store::patches::Patch>,
         )>,
         Vec<Group>,
         Vec<Group>,
         Vec<(i64, Vec<(String, String, i64)>)>,
-        Vec<Vec<crate::db::checks::Check>>,
+        Vec<Vec<collab_store::checks::Check>>,
         store::Search,
         super::ctx::OpenCounts,
         store::GroupCounts,
     );
     let (entries, groups, live, titles, checks, search, counts, group_counts): Read =
         st.app.reads.read_blocking(move |conn| {
-            let entries = store::entries(conn, &name, &b, crate::db::merge_intents::MAX_PER_REPO)?
-                .into_iter()
-                .map(|i| {
-                    let p = crate::db::patches::get(conn, &name, &i.patch)?;
-                    Ok((i, p))
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
+            let entries =
+                store::entries(conn, &name, &b, collab_store::merge_intents::MAX_PER_REPO)?
+                    .into_iter()
+                    .map(|i| {
+                        let p = collab_store::patches::get(conn, &name, &i.patch)?;
+                        Ok((i, p))
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?;
             let groups = store::recent(conn, &name, &b, crate::ssh::queue::GROUPS_SHOWN)?;
             let live = store::live(conn, &name, &b)?;
             let titles = groups
@@ -149,7 +150,7 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
                         .members
                         .iter()
                         .map(|m| {
-                            let title = crate::db::patches::get(conn, &name, &m.patch)?
+                            let title = collab_store::patches::get(conn, &name, &m.patch)?
                                 .map(|p| p.title)
                                 .unwrap_or_default();
                             Ok((m.patch.clone(), title, m.revision))
@@ -160,7 +161,7 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let checks = live
                 .iter()
-                .map(|g| Ok(crate::db::checks::list(conn, &name, &g.commit)?))
+                .map(|g| Ok(collab_store::checks::list(conn, &name, &g.commit)?))
                 .collect::<anyhow::Result<Vec<_>>>()?;
             Ok((
                 entries,

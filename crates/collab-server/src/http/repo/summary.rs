@@ -57,7 +57,7 @@ fn upstreams(st: &AppState, repo: &str) -> anyhow::Result<Vec<UpstreamRow>> {
     let mirrors = st
         .app
         .reads
-        .read_blocking(move |conn| Ok(crate::db::mirrors::list(conn, &name)?))?;
+        .read_blocking(move |conn| Ok(collab_store::mirrors::list(conn, &name)?))?;
     let when = |at: Option<i64>| {
         at.and_then(|t| chrono::DateTime::from_timestamp(t, 0))
             .map(view::fmt_time)

@@ -422,7 +422,7 @@ fn lfs_object(
     let Some(repo_id) = st
         .app
         .reads
-        .read_blocking(|conn| Ok(crate::db::repo_ids::live_id(conn, &name)?))?
+        .read_blocking(|conn| Ok(collab_store::repo_ids::live_id(conn, &name)?))?
     else {
         return Ok(None);
     };

@@ -17,10 +17,10 @@ use git2::{Oid, Repository};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::db::exports::{self, Exported};
-use crate::db::reads::ReadPool;
-use crate::db::sql::Connection;
-use crate::db::writer::Writer;
+use collab_store::exports::{self, Exported};
+use collab_store::reads::ReadPool;
+use collab_store::sql::Connection;
+use collab_store::writer::Writer;
 
 /// What an exporter reads through, records through, finds repositories in
 /// and signs with: the handles it uses rather than the server's `App`, so

@@ -35,9 +35,9 @@ use tokio::sync::mpsc;
 use super::exporter::{
     at, export_pending, run_blocking, write_event, ExportKind, Exporter, DEBOUNCE, SERVER_NAME,
 };
-use crate::db::exports;
-use crate::db::issues::{self, IssueDetail, IssueStatus};
-use crate::db::sql::Connection;
+use collab_store::exports;
+use collab_store::issues::{self, IssueDetail, IssueStatus};
+use collab_store::sql::Connection;
 
 /// The export of issues.
 pub struct IssueExport;

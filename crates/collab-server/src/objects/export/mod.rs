@@ -14,7 +14,7 @@
 //! date ([`export_pending`]): it appends the events for what changed since
 //! the last export, moves the ref by compare-and-swap and records the
 //! counter, the new tip and a summary of what the export shows
-//! (`db::exports`), so the next run appends only the difference. At start,
+//! (`collab_store::exports`), so the next run appends only the difference. At start,
 //! everything behind is caught up.
 //!
 //! `exporter` is the machinery both kinds share; what differs (the ref,

@@ -48,10 +48,10 @@ use serde::{Deserialize, Serialize};
 use super::exporter::{
     at, export_pending, run_blocking, write_event, ExportKind, Exporter, DEBOUNCE, SERVER_NAME,
 };
-use crate::db::exports;
-use crate::db::patches::{self, PatchDetail, PatchStatus, Verdict};
-use crate::db::sql::Connection;
 use crate::shutdown::Stop;
+use collab_store::exports;
+use collab_store::patches::{self, PatchDetail, PatchStatus, Verdict};
+use collab_store::sql::Connection;
 
 /// The export of patches.
 pub struct PatchExport;
@@ -332,10 +332,10 @@ fn append_changes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::patches::{Comment, Inline, Merge, Patch, Person, Review, Revision};
     use collab_record::patch::{self as record_patch, PatchState};
     use collab_record::replay::Checker;
     use collab_record::store;
+    use collab_store::patches::{Comment, Inline, Merge, Patch, Person, Review, Revision};
 
     fn person(p: &str) -> Person {
         Person {

@@ -12,9 +12,9 @@ use serde::Serialize;
 
 use super::patch::PatchReport;
 use super::replay::{person, replay_in_batches, DagKind, Replayed};
-use crate::db::issues::{self, Comment, Issue};
-use crate::db::sql::Connection;
 use crate::repos::RepoEntry;
+use collab_store::issues::{self, Comment, Issue};
+use collab_store::sql::Connection;
 
 /// What importing one repository found and did (its issues here, its
 /// patches in [`RepoReport::patches`]).
@@ -83,7 +83,7 @@ pub(super) fn store(
              VALUES (?1, 'imported', ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (repo) DO NOTHING",
         )?
-        .execute(crate::db::sql::params![
+        .execute(collab_store::sql::params![
             report.repo,
             now,
             (report.issues + issues_in) as i64,

@@ -35,11 +35,11 @@ use anyhow::Context as _;
 use git2::Repository;
 use serde_json::json;
 
-use crate::db::reads::ReadPool;
-use crate::db::sql::{Connection, OptionalExtension};
-use crate::db::writer::Writer;
 use crate::objects::export::ExportQueue;
 use crate::repos::RepoEntry;
+use collab_store::reads::ReadPool;
+use collab_store::sql::{Connection, OptionalExtension};
+use collab_store::writer::Writer;
 
 pub use issue::{Batch, DroppedJson, RepoReport, Skipped};
 pub use patch::{PatchBatch, PatchReport};
@@ -59,7 +59,7 @@ impl Done {
 }
 
 /// Whether `table` (an import record) has a row for `repo`.
-fn recorded(conn: &Connection, table: &str, repo: &str) -> crate::db::sql::Result<bool> {
+fn recorded(conn: &Connection, table: &str, repo: &str) -> collab_store::sql::Result<bool> {
     Ok(conn
         .prepare_cached(&format!("SELECT 1 FROM {table} WHERE repo = ?1"))?
         .query_row([repo], |_| Ok(()))
@@ -68,7 +68,7 @@ fn recorded(conn: &Connection, table: &str, repo: &str) -> crate::db::sql::Resul
 }
 
 /// What of `repo` (canonical name) has been imported.
-pub fn import_state(conn: &Connection, repo: &str) -> crate::db::sql::Result<Done> {
+pub fn import_state(conn: &Connection, repo: &str) -> collab_store::sql::Result<Done> {
     Ok(Done {
         issues: recorded(conn, "imports", repo)?,
         patches: recorded(conn, "patch_imports", repo)?,
@@ -103,7 +103,7 @@ impl ConnSink<'_> {
     ) -> anyhow::Result<T> {
         let tx = self
             .conn
-            .transaction_with_behavior(crate::db::sql::TransactionBehavior::Immediate)?;
+            .transaction_with_behavior(collab_store::sql::TransactionBehavior::Immediate)?;
         let stored = work(&tx, self.now)?;
         tx.commit()?;
         Ok(stored)

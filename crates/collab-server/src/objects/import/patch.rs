@@ -44,10 +44,10 @@ use git2::{Oid, Repository};
 use serde::Serialize;
 
 use super::replay::{person, replay_in_batches, DagKind, Replayed};
-use crate::db::patches::{
+use collab_store::patches::{
     self, Comment, Inline, Merge, Patch, PatchDetail, PatchStatus, Review, Revision, Verdict,
 };
-use crate::db::sql::Connection;
+use collab_store::sql::Connection;
 
 /// What importing one repository's patch DAGs found and did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -124,7 +124,7 @@ pub fn store(
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
              ON CONFLICT (repo) DO NOTHING",
         )?
-        .execute(crate::db::sql::params![
+        .execute(collab_store::sql::params![
             repo,
             now,
             (report.patches + counts.0) as i64,

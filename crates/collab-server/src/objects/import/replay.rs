@@ -10,7 +10,7 @@ use collab_record::state;
 use collab_record::trust::TrustList;
 use git2::Repository;
 
-use crate::db::issues::Person;
+use collab_store::issues::Person;
 
 /// Objects replayed and stored per transaction.
 pub const BATCH: usize = 256;

@@ -4,8 +4,6 @@
 //! duplicate, reconnect with `--since`, visibility per repository, the
 //! retention error, heartbeats, and the cut-off of a client that stops
 //! reading while another keeps receiving.
-
-use collab_store as db;
 use collab_testkit as common;
 
 use std::collections::BTreeSet;
@@ -292,7 +290,7 @@ fn since_older_than_retention_names_the_oldest_seq() {
     h.stop();
     // Age the first two events past the retention; the restarted server
     // prunes them at start.
-    let db = db::open(db::Location::parse(&h.db_setting())).unwrap();
+    let db = collab_store::open(collab_store::Location::parse(&h.db_setting())).unwrap();
     db.execute("UPDATE events SET at = at - 3 * 86400 WHERE seq <= 2", [])
         .unwrap();
     drop(db);

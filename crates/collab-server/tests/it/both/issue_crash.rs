@@ -8,12 +8,10 @@
 
 use collab_testkit as common;
 
+use common::ServerHarness;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
-
-use collab_store as db;
-use common::ServerHarness;
 
 const CLIENTS: usize = 8;
 /// Acknowledged comments before the kill.
@@ -91,7 +89,7 @@ fn sigkill_mid_comment_storm_keeps_every_acknowledged_comment_and_a_gap_free_log
         );
     }
 
-    let conn = db::open_reader(db::Location::parse(&h.db_setting())).unwrap();
+    let conn = collab_store::open_reader(collab_store::Location::parse(&h.db_setting())).unwrap();
     let seqs: Vec<i64> = conn
         .prepare("SELECT seq FROM events ORDER BY seq")
         .unwrap()

@@ -1,14 +1,12 @@
 //! `git collab issue list` in server mode follows the server's cursor over
 //! many pages (500 issues a call) and prints one list, as local mode does:
 //! every issue once, newest first. The issues are seeded straight into the
-//! stopped server's collab.db (through the server's own `db::issues`), as a
+//! stopped server's collab.db (through the server's own `collab_store::issues`), as a
 //! busy repository would hold them; the CLI and the server then run for real.
-
-use collab_store as db;
 use collab_testkit as common;
 
+use collab_store::issues::{self, NewIssue, Person, WriteCtx};
 use common::ServerHarness;
-use db::issues::{self, NewIssue, Person, WriteCtx};
 use serde_json::Value;
 
 const COUNT: usize = 1203;
@@ -23,7 +21,7 @@ fn list_follows_the_cursor_over_many_pages() {
     let repo = first["repo"].as_str().unwrap().to_string();
     h.stop();
     {
-        let conn = db::open(db::Location::parse(&h.db_setting())).unwrap();
+        let conn = collab_store::open(collab_store::Location::parse(&h.db_setting())).unwrap();
         let tx = conn.unchecked_transaction().unwrap();
         let who = Person {
             principal: "SHA256:seed".into(),

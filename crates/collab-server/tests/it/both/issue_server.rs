@@ -3,8 +3,6 @@
 //! comment; a private repository answers exactly like a missing one),
 //! hostile input refused with nothing written, and fencing with
 //! `--lease-token` (a stale token changes nothing; closing ends the lease).
-
-use collab_store as db;
 use collab_testkit as common;
 
 use std::path::Path;
@@ -26,7 +24,7 @@ fn open(h: &ServerHarness, repo: &str, title: &str) -> String {
 /// What the database holds, row counts per table (read-only, beside the
 /// running server: WAL lets us).
 fn db_counts(h: &ServerHarness) -> Vec<i64> {
-    let conn = db::open_reader(db::Location::parse(&h.db_setting())).unwrap();
+    let conn = collab_store::open_reader(collab_store::Location::parse(&h.db_setting())).unwrap();
     [
         "issues",
         "issue_comments",
@@ -412,7 +410,7 @@ fn lease_tokens_fence_writes_and_closing_ends_the_lease() {
     assert_eq!(closed["lease_ended"]["token"], 2);
     let leases = ok(h.ssh_exec("collab-lease list r"));
     assert_eq!(leases["leases"], serde_json::json!([]));
-    let conn = db::open_reader(db::Location::parse(&h.db_setting())).unwrap();
+    let conn = collab_store::open_reader(collab_store::Location::parse(&h.db_setting())).unwrap();
     let (kind, payload): (String, String) = conn
         .query_row(
             "SELECT type, payload FROM events ORDER BY seq DESC LIMIT 1",

@@ -11,8 +11,6 @@
 //!   and wakes a waiter (asserted generously: a few seconds);
 //! - waiters are served in arrival order, a dropped waiter leaves the
 //!   queue, a stopping server cancels waits with a clear error.
-
-use collab_store as db;
 use collab_testkit as common;
 
 use std::path::{Path, PathBuf};
@@ -68,7 +66,7 @@ fn secs(v: &Value) -> i64 {
 /// `(type, object_id, actor, payload)` of every lease event so far, from the
 /// server's own database file.
 fn events(h: &ServerHarness) -> Vec<(String, String, Option<String>, Value)> {
-    let conn = db::open_reader(db::Location::parse(&h.db_setting())).unwrap();
+    let conn = collab_store::open_reader(collab_store::Location::parse(&h.db_setting())).unwrap();
     let mut stmt = conn
         .prepare("SELECT type, object_id, actor, payload FROM events WHERE type LIKE 'lease.%' ORDER BY seq")
         .unwrap();
@@ -425,7 +423,7 @@ fn the_expiry_timer_ends_a_lease_on_time_and_wakes_a_waiter() {
             .iter()
             .any(|e| e.0 == "lease.expired" && e.1 == ids[1])
     });
-    let conn = db::open_reader(db::Location::parse(&h.db_setting())).unwrap();
+    let conn = collab_store::open_reader(collab_store::Location::parse(&h.db_setting())).unwrap();
     let at: i64 = conn
         .query_row(
             "SELECT at FROM events WHERE type = 'lease.expired' AND object_id = ?1",

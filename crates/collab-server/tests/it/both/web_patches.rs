@@ -3,7 +3,7 @@
 //! (two revisions across a rebase, linked to an issue), reviewed, commented
 //! and closed with `collab-patch` over ssh (a busy repository's patches are
 //! seeded into the stopped server's collab database through its own
-//! `db::patches`), pages fetched over loopback HTTP. Covers
+//! `collab_store::patches`), pages fetched over loopback HTTP. Covers
 //! the list (filters, the cursor), the detail page (revisions with votes,
 //! the merge rule's state, the revision diff with line numbers and inline
 //! comments at their lines, the interdiff across the rebase, the timeline,
@@ -12,16 +12,14 @@
 //! answering like a missing one, and the detail page as headless Chromium
 //! builds it (skipped without Chromium unless
 //! `GIT_COLLAB_REQUIRE_BROWSER_TESTS=1`).
-
-use collab_store as db;
 use collab_testkit as common;
 use collab_testkit::web as web_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use collab_store::patches::{self, NewPatch, NewRevision, Person, WriteCtx};
 use common::ServerHarness;
-use db::patches::{self, NewPatch, NewRevision, Person, WriteCtx};
 use web_support::{get, strip_tags};
 
 /// A long file on `main`, so that a comment can point outside the hunk.
@@ -42,7 +40,7 @@ fn printed_id(out: &std::process::Output) -> String {
 /// The full id and the repository name (as the database holds it) of the
 /// patch `short`.
 fn full_id(h: &ServerHarness, short: &str) -> (String, String) {
-    let conn = db::open_reader(db::Location::parse(&h.db_setting())).unwrap();
+    let conn = collab_store::open_reader(collab_store::Location::parse(&h.db_setting())).unwrap();
     conn.query_row(
         "SELECT id, repo FROM patches WHERE id LIKE ?1",
         [format!("{short}%")],
@@ -53,10 +51,10 @@ fn full_id(h: &ServerHarness, short: &str) -> (String, String) {
 
 /// Run `f` on the stopped server's collab database (either backend) in one
 /// transaction, then start the server again.
-fn with_db(h: &mut ServerHarness, f: impl FnOnce(&db::sql::Connection)) {
+fn with_db(h: &mut ServerHarness, f: impl FnOnce(&collab_store::sql::Connection)) {
     h.stop();
     {
-        let conn = db::open(db::Location::parse(&h.db_setting())).unwrap();
+        let conn = collab_store::open(collab_store::Location::parse(&h.db_setting())).unwrap();
         let tx = conn.unchecked_transaction().unwrap();
         f(&tx);
         tx.commit().unwrap();

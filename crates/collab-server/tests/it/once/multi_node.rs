@@ -617,7 +617,7 @@ fn queued_merges(
     h.commit_file(&seed, "README", b"hello\n", "Initial commit");
     h.ssh_push(&seed, &["HEAD:refs/heads/main"]);
     let policy = h.repos_dir().join("r.git/collab-policy.toml");
-    std::fs::write(&policy, "merge = { required_checks = [\"ci/test\"] }\n").unwrap();
+    collab_testkit::write_live(&policy, "merge = { required_checks = [\"ci/test\"] }\n");
     let a = review_support::agent(h, "alice");
     let mut patches = Vec::new();
     for i in 0..n {
@@ -722,11 +722,10 @@ fn one_merge_queue_over_three_nodes_builds_each_group_once() {
     // when it is switched on.
     let (_, queued, policy) = queued_merges(&nodes, 8);
     let patches: Vec<String> = queued.into_iter().map(|(id, _)| id).collect();
-    std::fs::write(
+    collab_testkit::write_live(
         &policy,
         "merge = { required_checks = [\"ci/test\"], queue = true, max_batch = 3 }\n",
-    )
-    .unwrap();
+    );
     let events = |kind: &str| -> Vec<serde_json::Value> {
         nodes[2]
             .ssh_exec("collab-events watch --since 1 --no-follow")
@@ -806,12 +805,11 @@ fn a_merge_train_over_two_nodes_lands_each_patch_once_when_a_node_is_killed() {
     };
     let (_, queued, policy) = queued_merges(&nodes, PATCHES);
     let patches: BTreeSet<String> = queued.into_iter().map(|(id, _)| id).collect();
-    std::fs::write(
+    collab_testkit::write_live(
         &policy,
         "merge = { required_checks = [\"ci/test\"], queue = true, max_batch = 2, \
          max_parallel = 3, train = true }\n",
-    )
-    .unwrap();
+    );
     // Read through node 0, the one that lives.
     let events = |kind: &str| -> Vec<serde_json::Value> {
         nodes[0]
@@ -838,10 +836,13 @@ fn a_merge_train_over_two_nodes_lands_each_patch_once_when_a_node_is_killed() {
     while merged_ids(&events("patch.merged")).len() < PATCHES {
         assert!(
             std::time::Instant::now() < deadline,
-            "not all merged: {:?}; dropped: {:?}; groups: {:?}",
+            "not all merged: {:?}; dropped: {:?}; groups: {:?}\n\
+             node 0's log ends:\n{}\nnode 1's log ends:\n{}",
             events("patch.merged"),
             events("patch.merge_dequeued"),
-            events("merge_group.checks_requested")
+            events("merge_group.checks_requested"),
+            log_tail(&nodes[0]),
+            log_tail(&nodes[1]),
         );
         let announced: Vec<(i64, String)> = events("merge_group.checks_requested")
             .iter()
@@ -948,6 +949,13 @@ fn a_merge_train_over_two_nodes_lands_each_patch_once_when_a_node_is_killed() {
     }
 }
 
+/// The last lines of a node's log, for a hang guard's message.
+fn log_tail(node: &ServerHarness) -> String {
+    let log = node.log();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(80)..].join("\n")
+}
+
 /// A webhook receiver on loopback speaking plain HTTP/1.1 (keep-alive
 /// included): it records, per request path, the `seq` of every delivery in
 /// arrival order, and answers 204.
@@ -1020,8 +1028,8 @@ impl HookReceiver {
 
 /// Each node's claims, by the pid in the claim's name (`host-pid-random`).
 fn webhook_claims(node: &ServerHarness) -> BTreeMap<String, u32> {
-    use collab_store as db;
-    let conn = db::open_reader(db::Location::parse(&node.db_setting())).unwrap();
+    let conn =
+        collab_store::open_reader(collab_store::Location::parse(&node.db_setting())).unwrap();
     let mut stmt = conn
         .prepare("SELECT id, claimed_by FROM webhooks WHERE claimed_by IS NOT NULL")
         .unwrap();
