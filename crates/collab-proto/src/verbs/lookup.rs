@@ -81,10 +81,7 @@ pub fn help_groups(shown: impl Fn(&Verb) -> bool) -> Vec<HelpGroup> {
                     format!("{family} {}{rest}", actions.join("|"))
                 }
             };
-            HelpGroup {
-                verb,
-                access: need,
-            }
+            HelpGroup { verb, access: need }
         })
         .collect()
 }

@@ -425,18 +425,33 @@ fn the_docs_reference_is_the_table() {
 fn levels_come_from_the_row() {
     let row = |name: &str| named(name).unwrap_or_else(|| panic!("{name} is no row"));
     let none = |_: &str| None;
-    assert_eq!(row("collab-lease break").need.level(none), Some(Access::Rewind));
-    assert_eq!(row("git-receive-pack").need.level(none), Some(Access::Write));
+    assert_eq!(
+        row("collab-lease break").need.level(none),
+        Some(Access::Rewind)
+    );
+    assert_eq!(
+        row("git-receive-pack").need.level(none),
+        Some(Access::Write)
+    );
     let describe = row("collab-repo describe").need;
     assert_eq!(describe.level(none), Some(Access::Read));
-    assert_eq!(describe.level(|a| (a == "text").then_some("x")), Some(Access::Rewind));
+    assert_eq!(
+        describe.level(|a| (a == "text").then_some("x")),
+        Some(Access::Rewind)
+    );
     assert_eq!(describe.least(), Some(Access::Read));
     let lfs = row("git-lfs-transfer").need;
     assert_eq!(lfs.level(|_| Some("download")), Some(Access::Read));
     assert_eq!(lfs.level(|_| Some("upload")), Some(Access::Write));
-    assert_eq!(row("collab-repo mirror add").need.level(none), Some(Access::Rewind));
+    assert_eq!(
+        row("collab-repo mirror add").need.level(none),
+        Some(Access::Rewind)
+    );
     assert_eq!(row("collab-hook list").need.level(none), None);
     assert_eq!(row("collab-whoami").need.level(none), None);
     assert_eq!(named("collab-lease steal"), None);
-    assert_eq!(named("collab-repo mirror add").map(|v| v.action), Some("mirror add"));
+    assert_eq!(
+        named("collab-repo mirror add").map(|v| v.action),
+        Some("mirror add")
+    );
 }

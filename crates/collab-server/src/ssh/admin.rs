@@ -80,9 +80,7 @@ pub async fn repo(ctx: &ExecContext, channel: Channel<Msg>, cmd: RepoCmd) {
             visibility(ctx, channel, needed, &repo, public).await
         }
         RepoCmd::SetHead { repo, branch } => set_head(ctx, channel, needed, &repo, &branch).await,
-        RepoCmd::Rename { repo, new_name } => {
-            rename(ctx, channel, needed, &repo, &new_name).await
-        }
+        RepoCmd::Rename { repo, new_name } => rename(ctx, channel, needed, &repo, &new_name).await,
         RepoCmd::Delete { repo, confirm } => delete(ctx, channel, needed, &repo, &confirm).await,
         RepoCmd::Gc { name } => gc(ctx, channel, needed, &name).await,
     }

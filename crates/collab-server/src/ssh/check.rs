@@ -23,11 +23,11 @@ use serde_json::Value;
 
 use super::context::{authorize_or_reply, ExecContext};
 use super::reply::{json_line, reply_and_close};
+use crate::authz::Access;
 use crate::repos::RepoEntry;
 use collab_proto::replies::check as replies;
 use collab_proto::replies::fenced::Fenced;
 use collab_proto::verbs::Invocation;
-use crate::authz::Access;
 use collab_store::checks::{self as store, Check};
 use collab_store::patches;
 

@@ -1390,10 +1390,16 @@ mod tests {
         assert_eq!(level("collab-repo describe x"), Some(Access::Read));
         assert_eq!(level("collab-repo describe x t"), Some(Access::Rewind));
         assert_eq!(level("collab-repo visibility x"), Some(Access::Read));
-        assert_eq!(level("collab-repo visibility x private"), Some(Access::Rewind));
+        assert_eq!(
+            level("collab-repo visibility x private"),
+            Some(Access::Rewind)
+        );
         assert_eq!(level("git-lfs-transfer x upload"), Some(Access::Write));
         assert_eq!(level("git-lfs-transfer x download"), Some(Access::Read));
-        assert_eq!(level("collab-lease break x i --reason r"), Some(Access::Rewind));
+        assert_eq!(
+            level("collab-lease break x i --reason r"),
+            Some(Access::Rewind)
+        );
         assert_eq!(level("collab-repo mirror list x"), Some(Access::Rewind));
         assert_eq!(level("collab-hook list"), None);
     }

@@ -49,8 +49,14 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: MirrorCmd) {
         )
         .await;
     }
-    let Some((entry, channel)) =
-        authorize_or_reply(ctx, channel, cmd.repo(), cmd.needed_access(), "mirrors need").await
+    let Some((entry, channel)) = authorize_or_reply(
+        ctx,
+        channel,
+        cmd.repo(),
+        cmd.needed_access(),
+        "mirrors need",
+    )
+    .await
     else {
         return;
     };

@@ -9,9 +9,9 @@ use russh::Channel;
 
 use super::context::{authorize_or_reply, ExecContext};
 use super::reply::{reply_and_close, reply_line};
+use crate::authz::Access;
 use crate::repos::RepoEntry;
 use collab_proto::verbs::Invocation;
-use crate::authz::Access;
 use collab_store::merge_queue::{self as store, Group};
 
 /// How many of a branch's latest groups `show` lists.

@@ -17,13 +17,15 @@ use common::{fingerprint, ServerHarness};
 /// The repository every line names.
 const REPO: &str = "r";
 
-/// A value of `kind` the table accepts.
+/// A value of `kind` the table accepts. Only the argument `repo` names
+/// [`REPO`]: another repository value (a new name, `--confirm`) is `x`, so
+/// that a rename or delete at its level is refused for what it names and
+/// leaves [`REPO`] to the rows after it.
 fn sample(kind: Kind) -> String {
     match kind {
         Kind::Int { min, .. } => min.max(1).to_string(),
         Kind::Choice(words) => words[0].to_string(),
         Kind::Id => "abcd".to_string(),
-        Kind::Repo => REPO.to_string(),
         _ => "x".to_string(),
     }
 }
@@ -50,6 +52,7 @@ fn line(verb: &Verb, raise: bool) -> String {
                 }
                 (false, _, _) => None,
             },
+            _ if arg.name == "repo" && arg.arity == Arity::One => Some(REPO.to_string()),
             _ if arg.arity == Arity::One => Some(sample(arg.kind)),
             _ => None,
         };
@@ -200,6 +203,9 @@ fn every_rows_level_is_the_level_its_handler_asks() {
         );
         driven += 1;
     }
+    // No row at its level removed or renamed the repository the later rows
+    // were driven on.
+    assert!(repo.join("HEAD").is_file());
     // Nothing above was vacuous: every row with a level or open to anyone
     // was driven (the raised settings twice).
     let expected = verbs::VERBS
