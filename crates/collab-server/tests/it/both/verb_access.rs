@@ -150,7 +150,7 @@ fn every_rows_level_is_the_level_its_handler_asks() {
     let readers = [&keys.read, &keys.checks, &keys.write, &keys.rewind];
     common::write_live(
         &repo.join("collab-policy.toml"),
-        &format!(
+        format!(
             "read = {}\nchecks = {}\nwrite = {}\nrewind = {}\n",
             list(&readers),
             list(&[&keys.checks]),
