@@ -2,7 +2,9 @@
 //! grammar is the verb table's (`collab_proto::verbs`): it finds the row,
 //! fills its arguments and checks their shape; `from_invocation` here turns
 //! the row's values into the command its handler runs, checking what only
-//! the server knows (label syntax, event patterns, note length).
+//! the server knows (label syntax, event patterns, note length). A command
+//! names its row (`verb()`), and its `needed_access()` is the level that
+//! row asks: the only level its handler authorizes.
 
 use collab_proto::verbs::{self, Invocation};
 use collab_proto::Access;
@@ -10,6 +12,9 @@ use collab_proto::Access;
 pub use super::issue::IssueCmd;
 pub use collab_proto::limits::{MAX_NOTE_BYTES, MAX_WAIT_SECS, MAX_WATCH_REPOS};
 pub use collab_proto::tokens::shell_tokens;
+/// The level a typed command's row asks (`verbs::level`): how every
+/// handler learns the level it authorizes.
+pub use collab_proto::verbs::level as row_level;
 
 /// Which git transport service to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,8 +24,6 @@ pub enum GitService {
     /// `git archive --remote` (readers).
     UploadArchive,
 }
-
-pub use collab_proto::verbs::level as row_level;
 
 impl GitService {
     /// The verb (its row's name).
