@@ -31,9 +31,9 @@ pub const MAX_LABEL_BYTES: usize = 100;
 pub const MAX_LABELS: usize = 32;
 /// Longest close reason, in bytes.
 pub const MAX_REASON_BYTES: usize = 1024;
-/// Default and largest page of `list`.
+/// Default and largest page of `list` (the largest is the verbs' bound).
 pub const DEFAULT_PAGE: usize = 50;
-pub const MAX_PAGE: usize = 500;
+pub const MAX_PAGE: usize = collab_proto::limits::MAX_PAGE;
 /// One issue row with its labels (comments and links are in [`IssueDetail`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Issue {

@@ -33,8 +33,9 @@ use super::event_log::{self, NewEvent};
 /// How long a connection waits for another connection's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The longest TTL accepted when the configuration sets none (ten years).
-pub const DEFAULT_MAX_TTL: i64 = 10 * 365 * 24 * 60 * 60;
+/// The longest TTL accepted when the configuration sets none: the longest
+/// the verbs parse (`collab_proto::limits::MAX_TTL_SECS`, ten years).
+pub const DEFAULT_MAX_TTL: i64 = collab_proto::limits::MAX_TTL_SECS as i64;
 
 /// The `leases.*` configuration keys as the decisions see them. The
 /// default keeps phase 1's behaviour: no lifetime cap, no lock delay.

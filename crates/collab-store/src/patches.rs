@@ -28,9 +28,9 @@ pub use super::issues::{check_body, check_title};
 use super::objects::{self, ms, person_at, person_json, short, Filter, PATCHES};
 pub use super::objects::{new_id, Person};
 
-/// Default and largest page of `list`.
+/// Default and largest page of `list` (the largest is the verbs' bound).
 pub const DEFAULT_PAGE: usize = 50;
-pub const MAX_PAGE: usize = 500;
+pub const MAX_PAGE: usize = collab_proto::limits::MAX_PAGE;
 /// Longest path of an inline comment, in bytes.
 pub const MAX_PATH_BYTES: usize = 4096;
 

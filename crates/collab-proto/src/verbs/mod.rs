@@ -32,7 +32,7 @@ pub mod tools;
 
 pub use call::Call;
 pub use docs::reference_markdown;
-pub use lookup::{find, help_groups, is_family, repo_access, HelpGroup};
+pub use lookup::{find, help_groups, is_family, level, named, HelpGroup};
 pub use parse::{family_usage, parse, Invocation, Refusal};
 pub use row::{int_in, Access, Arg, Arity, Flag, Kind, Need, Rule, Verb};
 pub use table::VERBS;

@@ -29,13 +29,33 @@ impl Access {
     }
 }
 
-/// Who may run a verb.
+/// Who may run a verb. The server decides access from this and nothing
+/// else: a handler asks for [`Need::level`] of its row, never a level of
+/// its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {
     /// Any authenticated caller, even one governance closes out.
     Anyone,
     /// This level on the repository named by the verb's `repo` argument.
     Repo(Access),
+    /// A level on the repository that depends on one argument: `raised`
+    /// when `arg` is given (and, with `value`, given as that value), else
+    /// `base`. `text` is how `help` says it.
+    RepoBy {
+        base: Access,
+        raised: Access,
+        arg: &'static str,
+        value: Option<&'static str>,
+        text: &'static str,
+    },
+    /// At least `level` on the repository to run at all; some of its work
+    /// needs more, decided where that work is (a push's ref updates).
+    /// `text` is how `help` says it.
+    RepoAtLeast { level: Access, text: &'static str },
+    /// Server administrators only. An administrator has rewind on every
+    /// repository, so a verb of this kind that names one asks rewind on it
+    /// (which also tells an absent repository apart).
+    Admin,
     /// A rule of its own, in words; its handler enforces it (creating a
     /// repository, hooks over a glob, events filtered per repository).
     Rule(&'static str),
@@ -47,7 +67,44 @@ impl Need {
         match self {
             Need::Anyone => "none",
             Need::Repo(access) => access.as_str(),
+            Need::RepoBy { text, .. } | Need::RepoAtLeast { text, .. } => text,
+            Need::Admin => "admin",
             Need::Rule(text) => text,
+        }
+    }
+
+    /// The level this need asks on the named repository, given which
+    /// arguments a call has (`given(name)`: the value of the argument
+    /// `name`, if the call has it); `None` for a need that is not a level
+    /// on one repository (anyone, a rule of its own).
+    pub fn level<'v>(self, given: impl Fn(&str) -> Option<&'v str>) -> Option<Access> {
+        match self {
+            Need::Repo(level) | Need::RepoAtLeast { level, .. } => Some(level),
+            Need::RepoBy {
+                base,
+                raised,
+                arg,
+                value,
+                ..
+            } => {
+                let raises = match (given(arg), value) {
+                    (Some(v), Some(wanted)) => v == wanted,
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                };
+                Some(if raises { raised } else { base })
+            }
+            Need::Admin => Some(Access::Rewind),
+            Need::Anyone | Need::Rule(_) => None,
+        }
+    }
+
+    /// The least level on the repository that may run the verb at all:
+    /// [`Need::level`] with no argument raising it.
+    pub fn least(self) -> Option<Access> {
+        match self {
+            Need::RepoBy { base, .. } => Some(base),
+            other => other.level(|_| None),
         }
     }
 }

@@ -90,11 +90,25 @@ const CHECKS: Need = Need::Repo(Access::Checks);
 const WRITE: Need = Need::Repo(Access::Write);
 const REWIND: Need = Need::Repo(Access::Rewind);
 
+/// Server administrators only (mirrors reach other hosts with stored
+/// credentials; a webhook to a private address).
+const ADMIN: Need = Need::Admin;
 /// Who may manage webhooks: owners of every repository a hook's glob
 /// matches, or an admin (the handler decides).
-/// Server administrators only (mirrors reach other hosts with stored credentials).
-const ADMIN: Need = Need::Rule("admin");
 const HOOK_OWNER: Need = Need::Rule("rewind on every repository the glob matches (or admin)");
+
+/// A setting shown to readers and set with rewind: set when the verb's
+/// optional second argument is given. `describe` and `visibility` name it
+/// differently, so each row says which (`help` groups them by this text).
+const fn setting(arg: &'static str) -> Need {
+    Need::RepoBy {
+        base: Access::Read,
+        raised: Access::Rewind,
+        arg,
+        value: None,
+        text: "read; rewind to set",
+    }
+}
 
 const U32_MAX: i64 = u32::MAX as i64;
 
@@ -222,7 +236,10 @@ pub static VERBS: &[Verb] = &[
         ..verb(
             "git-receive-pack",
             "",
-            Need::Rule("write; rewind to delete or rewrite refs"),
+            Need::RepoAtLeast {
+                level: Access::Write,
+                text: "write; rewind to delete or rewrite refs",
+            },
             "push (git's own transport); `refs/for/<base>` opens a patch",
         )
     },
@@ -239,7 +256,13 @@ pub static VERBS: &[Verb] = &[
         ..verb(
             "git-lfs-transfer",
             "",
-            Need::Rule("read to download; write to upload and lock"),
+            Need::RepoBy {
+                base: Access::Read,
+                raised: Access::Write,
+                arg: "operation",
+                value: Some("upload"),
+                text: "read to download; write to upload and lock",
+            },
             "git-lfs's SSH transfer (git-lfs >= 3.0): large files and their locks",
         )
     },
@@ -324,7 +347,7 @@ pub static VERBS: &[Verb] = &[
         ..verb(
             "collab-repo",
             "describe",
-            Need::Rule("read; rewind to set"),
+            setting("text"),
             "show or set the description",
         )
     },
@@ -340,7 +363,7 @@ pub static VERBS: &[Verb] = &[
         ..verb(
             "collab-repo",
             "visibility",
-            Need::Rule("read; rewind to set"),
+            setting("visibility"),
             "show or set whether anonymous HTTP readers see the repository",
         )
     },
@@ -966,7 +989,7 @@ pub static VERBS: &[Verb] = &[
         ..verb(
             "collab-hook",
             "approve",
-            Need::Rule("admin"),
+            ADMIN,
             "let a webhook reach a target that is not on the public internet",
         )
     },

@@ -39,11 +39,15 @@ fn every_row_is_well_formed() {
             }
         }
         // Repository verbs name it first, and call it `repo`.
-        if let Need::Repo(_) = verb.need {
+        if let Need::Repo(_) | Need::RepoBy { .. } | Need::RepoAtLeast { .. } = verb.need {
             assert!(
                 verb.names_repo(),
                 "{name}: needs repo access but names none"
             );
+        }
+        // A level that depends on an argument names one the verb takes.
+        if let Need::RepoBy { arg, .. } = verb.need {
+            assert!(verb.arg(arg).is_some(), "{name}: its need names {arg}");
         }
     }
 }
@@ -413,4 +417,41 @@ fn the_docs_reference_is_the_table() {
             );
         }
     }
+}
+
+/// A row's level is read from the row, and an argument raises it only
+/// where the row says so.
+#[test]
+fn levels_come_from_the_row() {
+    let row = |name: &str| named(name).unwrap_or_else(|| panic!("{name} is no row"));
+    let none = |_: &str| None;
+    assert_eq!(
+        row("collab-lease break").need.level(none),
+        Some(Access::Rewind)
+    );
+    assert_eq!(
+        row("git-receive-pack").need.level(none),
+        Some(Access::Write)
+    );
+    let describe = row("collab-repo describe").need;
+    assert_eq!(describe.level(none), Some(Access::Read));
+    assert_eq!(
+        describe.level(|a| (a == "text").then_some("x")),
+        Some(Access::Rewind)
+    );
+    assert_eq!(describe.least(), Some(Access::Read));
+    let lfs = row("git-lfs-transfer").need;
+    assert_eq!(lfs.level(|_| Some("download")), Some(Access::Read));
+    assert_eq!(lfs.level(|_| Some("upload")), Some(Access::Write));
+    assert_eq!(
+        row("collab-repo mirror add").need.level(none),
+        Some(Access::Rewind)
+    );
+    assert_eq!(row("collab-hook list").need.level(none), None);
+    assert_eq!(row("collab-whoami").need.level(none), None);
+    assert_eq!(named("collab-lease steal"), None);
+    assert_eq!(
+        named("collab-repo mirror add").map(|v| v.action),
+        Some("mirror add")
+    );
 }

@@ -202,7 +202,7 @@ pub fn description(verb: &Verb) -> String {
     let need = match verb.need {
         Need::Anyone => "any key".to_string(),
         Need::Repo(access) => format!("{} access to `repo`", access.as_str()),
-        Need::Rule(text) => text.to_string(),
+        other => other.describe().to_string(),
     };
     format!(
         "{}. Needs: {need}.{} (SSH verb: `{}`)",

@@ -152,8 +152,8 @@ pub struct LeasesConfig {
 }
 
 /// Default of `leases.max_ttl` and the cap of every `leases.*` key: ten
-/// years, the longest `--ttl` the verbs parse.
-pub const DEFAULT_MAX_TTL: u64 = 10 * 365 * 24 * 60 * 60;
+/// years, the longest `--ttl` the verbs parse (the one constant).
+pub const DEFAULT_MAX_TTL: u64 = collab_proto::limits::MAX_TTL_SECS;
 
 /// `log.*`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]

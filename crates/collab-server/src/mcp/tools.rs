@@ -75,8 +75,11 @@ pub async fn list(session: &Arc<Session>) -> anyhow::Result<Vec<Value>> {
         let shows = |verb: &Verb| match verb.need {
             Need::Anyone => true,
             _ if closed => false,
-            Need::Repo(level) => admin || best.is_some_and(|b| b >= level),
-            Need::Rule("admin") => admin,
+            Need::Repo(level) | Need::RepoAtLeast { level, .. } => {
+                admin || best.is_some_and(|b| b >= level)
+            }
+            Need::RepoBy { base, .. } => admin || best.is_some_and(|b| b >= base),
+            Need::Admin => admin,
             Need::Rule(_) if verb.family == "collab-repo" && verb.action == "create" => may_create,
             // Webhooks need rewind on every repository their glob matches.
             Need::Rule(_) if verb.family == "collab-hook" => {

@@ -69,15 +69,20 @@ pub async fn whoami(ctx: &ExecContext, channel: Channel<Msg>) {
 /// `collab-repo create '<name>'` (needs Rewind on the name) and
 /// `collab-repo list` (the repositories the caller can read).
 pub async fn repo(ctx: &ExecContext, channel: Channel<Msg>, cmd: RepoCmd) {
+    // The level its row of the verb table asks (a setting shown: read; set:
+    // rewind); `create` and `list` have rules of their own.
+    let needed = cmd.needed_access();
     match cmd {
         RepoCmd::Create { name } => create(ctx, channel, &name).await,
         RepoCmd::List => list(ctx, channel).await,
-        RepoCmd::Describe { repo, text } => describe(ctx, channel, &repo, text).await,
-        RepoCmd::Visibility { repo, public } => visibility(ctx, channel, &repo, public).await,
-        RepoCmd::SetHead { repo, branch } => set_head(ctx, channel, &repo, &branch).await,
-        RepoCmd::Rename { repo, new_name } => rename(ctx, channel, &repo, &new_name).await,
-        RepoCmd::Delete { repo, confirm } => delete(ctx, channel, &repo, &confirm).await,
-        RepoCmd::Gc { name } => gc(ctx, channel, &name).await,
+        RepoCmd::Describe { repo, text } => describe(ctx, channel, needed, &repo, text).await,
+        RepoCmd::Visibility { repo, public } => {
+            visibility(ctx, channel, needed, &repo, public).await
+        }
+        RepoCmd::SetHead { repo, branch } => set_head(ctx, channel, needed, &repo, &branch).await,
+        RepoCmd::Rename { repo, new_name } => rename(ctx, channel, needed, &repo, &new_name).await,
+        RepoCmd::Delete { repo, confirm } => delete(ctx, channel, needed, &repo, &confirm).await,
+        RepoCmd::Gc { name } => gc(ctx, channel, needed, &name).await,
     }
 }
 
@@ -271,12 +276,13 @@ async fn resolve(
         .map(|(entry, channel)| (channel, entry))
 }
 
-async fn describe(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, text: Option<String>) {
-    let needed = if text.is_some() {
-        Access::Rewind
-    } else {
-        Access::Read
-    };
+async fn describe(
+    ctx: &ExecContext,
+    channel: Channel<Msg>,
+    needed: Access,
+    repo: &str,
+    text: Option<String>,
+) {
     let Some((channel, entry)) =
         resolve(ctx, channel, repo, needed, "repository settings need").await
     else {
@@ -299,12 +305,13 @@ async fn describe(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, text: Op
     reply_and_close(channel, &reply_line(&reply), 0).await
 }
 
-async fn visibility(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, public: Option<bool>) {
-    let needed = if public.is_some() {
-        Access::Rewind
-    } else {
-        Access::Read
-    };
+async fn visibility(
+    ctx: &ExecContext,
+    channel: Channel<Msg>,
+    needed: Access,
+    repo: &str,
+    public: Option<bool>,
+) {
     let Some((channel, entry)) =
         resolve(ctx, channel, repo, needed, "repository settings need").await
     else {
@@ -345,15 +352,15 @@ async fn visibility(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, public
     reply_and_close(channel, &reply_line(&reply), 0).await
 }
 
-async fn set_head(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, branch: &str) {
-    let Some((channel, entry)) = resolve(
-        ctx,
-        channel,
-        repo,
-        Access::Rewind,
-        "repository settings need",
-    )
-    .await
+async fn set_head(
+    ctx: &ExecContext,
+    channel: Channel<Msg>,
+    needed: Access,
+    repo: &str,
+    branch: &str,
+) {
+    let Some((channel, entry)) =
+        resolve(ctx, channel, repo, needed, "repository settings need").await
     else {
         return;
     };
@@ -377,15 +384,15 @@ async fn set_head(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, branch: 
     reply_and_close(channel, &reply_line(&reply), 0).await
 }
 
-async fn rename(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, new_name: &str) {
-    let Some((channel, entry)) = resolve(
-        ctx,
-        channel,
-        repo,
-        Access::Rewind,
-        "repository settings need",
-    )
-    .await
+async fn rename(
+    ctx: &ExecContext,
+    channel: Channel<Msg>,
+    needed: Access,
+    repo: &str,
+    new_name: &str,
+) {
+    let Some((channel, entry)) =
+        resolve(ctx, channel, repo, needed, "repository settings need").await
     else {
         return;
     };
@@ -456,15 +463,15 @@ async fn rename(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, new_name: 
     reply_and_close(channel, &reply_line(&reply), 0).await
 }
 
-async fn delete(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, confirm: &str) {
-    let Some((channel, entry)) = resolve(
-        ctx,
-        channel,
-        repo,
-        Access::Rewind,
-        "repository settings need",
-    )
-    .await
+async fn delete(
+    ctx: &ExecContext,
+    channel: Channel<Msg>,
+    needed: Access,
+    repo: &str,
+    confirm: &str,
+) {
+    let Some((channel, entry)) =
+        resolve(ctx, channel, repo, needed, "repository settings need").await
     else {
         return;
     };
@@ -587,9 +594,8 @@ async fn record_settings(ctx: &ExecContext, repo: &str, payload: serde_json::Val
 /// `collab-repo gc '<repo>'`: run maintenance now and wait for it (after a
 /// run or backup in progress on the repository). Needs Rewind; a reader is
 /// told so, anyone else gets "not found".
-async fn gc(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
-    let Some((channel, entry)) =
-        resolve(ctx, channel, name, Access::Rewind, "collab-repo gc needs").await
+async fn gc(ctx: &ExecContext, channel: Channel<Msg>, needed: Access, name: &str) {
+    let Some((channel, entry)) = resolve(ctx, channel, name, needed, "collab-repo gc needs").await
     else {
         return;
     };

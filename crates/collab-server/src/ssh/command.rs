@@ -2,13 +2,19 @@
 //! grammar is the verb table's (`collab_proto::verbs`): it finds the row,
 //! fills its arguments and checks their shape; `from_invocation` here turns
 //! the row's values into the command its handler runs, checking what only
-//! the server knows (label syntax, event patterns, note length).
+//! the server knows (label syntax, event patterns, note length). A command
+//! names its row (`verb()`), and its `needed_access()` is the level that
+//! row asks: the only level its handler authorizes.
 
 use collab_proto::verbs::{self, Invocation};
+use collab_proto::Access;
 
 pub use super::issue::IssueCmd;
 pub use collab_proto::limits::{MAX_NOTE_BYTES, MAX_WAIT_SECS, MAX_WATCH_REPOS};
 pub use collab_proto::tokens::shell_tokens;
+/// The level a typed command's row asks (`verbs::level`): how every
+/// handler learns the level it authorizes.
+pub use collab_proto::verbs::level as row_level;
 
 /// Which git transport service to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +26,21 @@ pub enum GitService {
 }
 
 impl GitService {
+    /// The verb (its row's name).
+    pub fn verb(self) -> &'static str {
+        match self {
+            GitService::UploadPack => "git-upload-pack",
+            GitService::ReceivePack => "git-receive-pack",
+            GitService::UploadArchive => "git-upload-archive",
+        }
+    }
+
+    /// The level its row asks on the repository (a push's ref updates may
+    /// need more, checked per ref).
+    pub fn needed_access(self) -> Access {
+        row_level(self.verb(), |_| None)
+    }
+
     /// The `git` subcommand.
     pub fn subcommand(self) -> &'static str {
         match self {
@@ -37,6 +58,23 @@ pub enum LfsOperation {
     Upload,
     /// Fetch objects; list locks (read).
     Download,
+}
+
+impl LfsOperation {
+    /// The word on the command line.
+    pub fn word(self) -> &'static str {
+        match self {
+            LfsOperation::Upload => "upload",
+            LfsOperation::Download => "download",
+        }
+    }
+
+    /// The level `git-lfs-transfer`'s row asks for this operation.
+    pub fn needed_access(self) -> Access {
+        row_level("git-lfs-transfer", |arg| {
+            (arg == "operation").then_some(self.word())
+        })
+    }
 }
 
 /// `collab-repo` subcommands.
@@ -101,6 +139,33 @@ pub enum MirrorCmd {
     },
 }
 
+impl RepoCmd {
+    /// The verb (its row's name).
+    pub fn verb(&self) -> &'static str {
+        match self {
+            RepoCmd::Create { .. } => "collab-repo create",
+            RepoCmd::List => "collab-repo list",
+            RepoCmd::Describe { .. } => "collab-repo describe",
+            RepoCmd::Visibility { .. } => "collab-repo visibility",
+            RepoCmd::SetHead { .. } => "collab-repo set-head",
+            RepoCmd::Rename { .. } => "collab-repo rename",
+            RepoCmd::Delete { .. } => "collab-repo delete",
+            RepoCmd::Gc { .. } => "collab-repo gc",
+        }
+    }
+
+    /// The level its row asks on the repository: a setting shown needs
+    /// less than one set (`describe`'s `text`, `visibility`'s word).
+    pub fn needed_access(&self) -> Access {
+        let given = match self {
+            RepoCmd::Describe { text, .. } => text.as_deref().map(|_| "text"),
+            RepoCmd::Visibility { public, .. } => public.map(|_| "visibility"),
+            _ => None,
+        };
+        row_level(self.verb(), |arg| given.filter(|g| *g == arg))
+    }
+}
+
 impl MirrorCmd {
     pub fn repo(&self) -> &str {
         match self {
@@ -120,9 +185,15 @@ impl MirrorCmd {
         }
     }
 
-    fn from_invocation(inv: &Invocation<'_>) -> MirrorCmd {
+    /// The level its row asks on the repository (administrators only; see
+    /// `verbs::Need::Admin`).
+    pub fn needed_access(&self) -> Access {
+        row_level(self.verb(), |_| None)
+    }
+
+    fn from_invocation(inv: &Invocation<'_>) -> Option<MirrorCmd> {
         let repo = inv.arg("repo").to_string();
-        match inv.verb.action {
+        Some(match inv.verb.action {
             "mirror add" => MirrorCmd::Add {
                 repo,
                 url: inv.arg("url").to_string(),
@@ -142,14 +213,16 @@ impl MirrorCmd {
                 repo,
                 id: inv.arg("id").to_string(),
             },
-            other => unreachable!("collab-repo {other} is not in the verb table"),
-        }
+            _ => return None,
+        })
     }
 }
 
 /// `collab-lease` subcommands (see `super::lease`). `ttl_secs` is a positive
-/// number of seconds, at most [`MAX_LEASE_TTL_SECS`] (the configured
-/// `leases.max_ttl` is checked when the command runs); `wait_secs` at most
+/// number of seconds, at most `collab_proto::limits::MAX_TTL_SECS`, the
+/// verb table's bound on `--ttl` (longer is an open-ended claim, which is
+/// what leaving `--ttl` out means); the configured `leases.max_ttl` is
+/// checked when the command runs. `wait_secs` at most
 /// [`MAX_WAIT_SECS`]; a note or reason at most [`MAX_NOTE_BYTES`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseCmd {
@@ -218,11 +291,26 @@ impl LeaseCmd {
             LeaseCmd::Next { .. } => "next",
         }
     }
-}
 
-/// The longest lease TTL accepted (ten years; shared with the client).
-/// Longer is an assignment, which is what leaving out `--ttl` means.
-pub const MAX_LEASE_TTL_SECS: i64 = collab_proto::limits::MAX_TTL_SECS as i64;
+    /// The verb (its row's name).
+    pub fn verb(&self) -> &'static str {
+        match self {
+            LeaseCmd::Acquire { .. } => "collab-lease acquire",
+            LeaseCmd::Renew { .. } => "collab-lease renew",
+            LeaseCmd::Release { .. } => "collab-lease release",
+            LeaseCmd::Break { .. } => "collab-lease break",
+            LeaseCmd::List { .. } => "collab-lease list",
+            LeaseCmd::Show { .. } => "collab-lease show",
+            LeaseCmd::Next { .. } => "collab-lease next",
+        }
+    }
+
+    /// The level its row asks on the repository (reads Read, claims
+    /// Write, breaking another's lease Rewind).
+    pub fn needed_access(&self) -> Access {
+        row_level(self.verb(), |_| None)
+    }
+}
 
 /// `collab-release` subcommands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,6 +333,33 @@ pub enum ReleaseCmd {
         tag: String,
         file: Option<String>,
     },
+}
+
+impl ReleaseCmd {
+    /// The repository named.
+    pub fn repo(&self) -> &str {
+        match self {
+            ReleaseCmd::Create { repo, .. }
+            | ReleaseCmd::List { repo }
+            | ReleaseCmd::Download { repo, .. }
+            | ReleaseCmd::Delete { repo, .. } => repo,
+        }
+    }
+
+    /// The verb (its row's name).
+    pub fn verb(&self) -> &'static str {
+        match self {
+            ReleaseCmd::Create { .. } => "collab-release create",
+            ReleaseCmd::List { .. } => "collab-release list",
+            ReleaseCmd::Download { .. } => "collab-release download",
+            ReleaseCmd::Delete { .. } => "collab-release delete",
+        }
+    }
+
+    /// The level its row asks on the repository.
+    pub fn needed_access(&self) -> Access {
+        row_level(self.verb(), |_| None)
+    }
 }
 
 /// `collab-events watch ['<repo>'...] [--since SEQ] [--type PATTERN]...
@@ -357,12 +472,7 @@ impl ExecCommand {
                 | RepoCmd::Delete { repo, .. },
             ) => Some(repo),
             ExecCommand::Lease(cmd) => Some(cmd.repo()),
-            ExecCommand::Release(
-                ReleaseCmd::Create { repo, .. }
-                | ReleaseCmd::List { repo }
-                | ReleaseCmd::Download { repo, .. }
-                | ReleaseCmd::Delete { repo, .. },
-            ) => Some(repo),
+            ExecCommand::Release(cmd) => Some(cmd.repo()),
             ExecCommand::Issue(cmd) => Some(cmd.repo()),
             ExecCommand::Patch(cmd) => Some(cmd.repo()),
             ExecCommand::Events(watch) => watch.repos.first().map(String::as_str),
@@ -382,44 +492,17 @@ impl ExecCommand {
     /// The verb, for logs.
     pub fn verb(&self) -> &'static str {
         match self {
-            ExecCommand::Git {
-                service: GitService::UploadPack,
-                ..
-            } => "git-upload-pack",
-            ExecCommand::Git {
-                service: GitService::ReceivePack,
-                ..
-            } => "git-receive-pack",
-            ExecCommand::Git {
-                service: GitService::UploadArchive,
-                ..
-            } => "git-upload-archive",
+            ExecCommand::Git { service, .. } => service.verb(),
             ExecCommand::LfsTransfer { .. } => "git-lfs-transfer",
             ExecCommand::LfsAuthenticate { .. } => "git-lfs-authenticate",
             ExecCommand::Whoami => "collab-whoami",
             ExecCommand::Mcp => "collab-mcp",
-            ExecCommand::Repo(RepoCmd::Create { .. }) => "collab-repo create",
-            ExecCommand::Repo(RepoCmd::List) => "collab-repo list",
-            ExecCommand::Repo(RepoCmd::Describe { .. }) => "collab-repo describe",
-            ExecCommand::Repo(RepoCmd::Visibility { .. }) => "collab-repo visibility",
-            ExecCommand::Repo(RepoCmd::SetHead { .. }) => "collab-repo set-head",
-            ExecCommand::Repo(RepoCmd::Rename { .. }) => "collab-repo rename",
-            ExecCommand::Repo(RepoCmd::Delete { .. }) => "collab-repo delete",
+            ExecCommand::Repo(cmd) => cmd.verb(),
             ExecCommand::Help => "help",
             ExecCommand::Info { .. } => "info",
             ExecCommand::Tui => "tui",
-            ExecCommand::Repo(RepoCmd::Gc { .. }) => "collab-repo gc",
-            ExecCommand::Lease(LeaseCmd::Acquire { .. }) => "collab-lease acquire",
-            ExecCommand::Lease(LeaseCmd::Renew { .. }) => "collab-lease renew",
-            ExecCommand::Lease(LeaseCmd::Release { .. }) => "collab-lease release",
-            ExecCommand::Lease(LeaseCmd::Break { .. }) => "collab-lease break",
-            ExecCommand::Lease(LeaseCmd::List { .. }) => "collab-lease list",
-            ExecCommand::Lease(LeaseCmd::Show { .. }) => "collab-lease show",
-            ExecCommand::Lease(LeaseCmd::Next { .. }) => "collab-lease next",
-            ExecCommand::Release(ReleaseCmd::Create { .. }) => "collab-release create",
-            ExecCommand::Release(ReleaseCmd::List { .. }) => "collab-release list",
-            ExecCommand::Release(ReleaseCmd::Download { .. }) => "collab-release download",
-            ExecCommand::Release(ReleaseCmd::Delete { .. }) => "collab-release delete",
+            ExecCommand::Lease(cmd) => cmd.verb(),
+            ExecCommand::Release(cmd) => cmd.verb(),
             ExecCommand::Issue(cmd) => cmd.verb(),
             ExecCommand::Patch(cmd) => cmd.verb(),
             ExecCommand::Events(_) => "collab-events watch",
@@ -436,6 +519,35 @@ impl ExecCommand {
             ExecCommand::Queue(cmd) => cmd.verb(),
             ExecCommand::Search(_) => "collab-search",
         }
+    }
+
+    /// The level on its repository its row asks, for a command whose row
+    /// asks one (`verbs::Need::level`); `None` for the others (any key, or
+    /// a rule its handler applies: creating a repository, hooks over a
+    /// glob, reads filtered per repository).
+    pub fn needed_access(&self) -> Option<Access> {
+        Some(match self {
+            ExecCommand::Git { service, .. } => service.needed_access(),
+            ExecCommand::LfsTransfer { operation, .. } => operation.needed_access(),
+            ExecCommand::Repo(RepoCmd::Create { .. } | RepoCmd::List) => return None,
+            ExecCommand::Repo(cmd) => cmd.needed_access(),
+            ExecCommand::Lease(cmd) => cmd.needed_access(),
+            ExecCommand::Release(cmd) => cmd.needed_access(),
+            ExecCommand::Issue(cmd) => cmd.needed_access(),
+            ExecCommand::Patch(cmd) => cmd.needed_access(),
+            ExecCommand::Mirror(cmd) => cmd.needed_access(),
+            ExecCommand::Check(cmd) => cmd.needed_access(),
+            ExecCommand::Queue(cmd) => cmd.needed_access(),
+            ExecCommand::LfsAuthenticate { .. }
+            | ExecCommand::Whoami
+            | ExecCommand::Mcp
+            | ExecCommand::Help
+            | ExecCommand::Info { .. }
+            | ExecCommand::Tui
+            | ExecCommand::Events(_)
+            | ExecCommand::Hook(_)
+            | ExecCommand::Search(_) => return None,
+        })
     }
 }
 
@@ -464,13 +576,21 @@ pub fn refusal(command: &str) -> String {
     }
 }
 
-pub use collab_proto::verbs::repo_access;
-
 impl ExecCommand {
     /// The typed command for a row of the verb table; `None` when a value
     /// fails a check only the server can make (label syntax, cursors,
-    /// patterns, note length).
+    /// patterns, note length), or for a row no arm builds (then
+    /// `every_verb_has_a_handler` fails). The command names its row (its
+    /// `verb()` finds that very row), which is what its handler's access
+    /// is read from ([`row_level`]).
     pub fn from_invocation(inv: &Invocation<'_>) -> Option<ExecCommand> {
+        let command = Self::typed(inv)?;
+        verbs::named(command.verb())
+            .is_some_and(|row| std::ptr::eq(row, inv.verb))
+            .then_some(command)
+    }
+
+    fn typed(inv: &Invocation<'_>) -> Option<ExecCommand> {
         let git = |service| ExecCommand::Git {
             service,
             repo: inv.arg("repo").to_string(),
@@ -496,18 +616,18 @@ impl ExecCommand {
                 json: inv.has("--json"),
             },
             "collab-repo" if inv.verb.action.starts_with("mirror ") => {
-                ExecCommand::Mirror(MirrorCmd::from_invocation(inv))
+                ExecCommand::Mirror(MirrorCmd::from_invocation(inv)?)
             }
             "tui" => ExecCommand::Tui,
-            "collab-repo" => ExecCommand::Repo(RepoCmd::from_invocation(inv)),
+            "collab-repo" => ExecCommand::Repo(RepoCmd::from_invocation(inv)?),
             "collab-lease" => ExecCommand::Lease(LeaseCmd::from_invocation(inv)?),
-            "collab-release" => ExecCommand::Release(ReleaseCmd::from_invocation(inv)),
+            "collab-release" => ExecCommand::Release(ReleaseCmd::from_invocation(inv)?),
             "collab-issue" => ExecCommand::Issue(IssueCmd::from_invocation(inv)?),
             "collab-patch" => ExecCommand::Patch(super::patch::PatchCmd::from_invocation(inv)?),
             "collab-events" => ExecCommand::Events(WatchCmd::from_invocation(inv)?),
             "collab-hook" => ExecCommand::Hook(HookCmd::from_invocation(inv)?),
-            "collab-check" => ExecCommand::Check(super::check::CheckCmd::from_invocation(inv)),
-            "collab-queue" => ExecCommand::Queue(super::queue::QueueCmd::from_invocation(inv)),
+            "collab-check" => ExecCommand::Check(super::check::CheckCmd::from_invocation(inv)?),
+            "collab-queue" => ExecCommand::Queue(super::queue::QueueCmd::from_invocation(inv)?),
             "collab-search" => ExecCommand::Search(super::search::SearchCmd::from_invocation(inv)),
             // A row without a handler; `every_verb_has_a_handler` fails.
             _ => return None,
@@ -516,9 +636,9 @@ impl ExecCommand {
 }
 
 impl RepoCmd {
-    fn from_invocation(inv: &Invocation<'_>) -> RepoCmd {
+    fn from_invocation(inv: &Invocation<'_>) -> Option<RepoCmd> {
         let repo = || inv.arg("repo").to_string();
-        match inv.verb.action {
+        Some(match inv.verb.action {
             "create" => RepoCmd::Create {
                 name: inv.arg("name").to_string(),
             },
@@ -544,8 +664,8 @@ impl RepoCmd {
                 repo: repo(),
                 confirm: inv.flag("--confirm").unwrap_or_default().to_string(),
             },
-            other => unreachable!("collab-repo {other} is not in the verb table"),
-        }
+            _ => return None,
+        })
     }
 }
 
@@ -611,16 +731,16 @@ impl LeaseCmd {
                     wait_secs: wait_secs(),
                 }
             }
-            other => unreachable!("collab-lease {other} is not in the verb table"),
+            _ => return None,
         })
     }
 }
 
 impl ReleaseCmd {
-    fn from_invocation(inv: &Invocation<'_>) -> ReleaseCmd {
+    fn from_invocation(inv: &Invocation<'_>) -> Option<ReleaseCmd> {
         let repo = inv.arg("repo").to_string();
         let tag = || inv.arg("tag").to_string();
-        match inv.verb.action {
+        Some(match inv.verb.action {
             "create" => ReleaseCmd::Create {
                 repo,
                 tag: tag(),
@@ -637,8 +757,8 @@ impl ReleaseCmd {
                 tag: tag(),
                 file: inv.opt_arg("file").map(str::to_string),
             },
-            other => unreachable!("collab-release {other} is not in the verb table"),
-        }
+            _ => return None,
+        })
     }
 }
 
@@ -683,7 +803,7 @@ impl HookCmd {
             "redeliver" => HookCmd::Redeliver {
                 message_id: inv.arg("webhook-id").to_string(),
             },
-            other => unreachable!("collab-hook {other} is not in the verb table"),
+            _ => return None,
         })
     }
 }
@@ -693,6 +813,8 @@ mod tests {
     use super::*;
     use collab_proto::tokens::shell_quote;
     use proptest::prelude::*;
+
+    const MAX_LEASE_TTL_SECS: i64 = collab_proto::limits::MAX_TTL_SECS as i64;
 
     fn git(service: GitService, repo: &str) -> Option<ExecCommand> {
         Some(ExecCommand::Git {
@@ -1237,22 +1359,60 @@ mod tests {
         }
     }
 
-    /// The access a command asks for is its row's.
+    /// The level a command asks on its repository is its row's, for every
+    /// row (no skip list): a row with a level gives its command that level,
+    /// raised where an argument raises it; a row without one (any key, a
+    /// rule its handler applies) gives its command none.
     #[test]
     fn needed_access_is_the_tables() {
-        for verb in verbs::VERBS {
-            let verbs::Need::Repo(access) = verb.need else {
-                continue;
-            };
-            let line = sample_line(verb);
-            let needed = match parse_exec_command(&line).unwrap() {
-                ExecCommand::Issue(cmd) => cmd.needed_access(),
-                ExecCommand::Patch(cmd) => cmd.needed_access(),
-                ExecCommand::Lease(cmd) => repo_access(&format!("collab-lease {}", cmd.name())),
-                _ => continue,
-            };
-            assert_eq!(needed, access, "{line}");
+        let mut lines: Vec<String> = verbs::VERBS.iter().map(sample_line).collect();
+        // The arguments that raise a row's level.
+        lines.extend(
+            [
+                "collab-repo describe x 'new text'",
+                "collab-repo visibility x public",
+                "git-lfs-transfer x upload",
+                "git-lfs-transfer x download",
+            ]
+            .map(String::from),
+        );
+        for line in lines {
+            let tokens = shell_tokens(&line).unwrap();
+            let invocation = verbs::parse(&tokens).unwrap();
+            let row = invocation.verb;
+            // A level on the repository the row names (an administrators'
+            // verb that names none, `collab-hook approve`, asks none).
+            let wanted = row
+                .need
+                .level(|arg| row.arg(arg).and_then(|_| invocation.opt_arg(arg)))
+                .filter(|_| row.names_repo());
+            let command = parse_exec_command(&line).unwrap();
+            assert_eq!(command.needed_access(), wanted, "{line}");
         }
+        let level = |line: &str| parse_exec_command(line).unwrap().needed_access();
+        assert_eq!(level("collab-repo describe x"), Some(Access::Read));
+        assert_eq!(level("collab-repo describe x t"), Some(Access::Rewind));
+        assert_eq!(level("collab-repo visibility x"), Some(Access::Read));
+        assert_eq!(
+            level("collab-repo visibility x private"),
+            Some(Access::Rewind)
+        );
+        assert_eq!(level("git-lfs-transfer x upload"), Some(Access::Write));
+        assert_eq!(level("git-lfs-transfer x download"), Some(Access::Read));
+        assert_eq!(
+            level("collab-lease break x i --reason r"),
+            Some(Access::Rewind)
+        );
+        assert_eq!(level("collab-repo mirror list x"), Some(Access::Rewind));
+        assert_eq!(level("collab-hook list"), None);
+    }
+
+    /// A name that is no row asks the most, not nothing.
+    #[test]
+    fn a_name_that_is_no_row_asks_rewind() {
+        assert_eq!(row_level("collab-lease steal", |_| None), Access::Rewind);
+        assert_eq!(row_level("collab-hook list", |_| None), Access::Rewind);
+        assert_eq!(row_level("collab-lease show", |_| None), Access::Read);
     }
 
     proptest! {

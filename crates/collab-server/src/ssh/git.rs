@@ -182,10 +182,8 @@ fn quarantines_of(pid: i32) -> Vec<std::path::PathBuf> {
 
 /// Serve one git transport request on `channel`.
 pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, service: GitService, requested: &str) {
-    let needed = match service {
-        GitService::UploadPack | GitService::UploadArchive => Access::Read,
-        GitService::ReceivePack => Access::Write,
-    };
+    // Its row's level (a push's ref updates may need more, per ref).
+    let needed = service.needed_access();
     let (entry, level) = match authz::authorize(&ctx.app, &ctx.caller, requested, needed) {
         Ok(found) => found,
         Err(_) => match push_to_create(ctx, service, requested).await {

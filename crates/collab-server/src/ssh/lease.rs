@@ -182,7 +182,7 @@ async fn answer(
 ) -> Option<Answer> {
     // Reads need Read, claims Write, breaking another's lease Rewind: the
     // verb table's rows.
-    let needed = collab_proto::verbs::repo_access(&format!("collab-lease {}", cmd.name()));
+    let needed = cmd.needed_access();
     let requested = cmd.repo().to_string();
     // Authorization reads policy files and the import may read git: both
     // are blocking I/O, so they run off the async runtime.

@@ -26,7 +26,6 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite};
 use super::command::LfsOperation;
 use super::context::{authorize_or_reply, ExecContext};
 use super::reply::{reply_and_close, reply_on};
-use crate::authz::Access;
 use crate::lfs::pktline::{self, FrameError, Packet, Writer, MAX_PAYLOAD};
 use crate::lfs::store::{valid_oid, Incoming, LfsStore, UploadError, Usage};
 use crate::repos::RepoEntry;
@@ -114,10 +113,11 @@ pub(super) struct Session<'a, R, W> {
 
 /// Serve one `git-lfs-transfer` session on `channel`.
 pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, operation: LfsOperation) {
-    let (needed, what) = match operation {
-        LfsOperation::Upload => (Access::Write, "git-lfs uploads need"),
-        LfsOperation::Download => (Access::Read, "git-lfs downloads need"),
+    let what = match operation {
+        LfsOperation::Upload => "git-lfs uploads need",
+        LfsOperation::Download => "git-lfs downloads need",
     };
+    let needed = operation.needed_access();
     let Some((entry, channel)) = authorize_or_reply(ctx, channel, repo, needed, what).await else {
         return;
     };

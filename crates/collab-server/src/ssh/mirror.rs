@@ -24,7 +24,7 @@ use russh::Channel;
 use super::command::MirrorCmd;
 use super::context::{authorize_or_reply, ExecContext};
 use super::reply::{reply_and_close, reply_line};
-use crate::authz::{self, Access};
+use crate::authz;
 use crate::mirrors::{git::Credential, Outcome};
 use collab_store::mirrors::{self as store, AddRefused, Mirror};
 
@@ -49,8 +49,14 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: MirrorCmd) {
         )
         .await;
     }
-    let Some((entry, channel)) =
-        authorize_or_reply(ctx, channel, cmd.repo(), Access::Rewind, "mirrors need").await
+    let Some((entry, channel)) = authorize_or_reply(
+        ctx,
+        channel,
+        cmd.repo(),
+        cmd.needed_access(),
+        "mirrors need",
+    )
+    .await
     else {
         return;
     };

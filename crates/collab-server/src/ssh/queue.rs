@@ -9,6 +9,7 @@ use russh::Channel;
 
 use super::context::{authorize_or_reply, ExecContext};
 use super::reply::{reply_and_close, reply_line};
+use crate::authz::Access;
 use crate::repos::RepoEntry;
 use collab_proto::verbs::Invocation;
 use collab_store::merge_queue::{self as store, Group};
@@ -35,14 +36,20 @@ impl QueueCmd {
         }
     }
 
-    pub fn from_invocation(inv: &Invocation<'_>) -> QueueCmd {
+    /// `None` for a row of the family this has no arm for.
+    pub fn from_invocation(inv: &Invocation<'_>) -> Option<QueueCmd> {
         match inv.verb.action {
-            "show" => QueueCmd::Show {
+            "show" => Some(QueueCmd::Show {
                 repo: inv.arg("repo").to_string(),
                 branch: inv.arg("branch").to_string(),
-            },
-            other => unreachable!("collab-queue {other} is not in the verb table"),
+            }),
+            _ => None,
         }
+    }
+
+    /// The level its row asks on the repository.
+    pub fn needed_access(&self) -> Access {
+        collab_proto::verbs::level(self.verb(), |_| None)
     }
 }
 
@@ -73,7 +80,7 @@ pub fn group_shown(g: &Group) -> wire::GroupShown {
 
 /// Run one `collab-queue` command.
 pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: QueueCmd) {
-    let needed = collab_proto::verbs::repo_access(cmd.verb());
+    let needed = cmd.needed_access();
     let Some((entry, channel)) = authorize_or_reply(
         ctx,
         channel,

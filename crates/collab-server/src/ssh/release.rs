@@ -39,14 +39,19 @@ const CHUNK: usize = 32 * 1024;
 
 /// Run one `collab-release` command on `channel`.
 pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: ReleaseCmd) {
+    // The level its row of the verb table asks (readers list and download,
+    // rewinders create and delete).
+    let needed = cmd.needed_access();
     match cmd {
-        ReleaseCmd::Create { repo, tag, file } => create(ctx, channel, &repo, &tag, &file).await,
-        ReleaseCmd::List { repo } => list(ctx, channel, &repo).await,
+        ReleaseCmd::Create { repo, tag, file } => {
+            create(ctx, channel, needed, &repo, &tag, &file).await
+        }
+        ReleaseCmd::List { repo } => list(ctx, channel, needed, &repo).await,
         ReleaseCmd::Download { repo, tag, file } => {
-            download(ctx, channel, &repo, &tag, &file).await
+            download(ctx, channel, needed, &repo, &tag, &file).await
         }
         ReleaseCmd::Delete { repo, tag, file } => {
-            delete(ctx, channel, &repo, &tag, file.as_deref()).await
+            delete(ctx, channel, needed, &repo, &tag, file.as_deref()).await
         }
     }
 }
@@ -111,12 +116,19 @@ fn spawn_writer<T: AsRef<[u8]> + Send + 'static>(
     })
 }
 
-async fn create(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &str, file: &str) {
+async fn create(
+    ctx: &ExecContext,
+    channel: Channel<Msg>,
+    needed: Access,
+    repo: &str,
+    tag: &str,
+    file: &str,
+) {
     if !valid_file_name(file) {
         let e = ReleaseError::FileName(file.to_string());
         return reply_and_close(channel, &error_line(&e), 1).await;
     }
-    let Some((entry, mut channel)) = authorized(ctx, channel, repo, Access::Rewind).await else {
+    let Some((entry, mut channel)) = authorized(ctx, channel, repo, needed).await else {
         return;
     };
     if !valid_tag_name(tag) {
@@ -265,8 +277,8 @@ fn release_shown(release: &Release) -> wire::Release {
     }
 }
 
-async fn list(ctx: &ExecContext, channel: Channel<Msg>, repo: &str) {
-    let Some((entry, channel)) = authorized(ctx, channel, repo, Access::Read).await else {
+async fn list(ctx: &ExecContext, channel: Channel<Msg>, needed: Access, repo: &str) {
+    let Some((entry, channel)) = authorized(ctx, channel, repo, needed).await else {
         return;
     };
     let store = store(ctx);
@@ -286,11 +298,12 @@ async fn list(ctx: &ExecContext, channel: Channel<Msg>, repo: &str) {
 async fn delete(
     ctx: &ExecContext,
     channel: Channel<Msg>,
+    needed: Access,
     repo: &str,
     tag: &str,
     file: Option<&str>,
 ) {
-    let Some((entry, channel)) = authorized(ctx, channel, repo, Access::Rewind).await else {
+    let Some((entry, channel)) = authorized(ctx, channel, repo, needed).await else {
         return;
     };
     let store = store(ctx);
@@ -331,8 +344,15 @@ async fn delete(
 
 /// Stream the file's bytes to stdout (with the client's window as
 /// backpressure), then exit 0. The one verb whose success is not JSON.
-async fn download(ctx: &ExecContext, channel: Channel<Msg>, repo: &str, tag: &str, file: &str) {
-    let Some((entry, channel)) = authorized(ctx, channel, repo, Access::Read).await else {
+async fn download(
+    ctx: &ExecContext,
+    channel: Channel<Msg>,
+    needed: Access,
+    repo: &str,
+    tag: &str,
+    file: &str,
+) {
+    let Some((entry, channel)) = authorized(ctx, channel, repo, needed).await else {
         return;
     };
     let store = store(ctx);

@@ -56,6 +56,7 @@ mod both {
     mod ssh_channel_requests;
     mod ssh_git;
     mod tui;
+    mod verb_access;
     mod web_code;
     mod web_http;
     mod web_malformed_paths;
