@@ -359,6 +359,94 @@ fn git_lfs_pushes_clones_and_locks_over_ssh() {
     assert_eq!(stored(&h).len(), 2, "{:?}", stored_names(&h));
 }
 
+/// The commit `main` of `repo` points at on the server.
+fn remote_main(h: &ServerHarness, key: &Path, dir: &Path) -> String {
+    let out = git_ok(h, key, dir, &["ls-remote", "origin", "refs/heads/main"]);
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Commit everything in `dir` as `key` with `message`.
+fn commit_all(h: &ServerHarness, key: &Path, dir: &Path, message: &str) {
+    git_ok(h, key, dir, &["add", "-A"]);
+    git_ok(h, key, dir, &["commit", "-q", "-m", message]);
+}
+
+#[test]
+fn a_push_changing_a_path_locked_by_another_is_refused_by_the_server() {
+    let h = ServerHarness::start();
+    h.create_repo("big");
+    h.create_repo("other");
+    let admin = h.ssh_client_key();
+    let alice = lfs_clone(&h, &admin, "big", "alice");
+    git_ok(&h, &admin, &alice, &["lfs", "track", "*.bin"]);
+    std::fs::write(alice.join("data.bin"), payload(100_000, 1)).unwrap();
+    std::fs::write(alice.join("notes.txt"), "one\n").unwrap();
+    commit_all(&h, &admin, &alice, "Add a large file");
+    git_ok(&h, &admin, &alice, &["push", "origin", "HEAD:refs/heads/main"]);
+    let bob_key = h.authorized_key("bob");
+    let bob = lfs_clone(&h, &bob_key, "big", "bob");
+
+    // Alice locks data.bin here; a lock on free.bin in another repository
+    // does not count in this one.
+    git_ok(&h, &admin, &alice, &["lfs", "lock", "data.bin"]);
+    let mut input = request("lock", &["path=free.bin"], None);
+    input.extend(request("quit", &[], None));
+    let s = session(&h, &admin, "other", "upload", &input);
+    assert_eq!(s.answers[0].status, 201, "{s:?}");
+    let locks: Value =
+        serde_json::from_slice(&git_ok(&h, &bob_key, &bob, &["lfs", "locks", "--json"]).stdout)
+            .unwrap();
+    let owner = locks[0]["owner"]["name"].as_str().unwrap().to_string();
+    assert_eq!(locks[0]["path"], "data.bin", "{locks}");
+
+    // Bob changes the locked file, then another one on top. git-lfs does
+    // not stop him (lfs.locksverify false), nor does a client without
+    // git-lfs's pre-push hook (--no-verify): the server does, with one line.
+    git_ok(&h, &bob_key, &bob, &["config", "lfs.locksverify", "false"]);
+    std::fs::write(bob.join("data.bin"), payload(100_000, 2)).unwrap();
+    commit_all(&h, &bob_key, &bob, "Change a locked file");
+    std::fs::write(bob.join("notes.txt"), "two\n").unwrap();
+    commit_all(&h, &bob_key, &bob, "Change another file");
+    let before = remote_main(&h, &bob_key, &bob);
+    for extra in [&[][..], &["--no-verify"][..]] {
+        let mut args = vec!["push", "origin", "HEAD:refs/heads/main"];
+        args.extend_from_slice(extra);
+        let pushed = h.git_as(&bob_key, &bob, &args);
+        let said = text(&pushed);
+        assert!(!pushed.status.success(), "{said}");
+        let lines: Vec<&str> = said.lines().filter(|l| l.contains("locked by")).collect();
+        assert_eq!(lines.len(), 1, "{said}");
+        assert!(
+            lines[0].starts_with(&format!("remote: error: data.bin: locked by {owner} ")),
+            "{said}"
+        );
+        assert!(lines[0].contains("git lfs unlock data.bin"), "{said}");
+        assert_eq!(remote_main(&h, &bob_key, &bob), before, "{extra:?}");
+    }
+
+    // The lock owner's own change passes.
+    std::fs::write(alice.join("data.bin"), payload(100_000, 3)).unwrap();
+    commit_all(&h, &admin, &alice, "Change my locked file");
+    git_ok(&h, &admin, &alice, &["push", "origin", "HEAD:refs/heads/main"]);
+
+    // Bob's change of other paths (free.bin is locked only elsewhere) passes.
+    git_ok(&h, &bob_key, &bob, &["fetch", "-q", "origin"]);
+    git_ok(&h, &bob_key, &bob, &["reset", "-q", "--hard", "origin/main"]);
+    std::fs::write(bob.join("free.bin"), payload(1000, 4)).unwrap();
+    std::fs::write(bob.join("notes.txt"), "three\n").unwrap();
+    commit_all(&h, &bob_key, &bob, "Change free files");
+    git_ok(
+        &h,
+        &bob_key,
+        &bob,
+        &["push", "origin", "HEAD:refs/heads/main"],
+    );
+}
+
 #[test]
 fn hostile_transfers_get_a_status_and_one_line_and_leave_nothing_partial() {
     let h = start_with_limits("1MiB", "2MiB");
