@@ -752,3 +752,97 @@ fn objects_and_locks_follow_a_rename_and_go_with_a_delete() {
         "{s:?}"
     );
 }
+
+/// Set the time of every stored object file to `age` ago.
+fn age_store(h: &ServerHarness, age: std::time::Duration) {
+    let then = std::time::SystemTime::now() - age;
+    let mut todo = vec![h.state_dir().join("lfs")];
+    while let Some(dir) = todo.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                todo.push(e.path());
+            } else {
+                std::fs::File::open(e.path())
+                    .unwrap()
+                    .set_modified(then)
+                    .unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn maintenance_collects_lfs_objects_no_ref_points_at_after_the_grace() {
+    let h = ServerHarness::start_with(HarnessOptions {
+        env: vec![("GIT_COLLAB_LFS__GC_GRACE".into(), "1h".into())],
+        ..Default::default()
+    });
+    h.create_repo("big");
+    let admin = h.ssh_client_key();
+    let repo = lfs_clone(&h, &admin, "big", "work");
+    git_ok(&h, &admin, &repo, &["lfs", "track", "*.bin"]);
+    let (kept, gone, proposed) = (
+        payload(50_000, 1),
+        payload(60_000, 2),
+        payload(70_000, 3),
+    );
+    // `kept` on main; `gone` only on a branch deleted after; `proposed`
+    // only in a patch (push-to-review: a revision ref under refs/collab/).
+    std::fs::write(repo.join("kept.bin"), &kept).unwrap();
+    commit_all(&h, &admin, &repo, "Keep");
+    git_ok(&h, &admin, &repo, &["push", "origin", "HEAD:refs/heads/main"]);
+    std::fs::write(repo.join("gone.bin"), &gone).unwrap();
+    commit_all(&h, &admin, &repo, "Soon gone");
+    git_ok(&h, &admin, &repo, &["push", "origin", "HEAD:refs/heads/tmp"]);
+    git_ok(&h, &admin, &repo, &["reset", "-q", "--hard", "HEAD~1"]);
+    std::fs::write(repo.join("proposed.bin"), &proposed).unwrap();
+    commit_all(&h, &admin, &repo, "Propose");
+    git_ok(&h, &admin, &repo, &["push", "origin", "HEAD:refs/for/main"]);
+    git_ok(&h, &admin, &repo, &["push", "origin", ":refs/heads/tmp"]);
+
+    // Two objects no ref points at, uploaded without a push: `found`
+    // will be named by an upload's batch again (as by a push about to
+    // point at it), `young` stays young.
+    let (found, young) = (payload(1000, 4), payload(2000, 5));
+    let mut input = put(&sha256(&found), found.len(), &found);
+    input.extend(request("quit", &[], None));
+    assert_eq!(session(&h, &admin, "big", "upload", &input).answers[0].status, 200);
+    assert_eq!(stored(&h).len(), 4, "{:?}", stored_names(&h));
+
+    // Two hours pass (lfs.gc_grace is 1h here) for what is stored so far.
+    age_store(&h, std::time::Duration::from_secs(2 * 3600));
+    let mut input = put(&sha256(&young), young.len(), &young);
+    input.extend(request(
+        "batch",
+        &["transfer=ssh", "hash-algo=sha256"],
+        Some(&[line(&format!("{} {}", sha256(&found), found.len()))]),
+    ));
+    input.extend(request("quit", &[], None));
+    let s = session(&h, &admin, "big", "upload", &input);
+    assert_eq!(s.answers[0].status, 200, "{s:?}");
+    assert_eq!(
+        s.answers[1].lines(),
+        [format!("{} {} noop", sha256(&found), found.len())],
+        "{s:?}"
+    );
+
+    let out = h.ssh_exec("collab-repo gc 'big'");
+    assert_eq!(out.code, 0, "{out:?}");
+    let reply: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(reply["lfs_objects_removed"], 1, "{reply}");
+    assert_eq!(reply["lfs_bytes_removed"], gone.len() as u64, "{reply}");
+    let mut want: Vec<String> = [&kept, &proposed, &found, &young]
+        .iter()
+        .map(|d| sha256(d))
+        .collect();
+    want.sort();
+    assert_eq!(stored_names(&h), want);
+
+    // What is kept still serves: a fresh clone has the file's content.
+    let again = lfs_clone(&h, &admin, "big", "again");
+    assert!(std::fs::read(again.join("kept.bin")).unwrap() == kept);
+    // A second run finds nothing more to collect.
+    let out = h.ssh_exec("collab-repo gc 'big'");
+    let reply: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(reply["lfs_objects_removed"], 0, "{reply}");
+}
