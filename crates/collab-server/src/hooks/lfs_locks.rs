@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn the_refusal_is_one_line_naming_path_owner_and_unlock() {
-        let line = refusal(&lock("a/x.bin"), Oid::zero());
+        let line = refusal(&lock("a/x.bin"), Oid::ZERO_SHA1);
         assert!(!line.contains('\n'));
         assert!(line.starts_with("a/x.bin: locked by alice"), "{line}");
         assert!(line.contains("git lfs unlock a/x.bin"), "{line}");

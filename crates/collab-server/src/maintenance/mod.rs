@@ -260,10 +260,10 @@ impl Maintenance {
         let Some(lfs) = self.lfs.clone() else {
             return Ok(Default::default());
         };
-        let (dir, name) = (path.to_path_buf(), name.to_string());
+        let (dir, owned) = (path.to_path_buf(), name.to_string());
         let removed = tokio::task::spawn_blocking(move || {
             let conn = collab_store::open_reader(&lfs.db)?;
-            let Some(id) = collab_store::repo_ids::live_id(&conn, &name)? else {
+            let Some(id) = collab_store::repo_ids::live_id(&conn, &owned)? else {
                 return Ok(Default::default());
             };
             drop(conn);

@@ -106,7 +106,7 @@ fn ssh_keygen(dir: &Path, name: &str) -> String {
 fn defaults_with_an_empty_file() {
     let setup = Setup::new("");
     let show = setup.show(&[]);
-    assert_eq!(show.as_object().unwrap().len(), 91, "{show:#}");
+    assert_eq!(show.as_object().unwrap().len(), 92, "{show:#}");
     assert_eq!(
         entry(&show, "leases.max_ttl"),
         (&Value::from(315_360_000), "default")
