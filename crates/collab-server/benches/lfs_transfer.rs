@@ -46,9 +46,15 @@ fn make_source(h: &ServerHarness, mb: usize, objects: usize) -> (PathBuf, Vec<Pa
     let key = h.ssh_client_key();
     let src = h.temp_dir().join("src");
     std::fs::create_dir_all(&src).unwrap();
-    run_ok(h.git_command(&key, h.temp_dir()).args(["lfs", "install", "--skip-repo"]));
+    run_ok(
+        h.git_command(&key, h.temp_dir())
+            .args(["lfs", "install", "--skip-repo"]),
+    );
     run_ok(h.git_command(&key, &src).args(["init", "-q"]));
-    run_ok(h.git_command(&key, &src).args(["lfs", "install", "--local"]));
+    run_ok(
+        h.git_command(&key, &src)
+            .args(["lfs", "install", "--local"]),
+    );
     run_ok(h.git_command(&key, &src).args(["lfs", "track", "*.bin"]));
     let each = mb * 1024 * 1024 / objects.max(1);
     let mut seed = 0x2545f4914f6cdd1du64;
@@ -66,7 +72,10 @@ fn make_source(h: &ServerHarness, mb: usize, objects: usize) -> (PathBuf, Vec<Pa
         files.push(path);
     }
     run_ok(h.git_command(&key, &src).args(["add", "."]));
-    run_ok(h.git_command(&key, &src).args(["commit", "-q", "-m", "data"]));
+    run_ok(
+        h.git_command(&key, &src)
+            .args(["commit", "-q", "-m", "data"]),
+    );
     (src, files)
 }
 

@@ -214,8 +214,13 @@ mod tests {
         };
         assert_eq!(paths("bob"), ["b.bin"]);
         assert_eq!(paths("carol"), ["a.bin", "b.bin"]);
-        assert_eq!(held_by_others(&conn, "app.git", "carol", 1).unwrap().len(), 1);
-        assert!(held_by_others(&conn, "gone.git", "carol", 10).unwrap().is_empty());
+        assert_eq!(
+            held_by_others(&conn, "app.git", "carol", 1).unwrap().len(),
+            1
+        );
+        assert!(held_by_others(&conn, "gone.git", "carol", 10)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

@@ -169,7 +169,10 @@ mod tests {
         }
         let tree = repo.find_tree(index.write_tree_to(repo).unwrap()).unwrap();
         let sig = git2::Signature::new("t", "t@example.com", &git2::Time::new(0, 0)).unwrap();
-        let parents: Vec<_> = parents.iter().map(|p| repo.find_commit(*p).unwrap()).collect();
+        let parents: Vec<_> = parents
+            .iter()
+            .map(|p| repo.find_commit(*p).unwrap())
+            .collect();
         let refs: Vec<_> = parents.iter().collect();
         repo.commit(None, &sig, &sig, "c", &tree, &refs).unwrap()
     }
@@ -205,7 +208,10 @@ mod tests {
         assert_eq!(changed(&repo, other, &locks), None);
         let touch = commit(&repo, &[("a/x.bin", "2"), ("y", "2")], &[other]);
         let back = commit(&repo, &[("a/x.bin", "2"), ("y", "3")], &[touch]);
-        assert_eq!(changed(&repo, back, &locks), Some(("a/x.bin".into(), touch)));
+        assert_eq!(
+            changed(&repo, back, &locks),
+            Some(("a/x.bin".into(), touch))
+        );
         let gone = commit(&repo, &[("y", "1")], &[base]);
         assert_eq!(changed(&repo, gone, &locks), Some(("a/x.bin".into(), gone)));
 

@@ -72,7 +72,10 @@ pub fn referenced(repo_dir: &Path) -> anyhow::Result<HashSet<String>> {
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let first = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-        anyhow::bail!("git rev-list --objects --all failed ({}): {first}", out.status);
+        anyhow::bail!(
+            "git rev-list --objects --all failed ({}): {first}",
+            out.status
+        );
     }
     Ok(found)
 }

@@ -468,12 +468,20 @@ mod tests {
         set_time(&young, later);
         let keep: std::collections::HashSet<String> = [kept.clone()].into();
         // Not yet old: nothing goes.
-        let removed = store.collect(REPO, &keep, grace, SystemTime::now()).unwrap();
+        let removed = store
+            .collect(REPO, &keep, grace, SystemTime::now())
+            .unwrap();
         assert_eq!(removed, Usage::default());
         assert_eq!(files_under(&store.repo_dir(REPO).unwrap()).len(), 4);
         // Later: the unkept old object and the leftover go.
         let removed = store.collect(REPO, &keep, grace, later).unwrap();
-        assert_eq!(removed, Usage { objects: 1, bytes: 4 });
+        assert_eq!(
+            removed,
+            Usage {
+                objects: 1,
+                bytes: 4
+            }
+        );
         let mut left = files_under(&store.repo_dir(REPO).unwrap());
         left.sort();
         let mut want = vec![kept.clone(), young.clone()];

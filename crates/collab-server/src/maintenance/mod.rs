@@ -256,7 +256,11 @@ impl Maintenance {
     }
 
     /// Collect the repository's git-lfs objects no ref points at.
-    async fn collect_lfs(&self, path: &Path, name: &str) -> anyhow::Result<crate::lfs::store::Usage> {
+    async fn collect_lfs(
+        &self,
+        path: &Path,
+        name: &str,
+    ) -> anyhow::Result<crate::lfs::store::Usage> {
         let Some(lfs) = self.lfs.clone() else {
             return Ok(Default::default());
         };

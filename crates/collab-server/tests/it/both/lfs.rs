@@ -386,7 +386,12 @@ fn a_push_changing_a_path_locked_by_another_is_refused_by_the_server() {
     std::fs::write(alice.join("data.bin"), payload(100_000, 1)).unwrap();
     std::fs::write(alice.join("notes.txt"), "one\n").unwrap();
     commit_all(&h, &admin, &alice, "Add a large file");
-    git_ok(&h, &admin, &alice, &["push", "origin", "HEAD:refs/heads/main"]);
+    git_ok(
+        &h,
+        &admin,
+        &alice,
+        &["push", "origin", "HEAD:refs/heads/main"],
+    );
     let bob_key = h.authorized_key("bob");
     let bob = lfs_clone(&h, &bob_key, "big", "bob");
 
@@ -431,11 +436,21 @@ fn a_push_changing_a_path_locked_by_another_is_refused_by_the_server() {
     // The lock owner's own change passes.
     std::fs::write(alice.join("data.bin"), payload(100_000, 3)).unwrap();
     commit_all(&h, &admin, &alice, "Change my locked file");
-    git_ok(&h, &admin, &alice, &["push", "origin", "HEAD:refs/heads/main"]);
+    git_ok(
+        &h,
+        &admin,
+        &alice,
+        &["push", "origin", "HEAD:refs/heads/main"],
+    );
 
     // Bob's change of other paths (free.bin is locked only elsewhere) passes.
     git_ok(&h, &bob_key, &bob, &["fetch", "-q", "origin"]);
-    git_ok(&h, &bob_key, &bob, &["reset", "-q", "--hard", "origin/main"]);
+    git_ok(
+        &h,
+        &bob_key,
+        &bob,
+        &["reset", "-q", "--hard", "origin/main"],
+    );
     std::fs::write(bob.join("free.bin"), payload(1000, 4)).unwrap();
     std::fs::write(bob.join("notes.txt"), "three\n").unwrap();
     commit_all(&h, &bob_key, &bob, "Change free files");
@@ -781,19 +796,25 @@ fn maintenance_collects_lfs_objects_no_ref_points_at_after_the_grace() {
     let admin = h.ssh_client_key();
     let repo = lfs_clone(&h, &admin, "big", "work");
     git_ok(&h, &admin, &repo, &["lfs", "track", "*.bin"]);
-    let (kept, gone, proposed) = (
-        payload(50_000, 1),
-        payload(60_000, 2),
-        payload(70_000, 3),
-    );
+    let (kept, gone, proposed) = (payload(50_000, 1), payload(60_000, 2), payload(70_000, 3));
     // `kept` on main; `gone` only on a branch deleted after; `proposed`
     // only in a patch (push-to-review: a revision ref under refs/collab/).
     std::fs::write(repo.join("kept.bin"), &kept).unwrap();
     commit_all(&h, &admin, &repo, "Keep");
-    git_ok(&h, &admin, &repo, &["push", "origin", "HEAD:refs/heads/main"]);
+    git_ok(
+        &h,
+        &admin,
+        &repo,
+        &["push", "origin", "HEAD:refs/heads/main"],
+    );
     std::fs::write(repo.join("gone.bin"), &gone).unwrap();
     commit_all(&h, &admin, &repo, "Soon gone");
-    git_ok(&h, &admin, &repo, &["push", "origin", "HEAD:refs/heads/tmp"]);
+    git_ok(
+        &h,
+        &admin,
+        &repo,
+        &["push", "origin", "HEAD:refs/heads/tmp"],
+    );
     git_ok(&h, &admin, &repo, &["reset", "-q", "--hard", "HEAD~1"]);
     std::fs::write(repo.join("proposed.bin"), &proposed).unwrap();
     commit_all(&h, &admin, &repo, "Propose");
@@ -806,7 +827,10 @@ fn maintenance_collects_lfs_objects_no_ref_points_at_after_the_grace() {
     let (found, young) = (payload(1000, 4), payload(2000, 5));
     let mut input = put(&sha256(&found), found.len(), &found);
     input.extend(request("quit", &[], None));
-    assert_eq!(session(&h, &admin, "big", "upload", &input).answers[0].status, 200);
+    assert_eq!(
+        session(&h, &admin, "big", "upload", &input).answers[0].status,
+        200
+    );
     assert_eq!(stored(&h).len(), 4, "{:?}", stored_names(&h));
 
     // Two hours pass (lfs.gc_grace is 1h here) for what is stored so far.

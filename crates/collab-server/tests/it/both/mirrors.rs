@@ -850,8 +850,16 @@ fn mirrors_say_that_lfs_objects_are_not_mirrored() {
     assert!(ref_of(&down, "refs/heads/main").is_some());
     let shown = list(&h, "down");
     let lfs = shown[0]["lfs"].as_str().unwrap();
-    assert!(lfs.starts_with("not mirrored: .gitattributes at HEAD sends files to git-lfs"), "{lfs}");
+    assert!(
+        lfs.starts_with("not mirrored: .gitattributes at HEAD sends files to git-lfs"),
+        "{lfs}"
+    );
     // Nothing was fetched into the LFS store.
-    assert!(!h.state_dir().join("lfs").exists()
-        || std::fs::read_dir(h.state_dir().join("lfs")).unwrap().next().is_none());
+    assert!(
+        !h.state_dir().join("lfs").exists()
+            || std::fs::read_dir(h.state_dir().join("lfs"))
+                .unwrap()
+                .next()
+                .is_none()
+    );
 }
