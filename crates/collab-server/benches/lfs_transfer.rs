@@ -93,7 +93,12 @@ fn main() {
     let load = support::load_average();
     let h = ServerHarness::start();
     let key = h.ssh_client_key();
-    let sshd = Sshd::start(&h.temp_dir().join("sshd"), &key);
+    // scp speaks SFTP to the server (OpenSSH 9): sshd's own.
+    let sshd = Sshd::start_with(
+        &h.temp_dir().join("sshd"),
+        &key,
+        "Subsystem sftp internal-sftp\n",
+    );
     let (src, files) = make_source(&h, mb, objects);
     let rss_before = memory_mib(h.pid());
 
