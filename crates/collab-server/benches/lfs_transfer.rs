@@ -205,10 +205,10 @@ fn main() {
     ));
     println!("{table}");
 
-    let profile = if cfg!(debug_assertions) {
-        "debug"
+    let (command, profile) = if cfg!(debug_assertions) {
+        ("cargo bench --profile dev --bench lfs_transfer", "debug")
     } else {
-        "release"
+        ("cargo bench --bench lfs_transfer", "release")
     };
     let version = |cmd: &str, arg: &str| {
         String::from_utf8_lossy(&Command::new(cmd).arg(arg).output().unwrap().stdout)
@@ -220,7 +220,7 @@ fn main() {
     };
     let section = format!(
         "## git-lfs over SSH\n\n\
-         `cargo bench --bench lfs_transfer` ({profile} build), {}, {}. {mb} MiB of \
+         `{command}` ({profile} build), {}, {}. {mb} MiB of \
          incompressible data in {objects} objects of {} MiB; median of {runs} run(s) each; \
          same OpenSSH client, loopback, one machine ({} CPUs, load average {load} at start: \
          shared with other work, so treat the ratios as rough). The push is `git push` of one \
