@@ -223,7 +223,7 @@ impl Maintenance {
         let mut result = run::run(path).await;
         if let Ok(report) = &mut result {
             if report.pruning || trigger == Trigger::Manual {
-                match self.collect_lfs(path, name).await {
+                match self.collect_lfs(path, name, public).await {
                     Ok(removed) => {
                         report.lfs_objects_removed = removed.objects;
                         report.lfs_bytes_removed = removed.bytes;
@@ -255,25 +255,37 @@ impl Maintenance {
         Ok(Some(report))
     }
 
-    /// Collect the repository's git-lfs objects no ref points at.
+    /// Collect the repository's git-lfs objects no ref points at; a public
+    /// repository's `/metrics` series then show what it holds now.
     async fn collect_lfs(
         &self,
         path: &Path,
         name: &str,
+        public: bool,
     ) -> anyhow::Result<crate::lfs::store::Usage> {
+        use crate::lfs::store::Usage;
         let Some(lfs) = self.lfs.clone() else {
             return Ok(Default::default());
         };
         let (dir, owned) = (path.to_path_buf(), name.to_string());
-        let removed = tokio::task::spawn_blocking(move || {
+        let (removed, held) = tokio::task::spawn_blocking(move || {
             let conn = collab_store::open_reader(&lfs.db)?;
             let Some(id) = collab_store::repo_ids::live_id(&conn, &owned)? else {
-                return Ok(Default::default());
+                return Ok((Usage::default(), None));
             };
             drop(conn);
-            crate::lfs::gc::collect(&lfs.store, &id, &dir, lfs.grace)
+            let removed = crate::lfs::gc::collect(&lfs.store, &id, &dir, lfs.grace)?;
+            let held = if removed.objects > 0 && public {
+                Some(lfs.store.usage(&id)?)
+            } else {
+                None
+            };
+            anyhow::Ok((removed, held))
         })
         .await??;
+        if let Some(held) = held {
+            crate::metrics::lfs_stored(name, held.objects, held.bytes);
+        }
         if removed.objects > 0 {
             tracing::info!(
                 repo = name,

@@ -850,10 +850,21 @@ fn maintenance_collects_lfs_objects_no_ref_points_at_after_the_grace() {
         "{s:?}"
     );
 
+    let out = h.ssh_exec("collab-repo visibility 'big' public");
+    assert_eq!(out.code, 0, "{out:?}");
     let out = h.ssh_exec("collab-repo gc 'big'");
     assert_eq!(out.code, 0, "{out:?}");
     let reply: Value = serde_json::from_str(out.stdout.trim()).unwrap();
     assert_eq!(reply["lfs_objects_removed"], 1, "{reply}");
+    // /metrics shows what the public repository holds now.
+    let held = kept.len() + proposed.len() + found.len() + young.len();
+    let metrics = common::web::metrics(&h);
+    assert!(
+        metrics.contains(&format!(
+            "git_collab_repo_lfs_bytes{{repo=\"big.git\"}} {held}\n"
+        )),
+        "{metrics}"
+    );
     assert_eq!(reply["lfs_bytes_removed"], gone.len() as u64, "{reply}");
     let mut want: Vec<String> = [&kept, &proposed, &found, &young]
         .iter()
