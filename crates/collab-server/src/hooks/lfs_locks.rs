@@ -55,7 +55,7 @@ pub fn check(ctx: &HookContext, updates: &[RefUpdate]) -> Result<(), Refusal> {
         return Ok(());
     }
     let repo = ctx.open_repo().map_err(Refusal::one)?;
-    match first_change(&repo, &pushed, &locks) {
+    match first_change(&repo, &pushed, &locks, MAX_LOOKUPS) {
         Ok(Found::None) => Ok(()),
         Ok(Found::Change(lock, commit)) => Err(Refusal::one(refusal(lock, commit))),
         Ok(Found::TooMuch) => Err(Refusal::one(format!(
@@ -87,8 +87,9 @@ fn first_change<'a>(
     repo: &Repository,
     pushed: &[Oid],
     locks: &'a [Lock],
+    max_lookups: usize,
 ) -> Result<Found<'a>, git2::Error> {
-    let max_commits = MAX_LOOKUPS / locks.len().max(1);
+    let max_commits = max_lookups / locks.len().max(1);
     let mut walk = repo.revwalk()?;
     let mut any = false;
     for &new in pushed {
@@ -187,7 +188,7 @@ mod tests {
     }
 
     fn changed(repo: &Repository, pushed: Oid, locks: &[Lock]) -> Option<(String, Oid)> {
-        match first_change(repo, &[pushed], locks).unwrap() {
+        match first_change(repo, &[pushed], locks, MAX_LOOKUPS).unwrap() {
             Found::None => None,
             Found::Change(l, c) => Some((l.path.clone(), c)),
             Found::TooMuch => panic!("too much"),
@@ -223,6 +224,25 @@ mod tests {
         // A new root commit with the path changes it.
         let root = commit(&repo, &[("a/x.bin", "1")], &[]);
         assert_eq!(changed(&repo, root, &locks), Some(("a/x.bin".into(), root)));
+    }
+
+    #[test]
+    fn more_commits_than_the_bound_allows_are_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let one = commit(&repo, &[("y", "1")], &[]);
+        let two = commit(&repo, &[("y", "2")], &[one]);
+        let three = commit(&repo, &[("y", "3")], &[two]);
+        let locks = [lock("a.bin"), lock("b.bin")];
+        // Two locks: six lookups cover three commits, five do not.
+        assert!(matches!(
+            first_change(&repo, &[three], &locks, 6).unwrap(),
+            Found::None
+        ));
+        assert!(matches!(
+            first_change(&repo, &[three], &locks, 5).unwrap(),
+            Found::TooMuch
+        ));
     }
 
     #[test]
