@@ -79,7 +79,14 @@ impl App {
         )?;
         let limits = Limits::new(&config, fds::open_file_limit());
         let reads = ReadPool::new(&location);
-        let maintenance = crate::maintenance::Maintenance::new(config.maintenance.clone());
+        let maintenance = crate::maintenance::Maintenance::new(
+            config.maintenance.clone(),
+            Some(crate::maintenance::LfsCollection {
+                store: crate::lfs::store::LfsStore::new(&config.state_dir),
+                grace: config.lfs.gc_grace,
+                db: location.clone(),
+            }),
+        );
         let mirrors = Arc::new(crate::mirrors::Mirrors::new(
             &config,
             webhooks.secrets.clone(),

@@ -117,6 +117,23 @@ pub fn list(
     rows.collect()
 }
 
+/// Up to `limit` locks of the live repository called `name` that
+/// `principal` does not hold, by path (the push check, `hooks::lfs_locks`).
+pub fn held_by_others(
+    conn: &Connection,
+    name: &str,
+    principal: &str,
+    limit: i64,
+) -> crate::sql::Result<Vec<Lock>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT l.id, l.path, l.owner, l.created_at FROM lfs_locks l
+         JOIN repositories r ON r.id = l.repo_id
+         WHERE r.name = ?1 AND l.owner <> ?2 ORDER BY l.path LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![name, principal, limit], from_row)?;
+    rows.collect()
+}
+
 /// Give back lock `id` as `principal`; `force` lets it end another's.
 pub fn unlock(
     conn: &Connection,
@@ -178,6 +195,32 @@ mod tests {
             Unlocked::Removed(mine.clone())
         );
         assert_eq!(find(&conn, "r1", &mine.id).unwrap(), None);
+    }
+
+    #[test]
+    fn held_by_others_names_the_repository_and_leaves_out_the_callers() {
+        let conn = crate::testing::db();
+        let id = crate::repo_ids::id_of(&conn, "app.git", 1).unwrap();
+        let other = crate::repo_ids::id_of(&conn, "other.git", 1).unwrap();
+        lock(&conn, &id, "b.bin", "alice", 1).unwrap();
+        lock(&conn, &id, "a.bin", "bob", 2).unwrap();
+        lock(&conn, &other, "c.bin", "alice", 3).unwrap();
+        let paths = |principal: &str| -> Vec<String> {
+            held_by_others(&conn, "app.git", principal, 10)
+                .unwrap()
+                .into_iter()
+                .map(|l| l.path)
+                .collect()
+        };
+        assert_eq!(paths("bob"), ["b.bin"]);
+        assert_eq!(paths("carol"), ["a.bin", "b.bin"]);
+        assert_eq!(
+            held_by_others(&conn, "app.git", "carol", 1).unwrap().len(),
+            1
+        );
+        assert!(held_by_others(&conn, "gone.git", "carol", 10)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

@@ -177,6 +177,12 @@ pub struct GcDone {
     pub leftovers_removed: u64,
     /// Whether the run wrote a reachability bitmap.
     pub bitmap: bool,
+    /// git-lfs objects no ref points at any more, older than
+    /// `lfs.gc_grace`, removed (and their bytes). Absent from older servers.
+    #[serde(default)]
+    pub lfs_objects_removed: u64,
+    #[serde(default)]
+    pub lfs_bytes_removed: u64,
 }
 
 #[cfg(test)]
@@ -213,7 +219,7 @@ mod tests {
         round_trip::<RepoChanged>(r#"{"status":"deleted","repo":"team/core.git"}"#);
         let gc: GcDone = round_trip(
             r#"{"status":"done","repo":"team/app.git","started_at":1796302871,"seconds":0.35,"packs_before":14,"packs_after":1,
- "loose_before":60,"loose_after":0,"leftovers_removed":0,"bitmap":true}"#,
+ "loose_before":60,"loose_after":0,"leftovers_removed":0,"bitmap":true,"lfs_objects_removed":2,"lfs_bytes_removed":4096}"#,
         );
         assert!(gc.bitmap);
     }

@@ -27,6 +27,11 @@ pub struct MirrorShown {
     /// Failures in a row.
     pub failures: i64,
     pub next_sync_at: String,
+    /// git-lfs objects are not mirrored: `not mirrored`, or a sentence
+    /// saying so when the repository's `.gitattributes` uses git-lfs
+    /// (docs/lfs.md). Absent from older servers.
+    #[serde(default)]
+    pub lfs: String,
 }
 
 /// `add`: the mirror, as stored.
@@ -83,7 +88,7 @@ mod tests {
     fn doc_shapes_round_trip() {
         let mirror = r#"{"id":"mr3f1c0d9a2b7e","direction":"pull","url":"https://git.example.com/acme/app.git",
  "interval_secs":3600,"credential":true,"created_by":"alice","created_at":"2026-12-05T12:00:00Z","last_attempt_at":null,
- "last_success_at":null,"last_error":null,"failures":0,"next_sync_at":"2026-12-05T12:00:00Z"}"#;
+ "last_success_at":null,"last_error":null,"failures":0,"next_sync_at":"2026-12-05T12:00:00Z","lfs":"not mirrored"}"#;
         let added: MirrorAdded =
             round_trip(&format!(r#"{{"repo":"team/app.git","mirror":{mirror}}}"#));
         assert_eq!(added.mirror.interval_secs, 3600);

@@ -201,6 +201,7 @@ pub const KEYS: &[Key] = &[
     key("leases.max_waiters_per_principal", LIMIT, Given("16"), "Callers waiting in collab-lease --wait at once with one key."),
     key("lfs.max_object_size", Size, Given("2GiB"), "Largest git-lfs object one upload may store."),
     key("lfs.max_repo_size", Size, Given("10GiB"), "Most git-lfs object bytes one repository may hold."),
+    key("lfs.gc_grace", Duration, Given("168h"), "A git-lfs object no ref points at is removed by maintenance once it is this old (unused this long)."),
     key("mcp.max_calls_in_flight", LIMIT, Given("8"), "Tool calls one collab-mcp session runs at once; more are answered with an error."),
     key("mcp.max_sessions", LIMIT, Given("128"), "collab-mcp sessions open at once, server-wide."),
     key("mcp.max_sessions_per_principal", LIMIT, Given("4"), "collab-mcp sessions open at once with one key."),

@@ -171,6 +171,10 @@ pub struct LfsConfig {
     pub max_object_size: u64,
     /// Bytes, per repository.
     pub max_repo_size: u64,
+    /// How old an object no ref points at must be before maintenance
+    /// removes it (by its file's time: when it was uploaded, or last
+    /// found held by an upload's `batch`).
+    pub gc_grace: Duration,
 }
 
 /// `mcp.*`: the limits of one `collab-mcp` session.

@@ -147,6 +147,7 @@ leases.max_waiters                 1024                                      def
 leases.max_waiters_per_principal   16                                        default
 lfs.max_object_size                2147483648 (2 GiB)                        default
 lfs.max_repo_size                  10737418240 (10 GiB)                      default
+lfs.gc_grace                       168h                                      default
 mcp.max_calls_in_flight            8                                         default
 mcp.max_sessions                   128                                       default
 mcp.max_sessions_per_principal     4                                         default

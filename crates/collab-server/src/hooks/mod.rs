@@ -32,7 +32,9 @@
 //! - `review`: the revision refs of patches the server holds are the
 //!   server's;
 //! - `mirrored`: a repository with a pull mirror takes no push to the refs
-//!   its upstream provides.
+//!   its upstream provides;
+//! - `lfs_locks`: no pushed commit changes a path someone else holds a
+//!   git-lfs lock on (`git lfs lock`), whatever the client checked.
 //!
 //! `proc-receive` takes the `refs/for/<base>` updates (push-to-review,
 //! `review`): git hands them to it instead of storing them, and it records
@@ -53,6 +55,7 @@ pub mod context;
 pub mod fencing;
 pub mod gitmodules;
 pub mod governance;
+pub mod lfs_locks;
 pub mod merge_scan;
 pub mod mirrored;
 pub mod post_receive;
@@ -84,6 +87,7 @@ pub const PRE_RECEIVE: &[(&str, Check)] = &[
     ("governance", governance::check),
     ("review", review::check),
     ("mirrored", mirrored::check),
+    ("lfs_locks", lfs_locks::check),
 ];
 
 /// Most ref updates one push may carry; the hook input is read whole.

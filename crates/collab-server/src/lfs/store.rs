@@ -92,6 +92,99 @@ impl LfsStore {
         }
     }
 
+    /// The size of object `oid` if the repository has it, its file's time
+    /// set to now: an upload's `batch` found it held, so a push about to
+    /// point at it again is covered by the collection's grace as a new
+    /// upload is ([`LfsStore::collect`]). `None` if it is not held, or
+    /// was collected just now (the client then uploads it again).
+    pub fn freshen(&self, repo_id: &str, oid: &str) -> io::Result<Option<u64>> {
+        match File::open(self.object_path(repo_id, oid)?) {
+            Ok(file) => {
+                file.set_modified(std::time::SystemTime::now())?;
+                Ok(Some(file.metadata()?.len()))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Remove the objects of a repository that are not in `keep` and whose
+    /// file is at least `grace` old (uploaded, or last freshened, that
+    /// long ago), and temporary files as old (an upload cut off by a
+    /// killed server). An object is first renamed aside (`.gc-<oid>-…`,
+    /// which nothing reads), then its time looked at again: a `batch`
+    /// that freshened it in between wins and it is put back; a `batch`
+    /// after the rename finds it missing and has it uploaded again.
+    /// Directories stay (an upload may be creating its file in one).
+    pub fn collect(
+        &self,
+        repo_id: &str,
+        keep: &std::collections::HashSet<String>,
+        grace: std::time::Duration,
+        now: std::time::SystemTime,
+    ) -> io::Result<Usage> {
+        let old = |meta: &std::fs::Metadata| {
+            meta.modified()
+                .ok()
+                .and_then(|t| now.duration_since(t).ok())
+                .is_some_and(|age| age >= grace)
+        };
+        let mut removed = Usage::default();
+        let dir = self.repo_dir(repo_id)?;
+        let Some(first) = read_dir_if_any(&dir)? else {
+            return Ok(removed);
+        };
+        for a in first {
+            let Some(second) = read_dir_if_any(&a?.path())? else {
+                continue;
+            };
+            for b in second {
+                let Some(objects) = read_dir_if_any(&b?.path())? else {
+                    continue;
+                };
+                for object in objects {
+                    let object = object?;
+                    let name = object.file_name().to_string_lossy().into_owned();
+                    let path = object.path();
+                    let Ok(meta) = object.metadata() else {
+                        continue;
+                    };
+                    // A `.gc-` file left by a killed collection: old,
+                    // it was on its way out; freshened, it is put back by
+                    // the collection that set it aside.
+                    if name.starts_with(".tmp-") || name.starts_with(".gc-") {
+                        if old(&meta) {
+                            remove_if_there(&path)?;
+                        }
+                        continue;
+                    }
+                    if !valid_oid(&name) || keep.contains(&name) || !old(&meta) {
+                        continue;
+                    }
+                    let aside = path.with_file_name(format!(
+                        ".gc-{name}-{}",
+                        hex::encode(rand::random::<[u8; 8]>())
+                    ));
+                    match std::fs::rename(&path, &aside) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(e),
+                    }
+                    let meta = std::fs::metadata(&aside)?;
+                    if old(&meta) {
+                        std::fs::remove_file(&aside)?;
+                        removed.objects += 1;
+                        removed.bytes += meta.len();
+                    } else if std::fs::hard_link(&aside, &path).is_ok() || path.exists() {
+                        // Freshened meanwhile: back (or stored again).
+                        std::fs::remove_file(&aside)?;
+                    }
+                }
+            }
+        }
+        Ok(removed)
+    }
+
     /// Object `oid` opened for reading, with its size.
     pub fn open(&self, repo_id: &str, oid: &str) -> io::Result<Option<(File, u64)>> {
         match File::open(self.object_path(repo_id, oid)?) {
@@ -161,6 +254,13 @@ impl LfsStore {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
+    }
+}
+
+fn remove_if_there(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -335,6 +435,62 @@ mod tests {
         std::io::Read::read_to_end(&mut file, &mut back).unwrap();
         assert_eq!(back, data);
         assert_eq!(files_under(&store.repo_dir(REPO).unwrap()), vec![oid]);
+    }
+
+    fn stored(store: &LfsStore, data: &[u8]) -> String {
+        let oid = oid_of(data);
+        let mut up = store.begin(REPO, &oid, data.len() as u64).unwrap();
+        up.write(data).unwrap();
+        up.finish().unwrap();
+        oid
+    }
+
+    #[test]
+    fn collect_removes_old_unkept_objects_and_old_leftovers_only() {
+        use std::time::{Duration, SystemTime};
+        let tmp = tempfile::tempdir().unwrap();
+        let store = LfsStore::new(tmp.path());
+        let (kept, gone, young) = (
+            stored(&store, b"kept"),
+            stored(&store, b"gone"),
+            stored(&store, b"young"),
+        );
+        let grace = Duration::from_secs(3600);
+        let later = SystemTime::now() + Duration::from_secs(7200);
+        // A leftover upload, and `young` freshened as by a batch: both as
+        // new as `later`.
+        let leftover = store.begin(REPO, &oid_of(b"cut"), 3).unwrap();
+        std::mem::forget(leftover);
+        let set_time = |oid: &str, t: SystemTime| {
+            let path = store.object_path(REPO, oid).unwrap();
+            File::open(path).unwrap().set_modified(t).unwrap();
+        };
+        set_time(&young, later);
+        let keep: std::collections::HashSet<String> = [kept.clone()].into();
+        // Not yet old: nothing goes.
+        let removed = store
+            .collect(REPO, &keep, grace, SystemTime::now())
+            .unwrap();
+        assert_eq!(removed, Usage::default());
+        assert_eq!(files_under(&store.repo_dir(REPO).unwrap()).len(), 4);
+        // Later: the unkept old object and the leftover go.
+        let removed = store.collect(REPO, &keep, grace, later).unwrap();
+        assert_eq!(
+            removed,
+            Usage {
+                objects: 1,
+                bytes: 4
+            }
+        );
+        let mut left = files_under(&store.repo_dir(REPO).unwrap());
+        left.sort();
+        let mut want = vec![kept.clone(), young.clone()];
+        want.sort();
+        assert_eq!(left, want);
+        assert_eq!(store.size_of(REPO, &gone).unwrap(), None);
+        // Freshening a held object answers its size; a missing one, none.
+        assert_eq!(store.freshen(REPO, &kept).unwrap(), Some(4));
+        assert_eq!(store.freshen(REPO, &gone).unwrap(), None);
     }
 
     #[test]

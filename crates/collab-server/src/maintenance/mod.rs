@@ -9,7 +9,12 @@
 //!   killed push counts as no push, so no run follows it);
 //! - `git`: how the server runs git on its own repositories;
 //! - `pack_cache`: trims the pack cache (`crate::pack_cache`) and reports
-//!   its counters.
+//!   its counters;
+//! - after a run's git steps, the repository's git-lfs objects no ref
+//!   points at any more and older than `lfs.gc_grace` are collected
+//!   (`crate::lfs::gc`), in the pruning runs (once a day per repository,
+//!   `run::PRUNE_EVERY`) and in every `collab-repo gc`: listing the
+//!   pointers walks every reachable object, so not in every run.
 //!
 //! This module decides *when* and *how many*: a run is triggered after
 //! `maintenance.after_pushes` pushes to a repository (counted by `ssh/git.rs`
@@ -71,18 +76,29 @@ struct RepoState {
     flight: Arc<tokio::sync::Mutex<()>>,
 }
 
+/// What collecting git-lfs objects needs: the store, the grace, and the
+/// collab database (a repository's objects are kept by its lasting id).
+#[derive(Debug, Clone)]
+pub struct LfsCollection {
+    pub store: crate::lfs::store::LfsStore,
+    pub grace: Duration,
+    pub db: collab_store::Location,
+}
+
 /// The scheduler, shared by the SSH verbs and the idle timer.
 pub struct Maintenance {
     config: MaintenanceConfig,
+    lfs: Option<LfsCollection>,
     permits: Arc<Semaphore>,
     repos: Mutex<HashMap<PathBuf, RepoState>>,
 }
 
 impl Maintenance {
-    pub fn new(config: MaintenanceConfig) -> Arc<Maintenance> {
+    pub fn new(config: MaintenanceConfig, lfs: Option<LfsCollection>) -> Arc<Maintenance> {
         Arc::new(Maintenance {
             permits: Arc::new(Semaphore::new(config.concurrency.max(1) as usize)),
             config,
+            lfs,
             repos: Mutex::new(HashMap::new()),
         })
     }
@@ -204,7 +220,20 @@ impl Maintenance {
             // Pushes from now on count towards the next run.
             state.pushes = 0;
         }
-        let result = run::run(path).await;
+        let mut result = run::run(path).await;
+        if let Ok(report) = &mut result {
+            if report.pruning || trigger == Trigger::Manual {
+                match self.collect_lfs(path, name, public).await {
+                    Ok(removed) => {
+                        report.lfs_objects_removed = removed.objects;
+                        report.lfs_bytes_removed = removed.bytes;
+                    }
+                    // The git steps did their work; the objects wait for
+                    // the next run.
+                    Err(e) => tracing::warn!(repo = name, "collecting LFS objects: {e:#}"),
+                }
+            }
+        }
         let outcome = if result.is_ok() { "ok" } else { "error" };
         crate::metrics::maintenance_finished(
             public.then_some(name),
@@ -224,6 +253,48 @@ impl Maintenance {
             "maintenance done"
         );
         Ok(Some(report))
+    }
+
+    /// Collect the repository's git-lfs objects no ref points at; a public
+    /// repository's `/metrics` series then show what it holds now.
+    async fn collect_lfs(
+        &self,
+        path: &Path,
+        name: &str,
+        public: bool,
+    ) -> anyhow::Result<crate::lfs::store::Usage> {
+        use crate::lfs::store::Usage;
+        let Some(lfs) = self.lfs.clone() else {
+            return Ok(Default::default());
+        };
+        let (dir, owned) = (path.to_path_buf(), name.to_string());
+        let (removed, held) = tokio::task::spawn_blocking(move || {
+            let conn = collab_store::open_reader(&lfs.db)?;
+            let Some(id) = collab_store::repo_ids::live_id(&conn, &owned)? else {
+                return Ok((Usage::default(), None));
+            };
+            drop(conn);
+            let removed = crate::lfs::gc::collect(&lfs.store, &id, &dir, lfs.grace)?;
+            let held = if removed.objects > 0 && public {
+                Some(lfs.store.usage(&id)?)
+            } else {
+                None
+            };
+            anyhow::Ok((removed, held))
+        })
+        .await??;
+        if let Some(held) = held {
+            crate::metrics::lfs_stored(name, held.objects, held.bytes);
+        }
+        if removed.objects > 0 {
+            tracing::info!(
+                repo = name,
+                objects = removed.objects,
+                bytes = removed.bytes,
+                "LFS objects no ref points at collected"
+            );
+        }
+        Ok(removed)
     }
 
     /// Repositories pushed to since their last run and idle long enough.

@@ -66,6 +66,12 @@ pub struct RunReport {
     /// Whether the run wrote a reachability bitmap (false when pushes kept
     /// landing during the repack; see `run_step_retrying`).
     pub bitmap: bool,
+    /// Whether this was a pruning run (unreachable objects past the grace
+    /// dropped; the git-lfs objects no ref points at are collected then).
+    pub pruning: bool,
+    /// git-lfs objects collected by this run (`Maintenance` fills them in).
+    pub lfs_objects_removed: u64,
+    pub lfs_bytes_removed: u64,
 }
 
 /// How long one git step may take before it is killed (a hang guard; a
@@ -182,6 +188,9 @@ pub async fn run(repo_dir: &Path) -> anyhow::Result<RunReport> {
         loose_after,
         leftovers_removed,
         bitmap,
+        pruning,
+        lfs_objects_removed: 0,
+        lfs_bytes_removed: 0,
     })
 }
 

@@ -20,6 +20,42 @@
 pub mod git;
 pub mod url;
 
+/// `lfs` of a mirror in `collab-repo mirror list`: mirrors carry git only.
+pub const LFS_NOT_MIRRORED: &str = "not mirrored";
+/// The same, when the repository uses git-lfs.
+pub const LFS_USED_NOT_MIRRORED: &str = "not mirrored: .gitattributes at HEAD sends files to \
+     git-lfs; their objects are not fetched or pushed, clones get those files as pointers \
+     unless the objects are pushed here with git lfs push";
+
+/// The largest `.gitattributes` read for [`lfs_note`].
+const MAX_ATTRIBUTES: usize = 64 * 1024;
+
+/// What `collab-repo mirror list` says about git-lfs for the repository at
+/// `repo_dir`: whether its root `.gitattributes` at `HEAD` names the lfs
+/// filter (one tree entry and one small blob read).
+pub fn lfs_note(repo_dir: &std::path::Path) -> &'static str {
+    let uses_lfs = || -> Option<bool> {
+        let repo = git2::Repository::open_bare(repo_dir).ok()?;
+        let tree = repo.head().ok()?.peel_to_tree().ok()?;
+        let entry = tree.get_name(".gitattributes")?;
+        let (size, kind) = repo.odb().ok()?.read_header(entry.id()).ok()?;
+        if kind != git2::ObjectType::Blob || size > MAX_ATTRIBUTES {
+            return None;
+        }
+        let blob = repo.find_blob(entry.id()).ok()?;
+        Some(
+            String::from_utf8_lossy(blob.content())
+                .split_whitespace()
+                .any(|w| w == "filter=lfs"),
+        )
+    };
+    if uses_lfs() == Some(true) {
+        LFS_USED_NOT_MIRRORED
+    } else {
+        LFS_NOT_MIRRORED
+    }
+}
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -618,6 +618,8 @@ async fn gc(ctx: &ExecContext, channel: Channel<Msg>, needed: Access, name: &str
                 loose_after: report.loose_after,
                 leftovers_removed: report.leftovers_removed as u64,
                 bitmap: report.bitmap,
+                lfs_objects_removed: report.lfs_objects_removed,
+                lfs_bytes_removed: report.lfs_bytes_removed,
             };
             reply_and_close(channel, &reply_line(&reply), 0).await
         }

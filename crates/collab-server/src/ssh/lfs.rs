@@ -515,10 +515,23 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Session<'_, R, W> {
             self.repo_id.clone(),
             objects.iter().map(|(o, _)| o.clone()).collect::<Vec<_>>(),
         );
-        let stored: Vec<Option<u64>> =
-            blocking(move || oids.iter().map(|oid| store.size_of(&id, oid)).collect())
-                .await
-                .map_err(internal)?;
+        // An upload's batch freshens what it finds held: the push that
+        // follows may point at it again, and the collection's grace must
+        // cover it as it covers a new upload (`LfsStore::collect`).
+        let upload = self.operation == LfsOperation::Upload;
+        let stored: Vec<Option<u64>> = blocking(move || {
+            oids.iter()
+                .map(|oid| {
+                    if upload {
+                        store.freshen(&id, oid)
+                    } else {
+                        store.size_of(&id, oid)
+                    }
+                })
+                .collect()
+        })
+        .await
+        .map_err(internal)?;
         if self.operation == LfsOperation::Download {
             return Ok(objects
                 .iter()
@@ -591,7 +604,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Session<'_, R, W> {
             ));
         }
         let (store, id, o) = (self.store.clone(), self.repo_id.clone(), oid.to_string());
-        if blocking(move || store.size_of(&id, &o))
+        if blocking(move || store.freshen(&id, &o))
             .await
             .map_err(internal)?
             .is_some()

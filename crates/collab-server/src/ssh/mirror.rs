@@ -90,10 +90,19 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: MirrorCmd) {
                             its changes are checked when pushed";
                 return reply_and_close(channel, line, 1).await;
             }
-            let reply = add(ctx, &repo, &url, interval.as_deref(), credential, push).await;
+            let reply = add(
+                ctx,
+                &repo,
+                &entry.path,
+                &url,
+                interval.as_deref(),
+                credential,
+                push,
+            )
+            .await;
             return reply_and_close(channel, &reply.0, reply.1).await;
         }
-        MirrorCmd::List { .. } => list(ctx, &repo).await,
+        MirrorCmd::List { .. } => list(ctx, &repo, &entry.path).await,
         MirrorCmd::Sync { id, .. } => sync(ctx, &repo, id.as_deref()).await,
         MirrorCmd::Remove { id, .. } => remove(ctx, &repo, &id).await,
     };
@@ -114,7 +123,7 @@ fn internal(e: anyhow::Error) -> Reply {
 /// A mirror's public shape: never the credential, only whether there is one,
 /// and its URL and last error without user, password or query (mirrors
 /// added before those were refused may hold a token there).
-fn mirror_shown(m: &Mirror) -> wire::MirrorShown {
+fn mirror_shown(m: &Mirror, lfs: &str) -> wire::MirrorShown {
     let at = |t: Option<i64>| t.map(crate::events::rfc3339);
     wire::MirrorShown {
         id: m.id.clone(),
@@ -129,6 +138,7 @@ fn mirror_shown(m: &Mirror) -> wire::MirrorShown {
         last_error: m.last_error.as_deref().map(crate::mirrors::url::scrub),
         failures: m.failures,
         next_sync_at: crate::events::rfc3339(m.next_at),
+        lfs: lfs.to_string(),
     }
 }
 
@@ -154,6 +164,7 @@ fn interval_secs(given: Option<&str>, min: u64) -> Result<u64, String> {
 async fn add(
     ctx: &ExecContext,
     repo: &str,
+    path: &std::path::Path,
     url: &str,
     interval: Option<&str>,
     credential: Option<String>,
@@ -225,7 +236,7 @@ async fn add(
             mirrors.poke();
             let added = wire::MirrorAdded {
                 repo: repo.to_string(),
-                mirror: mirror_shown(&mirror),
+                mirror: mirror_shown(&mirror, &lfs_note(path).await),
             };
             (reply_line(&added), 0)
         }
@@ -242,7 +253,16 @@ async fn add(
     }
 }
 
-async fn list(ctx: &ExecContext, repo: &str) -> Reply {
+/// What the mirrors say about git-lfs (`mirrors::lfs_note`).
+async fn lfs_note(path: &std::path::Path) -> String {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || crate::mirrors::lfs_note(&path))
+        .await
+        .unwrap_or(crate::mirrors::LFS_NOT_MIRRORED)
+        .to_string()
+}
+
+async fn list(ctx: &ExecContext, repo: &str, path: &std::path::Path) -> Reply {
     let owned = repo.to_string();
     match ctx
         .app
@@ -251,9 +271,10 @@ async fn list(ctx: &ExecContext, repo: &str) -> Reply {
         .await
     {
         Ok(mirrors) => {
+            let lfs = lfs_note(path).await;
             let list = wire::MirrorList {
                 repo: repo.to_string(),
-                mirrors: mirrors.iter().map(mirror_shown).collect(),
+                mirrors: mirrors.iter().map(|m| mirror_shown(m, &lfs)).collect(),
             };
             (reply_line(&list), 0)
         }

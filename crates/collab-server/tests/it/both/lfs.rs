@@ -359,6 +359,109 @@ fn git_lfs_pushes_clones_and_locks_over_ssh() {
     assert_eq!(stored(&h).len(), 2, "{:?}", stored_names(&h));
 }
 
+/// The commit `main` of `repo` points at on the server.
+fn remote_main(h: &ServerHarness, key: &Path, dir: &Path) -> String {
+    let out = git_ok(h, key, dir, &["ls-remote", "origin", "refs/heads/main"]);
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Commit everything in `dir` as `key` with `message`.
+fn commit_all(h: &ServerHarness, key: &Path, dir: &Path, message: &str) {
+    git_ok(h, key, dir, &["add", "-A"]);
+    git_ok(h, key, dir, &["commit", "-q", "-m", message]);
+}
+
+#[test]
+fn a_push_changing_a_path_locked_by_another_is_refused_by_the_server() {
+    let h = ServerHarness::start();
+    h.create_repo("big");
+    h.create_repo("other");
+    let admin = h.ssh_client_key();
+    let alice = lfs_clone(&h, &admin, "big", "alice");
+    git_ok(&h, &admin, &alice, &["lfs", "track", "*.bin"]);
+    std::fs::write(alice.join("data.bin"), payload(100_000, 1)).unwrap();
+    std::fs::write(alice.join("notes.txt"), "one\n").unwrap();
+    commit_all(&h, &admin, &alice, "Add a large file");
+    git_ok(
+        &h,
+        &admin,
+        &alice,
+        &["push", "origin", "HEAD:refs/heads/main"],
+    );
+    let bob_key = h.authorized_key("bob");
+    let bob = lfs_clone(&h, &bob_key, "big", "bob");
+
+    // Alice locks data.bin here; a lock on free.bin in another repository
+    // does not count in this one.
+    git_ok(&h, &admin, &alice, &["lfs", "lock", "data.bin"]);
+    let mut input = request("lock", &["path=free.bin"], None);
+    input.extend(request("quit", &[], None));
+    let s = session(&h, &admin, "other", "upload", &input);
+    assert_eq!(s.answers[0].status, 201, "{s:?}");
+    let locks: Value =
+        serde_json::from_slice(&git_ok(&h, &bob_key, &bob, &["lfs", "locks", "--json"]).stdout)
+            .unwrap();
+    let owner = locks[0]["owner"]["name"].as_str().unwrap().to_string();
+    assert_eq!(locks[0]["path"], "data.bin", "{locks}");
+
+    // Bob changes the locked file, then another one on top. git-lfs does
+    // not stop him (lfs.locksverify false), nor does a client without
+    // git-lfs's pre-push hook (--no-verify): the server does, with one line.
+    git_ok(&h, &bob_key, &bob, &["config", "lfs.locksverify", "false"]);
+    std::fs::write(bob.join("data.bin"), payload(100_000, 2)).unwrap();
+    commit_all(&h, &bob_key, &bob, "Change a locked file");
+    std::fs::write(bob.join("notes.txt"), "two\n").unwrap();
+    commit_all(&h, &bob_key, &bob, "Change another file");
+    let before = remote_main(&h, &bob_key, &bob);
+    for extra in [&[][..], &["--no-verify"][..]] {
+        let mut args = vec!["push", "origin", "HEAD:refs/heads/main"];
+        args.extend_from_slice(extra);
+        let pushed = h.git_as(&bob_key, &bob, &args);
+        let said = text(&pushed);
+        assert!(!pushed.status.success(), "{said}");
+        let lines: Vec<&str> = said.lines().filter(|l| l.contains("locked by")).collect();
+        assert_eq!(lines.len(), 1, "{said}");
+        assert!(
+            lines[0].starts_with(&format!("remote: error: data.bin: locked by {owner} ")),
+            "{said}"
+        );
+        assert!(lines[0].contains("git lfs unlock data.bin"), "{said}");
+        assert_eq!(remote_main(&h, &bob_key, &bob), before, "{extra:?}");
+    }
+
+    // The lock owner's own change passes.
+    std::fs::write(alice.join("data.bin"), payload(100_000, 3)).unwrap();
+    commit_all(&h, &admin, &alice, "Change my locked file");
+    git_ok(
+        &h,
+        &admin,
+        &alice,
+        &["push", "origin", "HEAD:refs/heads/main"],
+    );
+
+    // Bob's change of other paths (free.bin is locked only elsewhere) passes.
+    git_ok(&h, &bob_key, &bob, &["fetch", "-q", "origin"]);
+    git_ok(
+        &h,
+        &bob_key,
+        &bob,
+        &["reset", "-q", "--hard", "origin/main"],
+    );
+    std::fs::write(bob.join("free.bin"), payload(1000, 4)).unwrap();
+    std::fs::write(bob.join("notes.txt"), "three\n").unwrap();
+    commit_all(&h, &bob_key, &bob, "Change free files");
+    git_ok(
+        &h,
+        &bob_key,
+        &bob,
+        &["push", "origin", "HEAD:refs/heads/main"],
+    );
+}
+
 #[test]
 fn hostile_transfers_get_a_status_and_one_line_and_leave_nothing_partial() {
     let h = start_with_limits("1MiB", "2MiB");
@@ -663,4 +766,118 @@ fn objects_and_locks_follow_a_rename_and_go_with_a_delete() {
         (200, 0),
         "{s:?}"
     );
+}
+
+/// Set the time of every stored object file to `age` ago.
+fn age_store(h: &ServerHarness, age: std::time::Duration) {
+    let then = std::time::SystemTime::now() - age;
+    let mut todo = vec![h.state_dir().join("lfs")];
+    while let Some(dir) = todo.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                todo.push(e.path());
+            } else {
+                std::fs::File::open(e.path())
+                    .unwrap()
+                    .set_modified(then)
+                    .unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn maintenance_collects_lfs_objects_no_ref_points_at_after_the_grace() {
+    let h = ServerHarness::start_with(HarnessOptions {
+        env: vec![("GIT_COLLAB_LFS__GC_GRACE".into(), "1h".into())],
+        ..Default::default()
+    });
+    h.create_repo("big");
+    let admin = h.ssh_client_key();
+    let repo = lfs_clone(&h, &admin, "big", "work");
+    git_ok(&h, &admin, &repo, &["lfs", "track", "*.bin"]);
+    let (kept, gone, proposed) = (payload(50_000, 1), payload(60_000, 2), payload(70_000, 3));
+    // `kept` on main; `gone` only on a branch deleted after; `proposed`
+    // only in a patch (push-to-review: a revision ref under refs/collab/).
+    std::fs::write(repo.join("kept.bin"), &kept).unwrap();
+    commit_all(&h, &admin, &repo, "Keep");
+    git_ok(
+        &h,
+        &admin,
+        &repo,
+        &["push", "origin", "HEAD:refs/heads/main"],
+    );
+    std::fs::write(repo.join("gone.bin"), &gone).unwrap();
+    commit_all(&h, &admin, &repo, "Soon gone");
+    git_ok(
+        &h,
+        &admin,
+        &repo,
+        &["push", "origin", "HEAD:refs/heads/tmp"],
+    );
+    git_ok(&h, &admin, &repo, &["reset", "-q", "--hard", "HEAD~1"]);
+    std::fs::write(repo.join("proposed.bin"), &proposed).unwrap();
+    commit_all(&h, &admin, &repo, "Propose");
+    git_ok(&h, &admin, &repo, &["push", "origin", "HEAD:refs/for/main"]);
+    git_ok(&h, &admin, &repo, &["push", "origin", ":refs/heads/tmp"]);
+
+    // Two objects no ref points at, uploaded without a push: `found`
+    // will be named by an upload's batch again (as by a push about to
+    // point at it), `young` stays young.
+    let (found, young) = (payload(1000, 4), payload(2000, 5));
+    let mut input = put(&sha256(&found), found.len(), &found);
+    input.extend(request("quit", &[], None));
+    assert_eq!(
+        session(&h, &admin, "big", "upload", &input).answers[0].status,
+        200
+    );
+    assert_eq!(stored(&h).len(), 4, "{:?}", stored_names(&h));
+
+    // Two hours pass (lfs.gc_grace is 1h here) for what is stored so far.
+    age_store(&h, std::time::Duration::from_secs(2 * 3600));
+    let mut input = put(&sha256(&young), young.len(), &young);
+    input.extend(request(
+        "batch",
+        &["transfer=ssh", "hash-algo=sha256"],
+        Some(&[line(&format!("{} {}", sha256(&found), found.len()))]),
+    ));
+    input.extend(request("quit", &[], None));
+    let s = session(&h, &admin, "big", "upload", &input);
+    assert_eq!(s.answers[0].status, 200, "{s:?}");
+    assert_eq!(
+        s.answers[1].lines(),
+        [format!("{} {} noop", sha256(&found), found.len())],
+        "{s:?}"
+    );
+
+    let out = h.ssh_exec("collab-repo visibility 'big' public");
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = h.ssh_exec("collab-repo gc 'big'");
+    assert_eq!(out.code, 0, "{out:?}");
+    let reply: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(reply["lfs_objects_removed"], 1, "{reply}");
+    // /metrics shows what the public repository holds now.
+    let held = kept.len() + proposed.len() + found.len() + young.len();
+    let metrics = common::web::metrics(&h);
+    assert!(
+        metrics.contains(&format!(
+            "git_collab_repo_lfs_bytes{{repo=\"big.git\"}} {held}\n"
+        )),
+        "{metrics}"
+    );
+    assert_eq!(reply["lfs_bytes_removed"], gone.len() as u64, "{reply}");
+    let mut want: Vec<String> = [&kept, &proposed, &found, &young]
+        .iter()
+        .map(|d| sha256(d))
+        .collect();
+    want.sort();
+    assert_eq!(stored_names(&h), want);
+
+    // What is kept still serves: a fresh clone has the file's content.
+    let again = lfs_clone(&h, &admin, "big", "again");
+    assert!(std::fs::read(again.join("kept.bin")).unwrap() == kept);
+    // A second run finds nothing more to collect.
+    let out = h.ssh_exec("collab-repo gc 'big'");
+    let reply: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(reply["lfs_objects_removed"], 0, "{reply}");
 }

@@ -812,3 +812,54 @@ fn ssh_mirrors_to_two_servers_on_one_host_keep_a_host_key_each() {
         assert!(known.lines().any(|l| l.starts_with(&alias)), "{known}");
     }
 }
+
+#[test]
+fn mirrors_say_that_lfs_objects_are_not_mirrored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = GitDaemon::start(&tmp.path().join("daemon"));
+    let upstream = daemon.bare("up.git");
+    let work = tmp.path().join("work");
+    work_tree(&work, "one");
+    git(&work, &["push", "-q", upstream.to_str().unwrap(), "main"]);
+
+    let h = mirroring_server();
+    h.create_repo("down");
+    let down = h.repos_dir().join("down.git");
+    let added = add_mirror(&h, &format!("down '{}'", daemon.url("up.git")));
+    assert_eq!(added["lfs"], "not mirrored", "{added}");
+    assert_eq!(h.ssh_exec("collab-repo mirror sync down").code, 0);
+    assert_eq!(list(&h, "down")[0]["lfs"], "not mirrored");
+
+    // The upstream starts tracking files with git-lfs: a pointer, as
+    // `git lfs track` and `git add` write them.
+    let oid = "4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393";
+    std::fs::write(
+        work.join(".gitattributes"),
+        "*.bin filter=lfs diff=lfs merge=lfs -text\n",
+    )
+    .unwrap();
+    std::fs::write(
+        work.join("model.bin"),
+        format!("version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize 12345\n"),
+    )
+    .unwrap();
+    git(&work, &["add", ".gitattributes", "model.bin"]);
+    git(&work, &["commit", "-q", "-m", "Track models with git-lfs"]);
+    git(&work, &["push", "-q", upstream.to_str().unwrap(), "main"]);
+    assert_eq!(h.ssh_exec("collab-repo mirror sync down").code, 0);
+    assert!(ref_of(&down, "refs/heads/main").is_some());
+    let shown = list(&h, "down");
+    let lfs = shown[0]["lfs"].as_str().unwrap();
+    assert!(
+        lfs.starts_with("not mirrored: .gitattributes at HEAD sends files to git-lfs"),
+        "{lfs}"
+    );
+    // Nothing was fetched into the LFS store.
+    assert!(
+        !h.state_dir().join("lfs").exists()
+            || std::fs::read_dir(h.state_dir().join("lfs"))
+                .unwrap()
+                .next()
+                .is_none()
+    );
+}

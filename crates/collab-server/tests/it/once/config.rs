@@ -106,7 +106,7 @@ fn ssh_keygen(dir: &Path, name: &str) -> String {
 fn defaults_with_an_empty_file() {
     let setup = Setup::new("");
     let show = setup.show(&[]);
-    assert_eq!(show.as_object().unwrap().len(), 91, "{show:#}");
+    assert_eq!(show.as_object().unwrap().len(), 92, "{show:#}");
     assert_eq!(
         entry(&show, "leases.max_ttl"),
         (&Value::from(315_360_000), "default")
@@ -478,8 +478,8 @@ fn show_text_is_aligned_with_sources() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    // 91 keys; ssh.ciphers' six defaults take six lines.
-    assert_eq!(lines.len(), 96, "{text}");
+    // 92 keys; ssh.ciphers' six defaults take six lines.
+    assert_eq!(lines.len(), 97, "{text}");
     let file = format!("file {}", setup.file().display());
     let expect = [
         ("site_title", "T", file.as_str()),
