@@ -1052,6 +1052,8 @@ fn summary(row: &Row) -> wire::PatchSummary {
         updated_at: time_text(p.updated_ms),
         approvals: row.votes.0,
         changes_requested: row.votes.1,
+        change_id: p.change_id.clone(),
+        depends_on: p.depends_on.clone(),
     }
 }
 
@@ -1082,6 +1084,8 @@ fn shown(
         updated_at: time_text(p.updated_ms),
         status: p.status.as_str().to_string(),
         imported: p.imported,
+        change_id: p.change_id.clone(),
+        depends_on: p.depends_on.clone(),
         merge: p.merge.as_ref().map(|m| wire::MergeRecord {
             commit: m.commit.clone(),
             author: wire::Merger {
