@@ -1628,9 +1628,14 @@ pub fn rule_allows(detail: &PatchDetail, rule: &MergeRule) -> std::result::Resul
     };
     // A stacked patch lands after the patches below it.
     if let (Some(below), Some(status)) = (&detail.patch.depends_on, detail.depends_on_status) {
-        if status != PatchStatus::Merged {
+        let then = match status {
+            PatchStatus::Merged => None,
+            PatchStatus::Open => Some("merge that one first"),
+            PatchStatus::Closed => Some("push the stack again to open a new one below it"),
+        };
+        if let Some(then) = then {
             return Err(format!(
-                "it depends on patch {}, which is {}: merge that one first",
+                "it depends on patch {}, which is {}: {then}",
                 short(below),
                 status.as_str()
             ));

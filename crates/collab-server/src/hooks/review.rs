@@ -810,6 +810,37 @@ mod tests {
     }
 
     #[test]
+    fn change_ids_from_trailers_and_headers() {
+        let gerrit = format!("I{}", "0a".repeat(20));
+        let jj = "zyxwvutsrqponmlkzyxwvutsrqponmlk";
+        let msg = format!("Fix\n\nbody\n\nChange-Id: {gerrit}\n");
+        assert_eq!(change_id_of(&msg, None), Ok(Some(gerrit.clone())));
+        // The trailer wins over a header.
+        assert_eq!(
+            change_id_of(&msg, Some(jj.as_bytes())),
+            Ok(Some(gerrit.clone()))
+        );
+        assert_eq!(
+            change_id_of("Fix", Some(jj.as_bytes())),
+            Ok(Some(jj.into()))
+        );
+        assert_eq!(change_id_of("Fix\n\nno trailers here", None), Ok(None));
+        for bad in ["I123", "Iabc-not-hex", &gerrit.to_uppercase(), &gerrit[1..]] {
+            let msg = format!("Fix\n\nChange-Id: {bad}\n");
+            assert!(change_id_of(&msg, None).is_err(), "{bad}");
+        }
+        let two = format!("Fix\n\nChange-Id: {gerrit}\nChange-Id: {gerrit}\n");
+        assert!(change_id_of(&two, None).is_err());
+        for bad in [
+            "abc",
+            "zyxwvutsrqponmlk",
+            "0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(change_id_of("Fix", Some(bad.as_bytes())).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn pkt_lines_round_trip() {
         let mut buf = Vec::new();
         write_pkt(&mut buf, "version=1\0push-options").unwrap();
