@@ -564,6 +564,16 @@ enum StackStep {
     Unchanged,
 }
 
+/// One patch of a pushed stack, for the pusher's report.
+struct Reported {
+    patch: String,
+    n: i64,
+    step: StackStep,
+    head: Oid,
+    below: Option<String>,
+    base_commit: String,
+}
+
 /// Handle a push whose commits carry change ids: one patch per commit of
 /// `stack` (tip first), bottom up, all in one transaction.
 fn propose_stack(
@@ -605,7 +615,7 @@ fn propose_stack(
             }
         }
     };
-    let mut report: Vec<(String, i64, StackStep, Oid, Option<String>, String)> = Vec::new();
+    let mut report: Vec<Reported> = Vec::new();
     let mut tip_pin = None;
     let mut work = || -> Result<(), String> {
         let mut below: Option<String> = None;
@@ -675,14 +685,14 @@ fn propose_stack(
             if is_tip {
                 tip_pin = Some(pin);
             }
-            report.push((
-                id.clone(),
+            report.push(Reported {
+                patch: id.clone(),
                 n,
                 step,
-                item.head,
-                below.clone(),
-                revision.base_commit,
-            ));
+                head: item.head,
+                below: below.clone(),
+                base_commit: revision.base_commit,
+            });
             below = Some(id);
         }
         Ok(())
@@ -700,7 +710,15 @@ fn propose_stack(
         report.len(),
         if report.len() == 1 { "" } else { "es" }
     );
-    for (id, n, step, head, below, base_commit) in &report {
+    for Reported {
+        patch: id,
+        n,
+        step,
+        head,
+        below,
+        base_commit,
+    } in &report
+    {
         let what = match step {
             StackStep::Opened => format!("opened: revision {n}"),
             StackStep::Revised => format!("updated: revision {n}"),
