@@ -46,7 +46,7 @@ fn patch_ok(h: &ServerHarness, a: &Agent, args: &str) -> Value {
 
 /// Every patch of `r` (any state), as `list` shows it.
 fn listed(h: &ServerHarness, a: &Agent) -> Vec<Value> {
-    patch_ok(h, a, "list 'r' --state all")["patches"]
+    patch_ok(h, a, "list 'r' --state all --limit 100")["patches"]
         .as_array()
         .unwrap()
         .clone()
