@@ -93,7 +93,7 @@ fn main() {
     assert_eq!(stack_patches, (runs + 1) * depth);
     let section = format!(
         "{SECTION}\n\n\
-         `cargo bench --bench review_stack` (release build), one run on {date}, {cores} CPUs \
+         `cargo bench --bench review_stack` ({build}), one run on {date}, {cores} CPUs \
          shared with other work, loopback, OpenSSH client, real `git push`. Medians of {runs} \
          pushes per row, interleaved; each push sends {depth} new commits (one small file each) \
          off `main` to `refs/for/main` over a fresh SSH connection, timed from `git push` \
@@ -106,6 +106,11 @@ fn main() {
         fmt(plain),
         fmt(stack),
         stack.as_secs_f64() / plain.as_secs_f64(),
+        build = if cfg!(debug_assertions) {
+            "`--profile dev`: debug builds of the bench and the server"
+        } else {
+            "release build"
+        },
         date = chrono::Utc::now().format("%Y-%m-%d"),
         cores = std::thread::available_parallelism()
             .map(|n| n.get())
