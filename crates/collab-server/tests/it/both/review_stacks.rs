@@ -5,8 +5,9 @@
 //! commit changed, follows a reorder, and replaces a closed middle patch.
 //! A Jujutsu `change-id` commit header names a patch the same way. A
 //! malformed change id is ignored with a note, a stack deeper than the
-//! bound is refused with one line and nothing written, and a patch cannot
-//! merge before the patch below it.
+//! bound is refused with one line and nothing written; a patch cannot
+//! merge before the patch below it: merging the top of a stack takes the
+//! open ones below it first, each by its own rule.
 
 use collab_testkit as common;
 use collab_testkit::review as review_support;
@@ -281,7 +282,7 @@ fn a_stack_deeper_than_the_bound_is_refused_and_one_at_the_bound_opens() {
 }
 
 #[test]
-fn a_closed_middle_patch_is_replaced_and_a_patch_cannot_merge_before_the_one_below() {
+fn a_closed_middle_patch_is_replaced_and_merging_the_top_takes_the_stack_below_it() {
     let (h, a, b) = setup();
     ok(&h, &a, &["switch", "-q", "-c", "stack"]);
     let c1 = change(&h, &a, "one.txt", "1\n", 1);
@@ -319,22 +320,51 @@ fn a_closed_middle_patch_is_replaced_and_a_patch_cannot_merge_before_the_one_bel
     let shown = patch_ok(&h, &a, &format!("show 'r' {}", &p3[..8]));
     assert_eq!(shown["merge_rule"]["ready"], false, "{shown}");
 
-    // Bottom up: the top is refused while the middle is open.
-    let refused = patch(&h, &b, &format!("merge 'r' {}", &p3[..8]));
-    assert!(
-        refused.code == 1
-            && refused
-                .stderr
-                .contains(&format!("it depends on patch {}, which is open", &p2b[..8])),
-        "{refused:?}"
-    );
-    let merged = patch_ok(&h, &b, &format!("merge 'r' {}", &p1[..8]));
-    assert_eq!(merged["commit"], c1.as_str());
+    // Merging the top takes the open patches below it, bottom up, each
+    // by its own rule: with one approval needed and only the top approved,
+    // the bottom one refuses and nothing merges.
+    review_support::write_policy(&h, "merge = { approvals = 1 }\n");
+    patch_ok(&h, &b, &format!("review 'r' {} --approve", &p3[..8]));
     let refused = patch(&h, &b, &format!("merge 'r' {}", &p3[..8]));
     assert_eq!(refused.code, 1, "{refused:?}");
-    let merged = patch_ok(&h, &b, &format!("merge 'r' {}", &p2b[..8]));
-    assert_eq!(merged["commit"], c2.as_str());
+    assert!(
+        refused.stderr.contains(&format!(
+            "merging patch {} below it in its stack first: merge refused: needs 1 more approval",
+            &p1[..8]
+        )),
+        "{refused:?}"
+    );
+    assert_eq!(refused.stderr.trim().lines().count(), 1, "{refused:?}");
+    let open = |id: &str| patch_ok(&h, &a, &format!("show 'r' {}", &id[..8]))["status"] == "open";
+    assert!(open(&p1) && open(&p2b) && open(&p3));
+    patch_ok(&h, &b, &format!("review 'r' {} --approve", &p1[..8]));
+    patch_ok(&h, &b, &format!("review 'r' {} --approve", &p2b[..8]));
     let merged = patch_ok(&h, &b, &format!("merge 'r' {}", &p3[..8]));
+    assert_eq!(merged["patch"], p3.as_str());
     assert_eq!(merged["commit"], c3.as_str());
+    let taken: Vec<(&str, &str, &str)> = merged["also_merged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["patch"].as_str().unwrap(),
+                m["commit"].as_str().unwrap(),
+                m["how"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        taken,
+        [
+            (p1.as_str(), c1.as_str(), "below it in its stack"),
+            (p2b.as_str(), c2.as_str(), "below it in its stack")
+        ],
+        "{merged}"
+    );
+    for id in [&p1, &p2b, &p3] {
+        let shown = patch_ok(&h, &a, &format!("show 'r' {}", &id[..8]));
+        assert_eq!(shown["status"], "merged", "{shown}");
+    }
     assert_eq!(review_support::server_tip(&h, "main"), c3);
 }
