@@ -420,7 +420,7 @@ fn written(reply: &RemoteOutput, verb: &str, json: bool) -> Result<ExitCode> {
 
 fn list_line(row: &PatchSummary) -> String {
     let n = |v: i64| usize::try_from(v).unwrap_or(0);
-    patch_shared::list_row(
+    let line = patch_shared::list_row(
         &row.id,
         &row.status,
         n(row.revisions),
@@ -428,7 +428,11 @@ fn list_line(row: &PatchSummary) -> String {
         &row.base,
         n(row.approvals),
         n(row.changes_requested),
-    )
+    );
+    match &row.depends_on {
+        Some(below) => format!("{line}  (on {})", short_id(&terminal::line(below))),
+        None => line,
+    }
 }
 
 // Patch fields are other people's text: every one goes through `terminal`.
@@ -452,6 +456,12 @@ fn print_patch(v: &PatchShown) {
         println!("merged in: {} (by {})", s(&m.commit), merger(&m.author));
     }
     println!("base: {}", s(&v.base));
+    if let Some(change) = &v.change_id {
+        println!("change id: {}", s(change));
+    }
+    if let Some(below) = &v.depends_on {
+        println!("depends on: {}", short_id(&s(below)));
+    }
     println!("author: {}", name(&v.author));
     println!("created: {}", at(&v.created_at));
     println!("updated: {}", at(&v.updated_at));

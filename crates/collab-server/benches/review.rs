@@ -85,6 +85,8 @@ fn seed_open_patches(bare: &Path, db_path: &Path, repo_name: &str, count: usize)
                 base_tip: Some(base.id().to_string()),
             },
             issues: Vec::new(),
+            change_id: None,
+            depends_on: None,
         };
         let written = patches::open(&tx, &w, &new).unwrap();
         repo.reference(

@@ -308,12 +308,15 @@ mod tests {
                 imported: false,
                 revision_count: revisions,
                 comment_count: 0,
+                change_id: None,
+                depends_on: None,
             },
             revisions: revs,
             reviews: Vec::new(),
             comments: Vec::new(),
             issues: Vec::new(),
             linked_lease_holders: Vec::new(),
+            depends_on_status: None,
         }
     }
 

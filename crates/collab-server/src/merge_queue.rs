@@ -1355,6 +1355,8 @@ mod tests {
                 imported: false,
                 revision_count: revisions,
                 comment_count: 0,
+                change_id: None,
+                depends_on: None,
             },
             revisions: (1..=revisions)
                 .map(|n| Revision {
@@ -1371,6 +1373,7 @@ mod tests {
             comments: Vec::new(),
             issues: Vec::new(),
             linked_lease_holders: Vec::new(),
+            depends_on_status: None,
         }
     }
 

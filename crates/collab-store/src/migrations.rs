@@ -16,7 +16,8 @@
 //! rounds, 16 PostgreSQL's lease functions (a no-op step on SQLite), 17
 //! merge trains (`merge_groups.built_on`), 18 queued tenure
 //! (`lease_queue_holds`), 19 search (`search`), 20 git-lfs
-//! locks (`lfs_locks`). SQL
+//! locks (`lfs_locks`), 21 stacked patches (`patches.change_id`,
+//! `patches.depends_on`). SQL
 //! here stays portable where it can (no SQLite-only functions in the domain
 //! queries), because the same tables live in PostgreSQL too.
 //!
@@ -575,7 +576,30 @@ CREATE TABLE lfs_locks (
 );
 ",
     },
+    // Version 21: change-ids and stacks (`hooks::review`): the change id a
+    // patch's commits carry (a `Change-Id:` trailer or a `change-id`
+    // header), and the patch it is stacked on (`NULL` at the bottom).
+    Step {
+        version: 21,
+        sql: STACKS_SQL,
+    },
 ];
+
+/// Version 21's columns (the same on both backends). Undone by
+/// [`STACKS_UNDO`].
+const STACKS_SQL: &str = "
+ALTER TABLE patches ADD COLUMN change_id TEXT;
+ALTER TABLE patches ADD COLUMN depends_on TEXT;
+CREATE INDEX patches_change_id ON patches (repo, change_id) WHERE change_id IS NOT NULL;
+";
+
+/// Version 21 undone (tests that take a database back to an older
+/// version; the same on both backends).
+pub const STACKS_UNDO: &str = "
+DROP INDEX patches_change_id;
+ALTER TABLE patches DROP COLUMN depends_on;
+ALTER TABLE patches DROP COLUMN change_id;
+";
 
 /// Version 18's table (SQLite; PostgreSQL's step adds a trigger).
 const QUEUE_HOLDS_SQL: &str = "
@@ -829,6 +853,11 @@ CREATE TABLE lfs_locks (
     UNIQUE (repo_id, path)
 );
 ",
+    },
+    // Version 21: change-ids and stacks (see `STEPS`).
+    Step {
+        version: 21,
+        sql: STACKS_SQL,
     },
 ];
 
@@ -1211,6 +1240,27 @@ mod tests {
         crate::repos::rename(&conn, "a.git", "b.git", "admin", 5).unwrap();
         assert_eq!(
             count("SELECT COUNT(*) FROM merge_queue_branches WHERE repo = 'b.git'"),
+            1
+        );
+    }
+
+    /// Version 21 gives the patches of an older database an empty change
+    /// id and no patch below them (on both backends).
+    #[test]
+    fn an_older_database_gains_the_stack_columns() {
+        let (conn, _pg) = at_version_8();
+        conn.execute_batch(
+            "INSERT INTO patches (repo, id, title, body, base, author, author_name,
+                                  created_ms, updated_ms, status)
+             VALUES ('r.git', '0123456789abcdef0123456789abcdef01234567', 't', '', 'main',
+                     'p', 'p', 1, 1, 'open');",
+        )
+        .unwrap();
+        migrate(&conn).unwrap();
+        assert_eq!(version(&conn).unwrap(), SCHEMA_VERSION);
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(
+            count("SELECT COUNT(*) FROM patches WHERE change_id IS NULL AND depends_on IS NULL"),
             1
         );
     }

@@ -107,6 +107,13 @@ pub struct Patch {
     pub imported: bool,
     pub revision_count: i64,
     pub comment_count: i64,
+    /// The change id its commits carry (a `Change-Id: I<40 hex>` trailer
+    /// or a Jujutsu `change-id` header), `None` for a patch opened without
+    /// one.
+    pub change_id: Option<String>,
+    /// The full id of the patch it is stacked on (the patch of its head's
+    /// parent commit), `None` at the bottom of a stack or outside one.
+    pub depends_on: Option<String>,
 }
 
 /// How a patch was merged.
@@ -181,6 +188,9 @@ pub struct PatchDetail {
     /// now, sorted: read at every `show`, so an issue linked after a push
     /// counts as one linked before it (`lease_holder_is_author`).
     pub linked_lease_holders: Vec<String>,
+    /// The status now of the patch it depends on (`patch.depends_on`),
+    /// `None` when it depends on none (or that patch is gone).
+    pub depends_on_status: Option<PatchStatus>,
 }
 
 impl PatchDetail {
@@ -318,7 +328,7 @@ pub fn resolve(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<Stri
 
 const PATCH_COLUMNS: &str = "repo, id, title, body, base, author, author_name, author_key, \
      created_ms, updated_ms, status, merged_commit, merged_by, merged_ms, imported, \
-     revision_count, comment_count";
+     revision_count, comment_count, change_id, depends_on";
 
 fn patch_from_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<Patch> {
     let status: String = r.get(10)?;
@@ -344,6 +354,8 @@ fn patch_from_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<Patch> {
         imported: r.get::<_, i64>(14)? != 0,
         revision_count: r.get(15)?,
         comment_count: r.get(16)?,
+        change_id: r.get(17)?,
+        depends_on: r.get(18)?,
     })
 }
 
@@ -436,6 +448,10 @@ pub fn show(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<PatchDe
         .query_map([repo, &id], |r| r.get(0))?
         .collect::<crate::sql::Result<Vec<String>>>()?;
     let linked_lease_holders = linked_lease_holders(conn, repo, &id)?;
+    let depends_on_status = match &patch.depends_on {
+        Some(below) => get(conn, repo, below)?.map(|p| p.status),
+        None => None,
+    };
     Ok(PatchDetail {
         patch,
         revisions,
@@ -443,6 +459,7 @@ pub fn show(conn: &Connection, repo: &str, id_or_prefix: &str) -> Result<PatchDe
         comments,
         issues,
         linked_lease_holders,
+        depends_on_status,
     })
 }
 
@@ -601,6 +618,44 @@ pub fn open_on_base(
     rows.collect()
 }
 
+/// The open patch of `repo` for `base` whose commits carry change id
+/// `change_id`, with its latest revision's head (the index
+/// `patches_change_id`). Two open patches with one change id cannot be
+/// made by a push; should an import or a hand edit have made them, the
+/// oldest wins.
+pub fn open_by_change_id(
+    conn: &Connection,
+    repo: &str,
+    base: &str,
+    change_id: &str,
+) -> crate::sql::Result<Option<(String, String)>> {
+    conn.prepare_cached(
+        "SELECT p.id, r.head FROM patches p JOIN patch_revisions r
+           ON r.repo = p.repo AND r.patch_id = p.id AND r.n = p.revision_count
+         WHERE p.repo = ?1 AND p.change_id = ?2 AND p.base = ?3 AND p.status = 'open'
+         ORDER BY p.created_ms, p.id LIMIT 1",
+    )?
+    .query_row([repo, change_id, base], |r| Ok((r.get(0)?, r.get(1)?)))
+    .optional()
+}
+
+/// Restack patch `id` (full id) on `depends_on` (a stack pushed again:
+/// reordered, or a lower patch replaced). Returns whether it changed.
+pub fn set_depends_on(
+    conn: &Connection,
+    repo: &str,
+    id: &str,
+    depends_on: Option<&str>,
+) -> crate::sql::Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE patches SET depends_on = ?3
+             WHERE repo = ?1 AND id = ?2 AND depends_on IS DISTINCT FROM ?3",
+        )?
+        .execute(crate::sql::params![repo, id, depends_on])?;
+    Ok(changed == 1)
+}
+
 // ---------------------------------------------------------------- writes
 
 /// Who writes, where: shared by every write.
@@ -634,6 +689,10 @@ pub struct NewPatch {
     pub revision: NewRevision,
     /// Issues (ids or prefixes in the same repository) to link.
     pub issues: Vec<String>,
+    /// The change id of its head commit, if it has one.
+    pub change_id: Option<String>,
+    /// The patch (full id) it is stacked on.
+    pub depends_on: Option<String>,
 }
 
 fn append_event(
@@ -805,8 +864,8 @@ pub fn open(conn: &Connection, w: &WriteCtx<'_>, new: &NewPatch) -> Result<Writt
     let id = new_id();
     conn.prepare_cached(
         "INSERT INTO patches (repo, id, title, body, base, author, author_name, author_key,
-                              created_ms, updated_ms, status)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 'open')",
+                              created_ms, updated_ms, status, change_id, depends_on)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 'open', ?10, ?11)",
     )?
     .execute(crate::sql::params![
         w.repo,
@@ -817,7 +876,9 @@ pub fn open(conn: &Connection, w: &WriteCtx<'_>, new: &NewPatch) -> Result<Writt
         w.actor.principal,
         w.actor.name,
         w.actor.key,
-        ms(w.now)
+        ms(w.now),
+        new.change_id,
+        new.depends_on
     ])?;
     insert_revision(conn, w, &id, 1, &new.revision, None)?;
     for issue in &issues {
@@ -836,6 +897,8 @@ pub fn open(conn: &Connection, w: &WriteCtx<'_>, new: &NewPatch) -> Result<Writt
             "revision": revision_json(1, &new.revision),
             "issues": issues,
             "author": person_json(w.actor),
+            "change_id": new.change_id,
+            "depends_on": new.depends_on,
         }),
     )?;
     Ok(Written {
@@ -1563,6 +1626,21 @@ pub fn rule_allows(detail: &PatchDetail, rule: &MergeRule) -> std::result::Resul
     let Some(latest) = detail.latest() else {
         return Err("the patch has no revision".into());
     };
+    // A stacked patch lands after the patches below it.
+    if let (Some(below), Some(status)) = (&detail.patch.depends_on, detail.depends_on_status) {
+        let then = match status {
+            PatchStatus::Merged => None,
+            PatchStatus::Open => Some("merge that one first"),
+            PatchStatus::Closed => Some("push the stack again to open a new one below it"),
+        };
+        if let Some(then) = then {
+            return Err(format!(
+                "it depends on patch {}, which is {}: {then}",
+                short(below),
+                status.as_str()
+            ));
+        }
+    }
     let votes: Vec<&Review> = detail.votes_on(latest.n).collect();
     if rule.no_changes_requested {
         if let Some(r) = votes.iter().find(|r| r.verdict == Verdict::RequestChanges) {
@@ -1803,6 +1881,8 @@ mod tests {
                 base: "main".into(),
                 revision: rev(A),
                 issues: vec![],
+                change_id: None,
+                depends_on: None,
             },
         )
         .unwrap()
@@ -1877,6 +1957,8 @@ mod tests {
                     base: "main".into(),
                     revision: r,
                     issues: vec![],
+                    change_id: None,
+                    depends_on: None,
                 },
             )
             .unwrap_err()
@@ -1894,6 +1976,8 @@ mod tests {
                 base: "main".into(),
                 revision: rev(A),
                 issues: vec!["abcd".into()],
+                change_id: None,
+                depends_on: None,
             },
         )
         .unwrap_err();
@@ -2069,6 +2153,8 @@ mod tests {
                 base: "main".into(),
                 revision: rev(A),
                 issues: vec![issue[..8].to_string()],
+                change_id: None,
+                depends_on: None,
             },
         )
         .unwrap()
@@ -2374,6 +2460,8 @@ mod tests {
                     base: "main".into(),
                     revision: rev(A),
                     issues: vec![],
+                    change_id: None,
+                    depends_on: None,
                 },
             )
             .unwrap();

@@ -741,11 +741,15 @@ mod tests {
         let db = crate::testing::db();
         let conn = &*db;
         open(conn, "a.git", "Flaky checkout test", "fails one run in ten");
-        // Back to version 18: later steps (20, git-lfs locks) undone too.
+        // Back to version 18: later steps (20, git-lfs locks; 21, stacks)
+        // undone too.
+        let stacks = crate::migrations::STACKS_UNDO;
         let undo = if conn.is_postgres() {
-            format!("{POSTGRES_UNDO} DROP TABLE lfs_locks; UPDATE collab_schema SET version = 18;")
+            format!(
+                "{POSTGRES_UNDO} DROP TABLE lfs_locks; {stacks} UPDATE collab_schema SET version = 18;"
+            )
         } else {
-            format!("{SQLITE_UNDO} DROP TABLE lfs_locks;")
+            format!("{SQLITE_UNDO} DROP TABLE lfs_locks; {stacks}")
         };
         conn.execute_batch(&undo).unwrap();
         if !conn.is_postgres() {

@@ -51,6 +51,13 @@ pub struct PatchSummary {
     pub approvals: i64,
     /// Change requests on the latest revision.
     pub changes_requested: i64,
+    /// The change id its commits carry (`null`: none).
+    #[serde(default)]
+    pub change_id: Option<String>,
+    /// The full id of the patch it is stacked on (`null` at the bottom of
+    /// a stack, or outside one).
+    #[serde(default)]
+    pub depends_on: Option<String>,
 }
 
 /// `list`: one page, newest first; `next` is the cursor of the following
@@ -190,6 +197,14 @@ pub struct PatchShown {
     pub updated_at: Option<String>,
     pub status: String,
     pub imported: bool,
+    /// The change id its commits carry: a `Change-Id: I<40 hex>` trailer
+    /// or a Jujutsu `change-id` header (`null`: none).
+    #[serde(default)]
+    pub change_id: Option<String>,
+    /// The full id of the patch it is stacked on (`null` at the bottom of
+    /// a stack, or outside one); it cannot merge before that one.
+    #[serde(default)]
+    pub depends_on: Option<String>,
     /// How it was merged (`null` unless merged).
     #[serde(default)]
     pub merge: Option<MergeRecord>,
@@ -353,11 +368,11 @@ mod tests {
     fn reads_round_trip() {
         let person = r#"{"name":"ada","key":"ssh-ed25519 AAAA","principal":"ada"}"#;
         let list: PatchList = round_trip(&format!(
-            r#"{{"repo":"r","patches":[{{"id":"p","title":"T","status":"open","author":{person},"base":"main","revisions":2,"head":"h","created_at":"2026-12-03T07:55:58.114Z","updated_at":"2026-12-03T07:55:58Z","approvals":1,"changes_requested":0}}],"next":"1796284558114.p"}}"#
+            r#"{{"repo":"r","patches":[{{"id":"p","title":"T","status":"open","author":{person},"base":"main","revisions":2,"head":"h","created_at":"2026-12-03T07:55:58.114Z","updated_at":"2026-12-03T07:55:58Z","approvals":1,"changes_requested":0,"change_id":"I0123456789abcdef0123456789abcdef01234567","depends_on":null}}],"next":"1796284558114.p"}}"#
         ));
         assert_eq!(list.patches[0].revisions, 2);
         let shown: PatchShown = round_trip(&format!(
-            r#"{{"id":"p","repo":"r","title":"T","body":"","author":{person},"base":"main","created_at":"2026-12-03T07:55:58Z","updated_at":"2026-12-03T07:55:58Z","status":"merged","imported":false,
+            r#"{{"id":"p","repo":"r","title":"T","body":"","author":{person},"base":"main","created_at":"2026-12-03T07:55:58Z","updated_at":"2026-12-03T07:55:58Z","status":"merged","imported":false,"change_id":null,"depends_on":"q",
             "merge":{{"commit":"c","author":{{"principal":"ada","name":"ada","display_name":"Ada"}},"at":"2026-12-03T07:55:58Z"}},
             "revisions":[{{"n":1,"head":"h","base_commit":"b","base_tip":null,"author":{person},"at":"2026-12-03T07:55:58Z","lease_holders":[]}}],
             "reviews":[{{"id":"v","revision":1,"author":{person},"at":"2026-12-03T07:55:58Z","verdict":"approve","body":""}}],

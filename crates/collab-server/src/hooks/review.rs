@@ -31,6 +31,17 @@
 //!
 //! Push options: `title=`, `description=`, `patch=<id>`, `issue=<id>`
 //! (repeatable). Others are left to other checks.
+//!
+//! Change ids and stacks (docs/patches.md, "Stacks"): without `-o patch=`
+//! or a `Patch-Id:` trailer, the commits of the push that carry a change
+//! id (a Gerrit `Change-Id: I<40 hex>` trailer, or a Jujutsu `change-id`
+//! header), from the tip down its first parents until the first commit
+//! without one or already in the base, are a stack: each is one patch,
+//! found by its change id among the repository's open patches for that
+//! base (a new revision when its commit changed, nothing when not) or
+//! opened, and each records the patch below it (`depends_on`). All of
+//! them are written in the one transaction. A stack deeper than
+//! [`MAX_STACK`] is refused; a malformed change id is ignored with a note.
 
 use std::io::{Read, Write};
 
@@ -42,6 +53,10 @@ use super::context::HookContext;
 use super::updates::RefUpdate;
 use collab_record::refs;
 use collab_store::patches::{self, NewPatch, NewRevision, Person, Written};
+
+/// Deepest stack one push may open or revise: commits carrying change ids,
+/// counted from the tip down (docs/patches.md).
+pub const MAX_STACK: usize = 64;
 
 /// Largest pkt-line payload git sends (65520 bytes minus the header).
 const MAX_PKT: usize = 65516;
@@ -296,6 +311,111 @@ pub fn patch_id_trailer(message: &str) -> Option<String> {
     found
 }
 
+/// Whether `value` is a Gerrit change id: `I` and 40 lowercase hex digits.
+fn gerrit_change_id(value: &str) -> bool {
+    value.len() == 41
+        && value.starts_with('I')
+        && value[1..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Whether `value` is a Jujutsu change id: 32 letters `k` to `z` (its
+/// "reverse hex" of 16 bytes).
+fn jujutsu_change_id(value: &str) -> bool {
+    value.len() == 32 && value.bytes().all(|b| (b'k'..=b'z').contains(&b))
+}
+
+/// The change id a commit carries: its `Change-Id:` trailer (Gerrit), else
+/// its `change-id` header (Jujutsu). `Err` is the note for one that is
+/// there but malformed (the commit then counts as having none).
+pub fn change_id_of(message: &str, header: Option<&[u8]>) -> Result<Option<String>, String> {
+    let trailers: Vec<String> = git2::message_trailers_strs(message)
+        .map(|t| {
+            t.iter()
+                .filter(|(key, _)| key.eq_ignore_ascii_case("Change-Id"))
+                .map(|(_, value)| value.trim().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    match trailers.as_slice() {
+        [] => {}
+        [one] if gerrit_change_id(one) => return Ok(Some(one.clone())),
+        [one] => {
+            return Err(format!(
+                "Change-Id: {:?} is not I and 40 hex digits",
+                one.chars().take(64).collect::<String>()
+            ))
+        }
+        _ => return Err("it has more than one Change-Id: trailer".to_string()),
+    }
+    let Some(header) = header else {
+        return Ok(None);
+    };
+    match std::str::from_utf8(header).map(str::trim) {
+        Ok(value) if jujutsu_change_id(value) => Ok(Some(value.to_string())),
+        _ => Err(format!(
+            "its change-id header {:?} is not 32 letters k to z",
+            String::from_utf8_lossy(&header[..header.len().min(64)])
+        )),
+    }
+}
+
+/// One commit of a stack, with its change id.
+struct Stacked {
+    head: Oid,
+    change_id: String,
+    message: String,
+}
+
+/// The stack of a push: from the tip down its first parents, the commits
+/// not in the base that carry a change id, tip first (empty when the tip
+/// carries none). Notes on malformed change ids go to the pusher.
+fn stack_of(repo: &Repository, fork: &Fork) -> Result<Vec<Stacked>, String> {
+    let git = |e: git2::Error| format!("reading the pushed commits: {}", e.message());
+    let mut walk = repo.revwalk().map_err(git)?;
+    walk.simplify_first_parent().map_err(git)?;
+    walk.push(fork.head).map_err(git)?;
+    walk.hide(fork.base_tip).map_err(git)?;
+    let mut stack: Vec<Stacked> = Vec::new();
+    for oid in walk {
+        let oid = oid.map_err(git)?;
+        let commit = repo.find_commit(oid).map_err(git)?;
+        let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
+        let header = commit.header_field_bytes("change-id").ok();
+        let change_id = match change_id_of(&message, header.as_deref()) {
+            Ok(Some(id)) => id,
+            Ok(None) => break,
+            Err(note) => {
+                eprintln!(
+                    "note: ignoring the change id of {}: {note}",
+                    short(&oid.to_string())
+                );
+                break;
+            }
+        };
+        if let Some(other) = stack.iter().find(|s| s.change_id == change_id) {
+            return Err(format!(
+                "change id {change_id} is on two pushed commits ({} and {}): give each its own",
+                short(&other.head.to_string()),
+                short(&oid.to_string())
+            ));
+        }
+        if stack.len() == MAX_STACK {
+            return Err(format!(
+                "a stack of more than {MAX_STACK} commits with change ids is refused: merge its \
+                 lower part first, or push fewer"
+            ));
+        }
+        stack.push(Stacked {
+            head: oid,
+            change_id,
+            message,
+        });
+    }
+    Ok(stack)
+}
+
 /// Handle one `refs/for/*` update.
 fn propose(
     ctx: &HookContext,
@@ -314,6 +434,12 @@ fn propose(
         .map_err(|e| format!("reading the head commit: {e}"))?;
     let message = commit.message().unwrap_or("").to_string();
     let patch_id = options.patch.clone().or_else(|| patch_id_trailer(&message));
+    if patch_id.is_none() {
+        let stack = stack_of(&repo, &fork)?;
+        if !stack.is_empty() {
+            return propose_stack(ctx, &repo, base, &fork, stack, options);
+        }
+    }
     let revision = NewRevision {
         head: fork.head.to_string(),
         base_commit: fork.base_commit.to_string(),
@@ -385,6 +511,8 @@ fn propose(
                     base: base.to_string(),
                     revision: revision.clone(),
                     issues: options.issues.clone(),
+                    change_id: None,
+                    depends_on: None,
                 },
             )
         }
@@ -425,6 +553,190 @@ fn propose(
     }
     Ok(Outcome::Done {
         pin,
+        head: fork.head,
+    })
+}
+
+/// What a stack's push did to one patch.
+enum StackStep {
+    Opened,
+    Revised,
+    Unchanged,
+}
+
+/// One patch of a pushed stack, for the pusher's report.
+struct Reported {
+    patch: String,
+    n: i64,
+    step: StackStep,
+    head: Oid,
+    below: Option<String>,
+    base_commit: String,
+}
+
+/// Handle a push whose commits carry change ids: one patch per commit of
+/// `stack` (tip first), bottom up, all in one transaction.
+fn propose_stack(
+    ctx: &HookContext,
+    repo: &Repository,
+    base: &str,
+    fork: &Fork,
+    stack: Vec<Stacked>,
+    options: &ReviewOptions,
+) -> Result<Outcome, String> {
+    let db = |e: collab_store::sql::Error| format!("collab database: {e}");
+    let conn = collab_store::open(&ctx.collab_db)
+        .map_err(|e| format!("opening the collab database: {e}"))?;
+    let tx = collab_store::sql::Transaction::new_unchecked(&conn, TransactionBehavior::Repository)
+        .and_then(|tx| tx.lock_repository(&ctx.repo).map(|_| tx))
+        .map_err(db)?;
+    let actor = Person {
+        principal: ctx.principal.clone(),
+        name: ctx.principal.clone(),
+        key: None,
+    };
+    let w = patches::WriteCtx {
+        repo: &ctx.repo,
+        actor: &actor,
+        max_body: ctx.max_body,
+        now: chrono::Utc::now().timestamp(),
+    };
+    let revisers = if ctx.others_may_revise || ctx.access >= collab_proto::Access::Rewind {
+        patches::Revisers::Anyone
+    } else {
+        patches::Revisers::AuthorOnly
+    };
+    // Refs written so far, deleted again if the transaction fails.
+    let mut written_refs: Vec<String> = Vec::new();
+    let undo = |refs: &[String]| {
+        for name in refs {
+            if let Ok(mut r) = repo.find_reference(name) {
+                let _ = r.delete();
+            }
+        }
+    };
+    let mut report: Vec<Reported> = Vec::new();
+    let mut tip_pin = None;
+    let mut work = || -> Result<(), String> {
+        let mut below: Option<String> = None;
+        for item in stack.iter().rev() {
+            let is_tip = item.head == fork.head;
+            let base_commit = repo.merge_base(item.head, fork.base_tip).map_err(|_| {
+                format!(
+                    "{} shares no history with {base}",
+                    short(&item.head.to_string())
+                )
+            })?;
+            let revision = NewRevision {
+                head: item.head.to_string(),
+                base_commit: base_commit.to_string(),
+                base_tip: Some(fork.base_tip.to_string()),
+            };
+            let issues: &[String] = if is_tip { &options.issues } else { &[] };
+            let found =
+                patches::open_by_change_id(&tx, &ctx.repo, base, &item.change_id).map_err(db)?;
+            let (id, n, step) = match found {
+                Some((id, head)) if head == revision.head => {
+                    let n = patches::get(&tx, &ctx.repo, &id)
+                        .map_err(db)?
+                        .map_or(1, |p| p.revision_count);
+                    (id, n, StackStep::Unchanged)
+                }
+                Some((id, _)) => {
+                    let wr = patches::revise(&tx, &w, &id, &revision, issues, revisers)
+                        .map_err(|e| e.to_string())?;
+                    (wr.patch, wr.revision.unwrap_or(1), StackStep::Revised)
+                }
+                None => {
+                    let (subject, body) = split_message(&item.message);
+                    let (title, body) = if is_tip {
+                        (
+                            options.title.clone().unwrap_or(subject),
+                            options.description.clone().unwrap_or(body),
+                        )
+                    } else {
+                        (subject, body)
+                    };
+                    let new = NewPatch {
+                        title,
+                        body,
+                        base: base.to_string(),
+                        revision: revision.clone(),
+                        issues: issues.to_vec(),
+                        change_id: Some(item.change_id.clone()),
+                        depends_on: below.clone(),
+                    };
+                    let wr = patches::open(&tx, &w, &new).map_err(|e| e.to_string())?;
+                    (wr.patch, wr.revision.unwrap_or(1), StackStep::Opened)
+                }
+            };
+            patches::set_depends_on(&tx, &ctx.repo, &id, below.as_deref()).map_err(db)?;
+            let pin = refs::revision_ref(&id, n as u32);
+            if !matches!(step, StackStep::Unchanged) {
+                create_ref_beside_maintenance(
+                    repo,
+                    &pin,
+                    item.head,
+                    "git-collab: revision pushed for review",
+                )
+                .map_err(|e| format!("writing {pin}: {}", e.message()))?;
+                written_refs.push(pin.clone());
+            }
+            if is_tip {
+                tip_pin = Some(pin);
+            }
+            report.push(Reported {
+                patch: id.clone(),
+                n,
+                step,
+                head: item.head,
+                below: below.clone(),
+                base_commit: revision.base_commit,
+            });
+            below = Some(id);
+        }
+        Ok(())
+    };
+    if let Err(e) = work() {
+        undo(&written_refs);
+        return Err(e);
+    }
+    if let Err(e) = tx.commit() {
+        undo(&written_refs);
+        return Err(db(e));
+    }
+    eprintln!(
+        "stack of {} patch{} against {base}, bottom first:",
+        report.len(),
+        if report.len() == 1 { "" } else { "es" }
+    );
+    for Reported {
+        patch: id,
+        n,
+        step,
+        head,
+        below,
+        base_commit,
+    } in &report
+    {
+        let what = match step {
+            StackStep::Opened => format!("opened: revision {n}"),
+            StackStep::Revised => format!("updated: revision {n}"),
+            StackStep::Unchanged => format!("unchanged: revision {n} already has it"),
+        };
+        let on = match below {
+            Some(b) => format!("on patch {}", short(b)),
+            None => format!("on {}", short(base_commit)),
+        };
+        eprintln!(
+            "patch {} {what} ({} {on})",
+            short(id),
+            short(&head.to_string())
+        );
+        eprintln!("  {}", web_url(ctx, id));
+    }
+    Ok(Outcome::Done {
+        pin: tip_pin.ok_or("the stack has no tip")?,
         head: fork.head,
     })
 }
@@ -513,6 +825,37 @@ mod tests {
             split_message("Subject\n\nline one\nline two\n"),
             ("Subject".into(), "line one\nline two".into())
         );
+    }
+
+    #[test]
+    fn change_ids_from_trailers_and_headers() {
+        let gerrit = format!("I{}", "0a".repeat(20));
+        let jj = "zyxwvutsrqponmlkzyxwvutsrqponmlk";
+        let msg = format!("Fix\n\nbody\n\nChange-Id: {gerrit}\n");
+        assert_eq!(change_id_of(&msg, None), Ok(Some(gerrit.clone())));
+        // The trailer wins over a header.
+        assert_eq!(
+            change_id_of(&msg, Some(jj.as_bytes())),
+            Ok(Some(gerrit.clone()))
+        );
+        assert_eq!(
+            change_id_of("Fix", Some(jj.as_bytes())),
+            Ok(Some(jj.into()))
+        );
+        assert_eq!(change_id_of("Fix\n\nno trailers here", None), Ok(None));
+        for bad in ["I123", "Iabc-not-hex", &gerrit.to_uppercase(), &gerrit[1..]] {
+            let msg = format!("Fix\n\nChange-Id: {bad}\n");
+            assert!(change_id_of(&msg, None).is_err(), "{bad}");
+        }
+        let two = format!("Fix\n\nChange-Id: {gerrit}\nChange-Id: {gerrit}\n");
+        assert!(change_id_of(&two, None).is_err());
+        for bad in [
+            "abc",
+            "zyxwvutsrqponmlk",
+            "0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(change_id_of("Fix", Some(bad.as_bytes())).is_err(), "{bad}");
+        }
     }
 
     #[test]

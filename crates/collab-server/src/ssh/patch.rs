@@ -760,10 +760,105 @@ async fn merge(
         MergeMode::Now if merge_rule(ctx, entry).await.queue => {
             queue_merge(ctx, entry, id, fence).await
         }
-        MergeMode::Now => merge_now(ctx, entry, id, fence).await,
+        MergeMode::Now => merge_stack(ctx, entry, id, fence).await,
         MergeMode::WhenGreen => queue_merge(ctx, entry, id, fence).await,
         MergeMode::Cancel => cancel_merge(ctx, &repo, id).await,
     }
+}
+
+/// The open patches `id` is stacked on (`depends_on`, followed down while
+/// open), bottom first; at most `MAX_STACK` of them.
+async fn open_below(ctx: &ExecContext, repo: &str, id: &str) -> Result<Vec<String>, Reply> {
+    let mut below = Vec::new();
+    let mut next = read_detail(ctx, repo, id.to_string())
+        .await?
+        .patch
+        .depends_on;
+    while let Some(lower) = next {
+        if below.len() == crate::hooks::review::MAX_STACK || below.contains(&lower) {
+            break;
+        }
+        let detail = read_detail(ctx, repo, lower.clone()).await?;
+        if detail.patch.status != patches::PatchStatus::Open {
+            break;
+        }
+        next = detail.patch.depends_on;
+        below.push(lower);
+    }
+    below.reverse();
+    Ok(below)
+}
+
+/// `merge` of a stacked patch takes the open patches below it first,
+/// bottom up, each by its own merge rule; the first refused stops the
+/// stack there (the ones merged before it stay merged) and names it.
+async fn merge_stack(
+    ctx: &ExecContext,
+    entry: &RepoEntry,
+    id: String,
+    fence: Option<i64>,
+) -> Reply {
+    let repo = entry.name.clone();
+    let mut detail = match read_detail(ctx, &repo, id).await {
+        Ok(detail) => detail,
+        Err(reply) => return reply,
+    };
+    let top = detail.patch.id.clone();
+    if detail.patch.status != patches::PatchStatus::Open
+        || detail.depends_on_status != Some(patches::PatchStatus::Open)
+    {
+        return merge_now(ctx, entry, top, fence).await;
+    }
+    // The top's own rule first, as if the ones below had merged: a top
+    // that cannot merge takes nothing with it.
+    detail.depends_on_status = Some(patches::PatchStatus::Merged);
+    let checks = match head_checks(ctx, &repo, &detail).await {
+        Ok(checks) => checks,
+        Err(e) => return internal(&repo, e),
+    };
+    if let Err(why) = patches::verdict(&detail, &merge_rule(ctx, entry).await, &checks) {
+        return error(PatchError::Rule(why));
+    }
+    let below = match open_below(ctx, &repo, &top).await {
+        Ok(below) => below,
+        Err(reply) => return reply,
+    };
+    let mut taken = Vec::new();
+    for lower in below {
+        let request = patch_merge::Request {
+            app: &ctx.app,
+            entry,
+            patch: lower.clone(),
+            merger: super::issue::actor(&ctx.caller),
+            token: fence,
+            revision: None,
+        };
+        match patch_merge::run(request).await {
+            Ok(merged) => taken.push(wire::AlsoMerged {
+                patch: lower,
+                commit: merged.prepared.commit.to_string(),
+                how: "below it in its stack".to_string(),
+            }),
+            Err(RunError::Refused(MergeError::Patch(e @ PatchError::Rule(_)))) => {
+                return error(format!(
+                    "merging patch {} below it in its stack first: {e}",
+                    short(&lower)
+                ))
+            }
+            Err(RunError::Refused(e)) => return merge_error(&repo, e),
+            Err(e @ RunError::KeptMoving) => return error(e.to_string()),
+            Err(RunError::Internal(e)) => return internal(&repo, e),
+        }
+    }
+    let (mut line, code) = merge_now(ctx, entry, top, fence).await;
+    if code == 0 && !taken.is_empty() {
+        if let Ok(mut merged) = serde_json::from_str::<wire::Merged>(line.trim_end()) {
+            taken.append(&mut merged.also_merged);
+            merged.also_merged = taken;
+            line = reply_line(&merged);
+        }
+    }
+    (line, code)
 }
 
 async fn merge_now(ctx: &ExecContext, entry: &RepoEntry, id: String, fence: Option<i64>) -> Reply {
@@ -1053,6 +1148,8 @@ fn summary(row: &Row) -> wire::PatchSummary {
         updated_at: time_text(p.updated_ms),
         approvals: row.votes.0,
         changes_requested: row.votes.1,
+        change_id: p.change_id.clone(),
+        depends_on: p.depends_on.clone(),
     }
 }
 
@@ -1083,6 +1180,8 @@ fn shown(
         updated_at: time_text(p.updated_ms),
         status: p.status.as_str().to_string(),
         imported: p.imported,
+        change_id: p.change_id.clone(),
+        depends_on: p.depends_on.clone(),
         merge: p.merge.as_ref().map(|m| wire::MergeRecord {
             commit: m.commit.clone(),
             author: wire::Merger {

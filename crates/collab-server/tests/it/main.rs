@@ -48,6 +48,7 @@ mod both {
     mod review_integrity;
     mod review_merge;
     mod review_push;
+    mod review_stacks;
     mod review_verb;
     mod running_caps;
     mod search;

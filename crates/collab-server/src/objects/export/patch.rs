@@ -417,12 +417,15 @@ mod tests {
                 imported: false,
                 revision_count: 1,
                 comment_count: 0,
+                change_id: None,
+                depends_on: None,
             },
             revisions: vec![revision(1, '1', 1_000)],
             reviews: Vec::new(),
             comments: Vec::new(),
             issues: Vec::new(),
             linked_lease_holders: Vec::new(),
+            depends_on_status: None,
         };
         let (tip1, s1) = append_changes(&git, &key, None, None, &d).unwrap();
         let p = replay(&git, tip1);

@@ -246,6 +246,8 @@ fn rows(
         imported: true,
         revision_count: revisions.len() as i64,
         comment_count: comments.len() as i64,
+        change_id: None,
+        depends_on: None,
     };
     Ok((
         PatchDetail {
@@ -255,6 +257,7 @@ fn rows(
             comments,
             issues: Vec::new(),
             linked_lease_holders: Vec::new(),
+            depends_on_status: None,
         },
         revision_events,
     ))

@@ -486,6 +486,8 @@ fn ready_to_merge_and_the_list_cursor() {
                         base_tip: None,
                     },
                     issues: vec![],
+                    change_id: None,
+                    depends_on: None,
                 },
             )
             .unwrap();

@@ -440,6 +440,9 @@ fn patch_dags_from_before_the_upgrade_import_intact_once_and_are_frozen_after() 
         // Version 19's search index and its triggers first.
         conn.execute_batch(collab_store::search::SQLITE_UNDO)
             .unwrap();
+        // Version 21's stack columns.
+        conn.execute_batch(collab_store::migrations::STACKS_UNDO)
+            .unwrap();
         conn.execute_batch(
             "DROP TABLE lfs_locks;
              DROP TABLE lease_queue_holds;
@@ -898,6 +901,9 @@ fn an_import_killed_part_way_is_finished_exactly_once_by_the_next_start() {
         let conn = rusqlite::Connection::open(h.repos_dir().join("collab.db")).unwrap();
         // Version 19's search index and its triggers first.
         conn.execute_batch(collab_store::search::SQLITE_UNDO)
+            .unwrap();
+        // Version 21's stack columns.
+        conn.execute_batch(collab_store::migrations::STACKS_UNDO)
             .unwrap();
         conn.execute_batch(
             "DROP TABLE lfs_locks;
