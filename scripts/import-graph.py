@@ -41,6 +41,18 @@ only shrink: `--check` also fails when an allowed folder has no cycle any
 more (take it off the list), and a cycle there that spans folders fails
 as any other.
 `--edges` also prints every arrow that stays inside a cycle.
+
+Folders. The server's top-level modules (`ssh`, `service`, `merge_queue`,
+…: each file counts as the first folder of its path, a root file as its
+own module) form a second graph, printed after the files'. `--check`
+holds two rules over it:
+
+- the doors (`DOORS`: how a caller reaches the verbs) import no other
+  door, and the service (`SERVICE`) imports no door; an arrow between
+  doors is allowed only in `DOOR_ARROWS`, with why;
+- the folders still in one cycle (`FOLDER_KNOT`, the knot ARCHITECTURE.md
+  describes) may only shrink: a folder that joins a cycle fails, and so
+  does one on the list that left it (take it off).
 """
 
 import os
@@ -51,6 +63,22 @@ import sys
 # Folders (crate, folder under src/) whose one import cycle is still
 # allowed, and why; see the module's note.
 ALLOWED: dict = {}
+
+# The server crate whose top-level modules are checked as folders.
+FOLDER_CRATE = "collab-server"
+
+# How callers reach the verbs. None imports another (but `DOOR_ARROWS`).
+DOORS = {"ssh", "mcp", "tui", "http"}
+
+# The verbs without a transport: imports no door.
+SERVICE = "service"
+
+# Arrows between doors that stay, and why.
+DOOR_ARROWS: dict = {}
+
+# The top-level modules of the server still in one import cycle. It may
+# only shrink (see the module's note).
+FOLDER_KNOT: set = set()
 
 # ---------------------------------------------------------------- lexing
 
@@ -452,6 +480,49 @@ def tarjan(edges):
     return sccs
 
 
+def top_module(path):
+    """The top-level module a file of src/ belongs to."""
+    first = path.split("/", 1)[0]
+    return first[:-3] if first.endswith(".rs") else first
+
+
+def folder_rules(root):
+    """The folder graph of `FOLDER_CRATE`, printed, and what breaks its
+    rules (see the module's note)."""
+    src = os.path.join(root, "crates", FOLDER_CRATE, "src")
+    if not os.path.isdir(src):
+        return []
+    crate = Crate(FOLDER_CRATE, src)
+    crate.load()
+    roots = {"lib", "main"}
+    edges = {}
+    for f, targets in crate.edges.items():
+        a = top_module(f)
+        for t in targets:
+            b = top_module(t)
+            if a != b and a not in roots and b not in roots:
+                edges.setdefault(a, set()).add(b)
+    failures = []
+    for a in sorted(edges):
+        for b in sorted(edges[a]):
+            door_to_door = a in DOORS and b in DOORS
+            if (door_to_door or (a == SERVICE and b in DOORS)) and (a, b) not in DOOR_ARROWS:
+                failures.append(f"{FOLDER_CRATE}: {a}/ imports {b}/: no door imports another, the service none")
+    for (a, b) in sorted(DOOR_ARROWS):
+        if b not in edges.get(a, set()):
+            failures.append(f"{FOLDER_CRATE}: {a}/ no longer imports {b}/: take it off DOOR_ARROWS")
+    cycles = [set(c) for c in tarjan(edges) if len(c) > 1]
+    knotted = set().union(*cycles) if cycles else set()
+    print(f"{FOLDER_CRATE} folders: {len(edges)} with imports, {len(cycles)} folder cycle(s)")
+    for number, cycle in enumerate(cycles, 1):
+        print(f"  folder cycle {number}: {', '.join(sorted(cycle))}")
+    for folder in sorted(knotted - FOLDER_KNOT):
+        failures.append(f"{FOLDER_CRATE}: {folder}/ joined a folder import cycle")
+    for folder in sorted(FOLDER_KNOT - knotted):
+        failures.append(f"{FOLDER_CRATE}: {folder}/ is in no folder cycle any more: take it off FOLDER_KNOT")
+    return failures
+
+
 def main(argv):
     check = "--check" in argv
     show_edges = "--edges" in argv
@@ -493,6 +564,7 @@ def main(argv):
             f"{crate_name}: {folder}/ has no import cycle any more: take it off ALLOWED in scripts/import-graph.py"
         )
     print(f"total: {total} cycle(s)")
+    failures += folder_rules(root)
     if check:
         for reason in failures:
             print(f"FAIL {reason}")
