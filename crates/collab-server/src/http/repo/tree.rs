@@ -77,6 +77,8 @@ struct BlobPage {
     crumbs: Vec<Crumb>,
     file_url: String,
     size: String,
+    /// The file is a git-lfs pointer and this page shows the object.
+    lfs: bool,
     /// Why the content is not shown, or not all of it (binary, large).
     note: String,
     /// The lines as HTML: highlighted, or escaped.
@@ -315,16 +317,40 @@ fn blob_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
             .into_response())
         }
     };
-    let size = blobs::size(&ctx.git, oid)?;
+    let mut size = blobs::size(&ctx.git, oid)?;
     let shown_max = st.app.config.http.max_file_shown;
+    // A git-lfs pointer whose object the server holds shows the object,
+    // read as a blob of its size would be (whole, or its first part).
+    let mut lfs = None;
+    if size <= crate::lfs::pointer::MAX_POINTER as u64 {
+        let pointer = ctx.git.find_blob(oid)?.content().to_vec();
+        if let Some((file, stored)) = lfs_stored(st, &ctx, &pointer)? {
+            lfs = Some(file);
+            size = stored;
+        }
+    }
     // Small files come whole from libgit2; big ones only their first part.
-    let (content, partial) = if size <= shown_max {
-        (ctx.git.find_blob(oid)?.content().to_vec(), false)
-    } else {
-        (blobs::prefix(&ctx.entry.path, oid, shown_max)?, true)
+    let is_lfs = lfs.is_some();
+    let (content, partial) = match lfs {
+        Some(file) => {
+            use std::io::Read as _;
+            let mut content = Vec::with_capacity(size.min(shown_max) as usize);
+            file.take(shown_max).read_to_end(&mut content)?;
+            (content, size > shown_max)
+        }
+        None if size <= shown_max => (ctx.git.find_blob(oid)?.content().to_vec(), false),
+        None => (blobs::prefix(&ctx.entry.path, oid, shown_max)?, true),
     };
     let (note, lines) = if blobs::looks_binary(&content) {
-        ("Binary file, not shown.".to_string(), Vec::new())
+        let note = if is_lfs {
+            format!(
+                "Stored in git-lfs, {}: binary, not shown; use the raw link to download it.",
+                view::fmt_size(size)
+            )
+        } else {
+            "Binary file, not shown.".to_string()
+        };
+        (note, Vec::new())
     } else {
         let text = if partial {
             // End at the last complete line of the part read.
@@ -358,6 +384,7 @@ fn blob_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
         crumbs: crumbs(&at.path),
         file_url: view::url_path(&at.path),
         size: view::fmt_size(size),
+        lfs: is_lfs,
         note,
         lines,
     };
@@ -415,6 +442,21 @@ fn lfs_object(
     blob: &[u8],
 ) -> anyhow::Result<Option<(Vec<u8>, std::fs::File)>> {
     use std::io::Read as _;
+    let Some((mut file, _)) = lfs_stored(st, ctx, blob)? else {
+        return Ok(None);
+    };
+    let mut head = Vec::with_capacity(8192);
+    (&mut file).take(8192).read_to_end(&mut head)?;
+    Ok(Some((head, file)))
+}
+
+/// The stored object (opened, and its size) a git-lfs pointer names, when
+/// `blob` is one and the repository holds the object at the pointer's size.
+pub(super) fn lfs_stored(
+    st: &AppState,
+    ctx: &RepoCtx,
+    blob: &[u8],
+) -> anyhow::Result<Option<(std::fs::File, u64)>> {
     let Some((oid, size)) = crate::lfs::pointer::parse(blob) else {
         return Ok(None);
     };
@@ -427,15 +469,10 @@ fn lfs_object(
         return Ok(None);
     };
     let store = crate::lfs::store::LfsStore::new(&st.app.config.state_dir);
-    let Some((mut file, stored)) = store.open(&repo_id, &oid)? else {
-        return Ok(None);
-    };
-    if stored != size {
-        return Ok(None);
+    match store.open(&repo_id, &oid)? {
+        Some((file, stored)) if stored == size => Ok(Some((file, stored))),
+        _ => Ok(None),
     }
-    let mut head = Vec::with_capacity(8192);
-    (&mut file).take(8192).read_to_end(&mut head)?;
-    Ok(Some((head, file)))
 }
 
 /// Stream a big blob out of `git cat-file` under a git process slot of

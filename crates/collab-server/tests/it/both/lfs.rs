@@ -881,3 +881,128 @@ fn maintenance_collects_lfs_objects_no_ref_points_at_after_the_grace() {
     let reply: Value = serde_json::from_str(out.stdout.trim()).unwrap();
     assert_eq!(reply["lfs_objects_removed"], 0, "{reply}");
 }
+
+/// `path` inside a `.tar.gz` archive (as `tar` reads it), or `None`.
+fn from_tar_gz(archive: &[u8], path: &str) -> Option<Vec<u8>> {
+    let mut child = Command::new("tar")
+        .args(["-xzO", "-f", "-", path])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let bytes = archive.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&bytes);
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = writer.join();
+    out.status.success().then_some(out.stdout)
+}
+
+#[test]
+fn the_web_shows_and_archives_lfs_files_as_their_content() {
+    let h = ServerHarness::start();
+    h.create_repo("site");
+    let admin = h.ssh_client_key();
+    let clone = lfs_clone(&h, &admin, "site", "site");
+    git_ok(&h, &admin, &clone, &["lfs", "track", "*.bin", "*.txt"]);
+    let text_body = b"first line\nlfscontentmarker says hello\n".to_vec();
+    let binary = payload(100 << 10, 3);
+    std::fs::write(clone.join("notes.txt"), &text_body).unwrap();
+    std::fs::write(clone.join("data.bin"), &binary).unwrap();
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["add", ".gitattributes", "notes.txt", "data.bin"],
+    );
+    git_ok(&h, &admin, &clone, &["commit", "-q", "-m", "Add LFS files"]);
+    // A pointer to an object nobody uploaded (git-lfs's clean filter
+    // keeps a pointer as it is; its push check is told to let it go).
+    let ghost = sha256(b"never uploaded");
+    let ghost_pointer =
+        format!("version https://git-lfs.github.com/spec/v1\noid sha256:{ghost}\nsize 14\n");
+    std::fs::write(clone.join("ghost.bin"), &ghost_pointer).unwrap();
+    git_ok(&h, &admin, &clone, &["add", "ghost.bin"]);
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["commit", "-q", "-m", "Add a dangling pointer"],
+    );
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["config", "lfs.allowincompletepush", "true"],
+    );
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["push", "origin", "HEAD:refs/heads/main"],
+    );
+    let out = h.ssh_exec("collab-repo visibility 'site' public");
+    assert_eq!(out.code, 0, "{out:?}");
+    let page = |path: &str| {
+        let got = common::web::get(&h, path);
+        assert_eq!(got.status, 200, "{path}");
+        String::from_utf8(got.body).unwrap()
+    };
+
+    // A text file in git-lfs shows its content, tagged, with its size.
+    let notes = page("/site/-/blob/main/notes.txt");
+    assert!(notes.contains("lfscontentmarker"), "{notes}");
+    assert!(!notes.contains("oid sha256:"), "{notes}");
+    assert!(notes.contains("badge lfs"), "{notes}");
+    assert!(notes.contains(&format!("{} B", text_body.len())), "{notes}");
+    // A binary one says where it is, with its size and the raw link.
+    let data = page("/site/-/blob/main/data.bin");
+    assert!(
+        data.contains("Stored in git-lfs, 100.0 KiB: binary, not shown"),
+        "{data}"
+    );
+    assert!(data.contains("/site/-/raw/main/data.bin"), "{data}");
+    // A pointer to an object the server does not hold shows the pointer.
+    let dangling = page("/site/-/blob/main/ghost.bin");
+    assert!(dangling.contains(&ghost), "{dangling}");
+    assert!(!dangling.contains("badge lfs"), "{dangling}");
+
+    // The commit page tags the two LFS files and not .gitattributes.
+    let first = text(&git_ok(&h, &admin, &clone, &["rev-parse", "HEAD~1"]));
+    let commit = page(&format!("/site/-/commit/{}", first.trim()));
+    assert_eq!(commit.matches("badge lfs").count(), 2, "{commit}");
+    let tagged = |path: &str| commit.contains(&format!("{path} <span class=\"badge lfs\""));
+    assert!(tagged("notes.txt") && tagged("data.bin"), "{commit}");
+    assert!(!tagged(".gitattributes"), "{commit}");
+
+    // The archive holds the content where it is stored, else the pointer.
+    let archive = common::web::get(&h, "/site/-/archive/main.tar.gz");
+    assert_eq!(archive.status, 200);
+    let member = |path: &str| {
+        from_tar_gz(&archive.body, &format!("site-main/{path}"))
+            .unwrap_or_else(|| panic!("{path} is not in the archive"))
+    };
+    assert!(member("data.bin") == binary, "data.bin is not its content");
+    assert_eq!(member("notes.txt"), text_body);
+    assert_eq!(member("ghost.bin"), ghost_pointer.as_bytes());
+    assert_eq!(
+        member(".gitattributes"),
+        b"*.bin filter=lfs diff=lfs merge=lfs -text\n*.txt filter=lfs diff=lfs merge=lfs -text\n"
+    );
+    // The zip too.
+    let zip = common::web::get(&h, "/site/-/archive/main.zip");
+    assert_eq!(zip.status, 200);
+    let zip_path = h.state_dir().join("site.zip");
+    std::fs::write(&zip_path, &zip.body).unwrap();
+    let unzipped = Command::new("unzip")
+        .arg("-p")
+        .arg(&zip_path)
+        .arg("site-main/notes.txt")
+        .output()
+        .unwrap();
+    assert!(unzipped.status.success(), "{unzipped:?}");
+    assert_eq!(unzipped.stdout, text_body);
+}
