@@ -1006,3 +1006,55 @@ fn the_web_shows_and_archives_lfs_files_as_their_content() {
     assert!(unzipped.status.success(), "{unzipped:?}");
     assert_eq!(unzipped.stdout, text_body);
 }
+
+#[test]
+fn info_counts_each_repositorys_lfs_objects_and_bytes() {
+    let h = ServerHarness::start();
+    h.create_repo("heavy");
+    h.create_repo("light");
+    let admin = h.ssh_client_key();
+    let clone = lfs_clone(&h, &admin, "heavy", "heavy");
+    git_ok(&h, &admin, &clone, &["lfs", "track", "*.bin"]);
+    let (one, two) = (payload(70_000, 4), payload(5_000, 5));
+    std::fs::write(clone.join("one.bin"), &one).unwrap();
+    std::fs::write(clone.join("two.bin"), &two).unwrap();
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["add", ".gitattributes", "one.bin", "two.bin"],
+    );
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["commit", "-q", "-m", "Add two objects"],
+    );
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["push", "origin", "HEAD:refs/heads/main"],
+    );
+
+    let out = h.ssh_exec("info --json");
+    assert_eq!(out.code, 0, "{out:?}");
+    let info: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let repo = |name: &str| {
+        info["repos"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in {info}"))
+            .clone()
+    };
+    assert_eq!(repo("heavy")["lfs_objects"], 2, "{info}");
+    assert_eq!(
+        repo("heavy")["lfs_bytes"],
+        (one.len() + two.len()) as u64,
+        "{info}"
+    );
+    assert_eq!(repo("light")["lfs_objects"], 0, "{info}");
+    assert_eq!(repo("light")["lfs_bytes"], 0, "{info}");
+}
