@@ -1058,3 +1058,103 @@ fn info_counts_each_repositorys_lfs_objects_and_bytes() {
     assert_eq!(repo("light")["lfs_objects"], 0, "{info}");
     assert_eq!(repo("light")["lfs_bytes"], 0, "{info}");
 }
+
+#[test]
+fn backup_verify_checks_each_lfs_object_against_its_name() {
+    let h = ServerHarness::start();
+    h.create_repo("kept");
+    let admin = h.ssh_client_key();
+    let clone = lfs_clone(&h, &admin, "kept", "kept");
+    git_ok(&h, &admin, &clone, &["lfs", "track", "*.bin"]);
+    let (one, two) = (payload(40_000, 6), payload(9_000, 7));
+    std::fs::write(clone.join("one.bin"), &one).unwrap();
+    std::fs::write(clone.join("two.bin"), &two).unwrap();
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["add", ".gitattributes", "one.bin", "two.bin"],
+    );
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["commit", "-q", "-m", "Add two objects"],
+    );
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["push", "origin", "HEAD:refs/heads/main"],
+    );
+
+    let dir = h.temp_dir().join("lfs-backup");
+    let dir_str = dir.to_str().unwrap();
+    let taken = h.host_cli(&["backup", "--to", dir_str, "--json"]);
+    assert!(
+        taken.status.success(),
+        "{}",
+        String::from_utf8_lossy(&taken.stderr)
+    );
+    let key = common::stdout_json(&taken)["fingerprint"]
+        .as_str()
+        .expect("the signing key's fingerprint")
+        .to_string();
+    let verify = |dir: &str| h.host_cli(&["backup", "--verify", dir, "--key", &key]);
+    let sound = verify(dir_str);
+    let said = String::from_utf8_lossy(&sound.stdout).into_owned();
+    assert!(
+        sound.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&sound.stderr)
+    );
+    assert!(
+        said.contains(&format!(
+            "(2 git-lfs objects, {} bytes)",
+            one.len() + two.len()
+        )),
+        "{said}"
+    );
+
+    // One object damaged in a copy of the backup: one line names it.
+    let bad = h.temp_dir().join("lfs-backup-bad");
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(&dir)
+        .arg(&bad)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let oid = sha256(&one);
+    let mut found = Vec::new();
+    let mut todo = vec![bad.join("state/lfs")];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.path().is_dir() {
+                todo.push(e.path());
+            } else if e.file_name().to_str() == Some(oid.as_str()) {
+                found.push(e.path());
+            }
+        }
+    }
+    assert_eq!(found.len(), 1, "{found:?}");
+    let mut bytes = std::fs::read(&found[0]).unwrap();
+    bytes[100] ^= 0x01;
+    std::fs::write(&found[0], &bytes).unwrap();
+    let out = verify(bad.to_str().unwrap());
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let problems: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("problem: "))
+        .collect();
+    assert_eq!(problems.len(), 1, "{stderr}");
+    assert!(
+        problems[0].contains(&format!("git-lfs object {oid} is damaged")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.lines().last().unwrap().starts_with("error: backup"),
+        "{stderr}"
+    );
+}
