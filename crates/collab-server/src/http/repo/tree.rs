@@ -62,6 +62,9 @@ struct EntryRow {
     /// The URL path (escaped) relative to the rev.
     url: String,
     size: String,
+    /// A git-lfs pointer whose object the server holds: `size` is the
+    /// object's, and the row is tagged.
+    lfs: bool,
 }
 
 #[derive(Template)]
@@ -245,6 +248,7 @@ fn tree_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
         Some(Found::Other) => return Err(PageError::Missing("No such directory.".into())),
     };
     let odb = ctx.git.odb()?;
+    let lfs = LfsSizes::new(st, &ctx)?;
     let mut entries: Vec<EntryRow> = tree
         .iter()
         .map(|e| {
@@ -255,18 +259,20 @@ fn tree_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
                 (_, 0o120000) => "link",
                 _ => "blob",
             };
-            let size = if kind == "blob" {
-                odb.read_header(e.id())
-                    .map(|(size, _)| view::fmt_size(size as u64))
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            };
+            let header = (kind == "blob")
+                .then(|| odb.read_header(e.id()).ok())
+                .flatten()
+                .map(|(size, _)| size as u64);
+            let held = header
+                .filter(|size| *size <= crate::lfs::pointer::MAX_POINTER as u64)
+                .and_then(|_| lfs.held_size(&ctx.git, e.id()));
+            let size = held.or(header).map(view::fmt_size).unwrap_or_default();
             EntryRow {
                 url: view::url_path(&join(&at.path, &name)),
                 name,
                 kind,
                 size,
+                lfs: held.is_some(),
             }
         })
         .collect();
@@ -431,6 +437,37 @@ fn raw_lookup(st: &AppState, requested: &str, rest: &str) -> Result<RawFile, Pag
         oid,
         size,
     })
+}
+
+/// The sizes of the git-lfs objects a directory's pointer files name, from
+/// the store of one repository.
+struct LfsSizes {
+    store: crate::lfs::store::LfsStore,
+    /// The repository's lasting id, `None` when it has none (no objects).
+    repo_id: Option<String>,
+}
+
+impl LfsSizes {
+    fn new(st: &AppState, ctx: &RepoCtx) -> anyhow::Result<LfsSizes> {
+        let name = ctx.entry.name.clone();
+        let repo_id = st
+            .app
+            .reads
+            .read_blocking(|conn| Ok(collab_store::repo_ids::live_id(conn, &name)?))?;
+        Ok(LfsSizes {
+            store: crate::lfs::store::LfsStore::new(&st.app.config.state_dir),
+            repo_id,
+        })
+    }
+
+    /// The size of the object the blob `id` points at, if it is a pointer
+    /// and the repository holds the object at the pointer's size.
+    fn held_size(&self, git: &git2::Repository, id: Oid) -> Option<u64> {
+        let repo_id = self.repo_id.as_deref()?;
+        let blob = git.find_blob(id).ok()?;
+        let (oid, size) = crate::lfs::pointer::parse(blob.content())?;
+        (self.store.size_of(repo_id, &oid).ok()?? == size).then_some(size)
+    }
 }
 
 /// The object a git-lfs pointer names, when `blob` is one and the

@@ -970,6 +970,16 @@ fn the_web_shows_and_archives_lfs_files_as_their_content() {
     assert!(dangling.contains(&ghost), "{dangling}");
     assert!(!dangling.contains("badge lfs"), "{dangling}");
 
+    // The tree lists the held objects tagged, with their sizes; the
+    // dangling pointer is listed as the small file it is.
+    let tree = page("/site/-/tree/main");
+    assert_eq!(tree.matches("badge lfs").count(), 2, "{tree}");
+    assert!(tree.contains("LFS</span> 100.0 KiB"), "{tree}");
+    assert!(
+        tree.contains(&format!("LFS</span> {} B", text_body.len())),
+        "{tree}"
+    );
+
     // The commit page tags the two LFS files and not .gitattributes.
     let first = text(&git_ok(&h, &admin, &clone, &["rev-parse", "HEAD~1"]));
     let commit = page(&format!("/site/-/commit/{}", first.trim()));
