@@ -123,6 +123,10 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         argv: Vec<String>,
     },
+    /// Internal: `git archive` runs this as the `lfs` smudge filter of
+    /// the web's archive downloads (`lfs::smudge`).
+    #[command(hide = true)]
+    LfsSmudge { state_dir: PathBuf, repo_id: String },
 }
 
 #[derive(Subcommand)]
@@ -179,6 +183,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     if let Command::PackObjectsHook { argv } = &cli.command {
         return Ok(crate::pack_cache::run(argv));
+    }
+    if let Command::LfsSmudge { state_dir, repo_id } = &cli.command {
+        return Ok(crate::lfs::smudge::run(state_dir, repo_id));
     }
     let loaded = config::load(&cli.flags)?;
     logging::init(&loaded.config.log)?;
@@ -258,7 +265,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             signing_key.as_deref(),
             json,
         )?,
-        Command::Hook { .. } | Command::PackObjectsHook { .. } => {
+        Command::Hook { .. } | Command::PackObjectsHook { .. } | Command::LfsSmudge { .. } => {
             unreachable!("handled above")
         }
     }

@@ -96,6 +96,8 @@ pub fn verify(dir: &Path, trust: &Trust, json: bool) -> anyhow::Result<ExitCode>
         reply["status"] = json!(if ok { "ok" } else { "failed" });
         reply["dir"] = json!(dir);
         reply["problems"] = json!(checked.problems);
+        reply["lfs_objects"] = json!(checked.lfs.objects);
+        reply["lfs_bytes"] = json!(checked.lfs.bytes);
         reply["signed_by"] = json!(signed_by(checked.signer.as_ref()));
         println!("{reply}");
     } else if ok {
@@ -108,8 +110,10 @@ pub fn verify(dir: &Path, trust: &Trust, json: bool) -> anyhow::Result<ExitCode>
             println!("the collab database is not in this backup: it was on PostgreSQL ({url})");
         }
         println!(
-            "backup {} is sound: {files} files checked, {}",
+            "backup {} is sound: {files} files checked ({} git-lfs objects, {} bytes), {}",
             dir.display(),
+            checked.lfs.objects,
+            checked.lfs.bytes,
             match signed_by(checked.signer.as_ref()) {
                 Some(fp) => format!("signed by {fp}"),
                 None => "NOT authenticated (--trust-unsigned)".into(),

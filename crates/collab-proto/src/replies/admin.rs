@@ -63,6 +63,12 @@ pub struct InfoRepo {
     pub letters: String,
     pub open_issues: i64,
     pub open_patches: i64,
+    /// git-lfs objects the repository holds, and their bytes (0 from a
+    /// server that does not say).
+    #[serde(default)]
+    pub lfs_objects: u64,
+    #[serde(default)]
+    pub lfs_bytes: u64,
 }
 
 /// One of the caller's own live leases in `info --json`.
@@ -201,9 +207,18 @@ mod tests {
             r#"{"principal":"ci","regime":"closed","name":null,"fingerprint":"SHA256:…","admin":false,"key":"ssh-ed25519 AAAA…","server_key":"ssh-ed25519 AAAA…","certificate":{"principal":"ci","key_id":"ci-1","serial":7,"ca":"SHA256:…","valid_before":1796000000},"enrolled":false,"hint":"ask"}"#,
         );
         let info: Info = round_trip(
-            r#"{"principal":"agent-7","regime":"ungoverned","server":{"version":"0.1.0","features":["issues","patches","leases","work-queue","releases","events","webhooks","ssh-certificates"]},"repos":[{"name":"open","access":"write","letters":"RW","open_issues":2,"open_patches":0}],"leases":[{"repo":"open","issue":"4f2a…","token":3,"expires_at":1796000000,"note":null}],"truncated":false}"#,
+            r#"{"principal":"agent-7","regime":"ungoverned","server":{"version":"0.1.0","features":["issues","patches","leases","work-queue","releases","events","webhooks","ssh-certificates"]},"repos":[{"name":"open","access":"write","letters":"RW","open_issues":2,"open_patches":0,"lfs_objects":3,"lfs_bytes":3145728}],"leases":[{"repo":"open","issue":"4f2a…","token":3,"expires_at":1796000000,"note":null}],"truncated":false}"#,
         );
         assert_eq!(info.leases[0].expires_at, Some(1796000000));
+        // A server from before git-lfs says nothing: none held.
+        let older: Info = serde_json::from_str(
+            r#"{"principal":"p","regime":"ungoverned","server":{"version":"0.1.0","features":[]},"repos":[{"name":"open","access":"write","letters":"RW","open_issues":2,"open_patches":0}],"leases":[],"truncated":false}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (older.repos[0].lfs_objects, older.repos[0].lfs_bytes),
+            (0, 0)
+        );
         round_trip::<Help>(
             r#"{"principal":"…","regime":"ungoverned","verbs":[{"verb":"collab-whoami","access":"none"}],"docs":"docs/ssh-verbs.md"}"#,
         );

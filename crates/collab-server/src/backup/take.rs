@@ -213,7 +213,7 @@ fn database_files(db: &Path) -> Vec<PathBuf> {
 
 /// Temporary files of the server's own atomic writes (and a git-lfs
 /// object being collected, `.gc-<oid>-…`).
-fn is_temporary(rel: &Path) -> bool {
+pub(super) fn is_temporary(rel: &Path) -> bool {
     let name = rel.file_name().and_then(|n| n.to_str()).unwrap_or("");
     name.ends_with(".lock")
         || name.contains(".tmp-")

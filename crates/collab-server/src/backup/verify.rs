@@ -4,7 +4,10 @@
 //! and SHA-256, and no other file may be; the database copy must pass
 //! SQLite's integrity check and hold what the manifest counted (a
 //! PostgreSQL archive must be one `pg_restore` reads); every
-//! repository copy must have its refs and pass `git fsck`. Nothing in the
+//! repository copy must have its refs and pass `git fsck`; every git-lfs
+//! object under `state/lfs/` must hold the data its name is the SHA-256
+//! of, and no partial one (an upload's `.tmp-`, a collection's `.gc-`)
+//! may be there. Nothing in the
 //! backup but directories and regular files is allowed, and no symbolic
 //! link is followed: each is a problem of its own.
 
@@ -26,6 +29,47 @@ pub struct Checked {
     /// Who vouches for the manifest (when it could be read).
     pub signer: Option<Signer>,
     pub problems: Vec<String>,
+    /// The git-lfs objects checked (held whole, under their names).
+    pub lfs: LfsCount,
+}
+
+/// git-lfs objects in a backup: how many, and their bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LfsCount {
+    pub objects: u64,
+    pub bytes: u64,
+}
+
+/// Where a backup keeps the git-lfs store: `state/lfs/<repo id>/<oid[0..2]>/<oid[2..4]>/<oid>`.
+const LFS_DIR: &str = "state/lfs";
+
+/// Why `rel` (a path under [`LFS_DIR`] of a file hashed to `sha`) is not
+/// a sound git-lfs object, in one line; `None` when it is one.
+fn lfs_problem(rel: &Path, sha: &str) -> Option<String> {
+    let parts: Vec<&str> = rel
+        .strip_prefix(LFS_DIR)
+        .ok()?
+        .iter()
+        .map(|p| p.to_str().unwrap_or(""))
+        .collect();
+    let shown = rel.display();
+    if super::take::is_temporary(rel) {
+        return Some(format!(
+            "{shown}: a partial git-lfs file (an upload in flight or an object being collected), not an object: backups leave these out"
+        ));
+    }
+    let name = parts.last().copied().unwrap_or("");
+    let placed = parts.len() == 4
+        && crate::lfs::store::valid_oid(name)
+        && parts[1] == &name[..2]
+        && parts[2] == &name[2..4];
+    if !placed {
+        return Some(format!(
+            "{shown}: not a git-lfs object (its name must be the SHA-256 of its data, under <repo id>/<2 hex>/<2 hex>/)"
+        ));
+    }
+    (sha != name)
+        .then(|| format!("{shown}: git-lfs object {name} is damaged: its data's SHA-256 is {sha}"))
 }
 
 /// How thorough a check is.
@@ -46,6 +90,7 @@ pub fn check(dir: &Path, trust: &Trust, depth: Depth, progress: &mut Progress) -
                 manifest: None,
                 signer: None,
                 problems: vec![format!("{e:#}")],
+                lfs: LfsCount::default(),
             }
         }
     };
@@ -66,9 +111,11 @@ pub fn check(dir: &Path, trust: &Trust, depth: Depth, progress: &mut Progress) -
             manifest: Some(manifest),
             signer: Some(signer),
             problems,
+            lfs: LfsCount::default(),
         };
     }
     let mut listed = BTreeSet::new();
+    let mut lfs = LfsCount::default();
     let total = manifest.files.len();
     for (i, file) in manifest.files.iter().enumerate() {
         progress.step("verify: files", i, total);
@@ -80,8 +127,17 @@ pub fn check(dir: &Path, trust: &Trust, depth: Depth, progress: &mut Progress) -
             }
         };
         listed.insert(rel.clone());
+        let is_lfs = rel.starts_with(LFS_DIR);
         match open_in(dir, &rel).and_then(hash_open) {
-            Ok((size, sha)) if size == file.size && sha == file.sha256 => {}
+            Ok((_, sha)) if is_lfs && lfs_problem(&rel, &sha).is_some() => {
+                problems.extend(lfs_problem(&rel, &sha));
+            }
+            Ok((size, sha)) if size == file.size && sha == file.sha256 => {
+                if is_lfs {
+                    lfs.objects += 1;
+                    lfs.bytes += size;
+                }
+            }
             Ok((size, _)) if size != file.size => problems.push(format!(
                 "{}: size {size}, the manifest says {}",
                 file.path, file.size
@@ -179,6 +235,7 @@ pub fn check(dir: &Path, trust: &Trust, depth: Depth, progress: &mut Progress) -
         manifest: Some(manifest),
         signer: Some(signer),
         problems,
+        lfs,
     }
 }
 
@@ -200,4 +257,37 @@ pub fn fsck(repo: &Path) -> anyhow::Result<()> {
         .take(3)
         .collect();
     anyhow::bail!("git fsck failed: {}", first.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lfs_objects_are_named_by_their_hash_and_never_partial() {
+        let oid = "4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393";
+        let at = |rel: &str| Path::new(LFS_DIR).join(rel);
+        let sound = at(&format!("ab12/4d/7a/{oid}"));
+        assert_eq!(lfs_problem(&sound, oid), None);
+        let damaged = lfs_problem(&sound, &"0".repeat(64)).unwrap();
+        assert!(
+            damaged.contains(oid) && damaged.contains("damaged"),
+            "{damaged}"
+        );
+        for partial in [
+            format!("ab12/4d/7a/.tmp-{oid}-x1"),
+            format!("ab12/4d/7a/.gc-{oid}-x1"),
+        ] {
+            let problem = lfs_problem(&at(&partial), oid).unwrap();
+            assert!(problem.contains("partial"), "{problem}");
+        }
+        for misplaced in [
+            format!("ab12/00/7a/{oid}"),
+            format!("ab12/{oid}"),
+            "ab12/4d/7a/x".into(),
+        ] {
+            let problem = lfs_problem(&at(&misplaced), oid).unwrap();
+            assert!(problem.contains("not a git-lfs object"), "{problem}");
+        }
+    }
 }

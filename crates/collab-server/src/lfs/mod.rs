@@ -9,4 +9,5 @@
 pub mod gc;
 pub mod pktline;
 pub mod pointer;
+pub mod smudge;
 pub mod store;

@@ -149,7 +149,8 @@ pub async fn info(ctx: &ExecContext, channel: Channel<Msg>, json: bool) {
                     name,
                     collab_store::patches::StateFilter::Open,
                 )?;
-                counts.push((issues, patches));
+                let id = collab_store::repo_ids::live_id(conn, name)?;
+                counts.push((issues, patches, id));
                 leases.extend(
                     collab_store::leases::list(conn, name, now)?
                         .into_iter()
@@ -166,15 +167,35 @@ pub async fn info(ctx: &ExecContext, channel: Channel<Msg>, json: bool) {
             return reply_and_close(channel, "error: internal error", 1).await;
         }
     };
+    // What each holds in git-lfs, counted on disk as `/metrics` does.
+    let store = crate::lfs::store::LfsStore::new(&ctx.app.config.state_dir);
+    let ids: Vec<Option<String>> = counts.iter().map(|c| c.2.clone()).collect();
+    let usage = tokio::task::spawn_blocking(move || {
+        ids.iter()
+            .map(|id| {
+                id.as_deref()
+                    .and_then(|id| store.usage(id).ok())
+                    .unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
     let repos: Vec<_> = visible
         .iter()
         .zip(&counts)
-        .map(|((entry, level), (issues, patches))| wire::InfoRepo {
-            name: entry.short_name().to_string(),
-            access: level.as_str().to_string(),
-            letters: letters(*level).to_string(),
-            open_issues: *issues,
-            open_patches: *patches,
+        .enumerate()
+        .map(|(i, ((entry, level), (issues, patches, _)))| {
+            let lfs = usage.get(i).copied().unwrap_or_default();
+            wire::InfoRepo {
+                name: entry.short_name().to_string(),
+                access: level.as_str().to_string(),
+                letters: letters(*level).to_string(),
+                open_issues: *issues,
+                open_patches: *patches,
+                lfs_objects: lfs.objects,
+                lfs_bytes: lfs.bytes,
+            }
         })
         .collect();
     let leases: Vec<_> = leases

@@ -71,6 +71,9 @@ pub(super) struct FileDiff {
     /// `added`, `deleted`, `modified`, `renamed`, ...
     pub(super) status: &'static str,
     pub(super) binary: bool,
+    /// Git holds this file (either side) as a git-lfs pointer: the page
+    /// tags it `LFS`.
+    pub(super) lfs: bool,
     /// The size of a file too large to diff (`http.max_file_shown`), else empty.
     pub(super) large: String,
     /// Lines of this file were left out (the page's line budget ran out):
@@ -472,6 +475,8 @@ pub(super) fn collect_files(
             },
             status: status_word(status),
             binary: delta.flags().is_binary(),
+            lfs: is_lfs_pointer(git, delta.new_file().id())
+                || is_lfs_pointer(git, delta.old_file().id()),
             large: String::new(),
             cut: false,
             lines: Vec::new(),
@@ -549,6 +554,24 @@ pub(super) fn collect_files(
         files.push(file);
     }
     Ok((files, truncated))
+}
+
+/// Whether the blob `id` is a git-lfs pointer file (read only when its
+/// header says it is small enough to be one).
+fn is_lfs_pointer(git: &Repository, id: git2::Oid) -> bool {
+    if id.is_zero() {
+        return false;
+    }
+    let small = git
+        .odb()
+        .and_then(|odb| odb.read_header(id))
+        .is_ok_and(|(size, kind)| {
+            kind == git2::ObjectType::Blob && size <= crate::lfs::pointer::MAX_POINTER
+        });
+    small
+        && git
+            .find_blob(id)
+            .is_ok_and(|b| crate::lfs::pointer::parse(b.content()).is_some())
 }
 
 /// Whether `file` is `path` or lies under the directory `path`.

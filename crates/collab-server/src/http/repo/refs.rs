@@ -273,10 +273,18 @@ pub async fn archive(
             .ok_or_else(|| PageError::Missing("No such branch, tag or commit.".into()))?;
         let base = ctx.name().rsplit('/').next().unwrap_or("repo").to_string();
         let stem = crate::http::git_stream::safe_filename(&format!("{base}-{}", at.rev));
-        Ok((ctx.entry.path.clone(), at.commit, stem, format))
+        // Files git holds as LFS pointers go in with the stored content.
+        let name = ctx.entry.name.clone();
+        let smudge = st
+            .app
+            .reads
+            .read_blocking(|conn| Ok(collab_store::repo_ids::live_id(conn, &name)?))?
+            .and_then(|id| crate::lfs::smudge::archive_config(&st.app.config.state_dir, &id))
+            .unwrap_or_default();
+        Ok((ctx.entry.path.clone(), at.commit, stem, format, smudge))
     })
     .await;
-    let (repo_dir, commit, stem, format) = match found {
+    let (repo_dir, commit, stem, format, smudge) = match found {
         Ok(found) => found,
         Err(response) => return response,
     };
@@ -288,16 +296,18 @@ pub async fn archive(
         Format::TarGz => ("tar.gz", "tar.gz", "application/gzip"),
         Format::Zip => ("zip", "zip", "application/zip"),
     };
-    let cmd = crate::http::git_stream::git(
-        &repo_dir,
-        &[
-            "archive".into(),
-            format!("--format={fmt}"),
-            format!("--prefix={stem}/"),
-            "--end-of-options".into(),
-            commit.to_string(),
-        ],
-    );
+    let mut args = smudge;
+    args.extend([
+        "archive".into(),
+        format!("--format={fmt}"),
+        format!("--prefix={stem}/"),
+        "--end-of-options".into(),
+        commit.to_string(),
+    ]);
+    let mut cmd = crate::http::git_stream::git(&repo_dir, &args);
+    // No user's or system's git-lfs filter (`filter.lfs.process`) in the way.
+    cmd.env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1");
     let filename = format!("{stem}.{ext}");
     match crate::http::git_stream::respond(cmd, slot, content_type, Some(&filename)).await {
         Ok(response) => response,

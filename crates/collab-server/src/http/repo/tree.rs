@@ -62,6 +62,9 @@ struct EntryRow {
     /// The URL path (escaped) relative to the rev.
     url: String,
     size: String,
+    /// A git-lfs pointer whose object the server holds: `size` is the
+    /// object's, and the row is tagged.
+    lfs: bool,
 }
 
 #[derive(Template)]
@@ -77,6 +80,8 @@ struct BlobPage {
     crumbs: Vec<Crumb>,
     file_url: String,
     size: String,
+    /// The file is a git-lfs pointer and this page shows the object.
+    lfs: bool,
     /// Why the content is not shown, or not all of it (binary, large).
     note: String,
     /// The lines as HTML: highlighted, or escaped.
@@ -243,6 +248,7 @@ fn tree_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
         Some(Found::Other) => return Err(PageError::Missing("No such directory.".into())),
     };
     let odb = ctx.git.odb()?;
+    let lfs = LfsSizes::new(st, &ctx)?;
     let mut entries: Vec<EntryRow> = tree
         .iter()
         .map(|e| {
@@ -253,18 +259,20 @@ fn tree_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
                 (_, 0o120000) => "link",
                 _ => "blob",
             };
-            let size = if kind == "blob" {
-                odb.read_header(e.id())
-                    .map(|(size, _)| view::fmt_size(size as u64))
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            };
+            let header = (kind == "blob")
+                .then(|| odb.read_header(e.id()).ok())
+                .flatten()
+                .map(|(size, _)| size as u64);
+            let held = header
+                .filter(|size| *size <= crate::lfs::pointer::MAX_POINTER as u64)
+                .and_then(|_| lfs.held_size(&ctx.git, e.id()));
+            let size = held.or(header).map(view::fmt_size).unwrap_or_default();
             EntryRow {
                 url: view::url_path(&join(&at.path, &name)),
                 name,
                 kind,
                 size,
+                lfs: held.is_some(),
             }
         })
         .collect();
@@ -315,16 +323,40 @@ fn blob_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
             .into_response())
         }
     };
-    let size = blobs::size(&ctx.git, oid)?;
+    let mut size = blobs::size(&ctx.git, oid)?;
     let shown_max = st.app.config.http.max_file_shown;
+    // A git-lfs pointer whose object the server holds shows the object,
+    // read as a blob of its size would be (whole, or its first part).
+    let mut lfs = None;
+    if size <= crate::lfs::pointer::MAX_POINTER as u64 {
+        let pointer = ctx.git.find_blob(oid)?.content().to_vec();
+        if let Some((file, stored)) = lfs_stored(st, &ctx, &pointer)? {
+            lfs = Some(file);
+            size = stored;
+        }
+    }
     // Small files come whole from libgit2; big ones only their first part.
-    let (content, partial) = if size <= shown_max {
-        (ctx.git.find_blob(oid)?.content().to_vec(), false)
-    } else {
-        (blobs::prefix(&ctx.entry.path, oid, shown_max)?, true)
+    let is_lfs = lfs.is_some();
+    let (content, partial) = match lfs {
+        Some(file) => {
+            use std::io::Read as _;
+            let mut content = Vec::with_capacity(size.min(shown_max) as usize);
+            file.take(shown_max).read_to_end(&mut content)?;
+            (content, size > shown_max)
+        }
+        None if size <= shown_max => (ctx.git.find_blob(oid)?.content().to_vec(), false),
+        None => (blobs::prefix(&ctx.entry.path, oid, shown_max)?, true),
     };
     let (note, lines) = if blobs::looks_binary(&content) {
-        ("Binary file, not shown.".to_string(), Vec::new())
+        let note = if is_lfs {
+            format!(
+                "Stored in git-lfs, {}: binary, not shown; use the raw link to download it.",
+                view::fmt_size(size)
+            )
+        } else {
+            "Binary file, not shown.".to_string()
+        };
+        (note, Vec::new())
     } else {
         let text = if partial {
             // End at the last complete line of the part read.
@@ -358,6 +390,7 @@ fn blob_page(st: &AppState, requested: &str, rest: &str) -> PageResult {
         crumbs: crumbs(&at.path),
         file_url: view::url_path(&at.path),
         size: view::fmt_size(size),
+        lfs: is_lfs,
         note,
         lines,
     };
@@ -406,6 +439,37 @@ fn raw_lookup(st: &AppState, requested: &str, rest: &str) -> Result<RawFile, Pag
     })
 }
 
+/// The sizes of the git-lfs objects a directory's pointer files name, from
+/// the store of one repository.
+struct LfsSizes {
+    store: crate::lfs::store::LfsStore,
+    /// The repository's lasting id, `None` when it has none (no objects).
+    repo_id: Option<String>,
+}
+
+impl LfsSizes {
+    fn new(st: &AppState, ctx: &RepoCtx) -> anyhow::Result<LfsSizes> {
+        let name = ctx.entry.name.clone();
+        let repo_id = st
+            .app
+            .reads
+            .read_blocking(|conn| Ok(collab_store::repo_ids::live_id(conn, &name)?))?;
+        Ok(LfsSizes {
+            store: crate::lfs::store::LfsStore::new(&st.app.config.state_dir),
+            repo_id,
+        })
+    }
+
+    /// The size of the object the blob `id` points at, if it is a pointer
+    /// and the repository holds the object at the pointer's size.
+    fn held_size(&self, git: &git2::Repository, id: Oid) -> Option<u64> {
+        let repo_id = self.repo_id.as_deref()?;
+        let blob = git.find_blob(id).ok()?;
+        let (oid, size) = crate::lfs::pointer::parse(blob.content())?;
+        (self.store.size_of(repo_id, &oid).ok()?? == size).then_some(size)
+    }
+}
+
 /// The object a git-lfs pointer names, when `blob` is one and the
 /// repository holds it (a pointer to a missing object is served as the
 /// pointer): its first 8 KiB read, the file positioned after them.
@@ -415,6 +479,21 @@ fn lfs_object(
     blob: &[u8],
 ) -> anyhow::Result<Option<(Vec<u8>, std::fs::File)>> {
     use std::io::Read as _;
+    let Some((mut file, _)) = lfs_stored(st, ctx, blob)? else {
+        return Ok(None);
+    };
+    let mut head = Vec::with_capacity(8192);
+    (&mut file).take(8192).read_to_end(&mut head)?;
+    Ok(Some((head, file)))
+}
+
+/// The stored object (opened, and its size) a git-lfs pointer names, when
+/// `blob` is one and the repository holds the object at the pointer's size.
+pub(super) fn lfs_stored(
+    st: &AppState,
+    ctx: &RepoCtx,
+    blob: &[u8],
+) -> anyhow::Result<Option<(std::fs::File, u64)>> {
     let Some((oid, size)) = crate::lfs::pointer::parse(blob) else {
         return Ok(None);
     };
@@ -427,15 +506,10 @@ fn lfs_object(
         return Ok(None);
     };
     let store = crate::lfs::store::LfsStore::new(&st.app.config.state_dir);
-    let Some((mut file, stored)) = store.open(&repo_id, &oid)? else {
-        return Ok(None);
-    };
-    if stored != size {
-        return Ok(None);
+    match store.open(&repo_id, &oid)? {
+        Some((file, stored)) if stored == size => Ok(Some((file, stored))),
+        _ => Ok(None),
     }
-    let mut head = Vec::with_capacity(8192);
-    (&mut file).take(8192).read_to_end(&mut head)?;
-    Ok(Some((head, file)))
 }
 
 /// Stream a big blob out of `git cat-file` under a git process slot of

@@ -881,3 +881,290 @@ fn maintenance_collects_lfs_objects_no_ref_points_at_after_the_grace() {
     let reply: Value = serde_json::from_str(out.stdout.trim()).unwrap();
     assert_eq!(reply["lfs_objects_removed"], 0, "{reply}");
 }
+
+/// `path` inside a `.tar.gz` archive (as `tar` reads it), or `None`.
+fn from_tar_gz(archive: &[u8], path: &str) -> Option<Vec<u8>> {
+    let mut child = Command::new("tar")
+        .args(["-xzO", "-f", "-", path])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let bytes = archive.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&bytes);
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = writer.join();
+    out.status.success().then_some(out.stdout)
+}
+
+#[test]
+fn the_web_shows_and_archives_lfs_files_as_their_content() {
+    let h = ServerHarness::start();
+    h.create_repo("site");
+    let admin = h.ssh_client_key();
+    let clone = lfs_clone(&h, &admin, "site", "site");
+    git_ok(&h, &admin, &clone, &["lfs", "track", "*.bin", "*.txt"]);
+    let text_body = b"first line\nlfscontentmarker says hello\n".to_vec();
+    let binary = payload(100 << 10, 3);
+    std::fs::write(clone.join("notes.txt"), &text_body).unwrap();
+    std::fs::write(clone.join("data.bin"), &binary).unwrap();
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["add", ".gitattributes", "notes.txt", "data.bin"],
+    );
+    git_ok(&h, &admin, &clone, &["commit", "-q", "-m", "Add LFS files"]);
+    // A pointer to an object nobody uploaded (git-lfs's clean filter
+    // keeps a pointer as it is; its push check is told to let it go).
+    let ghost = sha256(b"never uploaded");
+    let ghost_pointer =
+        format!("version https://git-lfs.github.com/spec/v1\noid sha256:{ghost}\nsize 14\n");
+    std::fs::write(clone.join("ghost.bin"), &ghost_pointer).unwrap();
+    git_ok(&h, &admin, &clone, &["add", "ghost.bin"]);
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["commit", "-q", "-m", "Add a dangling pointer"],
+    );
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["config", "lfs.allowincompletepush", "true"],
+    );
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["push", "origin", "HEAD:refs/heads/main"],
+    );
+    let out = h.ssh_exec("collab-repo visibility 'site' public");
+    assert_eq!(out.code, 0, "{out:?}");
+    let page = |path: &str| {
+        let got = common::web::get(&h, path);
+        assert_eq!(got.status, 200, "{path}");
+        String::from_utf8(got.body).unwrap()
+    };
+
+    // A text file in git-lfs shows its content, tagged, with its size.
+    let notes = page("/site/-/blob/main/notes.txt");
+    assert!(notes.contains("lfscontentmarker"), "{notes}");
+    assert!(!notes.contains("oid sha256:"), "{notes}");
+    assert!(notes.contains("badge lfs"), "{notes}");
+    assert!(notes.contains(&format!("{} B", text_body.len())), "{notes}");
+    // A binary one says where it is, with its size and the raw link.
+    let data = page("/site/-/blob/main/data.bin");
+    assert!(
+        data.contains("Stored in git-lfs, 100.0 KiB: binary, not shown"),
+        "{data}"
+    );
+    assert!(data.contains("/site/-/raw/main/data.bin"), "{data}");
+    // A pointer to an object the server does not hold shows the pointer.
+    let dangling = page("/site/-/blob/main/ghost.bin");
+    assert!(dangling.contains(&ghost), "{dangling}");
+    assert!(!dangling.contains("badge lfs"), "{dangling}");
+
+    // The tree lists the held objects tagged, with their sizes; the
+    // dangling pointer is listed as the small file it is.
+    let tree = page("/site/-/tree/main");
+    assert_eq!(tree.matches("badge lfs").count(), 2, "{tree}");
+    assert!(tree.contains("LFS</span> 100.0 KiB"), "{tree}");
+    assert!(
+        tree.contains(&format!("LFS</span> {} B", text_body.len())),
+        "{tree}"
+    );
+
+    // The commit page tags the two LFS files and not .gitattributes.
+    let first = text(&git_ok(&h, &admin, &clone, &["rev-parse", "HEAD~1"]));
+    let commit = page(&format!("/site/-/commit/{}", first.trim()));
+    assert_eq!(commit.matches("badge lfs").count(), 2, "{commit}");
+    let tagged = |path: &str| commit.contains(&format!("{path} <span class=\"badge lfs\""));
+    assert!(tagged("notes.txt") && tagged("data.bin"), "{commit}");
+    assert!(!tagged(".gitattributes"), "{commit}");
+
+    // The archive holds the content where it is stored, else the pointer.
+    let archive = common::web::get(&h, "/site/-/archive/main.tar.gz");
+    assert_eq!(archive.status, 200);
+    let member = |path: &str| {
+        from_tar_gz(&archive.body, &format!("site-main/{path}"))
+            .unwrap_or_else(|| panic!("{path} is not in the archive"))
+    };
+    assert!(member("data.bin") == binary, "data.bin is not its content");
+    assert_eq!(member("notes.txt"), text_body);
+    assert_eq!(member("ghost.bin"), ghost_pointer.as_bytes());
+    assert_eq!(
+        member(".gitattributes"),
+        b"*.bin filter=lfs diff=lfs merge=lfs -text\n*.txt filter=lfs diff=lfs merge=lfs -text\n"
+    );
+    // The zip too.
+    let zip = common::web::get(&h, "/site/-/archive/main.zip");
+    assert_eq!(zip.status, 200);
+    let zip_path = h.state_dir().join("site.zip");
+    std::fs::write(&zip_path, &zip.body).unwrap();
+    let unzipped = Command::new("unzip")
+        .arg("-p")
+        .arg(&zip_path)
+        .arg("site-main/notes.txt")
+        .output()
+        .unwrap();
+    assert!(unzipped.status.success(), "{unzipped:?}");
+    assert_eq!(unzipped.stdout, text_body);
+}
+
+#[test]
+fn info_counts_each_repositorys_lfs_objects_and_bytes() {
+    let h = ServerHarness::start();
+    h.create_repo("heavy");
+    h.create_repo("light");
+    let admin = h.ssh_client_key();
+    let clone = lfs_clone(&h, &admin, "heavy", "heavy");
+    git_ok(&h, &admin, &clone, &["lfs", "track", "*.bin"]);
+    let (one, two) = (payload(70_000, 4), payload(5_000, 5));
+    std::fs::write(clone.join("one.bin"), &one).unwrap();
+    std::fs::write(clone.join("two.bin"), &two).unwrap();
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["add", ".gitattributes", "one.bin", "two.bin"],
+    );
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["commit", "-q", "-m", "Add two objects"],
+    );
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["push", "origin", "HEAD:refs/heads/main"],
+    );
+
+    let out = h.ssh_exec("info --json");
+    assert_eq!(out.code, 0, "{out:?}");
+    let info: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let repo = |name: &str| {
+        info["repos"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in {info}"))
+            .clone()
+    };
+    assert_eq!(repo("heavy")["lfs_objects"], 2, "{info}");
+    assert_eq!(
+        repo("heavy")["lfs_bytes"],
+        (one.len() + two.len()) as u64,
+        "{info}"
+    );
+    assert_eq!(repo("light")["lfs_objects"], 0, "{info}");
+    assert_eq!(repo("light")["lfs_bytes"], 0, "{info}");
+}
+
+#[test]
+fn backup_verify_checks_each_lfs_object_against_its_name() {
+    let h = ServerHarness::start();
+    h.create_repo("kept");
+    let admin = h.ssh_client_key();
+    let clone = lfs_clone(&h, &admin, "kept", "kept");
+    git_ok(&h, &admin, &clone, &["lfs", "track", "*.bin"]);
+    let (one, two) = (payload(40_000, 6), payload(9_000, 7));
+    std::fs::write(clone.join("one.bin"), &one).unwrap();
+    std::fs::write(clone.join("two.bin"), &two).unwrap();
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["add", ".gitattributes", "one.bin", "two.bin"],
+    );
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["commit", "-q", "-m", "Add two objects"],
+    );
+    git_ok(
+        &h,
+        &admin,
+        &clone,
+        &["push", "origin", "HEAD:refs/heads/main"],
+    );
+
+    let dir = h.temp_dir().join("lfs-backup");
+    let dir_str = dir.to_str().unwrap();
+    let taken = h.host_cli(&["backup", "--to", dir_str, "--json"]);
+    assert!(
+        taken.status.success(),
+        "{}",
+        String::from_utf8_lossy(&taken.stderr)
+    );
+    let key = common::stdout_json(&taken)["fingerprint"]
+        .as_str()
+        .expect("the signing key's fingerprint")
+        .to_string();
+    let verify = |dir: &str| h.host_cli(&["backup", "--verify", dir, "--key", &key]);
+    let sound = verify(dir_str);
+    let said = String::from_utf8_lossy(&sound.stdout).into_owned();
+    assert!(
+        sound.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&sound.stderr)
+    );
+    assert!(
+        said.contains(&format!(
+            "(2 git-lfs objects, {} bytes)",
+            one.len() + two.len()
+        )),
+        "{said}"
+    );
+
+    // One object damaged in a copy of the backup: one line names it.
+    let bad = h.temp_dir().join("lfs-backup-bad");
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(&dir)
+        .arg(&bad)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let oid = sha256(&one);
+    let mut found = Vec::new();
+    let mut todo = vec![bad.join("state/lfs")];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.path().is_dir() {
+                todo.push(e.path());
+            } else if e.file_name().to_str() == Some(oid.as_str()) {
+                found.push(e.path());
+            }
+        }
+    }
+    assert_eq!(found.len(), 1, "{found:?}");
+    let mut bytes = std::fs::read(&found[0]).unwrap();
+    bytes[100] ^= 0x01;
+    std::fs::write(&found[0], &bytes).unwrap();
+    let out = verify(bad.to_str().unwrap());
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let problems: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("problem: "))
+        .collect();
+    assert_eq!(problems.len(), 1, "{stderr}");
+    assert!(
+        problems[0].contains(&format!("git-lfs object {oid} is damaged")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.lines().last().unwrap().starts_with("error: backup"),
+        "{stderr}"
+    );
+}
