@@ -37,6 +37,7 @@ pub mod repos;
 pub mod serve;
 pub mod server_lock;
 pub mod setup;
+pub mod service;
 pub mod shutdown;
 pub mod signing;
 pub mod ssh;

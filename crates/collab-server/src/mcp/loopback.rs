@@ -100,7 +100,7 @@ struct Loopback {
     app: Arc<App>,
     identity: Identity,
     /// This session's number, which its calls run under
-    /// (`ChannelEnv::mcp_session`).
+    /// (`service::Context::mcp_session`).
     session: u64,
     run_exec: RunExec,
     channels: HashMap<ChannelId, Channel<Msg>>,
@@ -194,15 +194,14 @@ impl russh::server::Handler for Loopback {
         let handle = session.handle();
         let run_exec = self.run_exec;
         let left = self.callers.arrive(id);
-        let env = ChannelEnv {
-            mcp_session: Some(self.session),
-            ..ChannelEnv::default()
-        };
+        let env = ChannelEnv::default();
+        let mcp_session = Some(self.session);
         tokio::spawn(async move {
             let caller = authz::caller_for(&app, identity);
+            let mut call = crate::service::Context::new(app, caller);
+            call.mcp_session = mcp_session;
             let ctx = ExecContext {
-                app,
-                caller,
+                call,
                 env,
                 session: handle,
             };

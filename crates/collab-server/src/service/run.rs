@@ -1,0 +1,242 @@
+//! The two steps every door takes ([`authorize`], then [`run`]), the
+//! running-verb admission ([`admit`], by [`weight`]) and what a door does
+//! with an answer it could not deliver ([`undelivered`]).
+
+use super::command::{ExecCommand, LeaseCmd, ReleaseCmd};
+use super::context::Context;
+use super::patch::PatchCmd;
+use super::reply::Answer;
+use crate::limits::running::{Admitted, Runner, Weight};
+use crate::repos::RepoEntry;
+
+/// A request let in: its admission units (held until it is dropped) and,
+/// for a verb that reads a body, the repository it was authorized on.
+pub struct Authorized {
+    command: ExecCommand,
+    entry: Option<RepoEntry>,
+    _admitted: Admitted,
+}
+
+impl Authorized {
+    /// Whether the verb reads a body (`--body-stdin`): the door reads it
+    /// (bounded by [`Authorized::max_stdin`]) and passes it to [`run`].
+    pub fn reads_stdin(&self) -> bool {
+        match &self.command {
+            ExecCommand::Issue(cmd) => cmd.reads_stdin(),
+            ExecCommand::Patch(cmd) => cmd.reads_stdin(),
+            _ => false,
+        }
+    }
+
+    /// The most bytes of body the verb takes (`max_issue_body`).
+    pub fn max_stdin(&self, ctx: &Context) -> u64 {
+        ctx.app.config.max_issue_body
+    }
+
+    pub fn verb(&self) -> &'static str {
+        self.command.verb()
+    }
+
+    /// The door could not read the body (too large, not UTF-8): `line` is
+    /// the answer, counted as the others are.
+    pub fn refuse(self, line: String) -> Answer {
+        let answer = Answer::new(line, 1);
+        count(self.command.verb(), &answer);
+        answer
+    }
+}
+
+/// Whether the service answers `command` (else it is a stream, or a family
+/// its door still answers itself).
+pub fn serves(command: &ExecCommand) -> bool {
+    matches!(
+        command,
+        ExecCommand::Issue(_)
+            | ExecCommand::Lease(_)
+            | ExecCommand::Patch(_)
+            | ExecCommand::Search(_)
+            | ExecCommand::Check(_)
+            | ExecCommand::Queue(_)
+    )
+}
+
+/// What `command` holds while it runs (`limits::running`).
+pub fn weight(command: &ExecCommand) -> Weight {
+    match command {
+        // The git process gate counts git, the watchers' share watchers,
+        // the waiters' share a `--wait` (which may wait minutes).
+        ExecCommand::Git { .. } | ExecCommand::Events(_) => Weight::Own,
+        ExecCommand::Lease(
+            LeaseCmd::Acquire {
+                wait_secs: Some(_), ..
+            }
+            | LeaseCmd::Next {
+                wait_secs: Some(_), ..
+            },
+        ) => Weight::Own,
+        ExecCommand::Patch(PatchCmd::Diff { .. } | PatchCmd::Interdiff { .. })
+        | ExecCommand::Release(ReleaseCmd::Download { .. }) => Weight::Heavy,
+        ExecCommand::Tui => Weight::Tui,
+        // Light, although it streams objects: git-lfs opens one session
+        // per transfer worker (`lfs.concurrenttransfers`, 8 by default),
+        // more than the heavy share of one key (4) would let in.
+        ExecCommand::LfsTransfer { .. } => Weight::Light,
+        ExecCommand::Mcp => Weight::Mcp,
+        _ => Weight::Light,
+    }
+}
+
+/// The command's units of the running pools, or the refusal's one line
+/// (`tui`: ended with `\r` too, the client's terminal is raw). Counted
+/// when refused.
+pub fn admit(ctx: &Context, command: &ExecCommand) -> Result<Admitted, Answer> {
+    let weight = weight(command);
+    let key = ctx.caller.identity.share_key();
+    let runner = Runner {
+        key: &key,
+        mcp_session: ctx.mcp_session,
+    };
+    ctx.app.limits.running.admit(weight, runner).map_err(|refused| {
+        let mut message = refused.message();
+        if weight == Weight::Tui {
+            message.push('\r');
+        }
+        let answer = Answer::new(message, 1);
+        count(command.verb(), &answer);
+        answer
+    })
+}
+
+/// Step one: admit `command`, and authorize a verb that reads a body on
+/// its repository before the body is read.
+pub async fn authorize(ctx: &Context, command: ExecCommand) -> Result<Authorized, Answer> {
+    let admitted = admit(ctx, &command)?;
+    let verb = command.verb();
+    let entry = match &command {
+        ExecCommand::Issue(cmd) if cmd.reads_stdin() => {
+            let needed = cmd.needed_access();
+            super::issue::authorized_entry(ctx, cmd.repo().to_string(), needed)
+                .await
+                .map(Some)
+        }
+        ExecCommand::Patch(cmd) if cmd.reads_stdin() => {
+            let needed = cmd.needed_access();
+            super::issue::authorized_entry(ctx, cmd.repo().to_string(), needed)
+                .await
+                .map(Some)
+        }
+        _ => Ok(None),
+    };
+    match entry {
+        Ok(entry) => Ok(Authorized {
+            command,
+            entry,
+            _admitted: admitted,
+        }),
+        Err(reply) => {
+            let answer = Answer::from(reply);
+            count(verb, &answer);
+            Err(answer)
+        }
+    }
+}
+
+/// Step two: the verb's work, `stdin` its body when it reads one.
+pub async fn run(ctx: &Context, authorized: Authorized, stdin: Option<String>) -> Answer {
+    let Authorized {
+        command,
+        entry,
+        _admitted,
+    } = authorized;
+    let verb = command.verb();
+    let answer = match (command, entry) {
+        (ExecCommand::Issue(cmd), Some(entry)) => {
+            super::issue::authorized_reply(ctx, entry.name, cmd, stdin)
+                .await
+                .into()
+        }
+        (ExecCommand::Issue(cmd), None) => super::issue::reply(ctx, cmd, stdin).await.into(),
+        (ExecCommand::Patch(cmd), Some(entry)) => {
+            super::patch::authorized_reply(ctx, &entry, cmd, stdin)
+                .await
+                .into()
+        }
+        (ExecCommand::Patch(cmd), None) => super::patch::reply(ctx, cmd, stdin).await.into(),
+        (ExecCommand::Lease(cmd), _) => match super::lease::reply(ctx, cmd).await {
+            Some(answer) => answer,
+            // Its caller left while it waited: nobody to answer.
+            None => {
+                crate::metrics::verb_finished(verb, "disconnected");
+                return Answer::new("error: the caller left", 1);
+            }
+        },
+        (ExecCommand::Search(cmd), _) => super::search::reply(ctx, cmd).await.into(),
+        (ExecCommand::Check(cmd), _) => super::check::reply(ctx, cmd).await.into(),
+        (ExecCommand::Queue(cmd), _) => super::queue::reply(ctx, cmd).await.into(),
+        (other, _) => {
+            tracing::error!(verb = other.verb(), "the service was asked for a stream");
+            Answer::new("error: internal error", 1)
+        }
+    };
+    count(verb, &answer);
+    answer
+}
+
+/// A door could not deliver `answer` (its caller has gone): a lease won
+/// by waiting is given back rather than left to nobody.
+pub async fn undelivered(ctx: &Context, answer: Answer) {
+    let Some(lease) = answer.won else { return };
+    tracing::info!(
+        repo = lease.repo,
+        issue = lease.issue_id,
+        "releasing a lease its waiter never heard of"
+    );
+    if let Err(e) = ctx
+        .app
+        .writer
+        .release(&lease.repo, &lease.issue_id, &lease.holder)
+        .await
+    {
+        tracing::warn!("collab-lease: giving back a lease: {e:#}");
+    }
+}
+
+fn count(verb: &str, answer: &Answer) {
+    crate::metrics::verb_finished(verb, crate::metrics::outcome_of_exit(answer.status));
+}
+
+/// The typed request for `words` (as `ssh HOST words…` would send them,
+/// without the shell quoting round trip), or the one `error:` line that
+/// refuses them, as the SSH door would.
+pub fn parse(words: &[String]) -> Result<ExecCommand, String> {
+    let invocation = collab_proto::verbs::parse(words).map_err(|refusal| refusal.line())?;
+    ExecCommand::from_invocation(&invocation).ok_or_else(|| {
+        format!(
+            "error: usage: {}",
+            collab_proto::verbs::family_usage(invocation.verb.family)
+        )
+    })
+}
+
+/// [`authorize`], the body given, then [`run`]: a whole call for a door
+/// that has the body in hand already (the terminal UI, MCP).
+pub async fn call(ctx: &Context, command: ExecCommand, stdin: Option<String>) -> Answer {
+    let authorized = match authorize(ctx, command).await {
+        Ok(authorized) => authorized,
+        Err(answer) => return answer,
+    };
+    if let Some(body) = &stdin {
+        let max = authorized.max_stdin(ctx);
+        if authorized.reads_stdin() && body.len() as u64 > max {
+            return authorized.refuse(format!(
+                "error: body is larger than max_issue_body ({max} bytes); nothing was written"
+            ));
+        }
+    }
+    let stdin = if authorized.reads_stdin() {
+        Some(stdin.unwrap_or_default())
+    } else {
+        None
+    };
+    run(ctx, authorized, stdin).await
+}
