@@ -26,6 +26,8 @@
 pub mod context;
 pub mod reply;
 
+#[path = "../ssh/admin.rs"]
+pub mod admin;
 #[path = "../ssh/check.rs"]
 pub mod check;
 #[path = "../ssh/command.rs"]
@@ -34,18 +36,24 @@ pub mod command;
 pub mod issue;
 #[path = "../ssh/lease.rs"]
 pub mod lease;
+#[path = "../ssh/mirror.rs"]
+pub mod mirror;
 #[path = "../ssh/patch.rs"]
 pub mod patch;
 #[path = "../ssh/queue.rs"]
 pub mod queue;
 #[path = "../ssh/search.rs"]
 pub mod search;
+#[path = "../ssh/webhook.rs"]
+pub mod webhook;
 
 mod run;
 
 pub use context::Context;
 pub use reply::Answer;
-pub use run::{admit, authorize, call, parse, run, serves, undelivered, weight, Authorized};
+pub use run::{
+    admit, authorize, call, parse, run, serves, undelivered, weight, Authorized, Stdin,
+};
 
 #[cfg(test)]
 mod tests {

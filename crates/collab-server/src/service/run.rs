@@ -2,7 +2,7 @@
 //! running-verb admission ([`admit`], by [`weight`]) and what a door does
 //! with an answer it could not deliver ([`undelivered`]).
 
-use super::command::{ExecCommand, LeaseCmd, ReleaseCmd};
+use super::command::{ExecCommand, HookCmd, LeaseCmd, ReleaseCmd};
 use super::context::Context;
 use super::patch::PatchCmd;
 use super::reply::Answer;
@@ -10,7 +10,7 @@ use crate::limits::running::{Admitted, Runner, Weight};
 use crate::repos::RepoEntry;
 
 /// A request let in: its admission units (held until it is dropped) and,
-/// for a verb that reads a body, the repository it was authorized on.
+/// for a verb authorized before its body is read, the repository.
 pub struct Authorized {
     command: ExecCommand,
     entry: Option<RepoEntry>,
@@ -18,19 +18,34 @@ pub struct Authorized {
 }
 
 impl Authorized {
-    /// Whether the verb reads a body (`--body-stdin`): the door reads it
-    /// (bounded by [`Authorized::max_stdin`]) and passes it to [`run`].
-    pub fn reads_stdin(&self) -> bool {
+    /// What the verb reads on standard input, if anything: the door reads
+    /// it to EOF within [`Stdin::max`] and passes it to [`run`].
+    pub fn stdin(&self, ctx: &Context) -> Option<Stdin> {
+        let body = || Stdin {
+            max: ctx.app.config.max_issue_body,
+            too_long: format!(
+                "error: body is larger than max_issue_body ({} bytes); nothing was written",
+                ctx.app.config.max_issue_body
+            ),
+            trimmed: false,
+        };
         match &self.command {
-            ExecCommand::Issue(cmd) => cmd.reads_stdin(),
-            ExecCommand::Patch(cmd) => cmd.reads_stdin(),
-            _ => false,
+            ExecCommand::Issue(cmd) if cmd.reads_stdin() => Some(body()),
+            ExecCommand::Patch(cmd) if cmd.reads_stdin() => Some(body()),
+            ExecCommand::Hook(HookCmd::Add {
+                secret_stdin: true, ..
+            }) => Some(Stdin {
+                max: super::webhook::MAX_SECRET as u64,
+                too_long: "error: the secret is too long".to_string(),
+                trimmed: true,
+            }),
+            ExecCommand::Mirror(cmd) if super::mirror::reads_stdin(cmd) => Some(Stdin {
+                max: super::mirror::MAX_CREDENTIAL as u64,
+                too_long: "error: the credential is too long (16 KiB at most)".to_string(),
+                trimmed: true,
+            }),
+            _ => None,
         }
-    }
-
-    /// The most bytes of body the verb takes (`max_issue_body`).
-    pub fn max_stdin(&self, ctx: &Context) -> u64 {
-        ctx.app.config.max_issue_body
     }
 
     pub fn verb(&self) -> &'static str {
@@ -46,6 +61,30 @@ impl Authorized {
     }
 }
 
+/// What a verb reads on standard input, and how.
+#[derive(Debug, Clone)]
+pub struct Stdin {
+    /// The most bytes taken; past it, `too_long` is the answer.
+    pub max: u64,
+    pub too_long: String,
+    /// Taken as text with its ends trimmed (a secret, a credential); else
+    /// whole, and refused when not UTF-8 (a body).
+    pub trimmed: bool,
+}
+
+impl Stdin {
+    /// The text of `bytes` read to EOF, or the `error:` line.
+    pub fn text(&self, bytes: Vec<u8>) -> Result<String, String> {
+        if bytes.len() as u64 > self.max {
+            return Err(self.too_long.clone());
+        }
+        if self.trimmed {
+            return Ok(String::from_utf8_lossy(&bytes).trim().to_string());
+        }
+        String::from_utf8(bytes).map_err(|_| "error: body is not UTF-8".to_string())
+    }
+}
+
 /// Whether the service answers `command` (else it is a stream, or a family
 /// its door still answers itself).
 pub fn serves(command: &ExecCommand) -> bool {
@@ -57,6 +96,12 @@ pub fn serves(command: &ExecCommand) -> bool {
             | ExecCommand::Search(_)
             | ExecCommand::Check(_)
             | ExecCommand::Queue(_)
+            | ExecCommand::Whoami
+            | ExecCommand::Help
+            | ExecCommand::Info { .. }
+            | ExecCommand::Repo(_)
+            | ExecCommand::Hook(_)
+            | ExecCommand::Mirror(_)
     )
 }
 
@@ -125,6 +170,7 @@ pub async fn authorize(ctx: &Context, command: ExecCommand) -> Result<Authorized
                 .await
                 .map(Some)
         }
+        ExecCommand::Mirror(cmd) => super::mirror::authorized(ctx, cmd).map(Some),
         _ => Ok(None),
     };
     match entry {
@@ -173,6 +219,14 @@ pub async fn run(ctx: &Context, authorized: Authorized, stdin: Option<String>) -
         (ExecCommand::Search(cmd), _) => super::search::reply(ctx, cmd).await.into(),
         (ExecCommand::Check(cmd), _) => super::check::reply(ctx, cmd).await.into(),
         (ExecCommand::Queue(cmd), _) => super::queue::reply(ctx, cmd).await.into(),
+        (ExecCommand::Whoami, _) => super::admin::whoami(ctx).await.into(),
+        (ExecCommand::Help, _) => super::admin::help(ctx).await.into(),
+        (ExecCommand::Info { json }, _) => super::admin::info(ctx, json).await.into(),
+        (ExecCommand::Repo(cmd), _) => super::admin::repo(ctx, cmd).await.into(),
+        (ExecCommand::Hook(cmd), _) => super::webhook::reply(ctx, cmd, stdin).await.into(),
+        (ExecCommand::Mirror(cmd), Some(entry)) => {
+            super::mirror::reply(ctx, entry, cmd, stdin).await.into()
+        }
         (other, _) => {
             tracing::error!(verb = other.verb(), "the service was asked for a stream");
             Answer::new("error: internal error", 1)
@@ -225,18 +279,12 @@ pub async fn call(ctx: &Context, command: ExecCommand, stdin: Option<String>) ->
         Ok(authorized) => authorized,
         Err(answer) => return answer,
     };
-    if let Some(body) = &stdin {
-        let max = authorized.max_stdin(ctx);
-        if authorized.reads_stdin() && body.len() as u64 > max {
-            return authorized.refuse(format!(
-                "error: body is larger than max_issue_body ({max} bytes); nothing was written"
-            ));
-        }
-    }
-    let stdin = if authorized.reads_stdin() {
-        Some(stdin.unwrap_or_default())
-    } else {
-        None
+    let stdin = match authorized.stdin(ctx) {
+        Some(rule) => match rule.text(stdin.unwrap_or_default().into_bytes()) {
+            Ok(text) => Some(text),
+            Err(line) => return authorized.refuse(line),
+        },
+        None => None,
     };
     run(ctx, authorized, stdin).await
 }

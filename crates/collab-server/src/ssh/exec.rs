@@ -113,17 +113,16 @@ async fn through_the_service(
             return reply_and_close(channel, &answer.line, answer.status).await;
         }
     };
-    let stdin = if authorized.reads_stdin() {
-        match read_body(&mut channel, authorized.max_stdin(&ctx)).await {
+    let stdin = match authorized.stdin(&ctx) {
+        Some(rule) => match read_stdin(&mut channel, &rule).await {
             Ok(body) => Some(body),
             Err(line) => {
                 let answer = authorized.refuse(line);
                 counted.store(true, Ordering::Relaxed);
                 return reply_and_close(channel, &answer.line, answer.status).await;
             }
-        }
-    } else {
-        None
+        },
+        None => None,
     };
     // Nothing more is read: the read half goes now, so the session never
     // waits on a reader that is not there (a lease may wait minutes).
@@ -137,17 +136,15 @@ async fn through_the_service(
     }
 }
 
-/// Read the channel's stdin to EOF, refusing more than `max` bytes or text
-/// that is not UTF-8 (the reply is the `error:` line).
-async fn read_body(channel: &mut Channel<Msg>, max: u64) -> Result<String, String> {
+/// Read the channel's stdin to EOF, as `rule` says (bounded: past its
+/// `max` the reply is its `too_long` line).
+async fn read_stdin(channel: &mut Channel<Msg>, rule: &service::Stdin) -> Result<String, String> {
     let mut body = Vec::new();
     while let Some(msg) = channel.wait().await {
         match msg {
             ChannelMsg::Data { data } => {
-                if body.len() as u64 + data.len() as u64 > max {
-                    return Err(format!(
-                        "error: body is larger than max_issue_body ({max} bytes); nothing was written"
-                    ));
+                if body.len() as u64 + data.len() as u64 > rule.max {
+                    return Err(rule.too_long.clone());
                 }
                 body.extend_from_slice(&data);
             }
@@ -155,7 +152,7 @@ async fn read_body(channel: &mut Channel<Msg>, max: u64) -> Result<String, Strin
             _ => {}
         }
     }
-    String::from_utf8(body).map_err(|_| "error: body is not UTF-8".to_string())
+    rule.text(body)
 }
 
 /// The verbs stopped where they are when their caller leaves: they only
@@ -241,23 +238,23 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::LfsAuthenticate { .. } => {
             reply_and_close(channel, super::lfs::AUTHENTICATE, 1).await
         }
-        ExecCommand::Whoami => super::admin::whoami(&ctx, channel).await,
         ExecCommand::Mcp => crate::mcp::serve(ctx, channel, boxed_run_exec).await,
-        ExecCommand::Help => super::admin::help(&ctx, channel).await,
-        ExecCommand::Info { json } => super::admin::info(&ctx, channel, json).await,
         ExecCommand::Tui => crate::tui::run(ctx, channel).await,
-        ExecCommand::Repo(cmd) => super::admin::repo(&ctx, channel, cmd).await,
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
         ExecCommand::Events(cmd) => super::watch::watch(&ctx, channel, cmd).await,
-        ExecCommand::Hook(cmd) => super::webhook::run(&ctx, channel, cmd).await,
         // The service's (`through_the_service`).
         ExecCommand::Lease(_)
         | ExecCommand::Issue(_)
         | ExecCommand::Patch(_)
         | ExecCommand::Check(_)
         | ExecCommand::Queue(_)
-        | ExecCommand::Search(_) => reply_and_close(channel, "error: internal error", 1).await,
-        ExecCommand::Mirror(cmd) => super::mirror::run(&ctx, channel, cmd).await,
+        | ExecCommand::Search(_)
+        | ExecCommand::Whoami
+        | ExecCommand::Help
+        | ExecCommand::Info { .. }
+        | ExecCommand::Repo(_)
+        | ExecCommand::Hook(_)
+        | ExecCommand::Mirror(_) => reply_and_close(channel, "error: internal error", 1).await,
     }
 }
 

@@ -36,10 +36,9 @@
 //! open are closed after `ssh.idle_timeout`, sooner near the cap
 //! (`limits::idle`; the reaper runs in `serve`).
 
-pub mod admin;
 // The verb families the service answers (`crate::service`), by the names
 // the SSH side has always used.
-pub use crate::service::{check, command, issue, lease, patch, queue, search};
+pub use crate::service::{admin, check, command, issue, lease, mirror, patch, queue, search, webhook};
 pub mod call;
 pub mod context;
 pub mod exec;
@@ -48,14 +47,12 @@ mod git_v2;
 pub mod leaving;
 pub mod lfs;
 mod lfs_locks;
-pub mod mirror;
 #[cfg(test)]
 mod parse_tests;
 mod quick_ack;
 pub mod release;
 pub mod reply;
 pub mod watch;
-pub mod webhook;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
