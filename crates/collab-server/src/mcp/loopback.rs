@@ -20,12 +20,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::oneshot;
 
 use russh::client;
 use russh::keys::PrivateKey;
 use russh::server::{Auth, ChannelOpenHandle, Msg, Session};
-use russh::{Channel, ChannelId, ChannelMsg, MethodKind, MethodSet};
+use russh::{Channel, ChannelId, MethodKind, MethodSet};
 
 use crate::app::App;
 use crate::authz;
@@ -235,6 +235,9 @@ fn lock(tokens: &Tokens) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Send
 /// One MCP session's way to the verbs.
 pub struct Verbs {
     handle: client::Handle<Trusting>,
+    /// This session's number, which its calls run under
+    /// (`service::Context::mcp_session`).
+    number: u64,
     next_call: AtomicU64,
     tokens: Tokens,
 }
@@ -266,17 +269,6 @@ impl Drop for VerbEnd {
     }
 }
 
-/// What one verb answered.
-#[derive(Debug, Default)]
-pub struct Answer {
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    /// `None`: the verb ended without one (it should not).
-    pub exit_status: Option<u32>,
-    /// Stdout went past the cap and was cut.
-    pub truncated: bool,
-}
-
 impl Verbs {
     /// Start the in-process session for `identity`.
     pub async fn connect(
@@ -288,10 +280,11 @@ impl Verbs {
         let tokens = Tokens::default();
         // Numbers only tell this process's sessions apart.
         static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let number = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let handler = Loopback {
             app,
             identity,
-            session: SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            session: number,
             run_exec,
             channels: HashMap::new(),
             calls: HashMap::new(),
@@ -319,9 +312,15 @@ impl Verbs {
         anyhow::ensure!(auth.success(), "the loopback session refused its caller");
         Ok(Verbs {
             handle,
+            number,
             next_call: AtomicU64::new(0),
             tokens,
         })
+    }
+
+    /// This session's number (`service::Context::mcp_session`).
+    pub fn number(&self) -> u64 {
+        self.number
     }
 
     /// Start `line` on a new channel, with `stdin` (then EOF) when given;
@@ -348,50 +347,5 @@ impl Verbs {
         }
         channel.eof().await?;
         Ok((channel, end))
-    }
-
-    /// Run `line` to its end; stdout is kept up to `max_stdout` bytes.
-    /// `None` when `stop` was notified first (the channel is closed, and
-    /// the verb has stopped).
-    pub async fn run(
-        &self,
-        line: &str,
-        stdin: Option<&str>,
-        max_stdout: usize,
-        stop: &Notify,
-    ) -> anyhow::Result<Option<Answer>> {
-        let (mut channel, end) = self.start(line, stdin).await?;
-        let mut answer = Answer::default();
-        loop {
-            let msg = tokio::select! {
-                msg = channel.wait() => msg,
-                _ = stop.notified() => {
-                    let _ = channel.close().await;
-                    end.wait().await;
-                    return Ok(None);
-                }
-            };
-            let Some(msg) = msg else { break };
-            match msg {
-                ChannelMsg::Data { data } => {
-                    if answer.stdout.len() + data.len() > max_stdout {
-                        answer.truncated = true;
-                        break;
-                    }
-                    answer.stdout.extend_from_slice(&data);
-                }
-                // One error line is all a verb sends there.
-                ChannelMsg::ExtendedData { data, ext: 1 } if answer.stderr.len() < 64 * 1024 => {
-                    answer.stderr.extend_from_slice(&data);
-                }
-                ChannelMsg::ExitStatus { exit_status } => answer.exit_status = Some(exit_status),
-                ChannelMsg::Close => break,
-                _ => {}
-            }
-        }
-        // A reply cut at `max_stdout` stops its verb here.
-        let _ = channel.close().await;
-        end.wait().await;
-        Ok(Some(answer))
     }
 }

@@ -1,8 +1,9 @@
 //! The tools of an MCP session: which the caller sees (`list`), and how a
-//! call runs (`call`): the arguments become the verb's command line
-//! (`collab_proto::verbs::tools::command_line`, from the table), the line
-//! runs through the dispatcher as the caller (`loopback`), and the verb's
-//! answer becomes the tool result: `structuredContent` is its JSON reply
+//! call runs (`call`): the arguments become the verb's words
+//! (`collab_proto::verbs::tools::command_words`, from the table), the
+//! typed request parsed from them runs through the service as the caller
+//! (`service::call`: no channel, no SSH), and the verb's answer becomes
+//! the tool result: `structuredContent` is its JSON reply
 //! and `content` its text; a refusal is `isError: true` with the verb's
 //! refusal fields (a fencing refusal's `holder` and `token`) and its one
 //! error line as `error`. A busy answer (`collab_proto::exit::BUSY`:
@@ -25,6 +26,7 @@ use tokio::sync::Notify;
 
 use super::session::{Running, Session};
 use crate::authz::{self, Access, Regime};
+use crate::service::{self, command::ExecCommand};
 
 /// The largest reply a call passes on (a diff, a long list).
 const MAX_REPLY: usize = 8 * 1024 * 1024;
@@ -127,16 +129,26 @@ pub async fn call(
         _ => {}
     }
     let verb = generated::tool_verb(name).ok_or(CallError::UnknownTool)?;
-    let (line, stdin) = match generated::command_line(verb, &arguments) {
+    let (words, stdin) = match generated::command_words(verb, &arguments) {
         Ok(built) => built,
         Err(why) => return Ok(refused(&format!("error: {why}"), Map::new(), None)),
+    };
+    // The typed request, parsed from the words with the table as the SSH
+    // door parses its line (no quoting round trip).
+    let command = match service::parse(&words) {
+        Ok(command) if service::serves(&command) => command,
+        Ok(_) => {
+            let line = "error: this verb is not a tool call";
+            return Ok(refused(line, Map::new(), None));
+        }
+        Err(line) => return Ok(refused(&line, Map::new(), None)),
     };
     // A busy answer (a lock held elsewhere past the server's wait, nothing
     // written) runs again, as the CLI does: up to `BUSY_ATTEMPTS` runs.
     let mut attempt = 1;
     let mut n = 0u64;
     let answer = loop {
-        let run = session.verbs.run(&line, stdin.as_deref(), MAX_REPLY, stop);
+        let run = run_verb(session, command.clone(), stdin.clone(), stop);
         let answer = if progress.is_null() {
             run.await?.ok_or(CallError::Cancelled)?
         } else {
@@ -180,8 +192,85 @@ pub async fn call(
     Ok(tool_result(answer))
 }
 
+/// What one verb answered, as the tool result is made from it.
+#[derive(Debug, Default)]
+struct Output {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    exit_status: Option<u32>,
+    /// The reply is past `MAX_REPLY`.
+    truncated: bool,
+}
+
+/// Run one verb through the service as the session's caller, re-checked
+/// at every call exactly as `ssh::Connection` checks an exec request (a
+/// key taken out of authorized_keys or governance loses its MCP session's
+/// calls at once); `None` when `stop` was notified first. A verb that only
+/// reads (`service::STOPPED_AT_ONCE`) is dropped then; any other is told
+/// its caller left (a lease waiter gives its ticket up) and runs to its
+/// end, a lease it won given back. Either way its work has ended when
+/// this returns, so the call's slot is free only then.
+async fn run_verb(
+    session: &Arc<Session>,
+    command: ExecCommand,
+    stdin: Option<String>,
+    stop: &Notify,
+) -> anyhow::Result<Option<Output>> {
+    let app = session.ctx.app.clone();
+    let identity = session.ctx.caller.identity.clone();
+    let refusal = if app.stopping.is_stopped() {
+        Some("error: the server is shutting down")
+    } else if !authz::is_admitted(&app, &identity) {
+        Some("error: this key is no longer admitted")
+    } else {
+        None
+    };
+    if let Some(line) = refusal {
+        return Ok(Some(output(service::Answer::new(line, 1))));
+    }
+    let _working = app.work.track();
+    let (trigger, left) = crate::shutdown::stop_pair();
+    let mut ctx = service::Context::new(app.clone(), authz::caller_for(&app, identity));
+    ctx.mcp_session = Some(session.verbs.number());
+    ctx.left = Some(left);
+    let verb = command.verb();
+    let work = service::call(&ctx, command, stdin);
+    tokio::pin!(work);
+    tokio::select! {
+        answer = &mut work => Ok(Some(output(answer))),
+        _ = stop.notified() => {
+            if service::stops_at_once(verb) {
+                crate::metrics::verb_finished(verb, "disconnected");
+            } else {
+                trigger.trigger();
+                let answer = work.await;
+                service::undelivered(&ctx, answer).await;
+            }
+            Ok(None)
+        }
+    }
+}
+
+fn output(answer: service::Answer) -> Output {
+    let truncated = answer.line.len() > MAX_REPLY;
+    let line = answer.line.into_bytes();
+    let (stdout, stderr) = if line.starts_with(b"error:") {
+        (Vec::new(), line)
+    } else if truncated {
+        (Vec::new(), Vec::new())
+    } else {
+        (line, Vec::new())
+    };
+    Output {
+        stdout,
+        stderr,
+        exit_status: Some(answer.status),
+        truncated,
+    }
+}
+
 /// A verb's answer as a tool result.
-fn tool_result(answer: super::loopback::Answer) -> Value {
+fn tool_result(answer: Output) -> Value {
     if answer.truncated {
         return refused(
             &format!(

@@ -52,7 +52,8 @@ mod run;
 pub use context::Context;
 pub use reply::Answer;
 pub use run::{
-    admit, authorize, call, parse, run, serves, undelivered, weight, Authorized, Stdin,
+    admit, authorize, call, parse, run, serves, stops_at_once, undelivered, weight, Authorized,
+    Stdin, STOPPED_AT_ONCE,
 };
 
 #[cfg(test)]

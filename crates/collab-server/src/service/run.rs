@@ -288,3 +288,80 @@ pub async fn call(ctx: &Context, command: ExecCommand, stdin: Option<String>) ->
     };
     run(ctx, authorized, stdin).await
 }
+
+/// The verbs stopped where they are when their caller leaves: they only
+/// read (what a read may import into the collab database is written
+/// through the writer, whole or not at all, in work handed to
+/// `spawn_blocking` that runs to its end), and they are the ones with
+/// large replies (a diff, a release file, a pack) or long lives (the
+/// MCP session, whose calls go with it: `mcp::serve`). Every other verb
+/// writes something: a push past its quarantine moves refs, a release's
+/// file is stored before its event is recorded, a lease won by waiting
+/// is given back when its reply fails. Those run their bounded work to
+/// the end and only their reply gives up. `collab-events watch` and the
+/// terminal UI end on their client's close themselves. Every door keeps
+/// it: the MCP door drops a cancelled call of these at once.
+pub const STOPPED_AT_ONCE: &[&str] = &[
+    "git-upload-pack",
+    "git-upload-archive",
+    "collab-whoami",
+    "help",
+    "info",
+    "collab-mcp",
+    "collab-repo list",
+    "collab-release list",
+    "collab-release download",
+    "collab-issue show",
+    "collab-issue list",
+    "collab-issue ready",
+    "collab-patch list",
+    "collab-patch show",
+    "collab-patch diff",
+    "collab-patch interdiff",
+    "collab-check list",
+    "collab-queue show",
+    "collab-search",
+    "collab-hook list",
+    "collab-hook deliveries",
+];
+
+/// Whether `verb` is stopped where it is when its caller leaves
+/// ([`STOPPED_AT_ONCE`]).
+pub fn stops_at_once(verb: &str) -> bool {
+    STOPPED_AT_ONCE.contains(&verb)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::STOPPED_AT_ONCE;
+
+    /// A misspelt name would silently leave its verb to run on.
+    #[test]
+    fn every_verb_stopped_at_once_is_one_there_is() {
+        let names: Vec<String> = collab_proto::verbs::VERBS
+            .iter()
+            .map(|v| v.name())
+            .collect();
+        for verb in STOPPED_AT_ONCE {
+            assert!(
+                names.iter().any(|n| n == verb) || ["help", "info"].contains(verb),
+                "{verb} is not in the verb table"
+            );
+        }
+    }
+
+    #[test]
+    fn words_parse_as_the_line_does() {
+        use super::super::command::parse_exec_command;
+        let words: Vec<String> = ["collab-issue", "show", "my repo", "abc"]
+            .iter()
+            .map(|w| w.to_string())
+            .collect();
+        assert_eq!(
+            super::parse(&words).ok(),
+            parse_exec_command("collab-issue show 'my repo' abc")
+        );
+        let bad: Vec<String> = vec!["collab-issue".into(), "nope".into()];
+        assert!(super::parse(&bad).unwrap_err().starts_with("error: "));
+    }
+}

@@ -71,7 +71,7 @@ pub async fn run_exec(mut ctx: ExecContext, channel: Channel<Msg>, raw: Vec<u8>,
         ),
     }
     let verb = command.verb();
-    let at_once = STOPPED_AT_ONCE.contains(&verb);
+    let at_once = service::stops_at_once(verb);
     // Set once the service has counted the verb's outcome.
     let counted = Arc::new(AtomicBool::new(false));
     let run = CALLER_LEFT.scope(left.clone(), async {
@@ -155,40 +155,6 @@ async fn read_stdin(channel: &mut Channel<Msg>, rule: &service::Stdin) -> Result
     rule.text(body)
 }
 
-/// The verbs stopped where they are when their caller leaves: they only
-/// read (what a read may import into the collab database is written
-/// through the writer, whole or not at all, in work handed to
-/// `spawn_blocking` that runs to its end), and they are the ones with
-/// large replies (a diff, a release file, a pack) or long lives (the
-/// MCP session, whose calls go with it: `mcp::serve`). Every other verb
-/// writes something: a push past its quarantine moves refs, a release's
-/// file is stored before its event is recorded, a lease won by waiting
-/// is given back when its reply fails. Those run their bounded work to
-/// the end and only their reply gives up. `collab-events watch` and the
-/// terminal UI end on their client's close themselves.
-pub(super) const STOPPED_AT_ONCE: &[&str] = &[
-    "git-upload-pack",
-    "git-upload-archive",
-    "collab-whoami",
-    "help",
-    "info",
-    "collab-mcp",
-    "collab-repo list",
-    "collab-release list",
-    "collab-release download",
-    "collab-issue show",
-    "collab-issue list",
-    "collab-issue ready",
-    "collab-patch list",
-    "collab-patch show",
-    "collab-patch diff",
-    "collab-patch interdiff",
-    "collab-check list",
-    "collab-queue show",
-    "collab-search",
-    "collab-hook list",
-    "collab-hook deliveries",
-];
 
 /// Run `work` until it ends or its caller leaves. A verb that has sent its
 /// exit status already is let finish: its caller closing is then only the
@@ -255,25 +221,5 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         | ExecCommand::Repo(_)
         | ExecCommand::Hook(_)
         | ExecCommand::Mirror(_) => reply_and_close(channel, "error: internal error", 1).await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::STOPPED_AT_ONCE;
-
-    /// A misspelt name would silently leave its verb to run on.
-    #[test]
-    fn every_verb_stopped_at_once_is_one_there_is() {
-        let names: Vec<String> = collab_proto::verbs::VERBS
-            .iter()
-            .map(|v| v.name())
-            .collect();
-        for verb in STOPPED_AT_ONCE {
-            assert!(
-                names.iter().any(|n| n == verb) || ["help", "info"].contains(verb),
-                "{verb} is not in the verb table"
-            );
-        }
     }
 }
