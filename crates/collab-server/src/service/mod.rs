@@ -24,6 +24,7 @@
 //! (`#[path]`), edited in place.
 
 pub mod context;
+pub mod events;
 pub mod reply;
 
 #[path = "../ssh/admin.rs"]
@@ -97,7 +98,9 @@ mod tests {
         ];
         let mut found = Vec::new();
         for (path, text) in &files {
-            for (n, line) in text.lines().enumerate() {
+            // The unit tests are not the service (this one names the doors).
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for (n, line) in code.lines().enumerate() {
                 let code = line.split("//").next().unwrap_or_default();
                 for door in doors {
                     let named = code.match_indices(door).any(|(at, _)| {

@@ -173,18 +173,6 @@ async fn until_caller_leaves(work: impl std::future::Future<Output = ()>, left: 
     }
 }
 
-/// `run_exec` as the MCP session takes it: it runs each tool call through
-/// here, and gets it passed in rather than naming this module (which names
-/// it).
-fn boxed_run_exec(
-    ctx: ExecContext,
-    channel: Channel<Msg>,
-    raw: Vec<u8>,
-    left: Left,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
-    Box::pin(run_exec(ctx, channel, raw, left))
-}
-
 /// Take the command's units of the running pools, then run it; or refuse
 /// it with one line.
 async fn admit_and_dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand) {
@@ -204,7 +192,7 @@ async fn dispatch(ctx: ExecContext, channel: Channel<Msg>, command: ExecCommand)
         ExecCommand::LfsAuthenticate { .. } => {
             reply_and_close(channel, super::lfs::AUTHENTICATE, 1).await
         }
-        ExecCommand::Mcp => crate::mcp::serve(ctx, channel, boxed_run_exec).await,
+        ExecCommand::Mcp => crate::mcp::serve(ctx, channel).await,
         ExecCommand::Tui => crate::tui::run(ctx, channel).await,
         ExecCommand::Release(cmd) => super::release::run(&ctx, channel, cmd).await,
         ExecCommand::Events(cmd) => super::watch::watch(&ctx, channel, cmd).await,
