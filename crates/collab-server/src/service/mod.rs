@@ -115,6 +115,10 @@ mod tests {
                 }
             }
         }
-        assert!(found.is_empty(), "the service names a door:\n{}", found.join("\n"));
+        assert!(
+            found.is_empty(),
+            "the service names a door:\n{}",
+            found.join("\n")
+        );
     }
 }

@@ -141,15 +141,19 @@ pub fn admit(ctx: &Context, command: &ExecCommand) -> Result<Admitted, Answer> {
         key: &key,
         mcp_session: ctx.mcp_session,
     };
-    ctx.app.limits.running.admit(weight, runner).map_err(|refused| {
-        let mut message = refused.message();
-        if weight == Weight::Tui {
-            message.push('\r');
-        }
-        let answer = Answer::new(message, 1);
-        count(command.verb(), &answer);
-        answer
-    })
+    ctx.app
+        .limits
+        .running
+        .admit(weight, runner)
+        .map_err(|refused| {
+            let mut message = refused.message();
+            if weight == Weight::Tui {
+                message.push('\r');
+            }
+            let answer = Answer::new(message, 1);
+            count(command.verb(), &answer);
+            answer
+        })
 }
 
 /// Step one: admit `command`, and authorize a verb that reads a body on

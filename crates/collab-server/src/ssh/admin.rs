@@ -264,7 +264,12 @@ pub async fn help(ctx: &Context) -> Reply {
 
 /// Resolve `repo` with at least `needed` for `what_needs` (see
 /// `authorize_or_reply`).
-fn resolve(ctx: &Context, repo: &str, needed: Access, what_needs: &str) -> Result<RepoEntry, Reply> {
+fn resolve(
+    ctx: &Context,
+    repo: &str,
+    needed: Access,
+    what_needs: &str,
+) -> Result<RepoEntry, Reply> {
     authorize_repo(ctx, repo, needed, what_needs)
 }
 
@@ -307,13 +312,15 @@ async fn visibility(ctx: &Context, repo: &str, public: Option<bool>) -> Reply {
     };
     if let Some(public) = public {
         if !matches!(ctx.caller.regime, Regime::Ungoverned { .. }) {
-            return done("error: this server is governed: set `public` for the repository in \
+            return done(
+                "error: this server is governed: set `public` for the repository in \
                  governance.toml (_governance.git), see docs/access-control.md",
                 1,
             );
         }
         if entry.policy.broken.is_some() {
-            return done("error: the repository's collab-policy.toml does not parse; fix it by hand first",
+            return done(
+                "error: the repository's collab-policy.toml does not parse; fix it by hand first",
                 1,
             );
         }
@@ -335,12 +342,7 @@ async fn visibility(ctx: &Context, repo: &str, public: Option<bool>) -> Reply {
 }
 
 async fn set_head(ctx: &Context, repo: &str, branch: &str) -> Reply {
-    let entry = match resolve(
-        ctx,
-        repo,
-        Access::Rewind,
-        "repository settings need",
-    ) {
+    let entry = match resolve(ctx, repo, Access::Rewind, "repository settings need") {
         Ok(entry) => entry,
         Err(reply) => return reply,
     };
@@ -365,25 +367,19 @@ async fn set_head(ctx: &Context, repo: &str, branch: &str) -> Reply {
 }
 
 async fn rename(ctx: &Context, repo: &str, new_name: &str) -> Reply {
-    let entry = match resolve(
-        ctx,
-        repo,
-        Access::Rewind,
-        "repository settings need",
-    ) {
+    let entry = match resolve(ctx, repo, Access::Rewind, "repository settings need") {
         Ok(entry) => entry,
         Err(reply) => return reply,
     };
     if entry.is_governance() {
-        return done("error: the governance repository cannot be renamed",
-            1,
-        );
+        return done("error: the governance repository cannot be renamed", 1);
     }
     if let Err(e) = repos::normalize_repo_name(new_name) {
         return done(&format!("error: invalid repository name: {e}"), 1);
     }
     if !authz::can_create_repo(&ctx.app, &ctx.caller, new_name) {
-        return done("error: permission denied: the new name needs rewind access (creating a repository)",
+        return done(
+            "error: permission denied: the new name needs rewind access (creating a repository)",
             1,
         );
     }
@@ -436,12 +432,7 @@ async fn rename(ctx: &Context, repo: &str, new_name: &str) -> Reply {
 }
 
 async fn delete(ctx: &Context, repo: &str, confirm: &str) -> Reply {
-    let entry = match resolve(
-        ctx,
-        repo,
-        Access::Rewind,
-        "repository settings need",
-    ) {
+    let entry = match resolve(ctx, repo, Access::Rewind, "repository settings need") {
         Ok(entry) => entry,
         Err(reply) => return reply,
     };
@@ -451,7 +442,8 @@ async fn delete(ctx: &Context, repo: &str, confirm: &str) -> Reply {
             .ok()
     };
     if same(confirm) != Some(entry.short_name().to_string()) {
-        return done(&format!(
+        return done(
+            &format!(
                 "error: to delete {}, repeat its name: --confirm '{}'",
                 entry.name,
                 entry.short_name()
@@ -460,9 +452,7 @@ async fn delete(ctx: &Context, repo: &str, confirm: &str) -> Reply {
         );
     }
     if entry.is_governance() {
-        return done("error: the governance repository cannot be deleted",
-            1,
-        );
+        return done("error: the governance repository cannot be deleted", 1);
     }
     let trash = ctx.app.config.state_dir.join("trash");
     let gone = entry.clone();

@@ -155,7 +155,6 @@ async fn read_stdin(channel: &mut Channel<Msg>, rule: &service::Stdin) -> Result
     rule.text(body)
 }
 
-
 /// Run `work` until it ends or its caller leaves. A verb that has sent its
 /// exit status already is let finish: its caller closing is then only the
 /// answer to our close, and what is left of the verb is its own clean-up.

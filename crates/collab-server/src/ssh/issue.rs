@@ -879,11 +879,7 @@ pub(super) fn person(p: &Person) -> wire::Person {
 /// `collab-lease next` adds to a claim, so an agent needs no `show` to
 /// start. Empty when the read fails (logged): the claim is made and must
 /// still reach its caller.
-pub(super) async fn body_and_links(
-    ctx: &Context,
-    repo: &str,
-    id: &str,
-) -> (String, wire::Links) {
+pub(super) async fn body_and_links(ctx: &Context, repo: &str, id: &str) -> (String, wire::Links) {
     let (r, i) = (repo.to_string(), id.to_string());
     let read = ctx
         .app

@@ -124,11 +124,7 @@ enum Answer {
     Waited(Won),
 }
 
-async fn answer(
-    ctx: &Context,
-    cmd: LeaseCmd,
-    gone: impl Future<Output = ()>,
-) -> Option<Answer> {
+async fn answer(ctx: &Context, cmd: LeaseCmd, gone: impl Future<Output = ()>) -> Option<Answer> {
     // Reads need Read, claims Write, breaking another's lease Rewind: the
     // verb table's rows.
     let needed = collab_proto::verbs::repo_access(&format!("collab-lease {}", cmd.name()));

@@ -22,9 +22,9 @@ use collab_proto::replies::mirror as wire;
 use super::command::MirrorCmd;
 use super::context::{authorize_repo, Context};
 use super::reply::reply_line;
-use crate::repos::RepoEntry;
 use crate::authz::{self, Access};
 use crate::mirrors::{git::Credential, Outcome};
+use crate::repos::RepoEntry;
 use collab_store::mirrors::{self as store, AddRefused, Mirror};
 
 /// The largest credential read from stdin (an RSA-4096 key is ~3.4 KiB).
@@ -52,13 +52,24 @@ pub fn authorized(ctx: &Context, cmd: &MirrorCmd) -> Result<RepoEntry, Reply> {
 
 /// Whether the command reads a credential on stdin.
 pub fn reads_stdin(cmd: &MirrorCmd) -> bool {
-    matches!(cmd, MirrorCmd::Add { credential: Some(_), .. })
+    matches!(
+        cmd,
+        MirrorCmd::Add {
+            credential: Some(_),
+            ..
+        }
+    )
 }
 
 /// Run one authorized `collab-repo mirror` command; `stdin` is the
 /// credential of `add --credential-stdin` (read by the door, at most
 /// [`MAX_CREDENTIAL`] bytes, trimmed).
-pub async fn reply(ctx: &Context, entry: RepoEntry, cmd: MirrorCmd, stdin: Option<String>) -> Reply {
+pub async fn reply(
+    ctx: &Context,
+    entry: RepoEntry,
+    cmd: MirrorCmd,
+    stdin: Option<String>,
+) -> Reply {
     let repo = entry.name.clone();
     match cmd {
         MirrorCmd::Add {

@@ -38,7 +38,9 @@
 
 // The verb families the service answers (`crate::service`), by the names
 // the SSH side has always used.
-pub use crate::service::{admin, check, command, issue, lease, mirror, patch, queue, search, webhook};
+pub use crate::service::{
+    admin, check, command, issue, lease, mirror, patch, queue, search, webhook,
+};
 pub mod call;
 pub mod context;
 pub mod exec;

@@ -310,12 +310,7 @@ pub(crate) async fn authorized_reply(
     (annotate_line(message, &DisplayNames::of(&ctx.app)), code)
 }
 
-async fn answer(
-    ctx: &Context,
-    entry: &RepoEntry,
-    cmd: PatchCmd,
-    stdin: Option<String>,
-) -> Reply {
+async fn answer(ctx: &Context, entry: &RepoEntry, cmd: PatchCmd, stdin: Option<String>) -> Reply {
     let repo = entry.name.clone();
     let body_of = |arg: Option<BodyArg>| -> String {
         match arg {
@@ -800,12 +795,7 @@ async fn merge_now(ctx: &Context, entry: &RepoEntry, id: String, fence: Option<i
 /// `--when-green`: record the intent and answer at once. Refused now what
 /// waiting cannot mend: a patch that is not open, a required check that
 /// already failed, a fenced base without a live lease token.
-async fn queue_merge(
-    ctx: &Context,
-    entry: &RepoEntry,
-    id: String,
-    fence: Option<i64>,
-) -> Reply {
+async fn queue_merge(ctx: &Context, entry: &RepoEntry, id: String, fence: Option<i64>) -> Reply {
     let repo = entry.name.clone();
     if !authz::caller_acts_unattended(&ctx.app, &ctx.caller) {
         return error(authz::UNATTENDED_REFUSAL);

@@ -76,4 +76,3 @@ tokio::task_local! {
 pub fn note_exit_status(code: u32) {
     let _ = EXIT_STATUS.try_with(|status| status.set(Some(code)));
 }
-

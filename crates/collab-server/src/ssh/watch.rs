@@ -92,4 +92,3 @@ async fn cut(
             .await;
     }
 }
-
