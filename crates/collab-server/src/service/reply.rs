@@ -13,7 +13,7 @@ use crate::authz::NotFound;
 pub struct Answer {
     pub line: String,
     pub status: u32,
-    pub won: Option<collab_store::leases::Lease>,
+    pub won: Option<Box<collab_store::leases::Lease>>,
 }
 
 impl Answer {

@@ -112,7 +112,7 @@ pub async fn reply(ctx: &Context, cmd: LeaseCmd) -> Option<ServiceAnswer> {
     Some(ServiceAnswer {
         line: annotate_line(message, &DisplayNames::of(&ctx.app)),
         status: code,
-        won,
+        won: won.map(Box::new),
     })
 }
 
