@@ -8,9 +8,9 @@
 
 use serde_json::Value;
 
-use super::command::{ExecCommand, RepoCmd};
 use super::context::ExecContext;
 use crate::service;
+use crate::service::command::{ExecCommand, RepoCmd};
 
 /// What a verb answered: its JSON reply (exit 0), or the one line it
 /// refused with (`error: ` taken off; a JSON refusal such as a lease
@@ -34,7 +34,7 @@ pub async fn call(ctx: &ExecContext, argv: &[&str], stdin: Option<String>) -> An
     );
     let (message, code) = match command {
         ExecCommand::Repo(RepoCmd::List) => {
-            let line = super::reply::reply_line(&super::admin::visible_repos(ctx).await);
+            let line = super::reply::reply_line(&crate::service::admin::visible_repos(ctx).await);
             crate::metrics::verb_finished(verb, "ok");
             (line, 0)
         }

@@ -31,11 +31,11 @@ use std::sync::Arc;
 
 use russh::ChannelMsg;
 
-use super::command::{parse_exec_command, refusal, ExecCommand};
 use super::context::ExecContext;
 use super::leaving::Left;
 use super::reply::{reply_and_close, reply_on, CALLER_LEFT, EXIT_STATUS};
 use crate::service;
+use crate::service::command::{parse_exec_command, refusal, ExecCommand};
 
 /// Run one exec request to completion: parse, dispatch, reply; or until
 /// its caller leaves (`left`).

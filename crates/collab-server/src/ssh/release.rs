@@ -21,7 +21,6 @@ use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
 use tokio::io::{AsyncWriteExt as _, BufReader};
 
-use super::command::ReleaseCmd;
 use super::context::ExecContext;
 use super::reply::{reply_and_close, reply_line};
 use crate::authz::Access;
@@ -29,6 +28,7 @@ use crate::releases::{
     valid_file_name, valid_tag_name, Release, ReleaseError, ReleaseStore, Upload,
 };
 use crate::repos::RepoEntry;
+use crate::service::command::ReleaseCmd;
 
 /// Upload chunks queued between the channel and the disk writer (each one
 /// SSH packet, at most 32 KiB).

@@ -12,9 +12,9 @@ use russh::server::Msg;
 use russh::{Channel, ChannelId, ChannelMsg};
 use tokio::io::AsyncWriteExt as _;
 
-use super::command::WatchCmd;
 use super::context::ExecContext;
 use super::reply::reply_and_close;
+use crate::service::command::WatchCmd;
 use crate::service::events::{self, End};
 
 pub use crate::service::events::Visibility;
