@@ -25,6 +25,7 @@
 
 pub mod context;
 pub mod events;
+pub mod release;
 pub mod reply;
 
 #[path = "../ssh/admin.rs"]

@@ -102,6 +102,7 @@ pub fn serves(command: &ExecCommand) -> bool {
             | ExecCommand::Repo(_)
             | ExecCommand::Hook(_)
             | ExecCommand::Mirror(_)
+            | ExecCommand::Release(ReleaseCmd::List { .. } | ReleaseCmd::Delete { .. })
     )
 }
 
@@ -228,6 +229,14 @@ pub async fn run(ctx: &Context, authorized: Authorized, stdin: Option<String>) -
         (ExecCommand::Info { json }, _) => super::admin::info(ctx, json).await.into(),
         (ExecCommand::Repo(cmd), _) => super::admin::repo(ctx, cmd).await.into(),
         (ExecCommand::Hook(cmd), _) => super::webhook::reply(ctx, cmd, stdin).await.into(),
+        (ExecCommand::Release(ReleaseCmd::List { repo }), _) => {
+            super::release::list(ctx, &repo).await.into()
+        }
+        (ExecCommand::Release(ReleaseCmd::Delete { repo, tag, file }), _) => {
+            super::release::delete(ctx, &repo, &tag, file.as_deref())
+                .await
+                .into()
+        }
         (ExecCommand::Mirror(cmd), Some(entry)) => {
             super::mirror::reply(ctx, entry, cmd, stdin).await.into()
         }
