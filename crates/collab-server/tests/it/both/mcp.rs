@@ -667,9 +667,9 @@ fn a_verb_answers_alike_over_ssh_and_mcp() {
         json!({"repo": "alike", "title": "both doors", "body": "line one\nline two"}),
     );
     assert_eq!(opened["isError"], false, "{opened}");
-    let id = opened["structuredContent"]["id"]
+    let id = opened["structuredContent"]["issue"]
         .as_str()
-        .unwrap()
+        .unwrap_or_else(|| panic!("{opened}"))
         .to_string();
     let over_ssh = h.ssh_exec(&format!("collab-issue show alike {id}"));
     assert_eq!(over_ssh.code, 0, "{over_ssh:?}");
