@@ -350,6 +350,45 @@ fn mcp_agent(
     (closed, failed, issues, nexts)
 }
 
+/// Only the unloaded part (`MCP_BENCH_SHOW_ONLY=1`): one MCP `issue_show`
+/// on an open session against a fresh `ssh … collab-whoami`, `samples`
+/// each, p50 and their ratio.
+fn show_only(samples: usize) {
+    let h = ServerHarness::start_with(HarnessOptions {
+        args: vec!["--log-level".into(), "warn".into()],
+        ..Default::default()
+    });
+    let some_issue = seed(&h, "mcp", 8);
+    settle(&h);
+    let key = h.ssh_client_key();
+    let mut session = Mcp::open(&h, &key);
+    let mut shows = Vec::new();
+    let mut whoamis = Vec::new();
+    for _ in 0..samples {
+        let t = Instant::now();
+        let r = session
+            .call("issue_show", json!({"repo": "mcp", "issue": some_issue}))
+            .unwrap();
+        assert_eq!(r["isError"], false, "{r}");
+        shows.push(t.elapsed());
+        let t = Instant::now();
+        let (code, _, err) = ssh(&h, &key, "collab-whoami");
+        assert_eq!(code, 0, "{err}");
+        whoamis.push(t.elapsed());
+    }
+    shows.sort();
+    whoamis.sort();
+    let (show, whoami) = (percentile(&shows, 0.5), percentile(&whoamis, 0.5));
+    println!(
+        "{samples} samples each: one MCP `issue_show` on an open session p50 {:?}, p90 {:?}; \
+         a fresh `ssh … collab-whoami` p50 {:?}: {:.3}x",
+        show,
+        percentile(&shows, 0.9),
+        whoami,
+        show.as_secs_f64() / whoami.as_secs_f64()
+    );
+}
+
 fn main() {
     let agents = env_usize("MCP_BENCH_AGENTS", 64);
     let issues = env_usize("MCP_BENCH_ISSUES", 512);
@@ -361,6 +400,9 @@ fn main() {
     }
     if std::env::var("MCP_BENCH_NODES_ONLY").as_deref() == Ok("1") {
         return;
+    }
+    if std::env::var("MCP_BENCH_SHOW_ONLY").as_deref() == Ok("1") {
+        return show_only(env_usize("MCP_BENCH_SAMPLES", 40));
     }
     let samples = env_usize("MCP_BENCH_SAMPLES", 40);
     let logins = env_usize("MCP_BENCH_LOGINS", 256);

@@ -36,6 +36,7 @@ pub mod repo_admin;
 pub mod repos;
 pub mod serve;
 pub mod server_lock;
+pub mod service;
 pub mod setup;
 pub mod shutdown;
 pub mod signing;

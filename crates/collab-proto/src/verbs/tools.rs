@@ -244,12 +244,58 @@ pub fn output_schema() -> Value {
 
 /// A tool call turned into the exec command line (and the text to send on
 /// standard input, for a `--X-stdin` property), or the one-line reason the
-/// arguments do not fit the row. The server parses the line again with
-/// the same table, so this only has to be right, not trusted.
+/// arguments do not fit the row: [`command_words`], quoted.
 pub fn command_line(
     verb: &Verb,
     arguments: &Map<String, Value>,
 ) -> Result<(String, Option<String>), String> {
+    let (words, stdin) = built(verb, arguments)?;
+    Ok((quoted(&words), stdin))
+}
+
+/// A tool call turned into the words of the verb (as `ssh HOST words…`
+/// receives them after the shell's quoting is undone; what
+/// [`super::parse::parse`] takes), and the text for standard input; or
+/// the one-line reason the arguments do not fit the row. The server parses
+/// the words with the same table, so this only has to be right, not
+/// trusted.
+pub fn command_words(
+    verb: &Verb,
+    arguments: &Map<String, Value>,
+) -> Result<(Vec<String>, Option<String>), String> {
+    let (words, stdin) = built(verb, arguments)?;
+    Ok((words.into_iter().map(|w| w.text).collect(), stdin))
+}
+
+/// One word of a built command, and whether the line quotes it (a value
+/// that is not a number).
+struct Word {
+    text: String,
+    quote: bool,
+}
+
+fn bare(text: &str) -> Word {
+    Word {
+        text: text.to_string(),
+        quote: false,
+    }
+}
+
+fn quoted(words: &[Word]) -> String {
+    words
+        .iter()
+        .map(|w| match w.quote {
+            true => shell_quote(&w.text),
+            false => w.text.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn built(
+    verb: &Verb,
+    arguments: &Map<String, Value>,
+) -> Result<(Vec<Word>, Option<String>), String> {
     for key in arguments.keys() {
         let known = verb.args.iter().any(|a| arg_property(a.name) == *key)
             || verb
@@ -273,7 +319,7 @@ pub fn command_line(
             return Err(format!("missing argument `{name}`"));
         }
     }
-    let mut line = verb.name();
+    let mut line: Vec<Word> = verb.name().split(' ').map(bare).collect();
     let mut missing_optional: Option<String> = None;
     for arg in verb.args {
         let name = arg_property(arg.name);
@@ -314,15 +360,11 @@ pub fn command_line(
                     return Err(format!("`{name}` must be a string"));
                 };
                 stdin = Some(text.clone());
-                line.push(' ');
-                line.push_str(flag.long);
+                line.push(bare(flag.long));
             }
             None => match arguments.get(&flag.property()) {
                 None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-                Some(Value::Bool(true)) => {
-                    line.push(' ');
-                    line.push_str(flag.long);
-                }
+                Some(Value::Bool(true)) => line.push(bare(flag.long)),
                 Some(_) => return Err(format!("`{}` must be true or false", flag.property())),
             },
             Some((_, kind)) => {
@@ -342,23 +384,21 @@ pub fn command_line(
                     vec![value]
                 };
                 for v in values {
-                    line.push(' ');
-                    line.push_str(flag.long);
+                    line.push(bare(flag.long));
                     push_value(&mut line, &name, kind, v)?;
                 }
             }
         }
     }
-    if line.len() > MAX_COMMAND_LEN {
+    if quoted(&line).len() > MAX_COMMAND_LEN {
         return Err(format!(
             "arguments too long (the command line is at most {MAX_COMMAND_LEN} bytes)"
         ));
     }
     // The rules between flags (exactly one of, at least one of, …) are the
     // parser's: the line must parse as the server will parse it.
-    let parses = crate::tokens::shell_tokens(&line)
-        .ok()
-        .is_some_and(|tokens| super::parse::parse(&tokens).is_ok_and(|inv| inv.verb == verb));
+    let words: Vec<String> = line.iter().map(|w| w.text.clone()).collect();
+    let parses = super::parse::parse(&words).is_ok_and(|inv| inv.verb == verb);
     if !parses {
         let rules = rules_text(verb);
         return Err(if rules.is_empty() {
@@ -379,7 +419,7 @@ fn array<'v>(name: &str, value: &'v Value) -> Result<Vec<&'v Value>, String> {
 
 /// Append one value, checked against its kind: numbers bare, the rest
 /// quoted.
-fn push_value(line: &mut String, name: &str, kind: Kind, value: &Value) -> Result<(), String> {
+fn push_value(line: &mut Vec<Word>, name: &str, kind: Kind, value: &Value) -> Result<(), String> {
     let text = match (kind, value) {
         (Kind::Int { .. }, Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
         (Kind::Int { .. }, _) => return Err(int_error(name, kind)),
@@ -400,11 +440,8 @@ fn push_value(line: &mut String, name: &str, kind: Kind, value: &Value) -> Resul
             _ => format!("`{name}` must not be empty"),
         });
     }
-    line.push(' ');
-    match kind {
-        Kind::Int { .. } => line.push_str(&text),
-        _ => line.push_str(&shell_quote(&text)),
-    }
+    let quote = !matches!(kind, Kind::Int { .. });
+    line.push(Word { text, quote });
     Ok(())
 }
 

@@ -12,7 +12,7 @@
 //! - a heavy verb holds one unit of the verbs pool and one of the heavy
 //!   pool (`ssh.max_heavy_verbs_per_principal`, `ssh.max_heavy_verbs`):
 //!   `collab-patch diff` and `interdiff` build their whole reply in memory
-//!   (up to `ssh::patch::MAX_DIFF_BYTES`, several times that while git
+//!   (up to `service::patch::MAX_DIFF_BYTES`, several times that while git
 //!   computes it), `collab-release download` holds a file and a stream for
 //!   as long as the client takes to read it. A separate, smaller cap rather
 //!   than a byte weight: the cost is known only once the work is done;
@@ -22,7 +22,7 @@
 //!   `ssh.max_tui_sessions`) and `collab-mcp` (`mcp.max_sessions_per_principal`,
 //!   `mcp.max_sessions`) here; `collab-events watch` (`events.max_watchers*`,
 //!   `ssh::watch`) and `collab-lease … --wait` (`leases.max_waiters*`,
-//!   `ssh::lease`) keep theirs;
+//!   `service::lease`) keep theirs;
 //! - git transport is counted by the git process gate (`processes`), only
 //!   while a git process runs.
 //!

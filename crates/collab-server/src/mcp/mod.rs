@@ -11,14 +11,16 @@
 //! - `tools`: what the tools are (generated from the verb table by
 //!   `collab_proto::verbs::tools`), which the caller sees, and how a call
 //!   runs and becomes a tool result; the event tools.
-//! - `loopback`: the in-process SSH session through which every call runs
-//!   the real verb dispatcher (`ssh::exec::run_exec`, passed in as
-//!   [`RunExec`]) as the caller.
+//! - `session`: the state a session's calls share (the caller as a
+//!   `service::Context`, no transport), so the same calls can serve MCP
+//!   over HTTP later.
+//!
+//! Every call runs through the service (`crate::service`) as the caller:
+//! no in-process SSH session, no command line.
 //!
 //! A malformed message gets a JSON-RPC error and the session goes on; it
 //! never affects another session.
 
-mod loopback;
 mod session;
 mod tools;
 
@@ -32,7 +34,6 @@ use tokio::sync::{mpsc, Notify};
 use crate::ssh::context::ExecContext;
 use crate::ssh::reply::note_exit_status;
 
-pub use loopback::RunExec;
 use session::{Calls, Refusal, Running, Session};
 
 /// Protocol revisions this server speaks, newest first. The newest is
@@ -63,20 +64,12 @@ fn error(id: &Value, code: i64, message: &str) -> Value {
 
 /// Serve one MCP session on `channel` until the client closes it, the
 /// idle timeout passes, or the server stops; every tool call runs through
-/// `run_exec`.
-pub async fn serve(ctx: ExecContext, channel: Channel<Msg>, run_exec: RunExec) {
+/// the service as the caller.
+pub async fn serve(ctx: ExecContext, channel: Channel<Msg>) {
     let (mut read, write) = channel.split();
-    let connected =
-        loopback::Verbs::connect(ctx.app.clone(), ctx.caller.identity.clone(), run_exec).await;
-    let verbs = match connected {
-        Ok(v) => v,
-        Err(e) => {
-            tracing::error!("collab-mcp: starting the session: {e:#}");
-            drop(read);
-            crate::ssh::reply::reply_on(write, "error: internal error", 1).await;
-            return;
-        }
-    };
+    // Numbers only tell this process's sessions apart.
+    static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let number = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     tracing::info!(principal = ctx.caller.principal(), "mcp session opened");
     let config = ctx.app.config.mcp.clone();
     let stopping = ctx.app.stopping.clone();
@@ -93,8 +86,8 @@ pub async fn serve(ctx: ExecContext, channel: Channel<Msg>, run_exec: RunExec) {
         write
     });
     let session = Arc::new(Session {
-        ctx,
-        verbs,
+        ctx: ctx.call.clone(),
+        number,
         out,
         calls: Mutex::new(Calls::default()),
         subscription: Mutex::new(None),
@@ -172,8 +165,8 @@ pub async fn serve(ctx: ExecContext, channel: Channel<Msg>, run_exec: RunExec) {
         sub.cancel();
     }
     finish_calls(&session, std::time::Duration::from_secs(2)).await;
-    // Past that, dropping the session ends the loopback session, which
-    // stops every verb still running (`ssh::leaving`).
+    // Past that, the calls still running are aborted, which drops their
+    // verbs.
     session
         .calls
         .lock()
@@ -205,9 +198,8 @@ pub async fn serve(ctx: ExecContext, channel: Channel<Msg>, run_exec: RunExec) {
 
 /// Stops what a session runs besides its own task: its calls, its
 /// subscription and its writer. `serve` is dropped where it is when its
-/// caller leaves (`ssh::leaving`); then the call tasks let go of the
-/// session, which ends its loopback session, which stops every verb
-/// still running, and the writer lets go of the channel and the lines
+/// caller leaves (`ssh::leaving`); then the call tasks are aborted,
+/// which drops the verbs still running, and the writer lets go of the channel and the lines
 /// still queued. After a clean end there is nothing left to stop.
 struct StopsSession {
     session: std::sync::Weak<Session>,

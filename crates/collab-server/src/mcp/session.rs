@@ -9,13 +9,16 @@ use serde_json::Value;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::AbortHandle;
 
-use super::loopback;
-use crate::ssh::context::ExecContext;
+use crate::service::Context;
 
-/// The session state the calls share.
+/// The session state the calls share: no transport in it, so the same
+/// calls serve MCP over an SSH channel (`mod`) and, later, over HTTP.
 pub(crate) struct Session {
-    pub(super) ctx: ExecContext,
-    pub(super) verbs: loopback::Verbs,
+    /// The caller that opened the session (re-checked at every call).
+    pub(super) ctx: Context,
+    /// This session's number: its calls are counted under it
+    /// (`service::Context::mcp_session`).
+    pub(super) number: u64,
     pub(super) out: mpsc::Sender<String>,
     /// Calls running, by request id (its JSON text), for cancellation.
     pub(super) calls: Mutex<Calls>,
@@ -23,10 +26,10 @@ pub(crate) struct Session {
     pub(super) subscription: Mutex<Option<Running>>,
 }
 
-/// A task that runs a verb on a loopback channel. Told to stop, it closes
-/// its channel, which the verb sees as its client leaving (a lease waiter
-/// gives its ticket up); abort is only the fallback, as a dropped channel
-/// is not a closed one.
+/// A task that runs one call. Told to stop, it drops a verb that only
+/// reads, or tells any other that its caller left (a lease waiter gives
+/// its ticket up) and lets it end (`tools::run_verb`); abort is only the
+/// fallback.
 pub(crate) struct Running {
     pub stop: Arc<Notify>,
     pub task: AbortHandle,
@@ -41,7 +44,7 @@ impl Running {
 /// The calls of a session, by request id (its JSON text). An entry is
 /// the call's slot under `mcp.max_calls_in_flight`: it stays until the
 /// call's task has ended (a cancelled call's verb has stopped, see
-/// `loopback::VerbEnd`), and only that task takes it out: each entry has
+/// `tools::run_verb`), and only that task takes it out: each entry has
 /// its own generation, so a task ending late never takes out a newer call
 /// that reuses its id.
 #[derive(Default)]

@@ -1,8 +1,9 @@
 //! The tools of an MCP session: which the caller sees (`list`), and how a
-//! call runs (`call`): the arguments become the verb's command line
-//! (`collab_proto::verbs::tools::command_line`, from the table), the line
-//! runs through the dispatcher as the caller (`loopback`), and the verb's
-//! answer becomes the tool result: `structuredContent` is its JSON reply
+//! call runs (`call`): the arguments become the verb's words
+//! (`collab_proto::verbs::tools::command_words`, from the table), the
+//! typed request parsed from them runs through the service as the caller
+//! (`service::call`: no channel, no SSH), and the verb's answer becomes
+//! the tool result: `structuredContent` is its JSON reply
 //! and `content` its text; a refusal is `isError: true` with the verb's
 //! refusal fields (a fencing refusal's `holder` and `token`) and its one
 //! error line as `error`. A busy answer (`collab_proto::exit::BUSY`:
@@ -19,12 +20,13 @@ use std::time::Duration;
 
 use collab_proto::verbs::tools as generated;
 use collab_proto::verbs::{Need, Verb};
-use russh::ChannelMsg;
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 
 use super::session::{Running, Session};
 use crate::authz::{self, Access, Regime};
+use crate::service::command::{ExecCommand, WatchCmd};
+use crate::service::{self, events};
 
 /// The largest reply a call passes on (a diff, a long list).
 const MAX_REPLY: usize = 8 * 1024 * 1024;
@@ -130,16 +132,26 @@ pub async fn call(
         _ => {}
     }
     let verb = generated::tool_verb(name).ok_or(CallError::UnknownTool)?;
-    let (line, stdin) = match generated::command_line(verb, &arguments) {
+    let (words, stdin) = match generated::command_words(verb, &arguments) {
         Ok(built) => built,
         Err(why) => return Ok(refused(&format!("error: {why}"), Map::new(), None)),
+    };
+    // The typed request, parsed from the words with the table as the SSH
+    // door parses its line (no quoting round trip).
+    let command = match service::parse(&words) {
+        Ok(command) if service::serves(&command) => command,
+        Ok(_) => {
+            let line = "error: this verb is not a tool call";
+            return Ok(refused(line, Map::new(), None));
+        }
+        Err(line) => return Ok(refused(&line, Map::new(), None)),
     };
     // A busy answer (a lock held elsewhere past the server's wait, nothing
     // written) runs again, as the CLI does: up to `BUSY_ATTEMPTS` runs.
     let mut attempt = 1;
     let mut n = 0u64;
     let answer = loop {
-        let run = session.verbs.run(&line, stdin.as_deref(), MAX_REPLY, stop);
+        let run = run_verb(session, command.clone(), stdin.clone(), stop);
         let answer = if progress.is_null() {
             run.await?.ok_or(CallError::Cancelled)?
         } else {
@@ -183,8 +195,85 @@ pub async fn call(
     Ok(tool_result(answer))
 }
 
+/// What one verb answered, as the tool result is made from it.
+#[derive(Debug, Default)]
+struct Output {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    exit_status: Option<u32>,
+    /// The reply is past `MAX_REPLY`.
+    truncated: bool,
+}
+
+/// Run one verb through the service as the session's caller, re-checked
+/// at every call exactly as `ssh::Connection` checks an exec request (a
+/// key taken out of authorized_keys or governance loses its MCP session's
+/// calls at once); `None` when `stop` was notified first. A verb that only
+/// reads (`service::STOPPED_AT_ONCE`) is dropped then; any other is told
+/// its caller left (a lease waiter gives its ticket up) and runs to its
+/// end, a lease it won given back. Either way its work has ended when
+/// this returns, so the call's slot is free only then.
+async fn run_verb(
+    session: &Arc<Session>,
+    command: ExecCommand,
+    stdin: Option<String>,
+    stop: &Notify,
+) -> anyhow::Result<Option<Output>> {
+    let app = session.ctx.app.clone();
+    let identity = session.ctx.caller.identity.clone();
+    let refusal = if app.stopping.is_stopped() {
+        Some("error: the server is shutting down")
+    } else if !authz::is_admitted(&app, &identity) {
+        Some("error: this key is no longer admitted")
+    } else {
+        None
+    };
+    if let Some(line) = refusal {
+        return Ok(Some(output(service::Answer::new(line, 1))));
+    }
+    let _working = app.work.track();
+    let (trigger, left) = crate::shutdown::stop_pair();
+    let mut ctx = service::Context::new(app.clone(), authz::caller_for(&app, identity));
+    ctx.mcp_session = Some(session.number);
+    ctx.left = Some(left);
+    let verb = command.verb();
+    let work = service::call(&ctx, command, stdin);
+    tokio::pin!(work);
+    tokio::select! {
+        answer = &mut work => Ok(Some(output(answer))),
+        _ = stop.notified() => {
+            if service::stops_at_once(verb) {
+                crate::metrics::verb_finished(verb, "disconnected");
+            } else {
+                trigger.trigger();
+                let answer = work.await;
+                service::undelivered(&ctx, answer).await;
+            }
+            Ok(None)
+        }
+    }
+}
+
+fn output(answer: service::Answer) -> Output {
+    let truncated = answer.line.len() > MAX_REPLY;
+    let line = answer.line.into_bytes();
+    let (stdout, stderr) = if line.starts_with(b"error:") {
+        (Vec::new(), line)
+    } else if truncated {
+        (Vec::new(), Vec::new())
+    } else {
+        (line, Vec::new())
+    };
+    Output {
+        stdout,
+        stderr,
+        exit_status: Some(answer.status),
+        truncated,
+    }
+}
+
 /// A verb's answer as a tool result.
-fn tool_result(answer: super::loopback::Answer) -> Value {
+fn tool_result(answer: Output) -> Value {
     if answer.truncated {
         return refused(
             &format!(
@@ -273,8 +362,8 @@ fn refused(line: &str, mut fields: Map<String, Value>, json_text: Option<&str>) 
     result(&text, Value::Object(fields), true)
 }
 
-/// The `collab-events watch` line for the event tools' arguments.
-fn watch_line(arguments: &Map<String, Value>, follow: bool) -> Result<String, String> {
+/// The `collab-events watch` request for the event tools' arguments.
+fn watch_cmd(arguments: &Map<String, Value>, follow: bool) -> Result<WatchCmd, String> {
     let watch = collab_proto::verbs::find("collab-events", "watch").expect("in the table");
     let mut given = arguments.clone();
     given.remove("limit");
@@ -284,7 +373,97 @@ fn watch_line(arguments: &Map<String, Value>, follow: bool) -> Result<String, St
     if !follow {
         given.insert("no_follow".into(), json!(true));
     }
-    generated::command_line(watch, &given).map(|(line, _)| line)
+    let (words, _) = generated::command_words(watch, &given)?;
+    match service::parse(&words) {
+        Ok(ExecCommand::Events(cmd)) => Ok(cmd),
+        Ok(_) => Err("not an event watch".into()),
+        Err(line) => Err(line.trim_start_matches("error: ").to_string()),
+    }
+}
+
+/// What a watch sends its reader.
+enum Msg {
+    /// Some of its JSON lines.
+    Data(Vec<u8>),
+    /// It ended caught up (`--no-follow`).
+    Done,
+    /// It was refused or cut off, with this line.
+    Refused(String),
+}
+
+/// A watch of the event log (`service::events`) run for one tool call as
+/// the session's caller, its lines read from a pipe. [`Watching::close`]
+/// stops it and returns once it has ended.
+struct Watching {
+    reader: tokio::io::DuplexStream,
+    task: tokio::task::JoinHandle<Result<events::End, String>>,
+    gone: Option<tokio::sync::oneshot::Sender<()>>,
+    eof: bool,
+    finished: bool,
+}
+
+impl Watching {
+    fn start(session: &Arc<Session>, cmd: WatchCmd) -> Watching {
+        let (reader, mut writer) = tokio::io::duplex(64 * 1024);
+        let (gone_tx, mut gone) = tokio::sync::oneshot::channel::<()>();
+        let app = session.ctx.app.clone();
+        let identity = session.ctx.caller.identity.clone();
+        let number = session.number;
+        let task = tokio::spawn(async move {
+            // The same checks as a tool call's (`run_verb`).
+            if app.stopping.is_stopped() {
+                return Err("error: the server is shutting down".to_string());
+            }
+            if !authz::is_admitted(&app, &identity) {
+                return Err("error: this key is no longer admitted".to_string());
+            }
+            let _working = app.work.track();
+            let mut ctx = service::Context::new(app.clone(), authz::caller_for(&app, identity));
+            ctx.mcp_session = Some(number);
+            let watch = events::open(&ctx, cmd).await?;
+            Ok(watch.run(&ctx, &mut writer, &mut gone).await)
+        });
+        Watching {
+            reader,
+            task,
+            gone: Some(gone_tx),
+            eof: false,
+            finished: false,
+        }
+    }
+
+    /// The next lines, or how the watch ended; `None` after that.
+    async fn wait(&mut self) -> Option<Msg> {
+        use tokio::io::AsyncReadExt as _;
+        if self.finished {
+            return None;
+        }
+        if !self.eof {
+            let mut buf = vec![0u8; 32 * 1024];
+            match self.reader.read(&mut buf).await {
+                Ok(n) if n > 0 => {
+                    buf.truncate(n);
+                    return Some(Msg::Data(buf));
+                }
+                _ => self.eof = true,
+            }
+        }
+        // Its writer is gone: it has ended.
+        self.finished = true;
+        match (&mut self.task).await {
+            Ok(Ok(events::End::CaughtUp)) => Some(Msg::Done),
+            Ok(Ok(events::End::Cut(line)) | Err(line)) => Some(Msg::Refused(line)),
+            Ok(Ok(events::End::ClientGone)) | Err(_) => None,
+        }
+    }
+
+    /// Stop the watch (its caller has left) and wait until it has ended.
+    async fn close(mut self) {
+        drop(self.gone.take());
+        if !self.finished {
+            let _ = (&mut self.task).await;
+        }
+    }
 }
 
 /// `events_read`: one bounded page of the log after `since`.
@@ -330,11 +509,11 @@ async fn events_read(
         Some(given) => given.as_i64().unwrap_or(0),
     };
     // A long poll follows the log; a plain page stops at its end.
-    let line = match watch_line(&arguments, wait > 0) {
-        Ok(line) => line,
+    let cmd = match watch_cmd(&arguments, wait > 0) {
+        Ok(cmd) => cmd,
         Err(why) => return Ok(refused(&format!("error: {why}"), Map::new(), None)),
     };
-    let (mut channel, end) = session.verbs.start(&line, None).await?;
+    let mut channel = Watching::start(session, cmd);
     let mut events: Vec<Value> = Vec::new();
     let mut more = false;
     let mut partial: Vec<u8> = Vec::new();
@@ -350,8 +529,7 @@ async fn events_read(
         let msg = tokio::select! {
             msg = channel.wait() => msg,
             _ = stop.notified() => {
-                let _ = channel.close().await;
-                end.wait().await;
+                channel.close().await;
                 return Err(CallError::Cancelled);
             }
             _ = tokio::time::sleep_until(due), if wait > 0 => {
@@ -375,7 +553,7 @@ async fn events_read(
         };
         let Some(msg) = msg else { break };
         match msg {
-            ChannelMsg::Data { data } => {
+            Msg::Data(data) => {
                 partial.extend_from_slice(&data);
                 while let Some(end) = partial.iter().position(|&b| b == b'\n') {
                     let line: Vec<u8> = partial.drain(..=end).collect();
@@ -399,17 +577,15 @@ async fn events_read(
                     break;
                 }
             }
-            ChannelMsg::ExtendedData { data, ext: 1 } if stderr.len() < 64 * 1024 => {
-                stderr.extend_from_slice(&data)
+            Msg::Done => code = Some(0),
+            Msg::Refused(line) => {
+                stderr.extend_from_slice(line.as_bytes());
+                code = Some(1);
             }
-            ChannelMsg::ExitStatus { exit_status } => code = Some(exit_status),
-            ChannelMsg::Close => break,
-            _ => {}
         }
     }
-    // Ends the verb early when the page is full.
-    let _ = channel.close().await;
-    end.wait().await;
+    // Ends the watch early when the page is full.
+    channel.close().await;
     if !more && code != Some(0) {
         let line = String::from_utf8_lossy(&stderr).trim_end().to_string();
         let line = if line.is_empty() {
@@ -436,8 +612,8 @@ async fn events_subscribe(
     if arguments.contains_key("limit") {
         return Ok(refused("error: unknown argument `limit`", Map::new(), None));
     }
-    let line = match watch_line(&arguments, true) {
-        Ok(line) => line,
+    let cmd = match watch_cmd(&arguments, true) {
+        Ok(cmd) => cmd,
         Err(why) => return Ok(refused(&format!("error: {why}"), Map::new(), None)),
     };
     if let Some(old) = session
@@ -448,7 +624,7 @@ async fn events_subscribe(
     {
         old.cancel();
     }
-    let (mut channel, end) = session.verbs.start(&line, None).await?;
+    let mut channel = Watching::start(session, cmd);
     let (refusal_tx, refusal_rx) = tokio::sync::oneshot::channel::<String>();
     let task_session = session.clone();
     let stop = Arc::new(Notify::new());
@@ -461,14 +637,13 @@ async fn events_subscribe(
             let msg = tokio::select! {
                 msg = channel.wait() => msg,
                 _ = task_stop.notified() => {
-                    let _ = channel.close().await;
-                    end.wait().await;
+                    channel.close().await;
                     return;
                 }
             };
             let Some(msg) = msg else { break };
             match msg {
-                ChannelMsg::Data { data } => {
+                Msg::Data(data) => {
                     partial.extend_from_slice(&data);
                     while let Some(end) = partial.iter().position(|&b| b == b'\n') {
                         let line: Vec<u8> = partial.drain(..=end).collect();
@@ -491,11 +666,8 @@ async fn events_subscribe(
                         partial.clear();
                     }
                 }
-                ChannelMsg::ExtendedData { data, ext: 1 } if stderr.len() < 64 * 1024 => {
-                    stderr.extend_from_slice(&data)
-                }
-                ChannelMsg::Close => break,
-                _ => {}
+                Msg::Refused(line) => stderr.extend_from_slice(line.as_bytes()),
+                Msg::Done => {}
             }
         }
         let line = String::from_utf8_lossy(&stderr).trim_end().to_string();

@@ -6,13 +6,18 @@
 //! side `collab_store::repos`'; this module checks arguments and formats replies.
 
 use collab_proto::replies::admin as wire;
-use russh::server::Msg;
-use russh::Channel;
 use serde_json::json;
 
 use super::command::RepoCmd;
-use super::context::ExecContext;
-use super::reply::{reply_and_close, reply_line};
+use super::context::{authorize_repo, Context};
+use super::reply::reply_line;
+
+/// A reply line and its exit status.
+type Reply = (String, u32);
+
+fn done(line: &str, code: u32) -> Reply {
+    (line.to_string(), code)
+}
 use crate::authz::{self, Access, Regime};
 use crate::repo_admin;
 use crate::repos::{self, CreateError, RepoEntry};
@@ -28,7 +33,7 @@ const CREATE_HINT: &str = "error: permission denied: creating repositories needs
 /// login); `key` is the OpenSSH line to enroll in
 /// governance, `server_key` the server's signing key (webhook `v1a,`
 /// signatures are made with it).
-pub async fn whoami(ctx: &ExecContext, channel: Channel<Msg>) {
+pub async fn whoami(ctx: &Context) -> Reply {
     let caller = &ctx.caller;
     let mut key = caller.identity.key.clone();
     key.set_comment("");
@@ -63,26 +68,24 @@ pub async fn whoami(ctx: &ExecContext, channel: Channel<Msg>) {
                 .to_string()
         }),
     };
-    reply_and_close(channel, &reply_line(&reply), 0).await
+    done(&reply_line(&reply), 0)
 }
 
 /// `collab-repo create '<name>'` (needs Rewind on the name) and
 /// `collab-repo list` (the repositories the caller can read).
-pub async fn repo(ctx: &ExecContext, channel: Channel<Msg>, cmd: RepoCmd) {
+pub async fn repo(ctx: &Context, cmd: RepoCmd) -> Reply {
     // The level its row of the verb table asks (a setting shown: read; set:
     // rewind); `create` and `list` have rules of their own.
     let needed = cmd.needed_access();
     match cmd {
-        RepoCmd::Create { name } => create(ctx, channel, &name).await,
-        RepoCmd::List => list(ctx, channel).await,
-        RepoCmd::Describe { repo, text } => describe(ctx, channel, needed, &repo, text).await,
-        RepoCmd::Visibility { repo, public } => {
-            visibility(ctx, channel, needed, &repo, public).await
-        }
-        RepoCmd::SetHead { repo, branch } => set_head(ctx, channel, needed, &repo, &branch).await,
-        RepoCmd::Rename { repo, new_name } => rename(ctx, channel, needed, &repo, &new_name).await,
-        RepoCmd::Delete { repo, confirm } => delete(ctx, channel, needed, &repo, &confirm).await,
-        RepoCmd::Gc { name } => gc(ctx, channel, needed, &name).await,
+        RepoCmd::Create { name } => create(ctx, &name).await,
+        RepoCmd::List => list(ctx).await,
+        RepoCmd::Describe { repo, text } => describe(ctx, needed, &repo, text).await,
+        RepoCmd::Visibility { repo, public } => visibility(ctx, needed, &repo, public).await,
+        RepoCmd::SetHead { repo, branch } => set_head(ctx, needed, &repo, &branch).await,
+        RepoCmd::Rename { repo, new_name } => rename(ctx, needed, &repo, &new_name).await,
+        RepoCmd::Delete { repo, confirm } => delete(ctx, needed, &repo, &confirm).await,
+        RepoCmd::Gc { name } => gc(ctx, needed, &name).await,
     }
 }
 
@@ -100,7 +103,7 @@ pub const INFO_MAX_REPOS: usize = 1000;
 /// "leases": [{"repo", "issue", "token", "expires_at", "note"}],
 /// "truncated"}`, the leases being the caller's own live ones. Only
 /// repositories `authz` says the caller may read are ever named.
-pub async fn info(ctx: &ExecContext, channel: Channel<Msg>, json: bool) {
+pub async fn info(ctx: &Context, json: bool) -> Reply {
     let repos_dir = ctx.app.config.repos_dir.clone();
     let entries = tokio::task::spawn_blocking(move || repos::list_repos(&repos_dir))
         .await
@@ -126,7 +129,7 @@ pub async fn info(ctx: &ExecContext, channel: Channel<Msg>, json: bool) {
         if truncated {
             out.push_str(&format!("(only the first {INFO_MAX_REPOS} are shown)\n"));
         }
-        return reply_and_close(channel, &out, 0).await;
+        return done(&out, 0);
     }
     let names: Vec<String> = visible.iter().map(|(e, _)| e.name.clone()).collect();
     let holder = principal.clone();
@@ -164,7 +167,7 @@ pub async fn info(ctx: &ExecContext, channel: Channel<Msg>, json: bool) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("info: reading the collab database: {e:#}");
-            return reply_and_close(channel, "error: internal error", 1).await;
+            return done("error: internal error", 1);
         }
     };
     // What each holds in git-lfs, counted on disk as `/metrics` does.
@@ -237,7 +240,7 @@ pub async fn info(ctx: &ExecContext, channel: Channel<Msg>, json: bool) {
         leases,
         truncated,
     };
-    reply_and_close(channel, &reply_line(&reply), 0).await
+    done(&reply_line(&reply), 0)
 }
 
 /// gitolite's letters for a level.
@@ -253,7 +256,7 @@ fn letters(level: Access) -> &'static str {
 
 /// `help`: one JSON object listing the verbs this caller may use, each
 /// with its usage and the access it needs.
-pub async fn help(ctx: &ExecContext, channel: Channel<Msg>) {
+pub async fn help(ctx: &Context) -> Reply {
     let closed = matches!(ctx.caller.regime, Regime::Closed);
     let may_create = match &ctx.caller.regime {
         Regime::Ungoverned { admin } => *admin,
@@ -280,42 +283,32 @@ pub async fn help(ctx: &ExecContext, channel: Channel<Msg>) {
             .collect(),
         docs: "docs/ssh-verbs.md".to_string(),
     };
-    reply_and_close(channel, &reply_line(&reply), 0).await
+    done(&reply_line(&reply), 0)
 }
 
 /// Resolve `repo` with at least `needed` for `what_needs` (see
 /// `authorize_or_reply`).
-async fn resolve(
-    ctx: &ExecContext,
-    channel: Channel<Msg>,
+fn resolve(
+    ctx: &Context,
     repo: &str,
     needed: Access,
     what_needs: &str,
-) -> Option<(Channel<Msg>, RepoEntry)> {
-    super::context::authorize_or_reply(ctx, channel, repo, needed, what_needs)
-        .await
-        .map(|(entry, channel)| (channel, entry))
+) -> Result<RepoEntry, Reply> {
+    authorize_repo(ctx, repo, needed, what_needs)
 }
 
-async fn describe(
-    ctx: &ExecContext,
-    channel: Channel<Msg>,
-    needed: Access,
-    repo: &str,
-    text: Option<String>,
-) {
-    let Some((channel, entry)) =
-        resolve(ctx, channel, repo, needed, "repository settings need").await
-    else {
-        return;
+async fn describe(ctx: &Context, needed: Access, repo: &str, text: Option<String>) -> Reply {
+    let entry = match resolve(ctx, repo, needed, "repository settings need") {
+        Ok(entry) => entry,
+        Err(reply) => return reply,
     };
     if let Some(text) = text {
         if let Err(e) = repo_admin::check_description(&text) {
-            return reply_and_close(channel, &format!("error: {e}"), 1).await;
+            return done(&format!("error: {e}"), 1);
         }
         if let Err(e) = repo_admin::set_description(&entry.path, &text) {
             tracing::error!(repo = entry.name, "collab-repo describe: {e:#}");
-            return reply_and_close(channel, "error: internal error", 1).await;
+            return done("error: internal error", 1);
         }
         record_settings(ctx, &entry.name, json!({"description": text})).await;
     }
@@ -323,42 +316,31 @@ async fn describe(
         description: repo_admin::description(&entry.path),
         repo: entry.name,
     };
-    reply_and_close(channel, &reply_line(&reply), 0).await
+    done(&reply_line(&reply), 0)
 }
 
-async fn visibility(
-    ctx: &ExecContext,
-    channel: Channel<Msg>,
-    needed: Access,
-    repo: &str,
-    public: Option<bool>,
-) {
-    let Some((channel, entry)) =
-        resolve(ctx, channel, repo, needed, "repository settings need").await
-    else {
-        return;
+async fn visibility(ctx: &Context, needed: Access, repo: &str, public: Option<bool>) -> Reply {
+    let entry = match resolve(ctx, repo, needed, "repository settings need") {
+        Ok(entry) => entry,
+        Err(reply) => return reply,
     };
     if let Some(public) = public {
         if !matches!(ctx.caller.regime, Regime::Ungoverned { .. }) {
-            return reply_and_close(
-                channel,
+            return done(
                 "error: this server is governed: set `public` for the repository in \
                  governance.toml (_governance.git), see docs/access-control.md",
                 1,
-            )
-            .await;
+            );
         }
         if entry.policy.broken.is_some() {
-            return reply_and_close(
-                channel,
+            return done(
                 "error: the repository's collab-policy.toml does not parse; fix it by hand first",
                 1,
-            )
-            .await;
+            );
         }
         if let Err(e) = repo_admin::set_public(&entry.path, public) {
             tracing::error!(repo = entry.name, "collab-repo visibility: {e:#}");
-            return reply_and_close(channel, "error: internal error", 1).await;
+            return done("error: internal error", 1);
         }
         record_settings(ctx, &entry.name, json!({"public": public})).await;
     }
@@ -370,20 +352,13 @@ async fn visibility(
         repo: entry.name,
         visibility: if now_public { "public" } else { "private" }.to_string(),
     };
-    reply_and_close(channel, &reply_line(&reply), 0).await
+    done(&reply_line(&reply), 0)
 }
 
-async fn set_head(
-    ctx: &ExecContext,
-    channel: Channel<Msg>,
-    needed: Access,
-    repo: &str,
-    branch: &str,
-) {
-    let Some((channel, entry)) =
-        resolve(ctx, channel, repo, needed, "repository settings need").await
-    else {
-        return;
+async fn set_head(ctx: &Context, needed: Access, repo: &str, branch: &str) -> Reply {
+    let entry = match resolve(ctx, repo, needed, "repository settings need") {
+        Ok(entry) => entry,
+        Err(reply) => return reply,
     };
     let branch = branch
         .strip_prefix("refs/heads/")
@@ -395,46 +370,32 @@ async fn set_head(
         .await
         .unwrap_or_else(|e| Err(anyhow::anyhow!("{e}")));
     if let Err(e) = result {
-        return reply_and_close(channel, &format!("error: {e}"), 1).await;
+        return done(&format!("error: {e}"), 1);
     }
     record_settings(ctx, &entry.name, json!({"head": branch})).await;
     let reply = wire::RepoHead {
         repo: entry.name,
         head: branch.to_string(),
     };
-    reply_and_close(channel, &reply_line(&reply), 0).await
+    done(&reply_line(&reply), 0)
 }
 
-async fn rename(
-    ctx: &ExecContext,
-    channel: Channel<Msg>,
-    needed: Access,
-    repo: &str,
-    new_name: &str,
-) {
-    let Some((channel, entry)) =
-        resolve(ctx, channel, repo, needed, "repository settings need").await
-    else {
-        return;
+async fn rename(ctx: &Context, needed: Access, repo: &str, new_name: &str) -> Reply {
+    let entry = match resolve(ctx, repo, needed, "repository settings need") {
+        Ok(entry) => entry,
+        Err(reply) => return reply,
     };
     if entry.is_governance() {
-        return reply_and_close(
-            channel,
-            "error: the governance repository cannot be renamed",
-            1,
-        )
-        .await;
+        return done("error: the governance repository cannot be renamed", 1);
     }
     if let Err(e) = repos::normalize_repo_name(new_name) {
-        return reply_and_close(channel, &format!("error: invalid repository name: {e}"), 1).await;
+        return done(&format!("error: invalid repository name: {e}"), 1);
     }
     if !authz::can_create_repo(&ctx.app, &ctx.caller, new_name) {
-        return reply_and_close(
-            channel,
+        return done(
             "error: permission denied: the new name needs rewind access (creating a repository)",
             1,
-        )
-        .await;
+        );
     }
     let repos_dir = ctx.app.config.repos_dir.clone();
     let moved = entry.clone();
@@ -445,7 +406,7 @@ async fn rename(
             .unwrap_or_else(|e| Err(anyhow::anyhow!("{e}")));
     let new_canonical = match renamed {
         Ok(name) => name,
-        Err(e) => return reply_and_close(channel, &format!("error: {e:#}"), 1).await,
+        Err(e) => return done(&format!("error: {e:#}"), 1),
     };
     // Leases, fencing high-water marks and everything else keyed by the name
     // follow the repository; if that fails, the move is undone.
@@ -467,7 +428,7 @@ async fn rename(
         if let Err(e) = std::fs::rename(&back, &entry.path) {
             tracing::error!(repo = entry.name, "collab-repo rename: moving back: {e}");
         }
-        return reply_and_close(channel, "error: internal error", 1).await;
+        return done("error: internal error", 1);
     }
     move_release_dir(ctx, &entry.name, Some(&new_canonical));
     tracing::info!(
@@ -481,20 +442,13 @@ async fn rename(
         from: entry.name,
         repo: new_canonical,
     };
-    reply_and_close(channel, &reply_line(&reply), 0).await
+    done(&reply_line(&reply), 0)
 }
 
-async fn delete(
-    ctx: &ExecContext,
-    channel: Channel<Msg>,
-    needed: Access,
-    repo: &str,
-    confirm: &str,
-) {
-    let Some((channel, entry)) =
-        resolve(ctx, channel, repo, needed, "repository settings need").await
-    else {
-        return;
+async fn delete(ctx: &Context, needed: Access, repo: &str, confirm: &str) -> Reply {
+    let entry = match resolve(ctx, repo, needed, "repository settings need") {
+        Ok(entry) => entry,
+        Err(reply) => return reply,
     };
     let same = |a: &str| {
         repos::normalize_repo_name(a)
@@ -502,24 +456,17 @@ async fn delete(
             .ok()
     };
     if same(confirm) != Some(entry.short_name().to_string()) {
-        return reply_and_close(
-            channel,
+        return done(
             &format!(
                 "error: to delete {}, repeat its name: --confirm '{}'",
                 entry.name,
                 entry.short_name()
             ),
             1,
-        )
-        .await;
+        );
     }
     if entry.is_governance() {
-        return reply_and_close(
-            channel,
-            "error: the governance repository cannot be deleted",
-            1,
-        )
-        .await;
+        return done("error: the governance repository cannot be deleted", 1);
     }
     let trash = ctx.app.config.state_dir.join("trash");
     let gone = entry.clone();
@@ -529,7 +476,7 @@ async fn delete(
     if let Err(e) = removed {
         tracing::error!(repo = entry.name, "collab-repo delete: {e:#}");
         if entry.path.exists() {
-            return reply_and_close(channel, "error: internal error", 1).await;
+            return done("error: internal error", 1);
         }
     }
     let (name, actor) = (entry.name.clone(), ctx.caller.principal().to_string());
@@ -560,11 +507,11 @@ async fn delete(
         status: "deleted".to_string(),
         repo: entry.name,
     };
-    reply_and_close(channel, &reply_line(&reply), 0).await
+    done(&reply_line(&reply), 0)
 }
 
 /// A deleted repository's git-lfs objects go with it.
-async fn remove_lfs_objects(ctx: &ExecContext, repo: &str, lfs_id: Option<String>) {
+async fn remove_lfs_objects(ctx: &Context, repo: &str, lfs_id: Option<String>) {
     let Some(id) = lfs_id else { return };
     let store = crate::lfs::store::LfsStore::new(&ctx.app.config.state_dir);
     let removed = tokio::task::spawn_blocking(move || store.remove_repo(&id)).await;
@@ -575,7 +522,7 @@ async fn remove_lfs_objects(ctx: &ExecContext, repo: &str, lfs_id: Option<String
 
 /// Release files live beside the repositories, by repository name: move
 /// them with a rename, drop them with a delete.
-fn move_release_dir(ctx: &ExecContext, old: &str, new: Option<&str>) {
+fn move_release_dir(ctx: &Context, old: &str, new: Option<&str>) {
     let releases = ctx.app.config.releases_dir();
     let from = releases.join(old);
     if !from.exists() {
@@ -596,7 +543,7 @@ fn move_release_dir(ctx: &ExecContext, old: &str, new: Option<&str>) {
 }
 
 /// Append `repo.settings_changed`; a failure is logged, the change stands.
-async fn record_settings(ctx: &ExecContext, repo: &str, payload: serde_json::Value) {
+async fn record_settings(ctx: &Context, repo: &str, payload: serde_json::Value) {
     let (repo_name, actor) = (repo.to_string(), ctx.caller.principal().to_string());
     if let Err(e) = ctx
         .app
@@ -615,10 +562,10 @@ async fn record_settings(ctx: &ExecContext, repo: &str, payload: serde_json::Val
 /// `collab-repo gc '<repo>'`: run maintenance now and wait for it (after a
 /// run or backup in progress on the repository). Needs Rewind; a reader is
 /// told so, anyone else gets "not found".
-async fn gc(ctx: &ExecContext, channel: Channel<Msg>, needed: Access, name: &str) {
-    let Some((channel, entry)) = resolve(ctx, channel, name, needed, "collab-repo gc needs").await
-    else {
-        return;
+async fn gc(ctx: &Context, needed: Access, name: &str) -> Reply {
+    let entry = match resolve(ctx, name, needed, "collab-repo gc needs") {
+        Ok(entry) => entry,
+        Err(reply) => return reply,
     };
     let public = authz::anonymous_can_read(&ctx.app, &entry);
     match ctx
@@ -642,23 +589,23 @@ async fn gc(ctx: &ExecContext, channel: Channel<Msg>, needed: Access, name: &str
                 lfs_objects_removed: report.lfs_objects_removed,
                 lfs_bytes_removed: report.lfs_bytes_removed,
             };
-            reply_and_close(channel, &reply_line(&reply), 0).await
+            done(&reply_line(&reply), 0)
         }
         Err(e) => {
             tracing::error!(repo = entry.name, "collab-repo gc: {e:#}");
-            reply_and_close(channel, "error: maintenance failed", 1).await
+            done("error: maintenance failed", 1)
         }
     }
 }
 
-async fn create(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
+async fn create(ctx: &Context, name: &str) -> Reply {
     if let Err(e) = repos::normalize_repo_name(name) {
-        return reply_and_close(channel, &format!("error: invalid repository name: {e}"), 1).await;
+        return done(&format!("error: invalid repository name: {e}"), 1);
     }
     // Refused before looking at the disk, so it says nothing about whether
     // the repository exists.
     if !authz::can_create_repo(&ctx.app, &ctx.caller, name) {
-        return reply_and_close(channel, CREATE_HINT, 1).await;
+        return done(CREATE_HINT, 1);
     }
     let repos_dir = ctx.app.config.repos_dir.clone();
     let owned = name.to_string();
@@ -679,24 +626,24 @@ async fn create(ctx: &ExecContext, channel: Channel<Msg>, name: &str) {
                 status: "created".to_string(),
                 repo: created,
             };
-            reply_and_close(channel, &reply_line(&reply), 0).await
+            done(&reply_line(&reply), 0)
         }
         Err(CreateError::Io(e)) => {
             tracing::error!("creating repository {name}: {e:#}");
-            reply_and_close(channel, "error: internal error", 1).await
+            done("error: internal error", 1)
         }
-        Err(e) => reply_and_close(channel, &format!("error: {e}"), 1).await,
+        Err(e) => done(&format!("error: {e}"), 1),
     }
 }
 
-async fn list(ctx: &ExecContext, channel: Channel<Msg>) {
+async fn list(ctx: &Context) -> Reply {
     let visible = visible_repos(ctx).await;
-    reply_and_close(channel, &reply_line(&visible), 0).await
+    done(&reply_line(&visible), 0)
 }
 
 /// `collab-repo list`'s reply: the repositories the caller can read, each
 /// with the caller's access (the terminal UI lists the same).
-pub async fn visible_repos(ctx: &ExecContext) -> wire::RepoList {
+pub async fn visible_repos(ctx: &Context) -> wire::RepoList {
     let repos_dir = ctx.app.config.repos_dir.clone();
     let entries = tokio::task::spawn_blocking(move || repos::list_repos(&repos_dir))
         .await

@@ -1,15 +1,16 @@
 //! One verb run for an in-process caller, the terminal UI: the argv is
-//! quoted into the line a client would send, parsed with the verb table
-//! (`parse_exec_command`), and handed to the family's handler (`reply`
-//! beside its `run`) with the session's caller, so a TUI action is
-//! authorized, decided, logged, exported and counted exactly as the same
-//! verb over `ssh HOST …`. Only the channel is missing: the reply line
-//! comes back as a value instead of being written.
+//! parsed with the verb table as words (`service::parse`, no shell
+//! quoting round trip) and answered by the service (`service::call`) with
+//! the session's caller, so a TUI action is admitted, authorized, decided,
+//! logged, exported and counted exactly as the same verb over
+//! `ssh HOST …`. Only the channel is missing: the reply line comes back
+//! as a value instead of being written.
 
 use serde_json::Value;
 
-use super::command::{parse_exec_command, refusal, ExecCommand, RepoCmd};
 use super::context::ExecContext;
+use crate::service;
+use crate::service::command::{ExecCommand, RepoCmd};
 
 /// What a verb answered: its JSON reply (exit 0), or the one line it
 /// refused with (`error: ` taken off; a JSON refusal such as a lease
@@ -19,21 +20,10 @@ pub type Answer = Result<Value, String>;
 /// Run `argv` (family, action, arguments, flags; as `ssh HOST argv…`) as
 /// the session's caller. `stdin` stands for a `--body-stdin` body.
 pub async fn call(ctx: &ExecContext, argv: &[&str], stdin: Option<String>) -> Answer {
-    let line = argv
-        .iter()
-        .enumerate()
-        .map(|(i, word)| {
-            if i < 2 && !word.is_empty() && word.chars().all(|c| c.is_ascii_lowercase() || c == '-')
-            {
-                word.to_string()
-            } else {
-                collab_proto::tokens::shell_quote(word)
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
-    let Some(command) = parse_exec_command(&line) else {
-        return Err(strip(&refusal(&line)));
+    let words: Vec<String> = argv.iter().map(|w| w.to_string()).collect();
+    let command = match service::parse(&words) {
+        Ok(command) => command,
+        Err(line) => return Err(strip(&line)),
     };
     let verb = command.verb();
     tracing::info!(
@@ -43,17 +33,23 @@ pub async fn call(ctx: &ExecContext, argv: &[&str], stdin: Option<String>) -> An
         "tui call"
     );
     let (message, code) = match command {
-        ExecCommand::Issue(cmd) => super::issue::reply(ctx, cmd, stdin).await,
-        ExecCommand::Patch(cmd) => super::patch::reply(ctx, cmd, stdin).await,
-        ExecCommand::Lease(cmd) => super::lease::reply(ctx, cmd).await,
-        ExecCommand::Search(cmd) => super::search::reply(ctx, cmd).await,
-        ExecCommand::Repo(RepoCmd::List) => (
-            super::reply::reply_line(&super::admin::visible_repos(ctx).await),
-            0,
-        ),
-        _ => ("error: not available in the terminal UI".to_string(), 1),
+        ExecCommand::Repo(RepoCmd::List) => {
+            let line = super::reply::reply_line(&crate::service::admin::visible_repos(ctx).await);
+            crate::metrics::verb_finished(verb, "ok");
+            (line, 0)
+        }
+        ExecCommand::Issue(_)
+        | ExecCommand::Patch(_)
+        | ExecCommand::Lease(_)
+        | ExecCommand::Search(_) => {
+            let answer = service::call(ctx, command, stdin).await;
+            (answer.line, answer.status)
+        }
+        _ => {
+            crate::metrics::verb_finished(verb, "error");
+            ("error: not available in the terminal UI".to_string(), 1)
+        }
     };
-    crate::metrics::verb_finished(verb, crate::metrics::outcome_of_exit(code));
     answer(&message, code)
 }
 

@@ -17,12 +17,10 @@
 //! overwrite the result of the run that took over. `list` needs read; given a patch it lists the checks of its
 //! latest revision's head.
 
-use russh::server::Msg;
-use russh::Channel;
 use serde_json::Value;
 
-use super::context::{authorize_or_reply, ExecContext};
-use super::reply::{json_line, reply_and_close};
+use super::context::{authorize_repo, Context};
+use super::reply::json_line;
 use crate::authz::Access;
 use crate::repos::RepoEntry;
 use collab_proto::replies::check as replies;
@@ -173,14 +171,13 @@ fn to_json(reply: impl serde::Serialize) -> Value {
 }
 
 /// Run one `collab-check` command.
-pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: CheckCmd) {
+pub async fn reply(ctx: &Context, cmd: CheckCmd) -> (String, u32) {
     let needed = cmd.needed_access();
-    let Some((entry, channel)) =
-        authorize_or_reply(ctx, channel, cmd.repo(), needed, "posting checks needs").await
-    else {
-        return;
+    let entry = match authorize_repo(ctx, cmd.repo(), needed, "posting checks needs") {
+        Ok(entry) => entry,
+        Err(reply) => return reply,
     };
-    let (line, code) = match cmd {
+    match cmd {
         CheckCmd::Set {
             commit,
             name,
@@ -191,8 +188,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: CheckCmd) {
             ..
         } => set(ctx, &entry, commit, name, state, url, description, fence).await,
         CheckCmd::List { target, .. } => list(ctx, &entry, target).await,
-    };
-    reply_and_close(channel, &line, code).await
+    }
 }
 
 /// Whether `commit` is a commit of the repository at `path` that a ref
@@ -263,7 +259,7 @@ fn fence_check(
 
 #[allow(clippy::too_many_arguments)]
 async fn set(
-    ctx: &ExecContext,
+    ctx: &Context,
     entry: &RepoEntry,
     commit: String,
     name: String,
@@ -353,7 +349,7 @@ async fn set(
 
 /// The head of `id`'s latest revision, `Ok(None)` when no patch matches.
 pub async fn patch_head(
-    ctx: &ExecContext,
+    ctx: &Context,
     repo: &str,
     id: &str,
 ) -> Result<Option<(String, String)>, Reply> {
@@ -374,7 +370,7 @@ pub async fn patch_head(
     }
 }
 
-async fn list(ctx: &ExecContext, entry: &RepoEntry, target: String) -> Reply {
+async fn list(ctx: &Context, entry: &RepoEntry, target: String) -> Reply {
     let repo = entry.name.clone();
     // A patch first (ids are 40 hex digits too, and prefixes are shorter);
     // otherwise a full commit id.

@@ -3,14 +3,11 @@
 //! verbs ask of it: `authorize_or_reply` (the repository at a level, or the
 //! reply that refuses it), `git_process_slot` and `fenced_refs`.
 
-use std::sync::Arc;
-
 use russh::server::Msg;
 use russh::Channel;
 
-use super::reply::{reply_and_close, NOT_FOUND};
-use crate::app::App;
-use crate::authz::Caller;
+use super::reply::reply_and_close;
+use crate::service::Context;
 
 /// The environment a client set on its channel (only `GIT_PROTOCOL` and
 /// `NO_COLOR` are accepted) and its pty request, if any.
@@ -21,10 +18,6 @@ pub struct ChannelEnv {
     pub no_color: bool,
     /// The pty the client asked for: only the terminal UI is served on one.
     pub pty: Option<PtyRequest>,
-    /// Set by the MCP loopback, never by a client: this channel runs one
-    /// tool call of that `collab-mcp` session, which bounds its own calls
-    /// (`limits::running` counts them per session, not per key).
-    pub mcp_session: Option<u64>,
 }
 
 /// What a pty request said (`TERM` and the window size).
@@ -35,14 +28,29 @@ pub struct PtyRequest {
     pub rows: u32,
 }
 
-/// Everything a verb needs besides its channel.
+/// Everything a verb needs besides its channel: the service's
+/// [`Context`] (the shared state and the caller, reached through it as
+/// `ctx.app`, `ctx.caller`), the channel's environment and the session.
 pub struct ExecContext {
-    pub app: Arc<App>,
-    pub caller: Caller,
+    pub call: Context,
     pub env: ChannelEnv,
     /// The connection's session, for the few verbs that must send past a
     /// full window (a watcher's last line) or drop a stalled connection.
     pub session: russh::server::Handle,
+}
+
+impl std::ops::Deref for ExecContext {
+    type Target = Context;
+
+    fn deref(&self) -> &Context {
+        &self.call
+    }
+}
+
+impl std::ops::DerefMut for ExecContext {
+    fn deref_mut(&mut self) -> &mut Context {
+        &mut self.call
+    }
 }
 
 /// Resolve `repo` with at least `needed` for a verb, or reply and give the
@@ -57,22 +65,10 @@ pub async fn authorize_or_reply(
     needed: crate::authz::Access,
     what_needs: &str,
 ) -> Option<(crate::repos::RepoEntry, Channel<Msg>)> {
-    use crate::authz::{authorize, Access};
-    match authorize(&ctx.app, &ctx.caller, repo, needed) {
-        Ok((entry, _)) => Some((entry, channel)),
-        Err(_)
-            if needed > Access::Read
-                && authorize(&ctx.app, &ctx.caller, repo, Access::Read).is_ok() =>
-        {
-            let message = format!(
-                "error: permission denied: {what_needs} {} access",
-                needed.as_str()
-            );
-            reply_and_close(channel, &message, 1).await;
-            None
-        }
-        Err(_) => {
-            reply_and_close(channel, NOT_FOUND, 1).await;
+    match crate::service::context::authorize_repo(ctx, repo, needed, what_needs) {
+        Ok(entry) => Some((entry, channel)),
+        Err((message, code)) => {
+            reply_and_close(channel, &message, code).await;
             None
         }
     }

@@ -36,11 +36,11 @@ use russh::{Channel, ChannelMsg};
 use tokio::io::{AsyncWriteExt as _, BufReader};
 use tokio::process::Command;
 
-use super::command::GitService;
 use super::context::{fenced_ref_issue, fenced_refs, git_process_slot, ExecContext};
 use super::reply::{reply_and_close, NOT_FOUND};
 use crate::authz::{self, Access};
 use crate::hooks::HookContext;
+use crate::service::command::GitService;
 use crate::upload_pack;
 
 /// Copy buffer: one SSH packet's worth.

@@ -30,12 +30,10 @@ use crate::people::{annotate_line, DisplayNames};
 use chrono::{DateTime, Utc};
 use collab_proto::replies::fenced::Fenced;
 use collab_proto::replies::issue as wire;
-use russh::server::Msg;
-use russh::{Channel, ChannelMsg};
 use serde::Serialize;
 
-use super::context::ExecContext;
-use super::reply::{reply_and_close, reply_line, NOT_FOUND};
+use super::context::Context;
+use super::reply::{reply_line, NOT_FOUND};
 use crate::authz::{self, Access, Caller};
 use collab_proto::verbs::{self, Invocation};
 use collab_store::exports;
@@ -167,7 +165,7 @@ impl IssueCmd {
         collab_proto::verbs::level(self.verb(), |_| None)
     }
 
-    fn reads_stdin(&self) -> bool {
+    pub(crate) fn reads_stdin(&self) -> bool {
         matches!(
             self,
             IssueCmd::Open {
@@ -305,30 +303,11 @@ fn ok(reply: &impl Serialize) -> Reply {
     (reply_line(reply), 0)
 }
 
-/// Serve one `collab-issue` command on `channel`.
-pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: IssueCmd) {
-    let needed = cmd.needed_access();
-    let repo = match authorized_repo(ctx, cmd.repo().to_string(), needed).await {
-        Ok(repo) => repo,
-        Err((message, code)) => return reply_and_close(channel, &message, code).await,
-    };
-    let body = if cmd.reads_stdin() {
-        let max = ctx.app.config.max_issue_body;
-        match read_body(&mut channel, max).await {
-            Ok(body) => Some(body),
-            Err(message) => return reply_and_close(channel, &message, 1).await,
-        }
-    } else {
-        None
-    };
-    let (message, code) = authorized_reply(ctx, repo, cmd, body).await;
-    reply_and_close(channel, &message, code).await
-}
-
-/// The reply to one `collab-issue` command without a channel (the
-/// terminal UI's calls): the same authorization and work as [`run`];
-/// `stdin` stands for the channel's stdin of a `--body-stdin`.
-pub async fn reply(ctx: &ExecContext, cmd: IssueCmd, stdin: Option<String>) -> Reply {
+/// The reply to one `collab-issue` command: authorized, then its work;
+/// `stdin` is the body of a `--body-stdin` (the service authorizes such
+/// a command before its door reads the body, and calls
+/// [`authorized_reply`]).
+pub async fn reply(ctx: &Context, cmd: IssueCmd, stdin: Option<String>) -> Reply {
     let needed = cmd.needed_access();
     let repo = match authorized_repo(ctx, cmd.repo().to_string(), needed).await {
         Ok(repo) => repo,
@@ -339,8 +318,8 @@ pub async fn reply(ctx: &ExecContext, cmd: IssueCmd, stdin: Option<String>) -> R
 
 /// The work of an authorized command, the log line and export of a write,
 /// and the reply with its display names.
-async fn authorized_reply(
-    ctx: &ExecContext,
+pub(crate) async fn authorized_reply(
+    ctx: &Context,
     repo: String,
     cmd: IssueCmd,
     body: Option<String>,
@@ -364,7 +343,7 @@ async fn authorized_reply(
 /// imported (on first use of a repository the server has not seen yet);
 /// the repository's canonical name, or the reply to send.
 async fn authorized_repo(
-    ctx: &ExecContext,
+    ctx: &Context,
     requested: String,
     needed: Access,
 ) -> Result<String, Reply> {
@@ -376,7 +355,7 @@ async fn authorized_repo(
 /// [`authorized_repo`], returning the whole repository entry (its path and
 /// policy), for verbs that read git too.
 pub(super) async fn authorized_entry(
-    ctx: &ExecContext,
+    ctx: &Context,
     requested: String,
     needed: Access,
 ) -> Result<crate::repos::RepoEntry, Reply> {
@@ -404,27 +383,6 @@ pub(super) async fn authorized_entry(
     }
 }
 
-/// Read the channel's stdin to EOF, refusing more than `max` bytes or text
-/// that is not UTF-8 (the reply is the `error:` line).
-pub(super) async fn read_body(channel: &mut Channel<Msg>, max: u64) -> Result<String, String> {
-    let mut body = Vec::new();
-    while let Some(msg) = channel.wait().await {
-        match msg {
-            ChannelMsg::Data { data } => {
-                if body.len() as u64 + data.len() as u64 > max {
-                    return Err(format!(
-                        "error: body is larger than max_issue_body ({max} bytes); nothing was written"
-                    ));
-                }
-                body.extend_from_slice(&data);
-            }
-            ChannelMsg::Eof | ChannelMsg::Close => break,
-            _ => {}
-        }
-    }
-    String::from_utf8(body).map_err(|_| "error: body is not UTF-8".to_string())
-}
-
 /// The author of this caller's writes.
 pub(super) fn actor(caller: &Caller) -> Person {
     let mut key = caller.identity.key.clone();
@@ -438,7 +396,7 @@ pub(super) fn actor(caller: &Caller) -> Person {
 
 /// A link's other end: `<id>` in `repo`, or `<repo>#<id>` in a repository
 /// the caller can read (else the same `repository not found`).
-async fn other_end(ctx: &ExecContext, repo: &str, other: &str) -> Result<(String, String), Reply> {
+async fn other_end(ctx: &Context, repo: &str, other: &str) -> Result<(String, String), Reply> {
     let Some((other_repo, id)) = other.rsplit_once('#') else {
         return Ok((repo.to_string(), other.to_string()));
     };
@@ -446,7 +404,7 @@ async fn other_end(ctx: &ExecContext, repo: &str, other: &str) -> Result<(String
     Ok((name, id.to_string()))
 }
 
-async fn answer(ctx: &ExecContext, repo: String, cmd: IssueCmd, stdin: Option<String>) -> Reply {
+async fn answer(ctx: &Context, repo: String, cmd: IssueCmd, stdin: Option<String>) -> Reply {
     let body_of = |arg: Option<BodyArg>| -> Option<String> {
         match arg {
             Some(BodyArg::Text(t)) => Some(t),
@@ -713,7 +671,7 @@ fn ended(lease: Option<&Lease>) -> Extra {
 /// Run one write through the writer and reply with
 /// `{"status", "repo", "issue", "event", "seq", ...extra}`.
 async fn write<F>(
-    ctx: &ExecContext,
+    ctx: &Context,
     (repo, scope): (&str, Scope),
     status: &'static str,
     actor: Person,
@@ -787,7 +745,7 @@ fn internal(repo: &str, e: anyhow::Error) -> Reply {
     super::reply::internal_reply(&e)
 }
 
-async fn show(ctx: &ExecContext, repo: String, id: String) -> Reply {
+async fn show(ctx: &Context, repo: String, id: String) -> Reply {
     let (r, principal) = (repo.clone(), ctx.caller.principal().to_string());
     let now = chrono::Utc::now().timestamp();
     let read = ctx
@@ -921,11 +879,7 @@ pub(super) fn person(p: &Person) -> wire::Person {
 /// `collab-lease next` adds to a claim, so an agent needs no `show` to
 /// start. Empty when the read fails (logged): the claim is made and must
 /// still reach its caller.
-pub(super) async fn body_and_links(
-    ctx: &ExecContext,
-    repo: &str,
-    id: &str,
-) -> (String, wire::Links) {
+pub(super) async fn body_and_links(ctx: &Context, repo: &str, id: &str) -> (String, wire::Links) {
     let (r, i) = (repo.to_string(), id.to_string());
     let read = ctx
         .app

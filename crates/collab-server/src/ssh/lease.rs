@@ -39,13 +39,11 @@ use crate::people::{annotate_line, DisplayNames};
 use std::future::Future;
 use std::time::Duration;
 
-use russh::server::Msg;
-use russh::{Channel, ChannelMsg, ChannelReadHalf};
 use serde::Serialize;
 
 use super::command::LeaseCmd;
-use super::context::ExecContext;
-use super::reply::{internal_reply, reply_line, reply_on, NOT_FOUND};
+use super::context::Context;
+use super::reply::{internal_reply, reply_line, Answer as ServiceAnswer, NOT_FOUND};
 use crate::authz;
 use crate::leasing::waiters::{Waited, Want, Won};
 use crate::repos::RepoEntry;
@@ -84,19 +82,13 @@ fn ended(status: &str, repo: &str, issue: &str) -> Reply {
     })
 }
 
-/// Serve one `collab-lease` command on `channel`.
-pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: LeaseCmd) {
+/// The answer to one `collab-lease` command; `None` when its caller left
+/// while it waited (`Context::left`): nobody to answer. A lease won by
+/// waiting rides in the answer (`won`), for its door to give back if the
+/// answer cannot be delivered (`service::undelivered`).
+pub async fn reply(ctx: &Context, cmd: LeaseCmd) -> Option<ServiceAnswer> {
     let op = cmd.name();
-    // The read half is drained from the start (an undrained channel stalls
-    // its connection), and tells a waiting command that its client left.
-    let (read, write) = channel.split();
-    let gone = tokio::spawn(client_gone(read));
-    let stop_draining = gone.abort_handle();
-    let gone = async move {
-        let _ = gone.await;
-    };
-    let answered = answer(ctx, cmd, gone).await;
-    stop_draining.abort();
+    let answered = answer(ctx, cmd, ctx.caller_left()).await;
     let (message, code, won) = match answered {
         Some(Answer::Reply((message, code))) => (message, code, None),
         Some(Answer::Waited(won)) => {
@@ -113,48 +105,15 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: LeaseCmd) {
         None => {
             tracing::info!(op, "lease waiter left");
             crate::metrics::lease_op(op, "disconnected");
-            return;
+            return None;
         }
     };
     crate::metrics::lease_op(op, crate::metrics::outcome_of_exit(code));
-    let message = annotate_line(message, &DisplayNames::of(&ctx.app));
-    if !reply_on(write, &message, code).await {
-        // A lease won after a long wait by a caller that has just gone:
-        // give it back rather than leave it to nobody.
-        if let Some(lease) = won {
-            tracing::info!(
-                repo = lease.repo,
-                issue = lease.issue_id,
-                "releasing a lease its waiter never heard of"
-            );
-            if let Err(e) = ctx
-                .app
-                .writer
-                .release(&lease.repo, &lease.issue_id, &lease.holder)
-                .await
-            {
-                tracing::warn!("collab-lease: giving back a lease: {e:#}");
-            }
-        }
-    }
-}
-
-/// The reply to one `collab-lease` command without a channel (the
-/// terminal UI's calls): the same authorization and decisions as [`run`].
-/// A `--wait` is not offered there; one would be answered like its
-/// acquire or next.
-pub async fn reply(ctx: &ExecContext, cmd: LeaseCmd) -> Reply {
-    let op = cmd.name();
-    let (message, code) = match answer(ctx, cmd, std::future::pending::<()>()).await {
-        Some(Answer::Reply(reply)) => reply,
-        Some(Answer::Waited(Won::Acquired(lease))) => acquired(&lease),
-        Some(Answer::Waited(Won::Next { lease, issue })) => {
-            next_acquired(ctx, &lease, &issue).await
-        }
-        None => error(INTERNAL),
-    };
-    crate::metrics::lease_op(op, crate::metrics::outcome_of_exit(code));
-    (annotate_line(message, &DisplayNames::of(&ctx.app)), code)
+    Some(ServiceAnswer {
+        line: annotate_line(message, &DisplayNames::of(&ctx.app)),
+        status: code,
+        won: won.map(Box::new),
+    })
 }
 
 /// What `answer` produced: a reply, or a lease won by waiting (answered
@@ -165,21 +124,7 @@ enum Answer {
     Waited(Won),
 }
 
-/// Resolves once the client has closed the channel or the connection is
-/// gone (EOF on stdin is not leaving: `ssh … < /dev/null` sends it at once).
-async fn client_gone(mut read: ChannelReadHalf) {
-    while let Some(msg) = read.wait().await {
-        if matches!(msg, ChannelMsg::Close) {
-            return;
-        }
-    }
-}
-
-async fn answer(
-    ctx: &ExecContext,
-    cmd: LeaseCmd,
-    gone: impl Future<Output = ()>,
-) -> Option<Answer> {
+async fn answer(ctx: &Context, cmd: LeaseCmd, gone: impl Future<Output = ()>) -> Option<Answer> {
     // Reads need Read, claims Write, breaking another's lease Rewind: the
     // verb table's rows.
     let needed = cmd.needed_access();
@@ -385,7 +330,7 @@ async fn answer(
 /// them, and no claim (a lease won in the same instant is given back by
 /// the waiters' guard, as for a caller that left).
 async fn wait_for_next(
-    ctx: &ExecContext,
+    ctx: &Context,
     req: NextRequest,
     since: Option<i64>,
     limit: Duration,
@@ -418,7 +363,7 @@ async fn wait_for_next(
 /// naming the holder, or exit 3 for `next`), or the caller leaves (`None`:
 /// no reply).
 async fn wait_for(
-    ctx: &ExecContext,
+    ctx: &Context,
     want: Want,
     limit: Duration,
     gone: impl Future<Output = ()>,
@@ -482,7 +427,7 @@ fn acquired(lease: &Lease) -> Reply {
 
 /// The reply of a `next` that got an issue: the acquire fields plus the
 /// issue's title, labels, priority, body and links.
-async fn next_acquired(ctx: &ExecContext, lease: &Lease, issue: &ReadyIssue) -> Reply {
+async fn next_acquired(ctx: &Context, lease: &Lease, issue: &ReadyIssue) -> Reply {
     let (body, links) = super::issue::body_and_links(ctx, &lease.repo, &lease.issue_id).await;
     tracing::info!(
         repo = lease.repo,
@@ -597,7 +542,7 @@ fn held_issue(
 
 /// A renew or release of an id that is no longer an issue: match it against
 /// the repository's live leases (a full id is taken as it is).
-async fn lease_by_prefix(ctx: &ExecContext, repo: &str, prefix: &str) -> Result<String, Reply> {
+async fn lease_by_prefix(ctx: &Context, repo: &str, prefix: &str) -> Result<String, Reply> {
     if prefix.len() == 40 {
         return Ok(prefix.to_string());
     }
@@ -623,7 +568,7 @@ async fn lease_by_prefix(ctx: &ExecContext, repo: &str, prefix: &str) -> Result<
 /// The exit-4 reply of a renew or release by someone who does not hold the
 /// lease, naming the live holder (and when their lease ends) if there is one.
 async fn not_holder(
-    ctx: &ExecContext,
+    ctx: &Context,
     repo: &str,
     issue: &str,
     other: Option<&str>,

@@ -5,7 +5,7 @@
 //! client starts) or when the connection is gone (the map goes with the
 //! `Connection`, or with the MCP session's loopback handler).
 //! `exec::run_exec` then drops a verb that only reads
-//! (`exec::STOPPED_AT_ONCE`: a diff, a download, a fetch, the MCP session),
+//! (`service::STOPPED_AT_ONCE`: a diff, a download, a fetch, the MCP session),
 //! which frees its buffers, files and slots at once: without this a verb
 //! writing a large reply to a closed channel waits forever for window
 //! space that cannot come. Any other verb runs its bounded work to the

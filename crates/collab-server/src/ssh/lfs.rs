@@ -23,12 +23,12 @@ use russh::server::Msg;
 use russh::Channel;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite};
 
-use super::command::LfsOperation;
 use super::context::{authorize_or_reply, ExecContext};
 use super::reply::{reply_and_close, reply_on};
 use crate::lfs::pktline::{self, FrameError, Packet, Writer, MAX_PAYLOAD};
 use crate::lfs::store::{valid_oid, Incoming, LfsStore, UploadError, Usage};
 use crate::repos::RepoEntry;
+use crate::service::command::LfsOperation;
 
 /// The reply to `git-lfs-authenticate`, which older git-lfs runs to get an
 /// HTTP endpoint and a token: there is none.

@@ -18,18 +18,17 @@
 //! repository is looked up, so the verbs say nothing about which exist.
 
 use collab_proto::replies::mirror as wire;
-use russh::server::Msg;
-use russh::Channel;
 
 use super::command::MirrorCmd;
-use super::context::{authorize_or_reply, ExecContext};
-use super::reply::{reply_and_close, reply_line};
+use super::context::{authorize_repo, Context};
+use super::reply::reply_line;
 use crate::authz;
 use crate::mirrors::{git::Credential, Outcome};
+use crate::repos::RepoEntry;
 use collab_store::mirrors::{self as store, AddRefused, Mirror};
 
 /// The largest credential read from stdin (an RSA-4096 key is ~3.4 KiB).
-const MAX_CREDENTIAL: usize = 16 * 1024;
+pub const MAX_CREDENTIAL: usize = 16 * 1024;
 
 /// The default `--interval`.
 const DEFAULT_INTERVAL_SECS: u64 = 600;
@@ -39,29 +38,40 @@ const MAX_INTERVAL_SECS: u64 = 30 * 86_400;
 
 const NOT_FOUND: &str = "error: mirror not found";
 
-/// Run one `collab-repo mirror` command.
-pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: MirrorCmd) {
+/// The repository a `collab-repo mirror` command is for: mirrors are for
+/// server administrators with rewind on it. Decided before a credential
+/// is read.
+pub fn authorized(ctx: &Context, cmd: &MirrorCmd) -> Result<RepoEntry, Reply> {
     if !authz::is_server_admin(&ctx.app, &ctx.caller) {
-        return reply_and_close(
-            channel,
-            "error: permission denied: mirrors are for server administrators",
-            1,
-        )
-        .await;
+        return Err(err(
+            "permission denied: mirrors are for server administrators",
+        ));
     }
-    let Some((entry, channel)) = authorize_or_reply(
-        ctx,
-        channel,
-        cmd.repo(),
-        cmd.needed_access(),
-        "mirrors need",
+    authorize_repo(ctx, cmd.repo(), cmd.needed_access(), "mirrors need")
+}
+
+/// Whether the command reads a credential on stdin.
+pub fn reads_stdin(cmd: &MirrorCmd) -> bool {
+    matches!(
+        cmd,
+        MirrorCmd::Add {
+            credential: Some(_),
+            ..
+        }
     )
-    .await
-    else {
-        return;
-    };
+}
+
+/// Run one authorized `collab-repo mirror` command; `stdin` is the
+/// credential of `add --credential-stdin` (read by the door, at most
+/// [`MAX_CREDENTIAL`] bytes, trimmed).
+pub async fn reply(
+    ctx: &Context,
+    entry: RepoEntry,
+    cmd: MirrorCmd,
+    stdin: Option<String>,
+) -> Reply {
     let repo = entry.name.clone();
-    let (line, code) = match cmd {
+    match cmd {
         MirrorCmd::Add {
             url,
             interval,
@@ -69,28 +79,13 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: MirrorCmd) {
             push,
             ..
         } => {
-            let (channel, credential) = match credential {
-                Some(_) => {
-                    match super::webhook::read_stdin(
-                        channel,
-                        MAX_CREDENTIAL,
-                        "error: the credential is too long (16 KiB at most)",
-                    )
-                    .await
-                    {
-                        Some((channel, text)) => (channel, Some(text)),
-                        None => return,
-                    }
-                }
-                None => (channel, None),
-            };
+            let credential = credential.map(|_| stdin.unwrap_or_default());
             // Its pushes are validated (`hooks::governance`); a fetch is not.
             if !push && entry.is_governance() {
-                let line = "error: the governance repository cannot be a pull mirror: \
-                            its changes are checked when pushed";
-                return reply_and_close(channel, line, 1).await;
+                return err("the governance repository cannot be a pull mirror: \
+                            its changes are checked when pushed");
             }
-            let reply = add(
+            add(
                 ctx,
                 &repo,
                 &entry.path,
@@ -99,14 +94,12 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: MirrorCmd) {
                 credential,
                 push,
             )
-            .await;
-            return reply_and_close(channel, &reply.0, reply.1).await;
+            .await
         }
         MirrorCmd::List { .. } => list(ctx, &repo, &entry.path).await,
         MirrorCmd::Sync { id, .. } => sync(ctx, &repo, id.as_deref()).await,
         MirrorCmd::Remove { id, .. } => remove(ctx, &repo, &id).await,
-    };
-    reply_and_close(channel, &line, code).await
+    }
 }
 
 type Reply = (String, u32);
@@ -162,7 +155,7 @@ fn interval_secs(given: Option<&str>, min: u64) -> Result<u64, String> {
 }
 
 async fn add(
-    ctx: &ExecContext,
+    ctx: &Context,
     repo: &str,
     path: &std::path::Path,
     url: &str,
@@ -262,7 +255,7 @@ async fn lfs_note(path: &std::path::Path) -> String {
         .to_string()
 }
 
-async fn list(ctx: &ExecContext, repo: &str, path: &std::path::Path) -> Reply {
+async fn list(ctx: &Context, repo: &str, path: &std::path::Path) -> Reply {
     let owned = repo.to_string();
     match ctx
         .app
@@ -282,7 +275,7 @@ async fn list(ctx: &ExecContext, repo: &str, path: &std::path::Path) -> Reply {
     }
 }
 
-async fn sync(ctx: &ExecContext, repo: &str, id: Option<&str>) -> Reply {
+async fn sync(ctx: &Context, repo: &str, id: Option<&str>) -> Reply {
     let owned = repo.to_string();
     let mut mirrors = match ctx
         .app
@@ -335,7 +328,7 @@ async fn sync(ctx: &ExecContext, repo: &str, id: Option<&str>) -> Reply {
     (reply_line(&synced), 0)
 }
 
-async fn remove(ctx: &ExecContext, repo: &str, id: &str) -> Reply {
+async fn remove(ctx: &Context, repo: &str, id: &str) -> Reply {
     let (owned, mirror_id) = (repo.to_string(), id.to_string());
     match ctx
         .app

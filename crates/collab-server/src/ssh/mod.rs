@@ -36,30 +36,25 @@
 //! open are closed after `ssh.idle_timeout`, sooner near the cap
 //! (`limits::idle`; the reaper runs in `serve`).
 
-pub mod admin;
+// The verb families the service answers (`crate::service`), by the names
+// the SSH side has always used.
+pub use crate::service::{
+    admin, check, command, issue, lease, mirror, patch, queue, search, webhook,
+};
 pub mod call;
-pub mod check;
-pub mod command;
 pub mod context;
 pub mod exec;
 pub mod git;
 mod git_v2;
-pub mod issue;
-pub mod lease;
 pub mod leaving;
 pub mod lfs;
 mod lfs_locks;
-pub mod mirror;
 #[cfg(test)]
 mod parse_tests;
-pub mod patch;
-pub mod queue;
 mod quick_ack;
 pub mod release;
 pub mod reply;
-pub mod search;
 pub mod watch;
-pub mod webhook;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -711,8 +706,7 @@ impl Connection {
         tokio::spawn(async move {
             let caller = authz::caller_for(&app, identity);
             let ctx = ExecContext {
-                app,
-                caller,
+                call: crate::service::Context::new(app, caller),
                 env,
                 session: handle,
             };

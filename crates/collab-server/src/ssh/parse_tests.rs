@@ -5,8 +5,8 @@
 
 mod issue {
     use crate::authz::Access;
-    use crate::ssh::command::{parse_exec_command, ExecCommand};
-    use crate::ssh::issue::*;
+    use crate::service::command::{parse_exec_command, ExecCommand};
+    use crate::service::issue::*;
 
     fn issue(line: &str) -> Option<IssueCmd> {
         match parse_exec_command(line)? {
@@ -108,9 +108,9 @@ mod issue {
 }
 
 mod patch {
-    use crate::ssh::command::{parse_exec_command, ExecCommand};
-    use crate::ssh::issue::BodyArg;
-    use crate::ssh::patch::*;
+    use crate::service::command::{parse_exec_command, ExecCommand};
+    use crate::service::issue::BodyArg;
+    use crate::service::patch::*;
     use collab_store::patches::Verdict;
 
     fn patch(line: &str) -> Option<PatchCmd> {

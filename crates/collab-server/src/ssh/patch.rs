@@ -30,13 +30,11 @@ use crate::people::{annotate_line, DisplayNames};
 use collab_proto::replies::fenced::Fenced;
 use collab_proto::replies::patch as wire;
 
-use russh::server::Msg;
-use russh::Channel;
 use serde::Serialize;
 
-use super::context::ExecContext;
-use super::issue::{authorized_entry, body_arg, person, read_body, time_text, BodyArg, Reply};
-use super::reply::{reply_and_close, reply_line};
+use super::context::Context;
+use super::issue::{authorized_entry, body_arg, person, time_text, BodyArg, Reply};
+use super::reply::reply_line;
 use crate::authz::{self, Access};
 use crate::patch_merge::{self, MergeError, RunError};
 use crate::repos::RepoEntry;
@@ -152,7 +150,7 @@ impl PatchCmd {
         collab_proto::verbs::level(self.verb(), |_| None)
     }
 
-    fn reads_stdin(&self) -> bool {
+    pub(crate) fn reads_stdin(&self) -> bool {
         matches!(
             self,
             PatchCmd::Review {
@@ -277,29 +275,11 @@ fn patch_error(repo: &str, e: PatchError) -> Reply {
     }
 }
 
-/// Serve one `collab-patch` command on `channel`.
-pub async fn run(ctx: &ExecContext, mut channel: Channel<Msg>, cmd: PatchCmd) {
-    let needed = cmd.needed_access();
-    let entry = match authorized_entry(ctx, cmd.repo().to_string(), needed).await {
-        Ok(entry) => entry,
-        Err((message, code)) => return reply_and_close(channel, &message, code).await,
-    };
-    let stdin = if cmd.reads_stdin() {
-        match read_body(&mut channel, ctx.app.config.max_issue_body).await {
-            Ok(body) => Some(body),
-            Err(message) => return reply_and_close(channel, &message, 1).await,
-        }
-    } else {
-        None
-    };
-    let (message, code) = authorized_reply(ctx, &entry, cmd, stdin).await;
-    reply_and_close(channel, &message, code).await
-}
-
-/// The reply to one `collab-patch` command without a channel (the
-/// terminal UI's calls): the same authorization and work as [`run`];
-/// `stdin` stands for the channel's stdin of a `--body-stdin`.
-pub async fn reply(ctx: &ExecContext, cmd: PatchCmd, stdin: Option<String>) -> (String, u32) {
+/// The reply to one `collab-patch` command: authorized, then its work;
+/// `stdin` is the body of a `--body-stdin` (the service authorizes such
+/// a command before its door reads the body, and calls
+/// [`authorized_reply`]).
+pub async fn reply(ctx: &Context, cmd: PatchCmd, stdin: Option<String>) -> (String, u32) {
     let needed = cmd.needed_access();
     let entry = match authorized_entry(ctx, cmd.repo().to_string(), needed).await {
         Ok(entry) => entry,
@@ -310,8 +290,8 @@ pub async fn reply(ctx: &ExecContext, cmd: PatchCmd, stdin: Option<String>) -> (
 
 /// The work of an authorized command, the log line and export of a write,
 /// and the reply with its display names.
-async fn authorized_reply(
-    ctx: &ExecContext,
+pub(crate) async fn authorized_reply(
+    ctx: &Context,
     entry: &RepoEntry,
     cmd: PatchCmd,
     stdin: Option<String>,
@@ -331,12 +311,7 @@ async fn authorized_reply(
     (annotate_line(message, &DisplayNames::of(&ctx.app)), code)
 }
 
-async fn answer(
-    ctx: &ExecContext,
-    entry: &RepoEntry,
-    cmd: PatchCmd,
-    stdin: Option<String>,
-) -> Reply {
+async fn answer(ctx: &Context, entry: &RepoEntry, cmd: PatchCmd, stdin: Option<String>) -> Reply {
     let repo = entry.name.clone();
     let body_of = |arg: Option<BodyArg>| -> String {
         match arg {
@@ -500,7 +475,7 @@ async fn answer(
     }
 }
 
-async fn read_detail(ctx: &ExecContext, repo: &str, id: String) -> Result<PatchDetail, Reply> {
+async fn read_detail(ctx: &Context, repo: &str, id: String) -> Result<PatchDetail, Reply> {
     let r = repo.to_string();
     let read = ctx
         .app
@@ -517,7 +492,7 @@ async fn read_detail(ctx: &ExecContext, repo: &str, id: String) -> Result<PatchD
 /// The checks on the head of the patch's latest revision (older
 /// revisions' checks are not the patch's any more).
 async fn head_checks(
-    ctx: &ExecContext,
+    ctx: &Context,
     repo: &str,
     detail: &PatchDetail,
 ) -> anyhow::Result<Vec<collab_store::checks::Check>> {
@@ -531,7 +506,7 @@ async fn head_checks(
         .await
 }
 
-async fn merge_rule(ctx: &ExecContext, entry: &RepoEntry) -> MergeRule {
+async fn merge_rule(ctx: &Context, entry: &RepoEntry) -> MergeRule {
     let (app, entry) = (ctx.app.clone(), entry.clone());
     tokio::task::spawn_blocking(move || authz::merge_rule(&app, &entry))
         .await
@@ -540,7 +515,7 @@ async fn merge_rule(ctx: &ExecContext, entry: &RepoEntry) -> MergeRule {
 
 /// Run one patch write through the writer and reply with
 /// `{"status", "repo", "patch", "revision", "event", "seq"}`.
-async fn write<F>(ctx: &ExecContext, repo: &str, status: &'static str, f: F) -> Reply
+async fn write<F>(ctx: &Context, repo: &str, status: &'static str, f: F) -> Reply
 where
     F: Fn(&collab_store::sql::Connection, &WriteCtx<'_>) -> Result<Written, PatchError>
         + Send
@@ -588,7 +563,7 @@ fn written_reply(status: &str, repo: &str, w: &Written) -> wire::PatchWritten {
 /// An inline comment's path must exist in the revision it is on (or in
 /// that revision's base, for a deleted file).
 async fn check_inline(
-    ctx: &ExecContext,
+    ctx: &Context,
     entry: &RepoEntry,
     id: &str,
     rev: Option<i64>,
@@ -744,7 +719,7 @@ pub enum MergeMode {
 }
 
 async fn merge(
-    ctx: &ExecContext,
+    ctx: &Context,
     entry: &RepoEntry,
     id: String,
     fence: Option<i64>,
@@ -768,7 +743,7 @@ async fn merge(
 
 /// The open patches `id` is stacked on (`depends_on`, followed down while
 /// open), bottom first; at most `MAX_STACK` of them.
-async fn open_below(ctx: &ExecContext, repo: &str, id: &str) -> Result<Vec<String>, Reply> {
+async fn open_below(ctx: &Context, repo: &str, id: &str) -> Result<Vec<String>, Reply> {
     let mut below = Vec::new();
     let mut next = read_detail(ctx, repo, id.to_string())
         .await?
@@ -793,7 +768,7 @@ async fn open_below(ctx: &ExecContext, repo: &str, id: &str) -> Result<Vec<Strin
 /// bottom up, each by its own merge rule; the first refused stops the
 /// stack there (the ones merged before it stay merged) and names it.
 async fn merge_stack(
-    ctx: &ExecContext,
+    ctx: &Context,
     entry: &RepoEntry,
     id: String,
     fence: Option<i64>,
@@ -861,7 +836,7 @@ async fn merge_stack(
     (line, code)
 }
 
-async fn merge_now(ctx: &ExecContext, entry: &RepoEntry, id: String, fence: Option<i64>) -> Reply {
+async fn merge_now(ctx: &Context, entry: &RepoEntry, id: String, fence: Option<i64>) -> Reply {
     let repo = entry.name.clone();
     let request = patch_merge::Request {
         app: &ctx.app,
@@ -916,12 +891,7 @@ async fn merge_now(ctx: &ExecContext, entry: &RepoEntry, id: String, fence: Opti
 /// `--when-green`: record the intent and answer at once. Refused now what
 /// waiting cannot mend: a patch that is not open, a required check that
 /// already failed, a fenced base without a live lease token.
-async fn queue_merge(
-    ctx: &ExecContext,
-    entry: &RepoEntry,
-    id: String,
-    fence: Option<i64>,
-) -> Reply {
+async fn queue_merge(ctx: &Context, entry: &RepoEntry, id: String, fence: Option<i64>) -> Reply {
     let repo = entry.name.clone();
     if !authz::caller_acts_unattended(&ctx.app, &ctx.caller) {
         return error(authz::UNATTENDED_REFUSAL);
@@ -1074,7 +1044,7 @@ async fn queue_merge(
 }
 
 /// `--cancel`: drop the queued merge of a patch.
-async fn cancel_merge(ctx: &ExecContext, repo: &str, id: String) -> Reply {
+async fn cancel_merge(ctx: &Context, repo: &str, id: String) -> Reply {
     let actor = super::issue::actor(&ctx.caller);
     let (r, a) = (repo.to_string(), actor.clone());
     let written = ctx

@@ -4,11 +4,9 @@
 //! exclusion groups searches a failure), then the latest. Needs read.
 
 use collab_proto::replies::queue as wire;
-use russh::server::Msg;
-use russh::Channel;
 
-use super::context::{authorize_or_reply, ExecContext};
-use super::reply::{reply_and_close, reply_line};
+use super::context::{authorize_repo, Context};
+use super::reply::reply_line;
 use crate::authz::Access;
 use crate::repos::RepoEntry;
 use collab_proto::verbs::Invocation;
@@ -79,26 +77,18 @@ pub fn group_shown(g: &Group) -> wire::GroupShown {
 }
 
 /// Run one `collab-queue` command.
-pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: QueueCmd) {
+pub async fn reply(ctx: &Context, cmd: QueueCmd) -> (String, u32) {
     let needed = cmd.needed_access();
-    let Some((entry, channel)) = authorize_or_reply(
-        ctx,
-        channel,
-        cmd.repo(),
-        needed,
-        "reading a merge queue needs",
-    )
-    .await
-    else {
-        return;
+    let entry = match authorize_repo(ctx, cmd.repo(), needed, "reading a merge queue needs") {
+        Ok(entry) => entry,
+        Err(reply) => return reply,
     };
-    let (line, code) = match cmd {
+    match cmd {
         QueueCmd::Show { branch, .. } => show(ctx, &entry, branch).await,
-    };
-    reply_and_close(channel, &line, code).await
+    }
 }
 
-async fn show(ctx: &ExecContext, entry: &RepoEntry, branch: String) -> (String, u32) {
+async fn show(ctx: &Context, entry: &RepoEntry, branch: String) -> (String, u32) {
     if !git2::Reference::is_valid_name(&collab_record::refs::branch_ref(&branch)) {
         return (
             format!("error: invalid branch name '{}'", branch.escape_default()),

@@ -21,14 +21,13 @@ use russh::server::Msg;
 use russh::{Channel, ChannelMsg};
 use tokio::io::{AsyncWriteExt as _, BufReader};
 
-use super::command::ReleaseCmd;
 use super::context::ExecContext;
 use super::reply::{reply_and_close, reply_line};
 use crate::authz::Access;
-use crate::releases::{
-    valid_file_name, valid_tag_name, Release, ReleaseError, ReleaseStore, Upload,
-};
+use crate::releases::{valid_file_name, valid_tag_name, ReleaseError, Upload};
 use crate::repos::RepoEntry;
+use crate::service::command::ReleaseCmd;
+use crate::service::release::{blocking, error_line, file_shown, store};
 
 /// Upload chunks queued between the channel and the disk writer (each one
 /// SSH packet, at most 32 KiB).
@@ -46,39 +45,14 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: ReleaseCmd) {
         ReleaseCmd::Create { repo, tag, file } => {
             create(ctx, channel, needed, &repo, &tag, &file).await
         }
-        ReleaseCmd::List { repo } => list(ctx, channel, needed, &repo).await,
+        // The service's (`service::release`).
+        ReleaseCmd::List { .. } | ReleaseCmd::Delete { .. } => {
+            reply_and_close(channel, "error: internal error", 1).await
+        }
         ReleaseCmd::Download { repo, tag, file } => {
             download(ctx, channel, needed, &repo, &tag, &file).await
         }
-        ReleaseCmd::Delete { repo, tag, file } => {
-            delete(ctx, channel, needed, &repo, &tag, file.as_deref()).await
-        }
     }
-}
-
-fn store(ctx: &ExecContext) -> ReleaseStore {
-    ReleaseStore::new(ctx.app.config.releases_dir())
-}
-
-/// The reply line for a failed operation; internal errors are logged and
-/// shown only as `internal error`.
-fn error_line(e: &ReleaseError) -> String {
-    match e {
-        ReleaseError::Io(io) => {
-            tracing::error!("release storage: {io}");
-            "error: internal error".to_string()
-        }
-        other => format!("error: {other}"),
-    }
-}
-
-/// Run blocking storage work off the async workers.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, ReleaseError> + Send + 'static,
-) -> Result<T, ReleaseError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .unwrap_or_else(|e| Err(ReleaseError::Io(std::io::Error::other(e))))
 }
 
 /// The repository, if the caller has `needed` on it; else the reply has
@@ -244,97 +218,6 @@ async fn create(
                 repo: entry.name.clone(),
                 tag: tag.to_string(),
                 file: file_shown(&record),
-            };
-            reply_and_close(channel, &reply_line(&reply), 0).await
-        }
-        Err(e) => reply_and_close(channel, &error_line(&e), 1).await,
-    }
-}
-
-/// A time as the replies write it (as serde writes a `DateTime<Utc>`).
-fn time_text(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
-}
-
-/// A stored file as the replies show it.
-fn file_shown(file: &crate::releases::ReleaseFile) -> wire::ReleaseFile {
-    wire::ReleaseFile {
-        name: file.name.clone(),
-        size: file.size,
-        sha256: file.sha256.clone(),
-        uploaded_at: time_text(file.uploaded_at),
-        uploader: file.uploader.clone(),
-    }
-}
-
-/// A release as the replies show it.
-fn release_shown(release: &Release) -> wire::Release {
-    wire::Release {
-        tag: release.tag.clone(),
-        created_at: release.created_at().map(time_text),
-        size: release.size(),
-        files: release.files.iter().map(file_shown).collect(),
-    }
-}
-
-async fn list(ctx: &ExecContext, channel: Channel<Msg>, needed: Access, repo: &str) {
-    let Some((entry, channel)) = authorized(ctx, channel, repo, needed).await else {
-        return;
-    };
-    let store = store(ctx);
-    let name = entry.name.clone();
-    match blocking(move || store.list(&name)).await {
-        Ok(releases) => {
-            let reply = wire::ReleaseList {
-                repo: entry.name.clone(),
-                releases: releases.iter().map(release_shown).collect(),
-            };
-            reply_and_close(channel, &reply_line(&reply), 0).await
-        }
-        Err(e) => reply_and_close(channel, &error_line(&e), 1).await,
-    }
-}
-
-async fn delete(
-    ctx: &ExecContext,
-    channel: Channel<Msg>,
-    needed: Access,
-    repo: &str,
-    tag: &str,
-    file: Option<&str>,
-) {
-    let Some((entry, channel)) = authorized(ctx, channel, repo, needed).await else {
-        return;
-    };
-    let store = store(ctx);
-    let (name, t, f) = (
-        entry.name.clone(),
-        tag.to_string(),
-        file.map(str::to_string),
-    );
-    match blocking(move || store.delete(&name, &t, f.as_deref())).await {
-        Ok(deleted) => {
-            tracing::info!(
-                principal = ctx.caller.principal(),
-                repo = entry.name,
-                tag,
-                files = ?deleted,
-                "release files deleted"
-            );
-            let files_json = serde_json::to_value(&deleted).unwrap_or_default();
-            crate::events::Recorded::release_deleted(
-                &entry.name,
-                tag,
-                &files_json,
-                ctx.caller.principal(),
-            )
-            .record_or_log(&ctx.app.writer)
-            .await;
-            let reply = wire::ReleaseDeleted {
-                status: "deleted".to_string(),
-                repo: entry.name.clone(),
-                tag: tag.to_string(),
-                files: deleted,
             };
             reply_and_close(channel, &reply_line(&reply), 0).await
         }

@@ -11,11 +11,9 @@
 use collab_proto::exit::USAGE;
 use collab_proto::replies::search as wire;
 use collab_proto::verbs::Invocation;
-use russh::server::Msg;
-use russh::Channel;
 
-use super::context::ExecContext;
-use super::reply::{internal_reply, reply_and_close, reply_line, NOT_FOUND};
+use super::context::Context;
+use super::reply::{internal_reply, reply_line, NOT_FOUND};
 use crate::app::App;
 use crate::authz::{Access, Caller};
 use collab_store::search::{self as store, Cursor, KindFilter, StateFilter, Terms};
@@ -84,14 +82,8 @@ fn repositories(app: &App, caller: &Caller, patterns: &[String]) -> Option<Vec<S
     Some(names)
 }
 
-/// Run one `collab-search`.
-pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: SearchCmd) {
-    let (line, code) = reply(ctx, cmd).await;
-    reply_and_close(channel, &line, code).await
-}
-
-/// The reply line and exit status (the terminal UI's calls take it too).
-pub async fn reply(ctx: &ExecContext, cmd: SearchCmd) -> (String, u32) {
+/// The reply line and exit status of one `collab-search`.
+pub async fn reply(ctx: &Context, cmd: SearchCmd) -> (String, u32) {
     let usage = |e: store::QueryError| (format!("error: usage: {e}"), USAGE);
     let terms = match Terms::parse(&cmd.query) {
         Ok(terms) => terms,

@@ -24,14 +24,12 @@
 //! the HTTP status only.
 
 use collab_proto::replies::webhook as wire;
-use russh::server::Msg;
-use russh::{Channel, ChannelMsg};
 use serde::Serialize;
 use serde_json::json;
 
 use super::command::HookCmd;
-use super::context::ExecContext;
-use super::reply::{reply_and_close, reply_line};
+use super::context::Context;
+use super::reply::reply_line;
 use crate::authz;
 use crate::events::TypeFilter;
 use crate::webhooks::{self, message_id, AttemptResult};
@@ -44,27 +42,21 @@ const PENDING_REASON: &str =
     "awaiting an administrator's approval (collab-hook approve): the target is not on the public internet";
 
 /// The largest secret read from stdin.
-const MAX_SECRET: usize = 4096;
+pub const MAX_SECRET: usize = 4096;
 
-/// Run one `collab-hook` command.
-pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: HookCmd) {
-    let (line, code) = match cmd {
+/// Run one `collab-hook` command; `stdin` is the secret of
+/// `add --secret-stdin` (read by the door, at most [`MAX_SECRET`] bytes,
+/// trimmed).
+pub async fn reply(ctx: &Context, cmd: HookCmd, stdin: Option<String>) -> Reply {
+    match cmd {
         HookCmd::Add {
             repo_glob,
             url,
             events,
             secret_stdin,
         } => {
-            let (channel, secret) = if secret_stdin {
-                match read_secret(channel).await {
-                    Some((channel, secret)) => (channel, Some(secret)),
-                    None => return,
-                }
-            } else {
-                (channel, None)
-            };
-            let (line, code) = add(ctx, repo_glob, url, events, secret).await;
-            return reply_and_close(channel, &line, code).await;
+            let secret = if secret_stdin { stdin } else { None };
+            add(ctx, repo_glob, url, events, secret).await
         }
         HookCmd::List => list(ctx).await,
         HookCmd::Remove { id } => remove(ctx, &id).await,
@@ -73,8 +65,7 @@ pub async fn run(ctx: &ExecContext, channel: Channel<Msg>, cmd: HookCmd) {
         HookCmd::Test { id } => test(ctx, &id).await,
         HookCmd::Deliveries { id, limit } => deliveries(ctx, &id, limit).await,
         HookCmd::Redeliver { message_id } => redeliver(ctx, &message_id).await,
-    };
-    reply_and_close(channel, &line, code).await
+    }
 }
 
 type Reply = (String, u32);
@@ -135,41 +126,8 @@ fn changed(status: &str, id: &str) -> Reply {
     })
 }
 
-/// Read the secret: everything on stdin up to EOF (trimmed), bounded.
-async fn read_secret(channel: Channel<Msg>) -> Option<(Channel<Msg>, String)> {
-    read_stdin(channel, MAX_SECRET, "error: the secret is too long").await
-}
-
-/// Everything on stdin up to EOF (trimmed), at most `max` bytes; past
-/// that, `too_long` is the reply and `None` comes back.
-pub(super) async fn read_stdin(
-    mut channel: Channel<Msg>,
-    max: usize,
-    too_long: &str,
-) -> Option<(Channel<Msg>, String)> {
-    let mut bytes = Vec::new();
-    while let Some(msg) = channel.wait().await {
-        match msg {
-            ChannelMsg::Data { data } => {
-                bytes.extend_from_slice(&data);
-                if bytes.len() > max {
-                    reply_and_close(channel, too_long, 1).await;
-                    return None;
-                }
-            }
-            ChannelMsg::Eof => {
-                let text = String::from_utf8_lossy(&bytes).trim().to_string();
-                return Some((channel, text));
-            }
-            ChannelMsg::Close => return None,
-            _ => {}
-        }
-    }
-    None
-}
-
 /// The subscription `id` if the caller may see it.
-async fn visible(ctx: &ExecContext, id: &str) -> Result<Webhook, Reply> {
+async fn visible(ctx: &Context, id: &str) -> Result<Webhook, Reply> {
     let owned = id.to_string();
     let hook = webhooks::read(&ctx.app, move |conn| store::get(conn, &owned))
         .await
@@ -186,7 +144,7 @@ async fn visible(ctx: &ExecContext, id: &str) -> Result<Webhook, Reply> {
 }
 
 async fn add(
-    ctx: &ExecContext,
+    ctx: &Context,
     repo_glob: String,
     url: String,
     events: Vec<String>,
@@ -327,7 +285,7 @@ async fn add(
     }
 }
 
-async fn list(ctx: &ExecContext) -> Reply {
+async fn list(ctx: &Context) -> Reply {
     let hooks = match webhooks::read(&ctx.app, store::list).await {
         Ok(h) => h,
         Err(e) => return internal(e),
@@ -341,7 +299,7 @@ async fn list(ctx: &ExecContext) -> Reply {
     ok(&wire::WebhookList { webhooks })
 }
 
-async fn remove(ctx: &ExecContext, id: &str) -> Reply {
+async fn remove(ctx: &Context, id: &str) -> Reply {
     let hook = match visible(ctx, id).await {
         Ok(h) => h,
         Err(reply) => return reply,
@@ -373,7 +331,7 @@ async fn remove(ctx: &ExecContext, id: &str) -> Reply {
     }
 }
 
-async fn enable(ctx: &ExecContext, id: &str) -> Reply {
+async fn enable(ctx: &Context, id: &str) -> Reply {
     match visible(ctx, id).await {
         Err(reply) => return reply,
         Ok(hook) if hook.pending_approval() => {
@@ -404,7 +362,7 @@ async fn enable(ctx: &ExecContext, id: &str) -> Reply {
 /// `collab-hook approve`: an administrator lets a subscription reach a
 /// target that is not on the public internet (one the operator's
 /// `webhooks.allowed_hosts` lets through), and activates it.
-async fn approve(ctx: &ExecContext, id: &str) -> Reply {
+async fn approve(ctx: &Context, id: &str) -> Reply {
     if !authz::is_server_admin(&ctx.app, &ctx.caller) {
         return err("permission denied: approving a webhook needs a server administrator");
     }
@@ -436,7 +394,7 @@ async fn approve(ctx: &ExecContext, id: &str) -> Reply {
 /// Send once and log the attempt (out of the subscription's order: the
 /// cursor does not move).
 async fn send_and_log(
-    ctx: &ExecContext,
+    ctx: &Context,
     hook: &Webhook,
     message: String,
     seq: Option<i64>,
@@ -486,7 +444,7 @@ fn delivered(message: &str, result: &AttemptResult) -> wire::Delivered {
     }
 }
 
-async fn test(ctx: &ExecContext, id: &str) -> Reply {
+async fn test(ctx: &Context, id: &str) -> Reply {
     let hook = match visible(ctx, id).await {
         Ok(h) => h,
         Err(reply) => return reply,
@@ -505,7 +463,7 @@ async fn test(ctx: &ExecContext, id: &str) -> Reply {
     }
 }
 
-async fn deliveries(ctx: &ExecContext, id: &str, limit: i64) -> Reply {
+async fn deliveries(ctx: &Context, id: &str, limit: i64) -> Reply {
     let hook = match visible(ctx, id).await {
         Ok(h) => h,
         Err(reply) => return reply,
@@ -520,7 +478,7 @@ async fn deliveries(ctx: &ExecContext, id: &str, limit: i64) -> Reply {
     }
 }
 
-async fn redeliver(ctx: &ExecContext, message: &str) -> Reply {
+async fn redeliver(ctx: &Context, message: &str) -> Reply {
     // `<subscription>-<seq>`.
     let Some((id, seq)) = message
         .rsplit_once('-')

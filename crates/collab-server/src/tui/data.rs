@@ -13,9 +13,9 @@ use collab_proto::replies::lease::LeaseList;
 use serde_json::{json, Value};
 
 use super::view::{DiffLine, EventRow, Seg, ViewKind, MAX_DIFF_LINES, MAX_EVENTS, PAGE};
+use crate::service::events::Visibility;
 use crate::ssh::call::call;
 use crate::ssh::context::ExecContext;
-use crate::ssh::watch::Visibility;
 
 /// Repositories listed at most (the first ones by name).
 pub const MAX_REPOS: usize = 200;

@@ -115,7 +115,7 @@ pub async fn run(mut ctx: ExecContext, channel: Channel<Msg>) {
     };
     let mut ui = Ui::new(ctx.caller.principal().to_string(), !no_color);
     let mut parser = keys::Parser::default();
-    let mut visibility = crate::ssh::watch::Visibility::new(ctx.caller.clone());
+    let mut visibility = crate::service::events::Visibility::new(ctx.caller.clone());
     // The pane starts with the last events before now.
     let head = data::event_head(&ctx).await;
     let mut seen = data::events_after(
@@ -199,7 +199,7 @@ pub async fn run(mut ctx: ExecContext, channel: Channel<Msg>) {
                 break Some("error: this key is no longer admitted");
             }
             ctx.caller = crate::authz::caller_for(&ctx.app, ctx.caller.identity.clone());
-            visibility = crate::ssh::watch::Visibility::new(ctx.caller.clone());
+            visibility = crate::service::events::Visibility::new(ctx.caller.clone());
             admitted_at = tokio::time::Instant::now();
         }
         if events_due {

@@ -602,7 +602,7 @@ impl CheckView {
         let url = c
             .url
             .clone()
-            .filter(|u| crate::ssh::check::valid_url(u).is_ok())
+            .filter(|u| crate::service::check::valid_url(u).is_ok())
             .unwrap_or_default();
         CheckView {
             name: c.name.clone(),

@@ -140,7 +140,7 @@ fn page(st: &AppState, requested: &str, branch: &str) -> PageResult {
                         Ok((i, p))
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?;
-            let groups = store::recent(conn, &name, &b, crate::ssh::queue::GROUPS_SHOWN)?;
+            let groups = store::recent(conn, &name, &b, crate::service::queue::GROUPS_SHOWN)?;
             let live = store::live(conn, &name, &b)?;
             let titles = groups
                 .iter()

@@ -650,6 +650,53 @@ fn refusals_say_why_in_their_error_line() {
     );
 }
 
+/// One service, many doors (issue 46): a verb answers alike over ssh and
+/// as a tool, in process (a body on standard input, a read, a refusal,
+/// a verb of the admin family), since both run the same service function.
+#[test]
+fn a_verb_answers_alike_over_ssh_and_mcp() {
+    let h = ServerHarness::start();
+    h.create_repo("alike");
+    let mut s = Raw::open(&h, &h.ssh_client_key());
+    s.initialize("2025-06-18");
+    // Written as a tool with a body of two lines (standard input), read
+    // back over ssh and as a tool: the same reply.
+    let opened = s.call(
+        1,
+        "issue_open",
+        json!({"repo": "alike", "title": "both doors", "body": "line one\nline two"}),
+    );
+    assert_eq!(opened["isError"], false, "{opened}");
+    let id = opened["structuredContent"]["issue"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{opened}"))
+        .to_string();
+    let over_ssh = h.ssh_exec(&format!("collab-issue show alike {id}"));
+    assert_eq!(over_ssh.code, 0, "{over_ssh:?}");
+    let shown = s.call(2, "issue_show", json!({"repo": "alike", "issue": id}));
+    assert_eq!(shown["isError"], false, "{shown}");
+    assert_eq!(shown["structuredContent"], over_ssh.json(), "{shown}");
+    assert_eq!(shown["structuredContent"]["body"], "line one\nline two");
+    // A refusal: the same one line.
+    let refused_ssh = h.ssh_exec("collab-issue show nowhere 0123abcd");
+    assert_eq!(refused_ssh.code, 1, "{refused_ssh:?}");
+    let refused = s.call(
+        3,
+        "issue_show",
+        json!({"repo": "nowhere", "issue": "0123abcd"}),
+    );
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert_eq!(
+        refused["structuredContent"]["error"],
+        refused_ssh.stderr.trim_end(),
+        "{refused}"
+    );
+    // The admin family too.
+    let whoami_ssh = h.ssh_exec("collab-whoami");
+    let whoami = s.call(4, "whoami", json!({}));
+    assert_eq!(whoami["structuredContent"], whoami_ssh.json(), "{whoami}");
+}
+
 /// docs/mcp.md's Python example, run as written with the SDK (issue 50):
 /// the key is only in an ssh-agent, as on a developer's machine, so the
 /// example works only if it hands `SSH_AUTH_SOCK` on to `ssh` (the SDK
