@@ -21,5 +21,5 @@ fuzz_target!(|data: &[u8]| {
         assert!(verbs::find(verb.family, verb.action).is_some());
     }
     // The server's own reading of the line (aliases, git verbs, shapes).
-    let _ = collab_server::ssh::command::parse_exec_command(line);
+    let _ = collab_server::service::command::parse_exec_command(line);
 });

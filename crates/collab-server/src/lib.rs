@@ -13,6 +13,7 @@ pub mod events;
 pub mod flock;
 pub mod governance;
 pub mod healthcheck;
+pub mod highlight;
 pub mod hooks;
 pub mod http;
 pub mod identity;

@@ -9,7 +9,7 @@
 
 use pulldown_cmark::{html, CodeBlockKind, CowStr, Event, Options, Parser, Tag, TagEnd};
 
-use super::highlight;
+use crate::highlight;
 
 /// Where relative link and image targets of a document point.
 pub struct LinkBase {

@@ -27,7 +27,6 @@ mod blobs;
 mod git_http;
 mod git_stream;
 mod health;
-pub(crate) mod highlight;
 mod index;
 pub mod listener;
 mod markdown;
@@ -57,7 +56,7 @@ const STYLE_CSS: &str = include_str!("static/style.css");
 static STYLESHEET: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "{STYLE_CSS}\n/* Syntax highlighting (syntect) */\n{}",
-        highlight::css()
+        crate::highlight::css()
     )
 });
 
@@ -113,7 +112,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     // Syntax grammars load in the background, not on the first page.
-    std::thread::spawn(highlight::preload);
+    std::thread::spawn(crate::highlight::preload);
     // The rewrite must run before routing, so it wraps the router instead of
     // being one of its layers.
     let service =

@@ -1,6 +1,6 @@
 //! Repository mirrors: pull mirrors fetch an upstream into a repository,
 //! push mirrors push a repository to a downstream, on a schedule and on
-//! demand (`collab-repo mirror sync`, `ssh/mirror.rs`); push mirrors also
+//! demand (`collab-repo mirror sync`, `service/mirror.rs`); push mirrors also
 //! soon after the repository's refs move (a push, a merge, a pull mirror's
 //! fetch: any `ref.updated` event), many moves making one push.
 //!

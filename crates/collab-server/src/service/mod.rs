@@ -19,36 +19,27 @@
 //!
 //! This folder imports no door (`crate::ssh`, `crate::mcp`, `crate::tui`,
 //! `crate::http`) and neither russh, axum nor ratatui (the test below
-//! reads its files). The verb families' files are still in `ssh/` (they
-//! move here with the next merge); they are modules of this folder
-//! (`#[path]`), edited in place.
+//! reads its files), and no door imports another
+//! (`scripts/import-graph.py --check`, with the arrows still allowed).
 
 pub mod context;
 pub mod events;
 pub mod release;
 pub mod reply;
 
-#[path = "../ssh/admin.rs"]
 pub mod admin;
-#[path = "../ssh/check.rs"]
 pub mod check;
-#[path = "../ssh/command.rs"]
 pub mod command;
-#[path = "../ssh/issue.rs"]
 pub mod issue;
-#[path = "../ssh/lease.rs"]
 pub mod lease;
-#[path = "../ssh/mirror.rs"]
 pub mod mirror;
-#[path = "../ssh/patch.rs"]
 pub mod patch;
-#[path = "../ssh/queue.rs"]
 pub mod queue;
-#[path = "../ssh/search.rs"]
 pub mod search;
-#[path = "../ssh/webhook.rs"]
 pub mod webhook;
 
+#[cfg(test)]
+mod parse_tests;
 mod run;
 
 pub use context::Context;
@@ -60,22 +51,13 @@ pub use run::{
 
 #[cfg(test)]
 mod tests {
-    /// The files of this folder, and the files it takes in with `#[path]`.
+    /// The files of this folder.
     fn service_files() -> Vec<(String, String)> {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/service");
         let mut files = Vec::new();
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "rs") {
-                let text = std::fs::read_to_string(&path).unwrap();
-                files.push((path.display().to_string(), text));
-            }
-        }
-        let root = std::fs::read_to_string(dir.join("mod.rs")).unwrap();
-        for line in root.lines() {
-            if let Some(rest) = line.trim().strip_prefix("#[path = \"") {
-                let rel = rest.trim_end_matches("\"]");
-                let path = dir.join(rel);
                 let text = std::fs::read_to_string(&path).unwrap();
                 files.push((path.display().to_string(), text));
             }

@@ -49,8 +49,6 @@ mod git_v2;
 pub mod leaving;
 pub mod lfs;
 mod lfs_locks;
-#[cfg(test)]
-mod parse_tests;
 mod quick_ack;
 pub mod release;
 pub mod reply;

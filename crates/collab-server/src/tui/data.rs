@@ -128,14 +128,20 @@ async fn repos(ctx: &ExecContext) -> Result<Value, String> {
             .map(|name| {
                 let dir = crate::repos::find_repo(&repos_dir, name).map(|e| e.path);
                 let r = name.clone();
-                let counts = reads
-                    .read_blocking(move |conn| crate::http::repo::ctx::open_counts(conn, &r))
+                let (open_issues, open_patches) = reads
+                    .read_blocking(move |conn| {
+                        use collab_store::{issues, patches};
+                        Ok((
+                            issues::count(conn, &r, issues::StateFilter::Open, &[])?,
+                            patches::count(conn, &r, patches::StateFilter::Open)?,
+                        ))
+                    })
                     .unwrap_or_default();
                 json!({
                     "name": name,
-                    "description": dir.as_deref().map(crate::http::repo::ctx::description).unwrap_or_default(),
-                    "open_issues": counts.issues,
-                    "open_patches": counts.patches,
+                    "description": dir.as_deref().and_then(crate::repo_admin::description).unwrap_or_default(),
+                    "open_issues": open_issues,
+                    "open_patches": open_patches,
                     "last_push": dir.as_deref().and_then(last_ref_change),
                 })
             })
@@ -256,10 +262,10 @@ async fn patch(ctx: &ExecContext, repo: &str, id: &str, interdiff: bool) -> Resu
 }
 
 /// A unified diff's lines, each cut into coloured pieces: the server's own
-/// highlighter (`http::highlight`, the web UI's, with its limits and time
+/// highlighter (`crate::highlight`, the web UI's, with its limits and time
 /// budget) colours the code; `+`/`-` lines get a green/red sign.
 pub fn colour_diff(text: &str) -> Vec<DiffLine> {
-    use crate::http::highlight::{Deadline, Highlighter};
+    use crate::highlight::{Deadline, Highlighter};
     let deadline = Deadline::start();
     let mut out = Vec::new();
     let mut current: Option<Highlighter> = None;

@@ -22,7 +22,7 @@ use git2::{Delta, DiffFindOptions, DiffOptions, ObjectType, Repository, Tree};
 use serde::Deserialize;
 
 use super::ctx::CommitRow;
-use crate::http::highlight;
+use crate::highlight;
 use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
 

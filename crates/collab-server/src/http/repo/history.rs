@@ -21,7 +21,7 @@ use git2::{Oid, Repository, Tree};
 use serde::Deserialize;
 
 use super::ctx::{CommitRow, RepoCtx, RevPath};
-use crate::http::highlight;
+use crate::highlight;
 use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
 

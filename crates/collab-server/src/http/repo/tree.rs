@@ -21,8 +21,8 @@ use git2::{ObjectType, Oid, Tree};
 
 use super::ctx::{RepoCtx, RevPath};
 use super::summary::{find_readme, Readme};
+use crate::highlight;
 use crate::http::blobs::{self, BlobStream};
-use crate::http::highlight;
 use crate::http::state::AppState;
 use crate::http::view::{self, PageError, PageResult};
 

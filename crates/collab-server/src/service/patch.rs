@@ -767,12 +767,7 @@ async fn open_below(ctx: &Context, repo: &str, id: &str) -> Result<Vec<String>, 
 /// `merge` of a stacked patch takes the open patches below it first,
 /// bottom up, each by its own merge rule; the first refused stops the
 /// stack there (the ones merged before it stay merged) and names it.
-async fn merge_stack(
-    ctx: &Context,
-    entry: &RepoEntry,
-    id: String,
-    fence: Option<i64>,
-) -> Reply {
+async fn merge_stack(ctx: &Context, entry: &RepoEntry, id: String, fence: Option<i64>) -> Reply {
     let repo = entry.name.clone();
     let mut detail = match read_detail(ctx, &repo, id).await {
         Ok(detail) => detail,
