@@ -375,6 +375,25 @@ fn commit_all(h: &ServerHarness, key: &Path, dir: &Path, message: &str) {
     git_ok(h, key, dir, &["commit", "-q", "-m", message]);
 }
 
+/// Clone `repo` (a git-lfs clone in `dir`), track `*.bin`, and push
+/// `files` to `main` in one commit as `key`; the clone.
+fn push_lfs_files(
+    h: &ServerHarness,
+    key: &Path,
+    repo: &str,
+    dir: &str,
+    files: &[(&str, &[u8])],
+) -> PathBuf {
+    let clone = lfs_clone(h, key, repo, dir);
+    git_ok(h, key, &clone, &["lfs", "track", "*.bin"]);
+    for (name, data) in files {
+        std::fs::write(clone.join(name), data).unwrap();
+    }
+    commit_all(h, key, &clone, "Add LFS objects");
+    git_ok(h, key, &clone, &["push", "origin", "HEAD:refs/heads/main"]);
+    clone
+}
+
 #[test]
 fn a_push_changing_a_path_locked_by_another_is_refused_by_the_server() {
     let h = ServerHarness::start();
@@ -1027,28 +1046,13 @@ fn info_counts_each_repositorys_lfs_objects_and_bytes() {
     h.create_repo("heavy");
     h.create_repo("light");
     let admin = h.ssh_client_key();
-    let clone = lfs_clone(&h, &admin, "heavy", "heavy");
-    git_ok(&h, &admin, &clone, &["lfs", "track", "*.bin"]);
     let (one, two) = (payload(70_000, 4), payload(5_000, 5));
-    std::fs::write(clone.join("one.bin"), &one).unwrap();
-    std::fs::write(clone.join("two.bin"), &two).unwrap();
-    git_ok(
+    push_lfs_files(
         &h,
         &admin,
-        &clone,
-        &["add", ".gitattributes", "one.bin", "two.bin"],
-    );
-    git_ok(
-        &h,
-        &admin,
-        &clone,
-        &["commit", "-q", "-m", "Add two objects"],
-    );
-    git_ok(
-        &h,
-        &admin,
-        &clone,
-        &["push", "origin", "HEAD:refs/heads/main"],
+        "heavy",
+        "heavy",
+        &[("one.bin", &one), ("two.bin", &two)],
     );
 
     let out = h.ssh_exec("info --json");
@@ -1078,28 +1082,13 @@ fn backup_verify_checks_each_lfs_object_against_its_name() {
     let h = ServerHarness::start();
     h.create_repo("kept");
     let admin = h.ssh_client_key();
-    let clone = lfs_clone(&h, &admin, "kept", "kept");
-    git_ok(&h, &admin, &clone, &["lfs", "track", "*.bin"]);
     let (one, two) = (payload(40_000, 6), payload(9_000, 7));
-    std::fs::write(clone.join("one.bin"), &one).unwrap();
-    std::fs::write(clone.join("two.bin"), &two).unwrap();
-    git_ok(
+    push_lfs_files(
         &h,
         &admin,
-        &clone,
-        &["add", ".gitattributes", "one.bin", "two.bin"],
-    );
-    git_ok(
-        &h,
-        &admin,
-        &clone,
-        &["commit", "-q", "-m", "Add two objects"],
-    );
-    git_ok(
-        &h,
-        &admin,
-        &clone,
-        &["push", "origin", "HEAD:refs/heads/main"],
+        "kept",
+        "kept",
+        &[("one.bin", &one), ("two.bin", &two)],
     );
 
     let dir = h.temp_dir().join("lfs-backup");
