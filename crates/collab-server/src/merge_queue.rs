@@ -773,6 +773,36 @@ fn write_group_ref(
     Ok(())
 }
 
+/// Record the group `built` made (its exclusions in a round, the group it
+/// is built on in a train) and write its ref, inside the writer's
+/// transaction: the ref is written before the transaction commits, so a
+/// recorded group always has it.
+#[allow(clippy::too_many_arguments)]
+fn record_group(
+    conn: &collab_store::sql::Connection,
+    repo: &str,
+    branch: &str,
+    path: &std::path::Path,
+    built: &Built,
+    excluded: Option<&[String]>,
+    built_on: Option<i64>,
+    now: i64,
+) -> anyhow::Result<Group> {
+    let (group, _seq) = store::open(
+        conn,
+        repo,
+        branch,
+        &built.commit.to_string(),
+        &built.base.to_string(),
+        &built.members,
+        excluded,
+        built_on,
+        now,
+    )?;
+    write_group_ref(path, branch, group.n, built.commit)?;
+    Ok(group)
+}
+
 /// Build the next group of `branch` from `ready`, drop the patches that
 /// conflict with it, record it and write its ref.
 async fn build(
@@ -801,18 +831,7 @@ async fn build(
             if built.members.is_empty() {
                 return Ok(None);
             }
-            let (group, _seq) = store::open(
-                conn,
-                &repo,
-                &b,
-                &built.commit.to_string(),
-                &built.base.to_string(),
-                &built.members,
-                None,
-                None,
-                now,
-            )?;
-            write_group_ref(&path, &b, group.n, built.commit)?;
+            let group = record_group(conn, &repo, &b, &path, &built, None, None, now)?;
             Ok(Some(group))
         })
         .await?;
@@ -885,18 +904,7 @@ async fn build_train(
                 if built.members.is_empty() {
                     break;
                 }
-                let (group, _seq) = store::open(
-                    conn,
-                    &repo,
-                    &b,
-                    &built.commit.to_string(),
-                    &built.base.to_string(),
-                    &built.members,
-                    None,
-                    on,
-                    now,
-                )?;
-                write_group_ref(&path, &b, group.n, built.commit)?;
+                let group = record_group(conn, &repo, &b, &path, built, None, on, now)?;
                 on = Some(group.n);
                 opened.push(group);
             }
@@ -976,18 +984,7 @@ async fn build_round(
                 if built.members.is_empty() {
                     continue;
                 }
-                let (group, _seq) = store::open(
-                    conn,
-                    &repo,
-                    &b,
-                    &built.commit.to_string(),
-                    &built.base.to_string(),
-                    &built.members,
-                    Some(excluded),
-                    None,
-                    now,
-                )?;
-                write_group_ref(&path, &b, group.n, built.commit)?;
+                let group = record_group(conn, &repo, &b, &path, built, Some(excluded), None, now)?;
                 opened.push(group);
             }
             if let Some(first) = opened.first() {
